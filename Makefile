@@ -1,0 +1,68 @@
+# Makefile for attngen: the generator library, the runtime library, the CLI
+# and the Check test suite. `make` builds, `make test` runs the tests (GPU
+# tests skip with a printed reason when no driver or device is present),
+# `make demo` generates and compiles every bundled spec and, on a GPU, runs
+# and checks each one.
+
+CUDA_HOME ?= /usr/local/cuda
+CC ?= cc
+CFLAGS ?= -O2 -g
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -fPIC
+CPPFLAGS += -Iinclude -Igenerator -Iruntime -I$(CUDA_HOME)/include
+YAML_LIBS := -lyaml
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -pthread)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnvrtc
+SYS_LIBS := -ldl -lpthread -lm
+
+B := build
+GEN_SRC := $(wildcard generator/*.c)
+RT_SRC := $(wildcard runtime/*.c)
+TEMPLATES := $(sort $(wildcard templates/*.cu templates/*.cuh))
+TEST_SRC := $(wildcard tests/check_*.c)
+
+GEN_OBJ := $(GEN_SRC:%.c=$(B)/%.o) $(B)/templates_embedded.o
+RT_OBJ := $(RT_SRC:%.c=$(B)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(B)/%.o)
+
+.PHONY: all test test-cpu demo bench clean
+all: $(B)/attngen $(B)/libattngen.a $(B)/libattngen.so
+
+$(B)/%.o: %.c $(wildcard include/*.h generator/*.h runtime/*.h tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+# Templates are embedded as C strings; the tool writes a temporary file and
+# renames it only when the whole output was written.
+$(B)/embed: tools/embed.c
+	@mkdir -p $(B)
+	$(CC) -O2 -Wall -Wextra -o $@ $<
+$(B)/templates_embedded.c: $(B)/embed $(TEMPLATES)
+	$(B)/embed $@ $(TEMPLATES)
+$(B)/templates_embedded.o: $(B)/templates_embedded.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(B)/libattngen_gen.a: $(GEN_OBJ)
+	rm -f $@ && ar rcs $@ $^
+$(B)/libattngen.a: $(GEN_OBJ) $(RT_OBJ)
+	rm -f $@ && ar rcs $@ $^
+$(B)/libattngen.so: $(GEN_OBJ) $(RT_OBJ)
+	$(CC) -shared -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
+
+$(B)/attngen: $(B)/cli/main.o $(B)/libattngen.a
+	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
+
+$(B)/check_attngen: $(TEST_OBJ) $(B)/libattngen.a
+	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(CHECK_LIBS) $(SYS_LIBS)
+
+# The test command of the README. CK_DEFAULT_TIMEOUT is raised for NVRTC.
+test: $(B)/check_attngen $(B)/attngen
+	cd tests && ATTNGEN_BIN=../$(B)/attngen ../$(B)/check_attngen
+
+demo: $(B)/attngen
+	tools/demo.sh $(B)/attngen
+
+bench: $(B)/libattngen.so $(B)/attngen
+	$(MAKE) -C bench
+
+clean:
+	rm -rf $(B)

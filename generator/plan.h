@@ -1,0 +1,30 @@
+/* plan.h: every compile-time decision for a spec's kernels in one struct:
+ * tile shapes, warps, pipeline depth, shared memory and the kernel's name.
+ * The plan is plain data; the emitter and the launcher both read it. */
+#ifndef AG_PLAN_H
+#define AG_PLAN_H
+
+#include "attngen.h"
+
+typedef struct ag_plan {
+  char kernel_name[AG_KERNEL_NAME_MAX]; /* extern "C" entry point */
+  int block_size;       /* tokens per diagonal block */
+  int head_dim;
+  int elem_bytes;       /* 2 for bf16 and fp16 */
+  int warps;            /* warps per CTA */
+  int threads;          /* warps * 32 */
+  int m_tiles_per_warp; /* 16-row MMA tiles each warp owns */
+  int stages;           /* (block, head) tiles resident per CTA */
+  int smem_bytes;       /* dynamic shared memory per CTA */
+  double scale;         /* softmax scale, auto resolved */
+} ag_plan;
+
+/* Fill *out for a validated spec. Returns AG_ERR_UNSUPPORTED for specs whose
+ * kernels do not exist yet. */
+ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err);
+
+/* Write the plan as a readable comment block body (one "key: value" per
+ * line, each prefixed by `prefix`) into a malloc()ed string. */
+char *ag_plan_describe(const ag_plan *plan, const char *prefix);
+
+#endif

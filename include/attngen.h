@@ -1,0 +1,183 @@
+/* attngen.h: the public C API of attngen.
+ *
+ * Two layers share this header. The generator (spec parsing, validation,
+ * planning, CUDA C emission) needs only libyaml and libc and never touches
+ * CUDA. The runtime adds NVRTC compilation, the on-disk cubin cache and
+ * launching through the CUDA Driver API, which it loads with dlopen on first
+ * use, so everything up to `ag_compile` works on a machine without a driver.
+ *
+ * Conventions: every function that can fail returns an `ag_status` and, when
+ * given a non-NULL `ag_error *`, fills it with a printable message. Out
+ * parameters come last and are named out_*. Nothing here prints or exits.
+ */
+#ifndef ATTNGEN_H
+#define ATTNGEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AG_VERSION_STRING "0.1.0"
+
+/* ---- errors ------------------------------------------------------------ */
+
+typedef enum ag_status {
+  AG_OK = 0,
+  AG_ERR_SPEC,             /* the spec is invalid (message lists every error) */
+  AG_ERR_UNSUPPORTED,      /* valid spec, but its kernel does not exist yet */
+  AG_ERR_IO,               /* a file could not be read or written */
+  AG_ERR_NOMEM,            /* an allocation failed */
+  AG_ERR_TEMPLATE,         /* a template is malformed (a bug in attngen) */
+  AG_ERR_NVRTC,            /* NVRTC failed; the message carries its log */
+  AG_ERR_NO_DRIVER,        /* libcuda.so.1 could not be loaded */
+  AG_ERR_NO_DEVICE,        /* the driver loaded but reports no usable device */
+  AG_ERR_CUDA,             /* a Driver API call failed */
+  AG_ERR_INVALID_ARGUMENT, /* a run-time argument was rejected before launch */
+  AG_ERR_CACHE,            /* the cache failed in a way that was not a miss */
+  AG_ERR_COUNT
+} ag_status;
+
+/* The error record. `message` is NULL or a string from malloc() that the
+ * record owns; ag_error_clear() frees it. A zero-initialised record is
+ * empty. Spec errors are formatted "file:line:col: error: text", followed by
+ * the source line and a caret, one block per error. */
+typedef struct ag_error {
+  ag_status code;
+  char *message;
+} ag_error;
+
+/* A static, never-NULL name for a status code ("invalid spec", ...). */
+const char *ag_strerror(ag_status code);
+/* Frees the message and resets the record; accepts NULL. */
+void ag_error_clear(ag_error *err);
+
+/* ---- specs ------------------------------------------------------------- */
+
+typedef enum ag_pattern { AG_PATTERN_BLOCK_DIAGONAL, AG_PATTERN_JAGGED } ag_pattern;
+typedef enum ag_query { AG_QUERY_PER_SEQUENCE, AG_QUERY_BROADCAST } ag_query;
+typedef enum ag_dtype { AG_DTYPE_BF16, AG_DTYPE_FP16 } ag_dtype;
+typedef enum ag_rotary_layout {
+  AG_ROTARY_NONE, AG_ROTARY_INTERLEAVED, AG_ROTARY_HALF
+} ag_rotary_layout;
+typedef enum ag_rotary_positions {
+  AG_POSITIONS_TABLE, AG_POSITIONS_SEQUENCE, AG_POSITIONS_BLOCK
+} ag_rotary_positions;
+typedef enum ag_arch { AG_ARCH_AUTO, AG_ARCH_SM80, AG_ARCH_SM90A } ag_arch;
+
+enum { AG_APPLY_Q = 1u, AG_APPLY_K = 2u, AG_APPLY_V = 4u };
+enum { AG_PASS_FORWARD = 1u, AG_PASS_BACKWARD = 2u };
+
+/* Where a key was written in the spec, 1-based; line 0 means absent. */
+typedef struct ag_pos { int line, col; } ag_pos;
+
+#define AG_NAME_MAX 64
+#define AG_SOURCE_MAX 256
+
+/* A parsed, validated spec. Plain data: copy it freely. */
+typedef struct ag_spec {
+  char source[AG_SOURCE_MAX]; /* basename of the spec file, or "<string>" */
+  char name[AG_NAME_MAX];     /* [a-z][a-z0-9_]* */
+  ag_pattern pattern;
+  int block_size;             /* block_diagonal: 16..256, multiple of 16 */
+  bool causal;
+  bool has_window;            /* jagged: window present */
+  int window_left, window_right;
+  ag_query query;
+  int head_dim;               /* 64 | 128 */
+  ag_dtype dtype;
+  double softmax_scale;       /* 0 means auto: 1/sqrt(head_dim) */
+  struct {
+    ag_rotary_layout layout;  /* AG_ROTARY_NONE when absent */
+    unsigned apply_to;        /* AG_APPLY_* bits */
+    ag_rotary_positions positions;
+    double base;
+  } rotary;
+  unsigned passes;            /* AG_PASS_* bits */
+  ag_arch arch;
+  struct {                    /* source positions, for later diagnostics */
+    ag_pos name, pattern, block_size, causal, window, query, head_dim, dtype,
+        softmax_scale, rotary, passes, arch;
+  } at;
+} ag_spec;
+
+/* Parse and validate a spec. Every error found is reported, not just the
+ * first. Returns AG_OK, AG_ERR_SPEC, AG_ERR_UNSUPPORTED (valid, but names a
+ * kernel attngen cannot build yet), AG_ERR_IO or AG_ERR_NOMEM. Thread-safe;
+ * allocates nothing that outlives the call. */
+ag_status ag_spec_load_file(const char *path, ag_spec *out_spec, ag_error *err);
+/* As above from memory; `source_name` names it in messages (NULL:
+ * "<string>"). */
+ag_status ag_spec_load_string(const char *yaml, size_t len, const char *source_name,
+                              ag_spec *out_spec, ag_error *err);
+
+/* The effective softmax scale (resolves auto). */
+double ag_spec_scale(const ag_spec *spec);
+
+/* ---- generation -------------------------------------------------------- */
+
+/* Emit the specialized CUDA C for a spec. *out_source is a NUL-terminated
+ * string from malloc(); the caller frees it with free(). Deterministic: the
+ * same spec gives the same bytes. The kernel's entry name is written to
+ * out_kernel_name (at least AG_KERNEL_NAME_MAX bytes) when non-NULL. */
+#define AG_KERNEL_NAME_MAX 128
+ag_status ag_emit(const ag_spec *spec, char **out_source, char *out_kernel_name,
+                  ag_error *err);
+
+/* ---- compilation (NVRTC; no driver needed) ----------------------------- */
+
+/* "sm_90a" or "sm_80" for a spec arch; AG_ARCH_AUTO gives NULL. */
+const char *ag_arch_name(ag_arch arch);
+
+/* Compile a spec to a cubin for `arch` ("sm_90a", "sm_80", ...), through the
+ * on-disk cache (ATTNGEN_CACHE_DIR, ATTNGEN_CACHE_DISABLE). *out_cubin is
+ * from malloc(); the caller frees it. Thread-safe. May take seconds. */
+ag_status ag_compile(const ag_spec *spec, const char *arch, void **out_cubin,
+                     size_t *out_size, ag_error *err);
+
+/* ---- runtime (Driver API) ---------------------------------------------- */
+
+typedef struct ag_context ag_context; /* one per device */
+typedef struct ag_kernel ag_kernel;   /* owned by its context */
+struct CUstream_st;                   /* CUstream from cuda.h */
+
+/* Create a context on a device: loads libcuda.so.1 on first use, retains the
+ * device's primary context. Thread-safe. */
+ag_status ag_context_create(int device_ordinal, ag_context **out_ctx, ag_error *err);
+/* Unloads every kernel and releases the primary context; accepts NULL. No
+ * launch on this context may be in flight or start during the call. */
+void ag_context_destroy(ag_context *ctx);
+/* The device's arch name ("sm_90a" for compute capability 9.0). */
+const char *ag_context_arch(const ag_context *ctx);
+
+/* Get the kernel for a spec: from the context's memory cache, else the disk
+ * cache, else NVRTC. The kernel lives as long as the context. Thread-safe;
+ * may compile (seconds) on a miss. */
+ag_status ag_kernel_get(ag_context *ctx, const ag_spec *spec, ag_kernel **out_kernel,
+                        ag_error *err);
+const ag_spec *ag_kernel_spec(const ag_kernel *kernel);
+
+/* Block-diagonal forward. Tensors are packed [total_tokens, heads, head_dim]
+ * of the spec's dtype, contiguous, 16-byte aligned, on the context's device;
+ * offsets is int32 [batch+1] on the device with offsets[0] = 0,
+ * non-decreasing, offsets[batch] = total_tokens. Arguments are checked on the
+ * host before launch (no synchronization); the launch is asynchronous on
+ * `stream` (NULL: the legacy default stream). Thread-safe. */
+typedef struct ag_block_fwd_args {
+  const void *q, *k, *v; /* CUdeviceptr values */
+  void *o;
+  const int32_t *offsets;
+  int64_t batch;
+  int64_t heads;
+  int64_t total_tokens;
+} ag_block_fwd_args;
+ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *args,
+                           struct CUstream_st *stream, ag_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ATTNGEN_H */
