@@ -1,0 +1,64 @@
+/* plan.c: every compile-time decision for a spec, made in one place so that
+ * the emitter and the launcher agree: the kernel's name, warps, the 16-row
+ * tiles each warp owns, the pipeline depth and the shared memory. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "plan.h"
+
+/* The largest dynamic shared memory a CTA may opt into on sm_90 (227 KiB);
+ * sm_80 allows 163 KiB, checked at load time by the runtime. */
+enum { MAX_SMEM_BYTES = 227 * 1024, MAX_WARPS = 8 };
+
+double ag_spec_scale(const ag_spec *spec) {
+  return spec->softmax_scale > 0 ? spec->softmax_scale : 1.0 / sqrt((double)spec->head_dim);
+}
+
+static const char *dtype_name(ag_dtype d) { return d == AG_DTYPE_FP16 ? "fp16" : "bf16"; }
+
+ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
+  memset(out, 0, sizeof *out);
+  if (spec->pattern != AG_PATTERN_BLOCK_DIAGONAL)
+    return ag_fail(err, AG_ERR_UNSUPPORTED, "not supported yet: the jagged pattern");
+  if (spec->passes & AG_PASS_BACKWARD)
+    return ag_fail(err, AG_ERR_UNSUPPORTED, "not supported yet: the backward pass");
+  if (spec->rotary.layout != AG_ROTARY_NONE)
+    return ag_fail(err, AG_ERR_UNSUPPORTED, "not supported yet: rotary embeddings");
+  if (spec->block_size < 16 || spec->block_size > 256 || spec->block_size % 16 ||
+      (spec->head_dim != 64 && spec->head_dim != 128))
+    return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
+
+  out->block_size = spec->block_size;
+  out->head_dim = spec->head_dim;
+  out->elem_bytes = 2;
+  /* One warp per 16 query rows, up to 8 warps; larger blocks give each warp
+   * several row tiles in turn so S and O fit in registers. */
+  int row_tiles = spec->block_size / 16;
+  out->warps = row_tiles < MAX_WARPS ? row_tiles : MAX_WARPS;
+  out->m_tiles_per_warp = row_tiles / out->warps;
+  out->threads = out->warps * 32;
+  /* Two tiles resident (load the next while computing this one) when they
+   * fit; a 256x128 block needs 192 KiB for one. */
+  int stage_bytes = 3 * spec->block_size * spec->head_dim * out->elem_bytes;
+  out->stages = 2 * stage_bytes <= MAX_SMEM_BYTES ? 2 : 1;
+  out->smem_bytes = out->stages * stage_bytes;
+  out->scale = ag_spec_scale(spec);
+  snprintf(out->kernel_name, sizeof out->kernel_name, "ag_%s_b%d_d%d_%s%s_fwd", spec->name,
+           spec->block_size, spec->head_dim, dtype_name(spec->dtype),
+           spec->causal ? "_causal" : "");
+  return AG_OK;
+}
+
+char *ag_plan_describe(const ag_plan *p, const char *prefix) {
+  ag_buf b;
+  ag_buf_init(&b);
+  ag_buf_printf(&b, "%skernel: %s\n", prefix, p->kernel_name);
+  ag_buf_printf(&b, "%sthreads: %d (%d warps, %d row tile%s of 16 each)\n", prefix, p->threads,
+                p->warps, p->m_tiles_per_warp, p->m_tiles_per_warp > 1 ? "s" : "");
+  ag_buf_printf(&b, "%stiles resident per CTA: %d\n", prefix, p->stages);
+  ag_buf_printf(&b, "%sshared memory: %d bytes\n", prefix, p->smem_bytes);
+  return ag_buf_take(&b);
+}

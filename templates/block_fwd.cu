@@ -1,0 +1,324 @@
+@# block_fwd.cu: block-diagonal attention forward, mma.sync path (sm_80+).
+@# Placeholders: @KERNEL_NAME@ @BLOCK_SIZE@ @HEAD_DIM@ @WARPS@
+@#   @M_TILES_PER_WARP@ @STAGES@ @SCALE_LOG2@ (scale * log2(e), a float
+@#   literal) @SCALE_TEXT@ (the scale as the spec gave it, for a comment)
+@#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh)
+@# Conditions: CAUSAL.
+/* ---- begin constants ---- */
+constexpr int kBlock = @BLOCK_SIZE@;            // tokens per diagonal block
+constexpr int kHeadDim = @HEAD_DIM@;            // elements per head
+constexpr int kWarps = @WARPS@;                 // warps per CTA
+constexpr int kThreads = kWarps * 32;
+constexpr int kMTilesPerWarp = @M_TILES_PER_WARP@;        // 16-row query tiles per warp
+constexpr int kStages = @STAGES@;               // (block, head) tiles resident per CTA
+constexpr float kScaleLog2 = @SCALE_LOG2@;  // softmax scale @SCALE_TEXT@ times log2(e)
+
+constexpr int kChunks = kHeadDim / 8;           // 16-byte chunks per row
+constexpr int kTileElems = kBlock * kHeadDim;   // one of Q, K, V for one (block, head)
+constexpr int kStageElems = 3 * kTileElems;     // Q, K and V
+constexpr int kKeyTiles = kBlock / 8;           // n-tiles of S = Q K^T
+constexpr int kDimTiles = kHeadDim / 8;         // n-tiles of O = P V
+static_assert(kWarps * kMTilesPerWarp * 16 == kBlock, "warps must cover the block");
+static_assert(kBlock * kChunks % kThreads == 0, "tile loads must divide evenly");
+/* ---- end constants ---- */
+
+@include mma_sm80.cuh@
+
+/* ---- begin work walk ----
+ * Work items are (block, head) pairs. Blocks get "virtual" numbers that need
+ * no prefix sum over block counts: sequence i, starting at token s_i, numbers
+ * its blocks from i + floor(s_i / kBlock). Those numbers increase with i and
+ * leave at most one unused number per sequence, so the item space has
+ * (batch + floor(total_tokens / kBlock)) * heads entries, known on the host
+ * without reading the offsets. Each CTA takes one contiguous range of items,
+ * finds its first sequence by binary search and then walks forward, skipping
+ * unused numbers and empty sequences for free. */
+struct Walk {
+  const int *offsets;
+  long long batch, total_tokens, end; // end: one past this CTA's last item
+  int heads;
+  long long seq;                      // current sequence
+  long long seq_start, seq_len;       // its tokens
+  long long base;                     // virtual number of its first block
+  long long vblock;                   // current virtual block
+  int head;
+  bool done;
+};
+
+// Sequence bounds, clamped to [0, total_tokens] so that malformed offsets
+// can never send a load or store out of bounds.
+__device__ __forceinline__ void load_sequence(Walk &w, long long i) {
+  long long s = __ldg(w.offsets + i), e = __ldg(w.offsets + i + 1);
+  s = s < 0 ? 0 : (s > w.total_tokens ? w.total_tokens : s);
+  e = e < s ? s : (e > w.total_tokens ? w.total_tokens : e);
+  w.seq = i;
+  w.seq_start = s;
+  w.seq_len = e - s;
+  w.base = i + s / kBlock;
+}
+
+// Move to the first valid item at or after (vblock, head).
+__device__ __forceinline__ void settle(Walk &w) {
+  while (w.vblock - w.base >= (w.seq_len + kBlock - 1) / kBlock) {
+    if (w.seq + 1 >= w.batch) { w.done = true; return; }
+    load_sequence(w, w.seq + 1);
+    if (w.vblock < w.base) { w.vblock = w.base; w.head = 0; }
+  }
+  if (w.vblock * w.heads + w.head >= w.end) w.done = true;
+}
+
+__device__ __forceinline__ void walk_begin(Walk &w, long long first) {
+  w.vblock = first / w.heads;
+  w.head = (int)(first % w.heads);
+  w.done = first >= w.end;
+  if (w.done) return;
+  // Last sequence whose first virtual block is <= vblock.
+  long long lo = 0, hi = w.batch - 1;
+  while (lo < hi) {
+    long long mid = (lo + hi + 1) / 2;
+    long long s = __ldg(w.offsets + mid);
+    s = s < 0 ? 0 : (s > w.total_tokens ? w.total_tokens : s);
+    if (mid + s / kBlock <= w.vblock) lo = mid; else hi = mid - 1;
+  }
+  load_sequence(w, lo);
+  if (w.vblock < w.base) { w.vblock = w.base; w.head = 0; }
+  settle(w);
+}
+
+__device__ __forceinline__ void walk_next(Walk &w) {
+  if (++w.head == w.heads) { w.head = 0; w.vblock++; }
+  settle(w);
+}
+
+// One resident tile: where its rows live and how many are real.
+struct Tile {
+  long long token0; // first token of the block
+  int rows;         // valid rows, 1..kBlock; 0 marks "no tile"
+  int head;
+};
+
+__device__ __forceinline__ Tile walk_tile(const Walk &w) {
+  Tile t;
+  if (w.done) { t.token0 = 0; t.rows = 0; t.head = 0; return t; }
+  long long j = w.vblock - w.base;
+  long long left = w.seq_len - j * kBlock;
+  t.token0 = w.seq_start + j * kBlock;
+  t.rows = (int)(left < kBlock ? left : kBlock);
+  t.head = w.head;
+  return t;
+}
+/* ---- end work walk ---- */
+
+/* ---- begin tile load ----
+ * Shared-memory tiles are row-major with 16-byte chunks XOR-swizzled by the
+ * row (chunk c of row r sits at c ^ (r % 8)), so the 8 row addresses of an
+ * ldmatrix hit 8 different bank groups. Rows past the sequence end are
+ * zero-filled, never read from memory. */
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
+}
+
+__device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
+                                          const unsigned short *k, const unsigned short *v,
+                                          long long row_stride, const Tile &t) {
+  const unsigned short *src[3] = {q, k, v};
+#pragma unroll
+  for (int m = 0; m < 3; m++) {
+    const unsigned short *base = src[m] + t.token0 * row_stride + (long long)t.head * kHeadDim;
+    unsigned dst = smem_addr(stage + m * kTileElems);
+#pragma unroll
+    for (int it = 0; it < kBlock * kChunks / kThreads; it++) {
+      int i = threadIdx.x + it * kThreads;
+      int row = i / kChunks, chunk = i % kChunks;
+      bool real = row < t.rows;
+      const unsigned short *g = base + (real ? row * row_stride + chunk * 8 : 0);
+      cp_async_16(dst + swizzle(row, chunk) * 2, g, real ? 16 : 0);
+    }
+  }
+}
+/* ---- end tile load ---- */
+
+/* ---- begin attention for one 16-row query tile ----
+ * S = Q K^T and P = softmax(S) stay in registers; P is reused directly as
+ * the A operand of O = P V. The whole key range is one tile, so there is no
+ * running maximum to rescale. */
+__device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t, int row0,
+                                            unsigned short *o, long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3; // row group and thread in quad
+  const unsigned q_s = smem_addr(stage), k_s = smem_addr(stage + kTileElems),
+                 v_s = smem_addr(stage + 2 * kTileElems);
+
+  // S = Q K^T for rows row0..row0+15, all kBlock keys.
+  float s[kKeyTiles][4];
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    unsigned a[4];
+    ldmatrix_x4(a, q_s + swizzle(row0 + (lane & 15), 2 * kk + (lane >> 4)) * 2);
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4(b, k_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
+                                   2 * kk + ((lane >> 3) & 1)) * 2);
+      mma_16816(s[n], a, b[0], b[1]);
+      mma_16816(s[n + 1], a, b[2], b[3]);
+    }
+  }
+
+  const int r_lo = row0 + g, r_hi = r_lo + 8;
+@if CAUSAL@
+  // Mask keys past the sequence end and keys after the query (causal).
+  {
+@else@
+  // Mask keys past the sequence end (only a partial last block has any).
+  if (t.rows < kBlock) {
+@endif@
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int col = n * 8 + 2 * tq + (e & 1);
+@if CAUSAL@
+        if (col >= t.rows || col > (e < 2 ? r_lo : r_hi)) s[n][e] = neg_inf();
+@else@
+        if (col >= t.rows) s[n][e] = neg_inf();
+@endif@
+      }
+  }
+
+  // Row maxima: each row lives in the 4 lanes of a quad.
+  float m_lo = neg_inf(), m_hi = neg_inf();
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; n++) {
+    m_lo = fmaxf(m_lo, fmaxf(s[n][0], s[n][1]));
+    m_hi = fmaxf(m_hi, fmaxf(s[n][2], s[n][3]));
+  }
+#pragma unroll
+  for (int d = 1; d < 4; d <<= 1) {
+    m_lo = fmaxf(m_lo, __shfl_xor_sync(0xffffffffu, m_lo, d));
+    m_hi = fmaxf(m_hi, __shfl_xor_sync(0xffffffffu, m_hi, d));
+  }
+  // A row with no visible key (only rows past the end) would give NaN.
+  const float off_lo = m_lo == neg_inf() ? 0.f : m_lo * kScaleLog2;
+  const float off_hi = m_hi == neg_inf() ? 0.f : m_hi * kScaleLog2;
+
+  // P = exp2(S * scale * log2 e - max), row sums kept per thread until the end.
+  float l_lo = 0.f, l_hi = 0.f;
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; n++) {
+    s[n][0] = fast_exp2(fmaf(s[n][0], kScaleLog2, -off_lo));
+    s[n][1] = fast_exp2(fmaf(s[n][1], kScaleLog2, -off_lo));
+    s[n][2] = fast_exp2(fmaf(s[n][2], kScaleLog2, -off_hi));
+    s[n][3] = fast_exp2(fmaf(s[n][3], kScaleLog2, -off_hi));
+    l_lo += s[n][0] + s[n][1];
+    l_hi += s[n][2] + s[n][3];
+  }
+#pragma unroll
+  for (int d = 1; d < 4; d <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, d);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, d);
+  }
+
+  // O = P V: the accumulators of key tiles 2j, 2j+1 are the A fragment of
+  // key slice j.
+  float acc[kDimTiles][4];
+#pragma unroll
+  for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll
+  for (int j = 0; j < kBlock / 16; j++) {
+    unsigned a[4] = {pack2(s[2 * j][0], s[2 * j][1]), pack2(s[2 * j][2], s[2 * j][3]),
+                     pack2(s[2 * j + 1][0], s[2 * j + 1][1]),
+                     pack2(s[2 * j + 1][2], s[2 * j + 1][3])};
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, v_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+
+  // Normalise, then stage the 16 output rows in this warp's own Q rows
+  // (read by no other warp) so the global stores are 16-byte and coalesced.
+  const float inv_lo = 1.f / l_lo, inv_hi = 1.f / l_hi;
+  unsigned *stage32 = reinterpret_cast<unsigned *>(stage);
+#pragma unroll
+  for (int n = 0; n < kDimTiles; n++) {
+    stage32[(swizzle(r_lo, n) + 2 * tq) / 2] = pack2(acc[n][0] * inv_lo, acc[n][1] * inv_lo);
+    stage32[(swizzle(r_hi, n) + 2 * tq) / 2] = pack2(acc[n][2] * inv_hi, acc[n][3] * inv_hi);
+  }
+  __syncwarp();
+  unsigned short *out = o + t.token0 * row_stride + (long long)t.head * kHeadDim;
+#pragma unroll
+  for (int it = 0; it < kChunks / 2; it++) {
+    int i = lane + it * 32;
+    int row = row0 + i / kChunks, chunk = i % kChunks;
+    if (row < t.rows)
+      *reinterpret_cast<uint4 *>(out + row * row_stride + chunk * 8) =
+          *reinterpret_cast<const uint4 *>(stage + swizzle(row, chunk));
+  }
+}
+/* ---- end attention for one 16-row query tile ---- */
+
+/* ---- begin kernel ----
+ * A persistent grid: every CTA walks its own contiguous range of items with
+ * kStages tiles resident, loading the next while computing the current. */
+extern "C" __global__ void __launch_bounds__(kThreads)
+@KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
+    const int *__restrict__ offsets, long long batch, int heads, long long total_tokens,
+    long long num_items) {
+  extern __shared__ __align__(128) unsigned short smem[];
+  const long long row_stride = (long long)heads * kHeadDim;
+  const long long first = num_items * blockIdx.x / gridDim.x;
+
+  Walk w;
+  w.offsets = offsets;
+  w.batch = batch;
+  w.total_tokens = total_tokens;
+  w.end = num_items * (blockIdx.x + 1) / gridDim.x;
+  w.heads = heads;
+  walk_begin(w, first);
+
+  // ring[0] is computed now; ring[1..kStages-1] are in flight.
+  Tile ring[kStages];
+#pragma unroll
+  for (int s = 0; s < kStages; s++) {
+    ring[s] = walk_tile(w);
+    if (!w.done) walk_next(w);
+  }
+#pragma unroll
+  for (int s = 0; s < kStages - 1; s++) {
+    if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, row_stride, ring[s]);
+    cp_async_commit();
+  }
+
+  for (long long n = 0; ring[0].rows; n++) {
+    // Refill the stage the previous step used, once every warp is done with it.
+    __syncthreads();
+    if (ring[kStages - 1].rows)
+      load_tile(smem + ((n + kStages - 1) % kStages) * kStageElems, q, k, v, row_stride,
+                ring[kStages - 1]);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+
+    unsigned short *stage = smem + (n % kStages) * kStageElems;
+    const int warp = threadIdx.x >> 5;
+#pragma unroll 1
+    for (int mt = 0; mt < kMTilesPerWarp; mt++) {
+      int row0 = (warp * kMTilesPerWarp + mt) * 16;
+      if (row0 < ring[0].rows) attend_rows(stage, ring[0], row0, o, row_stride);
+    }
+
+#pragma unroll
+    for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];
+    ring[kStages - 1] = walk_tile(w);
+    if (!w.done) walk_next(w);
+  }
+  cp_async_wait<0>();
+}
+/* ---- end kernel ---- */
