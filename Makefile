@@ -8,7 +8,7 @@ CUDA_HOME ?= /usr/local/cuda
 CC ?= cc
 CFLAGS ?= -O2 -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -fPIC
-CPPFLAGS += -Iinclude -Igenerator -Iruntime -I$(CUDA_HOME)/include
+CPPFLAGS += -Iinclude -Igenerator -Iruntime -Ireference -I$(CUDA_HOME)/include
 YAML_LIBS := -lyaml
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -pthread)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnvrtc
@@ -16,7 +16,7 @@ SYS_LIBS := -ldl -lpthread -lm
 
 B := build
 GEN_SRC := $(wildcard generator/*.c)
-RT_SRC := $(wildcard runtime/*.c)
+RT_SRC := $(wildcard runtime/*.c) $(wildcard reference/*.c)
 TEMPLATES := $(sort $(wildcard templates/*.cu templates/*.cuh))
 TEST_SRC := $(wildcard tests/check_*.c)
 
@@ -27,7 +27,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(B)/%.o)
 .PHONY: all test test-cpu demo bench clean
 all: $(B)/attngen $(B)/libattngen.a $(B)/libattngen.so
 
-$(B)/%.o: %.c $(wildcard include/*.h generator/*.h runtime/*.h tests/*.h)
+$(B)/%.o: %.c $(wildcard include/*.h generator/*.h runtime/*.h reference/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 

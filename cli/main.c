@@ -1,0 +1,255 @@
+/* main.c: the attngen command line. Thin on purpose: each subcommand is a
+ * few calls into the generator and runtime libraries; this file only parses
+ * arguments, prints and picks exit codes (0 ok, 1 failed, 2 usage,
+ * 3 skipped: no GPU). */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attngen.h"
+#include "reference.h"
+#include "runtime.h"
+#include "selfcheck.h"
+
+enum { EXIT_USAGE = 2, EXIT_SKIPPED = 3 };
+
+static const char usage_text[] =
+    "usage: attngen COMMAND [OPTIONS]\n"
+    "\n"
+    "Generate specialized CUDA attention kernels from YAML specs.\n"
+    "\n"
+    "commands:\n"
+    "  check SPEC...                 validate specs; print every error\n"
+    "  emit SPEC [-o FILE]           write the generated CUDA C (stdout by default)\n"
+    "  compile SPEC -o FILE [--arch ARCH]\n"
+    "                                compile with NVRTC to a cubin (no GPU needed;\n"
+    "                                ARCH defaults to the spec's, else sm_90a)\n"
+    "  run SPEC [--batch N] [--seqlen L] [--min-seqlen M] [--heads H]\n"
+    "           [--seed S] [--iters N] [--device D]\n"
+    "                                on a GPU: compile (cached), run on random data\n"
+    "                                with lengths uniform in [M, L], check against a\n"
+    "                                float64 reference, print time and bandwidth\n"
+    "\n"
+    "options:\n"
+    "  -h, --help                    show this help\n"
+    "  -V, --version                 show the version\n"
+    "\n"
+    "environment: ATTNGEN_CACHE_DIR, ATTNGEN_CACHE_DISABLE, ATTNGEN_DUMP_DIR\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "attngen: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nTry 'attngen --help'.\n");
+  return EXIT_USAGE;
+}
+
+static int report(ag_error *err) {
+  if (err->message && err->message[0]) {
+    fputs(err->message, stderr);
+    if (err->message[strlen(err->message) - 1] != '\n') fputc('\n', stderr);
+  } else {
+    fprintf(stderr, "attngen: %s\n", ag_strerror(err->code));
+  }
+  ag_error_clear(err);
+  return 1;
+}
+
+static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+/* ---- check ---- */
+static int cmd_check(int argc, char **argv) {
+  if (argc < 2) return usage_error("%s", "check needs at least one SPEC");
+  int rc = 0;
+  for (int i = 1; i < argc; i++) {
+    ag_spec spec;
+    ag_error err = {0};
+    if (ag_spec_load_file(argv[i], &spec, &err) != AG_OK) rc = report(&err);
+    else printf("%s: ok\n", argv[i]);
+  }
+  return rc;
+}
+
+/* Options shared by emit, compile and run. */
+typedef struct options {
+  const char *spec, *output, *arch;
+  int64_t batch, seqlen, min_seqlen, heads, seed, iters, device;
+} options;
+
+static int parse_options(int argc, char **argv, const char *allowed, options *o) {
+  static const struct option longopts[] = {
+      {"output", required_argument, 0, 'o'}, {"arch", required_argument, 0, 'a'},
+      {"batch", required_argument, 0, 'b'},  {"seqlen", required_argument, 0, 'L'},
+      {"min-seqlen", required_argument, 0, 'M'}, {"heads", required_argument, 0, 'H'},
+      {"seed", required_argument, 0, 's'},   {"iters", required_argument, 0, 'i'},
+      {"device", required_argument, 0, 'd'}, {0, 0, 0, 0}};
+  memset(o, 0, sizeof *o);
+  o->batch = 8;
+  o->seqlen = 1000;
+  o->min_seqlen = -1;
+  o->heads = 4;
+  o->seed = 1;
+  o->iters = 20;
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "o:", longopts, NULL)) != -1) {
+    if (c == '?' || !strchr(allowed, c)) {
+      const char *bad = argv[optind - 1];
+      return usage_error("unknown or misplaced option '%s'", bad);
+    }
+    bool ok = true;
+    switch (c) {
+    case 'o': o->output = optarg; break;
+    case 'a': o->arch = optarg; break;
+    case 'b': ok = parse_i64(optarg, 1, INT32_MAX, &o->batch); break;
+    case 'L': ok = parse_i64(optarg, 0, INT32_MAX, &o->seqlen); break;
+    case 'M': ok = parse_i64(optarg, 0, INT32_MAX, &o->min_seqlen); break;
+    case 'H': ok = parse_i64(optarg, 1, 1024, &o->heads); break;
+    case 's': ok = parse_i64(optarg, 0, INT64_MAX, &o->seed); break;
+    case 'i': ok = parse_i64(optarg, 0, 100000, &o->iters); break;
+    case 'd': ok = parse_i64(optarg, 0, 1024, &o->device); break;
+    }
+    if (!ok) return usage_error("bad value '%s' for an option", optarg);
+  }
+  if (optind != argc - 1)
+    return usage_error("%s", optind >= argc ? "missing SPEC" : "expected exactly one SPEC");
+  o->spec = argv[optind];
+  if (o->min_seqlen < 0) o->min_seqlen = o->seqlen * 2 / 5;
+  if (o->min_seqlen > o->seqlen) return usage_error("%s", "--min-seqlen exceeds --seqlen");
+  return 0;
+}
+
+static int write_output(const char *path, const void *data, size_t len) {
+  if (!path || strcmp(path, "-") == 0) {
+    if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0) {
+      perror("attngen: stdout");
+      return 1;
+    }
+    return 0;
+  }
+  ag_error err = {0};
+  const void *parts[] = {data};
+  if (ag_write_atomic(path, parts, &len, 1, &err) != AG_OK) return report(&err);
+  return 0;
+}
+
+/* ---- emit ---- */
+static int cmd_emit(int argc, char **argv) {
+  options o;
+  int rc = parse_options(argc, argv, "o", &o);
+  if (rc) return rc;
+  ag_spec spec;
+  ag_error err = {0};
+  char *src;
+  if (ag_spec_load_file(o.spec, &spec, &err) != AG_OK) return report(&err);
+  if (ag_emit(&spec, &src, NULL, &err) != AG_OK) return report(&err);
+  rc = write_output(o.output, src, strlen(src));
+  free(src);
+  return rc;
+}
+
+/* ---- compile ---- */
+static int cmd_compile(int argc, char **argv) {
+  options o;
+  int rc = parse_options(argc, argv, "oa", &o);
+  if (rc) return rc;
+  if (!o.output) return usage_error("%s", "compile needs -o FILE");
+  ag_spec spec;
+  ag_error err = {0};
+  if (ag_spec_load_file(o.spec, &spec, &err) != AG_OK) return report(&err);
+  const char *arch = o.arch ? o.arch : ag_arch_name(spec.arch);
+  if (!arch) arch = "sm_90a";
+  void *cubin;
+  size_t size;
+  char *warning = NULL;
+  if (ag_compile_spec(&spec, arch, &cubin, &size, NULL, &warning, &err) != AG_OK)
+    return report(&err);
+  if (warning) fprintf(stderr, "attngen: warning: %s\n", warning);
+  free(warning);
+  rc = write_output(o.output, cubin, size);
+  free(cubin);
+  return rc;
+}
+
+/* ---- run ---- */
+static int cmd_run(int argc, char **argv) {
+  options o;
+  int rc = parse_options(argc, argv, "bLMHsid", &o);
+  if (rc) return rc;
+  ag_spec spec;
+  ag_error err = {0};
+  if (ag_spec_load_file(o.spec, &spec, &err) != AG_OK) return report(&err);
+  ag_context *ctx = NULL;
+  ag_status st = ag_context_create((int)o.device, &ctx, &err);
+  if (st == AG_ERR_NO_DRIVER || st == AG_ERR_NO_DEVICE) {
+    printf("%s: skipped: %s (%s)\n", o.spec, ag_strerror(st), err.message ? err.message : "");
+    ag_error_clear(&err);
+    return EXIT_SKIPPED;
+  }
+  if (st != AG_OK) return report(&err);
+  ag_kernel *kern;
+  int32_t *lengths = malloc(sizeof(int32_t) * (size_t)o.batch);
+  if (!lengths) {
+    ag_context_destroy(ctx);
+    fprintf(stderr, "attngen: out of memory\n");
+    return 1;
+  }
+  uint64_t rng = (uint64_t)o.seed * 2654435761u + 1;
+  for (int64_t i = 0; i < o.batch; i++)
+    lengths[i] = (int32_t)(o.min_seqlen +
+                           (int64_t)(ag_rand_next(&rng) % (uint64_t)(o.seqlen - o.min_seqlen + 1)));
+  ag_check_result r;
+  ag_check_options copt = {.seed = (uint64_t)o.seed, .time_iters = (int)o.iters,
+                           .warmup_iters = o.iters ? 3 : 0};
+  st = ag_kernel_get(ctx, &spec, &kern, &err);
+  if (st == AG_OK) st = ag_selfcheck_block_forward(kern, lengths, o.batch, o.heads, &copt, &r, &err);
+  free(lengths);
+  if (st != AG_OK) {
+    ag_context_destroy(ctx);
+    return report(&err);
+  }
+  double tol = spec.dtype == AG_DTYPE_BF16 ? 1e-2 : 2e-3;
+  bool pass = r.rel_error <= tol && r.unwritten == 0 && r.guard_clobbered == 0;
+  printf("%s: %s on %s\n", o.spec, kern->plan.kernel_name, ctx->name);
+  printf("  shape: batch %" PRId64 ", lengths in [%" PRId64 ", %" PRId64 "], heads %" PRId64
+         ", %" PRId64 " blocks\n",
+         o.batch, o.min_seqlen, o.seqlen, o.heads, r.blocks);
+  printf("  check: rel error %.3g (limit %.0e) over %" PRId64 " sequences, %" PRId64
+         " unwritten, %" PRId64 " written past the end: %s\n",
+         r.rel_error, tol, r.sampled_seqs, r.unwritten, r.guard_clobbered,
+         pass ? "PASS" : "FAIL");
+  if (o.iters > 0 && r.median_ms > 0)
+    printf("  time: %.4f ms (median of %" PRId64 "), %.3f TB/s for Q, K, V read and O written\n",
+           r.median_ms, o.iters, r.bytes / (r.median_ms * 1e-3) / 1e12);
+  ag_context_destroy(ctx);
+  return pass ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return usage_error("%s", "missing COMMAND");
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+    fputs(usage_text, stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
+    printf("attngen %s\n", AG_VERSION_STRING);
+    return 0;
+  }
+  if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
+  if (!strcmp(cmd, "emit")) return cmd_emit(argc - 1, argv + 1);
+  if (!strcmp(cmd, "compile")) return cmd_compile(argc - 1, argv + 1);
+  if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+  return usage_error("unknown command '%s'", cmd);
+}

@@ -1,0 +1,82 @@
+/* launch.c: argument checks and launches for the generated kernels. Every
+ * check runs on the host before the launch and costs no synchronization. */
+#include <stdint.h>
+#include <string.h>
+
+#include "runtime.h"
+
+/* Items the block-diagonal kernel walks: (batch + floor(total / block))
+ * virtual blocks times heads; see the work walk in templates/block_fwd.cu.
+ * -1 when that overflows. */
+static int64_t block_items(int64_t batch, int64_t total, int block, int64_t heads) {
+  int64_t vblocks = batch + total / block;
+  if (vblocks < batch || vblocks > INT64_MAX / heads) return -1;
+  return vblocks * heads;
+}
+
+static ag_status check_tensor(const void *p, const char *name, ag_error *err) {
+  if (!p) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s is a null pointer", name);
+  if ((uintptr_t)p % 16)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "%s (%p) is not 16-byte aligned; the kernel loads 16 bytes at a time", name,
+                   p);
+  return AG_OK;
+}
+
+ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *a,
+                           struct CUstream_st *stream, ag_error *err) {
+  if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
+  const ag_spec *s = &kernel->spec;
+  const ag_plan *p = &kernel->plan;
+  if (s->pattern != AG_PATTERN_BLOCK_DIAGONAL || !(s->passes & AG_PASS_FORWARD))
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "kernel '%s' is not a block-diagonal forward kernel", s->name);
+  if (a->batch < 0 || a->heads < 1 || a->total_tokens < 0)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "need batch >= 0, heads >= 1, total_tokens >= 0 (got %lld, %lld, %lld)",
+                   (long long)a->batch, (long long)a->heads, (long long)a->total_tokens);
+  if (a->heads > INT32_MAX)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "heads (%lld) exceeds 2^31 - 1",
+                   (long long)a->heads);
+  /* Byte size of one tensor: total * heads * head_dim * 2 must fit. */
+  int64_t row_bytes = a->heads * p->head_dim * p->elem_bytes;
+  if (a->total_tokens > 0 && a->total_tokens > INT64_MAX / row_bytes)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "tensors of %lld tokens x %lld heads x %d overflow a 64-bit byte count",
+                   (long long)a->total_tokens, (long long)a->heads, p->head_dim);
+  if (a->batch == 0 || a->total_tokens == 0) return AG_OK; /* nothing to compute */
+  if (a->batch > INT64_MAX - 1)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "batch is too large");
+  ag_status st;
+  if ((st = check_tensor(a->q, "q", err)) || (st = check_tensor(a->k, "k", err)) ||
+      (st = check_tensor(a->v, "v", err)) || (st = check_tensor(a->o, "o", err)))
+    return st;
+  if (!a->offsets) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets is a null pointer");
+  if ((uintptr_t)a->offsets % 4)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets (%p) is not 4-byte aligned",
+                   (const void *)a->offsets);
+  int64_t items = block_items(a->batch, a->total_tokens, p->block_size, a->heads);
+  if (items < 0) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "work count overflows");
+
+  ag_context *ctx = kernel->ctx;
+  const ag_driver *drv = ctx->drv;
+  int64_t grid = (int64_t)ctx->sm_count * kernel->ctas_per_sm;
+  if (grid > items) grid = items;
+
+  CUdeviceptr q = (CUdeviceptr)(uintptr_t)a->q, k = (CUdeviceptr)(uintptr_t)a->k,
+              v = (CUdeviceptr)(uintptr_t)a->v, o = (CUdeviceptr)(uintptr_t)a->o,
+              off = (CUdeviceptr)(uintptr_t)a->offsets;
+  long long batch = a->batch, total = a->total_tokens, nitems = items;
+  int heads = (int)a->heads;
+  void *params[] = {&q, &k, &v, &o, &off, &batch, &heads, &total, &nitems};
+
+  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent"))) return st;
+  st = ag_cuda_check(err,
+                     drv->cuLaunchKernel(kernel->fn, (unsigned)grid, 1, 1, (unsigned)p->threads,
+                                         1, 1, (unsigned)p->smem_bytes, (CUstream)stream, params,
+                                         NULL),
+                     "cuLaunchKernel");
+  CUcontext popped;
+  drv->cuCtxPopCurrent(&popped);
+  return st;
+}

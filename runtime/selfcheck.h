@@ -1,0 +1,35 @@
+/* selfcheck.h: run a generated kernel on fresh random data, check it against
+ * the float64 CPU reference and time it. Used by `attngen run`, the GPU
+ * tests and the benchmark; sized for tensors past 2^31 elements (inputs are
+ * generated and verified in chunks, the reference runs on a sample). */
+#ifndef AG_SELFCHECK_H
+#define AG_SELFCHECK_H
+
+#include "runtime.h"
+
+typedef struct ag_check_options {
+  uint64_t seed;          /* inputs are a pure function of (seed, element) */
+  int64_t max_ref_macs;   /* reference budget; 0: default (4e8) */
+  int time_iters;         /* 0: no timing; else median of this many launches */
+  int warmup_iters;
+} ag_check_options;
+
+typedef struct ag_check_result {
+  double rel_error;        /* ||O - ref|| / ||ref|| over the sampled sequences */
+  int64_t sampled_seqs;    /* sequences compared with the reference */
+  int64_t unwritten;       /* elements inside [0, total) left as the poison */
+  int64_t guard_clobbered; /* elements written past the end of O */
+  int64_t blocks;          /* diagonal blocks (sum of ceil(len / block)) */
+  double median_ms;        /* when timed */
+  double bytes;            /* bytes the forward must move: Q, K, V, O once */
+} ag_check_result;
+
+/* Allocates Q, K, V, O (+ one guard block of rows) and the offsets on the
+ * kernel's device for the given sequence lengths (host array of `batch`),
+ * fills the inputs, poisons O with NaN, launches, checks and frees.
+ * Synchronizes. AG_ERR_CUDA / AG_ERR_NOMEM when memory runs out. */
+ag_status ag_selfcheck_block_forward(ag_kernel *kernel, const int32_t *lengths, int64_t batch,
+                                     int64_t heads, const ag_check_options *opt,
+                                     ag_check_result *out, ag_error *err);
+
+#endif

@@ -1,0 +1,142 @@
+/* check_gpu.c: the GPU tests: generated kernels against the float64 CPU
+ * reference on fresh random inputs with NaN-poisoned outputs, across dtypes,
+ * head dims, block sizes, causal masks and awkward sequence lengths, plus
+ * one run past 2^31 elements per tensor. Each test prints "SKIP" and passes
+ * when no driver or device is present (CUDA is only touched in the forked
+ * test process). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "reference.h"
+#include "selfcheck.h"
+
+typedef struct kernel_case {
+  ag_dtype dtype;
+  int head_dim, block, causal;
+} kernel_case;
+
+static const kernel_case cases[] = {
+    {AG_DTYPE_BF16, 128, 64, 0},  {AG_DTYPE_BF16, 64, 64, 0},   {AG_DTYPE_FP16, 128, 64, 0},
+    {AG_DTYPE_FP16, 64, 64, 0},   {AG_DTYPE_BF16, 128, 16, 0},  {AG_DTYPE_BF16, 64, 16, 0},
+    {AG_DTYPE_FP16, 128, 16, 0},  {AG_DTYPE_FP16, 64, 16, 0},   {AG_DTYPE_BF16, 128, 128, 0},
+    {AG_DTYPE_BF16, 64, 128, 0},  {AG_DTYPE_FP16, 128, 128, 0}, {AG_DTYPE_FP16, 64, 128, 0},
+    {AG_DTYPE_BF16, 128, 64, 1},  {AG_DTYPE_FP16, 64, 16, 1},   {AG_DTYPE_BF16, 128, 256, 0},
+    {AG_DTYPE_FP16, 64, 256, 1},  {AG_DTYPE_BF16, 64, 32, 1},   {AG_DTYPE_FP16, 128, 48, 0},
+};
+enum { NCASES = sizeof cases / sizeof cases[0] };
+
+static const char *dtype_str(ag_dtype d) { return d == AG_DTYPE_FP16 ? "fp16" : "bf16"; }
+
+/* The context, or NULL after printing why the test is skipped. */
+static ag_context *gpu_or_skip(const char *test) {
+  ag_context *ctx = NULL;
+  ag_error err = {0};
+  ag_status st = ag_context_create(0, &ctx, &err);
+  if (st == AG_ERR_NO_DRIVER || st == AG_ERR_NO_DEVICE) {
+    printf("SKIP %s: %s (no GPU here)\n", test, ag_strerror(st));
+    ag_error_clear(&err);
+    return NULL;
+  }
+  ck_assert_msg(st == AG_OK, "context: %s", err.message);
+  return ctx;
+}
+
+static ag_kernel *kernel_for(ag_context *ctx, const kernel_case *c) {
+  char yaml[512];
+  snprintf(yaml, sizeof yaml,
+           "name: gpu_test\npattern: block_diagonal\nblock_size: %d\ncausal: %s\n"
+           "head_dim: %d\ndtype: %s\n",
+           c->block, c->causal ? "true" : "false", c->head_dim, dtype_str(c->dtype));
+  ag_spec spec;
+  ag_error err = {0};
+  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "gpu_test.yaml", &spec, &err);
+  ck_assert_msg(st == AG_OK, "spec: %s", err.message);
+  ag_kernel *k;
+  st = ag_kernel_get(ctx, &spec, &k, &err);
+  ck_assert_msg(st == AG_OK, "kernel: %s", err.message);
+  return k;
+}
+
+static void run_shape(ag_kernel *k, const kernel_case *c, const char *what,
+                      const int32_t *lengths, int64_t batch, int64_t heads, uint64_t seed) {
+  ag_check_options opt = {.seed = seed};
+  ag_check_result r;
+  ag_error err = {0};
+  ag_status st = ag_selfcheck_block_forward(k, lengths, batch, heads, &opt, &r, &err);
+  ck_assert_msg(st == AG_OK, "%s: %s", what, err.message);
+  double tol = c->dtype == AG_DTYPE_BF16 ? 1e-2 : 2e-3;
+  printf("gpu %s d%d b%d%s %-28s batch %3lld heads %d: rel error %.2e (%lld seqs)\n",
+         dtype_str(c->dtype), c->head_dim, c->block, c->causal ? " causal" : "", what,
+         (long long)batch, (int)heads, r.rel_error, (long long)r.sampled_seqs);
+  ck_assert_msg(r.unwritten == 0, "%s: %lld output elements never written", what,
+                (long long)r.unwritten);
+  ck_assert_msg(r.guard_clobbered == 0, "%s: %lld elements written past the end", what,
+                (long long)r.guard_clobbered);
+  ck_assert_msg(r.rel_error <= tol, "%s: relative error %g > %g", what, r.rel_error, tol);
+}
+
+/* Every kernel case on three shapes: awkward lengths, many random sequences
+ * with varying heads, one long sequence. */
+START_TEST(test_block_forward) {
+  const kernel_case *c = &cases[_i];
+  ag_context *ctx = gpu_or_skip("block_forward");
+  if (!ctx) return;
+  ag_kernel *k = kernel_for(ctx, c);
+  uint64_t seed = (uint64_t)getpid() * 1000003u + (uint64_t)_i; /* fresh inputs each run */
+  const int B = c->block;
+  int32_t awkward[] = {0, 1, B - 1, B, B + 1, 2 * B + 5, 0, 1000, 3};
+  run_shape(k, c, "lengths 0,1,B-1,B,B+1,..", awkward, 9, 3, seed);
+
+  int32_t many[64];
+  uint64_t rng = seed;
+  for (int i = 0; i < 64; i++) many[i] = (int32_t)(ag_rand_next(&rng) % 301);
+  run_shape(k, c, "64 random lengths 0..300", many, 64, 1 + _i % 8, seed + 1);
+
+  int32_t one[] = {1000};
+  run_shape(k, c, "one sequence of 1000", one, 1, 8, seed + 2);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
+/* Past 2^31 elements per tensor and 120,000 blocks: 64-bit indexing and a
+ * grid that does not grow with the batch. */
+START_TEST(test_block_forward_huge) {
+  ag_context *ctx = gpu_or_skip("block_forward_huge");
+  if (!ctx) return;
+  const kernel_case c = {AG_DTYPE_BF16, 128, 64, 0};
+  ag_kernel *k = kernel_for(ctx, &c);
+  const int64_t batch = 131072, heads = 8; /* 131,072 blocks */
+  int32_t *lengths = malloc(sizeof(int32_t) * batch);
+  ck_assert_ptr_nonnull(lengths);
+  int64_t total = 0;
+  for (int64_t i = 0; i < batch; i++) total += lengths[i] = 17 + (int32_t)(i % 2);
+  ck_assert_int_gt(total * heads * 128, (int64_t)1 << 31);
+  ag_check_options opt = {.seed = (uint64_t)getpid(), .max_ref_macs = 200000000};
+  ag_check_result r;
+  ag_error err = {0};
+  ag_status st = ag_selfcheck_block_forward(k, lengths, batch, heads, &opt, &r, &err);
+  free(lengths);
+  ck_assert_msg(st == AG_OK, "%s", err.message);
+  printf("gpu huge: %lld blocks, %lld elements per tensor: rel error %.2e over %lld sequences\n",
+         (long long)r.blocks, (long long)(total * heads * 128), r.rel_error,
+         (long long)r.sampled_seqs);
+  ck_assert_int_ge(r.blocks, 120000);
+  ck_assert_int_eq(r.unwritten, 0);
+  ck_assert_int_eq(r.guard_clobbered, 0);
+  ck_assert_double_le(r.rel_error, 1e-2);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
+Suite *gpu_suite(void) {
+  Suite *s = suite_create("gpu");
+  TCase *tc = tcase_create("block_forward");
+  tcase_set_timeout(tc, 600);
+  tcase_add_loop_test(tc, test_block_forward, 0, NCASES);
+  tcase_add_test(tc, test_block_forward_huge);
+  suite_add_tcase(s, tc);
+  return s;
+}
