@@ -24,8 +24,12 @@ GEN_OBJ := $(GEN_SRC:%.c=$(B)/%.o) $(B)/templates_embedded.o
 RT_OBJ := $(RT_SRC:%.c=$(B)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(B)/%.o)
 
-.PHONY: all test test-cpu demo bench clean
+.PHONY: all deps test demo clean
 all: $(B)/attngen $(B)/libattngen.a $(B)/libattngen.so
+
+# Installs libyaml, Check and pkg-config with apt-get when they are missing.
+deps:
+	@tools/deps.sh
 
 $(B)/%.o: %.c $(wildcard include/*.h generator/*.h runtime/*.h reference/*.h tests/*.h)
 	@mkdir -p $(dir $@)
@@ -54,15 +58,15 @@ $(B)/attngen: $(B)/cli/main.o $(B)/libattngen.a
 $(B)/check_attngen: $(TEST_OBJ) $(B)/libattngen.a
 	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(CHECK_LIBS) $(SYS_LIBS)
 
-# The test command of the README. CK_DEFAULT_TIMEOUT is raised for NVRTC.
-test: $(B)/check_attngen $(B)/attngen
+# The test command of the README: the Check suite (GPU tests print SKIP and
+# pass without a driver or device).
+test: deps
+	$(MAKE) $(B)/check_attngen $(B)/attngen
 	cd tests && ATTNGEN_BIN=../$(B)/attngen ../$(B)/check_attngen
 
-demo: $(B)/attngen
+demo: deps
+	$(MAKE) all
 	tools/demo.sh $(B)/attngen
-
-bench: $(B)/libattngen.so $(B)/attngen
-	$(MAKE) -C bench
 
 clean:
 	rm -rf $(B)
