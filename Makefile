@@ -70,3 +70,7 @@ demo: deps
 
 clean:
 	rm -rf $(B)
+
+# Plan-tuning tool for the GPU machine (not part of `all`).
+$(B)/tune_block: $(B)/bench/tune_block.o $(B)/libattngen.a
+	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)

@@ -43,7 +43,16 @@ ag_status ag_emit(const ag_spec *spec, char **out_source, char *out_kernel_name,
   *out_source = NULL;
   ag_plan plan;
   ag_status st = ag_plan_make(spec, &plan, err);
-  if (st != AG_OK) return st;
+  if (st == AG_OK) st = ag_emit_plan(spec, &plan, out_source, err);
+  if (st == AG_OK && out_kernel_name)
+    memcpy(out_kernel_name, plan.kernel_name, sizeof plan.kernel_name);
+  return st;
+}
+
+ag_status ag_emit_plan(const ag_spec *spec, const ag_plan *p, char **out_source, ag_error *err) {
+  *out_source = NULL;
+  const ag_plan plan = *p;
+  ag_status st;
 
   char block[16], dim[16], warps[16], mtiles[16], stages[16], scale_log2[48], scale_text[48];
   snprintf(block, sizeof block, "%d", plan.block_size);
@@ -80,6 +89,5 @@ ag_status ag_emit(const ag_spec *spec, char **out_source, char *out_kernel_name,
   char *src = ag_buf_take(&b);
   if (!src) return ag_fail(err, AG_ERR_NOMEM, "out of memory emitting %s", spec->name);
   *out_source = src;
-  if (out_kernel_name) memcpy(out_kernel_name, plan.kernel_name, sizeof plan.kernel_name);
   return AG_OK;
 }

@@ -23,6 +23,11 @@ typedef struct ag_plan {
  * kernels do not exist yet. */
 ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err);
 
+/* Emit the CUDA C for a spec under a given plan (ag_emit uses the plan from
+ * ag_plan_make; tuning tools pass variants). Same ownership as ag_emit. */
+ag_status ag_emit_plan(const ag_spec *spec, const ag_plan *plan, char **out_source,
+                       ag_error *err);
+
 /* Write the plan as a readable comment block body (one "key: value" per
  * line, each prefixed by `prefix`) into a malloc()ed string. */
 char *ag_plan_describe(const ag_plan *plan, const char *prefix);

@@ -23,45 +23,122 @@ static float input_value(uint64_t seed, int which, uint64_t e) {
 
 static uint16_t nan_bits(ag_dtype d) { return d == AG_DTYPE_FP16 ? 0x7e00u : 0x7fc0u; }
 
-typedef struct buffers {
-  CUdeviceptr t[4]; /* q, k, v, o */
-  CUdeviceptr offsets;
-} buffers;
+struct ag_block_data {
+  ag_context *ctx;
+  ag_dtype dtype;
+  int head_dim;
+  int64_t batch, heads, total;
+  uint64_t seed, elems, guard;
+  int32_t *offsets;   /* host copy */
+  CUdeviceptr t[4];   /* q, k, v, o */
+  CUdeviceptr d_offsets;
+  uint16_t *stage;    /* host staging for chunked copies */
+  ag_block_fwd_args args;
+};
 
-static void free_buffers(const ag_driver *drv, buffers *b) {
+void ag_block_data_destroy(ag_block_data *d) {
+  if (!d) return;
+  const ag_driver *drv = d->ctx->drv;
+  CUcontext popped;
+  bool pushed = drv->cuCtxPushCurrent(d->ctx->cu) == CUDA_SUCCESS;
   for (int i = 0; i < 4; i++)
-    if (b->t[i]) drv->cuMemFree(b->t[i]);
-  if (b->offsets) drv->cuMemFree(b->offsets);
-  memset(b, 0, sizeof *b);
+    if (d->t[i]) drv->cuMemFree(d->t[i]);
+  if (d->d_offsets) drv->cuMemFree(d->d_offsets);
+  if (pushed) drv->cuCtxPopCurrent(&popped);
+  free(d->offsets);
+  free(d->stage);
+  free(d);
 }
 
-static ag_status fill_inputs(const ag_driver *drv, const buffers *b, ag_dtype dtype,
-                             uint64_t seed, uint64_t elems, uint16_t *stage, ag_error *err) {
+double ag_block_data_bytes(const ag_block_data *d) { return 4.0 * (double)d->elems * 2; }
+
+static ag_status fill_inputs(ag_block_data *d, ag_error *err) {
+  const ag_driver *drv = d->ctx->drv;
   for (int which = 0; which < 3; which++)
-    for (uint64_t at = 0; at < elems; at += CHUNK_ELEMS) {
-      uint64_t n = elems - at < CHUNK_ELEMS ? elems - at : CHUNK_ELEMS;
+    for (uint64_t at = 0; at < d->elems; at += CHUNK_ELEMS) {
+      uint64_t n = d->elems - at < CHUNK_ELEMS ? d->elems - at : CHUNK_ELEMS;
       for (uint64_t i = 0; i < n; i++)
-        stage[i] = ag_float_to_half(dtype, input_value(seed, which, at + i));
-      ag_status st = ag_cuda_check(err, drv->cuMemcpyHtoD(b->t[which] + at * 2, stage, n * 2),
+        d->stage[i] = ag_float_to_half(d->dtype, input_value(d->seed, which, at + i));
+      ag_status st = ag_cuda_check(err, drv->cuMemcpyHtoD(d->t[which] + at * 2, d->stage, n * 2),
                                    "cuMemcpyHtoD");
       if (st) return st;
     }
   return AG_OK;
 }
 
+ag_status ag_block_data_create(ag_context *ctx, ag_dtype dtype, int head_dim, int guard_rows,
+                               const int32_t *lengths, int64_t batch, int64_t heads,
+                               uint64_t seed, ag_block_data **out, ag_error *err) {
+  *out = NULL;
+  if (batch < 0 || heads < 1)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "need batch >= 0 and heads >= 1");
+  ag_block_data *d = calloc(1, sizeof *d);
+  if (!d) return ag_fail(err, AG_ERR_NOMEM, "out of memory");
+  d->ctx = ctx;
+  d->dtype = dtype;
+  d->head_dim = head_dim;
+  d->batch = batch;
+  d->heads = heads;
+  d->seed = seed;
+  d->offsets = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+  d->stage = malloc((size_t)CHUNK_ELEMS * 2);
+  if (!d->offsets || !d->stage) {
+    ag_block_data_destroy(d);
+    return ag_fail(err, AG_ERR_NOMEM, "out of memory");
+  }
+  d->offsets[0] = 0;
+  for (int64_t i = 0; i < batch; i++) {
+    if (lengths[i] < 0 || (int64_t)d->offsets[i] + lengths[i] > INT32_MAX) {
+      ag_block_data_destroy(d);
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                     "sequence lengths must be >= 0 and sum to less than 2^31");
+    }
+    d->offsets[i + 1] = d->offsets[i] + lengths[i];
+  }
+  d->total = d->offsets[batch];
+  d->elems = (uint64_t)d->total * (uint64_t)heads * (uint64_t)head_dim;
+  d->guard = (uint64_t)guard_rows * (uint64_t)heads * (uint64_t)head_dim;
+
+  const ag_driver *drv = ctx->drv;
+  ag_status st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent");
+  if (st) {
+    ag_block_data_destroy(d);
+    return st;
+  }
+  for (int i = 0; i < 4 && st == AG_OK; i++)
+    st = ag_cuda_check(err, drv->cuMemAlloc(&d->t[i], (d->elems + (i == 3 ? d->guard : 0)) * 2 + 16),
+                       "cuMemAlloc");
+  size_t off_bytes = sizeof(int32_t) * (size_t)(batch + 1);
+  if (st == AG_OK) st = ag_cuda_check(err, drv->cuMemAlloc(&d->d_offsets, off_bytes), "cuMemAlloc");
+  if (st == AG_OK)
+    st = ag_cuda_check(err, drv->cuMemcpyHtoD(d->d_offsets, d->offsets, off_bytes), "cuMemcpyHtoD");
+  if (st == AG_OK) st = fill_inputs(d, err);
+  CUcontext popped;
+  drv->cuCtxPopCurrent(&popped);
+  if (st) {
+    ag_block_data_destroy(d);
+    return st;
+  }
+  d->args = (ag_block_fwd_args){(const void *)(uintptr_t)d->t[0], (const void *)(uintptr_t)d->t[1],
+                                (const void *)(uintptr_t)d->t[2], (void *)(uintptr_t)d->t[3],
+                                (const int32_t *)(uintptr_t)d->d_offsets, batch, heads, d->total};
+  *out = d;
+  return AG_OK;
+}
+
 /* Count poison left inside O and writes into the guard rows after it. */
-static ag_status scan_output(const ag_driver *drv, const buffers *b, ag_dtype dtype,
-                             uint64_t elems, uint64_t guard, uint16_t *stage,
-                             ag_check_result *out, ag_error *err) {
-  const uint16_t nan = nan_bits(dtype);
-  for (uint64_t at = 0; at < elems + guard; at += CHUNK_ELEMS) {
-    uint64_t n = elems + guard - at < CHUNK_ELEMS ? elems + guard - at : CHUNK_ELEMS;
-    ag_status st = ag_cuda_check(err, drv->cuMemcpyDtoH(stage, b->t[3] + at * 2, n * 2),
+static ag_status scan_output(ag_block_data *d, ag_check_result *out, ag_error *err) {
+  const ag_driver *drv = d->ctx->drv;
+  const uint16_t nan = nan_bits(d->dtype);
+  const uint64_t all = d->elems + d->guard;
+  for (uint64_t at = 0; at < all; at += CHUNK_ELEMS) {
+    uint64_t n = all - at < CHUNK_ELEMS ? all - at : CHUNK_ELEMS;
+    ag_status st = ag_cuda_check(err, drv->cuMemcpyDtoH(d->stage, d->t[3] + at * 2, n * 2),
                                  "cuMemcpyDtoH");
     if (st) return st;
     for (uint64_t i = 0; i < n; i++) {
-      bool poison = stage[i] == nan;
-      if (at + i < elems) out->unwritten += poison;
+      bool poison = d->stage[i] == nan;
+      if (at + i < d->elems) out->unwritten += poison;
       else out->guard_clobbered += !poison;
     }
   }
@@ -69,21 +146,20 @@ static ag_status scan_output(const ag_driver *drv, const buffers *b, ag_dtype dt
 }
 
 /* Compare sampled sequences with the float64 reference. */
-static ag_status compare(const ag_driver *drv, const buffers *b, const ag_kernel *kern,
-                         const int32_t *offsets, int64_t batch, int64_t heads, uint64_t seed,
-                         int64_t budget, ag_check_result *out, ag_error *err) {
+static ag_status compare(ag_block_data *d, const ag_kernel *kern, int64_t budget,
+                         ag_check_result *out, ag_error *err) {
+  const ag_driver *drv = d->ctx->drv;
   const ag_spec *s = &kern->spec;
   const int dim = s->head_dim, bs = s->block_size;
+  const int64_t heads = d->heads;
   int64_t total_macs = 0;
-  for (int64_t i = 0; i < batch; i++) {
-    int64_t len = offsets[i + 1] - offsets[i];
-    total_macs += len * (int64_t)bs * dim * 2 * heads;
-  }
+  for (int64_t i = 0; i < d->batch; i++)
+    total_macs += (int64_t)(d->offsets[i + 1] - d->offsets[i]) * bs * dim * 2 * heads;
   int64_t stride = total_macs > budget ? (total_macs + budget - 1) / budget : 1;
   double num = 0, den = 0;
   ag_status st = AG_OK;
-  for (int64_t i = 0; i < batch && st == AG_OK; i += stride) {
-    int64_t len = offsets[i + 1] - offsets[i];
+  for (int64_t i = 0; i < d->batch && st == AG_OK; i += stride) {
+    int64_t len = d->offsets[i + 1] - d->offsets[i];
     if (len == 0) continue;
     size_t n = (size_t)(len * heads * dim);
     uint16_t *in = malloc(n * 2 * 4);
@@ -93,12 +169,12 @@ static ag_status compare(const ag_driver *drv, const buffers *b, const ag_kernel
       free(ref);
       return ag_fail(err, AG_ERR_NOMEM, "out of memory for the reference");
     }
-    uint64_t e0 = (uint64_t)offsets[i] * heads * dim;
+    uint64_t e0 = (uint64_t)d->offsets[i] * heads * dim;
     for (int which = 0; which < 3; which++)
       for (size_t e = 0; e < n; e++)
-        in[which * n + e] = ag_float_to_half(s->dtype, input_value(seed, which, e0 + e));
+        in[which * n + e] = ag_float_to_half(s->dtype, input_value(d->seed, which, e0 + e));
     uint16_t *got = in + 3 * n;
-    st = ag_cuda_check(err, drv->cuMemcpyDtoH(got, b->t[3] + e0 * 2, n * 2), "cuMemcpyDtoH");
+    st = ag_cuda_check(err, drv->cuMemcpyDtoH(got, d->t[3] + e0 * 2, n * 2), "cuMemcpyDtoH");
     if (st == AG_OK) {
       int32_t local[2] = {0, (int32_t)len};
       ag_ref_block_forward(s->dtype, bs, s->causal, ag_spec_scale(s), in, in + n, in + 2 * n,
@@ -117,35 +193,71 @@ static ag_status compare(const ag_driver *drv, const buffers *b, const ag_kernel
   return st;
 }
 
+static ag_status check_kernel_fits(const ag_block_data *d, const ag_kernel *k, ag_error *err) {
+  if (k->spec.dtype != d->dtype || k->spec.head_dim != d->head_dim)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' does not match the data's dtype "
+                   "and head_dim", k->plan.kernel_name);
+  return AG_OK;
+}
+
+ag_status ag_block_data_check(ag_block_data *d, ag_kernel *kern, int64_t max_ref_macs,
+                              ag_check_result *out, ag_error *err) {
+  memset(out, 0, sizeof *out);
+  ag_status st = check_kernel_fits(d, kern, err);
+  if (st) return st;
+  const ag_driver *drv = d->ctx->drv;
+  for (int64_t i = 0; i < d->batch; i++)
+    out->blocks += (d->offsets[i + 1] - d->offsets[i] + kern->spec.block_size - 1) /
+                   kern->spec.block_size;
+  out->bytes = ag_block_data_bytes(d);
+  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->ctx->cu), "cuCtxPushCurrent"))) return st;
+  st = ag_cuda_check(err, drv->cuMemsetD16(d->t[3], nan_bits(d->dtype), d->elems + d->guard),
+                     "cuMemsetD16");
+  if (st == AG_OK) st = ag_block_forward(kern, &d->args, NULL, err);
+  if (st == AG_OK) st = ag_cuda_check(err, drv->cuCtxSynchronize(), "kernel");
+  if (st == AG_OK) st = scan_output(d, out, err);
+  if (st == AG_OK) st = compare(d, kern, max_ref_macs > 0 ? max_ref_macs : 400000000, out, err);
+  CUcontext popped;
+  drv->cuCtxPopCurrent(&popped);
+  return st;
+}
+
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
   return (x > y) - (x < y);
 }
 
-static ag_status time_kernel(const ag_driver *drv, ag_kernel *kern, const ag_block_fwd_args *args,
-                             const ag_check_options *opt, ag_check_result *out, ag_error *err) {
+ag_status ag_block_data_time(ag_block_data *d, ag_kernel *kern, int warmup, int iters,
+                             double *out_ms, ag_error *err) {
+  *out_ms = 0;
+  if (iters < 1) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "iters must be >= 1");
+  ag_status st = check_kernel_fits(d, kern, err);
+  if (st) return st;
+  const ag_driver *drv = d->ctx->drv;
+  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->ctx->cu), "cuCtxPushCurrent"))) return st;
   CUevent ev[2] = {0, 0};
-  float *ms = calloc((size_t)opt->time_iters, sizeof *ms);
-  ag_status st = ms ? AG_OK : ag_fail(err, AG_ERR_NOMEM, "out of memory");
+  float *ms = calloc((size_t)iters, sizeof *ms);
+  if (!ms) st = ag_fail(err, AG_ERR_NOMEM, "out of memory");
   for (int i = 0; i < 2 && st == AG_OK; i++)
     st = ag_cuda_check(err, drv->cuEventCreate(&ev[i], CU_EVENT_DEFAULT), "cuEventCreate");
-  for (int i = 0; i < opt->warmup_iters && st == AG_OK; i++)
-    st = ag_block_forward(kern, args, NULL, err);
-  for (int i = 0; i < opt->time_iters && st == AG_OK; i++) {
+  for (int i = 0; i < warmup && st == AG_OK; i++) st = ag_block_forward(kern, &d->args, NULL, err);
+  for (int i = 0; i < iters && st == AG_OK; i++) {
     drv->cuEventRecord(ev[0], NULL);
-    st = ag_block_forward(kern, args, NULL, err);
+    st = ag_block_forward(kern, &d->args, NULL, err);
     drv->cuEventRecord(ev[1], NULL);
     if (st == AG_OK) st = ag_cuda_check(err, drv->cuEventSynchronize(ev[1]), "kernel (timed)");
     if (st == AG_OK)
       st = ag_cuda_check(err, drv->cuEventElapsedTime(&ms[i], ev[0], ev[1]), "cuEventElapsedTime");
   }
   if (st == AG_OK) {
-    qsort(ms, (size_t)opt->time_iters, sizeof *ms, cmp_float);
-    out->median_ms = ms[opt->time_iters / 2];
+    qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
+    *out_ms = ms[iters / 2];
   }
   for (int i = 0; i < 2; i++)
     if (ev[i]) drv->cuEventDestroy(ev[i]);
   free(ms);
+  CUcontext popped;
+  drv->cuCtxPopCurrent(&popped);
   return st;
 }
 
@@ -153,60 +265,14 @@ ag_status ag_selfcheck_block_forward(ag_kernel *kern, const int32_t *lengths, in
                                      int64_t heads, const ag_check_options *opt,
                                      ag_check_result *out, ag_error *err) {
   memset(out, 0, sizeof *out);
-  const ag_driver *drv = kern->ctx->drv;
-  const ag_spec *s = &kern->spec;
-  buffers b = {0};
-  uint16_t *stage = NULL;
-  int32_t *offsets = malloc(sizeof(int32_t) * (size_t)(batch + 1));
-  if (!offsets) return ag_fail(err, AG_ERR_NOMEM, "out of memory");
-  offsets[0] = 0;
-  for (int64_t i = 0; i < batch; i++) {
-    if (lengths[i] < 0 || (int64_t)offsets[i] + lengths[i] > INT32_MAX) {
-      free(offsets);
-      return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "sequence lengths must be >= 0 and sum < 2^31");
-    }
-    offsets[i + 1] = offsets[i] + lengths[i];
-    out->blocks += (lengths[i] + s->block_size - 1) / s->block_size;
-  }
-  const int64_t total = offsets[batch];
-  const uint64_t elems = (uint64_t)total * heads * s->head_dim;
-  const uint64_t guard = (uint64_t)s->block_size * heads * s->head_dim;
-  out->bytes = 4.0 * (double)elems * 2;
-
-  ag_status st = ag_cuda_check(err, drv->cuCtxPushCurrent(kern->ctx->cu), "cuCtxPushCurrent");
-  if (st) {
-    free(offsets);
-    return st;
-  }
-  stage = malloc((size_t)CHUNK_ELEMS * 2);
-  if (!stage) st = ag_fail(err, AG_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < 4 && st == AG_OK; i++)
-    st = ag_cuda_check(err, drv->cuMemAlloc(&b.t[i], (elems + (i == 3 ? guard : 0)) * 2 + 16),
-                       "cuMemAlloc");
-  if (st == AG_OK)
-    st = ag_cuda_check(err, drv->cuMemAlloc(&b.offsets, sizeof(int32_t) * (size_t)(batch + 1)),
-                       "cuMemAlloc");
-  if (st == AG_OK)
-    st = ag_cuda_check(err, drv->cuMemcpyHtoD(b.offsets, offsets, sizeof(int32_t) * (size_t)(batch + 1)),
-                       "cuMemcpyHtoD");
-  if (st == AG_OK) st = fill_inputs(drv, &b, s->dtype, opt->seed, elems, stage, err);
-  if (st == AG_OK)
-    st = ag_cuda_check(err, drv->cuMemsetD16(b.t[3], nan_bits(s->dtype), elems + guard),
-                       "cuMemsetD16");
-  ag_block_fwd_args args = {(const void *)(uintptr_t)b.t[0], (const void *)(uintptr_t)b.t[1],
-                            (const void *)(uintptr_t)b.t[2], (void *)(uintptr_t)b.t[3],
-                            (const int32_t *)(uintptr_t)b.offsets, batch, heads, total};
-  if (st == AG_OK) st = ag_block_forward(kern, &args, NULL, err);
-  if (st == AG_OK) st = ag_cuda_check(err, drv->cuCtxSynchronize(), "kernel");
-  if (st == AG_OK) st = scan_output(drv, &b, s->dtype, elems, guard, stage, out, err);
-  if (st == AG_OK)
-    st = compare(drv, &b, kern, offsets, batch, heads, opt->seed,
-                 opt->max_ref_macs > 0 ? opt->max_ref_macs : 400000000, out, err);
-  if (st == AG_OK && opt->time_iters > 0) st = time_kernel(drv, kern, &args, opt, out, err);
-  free_buffers(drv, &b);
-  free(stage);
-  free(offsets);
-  CUcontext popped;
-  drv->cuCtxPopCurrent(&popped);
+  ag_block_data *d;
+  ag_status st = ag_block_data_create(kern->ctx, kern->spec.dtype, kern->spec.head_dim,
+                                      kern->spec.block_size, lengths, batch, heads, opt->seed, &d,
+                                      err);
+  if (st) return st;
+  st = ag_block_data_check(d, kern, opt->max_ref_macs, out, err);
+  if (st == AG_OK && opt->time_iters > 0)
+    st = ag_block_data_time(d, kern, opt->warmup_iters, opt->time_iters, &out->median_ms, err);
+  ag_block_data_destroy(d);
   return st;
 }

@@ -24,7 +24,25 @@ typedef struct ag_check_result {
   double bytes;            /* bytes the forward must move: Q, K, V, O once */
 } ag_check_result;
 
-/* Allocates Q, K, V, O (+ one guard block of rows) and the offsets on the
+/* Device data for one shape: Q, K, V, O (+ one guard block of rows after
+ * O) and the offsets, inputs filled from (seed, element). Reusable across
+ * kernels of the same dtype and head_dim, for checks and timing. */
+typedef struct ag_block_data ag_block_data;
+ag_status ag_block_data_create(ag_context *ctx, ag_dtype dtype, int head_dim, int guard_rows,
+                               const int32_t *lengths, int64_t batch, int64_t heads,
+                               uint64_t seed, ag_block_data **out_data, ag_error *err);
+void ag_block_data_destroy(ag_block_data *data);
+/* Bytes the forward must move: Q, K, V read once and O written once. */
+double ag_block_data_bytes(const ag_block_data *data);
+/* Poison O, launch, synchronize, scan O and compare sampled sequences with
+ * the reference (max_ref_macs: 0 for the default budget). */
+ag_status ag_block_data_check(ag_block_data *data, ag_kernel *kernel, int64_t max_ref_macs,
+                              ag_check_result *out, ag_error *err);
+/* Median milliseconds over `iters` launches timed with CUDA events. */
+ag_status ag_block_data_time(ag_block_data *data, ag_kernel *kernel, int warmup, int iters,
+                             double *out_median_ms, ag_error *err);
+
+/* All of the above in one call: allocates Q, K, V, O (+ one guard block of rows) and the offsets on the
  * kernel's device for the given sequence lengths (host array of `batch`),
  * fills the inputs, poisons O with NaN, launches, checks and frees.
  * Synchronizes. AG_ERR_CUDA / AG_ERR_NOMEM when memory runs out. */

@@ -1,0 +1,103 @@
+/* tune_block.c: times plan variants of the block-diagonal forward (tiles
+ * resident per CTA) on ads shapes, next to a device-to-device copy measured
+ * in the same run. A tuning tool for choosing plan.c's defaults; prints one
+ * line per variant. Usage: tune_block [L ...] (default 1024 4096). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+#include "selfcheck.h"
+
+static void die(ag_error *e) {
+  fprintf(stderr, "tune_block: %s\n", e->message ? e->message : ag_strerror(e->code));
+  exit(1);
+}
+
+/* Median ms of a device-to-device copy of `bytes` (counts read + write). */
+static double copy_ms(ag_context *ctx, size_t bytes) {
+  const ag_driver *drv = ctx->drv;
+  CUdeviceptr a, b;
+  CUevent e0, e1;
+  CUcontext popped;
+  drv->cuCtxPushCurrent(ctx->cu);
+  if (drv->cuMemAlloc(&a, bytes) || drv->cuMemAlloc(&b, bytes)) {
+    fprintf(stderr, "tune_block: cuMemAlloc failed\n");
+    exit(1);
+  }
+  drv->cuMemsetD8(a, 1, bytes);
+  drv->cuEventCreate(&e0, 0);
+  drv->cuEventCreate(&e1, 0);
+  float ms[21];
+  for (int i = 0; i < 24; i++) {
+    drv->cuEventRecord(e0, NULL);
+    drv->cuMemcpyDtoD(b, a, bytes);
+    drv->cuEventRecord(e1, NULL);
+    drv->cuEventSynchronize(e1);
+    if (i >= 3) drv->cuEventElapsedTime(&ms[i - 3], e0, e1);
+  }
+  for (int i = 0; i < 21; i++) /* insertion sort, then the median */
+    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+      float t = ms[j]; ms[j] = ms[j - 1]; ms[j - 1] = t;
+    }
+  drv->cuMemFree(a);
+  drv->cuMemFree(b);
+  drv->cuEventDestroy(e0);
+  drv->cuEventDestroy(e1);
+  drv->cuCtxPopCurrent(&popped);
+  return ms[10];
+}
+
+int main(int argc, char **argv) {
+  ag_error err = {0};
+  ag_context *ctx;
+  if (ag_context_create(0, &ctx, &err)) die(&err);
+  int nl = argc > 1 ? argc - 1 : 2;
+  for (int li = 0; li < nl; li++) {
+    int L = argc > 1 ? atoi(argv[li + 1]) : (li ? 4096 : 1024);
+    const int64_t batch = 1152, heads = 4;
+    int32_t *len = malloc(sizeof(int32_t) * batch);
+    uint64_t rng = 42;
+    for (int64_t i = 0; i < batch; i++) /* uniform in [0.4 L, L] (sparsity 0.7) */
+      len[i] = (int32_t)(0.4 * L + ag_rand_uniform(&rng, 0, 0.6 * L + 1));
+    for (int dim = 128; dim >= 64; dim /= 2) {
+      char yaml[256];
+      snprintf(yaml, sizeof yaml, "name: tune\npattern: block_diagonal\nblock_size: 64\n"
+               "head_dim: %d\ndtype: bf16\n", dim);
+      ag_spec spec;
+      if (ag_spec_load_string(yaml, strlen(yaml), "tune.yaml", &spec, &err)) die(&err);
+      ag_block_data *d;
+      if (ag_block_data_create(ctx, spec.dtype, dim, 64, len, batch, heads, 7, &d, &err)) die(&err);
+      double bytes = ag_block_data_bytes(d);
+      double cms = copy_ms(ctx, (size_t)(bytes / 2));
+      printf("L=%d d=%d: %.0f MB moved; copy of half that: %.4f ms = %.3f TB/s\n", L, dim,
+             bytes / 1e6, cms, bytes / (cms * 1e-3) / 1e12);
+      for (int stages = 1; stages <= 4; stages++) {
+        ag_plan plan;
+        if (ag_plan_make(&spec, &plan, &err)) die(&err);
+        plan.stages = stages;
+        plan.smem_bytes = stages * 3 * 64 * dim * 2;
+        if (plan.smem_bytes > 227 * 1024) continue;
+        snprintf(plan.kernel_name, sizeof plan.kernel_name, "tune_d%d_s%d", dim, stages);
+        char *src;
+        if (ag_emit_plan(&spec, &plan, &src, &err)) die(&err);
+        ag_kernel *k;
+        ag_status st = ag_context_kernel(ctx, &spec, &plan, src, ctx->arch, &k, &err);
+        free(src);
+        if (st) die(&err);
+        ag_check_result r;
+        if (ag_block_data_check(d, k, 20000000, &r, &err)) die(&err);
+        double ms;
+        if (ag_block_data_time(d, k, 3, 30, &ms, &err)) die(&err);
+        printf("  stages %d: %d CTAs/SM, %.4f ms, %.3f TB/s = %.1f%% of copy; rel err %.2e%s\n",
+               stages, k->ctas_per_sm, ms, bytes / (ms * 1e-3) / 1e12, 100 * cms / ms,
+               r.rel_error, r.unwritten || r.guard_clobbered ? " UNWRITTEN/GUARD!" : "");
+        fflush(stdout);
+      }
+      ag_block_data_destroy(d);
+    }
+    free(len);
+  }
+  ag_context_destroy(ctx);
+  return 0;
+}
