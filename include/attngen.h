@@ -106,8 +106,11 @@ typedef struct ag_spec {
 
 /* Parse and validate a spec. Every error found is reported, not just the
  * first. Returns AG_OK, AG_ERR_SPEC, AG_ERR_UNSUPPORTED (valid, but names a
- * kernel attngen cannot build yet), AG_ERR_IO or AG_ERR_NOMEM. Thread-safe;
- * allocates nothing that outlives the call. */
+ * kernel attngen cannot build yet), AG_ERR_IO or AG_ERR_NOMEM. On AG_OK and
+ * AG_ERR_UNSUPPORTED *out_spec is filled in full (an unsupported spec can
+ * still be inspected); otherwise it is zeroed. On AG_OK err is cleared.
+ * out_spec and err may be NULL. Thread-safe; allocates nothing that outlives
+ * the call. */
 ag_status ag_spec_load_file(const char *path, ag_spec *out_spec, ag_error *err);
 /* As above from memory; `source_name` names it in messages (NULL:
  * "<string>"). */
