@@ -5,19 +5,19 @@
 @#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh)
 @# Conditions: CAUSAL.
 /* ---- begin constants ---- */
-constexpr int kBlock = @BLOCK_SIZE@;            // tokens per diagonal block
-constexpr int kHeadDim = @HEAD_DIM@;            // elements per head
-constexpr int kWarps = @WARPS@;                 // warps per CTA
+constexpr int kBlock = @BLOCK_SIZE@;  // tokens per diagonal block
+constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
+constexpr int kWarps = @WARPS@;  // warps per CTA
 constexpr int kThreads = kWarps * 32;
-constexpr int kMTilesPerWarp = @M_TILES_PER_WARP@;        // 16-row query tiles per warp
-constexpr int kStages = @STAGES@;               // (block, head) tiles resident per CTA
+constexpr int kMTilesPerWarp = @M_TILES_PER_WARP@;  // 16-row query tiles per warp
+constexpr int kStages = @STAGES@;  // (block, head) tiles resident per CTA
 constexpr float kScaleLog2 = @SCALE_LOG2@;  // softmax scale @SCALE_TEXT@ times log2(e)
 
-constexpr int kChunks = kHeadDim / 8;           // 16-byte chunks per row
-constexpr int kTileElems = kBlock * kHeadDim;   // one of Q, K, V for one (block, head)
-constexpr int kStageElems = 3 * kTileElems;     // Q, K and V
-constexpr int kKeyTiles = kBlock / 8;           // n-tiles of S = Q K^T
-constexpr int kDimTiles = kHeadDim / 8;         // n-tiles of O = P V
+constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+constexpr int kTileElems = kBlock * kHeadDim;  // one of Q, K, V for one (block, head)
+constexpr int kStageElems = 3 * kTileElems;  // Q, K and V
+constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T
+constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
 static_assert(kWarps * kMTilesPerWarp * 16 == kBlock, "warps must cover the block");
 static_assert(kBlock * kChunks % kThreads == 0, "tile loads must divide evenly");
 /* ---- end constants ---- */

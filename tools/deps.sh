@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deps.sh: make sure the build dependencies are present (libyaml and Check
-# headers, pkg-config), installing them with apt-get when they are missing
+# headers), installing them with apt-get when they are missing
 # and we may. The CUDA toolkit (NVRTC, cuda.h) must already be installed.
 set -eu
 cc=${CC:-cc}
@@ -9,7 +9,6 @@ for pkg in "yaml.h:libyaml-dev" "check.h:check"; do
   header=${pkg%%:*}
   echo "#include <$header>" | "$cc" ${CPATH:+-I${CPATH//:/ -I}} -E - >/dev/null 2>&1 || missing+=("${pkg##*:}")
 done
-command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$cuda/include/nvrtc.h" ]; then
   echo "deps: the CUDA toolkit was not found at $cuda (set CUDA_HOME)" >&2

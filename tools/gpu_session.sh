@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# gpu_session.sh: what one call on the GPU machine runs, in order: build,
+# the full test suite (GPU tests included), the demo, the plan-tuning table,
+# and compute-sanitizer over small runs. Logs go to $OUT (or build/gpu).
+# Usage: tools/gpu_session.sh [build] [test] [demo] [tune] [sanitize]
+set -u
+out=${OUT:-build/gpu}
+mkdir -p "$out"
+steps=${*:-build test demo tune sanitize}
+rc=0
+for step in $steps; do
+  echo "=== $step ($(date +%T))"
+  case $step in
+    build) make -j16 all build/check_attngen build/tune_block >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; } ;;
+    test) make test 2>&1 | tee "$out/test.log" | grep -vE "^gpu (bf16|fp16)" ; [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+          grep -E "^gpu " "$out/test.log" | sort -k6 -g | tail -5 ;;
+    demo) make demo 2>&1 | tee "$out/demo.log" | tail -20 ; [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    tune) build/tune_block 1024 4096 2>&1 | tee "$out/tune.log" ;;
+    sanitize)
+      for spec in specs/*.yaml; do
+        for tool in memcheck racecheck; do
+          compute-sanitizer --tool $tool --error-exitcode 9 build/attngen run "$spec" --batch 6 \
+            --seqlen 200 --min-seqlen 0 --iters 0 >"$out/sanitize-$tool-$(basename "$spec" .yaml).log" 2>&1
+          r=$?; echo "$tool $spec: exit $r; $(grep -E 'ERROR SUMMARY|check:' "$out/sanitize-$tool-$(basename "$spec" .yaml).log" | tr '\n' ' ')"
+          [ $r -eq 0 ] || rc=1
+        done
+      done ;;
+  esac
+done
+exit $rc
