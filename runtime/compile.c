@@ -1,0 +1,83 @@
+/* compile.c: CUDA C to cubin through the on-disk cache: key, lookup, NVRTC
+ * on a miss, store. The cache only ever saves time: when it cannot be used
+ * the compile still succeeds, and the reason is returned as a warning. */
+#include <stdlib.h>
+
+#include "runtime.h"
+
+/* Move a failure's message into *out_warning (when wanted), prefixed. */
+static void warn(char **out_warning, const char *what, ag_error *why) {
+  if (out_warning && !*out_warning) {
+    ag_buf b;
+    ag_buf_init(&b);
+    ag_buf_printf(&b, "%s: %s", what, why->message ? why->message : ag_strerror(why->code));
+    *out_warning = ag_buf_take(&b); /* NULL when out of memory: the warning is lost */
+  }
+  ag_error_clear(why);
+}
+
+ag_status ag_compile_source_ex(const char *source, const char *name, const char *arch,
+                               void **out_cubin, size_t *out_size, ag_cache_origin *out_origin,
+                               char **out_warning, ag_error *err) {
+  ag_status st;
+  char *dir = NULL, *path = NULL;
+  void *cubin = NULL;
+  size_t size = 0;
+  ag_error why = {0};
+  *out_cubin = NULL;
+  *out_size = 0;
+  if (out_origin) *out_origin = AG_FROM_NVRTC;
+  if (out_warning) *out_warning = NULL;
+  if (!source || !name) {
+    st = ag_fail(err, AG_ERR_INVALID_ARGUMENT, "compile: source and name are required");
+    goto fail;
+  }
+  ag_nvrtc_options opts;
+  int major, minor;
+  st = ag_nvrtc_options_make(arch, &opts, err);
+  if (st == AG_OK) st = ag_nvrtc_version(&major, &minor, err);
+  if (st != AG_OK) goto fail;
+
+  uint8_t key[AG_SHA256_BYTES];
+  if (!ag_cache_disabled()) {
+    ag_cache_key_fields fields = {
+        source, &opts, arch, major, minor, AG_VERSION_STRING, AG_CACHE_FORMAT_VERSION};
+    ag_cache_key(&fields, key);
+    if (ag_cache_dir(&dir, &why) != AG_OK) {
+      warn(out_warning, "cubin cache not used", &why);
+    } else {
+      st = ag_cache_path(dir, key, arch, major, minor, &path, err);
+      if (st == AG_OK) st = ag_cache_load(path, key, &cubin, &size, err);
+      if (st != AG_OK) goto fail;
+      if (cubin) {
+        if (out_origin) *out_origin = AG_FROM_DISK;
+        goto done;
+      }
+    }
+  }
+  st = ag_nvrtc_compile(source, name, arch, &cubin, &size, err);
+  if (st != AG_OK) goto fail;
+  /* Replaces a corrupt entry too; a failed store leaves the old one a miss. */
+  if (path && ag_cache_store(path, key, cubin, size, &why) != AG_OK)
+    warn(out_warning, "cubin not cached", &why);
+done:
+  *out_cubin = cubin;
+  *out_size = size;
+  cubin = NULL;
+  st = AG_OK;
+fail:
+  free(cubin);
+  free(path);
+  free(dir);
+  if (st != AG_OK && out_warning) {
+    free(*out_warning);
+    *out_warning = NULL;
+  }
+  return st;
+}
+
+ag_status ag_compile_source(const char *source, const char *name, const char *arch,
+                            void **out_cubin, size_t *out_size, ag_cache_origin *out_origin,
+                            ag_error *err) {
+  return ag_compile_source_ex(source, name, arch, out_cubin, out_size, out_origin, NULL, err);
+}

@@ -1,0 +1,250 @@
+/* runtime.h: internals shared by the runtime's files, the CLI and the tests:
+ * the Driver API table, the context and kernel structs, SHA-256, NVRTC, the
+ * on-disk cubin cache and the environment knobs. Not part of the public API. */
+#ifndef AG_RUNTIME_H
+#define AG_RUNTIME_H
+
+#include <cuda.h> /* types only: libcuda.so.1 is loaded with dlopen, never linked */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attngen.h"
+#include "internal.h"
+#include "plan.h"
+
+/* ---- env.c: every environment knob the runtime reads ------------------- */
+
+#define AG_ENV_LIBCUDA "ATTNGEN_LIBCUDA"             /* path of libcuda.so.1 */
+#define AG_ENV_CACHE_DIR "ATTNGEN_CACHE_DIR"         /* cubin cache directory */
+#define AG_ENV_CACHE_DISABLE "ATTNGEN_CACHE_DISABLE" /* flag: skip the disk */
+#define AG_ENV_DUMP_DIR "ATTNGEN_DUMP_DIR"           /* write .cu/.log per compile */
+#define AG_ENV_NVRTC_VERBOSE "ATTNGEN_NVRTC_VERBOSE" /* flag: ptxas -v in the log */
+
+/* The variable's value when set and non-empty, else NULL. The pointer is
+ * getenv()'s: read it before anything calls setenv(). */
+const char *ag_env_str(const char *name);
+/* True when the variable is set, non-empty and not "0". */
+bool ag_env_flag(const char *name);
+
+/* ---- fileio.c: directories and atomic writes ---------------------------- */
+
+/* mkdir -p: create `path` and missing parents with `mode`; an existing
+ * directory is fine. AG_ERR_IO naming the component that failed. */
+ag_status ag_mkdir_p(const char *path, unsigned mode, ag_error *err);
+/* Write the concatenation of `nparts` buffers to `path` atomically: a unique
+ * temporary file in the same directory (mkstemp), every write, fflush, fsync
+ * and close checked, then rename(). The temporary is unlinked on any
+ * failure, so readers see the old file or the whole new one. AG_ERR_IO. */
+ag_status ag_write_atomic(const char *path, const void *const *parts, const size_t *lens,
+                          size_t nparts, ag_error *err);
+
+/* ---- driver.c: libcuda.so.1 through dlopen ------------------------------ */
+
+/* The entry points the runtime uses. cuda.h #defines many of these names to
+ * versioned symbols (cuMemAlloc -> cuMemAlloc_v2, cuCtxPushCurrent ->
+ * cuCtxPushCurrent_v2, cuEventElapsedTime -> cuEventElapsedTime_v2, ...);
+ * the X-macro arguments are macro-expanded, so each field is named and typed
+ * after the real symbol, dlsym() looks up exactly that name, and callers
+ * simply write `drv->cuMemAlloc(&p, n)`. */
+/* clang-format off */
+#define AG_DRIVER_FUNCS(X)                                                              \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)                 \
+  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetAttribute) X(cuDeviceGetName)         \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                              \
+  X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxSetCurrent) X(cuCtxSynchronize)         \
+  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                          \
+  X(cuFuncSetAttribute) X(cuFuncGetAttribute)                                           \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernel)                      \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuPointerGetAttribute)                   \
+  X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)                                       \
+  X(cuMemsetD8) X(cuMemsetD16) X(cuMemsetD32)                                           \
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                           \
+  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)             \
+  X(cuEventElapsedTime)
+/* clang-format on */
+
+#define AG_DRIVER_FIELD_(fn) __typeof__(fn) *fn;
+/* Filled once, then read-only for the life of the process. */
+typedef struct ag_driver {
+  AG_DRIVER_FUNCS(AG_DRIVER_FIELD_)
+  int version; /* cuDriverGetVersion: 13000 for CUDA 13.0 */
+} ag_driver;
+
+/* Load libcuda.so.1 (or $ATTNGEN_LIBCUDA) and call cuInit(0), once per
+ * process (pthread_once); later calls return the same outcome.
+ * AG_ERR_NO_DRIVER (with dlerror()'s text, a missing symbol or cuInit's
+ * error), AG_ERR_NO_DEVICE when cuInit reports no device. The table is never
+ * freed; the library stays loaded. Thread-safe. */
+ag_status ag_driver_get(const ag_driver **out_driver, ag_error *err);
+/* AG_OK when r is CUDA_SUCCESS, else AG_ERR_CUDA with
+ * "WHAT failed: CUDA_ERROR_X: description". Thread-safe. */
+ag_status ag_cuda_check(ag_error *err, CUresult r, const char *what);
+/* The dlsym() names of the table's entries, in AG_DRIVER_FUNCS order, for
+ * tests and diagnostics; *out_count receives their number. */
+const char *const *ag_driver_symbols(size_t *out_count);
+
+/* ---- sha256.c: SHA-256 (FIPS 180-4) ------------------------------------- */
+
+#define AG_SHA256_BYTES 32
+typedef struct ag_sha256 {
+  uint32_t h[8];
+  uint64_t total; /* bytes hashed so far */
+  uint8_t block[64];
+  size_t fill; /* bytes waiting in block */
+} ag_sha256;
+
+void ag_sha256_init(ag_sha256 *s);
+void ag_sha256_update(ag_sha256 *s, const void *data, size_t len);
+/* Writes the digest; the state must be re-initialised before reuse. */
+void ag_sha256_final(ag_sha256 *s, uint8_t out[AG_SHA256_BYTES]);
+/* One-shot digest. */
+void ag_sha256_digest(const void *data, size_t len, uint8_t out[AG_SHA256_BYTES]);
+/* Lower-case hex of a digest, NUL-terminated (65 bytes). */
+void ag_sha256_hex(const uint8_t digest[AG_SHA256_BYTES], char out[2 * AG_SHA256_BYTES + 1]);
+
+/* ---- arch.c: target arch names ------------------------------------------ */
+
+#define AG_ARCH_NAME_MAX 16
+/* AG_OK for "sm_NN" or "sm_NNa" (two or three digits, e.g. sm_80, sm_86,
+ * sm_90a, sm_100a), else AG_ERR_INVALID_ARGUMENT. */
+ag_status ag_arch_check(const char *arch, ag_error *err);
+/* The arch to compile for on a device: "sm_90a" for 9.0, else
+ * "sm_<major><minor>". */
+void ag_arch_for_device(int major, int minor, char out[AG_ARCH_NAME_MAX]);
+/* Whether a cubin built for `arch` runs on a device of compute capability
+ * major.minor: same major and a minor no greater than the device's; an
+ * arch-specific ("a") cubin only on its exact device. False if malformed. */
+bool ag_arch_runs_on(const char *arch, int major, int minor);
+
+/* ---- nvrtc.c: CUDA C -> cubin ------------------------------------------- */
+
+#define AG_NVRTC_MAX_OPTIONS 4
+#define AG_NVRTC_OPTION_MAX 48
+/* The compile options, sorted with strcmp, as plain data (copy freely). */
+typedef struct ag_nvrtc_options {
+  size_t count;
+  char opt[AG_NVRTC_MAX_OPTIONS][AG_NVRTC_OPTION_MAX];
+} ag_nvrtc_options;
+
+/* The options ag_nvrtc_compile passes for `arch` (checked as above):
+ * --gpu-architecture=<arch> (a real arch, so NVRTC emits a cubin, never
+ * PTX), -std=c++17, and --ptxas-options=-v when ATTNGEN_NVRTC_VERBOSE is set.
+ * They are part of the cache key. */
+ag_status ag_nvrtc_options_make(const char *arch, ag_nvrtc_options *out, ag_error *err);
+/* NVRTC's version (13.0 for CUDA 13.0). AG_ERR_NVRTC on failure. */
+ag_status ag_nvrtc_version(int *out_major, int *out_minor, ag_error *err);
+/* Compile `source` (no #includes needed) to a cubin for `arch`.
+ * `program_name` names the program in the log ("<name>.cu") and the dump
+ * files. The log is always fetched; on failure AG_ERR_NVRTC carries it.
+ * With ATTNGEN_DUMP_DIR set, writes <dir>/<name>.cu and <name>.log
+ * (atomically) on every compile and names them in failure messages.
+ * *out_cubin is from malloc(); the caller frees it. Thread-safe; seconds. */
+ag_status ag_nvrtc_compile(const char *source, const char *program_name, const char *arch,
+                           void **out_cubin, size_t *out_size, ag_error *err);
+
+/* ---- cache.c: the on-disk cubin cache ------------------------------------ */
+
+#define AG_CACHE_FORMAT_VERSION 1u
+#define AG_CACHE_MAGIC "AGCUBIN1" /* 8 bytes, no NUL in the file */
+/* Header, little-endian, no padding: magic[8], format version u32, key[32],
+ * payload size u64, SHA-256 of the payload[32]; then the cubin. */
+#define AG_CACHE_HEADER_BYTES (8 + 4 + AG_SHA256_BYTES + 8 + AG_SHA256_BYTES)
+
+/* Everything that determines a cubin. Each field is hashed with a length
+ * prefix, so no two field lists collide by concatenation. */
+typedef struct ag_cache_key_fields {
+  const char *source; /* the emitted CUDA C */
+  const ag_nvrtc_options *options;
+  const char *arch;
+  int nvrtc_major, nvrtc_minor;
+  const char *generator_version; /* AG_VERSION_STRING */
+  uint32_t format_version;       /* AG_CACHE_FORMAT_VERSION */
+} ag_cache_key_fields;
+
+void ag_cache_key(const ag_cache_key_fields *fields, uint8_t out_key[AG_SHA256_BYTES]);
+/* True when ATTNGEN_CACHE_DISABLE asks to skip the disk. */
+bool ag_cache_disabled(void);
+/* The cache directory ($ATTNGEN_CACHE_DIR, else $XDG_CACHE_HOME/attngen,
+ * else $HOME/.cache/attngen), created (mode 0700) when missing.
+ * *out_dir is from malloc(). AG_ERR_CACHE saying why there is none. */
+ag_status ag_cache_dir(char **out_dir, ag_error *err);
+/* "<dir>/<64 hex key>-<arch>-nvrtc<maj>.<min>.cubin", from malloc(). */
+ag_status ag_cache_path(const char *dir, const uint8_t key[AG_SHA256_BYTES], const char *arch,
+                        int nvrtc_major, int nvrtc_minor, char **out_path, ag_error *err);
+/* Read and verify an entry. A missing, short, corrupt or foreign file is a
+ * miss: AG_OK with *out_cubin = NULL. A hit gives a malloc()ed cubin.
+ * Fails only with AG_ERR_NOMEM. Takes no lock. */
+ag_status ag_cache_load(const char *path, const uint8_t key[AG_SHA256_BYTES], void **out_cubin,
+                        size_t *out_size, ag_error *err);
+/* Write an entry atomically (ag_write_atomic). AG_ERR_CACHE on failure;
+ * nothing is left behind. */
+ag_status ag_cache_store(const char *path, const uint8_t key[AG_SHA256_BYTES], const void *cubin,
+                         size_t size, ag_error *err);
+
+/* ---- compile.c: source -> cubin through the disk cache ------------------ */
+
+typedef enum ag_cache_origin { AG_FROM_NVRTC, AG_FROM_DISK } ag_cache_origin;
+
+/* Key -> disk lookup -> NVRTC -> store. A cache that cannot be used (no
+ * directory, read-only, full disk) never fails the compile: the cubin is
+ * still returned. out_origin may be NULL. *out_cubin is from malloc().
+ * Thread-safe; seconds on a miss. */
+ag_status ag_compile_source(const char *source, const char *name, const char *arch,
+                            void **out_cubin, size_t *out_size, ag_cache_origin *out_origin,
+                            ag_error *err);
+/* As above; when out_warning is non-NULL it receives NULL or a malloc()ed
+ * sentence saying why the disk cache was bypassed (for the CLI to print
+ * once). */
+ag_status ag_compile_source_ex(const char *source, const char *name, const char *arch,
+                               void **out_cubin, size_t *out_size, ag_cache_origin *out_origin,
+                               char **out_warning, ag_error *err);
+
+/* ---- kernel.c: the entry points that start from a spec ------------------ */
+
+/* ag_compile with the origin and the cache warning (both optional). */
+ag_status ag_compile_spec(const ag_spec *spec, const char *arch, void **out_cubin, size_t *out_size,
+                          ag_cache_origin *out_origin, char **out_warning, ag_error *err);
+
+/* ---- context.c: devices, modules, the in-memory kernel cache ------------ */
+
+struct ag_kernel {
+  ag_context *ctx;                      /* owner */
+  ag_kernel *next;                      /* the owner's list */
+  uint8_t source_hash[AG_SHA256_BYTES]; /* memory-cache key, with arch */
+  char arch[AG_ARCH_NAME_MAX];          /* the cubin's arch */
+  ag_spec spec;                         /* arch resolved */
+  ag_plan plan;
+  CUmodule module;
+  CUfunction fn;   /* plan.kernel_name in module */
+  int ctas_per_sm; /* occupancy at plan.threads, plan.smem_bytes */
+};
+
+struct ag_context {
+  const ag_driver *drv;
+  int ordinal;
+  CUdevice device;
+  CUcontext cu;                /* the device's primary context, retained */
+  char name[128];              /* "NVIDIA H100 80GB HBM3" */
+  char arch[AG_ARCH_NAME_MAX]; /* "sm_90a" for 9.0, else "sm_<maj><min>" */
+  int cc_major, cc_minor;
+  int sm_count;
+  int max_smem_optin;   /* dynamic shared memory a CTA may opt in to */
+  pthread_mutex_t lock; /* guards kernels and cache_warning */
+  ag_kernel *kernels;   /* immutable once listed; freed by destroy */
+  char *cache_warning;  /* first disk-cache warning, or NULL */
+};
+
+/* The kernel for (source, arch): from the context's memory cache, else
+ * compiled through the disk cache and loaded (the compile runs without the
+ * lock; if two threads race, one module is kept). `spec` and `plan` are
+ * copied into the kernel; `arch` must run on the device. Thread-safe. */
+ag_status ag_context_kernel(ag_context *ctx, const ag_spec *spec, const ag_plan *plan,
+                            const char *source, const char *arch, ag_kernel **out_kernel,
+                            ag_error *err);
+/* NULL or a malloc()ed copy of the first disk-cache warning seen by this
+ * context; the caller frees it. Thread-safe. */
+char *ag_context_cache_warning(ag_context *ctx);
+
+#endif
