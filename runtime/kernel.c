@@ -1,0 +1,83 @@
+/* kernel.c: the runtime entry points that start from a spec: ag_compile
+ * (spec -> cubin) and ag_kernel_get (spec -> loaded kernel). They resolve the
+ * target arch, run the generator (plan, emit) and hand over to compile.c and
+ * context.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+/* A copy of the spec specialised for `arch`: an explicit spec arch must
+ * match it; auto becomes the enum value when `arch` has one, so the emitter
+ * can pick that arch's code path, and stays auto otherwise. */
+static ag_status resolve(const ag_spec *spec, const char *arch, ag_spec *out, ag_error *err) {
+  *out = *spec;
+  if (spec->arch == AG_ARCH_AUTO) {
+    if (strcmp(arch, "sm_90a") == 0) out->arch = AG_ARCH_SM90A;
+    if (strcmp(arch, "sm_80") == 0) out->arch = AG_ARCH_SM80;
+    return AG_OK;
+  }
+  const char *want = ag_arch_name(spec->arch);
+  if (!want || strcmp(want, arch) != 0)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "spec '%s' targets %s, not %s", spec->name,
+                   want ? want : "an unknown arch", arch);
+  return AG_OK;
+}
+
+ag_status ag_compile_spec(const ag_spec *spec, const char *arch, void **out_cubin, size_t *out_size,
+                          ag_cache_origin *out_origin, char **out_warning, ag_error *err) {
+  char *source = NULL;
+  char name[AG_KERNEL_NAME_MAX];
+  ag_spec resolved;
+  *out_cubin = NULL;
+  *out_size = 0;
+  if (out_warning) *out_warning = NULL;
+  if (!spec) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "ag_compile: spec is NULL");
+  if (!arch) arch = ag_arch_name(spec->arch);
+  if (!arch)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "ag_compile: spec '%s' leaves the arch to the device; name one (sm_90a, sm_80)",
+                   spec->name);
+  ag_status st = ag_arch_check(arch, err);
+  if (st == AG_OK) st = resolve(spec, arch, &resolved, err);
+  if (st == AG_OK) st = ag_emit(&resolved, &source, name, err);
+  if (st == AG_OK)
+    st =
+        ag_compile_source_ex(source, name, arch, out_cubin, out_size, out_origin, out_warning, err);
+  free(source);
+  return st;
+}
+
+ag_status ag_compile(const ag_spec *spec, const char *arch, void **out_cubin, size_t *out_size,
+                     ag_error *err) {
+  return ag_compile_spec(spec, arch, out_cubin, out_size, NULL, NULL, err);
+}
+
+ag_status ag_kernel_get(ag_context *ctx, const ag_spec *spec, ag_kernel **out_kernel,
+                        ag_error *err) {
+  char *source = NULL;
+  char name[AG_KERNEL_NAME_MAX];
+  ag_spec resolved;
+  ag_plan plan;
+  if (!out_kernel)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "ag_kernel_get: out_kernel is NULL");
+  *out_kernel = NULL;
+  if (!ctx || !spec)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "ag_kernel_get: context and spec are required");
+  const char *arch = spec->arch == AG_ARCH_AUTO ? ctx->arch : ag_arch_name(spec->arch);
+  if (!arch || !ag_arch_runs_on(arch, ctx->cc_major, ctx->cc_minor))
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "spec '%s' targets %s, but device %d (%s) is %s; use arch: auto", spec->name,
+                   arch ? arch : "an unknown arch", ctx->ordinal, ctx->name, ctx->arch);
+  ag_status st = resolve(spec, arch, &resolved, err);
+  if (st == AG_OK) st = ag_plan_make(&resolved, &plan, err);
+  if (st == AG_OK) st = ag_emit(&resolved, &source, name, err);
+  if (st == AG_OK && strcmp(name, plan.kernel_name) != 0)
+    st = ag_fail(err, AG_ERR_TEMPLATE, "the plan names the kernel %s, the emitted source %s",
+                 plan.kernel_name, name);
+  if (st == AG_OK) st = ag_context_kernel(ctx, &resolved, &plan, source, arch, out_kernel, err);
+  free(source);
+  return st;
+}
+
+const ag_spec *ag_kernel_spec(const ag_kernel *kernel) { return kernel ? &kernel->spec : NULL; }
