@@ -1,0 +1,270 @@
+/* check_nvrtc.c: NVRTC compilation: logs in failure messages, arch checks,
+ * cubins (never PTX), the dump directory, and the real pipeline: every spec
+ * in ../specs compiles through ag_compile for sm_90a and sm_80. */
+#include <check.h>
+#include <ftw.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "runtime.h"
+
+static const char good_source[] =
+    "extern \"C\" __global__ void k(float *p) { p[threadIdx.x] = 1.f; }\n";
+static const char bad_source[] =
+    "extern \"C\" __global__ void k(float *p) {\n"
+    "  p[threadIdx.x] = undefined_thing;\n"
+    "}\n";
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+static void remove_tree(char *dir) {
+  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  free(dir);
+}
+
+/* A fresh temporary directory; the knobs that change compiles cleared. */
+static char *fresh_dir(void) {
+  char *dir = strdup("/tmp/attngen-nvrtc-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  unsetenv(AG_ENV_DUMP_DIR);
+  unsetenv(AG_ENV_NVRTC_VERBOSE);
+  unsetenv(AG_ENV_CACHE_DISABLE);
+  setenv(AG_ENV_CACHE_DIR, dir, 1);
+  return dir;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  ag_buf b;
+  ag_buf_init(&b);
+  char chunk[4096];
+  for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;) ag_buf_append(&b, chunk, n);
+  fclose(f);
+  return ag_buf_take(&b);
+}
+
+/* A cubin is an ELF file for the CUDA machine (EM_CUDA = 190), not PTX. */
+static void assert_cubin(const void *cubin, size_t size) {
+  const uint8_t *p = cubin;
+  ck_assert_uint_gt(size, 64);
+  ck_assert_mem_eq(p,
+                   "\x7f"
+                   "ELF",
+                   4);
+  ck_assert_int_eq(p[18] | p[19] << 8, 190);
+}
+
+START_TEST(version) {
+  int major = 0, minor = -1;
+  ck_assert_int_eq(ag_nvrtc_version(&major, &minor, NULL), AG_OK);
+  ck_assert_int_ge(major, 12);
+  ck_assert_int_ge(minor, 0);
+}
+END_TEST
+
+START_TEST(bad_source_carries_log) {
+  char *dir = fresh_dir();
+  ag_error err = {0};
+  void *cubin = (void *)1;
+  size_t size = 1;
+  ck_assert_int_eq(ag_nvrtc_compile(bad_source, "bad", "sm_80", &cubin, &size, &err), AG_ERR_NVRTC);
+  ck_assert_int_eq(err.code, AG_ERR_NVRTC);
+  ck_assert_ptr_null(cubin);
+  ck_assert_uint_eq(size, 0);
+  ck_assert_msg(strstr(err.message, "undefined_thing"), "message: %s", err.message);
+  ck_assert_msg(strstr(err.message, "bad.cu(2)"), "message: %s", err.message);
+  ck_assert_ptr_nonnull(strstr(err.message, AG_ENV_DUMP_DIR)); /* the hint */
+  ag_error_clear(&err);
+  /* Through the cache too: the failure is not cached, nothing is written. */
+  ck_assert_int_eq(ag_compile_source(bad_source, "bad", "sm_80", &cubin, &size, NULL, &err),
+                   AG_ERR_NVRTC);
+  ck_assert_ptr_nonnull(strstr(err.message, "undefined_thing"));
+  ag_error_clear(&err);
+  remove_tree(dir);
+}
+END_TEST
+
+START_TEST(arch_strings) {
+  const char *good[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"};
+  const char *bad[] = {"",        "sm_8",   "sm_",     "sm80",   "SM_80", "compute_80", "sm_80b",
+                       "sm_90aa", "sm_090", "sm_1000", "sm_80 ", "sm_8a", "-sm_80"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+    ck_assert_msg(ag_arch_check(good[i], NULL) == AG_OK, "%s rejected", good[i]);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ag_error err = {0};
+    ck_assert_msg(ag_arch_check(bad[i], &err) == AG_ERR_INVALID_ARGUMENT, "'%s' accepted", bad[i]);
+    ck_assert_ptr_nonnull(strstr(err.message, "sm_90a"));
+    ag_error_clear(&err);
+  }
+  ck_assert_int_eq(ag_arch_check(NULL, NULL), AG_ERR_INVALID_ARGUMENT);
+  /* The compile entry points check before doing anything. */
+  void *cubin = NULL;
+  size_t size = 0;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_nvrtc_compile(good_source, "k", "compute_90", &cubin, &size, &err),
+                   AG_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.message, "compute_90"));
+  ag_error_clear(&err);
+  ck_assert_int_eq(ag_compile_source(good_source, "k", "sm_9", &cubin, &size, NULL, &err),
+                   AG_ERR_INVALID_ARGUMENT);
+  ag_error_clear(&err);
+  ck_assert_ptr_null(cubin);
+  /* The spec's names. */
+  ck_assert_str_eq(ag_arch_name(AG_ARCH_SM80), "sm_80");
+  ck_assert_str_eq(ag_arch_name(AG_ARCH_SM90A), "sm_90a");
+  ck_assert_ptr_null(ag_arch_name(AG_ARCH_AUTO));
+}
+END_TEST
+
+START_TEST(good_source_gives_cubin) {
+  char *dir = fresh_dir();
+  const char *archs[] = {"sm_80", "sm_90a"};
+  for (int i = 0; i < 2; i++) {
+    void *cubin = NULL;
+    size_t size = 0;
+    ag_error err = {0};
+    ag_status st = ag_nvrtc_compile(good_source, "good", archs[i], &cubin, &size, &err);
+    ck_assert_msg(st == AG_OK, "%s: %s", archs[i], err.message);
+    assert_cubin(cubin, size);
+    free(cubin);
+  }
+  remove_tree(dir);
+}
+END_TEST
+
+START_TEST(dump_dir) {
+  char *dir = fresh_dir();
+  char *dump = NULL, *path = NULL;
+  ck_assert_int_ge(asprintf(&dump, "%s/dumps/here", dir), 0); /* created on demand */
+  setenv(AG_ENV_DUMP_DIR, dump, 1);
+  void *cubin = NULL;
+  size_t size = 0;
+  ag_error err = {0};
+
+  /* Every compile writes <name>.cu (the exact source) and <name>.log. */
+  ck_assert_int_eq(ag_nvrtc_compile(good_source, "good", "sm_80", &cubin, &size, &err), AG_OK);
+  free(cubin);
+  ck_assert_int_ge(asprintf(&path, "%s/good.cu", dump), 0);
+  char *text = slurp(path);
+  ck_assert_ptr_nonnull(text);
+  ck_assert_str_eq(text, good_source);
+  free(text);
+  free(path);
+  ck_assert_int_ge(asprintf(&path, "%s/good.log", dump), 0);
+  text = slurp(path);
+  ck_assert_ptr_nonnull(text);
+  free(text);
+  free(path);
+
+  /* A failure names the dump; its log holds the compiler's error. */
+  ck_assert_int_eq(ag_nvrtc_compile(bad_source, "bad/name", "sm_80", &cubin, &size, &err),
+                   AG_ERR_NVRTC);
+  ck_assert_int_ge(asprintf(&path, "%s/bad_name.cu", dump), 0);
+  ck_assert_msg(strstr(err.message, path), "message: %s", err.message);
+  text = slurp(path);
+  ck_assert_ptr_nonnull(text);
+  ck_assert_str_eq(text, bad_source);
+  free(text);
+  free(path);
+  ck_assert_int_ge(asprintf(&path, "%s/bad_name.log", dump), 0);
+  text = slurp(path);
+  ck_assert_ptr_nonnull(text);
+  ck_assert_ptr_nonnull(strstr(text, "undefined_thing"));
+  free(text);
+  free(path);
+  ag_error_clear(&err);
+
+  /* ATTNGEN_NVRTC_VERBOSE puts ptxas's report in the log. */
+  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
+  ck_assert_int_eq(ag_nvrtc_compile(good_source, "verbose", "sm_80", &cubin, &size, &err), AG_OK);
+  free(cubin);
+  ck_assert_int_ge(asprintf(&path, "%s/verbose.log", dump), 0);
+  text = slurp(path);
+  ck_assert_ptr_nonnull(text);
+  ck_assert_msg(strstr(text, "ptxas"), "log: %s", text);
+  free(text);
+  free(path);
+  unsetenv(AG_ENV_NVRTC_VERBOSE);
+
+  /* A dump that cannot be written is an error: it was asked for. */
+  ck_assert_int_ge(asprintf(&path, "%s/good.cu/x", dump), 0);
+  setenv(AG_ENV_DUMP_DIR, path, 1);
+  ck_assert_int_eq(ag_nvrtc_compile(good_source, "good", "sm_80", &cubin, &size, &err), AG_ERR_IO);
+  ck_assert_ptr_nonnull(strstr(err.message, AG_ENV_DUMP_DIR));
+  ag_error_clear(&err);
+  free(path);
+  unsetenv(AG_ENV_DUMP_DIR);
+  free(dump);
+  remove_tree(dir);
+}
+END_TEST
+
+/* The real pipeline: spec -> plan -> emit -> NVRTC, for both arches. */
+START_TEST(every_spec_compiles) {
+  char *dir = fresh_dir();
+  glob_t g;
+  ck_assert_int_eq(glob("../specs/*.yaml", 0, NULL, &g), 0);
+  int compiled = 0;
+  for (size_t i = 0; i < g.gl_pathc; i++) {
+    ag_spec spec;
+    ag_error err = {0};
+    ag_status st = ag_spec_load_file(g.gl_pathv[i], &spec, &err);
+    if (st == AG_ERR_UNSUPPORTED) {
+      ag_error_clear(&err);
+      continue;
+    }
+    ck_assert_msg(st == AG_OK, "%s: %s", g.gl_pathv[i], err.message);
+    const char *archs[] = {"sm_90a", "sm_80"};
+    for (int a = 0; a < 2; a++) {
+      const char *own = ag_arch_name(spec.arch);
+      if (own && strcmp(own, archs[a]) != 0) continue; /* the spec names its arch */
+      void *cubin = NULL;
+      size_t size = 0;
+      st = ag_compile(&spec, archs[a], &cubin, &size, &err);
+      if (st == AG_ERR_UNSUPPORTED) { /* e.g. a pass not written yet */
+        ag_error_clear(&err);
+        continue;
+      }
+      ck_assert_msg(st == AG_OK, "%s for %s: %s", g.gl_pathv[i], archs[a], err.message);
+      assert_cubin(cubin, size);
+      free(cubin);
+      /* The second time comes from the disk cache, byte for byte. */
+      ag_cache_origin origin;
+      void *again = NULL;
+      size_t again_size = 0;
+      ck_assert_int_eq(ag_compile_spec(&spec, archs[a], &again, &again_size, &origin, NULL, &err),
+                       AG_OK);
+      ck_assert_int_eq(origin, AG_FROM_DISK);
+      ck_assert_uint_eq(again_size, size);
+      free(again);
+      compiled++;
+    }
+  }
+  globfree(&g);
+  ck_assert_msg(compiled > 0, "no spec in ../specs compiled");
+  remove_tree(dir);
+}
+END_TEST
+
+Suite *nvrtc_suite(void) {
+  Suite *s = suite_create("nvrtc");
+  TCase *tc = tcase_create("nvrtc");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, version);
+  tcase_add_test(tc, bad_source_carries_log);
+  tcase_add_test(tc, arch_strings);
+  tcase_add_test(tc, good_source_gives_cubin);
+  tcase_add_test(tc, dump_dir);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("pipeline");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, every_spec_compiles);
+  suite_add_tcase(s, tc);
+  return s;
+}
