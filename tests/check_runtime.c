@@ -180,16 +180,11 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 }
 
 /* A context on device 0, or NULL after printing why the test is skipped.
- * The cache goes to a fresh directory, removed at exit. */
+ * Kernels are cached in a fresh directory that device_done removes. */
 static char cache_dir[64];
-static void remove_cache(void) { nftw(cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 static ag_context *device_or_skip(const char *test) {
   unsetenv(AG_ENV_LIBCUDA);
   unsetenv(AG_ENV_CACHE_DISABLE);
-  strcpy(cache_dir, "/tmp/attngen-rt-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(cache_dir));
-  setenv(AG_ENV_CACHE_DIR, cache_dir, 1);
-  atexit(remove_cache);
   ag_context *ctx = NULL;
   ag_error err = {0};
   ag_status st = ag_context_create(0, &ctx, &err);
@@ -199,7 +194,14 @@ static ag_context *device_or_skip(const char *test) {
     return NULL;
   }
   ck_assert_msg(st == AG_OK, "ag_context_create: %s", err.message);
+  strcpy(cache_dir, "/tmp/attngen-rt-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(cache_dir));
+  setenv(AG_ENV_CACHE_DIR, cache_dir, 1);
   return ctx;
+}
+static void device_done(ag_context *ctx) {
+  ag_context_destroy(ctx);
+  nftw(cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static const char fill_source[] =
@@ -243,7 +245,7 @@ START_TEST(device_context) {
   ck_assert_int_eq(ag_context_create(0, &second, &err), AG_OK);
   ck_assert_ptr_eq(second->cu, ctx->cu);
   ag_context_destroy(second);
-  ag_context_destroy(ctx);
+  device_done(ctx);
 }
 END_TEST
 
@@ -313,7 +315,7 @@ START_TEST(device_kernel_load_and_launch) {
                    AG_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err.message, foreign));
   ag_error_clear(&err);
-  ag_context_destroy(ctx);
+  device_done(ctx);
 }
 END_TEST
 
@@ -354,7 +356,7 @@ START_TEST(device_kernel_race) {
   int listed = 0;
   for (ag_kernel *k = ctx->kernels; k; k = k->next) listed++;
   ck_assert_int_eq(listed, 1);
-  ag_context_destroy(ctx);
+  device_done(ctx);
 }
 END_TEST
 
