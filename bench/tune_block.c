@@ -1,5 +1,5 @@
-/* tune_block.c: times plan variants of the block-diagonal forward (tiles
- * resident per CTA) on ads shapes, next to a device-to-device copy measured
+/* tune_block.c: times plan variants of the block-diagonal forward (heads
+ * per tile, tiles resident per CTA) on ads shapes, next to a device-to-device copy measured
  * in the same run. A tuning tool for choosing plan.c's defaults; prints one
  * line per variant. Usage: tune_block [L ...] (default 1024 4096). */
 #include <stdio.h>
@@ -72,13 +72,17 @@ int main(int argc, char **argv) {
       double cms = copy_ms(ctx, (size_t)(bytes / 2));
       printf("L=%d d=%d: %.0f MB moved; copy of half that: %.4f ms = %.3f TB/s\n", L, dim,
              bytes / 1e6, cms, bytes / (cms * 1e-3) / 1e12);
-      for (int stages = 1; stages <= 4; stages++) {
+      for (int variant = 0; variant < 8; variant++) {
+        int stages = 1 + variant % 4, hpt = 1 + variant / 4;
         ag_plan plan;
         if (ag_plan_make(&spec, &plan, &err)) die(&err);
+        if (hpt > 1 && dim > 64) continue;
+        plan.heads_per_tile = hpt;
+        plan.jobs_per_warp = hpt * 64 / 16 / plan.warps;
         plan.stages = stages;
-        plan.smem_bytes = stages * 3 * 64 * dim * 2;
+        plan.smem_bytes = stages * 3 * 64 * hpt * dim * 2;
         if (plan.smem_bytes > 227 * 1024) continue;
-        snprintf(plan.kernel_name, sizeof plan.kernel_name, "tune_d%d_s%d", dim, stages);
+        snprintf(plan.kernel_name, sizeof plan.kernel_name, "tune_d%d_h%d_s%d", dim, hpt, stages);
         char *src;
         if (ag_emit_plan(&spec, &plan, &src, &err)) die(&err);
         ag_kernel *k;
@@ -89,8 +93,8 @@ int main(int argc, char **argv) {
         if (ag_block_data_check(d, k, 20000000, &r, &err)) die(&err);
         double ms;
         if (ag_block_data_time(d, k, 3, 30, &ms, &err)) die(&err);
-        printf("  stages %d: %d CTAs/SM, %.4f ms, %.3f TB/s = %.1f%% of copy; rel err %.2e%s\n",
-               stages, k->ctas_per_sm, ms, bytes / (ms * 1e-3) / 1e12, 100 * cms / ms,
+        printf("  heads/tile %d, stages %d: %d CTAs/SM, %.4f ms, %.3f TB/s = %.1f%% of copy; rel err %.2e%s\n",
+               hpt, stages, k->ctas_per_sm, ms, bytes / (ms * 1e-3) / 1e12, 100 * cms / ms,
                r.rel_error, r.unwritten || r.guard_clobbered ? " UNWRITTEN/GUARD!" : "");
         fflush(stdout);
       }

@@ -54,11 +54,12 @@ ag_status ag_emit_plan(const ag_spec *spec, const ag_plan *p, char **out_source,
   const ag_plan plan = *p;
   ag_status st;
 
-  char block[16], dim[16], warps[16], mtiles[16], stages[16], scale_log2[48], scale_text[48];
+  char block[16], dim[16], warps[16], heads[16], jobs[16], stages[16], scale_log2[48], scale_text[48];
   snprintf(block, sizeof block, "%d", plan.block_size);
   snprintf(dim, sizeof dim, "%d", plan.head_dim);
   snprintf(warps, sizeof warps, "%d", plan.warps);
-  snprintf(mtiles, sizeof mtiles, "%d", plan.m_tiles_per_warp);
+  snprintf(heads, sizeof heads, "%d", plan.heads_per_tile);
+  snprintf(jobs, sizeof jobs, "%d", plan.jobs_per_warp);
   snprintf(stages, sizeof stages, "%d", plan.stages);
   snprintf(scale_log2, sizeof scale_log2, "%.9ef", plan.scale * 1.4426950408889634);
   if (spec->softmax_scale > 0) snprintf(scale_text, sizeof scale_text, "%.9g", plan.scale);
@@ -69,7 +70,8 @@ ag_status ag_emit_plan(const ag_spec *spec, const ag_plan *p, char **out_source,
       {"BLOCK_SIZE", block},
       {"HEAD_DIM", dim},
       {"WARPS", warps},
-      {"M_TILES_PER_WARP", mtiles},
+      {"HEADS_PER_TILE", heads},
+      {"JOBS_PER_WARP", jobs},
       {"STAGES", stages},
       {"SCALE_LOG2", scale_log2},
       {"SCALE_TEXT", scale_text},

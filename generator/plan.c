@@ -34,15 +34,23 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   out->block_size = spec->block_size;
   out->head_dim = spec->head_dim;
   out->elem_bytes = 2;
-  /* One warp per 16 query rows, up to 8 warps; larger blocks give each warp
-   * several row tiles in turn so S and O fit in registers. */
+  /* Two adjacent heads per tile at head_dim 64, so each tile row is 256
+   * contiguous bytes as at head_dim 128: measured on the H200, 64-token
+   * blocks at head_dim 64 reached 85-89% of copy bandwidth one head at a
+   * time (bench/NOTES.md). Only where two such tiles still fit twice. */
+  int row_bytes = spec->head_dim * out->elem_bytes;
+  out->heads_per_tile = 1;
+  if (row_bytes < 256 && 2 * 3 * spec->block_size * 2 * row_bytes <= MAX_SMEM_BYTES)
+    out->heads_per_tile = 2;
+  /* One warp per 16 query rows, up to 8 warps; more jobs (heads, larger
+   * blocks) are taken in turn, so S and O of one job fit in registers. */
   int row_tiles = spec->block_size / 16;
   out->warps = row_tiles < MAX_WARPS ? row_tiles : MAX_WARPS;
-  out->m_tiles_per_warp = row_tiles / out->warps;
+  out->jobs_per_warp = row_tiles * out->heads_per_tile / out->warps;
   out->threads = out->warps * 32;
   /* Two tiles resident (load the next while computing this one) when they
    * fit; a 256x128 block needs 192 KiB for one. */
-  int stage_bytes = 3 * spec->block_size * spec->head_dim * out->elem_bytes;
+  int stage_bytes = 3 * spec->block_size * out->heads_per_tile * row_bytes;
   out->stages = 2 * stage_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   out->smem_bytes = out->stages * stage_bytes;
   out->scale = ag_spec_scale(spec);
@@ -56,8 +64,9 @@ char *ag_plan_describe(const ag_plan *p, const char *prefix) {
   ag_buf b;
   ag_buf_init(&b);
   ag_buf_printf(&b, "%skernel: %s\n", prefix, p->kernel_name);
-  ag_buf_printf(&b, "%sthreads: %d (%d warps, %d row tile%s of 16 each)\n", prefix, p->threads,
-                p->warps, p->m_tiles_per_warp, p->m_tiles_per_warp > 1 ? "s" : "");
+  ag_buf_printf(&b, "%sheads per tile: %d\n", prefix, p->heads_per_tile);
+  ag_buf_printf(&b, "%sthreads: %d (%d warps, %d job%s of 16 query rows each)\n", prefix,
+                p->threads, p->warps, p->jobs_per_warp, p->jobs_per_warp > 1 ? "s" : "");
   ag_buf_printf(&b, "%stiles resident per CTA: %d\n", prefix, p->stages);
   ag_buf_printf(&b, "%sshared memory: %d bytes\n", prefix, p->smem_bytes);
   return ag_buf_take(&b);

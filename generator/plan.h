@@ -13,8 +13,9 @@ typedef struct ag_plan {
   int elem_bytes;       /* 2 for bf16 and fp16 */
   int warps;            /* warps per CTA */
   int threads;          /* warps * 32 */
-  int m_tiles_per_warp; /* 16-row MMA tiles each warp owns */
-  int stages;           /* (block, head) tiles resident per CTA */
+  int heads_per_tile;   /* adjacent heads loaded and computed as one tile */
+  int jobs_per_warp;    /* (head, 16-row query tile) jobs each warp runs */
+  int stages;           /* (block, head group) tiles resident per CTA */
   int smem_bytes;       /* dynamic shared memory per CTA */
   double scale;         /* softmax scale, auto resolved */
 } ag_plan;

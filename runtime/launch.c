@@ -6,12 +6,12 @@
 #include "runtime.h"
 
 /* Items the block-diagonal kernel walks: (batch + floor(total / block))
- * virtual blocks times heads; see the work walk in templates/block_fwd.cu.
- * -1 when that overflows. */
-static int64_t block_items(int64_t batch, int64_t total, int block, int64_t heads) {
+ * virtual blocks times head groups; see the work walk in
+ * templates/block_fwd.cu. -1 when that overflows. */
+static int64_t block_items(int64_t batch, int64_t total, int block, int64_t groups) {
   int64_t vblocks = batch + total / block;
-  if (vblocks < batch || vblocks > INT64_MAX / heads) return -1;
-  return vblocks * heads;
+  if (vblocks < batch || vblocks > INT64_MAX / groups) return -1;
+  return vblocks * groups;
 }
 
 static ag_status check_tensor(const void *p, const char *name, ag_error *err) {
@@ -55,7 +55,8 @@ ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *a,
   if ((uintptr_t)a->offsets % 4)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets (%p) is not 4-byte aligned",
                    (const void *)a->offsets);
-  int64_t items = block_items(a->batch, a->total_tokens, p->block_size, a->heads);
+  int64_t groups = (a->heads + p->heads_per_tile - 1) / p->heads_per_tile;
+  int64_t items = block_items(a->batch, a->total_tokens, p->block_size, groups);
   if (items < 0) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "work count overflows");
 
   ag_context *ctx = kernel->ctx;

@@ -1,6 +1,6 @@
 @# block_fwd.cu: block-diagonal attention forward, mma.sync path (sm_80+).
 @# Placeholders: @KERNEL_NAME@ @BLOCK_SIZE@ @HEAD_DIM@ @WARPS@
-@#   @M_TILES_PER_WARP@ @STAGES@ @SCALE_LOG2@ (scale * log2(e), a float
+@#   @HEADS_PER_TILE@ @JOBS_PER_WARP@ @STAGES@ @SCALE_LOG2@ (scale * log2(e), a float
 @#   literal) @SCALE_TEXT@ (the scale as the spec gave it, for a comment)
 @#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh)
 @# Conditions: CAUSAL.
@@ -9,39 +9,43 @@ constexpr int kBlock = @BLOCK_SIZE@;  // tokens per diagonal block
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
 constexpr int kWarps = @WARPS@;  // warps per CTA
 constexpr int kThreads = kWarps * 32;
-constexpr int kMTilesPerWarp = @M_TILES_PER_WARP@;  // 16-row query tiles per warp
-constexpr int kStages = @STAGES@;  // (block, head) tiles resident per CTA
+constexpr int kHeadsPerTile = @HEADS_PER_TILE@;  // adjacent heads loaded as one tile
+constexpr int kJobsPerWarp = @JOBS_PER_WARP@;  // (head, 16-row query tile) jobs per warp
+constexpr int kStages = @STAGES@;  // (block, head group) tiles resident per CTA
 constexpr float kScaleLog2 = @SCALE_LOG2@;  // softmax scale @SCALE_TEXT@ times log2(e)
 
-constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-constexpr int kTileElems = kBlock * kHeadDim;  // one of Q, K, V for one (block, head)
+constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous in memory
+constexpr int kChunks = kRowElems / 8;  // 16-byte chunks per tile row
+constexpr int kHeadChunks = kHeadDim / 8;  // 16-byte chunks per head
+constexpr int kTileElems = kBlock * kRowElems;  // one of Q, K, V for one (block, head group)
 constexpr int kStageElems = 3 * kTileElems;  // Q, K and V
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
-static_assert(kWarps * kMTilesPerWarp * 16 == kBlock, "warps must cover the block");
+static_assert(kWarps * kJobsPerWarp * 16 == kBlock * kHeadsPerTile, "warps must cover the tile");
 static_assert(kBlock * kChunks % kThreads == 0, "tile loads must divide evenly");
 /* ---- end constants ---- */
 
 @include mma_sm80.cuh@
 
 /* ---- begin work walk ----
- * Work items are (block, head) pairs. Blocks get "virtual" numbers that need
+ * Work items are (block, head group) pairs; a head group is kHeadsPerTile
+ * adjacent heads, whose rows are contiguous in memory. Blocks get "virtual" numbers that need
  * no prefix sum over block counts: sequence i, starting at token s_i, numbers
  * its blocks from i + floor(s_i / kBlock). Those numbers increase with i and
  * leave at most one unused number per sequence, so the item space has
- * (batch + floor(total_tokens / kBlock)) * heads entries, known on the host
+ * (batch + floor(total_tokens / kBlock)) * head_groups entries, known on the host
  * without reading the offsets. Each CTA takes one contiguous range of items,
  * finds its first sequence by binary search and then walks forward, skipping
  * unused numbers and empty sequences for free. */
 struct Walk {
   const int *offsets;
   long long batch, total_tokens, end; // end: one past this CTA's last item
-  int heads;
+  int num_heads, groups;              // heads, and head groups, per token
   long long seq;                      // current sequence
   long long seq_start, seq_len;       // its tokens
   long long base;                     // virtual number of its first block
   long long vblock;                   // current virtual block
-  int head;
+  int group;
   bool done;
 };
 
@@ -57,19 +61,19 @@ __device__ __forceinline__ void load_sequence(Walk &w, long long i) {
   w.base = i + s / kBlock;
 }
 
-// Move to the first valid item at or after (vblock, head).
+// Move to the first valid item at or after (vblock, group).
 __device__ __forceinline__ void settle(Walk &w) {
   while (w.vblock - w.base >= (w.seq_len + kBlock - 1) / kBlock) {
     if (w.seq + 1 >= w.batch) { w.done = true; return; }
     load_sequence(w, w.seq + 1);
-    if (w.vblock < w.base) { w.vblock = w.base; w.head = 0; }
+    if (w.vblock < w.base) { w.vblock = w.base; w.group = 0; }
   }
-  if (w.vblock * w.heads + w.head >= w.end) w.done = true;
+  if (w.vblock * w.groups + w.group >= w.end) w.done = true;
 }
 
 __device__ __forceinline__ void walk_begin(Walk &w, long long first) {
-  w.vblock = first / w.heads;
-  w.head = (int)(first % w.heads);
+  w.vblock = first / w.groups;
+  w.group = (int)(first % w.groups);
   w.done = first >= w.end;
   if (w.done) return;
   // Last sequence whose first virtual block is <= vblock.
@@ -81,12 +85,12 @@ __device__ __forceinline__ void walk_begin(Walk &w, long long first) {
     if (mid + s / kBlock <= w.vblock) lo = mid; else hi = mid - 1;
   }
   load_sequence(w, lo);
-  if (w.vblock < w.base) { w.vblock = w.base; w.head = 0; }
+  if (w.vblock < w.base) { w.vblock = w.base; w.group = 0; }
   settle(w);
 }
 
 __device__ __forceinline__ void walk_next(Walk &w) {
-  if (++w.head == w.heads) { w.head = 0; w.vblock++; }
+  if (++w.group == w.groups) { w.group = 0; w.vblock++; }
   settle(w);
 }
 
@@ -94,17 +98,19 @@ __device__ __forceinline__ void walk_next(Walk &w) {
 struct Tile {
   long long token0; // first token of the block
   int rows;         // valid rows, 1..kBlock; 0 marks "no tile"
-  int head;
+  int head0;        // first head of the group
+  int heads;        // heads of the group that exist, 1..kHeadsPerTile
 };
 
 __device__ __forceinline__ Tile walk_tile(const Walk &w) {
   Tile t;
-  if (w.done) { t.token0 = 0; t.rows = 0; t.head = 0; return t; }
+  if (w.done) { t.token0 = 0; t.rows = 0; t.head0 = 0; t.heads = 0; return t; }
   long long j = w.vblock - w.base;
   long long left = w.seq_len - j * kBlock;
   t.token0 = w.seq_start + j * kBlock;
   t.rows = (int)(left < kBlock ? left : kBlock);
-  t.head = w.head;
+  t.head0 = w.group * kHeadsPerTile;
+  t.heads = min(kHeadsPerTile, w.num_heads - t.head0);
   return t;
 }
 /* ---- end work walk ---- */
@@ -112,10 +118,10 @@ __device__ __forceinline__ Tile walk_tile(const Walk &w) {
 /* ---- begin tile load ----
  * Shared-memory tiles are row-major with 16-byte chunks XOR-swizzled by the
  * row (chunk c of row r sits at c ^ (r % 8)), so the 8 row addresses of an
- * ldmatrix hit 8 different bank groups. Rows past the sequence end are
- * zero-filled, never read from memory. */
+ * ldmatrix hit 8 different bank groups. Rows past the sequence end, and
+ * heads past the last, are zero-filled, never read from memory. */
 __device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
+  return row * kRowElems + ((chunk ^ (row & 7)) * 8);
 }
 
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
@@ -124,13 +130,13 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
   const unsigned short *src[3] = {q, k, v};
 #pragma unroll
   for (int m = 0; m < 3; m++) {
-    const unsigned short *base = src[m] + t.token0 * row_stride + (long long)t.head * kHeadDim;
+    const unsigned short *base = src[m] + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
     unsigned dst = smem_addr(stage + m * kTileElems);
 #pragma unroll
     for (int it = 0; it < kBlock * kChunks / kThreads; it++) {
       int i = threadIdx.x + it * kThreads;
       int row = i / kChunks, chunk = i % kChunks;
-      bool real = row < t.rows;
+      bool real = row < t.rows && chunk < t.heads * kHeadChunks;
       const unsigned short *g = base + (real ? row * row_stride + chunk * 8 : 0);
       cp_async_16(dst + swizzle(row, chunk) * 2, g, real ? 16 : 0);
     }
@@ -142,8 +148,9 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
  * S = Q K^T and P = softmax(S) stay in registers; P is reused directly as
  * the A operand of O = P V. The whole key range is one tile, so there is no
  * running maximum to rescale. */
-__device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t, int row0,
-                                            unsigned short *o, long long row_stride) {
+__device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t, int h,
+                                            int row0, unsigned short *o, long long row_stride) {
+  const int c0 = h * kHeadChunks; // head h of the group: its first chunk in a tile row
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3; // row group and thread in quad
   const unsigned q_s = smem_addr(stage), k_s = smem_addr(stage + kTileElems),
@@ -156,12 +163,12 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     unsigned a[4];
-    ldmatrix_x4(a, q_s + swizzle(row0 + (lane & 15), 2 * kk + (lane >> 4)) * 2);
+    ldmatrix_x4(a, q_s + swizzle(row0 + (lane & 15), c0 + 2 * kk + (lane >> 4)) * 2);
 #pragma unroll
     for (int n = 0; n < kKeyTiles; n += 2) {
       unsigned b[4];
       ldmatrix_x4(b, k_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
-                                   2 * kk + ((lane >> 3) & 1)) * 2);
+                                   c0 + 2 * kk + ((lane >> 3) & 1)) * 2);
       mma_16816(s[n], a, b[0], b[1]);
       mma_16816(s[n + 1], a, b[2], b[3]);
     }
@@ -235,37 +242,40 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
     for (int n = 0; n < kDimTiles; n += 2) {
       unsigned b[4];
       ldmatrix_x4_trans(b, v_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                         n + (lane >> 4)) * 2);
+                                         c0 + n + (lane >> 4)) * 2);
       mma_16816(acc[n], a, b[0], b[1]);
       mma_16816(acc[n + 1], a, b[2], b[3]);
     }
   }
 
-  // Normalise, then stage the 16 output rows in this warp's own Q rows
-  // (read by no other warp) so the global stores are 16-byte and coalesced.
+  // Normalise, then stage the 16 output rows in this warp's own Q rows and
+  // head (read by no other warp) so the global stores are 16-byte and
+  // coalesced. The warp's lanes read Q above: order those reads first.
   const float inv_lo = 1.f / l_lo, inv_hi = 1.f / l_hi;
   unsigned *stage32 = reinterpret_cast<unsigned *>(stage);
+  __syncwarp();
 #pragma unroll
   for (int n = 0; n < kDimTiles; n++) {
-    stage32[(swizzle(r_lo, n) + 2 * tq) / 2] = pack2(acc[n][0] * inv_lo, acc[n][1] * inv_lo);
-    stage32[(swizzle(r_hi, n) + 2 * tq) / 2] = pack2(acc[n][2] * inv_hi, acc[n][3] * inv_hi);
+    stage32[(swizzle(r_lo, c0 + n) + 2 * tq) / 2] = pack2(acc[n][0] * inv_lo, acc[n][1] * inv_lo);
+    stage32[(swizzle(r_hi, c0 + n) + 2 * tq) / 2] = pack2(acc[n][2] * inv_hi, acc[n][3] * inv_hi);
   }
   __syncwarp();
-  unsigned short *out = o + t.token0 * row_stride + (long long)t.head * kHeadDim;
+  unsigned short *out = o + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim;
 #pragma unroll
-  for (int it = 0; it < kChunks / 2; it++) {
+  for (int it = 0; it < kHeadChunks / 2; it++) {
     int i = lane + it * 32;
-    int row = row0 + i / kChunks, chunk = i % kChunks;
+    int row = row0 + i / kHeadChunks, chunk = i % kHeadChunks;
     if (row < t.rows)
       *reinterpret_cast<uint4 *>(out + row * row_stride + chunk * 8) =
-          *reinterpret_cast<const uint4 *>(stage + swizzle(row, chunk));
+          *reinterpret_cast<const uint4 *>(stage + swizzle(row, c0 + chunk));
   }
 }
 /* ---- end attention for one 16-row query tile ---- */
 
 /* ---- begin kernel ----
  * A persistent grid: every CTA walks its own contiguous range of items with
- * kStages tiles resident, loading the next while computing the current. */
+ * kStages tiles resident, loading the next while computing the current.
+ * Warps take (head, 16-row query tile) jobs of the resident tile in turn. */
 extern "C" __global__ void __launch_bounds__(kThreads)
 @KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
@@ -280,7 +290,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   w.batch = batch;
   w.total_tokens = total_tokens;
   w.end = num_items * (blockIdx.x + 1) / gridDim.x;
-  w.heads = heads;
+  w.num_heads = heads;
+  w.groups = (heads + kHeadsPerTile - 1) / kHeadsPerTile;
   walk_begin(w, first);
 
   // ring[0] is computed now; ring[1..kStages-1] are in flight.
@@ -309,9 +320,10 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     unsigned short *stage = smem + (n % kStages) * kStageElems;
     const int warp = threadIdx.x >> 5;
 #pragma unroll 1
-    for (int mt = 0; mt < kMTilesPerWarp; mt++) {
-      int row0 = (warp * kMTilesPerWarp + mt) * 16;
-      if (row0 < ring[0].rows) attend_rows(stage, ring[0], row0, o, row_stride);
+    for (int job = warp; job < kWarps * kJobsPerWarp; job += kWarps) {
+      int h = job / (kBlock / 16), row0 = job % (kBlock / 16) * 16;
+      if (row0 < ring[0].rows && h < ring[0].heads)
+        attend_rows(stage, ring[0], h, row0, o, row_stride);
     }
 
 #pragma unroll
