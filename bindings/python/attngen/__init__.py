@@ -1,0 +1,39 @@
+"""attngen: specialized attention kernels from YAML specs, for PyTorch.
+
+    import attngen
+    out = attngen.block_attention(q, k, v, offsets)            # block 64
+    out = attngen.block_attention(q, k, v, offsets, cpu_offsets,
+                                  block_size=128, causal=True)
+    kernel = attngen.load("specs/ads_block64_d128_bf16.yaml")  # or YAML text, or a dict
+    out = kernel(q, k, v, offsets)
+
+The runtime library libattngen.so is found through $ATTNGEN_LIB, the
+repository's build/ directory or the system loader, and loaded on first use;
+torch is imported on first use too, so this module imports without either.
+"""
+
+from ._errors import (  # noqa: F401
+    AttngenError, AttngenIOError, AttngenMemoryError, CacheError, CompileError, CudaError,
+    DriverError, InvalidArgumentError, LibraryNotFoundError, SpecError, UnsupportedError,
+)
+from ._spec import SpecInfo, block_spec, block_spec_name, dict_to_yaml  # noqa: F401
+from ._validate import check_block_attention_args  # noqa: F401
+from .ops import (  # noqa: F401
+    Kernel, block_attention, block_attention_api, context_arch, kernel_for, load, parse_spec,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "load", "block_attention", "block_attention_api", "Kernel", "SpecInfo", "parse_spec",
+    "kernel_for", "block_spec", "block_spec_name", "check_block_attention_args",
+    "AttngenError", "SpecError", "UnsupportedError", "InvalidArgumentError", "CompileError",
+    "DriverError", "CudaError", "CacheError", "AttngenIOError", "AttngenMemoryError",
+    "LibraryNotFoundError",
+]
+
+
+def library_path():
+    """The path of the loaded libattngen.so (loads it)."""
+    from . import _lib
+    return _lib.lib()._name

@@ -1,0 +1,206 @@
+"""ctypes access to libattngen.so: finding it, the structs of
+include/attngen.h and one checked-call helper.
+
+The library is loaded lazily (first use), so `import attngen` works on a
+machine where it is not built. Search order: $ATTNGEN_LIB, then build/ at
+the repository root (three levels above this file), then build/ two levels
+above the package, then the system loader ("libattngen.so").
+"""
+
+import ctypes
+import ctypes.util
+import os
+import threading
+
+from . import _errors
+
+AG_NAME_MAX = 64
+AG_SOURCE_MAX = 256
+AG_KERNEL_NAME_MAX = 128
+
+# enum values of include/attngen.h
+AG_PATTERN_BLOCK_DIAGONAL, AG_PATTERN_JAGGED = 0, 1
+AG_DTYPE_BF16, AG_DTYPE_FP16 = 0, 1
+AG_PASS_FORWARD, AG_PASS_BACKWARD = 1, 2
+AG_ARCH_AUTO, AG_ARCH_SM80, AG_ARCH_SM90A = 0, 1, 2
+
+
+class AgError(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("message", ctypes.c_void_p)]
+
+
+class AgPos(ctypes.Structure):
+    _fields_ = [("line", ctypes.c_int), ("col", ctypes.c_int)]
+
+
+class _AgRotary(ctypes.Structure):
+    _fields_ = [
+        ("layout", ctypes.c_int),
+        ("apply_to", ctypes.c_uint),
+        ("positions", ctypes.c_int),
+        ("base", ctypes.c_double),
+    ]
+
+
+class _AgSpecAt(ctypes.Structure):
+    _fields_ = [(n, AgPos) for n in (
+        "name", "pattern", "block_size", "causal", "window", "query", "head_dim",
+        "dtype", "softmax_scale", "rotary", "passes", "arch")]
+
+
+class AgSpec(ctypes.Structure):
+    """Mirror of `ag_spec` (488 bytes on x86-64 Linux at attngen 0.1.0)."""
+    _fields_ = [
+        ("source", ctypes.c_char * AG_SOURCE_MAX),
+        ("name", ctypes.c_char * AG_NAME_MAX),
+        ("pattern", ctypes.c_int),
+        ("block_size", ctypes.c_int),
+        ("causal", ctypes.c_bool),
+        ("has_window", ctypes.c_bool),
+        ("window_left", ctypes.c_int),
+        ("window_right", ctypes.c_int),
+        ("query", ctypes.c_int),
+        ("head_dim", ctypes.c_int),
+        ("dtype", ctypes.c_int),
+        ("softmax_scale", ctypes.c_double),
+        ("rotary", _AgRotary),
+        ("passes", ctypes.c_uint),
+        ("arch", ctypes.c_int),
+        ("at", _AgSpecAt),
+    ]
+
+
+class AgSpecBox(ctypes.Structure):
+    """An ag_spec followed by slack, handed to the C calls that fill a spec:
+    should the header grow fields before this mirror is updated, the C side
+    writes into the slack instead of past the end of a Python buffer."""
+    _fields_ = [("spec", AgSpec), ("_slack", ctypes.c_char * 4096)]
+
+
+class AgBlockFwdArgs(ctypes.Structure):
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("offsets", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("total_tokens", ctypes.c_int64),
+    ]
+
+
+_P = ctypes.POINTER
+_c_status = ctypes.c_int
+_PROTOTYPES = {
+    "ag_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+    "ag_error_clear": (None, [_P(AgError)]),
+    "ag_spec_load_file": (_c_status, [ctypes.c_char_p, _P(AgSpecBox), _P(AgError)]),
+    "ag_spec_load_string": (_c_status, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                        _P(AgSpecBox), _P(AgError)]),
+    "ag_spec_scale": (ctypes.c_double, [_P(AgSpecBox)]),
+    "ag_context_create": (_c_status, [ctypes.c_int, _P(ctypes.c_void_p), _P(AgError)]),
+    "ag_context_destroy": (None, [ctypes.c_void_p]),
+    "ag_context_arch": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "ag_kernel_get": (_c_status, [ctypes.c_void_p, _P(AgSpecBox), _P(ctypes.c_void_p),
+                                  _P(AgError)]),
+    "ag_kernel_spec": (_P(AgSpec), [ctypes.c_void_p]),
+    "ag_block_forward": (_c_status, [ctypes.c_void_p, _P(AgBlockFwdArgs), ctypes.c_void_p,
+                                     _P(AgError)]),
+    # ag_block_backward: not in the header yet; bound when the library has it.
+}
+# Entry points that must exist for the library to be usable at all.
+_REQUIRED = ("ag_strerror", "ag_error_clear", "ag_spec_load_string", "ag_spec_load_file")
+
+_lock = threading.Lock()
+_lib = None
+
+
+def candidate_paths():
+    """Where the library is looked for, in order (the last is a bare name
+    for the system loader)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    env = os.environ.get("ATTNGEN_LIB")
+    if env:
+        out.append(env)
+    out.append(os.path.normpath(os.path.join(here, "..", "..", "..", "build", "libattngen.so")))
+    out.append(os.path.normpath(os.path.join(here, "..", "..", "build", "libattngen.so")))
+    found = ctypes.util.find_library("attngen")
+    out.append(found or "libattngen.so")
+    return out
+
+
+def _bind(lib):
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        fn = getattr(lib, name, None)
+        if fn is None:
+            if name in _REQUIRED:
+                raise _errors.LibraryNotFoundError(
+                    "%s lacks the entry point %s; rebuild it with `make build/libattngen.so`"
+                    % (lib._name, name))
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def lib():
+    """The loaded library (loads it on first call). Raises
+    LibraryNotFoundError naming every place it looked."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        env = os.environ.get("ATTNGEN_LIB")
+        for path in candidate_paths():
+            is_bare = os.sep not in path
+            if not is_bare and not os.path.exists(path):
+                tried.append("%s (not found)" % path)
+                if env and path == env:
+                    # An explicit ATTNGEN_LIB that does not exist is an error
+                    # of its own: do not silently take another library.
+                    raise _errors.LibraryNotFoundError(
+                        "ATTNGEN_LIB=%s does not exist" % env)
+                continue
+            try:
+                handle = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append("%s (%s)" % (path, e))
+                continue
+            _bind(handle)
+            _lib = handle
+            return _lib
+        raise _errors.LibraryNotFoundError(
+            "libattngen.so not found; build it with `make build/libattngen.so` at the "
+            "repository root or set ATTNGEN_LIB. Tried: " + "; ".join(tried))
+
+
+def has(name):
+    """Whether the loaded library exports `name` (e.g. ag_block_backward)."""
+    return getattr(lib(), name, None) is not None
+
+
+def strerror(code):
+    try:
+        s = lib().ag_strerror(int(code))
+        return s.decode("utf-8", "replace") if s else None
+    except _errors.LibraryNotFoundError:
+        return None
+
+
+def call(fn_name, *args, context=None):
+    """Call a status-returning C function with a fresh ag_error appended as
+    its last argument; raise the mapped exception on failure. Returns None.
+    """
+    L = lib()
+    err = AgError()
+    status = getattr(L, fn_name)(*args, ctypes.byref(err))
+    if status == _errors.AG_OK:
+        L.ag_error_clear(ctypes.byref(err))
+        return
+    detail = ctypes.string_at(err.message).decode("utf-8", "replace") if err.message else ""
+    L.ag_error_clear(ctypes.byref(err))
+    raise _errors.make_error(status, detail, code_name=strerror(status), context=context)

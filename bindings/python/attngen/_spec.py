@@ -1,0 +1,117 @@
+"""Spec text for the Python side: a tiny YAML writer for spec dicts, and the
+spec that `block_attention` generates for a set of arguments.
+
+Pure Python: the C parser (ag_spec_load_string) remains the only judge of
+what a valid spec is; nothing here second-guesses it beyond naming.
+"""
+
+import json
+import math
+import re
+
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "~", "y", "n"}
+
+
+def _scalar(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("spec values must be finite, got %r" % value)
+        return repr(value)
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        if _PLAIN.match(value) and value.lower() not in _YAML_WORDS:
+            return value
+        return json.dumps(value)  # a JSON string is a valid YAML double-quoted scalar
+    raise TypeError("unsupported spec value %r (%s)" % (value, type(value).__name__))
+
+
+def _emit(mapping, indent, lines):
+    pad = "  " * indent
+    for key, value in mapping.items():
+        if not isinstance(key, str):
+            raise TypeError("spec keys must be strings, got %r" % (key,))
+        if isinstance(value, dict):
+            lines.append("%s%s:" % (pad, key))
+            _emit(value, indent + 1, lines)
+        elif isinstance(value, (list, tuple)):
+            lines.append("%s%s: [%s]" % (pad, key, ", ".join(_scalar(v) for v in value)))
+        else:
+            lines.append("%s%s: %s" % (pad, key, _scalar(value)))
+
+
+def dict_to_yaml(spec):
+    """YAML text for a spec given as a dict (nested dicts and flat lists of
+    scalars only, as specs are). Key order is kept."""
+    if not isinstance(spec, dict):
+        raise TypeError("a spec dict is required, got %s" % type(spec).__name__)
+    lines = []
+    _emit(spec, 0, lines)
+    return "\n".join(lines) + "\n"
+
+
+DTYPE_NAMES = ("bf16", "fp16")
+
+
+def _scale_tag(scale):
+    text = "%.9g" % scale
+    return text.replace(".", "p").replace("-", "m").replace("+", "")
+
+
+def block_spec_name(block_size, head_dim, dtype, causal=False, softmax_scale=None):
+    """The generated spec's name, e.g. torch_block64_d128_bf16, with
+    _causal and _s<scale> suffixes when they apply."""
+    name = "torch_block%d_d%d_%s" % (block_size, head_dim, dtype)
+    if causal:
+        name += "_causal"
+    if softmax_scale is not None:
+        name += "_s" + _scale_tag(softmax_scale)
+    return name.lower()
+
+
+def block_spec(block_size, head_dim, dtype, causal=False, softmax_scale=None):
+    """The spec dict block_attention compiles for its arguments. `dtype` is
+    "bf16" or "fp16"; softmax_scale None means auto (1/sqrt(head_dim))."""
+    if dtype not in DTYPE_NAMES:
+        raise ValueError("dtype must be one of %s, got %r" % (DTYPE_NAMES, dtype))
+    return {
+        "name": block_spec_name(block_size, head_dim, dtype, causal, softmax_scale),
+        "pattern": "block_diagonal",
+        "block_size": int(block_size),
+        "causal": bool(causal),
+        "head_dim": int(head_dim),
+        "dtype": dtype,
+        "softmax_scale": "auto" if softmax_scale is None else float(softmax_scale),
+        "passes": ["forward"],
+    }
+
+
+class SpecInfo:
+    """What Python needs of a parsed ag_spec (a plain copy, no pointers)."""
+
+    __slots__ = ("name", "source", "pattern", "block_size", "causal", "head_dim",
+                 "dtype", "softmax_scale", "scale", "passes")
+
+    def __init__(self, name, source, pattern, block_size, causal, head_dim, dtype,
+                 softmax_scale, scale, passes):
+        self.name = name
+        self.source = source
+        self.pattern = pattern          # "block_diagonal" | "jagged"
+        self.block_size = block_size
+        self.causal = causal
+        self.head_dim = head_dim
+        self.dtype = dtype              # "bf16" | "fp16"
+        self.softmax_scale = softmax_scale  # as written; None for auto
+        self.scale = scale              # effective scale
+        self.passes = passes            # tuple of "forward", "backward"
+
+    def __repr__(self):
+        return ("SpecInfo(name=%r, pattern=%r, block_size=%d, causal=%r, head_dim=%d, "
+                "dtype=%r, scale=%.9g, passes=%r)" % (
+                    self.name, self.pattern, self.block_size, self.causal, self.head_dim,
+                    self.dtype, self.scale, self.passes))

@@ -1,0 +1,199 @@
+"""Argument checks for block_attention, written against duck types so they
+run (and are tested) without torch.
+
+A "tensor" here is anything with `.dtype` (whose str() is "torch.bfloat16",
+"torch.float16", "torch.int32", ...), `.shape` (a sequence of ints),
+`.device` (with `.type` and `.index`), `.is_contiguous()` and optionally
+`.data_ptr()`. Every check raises ValueError with a message that names the
+argument, what was expected and what was given. Nothing here synchronizes
+with a device or reads tensor contents, except `check_cpu_offsets`, which
+reads a host copy only.
+"""
+
+HALF_DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
+HEAD_DIMS = (64, 128)
+BLOCK_MIN, BLOCK_MAX, BLOCK_STEP = 16, 256, 16
+ALIGNMENT = 16
+
+
+def dtype_name(dtype):
+    """'torch.bfloat16' for torch.bfloat16 (and for stubs whose str() says so)."""
+    return str(dtype)
+
+
+def _shape(t):
+    return tuple(int(s) for s in t.shape)
+
+
+def _device_str(dev):
+    return str(dev)
+
+
+def _is_cuda(dev):
+    return getattr(dev, "type", None) == "cuda"
+
+
+def check_block_size(block_size):
+    if isinstance(block_size, bool):
+        raise ValueError("block_size must be an int, got %r" % (block_size,))
+    if not isinstance(block_size, int):
+        # numpy / torch integer scalars have __index__
+        try:
+            block_size = block_size.__index__()
+        except AttributeError:
+            raise ValueError("block_size must be an int, got %r" % (block_size,)) from None
+    if not (BLOCK_MIN <= block_size <= BLOCK_MAX) or block_size % BLOCK_STEP:
+        raise ValueError("block_size must be a multiple of %d in %d..%d, got %d"
+                         % (BLOCK_STEP, BLOCK_MIN, BLOCK_MAX, block_size))
+    return block_size
+
+
+def check_softmax_scale(softmax_scale):
+    if softmax_scale is None:
+        return None
+    if isinstance(softmax_scale, bool):
+        raise ValueError("softmax_scale must be None or a positive float, got %r"
+                         % (softmax_scale,))
+    try:
+        s = float(softmax_scale)
+    except (TypeError, ValueError):
+        raise ValueError("softmax_scale must be None or a positive float, got %r"
+                         % (softmax_scale,)) from None
+    if not (s > 0 and s != float("inf")):
+        raise ValueError("softmax_scale must be a positive finite number, got %r" % (s,))
+    return s
+
+
+def check_causal(causal):
+    if not isinstance(causal, bool):
+        raise ValueError("causal must be True or False, got %r" % (causal,))
+    return causal
+
+
+def check_qkv(q, k, v):
+    """Checks q, k, v. Returns (dtype, dtype_tag, device, (tokens, heads, head_dim))
+    where dtype_tag is "bf16" or "fp16"."""
+    named = (("q", q), ("k", k), ("v", v))
+    for name, t in named:
+        for attr in ("dtype", "shape", "device", "is_contiguous"):
+            if not hasattr(t, attr):
+                raise ValueError("%s must be a torch.Tensor, got %s" % (name, type(t).__name__))
+    for name, t in named:
+        if not _is_cuda(t.device):
+            raise ValueError("%s must be a CUDA tensor, got one on %s" % (name, _device_str(t.device)))
+    dev = q.device
+    for name, t in named[1:]:
+        if t.device != dev:
+            raise ValueError("q, k and v must be on the same device: q is on %s, %s on %s"
+                             % (_device_str(dev), name, _device_str(t.device)))
+    for name, t in named:
+        if dtype_name(t.dtype) not in HALF_DTYPES:
+            raise ValueError("%s must be torch.bfloat16 or torch.float16, got %s"
+                             % (name, dtype_name(t.dtype)))
+    for name, t in named[1:]:
+        if dtype_name(t.dtype) != dtype_name(q.dtype):
+            raise ValueError("q, k and v must have the same dtype: q is %s, %s is %s"
+                             % (dtype_name(q.dtype), name, dtype_name(t.dtype)))
+    shape = _shape(q)
+    for name, t in named:
+        if len(t.shape) != 3:
+            raise ValueError("%s must be 3-D [total_tokens, heads, head_dim], got shape %s"
+                             % (name, list(_shape(t))))
+    for name, t in named[1:]:
+        if _shape(t) != shape:
+            raise ValueError("q, k and v must have the same shape: q is %s, %s is %s"
+                             % (list(shape), name, list(_shape(t))))
+    tokens, heads, head_dim = shape
+    if head_dim not in HEAD_DIMS:
+        raise ValueError("head_dim (the last dimension of q) must be 64 or 128, got %d" % head_dim)
+    if heads < 1:
+        raise ValueError("heads (the middle dimension of q) must be at least 1, got %d" % heads)
+    for name, t in named:
+        if not t.is_contiguous():
+            raise ValueError("%s must be contiguous (call .contiguous() first)" % name)
+    for name, t in named:
+        ptr = t.data_ptr() if hasattr(t, "data_ptr") else None
+        if tokens > 0 and ptr is not None and ptr % ALIGNMENT:
+            raise ValueError("%s's data pointer (0x%x) must be %d-byte aligned; it is a view "
+                             "with a storage offset, call .clone() first" % (name, ptr, ALIGNMENT))
+    return q.dtype, HALF_DTYPES[dtype_name(q.dtype)], dev, shape
+
+
+def check_offsets(offsets, device):
+    """Checks the device offsets; returns batch (len(offsets) - 1)."""
+    for attr in ("dtype", "shape", "device"):
+        if not hasattr(offsets, attr):
+            raise ValueError("offsets must be a torch.Tensor, got %s" % type(offsets).__name__)
+    if dtype_name(offsets.dtype) != "torch.int32":
+        raise ValueError("offsets must be torch.int32, got %s" % dtype_name(offsets.dtype))
+    if len(offsets.shape) != 1:
+        raise ValueError("offsets must be 1-D [batch + 1], got shape %s" % list(_shape(offsets)))
+    n = int(offsets.shape[0])
+    if n < 1:
+        raise ValueError("offsets must hold at least one element (batch + 1 >= 1), got 0")
+    if offsets.device != device:
+        raise ValueError("offsets must be on the same device as q (%s), got %s"
+                         % (_device_str(device), _device_str(offsets.device)))
+    if hasattr(offsets, "is_contiguous") and not offsets.is_contiguous():
+        raise ValueError("offsets must be contiguous")
+    return n - 1
+
+
+def _host_list(cpu_offsets):
+    dev = getattr(cpu_offsets, "device", None)
+    if dev is not None and getattr(dev, "type", "cpu") != "cpu":
+        raise ValueError("cpu_offsets must live on the host, got a tensor on %s "
+                         "(pass offsets.cpu() once, or omit cpu_offsets)" % _device_str(dev))
+    if hasattr(cpu_offsets, "tolist"):
+        values = cpu_offsets.tolist()
+    elif isinstance(cpu_offsets, (list, tuple, range)):
+        values = list(cpu_offsets)
+    else:
+        raise ValueError("cpu_offsets must be a CPU tensor, a numpy array or a list of ints, "
+                         "got %s (block_size and the other options are keyword-only)"
+                         % type(cpu_offsets).__name__)
+    if values and isinstance(values[0], list):
+        raise ValueError("cpu_offsets must be 1-D")
+    out = []
+    for x in values:
+        if isinstance(x, bool) or not float(x).is_integer():
+            raise ValueError("cpu_offsets must hold integers, got %r" % (x,))
+        out.append(int(x))
+    return out
+
+
+def check_cpu_offsets(cpu_offsets, batch, total_tokens):
+    """Validates a host copy of the offsets: batch + 1 entries, offsets[0] ==
+    0, non-decreasing, offsets[-1] == total_tokens. Returns them as a list."""
+    values = _host_list(cpu_offsets)
+    if len(values) != batch + 1:
+        raise ValueError("cpu_offsets has %d entries but offsets has %d" % (len(values), batch + 1))
+    if values[0] != 0:
+        raise ValueError("offsets[0] must be 0, got %d" % values[0])
+    for i in range(1, len(values)):
+        if values[i] < values[i - 1]:
+            raise ValueError("offsets must be non-decreasing: offsets[%d] = %d < offsets[%d] = %d"
+                             % (i, values[i], i - 1, values[i - 1]))
+    if values[-1] != total_tokens:
+        raise ValueError("offsets[-1] must equal total_tokens (q.shape[0] = %d), got %d"
+                         % (total_tokens, values[-1]))
+    return values
+
+
+def check_block_attention_args(q, k, v, offsets, cpu_offsets=None, block_size=64,
+                               causal=False, softmax_scale=None):
+    """Every check of block_attention, in one call. Returns a dict with
+    dtype, dtype_tag, device, tokens, heads, head_dim, batch, block_size,
+    causal, softmax_scale (normalized)."""
+    block_size = check_block_size(block_size)
+    causal = check_causal(causal)
+    softmax_scale = check_softmax_scale(softmax_scale)
+    dtype, tag, device, (tokens, heads, head_dim) = check_qkv(q, k, v)
+    batch = check_offsets(offsets, device)
+    if cpu_offsets is not None:
+        check_cpu_offsets(cpu_offsets, batch, tokens)
+    return {
+        "dtype": dtype, "dtype_tag": tag, "device": device, "tokens": tokens,
+        "heads": heads, "head_dim": head_dim, "batch": batch, "block_size": block_size,
+        "causal": causal, "softmax_scale": softmax_scale,
+    }

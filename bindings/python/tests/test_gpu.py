@@ -1,0 +1,213 @@
+"""GPU tests of attngen's PyTorch binding against a float64 reference.
+
+Need torch with CUDA, a GPU and libattngen.so (`make build/libattngen.so`,
+or ATTNGEN_LIB); every test here is skipped with the reason otherwise.
+Outputs are poisoned with NaN before each launch (through the internal
+`_poison` option), so a row the kernel fails to write shows up as NaN.
+"""
+import math
+import os
+
+import pytest
+
+import attngen
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+pytestmark = pytest.mark.gpu
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _need_gpu_and_lib():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch")
+    try:
+        attngen._lib.lib()
+    except attngen.LibraryNotFoundError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _precompile(_need_gpu_and_lib):
+    """Build the kernels of the parametrized test in parallel (NVRTC runs with
+    the GIL released); a failure here is left for the test itself to report."""
+    import concurrent.futures as cf
+    keys = [(b, c, d, t, None) for t in ("bf16", "fp16") for d in (64, 128)
+            for b in (16, 64, 128) for c in (False, True)]
+    dev = torch.cuda.current_device()
+
+    def build(key):
+        try:
+            attngen.kernel_for(*key).handle(dev)
+        except Exception:
+            pass
+
+    with cf.ThreadPoolExecutor(max_workers=8) as ex:
+        list(ex.map(build, keys))
+
+
+def reference(q, k, v, offsets, block, causal, scale=None):
+    """Block-diagonal attention in float64 on the CPU: each sequence cut into
+    blocks of `block` tokens from its own start, each block attending to
+    itself (causally when asked)."""
+    q64, k64, v64 = (t.detach().double().cpu() for t in (q, k, v))
+    d = q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    out = torch.zeros_like(q64)
+    for s, e in zip(offsets[:-1], offsets[1:]):
+        for b0 in range(s, e, block):
+            b1 = min(b0 + block, e)
+            qb, kb, vb = (t[b0:b1].transpose(0, 1) for t in (q64, k64, v64))  # [H, n, D]
+            sc = qb @ kb.transpose(-1, -2) * scale
+            if causal:
+                n = b1 - b0
+                sc = sc.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+            out[b0:b1] = (torch.softmax(sc, dim=-1) @ vb).transpose(0, 1)
+    return out
+
+
+def block_errors(out, ref, offsets, block):
+    """(relative Frobenius error overall, worst relative error of one block)."""
+    o = out.double().cpu()
+    overall = ((o - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+    worst = 0.0
+    for s, e in zip(offsets[:-1], offsets[1:]):
+        for b0 in range(s, e, block):
+            b1 = min(b0 + block, e)
+            r = ref[b0:b1].norm().item()
+            worst = max(worst, (o[b0:b1] - ref[b0:b1]).norm().item() / max(r, 1e-300))
+    return overall, worst
+
+
+def make_inputs(lengths, heads, head_dim, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    total = sum(lengths)
+    q, k, v = (torch.randn(total, heads, head_dim, device="cuda", dtype=dtype, generator=g)
+               for _ in range(3))
+    offsets = [0]
+    for n in lengths:
+        offsets.append(offsets[-1] + n)
+    return q, k, v, torch.tensor(offsets, dtype=torch.int32, device="cuda"), offsets
+
+
+def lengths_for(block):
+    # empty, length-1, partial, exact, one-past, several blocks, empty again
+    return [0, 1, block - 1, block, block + 1, 2 * block + 5, 0, 3 * block, 37, 1, 5 * block + 3]
+
+
+def check(out, q, k, v, offsets, block, causal, scale=None):
+    assert out.shape == q.shape and out.dtype == q.dtype and out.is_contiguous()
+    assert not torch.isnan(out).any(), "rows left unwritten (NaN poison survived)"
+    ref = reference(q, k, v, offsets, block, causal, scale)
+    overall, worst = block_errors(out, ref, offsets, block)
+    tol = TOL[q.dtype]
+    assert overall <= tol, "relative Frobenius error %.3g > %.3g" % (overall, tol)
+    assert worst <= 3 * tol, "worst block relative error %.3g > %.3g" % (worst, 3 * tol)
+    return overall
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("block", [16, 64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_block_attention_matches_float64(dtype, head_dim, block, causal):
+    lengths = lengths_for(block)
+    q, k, v, off, off_list = make_inputs(lengths, 3, head_dim, dtype, seed=block + head_dim)
+    out = attngen.block_attention(q, k, v, off, off_list, block_size=block, causal=causal,
+                                  _poison=True)
+    torch.cuda.synchronize()
+    check(out, q, k, v, off_list, block, causal)
+
+
+def test_many_sequences_default_options():
+    g = torch.Generator().manual_seed(7)
+    lengths = torch.randint(0, 300, (96,), generator=g).tolist()
+    q, k, v, off, off_list = make_inputs(lengths, 4, 128, torch.bfloat16, seed=1)
+    out = attngen.block_attention(q, k, v, off, _poison=True)
+    torch.cuda.synchronize()
+    check(out, q, k, v, off_list, 64, False)
+    # Meta's entry point gives the same result
+    out2 = attngen.block_attention_api(q, k, v, off, off_list)
+    torch.cuda.synchronize()
+    assert torch.equal(out, out2)
+
+
+def test_softmax_scale():
+    lengths = [70, 5, 128]
+    q, k, v, off, off_list = make_inputs(lengths, 2, 64, torch.float16, seed=3)
+    out = attngen.block_attention(q, k, v, off, block_size=64, softmax_scale=0.05, _poison=True)
+    torch.cuda.synchronize()
+    check(out, q, k, v, off_list, 64, False, scale=0.05)
+    assert attngen.kernel_for(64, False, 64, "fp16", 0.05).name == "torch_block64_d64_fp16_s0p05"
+
+
+def test_runs_on_the_current_stream():
+    lengths = [200, 64, 3]
+    q, k, v, off, off_list = make_inputs(lengths, 2, 128, torch.bfloat16, seed=4)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = attngen.block_attention(q, k, v, off, _poison=True)
+    s.synchronize()
+    check(out, q, k, v, off_list, 64, False)
+
+
+def test_empty_inputs():
+    q, k, v, off, _ = make_inputs([], 2, 64, torch.bfloat16)
+    assert attngen.block_attention(q, k, v, off).shape == (0, 2, 64)
+    q, k, v, off, _ = make_inputs([0, 0], 2, 64, torch.bfloat16)
+    assert attngen.block_attention(q, k, v, off, [0, 0, 0]).shape == (0, 2, 64)
+
+
+def test_loaded_kernel_object():
+    kernel = attngen.load(os.path.join(REPO, "specs", "ads_block64_d64_fp16.yaml"))
+    assert kernel.spec.dtype == "fp16" and kernel.spec.head_dim == 64
+    lengths = [100, 1, 64]
+    q, k, v, off, off_list = make_inputs(lengths, 4, 64, torch.float16, seed=5)
+    out = kernel(q, k, v, off, off_list, _poison=True)
+    torch.cuda.synchronize()
+    check(out, q, k, v, off_list, 64, False)
+    with pytest.raises(ValueError, match="is for fp16 tensors, got torch.bfloat16"):
+        kernel(q.bfloat16(), k.bfloat16(), v.bfloat16(), off)
+    causal = attngen.load(os.path.join(REPO, "specs", "block128_d128_causal.yaml"))
+    q, k, v, off, off_list = make_inputs([300, 17], 2, 128, torch.bfloat16, seed=6)
+    out = causal(q, k, v, off, _poison=True)
+    torch.cuda.synchronize()
+    check(out, q, k, v, off_list, 128, True, scale=0.05)
+
+
+def test_backward_is_not_implemented_yet():
+    q, k, v, off, _ = make_inputs([70, 10], 2, 64, torch.bfloat16)
+    q.requires_grad_()
+    out = attngen.block_attention(q, k, v, off)
+    assert out.requires_grad
+    with pytest.raises(NotImplementedError, match="backward pass of block attention"):
+        out.sum().backward()
+    with torch.no_grad():
+        assert not attngen.block_attention(q, k, v, off).requires_grad
+
+
+def test_argument_errors_on_real_tensors():
+    q, k, v, off, off_list = make_inputs([70, 10], 2, 64, torch.bfloat16)
+    base = torch.empty(q.numel() + 8, dtype=q.dtype, device="cuda")
+    q_mis = base[1:1 + q.numel()].view(q.shape)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        attngen.block_attention(q_mis, k, v, off)
+    with pytest.raises(ValueError, match="contiguous"):
+        attngen.block_attention(q.transpose(0, 1).contiguous().transpose(0, 1), k, v, off)
+    with pytest.raises(ValueError, match="offsets must be torch.int32"):
+        attngen.block_attention(q, k, v, off.long())
+    with pytest.raises(ValueError, match="same device"):
+        attngen.block_attention(q, k, v, off.cpu())
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        attngen.block_attention(q.cpu(), k, v, off)
+    with pytest.raises(ValueError, match=r"offsets\[-1\] must equal total_tokens"):
+        attngen.block_attention(q, k, v, off, [0, 70, 79])
+    with pytest.raises(ValueError, match="block_size"):
+        attngen.block_attention(q, k, v, off, block_size=48 + 1)
+    with pytest.raises(ValueError, match="head_dim"):
+        attngen.block_attention(q[..., :32].contiguous(), k[..., :32].contiguous(),
+                                v[..., :32].contiguous(), off)

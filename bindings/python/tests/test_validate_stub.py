@@ -1,0 +1,139 @@
+"""Argument checks of block_attention, run on the torch STUB (torch_stub.py):
+pure-Python validation only; no torch, no GPU, no libattngen.so needed."""
+import pytest
+
+import torch_stub as ts
+from attngen import _validate as V
+from attngen import check_block_attention_args
+
+
+def args(**kw):
+    q, k, v = kw.pop("qkv", None) or ts.qkv()
+    off = kw.pop("offsets", None) or ts.offsets([0, 40, 100])
+    return dict(q=q, k=k, v=v, offsets=off, **kw)
+
+
+def check(**kw):
+    return check_block_attention_args(**args(**kw))
+
+
+def test_valid_arguments_pass_and_are_normalized():
+    a = check(cpu_offsets=[0, 40, 100], block_size=128, causal=True, softmax_scale=0.1)
+    assert (a["tokens"], a["heads"], a["head_dim"], a["batch"]) == (100, 4, 128, 2)
+    assert a["dtype_tag"] == "bf16" and a["block_size"] == 128 and a["causal"] is True
+    assert a["softmax_scale"] == 0.1
+    a = check(qkv=ts.qkv(head_dim=64, dtype=ts.float16))
+    assert a["dtype_tag"] == "fp16" and a["head_dim"] == 64 and a["softmax_scale"] is None
+
+
+@pytest.mark.parametrize("bs", [0, 8, 15, 24, 272, 512, -16])
+def test_block_size_range(bs):
+    with pytest.raises(ValueError, match="block_size must be a multiple of 16 in 16..256"):
+        check(block_size=bs)
+
+
+@pytest.mark.parametrize("bs", [16, 32, 64, 128, 256])
+def test_block_size_ok(bs):
+    assert check(block_size=bs)["block_size"] == bs
+
+
+@pytest.mark.parametrize("bs", [64.0, "64", True, None])
+def test_block_size_type(bs):
+    with pytest.raises(ValueError, match="block_size must be an int"):
+        check(block_size=bs)
+
+
+def test_devices():
+    q, k, v = ts.qkv()
+    with pytest.raises(ValueError, match="k must be a CUDA tensor, got one on cpu"):
+        check(qkv=(q, ts.StubTensor(q.shape, device="cpu"), v))
+    with pytest.raises(ValueError, match="same device: q is on cuda:0, v on cuda:1"):
+        check(qkv=(q, k, ts.StubTensor(q.shape, device="cuda:1")))
+    with pytest.raises(ValueError, match=r"offsets must be on the same device as q \(cuda:0\), got cuda:1"):
+        check(offsets=ts.offsets([0, 100], device="cuda:1"))
+    with pytest.raises(ValueError, match="offsets must be on the same device"):
+        check(offsets=ts.offsets([0, 100], device="cpu"))
+
+
+def test_dtypes():
+    q, k, v = ts.qkv()
+    with pytest.raises(ValueError, match="q must be torch.bfloat16 or torch.float16, got torch.float32"):
+        check(qkv=(ts.StubTensor(q.shape, ts.float32), k, v))
+    with pytest.raises(ValueError, match="same dtype: q is torch.bfloat16, k is torch.float16"):
+        check(qkv=(q, ts.StubTensor(q.shape, ts.float16), v))
+    with pytest.raises(ValueError, match="offsets must be torch.int32, got torch.int64"):
+        check(offsets=ts.offsets([0, 100], dtype=ts.int64))
+
+
+def test_shapes():
+    q, k, v = ts.qkv()
+    with pytest.raises(ValueError, match=r"q must be 3-D \[total_tokens, heads, head_dim\], got shape \[100, 512\]"):
+        check(qkv=(ts.StubTensor((100, 512)), k, v))
+    with pytest.raises(ValueError, match=r"same shape: q is \[100, 4, 128\], v is \[100, 2, 128\]"):
+        check(qkv=(q, k, ts.StubTensor((100, 2, 128))))
+    with pytest.raises(ValueError, match="head_dim .* must be 64 or 128, got 96"):
+        check(qkv=ts.qkv(head_dim=96))
+    with pytest.raises(ValueError, match="heads .* at least 1, got 0"):
+        check(qkv=ts.qkv(heads=0))
+    with pytest.raises(ValueError, match=r"offsets must be 1-D \[batch \+ 1\], got shape \[2, 2\]"):
+        check(offsets=ts.StubTensor((2, 2), ts.int32))
+    with pytest.raises(ValueError, match="at least one element"):
+        check(offsets=ts.offsets([]))
+
+
+def test_zero_tokens_and_batch_zero_are_valid():
+    a = check(qkv=ts.qkv(tokens=0), offsets=ts.offsets([0]), cpu_offsets=[0])
+    assert a["batch"] == 0 and a["tokens"] == 0
+
+
+def test_contiguity_and_alignment():
+    q, k, v = ts.qkv()
+    with pytest.raises(ValueError, match=r"v must be contiguous \(call .contiguous\(\) first\)"):
+        check(qkv=(q, k, ts.StubTensor(q.shape, contiguous=False)))
+    with pytest.raises(ValueError, match="k's data pointer .* must be 16-byte aligned"):
+        check(qkv=(q, ts.StubTensor(q.shape, ptr=0x7F0000000008), v))
+    with pytest.raises(ValueError, match="offsets must be contiguous"):
+        check(offsets=ts.StubTensor((3,), ts.int32, contiguous=False))
+
+
+def test_not_a_tensor():
+    q, k, v = ts.qkv()
+    with pytest.raises(ValueError, match="k must be a torch.Tensor, got list"):
+        check(qkv=(q, [1, 2], v))
+    with pytest.raises(ValueError, match="offsets must be a torch.Tensor, got tuple"):
+        check(offsets=(0, 100))
+
+
+def test_cpu_offsets():
+    check(cpu_offsets=[0, 40, 100])
+    check(cpu_offsets=ts.StubTensor((3,), ts.int32, device="cpu", values=[0, 40, 100]))
+    with pytest.raises(ValueError, match=r"offsets\[0\] must be 0, got 5"):
+        check(cpu_offsets=[5, 40, 100])
+    with pytest.raises(ValueError, match=r"non-decreasing: offsets\[2\] = 30 < offsets\[1\] = 40"):
+        check(cpu_offsets=[0, 40, 30], offsets=ts.offsets([0, 40, 30]))
+    with pytest.raises(ValueError, match=r"offsets\[-1\] must equal total_tokens \(q.shape\[0\] = 100\), got 90"):
+        check(cpu_offsets=[0, 40, 90])
+    with pytest.raises(ValueError, match="cpu_offsets has 2 entries but offsets has 3"):
+        check(cpu_offsets=[0, 100])
+    with pytest.raises(ValueError, match="cpu_offsets must live on the host"):
+        check(cpu_offsets=ts.offsets([0, 40, 100]))
+    with pytest.raises(ValueError, match="keyword-only"):
+        check(cpu_offsets=64)  # block_size passed positionally by mistake
+    with pytest.raises(ValueError, match="must hold integers"):
+        check(cpu_offsets=[0, 40.5, 100])
+
+
+def test_other_options():
+    with pytest.raises(ValueError, match="causal must be True or False"):
+        check(causal=1)
+    for bad in (0.0, -1.0, float("inf"), float("nan"), True, "x"):
+        with pytest.raises(ValueError, match="softmax_scale"):
+            check(softmax_scale=bad)
+    assert check(softmax_scale=1)["softmax_scale"] == 1.0
+
+
+def test_validation_module_imports_no_torch():
+    import sys
+    assert "torch" not in sys.modules or True  # real torch may be present elsewhere
+    src = open(V.__file__).read()
+    assert "import torch" not in src
