@@ -643,7 +643,7 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     m = ap.add_mutually_exclusive_group()
-    m.add_argument("--quick", action="store_true", help="4 shapes, fewer tuning configs (< 2 min)")
+    m.add_argument("--quick", action="store_true", help="4 shapes (about 2 min)")
     m.add_argument("--smoke", action="store_true", help="tiny shapes: checks the pipeline only")
     ap.add_argument("--causal", action="store_true", help="the same shapes, causal")
     ap.add_argument("--peers", help="comma-separated subset of: ceilings," + ",".join(PEER_ORDER))
@@ -686,7 +686,7 @@ def select(args):
 
 def orchestrate(args):
     mode, shapes, names = select(args)
-    budget = args.budget or (105.0 if mode.startswith("quick") else 90.0 if mode == "smoke" else 450.0)
+    budget = args.budget or (150.0 if mode.startswith("quick") else 90.0 if mode == "smoke" else 450.0)
     os.makedirs(args.out, exist_ok=True)
     state = State(args, shapes, mode)
     log("attngen bench: mode %s, %d shape(s), peers %s, budget %.0f s, out %s" % (

@@ -39,7 +39,7 @@ for step in $steps; do
       timeout -k 10 150 "$py" bench/bench.py --smoke --out "$out" 2>&1 | tee "$out/bench-smoke.log" | tail -60
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     quick)
-      timeout -k 10 170 "$py" bench/bench.py --quick --out "$out" 2>&1 | tee "$out/bench-quick.log"
+      timeout -k 10 220 "$py" bench/bench.py --quick --out "$out" 2>&1 | tee "$out/bench-quick.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     full)
       timeout -k 10 540 "$py" bench/bench.py --out "$out" 2>&1 | tee "$out/bench-full.log"
