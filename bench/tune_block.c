@@ -1,5 +1,5 @@
-/* tune_block.c: times plan variants of the block-diagonal forward (heads
- * per tile, tiles resident per CTA) on ads shapes, next to a device-to-device copy measured
+/* tune_block.c: times plan variants of the block-diagonal forward (tiles
+ * resident per CTA, grid shape, register cap) on ads shapes, next to a device-to-device copy measured
  * in the same run. A tuning tool for choosing plan.c's defaults; prints one
  * line per variant. Usage: tune_block [L ...] (default 1024 4096). */
 #include <stdio.h>
@@ -72,17 +72,23 @@ int main(int argc, char **argv) {
       double cms = copy_ms(ctx, (size_t)(bytes / 2));
       printf("L=%d d=%d: %.0f MB moved; copy of half that: %.4f ms = %.3f TB/s\n", L, dim,
              bytes / 1e6, cms, bytes / (cms * 1e-3) / 1e12);
-      for (int variant = 0; variant < 8; variant++) {
-        int stages = 1 + variant % 4, hpt = 1 + variant / 4;
+      /* Variants: tiles resident per CTA, grid (0 = persistent, else tiles
+       * per CTA), register cap for a minimum of CTAs per SM. */
+      static const int variants[][3] = {{2, 0, 1}, {2, 8, 1},  {2, 32, 1}, {1, 0, 1},
+                                        {1, 8, 1}, {1, 32, 1}, {1, 8, 3},  {1, 8, 4},
+                                        {1, 0, 4}, {1, 32, 4}, {2, 8, 2}};
+      for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        int stages = variants[vi][0], per_cta = variants[vi][1], min_ctas = variants[vi][2];
         ag_plan plan;
         if (ag_plan_make(&spec, &plan, &err)) die(&err);
-        if (hpt > 1 && dim > 64) continue;
-        plan.heads_per_tile = hpt;
-        plan.jobs_per_warp = hpt * 64 / 16 / plan.warps;
+        int hpt = plan.heads_per_tile;
         plan.stages = stages;
         plan.smem_bytes = stages * 3 * 64 * hpt * dim * 2;
-        if (plan.smem_bytes > 227 * 1024) continue;
-        snprintf(plan.kernel_name, sizeof plan.kernel_name, "tune_d%d_h%d_s%d", dim, hpt, stages);
+        plan.items_per_cta = per_cta;
+        plan.min_ctas_per_sm = min_ctas;
+        if (plan.smem_bytes * min_ctas > 227 * 1024) continue;
+        snprintf(plan.kernel_name, sizeof plan.kernel_name, "tune_d%d_h%d_s%d_i%d_m%d", dim, hpt,
+                 stages, per_cta, min_ctas);
         char *src;
         if (ag_emit_plan(&spec, &plan, &src, &err)) die(&err);
         ag_kernel *k;
@@ -93,8 +99,8 @@ int main(int argc, char **argv) {
         if (ag_block_data_check(d, k, 20000000, &r, &err)) die(&err);
         double ms;
         if (ag_block_data_time(d, k, 3, 30, &ms, &err)) die(&err);
-        printf("  heads/tile %d, stages %d: %d CTAs/SM, %.4f ms, %.3f TB/s = %.1f%% of copy; rel err %.2e%s\n",
-               hpt, stages, k->ctas_per_sm, ms, bytes / (ms * 1e-3) / 1e12, 100 * cms / ms,
+        printf("  heads/tile %d, stages %d, tiles/CTA %2d, min CTAs %d: %d CTAs/SM, %.4f ms, %.3f TB/s = %.1f%% of copy; rel err %.2e%s\n",
+               hpt, stages, per_cta, min_ctas, k->ctas_per_sm, ms, bytes / (ms * 1e-3) / 1e12, 100 * cms / ms,
                r.rel_error, r.unwritten || r.guard_clobbered ? " UNWRITTEN/GUARD!" : "");
         fflush(stdout);
       }

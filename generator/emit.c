@@ -54,13 +54,14 @@ ag_status ag_emit_plan(const ag_spec *spec, const ag_plan *p, char **out_source,
   const ag_plan plan = *p;
   ag_status st;
 
-  char block[16], dim[16], warps[16], heads[16], jobs[16], stages[16], scale_log2[48], scale_text[48];
+  char block[16], dim[16], warps[16], heads[16], jobs[16], stages[16], min_ctas[16], scale_log2[48], scale_text[48];
   snprintf(block, sizeof block, "%d", plan.block_size);
   snprintf(dim, sizeof dim, "%d", plan.head_dim);
   snprintf(warps, sizeof warps, "%d", plan.warps);
   snprintf(heads, sizeof heads, "%d", plan.heads_per_tile);
   snprintf(jobs, sizeof jobs, "%d", plan.jobs_per_warp);
   snprintf(stages, sizeof stages, "%d", plan.stages);
+  snprintf(min_ctas, sizeof min_ctas, "%d", plan.min_ctas_per_sm);
   snprintf(scale_log2, sizeof scale_log2, "%.9ef", plan.scale * 1.4426950408889634);
   if (spec->softmax_scale > 0) snprintf(scale_text, sizeof scale_text, "%.9g", plan.scale);
   else snprintf(scale_text, sizeof scale_text, "1/sqrt(%d)", plan.head_dim);
@@ -73,6 +74,7 @@ ag_status ag_emit_plan(const ag_spec *spec, const ag_plan *p, char **out_source,
       {"HEADS_PER_TILE", heads},
       {"JOBS_PER_WARP", jobs},
       {"STAGES", stages},
+      {"MIN_CTAS", min_ctas},
       {"SCALE_LOG2", scale_log2},
       {"SCALE_TEXT", scale_text},
       {"MMA_TYPE", bf16 ? "bf16" : "f16"},

@@ -56,6 +56,8 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   int stage_bytes = 3 * spec->block_size * out->heads_per_tile * row_bytes;
   out->stages = out->heads_per_tile == 1 && 2 * stage_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   out->smem_bytes = out->stages * stage_bytes;
+  out->min_ctas_per_sm = 1;
+  out->items_per_cta = 0;
   out->scale = ag_spec_scale(spec);
   snprintf(out->kernel_name, sizeof out->kernel_name, "ag_%s_b%d_d%d_%s%s_fwd", spec->name,
            spec->block_size, spec->head_dim, dtype_name(spec->dtype),
@@ -72,5 +74,12 @@ char *ag_plan_describe(const ag_plan *p, const char *prefix) {
                 p->threads, p->warps, p->jobs_per_warp, p->jobs_per_warp > 1 ? "s" : "");
   ag_buf_printf(&b, "%stiles resident per CTA: %d\n", prefix, p->stages);
   ag_buf_printf(&b, "%sshared memory: %d bytes\n", prefix, p->smem_bytes);
+  if (p->min_ctas_per_sm > 1)
+    ag_buf_printf(&b, "%sregisters capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
+  if (p->items_per_cta)
+    ag_buf_printf(&b, "%sgrid: one CTA per %d (block, head group) tiles\n", prefix,
+                  p->items_per_cta);
+  else
+    ag_buf_printf(&b, "%sgrid: persistent, as many CTAs as fit on the device at once\n", prefix);
   return ag_buf_take(&b);
 }

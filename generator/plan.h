@@ -17,6 +17,8 @@ typedef struct ag_plan {
   int jobs_per_warp;    /* (head, 16-row query tile) jobs each warp runs */
   int stages;           /* (block, head group) tiles resident per CTA */
   int smem_bytes;       /* dynamic shared memory per CTA */
+  int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
+  int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
   double scale;         /* softmax scale, auto resolved */
 } ag_plan;
 

@@ -61,7 +61,12 @@ ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *a,
 
   ag_context *ctx = kernel->ctx;
   const ag_driver *drv = ctx->drv;
+  /* Persistent: as many CTAs as fit at once. Otherwise one CTA per
+   * items_per_cta tiles, so the hardware balances CTAs across SMs; past the
+   * grid limit, CTAs take proportionally more. */
   int64_t grid = (int64_t)ctx->sm_count * kernel->ctas_per_sm;
+  if (p->items_per_cta > 0) grid = (items + p->items_per_cta - 1) / p->items_per_cta;
+  if (grid > INT32_MAX) grid = INT32_MAX;
   if (grid > items) grid = items;
 
   CUdeviceptr q = (CUdeviceptr)(uintptr_t)a->q, k = (CUdeviceptr)(uintptr_t)a->k,

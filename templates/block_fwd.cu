@@ -1,6 +1,6 @@
 @# block_fwd.cu: block-diagonal attention forward, mma.sync path (sm_80+).
 @# Placeholders: @KERNEL_NAME@ @BLOCK_SIZE@ @HEAD_DIM@ @WARPS@
-@#   @HEADS_PER_TILE@ @JOBS_PER_WARP@ @STAGES@ @SCALE_LOG2@ (scale * log2(e), a float
+@#   @HEADS_PER_TILE@ @JOBS_PER_WARP@ @STAGES@ @MIN_CTAS@ @SCALE_LOG2@ (scale * log2(e), a float
 @#   literal) @SCALE_TEXT@ (the scale as the spec gave it, for a comment)
 @#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh)
 @# Conditions: CAUSAL.
@@ -12,6 +12,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kHeadsPerTile = @HEADS_PER_TILE@;  // adjacent heads loaded as one tile
 constexpr int kJobsPerWarp = @JOBS_PER_WARP@;  // (head, 16-row query tile) jobs per warp
 constexpr int kStages = @STAGES@;  // (block, head group) tiles resident per CTA
+constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound: registers fit this many CTAs
 constexpr float kScaleLog2 = @SCALE_LOG2@;  // softmax scale @SCALE_TEXT@ times log2(e)
 
 constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous in memory
@@ -273,10 +274,11 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
 /* ---- end attention for one 16-row query tile ---- */
 
 /* ---- begin kernel ----
- * A persistent grid: every CTA walks its own contiguous range of items with
- * kStages tiles resident, loading the next while computing the current.
+ * Every CTA walks its own contiguous range of items (the launcher sizes the
+ * grid) with kStages tiles resident, loading the next while computing the
+ * current.
  * Warps take (head, 16-row query tile) jobs of the resident tile in turn. */
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
     const int *__restrict__ offsets, long long batch, int heads, long long total_tokens,
