@@ -35,13 +35,13 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   out->head_dim = spec->head_dim;
   out->elem_bytes = 2;
   /* Two adjacent heads per tile at head_dim 64, so each tile row is 256
-   * contiguous bytes as at head_dim 128: measured on the H200, 64-token
-   * blocks at head_dim 64 reached 85-89% of copy bandwidth one head at a
-   * time, 92-94% two at a time (bench/NOTES.md). */
+   * contiguous bytes as at head_dim 128: on the H200, 64-token blocks at
+   * head_dim 64 reached 85-89% of copy bandwidth one head at a time and
+   * 93-100% two at a time (bench/NOTES.md). Only where two CTAs of two such
+   * tiles each still fit on an SM. */
   int row_bytes = spec->head_dim * out->elem_bytes;
-  out->heads_per_tile = 1;
-  if (row_bytes < 256 && 3 * spec->block_size * 2 * row_bytes <= MAX_SMEM_BYTES / 2)
-    out->heads_per_tile = 2;
+  int tile_bytes = 3 * spec->block_size * row_bytes; /* Q, K, V of one head */
+  out->heads_per_tile = row_bytes < 256 && 2 * 2 * 2 * tile_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   /* One warp per 16 query rows, up to 8 warps; more jobs (heads, larger
    * blocks) are taken in turn, so S and O of one job fit in registers. */
   int row_tiles = spec->block_size / 16;
@@ -49,15 +49,15 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   out->jobs_per_warp = row_tiles * out->heads_per_tile / out->warps;
   out->threads = out->warps * 32;
   /* Two tiles resident per CTA (load the next while computing this one)
-   * when they fit; a 256x128 block needs 192 KiB for one. Two-head tiles
-   * keep one: their CTAs use fewer registers, so four of them share an SM
-   * and overlap each other instead, which measured faster (92-94% of copy
-   * against 89-93% with two resident). */
-  int stage_bytes = 3 * spec->block_size * out->heads_per_tile * row_bytes;
-  out->stages = out->heads_per_tile == 1 && 2 * stage_bytes <= MAX_SMEM_BYTES ? 2 : 1;
+   * when they fit (a 256x128 block needs 192 KiB for one), registers
+   * capped so that two such CTAs share an SM, and one CTA per 8 tiles
+   * rather than a persistent grid: the hardware then balances CTAs across
+   * SMs, which measured 3-5% faster than static ranges (bench/NOTES.md). */
+  int stage_bytes = out->heads_per_tile * tile_bytes;
+  out->stages = 2 * stage_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   out->smem_bytes = out->stages * stage_bytes;
-  out->min_ctas_per_sm = 1;
-  out->items_per_cta = 0;
+  out->min_ctas_per_sm = 2 * out->smem_bytes <= MAX_SMEM_BYTES ? 2 : 1;
+  out->items_per_cta = 8;
   out->scale = ag_spec_scale(spec);
   snprintf(out->kernel_name, sizeof out->kernel_name, "ag_%s_b%d_d%d_%s%s_fwd", spec->name,
            spec->block_size, spec->head_dim, dtype_name(spec->dtype),
