@@ -61,8 +61,11 @@ $(B)/check_attngen: $(TEST_OBJ) $(B)/libattngen.a
 # The test command of the README: the Check suite (GPU tests print SKIP and
 # pass without a driver or device).
 test: deps
-	$(MAKE) $(B)/check_attngen $(B)/attngen
+	$(MAKE) $(B)/check_attngen $(B)/attngen $(B)/libattngen.so
 	cd tests && ATTNGEN_BIN=../$(B)/attngen ../$(B)/check_attngen
+	@if python3 -c 'import pytest' 2>/dev/null; then \
+	  python3 -m pytest -q -rs bindings/python/tests; \
+	else echo "SKIP python binding tests: pytest is not installed (pip install pytest)"; fi
 
 demo: deps
 	$(MAKE) all
