@@ -213,6 +213,9 @@ static int cmd_run(int argc, char **argv) {
   ag_check_options copt = {.seed = (uint64_t)o.seed, .time_iters = (int)o.iters,
                            .warmup_iters = o.iters ? 3 : 0};
   st = ag_kernel_get(ctx, &spec, &kern, &err);
+  char *warning = ag_context_cache_warning(ctx);
+  if (warning) fprintf(stderr, "attngen: warning: %s\n", warning);
+  free(warning);
   if (st == AG_OK) st = ag_selfcheck_block_forward(kern, lengths, o.batch, o.heads, &copt, &r, &err);
   free(lengths);
   if (st != AG_OK) {
