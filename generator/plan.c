@@ -46,7 +46,8 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
    * blocks) are taken in turn, so S and O of one job fit in registers. */
   int row_tiles = spec->block_size / 16;
   out->warps = row_tiles < MAX_WARPS ? row_tiles : MAX_WARPS;
-  out->jobs_per_warp = row_tiles * out->heads_per_tile / out->warps;
+  int jobs = row_tiles * out->heads_per_tile;
+  out->jobs_per_warp = (jobs + out->warps - 1) / out->warps; /* the last round may be partial */
   out->threads = out->warps * 32;
   /* Two tiles resident per CTA (load the next while computing this one)
    * when they fit (a 256x128 block needs 192 KiB for one), registers

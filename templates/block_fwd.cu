@@ -22,8 +22,9 @@ constexpr int kTileElems = kBlock * kRowElems;  // one of Q, K, V for one (block
 constexpr int kStageElems = 3 * kTileElems;  // Q, K and V
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
-static_assert(kWarps * kJobsPerWarp * 16 == kBlock * kHeadsPerTile, "warps must cover the tile");
-static_assert(kBlock * kChunks % kThreads == 0, "tile loads must divide evenly");
+constexpr int kJobs = kHeadsPerTile * kBlock / 16;  // (head, 16-row query tile) jobs per tile
+constexpr int kLoads = kBlock * kChunks;  // 16-byte copies per tensor per tile
+static_assert(kWarps * kJobsPerWarp >= kJobs, "warps must cover the tile");
 /* ---- end constants ---- */
 
 @include mma_sm80.cuh@
@@ -134,8 +135,9 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
     const unsigned short *base = src[m] + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
     unsigned dst = smem_addr(stage + m * kTileElems);
 #pragma unroll
-    for (int it = 0; it < kBlock * kChunks / kThreads; it++) {
+    for (int it = 0; it < (kLoads + kThreads - 1) / kThreads; it++) {
       int i = threadIdx.x + it * kThreads;
+      if (kLoads % kThreads != 0 && i >= kLoads) break;
       int row = i / kChunks, chunk = i % kChunks;
       bool real = row < t.rows && chunk < t.heads * kHeadChunks;
       const unsigned short *g = base + (real ? row * row_stride + chunk * 8 : 0);
@@ -322,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     unsigned short *stage = smem + (n % kStages) * kStageElems;
     const int warp = threadIdx.x >> 5;
 #pragma unroll 1
-    for (int job = warp; job < kWarps * kJobsPerWarp; job += kWarps) {
+    for (int job = warp; job < kJobs; job += kWarps) {
       int h = job / (kBlock / 16), row0 = job % (kBlock / 16) * 16;
       if (row0 < ring[0].rows && h < ring[0].heads)
         attend_rows(stage, ring[0], h, row0, o, row_stride);

@@ -11,31 +11,9 @@
 #include <unistd.h>
 
 #include "attngen.h"
+#include "util.h"
 
 /* ---- helpers --------------------------------------------------------------- */
-
-/* The whole file as a NUL-terminated string from malloc(), NULL if absent. */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 4096, len = 0;
-  char *s = malloc(cap);
-  size_t n;
-  while (s && (n = fread(s + len, 1, cap - len - 1, f)) > 0) {
-    len += n;
-    if (len + 1 == cap) s = realloc(s, cap *= 2);
-  }
-  fclose(f);
-  if (s) s[len] = '\0';
-  return s;
-}
-
-static void spit(const char *path, const char *text, size_t len) {
-  FILE *f = fopen(path, "wb");
-  ck_assert_msg(f != NULL, "cannot write %s", path);
-  ck_assert_uint_eq(fwrite(text, 1, len, f), len);
-  ck_assert_int_eq(fclose(f), 0);
-}
 
 /* Load a spec from a string named "<string>"; err is cleared first. */
 static ag_status load(const char *yaml, ag_spec *spec, ag_error *err) {
@@ -158,9 +136,8 @@ START_TEST(test_golden) {
   ag_status st = ag_spec_load_file(yaml, &spec, &err);
   ck_assert_ptr_nonnull(err.message);
   ck_assert_int_eq(err.code, st);
-  const char *update = getenv("AG_UPDATE_GOLDENS");
-  if (update && strcmp(update, "1") == 0) spit(expected_path, err.message, strlen(err.message));
-  char *expected = slurp(expected_path);
+  if (ag_test_update_goldens()) ag_test_spit(expected_path, err.message, strlen(err.message));
+  char *expected = ag_test_slurp(expected_path, NULL);
   ck_assert_msg(expected != NULL, "%s is missing; got:\n%s", expected_path, err.message);
   ck_assert_msg(strcmp(err.message, expected) == 0, "%s: got:\n%s\nexpected:\n%s", g->name,
                 err.message, expected);
@@ -425,7 +402,7 @@ START_TEST(test_load_file_ok) {
   ck_assert_int_ge(fd, 0);
   close(fd);
   const char *yaml = "name: f\npattern: block_diagonal\nhead_dim: 64\ndtype: bf16\n";
-  spit(path, yaml, strlen(yaml));
+  ag_test_spit(path, yaml, strlen(yaml));
   ag_spec s;
   ag_error err = {0};
   ag_status st = ag_spec_load_file(path, &s, &err);
@@ -490,7 +467,7 @@ START_TEST(test_size_limit) {
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
   close(fd);
-  spit(path, text, mib + 1);
+  ag_test_spit(path, text, mib + 1);
   free(text);
   ag_status st = ag_spec_load_file(path, &s, &err);
   unlink(path);

@@ -1,0 +1,154 @@
+/* check_emit.c: the plan and the emitted CUDA C: golden files (golden/NAME.yaml
+ * gives golden/NAME.cu byte for byte; AG_UPDATE_GOLDENS=1 rewrites them),
+ * determinism, plan decisions for the shapes that matter, and specs whose
+ * kernels do not exist yet. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attngen.h"
+#include "plan.h"
+#include "util.h"
+
+static const char *const goldens[] = {"block64_d128_bf16", "block64_d64_fp16_causal",
+                                      "block256_d128_scale"};
+enum { NGOLDENS = sizeof goldens / sizeof goldens[0] };
+
+static ag_spec spec_of(const char *yaml) {
+  ag_spec spec;
+  ag_error err = {0};
+  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "t.yaml", &spec, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message ? err.message : "");
+  return spec;
+}
+
+START_TEST(test_golden) {
+  char yaml_path[256], cu_path[256];
+  snprintf(yaml_path, sizeof yaml_path, "golden/%s.yaml", goldens[_i]);
+  snprintf(cu_path, sizeof cu_path, "golden/%s.cu", goldens[_i]);
+  ag_spec spec;
+  ag_error err = {0};
+  ck_assert_msg(ag_spec_load_file(yaml_path, &spec, &err) == AG_OK, "%s", err.message);
+  char *src, name[AG_KERNEL_NAME_MAX];
+  ck_assert_msg(ag_emit(&spec, &src, name, &err) == AG_OK, "%s", err.message);
+  if (ag_test_update_goldens()) ag_test_spit(cu_path, src, strlen(src));
+  char *want = ag_test_slurp(cu_path, NULL);
+  ck_assert_msg(want != NULL, "%s is missing", cu_path);
+  ck_assert_msg(strcmp(src, want) == 0, "%s differs from the emitted source", cu_path);
+  /* Nothing of the template language is left, and the banner names only the
+   * file's basename (no paths, no dates). */
+  ck_assert_ptr_null(strchr(src, '@'));
+  char banner[128];
+  snprintf(banner, sizeof banner, "from %s.yaml; do not edit", goldens[_i]);
+  ck_assert_ptr_nonnull(strstr(src, banner));
+  ck_assert_ptr_nonnull(strstr(src, name));
+  free(want);
+  free(src);
+}
+END_TEST
+
+START_TEST(test_deterministic) {
+  ag_spec spec = spec_of("name: d\npattern: block_diagonal\nhead_dim: 64\ndtype: bf16\n");
+  char *a, *b;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_emit(&spec, &a, NULL, &err), AG_OK);
+  ck_assert_int_eq(ag_emit(&spec, &b, NULL, &err), AG_OK);
+  ck_assert_str_eq(a, b);
+  free(a);
+  free(b);
+}
+END_TEST
+
+/* Only what the spec needs: no causal mask without causal, fp16 PTX only
+ * for fp16, the scale as a literal. */
+START_TEST(test_only_what_is_needed) {
+  ag_spec spec = spec_of("name: n\npattern: block_diagonal\nhead_dim: 128\ndtype: fp16\n"
+                         "softmax_scale: 0.5\n");
+  char *src;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_emit(&spec, &src, NULL, &err), AG_OK);
+  ck_assert_ptr_null(strstr(src, "col > (e < 2 ? r_lo : r_hi)"));
+  ck_assert_ptr_null(strstr(src, "bf16"));
+  ck_assert_ptr_nonnull(strstr(src, ".f32.f16.f16.f32"));
+  ck_assert_ptr_nonnull(strstr(src, "kScaleLog2 = 7.213475204e-01f"));
+  free(src);
+  spec.causal = true;
+  ck_assert_int_eq(ag_emit(&spec, &src, NULL, &err), AG_OK);
+  ck_assert_ptr_nonnull(strstr(src, "col > (e < 2 ? r_lo : r_hi)"));
+  free(src);
+}
+END_TEST
+
+START_TEST(test_plan_decisions) {
+  ag_error err = {0};
+  ag_plan p;
+  ag_spec s = spec_of("name: p\npattern: block_diagonal\nhead_dim: 128\ndtype: bf16\n");
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert_str_eq(p.kernel_name, "ag_p_b64_d128_bf16_fwd");
+  ck_assert_int_eq(p.heads_per_tile, 1);
+  ck_assert_int_eq(p.warps, 4);
+  ck_assert_int_eq(p.stages, 2);
+  ck_assert_int_eq(p.smem_bytes, 2 * 3 * 64 * 128 * 2);
+  ck_assert_int_eq(p.items_per_cta, 8);
+  /* head_dim 64: two heads per tile, so rows stay 256 contiguous bytes. */
+  s.head_dim = 64;
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert_int_eq(p.heads_per_tile, 2);
+  ck_assert_int_eq(p.jobs_per_warp, 2);
+  ck_assert_int_eq(p.smem_bytes, 2 * 3 * 64 * 128 * 2);
+  /* 256-token blocks at 128: 8 warps taking two row tiles each, one stage
+   * (two would need 384 KiB). */
+  s.head_dim = 128;
+  s.block_size = 256;
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert_int_eq(p.warps, 8);
+  ck_assert_int_eq(p.jobs_per_warp, 2);
+  ck_assert_int_eq(p.stages, 1);
+  ck_assert_int_le(p.smem_bytes, 227 * 1024);
+  /* 16-token blocks: one warp. */
+  s.block_size = 16;
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert_int_eq(p.threads, 32);
+  /* Every supported shape fits in shared memory. */
+  for (int b = 16; b <= 256; b += 16)
+    for (int d = 64; d <= 128; d += 64) {
+      s.block_size = b;
+      s.head_dim = d;
+      ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+      ck_assert_int_le(p.smem_bytes, 227 * 1024);
+      ck_assert_int_ge(p.warps * p.jobs_per_warp * 16, b * p.heads_per_tile);
+      ck_assert_int_lt((p.warps * p.jobs_per_warp - p.warps) * 16, b * p.heads_per_tile);
+    }
+}
+END_TEST
+
+/* Kernels that do not exist yet are refused by the plan, not emitted. */
+START_TEST(test_unsupported) {
+  ag_spec s = spec_of("name: u\npattern: block_diagonal\nhead_dim: 64\ndtype: bf16\n");
+  ag_error err = {0};
+  char *src = (char *)1;
+  ag_spec j = s;
+  j.pattern = AG_PATTERN_JAGGED;
+  ck_assert_int_eq(ag_emit(&j, &src, NULL, &err), AG_ERR_UNSUPPORTED);
+  ck_assert_ptr_null(src);
+  ck_assert_str_eq(err.message, "not supported yet: the jagged pattern");
+  ag_spec r = s;
+  r.rotary.layout = AG_ROTARY_HALF;
+  ck_assert_int_eq(ag_emit(&r, &src, NULL, &err), AG_ERR_UNSUPPORTED);
+  ck_assert_str_eq(err.message, "not supported yet: rotary embeddings");
+  ag_error_clear(&err);
+}
+END_TEST
+
+Suite *emit_suite(void) {
+  Suite *s = suite_create("emit");
+  TCase *tc = tcase_create("emit");
+  tcase_add_loop_test(tc, test_golden, 0, NGOLDENS);
+  tcase_add_test(tc, test_deterministic);
+  tcase_add_test(tc, test_only_what_is_needed);
+  tcase_add_test(tc, test_plan_decisions);
+  tcase_add_test(tc, test_unsupported);
+  suite_add_tcase(s, tc);
+  return s;
+}

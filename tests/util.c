@@ -1,0 +1,38 @@
+/* util.c: see util.h. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+char *ag_test_slurp(const char *path, size_t *out_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, len = 0, n;
+  char *s = malloc(cap);
+  while (s && (n = fread(s + len, 1, cap - len - 1, f)) > 0) {
+    len += n;
+    if (len + 1 == cap) {
+      char *t = realloc(s, cap *= 2);
+      if (!t) free(s);
+      s = t;
+    }
+  }
+  fclose(f);
+  if (s) s[len] = '\0';
+  if (out_len) *out_len = len;
+  return s;
+}
+
+void ag_test_spit(const char *path, const char *text, size_t len) {
+  FILE *f = fopen(path, "wb");
+  ck_assert_msg(f != NULL, "cannot write %s", path);
+  ck_assert_uint_eq(fwrite(text, 1, len, f), len);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+int ag_test_update_goldens(void) {
+  const char *v = getenv("AG_UPDATE_GOLDENS");
+  return v && strcmp(v, "1") == 0;
+}

@@ -1,0 +1,16 @@
+/* util.h: small helpers shared by the Check suites (whole-file reads and
+ * writes for golden files). */
+#ifndef AG_TEST_UTIL_H
+#define AG_TEST_UTIL_H
+
+#include <stddef.h>
+
+/* The whole file as a NUL-terminated string from malloc() (length in
+ * *out_len when non-NULL), or NULL when it cannot be read. */
+char *ag_test_slurp(const char *path, size_t *out_len);
+/* Write `len` bytes to `path`, failing the current test on error. */
+void ag_test_spit(const char *path, const char *text, size_t len);
+/* True when AG_UPDATE_GOLDENS=1: golden tests rewrite their files. */
+int ag_test_update_goldens(void);
+
+#endif
