@@ -102,12 +102,17 @@ static int parse_options(int argc, char **argv, const char *allowed, options *o)
   o->iters = 20;
   optind = 1;
   opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, "o:", longopts, NULL)) != -1) {
-    if (c == '?' || !strchr(allowed, c)) {
-      const char *bad = argv[optind - 1];
-      return usage_error("unknown or misplaced option '%s'", bad);
+  int c, index = -1;
+  while ((c = getopt_long(argc, argv, "o:", longopts, &index)) != -1) {
+    if (c == '?') return usage_error("unknown option or missing value '%s'", argv[optind - 1]);
+    if (!strchr(allowed, c)) {
+      /* A known option this command does not take; name it as written. */
+      char name[32];
+      if (index >= 0) snprintf(name, sizeof name, "--%s", longopts[index].name);
+      else snprintf(name, sizeof name, "-%c", c);
+      return usage_error("option '%s' does not apply to this command", name);
     }
+    index = -1;
     bool ok = true;
     switch (c) {
     case 'o': o->output = optarg; break;

@@ -1,0 +1,173 @@
+/* check_cli.c: the attngen command line's exit codes and messages (0 ok,
+ * 1 failed, 2 usage, 3 run skipped without a GPU), run as a child process.
+ * The binary comes from ATTNGEN_BIN (set by `make test`). */
+#include <check.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "attngen.h"
+#include "util.h"
+
+typedef struct result {
+  int code;
+  char *out, *err;
+} result;
+
+/* Run `attngen ARGS` through the shell, from the repository root, with
+ * stdout and stderr captured. */
+static result run(const char *args) {
+  const char *rel = getenv("ATTNGEN_BIN");
+  char bin[4096];
+  ck_assert_ptr_nonnull(realpath(rel ? rel : "../build/attngen", bin));
+  char dir[] = "/tmp/ag_cli_XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char cmd[8192];
+  /* From the repository root, so paths in messages read as a user types them. */
+  snprintf(cmd, sizeof cmd, "cd .. && %s %s >%s/out 2>%s/err", bin, args, dir, dir);
+  int status = system(cmd);
+  ck_assert_int_ne(status, -1);
+  result r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, NULL, NULL};
+  char path[64];
+  snprintf(path, sizeof path, "%s/out", dir);
+  r.out = ag_test_slurp(path, NULL);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/err", dir);
+  r.err = ag_test_slurp(path, NULL);
+  unlink(path);
+  rmdir(dir);
+  ck_assert_ptr_nonnull(r.out);
+  ck_assert_ptr_nonnull(r.err);
+  return r;
+}
+
+static void done(result *r) {
+  free(r->out);
+  free(r->err);
+}
+
+START_TEST(test_help_and_version) {
+  result r = run("--help");
+  ck_assert_int_eq(r.code, 0);
+  ck_assert_ptr_nonnull(strstr(r.out, "usage: attngen COMMAND"));
+  done(&r);
+  r = run("--version");
+  ck_assert_int_eq(r.code, 0);
+  ck_assert_str_eq(r.out, "attngen " AG_VERSION_STRING "\n");
+  done(&r);
+}
+END_TEST
+
+START_TEST(test_usage_errors) {
+  static const struct {
+    const char *args, *message;
+  } cases[] = {
+      {"", "attngen: missing COMMAND\nTry 'attngen --help'.\n"},
+      {"frobnicate", "attngen: unknown command 'frobnicate'\nTry 'attngen --help'.\n"},
+      {"check", "attngen: check needs at least one SPEC\nTry 'attngen --help'.\n"},
+      {"emit", "attngen: missing SPEC\nTry 'attngen --help'.\n"},
+      {"emit a.yaml b.yaml", "attngen: expected exactly one SPEC\nTry 'attngen --help'.\n"},
+      {"emit --arch sm_90a specs/ads_block64_d64_fp16.yaml",
+       "attngen: option '--arch' does not apply to this command\nTry 'attngen --help'.\n"},
+      {"run -o x specs/ads_block64_d64_fp16.yaml",
+       "attngen: option '-o' does not apply to this command\nTry 'attngen --help'.\n"},
+      {"emit --colour specs/ads_block64_d64_fp16.yaml",
+       "attngen: unknown option or missing value '--colour'\nTry 'attngen --help'.\n"},
+      {"run specs/ads_block64_d64_fp16.yaml --batch",
+       "attngen: unknown option or missing value '--batch'\nTry 'attngen --help'.\n"},
+      {"compile specs/ads_block64_d64_fp16.yaml",
+       "attngen: compile needs -o FILE\nTry 'attngen --help'.\n"},
+      {"run specs/ads_block64_d64_fp16.yaml --batch 0",
+       "attngen: bad value '0' for an option\nTry 'attngen --help'.\n"},
+      {"run specs/ads_block64_d64_fp16.yaml --seqlen 10 --min-seqlen 20",
+       "attngen: --min-seqlen exceeds --seqlen\nTry 'attngen --help'.\n"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    result r = run(cases[i].args);
+    ck_assert_msg(r.code == 2, "'%s' exited %d", cases[i].args, r.code);
+    ck_assert_str_eq(r.err, cases[i].message);
+    done(&r);
+  }
+}
+END_TEST
+
+START_TEST(test_check) {
+  result r = run("check specs/ads_block64_d128_bf16.yaml specs/ads_block64_d64_fp16.yaml");
+  ck_assert_int_eq(r.code, 0);
+  ck_assert_str_eq(r.out, "specs/ads_block64_d128_bf16.yaml: ok\nspecs/ads_block64_d64_fp16.yaml: ok\n");
+  done(&r);
+  r = run("check tests/spec_errors/unknown_key.yaml");
+  ck_assert_int_eq(r.code, 1);
+  ck_assert_str_eq(r.err, "tests/spec_errors/unknown_key.yaml:3:1: error: unknown key "
+                          "'blok_size' (did you mean 'block_size'?)\nblok_size: 64\n^\n");
+  done(&r);
+  r = run("check /nonexistent/spec.yaml");
+  ck_assert_int_eq(r.code, 1);
+  ck_assert_ptr_nonnull(strstr(r.err, "/nonexistent/spec.yaml"));
+  done(&r);
+}
+END_TEST
+
+START_TEST(test_emit_matches_library) {
+  result r = run("emit specs/ads_block64_d128_bf16.yaml");
+  ck_assert_int_eq(r.code, 0);
+  ag_spec spec;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_spec_load_file("../specs/ads_block64_d128_bf16.yaml", &spec, &err), AG_OK);
+  char *src;
+  ck_assert_int_eq(ag_emit(&spec, &src, NULL, &err), AG_OK);
+  ck_assert_str_eq(r.out, src);
+  free(src);
+  done(&r);
+}
+END_TEST
+
+START_TEST(test_compile_writes_cubin) {
+  char path[] = "/tmp/ag_cubin_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  char args[256];
+  snprintf(args, sizeof args, "compile specs/ads_block64_d64_fp16.yaml --arch sm_80 -o %s", path);
+  result r = run(args);
+  ck_assert_msg(r.code == 0, "%s", r.err);
+  size_t len;
+  char *cubin = ag_test_slurp(path, &len);
+  ck_assert_uint_gt(len, 4);
+  ck_assert_int_eq(memcmp(cubin, "\177ELF", 4), 0);
+  free(cubin);
+  unlink(path);
+  done(&r);
+  r = run("compile specs/ads_block64_d64_fp16.yaml --arch sm_9x -o /tmp/never.cubin");
+  ck_assert_int_eq(r.code, 1);
+  ck_assert_ptr_nonnull(strstr(r.err, "sm_9x"));
+  done(&r);
+}
+END_TEST
+
+/* Without a driver, run is skipped (3) and says why; with a GPU it passes. */
+START_TEST(test_run_skips_or_passes) {
+  result r = run("run specs/ads_block64_d64_fp16.yaml --batch 4 --seqlen 100 --iters 2");
+  ck_assert_msg(r.code == 0 || r.code == 3, "exit %d: %s", r.code, r.err);
+  if (r.code == 3) ck_assert_ptr_nonnull(strstr(r.out, "skipped"));
+  else ck_assert_ptr_nonnull(strstr(r.out, "PASS"));
+  done(&r);
+}
+END_TEST
+
+Suite *cli_suite(void) {
+  Suite *s = suite_create("cli");
+  TCase *tc = tcase_create("cli");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_help_and_version);
+  tcase_add_test(tc, test_usage_errors);
+  tcase_add_test(tc, test_check);
+  tcase_add_test(tc, test_emit_matches_library);
+  tcase_add_test(tc, test_compile_writes_cubin);
+  tcase_add_test(tc, test_run_skips_or_passes);
+  suite_add_tcase(s, tc);
+  return s;
+}
