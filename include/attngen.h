@@ -161,6 +161,12 @@ const char *ag_context_arch(const ag_context *ctx);
  * may compile (seconds) on a miss. */
 ag_status ag_kernel_get(ag_context *ctx, const ag_spec *spec, ag_kernel **out_kernel,
                         ag_error *err);
+/* The same from a spec file or YAML text: parse and validate (errors as
+ * ag_spec_load_*), then ag_kernel_get. */
+ag_status ag_kernel_get_file(ag_context *ctx, const char *path, ag_kernel **out_kernel,
+                             ag_error *err);
+ag_status ag_kernel_get_string(ag_context *ctx, const char *yaml, size_t len,
+                               ag_kernel **out_kernel, ag_error *err);
 const ag_spec *ag_kernel_spec(const ag_kernel *kernel);
 
 /* Block-diagonal forward. Tensors are packed [total_tokens, heads, head_dim]

@@ -80,4 +80,20 @@ ag_status ag_kernel_get(ag_context *ctx, const ag_spec *spec, ag_kernel **out_ke
   return st;
 }
 
+ag_status ag_kernel_get_file(ag_context *ctx, const char *path, ag_kernel **out_kernel,
+                             ag_error *err) {
+  ag_spec spec;
+  if (out_kernel) *out_kernel = NULL;
+  ag_status st = ag_spec_load_file(path, &spec, err);
+  return st != AG_OK ? st : ag_kernel_get(ctx, &spec, out_kernel, err);
+}
+
+ag_status ag_kernel_get_string(ag_context *ctx, const char *yaml, size_t len,
+                               ag_kernel **out_kernel, ag_error *err) {
+  ag_spec spec;
+  if (out_kernel) *out_kernel = NULL;
+  ag_status st = ag_spec_load_string(yaml, len, NULL, &spec, err);
+  return st != AG_OK ? st : ag_kernel_get(ctx, &spec, out_kernel, err);
+}
+
 const ag_spec *ag_kernel_spec(const ag_kernel *kernel) { return kernel ? &kernel->spec : NULL; }

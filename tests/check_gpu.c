@@ -50,12 +50,9 @@ static ag_kernel *kernel_for(ag_context *ctx, const kernel_case *c) {
            "name: gpu_test\npattern: block_diagonal\nblock_size: %d\ncausal: %s\n"
            "head_dim: %d\ndtype: %s\n",
            c->block, c->causal ? "true" : "false", c->head_dim, dtype_str(c->dtype));
-  ag_spec spec;
   ag_error err = {0};
-  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "gpu_test.yaml", &spec, &err);
-  ck_assert_msg(st == AG_OK, "spec: %s", err.message);
   ag_kernel *k;
-  st = ag_kernel_get(ctx, &spec, &k, &err);
+  ag_status st = ag_kernel_get_string(ctx, yaml, strlen(yaml), &k, &err);
   ck_assert_msg(st == AG_OK, "kernel: %s", err.message);
   return k;
 }

@@ -110,6 +110,19 @@ START_TEST(null_handles) {
   ck_assert_int_eq(ag_kernel_get(NULL, &spec, &k, &err), AG_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_null(k);
   ag_error_clear(&err);
+  /* From a file or text: the spec is checked before the context. */
+  k = (ag_kernel *)1;
+  ck_assert_int_eq(ag_kernel_get_file(NULL, "spec_errors/unknown_key.yaml", &k, &err),
+                   AG_ERR_SPEC);
+  ck_assert_ptr_null(k);
+  ck_assert_ptr_nonnull(strstr(err.message, "spec_errors/unknown_key.yaml:3:1: error:"));
+  ck_assert_int_eq(ag_kernel_get_file(NULL, "../specs/ads_block64_d64_fp16.yaml", &k, &err),
+                   AG_ERR_INVALID_ARGUMENT);
+  const char yaml[] = "name: s\npattern: block_diagonal\nhead_dim: 64\ndtype: bf16\n";
+  ck_assert_int_eq(ag_kernel_get_string(NULL, yaml, strlen(yaml), &k, &err),
+                   AG_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(ag_kernel_get_string(NULL, "name: [", 7, &k, &err), AG_ERR_SPEC);
+  ag_error_clear(&err);
 }
 END_TEST
 
