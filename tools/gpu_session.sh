@@ -2,7 +2,9 @@
 # gpu_session.sh: what one call on the GPU machine runs, in order: build,
 # the full test suite (GPU tests included), the demo, the plan-tuning table,
 # and compute-sanitizer over small runs. Logs go to $OUT (or build/gpu).
-# Usage: tools/gpu_session.sh [build] [test] [demo] [tune] [sanitize]
+# Usage: tools/gpu_session.sh [build] [test] [demo] [tune] [sanitize] [sanitize-tests]
+#   sanitize-tests: the GPU suite (but its test past 2^31 elements) under
+#   compute-sanitizer memcheck and racecheck; minutes.
 set -u
 out=${OUT:-build/gpu}
 mkdir -p "$out"
@@ -24,6 +26,14 @@ for step in $steps; do
           r=$?; echo "$tool $spec: exit $r; $(grep -E 'ERROR SUMMARY|check:' "$out/sanitize-$tool-$(basename "$spec" .yaml).log" | tr '\n' ' ')"
           [ $r -eq 0 ] || rc=1
         done
+      done ;;
+    sanitize-tests)
+      for tool in memcheck racecheck; do
+        (cd tests && ATTNGEN_TEST_SKIP_HUGE=1 CK_RUN_SUITE=gpu compute-sanitizer --tool $tool \
+          --target-processes all --error-exitcode 9 ../build/check_attngen) \
+          >"$out/sanitize-tests-$tool.log" 2>&1
+        r=$?; echo "$tool gpu suite: exit $r; $(grep -E '^[0-9]+%: Checks|ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-tests-$tool.log" | sort | uniq -c | tr '\n' ' ')"
+        [ $r -eq 0 ] || rc=1
       done ;;
   esac
 done
