@@ -101,6 +101,159 @@ void ag_ref_block_forward(ag_dtype dtype, int block_size, bool causal, double sc
   free(p);
 }
 
+void ag_ref_block_forward_f64(int block_size, bool causal, double scale, const double *q,
+                              const double *k, const double *v, const int32_t *offsets,
+                              int64_t batch, int64_t heads, int head_dim, double *out) {
+  /* ag_ref_block_forward's loop, operation for operation, on doubles. */
+  const int64_t stride = heads * head_dim;
+  double *p = malloc(sizeof(double) * (size_t)block_size);
+  if (!p) abort();
+  for (int64_t b = 0; b < batch; b++) {
+    for (int64_t t0 = offsets[b]; t0 < offsets[b + 1]; t0 += block_size) {
+      int64_t rows = offsets[b + 1] - t0 < block_size ? offsets[b + 1] - t0 : block_size;
+      for (int64_t h = 0; h < heads; h++) {
+        for (int64_t i = 0; i < rows; i++) {
+          const double *qi = q + (t0 + i) * stride + h * head_dim;
+          int64_t keys = causal ? i + 1 : rows;
+          double m = -INFINITY, sum = 0;
+          for (int64_t j = 0; j < keys; j++) {
+            const double *kj = k + (t0 + j) * stride + h * head_dim;
+            double s = 0;
+            for (int d = 0; d < head_dim; d++) s += qi[d] * kj[d];
+            p[j] = s * scale;
+            if (p[j] > m) m = p[j];
+          }
+          for (int64_t j = 0; j < keys; j++) sum += p[j] = exp(p[j] - m);
+          double *oi = out + (t0 + i) * stride + h * head_dim;
+          for (int d = 0; d < head_dim; d++) oi[d] = 0;
+          for (int64_t j = 0; j < keys; j++) {
+            const double *vj = v + (t0 + j) * stride + h * head_dim;
+            for (int d = 0; d < head_dim; d++) oi[d] += p[j] / sum * vj[d];
+          }
+        }
+      }
+    }
+  }
+  free(p);
+}
+
+/* ---- backward ----
+ * One (block, head) at a time: its rows of each tensor are gathered into
+ * dense rows x dim doubles, the gradients computed there and scattered back. */
+
+typedef struct block_grads {
+  int64_t rows;
+  int dim;
+  double *q, *k, *v, *dout;  /* inputs, rows x dim */
+  double *dq, *dk, *dv;      /* outputs, rows x dim */
+  double *p, *ds;            /* rows x rows */
+} block_grads;
+
+static void block_backward(block_grads *b, bool causal, double scale) {
+  const int64_t n = b->rows;
+  const int dim = b->dim;
+  /* P, row by row: softmax of the scaled scores over the visible keys. */
+  for (int64_t i = 0; i < n; i++) {
+    int64_t keys = causal ? i + 1 : n;
+    double *pi = b->p + i * n, m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < keys; j++) {
+      double s = 0;
+      for (int d = 0; d < dim; d++) s += b->q[i * dim + d] * b->k[j * dim + d];
+      pi[j] = s * scale;
+      if (pi[j] > m) m = pi[j];
+    }
+    for (int64_t j = 0; j < keys; j++) sum += pi[j] = exp(pi[j] - m);
+    for (int64_t j = 0; j < n; j++) pi[j] = j < keys ? pi[j] / sum : 0;
+  }
+  /* dP = dO V^T, then dS = P (.) (dP - D) with D = rowsum(P (.) dP). */
+  for (int64_t i = 0; i < n; i++) {
+    const double *pi = b->p + i * n;
+    double *dsi = b->ds + i * n, rowsum = 0;
+    for (int64_t j = 0; j < n; j++) {
+      double dp = 0;
+      for (int d = 0; d < dim; d++) dp += b->dout[i * dim + d] * b->v[j * dim + d];
+      dsi[j] = dp;
+      rowsum += pi[j] * dp;
+    }
+    for (int64_t j = 0; j < n; j++) dsi[j] = pi[j] * (dsi[j] - rowsum);
+  }
+  /* dV = P^T dO, dK = scale * dS^T Q, dQ = scale * dS K. */
+  memset(b->dq, 0, sizeof(double) * (size_t)(n * dim));
+  memset(b->dk, 0, sizeof(double) * (size_t)(n * dim));
+  memset(b->dv, 0, sizeof(double) * (size_t)(n * dim));
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double p = b->p[i * n + j], ds = b->ds[i * n + j];
+      for (int d = 0; d < dim; d++) {
+        b->dv[j * dim + d] += p * b->dout[i * dim + d];
+        b->dk[j * dim + d] += ds * b->q[i * dim + d];
+        b->dq[i * dim + d] += ds * b->k[j * dim + d];
+      }
+    }
+  for (int64_t e = 0; e < n * dim; e++) {
+    b->dq[e] *= scale;
+    b->dk[e] *= scale;
+  }
+}
+
+/* Inputs come as 16-bit values (half != NULL) or doubles (f64 != NULL). */
+typedef struct bwd_inputs {
+  ag_dtype dtype;
+  const uint16_t *half[4]; /* q, k, v, dout */
+  const double *f64[4];
+} bwd_inputs;
+
+static void backward(const bwd_inputs *in, int block_size, bool causal, double scale,
+                     const int32_t *offsets, int64_t batch, int64_t heads, int head_dim,
+                     double *dq, double *dk, double *dv) {
+  const int64_t stride = heads * head_dim;
+  const size_t tile = (size_t)block_size * (size_t)head_dim;
+  double *mem = malloc(sizeof(double) * (7 * tile + 2 * (size_t)block_size * block_size));
+  if (!mem) abort(); /* test-only code: no way to go on */
+  block_grads g = {0, head_dim, mem, mem + tile, mem + 2 * tile, mem + 3 * tile, mem + 4 * tile,
+                   mem + 5 * tile, mem + 6 * tile, mem + 7 * tile, NULL};
+  double *const inputs[4] = {g.q, g.k, g.v, g.dout};
+  double *const outputs[3] = {dq, dk, dv};
+  for (int64_t b = 0; b < batch; b++) {
+    for (int64_t t0 = offsets[b]; t0 < offsets[b + 1]; t0 += block_size) {
+      g.rows = offsets[b + 1] - t0 < block_size ? offsets[b + 1] - t0 : block_size;
+      g.ds = g.p + g.rows * g.rows;
+      for (int64_t h = 0; h < heads; h++) {
+        for (int m = 0; m < 4; m++)
+          for (int64_t i = 0; i < g.rows; i++)
+            for (int d = 0; d < head_dim; d++) {
+              int64_t e = (t0 + i) * stride + h * head_dim + d;
+              inputs[m][i * head_dim + d] =
+                  in->half[m] ? ag_half_to_float(in->dtype, in->half[m][e]) : in->f64[m][e];
+            }
+        block_backward(&g, causal, scale);
+        const double *grads[3] = {g.dq, g.dk, g.dv};
+        for (int m = 0; m < 3; m++)
+          for (int64_t i = 0; i < g.rows; i++)
+            memcpy(outputs[m] + (t0 + i) * stride + h * head_dim, grads[m] + i * head_dim,
+                   sizeof(double) * (size_t)head_dim);
+      }
+    }
+  }
+  free(mem);
+}
+
+void ag_ref_block_backward(ag_dtype dtype, int block_size, bool causal, double scale,
+                           const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                           const uint16_t *dout, const int32_t *offsets, int64_t batch,
+                           int64_t heads, int head_dim, double *dq, double *dk, double *dv) {
+  bwd_inputs in = {dtype, {q, k, v, dout}, {NULL, NULL, NULL, NULL}};
+  backward(&in, block_size, causal, scale, offsets, batch, heads, head_dim, dq, dk, dv);
+}
+
+void ag_ref_block_backward_f64(int block_size, bool causal, double scale, const double *q,
+                               const double *k, const double *v, const double *dout,
+                               const int32_t *offsets, int64_t batch, int64_t heads,
+                               int head_dim, double *dq, double *dk, double *dv) {
+  bwd_inputs in = {AG_DTYPE_BF16, {NULL, NULL, NULL, NULL}, {q, k, v, dout}};
+  backward(&in, block_size, causal, scale, offsets, batch, heads, head_dim, dq, dk, dv);
+}
+
 double ag_rel_error(ag_dtype dtype, const uint16_t *got, const double *ref, size_t elems) {
   double num = 0, den = 0;
   for (size_t i = 0; i < elems; i++) {

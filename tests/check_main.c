@@ -5,7 +5,8 @@
 #include <stdlib.h>
 
 #define SUITES(X) \
-  X(error) X(spec) X(expand) X(plan) X(emit) X(compile) X(nvrtc) X(cache) X(runtime) X(cli) X(gpu)
+  X(error) X(spec) X(expand) X(plan) X(emit) X(compile) X(nvrtc) X(cache) X(runtime) X(cli) X(gpu) \
+  X(reference) X(backward)
 
 #define DECLARE(name) Suite *name##_suite(void) __attribute__((weak));
 SUITES(DECLARE)
