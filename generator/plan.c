@@ -19,12 +19,54 @@ double ag_spec_scale(const ag_spec *spec) {
 
 static const char *dtype_name(ag_dtype d) { return d == AG_DTYPE_FP16 ? "fp16" : "bf16"; }
 
+/* The backward (templates/block_bwd.cu): per tile, phase 1 takes (head, 16
+ * query rows) jobs and phase 2 (head, 16-row tile) jobs, one warp per job up
+ * to 8. Beside the Q, K, V, dO tiles it keeps P and dS of every head of the
+ * tile in shared memory, rows padded by 16 bytes, which grows with the
+ * square of the block: past 128 tokens at head_dim 128 (176 at 64) they do
+ * not fit beside the tiles, and such blocks are refused for now (they need
+ * the keys in chunks, with recomputation). Two heads per tile at head_dim 64
+ * where two CTAs of one such stage fit, as in the forward; then the most
+ * CTAs per SM (2, for latency) and the most stages that fit. */
+static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err) {
+  ag_plan_bwd *b = &out->bwd;
+  const int block = spec->block_size, row_bytes = spec->head_dim * out->elem_bytes;
+  const int tile_bytes = 4 * block * row_bytes;                /* Q, K, V, dO of one head */
+  const int ps_bytes = 2 * block * (block + 8) * out->elem_bytes; /* P and dS of one head */
+  b->heads_per_tile =
+      row_bytes < 256 && 2 * 2 * (tile_bytes + ps_bytes) <= MAX_SMEM_BYTES ? 2 : 1;
+  const int stage = b->heads_per_tile * tile_bytes, ps = b->heads_per_tile * ps_bytes;
+  static const int choices[][2] = {{2, 2}, {1, 2}, {2, 1}, {1, 1}}; /* {stages, CTAs per SM} */
+  for (size_t i = 0; i < sizeof choices / sizeof choices[0] && !b->stages; i++)
+    if (choices[i][1] * (choices[i][0] * stage + ps) <= MAX_SMEM_BYTES) {
+      b->stages = choices[i][0];
+      b->min_ctas_per_sm = choices[i][1];
+    }
+  if (!b->stages)
+    return ag_fail(err, AG_ERR_UNSUPPORTED,
+                   "not supported yet: the backward pass at block_size %d with head_dim %d "
+                   "(P and dS of a whole block beside its Q, K, V and dO tiles need %d KiB of "
+                   "shared memory; a CTA has 227)",
+                   block, spec->head_dim, (stage + ps + 1023) / 1024);
+  b->smem_bytes = b->stages * stage + ps;
+  /* At most 4 warps when two CTAs share an SM: a quarter of the SM's
+   * registers then still gives each thread 255 (two warps per scheduler),
+   * which S, P and dP of a 16-row job need without spilling. */
+  const int max_warps = b->min_ctas_per_sm > 1 ? MAX_WARPS / 2 : MAX_WARPS;
+  b->jobs = b->heads_per_tile * block / 16;
+  b->warps = b->jobs < max_warps ? b->jobs : max_warps;
+  b->threads = b->warps * 32;
+  b->items_per_cta = 8;
+  snprintf(b->kernel_name, sizeof b->kernel_name, "ag_%s_b%d_d%d_%s%s_bwd", spec->name,
+           spec->block_size, spec->head_dim, dtype_name(spec->dtype),
+           spec->causal ? "_causal" : "");
+  return AG_OK;
+}
+
 ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   memset(out, 0, sizeof *out);
   if (spec->pattern != AG_PATTERN_BLOCK_DIAGONAL)
     return ag_fail(err, AG_ERR_UNSUPPORTED, "not supported yet: the jagged pattern");
-  if (spec->passes & AG_PASS_BACKWARD)
-    return ag_fail(err, AG_ERR_UNSUPPORTED, "not supported yet: the backward pass");
   if (spec->rotary.layout != AG_ROTARY_NONE)
     return ag_fail(err, AG_ERR_UNSUPPORTED, "not supported yet: rotary embeddings");
   if (spec->block_size < 16 || spec->block_size > 256 || spec->block_size % 16 ||
@@ -34,6 +76,15 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   out->block_size = spec->block_size;
   out->head_dim = spec->head_dim;
   out->elem_bytes = 2;
+  out->scale = ag_spec_scale(spec);
+  if (spec->passes & AG_PASS_BACKWARD) {
+    ag_status st = plan_backward(spec, out, err);
+    if (st != AG_OK) {
+      memset(out, 0, sizeof *out);
+      return st;
+    }
+    if (!(spec->passes & AG_PASS_FORWARD)) return AG_OK;
+  }
   /* Two adjacent heads per tile at head_dim 64, so each tile row is 256
    * contiguous bytes as at head_dim 128: on the H200, 64-token blocks at
    * head_dim 64 reached 85-89% of copy bandwidth one head at a time and
@@ -59,16 +110,40 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   out->smem_bytes = out->stages * stage_bytes;
   out->min_ctas_per_sm = 2 * out->smem_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   out->items_per_cta = 8;
-  out->scale = ag_spec_scale(spec);
   snprintf(out->kernel_name, sizeof out->kernel_name, "ag_%s_b%d_d%d_%s%s_fwd", spec->name,
            spec->block_size, spec->head_dim, dtype_name(spec->dtype),
            spec->causal ? "_causal" : "");
   return AG_OK;
 }
 
+const char *ag_plan_first_kernel(const ag_plan *p) {
+  return p->kernel_name[0] ? p->kernel_name : p->bwd.kernel_name;
+}
+
+static void describe_backward(ag_buf *b, const ag_plan_bwd *p, const char *prefix) {
+  ag_buf_printf(b, "%sbackward kernel: %s\n", prefix, p->kernel_name);
+  ag_buf_printf(b, "%s  heads per tile: %d\n", prefix, p->heads_per_tile);
+  ag_buf_printf(b, "%s  threads: %d (%d warps; %d (head, 16-row tile) job%s per phase)\n", prefix,
+                p->threads, p->warps, p->jobs, p->jobs > 1 ? "s" : "");
+  ag_buf_printf(b, "%s  Q, K, V, dO tiles resident per CTA: %d\n", prefix, p->stages);
+  ag_buf_printf(b, "%s  shared memory: %d bytes (with P and dS of one tile)\n", prefix,
+                p->smem_bytes);
+  if (p->min_ctas_per_sm > 1)
+    ag_buf_printf(b, "%s  registers capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
+  if (p->items_per_cta)
+    ag_buf_printf(b, "%s  grid: one CTA per %d (block, head group) tiles\n", prefix,
+                  p->items_per_cta);
+  else
+    ag_buf_printf(b, "%s  grid: persistent, as many CTAs as fit on the device at once\n", prefix);
+}
+
 char *ag_plan_describe(const ag_plan *p, const char *prefix) {
   ag_buf b;
   ag_buf_init(&b);
+  if (!p->kernel_name[0]) { /* backward only */
+    describe_backward(&b, &p->bwd, prefix);
+    return ag_buf_take(&b);
+  }
   ag_buf_printf(&b, "%skernel: %s\n", prefix, p->kernel_name);
   ag_buf_printf(&b, "%sheads per tile: %d\n", prefix, p->heads_per_tile);
   ag_buf_printf(&b, "%sthreads: %d (%d warps, %d job%s of 16 query rows each)\n", prefix,
@@ -82,5 +157,6 @@ char *ag_plan_describe(const ag_plan *p, const char *prefix) {
                   p->items_per_cta);
   else
     ag_buf_printf(&b, "%sgrid: persistent, as many CTAs as fit on the device at once\n", prefix);
+  if (p->bwd.kernel_name[0]) describe_backward(&b, &p->bwd, prefix);
   return ag_buf_take(&b);
 }

@@ -6,6 +6,23 @@
 
 #include "attngen.h"
 
+/* The backward kernel's own shape; it shares the plan's block size,
+ * head_dim, element size and scale. */
+typedef struct ag_plan_bwd {
+  char kernel_name[AG_KERNEL_NAME_MAX]; /* "" when the spec has no backward pass */
+  int warps;            /* warps per CTA */
+  int threads;          /* warps * 32 */
+  int heads_per_tile;   /* adjacent heads loaded and computed as one tile */
+  int jobs;             /* (head, 16-row tile) jobs per tile and phase, taken in turn */
+  int stages;           /* (block, head group) Q, K, V, dO tiles resident per CTA */
+  int smem_bytes;       /* the stages plus P and dS of one tile */
+  int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
+  int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
+} ag_plan_bwd;
+
+/* The fields up to `scale` describe the forward kernel (kernel_name is ""
+ * and the shape fields 0 when the spec has no forward pass); `bwd` the
+ * backward's. One source holds every kernel of the plan, forward first. */
 typedef struct ag_plan {
   char kernel_name[AG_KERNEL_NAME_MAX]; /* extern "C" entry point */
   int block_size;       /* tokens per diagonal block */
@@ -20,11 +37,20 @@ typedef struct ag_plan {
   int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
   int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
   double scale;         /* softmax scale, auto resolved */
+  ag_plan_bwd bwd;      /* the backward kernel, when spec->passes asks for it */
 } ag_plan;
 
-/* Fill *out for a validated spec. Returns AG_ERR_UNSUPPORTED for specs whose
- * kernels do not exist yet. */
+/* Fill *out for a validated spec: the kernels of the passes it names (a
+ * spec naming none gets the forward). Returns AG_ERR_UNSUPPORTED for specs
+ * whose kernels do not exist yet. The backward pass is planned although
+ * validation still refuses it (spec_check.c): until it is verified on a
+ * GPU, only tests and tools reach it, by setting AG_PASS_BACKWARD in a
+ * validated spec's passes. */
 ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err);
+
+/* The name of the source's first kernel (the forward's, else the
+ * backward's): the one ag_emit reports. */
+const char *ag_plan_first_kernel(const ag_plan *plan);
 
 /* Emit the CUDA C for a spec under a given plan (ag_emit uses the plan from
  * ag_plan_make; tuning tools pass variants). Same ownership as ag_emit. */

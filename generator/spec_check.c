@@ -445,6 +445,9 @@ static void check_supported(spec_diags *d, const ag_spec *s) {
     spec_diag_add(d, s->at.query, true, "broadcast queries");
   if (s->rotary.layout != AG_ROTARY_NONE)
     spec_diag_add(d, s->at.rotary, true, "rotary embeddings");
+  /* The backward: its kernels exist and compile (ag_plan_make plans them),
+   * enabled once verified on a GPU; until then tests and tools set
+   * AG_PASS_BACKWARD in a validated spec's passes directly. */
   if (s->passes & AG_PASS_BACKWARD)
     spec_diag_add(d, s->at.passes, true, "the backward pass");
 }
