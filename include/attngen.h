@@ -182,6 +182,14 @@ typedef struct ag_block_fwd_args {
   int64_t batch;
   int64_t heads;
   int64_t total_tokens;
+  /* Optional: NULL, or a host copy of offsets (int32 [batch+1]). When
+   * non-NULL it is validated before the launch: host_offsets[0] == 0,
+   * non-decreasing, host_offsets[batch] == total_tokens, at O(batch) host
+   * cost and with no synchronization (the device copy is never read on the
+   * host). Without it, malformed device offsets cannot make the kernel
+   * access memory out of bounds (it clamps them), but its output is then
+   * undefined. Zero-initialising the struct leaves it NULL. */
+  const int32_t *host_offsets;
 } ag_block_fwd_args;
 ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *args,
                            struct CUstream_st *stream, ag_error *err);

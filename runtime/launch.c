@@ -9,8 +9,9 @@
  * virtual blocks times head groups; see the work walk in
  * templates/block_fwd.cu. -1 when that overflows. */
 static int64_t block_items(int64_t batch, int64_t total, int block, int64_t groups) {
+  if (total / block > INT64_MAX - batch) return -1; /* checked before adding: no UB */
   int64_t vblocks = batch + total / block;
-  if (vblocks < batch || vblocks > INT64_MAX / groups) return -1;
+  if (vblocks > INT64_MAX / groups) return -1;
   return vblocks * groups;
 }
 
@@ -20,6 +21,25 @@ static ag_status check_tensor(const void *p, const char *name, ag_error *err) {
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "%s (%p) is not 16-byte aligned; the kernel loads 16 bytes at a time", name,
                    p);
+  return AG_OK;
+}
+
+/* The optional host copy of the offsets: starts at 0, never decreases,
+ * ends at total. Reads batch + 1 entries; no synchronization. */
+static ag_status check_host_offsets(const int32_t *off, int64_t batch, int64_t total,
+                                    ag_error *err) {
+  if (off[0] != 0)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "host_offsets[0] is %d; it must be 0",
+                   (int)off[0]);
+  for (int64_t i = 0; i < batch; i++)
+    if (off[i + 1] < off[i])
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                     "host_offsets decrease at index %lld (%d after %d)", (long long)(i + 1),
+                     (int)off[i + 1], (int)off[i]);
+  if (off[batch] != total)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "host_offsets[%lld] (the last) is %d, not total_tokens (%lld)",
+                   (long long)batch, (int)off[batch], (long long)total);
   return AG_OK;
 }
 
@@ -44,10 +64,17 @@ ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *a,
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "tensors of %lld tokens x %lld heads x %d overflow a 64-bit byte count",
                    (long long)a->total_tokens, (long long)a->heads, p->head_dim);
+  if (a->total_tokens > INT32_MAX)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "total_tokens (%lld) exceeds 2^31 - 1, the most int32 offsets can reach",
+                   (long long)a->total_tokens);
+  ag_status st;
+  if (a->host_offsets &&
+      (st = check_host_offsets(a->host_offsets, a->batch, a->total_tokens, err)))
+    return st;
   if (a->batch == 0 || a->total_tokens == 0) return AG_OK; /* nothing to compute */
   if (a->batch > INT64_MAX - 1)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "batch is too large");
-  ag_status st;
   if ((st = check_tensor(a->q, "q", err)) || (st = check_tensor(a->k, "k", err)) ||
       (st = check_tensor(a->v, "v", err)) || (st = check_tensor(a->o, "o", err)))
     return st;
@@ -65,7 +92,8 @@ ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *a,
    * items_per_cta tiles, so the hardware balances CTAs across SMs; past the
    * grid limit, CTAs take proportionally more. */
   int64_t grid = (int64_t)ctx->sm_count * kernel->ctas_per_sm;
-  if (p->items_per_cta > 0) grid = (items + p->items_per_cta - 1) / p->items_per_cta;
+  if (p->items_per_cta > 0) /* rounded up without forming items + items_per_cta - 1 */
+    grid = items / p->items_per_cta + (items % p->items_per_cta != 0);
   if (grid > INT32_MAX) grid = INT32_MAX;
   if (grid > items) grid = items;
 

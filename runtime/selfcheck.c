@@ -157,7 +157,8 @@ ag_status ag_block_data_create(ag_context *ctx, ag_dtype dtype, int head_dim, in
   }
   d->args = (ag_block_fwd_args){(const void *)(uintptr_t)d->t[0], (const void *)(uintptr_t)d->t[1],
                                 (const void *)(uintptr_t)d->t[2], (void *)(uintptr_t)d->t[3],
-                                (const int32_t *)(uintptr_t)d->d_offsets, batch, heads, d->total};
+                                (const int32_t *)(uintptr_t)d->d_offsets, batch, heads, d->total,
+                                NULL};
   *out = d;
   return AG_OK;
 }

@@ -1,0 +1,411 @@
+/* check_args.c: ag_block_forward's argument checks, with no GPU. A kernel
+ * struct is built on the stack from a real spec and plan; its context is
+ * zeroed, so a driver call before the checks would crash the test (its
+ * driver table is NULL). Accepted arguments reach a fake driver that
+ * records the launch. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+/* ---- a kernel without a device ---------------------------------------------- */
+
+static const char spec_yaml[] = "name: args_b64\n"
+                                "pattern: block_diagonal\n"
+                                "block_size: 64\n"
+                                "head_dim: 128\n"
+                                "dtype: bf16\n"
+                                "arch: sm_90a\n";
+
+typedef struct fake {
+  ag_context ctx; /* zeroed: drv is NULL */
+  ag_kernel kernel;
+} fake;
+
+static void fake_init(fake *f) {
+  memset(f, 0, sizeof *f);
+  ag_error err = {0};
+  ag_status st = ag_spec_load_string(spec_yaml, strlen(spec_yaml), NULL, &f->kernel.spec, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message);
+  st = ag_plan_make(&f->kernel.spec, &f->kernel.plan, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message);
+  ck_assert_int_eq(f->kernel.plan.block_size, 64);
+  ck_assert_int_eq(f->kernel.plan.head_dim, 128);
+  ck_assert_int_eq(f->kernel.plan.elem_bytes, 2);
+  f->kernel.ctx = &f->ctx;
+  strcpy(f->kernel.arch, "sm_90a");
+}
+
+/* Valid arguments for two sequences of 37 and 63 tokens, 8 heads. Device
+ * pointers are never dereferenced on the host, so any aligned value does. */
+static ag_block_fwd_args valid_args(void) {
+  ag_block_fwd_args a;
+  memset(&a, 0, sizeof a);
+  a.q = (const void *)(uintptr_t)0x100000;
+  a.k = (const void *)(uintptr_t)0x200000;
+  a.v = (const void *)(uintptr_t)0x300000;
+  a.o = (void *)(uintptr_t)0x400000;
+  a.offsets = (const int32_t *)(uintptr_t)0x500000;
+  a.batch = 2;
+  a.heads = 8;
+  a.total_tokens = 100;
+  return a;
+}
+
+/* Expect a rejection with exactly `want`; the fake context has no driver. */
+static void expect_reject(fake *f, const ag_block_fwd_args *a, const char *want) {
+  ag_error err = {0};
+  ag_status st = ag_block_forward(&f->kernel, a, NULL, &err);
+  ck_assert_msg(st == AG_ERR_INVALID_ARGUMENT, "status %s (%s), expected a rejection: %s",
+                ag_strerror(st), err.message ? err.message : "", want);
+  ck_assert_int_eq(err.code, AG_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(err.message);
+  ck_assert_str_eq(err.message, want);
+  ag_error_clear(&err);
+  /* The same without an error record. */
+  ck_assert_int_eq(ag_block_forward(&f->kernel, a, NULL, NULL), AG_ERR_INVALID_ARGUMENT);
+}
+
+/* ---- a fake driver that records launches --------------------------------------- */
+
+static struct launch {
+  int count, pushes, pops;
+  unsigned grid, block, smem;
+  CUdeviceptr q, k, v, o, offsets;
+  long long batch, total, items;
+  int heads;
+} seen;
+
+static CUresult CUDAAPI fake_push(CUcontext c) {
+  (void)c;
+  seen.pushes++;
+  return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI fake_pop(CUcontext *c) {
+  *c = NULL;
+  seen.pops++;
+  return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                    unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                                    CUstream stream, void **params, void **extra) {
+  (void)f, (void)stream;
+  ck_assert_uint_eq(gy * gz * by * bz, 1);
+  ck_assert_ptr_null(extra);
+  seen.count++;
+  seen.grid = gx, seen.block = bx, seen.smem = smem;
+  seen.q = *(CUdeviceptr *)params[0], seen.k = *(CUdeviceptr *)params[1];
+  seen.v = *(CUdeviceptr *)params[2], seen.o = *(CUdeviceptr *)params[3];
+  seen.offsets = *(CUdeviceptr *)params[4];
+  seen.batch = *(long long *)params[5];
+  seen.heads = *(int *)params[6];
+  seen.total = *(long long *)params[7];
+  seen.items = *(long long *)params[8];
+  return CUDA_SUCCESS;
+}
+
+static ag_driver fake_driver;
+
+static void give_driver(fake *f) {
+  memset(&fake_driver, 0, sizeof fake_driver);
+  fake_driver.cuCtxPushCurrent = fake_push;
+  fake_driver.cuCtxPopCurrent = fake_pop;
+  fake_driver.cuLaunchKernel = fake_launch;
+  f->ctx.drv = &fake_driver;
+  f->ctx.sm_count = 132;
+  f->kernel.ctas_per_sm = 2;
+  f->kernel.fn = (CUfunction)(uintptr_t)0x1234;
+  memset(&seen, 0, sizeof seen);
+}
+
+static void expect_launch(fake *f, const ag_block_fwd_args *a) {
+  ag_error err = {0};
+  ag_status st = ag_block_forward(&f->kernel, a, NULL, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message);
+  ck_assert_ptr_null(err.message);
+  ck_assert_int_eq(seen.count, 1);
+  ck_assert_int_eq(seen.pushes, 1);
+  ck_assert_int_eq(seen.pops, 1);
+  ck_assert_uint_eq(seen.block, (unsigned)f->kernel.plan.threads);
+  ck_assert_uint_eq(seen.smem, (unsigned)f->kernel.plan.smem_bytes);
+  ck_assert_uint_eq(seen.q, (CUdeviceptr)(uintptr_t)a->q);
+  ck_assert_uint_eq(seen.o, (CUdeviceptr)(uintptr_t)a->o);
+  ck_assert_uint_eq(seen.offsets, (CUdeviceptr)(uintptr_t)a->offsets);
+  ck_assert_int_eq(seen.batch, a->batch);
+  ck_assert_int_eq(seen.heads, a->heads);
+  ck_assert_int_eq(seen.total, a->total_tokens);
+  int64_t groups = (a->heads + f->kernel.plan.heads_per_tile - 1) / f->kernel.plan.heads_per_tile;
+  ck_assert_int_eq(seen.items, (a->batch + a->total_tokens / 64) * groups);
+  ck_assert_uint_ge(seen.grid, 1);
+  ck_assert_uint_le(seen.grid, (unsigned long long)seen.items);
+}
+
+/* ---- handles and kernel kind ------------------------------------------------------- */
+
+START_TEST(null_handles) {
+  fake f;
+  fake_init(&f);
+  ag_block_fwd_args a = valid_args();
+  ag_error err = {0};
+  ck_assert_int_eq(ag_block_forward(NULL, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "kernel or args is NULL");
+  ck_assert_int_eq(ag_block_forward(&f.kernel, NULL, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "kernel or args is NULL");
+  ag_error_clear(&err);
+}
+END_TEST
+
+START_TEST(wrong_kernel_kind) {
+  fake f;
+  fake_init(&f);
+  ag_block_fwd_args a = valid_args();
+  f.kernel.spec.passes = AG_PASS_BACKWARD;
+  expect_reject(&f, &a, "kernel 'args_b64' is not a block-diagonal forward kernel");
+  fake_init(&f);
+  f.kernel.spec.pattern = AG_PATTERN_JAGGED;
+  expect_reject(&f, &a, "kernel 'args_b64' is not a block-diagonal forward kernel");
+}
+END_TEST
+
+/* ---- sizes --------------------------------------------------------------------------- */
+
+START_TEST(negative_and_zero_sizes) {
+  fake f;
+  fake_init(&f);
+  ag_block_fwd_args a = valid_args();
+  a.batch = -1;
+  expect_reject(&f, &a, "need batch >= 0, heads >= 1, total_tokens >= 0 (got -1, 8, 100)");
+  a = valid_args();
+  a.batch = INT64_MIN;
+  expect_reject(&f, &a,
+                "need batch >= 0, heads >= 1, total_tokens >= 0 "
+                "(got -9223372036854775808, 8, 100)");
+  a = valid_args();
+  a.heads = 0;
+  expect_reject(&f, &a, "need batch >= 0, heads >= 1, total_tokens >= 0 (got 2, 0, 100)");
+  a.heads = -4;
+  expect_reject(&f, &a, "need batch >= 0, heads >= 1, total_tokens >= 0 (got 2, -4, 100)");
+  a = valid_args();
+  a.total_tokens = -100;
+  expect_reject(&f, &a, "need batch >= 0, heads >= 1, total_tokens >= 0 (got 2, 8, -100)");
+  a.heads = INT64_MAX;
+  expect_reject(&f, &a,
+                "need batch >= 0, heads >= 1, total_tokens >= 0 "
+                "(got 2, 9223372036854775807, -100)");
+}
+END_TEST
+
+START_TEST(sizes_that_overflow) {
+  fake f;
+  fake_init(&f);
+  ag_block_fwd_args a = valid_args();
+  a.heads = (int64_t)INT32_MAX + 1;
+  expect_reject(&f, &a, "heads (2147483648) exceeds 2^31 - 1");
+  /* total_tokens near INT64_MAX: the byte count of one tensor overflows. */
+  a = valid_args();
+  a.total_tokens = INT64_MAX - 5;
+  expect_reject(&f, &a,
+                "tensors of 9223372036854775802 tokens x 8 heads x 128 overflow a 64-bit "
+                "byte count");
+  /* The boundary: one head is 256 bytes a token. */
+  a.heads = 1;
+  a.total_tokens = INT64_MAX / 256 + 1;
+  expect_reject(&f, &a,
+                "tensors of 36028797018963968 tokens x 1 heads x 128 overflow a 64-bit "
+                "byte count");
+  a.total_tokens = INT64_MAX / 256; /* fits in bytes, not in int32 offsets */
+  expect_reject(&f, &a,
+                "total_tokens (36028797018963967) exceeds 2^31 - 1, the most int32 offsets "
+                "can reach");
+  /* Heads and tokens each within int32, their product in bytes not. */
+  a.heads = INT32_MAX;
+  a.total_tokens = INT64_MAX / ((int64_t)INT32_MAX * 256) + 1;
+  expect_reject(&f, &a,
+                "tensors of 16777217 tokens x 2147483647 heads x 128 overflow a 64-bit "
+                "byte count");
+  a = valid_args();
+  a.total_tokens = (int64_t)INT32_MAX + 1;
+  expect_reject(&f, &a,
+                "total_tokens (2147483648) exceeds 2^31 - 1, the most int32 offsets can reach");
+  /* batch + 1 offsets, and the work count (batch + total / block) x groups. */
+  a = valid_args();
+  a.batch = INT64_MAX;
+  expect_reject(&f, &a, "batch is too large");
+  a.batch = INT64_MAX - 1;
+  expect_reject(&f, &a, "work count overflows");
+  a.batch = INT64_MAX - 1 - 100 / 64;
+  a.heads = 1; /* one group: the count is exactly INT64_MAX - 1 and would launch */
+  a.total_tokens = 100;
+  give_driver(&f);
+  ag_error err = {0};
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
+  ck_assert_int_eq(seen.items, INT64_MAX - 1);
+  ck_assert_uint_eq(seen.grid, INT32_MAX);
+  a.heads = 2; /* two groups: overflows */
+  memset(&seen, 0, sizeof seen);
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "work count overflows");
+  ck_assert_int_eq(seen.count, 0);
+  ag_error_clear(&err);
+}
+END_TEST
+
+/* Nothing to compute: accepted before any pointer is looked at and before
+ * the driver is touched (the context has none). */
+START_TEST(empty_work_touches_nothing) {
+  fake f;
+  fake_init(&f);
+  ag_block_fwd_args a;
+  memset(&a, 0, sizeof a);
+  a.heads = 8;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK); /* batch 0, total 0 */
+  a.batch = 5;
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK); /* all empty */
+  a.batch = 0;
+  a.total_tokens = 10;
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
+  ck_assert_ptr_null(err.message);
+  const int32_t zeros[6] = {0};
+  a.batch = 5;
+  a.total_tokens = 0;
+  a.host_offsets = zeros;
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
+  /* Host offsets are still checked when there is nothing to compute. */
+  a.batch = 0;
+  a.total_tokens = 10;
+  expect_reject(&f, &a, "host_offsets[0] (the last) is 0, not total_tokens (10)");
+}
+END_TEST
+
+/* ---- pointers ------------------------------------------------------------------------ */
+
+START_TEST(null_pointers) {
+  fake f;
+  fake_init(&f);
+  const char *names[] = {"q", "k", "v", "o"};
+  for (int i = 0; i < 4; i++) {
+    ag_block_fwd_args a = valid_args();
+    if (i == 0) a.q = NULL;
+    if (i == 1) a.k = NULL;
+    if (i == 2) a.v = NULL;
+    if (i == 3) a.o = NULL;
+    char want[64];
+    snprintf(want, sizeof want, "%s is a null pointer", names[i]);
+    expect_reject(&f, &a, want);
+  }
+  ag_block_fwd_args a = valid_args();
+  a.offsets = NULL;
+  expect_reject(&f, &a, "offsets is a null pointer");
+}
+END_TEST
+
+START_TEST(misaligned_pointers) {
+  fake f;
+  fake_init(&f);
+  ag_block_fwd_args a = valid_args();
+  a.q = (const void *)(uintptr_t)0x100001;
+  expect_reject(&f, &a,
+                "q (0x100001) is not 16-byte aligned; the kernel loads 16 bytes at a time");
+  a = valid_args();
+  a.k = (const void *)(uintptr_t)0x200008; /* 8-byte aligned is not enough */
+  expect_reject(&f, &a,
+                "k (0x200008) is not 16-byte aligned; the kernel loads 16 bytes at a time");
+  a = valid_args();
+  a.v = (const void *)(uintptr_t)0x300002;
+  expect_reject(&f, &a,
+                "v (0x300002) is not 16-byte aligned; the kernel loads 16 bytes at a time");
+  a = valid_args();
+  a.o = (void *)(uintptr_t)0x40000c;
+  expect_reject(&f, &a,
+                "o (0x40000c) is not 16-byte aligned; the kernel loads 16 bytes at a time");
+  a = valid_args();
+  a.offsets = (const int32_t *)(uintptr_t)0x500002;
+  expect_reject(&f, &a, "offsets (0x500002) is not 4-byte aligned");
+  a.offsets = (const int32_t *)(uintptr_t)0x500004; /* 4 is enough for int32 */
+  give_driver(&f);
+  expect_launch(&f, &a);
+}
+END_TEST
+
+/* ---- host offsets -------------------------------------------------------------------- */
+
+START_TEST(bad_host_offsets) {
+  fake f;
+  fake_init(&f);
+  ag_block_fwd_args a = valid_args();
+  const int32_t nonzero_start[] = {1, 37, 100};
+  a.host_offsets = nonzero_start;
+  expect_reject(&f, &a, "host_offsets[0] is 1; it must be 0");
+  const int32_t negative_start[] = {-64, 37, 100};
+  a.host_offsets = negative_start;
+  expect_reject(&f, &a, "host_offsets[0] is -64; it must be 0");
+  const int32_t decreasing[] = {0, 60, 50, 100};
+  a.batch = 3;
+  a.host_offsets = decreasing;
+  expect_reject(&f, &a, "host_offsets decrease at index 2 (50 after 60)");
+  const int32_t negative[] = {0, -5, 100};
+  a.batch = 2;
+  a.host_offsets = negative;
+  expect_reject(&f, &a, "host_offsets decrease at index 1 (-5 after 0)");
+  const int32_t short_end[] = {0, 37, 99};
+  a.host_offsets = short_end;
+  expect_reject(&f, &a, "host_offsets[2] (the last) is 99, not total_tokens (100)");
+  const int32_t long_end[] = {0, 37, 101};
+  a.host_offsets = long_end;
+  expect_reject(&f, &a, "host_offsets[2] (the last) is 101, not total_tokens (100)");
+  const int32_t wrapped[] = {0, INT32_MAX, INT32_MIN};
+  a.host_offsets = wrapped;
+  expect_reject(&f, &a, "host_offsets decrease at index 2 (-2147483648 after 2147483647)");
+  /* Checked before the pointers: bad offsets win over a null q. */
+  a.host_offsets = short_end;
+  a.q = NULL;
+  expect_reject(&f, &a, "host_offsets[2] (the last) is 99, not total_tokens (100)");
+}
+END_TEST
+
+START_TEST(good_host_offsets_launch) {
+  fake f;
+  fake_init(&f);
+  give_driver(&f);
+  ag_block_fwd_args a = valid_args();
+  const int32_t offsets[] = {0, 37, 100};
+  a.host_offsets = offsets;
+  expect_launch(&f, &a);
+  /* Empty sequences anywhere are fine. */
+  const int32_t with_empty[] = {0, 0, 37, 37, 100, 100};
+  a.batch = 5;
+  a.host_offsets = with_empty;
+  memset(&seen, 0, sizeof seen);
+  expect_launch(&f, &a);
+  /* Without host offsets the device copy is trusted (the kernel clamps). */
+  a = valid_args();
+  memset(&seen, 0, sizeof seen);
+  expect_launch(&f, &a);
+  /* The largest token count int32 offsets reach. */
+  a.batch = 1;
+  a.heads = 1;
+  a.total_tokens = INT32_MAX;
+  memset(&seen, 0, sizeof seen);
+  expect_launch(&f, &a);
+}
+END_TEST
+
+Suite *args_suite(void) {
+  Suite *s = suite_create("args");
+  TCase *tc = tcase_create("block_forward");
+  tcase_add_test(tc, null_handles);
+  tcase_add_test(tc, wrong_kernel_kind);
+  tcase_add_test(tc, negative_and_zero_sizes);
+  tcase_add_test(tc, sizes_that_overflow);
+  tcase_add_test(tc, empty_work_touches_nothing);
+  tcase_add_test(tc, null_pointers);
+  tcase_add_test(tc, misaligned_pointers);
+  tcase_add_test(tc, bad_host_offsets);
+  tcase_add_test(tc, good_host_offsets_launch);
+  suite_add_tcase(s, tc);
+  return s;
+}
