@@ -77,3 +77,77 @@ clean:
 # Plan-tuning tool for the GPU machine (not part of `all`).
 $(B)/tune_block: $(B)/bench/tune_block.o $(B)/libattngen.a
 	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
+
+# ---- reliability: sanitizers, fuzzing, valgrind (docs/reliability.md) -------
+# Each target builds into its own directory with the sanitizer flags folded
+# into CC (the link rules above take no CFLAGS), so `build/` is untouched.
+
+SAN_COMMON := -fno-omit-frame-pointer
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined $(SAN_COMMON)
+TSAN_FLAGS := -fsanitize=thread $(SAN_COMMON)
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  $(SAN_COMMON)
+# Only definite and indirect leaks count as errors; NVRTC keeps "possibly
+# lost" blocks alive for the life of the process. 99 tells valgrind's
+# verdict apart from attngen's own exit codes (1: an invalid spec).
+VALGRIND := valgrind -q --leak-check=full --show-leak-kinds=definite,indirect \
+  --errors-for-leak-kinds=definite,indirect --error-exitcode=99
+VALGRIND_BAD := tests/spec_errors/alias_bomb.yaml tests/spec_errors/binary_png.yaml \
+  tests/spec_errors/many_errors_in_order.yaml tests/spec_errors/too_deep.yaml \
+  tests/spec_errors/unsupported_rotary.yaml
+
+.PHONY: asan tsan fuzz valgrind
+
+# The CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer, every
+# suite, each test forked. LeakSanitizer is on; tests/lsan.supp silences
+# only allocations made inside libnvrtc.
+asan: deps
+	$(MAKE) B=build-asan CC="$(CC) $(ASAN_FLAGS)" build-asan/check_attngen build-asan/attngen
+	cd tests && CK_FORK=yes ATTNGEN_BIN=../build-asan/attngen \
+	  ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ../build-asan/check_attngen
+
+# The concurrency suite under ThreadSanitizer; tests/tsan.supp silences
+# reports inside libnvrtc only (it is not instrumented).
+tsan: deps
+	$(MAKE) B=build-tsan CC="$(CC) $(TSAN_FLAGS)" build-tsan/check_attngen
+	cd tests && CK_FORK=yes CK_RUN_SUITE=concurrency \
+	  TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+	  ../build-tsan/check_attngen
+
+# libFuzzer over the spec front end for FUZZ_SECONDS. New inputs go to
+# build-fuzz/corpus; a crash, leak or timeout leaves its input in build-fuzz/
+# and fails the target.
+build-fuzz/templates_embedded.c: $(B)/embed $(TEMPLATES)
+	@mkdir -p build-fuzz
+	$(B)/embed $@ $(TEMPLATES)
+build-fuzz/fuzz_spec: tests/fuzz/fuzz_spec.c $(GEN_SRC) build-fuzz/templates_embedded.c \
+    $(wildcard include/*.h generator/*.h)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter \
+	  $(CPPFLAGS) -o $@ $(filter %.c,$^) $(YAML_LIBS) -lm
+fuzz: deps build-fuzz/fuzz_spec
+	@mkdir -p build-fuzz/corpus
+	build-fuzz/fuzz_spec -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	  -max_len=8192 -dict=tests/fuzz/spec.dict -artifact_prefix=build-fuzz/ \
+	  -print_final_stats=1 build-fuzz/corpus tests/fuzz/corpus specs tests/spec_errors
+
+# The CLI under valgrind memcheck: check, emit and compile (cold, then from
+# the disk cache) on the bundled specs, and check/emit/compile on bad specs.
+valgrind: deps
+	$(MAKE) $(B)/attngen
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	export ATTNGEN_CACHE_DIR="$$tmp/cache"; unset ATTNGEN_CACHE_DISABLE ATTNGEN_DUMP_DIR; \
+	vg() { want=$$1; shift; echo "valgrind attngen $$*"; rc=0; \
+	  $(VALGRIND) $(B)/attngen "$$@" >"$$tmp/out" 2>"$$tmp/log" || rc=$$?; \
+	  if [ $$rc -ne $$want ]; then cat "$$tmp/log" >&2; \
+	    echo "valgrind: 'attngen $$*' exited $$rc (expected $$want; 99: memcheck errors)" >&2; \
+	    exit 1; fi; }; \
+	vg 0 check specs/*.yaml; \
+	for s in specs/*.yaml; do vg 0 emit $$s -o "$$tmp/k.cu"; vg 0 compile $$s -o "$$tmp/k.cubin"; done; \
+	vg 0 compile specs/$$(ls specs | head -n1) -o "$$tmp/k.cubin"; \
+	for s in $(VALGRIND_BAD); do vg 1 check $$s; vg 1 emit $$s; vg 1 compile $$s -o "$$tmp/x"; done; \
+	vg 2 compile; \
+	echo "valgrind: clean"
