@@ -125,7 +125,10 @@ double ag_spec_scale(const ag_spec *spec);
 /* Emit the specialized CUDA C for a spec. *out_source is a NUL-terminated
  * string from malloc(); the caller frees it with free(). Deterministic: the
  * same spec gives the same bytes. The kernel's entry name is written to
- * out_kernel_name (at least AG_KERNEL_NAME_MAX bytes) when non-NULL. */
+ * out_kernel_name (at least AG_KERNEL_NAME_MAX bytes) when non-NULL; a spec
+ * with both passes gets one source holding the forward kernel (the name
+ * reported, ending _fwd) and then the backward (the same name ending
+ * _bwd). */
 #define AG_KERNEL_NAME_MAX 128
 ag_status ag_emit(const ag_spec *spec, char **out_source, char *out_kernel_name,
                   ag_error *err);
@@ -193,6 +196,26 @@ typedef struct ag_block_fwd_args {
 } ag_block_fwd_args;
 ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *args,
                            struct CUstream_st *stream, ag_error *err);
+
+/* Block-diagonal backward: dq, dk, dv (dL/dQ, dL/dK, dL/dV) from q, k, v and
+ * dout = dL/dO, with the softmax recomputed from q and k (no O and no
+ * logsumexp from the forward are needed). Every element of dq, dk, dv for
+ * the tokens of offsets is overwritten, not accumulated into. Tensors,
+ * offsets, checks and the launch are as for ag_block_forward; the kernel's
+ * spec must include the backward pass (specs asking for it are still
+ * refused by validation until the kernel has been verified on a GPU).
+ * Thread-safe. */
+typedef struct ag_block_bwd_args {
+  const void *q, *k, *v, *dout; /* CUdeviceptr values */
+  void *dq, *dk, *dv;
+  const int32_t *offsets;
+  int64_t batch;
+  int64_t heads;
+  int64_t total_tokens;
+  const int32_t *host_offsets; /* optional, as in ag_block_fwd_args */
+} ag_block_bwd_args;
+ag_status ag_block_backward(ag_kernel *kernel, const ag_block_bwd_args *args,
+                            struct CUstream_st *stream, ag_error *err);
 
 #ifdef __cplusplus
 }

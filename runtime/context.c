@@ -114,12 +114,47 @@ char *ag_context_cache_warning(ag_context *ctx) {
   return copy;
 }
 
-/* Load the cubin into k (context pushed): module, function, the shared
- * memory opt-in and occupancy. On failure nothing stays loaded. */
+/* One entry point of a loaded module (context pushed): the function, the
+ * shared memory opt-in and occupancy. */
+static ag_status load_function(ag_context *ctx, CUmodule module, const char *name, int threads,
+                               int smem_bytes, CUfunction *out_fn, int *out_ctas_per_sm,
+                               ag_error *err) {
+  const ag_driver *d = ctx->drv;
+  char what[AG_KERNEL_NAME_MAX + 64];
+  snprintf(what, sizeof what, "cuModuleGetFunction(%s)", name);
+  ag_status st = ag_cuda_check(err, d->cuModuleGetFunction(out_fn, module, name), what);
+  if (st != AG_OK) return st;
+  if (smem_bytes < 0 || smem_bytes > ctx->max_smem_optin)
+    return ag_fail(err, AG_ERR_UNSUPPORTED,
+                   "%s needs %d bytes of shared memory per CTA; device %d (%s) allows %d", name,
+                   smem_bytes, ctx->ordinal, ctx->name, ctx->max_smem_optin);
+  if (smem_bytes > DEFAULT_SMEM_LIMIT) {
+    st = ag_cuda_check(err,
+                       d->cuFuncSetAttribute(*out_fn,
+                                             CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                             smem_bytes),
+                       "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    if (st != AG_OK) return st;
+  }
+  st = ag_cuda_check(err,
+                     d->cuOccupancyMaxActiveBlocksPerMultiprocessor(out_ctas_per_sm, *out_fn,
+                                                                    threads, (size_t)smem_bytes),
+                     "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (st != AG_OK) return st;
+  if (*out_ctas_per_sm < 1)
+    return ag_fail(err, AG_ERR_UNSUPPORTED,
+                   "%s does not fit on device %d (%s): %d threads and %d bytes of shared memory "
+                   "per CTA give zero resident CTAs",
+                   name, ctx->ordinal, ctx->name, threads, smem_bytes);
+  return AG_OK;
+}
+
+/* Load the cubin into k (context pushed): module, then each function the
+ * plan names (the forward's, the backward's) with its shared memory opt-in
+ * and occupancy. On failure nothing stays loaded. */
 static ag_status load(ag_context *ctx, ag_kernel *k, const void *cubin, ag_error *err) {
   const ag_driver *d = ctx->drv;
   const ag_plan *p = &k->plan;
-  char what[AG_KERNEL_NAME_MAX + 64];
   ag_status st = ag_cuda_check(err, d->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent");
   if (st != AG_OK) return st;
   st = ag_cuda_check(err, d->cuModuleLoadData(&k->module, cubin), "cuModuleLoadData");
@@ -127,34 +162,12 @@ static ag_status load(ag_context *ctx, ag_kernel *k, const void *cubin, ag_error
     k->module = NULL;
     goto fail;
   }
-  snprintf(what, sizeof what, "cuModuleGetFunction(%s)", p->kernel_name);
-  st = ag_cuda_check(err, d->cuModuleGetFunction(&k->fn, k->module, p->kernel_name), what);
-  if (st != AG_OK) goto fail;
-  if (p->smem_bytes < 0 || p->smem_bytes > ctx->max_smem_optin) {
-    st = ag_fail(err, AG_ERR_UNSUPPORTED,
-                 "%s needs %d bytes of shared memory per CTA; device %d (%s) allows %d",
-                 p->kernel_name, p->smem_bytes, ctx->ordinal, ctx->name, ctx->max_smem_optin);
-    goto fail;
-  }
-  if (p->smem_bytes > DEFAULT_SMEM_LIMIT) {
-    st = ag_cuda_check(err,
-                       d->cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                             p->smem_bytes),
-                       "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-    if (st != AG_OK) goto fail;
-  }
-  st = ag_cuda_check(err,
-                     d->cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                         &k->ctas_per_sm, k->fn, p->threads, (size_t)p->smem_bytes),
-                     "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-  if (st != AG_OK) goto fail;
-  if (k->ctas_per_sm < 1) {
-    st = ag_fail(err, AG_ERR_UNSUPPORTED,
-                 "%s does not fit on device %d (%s): %d threads and %d bytes of shared memory "
-                 "per CTA give zero resident CTAs",
-                 p->kernel_name, ctx->ordinal, ctx->name, p->threads, p->smem_bytes);
-    goto fail;
-  }
+  if (p->kernel_name[0])
+    st = load_function(ctx, k->module, p->kernel_name, p->threads, p->smem_bytes, &k->fn,
+                       &k->ctas_per_sm, err);
+  if (st == AG_OK && p->bwd.kernel_name[0])
+    st = load_function(ctx, k->module, p->bwd.kernel_name, p->bwd.threads, p->bwd.smem_bytes,
+                       &k->fn_bwd, &k->ctas_per_sm_bwd, err);
 fail:
   if (st != AG_OK && k->module) {
     d->cuModuleUnload(k->module);
@@ -201,7 +214,8 @@ ag_status ag_context_kernel(ag_context *ctx, const ag_spec *spec, const ag_plan 
   }
 
   /* A miss: compile and load without the lock, so other specs proceed. */
-  st = ag_compile_source_ex(source, plan->kernel_name, arch, &cubin, &size, NULL, &warning, err);
+  st = ag_compile_source_ex(source, ag_plan_first_kernel(plan), arch, &cubin, &size, NULL,
+                            &warning, err);
   if (st != AG_OK) goto fail;
   k = calloc(1, sizeof *k);
   if (!k) {

@@ -72,9 +72,9 @@ ag_status ag_kernel_get(ag_context *ctx, const ag_spec *spec, ag_kernel **out_ke
   ag_status st = resolve(spec, arch, &resolved, err);
   if (st == AG_OK) st = ag_plan_make(&resolved, &plan, err);
   if (st == AG_OK) st = ag_emit(&resolved, &source, name, err);
-  if (st == AG_OK && strcmp(name, plan.kernel_name) != 0)
+  if (st == AG_OK && strcmp(name, ag_plan_first_kernel(&plan)) != 0)
     st = ag_fail(err, AG_ERR_TEMPLATE, "the plan names the kernel %s, the emitted source %s",
-                 plan.kernel_name, name);
+                 ag_plan_first_kernel(&plan), name);
   if (st == AG_OK) st = ag_context_kernel(ctx, &resolved, &plan, source, arch, out_kernel, err);
   free(source);
   return st;

@@ -219,6 +219,8 @@ struct ag_kernel {
   CUmodule module;
   CUfunction fn;   /* plan.kernel_name in module */
   int ctas_per_sm; /* occupancy at plan.threads, plan.smem_bytes */
+  CUfunction fn_bwd;   /* plan.bwd.kernel_name, when the plan has a backward */
+  int ctas_per_sm_bwd; /* its occupancy at plan.bwd.threads, plan.bwd.smem_bytes */
 };
 
 struct ag_context {

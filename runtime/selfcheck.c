@@ -71,7 +71,9 @@ static void *fill_slice(void *arg) {
   return NULL;
 }
 
-static void fill_chunk(const ag_block_data *d, int which, uint64_t at, uint64_t n) {
+/* Input `which` for elements [at, at + n) into `stage`. */
+static void fill_chunk(uint16_t *stage, ag_dtype dtype, uint64_t seed, int which, uint64_t at,
+                       uint64_t n) {
   fill_job jobs[FILL_THREADS];
   pthread_t tid[FILL_THREADS];
   bool started[FILL_THREADS] = {false};
@@ -79,7 +81,7 @@ static void fill_chunk(const ag_block_data *d, int which, uint64_t at, uint64_t 
   for (int t = 0; t < FILL_THREADS; t++) {
     uint64_t lo = per * (uint64_t)t < n ? per * (uint64_t)t : n;
     uint64_t hi = lo + per < n ? lo + per : n;
-    jobs[t] = (fill_job){d->stage + lo, at + lo, hi - lo, d->seed, d->dtype, which};
+    jobs[t] = (fill_job){stage + lo, at + lo, hi - lo, seed, dtype, which};
     /* A thread that cannot start leaves its slice to this one. */
     started[t] = t > 0 && pthread_create(&tid[t], NULL, fill_slice, &jobs[t]) == 0;
   }
@@ -94,7 +96,7 @@ static ag_status fill_inputs(ag_block_data *d, ag_error *err) {
   for (int which = 0; which < 3; which++)
     for (uint64_t at = 0; at < d->elems; at += CHUNK_ELEMS) {
       uint64_t n = d->elems - at < CHUNK_ELEMS ? d->elems - at : CHUNK_ELEMS;
-      fill_chunk(d, which, at, n);
+      fill_chunk(d->stage, d->dtype, d->seed, which, at, n);
       ag_status st = ag_cuda_check(err, drv->cuMemcpyHtoD(d->t[which] + at * 2, d->stage, n * 2),
                                    "cuMemcpyHtoD");
       if (st) return st;
@@ -311,5 +313,276 @@ ag_status ag_selfcheck_block_forward(ag_kernel *kern, const int32_t *lengths, in
   if (st == AG_OK && opt->time_iters > 0)
     st = ag_block_data_time(d, kern, opt->warmup_iters, opt->time_iters, &out->median_ms, err);
   ag_block_data_destroy(d);
+  return st;
+}
+
+/* ---- backward ---------------------------------------------------------- */
+
+enum { BWD_INPUTS = 4, BWD_TENSORS = 7 }; /* q, k, v, dout; then dq, dk, dv */
+
+struct ag_block_bwd_data {
+  ag_context *ctx;
+  ag_dtype dtype;
+  int head_dim;
+  int64_t batch, heads, total;
+  uint64_t seed, elems, guard;
+  int32_t *offsets;              /* host copy */
+  CUdeviceptr t[BWD_TENSORS];    /* q, k, v, dout, dq, dk, dv */
+  CUdeviceptr d_offsets;
+  uint16_t *stage;               /* host staging for chunked copies */
+  ag_block_bwd_args args;
+};
+
+void ag_block_bwd_data_destroy(ag_block_bwd_data *d) {
+  if (!d) return;
+  const ag_driver *drv = d->ctx->drv;
+  CUcontext popped;
+  bool pushed = drv->cuCtxPushCurrent(d->ctx->cu) == CUDA_SUCCESS;
+  for (int i = 0; i < BWD_TENSORS; i++)
+    if (d->t[i]) drv->cuMemFree(d->t[i]);
+  if (d->d_offsets) drv->cuMemFree(d->d_offsets);
+  if (pushed) drv->cuCtxPopCurrent(&popped);
+  free(d->offsets);
+  free(d->stage);
+  free(d);
+}
+
+double ag_block_bwd_data_bytes(const ag_block_bwd_data *d) {
+  return (double)BWD_TENSORS * (double)d->elems * 2;
+}
+
+ag_status ag_block_bwd_data_create(ag_context *ctx, ag_dtype dtype, int head_dim, int guard_rows,
+                                   const int32_t *lengths, int64_t batch, int64_t heads,
+                                   uint64_t seed, ag_block_bwd_data **out, ag_error *err) {
+  *out = NULL;
+  if (batch < 0 || heads < 1)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "need batch >= 0 and heads >= 1");
+  ag_block_bwd_data *d = calloc(1, sizeof *d);
+  if (!d) return ag_fail(err, AG_ERR_NOMEM, "out of memory");
+  d->ctx = ctx;
+  d->dtype = dtype;
+  d->head_dim = head_dim;
+  d->batch = batch;
+  d->heads = heads;
+  d->seed = seed;
+  d->offsets = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+  d->stage = malloc((size_t)CHUNK_ELEMS * 2);
+  if (!d->offsets || !d->stage) {
+    ag_block_bwd_data_destroy(d);
+    return ag_fail(err, AG_ERR_NOMEM, "out of memory");
+  }
+  d->offsets[0] = 0;
+  for (int64_t i = 0; i < batch; i++) {
+    if (lengths[i] < 0 || (int64_t)d->offsets[i] + lengths[i] > INT32_MAX) {
+      ag_block_bwd_data_destroy(d);
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                     "sequence lengths must be >= 0 and sum to less than 2^31");
+    }
+    d->offsets[i + 1] = d->offsets[i] + lengths[i];
+  }
+  d->total = d->offsets[batch];
+  d->elems = (uint64_t)d->total * (uint64_t)heads * (uint64_t)head_dim;
+  d->guard = (uint64_t)guard_rows * (uint64_t)heads * (uint64_t)head_dim;
+
+  const ag_driver *drv = ctx->drv;
+  ag_status st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent");
+  if (st) {
+    ag_block_bwd_data_destroy(d);
+    return st;
+  }
+  /* Gradients get guard rows after them; 16 spare bytes keep even an empty
+   * tensor a distinct allocation. */
+  for (int i = 0; i < BWD_TENSORS && st == AG_OK; i++)
+    st = ag_cuda_check(
+        err, drv->cuMemAlloc(&d->t[i], (d->elems + (i >= BWD_INPUTS ? d->guard : 0)) * 2 + 16),
+        "cuMemAlloc");
+  size_t off_bytes = sizeof(int32_t) * (size_t)(batch + 1);
+  if (st == AG_OK) st = ag_cuda_check(err, drv->cuMemAlloc(&d->d_offsets, off_bytes), "cuMemAlloc");
+  if (st == AG_OK)
+    st = ag_cuda_check(err, drv->cuMemcpyHtoD(d->d_offsets, d->offsets, off_bytes), "cuMemcpyHtoD");
+  for (int which = 0; which < BWD_INPUTS && st == AG_OK; which++)
+    for (uint64_t at = 0; at < d->elems && st == AG_OK; at += CHUNK_ELEMS) {
+      uint64_t n = d->elems - at < CHUNK_ELEMS ? d->elems - at : CHUNK_ELEMS;
+      fill_chunk(d->stage, dtype, seed, which, at, n);
+      st = ag_cuda_check(err, drv->cuMemcpyHtoD(d->t[which] + at * 2, d->stage, n * 2),
+                         "cuMemcpyHtoD");
+    }
+  CUcontext popped;
+  drv->cuCtxPopCurrent(&popped);
+  if (st) {
+    ag_block_bwd_data_destroy(d);
+    return st;
+  }
+#define PTR(i) ((void *)(uintptr_t)d->t[i])
+  d->args = (ag_block_bwd_args){PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5), PTR(6),
+                                (const int32_t *)(uintptr_t)d->d_offsets, batch, heads, d->total,
+                                NULL};
+#undef PTR
+  *out = d;
+  return AG_OK;
+}
+
+/* Count poison left inside dQ, dK, dV and writes into the guard rows after
+ * each. */
+static ag_status scan_gradients(ag_block_bwd_data *d, ag_check_bwd_result *out, ag_error *err) {
+  const ag_driver *drv = d->ctx->drv;
+  const uint16_t nan = nan_bits(d->dtype);
+  const uint64_t all = d->elems + d->guard;
+  for (int g = 0; g < 3; g++)
+    for (uint64_t at = 0; at < all; at += CHUNK_ELEMS) {
+      uint64_t n = all - at < CHUNK_ELEMS ? all - at : CHUNK_ELEMS;
+      ag_status st =
+          ag_cuda_check(err, drv->cuMemcpyDtoH(d->stage, d->t[BWD_INPUTS + g] + at * 2, n * 2),
+                        "cuMemcpyDtoH");
+      if (st) return st;
+      for (uint64_t i = 0; i < n; i++) {
+        bool poison = d->stage[i] == nan;
+        if (at + i < d->elems) out->unwritten[g] += poison;
+        else out->guard_clobbered += !poison;
+      }
+    }
+  return AG_OK;
+}
+
+/* Compare sampled sequences' dQ, dK, dV with the float64 reference. */
+static ag_status compare_gradients(ag_block_bwd_data *d, const ag_kernel *kern, int64_t budget,
+                                   ag_check_bwd_result *out, ag_error *err) {
+  const ag_driver *drv = d->ctx->drv;
+  const ag_spec *s = &kern->spec;
+  const int dim = s->head_dim, bs = s->block_size;
+  const int64_t heads = d->heads;
+  /* The reference does about five products of a block's rows with its
+   * keys per head: MACs ~ 5 * len * block * dim * heads. */
+  int64_t total_macs = 0;
+  for (int64_t i = 0; i < d->batch; i++)
+    total_macs += (int64_t)(d->offsets[i + 1] - d->offsets[i]) * bs * dim * 5 * heads;
+  int64_t stride = total_macs > budget ? (total_macs + budget - 1) / budget : 1;
+  double num[3] = {0, 0, 0}, den[3] = {0, 0, 0};
+  ag_status st = AG_OK;
+  for (int64_t i = 0; i < d->batch && st == AG_OK; i += stride) {
+    int64_t len = d->offsets[i + 1] - d->offsets[i];
+    if (len == 0) continue;
+    size_t n = (size_t)(len * heads * dim);
+    uint16_t *in = malloc(n * 2 * BWD_TENSORS);
+    double *ref = malloc(n * sizeof(double) * 3);
+    if (!in || !ref) {
+      free(in);
+      free(ref);
+      return ag_fail(err, AG_ERR_NOMEM, "out of memory for the reference");
+    }
+    uint64_t e0 = (uint64_t)d->offsets[i] * heads * dim;
+    for (int which = 0; which < BWD_INPUTS; which++)
+      for (size_t e = 0; e < n; e++)
+        in[which * n + e] = ag_float_to_half(s->dtype, input_value(d->seed, which, e0 + e));
+    for (int g = 0; g < 3 && st == AG_OK; g++)
+      st = ag_cuda_check(err,
+                         drv->cuMemcpyDtoH(in + (BWD_INPUTS + g) * n,
+                                           d->t[BWD_INPUTS + g] + e0 * 2, n * 2),
+                         "cuMemcpyDtoH");
+    if (st == AG_OK) {
+      int32_t local[2] = {0, (int32_t)len};
+      ag_ref_block_backward(s->dtype, bs, s->causal, ag_spec_scale(s), in, in + n, in + 2 * n,
+                            in + 3 * n, local, 1, heads, dim, ref, ref + n, ref + 2 * n);
+      for (int g = 0; g < 3; g++)
+        for (size_t e = 0; e < n; e++) {
+          double got = ag_half_to_float(s->dtype, in[(BWD_INPUTS + g) * n + e]),
+                 want = ref[g * n + e];
+          num[g] += isnan(got) ? INFINITY : (got - want) * (got - want);
+          den[g] += want * want;
+        }
+      out->sampled_seqs++;
+    }
+    free(in);
+    free(ref);
+  }
+  for (int g = 0; g < 3; g++) out->rel_error[g] = den[g] > 0 ? sqrt(num[g] / den[g]) : sqrt(num[g]);
+  return st;
+}
+
+static ag_status check_bwd_kernel_fits(const ag_block_bwd_data *d, const ag_kernel *k,
+                                       ag_error *err) {
+  if (!k->fn_bwd)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' has no backward pass",
+                   k->spec.name);
+  if (k->spec.dtype != d->dtype || k->spec.head_dim != d->head_dim)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' does not match the data's dtype "
+                   "and head_dim", k->plan.bwd.kernel_name);
+  return AG_OK;
+}
+
+ag_status ag_block_bwd_data_check(ag_block_bwd_data *d, ag_kernel *kern, int64_t max_ref_macs,
+                                  ag_check_bwd_result *out, ag_error *err) {
+  memset(out, 0, sizeof *out);
+  ag_status st = check_bwd_kernel_fits(d, kern, err);
+  if (st) return st;
+  const ag_driver *drv = d->ctx->drv;
+  for (int64_t i = 0; i < d->batch; i++)
+    out->blocks += (d->offsets[i + 1] - d->offsets[i] + kern->spec.block_size - 1) /
+                   kern->spec.block_size;
+  out->bytes = ag_block_bwd_data_bytes(d);
+  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->ctx->cu), "cuCtxPushCurrent"))) return st;
+  for (int g = 0; g < 3 && st == AG_OK; g++)
+    st = ag_cuda_check(err,
+                       drv->cuMemsetD16(d->t[BWD_INPUTS + g], nan_bits(d->dtype),
+                                        d->elems + d->guard),
+                       "cuMemsetD16");
+  if (st == AG_OK) st = ag_block_backward(kern, &d->args, NULL, err);
+  if (st == AG_OK) st = ag_cuda_check(err, drv->cuCtxSynchronize(), "kernel");
+  if (st == AG_OK) st = scan_gradients(d, out, err);
+  if (st == AG_OK)
+    st = compare_gradients(d, kern, max_ref_macs > 0 ? max_ref_macs : 400000000, out, err);
+  CUcontext popped;
+  drv->cuCtxPopCurrent(&popped);
+  return st;
+}
+
+ag_status ag_block_bwd_data_time(ag_block_bwd_data *d, ag_kernel *kern, int warmup, int iters,
+                                 double *out_ms, ag_error *err) {
+  *out_ms = 0;
+  if (iters < 1) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "iters must be >= 1");
+  ag_status st = check_bwd_kernel_fits(d, kern, err);
+  if (st) return st;
+  const ag_driver *drv = d->ctx->drv;
+  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->ctx->cu), "cuCtxPushCurrent"))) return st;
+  CUevent ev[2] = {0, 0};
+  float *ms = calloc((size_t)iters, sizeof *ms);
+  if (!ms) st = ag_fail(err, AG_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < 2 && st == AG_OK; i++)
+    st = ag_cuda_check(err, drv->cuEventCreate(&ev[i], CU_EVENT_DEFAULT), "cuEventCreate");
+  for (int i = 0; i < warmup && st == AG_OK; i++) st = ag_block_backward(kern, &d->args, NULL, err);
+  for (int i = 0; i < iters && st == AG_OK; i++) {
+    drv->cuEventRecord(ev[0], NULL);
+    st = ag_block_backward(kern, &d->args, NULL, err);
+    drv->cuEventRecord(ev[1], NULL);
+    if (st == AG_OK) st = ag_cuda_check(err, drv->cuEventSynchronize(ev[1]), "kernel (timed)");
+    if (st == AG_OK)
+      st = ag_cuda_check(err, drv->cuEventElapsedTime(&ms[i], ev[0], ev[1]), "cuEventElapsedTime");
+  }
+  if (st == AG_OK) {
+    qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
+    *out_ms = ms[iters / 2];
+  }
+  for (int i = 0; i < 2; i++)
+    if (ev[i]) drv->cuEventDestroy(ev[i]);
+  free(ms);
+  CUcontext popped;
+  drv->cuCtxPopCurrent(&popped);
+  return st;
+}
+
+ag_status ag_selfcheck_block_backward(ag_kernel *kern, const int32_t *lengths, int64_t batch,
+                                      int64_t heads, const ag_check_options *opt,
+                                      ag_check_bwd_result *out, ag_error *err) {
+  memset(out, 0, sizeof *out);
+  ag_block_bwd_data *d;
+  ag_status st = ag_block_bwd_data_create(kern->ctx, kern->spec.dtype, kern->spec.head_dim,
+                                          kern->spec.block_size, lengths, batch, heads, opt->seed,
+                                          &d, err);
+  if (st) return st;
+  st = ag_block_bwd_data_check(d, kern, opt->max_ref_macs, out, err);
+  if (st == AG_OK && opt->time_iters > 0)
+    st = ag_block_bwd_data_time(d, kern, opt->warmup_iters, opt->time_iters, &out->median_ms,
+                                err);
+  ag_block_bwd_data_destroy(d);
   return st;
 }

@@ -50,4 +50,36 @@ ag_status ag_selfcheck_block_forward(ag_kernel *kernel, const int32_t *lengths, 
                                      int64_t heads, const ag_check_options *opt,
                                      ag_check_result *out, ag_error *err);
 
+/* ---- backward ----
+ * The same for the backward pass: Q, K, V, dO (inputs 0..3 of the element
+ * hash), dQ, dK, dV (+ one guard block of rows after each), NaN-poisoned
+ * before the launch and compared per gradient. */
+typedef struct ag_check_bwd_result {
+  double rel_error[3];     /* dQ, dK, dV: ||got - ref|| / ||ref|| over the sampled sequences */
+  int64_t sampled_seqs;    /* sequences compared with the reference */
+  int64_t unwritten[3];    /* elements of dQ, dK, dV inside [0, total) left as the poison */
+  int64_t guard_clobbered; /* elements written past the end of dQ, dK or dV */
+  int64_t blocks;          /* diagonal blocks (sum of ceil(len / block)) */
+  double median_ms;        /* when timed */
+  double bytes;            /* bytes the backward must move: Q, K, V, dO, dQ, dK, dV once */
+} ag_check_bwd_result;
+
+typedef struct ag_block_bwd_data ag_block_bwd_data;
+ag_status ag_block_bwd_data_create(ag_context *ctx, ag_dtype dtype, int head_dim, int guard_rows,
+                                   const int32_t *lengths, int64_t batch, int64_t heads,
+                                   uint64_t seed, ag_block_bwd_data **out_data, ag_error *err);
+void ag_block_bwd_data_destroy(ag_block_bwd_data *data);
+double ag_block_bwd_data_bytes(const ag_block_bwd_data *data);
+/* Poison dQ, dK, dV, launch ag_block_backward, synchronize, scan and compare
+ * sampled sequences with ag_ref_block_backward. The kernel's spec must
+ * include the backward pass. */
+ag_status ag_block_bwd_data_check(ag_block_bwd_data *data, ag_kernel *kernel,
+                                  int64_t max_ref_macs, ag_check_bwd_result *out, ag_error *err);
+ag_status ag_block_bwd_data_time(ag_block_bwd_data *data, ag_kernel *kernel, int warmup,
+                                 int iters, double *out_median_ms, ag_error *err);
+/* All of the above in one call, like ag_selfcheck_block_forward. */
+ag_status ag_selfcheck_block_backward(ag_kernel *kernel, const int32_t *lengths, int64_t batch,
+                                      int64_t heads, const ag_check_options *opt,
+                                      ag_check_bwd_result *out, ag_error *err);
+
 #endif
