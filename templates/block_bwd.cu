@@ -280,7 +280,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4], unsigned 
                                   (((lane >> 3) & 1) << 3)) * 2);
     else
       // As Q in S = Q K^T: lanes 0-15 address query rows r0..r0+15 at keys
-      // 16kk.., lanes 16-31 the same rows at keys 16kk+8...
+      // 16kk.., lanes 16-31 the same rows at keys 16kk + 8..
       ldmatrix_x4(a, x_s + ((r0 + (lane & 15)) * kPStride + 16 * kk + ((lane >> 4) << 3)) * 2);
 #pragma unroll
     for (int n = 0; n < kDimTiles; n += 2) {
