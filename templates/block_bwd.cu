@@ -216,8 +216,10 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, unsigne
 #pragma unroll
   for (int n = 0; n < kKeyTiles; n++) {
     const int lo = (r_lo * kPStride + n * 8 + 2 * tq) / 2, hi = lo + 8 * kPStride / 2;
-    pp[n][0] = p32[lo] = pack2(s[n][0] * inv_lo, s[n][1] * inv_lo);
-    pp[n][1] = p32[hi] = pack2(s[n][2] * inv_hi, s[n][3] * inv_hi);
+    pp[n][0] = pack2(s[n][0] * inv_lo, s[n][1] * inv_lo);
+    pp[n][1] = pack2(s[n][2] * inv_hi, s[n][3] * inv_hi);
+    p32[lo] = pp[n][0];
+    p32[hi] = pp[n][1];
   }
 
   // dP = dO V^T, the same shape as S (and in S's registers).
