@@ -87,6 +87,7 @@ class AgBlockFwdArgs(ctypes.Structure):
         ("batch", ctypes.c_int64),
         ("heads", ctypes.c_int64),
         ("total_tokens", ctypes.c_int64),
+        ("host_offsets", ctypes.c_void_p),  # optional host copy; None: not checked
     ]
 
 

@@ -143,3 +143,25 @@ def test_spec_errors_carry_the_c_message():
         attngen.parse_spec("/nonexistent/spec.yaml")
     with pytest.raises(TypeError):
         attngen.parse_spec(42)
+
+
+def test_ctypes_mirrors_match_the_c_header(tmp_path):
+    """The ctypes structs passed to the C API have the C layout: a field the
+    header gains must be mirrored here, or C reads past the Python struct."""
+    import ctypes
+    import shutil
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to read the header's struct sizes")
+    src = tmp_path / "sizes.c"
+    src.write_text(
+        '#include <stdio.h>\n#include <stddef.h>\n#include "attngen.h"\n'
+        'int main(void) { printf("%zu %zu\\n", sizeof(ag_block_fwd_args),'
+        ' offsetof(ag_block_fwd_args, total_tokens)); return 0; }\n')
+    exe = tmp_path / "sizes"
+    subprocess.run([cc, "-I", os.path.join(REPO, "include"), str(src), "-o", str(exe)],
+                   check=True)
+    size, total_at = map(int, subprocess.run([str(exe)], check=True, capture_output=True,
+                                             text=True).stdout.split())
+    assert ctypes.sizeof(_lib.AgBlockFwdArgs) == size
+    assert _lib.AgBlockFwdArgs.total_tokens.offset == total_at
