@@ -87,15 +87,6 @@ def test_import_without_torch():
     assert r.stdout.strip() == "torch_block64_d128_bf16"
 
 
-def test_ctypes_spec_layout():
-    # ag_spec is 488 bytes on x86-64 Linux (checked against the header with
-    # offsetof when this mirror was written); a mismatch means the header grew.
-    import ctypes
-    assert ctypes.sizeof(_lib.AgSpec) == 488
-    assert _lib.AgSpec.passes.offset == 384 and _lib.AgSpec.softmax_scale.offset == 352
-    assert ctypes.sizeof(_lib.AgBlockFwdArgs) == 64 and ctypes.sizeof(_lib.AgError) == 16
-
-
 # ---- through the C parser (needs libattngen.so, no GPU) ----
 
 def _need_lib():
@@ -146,22 +137,29 @@ def test_spec_errors_carry_the_c_message():
 
 
 def test_ctypes_mirrors_match_the_c_header(tmp_path):
-    """The ctypes structs passed to the C API have the C layout: a field the
-    header gains must be mirrored here, or C reads past the Python struct."""
+    """The ctypes structs passed to the C API have the C layout, read from
+    the header by a compiled probe: a field the header gains must be
+    mirrored here, or C reads or writes past the Python struct."""
     import ctypes
     import shutil
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler to read the header's struct sizes")
+        pytest.skip("no C compiler to read the header's struct layouts")
     src = tmp_path / "sizes.c"
     src.write_text(
         '#include <stdio.h>\n#include <stddef.h>\n#include "attngen.h"\n'
-        'int main(void) { printf("%zu %zu\\n", sizeof(ag_block_fwd_args),'
-        ' offsetof(ag_block_fwd_args, total_tokens)); return 0; }\n')
+        'int main(void) { printf("%zu %zu %zu %zu %zu %zu\\n", sizeof(ag_block_fwd_args),'
+        ' offsetof(ag_block_fwd_args, total_tokens), sizeof(ag_spec),'
+        ' offsetof(ag_spec, passes), offsetof(ag_spec, softmax_scale), sizeof(ag_error));'
+        ' return 0; }\n')
     exe = tmp_path / "sizes"
     subprocess.run([cc, "-I", os.path.join(REPO, "include"), str(src), "-o", str(exe)],
                    check=True)
-    size, total_at = map(int, subprocess.run([str(exe)], check=True, capture_output=True,
-                                             text=True).stdout.split())
-    assert ctypes.sizeof(_lib.AgBlockFwdArgs) == size
+    fwd, total_at, spec, passes_at, scale_at, error = map(int, subprocess.run(
+        [str(exe)], check=True, capture_output=True, text=True).stdout.split())
+    assert ctypes.sizeof(_lib.AgBlockFwdArgs) == fwd
     assert _lib.AgBlockFwdArgs.total_tokens.offset == total_at
+    assert ctypes.sizeof(_lib.AgSpec) == spec
+    assert _lib.AgSpec.passes.offset == passes_at
+    assert _lib.AgSpec.softmax_scale.offset == scale_at
+    assert ctypes.sizeof(_lib.AgError) == error
