@@ -24,35 +24,6 @@ static float input_value(uint64_t seed, int which, uint64_t e) {
 
 static uint16_t nan_bits(ag_dtype d) { return d == AG_DTYPE_FP16 ? 0x7e00u : 0x7fc0u; }
 
-struct ag_block_data {
-  ag_context *ctx;
-  ag_dtype dtype;
-  int head_dim;
-  int64_t batch, heads, total;
-  uint64_t seed, elems, guard;
-  int32_t *offsets;   /* host copy */
-  CUdeviceptr t[4];   /* q, k, v, o */
-  CUdeviceptr d_offsets;
-  uint16_t *stage;    /* host staging for chunked copies */
-  ag_block_fwd_args args;
-};
-
-void ag_block_data_destroy(ag_block_data *d) {
-  if (!d) return;
-  const ag_driver *drv = d->ctx->drv;
-  CUcontext popped;
-  bool pushed = drv->cuCtxPushCurrent(d->ctx->cu) == CUDA_SUCCESS;
-  for (int i = 0; i < 4; i++)
-    if (d->t[i]) drv->cuMemFree(d->t[i]);
-  if (d->d_offsets) drv->cuMemFree(d->d_offsets);
-  if (pushed) drv->cuCtxPopCurrent(&popped);
-  free(d->offsets);
-  free(d->stage);
-  free(d);
-}
-
-double ag_block_data_bytes(const ag_block_data *d) { return 4.0 * (double)d->elems * 2; }
-
 /* Host threads that convert one staging chunk in parallel: generating
  * inputs past 2^31 elements is otherwise the slowest part of a check. */
 enum { FILL_THREADS = 8 };
@@ -91,114 +62,202 @@ static void fill_chunk(uint16_t *stage, ag_dtype dtype, uint64_t seed, int which
     if (started[t]) pthread_join(tid[t], NULL);
 }
 
-static ag_status fill_inputs(ag_block_data *d, ag_error *err) {
-  const ag_driver *drv = d->ctx->drv;
-  for (int which = 0; which < 3; which++)
-    for (uint64_t at = 0; at < d->elems; at += CHUNK_ELEMS) {
-      uint64_t n = d->elems - at < CHUNK_ELEMS ? d->elems - at : CHUNK_ELEMS;
-      fill_chunk(d->stage, d->dtype, d->seed, which, at, n);
-      ag_status st = ag_cuda_check(err, drv->cuMemcpyHtoD(d->t[which] + at * 2, d->stage, n * 2),
-                                   "cuMemcpyHtoD");
-      if (st) return st;
+/* ---- tensor sets ----
+ * The device data of one shape, for either pass: `inputs` tensors filled
+ * from (seed, element), then the outputs, each with guard rows after it,
+ * and the offsets; the host keeps the offsets and a staging buffer. */
+enum { MAX_TENSORS = 7 };
+
+typedef struct tensor_set {
+  ag_context *ctx;
+  ag_dtype dtype;
+  int head_dim;
+  int inputs, tensors;          /* t[0 .. inputs) are inputs, the rest outputs */
+  int64_t batch, heads, total;
+  uint64_t seed, elems, guard;  /* elements per tensor, and per guard */
+  int32_t *offsets;             /* host copy */
+  CUdeviceptr t[MAX_TENSORS];
+  CUdeviceptr d_offsets;
+  uint16_t *stage;              /* host staging for chunked copies */
+} tensor_set;
+
+static void set_free(tensor_set *s) {
+  if (s->ctx) {
+    const ag_driver *drv = s->ctx->drv;
+    CUcontext popped;
+    bool pushed = drv->cuCtxPushCurrent(s->ctx->cu) == CUDA_SUCCESS;
+    for (int i = 0; i < s->tensors; i++)
+      if (s->t[i]) drv->cuMemFree(s->t[i]);
+    if (s->d_offsets) drv->cuMemFree(s->d_offsets);
+    if (pushed) drv->cuCtxPopCurrent(&popped);
+  }
+  free(s->offsets);
+  free(s->stage);
+  memset(s, 0, sizeof *s);
+}
+
+static ag_status set_create(tensor_set *s, ag_context *ctx, ag_dtype dtype, int head_dim,
+                            int guard_rows, const int32_t *lengths, int64_t batch, int64_t heads,
+                            uint64_t seed, int inputs, int tensors, ag_error *err) {
+  memset(s, 0, sizeof *s);
+  if (batch < 0 || heads < 1)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "need batch >= 0 and heads >= 1");
+  s->dtype = dtype;
+  s->head_dim = head_dim;
+  s->inputs = inputs;
+  s->tensors = tensors;
+  s->batch = batch;
+  s->heads = heads;
+  s->seed = seed;
+  s->offsets = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+  s->stage = malloc((size_t)CHUNK_ELEMS * 2);
+  if (!s->offsets || !s->stage) {
+    set_free(s);
+    return ag_fail(err, AG_ERR_NOMEM, "out of memory");
+  }
+  s->offsets[0] = 0;
+  for (int64_t i = 0; i < batch; i++) {
+    if (lengths[i] < 0 || (int64_t)s->offsets[i] + lengths[i] > INT32_MAX) {
+      set_free(s);
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                     "sequence lengths must be >= 0 and sum to less than 2^31");
     }
+    s->offsets[i + 1] = s->offsets[i] + lengths[i];
+  }
+  s->total = s->offsets[batch];
+  s->elems = (uint64_t)s->total * (uint64_t)heads * (uint64_t)head_dim;
+  s->guard = (uint64_t)guard_rows * (uint64_t)heads * (uint64_t)head_dim;
+
+  const ag_driver *drv = ctx->drv;
+  ag_status st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent");
+  if (st) {
+    set_free(s);
+    return st;
+  }
+  s->ctx = ctx; /* from here on set_free releases device memory */
+  /* Outputs get guard rows after them; 16 spare bytes keep even an empty
+   * tensor a distinct allocation. */
+  for (int i = 0; i < tensors && st == AG_OK; i++)
+    st = ag_cuda_check(
+        err, drv->cuMemAlloc(&s->t[i], (s->elems + (i >= inputs ? s->guard : 0)) * 2 + 16),
+        "cuMemAlloc");
+  size_t off_bytes = sizeof(int32_t) * (size_t)(batch + 1);
+  if (st == AG_OK) st = ag_cuda_check(err, drv->cuMemAlloc(&s->d_offsets, off_bytes), "cuMemAlloc");
+  if (st == AG_OK)
+    st = ag_cuda_check(err, drv->cuMemcpyHtoD(s->d_offsets, s->offsets, off_bytes), "cuMemcpyHtoD");
+  for (int which = 0; which < inputs && st == AG_OK; which++)
+    for (uint64_t at = 0; at < s->elems && st == AG_OK; at += CHUNK_ELEMS) {
+      uint64_t n = s->elems - at < CHUNK_ELEMS ? s->elems - at : CHUNK_ELEMS;
+      fill_chunk(s->stage, dtype, seed, which, at, n);
+      st = ag_cuda_check(err, drv->cuMemcpyHtoD(s->t[which] + at * 2, s->stage, n * 2),
+                         "cuMemcpyHtoD");
+    }
+  CUcontext popped;
+  drv->cuCtxPopCurrent(&popped);
+  if (st) set_free(s);
+  return st;
+}
+
+/* Fill every output and its guard rows with NaN. Needs the context current. */
+static ag_status set_poison(tensor_set *s, ag_error *err) {
+  ag_status st = AG_OK;
+  for (int i = s->inputs; i < s->tensors && st == AG_OK; i++)
+    st = ag_cuda_check(err, s->ctx->drv->cuMemsetD16(s->t[i], nan_bits(s->dtype), s->elems + s->guard),
+                       "cuMemsetD16");
+  return st;
+}
+
+/* Add the poison left inside output `i` to *unwritten and the writes into
+ * its guard rows to *clobbered. Needs the context current. */
+static ag_status set_scan(tensor_set *s, int i, int64_t *unwritten, int64_t *clobbered,
+                          ag_error *err) {
+  const uint16_t nan = nan_bits(s->dtype);
+  const uint64_t all = s->elems + s->guard;
+  for (uint64_t at = 0; at < all; at += CHUNK_ELEMS) {
+    uint64_t n = all - at < CHUNK_ELEMS ? all - at : CHUNK_ELEMS;
+    ag_status st = ag_cuda_check(
+        err, s->ctx->drv->cuMemcpyDtoH(s->stage, s->t[i] + at * 2, n * 2), "cuMemcpyDtoH");
+    if (st) return st;
+    for (uint64_t e = 0; e < n; e++) {
+      bool poison = s->stage[e] == nan;
+      if (at + e < s->elems) *unwritten += poison;
+      else *clobbered += !poison;
+    }
+  }
   return AG_OK;
+}
+
+/* Diagonal blocks of the shape: the sum of ceil(len / block). */
+static int64_t set_blocks(const tensor_set *s, int block) {
+  int64_t blocks = 0;
+  for (int64_t i = 0; i < s->batch; i++)
+    blocks += (s->offsets[i + 1] - s->offsets[i] + block - 1) / block;
+  return blocks;
+}
+
+static ag_status set_matches(const tensor_set *s, const ag_kernel *k, const char *name,
+                             ag_error *err) {
+  if (k->spec.dtype != s->dtype || k->spec.head_dim != s->head_dim)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "kernel '%s' does not match the data's dtype and head_dim", name);
+  return AG_OK;
+}
+
+/* ---- forward ---- */
+
+enum { FWD_INPUTS = 3, FWD_TENSORS = 4 }; /* q, k, v; then o */
+
+struct ag_block_data {
+  tensor_set s;
+  ag_block_fwd_args args;
+};
+
+void ag_block_data_destroy(ag_block_data *d) {
+  if (!d) return;
+  set_free(&d->s);
+  free(d);
+}
+
+double ag_block_data_bytes(const ag_block_data *d) {
+  return (double)FWD_TENSORS * (double)d->s.elems * 2;
 }
 
 ag_status ag_block_data_create(ag_context *ctx, ag_dtype dtype, int head_dim, int guard_rows,
                                const int32_t *lengths, int64_t batch, int64_t heads,
                                uint64_t seed, ag_block_data **out, ag_error *err) {
   *out = NULL;
-  if (batch < 0 || heads < 1)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "need batch >= 0 and heads >= 1");
   ag_block_data *d = calloc(1, sizeof *d);
   if (!d) return ag_fail(err, AG_ERR_NOMEM, "out of memory");
-  d->ctx = ctx;
-  d->dtype = dtype;
-  d->head_dim = head_dim;
-  d->batch = batch;
-  d->heads = heads;
-  d->seed = seed;
-  d->offsets = malloc(sizeof(int32_t) * (size_t)(batch + 1));
-  d->stage = malloc((size_t)CHUNK_ELEMS * 2);
-  if (!d->offsets || !d->stage) {
-    ag_block_data_destroy(d);
-    return ag_fail(err, AG_ERR_NOMEM, "out of memory");
-  }
-  d->offsets[0] = 0;
-  for (int64_t i = 0; i < batch; i++) {
-    if (lengths[i] < 0 || (int64_t)d->offsets[i] + lengths[i] > INT32_MAX) {
-      ag_block_data_destroy(d);
-      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
-                     "sequence lengths must be >= 0 and sum to less than 2^31");
-    }
-    d->offsets[i + 1] = d->offsets[i] + lengths[i];
-  }
-  d->total = d->offsets[batch];
-  d->elems = (uint64_t)d->total * (uint64_t)heads * (uint64_t)head_dim;
-  d->guard = (uint64_t)guard_rows * (uint64_t)heads * (uint64_t)head_dim;
-
-  const ag_driver *drv = ctx->drv;
-  ag_status st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent");
+  ag_status st = set_create(&d->s, ctx, dtype, head_dim, guard_rows, lengths, batch, heads, seed,
+                            FWD_INPUTS, FWD_TENSORS, err);
   if (st) {
-    ag_block_data_destroy(d);
+    free(d);
     return st;
   }
-  for (int i = 0; i < 4 && st == AG_OK; i++)
-    st = ag_cuda_check(err, drv->cuMemAlloc(&d->t[i], (d->elems + (i == 3 ? d->guard : 0)) * 2 + 16),
-                       "cuMemAlloc");
-  size_t off_bytes = sizeof(int32_t) * (size_t)(batch + 1);
-  if (st == AG_OK) st = ag_cuda_check(err, drv->cuMemAlloc(&d->d_offsets, off_bytes), "cuMemAlloc");
-  if (st == AG_OK)
-    st = ag_cuda_check(err, drv->cuMemcpyHtoD(d->d_offsets, d->offsets, off_bytes), "cuMemcpyHtoD");
-  if (st == AG_OK) st = fill_inputs(d, err);
-  CUcontext popped;
-  drv->cuCtxPopCurrent(&popped);
-  if (st) {
-    ag_block_data_destroy(d);
-    return st;
-  }
-  d->args = (ag_block_fwd_args){(const void *)(uintptr_t)d->t[0], (const void *)(uintptr_t)d->t[1],
-                                (const void *)(uintptr_t)d->t[2], (void *)(uintptr_t)d->t[3],
-                                (const int32_t *)(uintptr_t)d->d_offsets, batch, heads, d->total,
-                                NULL};
+#define PTR(i) ((void *)(uintptr_t)d->s.t[i])
+  d->args = (ag_block_fwd_args){PTR(0), PTR(1), PTR(2), PTR(3),
+                                (const int32_t *)(uintptr_t)d->s.d_offsets, batch, heads,
+                                d->s.total, NULL};
+#undef PTR
   *out = d;
-  return AG_OK;
-}
-
-/* Count poison left inside O and writes into the guard rows after it. */
-static ag_status scan_output(ag_block_data *d, ag_check_result *out, ag_error *err) {
-  const ag_driver *drv = d->ctx->drv;
-  const uint16_t nan = nan_bits(d->dtype);
-  const uint64_t all = d->elems + d->guard;
-  for (uint64_t at = 0; at < all; at += CHUNK_ELEMS) {
-    uint64_t n = all - at < CHUNK_ELEMS ? all - at : CHUNK_ELEMS;
-    ag_status st = ag_cuda_check(err, drv->cuMemcpyDtoH(d->stage, d->t[3] + at * 2, n * 2),
-                                 "cuMemcpyDtoH");
-    if (st) return st;
-    for (uint64_t i = 0; i < n; i++) {
-      bool poison = d->stage[i] == nan;
-      if (at + i < d->elems) out->unwritten += poison;
-      else out->guard_clobbered += !poison;
-    }
-  }
   return AG_OK;
 }
 
 /* Compare sampled sequences with the float64 reference. */
 static ag_status compare(ag_block_data *d, const ag_kernel *kern, int64_t budget,
                          ag_check_result *out, ag_error *err) {
-  const ag_driver *drv = d->ctx->drv;
+  const ag_driver *drv = d->s.ctx->drv;
   const ag_spec *s = &kern->spec;
   const int dim = s->head_dim, bs = s->block_size;
-  const int64_t heads = d->heads;
+  const int64_t heads = d->s.heads;
   int64_t total_macs = 0;
-  for (int64_t i = 0; i < d->batch; i++)
-    total_macs += (int64_t)(d->offsets[i + 1] - d->offsets[i]) * bs * dim * 2 * heads;
+  for (int64_t i = 0; i < d->s.batch; i++)
+    total_macs += (int64_t)(d->s.offsets[i + 1] - d->s.offsets[i]) * bs * dim * 2 * heads;
   int64_t stride = total_macs > budget ? (total_macs + budget - 1) / budget : 1;
   double num = 0, den = 0;
   ag_status st = AG_OK;
-  for (int64_t i = 0; i < d->batch && st == AG_OK; i += stride) {
-    int64_t len = d->offsets[i + 1] - d->offsets[i];
+  for (int64_t i = 0; i < d->s.batch && st == AG_OK; i += stride) {
+    int64_t len = d->s.offsets[i + 1] - d->s.offsets[i];
     if (len == 0) continue;
     size_t n = (size_t)(len * heads * dim);
     uint16_t *in = malloc(n * 2 * 4);
@@ -208,12 +267,12 @@ static ag_status compare(ag_block_data *d, const ag_kernel *kern, int64_t budget
       free(ref);
       return ag_fail(err, AG_ERR_NOMEM, "out of memory for the reference");
     }
-    uint64_t e0 = (uint64_t)d->offsets[i] * heads * dim;
+    uint64_t e0 = (uint64_t)d->s.offsets[i] * heads * dim;
     for (int which = 0; which < 3; which++)
       for (size_t e = 0; e < n; e++)
-        in[which * n + e] = ag_float_to_half(s->dtype, input_value(d->seed, which, e0 + e));
+        in[which * n + e] = ag_float_to_half(s->dtype, input_value(d->s.seed, which, e0 + e));
     uint16_t *got = in + 3 * n;
-    st = ag_cuda_check(err, drv->cuMemcpyDtoH(got, d->t[3] + e0 * 2, n * 2), "cuMemcpyDtoH");
+    st = ag_cuda_check(err, drv->cuMemcpyDtoH(got, d->s.t[3] + e0 * 2, n * 2), "cuMemcpyDtoH");
     if (st == AG_OK) {
       int32_t local[2] = {0, (int32_t)len};
       ag_ref_block_forward(s->dtype, bs, s->causal, ag_spec_scale(s), in, in + n, in + 2 * n,
@@ -232,29 +291,19 @@ static ag_status compare(ag_block_data *d, const ag_kernel *kern, int64_t budget
   return st;
 }
 
-static ag_status check_kernel_fits(const ag_block_data *d, const ag_kernel *k, ag_error *err) {
-  if (k->spec.dtype != d->dtype || k->spec.head_dim != d->head_dim)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' does not match the data's dtype "
-                   "and head_dim", k->plan.kernel_name);
-  return AG_OK;
-}
-
 ag_status ag_block_data_check(ag_block_data *d, ag_kernel *kern, int64_t max_ref_macs,
                               ag_check_result *out, ag_error *err) {
   memset(out, 0, sizeof *out);
-  ag_status st = check_kernel_fits(d, kern, err);
+  ag_status st = set_matches(&d->s, kern, kern->plan.kernel_name, err);
   if (st) return st;
-  const ag_driver *drv = d->ctx->drv;
-  for (int64_t i = 0; i < d->batch; i++)
-    out->blocks += (d->offsets[i + 1] - d->offsets[i] + kern->spec.block_size - 1) /
-                   kern->spec.block_size;
+  const ag_driver *drv = d->s.ctx->drv;
+  out->blocks = set_blocks(&d->s, kern->spec.block_size);
   out->bytes = ag_block_data_bytes(d);
-  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->ctx->cu), "cuCtxPushCurrent"))) return st;
-  st = ag_cuda_check(err, drv->cuMemsetD16(d->t[3], nan_bits(d->dtype), d->elems + d->guard),
-                     "cuMemsetD16");
+  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->s.ctx->cu), "cuCtxPushCurrent"))) return st;
+  st = set_poison(&d->s, err);
   if (st == AG_OK) st = ag_block_forward(kern, &d->args, NULL, err);
   if (st == AG_OK) st = ag_cuda_check(err, drv->cuCtxSynchronize(), "kernel");
-  if (st == AG_OK) st = scan_output(d, out, err);
+  if (st == AG_OK) st = set_scan(&d->s, FWD_INPUTS, &out->unwritten, &out->guard_clobbered, err);
   if (st == AG_OK) st = compare(d, kern, max_ref_macs > 0 ? max_ref_macs : 400000000, out, err);
   CUcontext popped;
   drv->cuCtxPopCurrent(&popped);
@@ -266,23 +315,27 @@ static int cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-ag_status ag_block_data_time(ag_block_data *d, ag_kernel *kern, int warmup, int iters,
-                             double *out_ms, ag_error *err) {
+/* Median milliseconds of `iters` calls of launch(kernel, args), each
+ * between two CUDA events, after `warmup` untimed calls. */
+typedef ag_status (*launch_fn)(ag_kernel *kernel, const void *args, ag_error *err);
+
+static ag_status time_launches(ag_context *ctx, launch_fn launch, ag_kernel *kern,
+                               const void *args, int warmup, int iters, double *out_ms,
+                               ag_error *err) {
   *out_ms = 0;
   if (iters < 1) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "iters must be >= 1");
-  ag_status st = check_kernel_fits(d, kern, err);
+  const ag_driver *drv = ctx->drv;
+  ag_status st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent");
   if (st) return st;
-  const ag_driver *drv = d->ctx->drv;
-  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->ctx->cu), "cuCtxPushCurrent"))) return st;
   CUevent ev[2] = {0, 0};
   float *ms = calloc((size_t)iters, sizeof *ms);
   if (!ms) st = ag_fail(err, AG_ERR_NOMEM, "out of memory");
   for (int i = 0; i < 2 && st == AG_OK; i++)
     st = ag_cuda_check(err, drv->cuEventCreate(&ev[i], CU_EVENT_DEFAULT), "cuEventCreate");
-  for (int i = 0; i < warmup && st == AG_OK; i++) st = ag_block_forward(kern, &d->args, NULL, err);
+  for (int i = 0; i < warmup && st == AG_OK; i++) st = launch(kern, args, err);
   for (int i = 0; i < iters && st == AG_OK; i++) {
     drv->cuEventRecord(ev[0], NULL);
-    st = ag_block_forward(kern, &d->args, NULL, err);
+    st = launch(kern, args, err);
     drv->cuEventRecord(ev[1], NULL);
     if (st == AG_OK) st = ag_cuda_check(err, drv->cuEventSynchronize(ev[1]), "kernel (timed)");
     if (st == AG_OK)
@@ -298,6 +351,18 @@ ag_status ag_block_data_time(ag_block_data *d, ag_kernel *kern, int warmup, int 
   CUcontext popped;
   drv->cuCtxPopCurrent(&popped);
   return st;
+}
+
+static ag_status launch_forward(ag_kernel *kern, const void *args, ag_error *err) {
+  return ag_block_forward(kern, args, NULL, err);
+}
+
+ag_status ag_block_data_time(ag_block_data *d, ag_kernel *kern, int warmup, int iters,
+                             double *out_ms, ag_error *err) {
+  *out_ms = 0;
+  ag_status st = set_matches(&d->s, kern, kern->plan.kernel_name, err);
+  if (st) return st;
+  return time_launches(d->s.ctx, launch_forward, kern, &d->args, warmup, iters, out_ms, err);
 }
 
 ag_status ag_selfcheck_block_forward(ag_kernel *kern, const int32_t *lengths, int64_t batch,
@@ -321,146 +386,58 @@ ag_status ag_selfcheck_block_forward(ag_kernel *kern, const int32_t *lengths, in
 enum { BWD_INPUTS = 4, BWD_TENSORS = 7 }; /* q, k, v, dout; then dq, dk, dv */
 
 struct ag_block_bwd_data {
-  ag_context *ctx;
-  ag_dtype dtype;
-  int head_dim;
-  int64_t batch, heads, total;
-  uint64_t seed, elems, guard;
-  int32_t *offsets;              /* host copy */
-  CUdeviceptr t[BWD_TENSORS];    /* q, k, v, dout, dq, dk, dv */
-  CUdeviceptr d_offsets;
-  uint16_t *stage;               /* host staging for chunked copies */
+  tensor_set s;
   ag_block_bwd_args args;
 };
 
 void ag_block_bwd_data_destroy(ag_block_bwd_data *d) {
   if (!d) return;
-  const ag_driver *drv = d->ctx->drv;
-  CUcontext popped;
-  bool pushed = drv->cuCtxPushCurrent(d->ctx->cu) == CUDA_SUCCESS;
-  for (int i = 0; i < BWD_TENSORS; i++)
-    if (d->t[i]) drv->cuMemFree(d->t[i]);
-  if (d->d_offsets) drv->cuMemFree(d->d_offsets);
-  if (pushed) drv->cuCtxPopCurrent(&popped);
-  free(d->offsets);
-  free(d->stage);
+  set_free(&d->s);
   free(d);
 }
 
 double ag_block_bwd_data_bytes(const ag_block_bwd_data *d) {
-  return (double)BWD_TENSORS * (double)d->elems * 2;
+  return (double)BWD_TENSORS * (double)d->s.elems * 2;
 }
 
 ag_status ag_block_bwd_data_create(ag_context *ctx, ag_dtype dtype, int head_dim, int guard_rows,
                                    const int32_t *lengths, int64_t batch, int64_t heads,
                                    uint64_t seed, ag_block_bwd_data **out, ag_error *err) {
   *out = NULL;
-  if (batch < 0 || heads < 1)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "need batch >= 0 and heads >= 1");
   ag_block_bwd_data *d = calloc(1, sizeof *d);
   if (!d) return ag_fail(err, AG_ERR_NOMEM, "out of memory");
-  d->ctx = ctx;
-  d->dtype = dtype;
-  d->head_dim = head_dim;
-  d->batch = batch;
-  d->heads = heads;
-  d->seed = seed;
-  d->offsets = malloc(sizeof(int32_t) * (size_t)(batch + 1));
-  d->stage = malloc((size_t)CHUNK_ELEMS * 2);
-  if (!d->offsets || !d->stage) {
-    ag_block_bwd_data_destroy(d);
-    return ag_fail(err, AG_ERR_NOMEM, "out of memory");
-  }
-  d->offsets[0] = 0;
-  for (int64_t i = 0; i < batch; i++) {
-    if (lengths[i] < 0 || (int64_t)d->offsets[i] + lengths[i] > INT32_MAX) {
-      ag_block_bwd_data_destroy(d);
-      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
-                     "sequence lengths must be >= 0 and sum to less than 2^31");
-    }
-    d->offsets[i + 1] = d->offsets[i] + lengths[i];
-  }
-  d->total = d->offsets[batch];
-  d->elems = (uint64_t)d->total * (uint64_t)heads * (uint64_t)head_dim;
-  d->guard = (uint64_t)guard_rows * (uint64_t)heads * (uint64_t)head_dim;
-
-  const ag_driver *drv = ctx->drv;
-  ag_status st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent");
+  ag_status st = set_create(&d->s, ctx, dtype, head_dim, guard_rows, lengths, batch, heads, seed,
+                            BWD_INPUTS, BWD_TENSORS, err);
   if (st) {
-    ag_block_bwd_data_destroy(d);
+    free(d);
     return st;
   }
-  /* Gradients get guard rows after them; 16 spare bytes keep even an empty
-   * tensor a distinct allocation. */
-  for (int i = 0; i < BWD_TENSORS && st == AG_OK; i++)
-    st = ag_cuda_check(
-        err, drv->cuMemAlloc(&d->t[i], (d->elems + (i >= BWD_INPUTS ? d->guard : 0)) * 2 + 16),
-        "cuMemAlloc");
-  size_t off_bytes = sizeof(int32_t) * (size_t)(batch + 1);
-  if (st == AG_OK) st = ag_cuda_check(err, drv->cuMemAlloc(&d->d_offsets, off_bytes), "cuMemAlloc");
-  if (st == AG_OK)
-    st = ag_cuda_check(err, drv->cuMemcpyHtoD(d->d_offsets, d->offsets, off_bytes), "cuMemcpyHtoD");
-  for (int which = 0; which < BWD_INPUTS && st == AG_OK; which++)
-    for (uint64_t at = 0; at < d->elems && st == AG_OK; at += CHUNK_ELEMS) {
-      uint64_t n = d->elems - at < CHUNK_ELEMS ? d->elems - at : CHUNK_ELEMS;
-      fill_chunk(d->stage, dtype, seed, which, at, n);
-      st = ag_cuda_check(err, drv->cuMemcpyHtoD(d->t[which] + at * 2, d->stage, n * 2),
-                         "cuMemcpyHtoD");
-    }
-  CUcontext popped;
-  drv->cuCtxPopCurrent(&popped);
-  if (st) {
-    ag_block_bwd_data_destroy(d);
-    return st;
-  }
-#define PTR(i) ((void *)(uintptr_t)d->t[i])
+#define PTR(i) ((void *)(uintptr_t)d->s.t[i])
   d->args = (ag_block_bwd_args){PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5), PTR(6),
-                                (const int32_t *)(uintptr_t)d->d_offsets, batch, heads, d->total,
-                                NULL};
+                                (const int32_t *)(uintptr_t)d->s.d_offsets, batch, heads,
+                                d->s.total, NULL};
 #undef PTR
   *out = d;
-  return AG_OK;
-}
-
-/* Count poison left inside dQ, dK, dV and writes into the guard rows after
- * each. */
-static ag_status scan_gradients(ag_block_bwd_data *d, ag_check_bwd_result *out, ag_error *err) {
-  const ag_driver *drv = d->ctx->drv;
-  const uint16_t nan = nan_bits(d->dtype);
-  const uint64_t all = d->elems + d->guard;
-  for (int g = 0; g < 3; g++)
-    for (uint64_t at = 0; at < all; at += CHUNK_ELEMS) {
-      uint64_t n = all - at < CHUNK_ELEMS ? all - at : CHUNK_ELEMS;
-      ag_status st =
-          ag_cuda_check(err, drv->cuMemcpyDtoH(d->stage, d->t[BWD_INPUTS + g] + at * 2, n * 2),
-                        "cuMemcpyDtoH");
-      if (st) return st;
-      for (uint64_t i = 0; i < n; i++) {
-        bool poison = d->stage[i] == nan;
-        if (at + i < d->elems) out->unwritten[g] += poison;
-        else out->guard_clobbered += !poison;
-      }
-    }
   return AG_OK;
 }
 
 /* Compare sampled sequences' dQ, dK, dV with the float64 reference. */
 static ag_status compare_gradients(ag_block_bwd_data *d, const ag_kernel *kern, int64_t budget,
                                    ag_check_bwd_result *out, ag_error *err) {
-  const ag_driver *drv = d->ctx->drv;
+  const ag_driver *drv = d->s.ctx->drv;
   const ag_spec *s = &kern->spec;
   const int dim = s->head_dim, bs = s->block_size;
-  const int64_t heads = d->heads;
+  const int64_t heads = d->s.heads;
   /* The reference does about five products of a block's rows with its
    * keys per head: MACs ~ 5 * len * block * dim * heads. */
   int64_t total_macs = 0;
-  for (int64_t i = 0; i < d->batch; i++)
-    total_macs += (int64_t)(d->offsets[i + 1] - d->offsets[i]) * bs * dim * 5 * heads;
+  for (int64_t i = 0; i < d->s.batch; i++)
+    total_macs += (int64_t)(d->s.offsets[i + 1] - d->s.offsets[i]) * bs * dim * 5 * heads;
   int64_t stride = total_macs > budget ? (total_macs + budget - 1) / budget : 1;
   double num[3] = {0, 0, 0}, den[3] = {0, 0, 0};
   ag_status st = AG_OK;
-  for (int64_t i = 0; i < d->batch && st == AG_OK; i += stride) {
-    int64_t len = d->offsets[i + 1] - d->offsets[i];
+  for (int64_t i = 0; i < d->s.batch && st == AG_OK; i += stride) {
+    int64_t len = d->s.offsets[i + 1] - d->s.offsets[i];
     if (len == 0) continue;
     size_t n = (size_t)(len * heads * dim);
     uint16_t *in = malloc(n * 2 * BWD_TENSORS);
@@ -470,14 +447,14 @@ static ag_status compare_gradients(ag_block_bwd_data *d, const ag_kernel *kern, 
       free(ref);
       return ag_fail(err, AG_ERR_NOMEM, "out of memory for the reference");
     }
-    uint64_t e0 = (uint64_t)d->offsets[i] * heads * dim;
+    uint64_t e0 = (uint64_t)d->s.offsets[i] * heads * dim;
     for (int which = 0; which < BWD_INPUTS; which++)
       for (size_t e = 0; e < n; e++)
-        in[which * n + e] = ag_float_to_half(s->dtype, input_value(d->seed, which, e0 + e));
+        in[which * n + e] = ag_float_to_half(s->dtype, input_value(d->s.seed, which, e0 + e));
     for (int g = 0; g < 3 && st == AG_OK; g++)
       st = ag_cuda_check(err,
                          drv->cuMemcpyDtoH(in + (BWD_INPUTS + g) * n,
-                                           d->t[BWD_INPUTS + g] + e0 * 2, n * 2),
+                                           d->s.t[BWD_INPUTS + g] + e0 * 2, n * 2),
                          "cuMemcpyDtoH");
     if (st == AG_OK) {
       int32_t local[2] = {0, (int32_t)len};
@@ -499,36 +476,23 @@ static ag_status compare_gradients(ag_block_bwd_data *d, const ag_kernel *kern, 
   return st;
 }
 
-static ag_status check_bwd_kernel_fits(const ag_block_bwd_data *d, const ag_kernel *k,
-                                       ag_error *err) {
-  if (!k->fn_bwd)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' has no backward pass",
-                   k->spec.name);
-  if (k->spec.dtype != d->dtype || k->spec.head_dim != d->head_dim)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' does not match the data's dtype "
-                   "and head_dim", k->plan.bwd.kernel_name);
-  return AG_OK;
-}
-
 ag_status ag_block_bwd_data_check(ag_block_bwd_data *d, ag_kernel *kern, int64_t max_ref_macs,
                                   ag_check_bwd_result *out, ag_error *err) {
   memset(out, 0, sizeof *out);
-  ag_status st = check_bwd_kernel_fits(d, kern, err);
+  if (!kern->fn_bwd)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' has no backward pass",
+                   kern->spec.name);
+  ag_status st = set_matches(&d->s, kern, kern->plan.bwd.kernel_name, err);
   if (st) return st;
-  const ag_driver *drv = d->ctx->drv;
-  for (int64_t i = 0; i < d->batch; i++)
-    out->blocks += (d->offsets[i + 1] - d->offsets[i] + kern->spec.block_size - 1) /
-                   kern->spec.block_size;
+  const ag_driver *drv = d->s.ctx->drv;
+  out->blocks = set_blocks(&d->s, kern->spec.block_size);
   out->bytes = ag_block_bwd_data_bytes(d);
-  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->ctx->cu), "cuCtxPushCurrent"))) return st;
-  for (int g = 0; g < 3 && st == AG_OK; g++)
-    st = ag_cuda_check(err,
-                       drv->cuMemsetD16(d->t[BWD_INPUTS + g], nan_bits(d->dtype),
-                                        d->elems + d->guard),
-                       "cuMemsetD16");
+  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->s.ctx->cu), "cuCtxPushCurrent"))) return st;
+  st = set_poison(&d->s, err);
   if (st == AG_OK) st = ag_block_backward(kern, &d->args, NULL, err);
   if (st == AG_OK) st = ag_cuda_check(err, drv->cuCtxSynchronize(), "kernel");
-  if (st == AG_OK) st = scan_gradients(d, out, err);
+  for (int g = 0; g < 3 && st == AG_OK; g++)
+    st = set_scan(&d->s, BWD_INPUTS + g, &out->unwritten[g], &out->guard_clobbered, err);
   if (st == AG_OK)
     st = compare_gradients(d, kern, max_ref_macs > 0 ? max_ref_macs : 400000000, out, err);
   CUcontext popped;
@@ -536,38 +500,19 @@ ag_status ag_block_bwd_data_check(ag_block_bwd_data *d, ag_kernel *kern, int64_t
   return st;
 }
 
+static ag_status launch_backward(ag_kernel *kern, const void *args, ag_error *err) {
+  return ag_block_backward(kern, args, NULL, err);
+}
+
 ag_status ag_block_bwd_data_time(ag_block_bwd_data *d, ag_kernel *kern, int warmup, int iters,
                                  double *out_ms, ag_error *err) {
   *out_ms = 0;
-  if (iters < 1) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "iters must be >= 1");
-  ag_status st = check_bwd_kernel_fits(d, kern, err);
+  if (!kern->fn_bwd)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' has no backward pass",
+                   kern->spec.name);
+  ag_status st = set_matches(&d->s, kern, kern->plan.bwd.kernel_name, err);
   if (st) return st;
-  const ag_driver *drv = d->ctx->drv;
-  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->ctx->cu), "cuCtxPushCurrent"))) return st;
-  CUevent ev[2] = {0, 0};
-  float *ms = calloc((size_t)iters, sizeof *ms);
-  if (!ms) st = ag_fail(err, AG_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < 2 && st == AG_OK; i++)
-    st = ag_cuda_check(err, drv->cuEventCreate(&ev[i], CU_EVENT_DEFAULT), "cuEventCreate");
-  for (int i = 0; i < warmup && st == AG_OK; i++) st = ag_block_backward(kern, &d->args, NULL, err);
-  for (int i = 0; i < iters && st == AG_OK; i++) {
-    drv->cuEventRecord(ev[0], NULL);
-    st = ag_block_backward(kern, &d->args, NULL, err);
-    drv->cuEventRecord(ev[1], NULL);
-    if (st == AG_OK) st = ag_cuda_check(err, drv->cuEventSynchronize(ev[1]), "kernel (timed)");
-    if (st == AG_OK)
-      st = ag_cuda_check(err, drv->cuEventElapsedTime(&ms[i], ev[0], ev[1]), "cuEventElapsedTime");
-  }
-  if (st == AG_OK) {
-    qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
-    *out_ms = ms[iters / 2];
-  }
-  for (int i = 0; i < 2; i++)
-    if (ev[i]) drv->cuEventDestroy(ev[i]);
-  free(ms);
-  CUcontext popped;
-  drv->cuCtxPopCurrent(&popped);
-  return st;
+  return time_launches(d->s.ctx, launch_backward, kern, &d->args, warmup, iters, out_ms, err);
 }
 
 ag_status ag_selfcheck_block_backward(ag_kernel *kern, const int32_t *lengths, int64_t batch,
