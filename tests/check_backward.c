@@ -6,7 +6,6 @@
  * verified on a GPU, validation refuses the backward pass; these tests set
  * AG_PASS_BACKWARD in a validated spec, the internal way in. */
 #include <check.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "runtime.h"
+#include "util.h"
 
 enum { MAX_SMEM = 227 * 1024 };
 
@@ -212,22 +212,6 @@ static const compile_case compile_cases[] = {
 };
 enum { NCOMPILE = sizeof compile_cases / sizeof compile_cases[0] };
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
-}
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  ag_buf b;
-  ag_buf_init(&b);
-  char chunk[4096];
-  for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;) ag_buf_append(&b, chunk, n);
-  fclose(f);
-  return ag_buf_take(&b);
-}
-
 /* The spill stores and loads ptxas reports for `kernel` in a -v log; false
  * when the log has no report for it. */
 static bool spills(const char *log, const char *kernel, int *out_stores, int *out_loads) {
@@ -254,7 +238,7 @@ static void compile_and_check(const char *src, const char *name, const char *ker
   free(cubin);
   char path[512];
   snprintf(path, sizeof path, "%s/%s.log", dir, name);
-  char *log = slurp(path);
+  char *log = ag_test_slurp(path, NULL);
   ck_assert_ptr_nonnull(log);
   int stores = 0, loads = 0;
   if (spills(log, kernel, &stores, &loads)) {
@@ -283,7 +267,7 @@ START_TEST(backward_compiles) {
   free(src);
   unsetenv(AG_ENV_NVRTC_VERBOSE);
   unsetenv(AG_ENV_DUMP_DIR);
-  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  ag_test_remove_tree(dir);
   free(dir);
 }
 END_TEST
@@ -305,7 +289,7 @@ START_TEST(both_passes_compile) {
   free(src);
   unsetenv(AG_ENV_NVRTC_VERBOSE);
   unsetenv(AG_ENV_DUMP_DIR);
-  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  ag_test_remove_tree(dir);
   free(dir);
 }
 END_TEST

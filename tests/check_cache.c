@@ -4,7 +4,6 @@
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,18 +12,15 @@
 #include <unistd.h>
 
 #include "runtime.h"
+#include "util.h"
 
 static const char tiny_source[] =
     "extern \"C\" __global__ void k(float *p) { p[threadIdx.x] = 1.f; }\n";
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
-}
 static void remove_tree(char *dir) {
-  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  ag_test_remove_tree(dir);
   free(dir);
 }
 

@@ -7,7 +7,6 @@
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "runtime.h"
+#include "util.h"
 
 #define ARCH "sm_90a"
 #define N_SPECS 3
@@ -36,11 +36,6 @@ typedef struct reference {
 
 static reference ref;
 static char *cache_dir;
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
-}
 
 /* A fresh cache directory and the reference cubins; the environment is set
  * here, before any thread starts (getenv is not safe against setenv). */
@@ -64,7 +59,7 @@ static void setup(void) {
 static void teardown(void) {
   for (int i = 0; i < N_SPECS; i++) free(ref.cubin[i]);
   memset(&ref, 0, sizeof ref);
-  if (cache_dir) nftw(cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  ag_test_remove_tree(cache_dir);
   free(cache_dir);
   cache_dir = NULL;
 }

@@ -2,7 +2,6 @@
  * cubins (never PTX), the dump directory, and the real pipeline: every spec
  * in ../specs compiles through ag_compile for sm_90a and sm_80. */
 #include <check.h>
-#include <ftw.h>
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "runtime.h"
+#include "util.h"
 
 static const char good_source[] =
     "extern \"C\" __global__ void k(float *p) { p[threadIdx.x] = 1.f; }\n";
@@ -18,12 +18,8 @@ static const char bad_source[] =
     "  p[threadIdx.x] = undefined_thing;\n"
     "}\n";
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
-}
 static void remove_tree(char *dir) {
-  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  ag_test_remove_tree(dir);
   free(dir);
 }
 

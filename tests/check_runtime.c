@@ -3,7 +3,6 @@
  * is present, contexts and kernels from hand-written sources. Every test runs
  * in Check's forked child, so the parent never initialises CUDA. */
 #include <check.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "runtime.h"
+#include "util.h"
 
 static bool contains(const char *text, const char *part) { return text && strstr(text, part); }
 
@@ -187,11 +187,6 @@ END_TEST
 
 /* ---- with a device ------------------------------------------------------ */
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
-}
-
 /* A context on device 0, or NULL after printing why the test is skipped.
  * Kernels are cached in a fresh directory that device_done removes. */
 static char cache_dir[64];
@@ -214,7 +209,7 @@ static ag_context *device_or_skip(const char *test) {
 }
 static void device_done(ag_context *ctx) {
   ag_context_destroy(ctx);
-  nftw(cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  ag_test_remove_tree(cache_dir);
 }
 
 static const char fill_source[] =

@@ -1,10 +1,28 @@
 /* util.c: see util.h. */
 #include <check.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+void ag_test_remove_tree(const char *dir) {
+  if (dir) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char *ag_test_mkdtemp(const char *prefix) {
+  char *dir = malloc(strlen(prefix) + 16);
+  ck_assert_ptr_nonnull(dir);
+  sprintf(dir, "/tmp/%s-XXXXXX", prefix);
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  return dir;
+}
 
 char *ag_test_slurp(const char *path, size_t *out_len) {
   FILE *f = fopen(path, "rb");

@@ -10,6 +10,11 @@
 char *ag_test_slurp(const char *path, size_t *out_len);
 /* Write `len` bytes to `path`, failing the current test on error. */
 void ag_test_spit(const char *path, const char *text, size_t len);
+/* A fresh directory "/tmp/<prefix>-XXXXXX" from mkdtemp, as a string from
+ * malloc(); fails the current test when it cannot be made. */
+char *ag_test_mkdtemp(const char *prefix);
+/* Remove a directory tree (no-op for NULL). */
+void ag_test_remove_tree(const char *dir);
 /* True when AG_UPDATE_GOLDENS=1: golden tests rewrite their files. */
 int ag_test_update_goldens(void);
 
