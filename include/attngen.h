@@ -193,6 +193,10 @@ typedef struct ag_block_fwd_args {
    * access memory out of bounds (it clamps them), but its output is then
    * undefined. Zero-initialising the struct leaves it NULL. */
   const int32_t *host_offsets;
+  /* Rotary embeddings with `positions: table` only (else NULL): the
+   * per-token table [total_tokens, head_dim] on the device, sin in columns
+   * [0, head_dim/2) and cos in [head_dim/2, head_dim), in the spec's dtype. */
+  const void *rotary_table;
 } ag_block_fwd_args;
 ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *args,
                            struct CUstream_st *stream, ag_error *err);
@@ -213,6 +217,7 @@ typedef struct ag_block_bwd_args {
   int64_t heads;
   int64_t total_tokens;
   const int32_t *host_offsets; /* optional, as in ag_block_fwd_args */
+  const void *rotary_table;    /* as in ag_block_fwd_args */
 } ag_block_bwd_args;
 ag_status ag_block_backward(ag_kernel *kernel, const ag_block_bwd_args *args,
                             struct CUstream_st *stream, ag_error *err);

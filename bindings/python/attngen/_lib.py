@@ -88,6 +88,7 @@ class AgBlockFwdArgs(ctypes.Structure):
         ("heads", ctypes.c_int64),
         ("total_tokens", ctypes.c_int64),
         ("host_offsets", ctypes.c_void_p),  # optional host copy; None: not checked
+        ("rotary_table", ctypes.c_void_p),  # positions: table only; else None
     ]
 
 
