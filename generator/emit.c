@@ -12,6 +12,8 @@
 
 static const char *const dtype_names[] = {"bf16", "fp16"};
 static const char *const arch_names[] = {"auto", "sm_80", "sm_90a"};
+static const char *const layout_names[] = {"none", "interleaved", "half"};
+static const char *const position_names[] = {"table", "sequence", "block"};
 
 const char *ag_arch_name(ag_arch arch) {
   return arch == AG_ARCH_AUTO ? NULL : arch_names[arch];
@@ -41,6 +43,20 @@ static void banner(ag_buf *b, const ag_spec *s, const ag_plan *p) {
                 s->causal ? "true" : "false", s->head_dim, dtype_names[s->dtype]);
   if (s->softmax_scale > 0) ag_buf_printf(b, " *   softmax_scale: %.9g\n", s->softmax_scale);
   else ag_buf_puts(b, " *   softmax_scale: auto\n");
+  if (s->rotary.layout != AG_ROTARY_NONE) {
+    const unsigned a = s->rotary.apply_to;
+    ag_buf_printf(b, " *   rotary:\n *     layout: %s\n *     apply_to: [",
+                  layout_names[s->rotary.layout]);
+    const char *sep = "";
+    for (int i = 0; i < 3; i++)
+      if (a & (AG_APPLY_Q << i)) {
+        ag_buf_printf(b, "%s%c", sep, "qkv"[i]);
+        sep = ", ";
+      }
+    ag_buf_printf(b, "]\n *     positions: %s\n", position_names[s->rotary.positions]);
+    if (s->rotary.positions != AG_POSITIONS_TABLE)
+      ag_buf_printf(b, " *     base: %.9g\n", s->rotary.base);
+  }
   ag_buf_printf(b, " *   arch: %s\n", arch_names[s->arch]);
   if (s->passes & AG_PASS_BACKWARD)
     ag_buf_printf(b, " *   passes: [%s]\n",
@@ -63,12 +79,57 @@ ag_status ag_emit(const ag_spec *spec, char **out_source, char *out_kernel_name,
   return st;
 }
 
+/* The template variables of rotary embeddings (rotary.cuh; the tile load
+ * and the work walk use some), the same for both kernels apart from
+ * `grads` (the backward's); all "0" without rotary. Their text lives in *r. */
+typedef struct rotary_vars {
+  char base[48];
+  char turns[2048]; /* kHeadDim / 2 <= 64 literals of at most 17 bytes, 4 a line */
+} rotary_vars;
+
+enum { ROTARY_VARS = 12 };
+
+static void rotary_fill(const ag_spec *s, bool grads, rotary_vars *r, ag_tpl_var *v) {
+  const bool on = s->rotary.layout != AG_ROTARY_NONE;
+  const bool table = on && s->rotary.positions == AG_POSITIONS_TABLE;
+  r->base[0] = r->turns[0] = '\0';
+  if (on && !table) {
+    /* Pair i turns base^(-2i/D) / (2 pi) per position; four literals a line. */
+    snprintf(r->base, sizeof r->base, "%.9ef", s->rotary.base);
+    size_t o = 0;
+    const int pairs = s->head_dim / 2;
+    for (int i = 0; i < pairs; i++) {
+      double turns = pow(s->rotary.base, -2.0 * i / s->head_dim) / (2 * 3.14159265358979323846);
+      o += (size_t)snprintf(r->turns + o, sizeof r->turns - o, "%s%.9ef%s",
+                            i % 4 ? " " : "    ", turns,
+                            i + 1 < pairs ? (i % 4 == 3 ? ",\n" : ",") : "");
+    }
+  }
+  const unsigned a = on ? s->rotary.apply_to : 0;
+  const ag_tpl_var vars[ROTARY_VARS] = {
+      {"ROTARY", on ? "1" : "0"},
+      {"ROTARY_HALF", on && s->rotary.layout == AG_ROTARY_HALF ? "1" : "0"},
+      {"ROTARY_TABLE", table ? "1" : "0"},
+      {"ROTARY_COMPUTED", on && !table ? "1" : "0"},
+      {"ROTARY_SEQUENCE", on && s->rotary.positions == AG_POSITIONS_SEQUENCE ? "1" : "0"},
+      {"ROTATE_Q", a & AG_APPLY_Q ? "1" : "0"},
+      {"ROTATE_K", a & AG_APPLY_K ? "1" : "0"},
+      {"ROTATE_V", a & AG_APPLY_V ? "1" : "0"},
+      {"ROTARY_UNPACK", grads ? "0" : "1"},
+      {"ROTARY_GRADS", grads ? "1" : "0"},
+      {"ROTARY_BASE", r->base},
+      {"ROTARY_TURNS", r->turns},
+  };
+  memcpy(v, vars, sizeof vars);
+}
+
 /* Expand block_fwd.cu for the plan's forward kernel. */
 static ag_status expand_forward(const ag_spec *spec, const ag_plan *plan, ag_buf *b,
                                 ag_error *err) {
-  char block[16], dim[16], warps[16], heads[16], jobs[16], stages[16], min_ctas[16],
+  char block[16], dim[16], warps[16], heads[16], jobs[16], stages[16], min_ctas[16], smem[16],
       scale_log2[48], scale_text[48];
   snprintf(block, sizeof block, "%d", plan->block_size);
+  snprintf(smem, sizeof smem, "%d", plan->smem_bytes);
   snprintf(dim, sizeof dim, "%d", plan->head_dim);
   snprintf(warps, sizeof warps, "%d", plan->warps);
   snprintf(heads, sizeof heads, "%d", plan->heads_per_tile);
@@ -79,7 +140,8 @@ static ag_status expand_forward(const ag_spec *spec, const ag_plan *plan, ag_buf
   if (spec->softmax_scale > 0) snprintf(scale_text, sizeof scale_text, "%.9g", plan->scale);
   else snprintf(scale_text, sizeof scale_text, "1/sqrt(%d)", plan->head_dim);
   bool bf16 = spec->dtype == AG_DTYPE_BF16;
-  const ag_tpl_var vars[] = {
+  rotary_vars rv;
+  ag_tpl_var vars[14 + ROTARY_VARS] = {
       {"KERNEL_NAME", plan->kernel_name},
       {"BLOCK_SIZE", block},
       {"HEAD_DIM", dim},
@@ -88,12 +150,14 @@ static ag_status expand_forward(const ag_spec *spec, const ag_plan *plan, ag_buf
       {"JOBS_PER_WARP", jobs},
       {"STAGES", stages},
       {"MIN_CTAS", min_ctas},
+      {"SMEM_BYTES", smem},
       {"SCALE_LOG2", scale_log2},
       {"SCALE_TEXT", scale_text},
       {"MMA_TYPE", bf16 ? "bf16" : "f16"},
       {"PAIR_TYPE", bf16 ? "bf16x2" : "f16x2"},
       {"CAUSAL", spec->causal ? "1" : "0"},
   };
+  rotary_fill(spec, false, &rv, vars + 14);
   return ag_expand("block_fwd.cu", vars, sizeof vars / sizeof vars[0], b, err);
 }
 
@@ -117,7 +181,8 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
   if (spec->softmax_scale > 0) snprintf(scale_text, sizeof scale_text, "%.9g", plan->scale);
   else snprintf(scale_text, sizeof scale_text, "1/sqrt(%d)", plan->head_dim);
   bool bf16 = spec->dtype == AG_DTYPE_BF16;
-  const ag_tpl_var vars[] = {
+  rotary_vars rv;
+  ag_tpl_var vars[16 + ROTARY_VARS] = {
       {"KERNEL_NAME", p->kernel_name},
       {"BLOCK_SIZE", block},
       {"HEAD_DIM", dim},
@@ -135,6 +200,7 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
       {"OWN_HELPERS", after_forward ? "0" : "1"},
       {"IN_NAMESPACE", after_forward ? "1" : "0"},
   };
+  rotary_fill(spec, true, &rv, vars + 16);
   return ag_expand("block_bwd.cu", vars, sizeof vars / sizeof vars[0], b, err);
 }
 

@@ -19,6 +19,26 @@ double ag_spec_scale(const ag_spec *spec) {
 
 static const char *dtype_name(ag_dtype d) { return d == AG_DTYPE_FP16 ? "fp16" : "bf16"; }
 
+/* "ag_<name>_b<block>_d<dim>_<dtype>[_causal][_rope]_<pass>": a profiler
+ * trace names what ran. */
+static void kernel_name(char *out, const ag_spec *spec, const char *pass) {
+  snprintf(out, AG_KERNEL_NAME_MAX, "ag_%s_b%d_d%d_%s%s%s_%s", spec->name, spec->block_size,
+           spec->head_dim, dtype_name(spec->dtype), spec->causal ? "_causal" : "",
+           spec->rotary.layout != AG_ROTARY_NONE ? "_rope" : "", pass);
+}
+
+/* Rotary fields a validated spec cannot hold; tests fill them directly. */
+static bool rotary_valid(const ag_spec *spec) {
+  const ag_rotary_layout l = spec->rotary.layout;
+  if (l == AG_ROTARY_NONE) return true;
+  return (l == AG_ROTARY_INTERLEAVED || l == AG_ROTARY_HALF) && spec->rotary.apply_to != 0 &&
+         !(spec->rotary.apply_to & ~(unsigned)(AG_APPLY_Q | AG_APPLY_K | AG_APPLY_V)) &&
+         (spec->rotary.positions == AG_POSITIONS_TABLE ||
+          ((spec->rotary.positions == AG_POSITIONS_SEQUENCE ||
+            spec->rotary.positions == AG_POSITIONS_BLOCK) &&
+           spec->rotary.base > 0 && isfinite(spec->rotary.base)));
+}
+
 /* The backward (templates/block_bwd.cu): per tile, phase 1 takes (head, 16
  * query rows) jobs and phase 2 (head, 16-row tile) jobs, one warp per job up
  * to 8. Beside the Q, K, V, dO tiles it keeps P and dS of every head of the
@@ -33,9 +53,10 @@ static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err)
   const int block = spec->block_size, row_bytes = spec->head_dim * out->elem_bytes;
   const int tile_bytes = 4 * block * row_bytes;                /* Q, K, V, dO of one head */
   const int ps_bytes = 2 * block * (block + 8) * out->elem_bytes; /* P and dS of one head */
+  const int table = out->rotary_table_bytes;                   /* per stage, any heads */
   b->heads_per_tile =
-      row_bytes < 256 && 2 * 2 * (tile_bytes + ps_bytes) <= MAX_SMEM_BYTES ? 2 : 1;
-  const int stage = b->heads_per_tile * tile_bytes, ps = b->heads_per_tile * ps_bytes;
+      row_bytes < 256 && 2 * (2 * (tile_bytes + ps_bytes) + table) <= MAX_SMEM_BYTES ? 2 : 1;
+  const int stage = b->heads_per_tile * tile_bytes + table, ps = b->heads_per_tile * ps_bytes;
   static const int choices[][2] = {{2, 2}, {1, 2}, {2, 1}, {1, 1}}; /* {stages, CTAs per SM} */
   for (size_t i = 0; i < sizeof choices / sizeof choices[0] && !b->stages; i++)
     if (choices[i][1] * (choices[i][0] * stage + ps) <= MAX_SMEM_BYTES) {
@@ -45,9 +66,10 @@ static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err)
   if (!b->stages)
     return ag_fail(err, AG_ERR_UNSUPPORTED,
                    "not supported yet: the backward pass at block_size %d with head_dim %d "
-                   "(P and dS of a whole block beside its Q, K, V and dO tiles need %d KiB of "
+                   "(P and dS of a whole block beside its Q, K, V and dO tiles%s need %d KiB of "
                    "shared memory; a CTA has 227)",
-                   block, spec->head_dim, (stage + ps + 1023) / 1024);
+                   block, spec->head_dim, table ? " and rotary table rows" : "",
+                   (stage + ps + 1023) / 1024);
   b->smem_bytes = b->stages * stage + ps;
   /* At most 4 warps when two CTAs share an SM: a quarter of the SM's
    * registers then still gives each thread 255 (two warps per scheduler),
@@ -57,9 +79,7 @@ static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err)
   b->warps = b->jobs < max_warps ? b->jobs : max_warps;
   b->threads = b->warps * 32;
   b->items_per_cta = 8;
-  snprintf(b->kernel_name, sizeof b->kernel_name, "ag_%s_b%d_d%d_%s%s_bwd", spec->name,
-           spec->block_size, spec->head_dim, dtype_name(spec->dtype),
-           spec->causal ? "_causal" : "");
+  kernel_name(b->kernel_name, spec, "bwd");
   return AG_OK;
 }
 
@@ -67,16 +87,27 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   memset(out, 0, sizeof *out);
   if (spec->pattern != AG_PATTERN_BLOCK_DIAGONAL)
     return ag_fail(err, AG_ERR_UNSUPPORTED, "not supported yet: the jagged pattern");
-  if (spec->rotary.layout != AG_ROTARY_NONE)
-    return ag_fail(err, AG_ERR_UNSUPPORTED, "not supported yet: rotary embeddings");
   if (spec->block_size < 16 || spec->block_size > 256 || spec->block_size % 16 ||
-      (spec->head_dim != 64 && spec->head_dim != 128))
+      (spec->head_dim != 64 && spec->head_dim != 128) || !rotary_valid(spec))
     return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
 
   out->block_size = spec->block_size;
   out->head_dim = spec->head_dim;
   out->elem_bytes = 2;
   out->scale = ag_spec_scale(spec);
+  /* Rotary embeddings rotate the tiles in shared memory, so they cost no
+   * memory of their own, except with positions from a table: then each
+   * stage also holds the table's rows for the tile's tokens. */
+  if (spec->rotary.layout != AG_ROTARY_NONE && spec->rotary.positions == AG_POSITIONS_TABLE)
+    out->rotary_table_bytes = spec->block_size * spec->head_dim * out->elem_bytes;
+  /* Computed angles use base^(-2i / head_dim) as fp32 literals. */
+  if (spec->rotary.layout != AG_ROTARY_NONE && spec->rotary.positions != AG_POSITIONS_TABLE &&
+      spec->rotary.base < 1e-30) {
+    memset(out, 0, sizeof *out);
+    return ag_fail(err, AG_ERR_UNSUPPORTED,
+                   "not supported yet: rotary base %g (below 1e-30 its frequencies overflow fp32)",
+                   spec->rotary.base);
+  }
   if (spec->passes & AG_PASS_BACKWARD) {
     ag_status st = plan_backward(spec, out, err);
     if (st != AG_OK) {
@@ -92,7 +123,9 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
    * tiles each still fit on an SM. */
   int row_bytes = spec->head_dim * out->elem_bytes;
   int tile_bytes = 3 * spec->block_size * row_bytes; /* Q, K, V of one head */
-  out->heads_per_tile = row_bytes < 256 && 2 * 2 * 2 * tile_bytes <= MAX_SMEM_BYTES ? 2 : 1;
+  int table = out->rotary_table_bytes;               /* per stage, any heads */
+  out->heads_per_tile =
+      row_bytes < 256 && 2 * 2 * (2 * tile_bytes + table) <= MAX_SMEM_BYTES ? 2 : 1;
   /* One warp per 16 query rows, up to 8 warps; more jobs (heads, larger
    * blocks) are taken in turn, so S and O of one job fit in registers. */
   int row_tiles = spec->block_size / 16;
@@ -105,14 +138,21 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
    * capped so that two such CTAs share an SM, and one CTA per 8 tiles
    * rather than a persistent grid: the hardware then balances CTAs across
    * SMs, which measured 3-5% faster than static ranges (bench/NOTES.md). */
-  int stage_bytes = out->heads_per_tile * tile_bytes;
+  int stage_bytes = out->heads_per_tile * tile_bytes + table;
+  if (stage_bytes > MAX_SMEM_BYTES) {
+    int kib = (stage_bytes + 1023) / 1024;
+    memset(out, 0, sizeof *out);
+    return ag_fail(err, AG_ERR_UNSUPPORTED,
+                   "not supported yet: rotary positions from a table at block_size %d with "
+                   "head_dim %d (Q, K, V and the table's rows of one block need %d KiB of shared "
+                   "memory; a CTA has 227)",
+                   spec->block_size, spec->head_dim, kib);
+  }
   out->stages = 2 * stage_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   out->smem_bytes = out->stages * stage_bytes;
   out->min_ctas_per_sm = 2 * out->smem_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   out->items_per_cta = 8;
-  snprintf(out->kernel_name, sizeof out->kernel_name, "ag_%s_b%d_d%d_%s%s_fwd", spec->name,
-           spec->block_size, spec->head_dim, dtype_name(spec->dtype),
-           spec->causal ? "_causal" : "");
+  kernel_name(out->kernel_name, spec, "fwd");
   return AG_OK;
 }
 
@@ -120,14 +160,21 @@ const char *ag_plan_first_kernel(const ag_plan *p) {
   return p->kernel_name[0] ? p->kernel_name : p->bwd.kernel_name;
 }
 
-static void describe_backward(ag_buf *b, const ag_plan_bwd *p, const char *prefix) {
+static void describe_backward(ag_buf *b, const ag_plan_bwd *p, int table_bytes,
+                              const char *prefix) {
   ag_buf_printf(b, "%sbackward kernel: %s\n", prefix, p->kernel_name);
   ag_buf_printf(b, "%s  heads per tile: %d\n", prefix, p->heads_per_tile);
   ag_buf_printf(b, "%s  threads: %d (%d warps; %d (head, 16-row tile) job%s per phase)\n", prefix,
                 p->threads, p->warps, p->jobs, p->jobs > 1 ? "s" : "");
   ag_buf_printf(b, "%s  Q, K, V, dO tiles resident per CTA: %d\n", prefix, p->stages);
-  ag_buf_printf(b, "%s  shared memory: %d bytes (with P and dS of one tile)\n", prefix,
-                p->smem_bytes);
+  if (table_bytes)
+    ag_buf_printf(b,
+                  "%s  shared memory: %d bytes (with P and dS of one tile; each stage holds %d "
+                  "bytes of rotary table rows)\n",
+                  prefix, p->smem_bytes, table_bytes);
+  else
+    ag_buf_printf(b, "%s  shared memory: %d bytes (with P and dS of one tile)\n", prefix,
+                  p->smem_bytes);
   if (p->min_ctas_per_sm > 1)
     ag_buf_printf(b, "%s  registers capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
   if (p->items_per_cta)
@@ -141,7 +188,7 @@ char *ag_plan_describe(const ag_plan *p, const char *prefix) {
   ag_buf b;
   ag_buf_init(&b);
   if (!p->kernel_name[0]) { /* backward only */
-    describe_backward(&b, &p->bwd, prefix);
+    describe_backward(&b, &p->bwd, p->rotary_table_bytes, prefix);
     return ag_buf_take(&b);
   }
   ag_buf_printf(&b, "%skernel: %s\n", prefix, p->kernel_name);
@@ -149,7 +196,12 @@ char *ag_plan_describe(const ag_plan *p, const char *prefix) {
   ag_buf_printf(&b, "%sthreads: %d (%d warps, %d job%s of 16 query rows each)\n", prefix,
                 p->threads, p->warps, p->jobs_per_warp, p->jobs_per_warp > 1 ? "s" : "");
   ag_buf_printf(&b, "%stiles resident per CTA: %d\n", prefix, p->stages);
-  ag_buf_printf(&b, "%sshared memory: %d bytes\n", prefix, p->smem_bytes);
+  if (p->rotary_table_bytes)
+    ag_buf_printf(&b,
+                  "%sshared memory: %d bytes (each stage holds %d bytes of rotary table rows)\n",
+                  prefix, p->smem_bytes, p->rotary_table_bytes);
+  else
+    ag_buf_printf(&b, "%sshared memory: %d bytes\n", prefix, p->smem_bytes);
   if (p->min_ctas_per_sm > 1)
     ag_buf_printf(&b, "%sregisters capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
   if (p->items_per_cta)
@@ -157,6 +209,6 @@ char *ag_plan_describe(const ag_plan *p, const char *prefix) {
                   p->items_per_cta);
   else
     ag_buf_printf(&b, "%sgrid: persistent, as many CTAs as fit on the device at once\n", prefix);
-  if (p->bwd.kernel_name[0]) describe_backward(&b, &p->bwd, prefix);
+  if (p->bwd.kernel_name[0]) describe_backward(&b, &p->bwd, p->rotary_table_bytes, prefix);
   return ag_buf_take(&b);
 }

@@ -15,7 +15,7 @@ typedef struct ag_plan_bwd {
   int heads_per_tile;   /* adjacent heads loaded and computed as one tile */
   int jobs;             /* (head, 16-row tile) jobs per tile and phase, taken in turn */
   int stages;           /* (block, head group) Q, K, V, dO tiles resident per CTA */
-  int smem_bytes;       /* the stages plus P and dS of one tile */
+  int smem_bytes;       /* the stages (with any rotary table rows) plus P and dS of one tile */
   int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
   int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
 } ag_plan_bwd;
@@ -37,15 +37,20 @@ typedef struct ag_plan {
   int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
   int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
   double scale;         /* softmax scale, auto resolved */
+  /* Rotary embeddings with positions from a table: the bytes of one tile's
+   * rows of it (block_size x head_dim 16-bit values, shared by every head),
+   * held in every stage of both kernels beside the tensors; else 0. */
+  int rotary_table_bytes;
   ag_plan_bwd bwd;      /* the backward kernel, when spec->passes asks for it */
 } ag_plan;
 
 /* Fill *out for a validated spec: the kernels of the passes it names (a
  * spec naming none gets the forward). Returns AG_ERR_UNSUPPORTED for specs
- * whose kernels do not exist yet. The backward pass is planned although
- * validation still refuses it (spec_check.c): until it is verified on a
- * GPU, only tests and tools reach it, by setting AG_PASS_BACKWARD in a
- * validated spec's passes. */
+ * whose kernels do not exist yet. The backward pass and rotary embeddings
+ * are planned although validation still refuses them (spec_check.c): until
+ * their kernels are verified on a GPU, only tests and tools reach them, by
+ * setting AG_PASS_BACKWARD in a validated spec's passes or filling its
+ * `rotary` directly. Rotary kernels' names end _rope_fwd and _rope_bwd. */
 ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err);
 
 /* The name of the source's first kernel (the forward's, else the

@@ -443,6 +443,9 @@ static void check_supported(spec_diags *d, const ag_spec *s) {
     spec_diag_add(d, s->at.pattern, true, "the jagged pattern");
   if (s->query == AG_QUERY_BROADCAST)
     spec_diag_add(d, s->at.query, true, "broadcast queries");
+  /* Rotary embeddings: their kernels exist and compile (ag_plan_make plans
+   * them), enabled once verified on a GPU; until then tests and tools fill
+   * a validated spec's rotary directly. */
   if (s->rotary.layout != AG_ROTARY_NONE)
     spec_diag_add(d, s->at.rotary, true, "rotary embeddings");
   /* The backward: its kernels exist and compile (ag_plan_make plans them),

@@ -1,5 +1,6 @@
-/* reference.c: float64 CPU attention and 16-bit float conversions; see
- * reference.h. Straightforward on purpose: it is the yardstick. */
+/* reference.c: float64 CPU attention, rotary embeddings and 16-bit float
+ * conversions; see reference.h. Straightforward on purpose: it is the
+ * yardstick. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,6 +253,84 @@ void ag_ref_block_backward_f64(int block_size, bool causal, double scale, const 
                                int head_dim, double *dq, double *dk, double *dv) {
   bwd_inputs in = {AG_DTYPE_BF16, {NULL, NULL, NULL, NULL}, {q, k, v, dout}};
   backward(&in, block_size, causal, scale, offsets, batch, heads, head_dim, dq, dk, dv);
+}
+
+/* ---- rotary embeddings ---- */
+
+void ag_ref_rotary_apply(const ag_ref_rotary *rot, bool inverse, const int32_t *offsets,
+                         int64_t batch, int64_t heads, int head_dim, double *x) {
+  if (rot->layout == AG_ROTARY_NONE) return;
+  const int64_t stride = heads * head_dim;
+  const int pairs = head_dim / 2;
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t t = offsets[b]; t < offsets[b + 1]; t++) {
+      int64_t p = t - offsets[b]; /* index in the sequence */
+      if (rot->positions == AG_POSITIONS_BLOCK) p %= rot->block_size;
+      for (int i = 0; i < pairs; i++) {
+        double s, c;
+        if (rot->positions == AG_POSITIONS_TABLE) {
+          s = rot->table[t * head_dim + i];
+          c = rot->table[t * head_dim + pairs + i];
+        } else {
+          double a = (double)p * pow(rot->base, -2.0 * i / head_dim);
+          s = sin(a);
+          c = cos(a);
+        }
+        if (inverse) s = -s;
+        for (int64_t h = 0; h < heads; h++) {
+          double *xh = x + t * stride + h * head_dim;
+          double *x0 = rot->layout == AG_ROTARY_HALF ? &xh[i] : &xh[2 * i];
+          double *x1 = rot->layout == AG_ROTARY_HALF ? &xh[i + pairs] : &xh[2 * i + 1];
+          double a0 = *x0, a1 = *x1;
+          *x0 = a0 * c - a1 * s;
+          *x1 = a0 * s + a1 * c;
+        }
+      }
+    }
+}
+
+/* Copies of q, k, v ([3][elems] in one allocation), those of apply_to
+ * rotated; the caller frees [0]. */
+static void rotated_copies(const ag_ref_rotary *rot, const double *const in[3],
+                           const int32_t *offsets, int64_t batch, int64_t heads, int head_dim,
+                           double *out[3]) {
+  const size_t elems = (size_t)offsets[batch] * (size_t)heads * (size_t)head_dim;
+  double *mem = malloc(sizeof(double) * (3 * elems + 1));
+  if (!mem) abort(); /* test-only code: no way to go on */
+  for (int m = 0; m < 3; m++) {
+    out[m] = mem + m * elems;
+    if (elems) memcpy(out[m], in[m], sizeof(double) * elems);
+    if (rot->apply_to & (AG_APPLY_Q << m))
+      ag_ref_rotary_apply(rot, false, offsets, batch, heads, head_dim, out[m]);
+  }
+}
+
+void ag_ref_block_forward_rotary_f64(const ag_ref_rotary *rot, int block_size, bool causal,
+                                     double scale, const double *q, const double *k,
+                                     const double *v, const int32_t *offsets, int64_t batch,
+                                     int64_t heads, int head_dim, double *out) {
+  const double *in[3] = {q, k, v};
+  double *r[3];
+  rotated_copies(rot, in, offsets, batch, heads, head_dim, r);
+  ag_ref_block_forward_f64(block_size, causal, scale, r[0], r[1], r[2], offsets, batch, heads,
+                           head_dim, out);
+  free(r[0]);
+}
+
+void ag_ref_block_backward_rotary_f64(const ag_ref_rotary *rot, int block_size, bool causal,
+                                      double scale, const double *q, const double *k,
+                                      const double *v, const double *dout,
+                                      const int32_t *offsets, int64_t batch, int64_t heads,
+                                      int head_dim, double *dq, double *dk, double *dv) {
+  const double *in[3] = {q, k, v};
+  double *r[3], *grads[3] = {dq, dk, dv};
+  rotated_copies(rot, in, offsets, batch, heads, head_dim, r);
+  ag_ref_block_backward_f64(block_size, causal, scale, r[0], r[1], r[2], dout, offsets, batch,
+                            heads, head_dim, dq, dk, dv);
+  for (int m = 0; m < 3; m++)
+    if (rot->apply_to & (AG_APPLY_Q << m))
+      ag_ref_rotary_apply(rot, true, offsets, batch, heads, head_dim, grads[m]);
+  free(r[0]);
 }
 
 double ag_rel_error(ag_dtype dtype, const uint16_t *got, const double *ref, size_t elems) {

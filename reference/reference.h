@@ -1,6 +1,7 @@
-/* reference.h: the float64 CPU reference for attention and the 16-bit float
- * conversions it needs. Used by the GPU tests, `attngen run` and the bench;
- * written once, here. Needs only libc and libm. */
+/* reference.h: the float64 CPU reference for attention, with or without
+ * rotary embeddings, and the 16-bit float conversions it needs. Used by the
+ * GPU tests, `attngen run` and the bench; written once, here. Needs only
+ * libc and libm. */
 #ifndef AG_REFERENCE_H
 #define AG_REFERENCE_H
 
@@ -52,6 +53,49 @@ void ag_ref_block_backward_f64(int block_size, bool causal, double scale, const 
                                const double *k, const double *v, const double *dout,
                                const int32_t *offsets, int64_t batch, int64_t heads,
                                int head_dim, double *dq, double *dk, double *dv);
+
+/* ---- rotary embeddings ----
+ * Pair i (0 <= i < dim / 2) of every head of token t is (x[2i], x[2i + 1])
+ * (AG_ROTARY_INTERLEAVED) or (x[i], x[i + dim / 2]) (AG_ROTARY_HALF), rotated
+ * by the angle a(t, i):
+ *   (x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a).
+ * Positions AG_POSITIONS_TABLE: sin a = table[t][i], cos a = table[t][dim / 2
+ * + i], whatever they are (a table rounded to 16 bits is not exactly
+ * orthogonal; the rotation uses its values as given). AG_POSITIONS_SEQUENCE
+ * and AG_POSITIONS_BLOCK: a = p base^(-2i / dim), p the token's index in its
+ * sequence, or in its block of block_size tokens (blocks cut from each
+ * sequence's start). */
+typedef struct ag_ref_rotary {
+  ag_rotary_layout layout;       /* AG_ROTARY_NONE: nothing is rotated */
+  unsigned apply_to;             /* AG_APPLY_* bits: the tensors rotated */
+  ag_rotary_positions positions;
+  double base;                   /* computed positions */
+  int block_size;                /* AG_POSITIONS_BLOCK */
+  const double *table;           /* AG_POSITIONS_TABLE: [total, dim] */
+} ag_ref_rotary;
+
+/* Rotate x ([total, heads, dim] doubles) in place, pair by pair, for every
+ * token of every sequence of offsets; with `inverse`, by -a instead, which
+ * is the transpose R^T (the gradient's chain rule: x' = R x gives dL/dx =
+ * R^T dL/dx'). rot->apply_to is not consulted. */
+void ag_ref_rotary_apply(const ag_ref_rotary *rot, bool inverse, const int32_t *offsets,
+                         int64_t batch, int64_t heads, int head_dim, double *x);
+
+/* Attention with rotary embeddings, as the kernels compute it, in float64:
+ * the tensors of rot->apply_to rotated, then ag_ref_block_forward_f64. The
+ * inputs are left as they are (rotated copies are made). */
+void ag_ref_block_forward_rotary_f64(const ag_ref_rotary *rot, int block_size, bool causal,
+                                     double scale, const double *q, const double *k,
+                                     const double *v, const int32_t *offsets, int64_t batch,
+                                     int64_t heads, int head_dim, double *out);
+/* Its gradients with respect to the unrotated q, k, v: the rotated copies
+ * through ag_ref_block_backward_f64, then dq, dk, dv of the rotated tensors
+ * rotated back (R^T). */
+void ag_ref_block_backward_rotary_f64(const ag_ref_rotary *rot, int block_size, bool causal,
+                                      double scale, const double *q, const double *k,
+                                      const double *v, const double *dout,
+                                      const int32_t *offsets, int64_t batch, int64_t heads,
+                                      int head_dim, double *dq, double *dk, double *dv);
 
 /* The error measure of the tests: ||got - ref||_F / ||ref||_F over `elems`
  * values; a NaN anywhere in `got` gives +inf. */

@@ -44,12 +44,16 @@ static ag_status check_host_offsets(const int32_t *off, int64_t batch, int64_t t
 }
 
 /* What a block-diagonal launch is made of, forward or backward: the
- * tensors (inputs, then outputs, as the kernel takes them) and the kernel's
+ * tensors (inputs, then outputs, as the kernel takes them), the rotary
+ * table when the kernel takes one (after the tensors), and the kernel's
  * shape from its plan. */
 typedef struct block_launch {
   const void *tensors[7];
   const char *names[7];
   int ntensors;
+  const char *kernel_name; /* the spec's name, for messages */
+  bool takes_table;        /* rotary positions from a table */
+  const void *table;       /* rotary_table of the arguments; ignored unless takes_table */
   const int32_t *offsets, *host_offsets;
   int64_t batch, heads, total;
   CUfunction fn;
@@ -57,6 +61,12 @@ typedef struct block_launch {
   int block_size, head_dim, elem_bytes;           /* from the plan */
   int heads_per_tile, threads, smem_bytes, items_per_cta;
 } block_launch;
+
+/* Whether the kernel takes a rotary table parameter; other kernels ignore
+ * the arguments' rotary_table, NULL or not. */
+static bool takes_table(const ag_spec *s) {
+  return s->rotary.layout != AG_ROTARY_NONE && s->rotary.positions == AG_POSITIONS_TABLE;
+}
 
 /* Every check, in order, then the launch; an empty batch or sequence set
  * returns AG_OK before any tensor is looked at. */
@@ -87,6 +97,12 @@ static ag_status launch_block(ag_kernel *kernel, const block_launch *l,
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "batch is too large");
   for (int i = 0; i < l->ntensors; i++)
     if ((st = check_tensor(l->tensors[i], l->names[i], err))) return st;
+  if (l->takes_table && !l->table)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "rotary_table is a null pointer; kernel '%s' takes its rotary positions from "
+                   "a table ([total_tokens, head_dim]: sin, then cos)",
+                   l->kernel_name);
+  if (l->takes_table && (st = check_tensor(l->table, "rotary_table", err))) return st;
   if (!l->offsets) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets is a null pointer");
   if ((uintptr_t)l->offsets % 4)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets (%p) is not 4-byte aligned",
@@ -106,16 +122,19 @@ static ag_status launch_block(ag_kernel *kernel, const block_launch *l,
   if (grid > INT32_MAX) grid = INT32_MAX;
   if (grid > items) grid = items;
 
-  /* Parameters: the tensors, offsets, batch, heads, total_tokens, items. */
-  CUdeviceptr ptrs[7], off = (CUdeviceptr)(uintptr_t)l->offsets;
+  /* Parameters: the tensors, the rotary table when taken, offsets, batch,
+   * heads, total_tokens, items. */
+  CUdeviceptr ptrs[7], table = (CUdeviceptr)(uintptr_t)l->table,
+                       off = (CUdeviceptr)(uintptr_t)l->offsets;
   long long batch = l->batch, total = l->total, nitems = items;
   int heads = (int)l->heads;
-  void *params[7 + 5];
+  void *params[7 + 6];
   int n = 0;
   for (int i = 0; i < l->ntensors; i++) {
     ptrs[i] = (CUdeviceptr)(uintptr_t)l->tensors[i];
     params[n++] = &ptrs[i];
   }
+  if (l->takes_table) params[n++] = &table;
   params[n++] = &off;
   params[n++] = &batch;
   params[n++] = &heads;
@@ -143,6 +162,9 @@ ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *a,
   const block_launch l = {.tensors = {a->q, a->k, a->v, a->o},
                           .names = {"q", "k", "v", "o"},
                           .ntensors = 4,
+                          .kernel_name = s->name,
+                          .takes_table = takes_table(s),
+                          .table = a->rotary_table,
                           .offsets = a->offsets,
                           .host_offsets = a->host_offsets,
                           .batch = a->batch,
@@ -172,6 +194,9 @@ ag_status ag_block_backward(ag_kernel *kernel, const ag_block_bwd_args *a,
   const block_launch l = {.tensors = {a->q, a->k, a->v, a->dout, a->dq, a->dk, a->dv},
                           .names = {"q", "k", "v", "dout", "dq", "dk", "dv"},
                           .ntensors = 7,
+                          .kernel_name = s->name,
+                          .takes_table = takes_table(s),
+                          .table = a->rotary_table,
                           .offsets = a->offsets,
                           .host_offsets = a->host_offsets,
                           .batch = a->batch,

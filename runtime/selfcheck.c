@@ -1,5 +1,6 @@
-/* selfcheck.c: random inputs, NaN-poisoned outputs, the float64 reference on
- * a sample of sequences, and CUDA-event timing; see selfcheck.h. */
+/* selfcheck.c: random inputs (and a rotary table of real sines and cosines
+ * for kernels that take one), NaN-poisoned outputs, the float64 reference
+ * on a sample of sequences, and CUDA-event timing; see selfcheck.h. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include "selfcheck.h"
 
 enum { CHUNK_ELEMS = 1 << 24 }; /* host staging: 32 MiB of 16-bit values */
+enum { TABLE_STREAM = 8 };      /* input_value's `which` for rotary table angles */
 
 /* Element e of tensor `which` (0 q, 1 k, 2 v) as a value in [-2, 2): a
  * counter-based hash, so any element can be regenerated on demand. */
@@ -20,6 +22,16 @@ static float input_value(uint64_t seed, int which, uint64_t e) {
   x *= 0x94d049bb133111ebull;
   x ^= x >> 31;
   return (float)((double)(x >> 11) * (4.0 / 9007199254740992.0) - 2.0);
+}
+
+/* Element (t, col) of the rotary table [tokens, dim] for positions from a
+ * table: real sines and cosines, in the dtype, of an angle in [-pi, pi)
+ * drawn for each (token, pair): sin a(t, i) in column i, cos a(t, i) in
+ * column dim / 2 + i. */
+static uint16_t table_value(uint64_t seed, ag_dtype dtype, int dim, uint64_t t, int col) {
+  const int pairs = dim / 2, i = col % pairs;
+  double a = input_value(seed, TABLE_STREAM, t * (uint64_t)pairs + (uint64_t)i) * (M_PI / 2);
+  return ag_float_to_half(dtype, (float)(col < pairs ? sin(a) : cos(a)));
 }
 
 static uint16_t nan_bits(ag_dtype d) { return d == AG_DTYPE_FP16 ? 0x7e00u : 0x7fc0u; }
@@ -78,6 +90,7 @@ typedef struct tensor_set {
   int32_t *offsets;             /* host copy */
   CUdeviceptr t[MAX_TENSORS];
   CUdeviceptr d_offsets;
+  CUdeviceptr table;            /* rotary table [total, head_dim], made when a kernel needs it */
   uint16_t *stage;              /* host staging for chunked copies */
 } tensor_set;
 
@@ -89,6 +102,7 @@ static void set_free(tensor_set *s) {
     for (int i = 0; i < s->tensors; i++)
       if (s->t[i]) drv->cuMemFree(s->t[i]);
     if (s->d_offsets) drv->cuMemFree(s->d_offsets);
+    if (s->table) drv->cuMemFree(s->table);
     if (pushed) drv->cuCtxPopCurrent(&popped);
   }
   free(s->offsets);
@@ -187,6 +201,64 @@ static ag_status set_scan(tensor_set *s, int i, int64_t *unwritten, int64_t *clo
   return AG_OK;
 }
 
+static bool needs_table(const ag_spec *s) {
+  return s->rotary.layout != AG_ROTARY_NONE && s->rotary.positions == AG_POSITIONS_TABLE;
+}
+
+/* The rotary table of the shape (table_value), made on first use by a
+ * kernel that takes one and kept for the set's life; *out_table gets it
+ * (0 for other kernels, which ignore it). */
+static ag_status set_table(tensor_set *s, const ag_kernel *k, CUdeviceptr *out_table,
+                           ag_error *err) {
+  *out_table = 0;
+  if (!needs_table(&k->spec)) return AG_OK;
+  if (!s->table) {
+    const ag_driver *drv = s->ctx->drv;
+    const uint64_t elems = (uint64_t)s->total * (uint64_t)s->head_dim;
+    ag_status st = ag_cuda_check(err, drv->cuCtxPushCurrent(s->ctx->cu), "cuCtxPushCurrent");
+    if (st) return st;
+    CUdeviceptr table = 0;
+    st = ag_cuda_check(err, drv->cuMemAlloc(&table, elems * 2 + 16), "cuMemAlloc");
+    for (uint64_t at = 0; at < elems && st == AG_OK; at += CHUNK_ELEMS) {
+      uint64_t n = elems - at < CHUNK_ELEMS ? elems - at : CHUNK_ELEMS;
+      for (uint64_t e = 0; e < n; e++)
+        s->stage[e] = table_value(s->seed, s->dtype, s->head_dim, (at + e) / s->head_dim,
+                                  (int)((at + e) % s->head_dim));
+      st = ag_cuda_check(err, drv->cuMemcpyHtoD(table + at * 2, s->stage, n * 2), "cuMemcpyHtoD");
+    }
+    if (st == AG_OK) s->table = table;
+    else if (table) drv->cuMemFree(table);
+    CUcontext popped;
+    drv->cuCtxPopCurrent(&popped);
+    if (st) return st;
+  }
+  *out_table = s->table;
+  return AG_OK;
+}
+
+/* The float64 reference's rotary embeddings for a kernel's spec; `table`
+ * holds the sampled sequence's rows of the rotary table (positions from a
+ * table only). */
+static ag_ref_rotary ref_rotary(const ag_spec *s, const double *table) {
+  ag_ref_rotary r = {s->rotary.layout, s->rotary.apply_to, s->rotary.positions,
+                     s->rotary.base, s->block_size, table};
+  return r;
+}
+
+/* The 16-bit inputs of one sampled sequence (`count` values) as doubles,
+ * then, for a kernel that takes a rotary table, the sequence's rows of it
+ * (tokens t0 .. t0 + len), into mem. */
+static void reference_inputs(const tensor_set *set, const ag_spec *s, const uint16_t *in,
+                             size_t count, int64_t t0, int64_t len, double *mem) {
+  for (size_t e = 0; e < count; e++) mem[e] = ag_half_to_float(s->dtype, in[e]);
+  mem += count; /* the table rows follow the inputs */
+  if (needs_table(s))
+    for (int64_t t = 0; t < len; t++)
+      for (int col = 0; col < s->head_dim; col++)
+        mem[t * s->head_dim + col] = ag_half_to_float(
+            s->dtype, table_value(set->seed, s->dtype, s->head_dim, (uint64_t)(t0 + t), col));
+}
+
 /* Diagonal blocks of the shape: the sum of ceil(len / block). */
 static int64_t set_blocks(const tensor_set *s, int block) {
   int64_t blocks = 0;
@@ -273,10 +345,23 @@ static ag_status compare(ag_block_data *d, const ag_kernel *kern, int64_t budget
         in[which * n + e] = ag_float_to_half(s->dtype, input_value(d->s.seed, which, e0 + e));
     uint16_t *got = in + 3 * n;
     st = ag_cuda_check(err, drv->cuMemcpyDtoH(got, d->s.t[3] + e0 * 2, n * 2), "cuMemcpyDtoH");
-    if (st == AG_OK) {
-      int32_t local[2] = {0, (int32_t)len};
+    int32_t local[2] = {0, (int32_t)len};
+    if (st == AG_OK && s->rotary.layout != AG_ROTARY_NONE) {
+      /* Rotary: rotate the inputs, then attention, in float64. */
+      double *x = malloc(sizeof(double) * (3 * n + (size_t)len * dim));
+      if (!x) st = ag_fail(err, AG_ERR_NOMEM, "out of memory for the reference");
+      else {
+        reference_inputs(&d->s, s, in, 3 * n, d->s.offsets[i], len, x);
+        ag_ref_rotary rot = ref_rotary(s, x + 3 * n);
+        ag_ref_block_forward_rotary_f64(&rot, bs, s->causal, ag_spec_scale(s), x, x + n,
+                                        x + 2 * n, local, 1, heads, dim, ref);
+        free(x);
+      }
+    } else if (st == AG_OK) {
       ag_ref_block_forward(s->dtype, bs, s->causal, ag_spec_scale(s), in, in + n, in + 2 * n,
                            local, 1, heads, dim, ref);
+    }
+    if (st == AG_OK) {
       for (size_t e = 0; e < n; e++) {
         double g = ag_half_to_float(s->dtype, got[e]);
         num += isnan(g) ? INFINITY : (g - ref[e]) * (g - ref[e]);
@@ -299,6 +384,9 @@ ag_status ag_block_data_check(ag_block_data *d, ag_kernel *kern, int64_t max_ref
   const ag_driver *drv = d->s.ctx->drv;
   out->blocks = set_blocks(&d->s, kern->spec.block_size);
   out->bytes = ag_block_data_bytes(d);
+  CUdeviceptr table;
+  if ((st = set_table(&d->s, kern, &table, err))) return st;
+  d->args.rotary_table = (const void *)(uintptr_t)table;
   if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->s.ctx->cu), "cuCtxPushCurrent"))) return st;
   st = set_poison(&d->s, err);
   if (st == AG_OK) st = ag_block_forward(kern, &d->args, NULL, err);
@@ -362,6 +450,9 @@ ag_status ag_block_data_time(ag_block_data *d, ag_kernel *kern, int warmup, int 
   *out_ms = 0;
   ag_status st = set_matches(&d->s, kern, kern->plan.kernel_name, err);
   if (st) return st;
+  CUdeviceptr table;
+  if ((st = set_table(&d->s, kern, &table, err))) return st;
+  d->args.rotary_table = (const void *)(uintptr_t)table;
   return time_launches(d->s.ctx, launch_forward, kern, &d->args, warmup, iters, out_ms, err);
 }
 
@@ -456,10 +547,25 @@ static ag_status compare_gradients(ag_block_bwd_data *d, const ag_kernel *kern, 
                          drv->cuMemcpyDtoH(in + (BWD_INPUTS + g) * n,
                                            d->s.t[BWD_INPUTS + g] + e0 * 2, n * 2),
                          "cuMemcpyDtoH");
-    if (st == AG_OK) {
-      int32_t local[2] = {0, (int32_t)len};
+    int32_t local[2] = {0, (int32_t)len};
+    if (st == AG_OK && s->rotary.layout != AG_ROTARY_NONE) {
+      /* Rotary: rotate the inputs, then attention's gradients, then rotate
+       * those of the rotated tensors back, in float64. */
+      double *x = malloc(sizeof(double) * (BWD_INPUTS * n + (size_t)len * dim));
+      if (!x) st = ag_fail(err, AG_ERR_NOMEM, "out of memory for the reference");
+      else {
+        reference_inputs(&d->s, s, in, BWD_INPUTS * n, d->s.offsets[i], len, x);
+        ag_ref_rotary rot = ref_rotary(s, x + BWD_INPUTS * n);
+        ag_ref_block_backward_rotary_f64(&rot, bs, s->causal, ag_spec_scale(s), x, x + n,
+                                         x + 2 * n, x + 3 * n, local, 1, heads, dim, ref,
+                                         ref + n, ref + 2 * n);
+        free(x);
+      }
+    } else if (st == AG_OK) {
       ag_ref_block_backward(s->dtype, bs, s->causal, ag_spec_scale(s), in, in + n, in + 2 * n,
                             in + 3 * n, local, 1, heads, dim, ref, ref + n, ref + 2 * n);
+    }
+    if (st == AG_OK) {
       for (int g = 0; g < 3; g++)
         for (size_t e = 0; e < n; e++) {
           double got = ag_half_to_float(s->dtype, in[(BWD_INPUTS + g) * n + e]),
@@ -487,6 +593,9 @@ ag_status ag_block_bwd_data_check(ag_block_bwd_data *d, ag_kernel *kern, int64_t
   const ag_driver *drv = d->s.ctx->drv;
   out->blocks = set_blocks(&d->s, kern->spec.block_size);
   out->bytes = ag_block_bwd_data_bytes(d);
+  CUdeviceptr table;
+  if ((st = set_table(&d->s, kern, &table, err))) return st;
+  d->args.rotary_table = (const void *)(uintptr_t)table;
   if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(d->s.ctx->cu), "cuCtxPushCurrent"))) return st;
   st = set_poison(&d->s, err);
   if (st == AG_OK) st = ag_block_backward(kern, &d->args, NULL, err);
@@ -512,6 +621,9 @@ ag_status ag_block_bwd_data_time(ag_block_bwd_data *d, ag_kernel *kern, int warm
                    kern->spec.name);
   ag_status st = set_matches(&d->s, kern, kern->plan.bwd.kernel_name, err);
   if (st) return st;
+  CUdeviceptr table;
+  if ((st = set_table(&d->s, kern, &table, err))) return st;
+  d->args.rotary_table = (const void *)(uintptr_t)table;
   return time_launches(d->s.ctx, launch_backward, kern, &d->args, warmup, iters, out_ms, err);
 }
 

@@ -35,7 +35,11 @@ void ag_block_data_destroy(ag_block_data *data);
 /* Bytes the forward must move: Q, K, V read once and O written once. */
 double ag_block_data_bytes(const ag_block_data *data);
 /* Poison O, launch, synchronize, scan O and compare sampled sequences with
- * the reference (max_ref_macs: 0 for the default budget). */
+ * the reference (max_ref_macs: 0 for the default budget). With rotary
+ * embeddings the reference rotates its inputs first (float64); a kernel
+ * that takes its positions from a table gets one of real sines and cosines
+ * of random angles, stored in the dtype, made on first use and kept with
+ * the data (ag_block_data_bytes does not count it). */
 ag_status ag_block_data_check(ag_block_data *data, ag_kernel *kernel, int64_t max_ref_macs,
                               ag_check_result *out, ag_error *err);
 /* Median milliseconds over `iters` launches timed with CUDA events. */
@@ -71,8 +75,9 @@ ag_status ag_block_bwd_data_create(ag_context *ctx, ag_dtype dtype, int head_dim
 void ag_block_bwd_data_destroy(ag_block_bwd_data *data);
 double ag_block_bwd_data_bytes(const ag_block_bwd_data *data);
 /* Poison dQ, dK, dV, launch ag_block_backward, synchronize, scan and compare
- * sampled sequences with ag_ref_block_backward. The kernel's spec must
- * include the backward pass. */
+ * sampled sequences with ag_ref_block_backward (with rotary embeddings,
+ * ag_ref_block_backward_rotary_f64, and a rotary table as for the forward).
+ * The kernel's spec must include the backward pass. */
 ag_status ag_block_bwd_data_check(ag_block_bwd_data *data, ag_kernel *kernel,
                                   int64_t max_ref_macs, ag_check_bwd_result *out, ag_error *err);
 ag_status ag_block_bwd_data_time(ag_block_bwd_data *data, ag_kernel *kernel, int warmup,

@@ -4,7 +4,10 @@
 @#   layout below) @SCALE@ (the softmax scale, a float literal) @SCALE_LOG2@ (scale *
 @#   log2(e)) @SCALE_TEXT@ (the scale as the spec gave it, for a comment)
 @#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh)
-@# Conditions: CAUSAL; OWN_HELPERS (include mma_sm80.cuh: off when a forward
+@#   With rotary embeddings, those of rotary.cuh.
+@# Conditions: CAUSAL; ROTARY (rotary embeddings; then those of rotary.cuh, and
+@#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work
+@#   walk); OWN_HELPERS (include mma_sm80.cuh: off when a forward
 @#   kernel earlier in the same source has emitted it); IN_NAMESPACE (put all of
 @#   this in namespace bwd, apart from that forward's constants and functions).
 @if IN_NAMESPACE@
@@ -28,7 +31,12 @@ constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous
 constexpr int kChunks = kRowElems / 8;  // 16-byte chunks per tile row
 constexpr int kHeadChunks = kHeadDim / 8;  // 16-byte chunks per head
 constexpr int kTileElems = kBlock * kRowElems;  // one of Q, K, V, dO for one (block, head group)
+@if ROTARY_TABLE@
+constexpr int kTableElems = kBlock * kHeadDim;  // the rotary table's rows of a block: sin | cos
+constexpr int kStageElems = 4 * kTileElems + kTableElems;  // Q, K, V, dO and the table rows
+@else@
 constexpr int kStageElems = 4 * kTileElems;  // Q, K, V and dO
+@endif@
 constexpr int kRowTiles = kBlock / 16;  // 16-row tiles of a block: query rows or key rows
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T and dP = dO V^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
@@ -96,6 +104,10 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
     }
   }
 }
+@if ROTARY_TABLE@
+
+@include rotary_load.cuh@
+@endif@
 /* ---- end tile load ---- */
 
 /* ---- begin phase 1: P and dS for 16 query rows ----
@@ -255,6 +267,13 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, unsigne
   }
 }
 /* ---- end phase 1 ---- */
+@if ROTARY@
+
+/* With rotary embeddings the prologue rotates Q, K (V) in place, so phase 1
+ * and phase 2 compute the gradients with respect to the rotated tensors,
+ * which phase 2 rotates back before storing them. */
+@include rotary.cuh@
+@endif@
 
 /* ---- begin phase 2: dV, dK and dQ for one 16-row tile ---- */
 
@@ -352,14 +371,23 @@ __device__ __forceinline__ void grads(unsigned short *stage, const unsigned shor
 
   clear(acc); // dV = P^T dO
   accumulate<true>(acc, p_s, r0, do_s, c0, first_query_tile, tiles);
+@if ROTATE_V@
+  unrotate_rows(acc, stage, t, r0);
+@endif@
   store_rows(acc, 1.f, staging, c0, r0, t.rows, dv + at, row_stride);
 
   clear(acc); // dK = scale * dS^T Q
   accumulate<true>(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
+@if ROTATE_K@
+  unrotate_rows(acc, stage, t, r0);
+@endif@
   store_rows(acc, kScale, staging, c0, r0, t.rows, dk + at, row_stride);
 
   clear(acc); // dQ = scale * dS K
   accumulate<false>(acc, ds_s, r0, k_s, c0, 0, key_tiles);
+@if ROTATE_Q@
+  unrotate_rows(acc, stage, t, r0);
+@endif@
   store_rows(acc, kScale, staging, c0, r0, t.rows, dq + at, row_stride);
 }
 /* ---- end phase 2 ---- */
@@ -374,7 +402,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+@if ROTARY_TABLE@
+    unsigned short *__restrict__ dv, const unsigned short *__restrict__ rotary_table,
+    const int *__restrict__ offsets, long long batch,
+@else@
     unsigned short *__restrict__ dv, const int *__restrict__ offsets, long long batch,
+@endif@
     int heads, long long total_tokens, long long num_items) {
   extern __shared__ __align__(128) unsigned short smem[];
   unsigned short *const p_smem = smem + kStages * kStageElems;      // P of each head
@@ -401,6 +434,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 #pragma unroll
   for (int s = 0; s < kStages - 1; s++) {
     if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, dout, row_stride, ring[s]);
+@if ROTARY_TABLE@
+    if (ring[s].rows) load_table(smem + s * kStageElems, rotary_table, ring[s]);
+@endif@
     cp_async_commit();
   }
 
@@ -410,11 +446,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     if (ring[kStages - 1].rows)
       load_tile(smem + ((n + kStages - 1) % kStages) * kStageElems, q, k, v, dout, row_stride,
                 ring[kStages - 1]);
+@if ROTARY_TABLE@
+    if (ring[kStages - 1].rows)
+      load_table(smem + ((n + kStages - 1) % kStages) * kStageElems, rotary_table,
+                 ring[kStages - 1]);
+@endif@
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     __syncthreads();
 
     unsigned short *stage = smem + (n % kStages) * kStageElems;
+@if ROTARY@
+    // Rotate the tile in place; every warp then reads rows others rotated.
+    rotate_tile(stage, ring[0]);
+    __syncthreads();
+@endif@
     const int warp = threadIdx.x >> 5;
     // Phase 1: (head, 16 query rows) jobs write P and dS.
 #pragma unroll 1

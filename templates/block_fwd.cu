@@ -2,8 +2,11 @@
 @# Placeholders: @KERNEL_NAME@ @BLOCK_SIZE@ @HEAD_DIM@ @WARPS@
 @#   @HEADS_PER_TILE@ @JOBS_PER_WARP@ @STAGES@ @MIN_CTAS@ @SCALE_LOG2@ (scale * log2(e), a float
 @#   literal) @SCALE_TEXT@ (the scale as the spec gave it, for a comment)
-@#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh)
-@# Conditions: CAUSAL.
+@#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh) @SMEM_BYTES@ (the plan's dynamic shared
+@#   memory; checked against the layout with a rotary table)
+@#   With rotary embeddings, those of rotary.cuh.
+@# Conditions: CAUSAL; ROTARY (rotary embeddings; then those of rotary.cuh, and
+@#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work walk).
 /* ---- begin constants ---- */
 constexpr int kBlock = @BLOCK_SIZE@;  // tokens per diagonal block
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
@@ -19,12 +22,21 @@ constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous
 constexpr int kChunks = kRowElems / 8;  // 16-byte chunks per tile row
 constexpr int kHeadChunks = kHeadDim / 8;  // 16-byte chunks per head
 constexpr int kTileElems = kBlock * kRowElems;  // one of Q, K, V for one (block, head group)
+@if ROTARY_TABLE@
+constexpr int kTableElems = kBlock * kHeadDim;  // the rotary table's rows of a block: sin | cos
+constexpr int kStageElems = 3 * kTileElems + kTableElems;  // Q, K, V and the table rows
+@else@
 constexpr int kStageElems = 3 * kTileElems;  // Q, K and V
+@endif@
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
 constexpr int kJobs = kHeadsPerTile * kBlock / 16;  // (head, 16-row query tile) jobs per tile
 constexpr int kLoads = kBlock * kChunks;  // 16-byte copies per tensor per tile
 static_assert(kWarps * kJobsPerWarp >= kJobs, "warps must cover the tile");
+@if ROTARY_TABLE@
+constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
+static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory is the stages");
+@endif@
 /* ---- end constants ---- */
 
 @include mma_sm80.cuh@
@@ -59,7 +71,15 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
     }
   }
 }
+@if ROTARY_TABLE@
+
+@include rotary_load.cuh@
+@endif@
 /* ---- end tile load ---- */
+@if ROTARY@
+
+@include rotary.cuh@
+@endif@
 
 /* ---- begin attention for one 16-row query tile ----
  * S = Q K^T and P = softmax(S) stay in registers; P is reused directly as
@@ -197,6 +217,9 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
+@if ROTARY_TABLE@
+    const unsigned short *__restrict__ rotary_table,
+@endif@
     const int *__restrict__ offsets, long long batch, int heads, long long total_tokens,
     long long num_items) {
   extern __shared__ __align__(128) unsigned short smem[];
@@ -222,6 +245,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 #pragma unroll
   for (int s = 0; s < kStages - 1; s++) {
     if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, row_stride, ring[s]);
+@if ROTARY_TABLE@
+    if (ring[s].rows) load_table(smem + s * kStageElems, rotary_table, ring[s]);
+@endif@
     cp_async_commit();
   }
 
@@ -231,11 +257,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     if (ring[kStages - 1].rows)
       load_tile(smem + ((n + kStages - 1) % kStages) * kStageElems, q, k, v, row_stride,
                 ring[kStages - 1]);
+@if ROTARY_TABLE@
+    if (ring[kStages - 1].rows)
+      load_table(smem + ((n + kStages - 1) % kStages) * kStageElems, rotary_table,
+                 ring[kStages - 1]);
+@endif@
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     __syncthreads();
 
     unsigned short *stage = smem + (n % kStages) * kStageElems;
+@if ROTARY@
+    // Rotate the tile in place; every warp then reads rows others rotated.
+    rotate_tile(stage, ring[0]);
+    __syncthreads();
+@endif@
     const int warp = threadIdx.x >> 5;
 #pragma unroll 1
     for (int job = warp; job < kJobs; job += kWarps) {

@@ -1,7 +1,8 @@
 @# block_walk.cuh: the work walk of the block-diagonal kernels: which (block,
 @# head group) items a CTA takes and where each item's rows live. Shared by
 @# block_fwd.cu and block_bwd.cu; uses the including kernel's kBlock and
-@# kHeadsPerTile. No placeholders or conditions.
+@# kHeadsPerTile. No placeholders. Conditions: ROTARY_SEQUENCE (tiles carry the
+@# position of their first token in its sequence).
 /* ---- begin work walk ----
  * Work items are (block, head group) pairs; a head group is kHeadsPerTile
  * adjacent heads, whose rows are contiguous in memory. Blocks get "virtual" numbers that need
@@ -75,17 +76,27 @@ struct Tile {
   int rows;         // valid rows, 1..kBlock; 0 marks "no tile"
   int head0;        // first head of the group
   int heads;        // heads of the group that exist, 1..kHeadsPerTile
+@if ROTARY_SEQUENCE@
+  int pos0;         // index of the block's first token in its sequence
+@endif@
 };
 
 __device__ __forceinline__ Tile walk_tile(const Walk &w) {
   Tile t;
+@if ROTARY_SEQUENCE@
+  if (w.done) { t.token0 = 0; t.rows = 0; t.head0 = 0; t.heads = 0; t.pos0 = 0; return t; }
+@else@
   if (w.done) { t.token0 = 0; t.rows = 0; t.head0 = 0; t.heads = 0; return t; }
+@endif@
   long long j = w.vblock - w.base;
   long long left = w.seq_len - j * kBlock;
   t.token0 = w.seq_start + j * kBlock;
   t.rows = (int)(left < kBlock ? left : kBlock);
   t.head0 = w.group * kHeadsPerTile;
   t.heads = min(kHeadsPerTile, w.num_heads - t.head0);
+@if ROTARY_SEQUENCE@
+  t.pos0 = (int)(j * kBlock); // below total_tokens, so below 2^31
+@endif@
   return t;
 }
 /* ---- end work walk ---- */

@@ -1,7 +1,8 @@
 /* check_gpu.c: the GPU tests: generated kernels against the float64 CPU
  * reference on fresh random inputs with NaN-poisoned outputs, across dtypes,
  * head dims, block sizes, causal masks and awkward sequence lengths, plus
- * one run past 2^31 elements per tensor; the forward, then the backward. Each test prints "SKIP" and passes
+ * one run past 2^31 elements per tensor; the forward, then the backward,
+ * then both with rotary embeddings. Each test prints "SKIP" and passes
  * when no driver or device is present (CUDA is only touched in the forked
  * test process). */
 #include <check.h>
@@ -242,6 +243,110 @@ START_TEST(test_block_backward_huge) {
 }
 END_TEST
 
+/* ---- rotary embeddings ---------------------------------------------------------
+ * Both layouts x the three position modes, twice each, with q, k or q, k, v,
+ * across dtypes, head dims, blocks of 64 and 16 (and 128 once) and causal
+ * masks. Validation still refuses rotary specs, so the spec is validated
+ * without and its rotary fields set here (the internal way in until the
+ * kernels are verified on a GPU). With positions from a table, the
+ * self-check passes a table of real sines and cosines of random angles. */
+typedef struct rotary_case {
+  kernel_case k;
+  ag_rotary_layout layout;
+  ag_rotary_positions positions;
+  unsigned apply_to;
+} rotary_case;
+
+enum { QK = AG_APPLY_Q | AG_APPLY_K, QKV = QK | AG_APPLY_V };
+static const rotary_case rotary_cases[] = {
+    {{AG_DTYPE_BF16, 128, 64, 0}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_TABLE, QKV}, /* Meta's */
+    {{AG_DTYPE_FP16, 64, 64, 1}, AG_ROTARY_HALF, AG_POSITIONS_TABLE, QK},
+    {{AG_DTYPE_BF16, 64, 16, 0}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_SEQUENCE, QK},
+    {{AG_DTYPE_FP16, 128, 64, 1}, AG_ROTARY_HALF, AG_POSITIONS_SEQUENCE, QKV},
+    {{AG_DTYPE_BF16, 128, 64, 1}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_BLOCK, QK},
+    {{AG_DTYPE_FP16, 64, 16, 0}, AG_ROTARY_HALF, AG_POSITIONS_BLOCK, QKV},
+    {{AG_DTYPE_FP16, 128, 16, 1}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_TABLE, QK},
+    {{AG_DTYPE_BF16, 64, 64, 0}, AG_ROTARY_HALF, AG_POSITIONS_TABLE, QKV},
+    {{AG_DTYPE_FP16, 64, 64, 1}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_SEQUENCE, QKV},
+    {{AG_DTYPE_BF16, 128, 16, 0}, AG_ROTARY_HALF, AG_POSITIONS_SEQUENCE, QK},
+    {{AG_DTYPE_FP16, 128, 64, 0}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_BLOCK, QKV},
+    {{AG_DTYPE_BF16, 64, 64, 1}, AG_ROTARY_HALF, AG_POSITIONS_BLOCK, QK},
+    {{AG_DTYPE_BF16, 128, 128, 1}, AG_ROTARY_HALF, AG_POSITIONS_SEQUENCE, QKV},
+};
+enum { NROTARY_CASES = sizeof rotary_cases / sizeof rotary_cases[0] };
+
+static ag_kernel *rotary_kernel_for(ag_context *ctx, const rotary_case *c, unsigned passes) {
+  static const char *const layouts[] = {"none", "interleaved", "half"};
+  static const char *const positions[] = {"table", "sequence", "block"};
+  char yaml[512];
+  snprintf(yaml, sizeof yaml,
+           "name: gpu_rope\npattern: block_diagonal\nblock_size: %d\ncausal: %s\n"
+           "head_dim: %d\ndtype: %s\n",
+           c->k.block, c->k.causal ? "true" : "false", c->k.head_dim, dtype_str(c->k.dtype));
+  ag_spec spec;
+  ag_error err = {0};
+  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "gpu_rope.yaml", &spec, &err);
+  ck_assert_msg(st == AG_OK, "spec: %s", err.message);
+  spec.rotary.layout = c->layout;
+  spec.rotary.apply_to = c->apply_to;
+  spec.rotary.positions = c->positions;
+  spec.rotary.base = 10000.0;
+  spec.passes = passes;
+  printf("gpu rotary: %s pairs, positions %s, rotating q, k%s\n", layouts[c->layout],
+         positions[c->positions], c->apply_to & AG_APPLY_V ? ", v" : "");
+  ag_kernel *k;
+  st = ag_kernel_get(ctx, &spec, &k, &err);
+  ck_assert_msg(st == AG_OK, "kernel: %s", err.message);
+  return k;
+}
+
+/* Every rotary case's forward on the three shapes of test_block_forward. */
+START_TEST(test_block_forward_rotary) {
+  const rotary_case *c = &rotary_cases[_i];
+  ag_context *ctx = gpu_or_skip("block_forward_rotary");
+  if (!ctx) return;
+  ag_kernel *k = rotary_kernel_for(ctx, c, AG_PASS_FORWARD);
+  uint64_t seed = (uint64_t)getpid() * 1000003u + 104729u * (uint64_t)_i;
+  const int B = c->k.block;
+  int32_t awkward[] = {0, 1, B - 1, B, B + 1, 2 * B + 5, 0, 1000, 3};
+  run_shape(k, &c->k, "rope: lengths 0,1,B-1,B,B+1,..", awkward, 9, 3, seed);
+
+  int32_t many[64];
+  uint64_t rng = seed;
+  for (int i = 0; i < 64; i++) many[i] = (int32_t)(ag_rand_next(&rng) % 301);
+  run_shape(k, &c->k, "rope: 64 random lengths 0..300", many, 64, 1 + _i % 8, seed + 1);
+
+  int32_t one[] = {1000};
+  run_shape(k, &c->k, "rope: one sequence of 1000", one, 1, 8, seed + 2);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
+/* Every rotary case's backward (gradients with respect to the unrotated
+ * inputs) on the same shapes, and the forward of the same module once. */
+START_TEST(test_block_backward_rotary) {
+  const rotary_case *c = &rotary_cases[_i];
+  ag_context *ctx = gpu_or_skip("block_backward_rotary");
+  if (!ctx) return;
+  ag_kernel *k = rotary_kernel_for(ctx, c, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  uint64_t seed = (uint64_t)getpid() * 1000003u + 15485863u * (uint64_t)_i;
+  const int B = c->k.block;
+  int32_t awkward[] = {0, 1, B - 1, B, B + 1, 2 * B + 5, 0, 1000, 3};
+  run_bwd_shape(k, &c->k, "rope: lengths 0,1,B-1,B,B+1,..", awkward, 9, 3, seed, 0);
+
+  int32_t many[64];
+  uint64_t rng = seed;
+  for (int i = 0; i < 64; i++) many[i] = (int32_t)(ag_rand_next(&rng) % 301);
+  run_bwd_shape(k, &c->k, "rope: 64 random lengths 0..300", many, 64, 1 + _i % 8, seed + 1, 0);
+
+  int32_t one[] = {1000};
+  run_bwd_shape(k, &c->k, "rope: one sequence of 1000", one, 1, 8, seed + 2, 0);
+
+  run_shape(k, &c->k, "rope: forward beside backward", awkward, 9, 3, seed + 3);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
 Suite *gpu_suite(void) {
   Suite *s = suite_create("gpu");
   TCase *tc = tcase_create("block_forward");
@@ -254,5 +359,10 @@ Suite *gpu_suite(void) {
   tcase_add_loop_test(bwd, test_block_backward, 0, NBWD_CASES);
   tcase_add_test(bwd, test_block_backward_huge);
   suite_add_tcase(s, bwd);
+  TCase *rope = tcase_create("rotary");
+  tcase_set_timeout(rope, 600);
+  tcase_add_loop_test(rope, test_block_forward_rotary, 0, NROTARY_CASES);
+  tcase_add_loop_test(rope, test_block_backward_rotary, 0, NROTARY_CASES);
+  suite_add_tcase(s, rope);
   return s;
 }

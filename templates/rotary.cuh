@@ -1,0 +1,307 @@
+@# rotary.cuh: rotary position embeddings (RoPE) fused into the block-diagonal
+@# kernels: a tile's Q, K (and V) rotated in place in shared memory once it
+@# has landed and, in the backward, the gradients rotated back in registers
+@# before they are stored. Included by block_fwd.cu after its tile load and
+@# by block_bwd.cu after its phase 1 (whose unpack2 it uses); uses the
+@# including kernel's kHeadDim, kHeadChunks, kHeadsPerTile, kThreads,
+@# kTileElems, kStageElems, kTableElems and table_at() (positions from a
+@# table), kDimTiles (backward), swizzle(), Tile and pack2().
+@# Placeholders: @MMA_TYPE@ (see mma_sm80.cuh); with computed positions
+@#   @ROTARY_BASE@ (the base, a float literal) and @ROTARY_TURNS@ (the
+@#   kHeadDim / 2 float literals of kRotaryTurns, comma-separated, wrapped).
+@# Conditions: ROTARY_HALF (the half layout, else interleaved); ROTARY_TABLE or
+@#   ROTARY_COMPUTED (positions from a table, or computed: with
+@#   ROTARY_SEQUENCE from the sequence's first token, else from the block's);
+@#   ROTATE_Q, ROTATE_K, ROTATE_V (the tensors rotated); ROTARY_UNPACK
+@#   (define unpack2: the forward has none); ROTARY_GRADS (the backward's
+@#   inverse rotation of gradients).
+/* ---- begin rotary embeddings ----
+ * Pair i (0 <= i < kHeadDim / 2) of every head of token t is rotated by the
+ * angle a(t, i):
+ *   (x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a),
+ * in fp32 from the 16-bit values, rounded back once.
+@if ROTARY_HALF@
+ * Pairs are (x[i], x[i + kHeadDim / 2]) (the half layout): the two halves of
+ * a head are kHeadChunks / 2 chunks apart in a tile row, but swizzle() places
+ * every chunk by its own index and the row (chunk c of row r at c ^ (r % 8)),
+ * so a chunk and its partner are each looked up, never found at a fixed
+ * distance. A unit of work is chunk cc < kHeadChunks / 2 of a head in one row
+ * with its partner cc + kHeadChunks / 2: element e of the one and element e
+ * of the other are pair 8 cc + e.
+@else@
+ * Pairs are (x[2i], x[2i + 1]) (the interleaved layout): a pair is one
+ * 32-bit word of a 16-byte chunk, which the swizzle moves whole, so a unit of
+ * work is chunk cc of a head in one row: its word j is pair 4 cc + j.
+@endif@
+@if ROTARY_TABLE@
+ * sin a and cos a are the caller's, from the table rows loaded with the tile
+ * (see the tile load).
+@else@
+@if ROTARY_SEQUENCE@
+ * a(t, i) = p base^(-2i / kHeadDim), p the token's index in its sequence,
+@else@
+ * a(t, i) = p base^(-2i / kHeadDim), p the token's index in its block,
+@endif@
+ * in fp32: p times kRotaryTurns[i], the angle per position in turns, is
+ * rounded once (as a framework's fp32 p * inv_freq is), its whole turns
+ * drop exactly, and sin.approx and cos.approx of the rest (|angle| <= pi)
+ * are within about 2^-21 of the sine and cosine.
+@endif@
+ * Rows past the sequence end are not rotated (they are zero and stay so).
+ */
+@if ROTARY_HALF@
+constexpr int kUnitsPerRow = kHeadChunks / 2;  // units of work per row and head
+constexpr int kUnitPairs = 8;  // pairs per unit: a chunk and its partner
+@else@
+constexpr int kUnitsPerRow = kHeadChunks;  // units of work per row and head
+constexpr int kUnitPairs = 4;  // pairs per unit: one chunk
+@endif@
+constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
+static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
+@if ROTARY_COMPUTED@
+constexpr int kPairs = kHeadDim / 2;  // rotary pairs per head
+[[maybe_unused]] constexpr float kRotaryBase = @ROTARY_BASE@;  // the spec's base, for the reader
+// kRotaryTurns[i] = kRotaryBase^(-2i / kHeadDim) / (2 pi): pair i's angle per
+// position, in turns (its inverse frequency over 2 pi).
+__device__ constexpr float kRotaryTurns[kPairs] = {
+@ROTARY_TURNS@
+};
+@endif@
+
+@if ROTARY_UNPACK@
+// The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
+// low half.
+__device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.@MMA_TYPE@ %0, l; cvt.f32.@MMA_TYPE@ %1, h; }"
+      : "=f"(lo), "=f"(hi) : "r"(pair));
+}
+
+@endif@
+@if ROTARY_COMPUTED@
+// sin and cos of an angle given in turns: the whole turns drop exactly
+// (rintf), and the rest, at most half a turn, goes to the special-function
+// unit in radians.
+__device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
+  const float r = (turns - rintf(turns)) * 6.283185307e+00f;
+  asm("sin.approx.ftz.f32 %0, %1;\n" : "=f"(s) : "f"(r));
+  asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
+}
+
+// The position p of tile row `row`.
+__device__ __forceinline__ int rotary_position(const Tile &t, int row) {
+@if ROTARY_SEQUENCE@
+  return t.pos0 + row;
+@else@
+  return row;
+@endif@
+}
+
+@endif@
+@if ROTARY_TABLE@
+// sin and cos of unit cc's pairs for tile row `row`, from the stage's table
+// rows (read as the tensors' chunks are: table_at() swizzles them alike).
+__device__ __forceinline__ void unit_angles(const unsigned short *table, int row, int cc,
+                                            float (&s)[kUnitPairs], float (&c)[kUnitPairs]) {
+@if ROTARY_HALF@
+  // Pairs 8cc .. 8cc + 7: sin is chunk cc of the row, cos chunk cc + kHeadChunks / 2.
+  const uint4 sw = *reinterpret_cast<const uint4 *>(table + table_at(row, cc));
+  const uint4 cw = *reinterpret_cast<const uint4 *>(table + table_at(row, cc + kHeadChunks / 2));
+  unpack2(sw.x, s[0], s[1]);
+  unpack2(sw.y, s[2], s[3]);
+  unpack2(sw.z, s[4], s[5]);
+  unpack2(sw.w, s[6], s[7]);
+  unpack2(cw.x, c[0], c[1]);
+  unpack2(cw.y, c[2], c[3]);
+  unpack2(cw.z, c[4], c[5]);
+  unpack2(cw.w, c[6], c[7]);
+@else@
+  // Pairs 4cc .. 4cc + 3: sin is half cc % 2 of chunk cc / 2 of the row, cos
+  // the same half kHeadChunks / 2 chunks on.
+  const int half = 4 * (cc & 1);
+  const uint2 sw = *reinterpret_cast<const uint2 *>(table + table_at(row, cc >> 1) + half);
+  const uint2 cw =
+      *reinterpret_cast<const uint2 *>(table + table_at(row, (cc >> 1) + kHeadChunks / 2) + half);
+  unpack2(sw.x, s[0], s[1]);
+  unpack2(sw.y, s[2], s[3]);
+  unpack2(cw.x, c[0], c[1]);
+  unpack2(cw.y, c[2], c[3]);
+@endif@
+}
+
+@endif@
+@if ROTARY_HALF@
+// Rotate two pairs of the half layout in place: (low of a, low of b) by the
+// angle (s0, c0) and (high of a, high of b) by (s1, c1).
+__device__ __forceinline__ void rotate_halves(unsigned &a, unsigned &b, float s0, float c0,
+                                              float s1, float c1) {
+  float a0, a1, b0, b1;
+  unpack2(a, a0, a1);
+  unpack2(b, b0, b1);
+  a = pack2(a0 * c0 - b0 * s0, a1 * c1 - b1 * s1);
+  b = pack2(a0 * s0 + b0 * c0, a1 * s1 + b1 * c1);
+}
+
+// Rotate unit `chunk` (chunk cc of one head of the tile row, cc <
+// kHeadChunks / 2) with its partner kHeadChunks / 2 chunks on, each at its
+// own swizzled place in row `row` of tile x.
+__device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
+                                            const float (&s)[kUnitPairs],
+                                            const float (&c)[kUnitPairs]) {
+  uint4 *pa = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
+  uint4 *pb = reinterpret_cast<uint4 *>(x + swizzle(row, chunk + kHeadChunks / 2));
+  uint4 a = *pa, b = *pb;
+  rotate_halves(a.x, b.x, s[0], c[0], s[1], c[1]);
+  rotate_halves(a.y, b.y, s[2], c[2], s[3], c[3]);
+  rotate_halves(a.z, b.z, s[4], c[4], s[5], c[5]);
+  rotate_halves(a.w, b.w, s[6], c[6], s[7], c[7]);
+  *pa = a;
+  *pb = b;
+}
+@else@
+// Rotate the packed pair (x0 low, x1 high) by the angle (s, c).
+__device__ __forceinline__ unsigned rotate_pair(unsigned pair, float s, float c) {
+  float x0, x1;
+  unpack2(pair, x0, x1);
+  return pack2(x0 * c - x1 * s, x0 * s + x1 * c);
+}
+
+// Rotate unit `chunk` (chunk cc of one head of the tile row) in row `row`
+// of tile x: its four words are four pairs.
+__device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
+                                            const float (&s)[kUnitPairs],
+                                            const float (&c)[kUnitPairs]) {
+  uint4 *p = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
+  uint4 w = *p;
+  w.x = rotate_pair(w.x, s[0], c[0]);
+  w.y = rotate_pair(w.y, s[1], c[1]);
+  w.z = rotate_pair(w.z, s[2], c[2]);
+  w.w = rotate_pair(w.w, s[3], c[3]);
+  *p = w;
+}
+@endif@
+
+// Rotate the resident tile's rotated tensors in place. Every thread keeps
+// unit column cc = threadIdx.x % kUnitsPerRow, so the same pairs (and, for
+// computed positions, frequencies) in every row it takes, every kUnitRows-th
+// row; one unit's angles serve every head of the group and every tensor.
+// The caller waits for the tile before and synchronizes the CTA after.
+__device__ __forceinline__ void rotate_tile(unsigned short *stage, const Tile &t) {
+  const int cc = threadIdx.x % kUnitsPerRow;
+@if ROTARY_TABLE@
+  const unsigned short *table = stage + kStageElems - kTableElems;
+@else@
+  float turns[kUnitPairs];
+#pragma unroll
+  for (int j = 0; j < kUnitPairs; j++) turns[j] = kRotaryTurns[kUnitPairs * cc + j];
+@endif@
+#pragma unroll 1
+  for (int row = threadIdx.x / kUnitsPerRow; row < t.rows; row += kUnitRows) {
+    float s[kUnitPairs], c[kUnitPairs];
+@if ROTARY_TABLE@
+    unit_angles(table, row, cc, s, c);
+@else@
+    const float p = (float)rotary_position(t, row);
+#pragma unroll
+    for (int j = 0; j < kUnitPairs; j++) rotary_sincos(p * turns[j], s[j], c[j]);
+@endif@
+#pragma unroll
+    for (int h = 0; h < kHeadsPerTile; h++) {
+@if ROTATE_Q@
+      rotate_unit(stage, row, h * kHeadChunks + cc, s, c);
+@endif@
+@if ROTATE_K@
+      rotate_unit(stage + kTileElems, row, h * kHeadChunks + cc, s, c);
+@endif@
+@if ROTATE_V@
+      rotate_unit(stage + 2 * kTileElems, row, h * kHeadChunks + cc, s, c);
+@endif@
+    }
+  }
+}
+@if ROTARY_GRADS@
+
+@if ROTARY_TABLE@
+// One 16-bit value as a float.
+__device__ __forceinline__ float half_to_float(unsigned short x) {
+  float f;
+  asm("{ .reg .b16 h; mov.b16 h, %1; cvt.f32.@MMA_TYPE@ %0, h; }" : "=f"(f) : "h"(x));
+  return f;
+}
+
+@endif@
+@if ROTARY_HALF@
+// sin and cos of pairs i and i + 1 (i even) of tile row `row`.
+__device__ __forceinline__ void two_angles(const unsigned short *stage, const Tile &t, int row,
+                                           int i, float (&s)[2], float (&c)[2]) {
+@if ROTARY_TABLE@
+  const unsigned short *table = stage + kStageElems - kTableElems;
+  const unsigned *sw =
+      reinterpret_cast<const unsigned *>(table + table_at(row, i >> 3) + (i & 7));
+  const unsigned *cw = reinterpret_cast<const unsigned *>(
+      table + table_at(row, (i >> 3) + kHeadChunks / 2) + (i & 7));
+  unpack2(*sw, s[0], s[1]);
+  unpack2(*cw, c[0], c[1]);
+@else@
+  const float p = (float)rotary_position(t, row);
+  rotary_sincos(p * kRotaryTurns[i], s[0], c[0]);
+  rotary_sincos(p * kRotaryTurns[i + 1], s[1], c[1]);
+@endif@
+}
+@else@
+// sin and cos of pair i of tile row `row`.
+__device__ __forceinline__ void pair_angle(const unsigned short *stage, const Tile &t, int row,
+                                           int i, float &s, float &c) {
+@if ROTARY_TABLE@
+  const unsigned short *table = stage + kStageElems - kTableElems;
+  s = half_to_float(table[table_at(row, i >> 3) + (i & 7)]);
+  c = half_to_float(table[table_at(row, (i >> 3) + kHeadChunks / 2) + (i & 7)]);
+@else@
+  rotary_sincos((float)rotary_position(t, row) * kRotaryTurns[i], s, c);
+@endif@
+}
+@endif@
+
+// Rotate the 16 gradient rows of one job back: the inputs were rotated,
+// x' = R x, so dL/dx = R^T dL/dx', pair by pair
+//   (g0, g1) -> (g0 cos a + g1 sin a, g1 cos a - g0 sin a).
+// acc is in the mma C layout: acc[n][e] is row row0 + g + 8 (e / 2), column
+// 8n + 2tq + e % 2, in fp32 before rounding.
+__device__ __forceinline__ void unrotate_rows(float (&acc)[kDimTiles][4],
+                                              const unsigned short *stage, const Tile &t,
+                                              int row0) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+@if ROTARY_HALF@
+    // Column 8n + 2tq + e of n-tile n < kDimTiles / 2 pairs with the same
+    // column of n-tile n + kDimTiles / 2, in this thread's registers: pair
+    // 8n + 2tq + e.
+#pragma unroll
+    for (int n = 0; n < kDimTiles / 2; n++) {
+      float s[2], c[2];
+      two_angles(stage, t, row, 8 * n + 2 * tq, s, c);
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const float x0 = acc[n][2 * hi + e], x1 = acc[n + kDimTiles / 2][2 * hi + e];
+        acc[n][2 * hi + e] = x0 * c[e] + x1 * s[e];
+        acc[n + kDimTiles / 2][2 * hi + e] = x1 * c[e] - x0 * s[e];
+      }
+    }
+@else@
+    // Columns 8n + 2tq and 8n + 2tq + 1, this thread's pair of registers,
+    // are pair 4n + tq.
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) {
+      float s, c;
+      pair_angle(stage, t, row, 4 * n + tq, s, c);
+      const float x0 = acc[n][2 * hi], x1 = acc[n][2 * hi + 1];
+      acc[n][2 * hi] = x0 * c + x1 * s;
+      acc[n][2 * hi + 1] = x1 * c - x0 * s;
+    }
+@endif@
+  }
+}
+@endif@
+/* ---- end rotary embeddings ---- */

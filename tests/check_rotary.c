@@ -1,0 +1,589 @@
+/* check_rotary.c: rotary embeddings (RoPE) in the block-diagonal kernels,
+ * on the CPU, no GPU: the spec gate, the plan (names, shared memory with
+ * the table rows, refusals), the emitted source (determinism, only what
+ * the spec needs), NVRTC compiles for sm_90a and sm_80 with ptxas's
+ * register and spill report, and the launch parameters through a fake
+ * driver. Validation still refuses rotary specs until the kernels are
+ * verified on a GPU; these tests fill `rotary` in a validated spec, the
+ * internal way in (as check_backward.c sets AG_PASS_BACKWARD). The float64
+ * reference is checked in check_reference.c; the goldens are in
+ * check_emit.c. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+#include "util.h"
+
+enum { MAX_SMEM = 227 * 1024, QK = AG_APPLY_Q | AG_APPLY_K, QKV = QK | AG_APPLY_V };
+
+/* A validated spec with rotary embeddings and the passes then set directly. */
+static ag_spec rope_spec(const char *name, int block, int dim, ag_dtype dtype, bool causal,
+                         ag_rotary_layout layout, ag_rotary_positions positions,
+                         unsigned apply_to, unsigned passes) {
+  char yaml[512];
+  snprintf(yaml, sizeof yaml,
+           "name: %s\npattern: block_diagonal\nblock_size: %d\nhead_dim: %d\ndtype: %s\n"
+           "causal: %s\n",
+           name, block, dim, dtype == AG_DTYPE_FP16 ? "fp16" : "bf16", causal ? "true" : "false");
+  ag_spec spec;
+  ag_error err = {0};
+  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "r.yaml", &spec, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message ? err.message : "");
+  spec.rotary.layout = layout;
+  spec.rotary.positions = positions;
+  spec.rotary.apply_to = apply_to;
+  spec.rotary.base = 10000.0;
+  spec.passes = passes;
+  return spec;
+}
+
+static int count(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+  return n;
+}
+
+static char *emit(const ag_spec *s, char *name) {
+  char *src = NULL;
+  ag_error err = {0};
+  ag_status st = ag_emit(s, &src, name, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message);
+  ck_assert_ptr_null(strchr(src, '@'));
+  return src;
+}
+
+/* ---- the gate -------------------------------------------------------------- */
+
+/* Users still cannot ask for rotary embeddings: validation refuses them
+ * (filling the spec in, as for every unsupported spec), while the plan and
+ * the emitter build them. */
+START_TEST(gate_holds) {
+  const char yaml[] = "name: g\npattern: block_diagonal\nhead_dim: 128\ndtype: bf16\n"
+                      "rotary:\n  layout: half\n  apply_to: [q, k, v]\n  positions: block\n";
+  ag_spec spec;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "g.yaml", &spec, &err),
+                   AG_ERR_UNSUPPORTED);
+  ck_assert_ptr_nonnull(strstr(err.message, "not supported yet: rotary embeddings"));
+  ag_error_clear(&err);
+  ck_assert_int_eq(spec.rotary.layout, AG_ROTARY_HALF);
+  ck_assert_uint_eq(spec.rotary.apply_to, QKV);
+  ck_assert_int_eq(spec.rotary.positions, AG_POSITIONS_BLOCK);
+  char name[AG_KERNEL_NAME_MAX];
+  char *src = emit(&spec, name);
+  ck_assert_str_eq(name, "ag_g_b64_d128_bf16_rope_fwd");
+  free(src);
+  /* The table positions (the default) are refused the same way. */
+  const char table[] = "name: g\npattern: block_diagonal\nhead_dim: 64\ndtype: fp16\n"
+                       "rotary: {layout: interleaved}\n";
+  ck_assert_int_eq(ag_spec_load_string(table, strlen(table), "g.yaml", &spec, &err),
+                   AG_ERR_UNSUPPORTED);
+  ck_assert_ptr_nonnull(strstr(err.message, "not supported yet: rotary embeddings"));
+  ag_error_clear(&err);
+}
+END_TEST
+
+/* ---- the plan ---------------------------------------------------------------- */
+
+START_TEST(plan_values) {
+  ag_error err = {0};
+  ag_plan p, plain;
+  /* Table positions at 64 x 128: each stage holds Q, K, V (48 KiB) and the
+   * table's 64 rows (16 KiB); two stages leave room for one CTA per SM. */
+  ag_spec s = rope_spec("p", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                        AG_POSITIONS_TABLE, QKV, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert_str_eq(p.kernel_name, "ag_p_b64_d128_bf16_rope_fwd");
+  ck_assert_str_eq(p.bwd.kernel_name, "ag_p_b64_d128_bf16_rope_bwd");
+  ck_assert_int_eq(p.rotary_table_bytes, 64 * 128 * 2);
+  ck_assert_int_eq(p.heads_per_tile, 1);
+  ck_assert_int_eq(p.stages, 2);
+  ck_assert_int_eq(p.smem_bytes, 2 * (3 * 64 * 256 + 64 * 256));
+  ck_assert_int_eq(p.min_ctas_per_sm, 1);
+  /* The backward: one stage of Q, K, V, dO and the table rows, then P and dS. */
+  ck_assert_int_eq(p.bwd.stages, 1);
+  ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 256 + 64 * 256 + 2 * 64 * 72 * 2);
+  ck_assert_int_eq(p.bwd.min_ctas_per_sm, 2);
+  /* head_dim 64: two heads per tile still fit two CTAs of two stages; the
+   * table rows (one row serves both heads) are 64 x 64. */
+  s = rope_spec("p", 64, 64, AG_DTYPE_FP16, true, AG_ROTARY_HALF, AG_POSITIONS_TABLE, QK,
+                AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert_str_eq(p.kernel_name, "ag_p_b64_d64_fp16_causal_rope_fwd");
+  ck_assert_str_eq(p.bwd.kernel_name, "ag_p_b64_d64_fp16_causal_rope_bwd");
+  ck_assert_int_eq(p.heads_per_tile, 2);
+  ck_assert_int_eq(p.smem_bytes, 2 * (3 * 64 * 256 + 64 * 128));
+  ck_assert_int_eq(p.min_ctas_per_sm, 2);
+  ck_assert_int_eq(p.bwd.heads_per_tile, 2);
+  ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 256 + 64 * 128 + 2 * 2 * 64 * 72 * 2);
+
+  /* Computed positions cost no memory: the plan is the plain one but for
+   * the names. */
+  for (int pos = AG_POSITIONS_SEQUENCE; pos <= AG_POSITIONS_BLOCK; pos++) {
+    s = rope_spec("p", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_HALF, (ag_rotary_positions)pos,
+                  QK, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+    ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+    ag_spec none = s;
+    none.rotary.layout = AG_ROTARY_NONE;
+    ck_assert_int_eq(ag_plan_make(&none, &plain, &err), AG_OK);
+    ck_assert_int_eq(p.rotary_table_bytes, 0);
+    ck_assert_str_eq(plain.kernel_name, "ag_p_b64_d128_bf16_fwd");
+    memcpy(p.kernel_name, plain.kernel_name, sizeof p.kernel_name);
+    memcpy(p.bwd.kernel_name, plain.bwd.kernel_name, sizeof p.bwd.kernel_name);
+    ck_assert_int_eq(memcmp(&p, &plain, sizeof p), 0);
+  }
+
+  /* Every block size with a table: what fits is planned within the limits
+   * with the rows in every stage; what does not is refused with the reason. */
+  for (int dim = 64; dim <= 128; dim += 64)
+    for (int b = 16; b <= 256; b += 16) {
+      s = rope_spec("p", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                    AG_POSITIONS_TABLE, QK, AG_PASS_FORWARD);
+      const int table = b * dim * 2;
+      ag_status st = ag_plan_make(&s, &p, &err);
+      if (dim == 128 && b > 224) { /* Q, K, V and the rows of one block: over 227 KiB */
+        ck_assert_int_eq(st, AG_ERR_UNSUPPORTED);
+        char want[128];
+        snprintf(want, sizeof want,
+                 "not supported yet: rotary positions from a table at block_size %d with "
+                 "head_dim 128 (",
+                 b);
+        ck_assert_msg(strncmp(err.message, want, strlen(want)) == 0, "%s", err.message);
+        ag_error_clear(&err);
+      } else {
+        ck_assert_msg(st == AG_OK, "b%d d%d: %s", b, dim, err.message);
+        ck_assert_int_eq(p.rotary_table_bytes, table);
+        ck_assert_int_eq(p.smem_bytes, p.stages * (p.heads_per_tile * 3 * b * dim * 2 + table));
+        ck_assert_int_le(p.smem_bytes * p.min_ctas_per_sm, MAX_SMEM);
+      }
+      s.passes = AG_PASS_BACKWARD;
+      st = ag_plan_make(&s, &p, &err);
+      if (st != AG_OK) {
+        /* One block's P and dS beside its tiles and rows: refused, as the
+         * backward refuses larger blocks without rotary. */
+        ck_assert_int_eq(st, AG_ERR_UNSUPPORTED);
+        ck_assert_ptr_nonnull(strstr(err.message, "and rotary table rows need"));
+        ck_assert_int_ge(b, dim == 64 ? 160 : 128);
+        ag_error_clear(&err);
+        continue;
+      }
+      const ag_plan_bwd *w = &p.bwd;
+      ck_assert_int_eq(w->smem_bytes, w->stages * (4 * b * dim * 2 * w->heads_per_tile + table) +
+                                          2 * w->heads_per_tile * b * (b + 8) * 2);
+      ck_assert_int_le(w->smem_bytes * w->min_ctas_per_sm, MAX_SMEM);
+    }
+
+  /* Fields a validated spec cannot hold. */
+  s = rope_spec("p", 64, 64, AG_DTYPE_BF16, false, AG_ROTARY_HALF, AG_POSITIONS_BLOCK, 0,
+                AG_PASS_FORWARD);
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_ERR_SPEC);
+  ag_error_clear(&err);
+  s.rotary.apply_to = QK;
+  s.rotary.base = 0;
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_ERR_SPEC);
+  ag_error_clear(&err);
+  /* A base so small its frequencies overflow fp32. */
+  s.rotary.base = 1e-35;
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_ERR_UNSUPPORTED);
+  ck_assert_str_eq(err.message,
+                   "not supported yet: rotary base 1e-35 (below 1e-30 its frequencies overflow "
+                   "fp32)");
+  ag_error_clear(&err);
+}
+END_TEST
+
+/* ---- the source -------------------------------------------------------------- */
+
+/* The emitted body: everything after the banner comment. */
+static const char *body(const char *src) {
+  const char *end = strstr(src, " */\n\n");
+  ck_assert_ptr_nonnull(end);
+  return end + 5;
+}
+
+START_TEST(source_determinism_and_names) {
+  char name[AG_KERNEL_NAME_MAX];
+  ag_spec s = rope_spec("e", 64, 128, AG_DTYPE_BF16, true, AG_ROTARY_INTERLEAVED,
+                        AG_POSITIONS_SEQUENCE, QKV, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  char *a = emit(&s, name), *b = emit(&s, NULL);
+  ck_assert_str_eq(a, b);
+  ck_assert_str_eq(name, "ag_e_b64_d128_bf16_causal_rope_fwd");
+  ck_assert_ptr_nonnull(strstr(a, "ag_e_b64_d128_bf16_causal_rope_fwd(const unsigned short"));
+  ck_assert_ptr_nonnull(strstr(a, "ag_e_b64_d128_bf16_causal_rope_bwd(const unsigned short"));
+  ck_assert_ptr_nonnull(strstr(a, " *   rotary:\n *     layout: interleaved\n"
+                                  " *     apply_to: [q, k, v]\n *     positions: sequence\n"
+                                  " *     base: 10000\n"));
+  /* Each kernel has its own rotary section (the backward's in namespace
+   * bwd) and one definition of unpack2 (the forward's, or phase 1's). */
+  ck_assert_int_eq(count(a, "begin rotary embeddings"), 2);
+  ck_assert_int_eq(count(a, "void unpack2("), 2);
+  ck_assert_int_eq(count(a, "kRotaryTurns[kPairs] = {"), 2);
+  /* The forward is the same with or without the backward beside it. */
+  s.passes = AG_PASS_FORWARD;
+  char *fwd = emit(&s, name);
+  const char *f = body(fwd);
+  ck_assert_int_eq(strncmp(body(a), f, strlen(f)), 0);
+  /* The backward alone: its own helpers and rotary section, with unpack2
+   * only from phase 1. */
+  s.passes = AG_PASS_BACKWARD;
+  char *bwd = emit(&s, name);
+  ck_assert_str_eq(name, "ag_e_b64_d128_bf16_causal_rope_bwd");
+  ck_assert_int_eq(count(bwd, "void unpack2("), 1);
+  ck_assert_int_eq(count(bwd, "begin rotary embeddings"), 1);
+  ck_assert_ptr_null(strstr(bwd, "namespace"));
+  free(a);
+  free(b);
+  free(fwd);
+  free(bwd);
+}
+END_TEST
+
+/* The inverse frequencies are byte-stable literals: base^(-2i / D) / (2 pi)
+ * with %.9e, four a line. */
+START_TEST(source_frequencies) {
+  ag_spec s = rope_spec("e", 64, 64, AG_DTYPE_FP16, false, AG_ROTARY_HALF, AG_POSITIONS_BLOCK, QK,
+                        AG_PASS_FORWARD);
+  s.rotary.base = 500000.0;
+  char *src = emit(&s, NULL);
+  ck_assert_ptr_nonnull(strstr(src, "kRotaryBase = 5.000000000e+05f;"));
+  const char *at = strstr(src, "__device__ constexpr float kRotaryTurns[kPairs] = {\n    ");
+  ck_assert_ptr_nonnull(at);
+  at = strchr(at, '\n') + 1;
+  for (int i = 0; i < 32; i++) {
+    char want[32];
+    snprintf(want, sizeof want, "%.9ef", pow(500000.0, -2.0 * i / 64) / (2 * M_PI));
+    while (*at == ' ' || *at == ',' || *at == '\n') at++;
+    ck_assert_msg(strncmp(at, want, strlen(want)) == 0, "pair %d: want %s at %.20s", i, want, at);
+    at += strlen(want);
+  }
+  ck_assert_int_eq(strncmp(at, "\n};\n", 4), 0);
+  ck_assert_ptr_nonnull(strstr(src, "    1.591549431e-01f, "));
+  free(src);
+}
+END_TEST
+
+/* Only what the spec needs, for every combination: the table parameter,
+ * load and reads only with table positions, sin/cos computed only without;
+ * the sequence start only with sequence positions; each layout's own
+ * rotation; V rotated (and dV rotated back) only when listed. */
+START_TEST(source_only_what_is_needed) {
+  for (int layout = AG_ROTARY_INTERLEAVED; layout <= AG_ROTARY_HALF; layout++)
+    for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_BLOCK; pos++)
+      for (int v = 0; v < 2; v++) {
+        ag_spec s = rope_spec("o", 64, 64, AG_DTYPE_BF16, false, (ag_rotary_layout)layout,
+                              (ag_rotary_positions)pos, v ? QKV : QK,
+                              AG_PASS_FORWARD | AG_PASS_BACKWARD);
+        char *src = emit(&s, NULL);
+        const bool table = pos == AG_POSITIONS_TABLE;
+        ck_assert_int_eq(count(src, "rotary_table,") > 0, table);
+        ck_assert_int_eq(count(src, "load_table(") > 0, table);
+        ck_assert_int_eq(count(src, "table_at(") > 0, table);
+        ck_assert_int_eq(count(src, "kTableElems") > 0, table);
+        ck_assert_int_eq(count(src, "sincos") > 0, !table);
+        ck_assert_int_eq(count(src, "sin.approx") > 0, !table);
+        ck_assert_int_eq(count(src, "kRotaryTurns") > 0, !table);
+        ck_assert_int_eq(count(src, "pos0") > 0, pos == AG_POSITIONS_SEQUENCE);
+        ck_assert_int_eq(count(src, "rotate_halves(") > 0, layout == AG_ROTARY_HALF);
+        ck_assert_int_eq(count(src, "rotate_pair(") > 0, layout == AG_ROTARY_INTERLEAVED);
+        /* Q and K always; V in the forward's and the backward's prologue. */
+        ck_assert_int_eq(count(src, "rotate_unit(stage, row"), 2);
+        ck_assert_int_eq(count(src, "rotate_unit(stage + kTileElems, row"), 2);
+        ck_assert_int_eq(count(src, "rotate_unit(stage + 2 * kTileElems, row"), v ? 2 : 0);
+        /* The backward rotates back dQ, dK (and dV): one call each. */
+        ck_assert_int_eq(count(src, "unrotate_rows(acc, stage, t, r0);"), v ? 3 : 2);
+        ck_assert_int_eq(count(src, "// dV = P^T dO\n  accumulate<true>(acc, p_s, r0, do_s, c0, "
+                                    "first_query_tile, tiles);\n  unrotate_rows"),
+                         v);
+        free(src);
+      }
+  /* No rotary code at all without rotary, forward and backward. */
+  ag_spec s = rope_spec("o", 64, 128, AG_DTYPE_FP16, true, AG_ROTARY_NONE, AG_POSITIONS_TABLE,
+                        0, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  char *src = emit(&s, NULL);
+  ck_assert_ptr_null(strstr(src, "rotary"));
+  ck_assert_ptr_null(strstr(src, "rotate"));
+  ck_assert_ptr_null(strstr(src, "rope"));
+  ck_assert_ptr_null(strstr(src, "pos0"));
+  free(src);
+}
+END_TEST
+
+/* ---- NVRTC ------------------------------------------------------------------- */
+
+typedef struct compile_case {
+  int block, dim;
+  ag_dtype dtype;
+  bool causal;
+  ag_rotary_layout layout;
+  ag_rotary_positions positions;
+  unsigned apply_to, passes;
+} compile_case;
+
+/* Eight sources, each for sm_90a and sm_80 (16 compiles): both layouts x
+ * the three position modes with both passes, each mode with q, k and with
+ * q, k, v; then two forward-only. Shapes vary: one head or two per tile,
+ * 16 to 128 tokens, both dtypes, causal or not. (Not 112 to 144 tokens at
+ * head_dim 64: there two CTAs of 7 or 8 warps cap the forward at 128
+ * registers, where it spills without rotary already, 40 to 240 bytes, and
+ * the rotation adds up to 50.) */
+#define FB (AG_PASS_FORWARD | AG_PASS_BACKWARD)
+static const compile_case compile_cases[] = {
+    {64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED, AG_POSITIONS_TABLE, QKV, FB},
+    {64, 64, AG_DTYPE_FP16, true, AG_ROTARY_HALF, AG_POSITIONS_TABLE, QK, FB},
+    {16, 128, AG_DTYPE_FP16, true, AG_ROTARY_INTERLEAVED, AG_POSITIONS_SEQUENCE, QK, FB},
+    {64, 128, AG_DTYPE_BF16, false, AG_ROTARY_HALF, AG_POSITIONS_SEQUENCE, QKV, FB},
+    {128, 128, AG_DTYPE_BF16, true, AG_ROTARY_INTERLEAVED, AG_POSITIONS_BLOCK, QKV, FB},
+    {48, 64, AG_DTYPE_FP16, false, AG_ROTARY_HALF, AG_POSITIONS_BLOCK, QK, FB},
+    {128, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED, AG_POSITIONS_TABLE, QK,
+     AG_PASS_FORWARD},
+    {64, 128, AG_DTYPE_FP16, true, AG_ROTARY_HALF, AG_POSITIONS_BLOCK, QKV, AG_PASS_FORWARD},
+};
+#undef FB
+enum { NCOMPILE = sizeof compile_cases / sizeof compile_cases[0] };
+
+/* ptxas's report for `kernel` in a -v log: registers, spill stores and
+ * loads; false when the log has none. */
+static bool report(const char *log, const char *kernel, int *out_regs, int *out_stores,
+                   int *out_loads) {
+  char entry[AG_KERNEL_NAME_MAX + 32];
+  snprintf(entry, sizeof entry, "entry function '%s'", kernel);
+  const char *at = strstr(log, entry);
+  if (!at) return false;
+  const char *spill = strstr(at, "bytes stack frame, ");
+  const char *regs = strstr(at, "Used ");
+  return spill && regs &&
+         sscanf(spill, "bytes stack frame, %d bytes spill stores, %d bytes spill loads",
+                out_stores, out_loads) == 2 &&
+         sscanf(regs, "Used %d registers", out_regs) == 1;
+}
+
+START_TEST(rotary_compiles) {
+  const compile_case *c = &compile_cases[_i];
+  char *dir = ag_test_mkdtemp("attngen-rope");
+  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
+  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  ag_spec s = rope_spec("nv", c->block, c->dim, c->dtype, c->causal, c->layout, c->positions,
+                        c->apply_to, c->passes);
+  ag_plan p;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  char *src = emit(&s, NULL);
+  const char *archs[] = {"sm_90a", "sm_80"};
+  const char *kernels[] = {p.kernel_name, p.bwd.kernel_name};
+  for (int a = 0; a < 2; a++) {
+    void *cubin = NULL;
+    size_t size = 0;
+    ag_status st = ag_nvrtc_compile(src, p.kernel_name, archs[a], &cubin, &size, &err);
+    ck_assert_msg(st == AG_OK, "%s for %s: %s", p.kernel_name, archs[a], err.message);
+    ck_assert_uint_gt(size, 64);
+    ck_assert_mem_eq(cubin, "\x7f" "ELF", 4);
+    free(cubin);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.log", dir, p.kernel_name);
+    char *log = ag_test_slurp(path, NULL);
+    ck_assert_ptr_nonnull(log);
+    for (int k = 0; k < 2; k++) {
+      if (!kernels[k][0]) continue;
+      int regs = 0, stores = 0, loads = 0;
+      if (report(log, kernels[k], &regs, &stores, &loads)) {
+        printf("nvrtc %s %s: %d registers, %d bytes spill stores, %d bytes spill loads\n",
+               kernels[k], archs[a], regs, stores, loads);
+        ck_assert_msg(stores <= 64 && loads <= 64, "%s for %s spills: %s", kernels[k], archs[a],
+                      log);
+      } else {
+        /* NVRTC sometimes returns an empty log for -v (see check_nvrtc.c). */
+        printf("SKIP spill check for %s %s: no ptxas report in the log\n", kernels[k], archs[a]);
+      }
+    }
+    free(log);
+  }
+  free(src);
+  unsetenv(AG_ENV_NVRTC_VERBOSE);
+  unsetenv(AG_ENV_DUMP_DIR);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+END_TEST
+
+/* ---- the launch, without a device ---------------------------------------------- */
+
+/* A kernel struct on the stack from a real spec and plan, with a fake
+ * driver that records the launch's parameters (as in check_backward.c). */
+static struct {
+  int count;
+  int ptrs; /* device pointers expected before batch: set by the test */
+  unsigned smem;
+  CUdeviceptr ptr[9];
+  long long batch, total, items;
+  int heads;
+} seen;
+
+static CUresult CUDAAPI fake_push(CUcontext c) {
+  (void)c;
+  return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI fake_pop(CUcontext *c) {
+  *c = NULL;
+  return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                    unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                                    CUstream stream, void **params, void **extra) {
+  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)stream, (void)extra;
+  seen.count++;
+  seen.smem = smem;
+  int n = seen.ptrs;
+  for (int i = 0; i < n; i++) seen.ptr[i] = *(CUdeviceptr *)params[i];
+  seen.batch = *(long long *)params[n];
+  seen.heads = *(int *)params[n + 1];
+  seen.total = *(long long *)params[n + 2];
+  seen.items = *(long long *)params[n + 3];
+  return CUDA_SUCCESS;
+}
+
+typedef struct fake {
+  ag_context ctx;
+  ag_driver drv;
+  ag_kernel kernel;
+} fake;
+
+static void fake_init(fake *f, ag_rotary_positions positions) {
+  memset(f, 0, sizeof *f);
+  memset(&seen, 0, sizeof seen);
+  f->kernel.spec = rope_spec("args", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                             positions, QKV, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_make(&f->kernel.spec, &f->kernel.plan, &err), AG_OK);
+  f->drv.cuCtxPushCurrent = fake_push;
+  f->drv.cuCtxPopCurrent = fake_pop;
+  f->drv.cuLaunchKernel = fake_launch;
+  f->ctx.drv = &f->drv;
+  f->ctx.sm_count = 132;
+  f->kernel.ctx = &f->ctx;
+  f->kernel.fn = (CUfunction)(uintptr_t)0xf00;
+  f->kernel.fn_bwd = (CUfunction)(uintptr_t)0xb00;
+  f->kernel.ctas_per_sm = f->kernel.ctas_per_sm_bwd = 1;
+}
+
+static ag_block_fwd_args fwd_args(void) {
+  ag_block_fwd_args a;
+  memset(&a, 0, sizeof a);
+  a.q = (const void *)(uintptr_t)0x100000;
+  a.k = (const void *)(uintptr_t)0x200000;
+  a.v = (const void *)(uintptr_t)0x300000;
+  a.o = (void *)(uintptr_t)0x400000;
+  a.offsets = (const int32_t *)(uintptr_t)0x800000;
+  a.batch = 2;
+  a.heads = 8;
+  a.total_tokens = 100;
+  a.rotary_table = (const void *)(uintptr_t)0x900000;
+  return a;
+}
+
+static ag_block_bwd_args bwd_args(void) {
+  ag_block_bwd_args a;
+  memset(&a, 0, sizeof a);
+  a.q = (const void *)(uintptr_t)0x100000;
+  a.k = (const void *)(uintptr_t)0x200000;
+  a.v = (const void *)(uintptr_t)0x300000;
+  a.dout = (const void *)(uintptr_t)0x400000;
+  a.dq = (void *)(uintptr_t)0x500000;
+  a.dk = (void *)(uintptr_t)0x600000;
+  a.dv = (void *)(uintptr_t)0x700000;
+  a.offsets = (const int32_t *)(uintptr_t)0x800000;
+  a.batch = 2;
+  a.heads = 8;
+  a.total_tokens = 100;
+  a.rotary_table = (const void *)(uintptr_t)0x900000;
+  return a;
+}
+
+/* The table goes after the tensors, before the offsets, in both kernels. */
+START_TEST(launch_passes_the_table) {
+  fake f;
+  fake_init(&f, AG_POSITIONS_TABLE);
+  ag_error err = {0};
+  ag_block_fwd_args a = fwd_args();
+  seen.ptrs = 6;
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
+  const void *fwd_order[6] = {a.q, a.k, a.v, a.o, a.rotary_table, a.offsets};
+  for (int i = 0; i < 6; i++) ck_assert_uint_eq(seen.ptr[i], (CUdeviceptr)(uintptr_t)fwd_order[i]);
+  ck_assert_int_eq(seen.batch, 2);
+  ck_assert_int_eq(seen.heads, 8);
+  ck_assert_int_eq(seen.total, 100);
+  ck_assert_uint_eq(seen.smem, (unsigned)f.kernel.plan.smem_bytes);
+
+  ag_block_bwd_args b = bwd_args();
+  seen.ptrs = 9;
+  ck_assert_int_eq(ag_block_backward(&f.kernel, &b, NULL, &err), AG_OK);
+  const void *bwd_order[9] = {b.q, b.k, b.v, b.dout, b.dq, b.dk, b.dv, b.rotary_table, b.offsets};
+  for (int i = 0; i < 9; i++) ck_assert_uint_eq(seen.ptr[i], (CUdeviceptr)(uintptr_t)bwd_order[i]);
+  ck_assert_int_eq(seen.items, (2 + 100 / 64) * 8);
+  ck_assert_int_eq(seen.count, 2);
+}
+END_TEST
+
+START_TEST(launch_checks_the_table) {
+  fake f;
+  fake_init(&f, AG_POSITIONS_TABLE);
+  ag_error err = {0};
+  ag_block_fwd_args a = fwd_args();
+  a.rotary_table = NULL;
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message,
+                   "rotary_table is a null pointer; kernel 'args' takes its rotary positions "
+                   "from a table ([total_tokens, head_dim]: sin, then cos)");
+  ag_error_clear(&err);
+  ag_block_bwd_args b = bwd_args();
+  b.rotary_table = (const void *)(uintptr_t)0x900008;
+  ck_assert_int_eq(ag_block_backward(&f.kernel, &b, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "rotary_table (0x900008) is not 16-byte aligned; the kernel "
+                                "loads 16 bytes at a time");
+  ag_error_clear(&err);
+  ck_assert_int_eq(seen.count, 0);
+  /* Nothing to compute: no launch, no pointer looked at. */
+  a.batch = 0;
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
+  ck_assert_int_eq(seen.count, 0);
+
+  /* Computed positions: no table parameter, and rotary_table is ignored,
+   * NULL or not. */
+  fake_init(&f, AG_POSITIONS_SEQUENCE);
+  a = fwd_args();
+  seen.ptrs = 5;
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
+  ck_assert_uint_eq(seen.ptr[4], (CUdeviceptr)(uintptr_t)a.offsets);
+  ck_assert_int_eq(seen.batch, 2);
+  a.rotary_table = NULL;
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
+  b = bwd_args();
+  b.rotary_table = (const void *)(uintptr_t)0x3;
+  seen.ptrs = 8;
+  ck_assert_int_eq(ag_block_backward(&f.kernel, &b, NULL, &err), AG_OK);
+  ck_assert_uint_eq(seen.ptr[7], (CUdeviceptr)(uintptr_t)b.offsets);
+  ck_assert_int_eq(seen.total, 100);
+  ck_assert_int_eq(seen.count, 3);
+}
+END_TEST
+
+Suite *rotary_suite(void) {
+  Suite *s = suite_create("rotary");
+  TCase *tc = tcase_create("rotary");
+  tcase_add_test(tc, gate_holds);
+  tcase_add_test(tc, plan_values);
+  tcase_add_test(tc, source_determinism_and_names);
+  tcase_add_test(tc, source_frequencies);
+  tcase_add_test(tc, source_only_what_is_needed);
+  tcase_add_test(tc, launch_passes_the_table);
+  tcase_add_test(tc, launch_checks_the_table);
+  suite_add_tcase(s, tc);
+  TCase *nv = tcase_create("rotary_nvrtc");
+  tcase_set_timeout(nv, 600);
+  tcase_add_loop_test(nv, rotary_compiles, 0, NCOMPILE);
+  suite_add_tcase(s, nv);
+  return s;
+}
