@@ -21,6 +21,10 @@ AG_KERNEL_NAME_MAX = 128
 # enum values of include/attngen.h
 AG_PATTERN_BLOCK_DIAGONAL, AG_PATTERN_JAGGED = 0, 1
 AG_DTYPE_BF16, AG_DTYPE_FP16 = 0, 1
+AG_QUERY_PER_SEQUENCE, AG_QUERY_BROADCAST = 0, 1
+AG_ROTARY_NONE, AG_ROTARY_INTERLEAVED, AG_ROTARY_HALF = 0, 1, 2
+AG_POSITIONS_TABLE, AG_POSITIONS_SEQUENCE, AG_POSITIONS_BLOCK = 0, 1, 2
+AG_APPLY_Q, AG_APPLY_K, AG_APPLY_V = 1, 2, 4
 AG_PASS_FORWARD, AG_PASS_BACKWARD = 1, 2
 AG_ARCH_AUTO, AG_ARCH_SM80, AG_ARCH_SM90A = 0, 1, 2
 
@@ -92,6 +96,37 @@ class AgBlockFwdArgs(ctypes.Structure):
     ]
 
 
+class AgBlockBwdArgs(ctypes.Structure):
+    """Mirror of `ag_block_bwd_args`, in the header's field order."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("dout", ctypes.c_void_p),
+        ("dq", ctypes.c_void_p),
+        ("dk", ctypes.c_void_p),
+        ("dv", ctypes.c_void_p),
+        ("offsets", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("total_tokens", ctypes.c_int64),
+        ("host_offsets", ctypes.c_void_p),  # optional host copy; None: not checked
+        ("rotary_table", ctypes.c_void_p),  # positions: table only; else None
+    ]
+
+
+# Every struct mirrored here, by its C type name: the layout test
+# (tests/test_spec_and_lib.py) compares each field's offset and each size
+# with the header. AgSpecBox is Python-only (an ag_spec plus slack).
+MIRRORS = {
+    "ag_error": AgError,
+    "ag_pos": AgPos,
+    "ag_spec": AgSpec,
+    "ag_block_fwd_args": AgBlockFwdArgs,
+    "ag_block_bwd_args": AgBlockBwdArgs,
+}
+
+
 _P = ctypes.POINTER
 _c_status = ctypes.c_int
 _PROTOTYPES = {
@@ -109,7 +144,10 @@ _PROTOTYPES = {
     "ag_kernel_spec": (_P(AgSpec), [ctypes.c_void_p]),
     "ag_block_forward": (_c_status, [ctypes.c_void_p, _P(AgBlockFwdArgs), ctypes.c_void_p,
                                      _P(AgError)]),
-    # ag_block_backward: not in the header yet; bound when the library has it.
+    # Optional: a library built before the backward lacks it (Kernel.supports
+    # then reports the backward as unavailable).
+    "ag_block_backward": (_c_status, [ctypes.c_void_p, _P(AgBlockBwdArgs), ctypes.c_void_p,
+                                      _P(AgError)]),
 }
 # Entry points that must exist for the library to be usable at all.
 _REQUIRED = ("ag_strerror", "ag_error_clear", "ag_spec_load_string", "ag_spec_load_file")

@@ -63,31 +63,38 @@ def _scale_tag(scale):
     return text.replace(".", "p").replace("-", "m").replace("+", "")
 
 
-def block_spec_name(block_size, head_dim, dtype, causal=False, softmax_scale=None):
+def block_spec_name(block_size, head_dim, dtype, causal=False, softmax_scale=None,
+                    backward=False):
     """The generated spec's name, e.g. torch_block64_d128_bf16, with
-    _causal and _s<scale> suffixes when they apply."""
+    _causal and _s<scale> suffixes when they apply, and _grad for the spec
+    with both passes (forward and backward in one module)."""
     name = "torch_block%d_d%d_%s" % (block_size, head_dim, dtype)
     if causal:
         name += "_causal"
     if softmax_scale is not None:
         name += "_s" + _scale_tag(softmax_scale)
+    if backward:
+        name += "_grad"
     return name.lower()
 
 
-def block_spec(block_size, head_dim, dtype, causal=False, softmax_scale=None):
+def block_spec(block_size, head_dim, dtype, causal=False, softmax_scale=None, backward=False):
     """The spec dict block_attention compiles for its arguments. `dtype` is
-    "bf16" or "fp16"; softmax_scale None means auto (1/sqrt(head_dim))."""
+    "bf16" or "fp16"; softmax_scale None means auto (1/sqrt(head_dim)).
+    backward=True asks for `passes: [forward, backward]` (what
+    block_attention uses when an input requires grad); otherwise the spec
+    has the forward alone."""
     if dtype not in DTYPE_NAMES:
         raise ValueError("dtype must be one of %s, got %r" % (DTYPE_NAMES, dtype))
     return {
-        "name": block_spec_name(block_size, head_dim, dtype, causal, softmax_scale),
+        "name": block_spec_name(block_size, head_dim, dtype, causal, softmax_scale, backward),
         "pattern": "block_diagonal",
         "block_size": int(block_size),
         "causal": bool(causal),
         "head_dim": int(head_dim),
         "dtype": dtype,
         "softmax_scale": "auto" if softmax_scale is None else float(softmax_scale),
-        "passes": ["forward"],
+        "passes": ["forward", "backward"] if backward else ["forward"],
     }
 
 
@@ -95,10 +102,10 @@ class SpecInfo:
     """What Python needs of a parsed ag_spec (a plain copy, no pointers)."""
 
     __slots__ = ("name", "source", "pattern", "block_size", "causal", "head_dim",
-                 "dtype", "softmax_scale", "scale", "passes")
+                 "dtype", "softmax_scale", "scale", "passes", "rotary")
 
     def __init__(self, name, source, pattern, block_size, causal, head_dim, dtype,
-                 softmax_scale, scale, passes):
+                 softmax_scale, scale, passes, rotary=None):
         self.name = name
         self.source = source
         self.pattern = pattern          # "block_diagonal" | "jagged"
@@ -109,9 +116,13 @@ class SpecInfo:
         self.softmax_scale = softmax_scale  # as written; None for auto
         self.scale = scale              # effective scale
         self.passes = passes            # tuple of "forward", "backward"
+        # None, or {"layout": "interleaved"|"half", "apply_to": ("q", "k", ...),
+        # "positions": "table"|"sequence"|"block", "base": float}
+        self.rotary = rotary
 
     def __repr__(self):
         return ("SpecInfo(name=%r, pattern=%r, block_size=%d, causal=%r, head_dim=%d, "
-                "dtype=%r, scale=%.9g, passes=%r)" % (
+                "dtype=%r, scale=%.9g, passes=%r%s)" % (
                     self.name, self.pattern, self.block_size, self.causal, self.head_dim,
-                    self.dtype, self.scale, self.passes))
+                    self.dtype, self.scale, self.passes,
+                    ", rotary=%r" % (self.rotary,) if self.rotary else ""))

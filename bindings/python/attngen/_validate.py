@@ -119,6 +119,54 @@ def check_qkv(q, k, v):
     return q.dtype, HALF_DTYPES[dtype_name(q.dtype)], dev, shape
 
 
+def check_dout(dout, q):
+    """Checks the output gradient given to a backward: a tensor like q
+    (same shape, dtype and device), contiguous and 16-byte aligned."""
+    for attr in ("dtype", "shape", "device", "is_contiguous"):
+        if not hasattr(dout, attr):
+            raise ValueError("dout must be a torch.Tensor, got %s" % type(dout).__name__)
+    if dout.device != q.device:
+        raise ValueError("dout must be on the same device as q (%s), got %s"
+                         % (_device_str(q.device), _device_str(dout.device)))
+    if dtype_name(dout.dtype) != dtype_name(q.dtype):
+        raise ValueError("dout must have q's dtype (%s), got %s"
+                         % (dtype_name(q.dtype), dtype_name(dout.dtype)))
+    if _shape(dout) != _shape(q):
+        raise ValueError("dout must have q's shape %s, got %s"
+                         % (list(_shape(q)), list(_shape(dout))))
+    if not dout.is_contiguous():
+        raise ValueError("dout must be contiguous (call .contiguous() first)")
+    ptr = dout.data_ptr() if hasattr(dout, "data_ptr") else None
+    if _shape(dout)[0] > 0 and ptr is not None and ptr % ALIGNMENT:
+        raise ValueError("dout's data pointer (0x%x) must be %d-byte aligned; it is a view "
+                         "with a storage offset, call .clone() first" % (ptr, ALIGNMENT))
+
+
+def check_rotary_table(table, q):
+    """Checks a rotary table for `positions: table`: [total_tokens, head_dim]
+    of q's dtype on q's device, contiguous and 16-byte aligned (sin in the
+    first head_dim/2 columns, cos in the rest; not checked)."""
+    for attr in ("dtype", "shape", "device", "is_contiguous"):
+        if not hasattr(table, attr):
+            raise ValueError("rotary_table must be a torch.Tensor, got %s" % type(table).__name__)
+    tokens, _, head_dim = _shape(q)
+    if table.device != q.device:
+        raise ValueError("rotary_table must be on the same device as q (%s), got %s"
+                         % (_device_str(q.device), _device_str(table.device)))
+    if dtype_name(table.dtype) != dtype_name(q.dtype):
+        raise ValueError("rotary_table must have q's dtype (%s), got %s"
+                         % (dtype_name(q.dtype), dtype_name(table.dtype)))
+    if _shape(table) != (tokens, head_dim):
+        raise ValueError("rotary_table must be [total_tokens, head_dim] = %s, got %s"
+                         % ([tokens, head_dim], list(_shape(table))))
+    if not table.is_contiguous():
+        raise ValueError("rotary_table must be contiguous (call .contiguous() first)")
+    ptr = table.data_ptr() if hasattr(table, "data_ptr") else None
+    if tokens > 0 and ptr is not None and ptr % ALIGNMENT:
+        raise ValueError("rotary_table's data pointer (0x%x) must be %d-byte aligned"
+                         % (ptr, ALIGNMENT))
+
+
 def check_offsets(offsets, device):
     """Checks the device offsets; returns batch (len(offsets) - 1)."""
     for attr in ("dtype", "shape", "device"):

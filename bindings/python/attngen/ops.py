@@ -9,6 +9,7 @@ the device's primary context, the same one torch uses).
 
 import ctypes
 import os
+import re
 import threading
 
 from . import _errors, _lib, _spec, _validate
@@ -48,6 +49,23 @@ _PATTERNS = {_lib.AG_PATTERN_BLOCK_DIAGONAL: "block_diagonal", _lib.AG_PATTERN_J
 _DTYPES = {_lib.AG_DTYPE_BF16: "bf16", _lib.AG_DTYPE_FP16: "fp16"}
 
 
+_ROTARY_LAYOUTS = {_lib.AG_ROTARY_INTERLEAVED: "interleaved", _lib.AG_ROTARY_HALF: "half"}
+_POSITIONS = {_lib.AG_POSITIONS_TABLE: "table", _lib.AG_POSITIONS_SEQUENCE: "sequence",
+              _lib.AG_POSITIONS_BLOCK: "block"}
+
+
+def _rotary_info(r):
+    if r.layout == _lib.AG_ROTARY_NONE:
+        return None
+    return {
+        "layout": _ROTARY_LAYOUTS.get(r.layout, "unknown(%d)" % r.layout),
+        "apply_to": tuple(n for bit, n in ((_lib.AG_APPLY_Q, "q"), (_lib.AG_APPLY_K, "k"),
+                                           (_lib.AG_APPLY_V, "v")) if r.apply_to & bit),
+        "positions": _POSITIONS.get(r.positions, "unknown(%d)" % r.positions),
+        "base": r.base,
+    }
+
+
 def _spec_info(box):
     s = box.spec
     passes = tuple(n for bit, n in ((_lib.AG_PASS_FORWARD, "forward"),
@@ -63,6 +81,7 @@ def _spec_info(box):
         softmax_scale=s.softmax_scale if s.softmax_scale > 0 else None,
         scale=_lib.lib().ag_spec_scale(ctypes.byref(box)),
         passes=passes,
+        rotary=_rotary_info(s.rotary),
     )
 
 
@@ -98,6 +117,61 @@ def _torch():
     return torch
 
 
+# ---- the backward's gate -------------------------------------------------------
+
+# Spec validation refuses `passes: [..., backward]` with this diagnostic until
+# the backward kernel has passed compute-sanitizer and a large-tensor test on
+# a GPU (generator/spec_check.c, check_supported). Matched on a line of its
+# own so that plan.c's "the backward pass at block_size ..." (a real limit of
+# the kernel, not the gate) is not mistaken for it.
+_GATE = re.compile(r"not supported yet: the backward pass[ \t]*$", re.M)
+
+
+def is_backward_gate(exc):
+    """Whether `exc` is spec validation refusing the backward pass (the gate
+    that stays until the backward kernel is verified), as opposed to any
+    other error."""
+    return isinstance(exc, _errors.UnsupportedError) and bool(_GATE.search(str(exc)))
+
+
+class _Refused:
+    """Why a kernel cannot run its backward: an exception recipe, raised
+    afresh (never the same object twice) when a backward is attempted."""
+
+    def __init__(self, message, cls=_errors.UnsupportedError, code=_errors.AG_ERR_UNSUPPORTED,
+                 code_name=None, detail=None):
+        self.message, self.cls = message, cls
+        self.code, self.code_name, self.detail = code, code_name, detail
+
+    @classmethod
+    def from_error(cls, exc, lead):
+        if isinstance(exc, _errors.AttngenError) and str(exc).startswith(lead):
+            text = str(exc)
+        else:
+            text = "%s: %s" % (lead, exc)
+        return cls(text, type(exc) if isinstance(exc, _errors.AttngenError) else
+                   _errors.UnsupportedError, getattr(exc, "code", _errors.AG_ERR_UNSUPPORTED),
+                   getattr(exc, "code_name", None), getattr(exc, "detail", None))
+
+    def error(self):
+        return self.cls(self.message, code=self.code, code_name=self.code_name, detail=self.detail)
+
+
+GATE_LEAD = "attngen: the backward pass is not enabled yet"
+_GATE_HINT = ("(spec validation refuses `passes: [forward, backward]` until the backward kernel "
+              "has passed compute-sanitizer and a large-tensor test on a GPU; the forward runs "
+              "without it: call under torch.no_grad() or detach the inputs)")
+
+
+def _gate_refusal(exc):
+    """The _Refused for the gate's UnsupportedError, passing the C message
+    through: "attngen: the backward pass is not enabled yet: <C message>"."""
+    detail = (getattr(exc, "detail", None) or str(exc)).rstrip("\n")
+    return _Refused("%s: %s\n%s" % (GATE_LEAD, detail, _GATE_HINT), _errors.UnsupportedError,
+                    getattr(exc, "code", _errors.AG_ERR_UNSUPPORTED),
+                    getattr(exc, "code_name", None), getattr(exc, "detail", None))
+
+
 def _current_device_index():
     try:
         import torch
@@ -109,9 +183,13 @@ def _current_device_index():
 class Kernel:
     """A parsed spec and its compiled kernels, one per device (compiled on
     first use of a device, through the runtime's memory and disk caches).
+    A spec with `passes: [forward, backward]` compiles to one module holding
+    both functions.
 
     Call it like block_attention without the options the spec fixes:
-    `kernel(q, k, v, offsets, cpu_offsets=None)`.
+    `kernel(q, k, v, offsets, cpu_offsets=None)`; autograd runs the backward
+    pass when the spec has it. `kernel.backward(q, k, v, dout, offsets)`
+    runs the backward kernel alone and returns (dq, dk, dv).
     """
 
     def __init__(self, box, info):
@@ -173,45 +251,128 @@ class Kernel:
             _validate.check_cpu_offsets(cpu_offsets, batch, tokens)
         return batch
 
-    def __call__(self, query, key, value, offsets, cpu_offsets=None, *, _poison=False):
+    def _check_table(self, q, rotary_table):
+        r = self.spec.rotary
+        wants = r is not None and r.get("positions") == "table"
+        if rotary_table is None:
+            if wants:
+                raise ValueError("kernel '%s' applies rotary embeddings from a table: pass "
+                                 "rotary_table=[total_tokens, head_dim] (sin in the first "
+                                 "head_dim/2 columns, cos in the rest)" % self.spec.name)
+            return None
+        if not wants:
+            raise ValueError("kernel '%s' takes no rotary_table (its spec has no rotary with "
+                             "positions: table)" % self.spec.name)
+        _validate.check_rotary_table(rotary_table, q)
+        return rotary_table
+
+    def _backward_refusal(self):
+        """None when this kernel can run its backward, else a _Refused saying why."""
+        if "backward" not in self.spec.passes:
+            return _Refused(
+                "attngen: kernel '%s' has no backward pass (passes: %s); load a spec with "
+                "`passes: [forward, backward]` to differentiate through it, or call it under "
+                "torch.no_grad() / on detached inputs"
+                % (self.spec.name, ", ".join(self.spec.passes) or "none"))
+        if not _lib.has(_PASS_ENTRY["backward"]):
+            return _Refused(
+                "attngen: the loaded libattngen.so has no ag_block_backward (built before the "
+                "backward existed); rebuild it with `make build/libattngen.so`")
+        return None
+
+    def __call__(self, query, key, value, offsets, cpu_offsets=None, *, rotary_table=None,
+                 _poison=False):
         batch = self._check(query, key, value, offsets, cpu_offsets)
-        return _apply(self, query, key, value, offsets, batch, _poison)
+        table = self._check_table(query, rotary_table)
+        if not _needs_grad(query, key, value):
+            return self._forward_raw(query, key, value, offsets, batch, _poison, table)
+        return _function().apply(query, key, value, offsets, self, batch, _poison,
+                                 self._backward_refusal(), table)
+
+    def backward(self, query, key, value, dout, offsets, cpu_offsets=None, *,
+                 rotary_table=None, _poison=False):
+        """The backward kernel alone, outside autograd: (dq, dk, dv) for the
+        output gradient `dout` (a contiguous tensor like query), recomputing
+        the softmax from query and key (no forward output needed). Runs on
+        torch's current stream; returns new contiguous tensors."""
+        batch = self._check(query, key, value, offsets, cpu_offsets)
+        _validate.check_dout(dout, query)
+        table = self._check_table(query, rotary_table)
+        refused = self._backward_refusal()
+        if refused is not None:
+            raise refused.error()
+        return self._backward_raw(dout, query, key, value, offsets, batch, _poison, table)
 
     # -- passes (raw: no checks beyond the C launcher's, no autograd) --
 
-    def _forward_raw(self, q, k, v, offsets, batch, poison=False):
+    def _forward_raw(self, q, k, v, offsets, batch, poison=False, rotary_table=None):
         torch = _torch()
-        if poison:
-            out = torch.full_like(q, float("nan"), memory_format=torch.contiguous_format)
-        else:
-            out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        out = _alloc(torch, q, poison)
         tokens, heads, _ = q.shape
         if tokens == 0 or batch == 0:
             return out
-        dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
-        h = self.handle(dev)
+        h = self.handle(_device_index(torch, q))
         args = _lib.AgBlockFwdArgs(
             q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(),
-            offsets=offsets.data_ptr(), batch=batch, heads=heads, total_tokens=tokens)
+            offsets=offsets.data_ptr(), batch=batch, heads=heads, total_tokens=tokens,
+            rotary_table=rotary_table.data_ptr() if rotary_table is not None else None)
         stream = torch.cuda.current_stream(q.device).cuda_stream
         _lib.call("ag_block_forward", h, ctypes.byref(args), ctypes.c_void_p(stream or None),
                   context="attngen: block forward '%s'" % self.spec.name)
         return out
 
-    def _backward_raw(self, grad_out, q, k, v, out, offsets, batch):
-        if not self.supports("backward"):
-            have = ", ".join(self.spec.passes) or "none"
-            raise NotImplementedError(
-                "attngen: the backward pass of block attention is not implemented yet "
-                "(kernel '%s' has passes: %s; the C API has no ag_block_backward). "
-                "Run under torch.no_grad() or detach the inputs." % (self.spec.name, have))
-        # When ag_block_backward lands: build its args struct in _lib, launch
-        # it on the current stream like _forward_raw, and return (dq, dk, dv).
-        raise NotImplementedError("attngen: ag_block_backward is present but not bound yet")
+    def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None):
+        """dq, dk, dv for a contiguous, aligned dout like q (not checked)."""
+        torch = _torch()
+        dq, dk, dv = (_alloc(torch, q, poison) for _ in range(3))
+        tokens, heads, _ = q.shape
+        if tokens == 0 or batch == 0:
+            return dq, dk, dv
+        h = self.handle(_device_index(torch, q))
+        args = _lib.AgBlockBwdArgs(
+            q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), dout=dout.data_ptr(),
+            dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
+            offsets=offsets.data_ptr(), batch=batch, heads=heads, total_tokens=tokens,
+            rotary_table=rotary_table.data_ptr() if rotary_table is not None else None)
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        _lib.call("ag_block_backward", h, ctypes.byref(args), ctypes.c_void_p(stream or None),
+                  context="attngen: block backward '%s'" % self.spec.name)
+        return dq, dk, dv
 
 
-# The C entry point of each pass; None until the library has one.
+# The C entry point of each pass.
 _PASS_ENTRY = {"forward": "ag_block_forward", "backward": "ag_block_backward"}
+
+
+def _alloc(torch, like, poison):
+    if poison:
+        return torch.full_like(like, float("nan"), memory_format=torch.contiguous_format)
+    return torch.empty_like(like, memory_format=torch.contiguous_format)
+
+
+def _device_index(torch, t):
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+def _needs_grad(*tensors):
+    """Whether autograd must record this call: grad mode is on and an input
+    requires grad (only then is the backward pass asked for)."""
+    if not any(getattr(t, "requires_grad", False) for t in tensors):
+        return False
+    return _torch().is_grad_enabled()
+
+
+def _dout_for(grad_out, q):
+    """The output gradient as the backward kernel takes it: q's dtype,
+    contiguous, 16-byte aligned (a copy only when it is not already)."""
+    g = grad_out
+    if g.dtype != q.dtype:
+        g = g.to(q.dtype)
+    if not g.is_contiguous():
+        g = g.contiguous()
+    if g.shape[0] > 0 and g.data_ptr() % _validate.ALIGNMENT:
+        g = g.clone()
+    return g
 
 
 def load(spec, device=None, compile=True):
@@ -232,22 +393,55 @@ def load(spec, device=None, compile=True):
 # ---- block_attention ---------------------------------------------------------
 
 _kernel_lock = threading.Lock()
-_kernels = {}  # (block_size, causal, head_dim, dtype_tag, scale) -> Kernel
+# (block_size, causal, head_dim, dtype_tag, scale, backward) -> Kernel, or the
+# _Refused of the backward's gate (validation's answer does not change while
+# the library stays loaded)
+_kernels = {}
 
 
-def kernel_for(block_size=64, causal=False, head_dim=128, dtype="bf16", softmax_scale=None):
-    """The (cached) Kernel that block_attention uses for these options."""
-    key = (block_size, causal, head_dim, dtype, softmax_scale)
+def kernel_for(block_size=64, causal=False, head_dim=128, dtype="bf16", softmax_scale=None,
+               backward=False):
+    """The (cached) Kernel that block_attention uses for these options:
+    forward alone, or with backward=True forward and backward in one module
+    (what block_attention takes when an input requires grad). While spec
+    validation still refuses the backward, backward=True raises
+    UnsupportedError("attngen: the backward pass is not enabled yet: ...")."""
+    key = (block_size, causal, head_dim, dtype, softmax_scale, bool(backward))
     k = _kernels.get(key)
-    if k is not None:
-        return k
-    with _kernel_lock:
-        k = _kernels.get(key)
-        if k is None:
-            spec = _spec.block_spec(block_size, head_dim, dtype, causal, softmax_scale)
-            k = load(spec, compile=False)
-            _kernels[key] = k
+    if k is None:
+        with _kernel_lock:
+            k = _kernels.get(key)
+            if k is None:
+                spec = _spec.block_spec(block_size, head_dim, dtype, causal, softmax_scale,
+                                        backward=bool(backward))
+                try:
+                    k = load(spec, compile=False)
+                except _errors.UnsupportedError as e:
+                    if not (backward and is_backward_gate(e)):
+                        raise
+                    k = _gate_refusal(e)
+                _kernels[key] = k
+    if isinstance(k, _Refused):
+        raise k.error()
     return k
+
+
+def _grad_kernel(opts, device_index):
+    """(kernel, refusal) for a call that autograd records: the kernel with
+    both passes and None, or, when the backward cannot be had (validation's
+    gate, or a block size and head_dim the backward does not fit), the
+    forward-only kernel and the _Refused that its backward will raise."""
+    try:
+        kernel = kernel_for(*opts, backward=True)
+        kernel.handle(device_index)  # a plan limit of the backward shows here
+        return kernel, kernel._backward_refusal()
+    except _errors.UnsupportedError as e:
+        if str(e).startswith(GATE_LEAD):
+            refusal = _Refused.from_error(e, GATE_LEAD)
+        else:
+            refusal = _Refused.from_error(
+                e, "attngen: the backward pass is not supported for these options")
+        return kernel_for(*opts), refusal
 
 
 _autograd_cls = None
@@ -259,37 +453,36 @@ def _function():
     if _autograd_cls is not None:
         return _autograd_cls
     torch = _torch()
+    once_differentiable = torch.autograd.function.once_differentiable
 
     class BlockAttentionFunction(torch.autograd.Function):
-        """Forward: attngen's block-diagonal kernel. Backward: the kernel's
-        backward pass (raises NotImplementedError until it exists)."""
+        """Forward: attngen's block-diagonal forward. Backward: the kernel's
+        backward pass (ag_block_backward on the current stream; the softmax
+        is recomputed from q and k, so only q, k, v and offsets are saved),
+        or the refusal recorded at forward time (e.g. the gate)."""
 
         @staticmethod
-        def forward(ctx, q, k, v, offsets, kernel, batch, poison):
-            out = kernel._forward_raw(q, k, v, offsets, batch, poison)
-            ctx.kernel, ctx.batch = kernel, batch
-            if any(ctx.needs_input_grad[:3]):
-                ctx.save_for_backward(q, k, v, offsets, out)
+        def forward(ctx, q, k, v, offsets, kernel, batch, poison, refused, rotary_table):
+            out = kernel._forward_raw(q, k, v, offsets, batch, poison, rotary_table)
+            ctx.kernel, ctx.batch, ctx.poison, ctx.refused = kernel, batch, poison, refused
+            if refused is None and any(ctx.needs_input_grad[:3]):
+                ctx.save_for_backward(q, k, v, offsets, rotary_table)
             return out
 
         @staticmethod
+        @once_differentiable
         def backward(ctx, grad_out):
-            q, k, v, offsets, out = ctx.saved_tensors
-            dq, dk, dv = ctx.kernel._backward_raw(grad_out.contiguous(), q, k, v, out,
-                                                  offsets, ctx.batch)
-            return dq, dk, dv, None, None, None, None
+            if ctx.refused is not None:
+                raise ctx.refused.error()
+            q, k, v, offsets, table = ctx.saved_tensors
+            dq, dk, dv = ctx.kernel._backward_raw(_dout_for(grad_out, q), q, k, v, offsets,
+                                                  ctx.batch, ctx.poison, table)
+            need = ctx.needs_input_grad
+            return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
+                    None, None, None, None, None, None)
 
     _autograd_cls = BlockAttentionFunction
     return _autograd_cls
-
-
-def _apply(kernel, q, k, v, offsets, batch, poison):
-    torch = _torch()
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _function().apply(q, k, v, offsets, kernel, batch, poison)
-    # No graph to record: skip the autograd.Function machinery (its overhead
-    # is comparable to the launch itself on small problems).
-    return kernel._forward_raw(q, k, v, offsets, batch, poison)
 
 
 def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=64,
@@ -309,6 +502,14 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     validated without any device synchronization. Without it the values are
     not checked (the kernel clamps malformed offsets to the tensors' bounds).
 
+    Differentiable: when grad mode is on and an input requires grad, the
+    kernel is built with both passes (`passes: [forward, backward]`, one
+    module) and autograd's backward launches attngen's backward kernel
+    (dq, dk, dv; no output or logsumexp is saved). Should the backward be
+    unavailable (while spec validation still gates it, the forward runs
+    alone and `.backward()` raises UnsupportedError "attngen: the backward
+    pass is not enabled yet: <the C message>").
+
     Runs asynchronously on torch's current CUDA stream and returns a new
     tensor like query. The first call for a new combination of options
     compiles a kernel (seconds; cached on disk afterwards). Options after
@@ -316,12 +517,18 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     """
     a = _validate.check_block_attention_args(query, key, value, offsets, cpu_offsets,
                                              block_size, causal, softmax_scale)
-    kernel = kernel_for(a["block_size"], a["causal"], a["head_dim"], a["dtype_tag"],
-                        a["softmax_scale"])
-    return _apply(kernel, query, key, value, offsets, a["batch"], _poison)
+    opts = (a["block_size"], a["causal"], a["head_dim"], a["dtype_tag"], a["softmax_scale"])
+    if not _needs_grad(query, key, value):
+        # No graph to record: the forward-only kernel, and no autograd.Function
+        # machinery (its overhead is comparable to the launch on small problems).
+        return kernel_for(*opts)._forward_raw(query, key, value, offsets, a["batch"], _poison)
+    kernel, refused = _grad_kernel(opts, _device_index(_torch(), query))
+    return _function().apply(query, key, value, offsets, kernel, a["batch"], _poison, refused,
+                             None)
 
 
 def block_attention_api(query, key, value, offsets, cpu_offsets=None):
     """Drop-in for Meta's block_attention_api(query, key, value, offsets,
-    cpu_offsets): block 64, non-causal, scale 1/sqrt(head_dim)."""
+    cpu_offsets): block 64, non-causal, scale 1/sqrt(head_dim);
+    differentiable as block_attention."""
     return block_attention(query, key, value, offsets, cpu_offsets, block_size=64)

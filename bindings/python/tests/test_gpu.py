@@ -2,8 +2,14 @@
 
 Need torch with CUDA, a GPU and libattngen.so (`make build/libattngen.so`,
 or ATTNGEN_LIB); every test here is skipped with the reason otherwise.
-Outputs are poisoned with NaN before each launch (through the internal
-`_poison` option), so a row the kernel fails to write shows up as NaN.
+Outputs (and gradients) are poisoned with NaN before each launch (through
+the internal `_poison` option), so a row the kernel fails to write shows up
+as NaN.
+
+The backward tests compare dq, dk, dv with float64 PyTorch autograd. While
+spec validation still gates the backward ("not supported yet: the backward
+pass"), they are skipped with the gate's message; they run unchanged once it
+is lifted.
 """
 import math
 import os
@@ -18,6 +24,8 @@ pytestmark = pytest.mark.gpu
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
+# relative Frobenius error of each of dq, dk, dv against float64 autograd
+GRAD_TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,26 +45,28 @@ def _precompile(_need_gpu_and_lib):
     import concurrent.futures as cf
     keys = [(b, c, d, t, None) for t in ("bf16", "fp16") for d in (64, 128)
             for b in (16, 64, 128) for c in (False, True)]
+    keys = [(key, False) for key in keys] + [(key, True) for key in keys]
     dev = torch.cuda.current_device()
 
-    def build(key):
+    def build(item):
+        key, backward = item
         try:
-            attngen.kernel_for(*key).handle(dev)
-        except Exception:
+            attngen.kernel_for(*key, backward=backward).handle(dev)
+        except Exception:  # the gate, or a real failure the test will show
             pass
 
     with cf.ThreadPoolExecutor(max_workers=8) as ex:
         list(ex.map(build, keys))
 
 
-def reference(q, k, v, offsets, block, causal, scale=None):
-    """Block-diagonal attention in float64 on the CPU: each sequence cut into
-    blocks of `block` tokens from its own start, each block attending to
-    itself (causally when asked)."""
-    q64, k64, v64 = (t.detach().double().cpu() for t in (q, k, v))
-    d = q.shape[-1]
+def attention64(q64, k64, v64, offsets, block, causal, scale=None):
+    """Block-diagonal attention on float64 tensors [total, H, D] (on any
+    device, differentiable): each sequence cut into blocks of `block` tokens
+    from its own start, each block attending to itself (causally when
+    asked)."""
+    d = q64.shape[-1]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    out = torch.zeros_like(q64)
+    pieces = []
     for s, e in zip(offsets[:-1], offsets[1:]):
         for b0 in range(s, e, block):
             b1 = min(b0 + block, e)
@@ -64,9 +74,46 @@ def reference(q, k, v, offsets, block, causal, scale=None):
             sc = qb @ kb.transpose(-1, -2) * scale
             if causal:
                 n = b1 - b0
-                sc = sc.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-            out[b0:b1] = (torch.softmax(sc, dim=-1) @ vb).transpose(0, 1)
-    return out
+                mask = torch.ones(n, n, dtype=torch.bool, device=sc.device).triu(1)
+                sc = sc.masked_fill(mask, float("-inf"))
+            pieces.append((torch.softmax(sc, dim=-1) @ vb).transpose(0, 1))
+    if not pieces:
+        return q64 * 0
+    return torch.cat(pieces)  # blocks are contiguous and in order: every token once
+
+
+def reference(q, k, v, offsets, block, causal, scale=None):
+    """The forward in float64 on the CPU."""
+    q64, k64, v64 = (t.detach().double().cpu() for t in (q, k, v))
+    return attention64(q64, k64, v64, offsets, block, causal, scale)
+
+
+def reference_grads(q, k, v, dout, offsets, block, causal, scale=None):
+    """dq, dk, dv in float64 by PyTorch autograd through attention64."""
+    leaves = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
+    out = attention64(*leaves, offsets, block, causal, scale)
+    return torch.autograd.grad(out, leaves, dout.detach().double().cpu(), allow_unused=True)
+
+
+def grad_errors(got, ref):
+    """Relative Frobenius error of each gradient (dq, dk, dv)."""
+    errs = []
+    for g, r in zip(got, ref):
+        g = g.double().cpu()
+        errs.append(((g - r).norm() / r.norm().clamp_min(1e-300)).item())
+    return errs
+
+
+def backward_or_skip(out, dout):
+    """out.backward(dout), or skip the test while spec validation gates the
+    backward (the binding then raises UnsupportedError naming the gate)."""
+    try:
+        out.backward(dout)
+    except attngen.UnsupportedError as e:
+        if attngen.is_backward_gate(e):
+            pytest.skip("backward gated by spec validation: %s"
+                        % " ".join(str(e).split("\n")[:1]))
+        raise
 
 
 def block_errors(out, ref, offsets, block):
@@ -179,15 +226,172 @@ def test_loaded_kernel_object():
     check(out, q, k, v, off_list, 128, True, scale=0.05)
 
 
-def test_backward_is_not_implemented_yet():
-    q, k, v, off, _ = make_inputs([70, 10], 2, 64, torch.bfloat16)
-    q.requires_grad_()
-    out = attngen.block_attention(q, k, v, off)
+def backward_gated():
+    """The gate's message while spec validation refuses the backward, else None."""
+    try:
+        attngen.parse_spec(attngen.block_spec(64, 64, "bf16", backward=True))
+    except attngen.UnsupportedError as e:
+        if attngen.is_backward_gate(e):
+            return str(e)
+        raise
+    return None
+
+
+def check_grads(q, k, v, dout, off_list, block, causal, scale=None):
+    """q.grad, k.grad, v.grad against float64 autograd: shape, dtype, no
+    NaN (poison), relative Frobenius error per gradient."""
+    got = (q.grad, k.grad, v.grad)
+    for name, g in zip("qkv", got):
+        assert g is not None, "d%s missing" % name
+        assert g.shape == q.shape and g.dtype == q.dtype
+        assert not torch.isnan(g).any(), "d%s: rows left unwritten (NaN poison survived)" % name
+    ref = reference_grads(q, k, v, dout, off_list, block, causal, scale)
+    errs = grad_errors(got, ref)
+    tol = GRAD_TOL[q.dtype]
+    for name, err in zip(("dq", "dk", "dv"), errs):
+        assert err <= tol, "%s: relative Frobenius error %.3g > %.3g (all: %s)" % (
+            name, err, tol, ["%.2e" % x for x in errs])
+    return errs
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("block", [16, 64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_block_attention_backward_matches_float64(dtype, head_dim, block, causal):
+    lengths = lengths_for(block)  # 0, 1, partial, exact, multi-block, ...
+    q, k, v, off, off_list = make_inputs(lengths, 3, head_dim, dtype, seed=100 + block + head_dim)
+    for t in (q, k, v):
+        t.requires_grad_()
+    out = attngen.block_attention(q, k, v, off, off_list, block_size=block, causal=causal,
+                                  _poison=True)
     assert out.requires_grad
-    with pytest.raises(NotImplementedError, match="backward pass of block attention"):
+    dout = torch.randn_like(out)
+    backward_or_skip(out, dout)
+    torch.cuda.synchronize()
+    check(out.detach(), q, k, v, off_list, block, causal)  # the grad kernel's forward too
+    check_grads(q, k, v, dout, off_list, block, causal)
+    # the kernel alone, outside autograd, gives the same bits
+    kernel = attngen.kernel_for(block, causal, head_dim,
+                                "bf16" if dtype == torch.bfloat16 else "fp16", backward=True)
+    dq, dk, dv = kernel.backward(q.detach(), k.detach(), v.detach(), dout, off, off_list)
+    torch.cuda.synchronize()
+    assert torch.equal(dq, q.grad) and torch.equal(dk, k.grad) and torch.equal(dv, v.grad)
+
+
+def test_backward_many_sequences_and_meta_entry_point():
+    g = torch.Generator().manual_seed(11)
+    lengths = torch.randint(0, 300, (96,), generator=g).tolist()
+    q, k, v, off, off_list = make_inputs(lengths, 4, 128, torch.bfloat16, seed=12)
+    for t in (q, k, v):
+        t.requires_grad_()
+    out = attngen.block_attention_api(q, k, v, off, off_list)
+    dout = torch.randn_like(out)
+    backward_or_skip(out, dout)
+    torch.cuda.synchronize()
+    check_grads(q, k, v, dout, off_list, 64, False)
+
+
+def test_backward_softmax_scale_and_strided_dout():
+    lengths = [70, 5, 128, 1]
+    q, k, v, off, off_list = make_inputs(lengths, 2, 64, torch.float16, seed=13)
+    for t in (q, k, v):
+        t.requires_grad_()
+    out = attngen.block_attention(q, k, v, off, block_size=64, softmax_scale=0.05, _poison=True)
+    # a non-contiguous output gradient: the binding makes it contiguous
+    dout = torch.randn(2, out.shape[0], 64, device="cuda", dtype=out.dtype).transpose(0, 1)
+    assert not dout.is_contiguous()
+    backward_or_skip(out, dout)
+    torch.cuda.synchronize()
+    check_grads(q, k, v, dout, off_list, 64, False, scale=0.05)
+
+
+def test_backward_only_requested_gradients_and_chain_rule():
+    lengths = [100, 64, 3]
+    q, k, v, off, off_list = make_inputs(lengths, 2, 128, torch.bfloat16, seed=14)
+    v.requires_grad_()
+    w = torch.randn_like(q)
+    out = attngen.block_attention(q, k, v, off, causal=True)
+    try:
+        (out.float() * w.float()).sum().backward()  # dL/dout = w, through a cast
+    except attngen.UnsupportedError as e:
+        if attngen.is_backward_gate(e):
+            pytest.skip("backward gated by spec validation")
+        raise
+    torch.cuda.synchronize()
+    assert q.grad is None and k.grad is None and v.grad is not None
+    ref = reference_grads(q, k, v, w, off_list, 64, True)
+    (err,) = grad_errors([v.grad], [ref[2]])
+    assert err <= GRAD_TOL[torch.bfloat16]
+
+
+def test_backward_runs_on_the_current_stream():
+    lengths = [200, 64, 3]
+    q, k, v, off, off_list = make_inputs(lengths, 2, 128, torch.bfloat16, seed=15)
+    for t in (q, k, v):
+        t.requires_grad_()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = attngen.block_attention(q, k, v, off, _poison=True)
+        dout = torch.randn_like(out)
+        backward_or_skip(out, dout)
+    s.synchronize()
+    check_grads(q, k, v, dout, off_list, 64, False)
+
+
+def test_backward_empty_inputs():
+    q, k, v, off, _ = make_inputs([0, 0], 2, 64, torch.bfloat16)
+    for t in (q, k, v):
+        t.requires_grad_()
+    out = attngen.block_attention(q, k, v, off, [0, 0, 0])
+    backward_or_skip(out, torch.zeros_like(out))
+    assert q.grad.shape == (0, 2, 64) and v.grad.shape == (0, 2, 64)
+
+
+def test_backward_gate_while_on():
+    """While validation gates the backward: the forward runs and is right
+    with inputs that require grad, and .backward() raises UnsupportedError
+    naming the gate and carrying the C message."""
+    gate = backward_gated()
+    if gate is None:
+        pytest.skip("the backward's gate is lifted")
+    q, k, v, off, off_list = make_inputs([70, 10], 2, 64, torch.bfloat16)
+    q.requires_grad_()
+    out = attngen.block_attention(q, k, v, off, _poison=True)
+    assert out.requires_grad
+    torch.cuda.synchronize()
+    check(out.detach(), q, k, v, off_list, 64, False)
+    with pytest.raises(attngen.UnsupportedError) as ei:
         out.sum().backward()
+    msg = str(ei.value)
+    assert msg.startswith("attngen: the backward pass is not enabled yet: ")
+    assert "not supported yet: the backward pass" in msg
+    assert isinstance(ei.value, NotImplementedError)
     with torch.no_grad():
         assert not attngen.block_attention(q, k, v, off).requires_grad
+
+
+def test_backward_of_a_loaded_forward_only_kernel():
+    kernel = attngen.load(os.path.join(REPO, "specs", "ads_block64_d64_fp16.yaml"))
+    assert not kernel.supports("backward")
+    q, k, v, off, _ = make_inputs([70, 10], 2, 64, torch.float16)
+    q.requires_grad_()
+    out = kernel(q, k, v, off)
+    with pytest.raises(NotImplementedError, match="has no backward pass"):
+        out.sum().backward()
+
+
+def test_backward_beyond_the_kernels_shared_memory():
+    """block 256 at head_dim 128: the forward runs with inputs that require
+    grad, the backward is refused (the gate, or the plan's limit)."""
+    q, k, v, off, off_list = make_inputs([300, 17], 2, 128, torch.bfloat16, seed=16)
+    q.requires_grad_()
+    out = attngen.block_attention(q, k, v, off, block_size=256, _poison=True)
+    torch.cuda.synchronize()
+    check(out.detach(), q, k, v, off_list, 256, False)
+    with pytest.raises(attngen.UnsupportedError, match="attngen: the backward pass is not"):
+        out.sum().backward()
 
 
 def test_argument_errors_on_real_tensors():

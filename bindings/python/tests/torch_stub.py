@@ -1,10 +1,17 @@
 """A STUB of the few torch.Tensor attributes attngen's argument checks read
-(.dtype, .shape, .device, .is_contiguous(), .data_ptr(), .tolist()).
+(.dtype, .shape, .device, .is_contiguous(), .data_ptr(), .tolist()), and of
+the few torch functions attngen.ops calls around a launch (FakeTorch:
+empty_like, full_like, is_grad_enabled, cuda.current_stream, and a minimal
+autograd.Function that records the ctx so a test can call backward).
 
 It is not torch and computes nothing: it lets the pure-Python validation in
-attngen._validate run on machines without torch (CI). The GPU tests use
-real torch tensors instead.
+attngen._validate and the wiring of attngen.ops (which kernel, which C entry
+point, which pointers and stream, which gradients come back) run on machines
+without torch (CI). The GPU tests use real torch tensors instead.
 """
+import itertools
+
+_ptrs = itertools.count(0x7F0000100000, 0x100000)  # fresh, 16-byte aligned addresses
 
 
 class StubDtype:
@@ -52,19 +59,40 @@ class StubTensor:
     """Shape/dtype/device metadata only; `values` backs tolist() for offsets."""
 
     def __init__(self, shape, dtype=bfloat16, device="cuda:0", contiguous=True, ptr=0x7F0000000000,
-                 values=None):
+                 values=None, requires_grad=False):
         self.shape = tuple(shape)
         self.dtype = dtype
-        self.device = StubDevice(device)
+        self.device = device if isinstance(device, StubDevice) else StubDevice(device)
         self._contiguous = contiguous
         self._ptr = ptr
         self._values = values
+        self.requires_grad = requires_grad
+        self.fill = None       # what full_like filled it with (FakeTorch)
+        self.grad_fn = None    # (Function class, ctx) after FakeFunction.apply
 
     def is_contiguous(self):
         return self._contiguous
 
     def data_ptr(self):
         return self._ptr
+
+    def _like(self, **kw):
+        args = dict(shape=self.shape, dtype=self.dtype, device=self.device, ptr=next(_ptrs))
+        args.update(kw)
+        return StubTensor(**args)
+
+    def contiguous(self):
+        return self if self._contiguous else self._like()
+
+    def clone(self):
+        return self._like()
+
+    def to(self, dtype):
+        return self if dtype == self.dtype else self._like(dtype=dtype)
+
+    def requires_grad_(self, flag=True):
+        self.requires_grad = flag
+        return self
 
     def tolist(self):
         if self._values is None:
@@ -78,3 +106,74 @@ def qkv(tokens=100, heads=4, head_dim=128, dtype=bfloat16, device="cuda:0"):
 
 def offsets(values, device="cuda:0", dtype=int32):
     return StubTensor((len(values),), dtype, device, values=values)
+
+
+# ---- FakeTorch: the torch functions attngen.ops calls ------------------------
+
+class _Stream:
+    def __init__(self, handle):
+        self.cuda_stream = handle
+
+
+class FakeCtx:
+    def __init__(self, needs_input_grad):
+        self.needs_input_grad = needs_input_grad
+        self.saved_tensors = ()
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+
+class FakeFunction:
+    """autograd.Function's calling convention: apply() runs forward with a
+    ctx whose needs_input_grad reflects requires_grad; the output keeps
+    (class, ctx) so `run_backward(out, grad)` can call backward."""
+
+    @classmethod
+    def apply(cls, *args):
+        ctx = FakeCtx(tuple(bool(getattr(a, "requires_grad", False)) for a in args))
+        out = cls.forward(ctx, *args)
+        out.grad_fn = (cls, ctx)
+        out.requires_grad = True
+        return out
+
+
+def run_backward(out, grad):
+    cls, ctx = out.grad_fn
+    return cls.backward(ctx, grad)
+
+
+class _Namespace:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+class FakeTorch:
+    """Stands in for the torch module inside attngen.ops (monkeypatch
+    ops._torch to return one)."""
+
+    contiguous_format = "contiguous_format"
+    bfloat16, float16, float32, int32, int64 = bfloat16, float16, float32, int32, int64
+
+    def __init__(self, stream=0x5EED, grad_enabled=True, device_index=0):
+        self.grad_enabled = grad_enabled
+        self.streams = []
+        self.cuda = _Namespace(
+            current_stream=lambda dev=None: (self.streams.append(dev), _Stream(stream))[1],
+            current_device=lambda: device_index,
+            is_available=lambda: True)
+        self.autograd = _Namespace(Function=FakeFunction,
+                                   function=_Namespace(once_differentiable=lambda f: f))
+
+    def is_grad_enabled(self):
+        return self.grad_enabled
+
+    def empty_like(self, t, memory_format=None):
+        assert memory_format == self.contiguous_format
+        return t._like(contiguous=True)
+
+    def full_like(self, t, value, memory_format=None):
+        assert memory_format == self.contiguous_format
+        out = t._like(contiguous=True)
+        out.fill = value
+        return out

@@ -1,0 +1,131 @@
+"""The binding's torch.autograd.Function under REAL torch autograd, on the
+CPU: a stand-in kernel computes the block attention and its gradients with
+torch ops, so the Function's contract with the autograd engine is checked
+without a GPU (how many gradients it returns, for which inputs, what it
+saves, what happens to the gate's error when .backward() runs it, double
+backward). Skipped without torch; the launches themselves are covered by
+test_backward_stub.py (wiring) and test_gpu.py (numbers).
+"""
+import math
+
+import pytest
+
+from attngen import _errors, ops
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+
+def attention(q, k, v, offsets, block):
+    """Block-diagonal attention, differentiable, for the stand-in kernel."""
+    d = q.shape[-1]
+    pieces = []
+    for s, e in zip(offsets[:-1], offsets[1:]):
+        for b0 in range(s, e, block):
+            b1 = min(b0 + block, e)
+            qb, kb, vb = (t[b0:b1].transpose(0, 1) for t in (q, k, v))
+            p = torch.softmax(qb @ kb.transpose(-1, -2) / math.sqrt(d), dim=-1)
+            pieces.append((p @ vb).transpose(0, 1))
+    return torch.cat(pieces) if pieces else q * 0
+
+
+class StandInKernel:
+    """What the Function calls on a Kernel: _forward_raw and _backward_raw,
+    here in float64 torch ops on the CPU; records the calls."""
+
+    def __init__(self, block=16):
+        self.block = block
+        self.calls = []
+
+    def _forward_raw(self, q, k, v, offsets, batch, poison=False, rotary_table=None):
+        self.calls.append(("forward", batch, poison, rotary_table))
+        with torch.no_grad():
+            return attention(q, k, v, offsets.tolist(), self.block)
+
+    def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None):
+        self.calls.append(("backward", batch, poison, rotary_table, dout.is_contiguous()))
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        with torch.enable_grad():
+            out = attention(*leaves, offsets.tolist(), self.block)
+            return torch.autograd.grad(out, leaves, dout)
+
+
+@pytest.fixture
+def fn(monkeypatch):
+    monkeypatch.setattr(ops, "_autograd_cls", None)  # built on real torch
+    yield ops._function()
+    ops._autograd_cls = None
+
+
+def inputs(lengths=(0, 1, 15, 16, 17, 40), heads=2, d=8, grad=(True, True, True)):
+    g = torch.Generator().manual_seed(0)
+    total = sum(lengths)
+    q, k, v = (torch.randn(total, heads, d, generator=g, dtype=torch.float64) for _ in range(3))
+    for t, r in zip((q, k, v), grad):
+        t.requires_grad_(r)
+    offs = [0]
+    for n in lengths:
+        offs.append(offs[-1] + n)
+    return q, k, v, torch.tensor(offs, dtype=torch.int32)
+
+
+def test_gradients_flow_through_the_function(fn):
+    kern = StandInKernel()
+    q, k, v, off = inputs()
+    out = fn.apply(q, k, v, off, kern, len(off) - 1, False, None, None)
+    assert out.requires_grad and out.grad_fn is not None
+    w = torch.randn_like(out)
+    (out * w).sum().backward()
+    # the same through plain autograd of the stand-in's math
+    q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    (attention(q2, k2, v2, off.tolist(), 16) * w).sum().backward()
+    for a, b in ((q, q2), (k, k2), (v, v2)):
+        assert torch.allclose(a.grad, b.grad, atol=1e-12)
+    assert [c[0] for c in kern.calls] == ["forward", "backward"]
+    assert kern.calls[1][4] is True  # dout reached the kernel contiguous
+
+
+def test_only_requested_gradients_and_strided_dout(fn):
+    kern = StandInKernel()
+    q, k, v, off = inputs(grad=(False, False, True))
+    out = fn.apply(q, k, v, off, kern, len(off) - 1, True, None, None)
+    dout = torch.randn(out.shape[1], out.shape[0], out.shape[2], dtype=out.dtype).transpose(0, 1)
+    assert not dout.is_contiguous()
+    out.backward(dout)
+    assert q.grad is None and k.grad is None and v.grad is not None
+    assert kern.calls[0][2] is True and kern.calls[1][2] is True  # poison reaches both passes
+    assert kern.calls[1][4] is True
+
+
+def test_the_gate_surfaces_at_backward_through_the_engine(fn):
+    kern = StandInKernel()
+    q, k, v, off = inputs()
+    gate = _errors.make_error(_errors.AG_ERR_UNSUPPORTED,
+                              "<dict>:8:1: error: not supported yet: the backward pass\n"
+                              "passes: [forward, backward]\n^", code_name="not supported yet")
+    refused = ops._gate_refusal(gate)
+    out = fn.apply(q, k, v, off, kern, len(off) - 1, False, refused, None)
+    assert out.requires_grad
+    with pytest.raises(_errors.UnsupportedError) as ei:
+        out.sum().backward()
+    assert str(ei.value).startswith("attngen: the backward pass is not enabled yet: <dict>:8:1:")
+    assert ops.is_backward_gate(ei.value)
+    assert [c[0] for c in kern.calls] == ["forward"]
+
+
+def test_double_backward_is_refused(fn):
+    kern = StandInKernel()
+    q, k, v, off = inputs()
+    out = fn.apply(q, k, v, off, kern, len(off) - 1, False, None, None)
+    (gq,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError):
+        gq.sum().backward()
+
+
+def test_rotary_table_is_saved_and_gets_no_gradient(fn):
+    kern = StandInKernel()
+    q, k, v, off = inputs()
+    table = torch.randn(q.shape[0], q.shape[2], dtype=q.dtype, requires_grad=True)
+    out = fn.apply(q, k, v, off, kern, len(off) - 1, False, None, table)
+    out.sum().backward()
+    assert kern.calls[0][3] is table and kern.calls[1][3] is not None
+    assert table.grad is None
