@@ -150,7 +150,9 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   }
   out->stages = 2 * stage_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   out->smem_bytes = out->stages * stage_bytes;
-  out->min_ctas_per_sm = 2 * out->smem_bytes <= MAX_SMEM_BYTES ? 2 : 1;
+  /* The register cap for two CTAs per SM only for CTAs of up to 4 warps:
+   * with 8 warps it would be 128 registers, and the 128-token tiles spill. */
+  out->min_ctas_per_sm = out->warps <= 4 && 2 * out->smem_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   out->items_per_cta = 8;
   kernel_name(out->kernel_name, spec, "fwd");
   return AG_OK;
