@@ -4,12 +4,14 @@
     python bench/bench.py --quick --out DIR     # < 2 min on an H200
     python bench/bench.py --out DIR             # full ads sweep, < 8 min
     python bench/bench.py --smoke --out DIR     # tiny shapes, checks the pipeline
+    python bench/bench.py --quick --pass bwd    # the backward (fwd|bwd|both; default fwd)
+    python bench/bench.py --quick --rotary      # forward+backward with rotary (experimental)
 
 The orchestrator (this process; it never imports torch) runs each peer in a
 worker subprocess of its own (`bench.py --worker NAME`), which runs all of the
-peer's shapes and reports one JSON record per line. A worker that dies (an
-illegal memory access kills the CUDA context) loses only the shape it was on:
-it is restarted on the remaining shapes. Every shape is timed with CUDA
+peer's tasks (a shape and a pass each) and reports one JSON record per line.
+A worker that dies (an illegal memory access kills the CUDA context) loses
+only the task it was on: it is restarted on the remaining ones. Every shape is timed with CUDA
 events (median of >= 20 after warm-up) and checked against a float64
 reference on a sample of blocks; disagreeing results are flagged. Partial
 results are written to --out after every record, the Markdown report after
@@ -37,7 +39,8 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 from peers import ORDER as PEER_ORDER  # noqa: E402
-from peers.common import ERR_FLAG, Shape, ads_shapes, quick_shapes, smoke_shapes  # noqa: E402
+from peers.common import (ERR_FLAG, Task, ads_shapes, quick_shapes,  # noqa: E402
+                          smoke_shapes)
 
 T0 = time.perf_counter()
 
@@ -76,16 +79,62 @@ def _error_text(e):
     return ("%s: %s" % (type(e).__name__, first))[:400]
 
 
+def _run_forward(peer, data, mode, rec, t0):
+    import torch
+    from peers.common import Reference, timed_iters
+    ref = Reference(data)
+    prep = peer.prepare(data, mode)
+    rec["prepare_s"] = round(time.perf_counter() - t0, 3)
+    with prep.context():
+        out = prep.run(0)
+        torch.cuda.synchronize()
+        nan = bool(torch.isnan(out).any().item())
+        err, nchecked = ref.error(prep.rows, out, prep.exact)
+        del out
+        med, lo, iters = timed_iters(prep.run, data.nsets, mode)
+    rec.update(ok=True, ms=med, ms_min=lo, iters=iters, err=err, nan=nan,
+               err_blocks=nchecked, exact=prep.exact, config=prep.config,
+               note=prep.note, extra=prep.extra)
+
+
+def _run_grad(peer, data, mode, rec, t0, pass_):
+    """The backward (bwd) or the rotary pipeline (rot) of one shape: errors of
+    dq, dk, dv (and of the output for rot) against float64, then the timing."""
+    import torch
+    from peers.common import Reference, timed_iters
+    ref = Reference(data, grads=True, rotary=(pass_ == "rot"))
+    prep = peer.prepare_backward(data, mode) if pass_ == "bwd" else peer.prepare_rotary(data, mode)
+    rec["prepare_s"] = round(time.perf_counter() - t0, 3)
+    with prep.context():
+        if prep.pre is not None:
+            prep.pre(0)
+        if prep.check is not None:
+            out, grads = prep.check(0)
+        else:
+            out, grads = None, prep.run(0)
+        torch.cuda.synchronize()
+        checked = list(grads) + ([out] if out is not None else [])
+        nan = any(bool(torch.isnan(t).any().item()) for t in checked)
+        errs, nchecked = ref.grad_errors(prep.rows, grads, prep.exact)
+        if out is not None:
+            errs["out"], _ = ref.error(prep.out_rows, out, prep.exact)
+        del out, grads, checked
+        med, lo, iters = timed_iters(prep.run, data.nsets, mode, pre=prep.pre)
+    rec.update(ok=True, ms=med, ms_min=lo, iters=iters, err=max(errs.values()), errs=errs,
+               nan=nan, err_blocks=nchecked, exact=prep.exact, config=prep.config,
+               note=prep.note, extra=prep.extra)
+
+
 def worker_main(args):
     import gc
 
     import torch
 
     from peers import load
-    from peers.common import Reference, ShapeData, Unavailable, timed_iters
+    from peers.common import ShapeData, Unavailable, pass_stats
 
     with open(args.tasks) as f:
-        shapes = [Shape.from_dict(d) for d in json.load(f)]
+        tasks = [Task.from_dict(d) for d in json.load(f)]
     mode = args.mode
     if not torch.cuda.is_available():
         _emit({"type": "unavailable", "reason": "torch sees no CUDA device"})
@@ -108,45 +157,43 @@ def worker_main(args):
         return 0
     if hasattr(peer, "precompile"):
         try:
-            s = peer.precompile(shapes)
+            s = peer.precompile(tasks)
             _emit({"type": "info", "precompile_s": round(s, 2)})
         except Exception as e:
             _wlog("precompile failed: %s" % _error_text(e))
 
-    for shape in shapes:
-        _emit({"type": "start", "shape": shape.id})
-        _wlog("start %s" % shape.label)
-        rec = {"type": "result", "shape": shape.id, "peer": args.worker}
-        data = prep = None
-        broken = False
+    data = None  # kept across the passes of one shape (tasks come grouped by shape)
+    for task in tasks:
+        shape, pass_ = task.shape, task.pass_
+        _emit({"type": "start", "task": task.id, "shape": shape.id, "pass": pass_})
+        _wlog("start %s" % task.label)
+        rec = {"type": "result", "shape": shape.id, "pass": pass_, "peer": args.worker}
+        broken = failed = False
         t0 = time.perf_counter()
         try:
-            data = ShapeData(shape)
-            rec["stats"] = data.stats
-            ref = Reference(data)
-            prep = peer.prepare(data, mode)
-            rec["prepare_s"] = round(time.perf_counter() - t0, 3)
-            with prep.context():
-                out = prep.run(0)
-                torch.cuda.synchronize()
-                nan = bool(torch.isnan(out).any().item())
-                err, nchecked = ref.error(prep.rows, out, prep.exact)
-                del out
-                med, lo, iters = timed_iters(prep.run, data.nsets, mode)
-            rec.update(ok=True, ms=med, ms_min=lo, iters=iters, err=err, nan=nan,
-                       err_blocks=nchecked, exact=prep.exact, config=prep.config,
-                       note=prep.note, extra=prep.extra)
+            if data is not None and data.shape.id != shape.id:
+                data.free()
+                data = None
+                gc.collect()
+                torch.cuda.empty_cache()
+            if data is None:
+                data = ShapeData(shape)
+            rec["stats"] = pass_stats(data.stats, pass_)
+            if pass_ == "fwd":
+                _run_forward(peer, data, mode, rec, t0)
+            else:
+                _run_grad(peer, data, mode, rec, t0, pass_)
         except Unavailable as e:
             rec.update(ok=False, error="unavailable: %s" % e)
         except Exception as e:
+            failed = True
             rec.update(ok=False, error=_error_text(e))
             _wlog("".join(traceback.format_exception(type(e), e, e.__traceback__))[-3000:])
             broken = not _cuda_healthy()
         finally:
-            prep = None
-            if data is not None:
+            if failed and data is not None:  # e.g. out of memory: start the next task afresh
                 data.free()
-            data = None
+                data = None
             gc.collect()
             try:
                 torch.cuda.empty_cache()
@@ -158,6 +205,8 @@ def worker_main(args):
             _wlog("CUDA context unusable after this error; exiting so the harness restarts")
             sys.stdout.flush()
             os._exit(3)
+    if data is not None:
+        data.free()
     _emit({"type": "done"})
     return 0
 
@@ -166,11 +215,22 @@ def worker_main(args):
 # orchestrator (no torch)
 # =============================================================================
 
+PASS_NAMES = {"fwd": "forward", "bwd": "backward", "rot": "forward+backward with rotary"}
+
+
+def task_key(rec):
+    """The task id of a record ("<shape id>/<pass>"; records without a pass
+    are forward ones)."""
+    return "%s/%s" % (rec["shape"], rec.get("pass", "fwd"))
+
+
 class State:
     """Everything measured so far; written to --out as it grows."""
 
-    def __init__(self, args, shapes, mode):
+    def __init__(self, args, shapes, mode, passes=("fwd",), worker_mode=None):
         self.args, self.shapes, self.mode = args, shapes, mode
+        self.passes = list(passes)
+        self.worker_mode = worker_mode or mode
         self.shape_by_id = {s.id: s for s in shapes}
         self.env = {}
         self.ceilings = {}
@@ -183,7 +243,11 @@ class State:
         self.command = "python " + shlex.join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
 
     def add(self, rec):
-        self.results[(rec["peer"], rec["shape"])] = rec
+        rec.setdefault("pass", "fwd")
+        self.results[(rec["peer"], rec["shape"], rec["pass"])] = rec
+
+    def get(self, peer, shape_id, pass_):
+        return self.results.get((peer, shape_id, pass_))
 
     def gpu_slug(self):
         name = self.env.get("gpu") or "unknown-gpu"
@@ -195,7 +259,8 @@ class State:
 
     def to_json(self):
         return {
-            "date": self.date, "mode": self.mode, "command": self.command, "env": self.env,
+            "date": self.date, "mode": self.mode, "passes": self.passes,
+            "command": self.command, "env": self.env,
             "ceilings": self.ceilings, "unavailable": self.unavailable, "events": self.events,
             "worker_wall_s": self.worker_wall, "info": self.info,
             "shapes": [dict(s.to_dict(), id=s.id, label=s.label) for s in self.shapes],
@@ -209,28 +274,34 @@ def _reader(stream, tag, q):
     q.put((tag, None))
 
 
-def run_worker(state, name, shapes, deadline):
-    """Run one peer over its shapes in subprocesses, restarting after crashes."""
-    remaining = list(shapes)
+def run_worker(state, name, tasks, deadline):
+    """Run one peer over its tasks (shape, pass) in subprocesses, restarting
+    after crashes."""
+    remaining = list(tasks)
     restarts = 0
     t_start = time.perf_counter()
     workdir = os.path.join(state.args.out, ".work")
     os.makedirs(workdir, exist_ok=True)
+
+    def fail(task_id, error):
+        shape_id, _, pass_ = task_id.rpartition("/")
+        state.add({"type": "result", "peer": name, "shape": shape_id, "pass": pass_,
+                   "ok": False, "error": error})
+
     while remaining:
         left = deadline - time.perf_counter()
         if left < 3:
-            for s in remaining:
-                state.add({"type": "result", "peer": name, "shape": s.id, "ok": False,
-                           "error": "not run: time budget spent"})
-            state.events.append("%s: %d shape(s) not run (time budget)" % (name, len(remaining)))
+            for t in remaining:
+                fail(t.id, "not run: time budget spent")
+            state.events.append("%s: %d task(s) not run (time budget)" % (name, len(remaining)))
             break
-        tasks = os.path.join(workdir, "%s.json" % name)
-        with open(tasks, "w") as f:
-            json.dump([s.to_dict() for s in remaining], f)
+        task_file = os.path.join(workdir, "%s.json" % name)
+        with open(task_file, "w") as f:
+            json.dump([t.to_dict() for t in remaining], f)
         # ATTNGEN_BENCH_WORKER: another worker script (the harness's own CPU tests)
         script = os.environ.get("ATTNGEN_BENCH_WORKER") or os.path.abspath(__file__)
-        cmd = [sys.executable, script, "--worker", name, "--tasks", tasks,
-               "--mode", state.mode]
+        cmd = [sys.executable, script, "--worker", name, "--tasks", task_file,
+               "--mode", state.worker_mode]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=REPO, env=env, start_new_session=True, bufsize=1)
@@ -261,10 +332,10 @@ def run_worker(state, name, shapes, deadline):
                     continue
                 kind = rec.get("type")
                 if kind == "start":
-                    current = rec["shape"]
+                    current = rec.get("task") or task_key(rec)
                     started = True
                 elif kind == "result":
-                    done.add(rec["shape"])
+                    done.add(task_key(rec))
                     current = None
                     state.add(rec)
                     _progress(state, rec)
@@ -317,13 +388,11 @@ def run_worker(state, name, shapes, deadline):
             break
         if timed_out:
             if current:
-                state.add({"type": "result", "peer": name, "shape": current, "ok": False,
-                           "error": "timed out (time budget)"})
+                fail(current, "timed out (time budget)")
                 done.add(current)
-            rest = [s for s in remaining if s.id not in done]
-            for s in rest:
-                state.add({"type": "result", "peer": name, "shape": s.id, "ok": False,
-                           "error": "not run: time budget spent"})
+            for t in remaining:
+                if t.id not in done:
+                    fail(t.id, "not run: time budget spent")
             state.events.append("%s: killed at the time budget on %s" % (name, current or "-"))
             log("%s: time budget reached; worker killed" % name)
             break
@@ -331,33 +400,31 @@ def run_worker(state, name, shapes, deadline):
         errs = [x for x in lines if re.search(r"error|Error|illegal|fault|Abort", x)]
         why = ((errs or lines or ["no output"])[-1]).strip()[:300]
         if not started:
-            # Died before its first shape (import error, no device, ...):
+            # Died before its first task (import error, no device, ...):
             # restarting would only fail the same way.
-            for s in remaining:
-                state.add({"type": "result", "peer": name, "shape": s.id, "ok": False,
-                           "error": "worker failed to start (exit %s): %s" % (rc, why)})
+            for t in remaining:
+                fail(t.id, "worker failed to start (exit %s): %s" % (rc, why))
             state.events.append("%s: worker failed to start (exit %s): %s" % (name, rc, why))
             log("%s: worker failed to start (exit %s): %s" % (name, rc, why))
             break
         if current is not None:
-            msg = "worker died (exit %s) on this shape: %s" % (rc, why)
-            state.add({"type": "result", "peer": name, "shape": current, "ok": False, "error": msg})
+            msg = "worker died (exit %s) on this task: %s" % (rc, why)
+            fail(current, msg)
             state.events.append("%s: worker died on %s (exit %s)" % (name, current, rc))
             log("%s: %s" % (name, msg))
             done.add(current)
-        remaining = [s for s in remaining if s.id not in done]
+        remaining = [t for t in remaining if t.id not in done]
         if remaining:
             if rc == 0 and current is None:
                 # exited cleanly without covering everything: should not happen
-                state.events.append("%s: worker exited early; %d shape(s) left" % (name, len(remaining)))
+                state.events.append("%s: worker exited early; %d task(s) left" % (name, len(remaining)))
             restarts += 1
             if restarts > 6:
-                for s in remaining:
-                    state.add({"type": "result", "peer": name, "shape": s.id, "ok": False,
-                               "error": "not run: worker kept dying"})
+                for t in remaining:
+                    fail(t.id, "not run: worker kept dying")
                 break
-            state.events.append("%s: restarted on %d remaining shape(s)" % (name, len(remaining)))
-            log("%s: restarting on %d remaining shape(s)" % (name, len(remaining)))
+            state.events.append("%s: restarted on %d remaining task(s)" % (name, len(remaining)))
+            log("%s: restarting on %d remaining task(s)" % (name, len(remaining)))
     state.worker_wall[name] = round(time.perf_counter() - t_start, 1)
     write_json(state)
 
@@ -365,15 +432,17 @@ def run_worker(state, name, shapes, deadline):
 def _progress(state, rec):
     sh = state.shape_by_id.get(rec["shape"])
     label = sh.label if sh else rec["shape"]
+    if rec.get("pass", "fwd") != "fwd" or state.passes != ["fwd"]:
+        label += " " + rec.get("pass", "fwd")
     if rec.get("ok"):
         st = rec.get("stats", {})
         tb = st.get("bytes", 0) / rec["ms"] / 1e9 if rec["ms"] else 0
         flag = "  FLAGGED" if _flagged(rec) else ""
-        log("%-14s %-28s %8.3f ms %6.2f TB/s  err %.1e%s  (%s)" % (
+        log("%-14s %-32s %8.3f ms %6.2f TB/s  err %.1e%s  (%s)" % (
             rec["peer"], label, rec["ms"], tb, rec.get("err", float("nan")), flag,
             rec.get("config", "")))
     else:
-        log("%-14s %-28s FAILED: %s" % (rec["peer"], label, rec.get("error")))
+        log("%-14s %-32s FAILED: %s" % (rec["peer"], label, rec.get("error")))
 
 
 def _progress_ceiling(rec):
@@ -396,6 +465,19 @@ def fwd_ceiling(state):
     return max(vals) if vals else None
 
 
+def bwd_ceiling(state):
+    """The read-4-write-3 stream kernel's bandwidth (the backward's traffic),
+    else the copy's."""
+    for n in ("r4w3", "copy"):
+        if state.ceilings.get(n, {}).get("ok"):
+            return state.ceilings[n]["tbps"]
+    return None
+
+
+def bw_ceiling(state, pass_):
+    return fwd_ceiling(state) if pass_ == "fwd" else bwd_ceiling(state)
+
+
 def mm_ceiling(state):
     c = state.ceilings.get("matmul", {})
     return c.get("tflops") if c.get("ok") else None
@@ -409,58 +491,82 @@ def _f(x, fmt, none="—"):
     return none if x is None else fmt % x
 
 
+def _multi(state):
+    """Whether the report must say which pass a row is (anything but the
+    forward alone)."""
+    return state.passes != ["fwd"]
+
+
 def shape_summary(state):
-    """Per shape: attngen record, fastest valid peer (name, record), speedup."""
+    """Per (shape, pass): attngen record, fastest valid peer (name, record),
+    speedup. Returns (shape, pass, ag, best, speed) tuples."""
     out = []
     for s in state.shapes:
-        ag = state.results.get(("attngen", s.id))
-        ag_ok = ag if ag and ag.get("ok") and not _flagged(ag) else None
-        best = None
-        for p in PEER_ORDER:
-            if p == "attngen":
-                continue
-            r = state.results.get((p, s.id))
-            if r and r.get("ok") and not _flagged(r) and (best is None or r["ms"] < best[1]["ms"]):
-                best = (p, r)
-        speed = best[1]["ms"] / ag_ok["ms"] if (ag_ok and best) else None
-        out.append((s, ag, best, speed))
+        for ps in state.passes:
+            ag = state.get("attngen", s.id, ps)
+            ag_ok = ag if ag and ag.get("ok") and not _flagged(ag) else None
+            best = None
+            for p in PEER_ORDER:
+                if p == "attngen":
+                    continue
+                r = state.get(p, s.id, ps)
+                if r and r.get("ok") and not _flagged(r) and (best is None or r["ms"] < best[1]["ms"]):
+                    best = (p, r)
+            speed = best[1]["ms"] / ag_ok["ms"] if (ag_ok and best) else None
+            out.append((s, ps, ag, best, speed))
     return out
 
 
+def _err_text(r):
+    """The error cell: the max relative error, and for gradient passes each
+    gradient's (dq/dk/dv, and out for the rotary pipeline)."""
+    err = "%.1e" % r["err"]
+    errs = r.get("errs")
+    if errs:
+        names = [n for n in ("out", "dq", "dk", "dv") if n in errs]
+        err = "%s %s %s" % ("/".join(names), "/".join("%.1e" % errs[n] for n in names),
+                            "(max %.1e)" % r["err"])
+    if r.get("nan"):
+        err += " NaN"
+    if _flagged(r):
+        err = "**FLAGGED** " + err
+    if r.get("exact") == "full_blocks":
+        err += " (full blocks)"
+    return err
+
+
 def table_rows(state):
-    """The main table: one row per (shape, implementation)."""
-    bw, mm = fwd_ceiling(state), mm_ceiling(state)
+    """The main table: one row per (shape, pass, implementation)."""
+    mm = mm_ceiling(state)
     rows = []
     for s in state.shapes:
-        ag = state.results.get(("attngen", s.id))
-        ag_ms = ag["ms"] if ag and ag.get("ok") and not _flagged(ag) else None
-        for p in PEER_ORDER:
-            r = state.results.get((p, s.id))
-            if r is None:
-                continue
-            if not r.get("ok"):
-                rows.append([s.label, "fwd", p, "—", "—", "—", "—", "—", "—", "—",
-                             "ERROR: " + str(r.get("error", ""))[:160]])
-                continue
-            st = r.get("stats", {})
-            tbps = st.get("bytes", 0) / r["ms"] / 1e9
-            tflops = st.get("flops", 0) / r["ms"] / 1e9
-            err = "%.1e" % r["err"] + (" NaN" if r.get("nan") else "")
-            if _flagged(r):
-                err = "**FLAGGED** " + err
-            if r.get("exact") == "full_blocks":
-                err += " (full blocks)"
-            speed = "%.2fx" % (r["ms"] / ag_ms) if (ag_ms and p != "attngen") else "—"
-            note = r.get("config", "")
-            if r.get("note"):
-                note += "; " + r["note"]
-            ex = r.get("extra") or {}
-            for key in ("block_mask_ms", "first_call_s", "first_build_s"):
-                if key in ex:
-                    note += "; %s=%s" % (key, ex[key])
-            rows.append([s.label, "fwd", p, _ms(r["ms"]), "%.2f" % tbps,
-                         _f(tbps / bw * 100 if bw else None, "%.0f%%"), "%.1f" % tflops,
-                         _f(tflops / mm * 100 if mm else None, "%.1f%%"), err, speed, note])
+        for ps in state.passes:
+            bw = bw_ceiling(state, ps)
+            ag = state.get("attngen", s.id, ps)
+            ag_ms = ag["ms"] if ag and ag.get("ok") and not _flagged(ag) else None
+            for p in PEER_ORDER:
+                r = state.get(p, s.id, ps)
+                if r is None:
+                    continue
+                if not r.get("ok"):
+                    rows.append([s.label, ps, p, "—", "—", "—", "—", "—", "—", "—",
+                                 "ERROR: " + str(r.get("error", ""))[:160]])
+                    continue
+                st = r.get("stats", {})
+                tbps = st.get("bytes", 0) / r["ms"] / 1e9
+                tflops = st.get("flops", 0) / r["ms"] / 1e9
+                speed = "%.2fx" % (r["ms"] / ag_ms) if (ag_ms and p != "attngen") else "—"
+                note = r.get("config", "")
+                if r.get("note"):
+                    note += "; " + r["note"]
+                ex = r.get("extra") or {}
+                for key in ("block_mask_ms", "first_call_s", "first_build_s"):
+                    if key in ex:
+                        note += "; %s=%s" % (key, ex[key])
+                rows.append([s.label, ps, p, _ms(r["ms"]), "%.2f" % tbps,
+                             _f(tbps / bw * 100 if bw else None, "%.0f%%"), "%.1f" % tflops,
+                             _f(tflops / mm * 100 if mm else None, "%.1f%%"), _err_text(r),
+                             speed, note])
     return rows
 
 
@@ -470,21 +576,30 @@ HEAD_SUM = ["shape", "blocks", "attngen ms", "attngen TB/s", "%BW ceil", "fastes
             "peer ms", "speedup"]
 
 
+def head_sum(state):
+    return HEAD_SUM[:1] + ["pass"] + HEAD_SUM[1:] if _multi(state) else HEAD_SUM
+
+
 def summary_rows(state):
-    bw = fwd_ceiling(state)
     rows = []
-    for s, ag, best, speed in shape_summary(state):
+    for s, ps, ag, best, speed in shape_summary(state):
+        bw = bw_ceiling(state, ps)
         st = (ag or {}).get("stats") or (best[1].get("stats") if best else {}) or {}
         nb = st.get("nblocks")
         if ag and ag.get("ok"):
             tb = st.get("bytes", 0) / ag["ms"] / 1e9
             ag_ms = _ms(ag["ms"]) + (" FLAGGED" if _flagged(ag) else "")
             ag_tb, ag_frac = "%.2f" % tb, _f(tb / bw * 100 if bw else None, "%.0f%%")
+        elif ag and str(ag.get("error", "")).startswith("unavailable"):
+            ag_ms, ag_tb, ag_frac = "unavailable", "—", "—"
         else:
             ag_ms, ag_tb, ag_frac = ("error" if ag else "—"), "—", "—"
-        rows.append([s.label, _f(nb, "%d"), ag_ms, ag_tb, ag_frac,
-                     best[0] if best else "—", _ms(best[1]["ms"]) if best else "—",
-                     _f(speed, "**%.2fx**")])
+        row = [s.label, _f(nb, "%d"), ag_ms, ag_tb, ag_frac,
+               best[0] if best else "—", _ms(best[1]["ms"]) if best else "—",
+               _f(speed, "**%.2fx**")]
+        if _multi(state):
+            row.insert(1, ps)
+        rows.append(row)
     return rows
 
 
@@ -543,16 +658,40 @@ def write_markdown(state, final=False):
         lines += ["**Partial results** (the run was still going when this was written).", ""]
     lines += ["Command (from the repository root):", "", "    " + state.command, ""]
     lines += env_lines(state) + [""]
-    lines += ["Forward pass, non-causal unless the shape says causal; times are the median of "
-              ">= 20 CUDA-event-timed calls after warm-up, rotating input sets larger than L2. "
-              "TB/s counts Q, K, V read once and O written once (packed bytes, the same for every "
-              "implementation); TFLOP/s counts 4·n²·D·H per block of n valid rows (unmasked pairs "
-              "only when causal). %%BW ceil is against the better of copy and read-3-write-1; %%MM "
-              "ceil against the bf16 8192³ matmul. Errors: max over a sample of blocks of the "
-              "relative Frobenius error against float64; above %.0e (or any NaN) a row is "
-              "FLAGGED and not counted as the fastest peer. Speedup = fastest unflagged peer's "
-              "time / attngen's time." % ERR_FLAG, ""]
-    lines += ["## Summary", "", md_table(HEAD_SUM, summary_rows(state)), ""]
+    if "fwd" in state.passes:
+        lines += ["Forward pass, non-causal unless the shape says causal; times are the median of "
+                  ">= 20 CUDA-event-timed calls after warm-up, rotating input sets larger than L2. "
+                  "TB/s counts Q, K, V read once and O written once (packed bytes, the same for every "
+                  "implementation); TFLOP/s counts 4·n²·D·H per block of n valid rows (unmasked pairs "
+                  "only when causal). %%BW ceil is against the better of copy and read-3-write-1; %%MM "
+                  "ceil against the bf16 8192³ matmul. Errors: max over a sample of blocks of the "
+                  "relative Frobenius error against float64; above %.0e (or any NaN) a row is "
+                  "FLAGGED and not counted as the fastest peer. Speedup = fastest unflagged peer's "
+                  "time / attngen's time." % ERR_FLAG, ""]
+    if "bwd" in state.passes:
+        lines += ["Backward pass (rows `bwd`): dQ, dK, dV from Q, K, V and a given dO, timed "
+                  "alone (CUDA events, median of >= 20 calls after warm-up): attngen's backward "
+                  "kernel through the binding (`Kernel.backward`), the Triton peer's backward "
+                  "kernel, and for the PyTorch peers `torch.autograd.grad(out, (q, k, v), dO, "
+                  "retain_graph=True)` after one untimed forward (or, where a backward refuses "
+                  "retain_graph, a forward re-run before each timed call, outside the events; "
+                  "noted). TB/s counts 7 tensors (Q, K, V, dO read, dQ, dK, dV written); TFLOP/s "
+                  "counts 2.5x the forward's useful FLOPs; %%BW ceil is against the read-4-write-3 "
+                  "stream kernel. Errors: per gradient (dq/dk/dv), the max over sampled blocks of "
+                  "the relative Frobenius error against float64 autograd (a block's denominator "
+                  "floored at 1%% of the sample's RMS block norm, as one-token blocks have dq = dk "
+                  "= 0); above %.0e (or any NaN) the row is FLAGGED." % ERR_FLAG, ""]
+    if "rot" in state.passes:
+        lines += ["Rotary pipeline (rows `rot`, EXPERIMENTAL): forward and backward of attention "
+                  "with rotary embeddings on Q and K (interleaved pairs, a per-token sin/cos table "
+                  "[total, D]), timed together. Peers apply a PyTorch rotary (torch.compile'd, "
+                  "fp32 math; eager if compiling fails) before their attention and autograd "
+                  "differentiates through both; attngen uses a spec with `rotary: {layout: "
+                  "interleaved, apply_to: [q, k], positions: table}` (fused), reported unavailable "
+                  "while validation refuses it. TB/s counts 11 tensors and the table twice; "
+                  "TFLOP/s 3.5x the forward's; %BW ceil against read-4-write-3. Errors: output "
+                  "and each gradient against float64 with the same rotary.", ""]
+    lines += ["## Summary", "", md_table(head_sum(state), summary_rows(state)), ""]
     if os.path.exists(os.path.join(state.args.out, stem + ".png")):
         lines += ["![attngen speedup over the fastest peer](%s.png)" % stem, ""]
     lines += ["## Ceilings (same run)", "", md_table(["ceiling", "ms", "TB/s", "TFLOP/s", "config"],
@@ -563,10 +702,10 @@ def write_markdown(state, final=False):
         if p in state.unavailable:
             lines.append("- %s: **unavailable**: %s" % (p, state.unavailable[p]))
         elif any(k[0] == p for k in state.results):
-            n_ok = sum(1 for (pp, _), r in state.results.items() if pp == p and r.get("ok"))
-            n = sum(1 for (pp, _) in state.results if pp == p)
-            lines.append("- %s: %d/%d shapes ran (worker wall %.0f s)%s" % (
-                p, n_ok, n, state.worker_wall.get(p, 0),
+            n_ok = sum(1 for k, r in state.results.items() if k[0] == p and r.get("ok"))
+            n = sum(1 for k in state.results if k[0] == p)
+            lines.append("- %s: %d/%d %s ran (worker wall %.0f s)%s" % (
+                p, n_ok, n, "tasks" if _multi(state) else "shapes", state.worker_wall.get(p, 0),
                 ("; " + json.dumps(state.info[p])) if state.info.get(p) else ""))
         else:
             lines.append("- %s: not run" % p)
@@ -587,20 +726,28 @@ def write_results_index(state, md_path):
     stem = state.stem()
     target = state.args.results_md
     if target is None:
+        # The forward's index is RESULTS.md; runs with other passes get their
+        # own (RESULTS-bwd.md, RESULTS-fwd-bwd.md, RESULTS-rotary.md), so a
+        # backward run never replaces the forward's headline.
+        name = "RESULTS.md" if not _multi(state) else "RESULTS-%s.md" % pass_suffix(state.passes)
         default_out = os.path.join(HERE, "results")
         same = os.path.abspath(state.args.out) == os.path.abspath(default_out)
-        target = os.path.join(HERE, "RESULTS.md") if same else os.path.join(state.args.out, "RESULTS.md")
+        target = os.path.join(HERE, name) if same else os.path.join(state.args.out, name)
+    what = ", ".join(PASS_NAMES[p] for p in state.passes)
     lines = ["# Benchmark results", "",
              "Latest: [results/%s.md](results/%s.md) (%s, %s, %s mode). Produced by `%s`; "
              "see bench/README.md." % (stem, stem, state.date, state.env.get("gpu", "unknown GPU"),
                                        state.mode, state.command), "",
-             "Headline (forward, attngen vs the fastest peer that agreed with float64):", "",
-             md_table(HEAD_SUM, summary_rows(state)), ""]
+             "Headline (%s, attngen vs the fastest peer that agreed with float64):" % what, "",
+             md_table(head_sum(state), summary_rows(state)), ""]
     if os.path.exists(os.path.join(state.args.out, stem + ".png")):
         lines += ["![speedup](results/%s.png)" % stem, ""]
     bw = fwd_ceiling(state)
-    if bw:
+    if bw and "fwd" in state.passes:
         lines += ["Forward bandwidth ceiling in that run: %.2f TB/s." % bw, ""]
+    bw = bwd_ceiling(state)
+    if bw and ("bwd" in state.passes or "rot" in state.passes):
+        lines += ["Backward (read-4-write-3) bandwidth ceiling in that run: %.2f TB/s." % bw, ""]
     with open(target + ".tmp", "w") as f:
         f.write("\n".join(lines))
     os.replace(target + ".tmp", target)
@@ -616,9 +763,11 @@ def write_plot(state):
         log("plot skipped: matplotlib unavailable (%s)" % e)
         return None
     summ = shape_summary(state)
-    labels = [s.label.replace("B1152 H4 ", "") for s, _, _, _ in summ]
-    vals = [sp or 0.0 for _, _, _, sp in summ]
-    names = [b[0] if b else "n/a" for _, _, b, _ in summ]
+    multi = _multi(state)
+    labels = [s.label.replace("B1152 H4 ", "") + (" " + ps if multi else "")
+              for s, ps, _, _, _ in summ]
+    vals = [sp or 0.0 for _, _, _, _, sp in summ]
+    names = [b[0] if b else "n/a" for _, _, _, b, _ in summ]
     fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(labels) + 2), 4.5))
     colors = ["#2a7" if v >= 1 else "#c44" for v in vals]
     ax.bar(range(len(vals)), vals, color=colors)
@@ -628,7 +777,9 @@ def write_plot(state):
     ax.set_xticks(range(len(vals)))
     ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("attngen speedup over the fastest peer")
-    ax.set_title("attngen forward, %s, %s (%s)" % (state.env.get("gpu", "?"), state.mode, state.date))
+    ax.set_title("attngen %s, %s, %s (%s)" % (
+        ", ".join(PASS_NAMES[p] for p in state.passes), state.env.get("gpu", "?"), state.mode,
+        state.date))
     ax.set_ylim(0, max(vals + [1.2]) * 1.25)
     fig.tight_layout()
     path = os.path.join(state.args.out, state.stem() + ".png")
@@ -646,6 +797,13 @@ def parse_args(argv):
     m.add_argument("--quick", action="store_true", help="4 shapes (about 2 min)")
     m.add_argument("--smoke", action="store_true", help="tiny shapes: checks the pipeline only")
     ap.add_argument("--causal", action="store_true", help="the same shapes, causal")
+    ap.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "both"), default="fwd",
+                    help="what to time: the forward (default), the backward (dq, dk, dv "
+                         "from q, k, v and dout), or both")
+    ap.add_argument("--rotary", action="store_true",
+                    help="EXPERIMENTAL: time forward+backward with rotary embeddings on q and k "
+                         "(peers: a PyTorch rotary before their attention; attngen: a fused "
+                         "rotary spec); replaces --pass")
     ap.add_argument("--peers", help="comma-separated subset of: ceilings," + ",".join(PEER_ORDER))
     ap.add_argument("--skip", help="comma-separated peers to leave out")
     ap.add_argument("--shapes", help="only shapes whose label contains each comma-separated "
@@ -653,13 +811,27 @@ def parse_args(argv):
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="output directory")
     ap.add_argument("--results-md", help="where to write the RESULTS.md index (default: "
                                          "bench/RESULTS.md with the default --out, else OUT/RESULTS.md)")
-    ap.add_argument("--budget", type=float, help="seconds for the whole run (default 105 quick, "
-                                                 "450 full, 90 smoke)")
+    ap.add_argument("--budget", type=float, help="seconds for the whole run (default per pass: "
+                                                 "150 quick, 450 full, 90 smoke; --rotary counts "
+                                                 "as two passes)")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--tasks", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="full", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
+
+
+def select_passes(args):
+    if args.rotary:
+        return ["rot"]
+    return {"fwd": ["fwd"], "bwd": ["bwd"], "both": ["fwd", "bwd"]}[args.pass_]
+
+
+def pass_suffix(passes):
+    """The part of the mode (and of file names) that says the passes: empty
+    for the forward alone, so forward runs keep their names."""
+    return {("fwd",): "", ("bwd",): "bwd", ("fwd", "bwd"): "fwd-bwd",
+            ("rot",): "rotary"}[tuple(passes)]
 
 
 def select(args):
@@ -685,16 +857,22 @@ def select(args):
 
 
 def orchestrate(args):
-    mode, shapes, names = select(args)
-    budget = args.budget or (150.0 if mode.startswith("quick") else 90.0 if mode == "smoke" else 450.0)
+    worker_mode, shapes, names = select(args)
+    passes = select_passes(args)
+    mode = worker_mode + ("-" + pass_suffix(passes) if pass_suffix(passes) else "")
+    per_pass = 150.0 if worker_mode.startswith("quick") else 90.0 if worker_mode == "smoke" else 450.0
+    # the rotary pipeline is a forward and a backward: twice a pass's budget
+    budget = args.budget or per_pass * sum(2 if p == "rot" else 1 for p in passes)
     os.makedirs(args.out, exist_ok=True)
-    state = State(args, shapes, mode)
-    log("attngen bench: mode %s, %d shape(s), peers %s, budget %.0f s, out %s" % (
-        mode, len(shapes), ",".join(names), budget, args.out))
+    state = State(args, shapes, mode, passes, worker_mode)
+    log("attngen bench: mode %s, %d shape(s), pass(es) %s, peers %s, budget %.0f s, out %s" % (
+        mode, len(shapes), ",".join(passes), ",".join(names), budget, args.out))
     if not shapes:
         raise SystemExit("no shape selected")
-    # Biggest last within each worker, so a time-out or crash costs the least.
+    # Biggest last within each worker, so a time-out or crash costs the least;
+    # the passes of one shape run together (they share its inputs).
     shapes_run = sorted(shapes, key=lambda s: (s.batch * s.max_len * s.sparsity * s.heads * s.head_dim))
+    tasks = [Task(s, p) for s in shapes_run for p in passes]
     end = T0 + budget - 6.0  # keep a few seconds for the report
     for i, name in enumerate(names):
         later = len(names) - i - 1
@@ -715,7 +893,7 @@ def orchestrate(args):
             log("%s: unavailable: %s" % (name, state.unavailable[name]))
             continue
         log("--- %s" % name)
-        run_worker(state, name, shapes_run if name != "ceilings" else shapes_run[:1], deadline)
+        run_worker(state, name, tasks if name != "ceilings" else tasks[:1], deadline)
         write_markdown(state)
     shutil.rmtree(os.path.join(args.out, ".work"), ignore_errors=True)
     png = None if args.no_plot else write_plot(state)
@@ -729,7 +907,7 @@ def orchestrate(args):
     print(text_table(HEAD_MAIN, table_rows(state)))
     print()
     print("Summary (attngen vs fastest unflagged peer):")
-    print(text_table(HEAD_SUM, summary_rows(state)))
+    print(text_table(head_sum(state), summary_rows(state)))
     for p, why in state.unavailable.items():
         print("unavailable: %s: %s" % (p, why))
     for e in state.events:

@@ -1,18 +1,37 @@
 """attngen, called through its Python package (bindings/python), so the
-benchmark exercises the binding exactly as users call it."""
+benchmark exercises the binding exactly as users call it.
+
+  fwd  attngen.block_attention(q, k, v, offsets)
+  bwd  the backward kernel alone, dout given: Kernel.backward (ag_block_backward
+       through the binding) of the spec with passes [forward, backward]
+  rot  forward + backward of a spec with rotary {layout: interleaved,
+       apply_to: [q, k], positions: table}, the table passed to both
+
+While spec validation still refuses the backward (or rotary), the pass's rows
+say "unavailable: backward not enabled yet (<the C message>)" and the run
+goes on.
+"""
 
 import os
 import sys
 import time
 
-from .common import Peer, Prepared, Unavailable, packed_rows
+from .common import Peer, Prepared, PreparedGrad, Unavailable, packed_rows
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
+def _diagnostics(e):
+    """The C diagnostics of an error on one line: its "error:" lines (one per
+    refused feature), else its first line."""
+    lines = [x.strip() for x in str(e).strip().splitlines()]
+    errs = [x for x in lines if "error:" in x]
+    return "; ".join(errs) if errs else (lines[0] if lines else type(e).__name__)
+
+
 class AttngenPeer(Peer):
     name = "attngen"
-    description = "attngen block-diagonal forward (NVRTC kernel, ctypes binding)"
+    description = "attngen block-diagonal kernels (NVRTC, ctypes binding)"
 
     def setup(self, mode):
         sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
@@ -22,26 +41,36 @@ class AttngenPeer(Peer):
         except Exception as e:  # library not built, wrong ABI, ...
             raise Unavailable("attngen binding unusable: %s" % e)
         self.attngen = attngen
-        self.compiled = set()
 
-    def precompile(self, shapes):
-        """Build every kernel the shapes need, in parallel (NVRTC runs with the
-        GIL released); returns seconds taken. Errors surface later per shape."""
+    def precompile(self, tasks):
+        """Build every kernel the tasks need, in parallel (NVRTC runs with the
+        GIL released); returns seconds taken. Errors (the backward's gate
+        included) surface later per task."""
         import concurrent.futures as cf
         import torch
-        keys = {(s.block, s.causal, s.head_dim, s.dtype) for s in shapes}
+        keys = {(t.shape.block, t.shape.causal, t.shape.head_dim, t.shape.dtype,
+                 t.pass_ == "bwd") for t in tasks if t.pass_ in ("fwd", "bwd")}
         dev = torch.cuda.current_device()
         t0 = time.perf_counter()
 
         def build(key):
             try:
-                self.attngen.kernel_for(*key).handle(dev)
+                self.attngen.kernel_for(*key[:4], backward=key[4]).handle(dev)
             except Exception:
                 pass
 
         with cf.ThreadPoolExecutor(max_workers=max(1, len(keys))) as ex:
             list(ex.map(build, keys))
         return time.perf_counter() - t0
+
+    def _extra(self, kernel, compile_s):
+        import torch
+        extra = {"kernel": kernel.name, "first_build_s": round(compile_s, 3)}
+        try:
+            extra["arch"] = self.attngen.context_arch(torch.cuda.current_device())
+        except Exception:
+            pass
+        return extra
 
     def prepare(self, data, mode):
         import torch
@@ -58,12 +87,62 @@ class AttngenPeer(Peer):
             q, k, v = sets[i]
             return ag.block_attention(q, k, v, offsets, block_size=sh.block, causal=sh.causal)
 
-        extra = {"kernel": kernel.name, "first_build_s": round(compile_s, 3)}
+        return Prepared(run, packed_rows, config=kernel.name,
+                        extra=self._extra(kernel, compile_s))
+
+    def _grad_kernel(self, spec_or_key, what):
+        """The kernel with both passes, compiled; Unavailable while validation
+        gates it (or the plan cannot fit it)."""
+        import torch
+        ag = self.attngen
+        t0 = time.perf_counter()
         try:
-            extra["arch"] = ag.context_arch(torch.cuda.current_device())
-        except Exception:
-            pass
-        return Prepared(run, packed_rows, config=kernel.name, extra=extra)
+            if isinstance(spec_or_key, dict):
+                kernel = ag.load(spec_or_key, compile=False)
+            else:
+                kernel = ag.kernel_for(*spec_or_key, backward=True)
+            kernel.handle(torch.cuda.current_device())
+        except ag.UnsupportedError as e:
+            if ag.is_backward_gate(e) or "not supported yet" in str(e):
+                raise Unavailable("%s not enabled yet (%s)" % (what, _diagnostics(e)))
+            raise
+        return kernel, time.perf_counter() - t0
+
+    def prepare_backward(self, data, mode):
+        sh = data.shape
+        kernel, compile_s = self._grad_kernel(
+            (sh.block, sh.causal, sh.head_dim, sh.dtype), "backward")
+        sets, douts, offsets = data.sets, data.dout_sets(), data.offsets
+
+        def run(i):
+            q, k, v = sets[i]
+            return kernel.backward(q, k, v, douts[i], offsets)
+
+        return PreparedGrad(run, packed_rows, config=kernel.name,
+                            note="the backward kernel alone (Kernel.backward)",
+                            extra=self._extra(kernel, compile_s))
+
+    def prepare_rotary(self, data, mode):
+        # EXPERIMENTAL, minimal: until validation accepts rotary and the
+        # backward, this only reports the refusal. The path below it has not
+        # run on a GPU.
+        sh = data.shape
+        spec = self.attngen.block_spec(sh.block, sh.head_dim, sh.dtype, sh.causal,
+                                       backward=True)
+        spec["name"] += "_rope"
+        spec["rotary"] = {"layout": "interleaved", "apply_to": ["q", "k"], "positions": "table"}
+        kernel, compile_s = self._grad_kernel(spec, "rotary with the backward")
+        sets, douts, offsets = data.sets, data.dout_sets(), data.offsets
+        table = data.rotary_table()
+
+        def check(i):
+            q, k, v = sets[i]
+            out = kernel(q, k, v, offsets, rotary_table=table)
+            return out, kernel.backward(q, k, v, douts[i], offsets, rotary_table=table)
+
+        return PreparedGrad(lambda i: check(i)[1], packed_rows, check=check, config=kernel.name,
+                            note="fused rotary (table), forward + backward kernels",
+                            extra=self._extra(kernel, compile_s))
 
 
 PEER = AttngenPeer

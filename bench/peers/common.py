@@ -1,6 +1,8 @@
-"""Shared pieces of the benchmark: shapes and their lengths (no torch), and,
-inside a worker process, the inputs, the timer, the float64 reference on a
-sample of blocks and the interface every peer implements.
+"""Shared pieces of the benchmark: shapes, passes and their lengths (no
+torch), and, inside a worker process, the inputs, the timer, the float64
+reference (output and gradients) on a sample of blocks, the interface every
+peer implements and the autograd plumbing the backward and rotary passes of
+the PyTorch peers share.
 
 Everything that touches torch imports it inside the function, so the
 orchestrator (bench.py without --worker) can import this module without
@@ -16,6 +18,15 @@ import numpy as np
 ERR_FLAG = 2e-2        # a result whose sampled relative error exceeds this is flagged
 L2_BYTES = 60 << 20    # H200 L2; the rotating input sets must exceed it
 ROTATE_BELOW = 200 << 20  # one set smaller than this: rotate over several sets
+
+# The passes a run can time (bench.py --pass, --rotary):
+#   fwd  the forward alone
+#   bwd  the backward alone: dq, dk, dv from q, k, v and dout (the forward ran
+#        outside the timed region)
+#   rot  forward + backward of attention with rotary embeddings on q and k
+#        (interleaved pairs, per-token table), timed together
+PASSES = ("fwd", "bwd", "rot")
+ROTARY_BASE = 10000.0
 
 
 # ---- shapes (pure Python) ---------------------------------------------------
@@ -82,6 +93,53 @@ def smoke_shapes():
     return [Shape(64, 4, 128, 300, 0.5, 64), Shape(64, 2, 64, 256, 0.5, 64, causal=True)]
 
 
+class Task:
+    """One unit of a worker's work: a shape and a pass."""
+
+    def __init__(self, shape, pass_="fwd"):
+        if pass_ not in PASSES:
+            raise ValueError("unknown pass %r (known: %s)" % (pass_, ", ".join(PASSES)))
+        self.shape, self.pass_ = shape, pass_
+
+    @property
+    def id(self):
+        return "%s/%s" % (self.shape.id, self.pass_)
+
+    @property
+    def label(self):
+        return "%s [%s]" % (self.shape.label, self.pass_)
+
+    def to_dict(self):
+        return {"shape": self.shape.to_dict(), "pass": self.pass_}
+
+    @classmethod
+    def from_dict(cls, d):
+        if "shape" not in d:  # a bare shape (older task files): the forward
+            return cls(Shape.from_dict(d), "fwd")
+        return cls(Shape.from_dict(d["shape"]), d.get("pass", "fwd"))
+
+
+def pass_stats(stats, pass_):
+    """The byte and FLOP counts of one pass, from BlockTable.stats (which
+    counts the forward):
+      fwd  Q, K, V read, O written (4 tensors); 4·n²·D·H FLOP per block
+      bwd  Q, K, V, dO read, dQ, dK, dV written (7 tensors; Di is recomputed
+           from P and dP, so O is not read); 2.5x the forward's FLOP
+           (QKᵀ again, then dV, dP, dQ, dK)
+      rot  the forward and the backward fused with rotary: 11 tensors plus the
+           table [total, D] read twice; 3.5x the forward's FLOP
+    """
+    out = dict(stats)
+    one = stats["tensor_bytes"]
+    if pass_ == "bwd":
+        out["bytes"] = 7.0 * one
+        out["flops"] = 2.5 * stats["flops"]
+    elif pass_ == "rot":
+        out["bytes"] = 11.0 * one + 2.0 * stats["table_bytes"]
+        out["flops"] = 3.5 * stats["flops"]
+    return out
+
+
 class BlockTable:
     """The blocks of a packed batch: start token and valid length of each,
     in order, empty sequences contributing none."""
@@ -119,6 +177,8 @@ class BlockTable:
             "partial_blocks": int((self.lens < self.block).sum()),
             # forward traffic: Q, K, V read once, O written once
             "bytes": 4.0 * self.total * heads * head_dim * elem_bytes,
+            "tensor_bytes": float(self.total * heads * head_dim * elem_bytes),
+            "table_bytes": float(self.total * head_dim * elem_bytes),  # rotary [total, D]
             # useful flops: QK^T and PV over unmasked pairs, 2 flops per MAC
             "flops": float(4.0 * head_dim * heads * pairs.sum()),
         }
@@ -160,6 +220,9 @@ class ShapeData:
         self.stats["nsets"] = self.nsets
         self._padded = None
         self._pmap = None
+        self._douts = None
+        self._padded_douts = None
+        self._table = None
 
     def padded_map(self):
         """LongTensor: packed row -> row of the padded [nblocks * block] layout."""
@@ -186,10 +249,61 @@ class ShapeData:
             self._padded = out
         return self._padded
 
+    def padded(self, t):
+        """One packed tensor [total, ...] in the padded layout [nblocks *
+        block, ...] (zeros past each block's valid length)."""
+        import torch
+        pm = self.padded_map()
+        rows = self.table.nblocks * self.shape.block
+        p = torch.zeros((rows,) + tuple(t.shape[1:]), device=t.device, dtype=t.dtype)
+        p.index_copy_(0, pm, t)
+        return p
+
+    def dout_sets(self):
+        """One output gradient dO per input set (packed [total, H, D], standard
+        normal, seeded like the inputs)."""
+        import torch
+        if self._douts is None:
+            H, D = self.shape.heads, self.shape.head_dim
+            out = []
+            for i in range(self.nsets):
+                g = torch.Generator(device=self.device).manual_seed(
+                    zlib.crc32(("%s/dout/%d" % (self.shape.id, i)).encode()))
+                out.append(torch.randn(self.total, H, D, device=self.device, dtype=self.dtype,
+                                       generator=g))
+            self._douts = out
+        return self._douts
+
+    def padded_douts(self):
+        if self._padded_douts is None:
+            self._padded_douts = [self.padded(d) for d in self.dout_sets()]
+        return self._padded_douts
+
+    def rotary_table(self):
+        """The per-token rotary table [total, D] in the inputs' dtype: sin of
+        the angles in columns [0, D/2), cos in [D/2, D), angle_i = position ·
+        base^(-2i/D) with the token's position within its sequence (the
+        layout of ag_block_fwd_args.rotary_table and of Meta's sinu_pos)."""
+        import torch
+        if self._table is None:
+            D = self.shape.head_dim
+            lens = np.asarray(self.lengths, dtype=np.int64)
+            starts = self.table.offsets[:-1]
+            pos = np.arange(self.total, dtype=np.int64) - np.repeat(starts, lens)
+            p = torch.from_numpy(pos).to(self.device, torch.float64)
+            inv = ROTARY_BASE ** (-torch.arange(0, D, 2, device=self.device,
+                                                dtype=torch.float64) / D)
+            ang = p[:, None] * inv[None, :]
+            self._table = torch.cat([ang.sin(), ang.cos()], dim=1).to(self.dtype).contiguous()
+        return self._table
+
     def free(self):
         self.sets = None
         self._padded = None
         self._pmap = None
+        self._douts = None
+        self._padded_douts = None
+        self._table = None
 
 
 class Prepared:
@@ -214,8 +328,50 @@ class Prepared:
         return self._context() if self._context else contextlib.nullcontext()
 
 
+class PreparedGrad(Prepared):
+    """A peer ready to run the backward (pass bwd) or the rotary pipeline
+    (pass rot) of one shape.
+
+    run(i) launches on set i and returns (dq, dk, dv) in the peer's layout;
+    rows(g, idx) maps a gradient to packed token rows like Prepared.rows;
+    pre(i), when not None, runs before each run(i) outside the timed region
+    (e.g. a forward whose graph the backward consumes); check(i), when not
+    None, returns (out, (dq, dk, dv)) for the error check (the rotary
+    pipeline, whose output is checked too); out_rows maps that output.
+    """
+
+    def __init__(self, run, rows, pre=None, check=None, out_rows=None, **kw):
+        super().__init__(run, rows, **kw)
+        self.pre, self.check, self.out_rows = pre, check, out_rows or rows
+
+
+class Differentiable:
+    """What the autograd-based peers share for the backward and rotary
+    passes: attention(q, k, v) -> out on tensors in `layout` ("packed"
+    [total, H, D], or "padded" [nblocks * block, H, D]), differentiable;
+    dout_view(d) turns a gradient in that layout into out's shape; out_rows
+    maps out to packed rows (as Prepared.rows). context() is entered around
+    every call (e.g. an SDPA backend choice)."""
+
+    def __init__(self, attention, layout, out_rows, dout_view=None, config="", note="",
+                 exact="all", context=None, extra=None):
+        if layout not in ("packed", "padded"):
+            raise ValueError("layout must be packed or padded, got %r" % (layout,))
+        self.attention, self.layout = attention, layout
+        self.out_rows = out_rows
+        self.dout_view = dout_view or (lambda d: d)
+        self.config, self.note, self.exact = config, note, exact
+        self.extra = extra or {}
+        self._context = context
+
+    def context(self):
+        import contextlib
+        return self._context() if self._context else contextlib.nullcontext()
+
+
 class Unavailable(Exception):
-    """The peer cannot run in this environment at all (reported once)."""
+    """The peer cannot run in this environment at all (reported once), or,
+    raised from one pass's prepare, cannot run that pass (that row)."""
 
 
 class Peer:
@@ -228,22 +384,184 @@ class Peer:
     def prepare(self, data, mode):
         raise NotImplementedError
 
+    def differentiable(self, data, mode):
+        """A Differentiable for the shape; peers differentiated through
+        PyTorch autograd implement this and get prepare_backward and
+        prepare_rotary from it."""
+        raise Unavailable("%s has no backward in this harness" % self.name)
+
+    def prepare_backward(self, data, mode):
+        return autograd_backward(data, self.differentiable(data, mode))
+
+    def prepare_rotary(self, data, mode):
+        return autograd_rotary(data, self.differentiable(data, mode))
+
+
+def is_cuda_failure(e):
+    """Whether an exception says the CUDA context may be gone (then the
+    worker must not try anything else)."""
+    text = str(e)
+    return "CUDA error" in text or "illegal" in text or "CUDA_ERROR" in text
+
+
+def layout_rows(data, layout):
+    """rows(t, idx) for a tensor in a layout: packed rows idx as [len, H, D]."""
+    if layout == "packed":
+        return packed_rows
+    pmap = data.padded_map()
+    return lambda t, idx: t[pmap[idx]]
+
+
+def _grad_inputs(data, layout):
+    """Per set: q, k, v as new autograd leaves (sharing the storage of the
+    inputs, which stay untouched for the other passes) and the dout, in the
+    layout."""
+    sets = data.sets if layout == "packed" else data.padded_sets()
+    douts = data.dout_sets() if layout == "packed" else data.padded_douts()
+    leaves = [tuple(t.detach().requires_grad_() for t in s) for s in sets]
+    return leaves, douts
+
+
+def autograd_backward(data, diff):
+    """The backward pass of a Differentiable: the forward runs once per input
+    set outside the timed region; the timed call is
+    torch.autograd.grad(out, (q, k, v), dout, retain_graph=True). When a
+    backward refuses retain_graph (e.g. a compiled one with donated
+    buffers), the forward is re-run before each timed backward instead
+    (PreparedGrad.pre, still outside the timed region; noted)."""
+    import torch
+    leaves, douts = _grad_inputs(data, diff.layout)
+    dviews = [diff.dout_view(d) for d in douts]
+    with diff.context():
+        outs = [diff.attention(*qkv) for qkv in leaves]
+
+    def run(i):
+        return torch.autograd.grad(outs[i], leaves[i], dviews[i], retain_graph=True)
+
+    note, pre = diff.note, None
+    try:
+        with diff.context():
+            run(0)
+    except RuntimeError as e:
+        if is_cuda_failure(e) or not ("retain_graph" in str(e) or "donated" in str(e)):
+            raise
+        outs = None
+        fresh = {}
+
+        def forward_again(i):
+            with diff.context():
+                fresh[i] = diff.attention(*leaves[i])
+
+        def run(i):  # noqa: F811
+            return torch.autograd.grad(fresh.pop(i), leaves[i], dviews[i])
+
+        pre = forward_again
+        note = (note + "; " if note else "") + \
+            "forward re-run (untimed) before each backward: retain_graph refused (%s)" % \
+            str(e).splitlines()[0][:100]
+    return PreparedGrad(run, layout_rows(data, diff.layout), pre=pre, config=diff.config,
+                        note=note, exact=diff.exact, context=diff.context, extra=diff.extra)
+
+
+def make_rotary():
+    """rotary(x, sin, cos): rotary embeddings on interleaved pairs, (x[2i],
+    x[2i+1]) rotated by angle_i, in fp32 and cast back to x's dtype; x [T, H,
+    D], sin and cos [T, D/2] (the two halves of the table)."""
+    import torch
+
+    def rotary(x, sin, cos):
+        x2 = x.float().unflatten(-1, (-1, 2))
+        a, b = x2[..., 0], x2[..., 1]
+        s, c = sin.float()[:, None, :], cos.float()[:, None, :]
+        return torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2).to(x.dtype)
+
+    return rotary
+
+
+_rotary_fn = None
+
+
+def rotary_function(compiled=True):
+    """(function, description): the PyTorch rotary compiled with
+    torch.compile (one fused kernel each way: the fastest PyTorch rotary a
+    user would write), or eager when compiling fails or compiled=False."""
+    global _rotary_fn
+    if not compiled:
+        return make_rotary(), "rotary: eager PyTorch (interleaved pairs, fp32 math)"
+    if _rotary_fn is None:
+        import torch
+        try:
+            _rotary_fn = (torch.compile(make_rotary(), dynamic=True),
+                          "rotary: torch.compile'd PyTorch (interleaved pairs, fp32 math)")
+        except Exception as e:
+            _rotary_fn = (make_rotary(), "rotary: eager PyTorch (torch.compile failed: %s)"
+                          % str(e).splitlines()[0][:80])
+    return _rotary_fn
+
+
+def autograd_rotary(data, diff):
+    """The rotary pipeline of a Differentiable: rotary applied to q and k by
+    PyTorch (rotary_function), then the peer's attention; forward and
+    backward (torch.autograd.grad through both) timed together."""
+    import torch
+    leaves, douts = _grad_inputs(data, diff.layout)
+    dviews = [diff.dout_view(d) for d in douts]
+    table = data.rotary_table()
+    if diff.layout == "padded":
+        table = data.padded(table)
+    D = data.shape.head_dim
+    sin, cos = table[:, :D // 2], table[:, D // 2:]
+    rot, how = rotary_function()
+
+    def forward(i):
+        q, k, v = leaves[i]
+        return diff.attention(rot(q, sin, cos), rot(k, sin, cos), v)
+
+    def check(i):
+        out = forward(i)
+        return out, torch.autograd.grad(out, leaves[i], dviews[i])
+
+    try:
+        with diff.context():
+            check(0)
+    except Exception as e:
+        if is_cuda_failure(e) or "eager" in how:
+            raise
+        global _rotary_fn
+        rot, how = rotary_function(compiled=False)
+        how += " (the compiled one failed: %s)" % str(e).splitlines()[0][:80]
+        _rotary_fn = (rot, how)
+
+    def run(i):
+        return check(i)[1]
+
+    note = "; ".join(x for x in (how, diff.note) if x)
+    return PreparedGrad(run, layout_rows(data, diff.layout), check=check,
+                        out_rows=diff.out_rows, config=diff.config, note=note,
+                        exact=diff.exact, context=diff.context, extra=diff.extra)
+
 
 def packed_rows(out, idx):
     return out[idx]
 
 
-def cuda_time(fn, nsets, iters, warmup=3):
+def cuda_time(fn, nsets, iters, warmup=3, pre=None):
     """Median and min milliseconds of fn(i) over `iters` timed calls (CUDA
     events around each call, rotating over nsets input sets) after `warmup`
-    untimed calls."""
+    untimed calls. pre(i), when given, runs before each call, before the
+    first event: its GPU work is queued ahead of the timed region, so the
+    events bracket fn(i) alone."""
     import torch
     for i in range(warmup):
+        if pre is not None:
+            pre(i % nsets)
         fn(i % nsets)
     torch.cuda.synchronize()
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
           for _ in range(iters)]
     for i, (a, b) in enumerate(ev):
+        if pre is not None:
+            pre((i + warmup) % nsets)
         a.record()
         fn((i + warmup) % nsets)
         b.record()
@@ -252,17 +570,20 @@ def cuda_time(fn, nsets, iters, warmup=3):
     return times[len(times) // 2], times[0], times
 
 
-def timed_iters(fn, nsets, mode, min_iters=20):
+def timed_iters(fn, nsets, mode, min_iters=20, pre=None):
     """Time fn with enough iterations: at least min_iters, more for short
     kernels (about 0.1 s of timed work in quick mode, 0.25 s in full)."""
     import torch
+    if pre is not None:
+        pre(0)
+    torch.cuda.synchronize()
     t0 = time.perf_counter()
     fn(0)
     torch.cuda.synchronize()
     est = max(time.perf_counter() - t0, 1e-5)
     target = 0.1 if mode == "quick" else 0.25
     iters = int(min(200, max(min_iters, target / est)))
-    med, lo, _ = cuda_time(fn, nsets, iters)
+    med, lo, _ = cuda_time(fn, nsets, iters, pre=pre)
     return med, lo, iters
 
 
@@ -279,9 +600,13 @@ def sample_blocks(table, count_full=40, count_partial=24, seed=0):
 
 
 class Reference:
-    """float64 block-diagonal attention on a sample of blocks of set 0."""
+    """float64 block-diagonal attention on a sample of blocks of set 0: the
+    output and, with grads=True, dq, dk, dv by autograd for set 0's dout;
+    with rotary=True, rotary embeddings (the shape's table, interleaved
+    pairs) are applied to q and k first and the gradients are those of the
+    unrotated inputs."""
 
-    def __init__(self, data, seed=0):
+    def __init__(self, data, seed=0, grads=False, rotary=False):
         import torch
         sh = data.shape
         self.blocks = sample_blocks(data.table, seed=seed)
@@ -297,30 +622,80 @@ class Reference:
         dev = data.device
         self.rows = torch.from_numpy(rows.reshape(-1)).to(dev)   # [ns*bs]
         self.valid = torch.from_numpy(valid).to(dev)             # [ns, bs]
-        q, k, v = (t[self.rows].view(ns, bs, H, D).double().transpose(1, 2) for t in data.sets[0])
+        self.grads = None
+        if ns == 0:
+            self.out = torch.zeros(0, bs, H, D, dtype=torch.float64, device=dev)
+            return
+        q, k, v = (t[self.rows].view(ns, bs, H, D).double() for t in data.sets[0])
+        if grads:
+            q, k, v = (t.requires_grad_() for t in (q, k, v))
+        qr, kr = q, k
+        if rotary:
+            tab = data.rotary_table()[self.rows].double().view(ns, bs, 1, D)
+            qr, kr = (_rotary64(t, tab) for t in (q, k))
         scale = 1.0 / math.sqrt(D)
-        s = q @ k.transpose(-1, -2) * scale                       # [ns, H, bs, bs]
+        s = qr.transpose(1, 2) @ kr.transpose(1, 2).transpose(-1, -2) * scale  # [ns, H, bs, bs]
         keep = self.valid[:, None, None, :].expand(ns, 1, bs, bs)
         if sh.causal:
             keep = keep & torch.ones(bs, bs, dtype=torch.bool, device=dev).tril()
         s = s.masked_fill(~keep, float("-inf"))
-        self.out = (torch.softmax(s, dim=-1) @ v).transpose(1, 2)  # [ns, bs, H, D]
+        out = (torch.softmax(s, dim=-1) @ v.transpose(1, 2)).transpose(1, 2)  # [ns, bs, H, D]
+        if grads:
+            # padded positions get no output gradient: they are not tokens
+            dout = data.dout_sets()[0][self.rows].view(ns, bs, H, D).double()
+            dout = dout * self.valid[:, :, None, None]
+            self.grads = tuple(g.detach() for g in torch.autograd.grad(out, (q, k, v), dout))
+        self.out = out.detach()
 
-    def error(self, rows_fn, out, exact="all"):
-        """Max over sampled blocks of ||o - ref||_F / ||ref||_F (valid rows only)."""
+    def _select(self, rel, exact):
         import torch
-        if len(self.blocks) == 0:
-            return 0.0, 0
-        ns, bs = self.valid.shape
-        got = rows_fn(out, self.rows).double().reshape(ns, bs, *self.out.shape[2:])
-        m = self.valid[:, :, None, None]
-        diff = ((got - self.out) * m).flatten(1).norm(dim=1)
-        ref = (self.out * m).flatten(1).norm(dim=1).clamp_min(1e-300)
-        rel = diff / ref
-        sel = torch.from_numpy(self.full).to(rel.device) if exact == "full_blocks" else None
-        if sel is not None:
+        if exact == "full_blocks":
+            sel = torch.from_numpy(self.full).to(rel.device)
             if not bool(sel.any()):
                 return 0.0, 0
             rel = rel[sel]
         rel = torch.nan_to_num(rel, nan=float("inf"))
         return float(rel.max().item()), int(rel.numel())
+
+    def _got(self, rows_fn, t):
+        ns, bs = self.valid.shape
+        return rows_fn(t, self.rows).double().reshape(ns, bs, *self.out.shape[2:])
+
+    def error(self, rows_fn, out, exact="all"):
+        """Max over sampled blocks of ||o - ref||_F / ||ref||_F (valid rows only)."""
+        if len(self.blocks) == 0:
+            return 0.0, 0
+        got = self._got(rows_fn, out)
+        m = self.valid[:, :, None, None]
+        diff = ((got - self.out) * m).flatten(1).norm(dim=1)
+        ref = (self.out * m).flatten(1).norm(dim=1).clamp_min(1e-300)
+        return self._select(diff / ref, exact)
+
+    def grad_errors(self, rows_fn, grads, exact="all"):
+        """For dq, dk, dv: the max over sampled blocks of the relative
+        Frobenius error (valid rows only). The denominator of a block is
+        floored at 1% of the RMS over the sample of the blocks' reference
+        norms: a one-token block has dq = dk = 0 exactly, where any rounding
+        would otherwise read as an infinite relative error. Returns
+        ({"dq": e, "dk": e, "dv": e}, blocks checked)."""
+        if len(self.blocks) == 0:
+            return {"dq": 0.0, "dk": 0.0, "dv": 0.0}, 0
+        m = self.valid[:, :, None, None]
+        errs, n = {}, 0
+        for name, got_t, ref in zip(("dq", "dk", "dv"), grads, self.grads):
+            got = self._got(rows_fn, got_t)
+            diff = ((got - ref) * m).flatten(1).norm(dim=1)
+            refn = (ref * m).flatten(1).norm(dim=1)
+            floor = max(0.01 * float(refn.pow(2).mean().sqrt().item()), 1e-300)
+            errs[name], n = self._select(diff / refn.clamp_min(floor), exact)
+        return errs, n
+
+
+def _rotary64(x, tab):
+    """Interleaved-pair rotary in float64: x [ns, bs, H, D], tab [ns, bs, 1, D]
+    (sin in the first half of the columns, cos in the second)."""
+    import torch
+    D = x.shape[-1]
+    s, c = tab[..., :D // 2], tab[..., D // 2:]
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2)

@@ -10,12 +10,22 @@ when causal). create_block_mask over the whole sequence would evaluate
 [nblocks, H, block, D] would put nblocks in grid.y (<= 65,535). The
 mask-creation time is reported separately (extra.block_mask_ms); the compile
 time of the first call is extra.first_call_s.
+
+Backward and the rotary pipeline: autograd through the same compiled call on
+padded leaves. The backward needs the BlockMask's transposed (query-side)
+block lists; for a block-diagonal mask they equal the key-side ones, so they
+are set directly instead of computed (from_kv_blocks would transpose a dense
+nblocks^2 matrix). The backward's tiles are asked to divide the block
+(BLOCK_M1 = BLOCK_N2 = min(32, block), BLOCK_N1 = BLOCK_M2 = min(64, block));
+if the compiler rejects them, its own choice is used (noted).
+torch._functorch.config.donated_buffer is turned off so that the compiled
+backward accepts retain_graph=True.
 """
 
 import inspect
 import time
 
-from .common import Peer, Prepared, Unavailable
+from .common import Differentiable, Peer, Prepared, Unavailable, is_cuda_failure
 
 
 class FlexPeer(Peer):
@@ -42,6 +52,7 @@ class FlexPeer(Peer):
                 setattr(cfg, knob, max(getattr(cfg, knob), 256))
         self.flex = torch.compile(flex_attention)
         self.compiled_for = set()
+        self.bwd_opts_rejected = None
 
     def prepare(self, data, mode):
         import torch
@@ -106,6 +117,99 @@ class FlexPeer(Peer):
         return Prepared(run, rows, config="BLOCK_M=N=%d" % bs,
                         note="padded one sequence; block mask from block lists",
                         extra={"block_mask_ms": round(mask_ms, 2), "first_call_s": round(first_s, 2)})
+
+
+    def differentiable(self, data, mode):
+        import torch
+        sh = data.shape
+        t = data.table
+        nb, bs, H, D = t.nblocks, sh.block, sh.heads, sh.head_dim
+        S = nb * bs
+        dev = data.device
+        try:
+            torch._functorch.config.donated_buffer = False
+        except AttributeError:
+            pass
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        blen = torch.from_numpy(t.lens).to(device=dev, dtype=torch.int32)
+        idx = torch.arange(nb, dtype=torch.int32, device=dev).view(1, 1, nb, 1)
+        full = (blen == bs) if not sh.causal else torch.zeros(nb, dtype=torch.bool, device=dev)
+        kv_num = (~full).to(torch.int32).view(1, 1, nb)
+        full_num = full.to(torch.int32).view(1, 1, nb)
+        causal = sh.causal
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            blk = q_idx // bs
+            ok = (kv_idx - blk * bs) < blen[blk]
+            if causal:
+                ok = ok & (kv_idx <= q_idx)
+            return ok
+
+        bm = self.BlockMask.from_kv_blocks(
+            kv_num, idx, full_num, idx, BLOCK_SIZE=(bs, bs), mask_mod=mask_mod,
+            seq_lengths=(S, S), compute_q_blocks=False)
+        # Block-diagonal: query block i is seen by key block i only, with the
+        # same full/partial split, so the transposed lists are the same tensors.
+        bm.q_num_blocks, bm.q_indices = kv_num, idx
+        bm.full_q_num_blocks, bm.full_q_indices = full_num, idx
+        torch.cuda.synchronize()
+        mask_ms = (time.perf_counter() - t0) * 1e3
+
+        mark = getattr(torch._dynamo, "maybe_mark_dynamic", None)
+        if mark is not None:
+            for x, dim in ((kv_num, 2), (full_num, 2), (idx, 2), (blen, 0)):
+                mark(x, dim)
+        flex = self.flex
+        fwd_opts = {"BLOCK_M": bs, "BLOCK_N": bs}
+        m, n = min(32, bs), min(64, bs)
+        bwd_opts = dict(fwd_opts, BLOCK_M1=m, BLOCK_N1=n, BLOCK_M2=n, BLOCK_N2=m)
+        chosen = {"opts": fwd_opts if self.bwd_opts_rejected else bwd_opts}
+
+        def view(x):  # padded [S, H, D] -> [1, H, S, D]
+            v = x.view(S, H, D).permute(1, 0, 2).unsqueeze(0)
+            if mark is not None:
+                mark(v, 2)
+            return v
+
+        def attention(q, k, v):
+            return flex(view(q), view(k), view(v), block_mask=bm, kernel_options=chosen["opts"])
+
+        # The first forward + backward compiles both; try the tiles above,
+        # else let the compiler choose.
+        t0 = time.perf_counter()
+
+        def probe():
+            leaves = [x.detach().requires_grad_() for x in data.padded_sets()[0]]
+            out = attention(*leaves)
+            torch.autograd.grad(out, leaves, torch.ones_like(out))
+
+        try:
+            probe()
+        except Exception as e:
+            if is_cuda_failure(e) or chosen["opts"] is fwd_opts:
+                raise
+            chosen["opts"] = fwd_opts
+            try:
+                probe()
+            except Exception:
+                raise e from None  # not the tiles: report the first error
+            self.bwd_opts_rejected = "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:100])
+        torch.cuda.synchronize()
+        first_s = time.perf_counter() - t0
+
+        pmap = data.padded_map()
+
+        def rows(out, idx_):  # out: [1, H, S, D] -> [len(idx_), H, D]
+            return out[0].index_select(1, pmap[idx_]).transpose(0, 1)
+
+        note = "padded one sequence; block mask from block lists; autograd"
+        if self.bwd_opts_rejected:
+            note += "; backward tiles left to the compiler (%s)" % self.bwd_opts_rejected
+        cfg = ", ".join("%s=%d" % kv for kv in sorted(chosen["opts"].items()))
+        return Differentiable(attention, "padded", rows, dout_view=view, config=cfg, note=note,
+                              extra={"block_mask_ms": round(mask_ms, 2),
+                                     "first_call_s": round(first_s, 2)})
 
 
 PEER = FlexPeer

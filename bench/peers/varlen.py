@@ -3,11 +3,13 @@ one cu_seqlens entry per block, and the same call after activating
 FlashAttention-3 through torch.nn.attention.activate_flash_attention_impl.
 
 Exact for every block (no padding): each block is its own "sequence".
+Backward and the rotary pipeline: autograd through the same call on packed
+leaves (varlen_attn registers its backward with autograd).
 """
 
 import inspect
 
-from .common import Peer, Prepared, Unavailable, packed_rows
+from .common import Differentiable, Peer, Prepared, Unavailable, packed_rows
 
 
 def _varlen_kwargs(fn, causal):
@@ -58,6 +60,22 @@ class VarlenPeer(Peer):
 
         cfg = "cu_seqlens per block (%d)%s" % (t.nblocks, ", window (-1,0)" if kw.get("window_size") else "")
         return Prepared(run, packed_rows, config=cfg, extra={"max_q": maxb}, context=self.context)
+
+    def differentiable(self, data, mode):
+        import torch
+        sh = data.shape
+        t = data.table
+        cu = torch.tensor(t.cu_seqlens(), dtype=torch.int32, device=data.device)
+        maxb = int(t.lens.max()) if t.nblocks else 1
+        kw = _varlen_kwargs(self.fn, sh.causal)
+        fn = self.fn
+
+        def attention(q, k, v):
+            return fn(q, k, v, cu, cu, maxb, maxb, **kw)
+
+        cfg = "cu_seqlens per block (%d)%s" % (t.nblocks, ", window (-1,0)" if kw.get("window_size") else "")
+        return Differentiable(attention, "packed", packed_rows, config=cfg, note="autograd",
+                              context=self.context, extra={"max_q": maxb})
 
 
 class FA3Peer(VarlenPeer):
