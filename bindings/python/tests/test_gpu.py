@@ -384,14 +384,24 @@ def test_backward_of_a_loaded_forward_only_kernel():
 
 def test_backward_beyond_the_kernels_shared_memory():
     """block 256 at head_dim 128: the forward runs with inputs that require
-    grad, the backward is refused (the gate, or the plan's limit)."""
+    grad; the backward is refused (the gate, or the plan's shared-memory
+    limit) with a message that says so, or, should the kernel ever fit it,
+    is right."""
     q, k, v, off, off_list = make_inputs([300, 17], 2, 128, torch.bfloat16, seed=16)
     q.requires_grad_()
     out = attngen.block_attention(q, k, v, off, block_size=256, _poison=True)
     torch.cuda.synchronize()
     check(out.detach(), q, k, v, off_list, 256, False)
-    with pytest.raises(attngen.UnsupportedError, match="attngen: the backward pass is not"):
-        out.sum().backward()
+    dout = torch.randn_like(out)
+    try:
+        out.backward(dout)
+    except attngen.UnsupportedError as e:
+        assert str(e).startswith("attngen: the backward pass is not"), str(e)
+        return
+    torch.cuda.synchronize()
+    ref = reference_grads(q, k, v, dout, off_list, 256, False)
+    (err,) = grad_errors([q.grad], [ref[0]])
+    assert err <= GRAD_TOL[torch.bfloat16]
 
 
 def test_argument_errors_on_real_tensors():
