@@ -64,7 +64,7 @@ test: deps
 	$(MAKE) $(B)/check_attngen $(B)/attngen $(B)/libattngen.so
 	cd tests && ATTNGEN_BIN=../$(B)/attngen ../$(B)/check_attngen
 	@if python3 -c 'import pytest' 2>/dev/null; then \
-	  python3 -m pytest -q -rs bindings/python/tests; \
+	  python3 -m pytest -q -rs bindings/python/tests bench/tests; \
 	else echo "SKIP python binding tests: pytest is not installed (pip install pytest)"; fi
 
 demo: deps
