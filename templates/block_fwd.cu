@@ -43,6 +43,8 @@ static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory
 
 @include block_walk.cuh@
 
+@include softmax_rows.cuh@
+
 /* ---- begin tile load ----
  * Shared-memory tiles are row-major with 16-byte chunks XOR-swizzled by the
  * row (chunk c of row r sits at c ^ (r % 8)), so the 8 row addresses of an
@@ -112,58 +114,8 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
   }
 
   const int r_lo = row0 + g, r_hi = r_lo + 8;
-@if CAUSAL@
-  // Mask keys past the sequence end and keys after the query (causal).
-  {
-@else@
-  // Mask keys past the sequence end (only a partial last block has any).
-  if (t.rows < kBlock) {
-@endif@
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; n++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int col = n * 8 + 2 * tq + (e & 1);
-@if CAUSAL@
-        if (col >= t.rows || col > (e < 2 ? r_lo : r_hi)) s[n][e] = neg_inf();
-@else@
-        if (col >= t.rows) s[n][e] = neg_inf();
-@endif@
-      }
-  }
-
-  // Row maxima: each row lives in the 4 lanes of a quad.
-  float m_lo = neg_inf(), m_hi = neg_inf();
-#pragma unroll
-  for (int n = 0; n < kKeyTiles; n++) {
-    m_lo = fmaxf(m_lo, fmaxf(s[n][0], s[n][1]));
-    m_hi = fmaxf(m_hi, fmaxf(s[n][2], s[n][3]));
-  }
-#pragma unroll
-  for (int d = 1; d < 4; d <<= 1) {
-    m_lo = fmaxf(m_lo, __shfl_xor_sync(0xffffffffu, m_lo, d));
-    m_hi = fmaxf(m_hi, __shfl_xor_sync(0xffffffffu, m_hi, d));
-  }
-  // A row with no visible key (only rows past the end) would give NaN.
-  const float off_lo = m_lo == neg_inf() ? 0.f : m_lo * kScaleLog2;
-  const float off_hi = m_hi == neg_inf() ? 0.f : m_hi * kScaleLog2;
-
-  // P = exp2(S * scale * log2 e - max), row sums kept per thread until the end.
-  float l_lo = 0.f, l_hi = 0.f;
-#pragma unroll
-  for (int n = 0; n < kKeyTiles; n++) {
-    s[n][0] = fast_exp2(fmaf(s[n][0], kScaleLog2, -off_lo));
-    s[n][1] = fast_exp2(fmaf(s[n][1], kScaleLog2, -off_lo));
-    s[n][2] = fast_exp2(fmaf(s[n][2], kScaleLog2, -off_hi));
-    s[n][3] = fast_exp2(fmaf(s[n][3], kScaleLog2, -off_hi));
-    l_lo += s[n][0] + s[n][1];
-    l_hi += s[n][2] + s[n][3];
-  }
-#pragma unroll
-  for (int d = 1; d < 4; d <<= 1) {
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, d);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, d);
-  }
+  float l_lo, l_hi; // row sums of P before normalisation
+  softmax_rows(s, t, r_lo, r_hi, tq, l_lo, l_hi);
 
   // O = P V: the accumulators of key tiles 2j, 2j+1 are the A fragment of
   // key slice j.
