@@ -45,33 +45,15 @@ static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory
 
 @include softmax_rows.cuh@
 
-/* ---- begin tile load ----
- * Shared-memory tiles are row-major with 16-byte chunks XOR-swizzled by the
- * row (chunk c of row r sits at c ^ (r % 8)), so the 8 row addresses of an
- * ldmatrix hit 8 different bank groups. Rows past the sequence end, and
- * heads past the last, are zero-filled, never read from memory. */
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * kRowElems + ((chunk ^ (row & 7)) * 8);
-}
+@include tile_load.cuh@
 
+// Q, K and V of one tile, in that order.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
                                           long long row_stride, const Tile &t) {
   const unsigned short *src[3] = {q, k, v};
 #pragma unroll
-  for (int m = 0; m < 3; m++) {
-    const unsigned short *base = src[m] + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
-    unsigned dst = smem_addr(stage + m * kTileElems);
-#pragma unroll
-    for (int it = 0; it < (kLoads + kThreads - 1) / kThreads; it++) {
-      int i = threadIdx.x + it * kThreads;
-      if (kLoads % kThreads != 0 && i >= kLoads) break;
-      int row = i / kChunks, chunk = i % kChunks;
-      bool real = row < t.rows && chunk < t.heads * kHeadChunks;
-      const unsigned short *g = base + (real ? row * row_stride + chunk * 8 : 0);
-      cp_async_16(dst + swizzle(row, chunk) * 2, g, real ? 16 : 0);
-    }
-  }
+  for (int m = 0; m < 3; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
 }
 @if ROTARY_TABLE@
 
