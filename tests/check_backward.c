@@ -33,12 +33,6 @@ static ag_spec spec_for(const char *name, int block, int dim, ag_dtype dtype, bo
   return spec;
 }
 
-static int count(const char *hay, const char *needle) {
-  int n = 0;
-  for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
-  return n;
-}
-
 /* ---- the gate ---------------------------------------------------------------- */
 
 /* Users still cannot ask for the backward: validation refuses it (the spec
@@ -153,8 +147,8 @@ START_TEST(source_shape) {
 
   /* Backward alone: its own device helpers, no namespace, no forward. */
   ck_assert_ptr_null(strchr(bwd, '@'));
-  ck_assert_int_eq(count(bwd, "begin device helpers"), 1);
-  ck_assert_int_eq(count(bwd, "extern \"C\" __global__"), 1);
+  ck_assert_int_eq(ag_test_count(bwd, "begin device helpers"), 1);
+  ck_assert_int_eq(ag_test_count(bwd, "extern \"C\" __global__"), 1);
   ck_assert_ptr_nonnull(strstr(bwd, "ag_e_b64_d128_fp16_causal_bwd(const unsigned short"));
   ck_assert_ptr_null(strstr(bwd, "_fwd"));
   ck_assert_ptr_null(strstr(bwd, "namespace"));
@@ -171,9 +165,9 @@ START_TEST(source_shape) {
   const char *f = body(fwd), *b = body(both);
   ck_assert_int_eq(strncmp(b, f, strlen(f)), 0);
   ck_assert_int_eq(strncmp(b + strlen(f), "\n/* The backward kernel.", 24), 0);
-  ck_assert_int_eq(count(both, "begin device helpers"), 1);
-  ck_assert_int_eq(count(both, "extern \"C\" __global__"), 2);
-  ck_assert_int_eq(count(both, "namespace bwd {"), 1);
+  ck_assert_int_eq(ag_test_count(both, "begin device helpers"), 1);
+  ck_assert_int_eq(ag_test_count(both, "extern \"C\" __global__"), 2);
+  ck_assert_int_eq(ag_test_count(both, "namespace bwd {"), 1);
   ck_assert_ptr_nonnull(strstr(both, "}  // namespace bwd\n"));
   ck_assert_ptr_nonnull(strstr(both, " *   passes: [forward, backward]\n"));
   ck_assert_ptr_nonnull(strstr(both, "backward kernel: ag_e_b64_d128_fp16_causal_bwd\n"));

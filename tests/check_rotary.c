@@ -41,12 +41,6 @@ static ag_spec rope_spec(const char *name, int block, int dim, ag_dtype dtype, b
   return spec;
 }
 
-static int count(const char *hay, const char *needle) {
-  int n = 0;
-  for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
-  return n;
-}
-
 static char *emit(const ag_spec *s, char *name) {
   char *src = NULL;
   ag_error err = {0};
@@ -219,9 +213,9 @@ START_TEST(source_determinism_and_names) {
                                   " *     base: 10000\n"));
   /* Each kernel has its own rotary section (the backward's in namespace
    * bwd) and one definition of unpack2 (the forward's, or phase 1's). */
-  ck_assert_int_eq(count(a, "begin rotary embeddings"), 2);
-  ck_assert_int_eq(count(a, "void unpack2("), 2);
-  ck_assert_int_eq(count(a, "kRotaryTurns[kPairs] = {"), 2);
+  ck_assert_int_eq(ag_test_count(a, "begin rotary embeddings"), 2);
+  ck_assert_int_eq(ag_test_count(a, "void unpack2("), 2);
+  ck_assert_int_eq(ag_test_count(a, "kRotaryTurns[kPairs] = {"), 2);
   /* The forward is the same with or without the backward beside it. */
   s.passes = AG_PASS_FORWARD;
   char *fwd = emit(&s, name);
@@ -232,8 +226,8 @@ START_TEST(source_determinism_and_names) {
   s.passes = AG_PASS_BACKWARD;
   char *bwd = emit(&s, name);
   ck_assert_str_eq(name, "ag_e_b64_d128_bf16_causal_rope_bwd");
-  ck_assert_int_eq(count(bwd, "void unpack2("), 1);
-  ck_assert_int_eq(count(bwd, "begin rotary embeddings"), 1);
+  ck_assert_int_eq(ag_test_count(bwd, "void unpack2("), 1);
+  ck_assert_int_eq(ag_test_count(bwd, "begin rotary embeddings"), 1);
   ck_assert_ptr_null(strstr(bwd, "namespace"));
   free(a);
   free(b);
@@ -279,23 +273,23 @@ START_TEST(source_only_what_is_needed) {
                               AG_PASS_FORWARD | AG_PASS_BACKWARD);
         char *src = emit(&s, NULL);
         const bool table = pos == AG_POSITIONS_TABLE;
-        ck_assert_int_eq(count(src, "rotary_table,") > 0, table);
-        ck_assert_int_eq(count(src, "load_table(") > 0, table);
-        ck_assert_int_eq(count(src, "table_at(") > 0, table);
-        ck_assert_int_eq(count(src, "kTableElems") > 0, table);
-        ck_assert_int_eq(count(src, "sincos") > 0, !table);
-        ck_assert_int_eq(count(src, "sin.approx") > 0, !table);
-        ck_assert_int_eq(count(src, "kRotaryTurns") > 0, !table);
-        ck_assert_int_eq(count(src, "pos0") > 0, pos == AG_POSITIONS_SEQUENCE);
-        ck_assert_int_eq(count(src, "rotate_halves(") > 0, layout == AG_ROTARY_HALF);
-        ck_assert_int_eq(count(src, "rotate_pair(") > 0, layout == AG_ROTARY_INTERLEAVED);
+        ck_assert_int_eq(ag_test_count(src, "rotary_table,") > 0, table);
+        ck_assert_int_eq(ag_test_count(src, "load_table(") > 0, table);
+        ck_assert_int_eq(ag_test_count(src, "table_at(") > 0, table);
+        ck_assert_int_eq(ag_test_count(src, "kTableElems") > 0, table);
+        ck_assert_int_eq(ag_test_count(src, "sincos") > 0, !table);
+        ck_assert_int_eq(ag_test_count(src, "sin.approx") > 0, !table);
+        ck_assert_int_eq(ag_test_count(src, "kRotaryTurns") > 0, !table);
+        ck_assert_int_eq(ag_test_count(src, "pos0") > 0, pos == AG_POSITIONS_SEQUENCE);
+        ck_assert_int_eq(ag_test_count(src, "rotate_halves(") > 0, layout == AG_ROTARY_HALF);
+        ck_assert_int_eq(ag_test_count(src, "rotate_pair(") > 0, layout == AG_ROTARY_INTERLEAVED);
         /* Q and K always; V in the forward's and the backward's prologue. */
-        ck_assert_int_eq(count(src, "rotate_unit(stage, row"), 2);
-        ck_assert_int_eq(count(src, "rotate_unit(stage + kTileElems, row"), 2);
-        ck_assert_int_eq(count(src, "rotate_unit(stage + 2 * kTileElems, row"), v ? 2 : 0);
+        ck_assert_int_eq(ag_test_count(src, "rotate_unit(stage, row"), 2);
+        ck_assert_int_eq(ag_test_count(src, "rotate_unit(stage + kTileElems, row"), 2);
+        ck_assert_int_eq(ag_test_count(src, "rotate_unit(stage + 2 * kTileElems, row"), v ? 2 : 0);
         /* The backward rotates back dQ, dK (and dV): one call each. */
-        ck_assert_int_eq(count(src, "unrotate_rows(acc, stage, t, r0);"), v ? 3 : 2);
-        ck_assert_int_eq(count(src, "// dV = P^T dO\n  accumulate<true>(acc, p_s, r0, do_s, c0, "
+        ck_assert_int_eq(ag_test_count(src, "unrotate_rows(acc, stage, t, r0);"), v ? 3 : 2);
+        ck_assert_int_eq(ag_test_count(src, "// dV = P^T dO\n  accumulate<true>(acc, p_s, r0, do_s, c0, "
                                     "first_query_tile, tiles);\n  unrotate_rows"),
                          v);
         free(src);

@@ -50,6 +50,12 @@ void ag_test_spit(const char *path, const char *text, size_t len) {
   ck_assert_int_eq(fclose(f), 0);
 }
 
+int ag_test_count(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+  return n;
+}
+
 int ag_test_update_goldens(void) {
   const char *v = getenv("AG_UPDATE_GOLDENS");
   return v && strcmp(v, "1") == 0;

@@ -15,6 +15,8 @@ void ag_test_spit(const char *path, const char *text, size_t len);
 char *ag_test_mkdtemp(const char *prefix);
 /* Remove a directory tree (no-op for NULL). */
 void ag_test_remove_tree(const char *dir);
+/* How many times `needle` occurs in `hay`, not overlapping. */
+int ag_test_count(const char *hay, const char *needle);
 /* True when AG_UPDATE_GOLDENS=1: golden tests rewrite their files. */
 int ag_test_update_goldens(void);
 
