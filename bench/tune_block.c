@@ -1,7 +1,10 @@
 /* tune_block.c: times plan variants of the block-diagonal forward (tiles
- * resident per CTA, grid shape, register cap) on ads shapes, next to a device-to-device copy measured
- * in the same run. A tuning tool for choosing plan.c's defaults; prints one
- * line per variant. Usage: tune_block [L ...] (default 1024 4096). */
+ * resident per CTA, grid shape, register cap) and of the backward (heads
+ * per tile, stages, grid shape, CTAs per SM) on ads shapes, next to a
+ * device-to-device copy measured in the same run. A tuning tool for
+ * choosing plan.c's defaults; prints one line per variant.
+ * Usage: tune_block [--bwd] [--dim 64|128] [L ...] (default: both head
+ * dims, L = 1024 and 4096). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,63 +51,134 @@ static double copy_ms(ag_context *ctx, size_t bytes) {
   return ms[10];
 }
 
+/* One forward variant: tiles resident per CTA, grid (0 = persistent, else
+ * tiles per CTA), register cap for a minimum of CTAs per SM. */
+typedef struct fwd_variant { int stages, per_cta, min_ctas; } fwd_variant;
+static const fwd_variant fwd_variants[] = {
+    {2, 8, 2}, {2, 4, 2}, {2, 16, 2}, {2, 0, 1}, {2, 8, 1}, {1, 8, 3}, {1, 4, 4}, {1, 8, 4}, {1, 16, 4}};
+
+/* One backward variant: heads per tile, stages, grid (tiles per CTA, 0 =
+ * persistent), CTAs per SM (0: the most that fit). */
+typedef struct bwd_variant { int hpt, stages, per_cta, min_ctas; } bwd_variant;
+static const bwd_variant bwd_variants[] = {
+    {1, 1, 8, 0}, {1, 1, 4, 0}, {1, 1, 16, 0}, {1, 1, 0, 0}, {1, 1, 8, 2},
+    {1, 1, 8, 3}, {1, 2, 8, 0}, {2, 1, 8, 0}, {1, 1, 32, 0}};
+
+static void tune_forward(ag_context *ctx, const int32_t *len, int64_t batch, int64_t heads,
+                         int L, int dim) {
+  ag_error err = {0};
+  char yaml[256];
+  snprintf(yaml, sizeof yaml, "name: tune\npattern: block_diagonal\nblock_size: 64\n"
+           "head_dim: %d\ndtype: bf16\n", dim);
+  ag_spec spec;
+  if (ag_spec_load_string(yaml, strlen(yaml), "tune.yaml", &spec, &err)) die(&err);
+  ag_block_data *d;
+  if (ag_block_data_create(ctx, spec.dtype, dim, 64, len, batch, heads, 7, &d, &err)) die(&err);
+  double bytes = ag_block_data_bytes(d);
+  double cms = copy_ms(ctx, (size_t)(bytes / 2));
+  printf("fwd L=%d d=%d: %.0f MB moved; copy of half that: %.4f ms = %.3f TB/s\n", L, dim,
+         bytes / 1e6, cms, bytes / (cms * 1e-3) / 1e12);
+  for (size_t vi = 0; vi < sizeof fwd_variants / sizeof fwd_variants[0]; vi++) {
+    const fwd_variant *v = &fwd_variants[vi];
+    ag_plan plan;
+    if (ag_plan_make(&spec, &plan, &err)) die(&err);
+    int hpt = plan.heads_per_tile;
+    plan.stages = v->stages;
+    plan.smem_bytes = v->stages * 3 * 64 * hpt * dim * 2;
+    plan.items_per_cta = v->per_cta;
+    plan.min_ctas_per_sm = v->min_ctas;
+    if (plan.smem_bytes * v->min_ctas > 227 * 1024) continue;
+    snprintf(plan.kernel_name, sizeof plan.kernel_name, "tune_d%d_h%d_s%d_i%d_m%d", dim, hpt,
+             v->stages, v->per_cta, v->min_ctas);
+    char *src;
+    if (ag_emit_plan(&spec, &plan, &src, &err)) die(&err);
+    ag_kernel *k;
+    ag_status st = ag_context_kernel(ctx, &spec, &plan, src, ctx->arch, &k, &err);
+    free(src);
+    if (st) die(&err);
+    ag_check_result r;
+    if (ag_block_data_check(d, k, 20000000, &r, &err)) die(&err);
+    double ms;
+    if (ag_block_data_time(d, k, 3, 30, &ms, &err)) die(&err);
+    printf("  heads/tile %d, stages %d, tiles/CTA %2d, min CTAs %d: %d CTAs/SM, %.4f ms, %.3f TB/s "
+           "= %.1f%% of copy; rel err %.2e%s\n",
+           hpt, v->stages, v->per_cta, v->min_ctas, k->ctas_per_sm, ms, bytes / (ms * 1e-3) / 1e12,
+           100 * cms / ms, r.rel_error, r.unwritten || r.guard_clobbered ? " UNWRITTEN/GUARD!" : "");
+    fflush(stdout);
+  }
+  ag_block_data_destroy(d);
+}
+
+static void tune_backward(ag_context *ctx, const int32_t *len, int64_t batch, int64_t heads,
+                          int L, int dim) {
+  ag_error err = {0};
+  char yaml[256];
+  snprintf(yaml, sizeof yaml, "name: tune\npattern: block_diagonal\nblock_size: 64\n"
+           "head_dim: %d\ndtype: bf16\n", dim);
+  ag_spec spec;
+  if (ag_spec_load_string(yaml, strlen(yaml), "tune.yaml", &spec, &err)) die(&err);
+  spec.passes = AG_PASS_BACKWARD; /* validation still refuses it; tools set it */
+  ag_block_bwd_data *d;
+  if (ag_block_bwd_data_create(ctx, spec.dtype, dim, 64, len, batch, heads, 7, &d, &err))
+    die(&err);
+  double bytes = ag_block_bwd_data_bytes(d);
+  double cms = copy_ms(ctx, (size_t)(bytes / 2));
+  printf("bwd L=%d d=%d: %.0f MB moved; copy of half that: %.4f ms = %.3f TB/s\n", L, dim,
+         bytes / 1e6, cms, bytes / (cms * 1e-3) / 1e12);
+  for (size_t vi = 0; vi < sizeof bwd_variants / sizeof bwd_variants[0]; vi++) {
+    const bwd_variant *v = &bwd_variants[vi];
+    ag_plan plan;
+    if (ag_plan_make(&spec, &plan, &err)) die(&err);
+    ag_plan_bwd *b = &plan.bwd;
+    if (!ag_plan_backward_shape(&plan, v->hpt, v->stages, v->min_ctas, 16, b)) continue;
+    b->items_per_cta = v->per_cta;
+    snprintf(b->kernel_name, sizeof b->kernel_name, "tune_bwd_d%d_h%d_s%d_i%d_m%d", dim,
+             b->heads_per_tile, b->stages, b->items_per_cta, b->min_ctas_per_sm);
+    char *src;
+    if (ag_emit_plan(&spec, &plan, &src, &err)) die(&err);
+    ag_kernel *k;
+    ag_status st = ag_context_kernel(ctx, &spec, &plan, src, ctx->arch, &k, &err);
+    free(src);
+    if (st) die(&err);
+    ag_check_bwd_result r;
+    if (ag_block_bwd_data_check(d, k, 20000000, &r, &err)) die(&err);
+    double ms;
+    if (ag_block_bwd_data_time(d, k, 3, 30, &ms, &err)) die(&err);
+    printf("  heads/tile %d, stages %d, tiles/CTA %2d, min CTAs %d, warps %d%s: %.4f ms, %.3f TB/s "
+           "= %.1f%% of copy; rel err dq %.1e dk %.1e dv %.1e%s\n",
+           b->heads_per_tile, b->stages, b->items_per_cta, b->min_ctas_per_sm, b->warps,
+           b->pds_overlay ? ", P/dS over K/V" : "", ms,
+           bytes / (ms * 1e-3) / 1e12, 100 * cms / ms, r.rel_error[0], r.rel_error[1],
+           r.rel_error[2],
+           r.unwritten[0] || r.unwritten[1] || r.unwritten[2] || r.guard_clobbered
+               ? " UNWRITTEN/GUARD!" : "");
+    fflush(stdout);
+  }
+  ag_block_bwd_data_destroy(d);
+}
+
 int main(int argc, char **argv) {
   ag_error err = {0};
   ag_context *ctx;
+  bool bwd = false;
+  int dims[2] = {128, 64}, ndims = 2, ls[8], nl = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--bwd")) bwd = true;
+    else if (!strcmp(argv[i], "--dim") && i + 1 < argc) dims[0] = atoi(argv[++i]), ndims = 1;
+    else if (nl < 8) ls[nl++] = atoi(argv[i]);
+  }
+  if (!nl) ls[nl++] = 1024, ls[nl++] = 4096;
   if (ag_context_create(0, &ctx, &err)) die(&err);
-  int nl = argc > 1 ? argc - 1 : 2;
   for (int li = 0; li < nl; li++) {
-    int L = argc > 1 ? atoi(argv[li + 1]) : (li ? 4096 : 1024);
+    int L = ls[li];
     const int64_t batch = 1152, heads = 4;
     int32_t *len = malloc(sizeof(int32_t) * batch);
     uint64_t rng = 42;
     for (int64_t i = 0; i < batch; i++) /* uniform in [0.4 L, L] (sparsity 0.7) */
       len[i] = (int32_t)(0.4 * L + ag_rand_uniform(&rng, 0, 0.6 * L + 1));
-    for (int dim = 128; dim >= 64; dim /= 2) {
-      char yaml[256];
-      snprintf(yaml, sizeof yaml, "name: tune\npattern: block_diagonal\nblock_size: 64\n"
-               "head_dim: %d\ndtype: bf16\n", dim);
-      ag_spec spec;
-      if (ag_spec_load_string(yaml, strlen(yaml), "tune.yaml", &spec, &err)) die(&err);
-      ag_block_data *d;
-      if (ag_block_data_create(ctx, spec.dtype, dim, 64, len, batch, heads, 7, &d, &err)) die(&err);
-      double bytes = ag_block_data_bytes(d);
-      double cms = copy_ms(ctx, (size_t)(bytes / 2));
-      printf("L=%d d=%d: %.0f MB moved; copy of half that: %.4f ms = %.3f TB/s\n", L, dim,
-             bytes / 1e6, cms, bytes / (cms * 1e-3) / 1e12);
-      /* Variants: tiles resident per CTA, grid (0 = persistent, else tiles
-       * per CTA), register cap for a minimum of CTAs per SM. */
-      static const int variants[][3] = {{2, 0, 1}, {2, 8, 1},  {2, 32, 1}, {1, 0, 1},
-                                        {1, 8, 1}, {1, 32, 1}, {1, 8, 3},  {1, 8, 4},
-                                        {1, 0, 4}, {1, 32, 4}, {2, 8, 2}};
-      for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
-        int stages = variants[vi][0], per_cta = variants[vi][1], min_ctas = variants[vi][2];
-        ag_plan plan;
-        if (ag_plan_make(&spec, &plan, &err)) die(&err);
-        int hpt = plan.heads_per_tile;
-        plan.stages = stages;
-        plan.smem_bytes = stages * 3 * 64 * hpt * dim * 2;
-        plan.items_per_cta = per_cta;
-        plan.min_ctas_per_sm = min_ctas;
-        if (plan.smem_bytes * min_ctas > 227 * 1024) continue;
-        snprintf(plan.kernel_name, sizeof plan.kernel_name, "tune_d%d_h%d_s%d_i%d_m%d", dim, hpt,
-                 stages, per_cta, min_ctas);
-        char *src;
-        if (ag_emit_plan(&spec, &plan, &src, &err)) die(&err);
-        ag_kernel *k;
-        ag_status st = ag_context_kernel(ctx, &spec, &plan, src, ctx->arch, &k, &err);
-        free(src);
-        if (st) die(&err);
-        ag_check_result r;
-        if (ag_block_data_check(d, k, 20000000, &r, &err)) die(&err);
-        double ms;
-        if (ag_block_data_time(d, k, 3, 30, &ms, &err)) die(&err);
-        printf("  heads/tile %d, stages %d, tiles/CTA %2d, min CTAs %d: %d CTAs/SM, %.4f ms, %.3f TB/s = %.1f%% of copy; rel err %.2e%s\n",
-               hpt, stages, per_cta, min_ctas, k->ctas_per_sm, ms, bytes / (ms * 1e-3) / 1e12, 100 * cms / ms,
-               r.rel_error, r.unwritten || r.guard_clobbered ? " UNWRITTEN/GUARD!" : "");
-        fflush(stdout);
-      }
-      ag_block_data_destroy(d);
+    for (int di = 0; di < ndims; di++) {
+      if (bwd) tune_backward(ctx, len, batch, heads, L, dims[di]);
+      else tune_forward(ctx, len, batch, heads, L, dims[di]);
     }
     free(len);
   }

@@ -40,45 +40,65 @@ static bool rotary_valid(const ag_spec *spec) {
 }
 
 /* The backward (templates/block_bwd.cu): per tile, phase 1 takes (head, 16
- * query rows) jobs and phase 2 (head, 16-row tile) jobs, one warp per job up
- * to 8. Beside the Q, K, V, dO tiles it keeps P and dS of every head of the
- * tile in shared memory, rows padded by 16 bytes, which grows with the
- * square of the block: past 128 tokens at head_dim 128 (176 at 64) they do
- * not fit beside the tiles, and such blocks are refused for now (they need
- * the keys in chunks, with recomputation). Two heads per tile at head_dim 64
- * where two CTAs of one such stage fit, as in the forward; then the most
- * CTAs per SM (2, for latency) and the most stages that fit. */
+ * query rows) jobs and phase 2 (head, 16 key rows) jobs. Beside the Q, K,
+ * V, dO tiles it needs P and dS of every head of the tile, which grow with
+ * the square of the block. For blocks of up to 64 tokens (P and dS rows of
+ * a job then take at most 32 registers a thread, no more than K and V take
+ * of shared memory) every job has its own warp, which keeps its P and dS
+ * rows in registers until phase 1 is done and then writes them where K and
+ * V were: a stage is then all the CTA's shared memory. Otherwise they get their own buffer; past 128 tokens at head_dim
+ * 128 (176 at 64) that does not fit beside the tiles, and such blocks are
+ * refused for now (they need the keys in chunks, with recomputation).
+ * `ctas` 0 takes as many CTAs per SM as shared memory and registers allow,
+ * at most 4, with at most `sm_warps` warps per SM: 16 leaves a thread 128
+ * registers, 8 leaves 255. */
+bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages, int ctas,
+                            int sm_warps, ag_plan_bwd *b) {
+  const int block = plan->block_size, dim = plan->head_dim, eb = plan->elem_bytes;
+  const int tile_bytes = 4 * block * dim * eb * heads_per_tile; /* Q, K, V, dO */
+  const int p_stride = block % 64 == 0 ? block : block + 8;     /* as kPStride */
+  const int ps_bytes = 2 * heads_per_tile * block * p_stride * eb; /* P and dS */
+  const int jobs = heads_per_tile * block / 16;
+  const bool overlay = p_stride <= dim && block <= 64; /* P, dS: <= 32 registers a thread */
+  const int smem = stages * (tile_bytes + plan->rotary_table_bytes) + (overlay ? 0 : ps_bytes);
+  const int warps = overlay || jobs < MAX_WARPS ? jobs : MAX_WARPS;
+  if (stages < 1 || smem > MAX_SMEM_BYTES) return false;
+  if (!ctas)
+    for (ctas = 4; ctas > 1 && (ctas * smem > MAX_SMEM_BYTES || ctas * warps > sm_warps);)
+      ctas--;
+  if (ctas * smem > MAX_SMEM_BYTES || (ctas > 1 && ctas * warps > sm_warps)) return false;
+  b->heads_per_tile = heads_per_tile;
+  b->stages = stages;
+  b->pds_overlay = overlay;
+  b->smem_bytes = smem;
+  b->min_ctas_per_sm = ctas;
+  b->jobs = jobs;
+  b->warps = warps;
+  b->threads = 32 * warps;
+  b->items_per_cta = 8;
+  return true;
+}
+
+/* One head per tile (on the H200 two heads at head_dim 64 were 15% slower,
+ * bench/NOTES.md), one stage, and the most CTAs per SM that fit, with 128
+ * registers a thread or, with rotary embeddings (their angles and the
+ * rotation back of dQ, dK, dV need more), 255; a second stage only where it
+ * costs no CTA. */
 static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err) {
-  ag_plan_bwd *b = &out->bwd;
-  const int block = spec->block_size, row_bytes = spec->head_dim * out->elem_bytes;
-  const int tile_bytes = 4 * block * row_bytes;                /* Q, K, V, dO of one head */
-  const int ps_bytes = 2 * block * (block + 8) * out->elem_bytes; /* P and dS of one head */
-  const int table = out->rotary_table_bytes;                   /* per stage, any heads */
-  b->heads_per_tile =
-      row_bytes < 256 && 2 * (2 * (tile_bytes + ps_bytes) + table) <= MAX_SMEM_BYTES ? 2 : 1;
-  const int stage = b->heads_per_tile * tile_bytes + table, ps = b->heads_per_tile * ps_bytes;
-  static const int choices[][2] = {{2, 2}, {1, 2}, {2, 1}, {1, 1}}; /* {stages, CTAs per SM} */
-  for (size_t i = 0; i < sizeof choices / sizeof choices[0] && !b->stages; i++)
-    if (choices[i][1] * (choices[i][0] * stage + ps) <= MAX_SMEM_BYTES) {
-      b->stages = choices[i][0];
-      b->min_ctas_per_sm = choices[i][1];
-    }
-  if (!b->stages)
+  ag_plan_bwd *b = &out->bwd, two;
+  const int sm_warps = spec->rotary.layout != AG_ROTARY_NONE ? MAX_WARPS : 2 * MAX_WARPS;
+  if (!ag_plan_backward_shape(out, 1, 1, 0, sm_warps, b)) {
+    const int block = spec->block_size, p_stride = block % 64 == 0 ? block : block + 8;
+    const int need = 4 * block * spec->head_dim * out->elem_bytes + out->rotary_table_bytes +
+                     2 * block * p_stride * out->elem_bytes;
     return ag_fail(err, AG_ERR_UNSUPPORTED,
                    "not supported yet: the backward pass at block_size %d with head_dim %d "
                    "(P and dS of a whole block beside its Q, K, V and dO tiles%s need %d KiB of "
                    "shared memory; a CTA has 227)",
-                   block, spec->head_dim, table ? " and rotary table rows" : "",
-                   (stage + ps + 1023) / 1024);
-  b->smem_bytes = b->stages * stage + ps;
-  /* At most 4 warps when two CTAs share an SM: a quarter of the SM's
-   * registers then still gives each thread 255 (two warps per scheduler),
-   * which S, P and dP of a 16-row job need without spilling. */
-  const int max_warps = b->min_ctas_per_sm > 1 ? MAX_WARPS / 2 : MAX_WARPS;
-  b->jobs = b->heads_per_tile * block / 16;
-  b->warps = b->jobs < max_warps ? b->jobs : max_warps;
-  b->threads = b->warps * 32;
-  b->items_per_cta = 8;
+                   block, spec->head_dim, out->rotary_table_bytes ? " and rotary table rows" : "",
+                   (need + 1023) / 1024);
+  }
+  if (ag_plan_backward_shape(out, 1, 2, b->min_ctas_per_sm, sm_warps, &two)) *b = two;
   kernel_name(b->kernel_name, spec, "bwd");
   return AG_OK;
 }
@@ -154,6 +174,15 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
    * with 8 warps it would be 128 registers, and the 128-token tiles spill. */
   out->min_ctas_per_sm = out->warps <= 4 && 2 * out->smem_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   out->items_per_cta = 8;
+  /* Two heads of 64-token blocks: one tile per CTA, four CTAs per SM and
+   * one CTA per 4 tiles measured 2% faster at L = 1024 than two tiles per
+   * CTA, two CTAs and 8 tiles (bench/NOTES.md, tuning of 2026-11-29). */
+  if (out->heads_per_tile == 2 && out->warps == 4 && 4 * stage_bytes <= MAX_SMEM_BYTES) {
+    out->stages = 1;
+    out->smem_bytes = stage_bytes;
+    out->min_ctas_per_sm = 4;
+    out->items_per_cta = 4;
+  }
   kernel_name(out->kernel_name, spec, "fwd");
   return AG_OK;
 }
@@ -169,14 +198,14 @@ static void describe_backward(ag_buf *b, const ag_plan_bwd *p, int table_bytes,
   ag_buf_printf(b, "%s  threads: %d (%d warps; %d (head, 16-row tile) job%s per phase)\n", prefix,
                 p->threads, p->warps, p->jobs, p->jobs > 1 ? "s" : "");
   ag_buf_printf(b, "%s  Q, K, V, dO tiles resident per CTA: %d\n", prefix, p->stages);
+  const char *pds = p->pds_overlay ? "P and dS take K's and V's place" : "with P and dS of one tile";
   if (table_bytes)
     ag_buf_printf(b,
-                  "%s  shared memory: %d bytes (with P and dS of one tile; each stage holds %d "
-                  "bytes of rotary table rows)\n",
-                  prefix, p->smem_bytes, table_bytes);
+                  "%s  shared memory: %d bytes (%s; each stage holds %d bytes of rotary table "
+                  "rows)\n",
+                  prefix, p->smem_bytes, pds, table_bytes);
   else
-    ag_buf_printf(b, "%s  shared memory: %d bytes (with P and dS of one tile)\n", prefix,
-                  p->smem_bytes);
+    ag_buf_printf(b, "%s  shared memory: %d bytes (%s)\n", prefix, p->smem_bytes, pds);
   if (p->min_ctas_per_sm > 1)
     ag_buf_printf(b, "%s  registers capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
   if (p->items_per_cta)

@@ -18,6 +18,7 @@ typedef struct ag_plan_bwd {
   int smem_bytes;       /* the stages (with any rotary table rows) plus P and dS of one tile */
   int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
   int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
+  bool pds_overlay;     /* P and dS take K's and V's place after phase 1 (else own buffer) */
 } ag_plan_bwd;
 
 /* The fields up to `scale` describe the forward kernel (kernel_name is ""
@@ -52,6 +53,14 @@ typedef struct ag_plan {
  * setting AG_PASS_BACKWARD in a validated spec's passes or filling its
  * `rotary` directly. Rotary kernels' names end _rope_fwd and _rope_bwd. */
 ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err);
+
+/* The backward's shape for `heads_per_tile`, `stages` and `ctas` CTAs per
+ * SM (0: the most that fit, with at most `sm_warps` warps per SM) in *b,
+ * from the forward fields of `plan` (block_size, head_dim, elem_bytes,
+ * rotary_table_bytes); false when it does not fit. The kernel name is left
+ * alone. For plan_backward and tuning tools. */
+bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages, int ctas,
+                            int sm_warps, ag_plan_bwd *b);
 
 /* The name of the source's first kernel (the forward's, else the
  * backward's): the one ag_emit reports. */

@@ -5,7 +5,9 @@
 @#   log2(e)) @SCALE_TEXT@ (the scale as the spec gave it, for a comment)
 @#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh)
 @#   With rotary embeddings, those of rotary.cuh.
-@# Conditions: CAUSAL; ROTARY (rotary embeddings; then those of rotary.cuh, and
+@# Conditions: CAUSAL; PDS_OVERLAY (P and dS take the place of K and V once
+@#   phase 1 is done: one job per warp, and P and dS no larger than K and V);
+@#   ROTARY (rotary embeddings; then those of rotary.cuh, and
 @#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work
 @#   walk); OWN_HELPERS (include mma_sm80.cuh: off when a forward
 @#   kernel earlier in the same source has emitted it); IN_NAMESPACE (put all of
@@ -42,11 +44,23 @@ constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T and dP = dO V^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kJobs = kHeadsPerTile * kRowTiles;  // (head, 16-row tile) jobs per tile and phase
 constexpr int kLoads = kBlock * kChunks;  // 16-byte copies per tensor per tile
-constexpr int kPStride = kBlock + 8;  // elements per row of P and dS: 16 bytes of padding
-constexpr int kPElems = kBlock * kPStride;  // P (or dS) of one head: query rows x keys
+// P and dS of one head are [query row][key] in rows of kPStride elements:
+// blocks of a multiple of 64 tokens XOR-swizzle the 16-byte chunks of a row
+// by the row (as the tiles do), other blocks pad each row by 16 bytes.
+// Either way the quad stores of phase 1 and the 8 row addresses of an
+// ldmatrix in phase 2 hit different banks.
+constexpr bool kPSwizzle = kBlock % 64 == 0;
+constexpr int kPStride = kPSwizzle ? kBlock : kBlock + 8;
+constexpr int kPElems = kBlock * kPStride;  // P (or dS) of one head
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
+@if PDS_OVERLAY@
+static_assert(kJobs == kWarps, "P and dS wait in registers: one job per warp");
+static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS in V's");
+static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory is the stages");
+@else@
 static_assert(2 * (kStages * kStageElems + 2 * kHeadsPerTile * kPElems) == kSmemBytes,
               "the plan's shared memory is the stages plus P and dS of every head");
+@endif@
 /* ---- end constants ---- */
 
 @if OWN_HELPERS@
@@ -67,13 +81,15 @@ static_assert(2 * (kStages * kStageElems + 2 * kHeadsPerTile * kPElems) == kSmem
  * O nor a logsumexp is read, and every gradient row belongs to one tile, so
  * no atomics. Two phases per tile, a barrier between them:
  *   1. (head, 16 query rows) jobs: S, P, dP and dS in registers, where a row
- *      lives in the 4 lanes of a quad (mma C layout), then P and dS, rounded
- *      to 16 bits, into shared memory.
- *   2. (head, 16-row tile) jobs: dV and dK rows are key rows, sums over every
- *      query row, so they wait for all of phase 1 and read P^T and dS^T as A
- *      operands with ldmatrix.trans; dQ of the same tile index, as query rows,
- *      reads dS with a plain ldmatrix. Phase 2 reads no V, so V's rows of the
- *      job stage its outputs for 16-byte stores.
+ *      lives in the 4 lanes of a quad (mma C layout); dQ of those rows from
+ *      dS in registers (as the forward's O from P) and K; then P and dS,
+ *      rounded to 16 bits, into shared memory.
+ *   2. (head, 16 key rows) jobs: dV and dK rows are sums over every query
+ *      row, so they wait for all of phase 1, and read P^T and dS^T as A
+ *      operands with ldmatrix.trans. Phase 2 reads neither K nor V.
+ * The gradients go from the mma registers to memory without shared memory:
+ * each quad trades its pairs with shuffles so that every lane stores 16
+ * contiguous bytes (store_rows).
  * ---- end the math ---- */
 
 @include tile_load.cuh@
@@ -94,18 +110,73 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
 @endif@
 /* ---- end tile load ---- */
 
-/* ---- begin phase 1: P and dS for 16 query rows ----
- * P and dS live in shared memory as [query row][key] with rows of kPStride
- * elements: the stride is an odd multiple of 16 bytes, so both the quad
- * stores below and the 8 row addresses of an ldmatrix in phase 2 hit
- * different banks, for every block size. */
-
 // The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
 // low half.
 __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
   asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.@MMA_TYPE@ %0, l; cvt.f32.@MMA_TYPE@ %1, h; }"
       : "=f"(lo), "=f"(hi) : "r"(pair));
 }
+@if ROTARY@
+
+/* With rotary embeddings the prologue rotates Q, K (V) in place, so the
+ * phases compute the gradients with respect to the rotated tensors and
+ * rotate them back before storing them. */
+@include rotary.cuh@
+@endif@
+
+// Element of P (or dS) at query row `row`, keys from 16-byte chunk `chunk`.
+__device__ __forceinline__ int p_at(int row, int chunk) {
+  return row * kPStride + 8 * (kPSwizzle ? chunk ^ (row & 7) : chunk);
+}
+
+// Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
+// column 8n + 2tq + e % 2) times `mul` and store those before `rows` to
+// `out` (the block's first token, this head) in 16-byte pieces: for each 4
+// n-tiles the quad transposes its 4 x 4 pairs with shuffles, so that lane
+// tq holds the 8 columns of n-tile 4m + tq, and a warp's store writes 64
+// contiguous bytes in each of 8 rows (whole 32-byte sectors).
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
+  static_assert(kDimTiles % 4 == 0, "n-tiles go in fours");
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+#pragma unroll
+    for (int m = 0; m < kDimTiles / 4; m++) {
+      // v[i]: this lane's pair of n-tile 4m + i. Each step swaps one bit of
+      // (lane, i) where they differ; after both, v[i] is lane i's pair of
+      // n-tile 4m + tq.
+      unsigned v[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        v[i] = pack2(acc[4 * m + i][2 * hi] * mul, acc[4 * m + i][2 * hi + 1] * mul);
+#pragma unroll
+      for (int bit = 1; bit <= 2; bit <<= 1) {
+        const bool upper = tq & bit;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          if (i & bit) continue;
+          const unsigned got = __shfl_xor_sync(0xffffffffu, upper ? v[i] : v[i | bit], bit);
+          if (upper) v[i] = got;
+          else v[i | bit] = got;
+        }
+      }
+      if (row < rows)
+        *reinterpret_cast<uint4 *>(out + row * row_stride + 8 * (4 * m + tq)) =
+            make_uint4(v[0], v[1], v[2], v[3]);
+    }
+  }
+}
+
+__device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
+#pragma unroll
+  for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+}
+
+/* ---- begin phase 1: P, dS and dQ for 16 query rows ---- */
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and every row j of tile b (head columns from chunk c0), as kKeyTiles 16x8
@@ -135,9 +206,16 @@ __device__ __forceinline__ void rows_times_rows(float (&c)[kKeyTiles][4], unsign
   }
 }
 
-__device__ __forceinline__ void score_grads(const unsigned short *stage, unsigned short *p,
-                                            unsigned short *ds, const Tile &t, int h,
-                                            int row0) {
+// P and dS of the job's 16 query rows as 16-bit pairs at this thread's C
+// positions: [n][0] row r_lo, [n][1] row r_hi, keys 8n + 2tq and + 1.
+struct RowGrads {
+  unsigned p[kKeyTiles][2];
+  unsigned ds[kKeyTiles][2];
+};
+
+// Phase 1 of one job, first part: P and dS of its rows into `out`.
+__device__ __forceinline__ void score_grads(const unsigned short *stage, const Tile &t, int h,
+                                            int row0, RowGrads &out) {
   const int c0 = h * kHeadChunks; // head h of the group: its first chunk in a tile row
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3; // row group and thread in quad
@@ -153,21 +231,14 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, unsigne
   float l_lo, l_hi; // row sums of P before normalisation
   softmax_rows(s, t, r_lo, r_hi, tq, l_lo, l_hi);
 
-  // P, normalised and rounded to 16-bit pairs: stored for phase 2 at this
-  // thread's C positions (rows r_lo and r_hi, keys 8n + 2tq, +1), and kept
-  // as pairs, half the registers of fp32, for dS (so D and dS use the P
-  // that dV does). Every row sees key 0, even rows past the end (their Q is
-  // zero), so the sums are positive; the guard keeps NaN out all the same.
+  // P, normalised and rounded, so that D, dS and dV all use the P that is
+  // stored. Every row sees key 0, even rows past the end (their Q is zero),
+  // so the sums are positive; the guard keeps NaN out all the same.
   const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
-  unsigned *p32 = reinterpret_cast<unsigned *>(p), *ds32 = reinterpret_cast<unsigned *>(ds);
-  unsigned pp[kKeyTiles][2];
 #pragma unroll
   for (int n = 0; n < kKeyTiles; n++) {
-    const int lo = (r_lo * kPStride + n * 8 + 2 * tq) / 2, hi = lo + 8 * kPStride / 2;
-    pp[n][0] = pack2(s[n][0] * inv_lo, s[n][1] * inv_lo);
-    pp[n][1] = pack2(s[n][2] * inv_hi, s[n][3] * inv_hi);
-    p32[lo] = pp[n][0];
-    p32[hi] = pp[n][1];
+    out.p[n][0] = pack2(s[n][0] * inv_lo, s[n][1] * inv_lo);
+    out.p[n][1] = pack2(s[n][2] * inv_hi, s[n][3] * inv_hi);
   }
 
   // dP = dO V^T, the same shape as S (and in S's registers).
@@ -179,8 +250,8 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, unsigne
 #pragma unroll
   for (int n = 0; n < kKeyTiles; n++) {
     float p0, p1, p2, p3;
-    unpack2(pp[n][0], p0, p1);
-    unpack2(pp[n][1], p2, p3);
+    unpack2(out.p[n][0], p0, p1);
+    unpack2(out.p[n][1], p2, p3);
     d_lo += p0 * dp[n][0] + p1 * dp[n][1];
     d_hi += p2 * dp[n][2] + p3 * dp[n][3];
   }
@@ -190,55 +261,88 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, unsigne
     d_hi += __shfl_xor_sync(0xffffffffu, d_hi, d);
   }
 
-  // dS = P (.) (dP - D), to shared memory like P (the scale is applied to
-  // dQ and dK in fp32).
+  // dS = P (.) (dP - D), rounded like P (the scale is applied to dQ and dK
+  // in fp32).
 #pragma unroll
   for (int n = 0; n < kKeyTiles; n++) {
-    const int lo = (r_lo * kPStride + n * 8 + 2 * tq) / 2, hi = lo + 8 * kPStride / 2;
     float p0, p1, p2, p3;
-    unpack2(pp[n][0], p0, p1);
-    unpack2(pp[n][1], p2, p3);
-    ds32[lo] = pack2(p0 * (dp[n][0] - d_lo), p1 * (dp[n][1] - d_lo));
-    ds32[hi] = pack2(p2 * (dp[n][2] - d_hi), p3 * (dp[n][3] - d_hi));
+    unpack2(out.p[n][0], p0, p1);
+    unpack2(out.p[n][1], p2, p3);
+    out.ds[n][0] = pack2(p0 * (dp[n][0] - d_lo), p1 * (dp[n][1] - d_lo));
+    out.ds[n][1] = pack2(p2 * (dp[n][2] - d_hi), p3 * (dp[n][3] - d_hi));
+  }
+}
+
+// Phase 1 of one job, second part: dQ = scale * dS K of its rows, to
+// memory. The dS pairs of key tiles 2j, 2j+1 are the A fragment of key
+// slice j; K's rows 16j.. are B, read as V is in the forward's O = P V.
+__device__ __forceinline__ void query_grads(const unsigned short *stage, const Tile &t, int h,
+                                            int row0, const unsigned (&ds)[kKeyTiles][2],
+                                            unsigned short *dq, long long row_stride) {
+  const int c0 = h * kHeadChunks;
+  const int lane = threadIdx.x & 31;
+  const unsigned k_s = smem_addr(stage + kTileElems);
+  float acc[kDimTiles][4];
+  clear(acc);
+#pragma unroll
+  for (int j = 0; j < kRowTiles; j++) {
+@if CAUSAL@
+    if (j > row0 / 16) break; // keys after the last query row: dS is 0
+@endif@
+    const unsigned a[4] = {ds[2 * j][0], ds[2 * j][1], ds[2 * j + 1][0], ds[2 * j + 1][1]};
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, k_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         c0 + n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+@if ROTATE_Q@
+  unrotate_rows(acc, stage, t, row0);
+@endif@
+  store_rows(acc, kScale, row0, t.rows,
+             dq + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim, row_stride);
+}
+
+// Store one job's P and dS rows (head h's buffers p, ds) for phase 2.
+__device__ __forceinline__ void store_scores(const RowGrads &rg, unsigned short *p,
+                                             unsigned short *ds, int row0) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  const int r_lo = row0 + g, r_hi = r_lo + 8;
+  unsigned *p32 = reinterpret_cast<unsigned *>(p), *ds32 = reinterpret_cast<unsigned *>(ds);
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; n++) {
+    const int lo = (p_at(r_lo, n) + 2 * tq) / 2, hi = (p_at(r_hi, n) + 2 * tq) / 2;
+    p32[lo] = rg.p[n][0];
+    p32[hi] = rg.p[n][1];
+    ds32[lo] = rg.ds[n][0];
+    ds32[hi] = rg.ds[n][1];
   }
 }
 /* ---- end phase 1 ---- */
-@if ROTARY@
 
-/* With rotary embeddings the prologue rotates Q, K (V) in place, so phase 1
- * and phase 2 compute the gradients with respect to the rotated tensors,
- * which phase 2 rotates back before storing them. */
-@include rotary.cuh@
-@endif@
+/* ---- begin phase 2: dV and dK for 16 key rows ---- */
 
-/* ---- begin phase 2: dV, dK and dQ for one 16-row tile ---- */
-
-// acc += A B over the 16-wide k slices kk0 <= kk < kk1. B is rows 16kk..
-// of tile b (k = row, n = dim, head columns from chunk c0), read with
-// ldmatrix.trans as V is in the forward's O = P V. A is 16 rows of x (P or
-// dS in shared memory, [query][key]):
-//   kTransposed:  A = x[:, r0..r0+15]^T, rows are keys r0.., k runs over
-//                 queries: dV = P^T dO and dK = dS^T Q;
-//   otherwise:    A = x[r0..r0+15, :], rows are queries r0.., k runs over
-//                 keys: dQ = dS K.
-template <bool kTransposed>
+// acc += x^T b over query slices kk0 <= kk < kk1, for the 16 keys r0..: A is
+// x[:, r0..r0+15]^T (x = P or dS, [query][key]; rows of A are keys, k runs
+// over queries), read with ldmatrix.trans; B is rows 16kk.. of tile b (k =
+// query row, n = dim, head columns from chunk c0), read with ldmatrix.trans
+// as V is in the forward's O = P V. dV = P^T dO and dK = dS^T Q.
 __device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4], unsigned x_s, int r0,
                                            unsigned b_s, int c0, int kk0, int kk1) {
   const int lane = threadIdx.x & 31;
 #pragma unroll 1
   for (int kk = kk0; kk < kk1; kk++) {
+    // Matrix i (lanes 8i..8i+7 give its rows) is x's query rows
+    // 16kk + 8(i >> 1) + 0..7 at keys r0 + 8(i & 1) + 0..7; .trans hands
+    // each lane its transpose, so matrices 0..3 are A's (keys +0 | +8) x
+    // (queries +0 | +8) quarters in the order a0, a1, a2, a3.
     unsigned a[4];
-    if (kTransposed)
-      // Matrix i (lanes 8i..8i+7 give its rows) is x's query rows
-      // 16kk + 8(i >> 1) + 0..7 at keys r0 + 8(i & 1) + 0..7; .trans hands
-      // each lane its transpose, so matrices 0..3 are A's (keys +0 | +8) x
-      // (queries +0 | +8) quarters in the order a0, a1, a2, a3.
-      ldmatrix_x4_trans(a, x_s + ((16 * kk + (lane & 7) + ((lane >> 4) << 3)) * kPStride + r0 +
-                                  (((lane >> 3) & 1) << 3)) * 2);
-    else
-      // As Q in S = Q K^T: lanes 0-15 address query rows r0..r0+15 at keys
-      // 16kk.., lanes 16-31 the same rows at keys 16kk + 8..
-      ldmatrix_x4(a, x_s + ((r0 + (lane & 15)) * kPStride + 16 * kk + ((lane >> 4) << 3)) * 2);
+    ldmatrix_x4_trans(a, x_s + p_at(16 * kk + (lane & 7) + ((lane >> 4) << 3),
+                                    r0 / 8 + ((lane >> 3) & 1)) * 2);
 #pragma unroll
     for (int n = 0; n < kDimTiles; n += 2) {
       unsigned b[4];
@@ -250,90 +354,54 @@ __device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4], unsigned 
   }
 }
 
-__device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
-#pragma unroll
-  for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-}
-
-// Round 16 result rows (C layout) times `mul`, stage them in rows
-// row0..row0+15 of head columns c0.. of `tile` (a tile nobody reads in this
-// phase; these rows and columns belong to this job alone), then copy the
-// rows before `rows` to `out` (the block's first token, this head) in whole
-// 16-byte chunks: kHeadChunks / 2 rounds of 32 lanes cover 16 rows.
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
-                                           unsigned short *tile, int c0, int row0, int rows,
-                                           unsigned short *out, long long row_stride) {
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-  unsigned *tile32 = reinterpret_cast<unsigned *>(tile);
-  __syncwarp(); // the lanes' reads of what was staged here before come first
-#pragma unroll
-  for (int n = 0; n < kDimTiles; n++) {
-    tile32[(swizzle(row0 + g, c0 + n) + 2 * tq) / 2] = pack2(acc[n][0] * mul, acc[n][1] * mul);
-    tile32[(swizzle(row0 + g + 8, c0 + n) + 2 * tq) / 2] = pack2(acc[n][2] * mul, acc[n][3] * mul);
-  }
-  __syncwarp();
-#pragma unroll
-  for (int it = 0; it < kHeadChunks / 2; it++) {
-    int i = lane + it * 32;
-    int row = row0 + i / kHeadChunks, chunk = i % kHeadChunks;
-    if (row < rows)
-      *reinterpret_cast<uint4 *>(out + row * row_stride + chunk * 8) =
-          *reinterpret_cast<const uint4 *>(tile + swizzle(row, c0 + chunk));
-  }
-}
-
-__device__ __forceinline__ void grads(unsigned short *stage, const unsigned short *p,
-                                      const unsigned short *ds, const Tile &t, int h, int r0,
-                                      unsigned short *dq, unsigned short *dk, unsigned short *dv,
-                                      long long row_stride) {
+__device__ __forceinline__ void key_grads(const unsigned short *stage, const unsigned short *p,
+                                          const unsigned short *ds, const Tile &t, int h, int r0,
+                                          unsigned short *dk, unsigned short *dv,
+                                          long long row_stride) {
   const int c0 = h * kHeadChunks;
-  const unsigned q_s = smem_addr(stage), k_s = smem_addr(stage + kTileElems),
-                 do_s = smem_addr(stage + 3 * kTileElems), p_s = smem_addr(p),
-                 ds_s = smem_addr(ds);
-  unsigned short *staging = stage + 2 * kTileElems; // V's tile: read by nobody in phase 2
+  const unsigned q_s = smem_addr(stage), do_s = smem_addr(stage + 3 * kTileElems),
+                 p_s = smem_addr(p), ds_s = smem_addr(ds);
   const long long at = t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim;
   // 16-row tiles that hold real rows: phase 1 wrote P and dS rows for these.
   const int tiles = (t.rows + 15) / 16;
 @if CAUSAL@
   // P and dS vanish above the diagonal (key after query): keys r0.. get
-  // gradients from query tiles r0 / 16 on, queries r0.. from key tiles up
-  // to r0 / 16.
-  const int first_query_tile = r0 / 16, key_tiles = r0 / 16 + 1;
+  // gradients from query tiles r0 / 16 on.
+  const int first_query_tile = r0 / 16;
 @else@
-  const int first_query_tile = 0, key_tiles = tiles;
+  const int first_query_tile = 0;
 @endif@
   float acc[kDimTiles][4];
 
   clear(acc); // dV = P^T dO
-  accumulate<true>(acc, p_s, r0, do_s, c0, first_query_tile, tiles);
+  accumulate(acc, p_s, r0, do_s, c0, first_query_tile, tiles);
 @if ROTATE_V@
   unrotate_rows(acc, stage, t, r0);
 @endif@
-  store_rows(acc, 1.f, staging, c0, r0, t.rows, dv + at, row_stride);
+  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
 
   clear(acc); // dK = scale * dS^T Q
-  accumulate<true>(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
+  accumulate(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
 @if ROTATE_K@
   unrotate_rows(acc, stage, t, r0);
 @endif@
-  store_rows(acc, kScale, staging, c0, r0, t.rows, dk + at, row_stride);
-
-  clear(acc); // dQ = scale * dS K
-  accumulate<false>(acc, ds_s, r0, k_s, c0, 0, key_tiles);
-@if ROTATE_Q@
-  unrotate_rows(acc, stage, t, r0);
-@endif@
-  store_rows(acc, kScale, staging, c0, r0, t.rows, dq + at, row_stride);
+  store_rows(acc, kScale, r0, t.rows, dk + at, row_stride);
 }
 /* ---- end phase 2 ---- */
 
 /* ---- begin kernel ----
  * Every CTA walks its own contiguous range of items (the launcher sizes the
  * grid) with kStages input tiles resident, loading the next while computing
- * the current when there are two. P and dS are one buffer, reused by every
- * item: the barrier at the top of each step orders the last item's phase 2
- * before this item's phase 1. */
+ * the current when there are two.
+@if PDS_OVERLAY@
+ * P and dS wait in each warp's registers until every warp is done with K and
+ * V, then take their place in the stage.
+@else@
+ * P and dS are one buffer after the stages, reused by every item: the
+ * barrier at the top of each step orders the last item's phase 2 before
+ * this item's phase 1.
+@endif@
+ */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
@@ -346,8 +414,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @endif@
     int heads, long long total_tokens, long long num_items) {
   extern __shared__ __align__(128) unsigned short smem[];
-  unsigned short *const p_smem = smem + kStages * kStageElems;      // P of each head
-  unsigned short *const ds_smem = p_smem + kHeadsPerTile * kPElems; // dS of each head
   const long long row_stride = (long long)heads * kHeadDim;
   const long long first = num_items * blockIdx.x / gridDim.x;
 
@@ -398,23 +464,47 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     __syncthreads();
 @endif@
     const int warp = threadIdx.x >> 5;
-    // Phase 1: (head, 16 query rows) jobs write P and dS.
-#pragma unroll 1
-    for (int job = warp; job < kJobs; job += kWarps) {
-      int h = job / kRowTiles, row0 = job % kRowTiles * 16;
-      if (row0 < ring[0].rows && h < ring[0].heads)
-        score_grads(stage, p_smem + h * kPElems, ds_smem + h * kPElems, ring[0], h, row0);
+@if PDS_OVERLAY@
+    // P of head h where K was, dS where V was.
+    unsigned short *const p_smem = stage + kTileElems, *const ds_smem = stage + 2 * kTileElems;
+    // Phase 1: this warp's (head, 16 query rows) job: dQ to memory, P and dS
+    // kept in registers until no warp reads K or V any more.
+    {
+      const int h = warp / kRowTiles, row0 = warp % kRowTiles * 16;
+      const bool mine = row0 < ring[0].rows && h < ring[0].heads;
+      RowGrads rg;
+      if (mine) {
+        score_grads(stage, ring[0], h, row0, rg);
+        query_grads(stage, ring[0], h, row0, rg.ds, dq, row_stride);
+      }
+      __syncthreads();
+      if (mine) store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
     }
-    // Every warp's P and dS rows are in; V is read no more.
+@else@
+    unsigned short *const p_smem = smem + kStages * kStageElems; // P of each head
+    unsigned short *const ds_smem = p_smem + kHeadsPerTile * kPElems; // dS of each head
+    // Phase 1: (head, 16 query rows) jobs: dQ to memory, P and dS to shared
+    // memory.
+#pragma unroll 1
+    for (int job = warp; job < kJobs; job += kWarps) {
+      int h = job / kRowTiles, row0 = job % kRowTiles * 16;
+      if (row0 < ring[0].rows && h < ring[0].heads) {
+        RowGrads rg;
+        score_grads(stage, ring[0], h, row0, rg);
+        store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
+        query_grads(stage, ring[0], h, row0, rg.ds, dq, row_stride);
+      }
+    }
+@endif@
+    // Every warp's P and dS rows are in.
     __syncthreads();
-    // Phase 2: (head, 16-row tile) jobs: dV and dK of those key rows, dQ of
-    // those query rows.
+    // Phase 2: (head, 16 key rows) jobs: dV and dK of those rows.
 #pragma unroll 1
     for (int job = warp; job < kJobs; job += kWarps) {
       int h = job / kRowTiles, row0 = job % kRowTiles * 16;
       if (row0 < ring[0].rows && h < ring[0].heads)
-        grads(stage, p_smem + h * kPElems, ds_smem + h * kPElems, ring[0], h, row0, dq, dk, dv,
-              row_stride);
+        key_grads(stage, p_smem + h * kPElems, ds_smem + h * kPElems, ring[0], h, row0, dk, dv,
+                  row_stride);
     }
 
 #pragma unroll

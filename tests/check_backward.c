@@ -61,8 +61,8 @@ END_TEST
 START_TEST(plan_shapes) {
   ag_error err = {0};
   ag_plan p;
-  /* 64-token blocks at 128: four warps, one stage of Q, K, V, dO (64 KiB)
-   * plus P and dS (2 x 64 rows of 72 elements), two CTAs per SM. */
+  /* 64-token blocks at 128: four warps, one stage of Q, K, V, dO (64 KiB),
+   * P and dS where K and V were, three CTAs per SM. */
   ag_spec s = spec_for("p", 64, 128, AG_DTYPE_BF16, false, AG_PASS_BACKWARD);
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   ck_assert_str_eq(p.kernel_name, "");
@@ -73,18 +73,32 @@ START_TEST(plan_shapes) {
   ck_assert_int_eq(p.bwd.warps, 4);
   ck_assert_int_eq(p.bwd.jobs, 4);
   ck_assert_int_eq(p.bwd.stages, 1);
-  ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 128 * 2 + 2 * 64 * 72 * 2);
-  ck_assert_int_eq(p.bwd.min_ctas_per_sm, 2);
+  ck_assert(p.bwd.pds_overlay);
+  ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 128 * 2);
+  ck_assert_int_eq(p.bwd.min_ctas_per_sm, 3);
   ck_assert_int_eq(p.bwd.items_per_cta, 8);
-  /* head_dim 64: two heads per tile; eight jobs on four warps. */
+  /* head_dim 64: one head per tile, four CTAs of 32 KiB (registers, not
+   * shared memory, stop there). */
   s = spec_for("p", 64, 64, AG_DTYPE_FP16, true, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   ck_assert_str_eq(p.kernel_name, "ag_p_b64_d64_fp16_causal_fwd");
   ck_assert_str_eq(p.bwd.kernel_name, "ag_p_b64_d64_fp16_causal_bwd");
-  ck_assert_int_eq(p.bwd.heads_per_tile, 2);
-  ck_assert_int_eq(p.bwd.jobs, 8);
+  ck_assert_int_eq(p.bwd.heads_per_tile, 1);
+  ck_assert_int_eq(p.bwd.jobs, 4);
   ck_assert_int_eq(p.bwd.warps, 4);
-  ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 256 + 2 * 2 * 64 * 72 * 2);
+  ck_assert_int_eq(p.bwd.min_ctas_per_sm, 4);
+  ck_assert(p.bwd.pds_overlay);
+  ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 128);
+  /* 128-token blocks at head_dim 64: P and dS (2 x 128 x 128) outgrow K and
+   * V, so they get their own buffer. */
+  s = spec_for("p", 128, 64, AG_DTYPE_BF16, false, AG_PASS_BACKWARD);
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert(!p.bwd.pds_overlay);
+  ck_assert_int_eq(p.bwd.stages, 2); /* one CTA of 8 warps: room for two */
+  ck_assert_int_eq(p.bwd.smem_bytes, 2 * 4 * 128 * 128 + 2 * 128 * 128 * 2);
+  ck_assert_int_eq(p.bwd.warps, 8);
+  s = spec_for("p", 64, 64, AG_DTYPE_FP16, true, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   /* The forward's plan is the one it has without a backward. */
   ag_plan fwd;
   s.passes = AG_PASS_FORWARD;
@@ -111,12 +125,15 @@ START_TEST(plan_shapes) {
       ck_assert_msg(st == AG_OK, "b%d d%d: %s", b, dim, err.message);
       const ag_plan_bwd *w = &p.bwd;
       int tiles = 4 * b * dim * 2 * w->heads_per_tile;
-      int ps = 2 * w->heads_per_tile * b * (b + 8) * 2;
-      ck_assert_int_eq(w->smem_bytes, w->stages * tiles + ps);
+      int stride = b % 64 == 0 ? b : b + 8;
+      int ps = 2 * w->heads_per_tile * b * stride * 2;
+      ck_assert_int_eq(w->pds_overlay, stride <= dim && b <= 64);
+      ck_assert_int_eq(w->smem_bytes, w->stages * tiles + (w->pds_overlay ? 0 : ps));
       ck_assert_int_le(w->smem_bytes * w->min_ctas_per_sm, MAX_SMEM);
       ck_assert_int_eq(w->jobs, w->heads_per_tile * b / 16);
       ck_assert_int_le(w->warps, w->jobs);
-      ck_assert_int_le(w->warps, w->min_ctas_per_sm > 1 ? 4 : 8);
+      if (w->pds_overlay) ck_assert_int_eq(w->warps, w->jobs);
+      ck_assert_int_le(w->warps * w->min_ctas_per_sm, 16); /* >= 128 registers a thread */
       ck_assert_int_eq(w->threads, 32 * w->warps);
     }
 }
@@ -158,7 +175,9 @@ START_TEST(source_shape) {
   ck_assert_ptr_null(strstr(bwd, "bf16"));
   ck_assert_ptr_nonnull(strstr(bwd, "cvt.f32.f16"));
   ck_assert_ptr_nonnull(strstr(bwd, "first_query_tile = r0 / 16"));
-  ck_assert_ptr_nonnull(strstr(bwd, "kSmemBytes = 83968;"));
+  ck_assert_ptr_nonnull(strstr(bwd, "kSmemBytes = 65536;"));
+  ck_assert_ptr_nonnull(strstr(bwd, "P of head h where K was, dS where V was"));
+  ck_assert_ptr_null(strstr(bwd, "P and dS are one buffer after the stages"));
 
   /* Both: the forward exactly as emitted alone, then the backward in
    * namespace bwd, sharing the forward's helpers. */
@@ -179,7 +198,8 @@ START_TEST(source_shape) {
   ck_assert_int_eq(ag_emit(&s, &bwd, NULL, &err), AG_OK);
   ck_assert_ptr_null(strstr(bwd, "first_query_tile = r0 / 16"));
   ck_assert_ptr_null(strstr(bwd, "col > (e < 2 ? r_lo : r_hi)"));
-  ck_assert_ptr_nonnull(strstr(bwd, "first_query_tile = 0, key_tiles = tiles"));
+  ck_assert_ptr_nonnull(strstr(bwd, "first_query_tile = 0;"));
+  ck_assert_ptr_null(strstr(bwd, "if (j > row0 / 16) break;"));
   free(fwd);
   free(bwd);
   free(both);
@@ -206,13 +226,16 @@ static const compile_case compile_cases[] = {
 };
 enum { NCOMPILE = sizeof compile_cases / sizeof compile_cases[0] };
 
-/* The spill stores and loads ptxas reports for `kernel` in a -v log; false
- * when the log has no report for it. */
-static bool spills(const char *log, const char *kernel, int *out_stores, int *out_loads) {
+/* The spill stores and loads and the registers ptxas reports for `kernel`
+ * in a -v log; false when the log has no report for it. */
+static bool spills(const char *log, const char *kernel, int *out_stores, int *out_loads,
+                   int *out_regs) {
   char entry[AG_KERNEL_NAME_MAX + 32];
   snprintf(entry, sizeof entry, "entry function '%s'", kernel);
   const char *at = strstr(log, entry);
   if (!at) return false;
+  const char *used = strstr(at, "Used ");
+  *out_regs = used && sscanf(used, "Used %d registers", out_regs) == 1 ? *out_regs : -1;
   at = strstr(at, "bytes stack frame, ");
   return at && sscanf(at, "bytes stack frame, %d bytes spill stores, %d bytes spill loads",
                       out_stores, out_loads) == 2;
@@ -234,10 +257,10 @@ static void compile_and_check(const char *src, const char *name, const char *ker
   snprintf(path, sizeof path, "%s/%s.log", dir, name);
   char *log = ag_test_slurp(path, NULL);
   ck_assert_ptr_nonnull(log);
-  int stores = 0, loads = 0;
-  if (spills(log, kernel, &stores, &loads)) {
-    printf("nvrtc %s %s: %d bytes spill stores, %d bytes spill loads\n", kernel, arch, stores,
-           loads);
+  int stores = 0, loads = 0, regs = 0;
+  if (spills(log, kernel, &stores, &loads, &regs)) {
+    printf("nvrtc %s %s: %d registers, %d bytes spill stores, %d bytes spill loads\n", kernel,
+           arch, regs, stores, loads);
     ck_assert_msg(stores <= 64 && loads <= 64, "%s for %s spills: %s", kernel, arch, log);
   } else {
     /* NVRTC sometimes returns an empty log for -v (see check_nvrtc.c). */

@@ -347,6 +347,43 @@ START_TEST(test_block_backward_rotary) {
 }
 END_TEST
 
+/* Both passes with rotary embeddings from a table past 2^31 elements per
+ * tensor and 131,072 blocks: the table's rows are indexed by token, so its
+ * addressing is checked at scale too. */
+START_TEST(test_rotary_huge) {
+  if (getenv("ATTNGEN_TEST_SKIP_HUGE")) {
+    printf("SKIP rotary_huge: ATTNGEN_TEST_SKIP_HUGE is set\n");
+    return;
+  }
+  ag_context *ctx = gpu_or_skip("rotary_huge");
+  if (!ctx) return;
+  const rotary_case c = {{AG_DTYPE_BF16, 128, 64, 0}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_TABLE,
+                         QKV};
+  ag_kernel *k = rotary_kernel_for(ctx, &c, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  const int64_t batch = 131072, heads = 8;
+  int32_t *lengths = malloc(sizeof(int32_t) * batch);
+  ck_assert_ptr_nonnull(lengths);
+  int64_t total = 0;
+  for (int64_t i = 0; i < batch; i++) total += lengths[i] = 17 + (int32_t)(i % 2);
+  ck_assert_int_gt(total * heads * 128, (int64_t)1 << 31);
+  ag_check_options opt = {.seed = (uint64_t)getpid() + 1, .max_ref_macs = 200000000};
+  ag_check_result r;
+  ag_error err = {0};
+  ag_status st = ag_selfcheck_block_forward(k, lengths, batch, heads, &opt, &r, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message);
+  printf("gpu rotary huge forward: %lld blocks: rel error %.2e over %lld sequences\n",
+         (long long)r.blocks, r.rel_error, (long long)r.sampled_seqs);
+  ck_assert_int_ge(r.blocks, 120000);
+  ck_assert_int_eq(r.unwritten, 0);
+  ck_assert_int_eq(r.guard_clobbered, 0);
+  ck_assert_double_le(r.rel_error, 1e-2);
+  run_bwd_shape(k, &c.k, "rope huge: 131072 sequences", lengths, batch, heads,
+                (uint64_t)getpid() + 2, 200000000);
+  free(lengths);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
 Suite *gpu_suite(void) {
   Suite *s = suite_create("gpu");
   TCase *tc = tcase_create("block_forward");
@@ -363,6 +400,7 @@ Suite *gpu_suite(void) {
   tcase_set_timeout(rope, 600);
   tcase_add_loop_test(rope, test_block_forward_rotary, 0, NROTARY_CASES);
   tcase_add_loop_test(rope, test_block_backward_rotary, 0, NROTARY_CASES);
+  tcase_add_test(rope, test_rotary_huge);
   suite_add_tcase(s, rope);
   return s;
 }

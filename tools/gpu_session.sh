@@ -3,8 +3,12 @@
 # the full test suite (GPU tests included), the demo, the plan-tuning table,
 # and compute-sanitizer over small runs. Logs go to $OUT (or build/gpu).
 # Usage: tools/gpu_session.sh [build] [test] [demo] [tune] [sanitize] [sanitize-tests]
-#   sanitize-tests: the GPU suite (but its test past 2^31 elements) under
+#                             [gpu-forward] [gpu-backward] [gpu-rotary] [tune-bwd]
+#   sanitize-tests: the GPU suite (but its tests past 2^31 elements) under
 #   compute-sanitizer memcheck and racecheck; minutes.
+#   gpu-forward, gpu-backward, gpu-rotary: one test case of the GPU suite.
+#   tune, tune-bwd: the plan-tuning table of the forward, of the backward
+#   (TUNE_ARGS: more arguments, e.g. "--dim 64 1024").
 set -u
 out=${OUT:-build/gpu}
 mkdir -p "$out"
@@ -17,7 +21,15 @@ for step in $steps; do
     test) make test 2>&1 | tee "$out/test.log" | grep -vE "^gpu (bf16|fp16)" ; [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
           grep -E "^gpu " "$out/test.log" | sort -k6 -g | tail -5 ;;
     demo) make demo 2>&1 | tee "$out/demo.log" | tail -20 ; [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
-    tune) build/tune_block 1024 4096 2>&1 | tee "$out/tune.log" ;;
+    tune) build/tune_block ${TUNE_ARGS:-1024 4096} 2>&1 | tee "$out/tune.log" ;;
+    tune-bwd) build/tune_block --bwd ${TUNE_ARGS:-1024 4096} 2>&1 | tee "$out/tune-bwd.log" ;;
+    gpu-forward|gpu-backward|gpu-rotary)
+      case=${step#gpu-}; [ "$case" = rotary ] || case=block_$case
+      (cd tests && CK_RUN_SUITE=gpu CK_RUN_CASE=$case ../build/check_attngen) >"$out/$step.log" 2>&1
+      r=$?; echo "$step: exit $r; $(grep -E '^[0-9]+%: Checks' "$out/$step.log")"
+      grep -E "huge|SKIP|Failure|Error" "$out/$step.log" | head -20
+      grep -E "^gpu " "$out/$step.log" | awk '{for(i=1;i<=NF;i++) if($i ~ /^[0-9.]+e-0[0-9]$/) print $i}' | sort -g | tail -1 | sed 's/^/  largest error printed: /'
+      [ $r -eq 0 ] || rc=1 ;;
     sanitize)
       for spec in specs/*.yaml; do
         for tool in memcheck racecheck; do

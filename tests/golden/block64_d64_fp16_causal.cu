@@ -18,10 +18,10 @@
  *   kernel: ag_golden_causal_b64_d64_fp16_causal_fwd
  *   heads per tile: 2
  *   threads: 128 (4 warps, 2 jobs of 16 query rows each)
- *   tiles resident per CTA: 2
- *   shared memory: 98304 bytes
- *   registers capped for 2 CTAs per SM
- *   grid: one CTA per 8 (block, head group) tiles
+ *   tiles resident per CTA: 1
+ *   shared memory: 49152 bytes
+ *   registers capped for 4 CTAs per SM
+ *   grid: one CTA per 4 (block, head group) tiles
  */
 
 /* ---- begin constants ---- */
@@ -31,8 +31,8 @@ constexpr int kWarps = 4;  // warps per CTA
 constexpr int kThreads = kWarps * 32;
 constexpr int kHeadsPerTile = 2;  // adjacent heads loaded as one tile
 constexpr int kJobsPerWarp = 2;  // (head, 16-row query tile) jobs per warp
-constexpr int kStages = 2;  // (block, head group) tiles resident per CTA
-constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
+constexpr int kStages = 1;  // (block, head group) tiles resident per CTA
+constexpr int kMinCtasPerSm = 4;  // launch bound: registers fit this many CTAs
 constexpr float kScaleLog2 = 1.803368801e-01f;  // softmax scale 1/sqrt(64) times log2(e)
 
 constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous in memory
