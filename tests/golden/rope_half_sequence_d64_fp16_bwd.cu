@@ -763,9 +763,9 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
  *   2. (head, 16 key rows) jobs: dV and dK rows are sums over every query
  *      row, so they wait for all of phase 1, and read P^T and dS^T as A
  *      operands with ldmatrix.trans. Phase 2 reads neither K nor V.
- * The gradients go from the mma registers straight to memory: a quad writes
- * 16 contiguous bytes of a row per instruction and two instructions make
- * whole 32-byte sectors, merged in the L2 before they reach memory.
+ * The gradients go from the mma registers to memory without shared memory:
+ * each quad trades its pairs with shuffles so that every lane stores 16
+ * contiguous bytes (store_rows).
  * ---- end the math ---- */
 
 /* ---- begin tile load ----
@@ -966,20 +966,42 @@ __device__ __forceinline__ int p_at(int row, int chunk) {
 
 // Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
 // column 8n + 2tq + e % 2) times `mul` and store those before `rows` to
-// `out` (the block's first token, this head).
+// `out` (the block's first token, this head) in 16-byte pieces: for each 4
+// n-tiles the quad transposes its 4 x 4 pairs with shuffles, so that lane
+// tq holds the 8 columns of n-tile 4m + tq, and a warp's store writes 64
+// contiguous bytes in each of 8 rows (whole 32-byte sectors).
 __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
                                            int row0, int rows, unsigned short *out,
                                            long long row_stride) {
+  static_assert(kDimTiles % 4 == 0, "n-tiles go in fours");
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int hi = 0; hi < 2; hi++) {
     const int row = row0 + g + 8 * hi;
-    if (row < rows) {
-      unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
 #pragma unroll
-      for (int n = 0; n < kDimTiles; n++)
-        dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+    for (int m = 0; m < kDimTiles / 4; m++) {
+      // v[i]: this lane's pair of n-tile 4m + i. Each step swaps one bit of
+      // (lane, i) where they differ; after both, v[i] is lane i's pair of
+      // n-tile 4m + tq.
+      unsigned v[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        v[i] = pack2(acc[4 * m + i][2 * hi] * mul, acc[4 * m + i][2 * hi + 1] * mul);
+#pragma unroll
+      for (int bit = 1; bit <= 2; bit <<= 1) {
+        const bool upper = tq & bit;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          if (i & bit) continue;
+          const unsigned got = __shfl_xor_sync(0xffffffffu, upper ? v[i] : v[i | bit], bit);
+          if (upper) v[i] = got;
+          else v[i | bit] = got;
+        }
+      }
+      if (row < rows)
+        *reinterpret_cast<uint4 *>(out + row * row_stride + 8 * (4 * m + tq)) =
+            make_uint4(v[0], v[1], v[2], v[3]);
     }
   }
 }
