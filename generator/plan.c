@@ -79,14 +79,20 @@ bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages,
   return true;
 }
 
-/* One head per tile (on the H200 two heads at head_dim 64 were 15% slower,
- * bench/NOTES.md), one stage, and the most CTAs per SM that fit, with 128
- * registers a thread or, with rotary embeddings (their angles and the
- * rotation back of dQ, dK, dV need more), 255; a second stage only where it
- * costs no CTA. */
+/* One head per tile (on the H200 two heads were 10-15% slower,
+ * bench/NOTES.md), with 128 registers a thread or, with rotary embeddings
+ * (their angles and the rotation back of dQ, dK, dV need more), 255. Two
+ * stages where three CTAs of two still fit (head_dim 64: 2% faster than
+ * four CTAs of one), else one stage and the most CTAs that fit (head_dim
+ * 128: three), and a second stage where it costs no CTA. */
 static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err) {
   ag_plan_bwd *b = &out->bwd, two;
   const int sm_warps = spec->rotary.layout != AG_ROTARY_NONE ? MAX_WARPS : 2 * MAX_WARPS;
+  if (ag_plan_backward_shape(out, 1, 2, 0, sm_warps, &two) && two.min_ctas_per_sm >= 3) {
+    *b = two;
+    kernel_name(b->kernel_name, spec, "bwd");
+    return AG_OK;
+  }
   if (!ag_plan_backward_shape(out, 1, 1, 0, sm_warps, b)) {
     const int block = spec->block_size, p_stride = block % 64 == 0 ? block : block + 8;
     const int need = 4 * block * spec->head_dim * out->elem_bytes + out->rotary_table_bytes +
