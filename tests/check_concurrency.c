@@ -358,6 +358,7 @@ END_TEST
 static const char *const load_inputs[] = {
     "../specs/ads_block64_d128_bf16.yaml",
     "../specs/block128_d128_causal.yaml",
+    "../specs/ads_block64_d128_rope.yaml",
     "spec_errors/alias_bomb.yaml",
     "spec_errors/many_errors_in_order.yaml",
     "spec_errors/softmax_scale_text.yaml",
