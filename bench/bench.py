@@ -687,8 +687,8 @@ def write_markdown(state, final=False):
                   "[total, D]), timed together. Peers apply a PyTorch rotary (torch.compile'd, "
                   "fp32 math; eager if compiling fails) before their attention and autograd "
                   "differentiates through both; attngen uses a spec with `rotary: {layout: "
-                  "interleaved, apply_to: [q, k], positions: table}` (fused), reported unavailable "
-                  "while validation refuses it. TB/s counts 11 tensors and the table twice; "
+                  "interleaved, apply_to: [q, k], positions: table}` (fused into both kernels). "
+                  "TB/s counts 11 tensors and the table twice; "
                   "TFLOP/s 3.5x the forward's; %BW ceil against read-4-write-3. Errors: output "
                   "and each gradient against float64 with the same rotary.", ""]
     lines += ["## Summary", "", md_table(head_sum(state), summary_rows(state)), ""]

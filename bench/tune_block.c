@@ -114,10 +114,9 @@ static void tune_backward(ag_context *ctx, const int32_t *len, int64_t batch, in
   ag_error err = {0};
   char yaml[256];
   snprintf(yaml, sizeof yaml, "name: tune\npattern: block_diagonal\nblock_size: 64\n"
-           "head_dim: %d\ndtype: bf16\n", dim);
+           "head_dim: %d\ndtype: bf16\npasses: [backward]\n", dim);
   ag_spec spec;
   if (ag_spec_load_string(yaml, strlen(yaml), "tune.yaml", &spec, &err)) die(&err);
-  spec.passes = AG_PASS_BACKWARD; /* validation still refuses it; tools set it */
   ag_block_bwd_data *d;
   if (ag_block_bwd_data_create(ctx, spec.dtype, dim, 64, len, batch, heads, 7, &d, &err))
     die(&err);

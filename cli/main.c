@@ -30,8 +30,9 @@ static const char usage_text[] =
     "                                ARCH defaults to the spec's, else sm_90a)\n"
     "  run SPEC [--batch N] [--seqlen L] [--min-seqlen M] [--heads H]\n"
     "           [--seed S] [--iters N] [--device D]\n"
-    "                                on a GPU: compile (cached), run on random data\n"
-    "                                with lengths uniform in [M, L], check against a\n"
+    "                                on a GPU: compile (cached), run each pass of the\n"
+    "                                spec (forward, backward) on random data with\n"
+    "                                lengths uniform in [M, L], check against a\n"
     "                                float64 reference, print time and bandwidth\n"
     "\n"
     "options:\n"
@@ -188,6 +189,58 @@ static int cmd_compile(int argc, char **argv) {
 }
 
 /* ---- run ---- */
+
+/* Check (and time) the forward on `lengths`; prints its lines. */
+static ag_status run_forward(ag_kernel *kern, const int32_t *lengths, const options *o,
+                             const ag_check_options *copt, bool *pass, ag_error *err) {
+  ag_check_result r;
+  ag_status st = ag_selfcheck_block_forward(kern, lengths, o->batch, o->heads, copt, &r, err);
+  if (st != AG_OK) return st;
+  double tol = ag_check_tolerance(kern->spec.dtype, false);
+  *pass = r.rel_error <= tol && r.unwritten == 0 && r.guard_clobbered == 0;
+  printf("  shape: batch %" PRId64 ", lengths in [%" PRId64 ", %" PRId64 "], heads %" PRId64
+         ", %" PRId64 " blocks\n",
+         o->batch, o->min_seqlen, o->seqlen, o->heads, r.blocks);
+  printf("  check: rel error %.3g (limit %.0e) over %" PRId64 " sequences, %" PRId64
+         " unwritten, %" PRId64 " written past the end: %s\n",
+         r.rel_error, tol, r.sampled_seqs, r.unwritten, r.guard_clobbered,
+         *pass ? "PASS" : "FAIL");
+  if (o->iters > 0 && r.median_ms > 0)
+    printf("  time: %.4f ms (median of %" PRId64 "), %.3f TB/s for Q, K, V read and O written\n",
+           r.median_ms, o->iters, r.bytes / (r.median_ms * 1e-3) / 1e12);
+  return AG_OK;
+}
+
+/* The same for the backward: dQ, dK, dV each within the backward's limit,
+ * every element written, nothing past the end. `shape`: print the shape
+ * line (the spec has no forward to print it). */
+static ag_status run_backward(ag_kernel *kern, const int32_t *lengths, const options *o,
+                              const ag_check_options *copt, bool shape, bool *pass,
+                              ag_error *err) {
+  ag_check_bwd_result r;
+  ag_status st = ag_selfcheck_block_backward(kern, lengths, o->batch, o->heads, copt, &r, err);
+  if (st != AG_OK) return st;
+  double tol = ag_check_tolerance(kern->spec.dtype, true);
+  int64_t unwritten = r.unwritten[0] + r.unwritten[1] + r.unwritten[2];
+  *pass = r.rel_error[0] <= tol && r.rel_error[1] <= tol && r.rel_error[2] <= tol &&
+          unwritten == 0 && r.guard_clobbered == 0;
+  if (shape)
+    printf("  shape: batch %" PRId64 ", lengths in [%" PRId64 ", %" PRId64 "], heads %" PRId64
+           ", %" PRId64 " blocks\n",
+           o->batch, o->min_seqlen, o->seqlen, o->heads, r.blocks);
+  printf("  backward check: rel error dq %.3g, dk %.3g, dv %.3g (limit %.0e) over %" PRId64
+         " sequences, %" PRId64 " unwritten, %" PRId64 " written past the end: %s\n",
+         r.rel_error[0], r.rel_error[1], r.rel_error[2], tol, r.sampled_seqs, unwritten,
+         r.guard_clobbered, *pass ? "PASS" : "FAIL");
+  if (o->iters > 0 && r.median_ms > 0)
+    printf("  backward time: %.4f ms (median of %" PRId64 "), %.3f TB/s for Q, K, V, dO read "
+           "and dQ, dK, dV written\n",
+           r.median_ms, o->iters, r.bytes / (r.median_ms * 1e-3) / 1e12);
+  return AG_OK;
+}
+
+/* Compile (cached), then check and time each pass the spec names on the
+ * same lengths: the forward, then the backward. */
 static int cmd_run(int argc, char **argv) {
   options o;
   int rc = parse_options(argc, argv, "bLMHsid", &o);
@@ -214,34 +267,28 @@ static int cmd_run(int argc, char **argv) {
   for (int64_t i = 0; i < o.batch; i++)
     lengths[i] = (int32_t)(o.min_seqlen +
                            (int64_t)(ag_rand_next(&rng) % (uint64_t)(o.seqlen - o.min_seqlen + 1)));
-  ag_check_result r;
   ag_check_options copt = {.seed = (uint64_t)o.seed, .time_iters = (int)o.iters,
                            .warmup_iters = o.iters ? 3 : 0};
   st = ag_kernel_get(ctx, &spec, &kern, &err);
   char *warning = ag_context_cache_warning(ctx);
   if (warning) fprintf(stderr, "attngen: warning: %s\n", warning);
   free(warning);
-  if (st == AG_OK) st = ag_selfcheck_block_forward(kern, lengths, o.batch, o.heads, &copt, &r, &err);
-  free(lengths);
-  if (st != AG_OK) {
-    ag_context_destroy(ctx);
-    return report(&err);
+  bool fwd_pass = true, bwd_pass = true;
+  if (st == AG_OK) {
+    const ag_plan *p = &kern->plan;
+    bool both = p->kernel_name[0] && p->bwd.kernel_name[0];
+    printf("%s: %s%s%s on %s\n", o.spec, ag_plan_first_kernel(p), both ? " and " : "",
+           both ? p->bwd.kernel_name : "", ctx->name);
+    if (spec.passes & AG_PASS_FORWARD)
+      st = run_forward(kern, lengths, &o, &copt, &fwd_pass, &err);
+    if (st == AG_OK && (spec.passes & AG_PASS_BACKWARD))
+      st = run_backward(kern, lengths, &o, &copt, !(spec.passes & AG_PASS_FORWARD), &bwd_pass,
+                        &err);
   }
-  double tol = spec.dtype == AG_DTYPE_BF16 ? 1e-2 : 2e-3;
-  bool pass = r.rel_error <= tol && r.unwritten == 0 && r.guard_clobbered == 0;
-  printf("%s: %s on %s\n", o.spec, kern->plan.kernel_name, ctx->name);
-  printf("  shape: batch %" PRId64 ", lengths in [%" PRId64 ", %" PRId64 "], heads %" PRId64
-         ", %" PRId64 " blocks\n",
-         o.batch, o.min_seqlen, o.seqlen, o.heads, r.blocks);
-  printf("  check: rel error %.3g (limit %.0e) over %" PRId64 " sequences, %" PRId64
-         " unwritten, %" PRId64 " written past the end: %s\n",
-         r.rel_error, tol, r.sampled_seqs, r.unwritten, r.guard_clobbered,
-         pass ? "PASS" : "FAIL");
-  if (o.iters > 0 && r.median_ms > 0)
-    printf("  time: %.4f ms (median of %" PRId64 "), %.3f TB/s for Q, K, V read and O written\n",
-           r.median_ms, o.iters, r.bytes / (r.median_ms * 1e-3) / 1e12);
+  free(lengths);
   ag_context_destroy(ctx);
-  return pass ? 0 : 1;
+  if (st != AG_OK) return report(&err);
+  return fwd_pass && bwd_pass ? 0 : 1;
 }
 
 int main(int argc, char **argv) {

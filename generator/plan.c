@@ -27,7 +27,7 @@ static void kernel_name(char *out, const ag_spec *spec, const char *pass) {
            spec->rotary.layout != AG_ROTARY_NONE ? "_rope" : "", pass);
 }
 
-/* Rotary fields a validated spec cannot hold; tests fill them directly. */
+/* Rotary fields a validated spec cannot hold (from a spec filled by hand). */
 static bool rotary_valid(const ag_spec *spec) {
   const ag_rotary_layout l = spec->rotary.layout;
   if (l == AG_ROTARY_NONE) return true;

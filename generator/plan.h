@@ -47,11 +47,10 @@ typedef struct ag_plan {
 
 /* Fill *out for a validated spec: the kernels of the passes it names (a
  * spec naming none gets the forward). Returns AG_ERR_UNSUPPORTED for specs
- * whose kernels do not exist yet. The backward pass and rotary embeddings
- * are planned although validation still refuses them (spec_check.c): until
- * their kernels are verified on a GPU, only tests and tools reach them, by
- * setting AG_PASS_BACKWARD in a validated spec's passes or filling its
- * `rotary` directly. Rotary kernels' names end _rope_fwd and _rope_bwd. */
+ * whose kernels do not exist yet or do not fit; validation (spec_check.c)
+ * plans each pass too and reports these at the key, so a spec that loads
+ * with AG_OK always plans. Rotary kernels' names end _rope_fwd and
+ * _rope_bwd. */
 ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err);
 
 /* The backward's shape for `heads_per_tile`, `stages` and `ctas` CTAs per

@@ -106,7 +106,9 @@ typedef struct ag_spec {
 
 /* Parse and validate a spec. Every error found is reported, not just the
  * first. Returns AG_OK, AG_ERR_SPEC, AG_ERR_UNSUPPORTED (valid, but names a
- * kernel attngen cannot build yet), AG_ERR_IO or AG_ERR_NOMEM. On AG_OK and
+ * kernel attngen cannot build yet or a shape its kernels do not take, such
+ * as the backward of blocks too large for shared memory: a spec loaded with
+ * AG_OK always plans and emits), AG_ERR_IO or AG_ERR_NOMEM. On AG_OK and
  * AG_ERR_UNSUPPORTED *out_spec is filled in full (an unsupported spec can
  * still be inspected); otherwise it is zeroed. On AG_OK err is cleared.
  * out_spec and err may be NULL. Thread-safe; allocates nothing that outlives
@@ -206,9 +208,8 @@ ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *args,
  * logsumexp from the forward are needed). Every element of dq, dk, dv for
  * the tokens of offsets is overwritten, not accumulated into. Tensors,
  * offsets, checks and the launch are as for ag_block_forward; the kernel's
- * spec must include the backward pass (specs asking for it are still
- * refused by validation until the kernel has been verified on a GPU).
- * Thread-safe. */
+ * spec must include the backward pass (`passes: [forward, backward]`, or
+ * `[backward]` alone). Thread-safe. */
 typedef struct ag_block_bwd_args {
   const void *q, *k, *v, *dout; /* CUdeviceptr values */
   void *dq, *dk, *dv;

@@ -1,10 +1,9 @@
-/* check_backward.c: the block-diagonal backward on the CPU, no GPU: the
- * spec gate, the plan (shapes, shared memory, refusals), the emitted source
+/* check_backward.c: the block-diagonal backward on the CPU, no GPU: specs
+ * that ask for it (validation, and its refusal of the shapes the plan
+ * refuses), the plan (shapes, shared memory, refusals), the emitted source
  * (names, determinism, the forward unchanged beside it), NVRTC compiles
  * for sm_90a and sm_80 with ptxas's spill report, and ag_block_backward's
- * checks and launch parameters through a fake driver. Until the kernel is
- * verified on a GPU, validation refuses the backward pass; these tests set
- * AG_PASS_BACKWARD in a validated spec, the internal way in. */
+ * checks and launch parameters through a fake driver. */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,42 +16,96 @@
 
 enum { MAX_SMEM = 227 * 1024 };
 
-/* A validated forward spec with the passes then set directly. */
-static ag_spec spec_for(const char *name, int block, int dim, ag_dtype dtype, bool causal,
-                        unsigned passes) {
-  char yaml[512];
-  snprintf(yaml, sizeof yaml,
+/* The YAML of a block-diagonal spec with these passes. */
+static void yaml_for(char *yaml, size_t cap, const char *name, int block, int dim,
+                     ag_dtype dtype, bool causal, unsigned passes) {
+  const char *list = passes == AG_PASS_BACKWARD                      ? "[backward]"
+                     : passes == (AG_PASS_FORWARD | AG_PASS_BACKWARD) ? "[forward, backward]"
+                                                                       : "[forward]";
+  snprintf(yaml, cap,
            "name: %s\npattern: block_diagonal\nblock_size: %d\nhead_dim: %d\ndtype: %s\n"
-           "causal: %s\n",
-           name, block, dim, dtype == AG_DTYPE_FP16 ? "fp16" : "bf16", causal ? "true" : "false");
+           "causal: %s\npasses: %s\n",
+           name, block, dim, dtype == AG_DTYPE_FP16 ? "fp16" : "bf16", causal ? "true" : "false",
+           list);
+}
+
+/* A spec with these passes, loaded as a user writes it. `*out_st` gets the
+ * status: AG_OK, or AG_ERR_UNSUPPORTED for shapes the backward does not
+ * take (the spec is filled all the same). */
+static ag_spec spec_status(const char *name, int block, int dim, ag_dtype dtype, bool causal,
+                          unsigned passes, ag_status *out_st) {
+  char yaml[512];
+  yaml_for(yaml, sizeof yaml, name, block, dim, dtype, causal, passes);
   ag_spec spec;
   ag_error err = {0};
-  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "bwd.yaml", &spec, &err);
-  ck_assert_msg(st == AG_OK, "%s", err.message ? err.message : "");
-  spec.passes = passes;
+  *out_st = ag_spec_load_string(yaml, strlen(yaml), "bwd.yaml", &spec, &err);
+  ck_assert_msg(*out_st == AG_OK || *out_st == AG_ERR_UNSUPPORTED, "%s",
+                err.message ? err.message : "");
+  ck_assert_uint_eq(spec.passes, passes);
+  ag_error_clear(&err);
   return spec;
 }
 
-/* ---- the gate ---------------------------------------------------------------- */
+/* A spec with these passes that validation accepts. */
+static ag_spec spec_for(const char *name, int block, int dim, ag_dtype dtype, bool causal,
+                        unsigned passes) {
+  ag_status st;
+  ag_spec spec = spec_status(name, block, dim, dtype, causal, passes, &st);
+  ck_assert_int_eq(st, AG_OK);
+  return spec;
+}
 
-/* Users still cannot ask for the backward: validation refuses it (the spec
- * is filled in, as for every unsupported spec), while the plan and the
- * emitter build it for a spec whose bit was set directly. */
-START_TEST(gate_holds) {
+/* ---- validation ---------------------------------------------------------------- */
+
+/* Users ask for the backward in the spec: validation accepts it and fills
+ * passes, and the plan and the emitter build what it asks for. */
+START_TEST(validation_accepts) {
   const char yaml[] = "name: g\npattern: block_diagonal\nhead_dim: 64\ndtype: bf16\n"
                       "passes: [forward, backward]\n";
   ag_spec spec;
   ag_error err = {0};
-  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "g.yaml", &spec, &err),
-                   AG_ERR_UNSUPPORTED);
-  ck_assert_ptr_nonnull(strstr(err.message, "the backward pass"));
-  ag_error_clear(&err);
+  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "g.yaml", &spec, &err), AG_OK);
+  ck_assert_ptr_null(err.message);
   ck_assert_uint_eq(spec.passes, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ck_assert_int_eq(spec.at.passes.line, 5);
   char *src = NULL, name[AG_KERNEL_NAME_MAX];
   ck_assert_int_eq(ag_emit(&spec, &src, name, &err), AG_OK);
   ck_assert_str_eq(name, "ag_g_b64_d64_bf16_fwd");
   ck_assert_ptr_nonnull(strstr(src, "ag_g_b64_d64_bf16_bwd("));
   free(src);
+  /* The backward alone. */
+  const char alone[] = "name: g\npattern: block_diagonal\nhead_dim: 128\ndtype: fp16\n"
+                       "causal: true\npasses: [backward]\n";
+  ck_assert_int_eq(ag_spec_load_string(alone, strlen(alone), "g.yaml", &spec, &err), AG_OK);
+  ck_assert_uint_eq(spec.passes, AG_PASS_BACKWARD);
+  ck_assert_int_eq(ag_emit(&spec, &src, name, &err), AG_OK);
+  ck_assert_str_eq(name, "ag_g_b64_d128_fp16_causal_bwd");
+  ck_assert_ptr_null(strstr(src, "_fwd("));
+  free(src);
+}
+END_TEST
+
+/* Validation refuses exactly the shapes the plan refuses, at `passes`,
+ * with the plan's reason; plan_shapes checks every block size. */
+START_TEST(validation_refuses_what_does_not_fit) {
+  const char yaml[] = "name: g\npattern: block_diagonal\nblock_size: 144\nhead_dim: 128\n"
+                      "dtype: bf16\npasses: [forward, backward]\n";
+  ag_spec spec;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "g.yaml", &spec, &err),
+                   AG_ERR_UNSUPPORTED);
+  const char want[] = "g.yaml:6:1: error: not supported yet: the backward pass at block_size 144 "
+                      "with head_dim 128 (";
+  ck_assert_msg(strncmp(err.message, want, strlen(want)) == 0, "%s", err.message);
+  ck_assert_ptr_nonnull(strstr(err.message, "\npasses: [forward, backward]\n^\n"));
+  ck_assert_int_eq(ag_test_count(err.message, "error:"), 1); /* the forward fits */
+  ag_error_clear(&err);
+  /* The spec is filled, and its plan gives the same reason. */
+  ck_assert_uint_eq(spec.passes, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ag_plan p;
+  ck_assert_int_eq(ag_plan_make(&spec, &p, &err), AG_ERR_UNSUPPORTED);
+  ck_assert_ptr_nonnull(strstr(err.message, "the backward pass at block_size 144"));
+  ag_error_clear(&err);
 }
 END_TEST
 
@@ -111,8 +164,10 @@ START_TEST(plan_shapes) {
    * not is refused with the reason. */
   for (int dim = 64; dim <= 128; dim += 64)
     for (int b = 16; b <= 256; b += 16) {
-      s = spec_for("p", b, dim, AG_DTYPE_BF16, false, AG_PASS_BACKWARD);
+      ag_status valid;
+      s = spec_status("p", b, dim, AG_DTYPE_BF16, false, AG_PASS_BACKWARD, &valid);
       ag_status st = ag_plan_make(&s, &p, &err);
+      ck_assert_int_eq(valid, st); /* validation refuses what the plan refuses */
       if (b > (dim == 64 ? 176 : 128)) {
         ck_assert_int_eq(st, AG_ERR_UNSUPPORTED);
         char want[96];
@@ -463,7 +518,8 @@ END_TEST
 Suite *backward_suite(void) {
   Suite *s = suite_create("backward");
   TCase *tc = tcase_create("backward");
-  tcase_add_test(tc, gate_holds);
+  tcase_add_test(tc, validation_accepts);
+  tcase_add_test(tc, validation_refuses_what_does_not_fit);
   tcase_add_test(tc, plan_shapes);
   tcase_add_test(tc, source_shape);
   tcase_add_test(tc, launch_parameters);

@@ -108,6 +108,37 @@ START_TEST(test_check) {
   ck_assert_int_eq(r.code, 1);
   ck_assert_ptr_nonnull(strstr(r.err, "/nonexistent/spec.yaml"));
   done(&r);
+  /* The bundled specs with the backward and rotary embeddings. */
+  r = run("check specs/ads_block64_d128_train.yaml specs/ads_block64_d128_rope.yaml");
+  ck_assert_msg(r.code == 0, "%s", r.err);
+  ck_assert_str_eq(r.out, "specs/ads_block64_d128_train.yaml: ok\n"
+                          "specs/ads_block64_d128_rope.yaml: ok\n");
+  done(&r);
+}
+END_TEST
+
+/* A valid spec whose kernel does not fit (the backward of 256-token blocks
+ * at head_dim 128) fails check, emit and compile alike, with the plan's
+ * reason at the key, and nothing written. */
+START_TEST(test_unsupported_shape) {
+  const char *want = "tests/spec_errors/unsupported_backward_block_size.yaml:6:1: error: not "
+                     "supported yet: the backward pass at block_size 256 with head_dim 128 (P and "
+                     "dS of a whole block beside its Q, K, V and dO tiles need 512 KiB of shared "
+                     "memory; a CTA has 227)\npasses: [forward, backward]\n^\n";
+  const char *cmds[] = {
+      "check tests/spec_errors/unsupported_backward_block_size.yaml",
+      "emit tests/spec_errors/unsupported_backward_block_size.yaml",
+      "compile tests/spec_errors/unsupported_backward_block_size.yaml -o /tmp/ag_never.cubin",
+      "run tests/spec_errors/unsupported_backward_block_size.yaml",
+  };
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    result r = run(cmds[i]);
+    ck_assert_msg(r.code == 1, "'%s' exited %d", cmds[i], r.code);
+    ck_assert_str_eq(r.err, want);
+    ck_assert_str_eq(r.out, "");
+    done(&r);
+  }
+  ck_assert_int_ne(access("/tmp/ag_never.cubin", F_OK), 0);
 }
 END_TEST
 
@@ -148,13 +179,45 @@ START_TEST(test_compile_writes_cubin) {
 }
 END_TEST
 
-/* Without a driver, run is skipped (3) and says why; with a GPU it passes. */
+/* Without a driver, run is skipped (3) and says why; with a GPU it passes:
+ * the forward alone, both passes (a backward check and time beside the
+ * forward's), the backward alone, and both with a rotary table. */
 START_TEST(test_run_skips_or_passes) {
-  result r = run("run specs/ads_block64_d64_fp16.yaml --batch 4 --seqlen 100 --iters 2");
-  ck_assert_msg(r.code == 0 || r.code == 3, "exit %d: %s", r.code, r.err);
-  if (r.code == 3) ck_assert_ptr_nonnull(strstr(r.out, "skipped"));
-  else ck_assert_ptr_nonnull(strstr(r.out, "PASS"));
-  done(&r);
+  static const struct {
+    const char *args;
+    int checks, backward_checks;
+  } cases[] = {
+      {"run specs/ads_block64_d64_fp16.yaml --batch 4 --seqlen 100 --iters 2", 1, 0},
+      {"run specs/ads_block64_d128_train.yaml --batch 4 --seqlen 100 --iters 2", 2, 1},
+      {"run specs/ads_block64_d128_rope.yaml --batch 3 --seqlen 130 --iters 0", 2, 1},
+      {"run tests/golden/rope_half_sequence_d64_fp16_bwd.yaml --batch 2 --iters 1", 2, 1},
+      {NULL, 1, 1}, /* the backward alone, from a file written here */
+  };
+  char path[] = "/tmp/ag_bwd_XXXXXX", args[128];
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  const char *yaml = "name: alone\npattern: block_diagonal\nblock_size: 32\nhead_dim: 64\n"
+                     "dtype: fp16\ncausal: true\npasses: [backward]\n";
+  ag_test_spit(path, yaml, strlen(yaml));
+  snprintf(args, sizeof args, "run %s --batch 5 --seqlen 77 --iters 1", path);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const bool alone = !cases[i].args;
+    result r = run(alone ? args : cases[i].args);
+    ck_assert_msg(r.code == 0 || r.code == 3, "'%s' exited %d: %s%s", cases[i].args, r.code,
+                  r.out, r.err);
+    if (r.code == 3) {
+      ck_assert_ptr_nonnull(strstr(r.out, ": skipped: "));
+    } else {
+      ck_assert_int_eq(ag_test_count(r.out, "PASS"), cases[i].checks);
+      ck_assert_int_eq(ag_test_count(r.out, "  backward check: "), cases[i].backward_checks);
+      ck_assert_int_eq(ag_test_count(r.out, "FAIL"), 0);
+      ck_assert_int_eq(ag_test_count(r.out, "  shape: "), 1);
+      if (alone) ck_assert_ptr_nonnull(strstr(r.out, ": ag_alone_b32_d64_fp16_causal_bwd on "));
+    }
+    done(&r);
+  }
+  unlink(path);
 }
 END_TEST
 
@@ -165,6 +228,7 @@ Suite *cli_suite(void) {
   tcase_add_test(tc, test_help_and_version);
   tcase_add_test(tc, test_usage_errors);
   tcase_add_test(tc, test_check);
+  tcase_add_test(tc, test_unsupported_shape);
   tcase_add_test(tc, test_emit_matches_library);
   tcase_add_test(tc, test_compile_writes_cubin);
   tcase_add_test(tc, test_run_skips_or_passes);

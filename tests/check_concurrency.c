@@ -356,10 +356,15 @@ END_TEST
 /* ---- specs from many threads -------------------------------------------------------- */
 
 static const char *const load_inputs[] = {
-    "../specs/ads_block64_d128_bf16.yaml", "../specs/block128_d128_causal.yaml",
-    "spec_errors/alias_bomb.yaml",         "spec_errors/many_errors_in_order.yaml",
-    "spec_errors/softmax_scale_text.yaml", "spec_errors/rotary_base_bad.yaml",
-    "spec_errors/unsupported_rotary.yaml", "spec_errors/invalid_utf8.yaml",
+    "../specs/ads_block64_d128_bf16.yaml",
+    "../specs/block128_d128_causal.yaml",
+    "../specs/ads_block64_d128_rope.yaml",
+    "spec_errors/alias_bomb.yaml",
+    "spec_errors/many_errors_in_order.yaml",
+    "spec_errors/softmax_scale_text.yaml",
+    "spec_errors/rotary_base_bad.yaml",
+    "spec_errors/unsupported_rotary_table_block_size.yaml",
+    "spec_errors/invalid_utf8.yaml",
 };
 #define N_LOADS (int)(sizeof load_inputs / sizeof load_inputs[0])
 

@@ -65,7 +65,7 @@ static void run_shape(ag_kernel *k, const kernel_case *c, const char *what,
   ag_error err = {0};
   ag_status st = ag_selfcheck_block_forward(k, lengths, batch, heads, &opt, &r, &err);
   ck_assert_msg(st == AG_OK, "%s: %s", what, err.message);
-  double tol = c->dtype == AG_DTYPE_BF16 ? 1e-2 : 2e-3;
+  double tol = ag_check_tolerance(c->dtype, false);
   printf("gpu %s d%d b%d%s %-28s batch %3lld heads %d: rel error %.2e (%lld seqs)\n",
          dtype_str(c->dtype), c->head_dim, c->block, c->causal ? " causal" : "", what,
          (long long)batch, (int)heads, r.rel_error, (long long)r.sampled_seqs);
@@ -128,7 +128,7 @@ START_TEST(test_block_forward_huge) {
   ck_assert_int_ge(r.blocks, 120000);
   ck_assert_int_eq(r.unwritten, 0);
   ck_assert_int_eq(r.guard_clobbered, 0);
-  ck_assert_double_le(r.rel_error, 1e-2);
+  ck_assert_double_le(r.rel_error, ag_check_tolerance(AG_DTYPE_BF16, false));
   ag_context_destroy(ctx);
 }
 END_TEST
@@ -136,8 +136,8 @@ END_TEST
 /* ---- backward ----------------------------------------------------------------
  * Dtypes x head dims x block sizes 16, 64, 128 and a few uneven ones x
  * causal. Blocks past 128 tokens at head_dim 128 (176 at 64), 256 among
- * them, have no backward kernel yet: the plan refuses them (see
- * check_backward.c). */
+ * them, have no backward kernel yet: validation refuses such specs, as
+ * the plan does (see check_backward.c). */
 static const kernel_case bwd_cases[] = {
     {AG_DTYPE_BF16, 128, 64, 0},  {AG_DTYPE_BF16, 64, 64, 0},   {AG_DTYPE_FP16, 128, 64, 0},
     {AG_DTYPE_FP16, 64, 64, 0},   {AG_DTYPE_BF16, 128, 64, 1},  {AG_DTYPE_FP16, 64, 64, 1},
@@ -149,23 +149,18 @@ static const kernel_case bwd_cases[] = {
 };
 enum { NBWD_CASES = sizeof bwd_cases / sizeof bwd_cases[0] };
 
-/* A kernel with both passes. Validation still refuses the backward, so the
- * spec is validated with the forward alone and the backward bit set here
- * (the internal way in until the kernel is verified on a GPU). */
+/* A kernel with both passes, from the spec a user writes. */
 static ag_kernel *bwd_kernel_for(ag_context *ctx, const kernel_case *c) {
   char yaml[512];
   snprintf(yaml, sizeof yaml,
            "name: gpu_test\npattern: block_diagonal\nblock_size: %d\ncausal: %s\n"
-           "head_dim: %d\ndtype: %s\n",
+           "head_dim: %d\ndtype: %s\npasses: [forward, backward]\n",
            c->block, c->causal ? "true" : "false", c->head_dim, dtype_str(c->dtype));
-  ag_spec spec;
   ag_error err = {0};
-  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "gpu_test.yaml", &spec, &err);
-  ck_assert_msg(st == AG_OK, "spec: %s", err.message);
-  spec.passes |= AG_PASS_BACKWARD;
   ag_kernel *k;
-  st = ag_kernel_get(ctx, &spec, &k, &err);
+  ag_status st = ag_kernel_get_string(ctx, yaml, strlen(yaml), &k, &err);
   ck_assert_msg(st == AG_OK, "kernel: %s", err.message);
+  ck_assert_uint_eq(ag_kernel_spec(k)->passes, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   return k;
 }
 
@@ -177,7 +172,7 @@ static void run_bwd_shape(ag_kernel *k, const kernel_case *c, const char *what,
   ag_error err = {0};
   ag_status st = ag_selfcheck_block_backward(k, lengths, batch, heads, &opt, &r, &err);
   ck_assert_msg(st == AG_OK, "%s: %s", what, err.message);
-  double tol = c->dtype == AG_DTYPE_BF16 ? 2e-2 : 5e-3;
+  double tol = ag_check_tolerance(c->dtype, true);
   printf("gpu bwd %s d%d b%d%s %-28s batch %6lld heads %d: rel error dq %.2e dk %.2e dv %.2e "
          "(%lld seqs)\n",
          dtype_str(c->dtype), c->head_dim, c->block, c->causal ? " causal" : "", what,
@@ -246,10 +241,8 @@ END_TEST
 /* ---- rotary embeddings ---------------------------------------------------------
  * Both layouts x the three position modes, twice each, with q, k or q, k, v,
  * across dtypes, head dims, blocks of 64 and 16 (and 128 once) and causal
- * masks. Validation still refuses rotary specs, so the spec is validated
- * without and its rotary fields set here (the internal way in until the
- * kernels are verified on a GPU). With positions from a table, the
- * self-check passes a table of real sines and cosines of random angles. */
+ * masks, each from the spec a user writes. With positions from a table,
+ * the self-check passes a table of real sines and cosines of random angles. */
 typedef struct rotary_case {
   kernel_case k;
   ag_rotary_layout layout;
@@ -281,22 +274,23 @@ static ag_kernel *rotary_kernel_for(ag_context *ctx, const rotary_case *c, unsig
   char yaml[512];
   snprintf(yaml, sizeof yaml,
            "name: gpu_rope\npattern: block_diagonal\nblock_size: %d\ncausal: %s\n"
-           "head_dim: %d\ndtype: %s\n",
-           c->k.block, c->k.causal ? "true" : "false", c->k.head_dim, dtype_str(c->k.dtype));
-  ag_spec spec;
-  ag_error err = {0};
-  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "gpu_rope.yaml", &spec, &err);
-  ck_assert_msg(st == AG_OK, "spec: %s", err.message);
-  spec.rotary.layout = c->layout;
-  spec.rotary.apply_to = c->apply_to;
-  spec.rotary.positions = c->positions;
-  spec.rotary.base = 10000.0;
-  spec.passes = passes;
+           "head_dim: %d\ndtype: %s\nrotary:\n  layout: %s\n  apply_to: [q, k%s]\n"
+           "  positions: %s\n%spasses: [%s]\n",
+           c->k.block, c->k.causal ? "true" : "false", c->k.head_dim, dtype_str(c->k.dtype),
+           layouts[c->layout], c->apply_to & AG_APPLY_V ? ", v" : "", positions[c->positions],
+           c->positions == AG_POSITIONS_TABLE ? "" : "  base: 10000.0\n",
+           passes & AG_PASS_BACKWARD ? "forward, backward" : "forward");
   printf("gpu rotary: %s pairs, positions %s, rotating q, k%s\n", layouts[c->layout],
          positions[c->positions], c->apply_to & AG_APPLY_V ? ", v" : "");
+  ag_error err = {0};
   ag_kernel *k;
-  st = ag_kernel_get(ctx, &spec, &k, &err);
+  ag_status st = ag_kernel_get_string(ctx, yaml, strlen(yaml), &k, &err);
   ck_assert_msg(st == AG_OK, "kernel: %s", err.message);
+  const ag_spec *spec = ag_kernel_spec(k);
+  ck_assert_int_eq(spec->rotary.layout, c->layout);
+  ck_assert_uint_eq(spec->rotary.apply_to, c->apply_to);
+  ck_assert_int_eq(spec->rotary.positions, c->positions);
+  ck_assert_uint_eq(spec->passes, passes);
   return k;
 }
 
@@ -376,7 +370,7 @@ START_TEST(test_rotary_huge) {
   ck_assert_int_ge(r.blocks, 120000);
   ck_assert_int_eq(r.unwritten, 0);
   ck_assert_int_eq(r.guard_clobbered, 0);
-  ck_assert_double_le(r.rel_error, 1e-2);
+  ck_assert_double_le(r.rel_error, ag_check_tolerance(AG_DTYPE_BF16, false));
   run_bwd_shape(k, &c.k, "rope huge: 131072 sequences", lengths, batch, heads,
                 (uint64_t)getpid() + 2, 200000000);
   free(lengths);

@@ -1,12 +1,10 @@
 /* check_rotary.c: rotary embeddings (RoPE) in the block-diagonal kernels,
- * on the CPU, no GPU: the spec gate, the plan (names, shared memory with
- * the table rows, refusals), the emitted source (determinism, only what
- * the spec needs), NVRTC compiles for sm_90a and sm_80 with ptxas's
- * register and spill report, and the launch parameters through a fake
- * driver. Validation still refuses rotary specs until the kernels are
- * verified on a GPU; these tests fill `rotary` in a validated spec, the
- * internal way in (as check_backward.c sets AG_PASS_BACKWARD). The float64
- * reference is checked in check_reference.c; the goldens are in
+ * on the CPU, no GPU: specs that ask for them (validation, and its refusal
+ * of what the plan refuses), the plan (names, shared memory with the table
+ * rows, refusals), the emitted source (determinism, only what the spec
+ * needs), NVRTC compiles for sm_90a and sm_80 with ptxas's register and
+ * spill report, and the launch parameters through a fake driver. The
+ * float64 reference is checked in check_reference.c; the goldens are in
  * check_emit.c. */
 #include <check.h>
 #include <math.h>
@@ -20,24 +18,59 @@
 
 enum { MAX_SMEM = 227 * 1024, QK = AG_APPLY_Q | AG_APPLY_K, QKV = QK | AG_APPLY_V };
 
-/* A validated spec with rotary embeddings and the passes then set directly. */
-static ag_spec rope_spec(const char *name, int block, int dim, ag_dtype dtype, bool causal,
-                         ag_rotary_layout layout, ag_rotary_positions positions,
-                         unsigned apply_to, unsigned passes) {
+/* A spec with rotary embeddings (base 10000, written only for computed
+ * positions) and these passes, loaded from YAML as a user writes it.
+ * `*out_st` gets the status: AG_OK, or AG_ERR_UNSUPPORTED for shapes the
+ * plan refuses (the spec is filled all the same). */
+static ag_spec rope_spec_status(const char *name, int block, int dim, ag_dtype dtype,
+                                bool causal, ag_rotary_layout layout,
+                                ag_rotary_positions positions, unsigned apply_to,
+                                unsigned passes, ag_status *out_st) {
+  static const char *const layouts[] = {"none", "interleaved", "half"};
+  static const char *const position_names[] = {"table", "sequence", "block"};
+  char apply[16] = "", list[32];
+  for (int i = 0; i < 3; i++)
+    if (apply_to & (AG_APPLY_Q << i))
+      snprintf(apply + strlen(apply), sizeof apply - strlen(apply), "%s%c", apply[0] ? ", " : "",
+               "qkv"[i]);
+  snprintf(list, sizeof list, "%s%s%s", passes & AG_PASS_FORWARD ? "forward" : "",
+           passes == (AG_PASS_FORWARD | AG_PASS_BACKWARD) ? ", " : "",
+           passes & AG_PASS_BACKWARD ? "backward" : "");
+  char rotary[128] = ""; /* none for AG_ROTARY_NONE: the same spec without */
+  if (layout != AG_ROTARY_NONE)
+    snprintf(rotary, sizeof rotary, "rotary:\n  layout: %s\n  apply_to: [%s]\n  positions: %s\n%s",
+             layouts[layout], apply, position_names[positions],
+             positions == AG_POSITIONS_TABLE ? "" : "  base: 10000.0\n");
   char yaml[512];
   snprintf(yaml, sizeof yaml,
            "name: %s\npattern: block_diagonal\nblock_size: %d\nhead_dim: %d\ndtype: %s\n"
-           "causal: %s\n",
-           name, block, dim, dtype == AG_DTYPE_FP16 ? "fp16" : "bf16", causal ? "true" : "false");
+           "causal: %s\n%spasses: [%s]\n",
+           name, block, dim, dtype == AG_DTYPE_FP16 ? "fp16" : "bf16", causal ? "true" : "false",
+           rotary, list);
   ag_spec spec;
   ag_error err = {0};
-  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "r.yaml", &spec, &err);
-  ck_assert_msg(st == AG_OK, "%s", err.message ? err.message : "");
-  spec.rotary.layout = layout;
-  spec.rotary.positions = positions;
-  spec.rotary.apply_to = apply_to;
-  spec.rotary.base = 10000.0;
-  spec.passes = passes;
+  *out_st = ag_spec_load_string(yaml, strlen(yaml), "r.yaml", &spec, &err);
+  ck_assert_msg(*out_st == AG_OK || *out_st == AG_ERR_UNSUPPORTED, "%s\n%s",
+                err.message ? err.message : "", yaml);
+  ag_error_clear(&err);
+  ck_assert_int_eq(spec.rotary.layout, layout);
+  ck_assert_uint_eq(spec.passes, passes);
+  if (layout != AG_ROTARY_NONE) {
+    ck_assert_int_eq(spec.rotary.positions, positions);
+    ck_assert_uint_eq(spec.rotary.apply_to, apply_to);
+    ck_assert(spec.rotary.base == 10000.0);
+  }
+  return spec;
+}
+
+/* The same for a spec validation accepts. */
+static ag_spec rope_spec(const char *name, int block, int dim, ag_dtype dtype, bool causal,
+                         ag_rotary_layout layout, ag_rotary_positions positions,
+                         unsigned apply_to, unsigned passes) {
+  ag_status st;
+  ag_spec spec = rope_spec_status(name, block, dim, dtype, causal, layout, positions, apply_to,
+                                  passes, &st);
+  ck_assert_int_eq(st, AG_OK);
   return spec;
 }
 
@@ -50,33 +83,78 @@ static char *emit(const ag_spec *s, char *name) {
   return src;
 }
 
-/* ---- the gate -------------------------------------------------------------- */
+/* ---- validation ---------------------------------------------------------------- */
 
-/* Users still cannot ask for rotary embeddings: validation refuses them
- * (filling the spec in, as for every unsupported spec), while the plan and
- * the emitter build them. */
-START_TEST(gate_holds) {
+/* Users ask for rotary embeddings in the spec: validation accepts them and
+ * fills `rotary`, and the plan and the emitter build them. */
+START_TEST(validation_accepts) {
   const char yaml[] = "name: g\npattern: block_diagonal\nhead_dim: 128\ndtype: bf16\n"
-                      "rotary:\n  layout: half\n  apply_to: [q, k, v]\n  positions: block\n";
+                      "rotary:\n  layout: half\n  apply_to: [q, k, v]\n  positions: block\n"
+                      "  base: 500000.0\npasses: [forward, backward]\n";
   ag_spec spec;
   ag_error err = {0};
-  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "g.yaml", &spec, &err),
-                   AG_ERR_UNSUPPORTED);
-  ck_assert_ptr_nonnull(strstr(err.message, "not supported yet: rotary embeddings"));
-  ag_error_clear(&err);
+  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "g.yaml", &spec, &err), AG_OK);
+  ck_assert_ptr_null(err.message);
   ck_assert_int_eq(spec.rotary.layout, AG_ROTARY_HALF);
   ck_assert_uint_eq(spec.rotary.apply_to, QKV);
   ck_assert_int_eq(spec.rotary.positions, AG_POSITIONS_BLOCK);
+  ck_assert(spec.rotary.base == 500000.0);
+  ck_assert_uint_eq(spec.passes, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   char name[AG_KERNEL_NAME_MAX];
   char *src = emit(&spec, name);
   ck_assert_str_eq(name, "ag_g_b64_d128_bf16_rope_fwd");
+  ck_assert_ptr_nonnull(strstr(src, "ag_g_b64_d128_bf16_rope_bwd("));
   free(src);
-  /* The table positions (the default) are refused the same way. */
+  /* The table positions (the default), with the defaults of apply_to. */
   const char table[] = "name: g\npattern: block_diagonal\nhead_dim: 64\ndtype: fp16\n"
                        "rotary: {layout: interleaved}\n";
-  ck_assert_int_eq(ag_spec_load_string(table, strlen(table), "g.yaml", &spec, &err),
+  ck_assert_int_eq(ag_spec_load_string(table, strlen(table), "g.yaml", &spec, &err), AG_OK);
+  ck_assert_int_eq(spec.rotary.layout, AG_ROTARY_INTERLEAVED);
+  ck_assert_int_eq(spec.rotary.positions, AG_POSITIONS_TABLE);
+  ck_assert_uint_eq(spec.rotary.apply_to, QK);
+  ck_assert_uint_eq(spec.passes, AG_PASS_FORWARD);
+  src = emit(&spec, name);
+  ck_assert_str_eq(name, "ag_g_b64_d64_fp16_rope_fwd");
+  free(src);
+}
+END_TEST
+
+/* What the plan refuses, validation refuses at the key that asks for it:
+ * the forward's table rows at `rotary`, the backward's at `passes`, a
+ * reason shared by both passes once. */
+START_TEST(validation_refuses_what_does_not_fit) {
+  ag_status st;
+  ag_spec s = rope_spec_status("g", 240, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                               AG_POSITIONS_TABLE, QK, AG_PASS_FORWARD | AG_PASS_BACKWARD, &st);
+  ck_assert_int_eq(st, AG_ERR_UNSUPPORTED);
+  ag_error err = {0};
+  char yaml[512];
+  snprintf(yaml, sizeof yaml,
+           "name: g\npattern: block_diagonal\nblock_size: 240\nhead_dim: 128\ndtype: bf16\n"
+           "rotary: {layout: interleaved}\npasses: [forward, backward]\n");
+  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "g.yaml", &s, &err),
                    AG_ERR_UNSUPPORTED);
-  ck_assert_ptr_nonnull(strstr(err.message, "not supported yet: rotary embeddings"));
+  ck_assert_ptr_nonnull(strstr(err.message, "g.yaml:6:1: error: not supported yet: rotary "
+                                            "positions from a table at block_size 240 with "
+                                            "head_dim 128 ("));
+  ck_assert_ptr_nonnull(strstr(err.message, "g.yaml:7:1: error: not supported yet: the backward "
+                                            "pass at block_size 240 with head_dim 128 ("));
+  ag_error_clear(&err);
+  /* Computed positions of the same block size fit the forward. */
+  snprintf(yaml, sizeof yaml,
+           "name: g\npattern: block_diagonal\nblock_size: 240\nhead_dim: 128\ndtype: bf16\n"
+           "rotary: {layout: interleaved, positions: sequence}\n");
+  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "g.yaml", &s, &err), AG_OK);
+  /* A base whose frequencies overflow fp32: one error, at `rotary`. */
+  snprintf(yaml, sizeof yaml,
+           "name: g\npattern: block_diagonal\nhead_dim: 64\ndtype: bf16\n"
+           "rotary: {layout: half, positions: block, base: 1e-35}\npasses: [forward, backward]\n");
+  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "g.yaml", &s, &err),
+                   AG_ERR_UNSUPPORTED);
+  ck_assert_int_eq(ag_test_count(err.message, "error:"), 1);
+  ck_assert_ptr_nonnull(strstr(err.message, "g.yaml:5:1: error: not supported yet: rotary base "
+                                            "1e-35 (below 1e-30"));
+  ck_assert(s.rotary.base == 1e-35);
   ag_error_clear(&err);
 }
 END_TEST
@@ -145,10 +223,12 @@ START_TEST(plan_values) {
    * with the rows in every stage; what does not is refused with the reason. */
   for (int dim = 64; dim <= 128; dim += 64)
     for (int b = 16; b <= 256; b += 16) {
-      s = rope_spec("p", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
-                    AG_POSITIONS_TABLE, QK, AG_PASS_FORWARD);
+      ag_status valid;
+      s = rope_spec_status("p", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                           AG_POSITIONS_TABLE, QK, AG_PASS_FORWARD, &valid);
       const int table = b * dim * 2;
       ag_status st = ag_plan_make(&s, &p, &err);
+      ck_assert_int_eq(valid, st); /* validation refuses what the plan refuses */
       if (dim == 128 && b > 224) { /* Q, K, V and the rows of one block: over 227 KiB */
         ck_assert_int_eq(st, AG_ERR_UNSUPPORTED);
         char want[128];
@@ -164,8 +244,10 @@ START_TEST(plan_values) {
         ck_assert_int_eq(p.smem_bytes, p.stages * (p.heads_per_tile * 3 * b * dim * 2 + table));
         ck_assert_int_le(p.smem_bytes * p.min_ctas_per_sm, MAX_SMEM);
       }
-      s.passes = AG_PASS_BACKWARD;
+      s = rope_spec_status("p", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                           AG_POSITIONS_TABLE, QK, AG_PASS_BACKWARD, &valid);
       st = ag_plan_make(&s, &p, &err);
+      ck_assert_int_eq(valid, st);
       if (st != AG_OK) {
         /* One block's P and dS beside its tiles and rows: refused, as the
          * backward refuses larger blocks without rotary. */
@@ -184,16 +266,18 @@ START_TEST(plan_values) {
       ck_assert_int_le(w->smem_bytes * w->min_ctas_per_sm, MAX_SMEM);
     }
 
-  /* Fields a validated spec cannot hold. */
-  s = rope_spec("p", 64, 64, AG_DTYPE_BF16, false, AG_ROTARY_HALF, AG_POSITIONS_BLOCK, 0,
+  /* Fields a validated spec cannot hold, set by hand. */
+  s = rope_spec("p", 64, 64, AG_DTYPE_BF16, false, AG_ROTARY_HALF, AG_POSITIONS_BLOCK, QK,
                 AG_PASS_FORWARD);
+  s.rotary.apply_to = 0;
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_ERR_SPEC);
   ag_error_clear(&err);
   s.rotary.apply_to = QK;
   s.rotary.base = 0;
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_ERR_SPEC);
   ag_error_clear(&err);
-  /* A base so small its frequencies overflow fp32. */
+  /* A base so small its frequencies overflow fp32 (validation_refuses_what_does_not_fit
+   * reads the same from a spec). */
   s.rotary.base = 1e-35;
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_ERR_UNSUPPORTED);
   ck_assert_str_eq(err.message,
@@ -581,7 +665,8 @@ END_TEST
 Suite *rotary_suite(void) {
   Suite *s = suite_create("rotary");
   TCase *tc = tcase_create("rotary");
-  tcase_add_test(tc, gate_holds);
+  tcase_add_test(tc, validation_accepts);
+  tcase_add_test(tc, validation_refuses_what_does_not_fit);
   tcase_add_test(tc, plan_values);
   tcase_add_test(tc, source_determinism_and_names);
   tcase_add_test(tc, source_frequencies);

@@ -112,10 +112,11 @@ static const struct golden {
     {"unknown_key_no_hint", AG_ERR_SPEC},
     {"unknown_keys_every_hint", AG_ERR_SPEC},
     {"unknown_rotary_keys", AG_ERR_SPEC},
-    {"unsupported_backward", AG_ERR_UNSUPPORTED},
+    {"unsupported_backward_block_size", AG_ERR_UNSUPPORTED},
     {"unsupported_broadcast", AG_ERR_UNSUPPORTED},
     {"unsupported_jagged", AG_ERR_UNSUPPORTED},
-    {"unsupported_rotary", AG_ERR_UNSUPPORTED},
+    {"unsupported_rotary_base", AG_ERR_UNSUPPORTED},
+    {"unsupported_rotary_table_block_size", AG_ERR_UNSUPPORTED},
     {"utf8_before_error", AG_ERR_SPEC},
     {"utf8_bom", AG_ERR_SPEC},
     {"window_bad_entries", AG_ERR_SPEC},
@@ -296,12 +297,6 @@ START_TEST(test_unsupported_spec_is_filled) {
                    "^\n"
                    "<string>:5:1: error: not supported yet: broadcast queries\n"
                    "query: broadcast\n"
-                   "^\n"
-                   "<string>:9:1: error: not supported yet: rotary embeddings\n"
-                   "rotary:\n"
-                   "^\n"
-                   "<string>:14:1: error: not supported yet: the backward pass\n"
-                   "passes: [backward, forward]\n"
                    "^\n");
   ck_assert_str_eq(s.name, "jag_rope");
   ck_assert_int_eq(s.pattern, AG_PATTERN_JAGGED);
@@ -331,7 +326,7 @@ START_TEST(test_rotary_defaults_and_block_positions) {
   const char *base = "name: r\npattern: block_diagonal\nhead_dim: 128\ndtype: bf16\n";
   char yaml[512];
   snprintf(yaml, sizeof yaml, "%srotary: {layout: interleaved}\n", base);
-  ck_assert_int_eq(load(yaml, &s, &err), AG_ERR_UNSUPPORTED);
+  s = load_ok(yaml);
   ck_assert_int_eq(s.rotary.layout, AG_ROTARY_INTERLEAVED);
   ck_assert_uint_eq(s.rotary.apply_to, AG_APPLY_Q | AG_APPLY_K);
   ck_assert_int_eq(s.rotary.positions, AG_POSITIONS_TABLE);
@@ -341,11 +336,83 @@ START_TEST(test_rotary_defaults_and_block_positions) {
   snprintf(yaml, sizeof yaml,
            "%srotary:\n  layout: half\n  positions: block\n  base: 1e6\n  apply_to: [k]\n",
            base);
-  ck_assert_int_eq(load(yaml, &s, &err), AG_ERR_UNSUPPORTED);
+  s = load_ok(yaml);
   ck_assert_int_eq(s.rotary.layout, AG_ROTARY_HALF);
   ck_assert_int_eq(s.rotary.positions, AG_POSITIONS_BLOCK);
   ck_assert(s.rotary.base == 1e6);
   ck_assert_uint_eq(s.rotary.apply_to, AG_APPLY_K);
+  /* With the backward pass too, and the rotary keys in any order. */
+  snprintf(yaml, sizeof yaml,
+           "%srotary:\n  positions: sequence\n  apply_to: [v, q, k]\n  layout: interleaved\n"
+           "passes: [forward, backward]\n",
+           base);
+  s = load_ok(yaml);
+  ck_assert_int_eq(s.rotary.layout, AG_ROTARY_INTERLEAVED);
+  ck_assert_int_eq(s.rotary.positions, AG_POSITIONS_SEQUENCE);
+  ck_assert(s.rotary.base == 10000.0);
+  ck_assert_uint_eq(s.rotary.apply_to, AG_APPLY_Q | AG_APPLY_K | AG_APPLY_V);
+  ck_assert_uint_eq(s.passes, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ag_error_clear(&err);
+}
+END_TEST
+
+/* Every set of passes validates; the order written does not matter. */
+START_TEST(test_passes) {
+  const char *base = "name: p\npattern: block_diagonal\nhead_dim: 64\ndtype: fp16\n";
+  static const struct {
+    const char *list;
+    unsigned want;
+  } cases[] = {
+      {"[forward]", AG_PASS_FORWARD},
+      {"[backward]", AG_PASS_BACKWARD},
+      {"[forward, backward]", AG_PASS_FORWARD | AG_PASS_BACKWARD},
+      {"[backward, forward]", AG_PASS_FORWARD | AG_PASS_BACKWARD},
+  };
+  char yaml[256];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(yaml, sizeof yaml, "%spasses: %s\n", base, cases[i].list);
+    ag_spec s = load_ok(yaml);
+    ck_assert_uint_eq(s.passes, cases[i].want);
+    ck_assert_pos(s.at.passes, 5, 1);
+  }
+}
+END_TEST
+
+/* A shape the kernels do not take (the backward of 256-token blocks at
+ * head_dim 128) is refused at `passes` with the plan's reason, and the spec
+ * is filled in full as for every unsupported spec; the forward alone of the
+ * same shape is fine. */
+START_TEST(test_unsupported_shape_is_filled) {
+  const char *fwd = "name: big\npattern: block_diagonal\nblock_size: 256\nhead_dim: 128\n"
+                    "dtype: bf16\n";
+  char yaml[256];
+  snprintf(yaml, sizeof yaml, "%spasses: [backward, forward]\n", fwd);
+  ag_spec s;
+  ag_error err = {0};
+  ck_assert_int_eq(load(yaml, &s, &err), AG_ERR_UNSUPPORTED);
+  ck_assert_str_eq(err.message,
+                   "<string>:6:1: error: not supported yet: the backward pass at block_size 256 "
+                   "with head_dim 128 (P and dS of a whole block beside its Q, K, V and dO tiles "
+                   "need 512 KiB of shared memory; a CTA has 227)\n"
+                   "passes: [backward, forward]\n"
+                   "^\n");
+  ck_assert_str_eq(s.name, "big");
+  ck_assert_int_eq(s.block_size, 256);
+  ck_assert_uint_eq(s.passes, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ck_assert_pos(s.at.passes, 6, 1);
+  ag_error_clear(&err);
+  s = load_ok(fwd);
+  ck_assert_uint_eq(s.passes, AG_PASS_FORWARD);
+  /* 176-token blocks at head_dim 64 still fit the backward; 192 do not. */
+  s = load_ok("name: b\npattern: block_diagonal\nblock_size: 176\nhead_dim: 64\ndtype: fp16\n"
+              "passes: [backward]\n");
+  ck_assert_uint_eq(s.passes, AG_PASS_BACKWARD);
+  ck_assert_int_eq(load("name: b\npattern: block_diagonal\nblock_size: 192\nhead_dim: 64\n"
+                        "dtype: fp16\npasses: [backward]\n",
+                        &s, &err),
+                   AG_ERR_UNSUPPORTED);
+  ck_assert_ptr_nonnull(strstr(err.message, "<string>:6:1: error: not supported yet: the "
+                                            "backward pass at block_size 192 with head_dim 64 ("));
   ag_error_clear(&err);
 }
 END_TEST
@@ -537,6 +604,8 @@ Suite *spec_suite(void) {
   tcase_add_test(tc, test_other_values);
   tcase_add_test(tc, test_unsupported_spec_is_filled);
   tcase_add_test(tc, test_rotary_defaults_and_block_positions);
+  tcase_add_test(tc, test_passes);
+  tcase_add_test(tc, test_unsupported_shape_is_filled);
   tcase_add_test(tc, test_jagged_defaults);
   tcase_add_test(tc, test_source_names);
   tcase_add_test(tc, test_load_file_ok);

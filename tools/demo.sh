@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # demo.sh: the README's main job. For every spec in specs/: validate it,
-# emit its CUDA C, compile it with NVRTC for sm_90a, and, where a GPU is
-# present, run it on random data against the float64 reference.
+# emit its CUDA C (one file with the kernel of each pass the spec names),
+# compile it with NVRTC for sm_90a, and, where a GPU is present, run each
+# pass on random data against the float64 reference (`attngen run` checks
+# the forward, then the backward of specs that have it).
 set -u
 bin=${1:-build/attngen}
 out=build/specs

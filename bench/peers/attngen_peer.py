@@ -7,9 +7,9 @@ benchmark exercises the binding exactly as users call it.
   rot  forward + backward of a spec with rotary {layout: interleaved,
        apply_to: [q, k], positions: table}, the table passed to both
 
-While spec validation still refuses the backward (or rotary), the pass's rows
-say "unavailable: backward not enabled yet (<the C message>)" and the run
-goes on.
+Where spec validation refuses a pass for a shape (the backward of blocks it
+does not fit, e.g. 256 tokens at head_dim 128), the pass's rows say
+"unavailable: backward not supported (<the C message>)" and the run goes on.
 """
 
 import os
@@ -23,8 +23,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 def _diagnostics(e):
     """The C diagnostics of an error on one line: its "error:" lines (one per
-    refused feature), else its first line."""
-    lines = [x.strip() for x in str(e).strip().splitlines()]
+    refusal), else its first line."""
+    lines = [x.strip() for x in (getattr(e, "detail", None) or str(e)).strip().splitlines()]
     errs = [x for x in lines if "error:" in x]
     return "; ".join(errs) if errs else (lines[0] if lines else type(e).__name__)
 
@@ -44,8 +44,8 @@ class AttngenPeer(Peer):
 
     def precompile(self, tasks):
         """Build every kernel the tasks need, in parallel (NVRTC runs with the
-        GIL released); returns seconds taken. Errors (the backward's gate
-        included) surface later per task."""
+        GIL released); returns seconds taken. Errors (a shape the backward
+        does not fit included) surface later per task."""
         import concurrent.futures as cf
         import torch
         keys = {(t.shape.block, t.shape.causal, t.shape.head_dim, t.shape.dtype,
@@ -90,22 +90,18 @@ class AttngenPeer(Peer):
         return Prepared(run, packed_rows, config=kernel.name,
                         extra=self._extra(kernel, compile_s))
 
-    def _grad_kernel(self, spec_or_key, what):
-        """The kernel with both passes, compiled; Unavailable while validation
-        gates it (or the plan cannot fit it)."""
+    def _grad_kernel(self, key, what, rotary=None):
+        """The kernel with both passes that block_attention takes for these
+        options, compiled; Unavailable when validation refuses it (a shape
+        the kernels do not fit)."""
         import torch
         ag = self.attngen
         t0 = time.perf_counter()
         try:
-            if isinstance(spec_or_key, dict):
-                kernel = ag.load(spec_or_key, compile=False)
-            else:
-                kernel = ag.kernel_for(*spec_or_key, backward=True)
+            kernel = ag.kernel_for(*key, backward=True, rotary=rotary)
             kernel.handle(torch.cuda.current_device())
         except ag.UnsupportedError as e:
-            if ag.is_backward_gate(e) or "not supported yet" in str(e):
-                raise Unavailable("%s not enabled yet (%s)" % (what, _diagnostics(e)))
-            raise
+            raise Unavailable("%s not supported (%s)" % (what, _diagnostics(e)))
         return kernel, time.perf_counter() - t0
 
     def prepare_backward(self, data, mode):
@@ -123,15 +119,13 @@ class AttngenPeer(Peer):
                             extra=self._extra(kernel, compile_s))
 
     def prepare_rotary(self, data, mode):
-        # EXPERIMENTAL, minimal: until validation accepts rotary and the
-        # backward, this only reports the refusal. The path below it has not
-        # run on a GPU.
+        # EXPERIMENTAL, minimal, like the rotary pipeline itself: the kernel
+        # block_attention takes for rotary={layout: interleaved, apply_to: [q,
+        # k]} with positions from the table, both passes.
         sh = data.shape
-        spec = self.attngen.block_spec(sh.block, sh.head_dim, sh.dtype, sh.causal,
-                                       backward=True)
-        spec["name"] += "_rope"
-        spec["rotary"] = {"layout": "interleaved", "apply_to": ["q", "k"], "positions": "table"}
-        kernel, compile_s = self._grad_kernel(spec, "rotary with the backward")
+        kernel, compile_s = self._grad_kernel(
+            (sh.block, sh.causal, sh.head_dim, sh.dtype), "rotary with the backward",
+            rotary={"layout": "interleaved", "apply_to": ["q", "k"], "positions": "table"})
         sets, douts, offsets = data.sets, data.dout_sets(), data.offsets
         table = data.rotary_table()
 

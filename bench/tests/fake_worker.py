@@ -7,9 +7,9 @@ bookkeeping and reports can be tested on a CPU (bench/tests/test_harness.py).
 FAKE_WORKER_PLAN (JSON) picks what each peer does on a task, keyed
 "peer" or "peer/pass" or "peer/<shape id>/<pass>": "ok" (default), "crash"
 (the process dies mid-task, as an illegal memory access would make it),
-"unavailable" (the whole peer), "gated" (the row says unavailable, as
-attngen's backward does while validation gates it), "nan", "slow" (sleeps
-far past any budget).
+"unavailable" (the whole peer), "refused" (the row says unavailable, as
+attngen's backward does for a shape validation refuses), "nan", "slow"
+(sleeps far past any budget).
 """
 import argparse
 import json
@@ -69,10 +69,10 @@ def main():
         table = BlockTable(sh.lengths(), sh.block)
         stats = pass_stats(table.stats(sh.heads, sh.head_dim, 2, sh.causal), t.pass_)
         rec = {"type": "result", "peer": name, "shape": sh.id, "pass": t.pass_, "stats": stats}
-        if what == "gated":
-            rec.update(ok=False, error="unavailable: backward not enabled yet (attngen: the "
-                       "backward pass is not enabled yet: <dict>:8:1: error: not supported yet: "
-                       "the backward pass)")
+        if what == "refused":
+            rec.update(ok=False, error="unavailable: backward not supported (<dict>:8:1: error: "
+                       "not supported yet: the backward pass at block_size 256 with head_dim 128 "
+                       "(...))")
         else:
             ms = {"attngen": 1.0, "triton": 1.1}.get(name, 1.5) * (2.0 if t.pass_ != "fwd" else 1.0)
             rec.update(ok=True, ms=ms, ms_min=ms, iters=20, err=1e-3, nan=(what == "nan"),

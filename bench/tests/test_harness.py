@@ -75,9 +75,9 @@ def test_default_run_is_the_forward_alone(tmp_path):
     assert "Forward pass, non-causal" in md and "Backward pass" not in md
 
 
-def test_both_passes_with_the_gate_on_and_a_crash(tmp_path):
+def test_both_passes_with_a_refused_backward_and_a_crash(tmp_path):
     sid = smoke_shapes()[1].id  # the smaller shape: it runs first, so tasks remain after it
-    plan = {"attngen/bwd": "gated",                   # the gate: a row, not a crash
+    plan = {"attngen/bwd": "refused",                 # a refusal: a row, not a crash
             "sdpa_flash/%s/bwd" % sid: "crash",       # the worker dies on one task
             "flex": "unavailable"}
     data, md, out, d = run_bench(tmp_path, "--smoke", "--pass", "both", "--peers",
@@ -87,8 +87,8 @@ def test_both_passes_with_the_gate_on_and_a_crash(tmp_path):
     shapes = [s.id for s in smoke_shapes()]
     for s in shapes:
         assert res[("attngen", s, "fwd")]["ok"]
-        gated = res[("attngen", s, "bwd")]
-        assert not gated["ok"] and gated["error"].startswith("unavailable: backward not enabled yet")
+        refused = res[("attngen", s, "bwd")]
+        assert not refused["ok"] and refused["error"].startswith("unavailable: backward not supported")
         assert res[("triton", s, "bwd")]["ok"] and res[("triton", s, "fwd")]["ok"]
     crashed = res[("sdpa_flash", sid, "bwd")]
     assert not crashed["ok"] and "worker died" in crashed["error"]
@@ -100,12 +100,12 @@ def test_both_passes_with_the_gate_on_and_a_crash(tmp_path):
     assert open(tmp_path / "crashes.txt").read().split() == [sid + "/bwd"]
     assert any("restarted" in e for e in data["events"])
     assert "flex" in data["unavailable"]
-    # the report: a pass column, both explanations, the gated row, gradient errors
+    # the report: a pass column, both explanations, the refused row, gradient errors
     assert "| shape | pass | blocks | attngen ms |" in md
     assert "Backward pass (rows `bwd`)" in md and "read-4-write-3" in md
-    assert "unavailable: backward not enabled yet" in md
+    assert "unavailable: backward not supported" in md
     assert "dq/dk/dv 1.0e-03/2.0e-03/5.0e-04 (max 2.0e-03)" in md
-    assert "| unavailable |" in md  # attngen's summary cell for the gated backward
+    assert "| unavailable |" in md  # attngen's summary cell for the refused backward
     # bwd TB/s: 7 tensors over the time; %BW against r4w3 (4.3 TB/s in the fake)
     tri = res[("triton", sid, "bwd")]
     tbps = tri["stats"]["bytes"] / tri["ms"] / 1e9
@@ -127,7 +127,7 @@ def test_backward_only_and_speedups(tmp_path):
 
 def test_rotary_pipeline_run(tmp_path):
     data, md, out, d = run_bench(tmp_path, "--smoke", "--rotary", "--peers",
-                                 "attngen,triton", plan={"attngen/rot": "gated"})
+                                 "attngen,triton", plan={"attngen/rot": "refused"})
     assert data["mode"] == "smoke-rotary" and data["passes"] == ["rot"]
     res = results(data)
     assert all(k[2] == "rot" for k in res)

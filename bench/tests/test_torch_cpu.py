@@ -3,7 +3,7 @@ reference of the output and the gradients (with and without rotary) against
 an independent implementation, the autograd plumbing of the backward and
 rotary passes on a CPU peer (SDPA's math backend), the worker's per-pass
 functions end to end with a CPU stand-in for CUDA events, attngen's rows
-while validation gates the backward, and the Triton kernels (forward and
+for shapes validation refuses, and the Triton kernels (forward and
 backward) in Triton's interpreter.
 
     python3 -m pytest -q bench/tests
@@ -208,35 +208,30 @@ def test_worker_passes_end_to_end(cpu_cuda):
         C._rotary_fn = None
 
 
-def test_attngen_rows_while_the_backward_is_gated(cpu_cuda):
-    """attngen's backward and rotary rows are 'unavailable: ... not enabled
-    yet (<the C message>)' while validation refuses them (needs
-    libattngen.so; no GPU: the refusal comes before any build)."""
+def test_attngen_rows_for_shapes_validation_refuses(cpu_cuda):
+    """attngen's backward and rotary rows are 'unavailable: ... not supported
+    (<the C message>)' for a shape the kernels do not fit: 256-token blocks
+    at head_dim 128 (needs libattngen.so; no GPU: the refusal comes before
+    any build)."""
     from peers.attngen_peer import AttngenPeer
     peer = AttngenPeer()
     try:
         peer.setup("quick")
     except C.Unavailable as e:
         pytest.skip(str(e))
-    ag = peer.attngen
-    try:
-        ag.parse_spec(ag.block_spec(64, 64, "fp16", backward=True))
-        pytest.skip("the backward's gate is lifted")
-    except ag.UnsupportedError:
-        pass
-    data = ShapeData(Shape(4, 1, 64, 40, 0.5, 64, dtype="fp16"), device="cpu")
+    data = ShapeData(Shape(2, 1, 128, 300, 0.5, 256, dtype="bf16"), device="cpu")
     with pytest.raises(C.Unavailable) as ei:
         peer.prepare_backward(data, "quick")
     msg = str(ei.value)
-    assert msg.startswith("backward not enabled yet (attngen: the backward pass is not enabled "
-                          "yet: <dict>:8:1: error: not supported yet: the backward pass")
-    assert "\n" not in msg
+    assert msg.startswith("backward not supported (<dict>:") and "\n" not in msg
+    assert "error: not supported yet: the backward pass at block_size 256 with head_dim 128" in msg
     with pytest.raises(C.Unavailable) as ei:
         peer.prepare_rotary(data, "quick")
     msg = str(ei.value)
-    assert msg.startswith("rotary with the backward not enabled yet (") and "\n" not in msg
-    assert "not supported yet: rotary embeddings" in msg
-    assert "not supported yet: the backward pass" in msg
+    assert msg.startswith("rotary with the backward not supported (") and "\n" not in msg
+    # the forward's table rows and the backward: one diagnostic each
+    assert "error: not supported yet: rotary positions from a table at block_size 256" in msg
+    assert "error: not supported yet: the backward pass at block_size 256" in msg
 
 
 @pytest.mark.skipif(not os.environ.get("ATTNGEN_TRITON_INTERPRET_TEST", "1") == "1",

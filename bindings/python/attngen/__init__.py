@@ -10,9 +10,12 @@
 block_attention is differentiable: with an input that requires grad it
 builds the spec with `passes: [forward, backward]` and autograd launches
 attngen's backward kernel. A Kernel whose spec has the backward also runs it
-alone: `dq, dk, dv = kernel.backward(q, k, v, dout, offsets)`. While spec
-validation still gates the backward, the forward runs and `.backward()`
-raises UnsupportedError("attngen: the backward pass is not enabled yet: ...").
+alone: `dq, dk, dv = kernel.backward(q, k, v, dout, offsets)`. Rotary
+embeddings are fused into both passes:
+
+    out = attngen.block_attention(q, k, v, offsets,
+                                  rotary={"layout": "interleaved", "apply_to": ["q", "k"]},
+                                  rotary_table=table)   # [total_tokens, head_dim]: sin | cos
 
 The runtime library libattngen.so is found through $ATTNGEN_LIB, the
 repository's build/ directory or the system loader, and loaded on first use;
@@ -26,8 +29,7 @@ from ._errors import (  # noqa: F401
 from ._spec import SpecInfo, block_spec, block_spec_name, dict_to_yaml  # noqa: F401
 from ._validate import check_block_attention_args  # noqa: F401
 from .ops import (  # noqa: F401
-    Kernel, block_attention, block_attention_api, context_arch, is_backward_gate, kernel_for,
-    load, parse_spec,
+    Kernel, block_attention, block_attention_api, context_arch, kernel_for, load, parse_spec,
 )
 
 __version__ = "0.1.0"
@@ -35,7 +37,6 @@ __version__ = "0.1.0"
 __all__ = [
     "load", "block_attention", "block_attention_api", "Kernel", "SpecInfo", "parse_spec",
     "kernel_for", "block_spec", "block_spec_name", "check_block_attention_args",
-    "is_backward_gate",
     "AttngenError", "SpecError", "UnsupportedError", "InvalidArgumentError", "CompileError",
     "DriverError", "CudaError", "CacheError", "AttngenIOError", "AttngenMemoryError",
     "LibraryNotFoundError",

@@ -5,6 +5,7 @@ Pure Python: the C parser (ag_spec_load_string) remains the only judge of
 what a valid spec is; nothing here second-guesses it beyond naming.
 """
 
+import hashlib
 import json
 import math
 import re
@@ -63,39 +64,74 @@ def _scale_tag(scale):
     return text.replace(".", "p").replace("-", "m").replace("+", "")
 
 
+NAME_MAX = 48  # characters of a spec's name (spec_check.c)
+ROTARY_BASE_DEFAULT = 10000.0
+
+
+def _rotary_tag(rotary):
+    """"_rope" and the rotary options in a few characters: the layout's
+    initial, the rotated tensors, the positions' initial and any base other
+    than the default, e.g. _ropei_qk_t or _ropeh_qkv_s_b500000."""
+    tag = "_rope%s_%s_%s" % (rotary["layout"][0], "".join(rotary["apply_to"]),
+                             rotary["positions"][0])
+    base = rotary.get("base")
+    if base is not None and base != ROTARY_BASE_DEFAULT:
+        tag += "_b" + _scale_tag(base)
+    return tag
+
+
 def block_spec_name(block_size, head_dim, dtype, causal=False, softmax_scale=None,
-                    backward=False):
+                    backward=False, rotary=None):
     """The generated spec's name, e.g. torch_block64_d128_bf16, with
-    _causal and _s<scale> suffixes when they apply, and _grad for the spec
-    with both passes (forward and backward in one module)."""
+    _causal, _s<scale> and _rope<options> suffixes when they apply, and
+    _grad for the spec with both passes (forward and backward in one
+    module). A name past the 48 characters specs allow keeps its first 39
+    and ends with 8 hex digits of a hash of the whole."""
     name = "torch_block%d_d%d_%s" % (block_size, head_dim, dtype)
     if causal:
         name += "_causal"
     if softmax_scale is not None:
         name += "_s" + _scale_tag(softmax_scale)
+    if rotary is not None:
+        name += _rotary_tag(rotary)
     if backward:
         name += "_grad"
-    return name.lower()
+    name = name.lower()
+    if len(name) > NAME_MAX:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = name[:NAME_MAX - 9] + "_" + digest
+    return name
 
 
-def block_spec(block_size, head_dim, dtype, causal=False, softmax_scale=None, backward=False):
+def block_spec(block_size, head_dim, dtype, causal=False, softmax_scale=None, backward=False,
+               rotary=None):
     """The spec dict block_attention compiles for its arguments. `dtype` is
     "bf16" or "fp16"; softmax_scale None means auto (1/sqrt(head_dim)).
     backward=True asks for `passes: [forward, backward]` (what
     block_attention uses when an input requires grad); otherwise the spec
-    has the forward alone."""
+    has the forward alone. `rotary`: None, or the normalized options of
+    _validate.check_rotary ({"layout", "apply_to", "positions", "base"};
+    base None with positions from a table), written as the spec's rotary
+    mapping."""
     if dtype not in DTYPE_NAMES:
         raise ValueError("dtype must be one of %s, got %r" % (DTYPE_NAMES, dtype))
-    return {
-        "name": block_spec_name(block_size, head_dim, dtype, causal, softmax_scale, backward),
+    spec = {
+        "name": block_spec_name(block_size, head_dim, dtype, causal, softmax_scale, backward,
+                                rotary),
         "pattern": "block_diagonal",
         "block_size": int(block_size),
         "causal": bool(causal),
         "head_dim": int(head_dim),
         "dtype": dtype,
         "softmax_scale": "auto" if softmax_scale is None else float(softmax_scale),
-        "passes": ["forward", "backward"] if backward else ["forward"],
     }
+    if rotary is not None:
+        spec["rotary"] = {"layout": rotary["layout"], "apply_to": list(rotary["apply_to"]),
+                          "positions": rotary["positions"]}
+        if rotary.get("base") is not None:
+            spec["rotary"]["base"] = float(rotary["base"])
+    spec["passes"] = ["forward", "backward"] if backward else ["forward"]
+    return spec
 
 
 class SpecInfo:

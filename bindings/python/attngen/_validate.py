@@ -167,6 +167,62 @@ def check_rotary_table(table, q):
                          % (ptr, ALIGNMENT))
 
 
+ROTARY_LAYOUTS = ("interleaved", "half")
+ROTARY_TENSORS = ("q", "k", "v")
+ROTARY_POSITIONS = ("table", "sequence", "block")
+ROTARY_KEYS = ("layout", "apply_to", "positions", "base")
+
+
+def check_rotary(rotary):
+    """Checks block_attention's rotary option, the spec's rotary mapping as
+    a dict (or a layout name alone): {"layout": "interleaved" | "half",
+    "apply_to": subset of ("q", "k", "v") (default ("q", "k")),
+    "positions": "table" | "sequence" | "block" (default "table"), "base":
+    a positive number, only with computed positions (default 10000.0)}.
+    Returns None or the normalized dict: apply_to a tuple in q, k, v order,
+    base a float, or None with positions from a table."""
+    if rotary is None:
+        return None
+    if isinstance(rotary, str):
+        rotary = {"layout": rotary}
+    if not isinstance(rotary, dict):
+        raise ValueError("rotary must be None, a layout name or a dict with keys %s, got %r"
+                         % (", ".join(ROTARY_KEYS), rotary))
+    unknown = sorted(str(key) for key in rotary if key not in ROTARY_KEYS)
+    if unknown:
+        raise ValueError("rotary has unknown key%s %s (keys: %s)"
+                         % ("s" if len(unknown) > 1 else "", ", ".join(unknown),
+                            ", ".join(ROTARY_KEYS)))
+    layout = rotary.get("layout")
+    if layout not in ROTARY_LAYOUTS:
+        raise ValueError("rotary layout must be 'interleaved' or 'half', got %r" % (layout,))
+    apply_to = rotary.get("apply_to", ("q", "k"))
+    if isinstance(apply_to, str) or not isinstance(apply_to, (list, tuple, set, frozenset)):
+        raise ValueError("rotary apply_to must be a list of 'q', 'k', 'v', got %r" % (apply_to,))
+    bad = [t for t in apply_to if t not in ROTARY_TENSORS]
+    if bad or not apply_to or len(set(apply_to)) != len(list(apply_to)):
+        raise ValueError("rotary apply_to must be a non-empty list of distinct 'q', 'k', 'v', "
+                         "got %r" % (list(apply_to),))
+    positions = rotary.get("positions", "table")
+    if positions not in ROTARY_POSITIONS:
+        raise ValueError("rotary positions must be 'table', 'sequence' or 'block', got %r"
+                         % (positions,))
+    base = rotary.get("base")
+    if positions == "table":
+        if base is not None:
+            raise ValueError("rotary base applies only to positions 'sequence' or 'block' "
+                             "(with positions 'table' the caller's rotary_table holds sin and "
+                             "cos)")
+    else:
+        base = 10000.0 if base is None else base
+        if isinstance(base, bool) or not isinstance(base, (int, float)) or \
+                not (0 < float(base) < float("inf")):
+            raise ValueError("rotary base must be a positive finite number, got %r" % (base,))
+        base = float(base)
+    return {"layout": layout, "apply_to": tuple(t for t in ROTARY_TENSORS if t in apply_to),
+            "positions": positions, "base": base}
+
+
 def check_offsets(offsets, device):
     """Checks the device offsets; returns batch (len(offsets) - 1)."""
     for attr in ("dtype", "shape", "device"):
@@ -229,19 +285,32 @@ def check_cpu_offsets(cpu_offsets, batch, total_tokens):
 
 
 def check_block_attention_args(q, k, v, offsets, cpu_offsets=None, block_size=64,
-                               causal=False, softmax_scale=None):
+                               causal=False, softmax_scale=None, rotary=None,
+                               rotary_table=None):
     """Every check of block_attention, in one call. Returns a dict with
     dtype, dtype_tag, device, tokens, heads, head_dim, batch, block_size,
-    causal, softmax_scale (normalized)."""
+    causal, softmax_scale, rotary (normalized) and rotary_table. A table is
+    required with rotary positions 'table' and refused otherwise."""
     block_size = check_block_size(block_size)
     causal = check_causal(causal)
     softmax_scale = check_softmax_scale(softmax_scale)
+    rotary = check_rotary(rotary)
     dtype, tag, device, (tokens, heads, head_dim) = check_qkv(q, k, v)
     batch = check_offsets(offsets, device)
     if cpu_offsets is not None:
         check_cpu_offsets(cpu_offsets, batch, tokens)
+    wants_table = rotary is not None and rotary["positions"] == "table"
+    if rotary_table is None and wants_table:
+        raise ValueError("rotary positions 'table' need rotary_table=[total_tokens, head_dim] "
+                         "(sin in the first head_dim/2 columns, cos in the rest)")
+    if rotary_table is not None:
+        if not wants_table:
+            raise ValueError("rotary_table is only taken with rotary positions 'table' (got "
+                             "rotary=%r)" % (rotary,))
+        check_rotary_table(rotary_table, q)
     return {
         "dtype": dtype, "dtype_tag": tag, "device": device, "tokens": tokens,
         "heads": heads, "head_dim": head_dim, "batch": batch, "block_size": block_size,
-        "causal": causal, "softmax_scale": softmax_scale,
+        "causal": causal, "softmax_scale": softmax_scale, "rotary": rotary,
+        "rotary_table": rotary_table,
     }

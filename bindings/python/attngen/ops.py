@@ -9,7 +9,6 @@ the device's primary context, the same one torch uses).
 
 import ctypes
 import os
-import re
 import threading
 
 from . import _errors, _lib, _spec, _validate
@@ -117,26 +116,12 @@ def _torch():
     return torch
 
 
-# ---- the backward's gate -------------------------------------------------------
-
-# Spec validation refuses `passes: [..., backward]` with this diagnostic until
-# the backward kernel has passed compute-sanitizer and a large-tensor test on
-# a GPU (generator/spec_check.c, check_supported). Matched on a line of its
-# own so that plan.c's "the backward pass at block_size ..." (a real limit of
-# the kernel, not the gate) is not mistaken for it.
-_GATE = re.compile(r"not supported yet: the backward pass[ \t]*$", re.M)
-
-
-def is_backward_gate(exc):
-    """Whether `exc` is spec validation refusing the backward pass (the gate
-    that stays until the backward kernel is verified), as opposed to any
-    other error."""
-    return isinstance(exc, _errors.UnsupportedError) and bool(_GATE.search(str(exc)))
-
+# ---- refusals -------------------------------------------------------------------
 
 class _Refused:
-    """Why a kernel cannot run its backward: an exception recipe, raised
-    afresh (never the same object twice) when a backward is attempted."""
+    """Why a kernel cannot be had or cannot run its backward: an exception
+    recipe, raised afresh (never the same object twice) when it is asked
+    for again."""
 
     def __init__(self, message, cls=_errors.UnsupportedError, code=_errors.AG_ERR_UNSUPPORTED,
                  code_name=None, detail=None):
@@ -144,32 +129,18 @@ class _Refused:
         self.code, self.code_name, self.detail = code, code_name, detail
 
     @classmethod
-    def from_error(cls, exc, lead):
-        if isinstance(exc, _errors.AttngenError) and str(exc).startswith(lead):
-            text = str(exc)
-        else:
-            text = "%s: %s" % (lead, exc)
+    def from_error(cls, exc, lead=None):
+        """The recipe of `exc`, its message led by `lead` (unless it already
+        starts with it)."""
+        text = str(exc)
+        if lead and not text.startswith(lead):
+            text = "%s: %s" % (lead, text)
         return cls(text, type(exc) if isinstance(exc, _errors.AttngenError) else
                    _errors.UnsupportedError, getattr(exc, "code", _errors.AG_ERR_UNSUPPORTED),
                    getattr(exc, "code_name", None), getattr(exc, "detail", None))
 
     def error(self):
         return self.cls(self.message, code=self.code, code_name=self.code_name, detail=self.detail)
-
-
-GATE_LEAD = "attngen: the backward pass is not enabled yet"
-_GATE_HINT = ("(spec validation refuses `passes: [forward, backward]` until the backward kernel "
-              "has passed compute-sanitizer and a large-tensor test on a GPU; the forward runs "
-              "without it: call under torch.no_grad() or detach the inputs)")
-
-
-def _gate_refusal(exc):
-    """The _Refused for the gate's UnsupportedError, passing the C message
-    through: "attngen: the backward pass is not enabled yet: <C message>"."""
-    detail = (getattr(exc, "detail", None) or str(exc)).rstrip("\n")
-    return _Refused("%s: %s\n%s" % (GATE_LEAD, detail, _GATE_HINT), _errors.UnsupportedError,
-                    getattr(exc, "code", _errors.AG_ERR_UNSUPPORTED),
-                    getattr(exc, "code_name", None), getattr(exc, "detail", None))
 
 
 def _current_device_index():
@@ -187,9 +158,11 @@ class Kernel:
     both functions.
 
     Call it like block_attention without the options the spec fixes:
-    `kernel(q, k, v, offsets, cpu_offsets=None)`; autograd runs the backward
-    pass when the spec has it. `kernel.backward(q, k, v, dout, offsets)`
-    runs the backward kernel alone and returns (dq, dk, dv).
+    `kernel(q, k, v, offsets, cpu_offsets=None, rotary_table=None)` (the
+    table when the spec's rotary positions are `table`); autograd runs the
+    backward pass when the spec has it (`passes: [forward, backward]`; a
+    forward-only spec's .backward() says so). `kernel.backward(q, k, v,
+    dout, offsets)` runs the backward kernel alone and returns (dq, dk, dv).
     """
 
     def __init__(self, box, info):
@@ -393,55 +366,59 @@ def load(spec, device=None, compile=True):
 # ---- block_attention ---------------------------------------------------------
 
 _kernel_lock = threading.Lock()
-# (block_size, causal, head_dim, dtype_tag, scale, backward) -> Kernel, or the
-# _Refused of the backward's gate (validation's answer does not change while
-# the library stays loaded)
+# (block_size, causal, head_dim, dtype_tag, scale, backward, rotary) -> Kernel,
+# or the _Refused of an UnsupportedError from spec validation (its answer
+# does not change while the library stays loaded)
 _kernels = {}
+
+# The refusal of a backward that cannot be had for some options (a shape the
+# backward kernel does not take, e.g. 256-token blocks at head_dim 128).
+BACKWARD_LEAD = "attngen: the backward pass is not supported for these options"
+
+
+def _rotary_key(rotary):
+    return None if rotary is None else (rotary["layout"], rotary["apply_to"],
+                                        rotary["positions"], rotary["base"])
 
 
 def kernel_for(block_size=64, causal=False, head_dim=128, dtype="bf16", softmax_scale=None,
-               backward=False):
+               backward=False, rotary=None):
     """The (cached) Kernel that block_attention uses for these options:
     forward alone, or with backward=True forward and backward in one module
-    (what block_attention takes when an input requires grad). While spec
-    validation still refuses the backward, backward=True raises
-    UnsupportedError("attngen: the backward pass is not enabled yet: ...")."""
-    key = (block_size, causal, head_dim, dtype, softmax_scale, bool(backward))
+    (what block_attention takes when an input requires grad). `rotary`: as
+    block_attention's. Raises UnsupportedError with spec validation's
+    message for options whose kernel does not fit (e.g. backward=True at
+    block_size 256 with head_dim 128)."""
+    rotary = _validate.check_rotary(rotary)
+    key = (block_size, causal, head_dim, dtype, softmax_scale, bool(backward), _rotary_key(rotary))
     k = _kernels.get(key)
     if k is None:
         with _kernel_lock:
             k = _kernels.get(key)
             if k is None:
                 spec = _spec.block_spec(block_size, head_dim, dtype, causal, softmax_scale,
-                                        backward=bool(backward))
+                                        backward=bool(backward), rotary=rotary)
                 try:
                     k = load(spec, compile=False)
                 except _errors.UnsupportedError as e:
-                    if not (backward and is_backward_gate(e)):
-                        raise
-                    k = _gate_refusal(e)
+                    k = _Refused.from_error(e)
                 _kernels[key] = k
     if isinstance(k, _Refused):
         raise k.error()
     return k
 
 
-def _grad_kernel(opts, device_index):
+def _grad_kernel(opts, rotary, device_index):
     """(kernel, refusal) for a call that autograd records: the kernel with
-    both passes and None, or, when the backward cannot be had (validation's
-    gate, or a block size and head_dim the backward does not fit), the
-    forward-only kernel and the _Refused that its backward will raise."""
+    both passes and None, or, when the backward cannot be had (a block size
+    and head_dim the backward does not fit), the forward-only kernel and the
+    _Refused that its backward will raise."""
     try:
-        kernel = kernel_for(*opts, backward=True)
-        kernel.handle(device_index)  # a plan limit of the backward shows here
+        kernel = kernel_for(*opts, backward=True, rotary=rotary)
+        kernel.handle(device_index)
         return kernel, kernel._backward_refusal()
     except _errors.UnsupportedError as e:
-        if str(e).startswith(GATE_LEAD):
-            refusal = _Refused.from_error(e, GATE_LEAD)
-        else:
-            refusal = _Refused.from_error(
-                e, "attngen: the backward pass is not supported for these options")
-        return kernel_for(*opts), refusal
+        return kernel_for(*opts, rotary=rotary), _Refused.from_error(e, BACKWARD_LEAD)
 
 
 _autograd_cls = None
@@ -458,8 +435,9 @@ def _function():
     class BlockAttentionFunction(torch.autograd.Function):
         """Forward: attngen's block-diagonal forward. Backward: the kernel's
         backward pass (ag_block_backward on the current stream; the softmax
-        is recomputed from q and k, so only q, k, v and offsets are saved),
-        or the refusal recorded at forward time (e.g. the gate)."""
+        is recomputed from q and k, so only q, k, v, offsets and any rotary
+        table are saved), or the refusal recorded at forward time (a kernel
+        without the backward pass, or options the backward does not fit)."""
 
         @staticmethod
         def forward(ctx, q, k, v, offsets, kernel, batch, poison, refused, rotary_table):
@@ -486,7 +464,8 @@ def _function():
 
 
 def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=64,
-                    causal=False, softmax_scale=None, _poison=False):
+                    causal=False, softmax_scale=None, rotary=None, rotary_table=None,
+                    _poison=False):
     """Block-diagonal attention over packed sequences.
 
     query, key, value: [total_tokens, heads, head_dim] (head_dim 64 or 128),
@@ -502,29 +481,41 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     validated without any device synchronization. Without it the values are
     not checked (the kernel clamps malformed offsets to the tensors' bounds).
 
+    rotary (optional): rotary embeddings fused into the kernels, as the
+    spec's rotary mapping: a dict {"layout": "interleaved" | "half",
+    "apply_to": e.g. ["q", "k"] (the default), "positions": "table" (the
+    default) | "sequence" | "block", "base": 10000.0 (computed positions
+    only)}, or a layout name alone. With positions "table", pass
+    rotary_table: [total_tokens, head_dim] of q's dtype on q's device, each
+    token's sin in the first head_dim/2 columns and cos in the rest.
+    Gradients are with respect to the unrotated inputs; the table gets none.
+
     Differentiable: when grad mode is on and an input requires grad, the
     kernel is built with both passes (`passes: [forward, backward]`, one
     module) and autograd's backward launches attngen's backward kernel
-    (dq, dk, dv; no output or logsumexp is saved). Should the backward be
-    unavailable (while spec validation still gates it, the forward runs
-    alone and `.backward()` raises UnsupportedError "attngen: the backward
-    pass is not enabled yet: <the C message>").
+    (dq, dk, dv; no output or logsumexp is saved). For options the backward
+    kernel does not fit (256-token blocks at head_dim 128, say) the forward
+    runs alone and `.backward()` raises UnsupportedError("attngen: the
+    backward pass is not supported for these options: <the C message>").
 
     Runs asynchronously on torch's current CUDA stream and returns a new
     tensor like query. The first call for a new combination of options
     compiles a kernel (seconds; cached on disk afterwards). Options after
-    cpu_offsets are keyword-only.
+    cpu_offsets are keyword-only; bad arguments raise ValueError.
     """
     a = _validate.check_block_attention_args(query, key, value, offsets, cpu_offsets,
-                                             block_size, causal, softmax_scale)
+                                             block_size, causal, softmax_scale, rotary,
+                                             rotary_table)
     opts = (a["block_size"], a["causal"], a["head_dim"], a["dtype_tag"], a["softmax_scale"])
+    rotary, table = a["rotary"], a["rotary_table"]
     if not _needs_grad(query, key, value):
         # No graph to record: the forward-only kernel, and no autograd.Function
         # machinery (its overhead is comparable to the launch on small problems).
-        return kernel_for(*opts)._forward_raw(query, key, value, offsets, a["batch"], _poison)
-    kernel, refused = _grad_kernel(opts, _device_index(_torch(), query))
+        return kernel_for(*opts, rotary=rotary)._forward_raw(query, key, value, offsets,
+                                                             a["batch"], _poison, table)
+    kernel, refused = _grad_kernel(opts, rotary, _device_index(_torch(), query))
     return _function().apply(query, key, value, offsets, kernel, a["batch"], _poison, refused,
-                             None)
+                             table)
 
 
 def block_attention_api(query, key, value, offsets, cpu_offsets=None):

@@ -2,8 +2,8 @@
 CPU: a stand-in kernel computes the block attention and its gradients with
 torch ops, so the Function's contract with the autograd engine is checked
 without a GPU (how many gradients it returns, for which inputs, what it
-saves, what happens to the gate's error when .backward() runs it, double
-backward). Skipped without torch; the launches themselves are covered by
+saves, what happens to a refused backward's error when .backward() runs
+it, double backward). Skipped without torch; the launches themselves are covered by
 test_backward_stub.py (wiring) and test_gpu.py (numbers).
 """
 import math
@@ -96,19 +96,23 @@ def test_only_requested_gradients_and_strided_dout(fn):
     assert kern.calls[1][4] is True
 
 
-def test_the_gate_surfaces_at_backward_through_the_engine(fn):
+def test_a_refused_backward_surfaces_through_the_engine(fn):
+    """Options the backward kernel does not fit: the forward ran, and
+    .backward() raises the refusal recorded at forward time, with the C
+    message, launching nothing."""
     kern = StandInKernel()
     q, k, v, off = inputs()
-    gate = _errors.make_error(_errors.AG_ERR_UNSUPPORTED,
-                              "<dict>:8:1: error: not supported yet: the backward pass\n"
-                              "passes: [forward, backward]\n^", code_name="not supported yet")
-    refused = ops._gate_refusal(gate)
+    limit = _errors.make_error(_errors.AG_ERR_UNSUPPORTED,
+                               "<dict>:8:1: error: not supported yet: the backward pass at "
+                               "block_size 256 with head_dim 128 (...)\n"
+                               "passes: [forward, backward]\n^", code_name="not supported yet")
+    refused = ops._Refused.from_error(limit, ops.BACKWARD_LEAD)
     out = fn.apply(q, k, v, off, kern, len(off) - 1, False, refused, None)
     assert out.requires_grad
     with pytest.raises(_errors.UnsupportedError) as ei:
         out.sum().backward()
-    assert str(ei.value).startswith("attngen: the backward pass is not enabled yet: <dict>:8:1:")
-    assert ops.is_backward_gate(ei.value)
+    assert str(ei.value).startswith(ops.BACKWARD_LEAD + ": not supported yet: <dict>:8:1:")
+    assert ei.value.detail == limit.detail
     assert [c[0] for c in kern.calls] == ["forward"]
 
 

@@ -1,10 +1,11 @@
-"""The backward's wiring in attngen.ops, on the torch STUB (torch_stub.py):
-which kernel a call takes (forward alone, or both passes when an input
-requires grad), what reaches ag_block_forward / ag_block_backward (the
-pointers of the args struct, the stream), which gradients come back, and
-the error while spec validation still gates the backward. No torch, no GPU:
-the C parser, the kernel build and the C launches are faked, so these tests
-do not depend on whether libattngen.so is built or the gate is lifted.
+"""The backward's and rotary embeddings' wiring in attngen.ops, on the torch
+STUB (torch_stub.py): which kernel a call takes (forward alone, or both
+passes when an input requires grad; rotary options in the spec), what
+reaches ag_block_forward / ag_block_backward (the pointers of the args
+struct, the rotary table, the stream), which gradients come back, and the
+error when the backward does not fit the options. No torch, no GPU: the C
+parser, the kernel build and the C launches are faked, so these tests do
+not depend on whether libattngen.so is built.
 """
 import ctypes
 
@@ -13,10 +14,11 @@ import pytest
 import torch_stub as ts
 from attngen import _errors, _lib, _spec, ops
 
-# The diagnostic spec validation gives while the backward is gated
-# (generator/spec_check.c), as ag_spec_load_string returns it.
-GATE_DETAIL = ("<dict>:8:1: error: not supported yet: the backward pass\n"
-               "passes: [forward, backward]\n^")
+# What spec validation says of a backward that does not fit (plan.c's limit,
+# reported by generator/spec_check.c at `passes`), as ag_spec_load_string
+# returns it.
+LIMIT_DETAIL = ("<dict>:8:1: error: not supported yet: the backward pass at block_size 256 with "
+                "head_dim 128 (...)\npasses: [forward, backward]\n^")
 
 
 class Launches:
@@ -38,38 +40,38 @@ class Launches:
 
 @pytest.fixture
 def env(monkeypatch):
-    """FakeTorch, faked parse/build/launch, a fresh kernel cache. env.gated
-    says whether the fake parser refuses backward specs (the gate)."""
+    """FakeTorch, faked parse/build/launch, a fresh kernel cache. With
+    env.plan_limit, the fake parser refuses specs with the backward pass as
+    validation does for shapes the backward does not fit; env.parsed lists
+    the spec dicts it was given."""
     torch = ts.FakeTorch(stream=0x5EED)
     launches = Launches()
 
     class Env:
-        gated = True
-        plan_limit = False   # the grad kernel's build fails like plan.c's limit
+        plan_limit = False
         has_bwd = True
 
     e = Env()
-    e.torch, e.launches = torch, launches
+    e.torch, e.launches, e.parsed = torch, launches, []
 
     def parse_spec(spec):
+        e.parsed.append(spec)
         backward = "backward" in spec["passes"]
-        if backward and e.gated:
-            raise _errors.make_error(_errors.AG_ERR_UNSUPPORTED, GATE_DETAIL,
+        if backward and e.plan_limit:
+            raise _errors.make_error(_errors.AG_ERR_UNSUPPORTED, LIMIT_DETAIL,
                                      code_name="not supported yet")
+        r = spec.get("rotary")
+        rotary = None if r is None else {
+            "layout": r["layout"], "apply_to": tuple(r.get("apply_to", ("q", "k"))),
+            "positions": r.get("positions", "table"), "base": r.get("base", 10000.0)}
         info = _spec.SpecInfo(
             name=spec["name"], source="<dict>", pattern=spec["pattern"],
             block_size=spec["block_size"], causal=spec["causal"], head_dim=spec["head_dim"],
             dtype=spec["dtype"], softmax_scale=None, scale=spec["head_dim"] ** -0.5,
-            passes=tuple(spec["passes"]), rotary=spec.get("_rotary"))
+            passes=tuple(spec["passes"]), rotary=rotary)
         return None, info
 
     def handle(self, device_index=None):
-        if e.plan_limit and "backward" in self.spec.passes:
-            raise _errors.make_error(
-                _errors.AG_ERR_UNSUPPORTED,
-                "not supported yet: the backward pass at block_size 256 with head_dim 128 "
-                "(...)", code_name="not supported yet",
-                context="attngen: building kernel '%s' for device 0" % self.spec.name)
         return "handle:%s:%s" % (self.spec.name, device_index)
 
     monkeypatch.setattr(ops, "_torch", lambda: torch)
@@ -123,39 +125,7 @@ def test_grad_mode_off_records_no_graph(env):
     assert env.launches.calls[0]["handle"] == "handle:torch_block64_d64_bf16:0"
 
 
-def test_gate_on_forward_runs_and_backward_names_the_gate(env):
-    q, k, v, off = tensors(grad=(True, False, False))
-    out = ops.block_attention(q, k, v, off, causal=True)
-    # the forward ran, on the forward-only kernel
-    assert env.launches.names() == ["ag_block_forward"]
-    assert env.launches.calls[0]["handle"] == "handle:torch_block64_d64_bf16_causal:0"
-    with pytest.raises(_errors.UnsupportedError) as ei:
-        ts.run_backward(out, dout_like(q))
-    msg = str(ei.value)
-    assert msg.startswith("attngen: the backward pass is not enabled yet: ")
-    assert GATE_DETAIL in msg  # the C message, passed through
-    assert "compute-sanitizer" in msg and "torch.no_grad()" in msg
-    assert isinstance(ei.value, NotImplementedError)
-    assert ei.value.code == _errors.AG_ERR_UNSUPPORTED
-    assert env.launches.names() == ["ag_block_forward"]  # no backward launched
-    # a second backward attempt raises a new exception with the same text
-    with pytest.raises(_errors.UnsupportedError) as ei2:
-        ts.run_backward(out, dout_like(q))
-    assert ei2.value is not ei.value and str(ei2.value) == msg
-
-
-def test_gate_on_kernel_for_backward_raises_and_is_cached(env):
-    for _ in range(2):
-        with pytest.raises(_errors.UnsupportedError, match="backward pass is not enabled yet"):
-            ops.kernel_for(64, False, 128, "bf16", None, backward=True)
-    refusal = ops._kernels[(64, False, 128, "bf16", None, True)]
-    assert isinstance(refusal, ops._Refused)
-    # the forward-only kernel is unaffected
-    assert ops.kernel_for(64, False, 128, "bf16").spec.passes == ("forward",)
-
-
-def test_gate_lifted_forward_and_backward_launch_one_module(env):
-    env.gated = False
+def test_forward_and_backward_launch_one_module(env):
     q, k, v, off = tensors(head_dim=128)
     out = ops.block_attention(q, k, v, off, [0, 40, 100], block_size=16)
     (fwd,) = env.launches.calls
@@ -186,7 +156,6 @@ def test_gate_lifted_forward_and_backward_launch_one_module(env):
 
 
 def test_gradients_only_for_inputs_that_require_them(env):
-    env.gated = False
     q, k, v, off = tensors(grad=(False, True, False))
     out = ops.block_attention(q, k, v, off)
     dq, dk, dv = ts.run_backward(out, dout_like(q))[:3]
@@ -195,7 +164,6 @@ def test_gradients_only_for_inputs_that_require_them(env):
 
 
 def test_dout_is_made_contiguous_and_aligned(env):
-    env.gated = False
     q, k, v, off = tensors()
     out = ops.block_attention(q, k, v, off)
     strided = dout_like(q, contiguous=False)
@@ -213,7 +181,6 @@ def test_dout_is_made_contiguous_and_aligned(env):
 
 
 def test_poison_reaches_the_gradients(env):
-    env.gated = False
     q, k, v, off = tensors()
     out = ops.block_attention(q, k, v, off, _poison=True)
     assert str(out.fill) == "nan"
@@ -222,7 +189,6 @@ def test_poison_reaches_the_gradients(env):
 
 
 def test_empty_batch_launches_nothing(env):
-    env.gated = False
     q, k, v, off = tensors(tokens=0, lengths=(0, 0))
     out = ops.block_attention(q, k, v, off)
     grads = ts.run_backward(out, dout_like(q))[:3]
@@ -231,39 +197,125 @@ def test_empty_batch_launches_nothing(env):
 
 
 def test_backward_plan_limit_falls_back_to_the_forward(env):
-    env.gated, env.plan_limit = False, True
+    env.plan_limit = True
     q, k, v, off = tensors(head_dim=128)
     out = ops.block_attention(q, k, v, off, block_size=256)
     assert env.launches.calls[0]["handle"] == "handle:torch_block256_d128_bf16:0"
     with pytest.raises(_errors.UnsupportedError) as ei:
         ts.run_backward(out, dout_like(q))
     msg = str(ei.value)
-    assert msg.startswith("attngen: the backward pass is not supported for these options: ")
-    assert "block_size 256 with head_dim 128" in msg
+    assert msg.startswith(ops.BACKWARD_LEAD + ": ")
+    assert "block_size 256 with head_dim 128" in msg and LIMIT_DETAIL in msg
+    assert isinstance(ei.value, NotImplementedError) and ei.value.detail == LIMIT_DETAIL
+    assert env.launches.names() == ["ag_block_forward"]  # no backward launched
+    # a second attempt raises a new exception with the same text
+    with pytest.raises(_errors.UnsupportedError) as ei2:
+        ts.run_backward(out, dout_like(q))
+    assert ei2.value is not ei.value and str(ei2.value) == msg
+
+
+def test_kernel_for_caches_validations_refusal(env):
+    env.plan_limit = True
+    for _ in range(2):
+        with pytest.raises(_errors.UnsupportedError, match="block_size 256 with head_dim 128"):
+            ops.kernel_for(256, False, 128, "bf16", None, backward=True)
+    refusal = ops._kernels[(256, False, 128, "bf16", None, True, None)]
+    assert isinstance(refusal, ops._Refused)
+    assert len(env.parsed) == 1  # asked once
+    # the forward-only kernel is unaffected
+    assert ops.kernel_for(256, False, 128, "bf16").spec.passes == ("forward",)
 
 
 def test_library_without_ag_block_backward(env):
-    env.gated, env.has_bwd = False, False
+    env.has_bwd = False
     q, k, v, off = tensors()
     out = ops.block_attention(q, k, v, off)
     with pytest.raises(_errors.UnsupportedError, match="has no ag_block_backward"):
         ts.run_backward(out, dout_like(q))
 
 
+# ---- rotary embeddings through block_attention ------------------------------
+
+ROPE = {"layout": "interleaved", "apply_to": ["k", "q"]}
+
+
+def test_rotary_table_reaches_both_passes_of_one_module(env):
+    q, k, v, off = tensors(head_dim=128)
+    table = ts.StubTensor((100, 128), ptr=next(ts._ptrs))
+    out = ops.block_attention(q, k, v, off, rotary=ROPE, rotary_table=table)
+    spec = env.parsed[-1]
+    assert spec["rotary"] == {"layout": "interleaved", "apply_to": ["q", "k"],
+                              "positions": "table"}
+    assert spec["passes"] == ["forward", "backward"]
+    assert spec["name"] == "torch_block64_d128_bf16_ropei_qk_t_grad"
+    dq, dk, dv, *rest = ts.run_backward(out, dout_like(q))
+    assert rest == [None] * 6  # offsets, kernel, batch, poison, refusal; the table gets none
+    fwd, bwd = env.launches.calls
+    assert fwd["handle"] == bwd["handle"] == "handle:torch_block64_d128_bf16_ropei_qk_t_grad:0"
+    assert fwd["args"]["rotary_table"] == bwd["args"]["rotary_table"] == table.data_ptr()
+    assert out.grad_fn[1].saved_tensors == (q, k, v, off, table)
+
+
+def test_rotary_without_grad_and_computed_positions(env):
+    q, k, v, off = tensors(grad=(False, False, False))
+    seq = {"layout": "half", "positions": "sequence", "base": 5e5, "apply_to": ("q", "k", "v")}
+    ops.block_attention(q, k, v, off, rotary=seq)
+    spec = env.parsed[-1]
+    assert spec["rotary"] == {"layout": "half", "apply_to": ["q", "k", "v"],
+                              "positions": "sequence", "base": 500000.0}
+    assert spec["passes"] == ["forward"]
+    (call,) = env.launches.calls
+    assert call["handle"] == "handle:torch_block64_d64_bf16_ropeh_qkv_s_b500000:0"
+    assert call["args"]["rotary_table"] is None
+    # the same options written otherwise: the cached kernel
+    ops.block_attention(q, k, v, off, rotary={"layout": "half", "positions": "sequence",
+                                              "base": 500000, "apply_to": ["v", "k", "q"]})
+    assert len(env.parsed) == 1
+    # a layout name alone: q and k, positions from the table
+    table = ts.StubTensor((100, 64), ptr=next(ts._ptrs))
+    ops.block_attention(q, k, v, off, rotary="half", rotary_table=table)
+    assert env.parsed[-1]["rotary"] == {"layout": "half", "apply_to": ["q", "k"],
+                                        "positions": "table"}
+    assert env.launches.calls[-1]["args"]["rotary_table"] == table.data_ptr()
+
+
+def test_rotary_argument_errors(env):
+    q, k, v, off = tensors()
+    table = ts.StubTensor((100, 64), ptr=next(ts._ptrs))
+    cases = [
+        (dict(rotary="interleaved"), "need rotary_table"),
+        (dict(rotary_table=table), "only taken with rotary positions 'table'"),
+        (dict(rotary={"layout": "half", "positions": "block"}, rotary_table=table), "only taken"),
+        (dict(rotary={"layout": "diagonal"}), "layout must be 'interleaved' or 'half'"),
+        (dict(rotary={"apply_to": ["q"]}), "layout must be"),
+        (dict(rotary={"layout": "half", "apply_to": []}, rotary_table=table), "non-empty"),
+        (dict(rotary={"layout": "half", "apply_to": ["q", "q"]}, rotary_table=table), "distinct"),
+        (dict(rotary={"layout": "half", "apply_to": "qk"}, rotary_table=table), "must be a list"),
+        (dict(rotary={"layout": "half", "base": 1e4}, rotary_table=table), "base applies only"),
+        (dict(rotary={"layout": "half", "positions": "block", "base": -1.0}), "positive finite"),
+        (dict(rotary={"layout": "half", "positions": "rope"}), "positions must be"),
+        (dict(rotary={"layout": "half", "postions": "block"}), "unknown key postions"),
+        (dict(rotary=["half"]), "rotary must be None"),
+        (dict(rotary="half", rotary_table=ts.StubTensor((100, 64), ts.float16)), "q's dtype"),
+        (dict(rotary="half", rotary_table=ts.StubTensor((99, 64))), r"\[total_tokens, head_dim\]"),
+    ]
+    for kw, match in cases:
+        with pytest.raises(ValueError, match=match):
+            ops.block_attention(q, k, v, off, **kw)
+    assert env.launches.calls == [] and env.parsed == []
+
+
 # ---- Kernel objects ----------------------------------------------------------
 
 def _kernel(env, passes=("forward", "backward"), rotary=None, head_dim=64):
-    spec = _spec.block_spec(64, head_dim, "bf16", backward="backward" in passes)
+    spec = _spec.block_spec(64, head_dim, "bf16", backward="backward" in passes, rotary=rotary)
     spec["passes"] = list(passes)
     spec["name"] = "k_" + "_".join(passes)
-    if rotary:
-        spec["_rotary"] = rotary
     box, info = ops.parse_spec(spec)
     return ops.Kernel(box, info)
 
 
 def test_kernel_backward_runs_the_kernel_alone(env):
-    env.gated = False
     kern = _kernel(env)
     q, k, v, off = tensors(grad=(False, False, False))
     dout = dout_like(q)
@@ -293,9 +345,8 @@ def test_kernel_without_the_backward_pass(env):
 
 
 def test_rotary_table_is_passed_to_both_passes(env):
-    env.gated = False
     kern = _kernel(env, rotary={"layout": "interleaved", "apply_to": ("q", "k"),
-                                "positions": "table", "base": 10000.0})
+                                "positions": "table", "base": None})
     q, k, v, off = tensors()
     table = ts.StubTensor((100, 64), ptr=next(ts._ptrs))
     with pytest.raises(ValueError, match="pass rotary_table"):

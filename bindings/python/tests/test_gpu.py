@@ -6,10 +6,9 @@ Outputs (and gradients) are poisoned with NaN before each launch (through
 the internal `_poison` option), so a row the kernel fails to write shows up
 as NaN.
 
-The backward tests compare dq, dk, dv with float64 PyTorch autograd. While
-spec validation still gates the backward ("not supported yet: the backward
-pass"), they are skipped with the gate's message; they run unchanged once it
-is lifted.
+The backward tests compare dq, dk, dv with float64 PyTorch autograd; the
+rotary tests rotate the float64 inputs first (gradients with respect to the
+unrotated inputs, through the rotation).
 """
 import math
 import os
@@ -52,7 +51,7 @@ def _precompile(_need_gpu_and_lib):
         key, backward = item
         try:
             attngen.kernel_for(*key, backward=backward).handle(dev)
-        except Exception:  # the gate, or a real failure the test will show
+        except Exception:  # a real failure the test itself will show
             pass
 
     with cf.ThreadPoolExecutor(max_workers=8) as ex:
@@ -102,18 +101,6 @@ def grad_errors(got, ref):
         g = g.double().cpu()
         errs.append(((g - r).norm() / r.norm().clamp_min(1e-300)).item())
     return errs
-
-
-def backward_or_skip(out, dout):
-    """out.backward(dout), or skip the test while spec validation gates the
-    backward (the binding then raises UnsupportedError naming the gate)."""
-    try:
-        out.backward(dout)
-    except attngen.UnsupportedError as e:
-        if attngen.is_backward_gate(e):
-            pytest.skip("backward gated by spec validation: %s"
-                        % " ".join(str(e).split("\n")[:1]))
-        raise
 
 
 def block_errors(out, ref, offsets, block):
@@ -226,17 +213,6 @@ def test_loaded_kernel_object():
     check(out, q, k, v, off_list, 128, True, scale=0.05)
 
 
-def backward_gated():
-    """The gate's message while spec validation refuses the backward, else None."""
-    try:
-        attngen.parse_spec(attngen.block_spec(64, 64, "bf16", backward=True))
-    except attngen.UnsupportedError as e:
-        if attngen.is_backward_gate(e):
-            return str(e)
-        raise
-    return None
-
-
 def check_grads(q, k, v, dout, off_list, block, causal, scale=None):
     """q.grad, k.grad, v.grad against float64 autograd: shape, dtype, no
     NaN (poison), relative Frobenius error per gradient."""
@@ -267,7 +243,7 @@ def test_block_attention_backward_matches_float64(dtype, head_dim, block, causal
                                   _poison=True)
     assert out.requires_grad
     dout = torch.randn_like(out)
-    backward_or_skip(out, dout)
+    out.backward(dout)
     torch.cuda.synchronize()
     check(out.detach(), q, k, v, off_list, block, causal)  # the grad kernel's forward too
     check_grads(q, k, v, dout, off_list, block, causal)
@@ -287,7 +263,7 @@ def test_backward_many_sequences_and_meta_entry_point():
         t.requires_grad_()
     out = attngen.block_attention_api(q, k, v, off, off_list)
     dout = torch.randn_like(out)
-    backward_or_skip(out, dout)
+    out.backward(dout)
     torch.cuda.synchronize()
     check_grads(q, k, v, dout, off_list, 64, False)
 
@@ -301,7 +277,7 @@ def test_backward_softmax_scale_and_strided_dout():
     # a non-contiguous output gradient: the binding makes it contiguous
     dout = torch.randn(2, out.shape[0], 64, device="cuda", dtype=out.dtype).transpose(0, 1)
     assert not dout.is_contiguous()
-    backward_or_skip(out, dout)
+    out.backward(dout)
     torch.cuda.synchronize()
     check_grads(q, k, v, dout, off_list, 64, False, scale=0.05)
 
@@ -312,12 +288,7 @@ def test_backward_only_requested_gradients_and_chain_rule():
     v.requires_grad_()
     w = torch.randn_like(q)
     out = attngen.block_attention(q, k, v, off, causal=True)
-    try:
-        (out.float() * w.float()).sum().backward()  # dL/dout = w, through a cast
-    except attngen.UnsupportedError as e:
-        if attngen.is_backward_gate(e):
-            pytest.skip("backward gated by spec validation")
-        raise
+    (out.float() * w.float()).sum().backward()  # dL/dout = w, through a cast
     torch.cuda.synchronize()
     assert q.grad is None and k.grad is None and v.grad is not None
     ref = reference_grads(q, k, v, w, off_list, 64, True)
@@ -335,7 +306,7 @@ def test_backward_runs_on_the_current_stream():
     with torch.cuda.stream(s):
         out = attngen.block_attention(q, k, v, off, _poison=True)
         dout = torch.randn_like(out)
-        backward_or_skip(out, dout)
+        out.backward(dout)
     s.synchronize()
     check_grads(q, k, v, dout, off_list, 64, False)
 
@@ -345,31 +316,8 @@ def test_backward_empty_inputs():
     for t in (q, k, v):
         t.requires_grad_()
     out = attngen.block_attention(q, k, v, off, [0, 0, 0])
-    backward_or_skip(out, torch.zeros_like(out))
+    out.backward(torch.zeros_like(out))
     assert q.grad.shape == (0, 2, 64) and v.grad.shape == (0, 2, 64)
-
-
-def test_backward_gate_while_on():
-    """While validation gates the backward: the forward runs and is right
-    with inputs that require grad, and .backward() raises UnsupportedError
-    naming the gate and carrying the C message."""
-    gate = backward_gated()
-    if gate is None:
-        pytest.skip("the backward's gate is lifted")
-    q, k, v, off, off_list = make_inputs([70, 10], 2, 64, torch.bfloat16)
-    q.requires_grad_()
-    out = attngen.block_attention(q, k, v, off, _poison=True)
-    assert out.requires_grad
-    torch.cuda.synchronize()
-    check(out.detach(), q, k, v, off_list, 64, False)
-    with pytest.raises(attngen.UnsupportedError) as ei:
-        out.sum().backward()
-    msg = str(ei.value)
-    assert msg.startswith("attngen: the backward pass is not enabled yet: ")
-    assert "not supported yet: the backward pass" in msg
-    assert isinstance(ei.value, NotImplementedError)
-    with torch.no_grad():
-        assert not attngen.block_attention(q, k, v, off).requires_grad
 
 
 def test_backward_of_a_loaded_forward_only_kernel():
@@ -384,9 +332,9 @@ def test_backward_of_a_loaded_forward_only_kernel():
 
 def test_backward_beyond_the_kernels_shared_memory():
     """block 256 at head_dim 128: the forward runs with inputs that require
-    grad; the backward is refused (the gate, or the plan's shared-memory
-    limit) with a message that says so, or, should the kernel ever fit it,
-    is right."""
+    grad; the backward is refused (validation reports the plan's
+    shared-memory limit) with a message that says so, or, should the kernel
+    ever fit it, is right."""
     q, k, v, off, off_list = make_inputs([300, 17], 2, 128, torch.bfloat16, seed=16)
     q.requires_grad_()
     out = attngen.block_attention(q, k, v, off, block_size=256, _poison=True)
@@ -396,12 +344,120 @@ def test_backward_beyond_the_kernels_shared_memory():
     try:
         out.backward(dout)
     except attngen.UnsupportedError as e:
-        assert str(e).startswith("attngen: the backward pass is not"), str(e)
+        msg = str(e)
+        assert msg.startswith("attngen: the backward pass is not supported for these options: ")
+        assert "block_size 256 with head_dim 128" in msg, msg
         return
     torch.cuda.synchronize()
     ref = reference_grads(q, k, v, dout, off_list, 256, False)
     (err,) = grad_errors([q.grad], [ref[0]])
     assert err <= GRAD_TOL[torch.bfloat16]
+
+
+# ---- rotary embeddings ---------------------------------------------------------
+
+def rotate64(x, table, layout):
+    """x [total, H, D] rotated by the angles of table [total, D] (sin in the
+    first D/2 columns, cos in the rest): pairs (2i, 2i+1) when interleaved,
+    (i, i + D/2) when half."""
+    h = x.shape[-1] // 2
+    sin, cos = table[:, None, :h], table[:, None, h:]
+    if layout == "interleaved":
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    a, b = x[..., :h], x[..., h:]
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+
+
+def computed_table64(offsets, block, head_dim, positions, base):
+    """The float64 sin | cos the kernel computes: angle p * base^(-2i / D),
+    p the token's index in its sequence, or in its block."""
+    pos = []
+    for s, e in zip(offsets[:-1], offsets[1:]):
+        pos += [(t - s) % block if positions == "block" else t - s for t in range(s, e)]
+    p = torch.tensor(pos, dtype=torch.float64)[:, None]
+    inv = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    return torch.cat((torch.sin(p * inv), torch.cos(p * inv)), dim=-1)
+
+
+def rotary_reference(q, k, v, dout, offsets, block, causal, rotary, table64):
+    """The output and dq, dk, dv (with respect to the unrotated inputs) in
+    float64: the tensors of apply_to rotated, then attention64."""
+    leaves = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
+    rotated = [rotate64(x, table64, rotary["layout"]) if n in rotary["apply_to"] else x
+               for n, x in zip("qkv", leaves)]
+    out = attention64(*rotated, offsets, block, causal)
+    grads = torch.autograd.grad(out, leaves, dout.detach().double().cpu())
+    return out.detach(), grads
+
+
+@pytest.mark.parametrize("layout,apply_to,positions,dtype,head_dim,block,causal", [
+    ("interleaved", ["q", "k"], "table", torch.bfloat16, 128, 64, False),  # Meta's
+    ("half", ["q", "k", "v"], "sequence", torch.float16, 64, 64, True),
+    ("interleaved", ["q", "k", "v"], "block", torch.bfloat16, 64, 16, True),
+    ("half", ["q", "k"], "table", torch.float16, 128, 128, False),
+], ids=["interleaved-qk-table", "half-qkv-sequence", "interleaved-qkv-block", "half-qk-table"])
+def test_rotary_forward_and_backward_match_float64(layout, apply_to, positions, dtype, head_dim,
+                                                   block, causal):
+    lengths = lengths_for(block)
+    q, k, v, off, off_list = make_inputs(lengths, 3, head_dim, dtype, seed=200 + block)
+    for t in (q, k, v):
+        t.requires_grad_()
+    rotary = {"layout": layout, "apply_to": apply_to, "positions": positions}
+    table = None
+    if positions == "table":
+        g = torch.Generator().manual_seed(block)
+        angles = (torch.rand(q.shape[0], head_dim // 2, generator=g, dtype=torch.float64) - 0.5) \
+            * 2 * math.pi
+        table = torch.cat((angles.sin(), angles.cos()), dim=-1).to(dtype).cuda()
+        table64 = table.double().cpu()  # the values as stored, as the kernel reads them
+    else:
+        rotary["base"] = 10000.0
+        table64 = computed_table64(off_list, block, head_dim, positions, 10000.0)
+    out = attngen.block_attention(q, k, v, off, off_list, block_size=block, causal=causal,
+                                  rotary=rotary, rotary_table=table, _poison=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    torch.cuda.synchronize()
+    ref_out, ref_grads = rotary_reference(q, k, v, dout, off_list, block, causal, rotary, table64)
+    assert not torch.isnan(out).any(), "rows left unwritten (NaN poison survived)"
+    overall, worst = block_errors(out.detach(), ref_out, off_list, block)
+    assert overall <= TOL[dtype], "output: relative Frobenius error %.3g" % overall
+    got = (q.grad, k.grad, v.grad)
+    for name, g_ in zip(("dq", "dk", "dv"), got):
+        assert g_ is not None and not torch.isnan(g_).any(), "%s missing or unwritten" % name
+    errs = grad_errors(got, ref_grads)
+    for name, err in zip(("dq", "dk", "dv"), errs):
+        assert err <= GRAD_TOL[dtype], "%s: relative Frobenius error %.3g > %.3g (all: %s)" % (
+            name, err, GRAD_TOL[dtype], ["%.2e" % x for x in errs])
+
+
+def test_rotary_bundled_spec_and_kernel_backward():
+    """specs/ads_block64_d128_rope.yaml through load(): the forward through
+    autograd and Kernel.backward alone give the same gradients."""
+    kernel = attngen.load(os.path.join(REPO, "specs", "ads_block64_d128_rope.yaml"))
+    assert kernel.supports("backward") and kernel.spec.rotary["positions"] == "table"
+    q, k, v, off, off_list = make_inputs([100, 1, 64, 130], 2, 128, torch.bfloat16, seed=21)
+    angles = torch.rand(q.shape[0], 64, dtype=torch.float64) * 2 * math.pi
+    table = torch.cat((angles.sin(), angles.cos()), dim=-1).to(torch.bfloat16).cuda()
+    with pytest.raises(ValueError, match="pass rotary_table"):
+        kernel(q, k, v, off)
+    for t in (q, k, v):
+        t.requires_grad_()
+    out = kernel(q, k, v, off, off_list, rotary_table=table, _poison=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    dq, dk, dv = kernel.backward(q.detach(), k.detach(), v.detach(), dout, off, off_list,
+                                 rotary_table=table)
+    torch.cuda.synchronize()
+    assert torch.equal(dq, q.grad) and torch.equal(dk, k.grad) and torch.equal(dv, v.grad)
+    rotary = {"layout": "interleaved", "apply_to": ["q", "k"]}
+    ref_out, ref_grads = rotary_reference(q, k, v, dout, off_list, 64, False, rotary,
+                                          table.double().cpu())
+    overall, _ = block_errors(out.detach(), ref_out, off_list, 64)
+    assert overall <= TOL[torch.bfloat16]
+    for err in grad_errors((q.grad, k.grad, v.grad), ref_grads):
+        assert err <= GRAD_TOL[torch.bfloat16]
 
 
 def test_argument_errors_on_real_tensors():

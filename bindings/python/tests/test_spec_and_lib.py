@@ -47,26 +47,27 @@ def test_block_spec_names():
     s = attngen.block_spec(64, 128, "bf16", backward=True)
     assert s["passes"] == ["forward", "backward"] and s["name"].endswith("_grad")
     assert "passes: [forward, backward]\n" in attngen.dict_to_yaml(s)
-
-
-def test_backward_gate_is_recognized_by_its_line():
-    gate = _errors.make_error(_errors.AG_ERR_UNSUPPORTED,
-                              "<dict>:8:1: error: not supported yet: the backward pass\n"
-                              "passes: [forward, backward]\n^", code_name="not supported yet")
-    assert attngen.is_backward_gate(gate)
-    both = _errors.make_error(_errors.AG_ERR_UNSUPPORTED,
-                              "x:7:1: error: not supported yet: rotary embeddings\nrotary:\n^\n"
-                              "x:9:1: error: not supported yet: the backward pass\npasses: [b]\n^")
-    assert attngen.is_backward_gate(both)
-    # plan.c's limit of the kernel is not the gate
-    limit = _errors.make_error(_errors.AG_ERR_UNSUPPORTED,
-                               "not supported yet: the backward pass at block_size 256 with "
-                               "head_dim 128 (...)")
-    assert not attngen.is_backward_gate(limit)
-    rotary = _errors.make_error(_errors.AG_ERR_UNSUPPORTED,
-                                "x:7:1: error: not supported yet: rotary embeddings\nrotary:\n^")
-    assert not attngen.is_backward_gate(rotary)
-    assert not attngen.is_backward_gate(ValueError("not supported yet: the backward pass"))
+    # rotary options: a short tag, and the spec's rotary mapping (base only
+    # with computed positions)
+    table = {"layout": "interleaved", "apply_to": ("q", "k"), "positions": "table", "base": None}
+    assert attngen.block_spec_name(64, 128, "bf16", backward=True, rotary=table) == \
+        "torch_block64_d128_bf16_ropei_qk_t_grad"
+    s = attngen.block_spec(64, 128, "bf16", backward=True, rotary=table)
+    assert attngen.dict_to_yaml(s).endswith(
+        "rotary:\n  layout: interleaved\n  apply_to: [q, k]\n  positions: table\n"
+        "passes: [forward, backward]\n")
+    seq = {"layout": "half", "apply_to": ("q", "k", "v"), "positions": "sequence", "base": 1e4}
+    assert attngen.block_spec_name(16, 64, "fp16", rotary=seq) == \
+        "torch_block16_d64_fp16_ropeh_qkv_s"
+    seq["base"] = 5e5
+    assert attngen.block_spec_name(16, 64, "fp16", rotary=seq) == \
+        "torch_block16_d64_fp16_ropeh_qkv_s_b500000"
+    assert attngen.block_spec(16, 64, "fp16", rotary=seq)["rotary"]["base"] == 500000.0
+    # past the 48 characters a spec's name may have: cut, with a hash of the whole
+    long = attngen.block_spec_name(256, 128, "bf16", True, 0.0883883476, True, seq)
+    assert len(long) == 48 and long.startswith("torch_block256_d128_bf16_causal_s0p0883")
+    assert long != attngen.block_spec_name(256, 128, "bf16", True, 0.0883883476, False, seq)
+    assert len(attngen.block_spec_name(256, 128, "bf16", True, 0.0883883476, True)) == 48
 
 
 def test_error_mapping():
@@ -211,27 +212,48 @@ _CONSTANTS = [
 
 
 def test_backward_spec_through_the_c_parser():
-    """Gate-agnostic: while validation gates the backward, the C message is
-    recognized as the gate and kernel_for(backward=True) names it; once the
-    gate is lifted, the same spec parses with both passes."""
+    """The spec autograd asks for parses with both passes; the forward-only
+    one is unaffected."""
     _need_lib()
-    spec = attngen.block_spec(64, 64, "bf16", backward=True)
-    try:
-        _, info = attngen.parse_spec(spec)
-    except attngen.UnsupportedError as e:
-        assert attngen.is_backward_gate(e), str(e)
-        assert "not supported yet: the backward pass" in e.detail
-        with pytest.raises(attngen.UnsupportedError) as ei:
-            attngen.kernel_for(64, False, 64, "bf16", None, backward=True)
-        msg = str(ei.value)
-        assert msg.startswith("attngen: the backward pass is not enabled yet: ")
-        assert e.detail in msg  # the C message, passed through
-    else:
-        assert info.passes == ("forward", "backward")
-        k = attngen.kernel_for(64, False, 64, "bf16", None, backward=True)
-        assert k.name == "torch_block64_d64_bf16_grad" and k.supports("backward")
-    # the forward-only spec is unaffected either way
+    _, info = attngen.parse_spec(attngen.block_spec(64, 64, "bf16", backward=True))
+    assert info.passes == ("forward", "backward")
+    k = attngen.kernel_for(64, False, 64, "bf16", None, backward=True)
+    assert k.name == "torch_block64_d64_bf16_grad" and k.supports("backward")
     assert attngen.kernel_for(64, False, 64, "bf16").spec.passes == ("forward",)
+
+
+def test_backward_that_does_not_fit_is_refused_by_validation():
+    """256-token blocks at head_dim 128: validation refuses the backward
+    with the plan's reason at `passes` (so the binding falls back to the
+    forward and refuses .backward()); the forward alone is fine."""
+    _need_lib()
+    with pytest.raises(attngen.UnsupportedError) as ei:
+        attngen.parse_spec(attngen.block_spec(256, 128, "bf16", backward=True))
+    assert "error: not supported yet: the backward pass at block_size 256 with head_dim 128" \
+        in ei.value.detail
+    assert "\npasses: [forward, backward]\n^" in ei.value.detail
+    with pytest.raises(attngen.UnsupportedError, match="block_size 256 with head_dim 128"):
+        attngen.kernel_for(256, False, 128, "bf16", backward=True)
+    assert attngen.kernel_for(256, False, 128, "bf16").spec.passes == ("forward",)
+
+
+def test_rotary_spec_through_the_c_parser():
+    """block_attention's rotary options make a spec the C parser reads back
+    as given, for every layout and position mode."""
+    _need_lib()
+    for layout in ("interleaved", "half"):
+        for positions, base in (("table", None), ("sequence", 10000.0), ("block", 5e5)):
+            rotary = attngen._validate.check_rotary(
+                {"layout": layout, "apply_to": ["v", "q"], "positions": positions,
+                 **({} if base is None else {"base": base})})
+            _, info = attngen.parse_spec(attngen.block_spec(64, 128, "bf16", backward=True,
+                                                            rotary=rotary))
+            assert info.rotary == {"layout": layout, "apply_to": ("q", "v"),
+                                   "positions": positions, "base": base or 10000.0}
+            assert info.passes == ("forward", "backward")
+    k = attngen.kernel_for(64, True, 64, "fp16", backward=True, rotary="half")
+    assert k.spec.rotary["positions"] == "table" and k.supports("backward")
+    assert k.name == "torch_block64_d64_fp16_causal_ropeh_qk_t_grad"
 
 
 def test_ctypes_mirrors_match_the_c_header(tmp_path):

@@ -132,6 +132,44 @@ def test_other_options():
     assert check(softmax_scale=1)["softmax_scale"] == 1.0
 
 
+def test_rotary_options_are_normalized():
+    assert V.check_rotary(None) is None
+    assert V.check_rotary("half") == {"layout": "half", "apply_to": ("q", "k"),
+                                      "positions": "table", "base": None}
+    assert V.check_rotary({"layout": "interleaved", "apply_to": ["v", "q"],
+                           "positions": "block"}) == {
+        "layout": "interleaved", "apply_to": ("q", "v"), "positions": "block", "base": 10000.0}
+    assert V.check_rotary({"layout": "half", "positions": "sequence", "base": 500000})["base"] \
+        == 500000.0
+    r = V.check_rotary({"layout": "half", "positions": "sequence"})
+    assert V.check_rotary(r) == r  # idempotent
+    for bad in ({"layout": "half", "positions": "sequence", "base": True},
+                {"layout": "half", "positions": "sequence", "base": float("nan")},
+                {"layout": "half", "positions": "block", "base": "1e4"}):
+        with pytest.raises(ValueError, match="base must be a positive finite number"):
+            V.check_rotary(bad)
+
+
+def test_rotary_table_goes_with_table_positions():
+    q, k, v = ts.qkv()
+    table = ts.StubTensor((100, 128))
+    a = check(qkv=(q, k, v), rotary="interleaved", rotary_table=table)
+    assert a["rotary"]["positions"] == "table" and a["rotary_table"] is table
+    a = check(rotary={"layout": "half", "positions": "sequence"})
+    assert a["rotary"]["base"] == 10000.0 and a["rotary_table"] is None
+    assert check()["rotary"] is None
+    with pytest.raises(ValueError, match="need rotary_table"):
+        check(rotary="half")
+    with pytest.raises(ValueError, match="only taken with rotary positions 'table'"):
+        check(rotary_table=table)
+    with pytest.raises(ValueError, match="must be contiguous"):
+        check(rotary="half", rotary_table=ts.StubTensor((100, 128), contiguous=False))
+    with pytest.raises(ValueError, match="same device as q"):
+        check(rotary="half", rotary_table=ts.StubTensor((100, 128), device="cuda:1"))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        check(rotary="half", rotary_table=ts.StubTensor((100, 128), ptr=0x7F0000000008))
+
+
 def test_validation_module_imports_no_torch():
     import sys
     assert "torch" not in sys.modules or True  # real torch may be present elsewhere
