@@ -14,6 +14,9 @@
 static const char *const goldens[] = {
     "block64_d128_bf16",        "block64_d64_fp16_causal",         "block256_d128_scale",
     "rope_table_b64_d128_bf16", "rope_half_sequence_d64_fp16_bwd",
+    /* every rotary layout with every position mode */
+    "rope_interleaved_sequence_b32_d64_bf16", "rope_interleaved_block_b64_d128_fp16_bwd",
+    "rope_half_table_b64_d128_bf16_causal", "rope_half_block_b16_d64_fp16",
 };
 enum { NGOLDENS = sizeof goldens / sizeof goldens[0] };
 
