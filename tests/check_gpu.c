@@ -99,37 +99,53 @@ START_TEST(test_block_forward) {
 }
 END_TEST
 
-/* Past 2^31 elements per tensor and 120,000 blocks: 64-bit indexing and a
- * grid that does not grow with the batch. */
-START_TEST(test_block_forward_huge) {
-  if (getenv("ATTNGEN_TEST_SKIP_HUGE")) { /* e.g. under compute-sanitizer: hours */
-    printf("SKIP block_forward_huge: ATTNGEN_TEST_SKIP_HUGE is set\n");
-    return;
+/* ---- past 2^31 elements ------------------------------------------------------
+ * The huge shape of every kernel: 131,072 sequences of 17 or 18 tokens (one
+ * block each) with 8 heads of 128: 2,348,810,240 elements per tensor, so
+ * 64-bit indexing and a grid that does not grow with the batch are checked.
+ * Skipped with ATTNGEN_TEST_SKIP_HUGE (under compute-sanitizer: hours). */
+enum { HUGE_BATCH = 131072, HUGE_HEADS = 8 };
+
+/* The huge shape's lengths (malloc()ed), or NULL after printing the skip. */
+static int32_t *huge_lengths(const char *test) {
+  if (getenv("ATTNGEN_TEST_SKIP_HUGE")) {
+    printf("SKIP %s: ATTNGEN_TEST_SKIP_HUGE is set\n", test);
+    return NULL;
   }
-  ag_context *ctx = gpu_or_skip("block_forward_huge");
-  if (!ctx) return;
-  const kernel_case c = {AG_DTYPE_BF16, 128, 64, 0};
-  ag_kernel *k = kernel_for(ctx, &c);
-  const int64_t batch = 131072, heads = 8; /* 131,072 blocks */
-  int32_t *lengths = malloc(sizeof(int32_t) * batch);
+  int32_t *lengths = malloc(sizeof(int32_t) * HUGE_BATCH);
   ck_assert_ptr_nonnull(lengths);
   int64_t total = 0;
-  for (int64_t i = 0; i < batch; i++) total += lengths[i] = 17 + (int32_t)(i % 2);
-  ck_assert_int_gt(total * heads * 128, (int64_t)1 << 31);
-  ag_check_options opt = {.seed = (uint64_t)getpid(), .max_ref_macs = 200000000};
+  for (int64_t i = 0; i < HUGE_BATCH; i++) total += lengths[i] = 17 + (int32_t)(i % 2);
+  ck_assert_int_gt(total * HUGE_HEADS * 128, (int64_t)1 << 31);
+  return lengths;
+}
+
+/* The forward of `k` (bf16, head_dim 128) on the huge shape. */
+static void check_huge_forward(ag_kernel *k, const int32_t *lengths, const char *what,
+                               uint64_t seed) {
+  ag_check_options opt = {.seed = seed, .max_ref_macs = 200000000};
   ag_check_result r;
   ag_error err = {0};
-  ag_status st = ag_selfcheck_block_forward(k, lengths, batch, heads, &opt, &r, &err);
-  free(lengths);
-  ck_assert_msg(st == AG_OK, "%s", err.message);
-  printf("gpu huge: %lld blocks, %lld elements per tensor: rel error %.2e over %lld sequences\n",
-         (long long)r.blocks, (long long)(total * heads * 128), r.rel_error,
-         (long long)r.sampled_seqs);
+  ag_status st = ag_selfcheck_block_forward(k, lengths, HUGE_BATCH, HUGE_HEADS, &opt, &r, &err);
+  ck_assert_msg(st == AG_OK, "%s: %s", what, err.message);
+  printf("gpu %s: %lld blocks: rel error %.2e over %lld sequences\n", what, (long long)r.blocks,
+         r.rel_error, (long long)r.sampled_seqs);
   ck_assert_int_ge(r.blocks, 120000);
   ck_assert_int_eq(r.unwritten, 0);
   ck_assert_int_eq(r.guard_clobbered, 0);
   ck_assert_double_le(r.rel_error, ag_check_tolerance(AG_DTYPE_BF16, false));
-  ag_context_destroy(ctx);
+}
+
+START_TEST(test_block_forward_huge) {
+  int32_t *lengths = huge_lengths("block_forward_huge");
+  if (!lengths) return;
+  ag_context *ctx = gpu_or_skip("block_forward_huge");
+  if (ctx) {
+    const kernel_case c = {AG_DTYPE_BF16, 128, 64, 0};
+    check_huge_forward(kernel_for(ctx, &c), lengths, "huge forward", (uint64_t)getpid());
+    ag_context_destroy(ctx);
+  }
+  free(lengths);
 }
 END_TEST
 
@@ -214,27 +230,18 @@ START_TEST(test_block_backward) {
 }
 END_TEST
 
-/* The backward past 2^31 elements per tensor (seven tensors of 4.7 GB) and
- * 131,072 blocks. */
+/* The backward on the huge shape: seven tensors of 4.7 GB. */
 START_TEST(test_block_backward_huge) {
-  if (getenv("ATTNGEN_TEST_SKIP_HUGE")) {
-    printf("SKIP block_backward_huge: ATTNGEN_TEST_SKIP_HUGE is set\n");
-    return;
-  }
+  int32_t *lengths = huge_lengths("block_backward_huge");
+  if (!lengths) return;
   ag_context *ctx = gpu_or_skip("block_backward_huge");
-  if (!ctx) return;
-  const kernel_case c = {AG_DTYPE_BF16, 128, 64, 0};
-  ag_kernel *k = bwd_kernel_for(ctx, &c);
-  const int64_t batch = 131072, heads = 8;
-  int32_t *lengths = malloc(sizeof(int32_t) * batch);
-  ck_assert_ptr_nonnull(lengths);
-  int64_t total = 0;
-  for (int64_t i = 0; i < batch; i++) total += lengths[i] = 17 + (int32_t)(i % 2);
-  ck_assert_int_gt(total * heads * 128, (int64_t)1 << 31);
-  run_bwd_shape(k, &c, "huge: 131072 sequences", lengths, batch, heads, (uint64_t)getpid(),
-                200000000);
+  if (ctx) {
+    const kernel_case c = {AG_DTYPE_BF16, 128, 64, 0};
+    run_bwd_shape(bwd_kernel_for(ctx, &c), &c, "huge: 131072 sequences", lengths, HUGE_BATCH,
+                  HUGE_HEADS, (uint64_t)getpid(), 200000000);
+    ag_context_destroy(ctx);
+  }
   free(lengths);
-  ag_context_destroy(ctx);
 }
 END_TEST
 
@@ -345,36 +352,19 @@ END_TEST
  * tensor and 131,072 blocks: the table's rows are indexed by token, so its
  * addressing is checked at scale too. */
 START_TEST(test_rotary_huge) {
-  if (getenv("ATTNGEN_TEST_SKIP_HUGE")) {
-    printf("SKIP rotary_huge: ATTNGEN_TEST_SKIP_HUGE is set\n");
-    return;
-  }
+  int32_t *lengths = huge_lengths("rotary_huge");
+  if (!lengths) return;
   ag_context *ctx = gpu_or_skip("rotary_huge");
-  if (!ctx) return;
-  const rotary_case c = {{AG_DTYPE_BF16, 128, 64, 0}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_TABLE,
-                         QKV};
-  ag_kernel *k = rotary_kernel_for(ctx, &c, AG_PASS_FORWARD | AG_PASS_BACKWARD);
-  const int64_t batch = 131072, heads = 8;
-  int32_t *lengths = malloc(sizeof(int32_t) * batch);
-  ck_assert_ptr_nonnull(lengths);
-  int64_t total = 0;
-  for (int64_t i = 0; i < batch; i++) total += lengths[i] = 17 + (int32_t)(i % 2);
-  ck_assert_int_gt(total * heads * 128, (int64_t)1 << 31);
-  ag_check_options opt = {.seed = (uint64_t)getpid() + 1, .max_ref_macs = 200000000};
-  ag_check_result r;
-  ag_error err = {0};
-  ag_status st = ag_selfcheck_block_forward(k, lengths, batch, heads, &opt, &r, &err);
-  ck_assert_msg(st == AG_OK, "%s", err.message);
-  printf("gpu rotary huge forward: %lld blocks: rel error %.2e over %lld sequences\n",
-         (long long)r.blocks, r.rel_error, (long long)r.sampled_seqs);
-  ck_assert_int_ge(r.blocks, 120000);
-  ck_assert_int_eq(r.unwritten, 0);
-  ck_assert_int_eq(r.guard_clobbered, 0);
-  ck_assert_double_le(r.rel_error, ag_check_tolerance(AG_DTYPE_BF16, false));
-  run_bwd_shape(k, &c.k, "rope huge: 131072 sequences", lengths, batch, heads,
-                (uint64_t)getpid() + 2, 200000000);
+  if (ctx) {
+    const rotary_case c = {{AG_DTYPE_BF16, 128, 64, 0}, AG_ROTARY_INTERLEAVED,
+                           AG_POSITIONS_TABLE, QKV};
+    ag_kernel *k = rotary_kernel_for(ctx, &c, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+    check_huge_forward(k, lengths, "rotary huge forward", (uint64_t)getpid() + 1);
+    run_bwd_shape(k, &c.k, "rope huge: 131072 sequences", lengths, HUGE_BATCH, HUGE_HEADS,
+                  (uint64_t)getpid() + 2, 200000000);
+    ag_context_destroy(ctx);
+  }
   free(lengths);
-  ag_context_destroy(ctx);
 }
 END_TEST
 
