@@ -64,14 +64,33 @@ static const bwd_variant bwd_variants[] = {
     {1, 1, 8, 0}, {1, 1, 4, 0}, {1, 1, 16, 0}, {1, 1, 0, 0}, {1, 1, 8, 2},
     {1, 1, 8, 3}, {1, 2, 8, 0}, {2, 1, 8, 0}, {1, 1, 32, 0}};
 
-static void tune_forward(ag_context *ctx, const int32_t *len, int64_t batch, int64_t heads,
-                         int L, int dim) {
+/* The tuning spec: 64-token blocks, bf16, `dim`, the given passes. */
+static ag_spec tune_spec(int dim, const char *passes) {
   ag_error err = {0};
   char yaml[256];
   snprintf(yaml, sizeof yaml, "name: tune\npattern: block_diagonal\nblock_size: 64\n"
-           "head_dim: %d\ndtype: bf16\n", dim);
+           "head_dim: %d\ndtype: bf16\npasses: [%s]\n", dim, passes);
   ag_spec spec;
   if (ag_spec_load_string(yaml, strlen(yaml), "tune.yaml", &spec, &err)) die(&err);
+  return spec;
+}
+
+/* The kernel of a plan variant, compiled (cached by its source). */
+static ag_kernel *variant_kernel(ag_context *ctx, const ag_spec *spec, const ag_plan *plan) {
+  ag_error err = {0};
+  char *src;
+  if (ag_emit_plan(spec, plan, &src, &err)) die(&err);
+  ag_kernel *k;
+  ag_status st = ag_context_kernel(ctx, spec, plan, src, ctx->arch, &k, &err);
+  free(src);
+  if (st) die(&err);
+  return k;
+}
+
+static void tune_forward(ag_context *ctx, const int32_t *len, int64_t batch, int64_t heads,
+                         int L, int dim) {
+  ag_error err = {0};
+  ag_spec spec = tune_spec(dim, "forward");
   ag_block_data *d;
   if (ag_block_data_create(ctx, spec.dtype, dim, 64, len, batch, heads, 7, &d, &err)) die(&err);
   double bytes = ag_block_data_bytes(d);
@@ -90,12 +109,7 @@ static void tune_forward(ag_context *ctx, const int32_t *len, int64_t batch, int
     if (plan.smem_bytes * v->min_ctas > 227 * 1024) continue;
     snprintf(plan.kernel_name, sizeof plan.kernel_name, "tune_d%d_h%d_s%d_i%d_m%d", dim, hpt,
              v->stages, v->per_cta, v->min_ctas);
-    char *src;
-    if (ag_emit_plan(&spec, &plan, &src, &err)) die(&err);
-    ag_kernel *k;
-    ag_status st = ag_context_kernel(ctx, &spec, &plan, src, ctx->arch, &k, &err);
-    free(src);
-    if (st) die(&err);
+    ag_kernel *k = variant_kernel(ctx, &spec, &plan);
     ag_check_result r;
     if (ag_block_data_check(d, k, 20000000, &r, &err)) die(&err);
     double ms;
@@ -112,11 +126,7 @@ static void tune_forward(ag_context *ctx, const int32_t *len, int64_t batch, int
 static void tune_backward(ag_context *ctx, const int32_t *len, int64_t batch, int64_t heads,
                           int L, int dim) {
   ag_error err = {0};
-  char yaml[256];
-  snprintf(yaml, sizeof yaml, "name: tune\npattern: block_diagonal\nblock_size: 64\n"
-           "head_dim: %d\ndtype: bf16\npasses: [backward]\n", dim);
-  ag_spec spec;
-  if (ag_spec_load_string(yaml, strlen(yaml), "tune.yaml", &spec, &err)) die(&err);
+  ag_spec spec = tune_spec(dim, "backward");
   ag_block_bwd_data *d;
   if (ag_block_bwd_data_create(ctx, spec.dtype, dim, 64, len, batch, heads, 7, &d, &err))
     die(&err);
@@ -133,12 +143,7 @@ static void tune_backward(ag_context *ctx, const int32_t *len, int64_t batch, in
     b->items_per_cta = v->per_cta;
     snprintf(b->kernel_name, sizeof b->kernel_name, "tune_bwd_d%d_h%d_s%d_i%d_m%d", dim,
              b->heads_per_tile, b->stages, b->items_per_cta, b->min_ctas_per_sm);
-    char *src;
-    if (ag_emit_plan(&spec, &plan, &src, &err)) die(&err);
-    ag_kernel *k;
-    ag_status st = ag_context_kernel(ctx, &spec, &plan, src, ctx->arch, &k, &err);
-    free(src);
-    if (st) die(&err);
+    ag_kernel *k = variant_kernel(ctx, &spec, &plan);
     ag_check_bwd_result r;
     if (ag_block_bwd_data_check(d, k, 20000000, &r, &err)) die(&err);
     double ms;
