@@ -18,7 +18,7 @@ B := build
 GEN_SRC := $(wildcard generator/*.c)
 RT_SRC := $(wildcard runtime/*.c) $(wildcard reference/*.c)
 TEMPLATES := $(sort $(wildcard templates/*.cu templates/*.cuh))
-TEST_SRC := $(wildcard tests/check_*.c) tests/util.c
+TEST_SRC := $(wildcard tests/check_*.c) tests/util.c tests/fake_driver.c
 
 GEN_OBJ := $(GEN_SRC:%.c=$(B)/%.o) $(B)/templates_embedded.o
 RT_OBJ := $(RT_SRC:%.c=$(B)/%.o)

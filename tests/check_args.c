@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fake_driver.h"
 #include "runtime.h"
 
 /* ---- a kernel without a device ---------------------------------------------- */
@@ -71,54 +72,10 @@ static void expect_reject(fake *f, const ag_block_fwd_args *a, const char *want)
 
 /* ---- a fake driver that records launches --------------------------------------- */
 
-static struct launch {
-  int count, pushes, pops;
-  unsigned grid, block, smem;
-  CUdeviceptr q, k, v, o, offsets;
-  long long batch, total, items;
-  int heads;
-} seen;
-
-static CUresult CUDAAPI fake_push(CUcontext c) {
-  (void)c;
-  seen.pushes++;
-  return CUDA_SUCCESS;
-}
-static CUresult CUDAAPI fake_pop(CUcontext *c) {
-  *c = NULL;
-  seen.pops++;
-  return CUDA_SUCCESS;
-}
-static CUresult CUDAAPI fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                    unsigned bx, unsigned by, unsigned bz, unsigned smem,
-                                    CUstream stream, void **params, void **extra) {
-  (void)f, (void)stream;
-  ck_assert_uint_eq(gy * gz * by * bz, 1);
-  ck_assert_ptr_null(extra);
-  seen.count++;
-  seen.grid = gx, seen.block = bx, seen.smem = smem;
-  seen.q = *(CUdeviceptr *)params[0], seen.k = *(CUdeviceptr *)params[1];
-  seen.v = *(CUdeviceptr *)params[2], seen.o = *(CUdeviceptr *)params[3];
-  seen.offsets = *(CUdeviceptr *)params[4];
-  seen.batch = *(long long *)params[5];
-  seen.heads = *(int *)params[6];
-  seen.total = *(long long *)params[7];
-  seen.items = *(long long *)params[8];
-  return CUDA_SUCCESS;
-}
-
-static ag_driver fake_driver;
-
 static void give_driver(fake *f) {
-  memset(&fake_driver, 0, sizeof fake_driver);
-  fake_driver.cuCtxPushCurrent = fake_push;
-  fake_driver.cuCtxPopCurrent = fake_pop;
-  fake_driver.cuLaunchKernel = fake_launch;
-  f->ctx.drv = &fake_driver;
-  f->ctx.sm_count = 132;
+  ag_fake_driver_attach(&f->ctx, 5); /* q, k, v, o, offsets */
   f->kernel.ctas_per_sm = 2;
   f->kernel.fn = (CUfunction)(uintptr_t)0x1234;
-  memset(&seen, 0, sizeof seen);
 }
 
 static void expect_launch(fake *f, const ag_block_fwd_args *a) {
@@ -126,21 +83,21 @@ static void expect_launch(fake *f, const ag_block_fwd_args *a) {
   ag_status st = ag_block_forward(&f->kernel, a, NULL, &err);
   ck_assert_msg(st == AG_OK, "%s", err.message);
   ck_assert_ptr_null(err.message);
-  ck_assert_int_eq(seen.count, 1);
-  ck_assert_int_eq(seen.pushes, 1);
-  ck_assert_int_eq(seen.pops, 1);
-  ck_assert_uint_eq(seen.block, (unsigned)f->kernel.plan.threads);
-  ck_assert_uint_eq(seen.smem, (unsigned)f->kernel.plan.smem_bytes);
-  ck_assert_uint_eq(seen.q, (CUdeviceptr)(uintptr_t)a->q);
-  ck_assert_uint_eq(seen.o, (CUdeviceptr)(uintptr_t)a->o);
-  ck_assert_uint_eq(seen.offsets, (CUdeviceptr)(uintptr_t)a->offsets);
-  ck_assert_int_eq(seen.batch, a->batch);
-  ck_assert_int_eq(seen.heads, a->heads);
-  ck_assert_int_eq(seen.total, a->total_tokens);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ck_assert_int_eq(ag_fake_seen.pushes, 1);
+  ck_assert_int_eq(ag_fake_seen.pops, 1);
+  ck_assert_uint_eq(ag_fake_seen.block, (unsigned)f->kernel.plan.threads);
+  ck_assert_uint_eq(ag_fake_seen.smem, (unsigned)f->kernel.plan.smem_bytes);
+  ck_assert_uint_eq(ag_fake_seen.ptr[0], (CUdeviceptr)(uintptr_t)a->q);
+  ck_assert_uint_eq(ag_fake_seen.ptr[3], (CUdeviceptr)(uintptr_t)a->o);
+  ck_assert_uint_eq(ag_fake_seen.ptr[4], (CUdeviceptr)(uintptr_t)a->offsets);
+  ck_assert_int_eq(ag_fake_seen.batch, a->batch);
+  ck_assert_int_eq(ag_fake_seen.heads, a->heads);
+  ck_assert_int_eq(ag_fake_seen.total, a->total_tokens);
   int64_t groups = (a->heads + f->kernel.plan.heads_per_tile - 1) / f->kernel.plan.heads_per_tile;
-  ck_assert_int_eq(seen.items, (a->batch + a->total_tokens / 64) * groups);
-  ck_assert_uint_ge(seen.grid, 1);
-  ck_assert_uint_le(seen.grid, (unsigned long long)seen.items);
+  ck_assert_int_eq(ag_fake_seen.items, (a->batch + a->total_tokens / 64) * groups);
+  ck_assert_uint_ge(ag_fake_seen.grid, 1);
+  ck_assert_uint_le(ag_fake_seen.grid, (unsigned long long)ag_fake_seen.items);
 }
 
 /* ---- handles and kernel kind ------------------------------------------------------- */
@@ -242,13 +199,13 @@ START_TEST(sizes_that_overflow) {
   give_driver(&f);
   ag_error err = {0};
   ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
-  ck_assert_int_eq(seen.items, INT64_MAX - 1);
-  ck_assert_uint_eq(seen.grid, INT32_MAX);
+  ck_assert_int_eq(ag_fake_seen.items, INT64_MAX - 1);
+  ck_assert_uint_eq(ag_fake_seen.grid, INT32_MAX);
   a.heads = 2; /* two groups: overflows */
-  memset(&seen, 0, sizeof seen);
+  give_driver(&f); /* a fresh record */
   ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(err.message, "work count overflows");
-  ck_assert_int_eq(seen.count, 0);
+  ck_assert_int_eq(ag_fake_seen.count, 0);
   ag_error_clear(&err);
 }
 END_TEST
@@ -379,17 +336,17 @@ START_TEST(good_host_offsets_launch) {
   const int32_t with_empty[] = {0, 0, 37, 37, 100, 100};
   a.batch = 5;
   a.host_offsets = with_empty;
-  memset(&seen, 0, sizeof seen);
+  give_driver(&f); /* a fresh record */
   expect_launch(&f, &a);
   /* Without host offsets the device copy is trusted (the kernel clamps). */
   a = valid_args();
-  memset(&seen, 0, sizeof seen);
+  give_driver(&f); /* a fresh record */
   expect_launch(&f, &a);
   /* The largest token count int32 offsets reach. */
   a.batch = 1;
   a.heads = 1;
   a.total_tokens = INT32_MAX;
-  memset(&seen, 0, sizeof seen);
+  give_driver(&f); /* a fresh record */
   expect_launch(&f, &a);
 }
 END_TEST

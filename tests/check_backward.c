@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fake_driver.h"
 #include "runtime.h"
 #include "util.h"
 
@@ -368,58 +369,19 @@ END_TEST
 
 /* ---- ag_block_backward without a device ------------------------------------------ */
 
-/* A kernel struct on the stack from a real spec and plan, with a fake
- * driver that records the launch (as in check_args.c). */
-static struct {
-  int count;
-  unsigned grid, block, smem;
-  CUfunction fn;
-  CUdeviceptr ptr[8];
-  long long batch, total, items;
-  int heads;
-} seen;
-
-static CUresult CUDAAPI fake_push(CUcontext c) {
-  (void)c;
-  return CUDA_SUCCESS;
-}
-static CUresult CUDAAPI fake_pop(CUcontext *c) {
-  *c = NULL;
-  return CUDA_SUCCESS;
-}
-static CUresult CUDAAPI fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                    unsigned bx, unsigned by, unsigned bz, unsigned smem,
-                                    CUstream stream, void **params, void **extra) {
-  (void)stream, (void)extra;
-  ck_assert_uint_eq(gy * gz * by * bz, 1);
-  seen.count++;
-  seen.fn = f;
-  seen.grid = gx, seen.block = bx, seen.smem = smem;
-  for (int i = 0; i < 8; i++) seen.ptr[i] = *(CUdeviceptr *)params[i]; /* 7 tensors, offsets */
-  seen.batch = *(long long *)params[8];
-  seen.heads = *(int *)params[9];
-  seen.total = *(long long *)params[10];
-  seen.items = *(long long *)params[11];
-  return CUDA_SUCCESS;
-}
-
+/* A kernel struct on the stack from a real spec and plan, with the
+ * recording fake driver (fake_driver.h). */
 typedef struct fake {
   ag_context ctx;
-  ag_driver drv;
   ag_kernel kernel;
 } fake;
 
 static void fake_init(fake *f, int dim, unsigned passes) {
   memset(f, 0, sizeof *f);
-  memset(&seen, 0, sizeof seen);
   f->kernel.spec = spec_for("args", 64, dim, AG_DTYPE_BF16, false, passes);
   ag_error err = {0};
   ck_assert_int_eq(ag_plan_make(&f->kernel.spec, &f->kernel.plan, &err), AG_OK);
-  f->drv.cuCtxPushCurrent = fake_push;
-  f->drv.cuCtxPopCurrent = fake_pop;
-  f->drv.cuLaunchKernel = fake_launch;
-  f->ctx.drv = &f->drv;
-  f->ctx.sm_count = 132;
+  ag_fake_driver_attach(&f->ctx, 8); /* 7 tensors, offsets */
   f->kernel.ctx = &f->ctx;
   if (passes & AG_PASS_FORWARD) f->kernel.fn = (CUfunction)(uintptr_t)0xf00;
   if (passes & AG_PASS_BACKWARD) f->kernel.fn_bwd = (CUfunction)(uintptr_t)0xb00;
@@ -448,7 +410,7 @@ static void expect_reject(fake *f, const ag_block_bwd_args *a, const char *want)
   ck_assert_int_eq(ag_block_backward(&f->kernel, a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(err.message, want);
   ag_error_clear(&err);
-  ck_assert_int_eq(seen.count, 0);
+  ck_assert_int_eq(ag_fake_seen.count, 0);
 }
 
 START_TEST(launch_parameters) {
@@ -459,19 +421,19 @@ START_TEST(launch_parameters) {
     ag_error err = {0};
     ck_assert_int_eq(ag_block_backward(&f.kernel, &a, NULL, &err), AG_OK);
     const ag_plan_bwd *p = &f.kernel.plan.bwd;
-    ck_assert_int_eq(seen.count, 1);
-    ck_assert_ptr_eq(seen.fn, f.kernel.fn_bwd);
-    ck_assert_uint_eq(seen.block, (unsigned)p->threads);
-    ck_assert_uint_eq(seen.smem, (unsigned)p->smem_bytes);
+    ck_assert_int_eq(ag_fake_seen.count, 1);
+    ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn_bwd);
+    ck_assert_uint_eq(ag_fake_seen.block, (unsigned)p->threads);
+    ck_assert_uint_eq(ag_fake_seen.smem, (unsigned)p->smem_bytes);
     const void *in_order[8] = {a.q, a.k, a.v, a.dout, a.dq, a.dk, a.dv, a.offsets};
-    for (int i = 0; i < 8; i++) ck_assert_uint_eq(seen.ptr[i], (CUdeviceptr)(uintptr_t)in_order[i]);
-    ck_assert_int_eq(seen.batch, 2);
-    ck_assert_int_eq(seen.heads, 8);
-    ck_assert_int_eq(seen.total, 100);
+    for (int i = 0; i < 8; i++) ck_assert_uint_eq(ag_fake_seen.ptr[i], (CUdeviceptr)(uintptr_t)in_order[i]);
+    ck_assert_int_eq(ag_fake_seen.batch, 2);
+    ck_assert_int_eq(ag_fake_seen.heads, 8);
+    ck_assert_int_eq(ag_fake_seen.total, 100);
     /* (batch + total / block) virtual blocks times the backward's head groups. */
     int64_t groups = (8 + p->heads_per_tile - 1) / p->heads_per_tile;
-    ck_assert_int_eq(seen.items, (2 + 100 / 64) * groups);
-    ck_assert_uint_eq(seen.grid, (seen.items + p->items_per_cta - 1) / p->items_per_cta);
+    ck_assert_int_eq(ag_fake_seen.items, (2 + 100 / 64) * groups);
+    ck_assert_uint_eq(ag_fake_seen.grid, (ag_fake_seen.items + p->items_per_cta - 1) / p->items_per_cta);
   }
 }
 END_TEST
@@ -497,7 +459,7 @@ START_TEST(argument_checks) {
   a.batch = 0;
   a.dq = NULL;
   ck_assert_int_eq(ag_block_backward(&f.kernel, &a, NULL, NULL), AG_OK);
-  ck_assert_int_eq(seen.count, 0);
+  ck_assert_int_eq(ag_fake_seen.count, 0);
   /* A forward-only kernel has no backward. */
   fake_init(&f, 128, AG_PASS_FORWARD);
   a = valid_args();

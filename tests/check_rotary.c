@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fake_driver.h"
 #include "runtime.h"
 #include "util.h"
 
@@ -503,58 +504,21 @@ END_TEST
 
 /* ---- the launch, without a device ---------------------------------------------- */
 
-/* A kernel struct on the stack from a real spec and plan, with a fake
- * driver that records the launch's parameters (as in check_backward.c). */
-static struct {
-  int count;
-  int ptrs; /* device pointers expected before batch: set by the test */
-  unsigned smem;
-  CUdeviceptr ptr[9];
-  long long batch, total, items;
-  int heads;
-} seen;
-
-static CUresult CUDAAPI fake_push(CUcontext c) {
-  (void)c;
-  return CUDA_SUCCESS;
-}
-static CUresult CUDAAPI fake_pop(CUcontext *c) {
-  *c = NULL;
-  return CUDA_SUCCESS;
-}
-static CUresult CUDAAPI fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                    unsigned bx, unsigned by, unsigned bz, unsigned smem,
-                                    CUstream stream, void **params, void **extra) {
-  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)stream, (void)extra;
-  seen.count++;
-  seen.smem = smem;
-  int n = seen.ptrs;
-  for (int i = 0; i < n; i++) seen.ptr[i] = *(CUdeviceptr *)params[i];
-  seen.batch = *(long long *)params[n];
-  seen.heads = *(int *)params[n + 1];
-  seen.total = *(long long *)params[n + 2];
-  seen.items = *(long long *)params[n + 3];
-  return CUDA_SUCCESS;
-}
-
+/* A kernel struct on the stack from a real spec and plan, with the
+ * recording fake driver (fake_driver.h); each test sets how many device
+ * pointers its next launch passes. */
 typedef struct fake {
   ag_context ctx;
-  ag_driver drv;
   ag_kernel kernel;
 } fake;
 
 static void fake_init(fake *f, ag_rotary_positions positions) {
   memset(f, 0, sizeof *f);
-  memset(&seen, 0, sizeof seen);
   f->kernel.spec = rope_spec("args", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
                              positions, QKV, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ag_error err = {0};
   ck_assert_int_eq(ag_plan_make(&f->kernel.spec, &f->kernel.plan, &err), AG_OK);
-  f->drv.cuCtxPushCurrent = fake_push;
-  f->drv.cuCtxPopCurrent = fake_pop;
-  f->drv.cuLaunchKernel = fake_launch;
-  f->ctx.drv = &f->drv;
-  f->ctx.sm_count = 132;
+  ag_fake_driver_attach(&f->ctx, 0);
   f->kernel.ctx = &f->ctx;
   f->kernel.fn = (CUfunction)(uintptr_t)0xf00;
   f->kernel.fn_bwd = (CUfunction)(uintptr_t)0xb00;
@@ -600,22 +564,22 @@ START_TEST(launch_passes_the_table) {
   fake_init(&f, AG_POSITIONS_TABLE);
   ag_error err = {0};
   ag_block_fwd_args a = fwd_args();
-  seen.ptrs = 6;
+  ag_fake_seen.ptrs = 6;
   ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
   const void *fwd_order[6] = {a.q, a.k, a.v, a.o, a.rotary_table, a.offsets};
-  for (int i = 0; i < 6; i++) ck_assert_uint_eq(seen.ptr[i], (CUdeviceptr)(uintptr_t)fwd_order[i]);
-  ck_assert_int_eq(seen.batch, 2);
-  ck_assert_int_eq(seen.heads, 8);
-  ck_assert_int_eq(seen.total, 100);
-  ck_assert_uint_eq(seen.smem, (unsigned)f.kernel.plan.smem_bytes);
+  for (int i = 0; i < 6; i++) ck_assert_uint_eq(ag_fake_seen.ptr[i], (CUdeviceptr)(uintptr_t)fwd_order[i]);
+  ck_assert_int_eq(ag_fake_seen.batch, 2);
+  ck_assert_int_eq(ag_fake_seen.heads, 8);
+  ck_assert_int_eq(ag_fake_seen.total, 100);
+  ck_assert_uint_eq(ag_fake_seen.smem, (unsigned)f.kernel.plan.smem_bytes);
 
   ag_block_bwd_args b = bwd_args();
-  seen.ptrs = 9;
+  ag_fake_seen.ptrs = 9;
   ck_assert_int_eq(ag_block_backward(&f.kernel, &b, NULL, &err), AG_OK);
   const void *bwd_order[9] = {b.q, b.k, b.v, b.dout, b.dq, b.dk, b.dv, b.rotary_table, b.offsets};
-  for (int i = 0; i < 9; i++) ck_assert_uint_eq(seen.ptr[i], (CUdeviceptr)(uintptr_t)bwd_order[i]);
-  ck_assert_int_eq(seen.items, (2 + 100 / 64) * 8);
-  ck_assert_int_eq(seen.count, 2);
+  for (int i = 0; i < 9; i++) ck_assert_uint_eq(ag_fake_seen.ptr[i], (CUdeviceptr)(uintptr_t)bwd_order[i]);
+  ck_assert_int_eq(ag_fake_seen.items, (2 + 100 / 64) * 8);
+  ck_assert_int_eq(ag_fake_seen.count, 2);
 }
 END_TEST
 
@@ -636,29 +600,29 @@ START_TEST(launch_checks_the_table) {
   ck_assert_str_eq(err.message, "rotary_table (0x900008) is not 16-byte aligned; the kernel "
                                 "loads 16 bytes at a time");
   ag_error_clear(&err);
-  ck_assert_int_eq(seen.count, 0);
+  ck_assert_int_eq(ag_fake_seen.count, 0);
   /* Nothing to compute: no launch, no pointer looked at. */
   a.batch = 0;
   ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
-  ck_assert_int_eq(seen.count, 0);
+  ck_assert_int_eq(ag_fake_seen.count, 0);
 
   /* Computed positions: no table parameter, and rotary_table is ignored,
    * NULL or not. */
   fake_init(&f, AG_POSITIONS_SEQUENCE);
   a = fwd_args();
-  seen.ptrs = 5;
+  ag_fake_seen.ptrs = 5;
   ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
-  ck_assert_uint_eq(seen.ptr[4], (CUdeviceptr)(uintptr_t)a.offsets);
-  ck_assert_int_eq(seen.batch, 2);
+  ck_assert_uint_eq(ag_fake_seen.ptr[4], (CUdeviceptr)(uintptr_t)a.offsets);
+  ck_assert_int_eq(ag_fake_seen.batch, 2);
   a.rotary_table = NULL;
   ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
   b = bwd_args();
   b.rotary_table = (const void *)(uintptr_t)0x3;
-  seen.ptrs = 8;
+  ag_fake_seen.ptrs = 8;
   ck_assert_int_eq(ag_block_backward(&f.kernel, &b, NULL, &err), AG_OK);
-  ck_assert_uint_eq(seen.ptr[7], (CUdeviceptr)(uintptr_t)b.offsets);
-  ck_assert_int_eq(seen.total, 100);
-  ck_assert_int_eq(seen.count, 3);
+  ck_assert_uint_eq(ag_fake_seen.ptr[7], (CUdeviceptr)(uintptr_t)b.offsets);
+  ck_assert_int_eq(ag_fake_seen.total, 100);
+  ck_assert_int_eq(ag_fake_seen.count, 3);
 }
 END_TEST
 

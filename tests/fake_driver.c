@@ -1,0 +1,52 @@
+/* fake_driver.c: the recording CUDA driver table of fake_driver.h. Each
+ * test runs in its own forked process, so one record serves them all. */
+#include "fake_driver.h"
+
+#include <check.h>
+#include <string.h>
+
+ag_fake_launch ag_fake_seen;
+static ag_driver fake_driver;
+
+static CUresult CUDAAPI fake_push(CUcontext c) {
+  (void)c;
+  ag_fake_seen.pushes++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_pop(CUcontext *c) {
+  *c = NULL;
+  ag_fake_seen.pops++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                    unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                                    CUstream stream, void **params, void **extra) {
+  (void)stream;
+  ck_assert_uint_eq(gy * gz * by * bz, 1); /* one-dimensional grids and blocks */
+  ck_assert_ptr_null(extra);
+  ag_fake_launch *s = &ag_fake_seen;
+  const int n = s->ptrs;
+  ck_assert_int_le(n, (int)(sizeof s->ptr / sizeof s->ptr[0]));
+  s->count++;
+  s->fn = f;
+  s->grid = gx, s->block = bx, s->smem = smem;
+  for (int i = 0; i < n; i++) s->ptr[i] = *(CUdeviceptr *)params[i];
+  s->batch = *(long long *)params[n];
+  s->heads = *(int *)params[n + 1];
+  s->total = *(long long *)params[n + 2];
+  s->items = *(long long *)params[n + 3];
+  return CUDA_SUCCESS;
+}
+
+void ag_fake_driver_attach(ag_context *ctx, int ptrs) {
+  memset(&fake_driver, 0, sizeof fake_driver);
+  fake_driver.cuCtxPushCurrent = fake_push;
+  fake_driver.cuCtxPopCurrent = fake_pop;
+  fake_driver.cuLaunchKernel = fake_launch;
+  ctx->drv = &fake_driver;
+  ctx->sm_count = 132;
+  memset(&ag_fake_seen, 0, sizeof ag_fake_seen);
+  ag_fake_seen.ptrs = ptrs;
+}

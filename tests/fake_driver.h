@@ -1,0 +1,28 @@
+/* fake_driver.h: a CUDA driver table for the launch tests without a GPU:
+ * context push and pop succeed, and cuLaunchKernel launches nothing but
+ * records what it was given. Shared by check_args.c, check_backward.c and
+ * check_rotary.c. */
+#ifndef AG_TEST_FAKE_DRIVER_H
+#define AG_TEST_FAKE_DRIVER_H
+
+#include "runtime.h"
+
+/* The record of the launches since ag_fake_driver_attach. */
+typedef struct ag_fake_launch {
+  int count, pushes, pops;  /* launches, context pushes and pops */
+  int ptrs;                 /* device pointers before `batch` in the parameters: set by the test */
+  CUfunction fn;            /* of the last launch, and its shape */
+  unsigned grid, block, smem;
+  CUdeviceptr ptr[16];      /* its first `ptrs` parameters */
+  long long batch, total, items;
+  int heads;
+} ag_fake_launch;
+
+extern ag_fake_launch ag_fake_seen;
+
+/* Give `ctx` the recording driver (and 132 SMs) and clear the record; the
+ * launches that follow are expected to pass `ptrs` device pointers before
+ * batch, heads, total tokens and items. */
+void ag_fake_driver_attach(ag_context *ctx, int ptrs);
+
+#endif
