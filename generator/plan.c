@@ -46,20 +46,24 @@ static bool rotary_valid(const ag_spec *spec) {
  * a job then take at most 32 registers a thread, no more than K and V take
  * of shared memory) every job has its own warp, which keeps its P and dS
  * rows in registers until phase 1 is done and then writes them where K and
- * V were: a stage is then all the CTA's shared memory. Otherwise they get their own buffer; past 128 tokens at head_dim
- * 128 (176 at 64) that does not fit beside the tiles, and such blocks are
- * refused for now (they need the keys in chunks, with recomputation).
+ * V were: a stage is then all the CTA's shared memory. Otherwise they get
+ * their own buffer; past 128 tokens at head_dim 128 (176 at 64) that does
+ * not fit beside the tiles, and such blocks are refused for now (they need
+ * the keys in chunks, with recomputation).
  * `ctas` 0 takes as many CTAs per SM as shared memory and registers allow,
  * at most 4, with at most `sm_warps` warps per SM: 16 leaves a thread 128
  * registers, 8 leaves 255. */
+/* Elements per row of P and dS (block_bwd.cu's kPStride): swizzled rows of
+ * a multiple of 64, else rows padded by 16 bytes. */
+static int p_stride(int block) { return block % 64 == 0 ? block : block + 8; }
+
 bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages, int ctas,
                             int sm_warps, ag_plan_bwd *b) {
   const int block = plan->block_size, dim = plan->head_dim, eb = plan->elem_bytes;
   const int tile_bytes = 4 * block * dim * eb * heads_per_tile; /* Q, K, V, dO */
-  const int p_stride = block % 64 == 0 ? block : block + 8;     /* as kPStride */
-  const int ps_bytes = 2 * heads_per_tile * block * p_stride * eb; /* P and dS */
+  const int ps_bytes = 2 * heads_per_tile * block * p_stride(block) * eb; /* P and dS */
   const int jobs = heads_per_tile * block / 16;
-  const bool overlay = p_stride <= dim && block <= 64; /* P, dS: <= 32 registers a thread */
+  const bool overlay = p_stride(block) <= dim && block <= 64; /* P, dS: <= 32 registers */
   const int smem = stages * (tile_bytes + plan->rotary_table_bytes) + (overlay ? 0 : ps_bytes);
   const int warps = overlay || jobs < MAX_WARPS ? jobs : MAX_WARPS;
   if (stages < 1 || smem > MAX_SMEM_BYTES) return false;
@@ -86,17 +90,19 @@ bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages,
  * four CTAs of one), else one stage and the most CTAs that fit (head_dim
  * 128: three), and a second stage where it costs no CTA. */
 static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err) {
-  ag_plan_bwd *b = &out->bwd, two;
+  ag_plan_bwd one, two; /* zeroed whole, so the plan compares bytewise (tests do) */
+  memset(&one, 0, sizeof one);
+  memset(&two, 0, sizeof two);
   const int sm_warps = spec->rotary.layout != AG_ROTARY_NONE ? MAX_WARPS : 2 * MAX_WARPS;
+  const ag_plan_bwd *pick;
   if (ag_plan_backward_shape(out, 1, 2, 0, sm_warps, &two) && two.min_ctas_per_sm >= 3) {
-    *b = two;
-    kernel_name(b->kernel_name, spec, "bwd");
-    return AG_OK;
-  }
-  if (!ag_plan_backward_shape(out, 1, 1, 0, sm_warps, b)) {
-    const int block = spec->block_size, p_stride = block % 64 == 0 ? block : block + 8;
+    pick = &two;
+  } else if (ag_plan_backward_shape(out, 1, 1, 0, sm_warps, &one)) {
+    pick = ag_plan_backward_shape(out, 1, 2, one.min_ctas_per_sm, sm_warps, &two) ? &two : &one;
+  } else {
+    const int block = spec->block_size;
     const int need = 4 * block * spec->head_dim * out->elem_bytes + out->rotary_table_bytes +
-                     2 * block * p_stride * out->elem_bytes;
+                     2 * block * p_stride(block) * out->elem_bytes;
     return ag_fail(err, AG_ERR_UNSUPPORTED,
                    "not supported yet: the backward pass at block_size %d with head_dim %d "
                    "(P and dS of a whole block beside its Q, K, V and dO tiles%s need %d KiB of "
@@ -104,8 +110,8 @@ static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err)
                    block, spec->head_dim, out->rotary_table_bytes ? " and rotary table rows" : "",
                    (need + 1023) / 1024);
   }
-  if (ag_plan_backward_shape(out, 1, 2, b->min_ctas_per_sm, sm_warps, &two)) *b = two;
-  kernel_name(b->kernel_name, spec, "bwd");
+  memcpy(&out->bwd, pick, sizeof out->bwd);
+  kernel_name(out->bwd.kernel_name, spec, "bwd");
   return AG_OK;
 }
 
@@ -204,7 +210,8 @@ static void describe_backward(ag_buf *b, const ag_plan_bwd *p, int table_bytes,
   ag_buf_printf(b, "%s  threads: %d (%d warps; %d (head, 16-row tile) job%s per phase)\n", prefix,
                 p->threads, p->warps, p->jobs, p->jobs > 1 ? "s" : "");
   ag_buf_printf(b, "%s  Q, K, V, dO tiles resident per CTA: %d\n", prefix, p->stages);
-  const char *pds = p->pds_overlay ? "P and dS take K's and V's place" : "with P and dS of one tile";
+  const char *pds =
+      p->pds_overlay ? "P and dS take K's and V's place" : "with P and dS of one tile";
   if (table_bytes)
     ag_buf_printf(b,
                   "%s  shared memory: %d bytes (%s; each stage holds %d bytes of rotary table "
