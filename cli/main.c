@@ -190,6 +190,13 @@ static int cmd_compile(int argc, char **argv) {
 
 /* ---- run ---- */
 
+/* The line that names the shape a run checked. */
+static void print_shape(const options *o, int64_t blocks) {
+  printf("  shape: batch %" PRId64 ", lengths in [%" PRId64 ", %" PRId64 "], heads %" PRId64
+         ", %" PRId64 " blocks\n",
+         o->batch, o->min_seqlen, o->seqlen, o->heads, blocks);
+}
+
 /* Check (and time) the forward on `lengths`; prints its lines. */
 static ag_status run_forward(ag_kernel *kern, const int32_t *lengths, const options *o,
                              const ag_check_options *copt, bool *pass, ag_error *err) {
@@ -198,9 +205,7 @@ static ag_status run_forward(ag_kernel *kern, const int32_t *lengths, const opti
   if (st != AG_OK) return st;
   double tol = ag_check_tolerance(kern->spec.dtype, false);
   *pass = r.rel_error <= tol && r.unwritten == 0 && r.guard_clobbered == 0;
-  printf("  shape: batch %" PRId64 ", lengths in [%" PRId64 ", %" PRId64 "], heads %" PRId64
-         ", %" PRId64 " blocks\n",
-         o->batch, o->min_seqlen, o->seqlen, o->heads, r.blocks);
+  print_shape(o, r.blocks);
   printf("  check: rel error %.3g (limit %.0e) over %" PRId64 " sequences, %" PRId64
          " unwritten, %" PRId64 " written past the end: %s\n",
          r.rel_error, tol, r.sampled_seqs, r.unwritten, r.guard_clobbered,
@@ -224,10 +229,7 @@ static ag_status run_backward(ag_kernel *kern, const int32_t *lengths, const opt
   int64_t unwritten = r.unwritten[0] + r.unwritten[1] + r.unwritten[2];
   *pass = r.rel_error[0] <= tol && r.rel_error[1] <= tol && r.rel_error[2] <= tol &&
           unwritten == 0 && r.guard_clobbered == 0;
-  if (shape)
-    printf("  shape: batch %" PRId64 ", lengths in [%" PRId64 ", %" PRId64 "], heads %" PRId64
-           ", %" PRId64 " blocks\n",
-           o->batch, o->min_seqlen, o->seqlen, o->heads, r.blocks);
+  if (shape) print_shape(o, r.blocks);
   printf("  backward check: rel error dq %.3g, dk %.3g, dv %.3g (limit %.0e) over %" PRId64
          " sequences, %" PRId64 " unwritten, %" PRId64 " written past the end: %s\n",
          r.rel_error[0], r.rel_error[1], r.rel_error[2], tol, r.sampled_seqs, unwritten,
