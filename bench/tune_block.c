@@ -12,6 +12,11 @@
 #include "reference.h"
 #include "selfcheck.h"
 
+static void usage(const char *why) {
+  fprintf(stderr, "tune_block: %s\nusage: tune_block [--bwd] [--dim 64|128] [L ...]\n", why);
+  exit(2);
+}
+
 static void die(ag_error *e) {
   fprintf(stderr, "tune_block: %s\n", e->message ? e->message : ag_strerror(e->code));
   exit(1);
@@ -167,9 +172,21 @@ int main(int argc, char **argv) {
   bool bwd = false;
   int dims[2] = {128, 64}, ndims = 2, ls[8], nl = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--bwd")) bwd = true;
-    else if (!strcmp(argv[i], "--dim") && i + 1 < argc) dims[0] = atoi(argv[++i]), ndims = 1;
-    else if (nl < 8) ls[nl++] = atoi(argv[i]);
+    if (!strcmp(argv[i], "--bwd")) {
+      bwd = true;
+    } else if (!strcmp(argv[i], "--dim")) {
+      if (i + 1 == argc || (strcmp(argv[i + 1], "64") && strcmp(argv[i + 1], "128")))
+        usage("--dim takes 64 or 128");
+      dims[0] = atoi(argv[++i]), ndims = 1;
+    } else if (argv[i][0] == '-') {
+      usage("unknown option");
+    } else {
+      char *end;
+      long L = strtol(argv[i], &end, 10);
+      if (*end || end == argv[i] || L < 16 || L > 1 << 20) usage("L must be a length in 16..2^20");
+      if (nl == 8) usage("at most 8 lengths");
+      ls[nl++] = (int)L;
+    }
   }
   if (!nl) ls[nl++] = 1024, ls[nl++] = 4096;
   if (ag_context_create(0, &ctx, &err)) die(&err);
