@@ -63,11 +63,13 @@ static const fwd_variant fwd_variants[] = {
     {2, 8, 2}, {2, 4, 2}, {2, 16, 2}, {2, 0, 1}, {2, 8, 1}, {1, 8, 3}, {1, 4, 4}, {1, 8, 4}, {1, 16, 4}};
 
 /* One backward variant: heads per tile, stages, grid (tiles per CTA, 0 =
- * persistent), CTAs per SM (0: the most that fit). */
-typedef struct bwd_variant { int hpt, stages, per_cta, min_ctas; } bwd_variant;
+ * persistent), CTAs per SM (0: the most that fit), and wgmma where the
+ * shape allows it (0: mma.sync only). */
+typedef struct bwd_variant { int hpt, stages, per_cta, min_ctas, wgmma; } bwd_variant;
 static const bwd_variant bwd_variants[] = {
-    {1, 1, 8, 0}, {1, 1, 4, 0}, {1, 1, 16, 0}, {1, 1, 0, 0}, {1, 1, 8, 2},
-    {1, 1, 8, 3}, {1, 2, 8, 0}, {2, 1, 8, 0}, {1, 1, 32, 0}};
+    {1, 2, 8, 0, 1}, {1, 2, 8, 0, 0}, {1, 1, 8, 0, 1}, {1, 1, 8, 0, 0}, {1, 1, 4, 0, 1},
+    {1, 1, 16, 0, 1}, {1, 2, 4, 0, 1}, {1, 2, 16, 0, 1}, {1, 1, 0, 0, 1}, {1, 1, 8, 3, 1},
+    {2, 1, 8, 0, 1}};
 
 /* The tuning spec: 64-token blocks, bf16, `dim`, the given passes. */
 static ag_spec tune_spec(int dim, const char *passes) {
@@ -146,17 +148,22 @@ static void tune_backward(ag_context *ctx, const int32_t *len, int64_t batch, in
     ag_plan_bwd *b = &plan.bwd;
     if (!ag_plan_backward_shape(&plan, v->hpt, v->stages, v->min_ctas, 16, b)) continue;
     b->items_per_cta = v->per_cta;
-    snprintf(b->kernel_name, sizeof b->kernel_name, "tune_bwd_d%d_h%d_s%d_i%d_m%d", dim,
-             b->heads_per_tile, b->stages, b->items_per_cta, b->min_ctas_per_sm);
+    if (!v->wgmma) {
+      if (!b->wgmma) continue; /* the same kernel as its wgmma twin */
+      b->wgmma = false;
+    }
+    snprintf(b->kernel_name, sizeof b->kernel_name, "tune_bwd_d%d_h%d_s%d_i%d_m%d%s", dim,
+             b->heads_per_tile, b->stages, b->items_per_cta, b->min_ctas_per_sm,
+             b->wgmma ? "_wgmma" : "");
     ag_kernel *k = variant_kernel(ctx, &spec, &plan);
     ag_check_bwd_result r;
     if (ag_block_bwd_data_check(d, k, 20000000, &r, &err)) die(&err);
     double ms;
     if (ag_block_bwd_data_time(d, k, 3, 30, &ms, &err)) die(&err);
-    printf("  heads/tile %d, stages %d, tiles/CTA %2d, min CTAs %d, warps %d%s: %.4f ms, %.3f TB/s "
-           "= %.1f%% of copy; rel err dq %.1e dk %.1e dv %.1e%s\n",
+    printf("  heads/tile %d, stages %d, tiles/CTA %2d, min CTAs %d, warps %d%s%s: %.4f ms, "
+           "%.3f TB/s = %.1f%% of copy; rel err dq %.1e dk %.1e dv %.1e%s\n",
            b->heads_per_tile, b->stages, b->items_per_cta, b->min_ctas_per_sm, b->warps,
-           b->pds_overlay ? ", P/dS over K/V" : "", ms,
+           b->pds_overlay ? ", P/dS over K/V" : "", b->wgmma ? ", wgmma" : "", ms,
            bytes / (ms * 1e-3) / 1e12, 100 * cms / ms, r.rel_error[0], r.rel_error[1],
            r.rel_error[2],
            r.unwritten[0] || r.unwritten[1] || r.unwritten[2] || r.guard_clobbered

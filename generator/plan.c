@@ -74,6 +74,9 @@ bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages,
   b->heads_per_tile = heads_per_tile;
   b->stages = stages;
   b->pds_overlay = overlay;
+  /* One warpgroup on 64x64 tiles of 128-byte rows: the layout wgmma reads
+   * in its 128-byte swizzle (templates/wgmma_sm90.cuh). */
+  b->wgmma = overlay && block == 64 && dim == 64 && heads_per_tile == 1;
   b->smem_bytes = smem;
   b->min_ctas_per_sm = ctas;
   b->jobs = jobs;
@@ -111,6 +114,7 @@ static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err)
                    (need + 1023) / 1024);
   }
   memcpy(&out->bwd, pick, sizeof out->bwd);
+  if (spec->arch == AG_ARCH_SM80) out->bwd.wgmma = false; /* never compiled for sm_90a */
   kernel_name(out->bwd.kernel_name, spec, "bwd");
   return AG_OK;
 }
@@ -212,6 +216,9 @@ static void describe_backward(ag_buf *b, const ag_plan_bwd *p, int table_bytes,
   ag_buf_printf(b, "%s  Q, K, V, dO tiles resident per CTA: %d\n", prefix, p->stages);
   const char *pds =
       p->pds_overlay ? "P and dS take K's and V's place" : "with P and dS of one tile";
+  if (p->wgmma)
+    ag_buf_printf(b, "%s  matrix products: wgmma (one warpgroup) on sm_90a, else mma.sync\n",
+                  prefix);
   if (table_bytes)
     ag_buf_printf(b,
                   "%s  shared memory: %d bytes (%s; each stage holds %d bytes of rotary table "

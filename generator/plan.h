@@ -19,6 +19,7 @@ typedef struct ag_plan_bwd {
   int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
   int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
   bool pds_overlay;     /* P and dS take K's and V's place after phase 1 (else own buffer) */
+  bool wgmma;           /* sm_90a code runs both phases on wgmma (64x64 tiles of one head) */
 } ag_plan_bwd;
 
 /* The fields up to `scale` describe the forward kernel (kernel_name is ""

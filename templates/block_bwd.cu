@@ -7,6 +7,9 @@
 @#   With rotary embeddings, those of rotary.cuh.
 @# Conditions: CAUSAL; PDS_OVERLAY (P and dS take the place of K and V once
 @#   phase 1 is done: one job per warp, and P and dS no larger than K and V);
+@#   WGMMA (with PDS_OVERLAY, one head of 64 tokens at head_dim 64, so every
+@#   operand is a 64x64 tile of 128-byte rows: where compiled for sm_90a the
+@#   four warps compute both phases as one warpgroup with wgmma);
 @#   ROTARY (rotary embeddings; then those of rotary.cuh, and
 @#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work
 @#   walk); OWN_HELPERS (include mma_sm80.cuh: off when a forward
@@ -56,6 +59,10 @@ constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
 @if PDS_OVERLAY@
 static_assert(kJobs == kWarps, "P and dS wait in registers: one job per warp");
 static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS in V's");
+@if WGMMA@
+static_assert(kWarps == 4 && kBlock == 64 && kHeadDim == 64 && kHeadsPerTile == 1 && kPSwizzle,
+              "wgmma: one warpgroup on 64x64 tiles of 128-byte swizzled rows");
+@endif@
 static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory is the stages");
 @else@
 static_assert(2 * (kStages * kStageElems + 2 * kHeadsPerTile * kPElems) == kSmemBytes,
@@ -65,6 +72,12 @@ static_assert(2 * (kStages * kStageElems + 2 * kHeadsPerTile * kPElems) == kSmem
 
 @if OWN_HELPERS@
 @include mma_sm80.cuh@
+
+@endif@
+@if WGMMA@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+@include wgmma_sm90.cuh@
+#endif
 
 @endif@
 @include block_walk.cuh@
@@ -225,7 +238,29 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   // S = Q K^T. This thread holds rows r_lo ([0], [1]) and r_hi ([2], [3]) at
   // key columns 8n + 2tq and 8n + 2tq + 1 of every n-tile n.
   float s[kKeyTiles][4];
+  float dp[kKeyTiles][4]; // dP = dO V^T, the same shape
+@if WGMMA@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  // The warpgroup's 64 query rows at once: S, then dP, which runs on while
+  // the softmax works on S.
+  (void)c0;
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++)
+    wgmma_ss<0, 0>(s, sw128_desc(q_s + 32 * kk), sw128_desc(k_s + 32 * kk), kk);
+  wgmma_commit();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++)
+    wgmma_ss<0, 0>(dp, sw128_desc(do_s + 32 * kk), sw128_desc(v_s + 32 * kk), kk);
+  wgmma_commit();
+  wgmma_wait<1>();
+  wgmma_hold(s);
+#else
   rows_times_rows(s, q_s, k_s, c0, row0);
+#endif
+@else@
+  rows_times_rows(s, q_s, k_s, c0, row0);
+@endif@
 
   const int r_lo = row0 + g, r_hi = r_lo + 8;
   float l_lo, l_hi; // row sums of P before normalisation
@@ -241,9 +276,16 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
     out.p[n][1] = pack2(s[n][2] * inv_hi, s[n][3] * inv_hi);
   }
 
-  // dP = dO V^T, the same shape as S (and in S's registers).
-  float dp[kKeyTiles][4];
+@if WGMMA@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  wgmma_wait<0>();
+  wgmma_hold(dp);
+#else
   rows_times_rows(dp, do_s, v_s, c0, row0);
+#endif
+@else@
+  rows_times_rows(dp, do_s, v_s, c0, row0);
+@endif@
 
   // D = rowsum(P (.) dP), per thread and then over the quad.
   float d_lo = 0.f, d_hi = 0.f;
@@ -279,10 +321,25 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
 __device__ __forceinline__ void query_grads(const unsigned short *stage, const Tile &t, int h,
                                             int row0, const unsigned (&ds)[kKeyTiles][2],
                                             unsigned short *dq, long long row_stride) {
-  const int c0 = h * kHeadChunks;
-  const int lane = threadIdx.x & 31;
   const unsigned k_s = smem_addr(stage + kTileElems);
   float acc[kDimTiles][4];
+@if WGMMA@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  // The warpgroup's 64 rows: A from the dS registers, B = K's rows 16j..
+  // read MN-major (the k index j runs over K's rows).
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < kRowTiles; j++) {
+    const unsigned a[4] = {ds[2 * j][0], ds[2 * j][1], ds[2 * j + 1][0], ds[2 * j + 1][1]};
+    wgmma_rs<1>(acc, a, sw128_desc(k_s + 16 * j * 128), j);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_hold(acc);
+#else
+@endif@
+  const int c0 = h * kHeadChunks;
+  const int lane = threadIdx.x & 31;
   clear(acc);
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {
@@ -299,6 +356,9 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
       mma_16816(acc[n + 1], a, b[2], b[3]);
     }
   }
+@if WGMMA@
+#endif
+@endif@
 @if ROTATE_Q@
   unrotate_rows(acc, stage, t, row0);
 @endif@
@@ -373,6 +433,37 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
 @endif@
   float acc[kDimTiles][4];
 
+@if WGMMA@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  // The warpgroup's 64 key rows over all 64 query rows (P and dS are zero
+  // where no query sees the key, and past the sequence end dO and Q are):
+  // A = P^T (dS^T) and B = dO (Q), all read MN-major, the k index running
+  // over their rows. dK runs on while dV is stored.
+  (void)c0, (void)first_query_tile, (void)tiles;
+  float acc_k[kDimTiles][4];
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kRowTiles; kk++)
+    wgmma_ss<1, 1>(acc, sw128_desc(p_s + 16 * kk * 128), sw128_desc(do_s + 16 * kk * 128), kk);
+  wgmma_commit();
+#pragma unroll
+  for (int kk = 0; kk < kRowTiles; kk++)
+    wgmma_ss<1, 1>(acc_k, sw128_desc(ds_s + 16 * kk * 128), sw128_desc(q_s + 16 * kk * 128), kk);
+  wgmma_commit();
+  wgmma_wait<1>();
+  wgmma_hold(acc);
+@if ROTATE_V@
+  unrotate_rows(acc, stage, t, r0);
+@endif@
+  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
+  wgmma_wait<0>();
+  wgmma_hold(acc_k);
+@if ROTATE_K@
+  unrotate_rows(acc_k, stage, t, r0);
+@endif@
+  store_rows(acc_k, kScale, r0, t.rows, dk + at, row_stride);
+#else
+@endif@
   clear(acc); // dV = P^T dO
   accumulate(acc, p_s, r0, do_s, c0, first_query_tile, tiles);
 @if ROTATE_V@
@@ -386,6 +477,9 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
   unrotate_rows(acc, stage, t, r0);
 @endif@
   store_rows(acc, kScale, r0, t.rows, dk + at, row_stride);
+@if WGMMA@
+#endif
+@endif@
 }
 /* ---- end phase 2 ---- */
 
@@ -413,7 +507,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     unsigned short *__restrict__ dv, const int *__restrict__ offsets, long long batch,
 @endif@
     int heads, long long total_tokens, long long num_items) {
+@if WGMMA@
+  // 1024-byte aligned: wgmma reads the tiles in the 128-byte swizzle, whose
+  // 8-row atoms must start at multiples of 1024.
+  extern __shared__ __align__(1024) unsigned short smem[];
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  if (smem_addr(smem) % 1024) __trap(); // never seen; wrong gradients would be worse
+#endif
+@else@
   extern __shared__ __align__(128) unsigned short smem[];
+@endif@
   const long long row_stride = (long long)heads * kHeadDim;
   const long long first = num_items * blockIdx.x / gridDim.x;
 
@@ -455,12 +558,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @endif@
     cp_async_commit();
     cp_async_wait<kStages - 1>();
+@if WGMMA@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    fence_proxy_async(); // the copies landed through the generic proxy; wgmma reads async
+#endif
+@endif@
     __syncthreads();
 
     unsigned short *stage = smem + (n % kStages) * kStageElems;
 @if ROTARY@
     // Rotate the tile in place; every warp then reads rows others rotated.
     rotate_tile(stage, ring[0]);
+@if WGMMA@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    fence_proxy_async();
+#endif
+@endif@
     __syncthreads();
 @endif@
     const int warp = threadIdx.x >> 5;
@@ -471,7 +584,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     // kept in registers until no warp reads K or V any more.
     {
       const int h = warp / kRowTiles, row0 = warp % kRowTiles * 16;
+@if WGMMA@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+      // The warpgroup computes every row, those past the sequence end too
+      // (zero Q and dO: their dS is zero), so phase 2 can sum over all.
+      const bool mine = true;
+#else
       const bool mine = row0 < ring[0].rows && h < ring[0].heads;
+#endif
+@else@
+      const bool mine = row0 < ring[0].rows && h < ring[0].heads;
+@endif@
       RowGrads rg;
       if (mine) {
         score_grads(stage, ring[0], h, row0, rg);
@@ -479,6 +602,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       }
       __syncthreads();
       if (mine) store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
+@if WGMMA@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+      fence_proxy_async(); // phase 2's wgmma read P and dS
+#endif
+@endif@
     }
 @else@
     unsigned short *const p_smem = smem + kStages * kStageElems; // P of each head
@@ -499,6 +627,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     // Every warp's P and dS rows are in.
     __syncthreads();
     // Phase 2: (head, 16 key rows) jobs: dV and dK of those rows.
+@if WGMMA@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    // One warpgroup: every warp takes part (rows past the end are not stored).
+    key_grads(stage, p_smem, ds_smem, ring[0], 0, warp * 16, dk, dv, row_stride);
+#else
+@endif@
 #pragma unroll 1
     for (int job = warp; job < kJobs; job += kWarps) {
       int h = job / kRowTiles, row0 = job % kRowTiles * 16;
@@ -506,6 +640,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         key_grads(stage, p_smem + h * kPElems, ds_smem + h * kPElems, ring[0], h, row0, dk, dv,
                   row_stride);
     }
+@if WGMMA@
+#endif
+@endif@
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];

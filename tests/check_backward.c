@@ -131,6 +131,7 @@ START_TEST(plan_shapes) {
   ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 128 * 2);
   ck_assert_int_eq(p.bwd.min_ctas_per_sm, 3);
   ck_assert_int_eq(p.bwd.items_per_cta, 8);
+  ck_assert(!p.bwd.wgmma); /* rows of 256 bytes: not the 128-byte swizzle */
   /* head_dim 64: one head per tile, two stages of 32 KiB, three CTAs. */
   s = spec_for("p", 64, 64, AG_DTYPE_FP16, true, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
@@ -143,6 +144,20 @@ START_TEST(plan_shapes) {
   ck_assert_int_eq(p.bwd.stages, 2);
   ck_assert(p.bwd.pds_overlay);
   ck_assert_int_eq(p.bwd.smem_bytes, 2 * 4 * 64 * 128);
+  ck_assert(p.bwd.wgmma); /* 64x64 tiles: both phases on wgmma where sm_90a */
+  s.arch = AG_ARCH_SM80;
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert(!p.bwd.wgmma);
+  char *src;
+  ck_assert_int_eq(ag_emit(&s, &src, NULL, &err), AG_OK);
+  ck_assert_ptr_null(strstr(src, "wgmma"));
+  free(src);
+  s.arch = AG_ARCH_AUTO; /* both paths, the compiler's arch picks */
+  ck_assert_int_eq(ag_emit(&s, &src, NULL, &err), AG_OK);
+  ck_assert_int_eq(ag_test_count(src, "wgmma.mma_async"), 2);
+  ck_assert_int_gt(ag_test_count(src, "#ifdef __CUDA_ARCH_FEAT_SM90_ALL"), 5);
+  ck_assert_ptr_nonnull(strstr(src, "rows_times_rows(s, q_s, k_s, c0, row0);"));
+  free(src);
   /* 128-token blocks at head_dim 64: P and dS (2 x 128 x 128) outgrow K and
    * V, so they get their own buffer. */
   s = spec_for("p", 128, 64, AG_DTYPE_BF16, false, AG_PASS_BACKWARD);

@@ -33,6 +33,7 @@
  *     heads per tile: 1
  *     threads: 128 (4 warps; 4 (head, 16-row tile) jobs per phase)
  *     Q, K, V, dO tiles resident per CTA: 2
+ *     matrix products: wgmma (one warpgroup) on sm_90a, else mma.sync
  *     shared memory: 65536 bytes (P and dS take K's and V's place)
  *     registers capped for 2 CTAs per SM
  *     grid: one CTA per 8 (block, head group) tiles
@@ -599,8 +600,109 @@ constexpr int kPElems = kBlock * kPStride;  // P (or dS) of one head
 constexpr int kSmemBytes = 65536;  // dynamic shared memory, as planned
 static_assert(kJobs == kWarps, "P and dS wait in registers: one job per warp");
 static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS in V's");
+static_assert(kWarps == 4 && kBlock == 64 && kHeadDim == 64 && kHeadsPerTile == 1 && kPSwizzle,
+              "wgmma: one warpgroup on 64x64 tiles of 128-byte swizzled rows");
 static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory is the stages");
 /* ---- end constants ---- */
+
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+/* ---- begin device helpers (wgmma, sm_90a) ----
+ * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
+ * 64x64 fp32 result; warp w of the group holds rows 16w..16w+15 in the same
+ * registers as 8 mma.sync m16n8 accumulator tiles (d[n][e]: row g + 8(e / 2),
+ * column 8n + 2tq + e % 2), so code written around mma.sync fragments reads
+ * the result unchanged. Every thread of the group must execute these. */
+
+// Descriptor of a 64-row operand laid out as the tiles are: rows of 128
+// bytes (64 elements), the 16-byte chunk c of row r at c ^ (r % 8), the
+// tile 1024-byte aligned. That is the 128-byte swizzle: 8-row atoms of
+// 1024 bytes, stride (SBO) 1024 between atoms. Read K-major (rows run over
+// M or N, the 64 elements over k) or MN-major (rows run over k); either way
+// one 64-element block, so the leading offset (LBO) is never used. `addr`
+// is the shared address of the first element the MMA reads: for K-major
+// operands 32 bytes per k16 step into the row, for MN-major 16 rows.
+__device__ __forceinline__ unsigned long long sw128_desc(unsigned addr) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) |   // start address, 16-byte units
+         (unsigned long long)1 << 16 |                    // LBO (unused)
+         (unsigned long long)(1024 >> 4) << 32 |          // SBO: the next 8 rows
+         (unsigned long long)1 << 62;                     // 128-byte swizzle
+}
+
+// Order this thread's earlier register and shared-memory writes before the
+// wgmma that follow (accumulators, A fragments).
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+// Close the wgmma issued since the last commit into a group.
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still running.
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory");
+}
+// After wgmma_wait: pin the accumulators there, so that no read of them is
+// moved above the wait (to the compiler the wgmma asm wrote them already).
+__device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+}
+// Make this thread's generic-proxy shared-memory writes (st.shared,
+// cp.async) visible to the async proxy that wgmma reads through; a barrier
+// must follow before another thread's wgmma reads them.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// d (+)= A B, 64x64x16, A and B from shared memory. kTransA / kTransB: 0
+// for K-major operands, 1 for MN-major (16-bit types only). `accumulate` 0
+// overwrites d.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[8][4], unsigned long long a,
+                                         unsigned long long b, int accumulate) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, %35, %36; }\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+
+// d (+)= A B, 64x64x16, A from registers (this warp's 16 rows in the
+// mma.sync A fragment layout), B from shared memory (kTransB as above).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4],
+                                         unsigned long long b, int accumulate) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38; }\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(kTransB));
+}
+
+/* ---- end device helpers (wgmma) ---- */
+#endif
 
 /* ---- begin work walk ----
  * Work items are (block, head group) pairs; a head group is kHeadsPerTile
@@ -1060,7 +1162,25 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   // S = Q K^T. This thread holds rows r_lo ([0], [1]) and r_hi ([2], [3]) at
   // key columns 8n + 2tq and 8n + 2tq + 1 of every n-tile n.
   float s[kKeyTiles][4];
+  float dp[kKeyTiles][4]; // dP = dO V^T, the same shape
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  // The warpgroup's 64 query rows at once: S, then dP, which runs on while
+  // the softmax works on S.
+  (void)c0;
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++)
+    wgmma_ss<0, 0>(s, sw128_desc(q_s + 32 * kk), sw128_desc(k_s + 32 * kk), kk);
+  wgmma_commit();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++)
+    wgmma_ss<0, 0>(dp, sw128_desc(do_s + 32 * kk), sw128_desc(v_s + 32 * kk), kk);
+  wgmma_commit();
+  wgmma_wait<1>();
+  wgmma_hold(s);
+#else
   rows_times_rows(s, q_s, k_s, c0, row0);
+#endif
 
   const int r_lo = row0 + g, r_hi = r_lo + 8;
   float l_lo, l_hi; // row sums of P before normalisation
@@ -1076,9 +1196,12 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
     out.p[n][1] = pack2(s[n][2] * inv_hi, s[n][3] * inv_hi);
   }
 
-  // dP = dO V^T, the same shape as S (and in S's registers).
-  float dp[kKeyTiles][4];
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  wgmma_wait<0>();
+  wgmma_hold(dp);
+#else
   rows_times_rows(dp, do_s, v_s, c0, row0);
+#endif
 
   // D = rowsum(P (.) dP), per thread and then over the quad.
   float d_lo = 0.f, d_hi = 0.f;
@@ -1114,10 +1237,23 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
 __device__ __forceinline__ void query_grads(const unsigned short *stage, const Tile &t, int h,
                                             int row0, const unsigned (&ds)[kKeyTiles][2],
                                             unsigned short *dq, long long row_stride) {
-  const int c0 = h * kHeadChunks;
-  const int lane = threadIdx.x & 31;
   const unsigned k_s = smem_addr(stage + kTileElems);
   float acc[kDimTiles][4];
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  // The warpgroup's 64 rows: A from the dS registers, B = K's rows 16j..
+  // read MN-major (the k index j runs over K's rows).
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < kRowTiles; j++) {
+    const unsigned a[4] = {ds[2 * j][0], ds[2 * j][1], ds[2 * j + 1][0], ds[2 * j + 1][1]};
+    wgmma_rs<1>(acc, a, sw128_desc(k_s + 16 * j * 128), j);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_hold(acc);
+#else
+  const int c0 = h * kHeadChunks;
+  const int lane = threadIdx.x & 31;
   clear(acc);
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {
@@ -1132,6 +1268,7 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
       mma_16816(acc[n + 1], a, b[2], b[3]);
     }
   }
+#endif
   unrotate_rows(acc, stage, t, row0);
   store_rows(acc, kScale, row0, t.rows,
              dq + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim, row_stride);
@@ -1200,6 +1337,30 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
   const int first_query_tile = r0 / 16;
   float acc[kDimTiles][4];
 
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  // The warpgroup's 64 key rows over all 64 query rows (P and dS are zero
+  // where no query sees the key, and past the sequence end dO and Q are):
+  // A = P^T (dS^T) and B = dO (Q), all read MN-major, the k index running
+  // over their rows. dK runs on while dV is stored.
+  (void)c0, (void)first_query_tile, (void)tiles;
+  float acc_k[kDimTiles][4];
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kRowTiles; kk++)
+    wgmma_ss<1, 1>(acc, sw128_desc(p_s + 16 * kk * 128), sw128_desc(do_s + 16 * kk * 128), kk);
+  wgmma_commit();
+#pragma unroll
+  for (int kk = 0; kk < kRowTiles; kk++)
+    wgmma_ss<1, 1>(acc_k, sw128_desc(ds_s + 16 * kk * 128), sw128_desc(q_s + 16 * kk * 128), kk);
+  wgmma_commit();
+  wgmma_wait<1>();
+  wgmma_hold(acc);
+  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
+  wgmma_wait<0>();
+  wgmma_hold(acc_k);
+  unrotate_rows(acc_k, stage, t, r0);
+  store_rows(acc_k, kScale, r0, t.rows, dk + at, row_stride);
+#else
   clear(acc); // dV = P^T dO
   accumulate(acc, p_s, r0, do_s, c0, first_query_tile, tiles);
   store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
@@ -1208,6 +1369,7 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
   accumulate(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
   unrotate_rows(acc, stage, t, r0);
   store_rows(acc, kScale, r0, t.rows, dk + at, row_stride);
+#endif
 }
 /* ---- end phase 2 ---- */
 
@@ -1224,7 +1386,12 @@ ag_golden_rope_bwd_b64_d64_fp16_causal_rope_bwd(const unsigned short *__restrict
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, const int *__restrict__ offsets, long long batch,
     int heads, long long total_tokens, long long num_items) {
-  extern __shared__ __align__(128) unsigned short smem[];
+  // 1024-byte aligned: wgmma reads the tiles in the 128-byte swizzle, whose
+  // 8-row atoms must start at multiples of 1024.
+  extern __shared__ __align__(1024) unsigned short smem[];
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  if (smem_addr(smem) % 1024) __trap(); // never seen; wrong gradients would be worse
+#endif
   const long long row_stride = (long long)heads * kHeadDim;
   const long long first = num_items * blockIdx.x / gridDim.x;
 
@@ -1258,11 +1425,17 @@ ag_golden_rope_bwd_b64_d64_fp16_causal_rope_bwd(const unsigned short *__restrict
                 ring[kStages - 1]);
     cp_async_commit();
     cp_async_wait<kStages - 1>();
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    fence_proxy_async(); // the copies landed through the generic proxy; wgmma reads async
+#endif
     __syncthreads();
 
     unsigned short *stage = smem + (n % kStages) * kStageElems;
     // Rotate the tile in place; every warp then reads rows others rotated.
     rotate_tile(stage, ring[0]);
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    fence_proxy_async();
+#endif
     __syncthreads();
     const int warp = threadIdx.x >> 5;
     // P of head h where K was, dS where V was.
@@ -1271,7 +1444,13 @@ ag_golden_rope_bwd_b64_d64_fp16_causal_rope_bwd(const unsigned short *__restrict
     // kept in registers until no warp reads K or V any more.
     {
       const int h = warp / kRowTiles, row0 = warp % kRowTiles * 16;
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+      // The warpgroup computes every row, those past the sequence end too
+      // (zero Q and dO: their dS is zero), so phase 2 can sum over all.
+      const bool mine = true;
+#else
       const bool mine = row0 < ring[0].rows && h < ring[0].heads;
+#endif
       RowGrads rg;
       if (mine) {
         score_grads(stage, ring[0], h, row0, rg);
@@ -1279,10 +1458,17 @@ ag_golden_rope_bwd_b64_d64_fp16_causal_rope_bwd(const unsigned short *__restrict
       }
       __syncthreads();
       if (mine) store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+      fence_proxy_async(); // phase 2's wgmma read P and dS
+#endif
     }
     // Every warp's P and dS rows are in.
     __syncthreads();
     // Phase 2: (head, 16 key rows) jobs: dV and dK of those rows.
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    // One warpgroup: every warp takes part (rows past the end are not stored).
+    key_grads(stage, p_smem, ds_smem, ring[0], 0, warp * 16, dk, dv, row_stride);
+#else
 #pragma unroll 1
     for (int job = warp; job < kJobs; job += kWarps) {
       int h = job / kRowTiles, row0 = job % kRowTiles * 16;
@@ -1290,6 +1476,7 @@ ag_golden_rope_bwd_b64_d64_fp16_causal_rope_bwd(const unsigned short *__restrict
         key_grads(stage, p_smem + h * kPElems, ds_smem + h * kPElems, ring[0], h, row0, dk, dv,
                   row_stride);
     }
+#endif
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];

@@ -1092,6 +1092,7 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   // S = Q K^T. This thread holds rows r_lo ([0], [1]) and r_hi ([2], [3]) at
   // key columns 8n + 2tq and 8n + 2tq + 1 of every n-tile n.
   float s[kKeyTiles][4];
+  float dp[kKeyTiles][4]; // dP = dO V^T, the same shape
   rows_times_rows(s, q_s, k_s, c0, row0);
 
   const int r_lo = row0 + g, r_hi = r_lo + 8;
@@ -1108,8 +1109,6 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
     out.p[n][1] = pack2(s[n][2] * inv_hi, s[n][3] * inv_hi);
   }
 
-  // dP = dO V^T, the same shape as S (and in S's registers).
-  float dp[kKeyTiles][4];
   rows_times_rows(dp, do_s, v_s, c0, row0);
 
   // D = rowsum(P (.) dP), per thread and then over the quad.
@@ -1146,10 +1145,10 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
 __device__ __forceinline__ void query_grads(const unsigned short *stage, const Tile &t, int h,
                                             int row0, const unsigned (&ds)[kKeyTiles][2],
                                             unsigned short *dq, long long row_stride) {
-  const int c0 = h * kHeadChunks;
-  const int lane = threadIdx.x & 31;
   const unsigned k_s = smem_addr(stage + kTileElems);
   float acc[kDimTiles][4];
+  const int c0 = h * kHeadChunks;
+  const int lane = threadIdx.x & 31;
   clear(acc);
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {

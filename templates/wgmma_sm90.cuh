@@ -1,0 +1,101 @@
+@# wgmma_sm90.cuh: device helpers for the warpgroup MMA of sm_90a (wgmma):
+@# shared-memory matrix descriptors of the tiles' 128-byte swizzle, the
+@# 64x64x16 MMA with both operands in shared memory or A in registers, and
+@# the fences around it. Only inside `#ifdef __CUDA_ARCH_FEAT_SM90_ALL`.
+@# Placeholders: @MMA_TYPE@ (bf16 | f16: PTX type of the inputs).
+/* ---- begin device helpers (wgmma, sm_90a) ----
+ * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
+ * 64x64 fp32 result; warp w of the group holds rows 16w..16w+15 in the same
+ * registers as 8 mma.sync m16n8 accumulator tiles (d[n][e]: row g + 8(e / 2),
+ * column 8n + 2tq + e % 2), so code written around mma.sync fragments reads
+ * the result unchanged. Every thread of the group must execute these. */
+
+// Descriptor of a 64-row operand laid out as the tiles are: rows of 128
+// bytes (64 elements), the 16-byte chunk c of row r at c ^ (r % 8), the
+// tile 1024-byte aligned. That is the 128-byte swizzle: 8-row atoms of
+// 1024 bytes, stride (SBO) 1024 between atoms. Read K-major (rows run over
+// M or N, the 64 elements over k) or MN-major (rows run over k); either way
+// one 64-element block, so the leading offset (LBO) is never used. `addr`
+// is the shared address of the first element the MMA reads: for K-major
+// operands 32 bytes per k16 step into the row, for MN-major 16 rows.
+__device__ __forceinline__ unsigned long long sw128_desc(unsigned addr) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) |   // start address, 16-byte units
+         (unsigned long long)1 << 16 |                    // LBO (unused)
+         (unsigned long long)(1024 >> 4) << 32 |          // SBO: the next 8 rows
+         (unsigned long long)1 << 62;                     // 128-byte swizzle
+}
+
+// Order this thread's earlier register and shared-memory writes before the
+// wgmma that follow (accumulators, A fragments).
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+// Close the wgmma issued since the last commit into a group.
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still running.
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory");
+}
+// After wgmma_wait: pin the accumulators there, so that no read of them is
+// moved above the wait (to the compiler the wgmma asm wrote them already).
+__device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+}
+// Make this thread's generic-proxy shared-memory writes (st.shared,
+// cp.async) visible to the async proxy that wgmma reads through; a barrier
+// must follow before another thread's wgmma reads them.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// d (+)= A B, 64x64x16, A and B from shared memory. kTransA / kTransB: 0
+// for K-major operands, 1 for MN-major (16-bit types only). `accumulate` 0
+// overwrites d.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[8][4], unsigned long long a,
+                                         unsigned long long b, int accumulate) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.@MMA_TYPE@.@MMA_TYPE@ "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, %35, %36; }\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+
+// d (+)= A B, 64x64x16, A from registers (this warp's 16 rows in the
+// mma.sync A fragment layout), B from shared memory (kTransB as above).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4],
+                                         unsigned long long b, int accumulate) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.@MMA_TYPE@.@MMA_TYPE@ "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38; }\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(kTransB));
+}
+
+/* ---- end device helpers (wgmma) ---- */
