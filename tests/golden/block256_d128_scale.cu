@@ -118,8 +118,11 @@ __device__ __forceinline__ float fast_exp2(float x) {
  * leave at most one unused number per sequence, so the item space has
  * (batch + floor(total_tokens / kBlock)) * head_groups entries, known on the host
  * without reading the offsets. Each CTA takes one contiguous range of items,
- * finds its first sequence by binary search and then walks forward, skipping
- * unused numbers and empty sequences for free. */
+ * finds its first sequence by a 32-way search (each warp on its own) and
+ * then walks forward, skipping unused numbers and empty sequences for free.
+ * The walk runs between tiles, where a load it waits on stalls the next
+ * tile's copies, so the end of the sequence after the current one is always
+ * already on its way (`next_end`). */
 struct Walk {
   const int *offsets;
   long long batch, total_tokens, end; // end: one past this CTA's last item
@@ -128,46 +131,65 @@ struct Walk {
   long long seq_start, seq_len;       // its tokens
   long long base;                     // virtual number of its first block
   long long vblock;                   // current virtual block
+  int raw_end;                        // offsets[seq + 1] as read
+  int next_end;                       // offsets[seq + 2] as read, if seq + 2 <= batch
   int group;
   bool done;
 };
 
-// Sequence bounds, clamped to [0, total_tokens] so that malformed offsets
-// can never send a load or store out of bounds.
-__device__ __forceinline__ void load_sequence(Walk &w, long long i) {
-  long long s = __ldg(w.offsets + i), e = __ldg(w.offsets + i + 1);
-  s = s < 0 ? 0 : (s > w.total_tokens ? w.total_tokens : s);
-  e = e < s ? s : (e > w.total_tokens ? w.total_tokens : e);
+// An offset clamped to [lo, total_tokens], so that malformed offsets can
+// never send a load or store out of bounds.
+__device__ __forceinline__ long long clamp_offset(const Walk &w, long long x, long long lo) {
+  return x < lo ? lo : (x > w.total_tokens ? w.total_tokens : x);
+}
+
+// Make sequence i current, given offsets[i] and offsets[i + 1] as read,
+// and start reading offsets[i + 2] for the step after.
+__device__ __forceinline__ void enter_sequence(Walk &w, long long i, int raw_start, int raw_end) {
+  const long long s = clamp_offset(w, raw_start, 0), e = clamp_offset(w, raw_end, s);
   w.seq = i;
   w.seq_start = s;
   w.seq_len = e - s;
   w.base = i + s / kBlock;
+  w.raw_end = raw_end;
+  w.next_end = i + 2 <= w.batch ? __ldg(w.offsets + i + 2) : 0;
 }
 
 // Move to the first valid item at or after (vblock, group).
 __device__ __forceinline__ void settle(Walk &w) {
   while (w.vblock - w.base >= (w.seq_len + kBlock - 1) / kBlock) {
     if (w.seq + 1 >= w.batch) { w.done = true; return; }
-    load_sequence(w, w.seq + 1);
+    enter_sequence(w, w.seq + 1, w.raw_end, w.next_end);
     if (w.vblock < w.base) { w.vblock = w.base; w.group = 0; }
   }
   if (w.vblock * w.groups + w.group >= w.end) w.done = true;
 }
 
+// Called by every thread of the CTA (the search uses whole warps).
 __device__ __forceinline__ void walk_begin(Walk &w, long long first) {
   w.vblock = first / w.groups;
   w.group = (int)(first % w.groups);
   w.done = first >= w.end;
   if (w.done) return;
-  // Last sequence whose first virtual block is <= vblock.
+  // The last sequence whose first virtual block is <= vblock, in [lo, hi]:
+  // each round the 32 lanes test 32 evenly spaced candidates at once and
+  // the last one that passes becomes lo, so 1152 sequences take 3 rounds of
+  // one load each (a binary search takes 11). With non-decreasing offsets
+  // the test passes for a prefix of the candidates; with malformed ones the
+  // answer is still a sequence in range.
+  const int lane = threadIdx.x & 31;
   long long lo = 0, hi = w.batch - 1;
   while (lo < hi) {
-    long long mid = (lo + hi + 1) / 2;
-    long long s = __ldg(w.offsets + mid);
-    s = s < 0 ? 0 : (s > w.total_tokens ? w.total_tokens : s);
-    if (mid + s / kBlock <= w.vblock) lo = mid; else hi = mid - 1;
+    const long long step = (hi - lo + 32) / 32; // candidates lo + step * lane
+    const long long c = lo + step * lane;
+    bool pass = false;
+    if (c <= hi) pass = c + clamp_offset(w, __ldg(w.offsets + c), 0) / kBlock <= w.vblock;
+    const unsigned ballot = __ballot_sync(0xffffffffu, pass);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
   }
-  load_sequence(w, lo);
+  enter_sequence(w, lo, __ldg(w.offsets + lo), __ldg(w.offsets + lo + 1));
   if (w.vblock < w.base) { w.vblock = w.base; w.group = 0; }
   settle(w);
 }
