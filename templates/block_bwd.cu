@@ -62,6 +62,11 @@ static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS
 @if WGMMA@
 static_assert(kWarps == 4 && kBlock == 64 && kHeadDim == 64 && kHeadsPerTile == 1 && kPSwizzle,
               "wgmma: one warpgroup on 64x64 tiles of 128-byte swizzled rows");
+// A wgmma k16 step: 16 elements along a row (operands read K-major), or 16
+// rows (read MN-major), of a tile or of P and dS.
+constexpr int kStepAlongRow = 16 * 2;
+constexpr int kStepOverRows = 16 * kRowElems * 2;
+static_assert(kPStride == kRowElems, "P and dS rows are tile rows");
 @endif@
 static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory is the stages");
 @else@
@@ -247,11 +252,13 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(s, sw128_desc(q_s + 32 * kk), sw128_desc(k_s + 32 * kk), kk);
+    wgmma_ss<0, 0>(s, sw128_desc(q_s + kk * kStepAlongRow), sw128_desc(k_s + kk * kStepAlongRow),
+                   kk);
   wgmma_commit();
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(dp, sw128_desc(do_s + 32 * kk), sw128_desc(v_s + 32 * kk), kk);
+    wgmma_ss<0, 0>(dp, sw128_desc(do_s + kk * kStepAlongRow), sw128_desc(v_s + kk * kStepAlongRow),
+                   kk);
   wgmma_commit();
   wgmma_wait<1>();
   wgmma_hold(s);
@@ -331,7 +338,7 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {
     const unsigned a[4] = {ds[2 * j][0], ds[2 * j][1], ds[2 * j + 1][0], ds[2 * j + 1][1]};
-    wgmma_rs<1>(acc, a, sw128_desc(k_s + 16 * j * 128), j);
+    wgmma_rs<1>(acc, a, sw128_desc(k_s + j * kStepOverRows), j);
   }
   wgmma_commit();
   wgmma_wait<0>();
@@ -444,11 +451,13 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc, sw128_desc(p_s + 16 * kk * 128), sw128_desc(do_s + 16 * kk * 128), kk);
+    wgmma_ss<1, 1>(acc, sw128_desc(p_s + kk * kStepOverRows), sw128_desc(do_s + kk * kStepOverRows),
+                   kk);
   wgmma_commit();
 #pragma unroll
   for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc_k, sw128_desc(ds_s + 16 * kk * 128), sw128_desc(q_s + 16 * kk * 128), kk);
+    wgmma_ss<1, 1>(acc_k, sw128_desc(ds_s + kk * kStepOverRows),
+                   sw128_desc(q_s + kk * kStepOverRows), kk);
   wgmma_commit();
   wgmma_wait<1>();
   wgmma_hold(acc);
