@@ -54,16 +54,14 @@ class FlexPeer(Peer):
         self.compiled_for = set()
         self.bwd_opts_rejected = None
 
-    def prepare(self, data, mode):
+    def _block_mask(self, data):
+        """The block-diagonal BlockMask of data's padded layout, built from
+        its block lists and timed: (mask, milliseconds, [(tensor, dim)] whose
+        size changes from shape to shape, for maybe_mark_dynamic)."""
         import torch
-        sh = data.shape
-        t = data.table
-        nb, bs, H, D = t.nblocks, sh.block, sh.heads, sh.head_dim
+        sh, t = data.shape, data.table
+        nb, bs, dev = t.nblocks, sh.block, data.device
         S = nb * bs
-        dev = data.device
-        padded = data.padded_sets()
-        views = [tuple(x.view(S, H, D).permute(1, 0, 2).unsqueeze(0) for x in s) for s in padded]
-
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         blen = torch.from_numpy(t.lens).to(device=dev, dtype=torch.int32)
@@ -83,8 +81,24 @@ class FlexPeer(Peer):
         bm = self.BlockMask.from_kv_blocks(
             kv_num, idx, full_num, idx, BLOCK_SIZE=(bs, bs), mask_mod=mask_mod,
             seq_lengths=(S, S), compute_q_blocks=False)
+        # Block-diagonal: query block i is seen by key block i only, with the
+        # same full/partial split, so the transposed lists (which the
+        # backward reads) are the same tensors.
+        bm.q_num_blocks, bm.q_indices = kv_num, idx
+        bm.full_q_num_blocks, bm.full_q_indices = full_num, idx
         torch.cuda.synchronize()
         mask_ms = (time.perf_counter() - t0) * 1e3
+        return bm, mask_ms, [(kv_num, 2), (full_num, 2), (idx, 2), (blen, 0)]
+
+    def prepare(self, data, mode):
+        import torch
+        sh = data.shape
+        t = data.table
+        nb, bs, H, D = t.nblocks, sh.block, sh.heads, sh.head_dim
+        S = nb * bs
+        padded = data.padded_sets()
+        views = [tuple(x.view(S, H, D).permute(1, 0, 2).unsqueeze(0) for x in s) for s in padded]
+        bm, mask_ms, sized = self._block_mask(data)
 
         # Sizes that change from shape to shape are dynamic from the first
         # compile (one compile per head_dim instead of a static one then a
@@ -94,7 +108,7 @@ class FlexPeer(Peer):
             for qkv in views:
                 for x in qkv:
                     mark(x, 2)
-            for x, dim in ((kv_num, 2), (full_num, 2), (idx, 2), (blen, 0)):
+            for x, dim in sized:
                 mark(x, dim)
 
         opts = {"BLOCK_M": bs, "BLOCK_N": bs}
@@ -125,40 +139,15 @@ class FlexPeer(Peer):
         t = data.table
         nb, bs, H, D = t.nblocks, sh.block, sh.heads, sh.head_dim
         S = nb * bs
-        dev = data.device
         try:
             torch._functorch.config.donated_buffer = False
         except AttributeError:
             pass
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        blen = torch.from_numpy(t.lens).to(device=dev, dtype=torch.int32)
-        idx = torch.arange(nb, dtype=torch.int32, device=dev).view(1, 1, nb, 1)
-        full = (blen == bs) if not sh.causal else torch.zeros(nb, dtype=torch.bool, device=dev)
-        kv_num = (~full).to(torch.int32).view(1, 1, nb)
-        full_num = full.to(torch.int32).view(1, 1, nb)
-        causal = sh.causal
-
-        def mask_mod(b, h, q_idx, kv_idx):
-            blk = q_idx // bs
-            ok = (kv_idx - blk * bs) < blen[blk]
-            if causal:
-                ok = ok & (kv_idx <= q_idx)
-            return ok
-
-        bm = self.BlockMask.from_kv_blocks(
-            kv_num, idx, full_num, idx, BLOCK_SIZE=(bs, bs), mask_mod=mask_mod,
-            seq_lengths=(S, S), compute_q_blocks=False)
-        # Block-diagonal: query block i is seen by key block i only, with the
-        # same full/partial split, so the transposed lists are the same tensors.
-        bm.q_num_blocks, bm.q_indices = kv_num, idx
-        bm.full_q_num_blocks, bm.full_q_indices = full_num, idx
-        torch.cuda.synchronize()
-        mask_ms = (time.perf_counter() - t0) * 1e3
+        bm, mask_ms, sized = self._block_mask(data)
 
         mark = getattr(torch._dynamo, "maybe_mark_dynamic", None)
         if mark is not None:
-            for x, dim in ((kv_num, 2), (full_num, 2), (idx, 2), (blen, 0)):
+            for x, dim in sized:
                 mark(x, dim)
         flex = self.flex
         fwd_opts = {"BLOCK_M": bs, "BLOCK_N": bs}
