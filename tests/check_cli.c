@@ -1,6 +1,7 @@
 /* check_cli.c: the attngen command line's exit codes and messages (0 ok,
- * 1 failed, 2 usage, 3 run skipped without a GPU), run as a child process.
- * The binary comes from ATTNGEN_BIN (set by `make test`). */
+ * 1 failed, 2 usage, 3 run skipped without a GPU), run as a child process,
+ * and the usage errors of the tuning tool tune_block. The binaries come
+ * from ATTNGEN_BIN and TUNE_BLOCK_BIN (set by `make test`). */
 #include <check.h>
 #include <limits.h>
 #include <stdio.h>
@@ -17,12 +18,13 @@ typedef struct result {
   char *out, *err;
 } result;
 
-/* Run `attngen ARGS` through the shell, from the repository root, with
- * stdout and stderr captured. */
-static result run(const char *args) {
-  const char *rel = getenv("ATTNGEN_BIN");
+/* Run `BINARY ARGS` through the shell, from the repository root, with
+ * stdout and stderr captured; the binary's path is in environment variable
+ * `env`, else `fallback` (relative to tests/). */
+static result run_binary(const char *env, const char *fallback, const char *args) {
+  const char *rel = getenv(env);
   char bin[4096];
-  ck_assert_ptr_nonnull(realpath(rel ? rel : "../build/attngen", bin));
+  ck_assert_ptr_nonnull(realpath(rel ? rel : fallback, bin));
   char dir[] = "/tmp/ag_cli_XXXXXX";
   ck_assert_ptr_nonnull(mkdtemp(dir));
   char cmd[8192];
@@ -43,6 +45,8 @@ static result run(const char *args) {
   ck_assert_ptr_nonnull(r.err);
   return r;
 }
+
+static result run(const char *args) { return run_binary("ATTNGEN_BIN", "../build/attngen", args); }
 
 static void done(result *r) {
   free(r->out);
@@ -221,12 +225,41 @@ START_TEST(test_run_skips_or_passes) {
 }
 END_TEST
 
+/* tune_block refuses bad arguments before it looks for a GPU: exit 2, the
+ * reason and the usage line. */
+START_TEST(test_tune_block_usage_errors) {
+  static const struct {
+    const char *args, *reason;
+  } cases[] = {
+      {"--dim 32", "--dim takes 64 or 128"},
+      {"--dim", "--dim takes 64 or 128"},
+      {"--fwd", "unknown option"},
+      {"8", "L must be a length in 16..2^20"},
+      {"1024x", "L must be a length in 16..2^20"},
+      {"2000000", "L must be a length in 16..2^20"},
+      {"16 32 64 128 256 512 1024 2048 4096", "at most 8 lengths"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    result r = run_binary("TUNE_BLOCK_BIN", "../build/tune_block", cases[i].args);
+    char want[256];
+    snprintf(want, sizeof want,
+             "tune_block: %s\nusage: tune_block [--bwd] [--dim 64|128] [L ...]\n",
+             cases[i].reason);
+    ck_assert_msg(r.code == 2, "'%s': exit %d", cases[i].args, r.code);
+    ck_assert_str_eq(r.err, want);
+    ck_assert_str_eq(r.out, "");
+    done(&r);
+  }
+}
+END_TEST
+
 Suite *cli_suite(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("cli");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_help_and_version);
   tcase_add_test(tc, test_usage_errors);
+  tcase_add_test(tc, test_tune_block_usage_errors);
   tcase_add_test(tc, test_check);
   tcase_add_test(tc, test_unsupported_shape);
   tcase_add_test(tc, test_emit_matches_library);
