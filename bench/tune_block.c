@@ -59,17 +59,16 @@ static double copy_ms(ag_context *ctx, size_t bytes) {
 /* One forward variant: tiles resident per CTA, grid (0 = persistent, else
  * tiles per CTA), register cap for a minimum of CTAs per SM. */
 typedef struct fwd_variant { int stages, per_cta, min_ctas; } fwd_variant;
-static const fwd_variant fwd_variants[] = {
-    {2, 8, 2}, {2, 4, 2}, {2, 16, 2}, {2, 0, 1}, {2, 8, 1}, {1, 8, 3}, {1, 4, 4}, {1, 8, 4}, {1, 16, 4}};
+static const fwd_variant fwd_variants[] = {{2, 8, 2}, {2, 6, 2}, {2, 4, 2}, {2, 3, 2},
+                                           {1, 6, 4}, {1, 4, 4}, {1, 3, 4}, {1, 2, 4}};
 
 /* One backward variant: heads per tile, stages, grid (tiles per CTA, 0 =
  * persistent), CTAs per SM (0: the most that fit), and wgmma where the
  * shape allows it (0: mma.sync only). */
 typedef struct bwd_variant { int hpt, stages, per_cta, min_ctas, wgmma; } bwd_variant;
 static const bwd_variant bwd_variants[] = {
-    {1, 2, 8, 0, 1}, {1, 2, 8, 0, 0}, {1, 1, 8, 0, 1}, {1, 1, 8, 0, 0}, {1, 1, 4, 0, 1},
-    {1, 1, 16, 0, 1}, {1, 2, 4, 0, 1}, {1, 2, 16, 0, 1}, {1, 1, 0, 0, 1}, {1, 1, 8, 3, 1},
-    {2, 1, 8, 0, 1}};
+    {1, 2, 8, 0, 1}, {1, 1, 8, 0, 1}, {1, 1, 8, 5, 1}, {1, 1, 8, 6, 1}, {1, 1, 16, 6, 1},
+    {1, 2, 4, 0, 1}, {1, 2, 16, 0, 1}};
 
 /* The tuning spec: 64-token blocks, bf16, `dim`, the given passes. */
 static ag_spec tune_spec(int dim, const char *passes) {
@@ -146,7 +145,7 @@ static void tune_backward(ag_context *ctx, const int32_t *len, int64_t batch, in
     ag_plan plan;
     if (ag_plan_make(&spec, &plan, &err)) die(&err);
     ag_plan_bwd *b = &plan.bwd;
-    if (!ag_plan_backward_shape(&plan, v->hpt, v->stages, v->min_ctas, 16, b)) continue;
+    if (!ag_plan_backward_shape(&plan, v->hpt, v->stages, v->min_ctas, 32, b)) continue;
     b->items_per_cta = v->per_cta;
     if (!v->wgmma) {
       if (!b->wgmma) continue; /* the same kernel as its wgmma twin */

@@ -171,9 +171,11 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   out->threads = out->warps * 32;
   /* Two tiles resident per CTA (load the next while computing this one)
    * when they fit (a 256x128 block needs 192 KiB for one), registers
-   * capped so that two such CTAs share an SM, and one CTA per 8 tiles
+   * capped so that two such CTAs share an SM, and one CTA per 4 tiles
    * rather than a persistent grid: the hardware then balances CTAs across
-   * SMs, which measured 3-5% faster than static ranges (bench/NOTES.md). */
+   * SMs, which measured 3-5% faster than static ranges, and fewer tiles
+   * per CTA shorten the last wave: 4 measured 1% faster than 8 at head_dim
+   * 128, 64-token blocks (bench/NOTES.md). */
   int stage_bytes = out->heads_per_tile * tile_bytes + table;
   if (stage_bytes > MAX_SMEM_BYTES) {
     int kib = (stage_bytes + 1023) / 1024;
@@ -189,15 +191,16 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   /* The register cap for two CTAs per SM only for CTAs of up to 4 warps:
    * with 8 warps it would be 128 registers, and the 128-token tiles spill. */
   out->min_ctas_per_sm = out->warps <= 4 && 2 * out->smem_bytes <= MAX_SMEM_BYTES ? 2 : 1;
-  out->items_per_cta = 8;
+  out->items_per_cta = 4;
   /* Two heads of 64-token blocks: one tile per CTA, four CTAs per SM and
-   * one CTA per 4 tiles measured 2% faster at L = 1024 than two tiles per
-   * CTA, two CTAs and 8 tiles (bench/NOTES.md, tuning of 2026-11-29). */
+   * one CTA per 2 tiles measured 3% faster at L = 1024 than two tiles per
+   * CTA, two CTAs and 8 tiles, and 1% faster than one CTA per 4 tiles
+   * (bench/NOTES.md, tunings of 2026-11-29 and 2026-11-30). */
   if (out->heads_per_tile == 2 && out->warps == 4 && 4 * stage_bytes <= MAX_SMEM_BYTES) {
     out->stages = 1;
     out->smem_bytes = stage_bytes;
     out->min_ctas_per_sm = 4;
-    out->items_per_cta = 4;
+    out->items_per_cta = 2;
   }
   kernel_name(out->kernel_name, spec, "fwd");
   return AG_OK;

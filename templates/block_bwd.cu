@@ -527,24 +527,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   extern __shared__ __align__(128) unsigned short smem[];
 @endif@
   const long long row_stride = (long long)heads * kHeadDim;
-  const long long first = num_items * blockIdx.x / gridDim.x;
 
   Walk w;
-  w.offsets = offsets;
-  w.batch = batch;
-  w.total_tokens = total_tokens;
-  w.end = num_items * (blockIdx.x + 1) / gridDim.x;
-  w.num_heads = heads;
-  w.groups = (heads + kHeadsPerTile - 1) / kHeadsPerTile;
-  walk_begin(w, first);
+  walk_begin(w, offsets, batch, heads, total_tokens, num_items);
 
   // ring[0] is computed now; ring[1..kStages-1] are in flight.
   Tile ring[kStages];
 #pragma unroll
-  for (int s = 0; s < kStages; s++) {
-    ring[s] = walk_tile(w);
-    if (!w.done) walk_next(w);
-  }
+  for (int s = 0; s < kStages; s++) ring[s] = walk_take(w);
 #pragma unroll
   for (int s = 0; s < kStages - 1; s++) {
     if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, dout, row_stride, ring[s]);
@@ -655,8 +645,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];
-    ring[kStages - 1] = walk_tile(w);
-    if (!w.done) walk_next(w);
+    ring[kStages - 1] = walk_take(w);
   }
   cp_async_wait<0>();
 }

@@ -58,8 +58,19 @@ __device__ __forceinline__ void settle(Walk &w) {
   if (w.vblock * w.groups + w.group >= w.end) w.done = true;
 }
 
+// Start this CTA's walk: its share of the num_items items, split evenly
+// by blockIdx.x (the launcher sizes the grid), and the first valid one.
 // Called by every thread of the CTA (the search uses whole warps).
-__device__ __forceinline__ void walk_begin(Walk &w, long long first) {
+__device__ __forceinline__ void walk_begin(Walk &w, const int *offsets, long long batch,
+                                           int heads, long long total_tokens,
+                                           long long num_items) {
+  w.offsets = offsets;
+  w.batch = batch;
+  w.total_tokens = total_tokens;
+  w.num_heads = heads;
+  w.groups = (heads + kHeadsPerTile - 1) / kHeadsPerTile;
+  const long long first = num_items * blockIdx.x / gridDim.x;
+  w.end = num_items * (blockIdx.x + 1) / gridDim.x;
   w.vblock = first / w.groups;
   w.group = (int)(first % w.groups);
   w.done = first >= w.end;
@@ -119,6 +130,13 @@ __device__ __forceinline__ Tile walk_tile(const Walk &w) {
 @if ROTARY_SEQUENCE@
   t.pos0 = (int)(j * kBlock); // below total_tokens, so below 2^31
 @endif@
+  return t;
+}
+
+// The current tile (rows 0 when the walk is done), then step past it.
+__device__ __forceinline__ Tile walk_take(Walk &w) {
+  const Tile t = walk_tile(w);
+  if (!w.done) walk_next(w);
   return t;
 }
 /* ---- end work walk ---- */

@@ -96,9 +96,9 @@ START_TEST(test_plan_decisions) {
   ck_assert_int_eq(p.warps, 4);
   ck_assert_int_eq(p.stages, 2);
   ck_assert_int_eq(p.smem_bytes, 2 * 3 * 64 * 128 * 2);
-  ck_assert_int_eq(p.items_per_cta, 8);
+  ck_assert_int_eq(p.items_per_cta, 4);
   /* head_dim 64: two heads per tile, so rows stay 256 contiguous bytes;
-   * one tile per CTA, four CTAs per SM, one CTA per 4 tiles. */
+   * one tile per CTA, four CTAs per SM, one CTA per 2 tiles. */
   s.head_dim = 64;
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   ck_assert_int_eq(p.heads_per_tile, 2);
@@ -106,7 +106,7 @@ START_TEST(test_plan_decisions) {
   ck_assert_int_eq(p.stages, 1);
   ck_assert_int_eq(p.smem_bytes, 3 * 64 * 128 * 2);
   ck_assert_int_eq(p.min_ctas_per_sm, 4);
-  ck_assert_int_eq(p.items_per_cta, 4);
+  ck_assert_int_eq(p.items_per_cta, 2);
   /* 256-token blocks at 128: 8 warps taking two row tiles each, one stage
    * (two would need 384 KiB). */
   s.head_dim = 128;

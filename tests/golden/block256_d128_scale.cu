@@ -20,7 +20,7 @@
  *   threads: 256 (8 warps, 2 jobs of 16 query rows each)
  *   tiles resident per CTA: 1
  *   shared memory: 196608 bytes
- *   grid: one CTA per 8 (block, head group) tiles
+ *   grid: one CTA per 4 (block, head group) tiles
  */
 
 /* ---- begin constants ---- */
@@ -165,8 +165,19 @@ __device__ __forceinline__ void settle(Walk &w) {
   if (w.vblock * w.groups + w.group >= w.end) w.done = true;
 }
 
+// Start this CTA's walk: its share of the num_items items, split evenly
+// by blockIdx.x (the launcher sizes the grid), and the first valid one.
 // Called by every thread of the CTA (the search uses whole warps).
-__device__ __forceinline__ void walk_begin(Walk &w, long long first) {
+__device__ __forceinline__ void walk_begin(Walk &w, const int *offsets, long long batch,
+                                           int heads, long long total_tokens,
+                                           long long num_items) {
+  w.offsets = offsets;
+  w.batch = batch;
+  w.total_tokens = total_tokens;
+  w.num_heads = heads;
+  w.groups = (heads + kHeadsPerTile - 1) / kHeadsPerTile;
+  const long long first = num_items * blockIdx.x / gridDim.x;
+  w.end = num_items * (blockIdx.x + 1) / gridDim.x;
   w.vblock = first / w.groups;
   w.group = (int)(first % w.groups);
   w.done = first >= w.end;
@@ -216,6 +227,13 @@ __device__ __forceinline__ Tile walk_tile(const Walk &w) {
   t.rows = (int)(left < kBlock ? left : kBlock);
   t.head0 = w.group * kHeadsPerTile;
   t.heads = min(kHeadsPerTile, w.num_heads - t.head0);
+  return t;
+}
+
+// The current tile (rows 0 when the walk is done), then step past it.
+__device__ __forceinline__ Tile walk_take(Walk &w) {
+  const Tile t = walk_tile(w);
+  if (!w.done) walk_next(w);
   return t;
 }
 /* ---- end work walk ---- */
@@ -401,24 +419,14 @@ ag_golden_big_b256_d128_bf16_fwd(const unsigned short *__restrict__ q, const uns
     long long num_items) {
   extern __shared__ __align__(128) unsigned short smem[];
   const long long row_stride = (long long)heads * kHeadDim;
-  const long long first = num_items * blockIdx.x / gridDim.x;
 
   Walk w;
-  w.offsets = offsets;
-  w.batch = batch;
-  w.total_tokens = total_tokens;
-  w.end = num_items * (blockIdx.x + 1) / gridDim.x;
-  w.num_heads = heads;
-  w.groups = (heads + kHeadsPerTile - 1) / kHeadsPerTile;
-  walk_begin(w, first);
+  walk_begin(w, offsets, batch, heads, total_tokens, num_items);
 
   // ring[0] is computed now; ring[1..kStages-1] are in flight.
   Tile ring[kStages];
 #pragma unroll
-  for (int s = 0; s < kStages; s++) {
-    ring[s] = walk_tile(w);
-    if (!w.done) walk_next(w);
-  }
+  for (int s = 0; s < kStages; s++) ring[s] = walk_take(w);
 #pragma unroll
   for (int s = 0; s < kStages - 1; s++) {
     if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, row_stride, ring[s]);
@@ -446,8 +454,7 @@ ag_golden_big_b256_d128_bf16_fwd(const unsigned short *__restrict__ q, const uns
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];
-    ring[kStages - 1] = walk_tile(w);
-    if (!w.done) walk_next(w);
+    ring[kStages - 1] = walk_take(w);
   }
   cp_async_wait<0>();
 }

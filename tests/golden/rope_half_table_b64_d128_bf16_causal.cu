@@ -26,7 +26,7 @@
  *   threads: 128 (4 warps, 1 job of 16 query rows each)
  *   tiles resident per CTA: 2
  *   shared memory: 131072 bytes (each stage holds 16384 bytes of rotary table rows)
- *   grid: one CTA per 8 (block, head group) tiles
+ *   grid: one CTA per 4 (block, head group) tiles
  *   backward kernel: ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd
  *     heads per tile: 1
  *     threads: 128 (4 warps; 4 (head, 16-row tile) jobs per phase)
@@ -181,8 +181,19 @@ __device__ __forceinline__ void settle(Walk &w) {
   if (w.vblock * w.groups + w.group >= w.end) w.done = true;
 }
 
+// Start this CTA's walk: its share of the num_items items, split evenly
+// by blockIdx.x (the launcher sizes the grid), and the first valid one.
 // Called by every thread of the CTA (the search uses whole warps).
-__device__ __forceinline__ void walk_begin(Walk &w, long long first) {
+__device__ __forceinline__ void walk_begin(Walk &w, const int *offsets, long long batch,
+                                           int heads, long long total_tokens,
+                                           long long num_items) {
+  w.offsets = offsets;
+  w.batch = batch;
+  w.total_tokens = total_tokens;
+  w.num_heads = heads;
+  w.groups = (heads + kHeadsPerTile - 1) / kHeadsPerTile;
+  const long long first = num_items * blockIdx.x / gridDim.x;
+  w.end = num_items * (blockIdx.x + 1) / gridDim.x;
   w.vblock = first / w.groups;
   w.group = (int)(first % w.groups);
   w.done = first >= w.end;
@@ -232,6 +243,13 @@ __device__ __forceinline__ Tile walk_tile(const Walk &w) {
   t.rows = (int)(left < kBlock ? left : kBlock);
   t.head0 = w.group * kHeadsPerTile;
   t.heads = min(kHeadsPerTile, w.num_heads - t.head0);
+  return t;
+}
+
+// The current tile (rows 0 when the walk is done), then step past it.
+__device__ __forceinline__ Tile walk_take(Walk &w) {
+  const Tile t = walk_tile(w);
+  if (!w.done) walk_next(w);
   return t;
 }
 /* ---- end work walk ---- */
@@ -539,24 +557,14 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_fwd(const unsigned short *__restrict
     long long num_items) {
   extern __shared__ __align__(128) unsigned short smem[];
   const long long row_stride = (long long)heads * kHeadDim;
-  const long long first = num_items * blockIdx.x / gridDim.x;
 
   Walk w;
-  w.offsets = offsets;
-  w.batch = batch;
-  w.total_tokens = total_tokens;
-  w.end = num_items * (blockIdx.x + 1) / gridDim.x;
-  w.num_heads = heads;
-  w.groups = (heads + kHeadsPerTile - 1) / kHeadsPerTile;
-  walk_begin(w, first);
+  walk_begin(w, offsets, batch, heads, total_tokens, num_items);
 
   // ring[0] is computed now; ring[1..kStages-1] are in flight.
   Tile ring[kStages];
 #pragma unroll
-  for (int s = 0; s < kStages; s++) {
-    ring[s] = walk_tile(w);
-    if (!w.done) walk_next(w);
-  }
+  for (int s = 0; s < kStages; s++) ring[s] = walk_take(w);
 #pragma unroll
   for (int s = 0; s < kStages - 1; s++) {
     if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, row_stride, ring[s]);
@@ -591,8 +599,7 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_fwd(const unsigned short *__restrict
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];
-    ring[kStages - 1] = walk_tile(w);
-    if (!w.done) walk_next(w);
+    ring[kStages - 1] = walk_take(w);
   }
   cp_async_wait<0>();
 }
@@ -693,8 +700,19 @@ __device__ __forceinline__ void settle(Walk &w) {
   if (w.vblock * w.groups + w.group >= w.end) w.done = true;
 }
 
+// Start this CTA's walk: its share of the num_items items, split evenly
+// by blockIdx.x (the launcher sizes the grid), and the first valid one.
 // Called by every thread of the CTA (the search uses whole warps).
-__device__ __forceinline__ void walk_begin(Walk &w, long long first) {
+__device__ __forceinline__ void walk_begin(Walk &w, const int *offsets, long long batch,
+                                           int heads, long long total_tokens,
+                                           long long num_items) {
+  w.offsets = offsets;
+  w.batch = batch;
+  w.total_tokens = total_tokens;
+  w.num_heads = heads;
+  w.groups = (heads + kHeadsPerTile - 1) / kHeadsPerTile;
+  const long long first = num_items * blockIdx.x / gridDim.x;
+  w.end = num_items * (blockIdx.x + 1) / gridDim.x;
   w.vblock = first / w.groups;
   w.group = (int)(first % w.groups);
   w.done = first >= w.end;
@@ -744,6 +762,13 @@ __device__ __forceinline__ Tile walk_tile(const Walk &w) {
   t.rows = (int)(left < kBlock ? left : kBlock);
   t.head0 = w.group * kHeadsPerTile;
   t.heads = min(kHeadsPerTile, w.num_heads - t.head0);
+  return t;
+}
+
+// The current tile (rows 0 when the walk is done), then step past it.
+__device__ __forceinline__ Tile walk_take(Walk &w) {
+  const Tile t = walk_tile(w);
+  if (!w.done) walk_next(w);
   return t;
 }
 /* ---- end work walk ---- */
@@ -1302,24 +1327,14 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict
     int heads, long long total_tokens, long long num_items) {
   extern __shared__ __align__(128) unsigned short smem[];
   const long long row_stride = (long long)heads * kHeadDim;
-  const long long first = num_items * blockIdx.x / gridDim.x;
 
   Walk w;
-  w.offsets = offsets;
-  w.batch = batch;
-  w.total_tokens = total_tokens;
-  w.end = num_items * (blockIdx.x + 1) / gridDim.x;
-  w.num_heads = heads;
-  w.groups = (heads + kHeadsPerTile - 1) / kHeadsPerTile;
-  walk_begin(w, first);
+  walk_begin(w, offsets, batch, heads, total_tokens, num_items);
 
   // ring[0] is computed now; ring[1..kStages-1] are in flight.
   Tile ring[kStages];
 #pragma unroll
-  for (int s = 0; s < kStages; s++) {
-    ring[s] = walk_tile(w);
-    if (!w.done) walk_next(w);
-  }
+  for (int s = 0; s < kStages; s++) ring[s] = walk_take(w);
 #pragma unroll
   for (int s = 0; s < kStages - 1; s++) {
     if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, dout, row_stride, ring[s]);
@@ -1373,8 +1388,7 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];
-    ring[kStages - 1] = walk_tile(w);
-    if (!w.done) walk_next(w);
+    ring[kStages - 1] = walk_take(w);
   }
   cp_async_wait<0>();
 }
