@@ -39,6 +39,10 @@ static bool rotary_valid(const ag_spec *spec) {
            spec->rotary.base > 0 && isfinite(spec->rotary.base)));
 }
 
+/* Elements per row of P and dS (block_bwd.cu's kPStride): swizzled rows of
+ * a multiple of 64, else rows padded by 16 bytes. */
+static int p_stride(int block) { return block % 64 == 0 ? block : block + 8; }
+
 /* The backward (templates/block_bwd.cu): per tile, phase 1 takes (head, 16
  * query rows) jobs and phase 2 (head, 16 key rows) jobs. Beside the Q, K,
  * V, dO tiles it needs P and dS of every head of the tile, which grow with
@@ -53,10 +57,6 @@ static bool rotary_valid(const ag_spec *spec) {
  * `ctas` 0 takes as many CTAs per SM as shared memory and registers allow,
  * at most 4, with at most `sm_warps` warps per SM: 16 leaves a thread 128
  * registers, 8 leaves 255. */
-/* Elements per row of P and dS (block_bwd.cu's kPStride): swizzled rows of
- * a multiple of 64, else rows padded by 16 bytes. */
-static int p_stride(int block) { return block % 64 == 0 ? block : block + 8; }
-
 bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages, int ctas,
                             int sm_warps, ag_plan_bwd *b) {
   const int block = plan->block_size, dim = plan->head_dim, eb = plan->elem_bytes;

@@ -263,10 +263,10 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   wgmma_wait<1>();
   wgmma_hold(s);
 #else
+@endif@
   rows_times_rows(s, q_s, k_s, c0, row0);
+@if WGMMA@
 #endif
-@else@
-  rows_times_rows(s, q_s, k_s, c0, row0);
 @endif@
 
   const int r_lo = row0 + g, r_hi = r_lo + 8;
@@ -288,10 +288,10 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   wgmma_wait<0>();
   wgmma_hold(dp);
 #else
+@endif@
   rows_times_rows(dp, do_s, v_s, c0, row0);
+@if WGMMA@
 #endif
-@else@
-  rows_times_rows(dp, do_s, v_s, c0, row0);
 @endif@
 
   // D = rowsum(P (.) dP), per thread and then over the quad.
@@ -589,10 +589,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       // (zero Q and dO: their dS is zero), so phase 2 can sum over all.
       const bool mine = true;
 #else
+@endif@
       const bool mine = row0 < ring[0].rows && h < ring[0].heads;
+@if WGMMA@
 #endif
-@else@
-      const bool mine = row0 < ring[0].rows && h < ring[0].heads;
 @endif@
       RowGrads rg;
       if (mine) {
