@@ -143,3 +143,16 @@ def test_a_worker_past_its_deadline_is_killed(tmp_path):
     r = res[("triton", sid, "bwd")]
     assert not r["ok"] and "timed out" in r["error"]
     assert any("killed at the time budget" in e for e in data["events"])
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--dim", "96"], "invalid choice: 96"),
+    (["--seqlen", "0"], "must be at least 1, got 0"),
+    (["--launches", "x"], "invalid positive value: 'x'"),
+])
+def test_peer_profile_rejects_bad_arguments(args, why):
+    # Reported by argparse before torch is imported: exit 2, the reason.
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "peer_profile.py"), *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert why in r.stderr and "usage: peer_profile.py" in r.stderr
