@@ -43,6 +43,10 @@ static bool rotary_valid(const ag_spec *spec) {
  * a multiple of 64, else rows padded by 16 bytes. */
 static int p_stride(int block) { return block % 64 == 0 ? block : block + 8; }
 
+/* Bytes of one warp's store staging rows (block_bwd.cu's kStagingElems): 16
+ * rows of a head of 64 elements, each padded by 16 bytes. */
+static int staging_bytes(int elem_bytes) { return 16 * (64 + 8) * elem_bytes; }
+
 /* The backward (templates/block_bwd.cu): per tile, phase 1 takes (head, 16
  * query rows) jobs and phase 2 (head, 16 key rows) jobs. Beside the Q, K,
  * V, dO tiles it needs P and dS of every head of the tile, which grow with
@@ -77,7 +81,13 @@ bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages,
   /* One warpgroup on 64x64 tiles of 128-byte rows: the layout wgmma reads
    * in its 128-byte swizzle (templates/wgmma_sm90.cuh). */
   b->wgmma = overlay && block == 64 && dim == 64 && heads_per_tile == 1;
-  b->smem_bytes = smem;
+  /* The store staging rows, where they hold whole rows (head_dim 64) and
+   * cost no CTA. At head_dim 128 each store takes two turns through them,
+   * the second waiting for the first's copies: 1.837 ms against 1.76 with
+   * the shuffles at L = 1024 (bench/NOTES.md). */
+  const int staging = warps * staging_bytes(eb);
+  b->bulk_store = dim * heads_per_tile == 64 && ctas * (smem + staging) <= MAX_SMEM_BYTES;
+  b->smem_bytes = smem + (b->bulk_store ? staging : 0);
   b->min_ctas_per_sm = ctas;
   b->jobs = jobs;
   b->warps = warps;
@@ -114,7 +124,11 @@ static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err)
                    (need + 1023) / 1024);
   }
   memcpy(&out->bwd, pick, sizeof out->bwd);
-  if (spec->arch == AG_ARCH_SM80) out->bwd.wgmma = false; /* never compiled for sm_90a */
+  if (spec->arch == AG_ARCH_SM80) { /* never compiled for sm_90 */
+    out->bwd.wgmma = false;
+    if (out->bwd.bulk_store) out->bwd.smem_bytes -= out->bwd.warps * staging_bytes(out->elem_bytes);
+    out->bwd.bulk_store = false;
+  }
   kernel_name(out->bwd.kernel_name, spec, "bwd");
   return AG_OK;
 }
@@ -229,6 +243,11 @@ static void describe_backward(ag_buf *b, const ag_plan_bwd *p, int table_bytes,
                   prefix, p->smem_bytes, pds, table_bytes);
   else
     ag_buf_printf(b, "%s  shared memory: %d bytes (%s)\n", prefix, p->smem_bytes, pds);
+  if (p->bulk_store)
+    ag_buf_printf(b,
+                  "%s  gradient stores: through %d bytes of staging rows per warp, bulk copies "
+                  "on sm_90\n",
+                  prefix, staging_bytes(2));
   if (p->min_ctas_per_sm > 1)
     ag_buf_printf(b, "%s  registers capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
   if (p->items_per_cta)

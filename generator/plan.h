@@ -15,11 +15,14 @@ typedef struct ag_plan_bwd {
   int heads_per_tile;   /* adjacent heads loaded and computed as one tile */
   int jobs;             /* (head, 16-row tile) jobs per tile and phase, taken in turn */
   int stages;           /* (block, head group) Q, K, V, dO tiles resident per CTA */
-  int smem_bytes;       /* the stages (with any rotary table rows) plus P and dS of one tile */
+  int smem_bytes;       /* the stages (with any rotary table rows), P and dS of one tile
+                         * unless they overlay K and V, and the store staging rows */
   int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
   int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
   bool pds_overlay;     /* P and dS take K's and V's place after phase 1 (else own buffer) */
   bool wgmma;           /* sm_90a code runs both phases on wgmma (64x64 tiles of one head) */
+  bool bulk_store;      /* sm_90 code stores the gradients through each warp's staging rows
+                         * (stmatrix) with bulk copies; where they fit beside the rest */
 } ag_plan_bwd;
 
 /* The fields up to `scale` describe the forward kernel (kernel_name is ""

@@ -10,6 +10,8 @@
 @#   WGMMA (with PDS_OVERLAY, one head of 64 tokens at head_dim 64, so every
 @#   operand is a 64x64 tile of 128-byte rows: where compiled for sm_90a the
 @#   four warps compute both phases as one warpgroup with wgmma);
+@#   BULK_STORE (each warp's staging rows end the shared memory: where
+@#   compiled for sm_90 the gradients go through them to memory);
 @#   ROTARY (rotary embeddings; then those of rotary.cuh, and
 @#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work
 @#   walk); OWN_HELPERS (include mma_sm80.cuh: off when a forward
@@ -46,7 +48,6 @@ constexpr int kRowTiles = kBlock / 16;  // 16-row tiles of a block: query rows o
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T and dP = dO V^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kJobs = kHeadsPerTile * kRowTiles;  // (head, 16-row tile) jobs per tile and phase
-constexpr int kLoads = kBlock * kChunks;  // 16-byte copies per tensor per tile
 // P and dS of one head are [query row][key] in rows of kPStride elements:
 // blocks of a multiple of 64 tokens XOR-swizzle the 16-byte chunks of a row
 // by the row (as the tiles do), other blocks pad each row by 16 bytes.
@@ -56,6 +57,17 @@ constexpr bool kPSwizzle = kBlock % 64 == 0;
 constexpr int kPStride = kPSwizzle ? kBlock : kBlock + 8;
 constexpr int kPElems = kBlock * kPStride;  // P (or dS) of one head
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
+@if BULK_STORE@
+// Each warp's staging rows for its gradient stores, the last of shared
+// memory: 16 rows of a head, each padded by 16 bytes so that the 8 row
+// addresses of an stmatrix hit different banks.
+constexpr int kStagingStride = kHeadDim + 8;
+constexpr int kStagingElems = 16 * kStagingStride;  // one warp's
+constexpr int kStagingBytes = 2 * kWarps * kStagingElems;
+static_assert(kHeadDim == 64, "the plan stages rows of 64 elements");
+@else@
+constexpr int kStagingBytes = 0;  // no staging rows
+@endif@
 @if PDS_OVERLAY@
 static_assert(kJobs == kWarps, "P and dS wait in registers: one job per warp");
 static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS in V's");
@@ -68,10 +80,12 @@ constexpr int kStepAlongRow = 16 * 2;
 constexpr int kStepOverRows = 16 * kRowElems * 2;
 static_assert(kPStride == kRowElems, "P and dS rows are tile rows");
 @endif@
-static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory is the stages");
+static_assert(2 * kStages * kStageElems + kStagingBytes == kSmemBytes,
+              "the plan's shared memory is the stages and the staging rows");
 @else@
-static_assert(2 * (kStages * kStageElems + 2 * kHeadsPerTile * kPElems) == kSmemBytes,
-              "the plan's shared memory is the stages plus P and dS of every head");
+static_assert(2 * (kStages * kStageElems + 2 * kHeadsPerTile * kPElems) + kStagingBytes ==
+                  kSmemBytes,
+              "the plan's shared memory is the stages, P and dS of every head and the staging rows");
 @endif@
 /* ---- end constants ---- */
 
@@ -85,6 +99,12 @@ static_assert(2 * (kStages * kStageElems + 2 * kHeadsPerTile * kPElems) == kSmem
 #endif
 
 @endif@
+@if BULK_STORE@
+#if __CUDA_ARCH__ >= 900
+@include bulk_sm90.cuh@
+#endif
+
+@endif@
 @include block_walk.cuh@
 
 @include softmax_rows.cuh@
@@ -92,8 +112,9 @@ static_assert(2 * (kStages * kStageElems + 2 * kHeadsPerTile * kPElems) == kSmem
 /* ---- begin the math ----
  * Per (block, head), with P = softmax(scale * Q K^T) over the visible keys
  * and dO = dL/dO given:
- *   dV = P^T dO,   dP = dO V^T,   D = rowsum(P (.) dP),   dS = P (.) (dP - D),
- *   dQ = scale * dS K,   dK = scale * dS^T Q.
+ *   dV = P^T dO,   dP = dO V^T,   D = rowsum(P (.) dP),
+ *   dS = scale * P (.) (dP - D),   dQ = dS K,   dK = dS^T Q
+ * (the scale is folded into dS, so no gradient needs it again).
  * The whole key range of a query is one tile, so P is recomputed exactly from
  * Q and K, and D (which equals rowsum(dO (.) O)) comes from P and dP: neither
  * O nor a logsumexp is read, and every gradient row belongs to one tile, so
@@ -105,9 +126,16 @@ static_assert(2 * (kStages * kStageElems + 2 * kHeadsPerTile * kPElems) == kSmem
  *   2. (head, 16 key rows) jobs: dV and dK rows are sums over every query
  *      row, so they wait for all of phase 1, and read P^T and dS^T as A
  *      operands with ldmatrix.trans. Phase 2 reads neither K nor V.
+@if BULK_STORE@
+ * The gradients go from the mma registers to memory in whole rows: on sm_90
+ * through the warp's staging rows in shared memory and bulk copies, else
+ * after shuffles in each quad that give every lane 16 contiguous bytes
+ * (store_rows).
+@else@
  * The gradients go from the mma registers to memory without shared memory:
  * each quad trades its pairs with shuffles so that every lane stores 16
  * contiguous bytes (store_rows).
+@endif@
  * ---- end the math ---- */
 
 @include tile_load.cuh@
@@ -147,15 +175,51 @@ __device__ __forceinline__ int p_at(int row, int chunk) {
   return row * kPStride + 8 * (kPSwizzle ? chunk ^ (row & 7) : chunk);
 }
 
+@if BULK_STORE@
+#if __CUDA_ARCH__ >= 900
+// This warp's staging rows (shared address).
+__device__ __forceinline__ unsigned staging_rows() {
+  extern __shared__ unsigned short all_smem[];
+  return smem_addr(all_smem + (kSmemBytes - kStagingBytes) / 2 + (threadIdx.x >> 5) * kStagingElems);
+}
+
 // Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
-// column 8n + 2tq + e % 2) times `mul` and store those before `rows` to
+// column 8n + 2tq + e % 2) and store those before `rows` to `out` (the
+// block's first token, this head): the warp writes them to its staging
+// rows with stmatrix, then lane r < 16 hands row r to a bulk copy, which
+// leaves the registers and the issue slots free. The copies run on while
+// the warp computes; the next call waits only until they have read the
+// staging rows.
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int row0, int rows,
+                                           unsigned short *out, long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const unsigned staging = staging_rows();
+  bulk_wait_read<0>(); // the staging rows are free again
+  __syncwarp();
+  // stmatrix rows: lanes 8i..8i+7 address matrix i, rows 8 (i % 2) + 0..7
+  // of n-tile n + i / 2.
+  const unsigned at = staging + ((lane & 15) * kStagingStride + (lane >> 4) * 8) * 2;
+#pragma unroll
+  for (int n = 0; n < kDimTiles; n += 2)
+    stmatrix_x4(at + n * 16, pack2(acc[n][0], acc[n][1]), pack2(acc[n][2], acc[n][3]),
+                pack2(acc[n + 1][0], acc[n + 1][1]), pack2(acc[n + 1][2], acc[n + 1][3]));
+  fence_to_bulk();
+  __syncwarp();
+  if (lane < 16 && row0 + lane < rows)
+    bulk_store(out + (row0 + lane) * row_stride, staging + lane * kStagingStride * 2,
+               kHeadDim * 2);
+  bulk_commit();
+}
+#else
+@endif@
+// Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
+// column 8n + 2tq + e % 2) and store those before `rows` to
 // `out` (the block's first token, this head) in 16-byte pieces: for each 4
 // n-tiles the quad transposes its 4 x 4 pairs with shuffles, so that lane
 // tq holds the 8 columns of n-tile 4m + tq, and a warp's store writes 64
 // contiguous bytes in each of 8 rows (whole 32-byte sectors).
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
-                                           int row0, int rows, unsigned short *out,
-                                           long long row_stride) {
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int row0, int rows,
+                                           unsigned short *out, long long row_stride) {
   static_assert(kDimTiles % 4 == 0, "n-tiles go in fours");
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
@@ -170,7 +234,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], flo
       unsigned v[4];
 #pragma unroll
       for (int i = 0; i < 4; i++)
-        v[i] = pack2(acc[4 * m + i][2 * hi] * mul, acc[4 * m + i][2 * hi + 1] * mul);
+        v[i] = pack2(acc[4 * m + i][2 * hi], acc[4 * m + i][2 * hi + 1]);
 #pragma unroll
       for (int bit = 1; bit <= 2; bit <<= 1) {
         const bool upper = tq & bit;
@@ -188,6 +252,9 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], flo
     }
   }
 }
+@if BULK_STORE@
+#endif
+@endif@
 
 __device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
 #pragma unroll
@@ -252,12 +319,12 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(s, sw128_desc(q_s + kk * kStepAlongRow), sw128_desc(k_s + kk * kStepAlongRow),
+    wgmma_ss<0, 0>(s, sw128_desc(q_s, kk * kStepAlongRow), sw128_desc(k_s, kk * kStepAlongRow),
                    kk);
   wgmma_commit();
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(dp, sw128_desc(do_s + kk * kStepAlongRow), sw128_desc(v_s + kk * kStepAlongRow),
+    wgmma_ss<0, 0>(dp, sw128_desc(do_s, kk * kStepAlongRow), sw128_desc(v_s, kk * kStepAlongRow),
                    kk);
   wgmma_commit();
   wgmma_wait<1>();
@@ -310,19 +377,19 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
     d_hi += __shfl_xor_sync(0xffffffffu, d_hi, d);
   }
 
-  // dS = P (.) (dP - D), rounded like P (the scale is applied to dQ and dK
-  // in fp32).
+  // dS = scale * P (.) (dP - D) = P (.) (scale dP - scale D), rounded like P.
+  const float sd_lo = kScale * d_lo, sd_hi = kScale * d_hi;
 #pragma unroll
   for (int n = 0; n < kKeyTiles; n++) {
     float p0, p1, p2, p3;
     unpack2(out.p[n][0], p0, p1);
     unpack2(out.p[n][1], p2, p3);
-    out.ds[n][0] = pack2(p0 * (dp[n][0] - d_lo), p1 * (dp[n][1] - d_lo));
-    out.ds[n][1] = pack2(p2 * (dp[n][2] - d_hi), p3 * (dp[n][3] - d_hi));
+    out.ds[n][0] = pack2(p0 * fmaf(dp[n][0], kScale, -sd_lo), p1 * fmaf(dp[n][1], kScale, -sd_lo));
+    out.ds[n][1] = pack2(p2 * fmaf(dp[n][2], kScale, -sd_hi), p3 * fmaf(dp[n][3], kScale, -sd_hi));
   }
 }
 
-// Phase 1 of one job, second part: dQ = scale * dS K of its rows, to
+// Phase 1 of one job, second part: dQ = dS K of its rows, to
 // memory. The dS pairs of key tiles 2j, 2j+1 are the A fragment of key
 // slice j; K's rows 16j.. are B, read as V is in the forward's O = P V.
 __device__ __forceinline__ void query_grads(const unsigned short *stage, const Tile &t, int h,
@@ -338,7 +405,7 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {
     const unsigned a[4] = {ds[2 * j][0], ds[2 * j][1], ds[2 * j + 1][0], ds[2 * j + 1][1]};
-    wgmma_rs<1>(acc, a, sw128_desc(k_s + j * kStepOverRows), j);
+    wgmma_rs<1>(acc, a, sw128_desc(k_s, j * kStepOverRows), j);
   }
   wgmma_commit();
   wgmma_wait<0>();
@@ -369,7 +436,7 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
 @if ROTATE_Q@
   unrotate_rows(acc, stage, t, row0);
 @endif@
-  store_rows(acc, kScale, row0, t.rows,
+  store_rows(acc, row0, t.rows,
              dq + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim, row_stride);
 }
 
@@ -451,26 +518,26 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc, sw128_desc(p_s + kk * kStepOverRows), sw128_desc(do_s + kk * kStepOverRows),
+    wgmma_ss<1, 1>(acc, sw128_desc(p_s, kk * kStepOverRows), sw128_desc(do_s, kk * kStepOverRows),
                    kk);
   wgmma_commit();
 #pragma unroll
   for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc_k, sw128_desc(ds_s + kk * kStepOverRows),
-                   sw128_desc(q_s + kk * kStepOverRows), kk);
+    wgmma_ss<1, 1>(acc_k, sw128_desc(ds_s, kk * kStepOverRows),
+                   sw128_desc(q_s, kk * kStepOverRows), kk);
   wgmma_commit();
   wgmma_wait<1>();
   wgmma_hold(acc);
 @if ROTATE_V@
   unrotate_rows(acc, stage, t, r0);
 @endif@
-  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
+  store_rows(acc, r0, t.rows, dv + at, row_stride);
   wgmma_wait<0>();
   wgmma_hold(acc_k);
 @if ROTATE_K@
   unrotate_rows(acc_k, stage, t, r0);
 @endif@
-  store_rows(acc_k, kScale, r0, t.rows, dk + at, row_stride);
+  store_rows(acc_k, r0, t.rows, dk + at, row_stride);
 #else
 @endif@
   clear(acc); // dV = P^T dO
@@ -478,14 +545,14 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
 @if ROTATE_V@
   unrotate_rows(acc, stage, t, r0);
 @endif@
-  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
+  store_rows(acc, r0, t.rows, dv + at, row_stride);
 
-  clear(acc); // dK = scale * dS^T Q
+  clear(acc); // dK = dS^T Q
   accumulate(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
 @if ROTATE_K@
   unrotate_rows(acc, stage, t, r0);
 @endif@
-  store_rows(acc, kScale, r0, t.rows, dk + at, row_stride);
+  store_rows(acc, r0, t.rows, dk + at, row_stride);
 @if WGMMA@
 #endif
 @endif@
@@ -648,6 +715,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     ring[kStages - 1] = walk_take(w);
   }
   cp_async_wait<0>();
+@if BULK_STORE@
+#if __CUDA_ARCH__ >= 900
+  bulk_wait_read<0>(); // the staging rows stay until the last copies have read them
+#endif
+@endif@
 }
 /* ---- end kernel ---- */
 @if IN_NAMESPACE@

@@ -31,7 +31,6 @@ constexpr int kStageElems = 3 * kTileElems;  // Q, K and V
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
 constexpr int kJobs = kHeadsPerTile * kBlock / 16;  // (head, 16-row query tile) jobs per tile
-constexpr int kLoads = kBlock * kChunks;  // 16-byte copies per tensor per tile
 static_assert(kWarps * kJobsPerWarp >= kJobs, "warps must cover the tile");
 @if ROTARY_TABLE@
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned

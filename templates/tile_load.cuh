@@ -1,7 +1,7 @@
 @# tile_load.cuh: the swizzled shared-memory tile layout and the 16-byte
 @# async load of one [rows, head group] tensor tile, shared by the forward
 @# and backward kernels. Needs: kRowElems, kChunks, kHeadChunks, kHeadDim,
-@# kLoads, kThreads, Tile, smem_addr(), cp_async_16().
+@# kThreads, kBlock, Tile, smem_addr(), cp_async_16().
 /* ---- begin tile load ----
  * Tiles are row-major with 16-byte chunks XOR-swizzled by the row (chunk c
  * of row r sits at c ^ (r % 8)), so the 8 row addresses of an ldmatrix hit 8
@@ -12,18 +12,24 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 }
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
-// group) into `tile`; completion is awaited with the commit group.
+// group) into `tile`; completion is awaited with the commit group. Each
+// thread keeps one chunk column and steps down the rows, so its address
+// and swizzle are worked out once and each further row is a constant step.
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
+  constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
+  static_assert(kThreads % kChunks == 0, "a pass of the CTA covers whole rows");
   const unsigned short *base = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
-  unsigned dst = smem_addr(tile);
+  const unsigned dst = smem_addr(tile);
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const bool head_real = chunk < t.heads * kHeadChunks;
+  const unsigned short *g = base + row0 * row_stride + chunk * 8;
 #pragma unroll
-  for (int it = 0; it < (kLoads + kThreads - 1) / kThreads; it++) {
-    int i = threadIdx.x + it * kThreads;
-    if (kLoads % kThreads != 0 && i >= kLoads) break;
-    int row = i / kChunks, chunk = i % kChunks;
-    bool real = row < t.rows && chunk < t.heads * kHeadChunks;
-    const unsigned short *g = base + (real ? row * row_stride + chunk * 8 : 0);
-    cp_async_16(dst + swizzle(row, chunk) * 2, g, real ? 16 : 0);
+  for (int k = 0; k < (kBlock + kRowStep - 1) / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    if (kBlock % kRowStep != 0 && row >= kBlock) break;
+    const bool real = head_real && row < t.rows;
+    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : base, real ? 16 : 0);
+    g += kRowStep * row_stride;
   }
 }

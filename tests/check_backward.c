@@ -128,6 +128,9 @@ START_TEST(plan_shapes) {
   ck_assert_int_eq(p.bwd.jobs, 4);
   ck_assert_int_eq(p.bwd.stages, 1);
   ck_assert(p.bwd.pds_overlay);
+  /* No staging rows: they hold 64 columns, and two turns through them per
+   * store were slower than the shuffles. */
+  ck_assert(!p.bwd.bulk_store);
   ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 128 * 2);
   ck_assert_int_eq(p.bwd.min_ctas_per_sm, 3);
   ck_assert_int_eq(p.bwd.items_per_cta, 8);
@@ -143,18 +146,29 @@ START_TEST(plan_shapes) {
   ck_assert_int_eq(p.bwd.min_ctas_per_sm, 3);
   ck_assert_int_eq(p.bwd.stages, 2);
   ck_assert(p.bwd.pds_overlay);
-  ck_assert_int_eq(p.bwd.smem_bytes, 2 * 4 * 64 * 128);
+  ck_assert(p.bwd.bulk_store);
+  /* Each warp's staging rows (16 x 72 elements) for the gradient stores:
+   * still three CTAs per SM. */
+  ck_assert_int_eq(p.bwd.smem_bytes, 2 * 4 * 64 * 128 + 4 * 16 * 72 * 2);
   ck_assert(p.bwd.wgmma); /* 64x64 tiles: both phases on wgmma where sm_90a */
+  /* sm_80 alone: no wgmma, no staging rows (no bulk copies there). */
   s.arch = AG_ARCH_SM80;
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   ck_assert(!p.bwd.wgmma);
+  ck_assert(!p.bwd.bulk_store);
+  ck_assert_int_eq(p.bwd.smem_bytes, 2 * 4 * 64 * 128);
   char *src;
   ck_assert_int_eq(ag_emit(&s, &src, NULL, &err), AG_OK);
   ck_assert_ptr_null(strstr(src, "wgmma"));
+  ck_assert_ptr_null(strstr(src, "bulk"));
+  ck_assert_ptr_null(strstr(src, "stmatrix"));
+  ck_assert_ptr_nonnull(strstr(src, "__shfl_xor_sync(0xffffffffu, upper ? v[i] : v[i | bit], bit)"));
   free(src);
   s.arch = AG_ARCH_AUTO; /* both paths, the compiler's arch picks */
   ck_assert_int_eq(ag_emit(&s, &src, NULL, &err), AG_OK);
   ck_assert_int_eq(ag_test_count(src, "wgmma.mma_async"), 2);
+  ck_assert_int_eq(ag_test_count(src, "cp.async.bulk.global.shared::cta"), 1);
+  ck_assert_int_eq(ag_test_count(src, "#if __CUDA_ARCH__ >= 900"), 3);
   ck_assert_int_gt(ag_test_count(src, "#ifdef __CUDA_ARCH_FEAT_SM90_ALL"), 5);
   ck_assert_ptr_nonnull(strstr(src, "rows_times_rows(s, q_s, k_s, c0, row0);"));
   free(src);
@@ -164,7 +178,8 @@ START_TEST(plan_shapes) {
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   ck_assert(!p.bwd.pds_overlay);
   ck_assert_int_eq(p.bwd.stages, 2); /* one CTA of 8 warps: room for two */
-  ck_assert_int_eq(p.bwd.smem_bytes, 2 * 4 * 128 * 128 + 2 * 128 * 128 * 2);
+  ck_assert(p.bwd.bulk_store);
+  ck_assert_int_eq(p.bwd.smem_bytes, 2 * 4 * 128 * 128 + 2 * 128 * 128 * 2 + 8 * 16 * 72 * 2);
   ck_assert_int_eq(p.bwd.warps, 8);
   s = spec_for("p", 64, 64, AG_DTYPE_FP16, true, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
@@ -199,7 +214,11 @@ START_TEST(plan_shapes) {
       int stride = b % 64 == 0 ? b : b + 8;
       int ps = 2 * w->heads_per_tile * b * stride * 2;
       ck_assert_int_eq(w->pds_overlay, stride <= dim && b <= 64);
-      ck_assert_int_eq(w->smem_bytes, w->stages * tiles + (w->pds_overlay ? 0 : ps));
+      const int rest = w->stages * tiles + (w->pds_overlay ? 0 : ps), staging = w->warps * 16 * 72 * 2;
+      /* The staging rows wherever they fit beside the rest (never at a CTA's cost). */
+      ck_assert_int_eq(w->bulk_store,
+                       dim == 64 && (rest + staging) * w->min_ctas_per_sm <= MAX_SMEM);
+      ck_assert_int_eq(w->smem_bytes, rest + (w->bulk_store ? staging : 0));
       ck_assert_int_le(w->smem_bytes * w->min_ctas_per_sm, MAX_SMEM);
       ck_assert_int_eq(w->jobs, w->heads_per_tile * b / 16);
       ck_assert_int_le(w->warps, w->jobs);
@@ -235,7 +254,7 @@ START_TEST(source_shape) {
 
   /* Backward alone: its own device helpers, no namespace, no forward. */
   ck_assert_ptr_null(strchr(bwd, '@'));
-  ck_assert_int_eq(ag_test_count(bwd, "begin device helpers"), 1);
+  ck_assert_int_eq(ag_test_count(bwd, "begin device helpers ("), 1);
   ck_assert_int_eq(ag_test_count(bwd, "extern \"C\" __global__"), 1);
   ck_assert_ptr_nonnull(strstr(bwd, "ag_e_b64_d128_fp16_causal_bwd(const unsigned short"));
   ck_assert_ptr_null(strstr(bwd, "_fwd"));
@@ -255,7 +274,7 @@ START_TEST(source_shape) {
   const char *f = body(fwd), *b = body(both);
   ck_assert_int_eq(strncmp(b, f, strlen(f)), 0);
   ck_assert_int_eq(strncmp(b + strlen(f), "\n/* The backward kernel.", 24), 0);
-  ck_assert_int_eq(ag_test_count(both, "begin device helpers"), 1);
+  ck_assert_int_eq(ag_test_count(both, "begin device helpers ("), 1);
   ck_assert_int_eq(ag_test_count(both, "extern \"C\" __global__"), 2);
   ck_assert_int_eq(ag_test_count(both, "namespace bwd {"), 1);
   ck_assert_ptr_nonnull(strstr(both, "}  // namespace bwd\n"));

@@ -181,6 +181,7 @@ START_TEST(plan_values) {
    * later where K and V were); two such CTAs per SM, for registers. */
   ck_assert_int_eq(p.bwd.stages, 1);
   ck_assert(p.bwd.pds_overlay);
+  ck_assert(!p.bwd.bulk_store); /* staging rows only at head_dim 64 */
   ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 256 + 64 * 256);
   ck_assert_int_eq(p.bwd.min_ctas_per_sm, 2);
   /* head_dim 64: two heads per forward tile, one stage, four CTAs; the
@@ -197,7 +198,7 @@ START_TEST(plan_values) {
   ck_assert_int_eq(p.min_ctas_per_sm, 4);
   ck_assert_int_eq(p.bwd.heads_per_tile, 1);
   ck_assert_int_eq(p.bwd.stages, 2);
-  ck_assert_int_eq(p.bwd.smem_bytes, 2 * (4 * 64 * 128 + 64 * 128));
+  ck_assert_int_eq(p.bwd.smem_bytes, 2 * (4 * 64 * 128 + 64 * 128) + 4 * 16 * 72 * 2);
   ck_assert_int_eq(p.bwd.min_ctas_per_sm, 2);
 
   /* Computed positions cost no memory: the forward's plan is the plain one
@@ -260,9 +261,12 @@ START_TEST(plan_values) {
       }
       const ag_plan_bwd *w = &p.bwd;
       const int stride = b % 64 == 0 ? b : b + 8;
-      ck_assert_int_eq(w->smem_bytes,
-                       w->stages * (4 * b * dim * 2 * w->heads_per_tile + table) +
-                           (w->pds_overlay ? 0 : 2 * w->heads_per_tile * b * stride * 2));
+      const int rest = w->stages * (4 * b * dim * 2 * w->heads_per_tile + table) +
+                       (w->pds_overlay ? 0 : 2 * w->heads_per_tile * b * stride * 2);
+      const int staging = w->warps * 16 * 72 * 2;
+      ck_assert_int_eq(w->bulk_store,
+                       dim == 64 && (rest + staging) * w->min_ctas_per_sm <= MAX_SMEM);
+      ck_assert_int_eq(w->smem_bytes, rest + (w->bulk_store ? staging : 0));
       ck_assert_int_le(w->warps * w->min_ctas_per_sm, 8); /* 255 registers a thread */
       ck_assert_int_le(w->smem_bytes * w->min_ctas_per_sm, MAX_SMEM);
     }

@@ -43,7 +43,6 @@ constexpr int kStageElems = 3 * kTileElems;  // Q, K and V
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
 constexpr int kJobs = kHeadsPerTile * kBlock / 16;  // (head, 16-row query tile) jobs per tile
-constexpr int kLoads = kBlock * kChunks;  // 16-byte copies per tensor per tile
 static_assert(kWarps * kJobsPerWarp >= kJobs, "warps must cover the tile");
 /* ---- end constants ---- */
 
@@ -304,19 +303,25 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 }
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
-// group) into `tile`; completion is awaited with the commit group.
+// group) into `tile`; completion is awaited with the commit group. Each
+// thread keeps one chunk column and steps down the rows, so its address
+// and swizzle are worked out once and each further row is a constant step.
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
+  constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
+  static_assert(kThreads % kChunks == 0, "a pass of the CTA covers whole rows");
   const unsigned short *base = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
-  unsigned dst = smem_addr(tile);
+  const unsigned dst = smem_addr(tile);
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const bool head_real = chunk < t.heads * kHeadChunks;
+  const unsigned short *g = base + row0 * row_stride + chunk * 8;
 #pragma unroll
-  for (int it = 0; it < (kLoads + kThreads - 1) / kThreads; it++) {
-    int i = threadIdx.x + it * kThreads;
-    if (kLoads % kThreads != 0 && i >= kLoads) break;
-    int row = i / kChunks, chunk = i % kChunks;
-    bool real = row < t.rows && chunk < t.heads * kHeadChunks;
-    const unsigned short *g = base + (real ? row * row_stride + chunk * 8 : 0);
-    cp_async_16(dst + swizzle(row, chunk) * 2, g, real ? 16 : 0);
+  for (int k = 0; k < (kBlock + kRowStep - 1) / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    if (kBlock % kRowStep != 0 && row >= kBlock) break;
+    const bool real = head_real && row < t.rows;
+    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : base, real ? 16 : 0);
+    g += kRowStep * row_stride;
   }
 }
 

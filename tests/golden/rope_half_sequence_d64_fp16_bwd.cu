@@ -34,7 +34,8 @@
  *     threads: 128 (4 warps; 4 (head, 16-row tile) jobs per phase)
  *     Q, K, V, dO tiles resident per CTA: 2
  *     matrix products: wgmma (one warpgroup) on sm_90a, else mma.sync
- *     shared memory: 65536 bytes (P and dS take K's and V's place)
+ *     shared memory: 74752 bytes (P and dS take K's and V's place)
+ *     gradient stores: through 2304 bytes of staging rows per warp, bulk copies on sm_90
  *     registers capped for 2 CTAs per SM
  *     grid: one CTA per 8 (block, head group) tiles
  */
@@ -58,7 +59,6 @@ constexpr int kStageElems = 3 * kTileElems;  // Q, K and V
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
 constexpr int kJobs = kHeadsPerTile * kBlock / 16;  // (head, 16-row query tile) jobs per tile
-constexpr int kLoads = kBlock * kChunks;  // 16-byte copies per tensor per tile
 static_assert(kWarps * kJobsPerWarp >= kJobs, "warps must cover the tile");
 /* ---- end constants ---- */
 
@@ -321,19 +321,25 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 }
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
-// group) into `tile`; completion is awaited with the commit group.
+// group) into `tile`; completion is awaited with the commit group. Each
+// thread keeps one chunk column and steps down the rows, so its address
+// and swizzle are worked out once and each further row is a constant step.
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
+  constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
+  static_assert(kThreads % kChunks == 0, "a pass of the CTA covers whole rows");
   const unsigned short *base = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
-  unsigned dst = smem_addr(tile);
+  const unsigned dst = smem_addr(tile);
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const bool head_real = chunk < t.heads * kHeadChunks;
+  const unsigned short *g = base + row0 * row_stride + chunk * 8;
 #pragma unroll
-  for (int it = 0; it < (kLoads + kThreads - 1) / kThreads; it++) {
-    int i = threadIdx.x + it * kThreads;
-    if (kLoads % kThreads != 0 && i >= kLoads) break;
-    int row = i / kChunks, chunk = i % kChunks;
-    bool real = row < t.rows && chunk < t.heads * kHeadChunks;
-    const unsigned short *g = base + (real ? row * row_stride + chunk * 8 : 0);
-    cp_async_16(dst + swizzle(row, chunk) * 2, g, real ? 16 : 0);
+  for (int k = 0; k < (kBlock + kRowStep - 1) / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    if (kBlock % kRowStep != 0 && row >= kBlock) break;
+    const bool real = head_real && row < t.rows;
+    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : base, real ? 16 : 0);
+    g += kRowStep * row_stride;
   }
 }
 
@@ -617,7 +623,6 @@ constexpr int kRowTiles = kBlock / 16;  // 16-row tiles of a block: query rows o
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T and dP = dO V^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kJobs = kHeadsPerTile * kRowTiles;  // (head, 16-row tile) jobs per tile and phase
-constexpr int kLoads = kBlock * kChunks;  // 16-byte copies per tensor per tile
 // P and dS of one head are [query row][key] in rows of kPStride elements:
 // blocks of a multiple of 64 tokens XOR-swizzle the 16-byte chunks of a row
 // by the row (as the tiles do), other blocks pad each row by 16 bytes.
@@ -626,7 +631,14 @@ constexpr int kLoads = kBlock * kChunks;  // 16-byte copies per tensor per tile
 constexpr bool kPSwizzle = kBlock % 64 == 0;
 constexpr int kPStride = kPSwizzle ? kBlock : kBlock + 8;
 constexpr int kPElems = kBlock * kPStride;  // P (or dS) of one head
-constexpr int kSmemBytes = 65536;  // dynamic shared memory, as planned
+constexpr int kSmemBytes = 74752;  // dynamic shared memory, as planned
+// Each warp's staging rows for its gradient stores, the last of shared
+// memory: 16 rows of a head, each padded by 16 bytes so that the 8 row
+// addresses of an stmatrix hit different banks.
+constexpr int kStagingStride = kHeadDim + 8;
+constexpr int kStagingElems = 16 * kStagingStride;  // one warp's
+constexpr int kStagingBytes = 2 * kWarps * kStagingElems;
+static_assert(kHeadDim == 64, "the plan stages rows of 64 elements");
 static_assert(kJobs == kWarps, "P and dS wait in registers: one job per warp");
 static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS in V's");
 static_assert(kWarps == 4 && kBlock == 64 && kHeadDim == 64 && kHeadsPerTile == 1 && kPSwizzle,
@@ -636,7 +648,8 @@ static_assert(kWarps == 4 && kBlock == 64 && kHeadDim == 64 && kHeadsPerTile == 
 constexpr int kStepAlongRow = 16 * 2;
 constexpr int kStepOverRows = 16 * kRowElems * 2;
 static_assert(kPStride == kRowElems, "P and dS rows are tile rows");
-static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory is the stages");
+static_assert(2 * kStages * kStageElems + kStagingBytes == kSmemBytes,
+              "the plan's shared memory is the stages and the staging rows");
 /* ---- end constants ---- */
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
@@ -652,14 +665,19 @@ static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory
 // tile 1024-byte aligned. That is the 128-byte swizzle: 8-row atoms of
 // 1024 bytes, stride (SBO) 1024 between atoms. Read K-major (rows run over
 // M or N, the 64 elements over k) or MN-major (rows run over k); either way
-// one 64-element block, so the leading offset (LBO) is never used. `addr`
-// is the shared address of the first element the MMA reads: for K-major
-// operands 32 bytes per k16 step into the row, for MN-major 16 rows.
-__device__ __forceinline__ unsigned long long sw128_desc(unsigned addr) {
-  return (unsigned long long)((addr & 0x3FFFFu) >> 4) |   // start address, 16-byte units
-         (unsigned long long)1 << 16 |                    // LBO (unused)
-         (unsigned long long)(1024 >> 4) << 32 |          // SBO: the next 8 rows
-         (unsigned long long)1 << 62;                     // 128-byte swizzle
+// one 64-element block, so the leading offset (LBO) is never used. `tile`
+// is the tile's shared address, `offset` the bytes from there to the first
+// element the MMA reads: for K-major operands 32 per k16 step into the row,
+// for MN-major 16 rows. The offset is added to the finished descriptor's
+// start-address field (16-byte units), so the tile's part is worked out
+// once for every step; shared addresses stay below 2^18, so the sum never
+// carries out of the field.
+__device__ __forceinline__ unsigned long long sw128_desc(unsigned tile, unsigned offset) {
+  return ((unsigned long long)((tile & 0x3FFFFu) >> 4) |  // start address, 16-byte units
+          (unsigned long long)1 << 16 |                   // LBO (unused)
+          (unsigned long long)(1024 >> 4) << 32 |         // SBO: the next 8 rows
+          (unsigned long long)1 << 62) +                  // 128-byte swizzle
+         (offset >> 4);
 }
 
 // Order this thread's earlier register and shared-memory writes before the
@@ -734,6 +752,45 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
 #undef WGMMA_D_OPERANDS
 
 /* ---- end device helpers (wgmma) ---- */
+#endif
+
+#if __CUDA_ARCH__ >= 900
+/* ---- begin device helpers (stmatrix, bulk copies, sm_90) ---- */
+
+// Four 8x8 16-bit matrices to shared memory (ldmatrix_x4's inverse): lanes
+// 8i..8i+7 give the row addresses of matrix i, and r[i] holds this lane's
+// pair of it in the mma C layout (row lane / 4, columns 2 (lane % 4) + 0, 1).
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2,
+                                            unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+// Make this thread's shared-memory writes visible to the bulk copies (the
+// async proxy); a barrier must follow before another thread issues them.
+__device__ __forceinline__ void fence_to_bulk() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from
+// shared to global memory in the background; closed into a group by
+// bulk_commit.
+__device__ __forceinline__ void bulk_store(void *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Wait until at most `pending` of this thread's committed groups have yet
+// to finish reading their shared-memory source (the writes to global
+// memory may still be on their way).
+template <int pending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(pending) : "memory");
+}
+
+/* ---- end device helpers (stmatrix, bulk copies) ---- */
 #endif
 
 /* ---- begin work walk ----
@@ -924,8 +981,9 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
 /* ---- begin the math ----
  * Per (block, head), with P = softmax(scale * Q K^T) over the visible keys
  * and dO = dL/dO given:
- *   dV = P^T dO,   dP = dO V^T,   D = rowsum(P (.) dP),   dS = P (.) (dP - D),
- *   dQ = scale * dS K,   dK = scale * dS^T Q.
+ *   dV = P^T dO,   dP = dO V^T,   D = rowsum(P (.) dP),
+ *   dS = scale * P (.) (dP - D),   dQ = dS K,   dK = dS^T Q
+ * (the scale is folded into dS, so no gradient needs it again).
  * The whole key range of a query is one tile, so P is recomputed exactly from
  * Q and K, and D (which equals rowsum(dO (.) O)) comes from P and dP: neither
  * O nor a logsumexp is read, and every gradient row belongs to one tile, so
@@ -937,9 +995,10 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
  *   2. (head, 16 key rows) jobs: dV and dK rows are sums over every query
  *      row, so they wait for all of phase 1, and read P^T and dS^T as A
  *      operands with ldmatrix.trans. Phase 2 reads neither K nor V.
- * The gradients go from the mma registers to memory without shared memory:
- * each quad trades its pairs with shuffles so that every lane stores 16
- * contiguous bytes (store_rows).
+ * The gradients go from the mma registers to memory in whole rows: on sm_90
+ * through the warp's staging rows in shared memory and bulk copies, else
+ * after shuffles in each quad that give every lane 16 contiguous bytes
+ * (store_rows).
  * ---- end the math ---- */
 
 /* ---- begin tile load ----
@@ -952,19 +1011,25 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 }
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
-// group) into `tile`; completion is awaited with the commit group.
+// group) into `tile`; completion is awaited with the commit group. Each
+// thread keeps one chunk column and steps down the rows, so its address
+// and swizzle are worked out once and each further row is a constant step.
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
+  constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
+  static_assert(kThreads % kChunks == 0, "a pass of the CTA covers whole rows");
   const unsigned short *base = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
-  unsigned dst = smem_addr(tile);
+  const unsigned dst = smem_addr(tile);
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const bool head_real = chunk < t.heads * kHeadChunks;
+  const unsigned short *g = base + row0 * row_stride + chunk * 8;
 #pragma unroll
-  for (int it = 0; it < (kLoads + kThreads - 1) / kThreads; it++) {
-    int i = threadIdx.x + it * kThreads;
-    if (kLoads % kThreads != 0 && i >= kLoads) break;
-    int row = i / kChunks, chunk = i % kChunks;
-    bool real = row < t.rows && chunk < t.heads * kHeadChunks;
-    const unsigned short *g = base + (real ? row * row_stride + chunk * 8 : 0);
-    cp_async_16(dst + swizzle(row, chunk) * 2, g, real ? 16 : 0);
+  for (int k = 0; k < (kBlock + kRowStep - 1) / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    if (kBlock % kRowStep != 0 && row >= kBlock) break;
+    const bool real = head_real && row < t.rows;
+    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : base, real ? 16 : 0);
+    g += kRowStep * row_stride;
   }
 }
 
@@ -1138,15 +1203,49 @@ __device__ __forceinline__ int p_at(int row, int chunk) {
   return row * kPStride + 8 * (kPSwizzle ? chunk ^ (row & 7) : chunk);
 }
 
+#if __CUDA_ARCH__ >= 900
+// This warp's staging rows (shared address).
+__device__ __forceinline__ unsigned staging_rows() {
+  extern __shared__ unsigned short all_smem[];
+  return smem_addr(all_smem + (kSmemBytes - kStagingBytes) / 2 + (threadIdx.x >> 5) * kStagingElems);
+}
+
 // Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
-// column 8n + 2tq + e % 2) times `mul` and store those before `rows` to
+// column 8n + 2tq + e % 2) and store those before `rows` to `out` (the
+// block's first token, this head): the warp writes them to its staging
+// rows with stmatrix, then lane r < 16 hands row r to a bulk copy, which
+// leaves the registers and the issue slots free. The copies run on while
+// the warp computes; the next call waits only until they have read the
+// staging rows.
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int row0, int rows,
+                                           unsigned short *out, long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const unsigned staging = staging_rows();
+  bulk_wait_read<0>(); // the staging rows are free again
+  __syncwarp();
+  // stmatrix rows: lanes 8i..8i+7 address matrix i, rows 8 (i % 2) + 0..7
+  // of n-tile n + i / 2.
+  const unsigned at = staging + ((lane & 15) * kStagingStride + (lane >> 4) * 8) * 2;
+#pragma unroll
+  for (int n = 0; n < kDimTiles; n += 2)
+    stmatrix_x4(at + n * 16, pack2(acc[n][0], acc[n][1]), pack2(acc[n][2], acc[n][3]),
+                pack2(acc[n + 1][0], acc[n + 1][1]), pack2(acc[n + 1][2], acc[n + 1][3]));
+  fence_to_bulk();
+  __syncwarp();
+  if (lane < 16 && row0 + lane < rows)
+    bulk_store(out + (row0 + lane) * row_stride, staging + lane * kStagingStride * 2,
+               kHeadDim * 2);
+  bulk_commit();
+}
+#else
+// Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
+// column 8n + 2tq + e % 2) and store those before `rows` to
 // `out` (the block's first token, this head) in 16-byte pieces: for each 4
 // n-tiles the quad transposes its 4 x 4 pairs with shuffles, so that lane
 // tq holds the 8 columns of n-tile 4m + tq, and a warp's store writes 64
 // contiguous bytes in each of 8 rows (whole 32-byte sectors).
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
-                                           int row0, int rows, unsigned short *out,
-                                           long long row_stride) {
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int row0, int rows,
+                                           unsigned short *out, long long row_stride) {
   static_assert(kDimTiles % 4 == 0, "n-tiles go in fours");
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
@@ -1161,7 +1260,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], flo
       unsigned v[4];
 #pragma unroll
       for (int i = 0; i < 4; i++)
-        v[i] = pack2(acc[4 * m + i][2 * hi] * mul, acc[4 * m + i][2 * hi + 1] * mul);
+        v[i] = pack2(acc[4 * m + i][2 * hi], acc[4 * m + i][2 * hi + 1]);
 #pragma unroll
       for (int bit = 1; bit <= 2; bit <<= 1) {
         const bool upper = tq & bit;
@@ -1179,6 +1278,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], flo
     }
   }
 }
+#endif
 
 __device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
 #pragma unroll
@@ -1242,12 +1342,12 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(s, sw128_desc(q_s + kk * kStepAlongRow), sw128_desc(k_s + kk * kStepAlongRow),
+    wgmma_ss<0, 0>(s, sw128_desc(q_s, kk * kStepAlongRow), sw128_desc(k_s, kk * kStepAlongRow),
                    kk);
   wgmma_commit();
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(dp, sw128_desc(do_s + kk * kStepAlongRow), sw128_desc(v_s + kk * kStepAlongRow),
+    wgmma_ss<0, 0>(dp, sw128_desc(do_s, kk * kStepAlongRow), sw128_desc(v_s, kk * kStepAlongRow),
                    kk);
   wgmma_commit();
   wgmma_wait<1>();
@@ -1293,19 +1393,19 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
     d_hi += __shfl_xor_sync(0xffffffffu, d_hi, d);
   }
 
-  // dS = P (.) (dP - D), rounded like P (the scale is applied to dQ and dK
-  // in fp32).
+  // dS = scale * P (.) (dP - D) = P (.) (scale dP - scale D), rounded like P.
+  const float sd_lo = kScale * d_lo, sd_hi = kScale * d_hi;
 #pragma unroll
   for (int n = 0; n < kKeyTiles; n++) {
     float p0, p1, p2, p3;
     unpack2(out.p[n][0], p0, p1);
     unpack2(out.p[n][1], p2, p3);
-    out.ds[n][0] = pack2(p0 * (dp[n][0] - d_lo), p1 * (dp[n][1] - d_lo));
-    out.ds[n][1] = pack2(p2 * (dp[n][2] - d_hi), p3 * (dp[n][3] - d_hi));
+    out.ds[n][0] = pack2(p0 * fmaf(dp[n][0], kScale, -sd_lo), p1 * fmaf(dp[n][1], kScale, -sd_lo));
+    out.ds[n][1] = pack2(p2 * fmaf(dp[n][2], kScale, -sd_hi), p3 * fmaf(dp[n][3], kScale, -sd_hi));
   }
 }
 
-// Phase 1 of one job, second part: dQ = scale * dS K of its rows, to
+// Phase 1 of one job, second part: dQ = dS K of its rows, to
 // memory. The dS pairs of key tiles 2j, 2j+1 are the A fragment of key
 // slice j; K's rows 16j.. are B, read as V is in the forward's O = P V.
 __device__ __forceinline__ void query_grads(const unsigned short *stage, const Tile &t, int h,
@@ -1320,7 +1420,7 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {
     const unsigned a[4] = {ds[2 * j][0], ds[2 * j][1], ds[2 * j + 1][0], ds[2 * j + 1][1]};
-    wgmma_rs<1>(acc, a, sw128_desc(k_s + j * kStepOverRows), j);
+    wgmma_rs<1>(acc, a, sw128_desc(k_s, j * kStepOverRows), j);
   }
   wgmma_commit();
   wgmma_wait<0>();
@@ -1344,7 +1444,7 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
   }
 #endif
   unrotate_rows(acc, stage, t, row0);
-  store_rows(acc, kScale, row0, t.rows,
+  store_rows(acc, row0, t.rows,
              dq + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim, row_stride);
 }
 
@@ -1421,30 +1521,30 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc, sw128_desc(p_s + kk * kStepOverRows), sw128_desc(do_s + kk * kStepOverRows),
+    wgmma_ss<1, 1>(acc, sw128_desc(p_s, kk * kStepOverRows), sw128_desc(do_s, kk * kStepOverRows),
                    kk);
   wgmma_commit();
 #pragma unroll
   for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc_k, sw128_desc(ds_s + kk * kStepOverRows),
-                   sw128_desc(q_s + kk * kStepOverRows), kk);
+    wgmma_ss<1, 1>(acc_k, sw128_desc(ds_s, kk * kStepOverRows),
+                   sw128_desc(q_s, kk * kStepOverRows), kk);
   wgmma_commit();
   wgmma_wait<1>();
   wgmma_hold(acc);
-  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
+  store_rows(acc, r0, t.rows, dv + at, row_stride);
   wgmma_wait<0>();
   wgmma_hold(acc_k);
   unrotate_rows(acc_k, stage, t, r0);
-  store_rows(acc_k, kScale, r0, t.rows, dk + at, row_stride);
+  store_rows(acc_k, r0, t.rows, dk + at, row_stride);
 #else
   clear(acc); // dV = P^T dO
   accumulate(acc, p_s, r0, do_s, c0, first_query_tile, tiles);
-  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
+  store_rows(acc, r0, t.rows, dv + at, row_stride);
 
-  clear(acc); // dK = scale * dS^T Q
+  clear(acc); // dK = dS^T Q
   accumulate(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
   unrotate_rows(acc, stage, t, r0);
-  store_rows(acc, kScale, r0, t.rows, dk + at, row_stride);
+  store_rows(acc, r0, t.rows, dk + at, row_stride);
 #endif
 }
 /* ---- end phase 2 ---- */
@@ -1549,6 +1649,9 @@ ag_golden_rope_bwd_b64_d64_fp16_causal_rope_bwd(const unsigned short *__restrict
     ring[kStages - 1] = walk_take(w);
   }
   cp_async_wait<0>();
+#if __CUDA_ARCH__ >= 900
+  bulk_wait_read<0>(); // the staging rows stay until the last copies have read them
+#endif
 }
 /* ---- end kernel ---- */
 

@@ -56,7 +56,6 @@ constexpr int kStageElems = 3 * kTileElems + kTableElems;  // Q, K, V and the ta
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
 constexpr int kJobs = kHeadsPerTile * kBlock / 16;  // (head, 16-row query tile) jobs per tile
-constexpr int kLoads = kBlock * kChunks;  // 16-byte copies per tensor per tile
 static_assert(kWarps * kJobsPerWarp >= kJobs, "warps must cover the tile");
 constexpr int kSmemBytes = 131072;  // dynamic shared memory, as planned
 static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory is the stages");
@@ -319,19 +318,25 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 }
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
-// group) into `tile`; completion is awaited with the commit group.
+// group) into `tile`; completion is awaited with the commit group. Each
+// thread keeps one chunk column and steps down the rows, so its address
+// and swizzle are worked out once and each further row is a constant step.
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
+  constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
+  static_assert(kThreads % kChunks == 0, "a pass of the CTA covers whole rows");
   const unsigned short *base = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
-  unsigned dst = smem_addr(tile);
+  const unsigned dst = smem_addr(tile);
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const bool head_real = chunk < t.heads * kHeadChunks;
+  const unsigned short *g = base + row0 * row_stride + chunk * 8;
 #pragma unroll
-  for (int it = 0; it < (kLoads + kThreads - 1) / kThreads; it++) {
-    int i = threadIdx.x + it * kThreads;
-    if (kLoads % kThreads != 0 && i >= kLoads) break;
-    int row = i / kChunks, chunk = i % kChunks;
-    bool real = row < t.rows && chunk < t.heads * kHeadChunks;
-    const unsigned short *g = base + (real ? row * row_stride + chunk * 8 : 0);
-    cp_async_16(dst + swizzle(row, chunk) * 2, g, real ? 16 : 0);
+  for (int k = 0; k < (kBlock + kRowStep - 1) / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    if (kBlock % kRowStep != 0 && row >= kBlock) break;
+    const bool real = head_real && row < t.rows;
+    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : base, real ? 16 : 0);
+    g += kRowStep * row_stride;
   }
 }
 
@@ -630,7 +635,6 @@ constexpr int kRowTiles = kBlock / 16;  // 16-row tiles of a block: query rows o
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T and dP = dO V^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kJobs = kHeadsPerTile * kRowTiles;  // (head, 16-row tile) jobs per tile and phase
-constexpr int kLoads = kBlock * kChunks;  // 16-byte copies per tensor per tile
 // P and dS of one head are [query row][key] in rows of kPStride elements:
 // blocks of a multiple of 64 tokens XOR-swizzle the 16-byte chunks of a row
 // by the row (as the tiles do), other blocks pad each row by 16 bytes.
@@ -640,9 +644,11 @@ constexpr bool kPSwizzle = kBlock % 64 == 0;
 constexpr int kPStride = kPSwizzle ? kBlock : kBlock + 8;
 constexpr int kPElems = kBlock * kPStride;  // P (or dS) of one head
 constexpr int kSmemBytes = 81920;  // dynamic shared memory, as planned
+constexpr int kStagingBytes = 0;  // no staging rows
 static_assert(kJobs == kWarps, "P and dS wait in registers: one job per warp");
 static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS in V's");
-static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory is the stages");
+static_assert(2 * kStages * kStageElems + kStagingBytes == kSmemBytes,
+              "the plan's shared memory is the stages and the staging rows");
 /* ---- end constants ---- */
 
 /* ---- begin work walk ----
@@ -831,8 +837,9 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
 /* ---- begin the math ----
  * Per (block, head), with P = softmax(scale * Q K^T) over the visible keys
  * and dO = dL/dO given:
- *   dV = P^T dO,   dP = dO V^T,   D = rowsum(P (.) dP),   dS = P (.) (dP - D),
- *   dQ = scale * dS K,   dK = scale * dS^T Q.
+ *   dV = P^T dO,   dP = dO V^T,   D = rowsum(P (.) dP),
+ *   dS = scale * P (.) (dP - D),   dQ = dS K,   dK = dS^T Q
+ * (the scale is folded into dS, so no gradient needs it again).
  * The whole key range of a query is one tile, so P is recomputed exactly from
  * Q and K, and D (which equals rowsum(dO (.) O)) comes from P and dP: neither
  * O nor a logsumexp is read, and every gradient row belongs to one tile, so
@@ -859,19 +866,25 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 }
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
-// group) into `tile`; completion is awaited with the commit group.
+// group) into `tile`; completion is awaited with the commit group. Each
+// thread keeps one chunk column and steps down the rows, so its address
+// and swizzle are worked out once and each further row is a constant step.
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
+  constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
+  static_assert(kThreads % kChunks == 0, "a pass of the CTA covers whole rows");
   const unsigned short *base = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
-  unsigned dst = smem_addr(tile);
+  const unsigned dst = smem_addr(tile);
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const bool head_real = chunk < t.heads * kHeadChunks;
+  const unsigned short *g = base + row0 * row_stride + chunk * 8;
 #pragma unroll
-  for (int it = 0; it < (kLoads + kThreads - 1) / kThreads; it++) {
-    int i = threadIdx.x + it * kThreads;
-    if (kLoads % kThreads != 0 && i >= kLoads) break;
-    int row = i / kChunks, chunk = i % kChunks;
-    bool real = row < t.rows && chunk < t.heads * kHeadChunks;
-    const unsigned short *g = base + (real ? row * row_stride + chunk * 8 : 0);
-    cp_async_16(dst + swizzle(row, chunk) * 2, g, real ? 16 : 0);
+  for (int k = 0; k < (kBlock + kRowStep - 1) / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    if (kBlock % kRowStep != 0 && row >= kBlock) break;
+    const bool real = head_real && row < t.rows;
+    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : base, real ? 16 : 0);
+    g += kRowStep * row_stride;
   }
 }
 
@@ -1066,14 +1079,13 @@ __device__ __forceinline__ int p_at(int row, int chunk) {
 }
 
 // Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
-// column 8n + 2tq + e % 2) times `mul` and store those before `rows` to
+// column 8n + 2tq + e % 2) and store those before `rows` to
 // `out` (the block's first token, this head) in 16-byte pieces: for each 4
 // n-tiles the quad transposes its 4 x 4 pairs with shuffles, so that lane
 // tq holds the 8 columns of n-tile 4m + tq, and a warp's store writes 64
 // contiguous bytes in each of 8 rows (whole 32-byte sectors).
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
-                                           int row0, int rows, unsigned short *out,
-                                           long long row_stride) {
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int row0, int rows,
+                                           unsigned short *out, long long row_stride) {
   static_assert(kDimTiles % 4 == 0, "n-tiles go in fours");
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
@@ -1088,7 +1100,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], flo
       unsigned v[4];
 #pragma unroll
       for (int i = 0; i < 4; i++)
-        v[i] = pack2(acc[4 * m + i][2 * hi] * mul, acc[4 * m + i][2 * hi + 1] * mul);
+        v[i] = pack2(acc[4 * m + i][2 * hi], acc[4 * m + i][2 * hi + 1]);
 #pragma unroll
       for (int bit = 1; bit <= 2; bit <<= 1) {
         const bool upper = tq & bit;
@@ -1196,19 +1208,19 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
     d_hi += __shfl_xor_sync(0xffffffffu, d_hi, d);
   }
 
-  // dS = P (.) (dP - D), rounded like P (the scale is applied to dQ and dK
-  // in fp32).
+  // dS = scale * P (.) (dP - D) = P (.) (scale dP - scale D), rounded like P.
+  const float sd_lo = kScale * d_lo, sd_hi = kScale * d_hi;
 #pragma unroll
   for (int n = 0; n < kKeyTiles; n++) {
     float p0, p1, p2, p3;
     unpack2(out.p[n][0], p0, p1);
     unpack2(out.p[n][1], p2, p3);
-    out.ds[n][0] = pack2(p0 * (dp[n][0] - d_lo), p1 * (dp[n][1] - d_lo));
-    out.ds[n][1] = pack2(p2 * (dp[n][2] - d_hi), p3 * (dp[n][3] - d_hi));
+    out.ds[n][0] = pack2(p0 * fmaf(dp[n][0], kScale, -sd_lo), p1 * fmaf(dp[n][1], kScale, -sd_lo));
+    out.ds[n][1] = pack2(p2 * fmaf(dp[n][2], kScale, -sd_hi), p3 * fmaf(dp[n][3], kScale, -sd_hi));
   }
 }
 
-// Phase 1 of one job, second part: dQ = scale * dS K of its rows, to
+// Phase 1 of one job, second part: dQ = dS K of its rows, to
 // memory. The dS pairs of key tiles 2j, 2j+1 are the A fragment of key
 // slice j; K's rows 16j.. are B, read as V is in the forward's O = P V.
 __device__ __forceinline__ void query_grads(const unsigned short *stage, const Tile &t, int h,
@@ -1233,7 +1245,7 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
     }
   }
   unrotate_rows(acc, stage, t, row0);
-  store_rows(acc, kScale, row0, t.rows,
+  store_rows(acc, row0, t.rows,
              dq + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim, row_stride);
 }
 
@@ -1302,12 +1314,12 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
 
   clear(acc); // dV = P^T dO
   accumulate(acc, p_s, r0, do_s, c0, first_query_tile, tiles);
-  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
+  store_rows(acc, r0, t.rows, dv + at, row_stride);
 
-  clear(acc); // dK = scale * dS^T Q
+  clear(acc); // dK = dS^T Q
   accumulate(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
   unrotate_rows(acc, stage, t, r0);
-  store_rows(acc, kScale, r0, t.rows, dk + at, row_stride);
+  store_rows(acc, r0, t.rows, dk + at, row_stride);
 }
 /* ---- end phase 2 ---- */
 
