@@ -572,6 +572,15 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
  * this item's phase 1.
 @endif@
  */
+@if WGMMA@
+// 1024-byte aligned: wgmma reads the tiles in the 128-byte swizzle, whose
+// 8-row atoms must start at multiples of 1024. (Declared here, not in the
+// kernel, so that it is not the forward's in a source that holds both.)
+extern __shared__ __align__(1024) unsigned short smem[];
+@else@
+extern __shared__ __align__(128) unsigned short smem[];
+@endif@
+
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
@@ -584,14 +593,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @endif@
     int heads, long long total_tokens, long long num_items) {
 @if WGMMA@
-  // 1024-byte aligned: wgmma reads the tiles in the 128-byte swizzle, whose
-  // 8-row atoms must start at multiples of 1024.
-  extern __shared__ __align__(1024) unsigned short smem[];
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
   if (smem_addr(smem) % 1024) __trap(); // never seen; wrong gradients would be worse
 #endif
-@else@
-  extern __shared__ __align__(128) unsigned short smem[];
 @endif@
   const long long row_stride = (long long)heads * kHeadDim;
 

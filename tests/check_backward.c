@@ -168,6 +168,14 @@ START_TEST(plan_shapes) {
   ck_assert_int_eq(ag_emit(&s, &src, NULL, &err), AG_OK);
   ck_assert_int_eq(ag_test_count(src, "wgmma.mma_async"), 2);
   ck_assert_int_eq(ag_test_count(src, "cp.async.bulk.global.shared::cta"), 1);
+  /* The backward's 1024-byte aligned shared memory is bwd::smem, declared
+   * at namespace scope: inside the kernel it would be the forward's extern
+   * "C" smem (aligned to 128; nvcc warns of the clash). */
+  const char *decl = strstr(src, "\nextern __shared__ __align__(1024) unsigned short smem[];\n");
+  ck_assert_ptr_nonnull(decl);
+  ck_assert_ptr_nonnull(strstr(src, "namespace bwd {"));
+  ck_assert(strstr(src, "namespace bwd {") < decl);
+  ck_assert_int_eq(ag_test_count(src, "extern __shared__ __align__(1024)"), 1);
   ck_assert_int_eq(ag_test_count(src, "#if __CUDA_ARCH__ >= 900"), 3);
   ck_assert_int_gt(ag_test_count(src, "#ifdef __CUDA_ARCH_FEAT_SM90_ALL"), 5);
   ck_assert_ptr_nonnull(strstr(src, "rows_times_rows(s, q_s, k_s, c0, row0);"));

@@ -1556,15 +1556,17 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
  * P and dS wait in each warp's registers until every warp is done with K and
  * V, then take their place in the stage.
  */
+// 1024-byte aligned: wgmma reads the tiles in the 128-byte swizzle, whose
+// 8-row atoms must start at multiples of 1024. (Declared here, not in the
+// kernel, so that it is not the forward's in a source that holds both.)
+extern __shared__ __align__(1024) unsigned short smem[];
+
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 ag_golden_rope_bwd_b64_d64_fp16_causal_rope_bwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, const int *__restrict__ offsets, long long batch,
     int heads, long long total_tokens, long long num_items) {
-  // 1024-byte aligned: wgmma reads the tiles in the 128-byte swizzle, whose
-  // 8-row atoms must start at multiples of 1024.
-  extern __shared__ __align__(1024) unsigned short smem[];
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
   if (smem_addr(smem) % 1024) __trap(); // never seen; wrong gradients would be worse
 #endif

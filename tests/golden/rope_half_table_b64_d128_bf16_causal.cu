@@ -1330,6 +1330,8 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
  * P and dS wait in each warp's registers until every warp is done with K and
  * V, then take their place in the stage.
  */
+extern __shared__ __align__(128) unsigned short smem[];
+
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
@@ -1337,7 +1339,6 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict
     unsigned short *__restrict__ dv, const unsigned short *__restrict__ rotary_table,
     const int *__restrict__ offsets, long long batch,
     int heads, long long total_tokens, long long num_items) {
-  extern __shared__ __align__(128) unsigned short smem[];
   const long long row_stride = (long long)heads * kHeadDim;
 
   Walk w;
