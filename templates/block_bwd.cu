@@ -74,10 +74,12 @@ static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS
 @if WGMMA@
 static_assert(kWarps == 4 && kBlock == 64 && kHeadDim == 64 && kHeadsPerTile == 1 && kPSwizzle,
               "wgmma: one warpgroup on 64x64 tiles of 128-byte swizzled rows");
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
 // A wgmma k16 step: 16 elements along a row (operands read K-major), or 16
 // rows (read MN-major), of a tile or of P and dS.
 constexpr int kStepAlongRow = 16 * 2;
 constexpr int kStepOverRows = 16 * kRowElems * 2;
+#endif
 static_assert(kPStride == kRowElems, "P and dS rows are tile rows");
 @endif@
 static_assert(2 * kStages * kStageElems + kStagingBytes == kSmemBytes,
@@ -105,6 +107,17 @@ static_assert(2 * (kStages * kStageElems + 2 * kHeadsPerTile * kPElems) + kStagi
 #endif
 
 @endif@
+// The CTA's dynamic shared memory: the stages, then P and dS or the staging
+// rows where the plan has them. Declared out here rather than in the kernel,
+// so that in a source holding both passes it is not the forward's.
+@if WGMMA@
+// 1024-byte aligned: wgmma reads the tiles in the 128-byte swizzle, whose
+// 8-row atoms must start at multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
+@else@
+extern __shared__ __align__(128) unsigned short smem[];
+@endif@
+
 @include block_walk.cuh@
 
 @include softmax_rows.cuh@
@@ -572,15 +585,6 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
  * this item's phase 1.
 @endif@
  */
-@if WGMMA@
-// 1024-byte aligned: wgmma reads the tiles in the 128-byte swizzle, whose
-// 8-row atoms must start at multiples of 1024. (Declared here, not in the
-// kernel, so that it is not the forward's in a source that holds both.)
-extern __shared__ __align__(1024) unsigned short smem[];
-@else@
-extern __shared__ __align__(128) unsigned short smem[];
-@endif@
-
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,

@@ -168,6 +168,10 @@ START_TEST(plan_shapes) {
   ck_assert_int_eq(ag_emit(&s, &src, NULL, &err), AG_OK);
   ck_assert_int_eq(ag_test_count(src, "wgmma.mma_async"), 2);
   ck_assert_int_eq(ag_test_count(src, "cp.async.bulk.global.shared::cta"), 1);
+  /* Each set of device helpers once: the forward's mma.sync ones serve both. */
+  ck_assert_int_eq(ag_test_count(src, "begin device helpers (mma.sync"), 1);
+  ck_assert_int_eq(ag_test_count(src, "begin device helpers (wgmma"), 1);
+  ck_assert_int_eq(ag_test_count(src, "begin device helpers (stmatrix"), 1);
   /* The backward's 1024-byte aligned shared memory is bwd::smem, declared
    * at namespace scope: inside the kernel it would be the forward's extern
    * "C" smem (aligned to 128; nvcc warns of the clash). */
@@ -262,7 +266,8 @@ START_TEST(source_shape) {
 
   /* Backward alone: its own device helpers, no namespace, no forward. */
   ck_assert_ptr_null(strchr(bwd, '@'));
-  ck_assert_int_eq(ag_test_count(bwd, "begin device helpers ("), 1);
+  ck_assert_int_eq(ag_test_count(bwd, "begin device helpers (mma.sync"), 1);
+  ck_assert_int_eq(ag_test_count(bwd, "begin device helpers ("), 1); /* no wgmma, no bulk copies */
   ck_assert_int_eq(ag_test_count(bwd, "extern \"C\" __global__"), 1);
   ck_assert_ptr_nonnull(strstr(bwd, "ag_e_b64_d128_fp16_causal_bwd(const unsigned short"));
   ck_assert_ptr_null(strstr(bwd, "_fwd"));
@@ -282,6 +287,7 @@ START_TEST(source_shape) {
   const char *f = body(fwd), *b = body(both);
   ck_assert_int_eq(strncmp(b, f, strlen(f)), 0);
   ck_assert_int_eq(strncmp(b + strlen(f), "\n/* The backward kernel.", 24), 0);
+  ck_assert_int_eq(ag_test_count(both, "begin device helpers (mma.sync"), 1);
   ck_assert_int_eq(ag_test_count(both, "begin device helpers ("), 1);
   ck_assert_int_eq(ag_test_count(both, "extern \"C\" __global__"), 2);
   ck_assert_int_eq(ag_test_count(both, "namespace bwd {"), 1);

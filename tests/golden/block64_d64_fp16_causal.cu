@@ -304,8 +304,10 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
 // group) into `tile`; completion is awaited with the commit group. Each
-// thread keeps one chunk column and steps down the rows, so its address
-// and swizzle are worked out once and each further row is a constant step.
+// thread keeps one chunk column and steps down the rows, so its global
+// address is worked out once and each further row is a constant step; the
+// swizzle is written per row (where the step is a multiple of 8 rows it is
+// the same for all, and the compiler folds it).
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
   constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers

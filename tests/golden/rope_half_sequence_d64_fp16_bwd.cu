@@ -322,8 +322,10 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
 // group) into `tile`; completion is awaited with the commit group. Each
-// thread keeps one chunk column and steps down the rows, so its address
-// and swizzle are worked out once and each further row is a constant step.
+// thread keeps one chunk column and steps down the rows, so its global
+// address is worked out once and each further row is a constant step; the
+// swizzle is written per row (where the step is a multiple of 8 rows it is
+// the same for all, and the compiler folds it).
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
   constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
@@ -643,10 +645,12 @@ static_assert(kJobs == kWarps, "P and dS wait in registers: one job per warp");
 static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS in V's");
 static_assert(kWarps == 4 && kBlock == 64 && kHeadDim == 64 && kHeadsPerTile == 1 && kPSwizzle,
               "wgmma: one warpgroup on 64x64 tiles of 128-byte swizzled rows");
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
 // A wgmma k16 step: 16 elements along a row (operands read K-major), or 16
 // rows (read MN-major), of a tile or of P and dS.
 constexpr int kStepAlongRow = 16 * 2;
 constexpr int kStepOverRows = 16 * kRowElems * 2;
+#endif
 static_assert(kPStride == kRowElems, "P and dS rows are tile rows");
 static_assert(2 * kStages * kStageElems + kStagingBytes == kSmemBytes,
               "the plan's shared memory is the stages and the staging rows");
@@ -792,6 +796,13 @@ __device__ __forceinline__ void bulk_wait_read() {
 
 /* ---- end device helpers (stmatrix, bulk copies) ---- */
 #endif
+
+// The CTA's dynamic shared memory: the stages, then P and dS or the staging
+// rows where the plan has them. Declared out here rather than in the kernel,
+// so that in a source holding both passes it is not the forward's.
+// 1024-byte aligned: wgmma reads the tiles in the 128-byte swizzle, whose
+// 8-row atoms must start at multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
 
 /* ---- begin work walk ----
  * Work items are (block, head group) pairs; a head group is kHeadsPerTile
@@ -1012,8 +1023,10 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
 // group) into `tile`; completion is awaited with the commit group. Each
-// thread keeps one chunk column and steps down the rows, so its address
-// and swizzle are worked out once and each further row is a constant step.
+// thread keeps one chunk column and steps down the rows, so its global
+// address is worked out once and each further row is a constant step; the
+// swizzle is written per row (where the step is a multiple of 8 rows it is
+// the same for all, and the compiler folds it).
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
   constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
@@ -1556,11 +1569,6 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
  * P and dS wait in each warp's registers until every warp is done with K and
  * V, then take their place in the stage.
  */
-// 1024-byte aligned: wgmma reads the tiles in the 128-byte swizzle, whose
-// 8-row atoms must start at multiples of 1024. (Declared here, not in the
-// kernel, so that it is not the forward's in a source that holds both.)
-extern __shared__ __align__(1024) unsigned short smem[];
-
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 ag_golden_rope_bwd_b64_d64_fp16_causal_rope_bwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,

@@ -321,8 +321,10 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
 // group) into `tile`; completion is awaited with the commit group. Each
-// thread keeps one chunk column and steps down the rows, so its address
-// and swizzle are worked out once and each further row is a constant step.
+// thread keeps one chunk column and steps down the rows, so its global
+// address is worked out once and each further row is a constant step; the
+// swizzle is written per row (where the step is a multiple of 8 rows it is
+// the same for all, and the compiler folds it).
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
   constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
@@ -672,6 +674,11 @@ __device__ __forceinline__ void bulk_wait_read() {
 /* ---- end device helpers (stmatrix, bulk copies) ---- */
 #endif
 
+// The CTA's dynamic shared memory: the stages, then P and dS or the staging
+// rows where the plan has them. Declared out here rather than in the kernel,
+// so that in a source holding both passes it is not the forward's.
+extern __shared__ __align__(128) unsigned short smem[];
+
 /* ---- begin work walk ----
  * Work items are (block, head group) pairs; a head group is kHeadsPerTile
  * adjacent heads, whose rows are contiguous in memory. Blocks get "virtual" numbers that need
@@ -891,8 +898,10 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
 // group) into `tile`; completion is awaited with the commit group. Each
-// thread keeps one chunk column and steps down the rows, so its address
-// and swizzle are worked out once and each further row is a constant step.
+// thread keeps one chunk column and steps down the rows, so its global
+// address is worked out once and each further row is a constant step; the
+// swizzle is written per row (where the step is a multiple of 8 rows it is
+// the same for all, and the compiler folds it).
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
   constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
@@ -1350,8 +1359,6 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
  * P and dS wait in each warp's registers until every warp is done with K and
  * V, then take their place in the stage.
  */
-extern __shared__ __align__(128) unsigned short smem[];
-
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 ag_golden_rope_is_b32_d64_bf16_rope_bwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
