@@ -7,9 +7,10 @@
 @#   With rotary embeddings, those of rotary.cuh.
 @# Conditions: CAUSAL; PDS_OVERLAY (P and dS take the place of K and V once
 @#   phase 1 is done: one job per warp, and P and dS no larger than K and V);
-@#   WGMMA (with PDS_OVERLAY, one head of 64 tokens at head_dim 64, so every
-@#   operand is a 64x64 tile of 128-byte rows: where compiled for sm_90a the
-@#   four warps compute both phases as one warpgroup with wgmma);
+@#   WGMMA (with PDS_OVERLAY, one head of 64 tokens at head_dim 64 or 128,
+@#   the tiles stored as 64-column halves (SPLIT_ROWS at 128), so every
+@#   operand is a 64x64 matrix of 128-byte rows: where compiled for sm_90a
+@#   the four warps compute both phases as one warpgroup with wgmma);
 @#   BULK_STORE (each warp's staging rows end the shared memory: where
 @#   compiled for sm_90 the gradients go through them to memory);
 @#   ROTARY (rotary embeddings; then those of rotary.cuh, and
@@ -72,15 +73,20 @@ constexpr int kStagingBytes = 0;  // no staging rows
 static_assert(kJobs == kWarps, "P and dS wait in registers: one job per warp");
 static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS in V's");
 @if WGMMA@
-static_assert(kWarps == 4 && kBlock == 64 && kHeadDim == 64 && kHeadsPerTile == 1 && kPSwizzle,
-              "wgmma: one warpgroup on 64x64 tiles of 128-byte swizzled rows");
+static_assert(kWarps == 4 && kBlock == 64 && kHeadDim % 64 == 0 && kHeadsPerTile == 1 &&
+                  kPSwizzle,
+              "wgmma: one warpgroup on 64-row tiles of 128-byte swizzled rows");
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-// A wgmma k16 step: 16 elements along a row (operands read K-major), or 16
-// rows (read MN-major), of a tile or of P and dS.
-constexpr int kStepAlongRow = 16 * 2;
-constexpr int kStepOverRows = 16 * kRowElems * 2;
+// Every operand is a 64x64 matrix of 128-byte rows: a tile is kHalves of
+// them (its 64-column halves), P and dS one each.
+constexpr int kHalves = kHeadDim / 64;
+constexpr int kHalfBytes = 64 * 64 * 2;
+// A wgmma k16 step over 16 rows of such a matrix (operands read MN-major);
+// along the rows (read K-major) a step is 32 bytes, and every 4 steps the
+// next half.
+constexpr int kStepOverRows = 16 * 64 * 2;
 #endif
-static_assert(kPStride == kRowElems, "P and dS rows are tile rows");
+static_assert(kPStride == 64, "P and dS rows are 128 bytes, as the halves' rows");
 @endif@
 static_assert(2 * kStages * kStageElems + kStagingBytes == kSmemBytes,
               "the plan's shared memory is the stages and the staging rows");
@@ -275,6 +281,15 @@ __device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
 }
 
 /* ---- begin phase 1: P, dS and dQ for 16 query rows ---- */
+@if WGMMA@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+
+// Columns 64h.. of a result (its n-tiles 8h..8h+7): what one wgmma computes.
+__device__ __forceinline__ float (&half_of(float (&acc)[kDimTiles][4], int h))[8][4] {
+  return *reinterpret_cast<float(*)[8][4]>(&acc[8 * h]);
+}
+#endif
+@endif@
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and every row j of tile b (head columns from chunk c0), as kKeyTiles 16x8
@@ -331,14 +346,16 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   (void)c0;
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(s, sw128_desc(q_s, kk * kStepAlongRow), sw128_desc(k_s, kk * kStepAlongRow),
-                   kk);
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk / 4 * kHalfBytes + kk % 4 * 32;
+    wgmma_ss<0, 0>(s, sw128_desc(q_s, along), sw128_desc(k_s, along), kk);
+  }
   wgmma_commit();
 #pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(dp, sw128_desc(do_s, kk * kStepAlongRow), sw128_desc(v_s, kk * kStepAlongRow),
-                   kk);
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk / 4 * kHalfBytes + kk % 4 * 32;
+    wgmma_ss<0, 0>(dp, sw128_desc(do_s, along), sw128_desc(v_s, along), kk);
+  }
   wgmma_commit();
   wgmma_wait<1>();
   wgmma_hold(s);
@@ -413,16 +430,20 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
 @if WGMMA@
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
   // The warpgroup's 64 rows: A from the dS registers, B = K's rows 16j..
-  // read MN-major (the k index j runs over K's rows).
+  // read MN-major (the k index j runs over K's rows), one half of K's
+  // columns at a time.
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {
     const unsigned a[4] = {ds[2 * j][0], ds[2 * j][1], ds[2 * j + 1][0], ds[2 * j + 1][1]};
-    wgmma_rs<1>(acc, a, sw128_desc(k_s, j * kStepOverRows), j);
+#pragma unroll
+    for (int h = 0; h < kHalves; h++)
+      wgmma_rs<1>(half_of(acc, h), a, sw128_desc(k_s, h * kHalfBytes + j * kStepOverRows), j);
   }
   wgmma_commit();
   wgmma_wait<0>();
-  wgmma_hold(acc);
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc, h));
 #else
 @endif@
   const int c0 = h * kHeadChunks;
@@ -531,22 +552,28 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc, sw128_desc(p_s, kk * kStepOverRows), sw128_desc(do_s, kk * kStepOverRows),
-                   kk);
+#pragma unroll
+    for (int h = 0; h < kHalves; h++)
+      wgmma_ss<1, 1>(half_of(acc, h), sw128_desc(p_s, kk * kStepOverRows),
+                     sw128_desc(do_s, h * kHalfBytes + kk * kStepOverRows), kk);
   wgmma_commit();
 #pragma unroll
   for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc_k, sw128_desc(ds_s, kk * kStepOverRows),
-                   sw128_desc(q_s, kk * kStepOverRows), kk);
+#pragma unroll
+    for (int h = 0; h < kHalves; h++)
+      wgmma_ss<1, 1>(half_of(acc_k, h), sw128_desc(ds_s, kk * kStepOverRows),
+                     sw128_desc(q_s, h * kHalfBytes + kk * kStepOverRows), kk);
   wgmma_commit();
   wgmma_wait<1>();
-  wgmma_hold(acc);
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc, h));
 @if ROTATE_V@
   unrotate_rows(acc, stage, t, r0);
 @endif@
   store_rows(acc, r0, t.rows, dv + at, row_stride);
   wgmma_wait<0>();
-  wgmma_hold(acc_k);
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc_k, h));
 @if ROTATE_K@
   unrotate_rows(acc_k, stage, t, r0);
 @endif@

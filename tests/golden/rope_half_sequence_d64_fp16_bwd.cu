@@ -362,11 +362,11 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
  * in fp32 from the 16-bit values, rounded back once.
  * Pairs are (x[i], x[i + kHeadDim / 2]) (the half layout): the two halves of
  * a head are kHeadChunks / 2 chunks apart in a tile row, but swizzle() places
- * every chunk by its own index and the row (chunk c of row r at c ^ (r % 8)),
- * so a chunk and its partner are each looked up, never found at a fixed
- * distance. A unit of work is chunk cc < kHeadChunks / 2 of a head in one row
- * with its partner cc + kHeadChunks / 2: element e of the one and element e
- * of the other are pair 8 cc + e.
+ * every chunk by its own index and the row (see the tile load), so a chunk
+ * and its partner are each looked up, never found at a fixed distance. A
+ * unit of work is chunk cc < kHeadChunks / 2 of a head in one row with its
+ * partner cc + kHeadChunks / 2: element e of the one and element e of the
+ * other are pair 8 cc + e.
  * a(t, i) = p base^(-2i / kHeadDim), p the token's index in its sequence,
  * in fp32: p times kRotaryTurns[i], the angle per position in turns, is
  * rounded once (as a framework's fp32 p * inv_freq is), its whole turns
@@ -643,15 +643,20 @@ constexpr int kStagingBytes = 2 * kWarps * kStagingElems;
 static_assert(kHeadDim == 64, "the plan stages rows of 64 elements");
 static_assert(kJobs == kWarps, "P and dS wait in registers: one job per warp");
 static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS in V's");
-static_assert(kWarps == 4 && kBlock == 64 && kHeadDim == 64 && kHeadsPerTile == 1 && kPSwizzle,
-              "wgmma: one warpgroup on 64x64 tiles of 128-byte swizzled rows");
+static_assert(kWarps == 4 && kBlock == 64 && kHeadDim % 64 == 0 && kHeadsPerTile == 1 &&
+                  kPSwizzle,
+              "wgmma: one warpgroup on 64-row tiles of 128-byte swizzled rows");
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-// A wgmma k16 step: 16 elements along a row (operands read K-major), or 16
-// rows (read MN-major), of a tile or of P and dS.
-constexpr int kStepAlongRow = 16 * 2;
-constexpr int kStepOverRows = 16 * kRowElems * 2;
+// Every operand is a 64x64 matrix of 128-byte rows: a tile is kHalves of
+// them (its 64-column halves), P and dS one each.
+constexpr int kHalves = kHeadDim / 64;
+constexpr int kHalfBytes = 64 * 64 * 2;
+// A wgmma k16 step over 16 rows of such a matrix (operands read MN-major);
+// along the rows (read K-major) a step is 32 bytes, and every 4 steps the
+// next half.
+constexpr int kStepOverRows = 16 * 64 * 2;
 #endif
-static_assert(kPStride == kRowElems, "P and dS rows are tile rows");
+static_assert(kPStride == 64, "P and dS rows are 128 bytes, as the halves' rows");
 static_assert(2 * kStages * kStageElems + kStagingBytes == kSmemBytes,
               "the plan's shared memory is the stages and the staging rows");
 /* ---- end constants ---- */
@@ -1075,11 +1080,11 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
  * in fp32 from the 16-bit values, rounded back once.
  * Pairs are (x[i], x[i + kHeadDim / 2]) (the half layout): the two halves of
  * a head are kHeadChunks / 2 chunks apart in a tile row, but swizzle() places
- * every chunk by its own index and the row (chunk c of row r at c ^ (r % 8)),
- * so a chunk and its partner are each looked up, never found at a fixed
- * distance. A unit of work is chunk cc < kHeadChunks / 2 of a head in one row
- * with its partner cc + kHeadChunks / 2: element e of the one and element e
- * of the other are pair 8 cc + e.
+ * every chunk by its own index and the row (see the tile load), so a chunk
+ * and its partner are each looked up, never found at a fixed distance. A
+ * unit of work is chunk cc < kHeadChunks / 2 of a head in one row with its
+ * partner cc + kHeadChunks / 2: element e of the one and element e of the
+ * other are pair 8 cc + e.
  * a(t, i) = p base^(-2i / kHeadDim), p the token's index in its sequence,
  * in fp32: p times kRotaryTurns[i], the angle per position in turns, is
  * rounded once (as a framework's fp32 p * inv_freq is), its whole turns
@@ -1299,6 +1304,13 @@ __device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
 }
 
 /* ---- begin phase 1: P, dS and dQ for 16 query rows ---- */
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+
+// Columns 64h.. of a result (its n-tiles 8h..8h+7): what one wgmma computes.
+__device__ __forceinline__ float (&half_of(float (&acc)[kDimTiles][4], int h))[8][4] {
+  return *reinterpret_cast<float(*)[8][4]>(&acc[8 * h]);
+}
+#endif
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and every row j of tile b (head columns from chunk c0), as kKeyTiles 16x8
@@ -1354,14 +1366,16 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   (void)c0;
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(s, sw128_desc(q_s, kk * kStepAlongRow), sw128_desc(k_s, kk * kStepAlongRow),
-                   kk);
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk / 4 * kHalfBytes + kk % 4 * 32;
+    wgmma_ss<0, 0>(s, sw128_desc(q_s, along), sw128_desc(k_s, along), kk);
+  }
   wgmma_commit();
 #pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(dp, sw128_desc(do_s, kk * kStepAlongRow), sw128_desc(v_s, kk * kStepAlongRow),
-                   kk);
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk / 4 * kHalfBytes + kk % 4 * 32;
+    wgmma_ss<0, 0>(dp, sw128_desc(do_s, along), sw128_desc(v_s, along), kk);
+  }
   wgmma_commit();
   wgmma_wait<1>();
   wgmma_hold(s);
@@ -1428,16 +1442,20 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
   float acc[kDimTiles][4];
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
   // The warpgroup's 64 rows: A from the dS registers, B = K's rows 16j..
-  // read MN-major (the k index j runs over K's rows).
+  // read MN-major (the k index j runs over K's rows), one half of K's
+  // columns at a time.
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {
     const unsigned a[4] = {ds[2 * j][0], ds[2 * j][1], ds[2 * j + 1][0], ds[2 * j + 1][1]};
-    wgmma_rs<1>(acc, a, sw128_desc(k_s, j * kStepOverRows), j);
+#pragma unroll
+    for (int h = 0; h < kHalves; h++)
+      wgmma_rs<1>(half_of(acc, h), a, sw128_desc(k_s, h * kHalfBytes + j * kStepOverRows), j);
   }
   wgmma_commit();
   wgmma_wait<0>();
-  wgmma_hold(acc);
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc, h));
 #else
   const int c0 = h * kHeadChunks;
   const int lane = threadIdx.x & 31;
@@ -1534,19 +1552,25 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc, sw128_desc(p_s, kk * kStepOverRows), sw128_desc(do_s, kk * kStepOverRows),
-                   kk);
+#pragma unroll
+    for (int h = 0; h < kHalves; h++)
+      wgmma_ss<1, 1>(half_of(acc, h), sw128_desc(p_s, kk * kStepOverRows),
+                     sw128_desc(do_s, h * kHalfBytes + kk * kStepOverRows), kk);
   wgmma_commit();
 #pragma unroll
   for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc_k, sw128_desc(ds_s, kk * kStepOverRows),
-                   sw128_desc(q_s, kk * kStepOverRows), kk);
+#pragma unroll
+    for (int h = 0; h < kHalves; h++)
+      wgmma_ss<1, 1>(half_of(acc_k, h), sw128_desc(ds_s, kk * kStepOverRows),
+                     sw128_desc(q_s, h * kHalfBytes + kk * kStepOverRows), kk);
   wgmma_commit();
   wgmma_wait<1>();
-  wgmma_hold(acc);
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc, h));
   store_rows(acc, r0, t.rows, dv + at, row_stride);
   wgmma_wait<0>();
-  wgmma_hold(acc_k);
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc_k, h));
   unrotate_rows(acc_k, stage, t, r0);
   store_rows(acc_k, r0, t.rows, dk + at, row_stride);
 #else
