@@ -182,7 +182,7 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
   else snprintf(scale_text, sizeof scale_text, "1/sqrt(%d)", plan->head_dim);
   bool bf16 = spec->dtype == AG_DTYPE_BF16;
   rotary_vars rv;
-  ag_tpl_var vars[19 + ROTARY_VARS] = {
+  ag_tpl_var vars[20 + ROTARY_VARS] = {
       {"KERNEL_NAME", p->kernel_name},
       {"BLOCK_SIZE", block},
       {"HEAD_DIM", dim},
@@ -202,8 +202,9 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
       {"PDS_OVERLAY", p->pds_overlay ? "1" : "0"},
       {"WGMMA", p->wgmma ? "1" : "0"},
       {"BULK_STORE", p->bulk_store ? "1" : "0"},
+      {"SCALE_IN_DS", bf16 ? "1" : "0"},
   };
-  rotary_fill(spec, true, &rv, vars + 19);
+  rotary_fill(spec, true, &rv, vars + 20);
   return ag_expand("block_bwd.cu", vars, sizeof vars / sizeof vars[0], b, err);
 }
 
