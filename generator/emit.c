@@ -183,7 +183,8 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
   else snprintf(scale_text, sizeof scale_text, "1/sqrt(%d)", plan->head_dim);
   bool bf16 = spec->dtype == AG_DTYPE_BF16;
   rotary_vars rv;
-  ag_tpl_var vars[20 + ROTARY_VARS] = {
+  enum { PLAN_VARS = 21 };
+  ag_tpl_var vars[PLAN_VARS + ROTARY_VARS] = {
       {"KERNEL_NAME", p->kernel_name},
       {"BLOCK_SIZE", block},
       {"HEAD_DIM", dim},
@@ -205,8 +206,9 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
       {"BULK_STORE", p->bulk_store ? "1" : "0"},
       /* wgmma on rows of 256 bytes: each tile as two 128-byte halves */
       {"SPLIT_ROWS", p->wgmma && plan->head_dim > 64 ? "1" : "0"},
+      {"SCALE_IN_DS", bf16 ? "1" : "0"},
   };
-  rotary_fill(spec, true, &rv, vars + 20);
+  rotary_fill(spec, true, &rv, vars + PLAN_VARS);
   return ag_expand("block_bwd.cu", vars, sizeof vars / sizeof vars[0], b, err);
 }
 

@@ -42,6 +42,11 @@ constexpr int kStages = 1;  // (block, head group) input tiles resident per CTA
 constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
 constexpr float kScale = 8.838834765e-02f;  // softmax scale 1/sqrt(128)
 constexpr float kScaleLog2 = 1.275174308e-01f;  // the scale times log2(e)
+// dS is rounded without the scale, and dQ and dK take it in fp32 as they
+// are stored: scaled first, small dS values would sink into fp16's
+// subnormals (the scale is 1/8 at head_dim 64).
+constexpr float kDsScale = 1.f;
+constexpr float kStoreScale = kScale;  // what dQ and dK still take when stored
 
 constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous in memory
 constexpr int kChunks = kRowElems / 8;  // 16-byte chunks per tile row
@@ -443,7 +448,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
  * and dO = dL/dO given:
  *   dV = P^T dO,   dP = dO V^T,   D = rowsum(P (.) dP),
  *   dS = scale * P (.) (dP - D),   dQ = dS K,   dK = dS^T Q
- * (the scale is folded into dS, so no gradient needs it again).
+ * (the scale multiplies dS or, for fp16, dQ and dK: kDsScale, kStoreScale).
  * The whole key range of a query is one tile, so P is recomputed exactly from
  * Q and K, and D (which equals rowsum(dO (.) O)) comes from P and dP: neither
  * O nor a logsumexp is read, and every gradient row belongs to one tile, so
@@ -659,13 +664,14 @@ __device__ __forceinline__ int p_at(int row, int chunk) {
 }
 
 // Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
-// column 8n + 2tq + e % 2) and store those before `rows` to
+// column 8n + 2tq + e % 2) times `mul` and store those before `rows` to
 // `out` (the block's first token, this head) in 16-byte pieces: for each 4
 // n-tiles the quad transposes its 4 x 4 pairs with shuffles, so that lane
 // tq holds the 8 columns of n-tile 4m + tq, and a warp's store writes 64
 // contiguous bytes in each of 8 rows (whole 32-byte sectors).
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int row0, int rows,
-                                           unsigned short *out, long long row_stride) {
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
   static_assert(kDimTiles % 4 == 0, "n-tiles go in fours");
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
@@ -680,7 +686,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int
       unsigned v[4];
 #pragma unroll
       for (int i = 0; i < 4; i++)
-        v[i] = pack2(acc[4 * m + i][2 * hi], acc[4 * m + i][2 * hi + 1]);
+        v[i] = pack2(acc[4 * m + i][2 * hi] * mul, acc[4 * m + i][2 * hi + 1] * mul);
 #pragma unroll
       for (int bit = 1; bit <= 2; bit <<= 1) {
         const bool upper = tq & bit;
@@ -821,15 +827,17 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
     d_hi += __shfl_xor_sync(0xffffffffu, d_hi, d);
   }
 
-  // dS = scale * P (.) (dP - D) = P (.) (scale dP - scale D), rounded like P.
-  const float sd_lo = kScale * d_lo, sd_hi = kScale * d_hi;
+  // dS = P (.) (dP - D), times kDsScale, rounded like P.
+  const float sd_lo = kDsScale * d_lo, sd_hi = kDsScale * d_hi;
 #pragma unroll
   for (int n = 0; n < kKeyTiles; n++) {
     float p0, p1, p2, p3;
     unpack2(out.p[n][0], p0, p1);
     unpack2(out.p[n][1], p2, p3);
-    out.ds[n][0] = pack2(p0 * fmaf(dp[n][0], kScale, -sd_lo), p1 * fmaf(dp[n][1], kScale, -sd_lo));
-    out.ds[n][1] = pack2(p2 * fmaf(dp[n][2], kScale, -sd_hi), p3 * fmaf(dp[n][3], kScale, -sd_hi));
+    out.ds[n][0] =
+        pack2(p0 * fmaf(dp[n][0], kDsScale, -sd_lo), p1 * fmaf(dp[n][1], kDsScale, -sd_lo));
+    out.ds[n][1] =
+        pack2(p2 * fmaf(dp[n][2], kDsScale, -sd_hi), p3 * fmaf(dp[n][3], kDsScale, -sd_hi));
   }
 }
 
@@ -875,7 +883,7 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
   }
 #endif
   unrotate_rows(acc, stage, t, row0);
-  store_rows(acc, row0, t.rows,
+  store_rows(acc, kStoreScale, row0, t.rows,
              dq + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim, row_stride);
 }
 
@@ -966,22 +974,22 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
 #pragma unroll
   for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc, h));
   unrotate_rows(acc, stage, t, r0);
-  store_rows(acc, r0, t.rows, dv + at, row_stride);
+  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
   wgmma_wait<0>();
 #pragma unroll
   for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc_k, h));
   unrotate_rows(acc_k, stage, t, r0);
-  store_rows(acc_k, r0, t.rows, dk + at, row_stride);
+  store_rows(acc_k, kStoreScale, r0, t.rows, dk + at, row_stride);
 #else
   clear(acc); // dV = P^T dO
   accumulate(acc, p_s, r0, do_s, c0, first_query_tile, tiles);
   unrotate_rows(acc, stage, t, r0);
-  store_rows(acc, r0, t.rows, dv + at, row_stride);
+  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
 
   clear(acc); // dK = dS^T Q
   accumulate(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
   unrotate_rows(acc, stage, t, r0);
-  store_rows(acc, r0, t.rows, dk + at, row_stride);
+  store_rows(acc, kStoreScale, r0, t.rows, dk + at, row_stride);
 #endif
 }
 /* ---- end phase 2 ---- */
