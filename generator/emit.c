@@ -183,7 +183,7 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
   else snprintf(scale_text, sizeof scale_text, "1/sqrt(%d)", plan->head_dim);
   bool bf16 = spec->dtype == AG_DTYPE_BF16;
   rotary_vars rv;
-  enum { PLAN_VARS = 21 };
+  enum { PLAN_VARS = 22 };
   ag_tpl_var vars[PLAN_VARS + ROTARY_VARS] = {
       {"KERNEL_NAME", p->kernel_name},
       {"BLOCK_SIZE", block},
@@ -207,6 +207,13 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
       /* wgmma on rows of 256 bytes: each tile as two 128-byte halves */
       {"SPLIT_ROWS", p->wgmma && plan->head_dim > 64 ? "1" : "0"},
       {"SCALE_IN_DS", bf16 ? "1" : "0"},
+      /* phase 2 unrotating with computed sines holds one accumulator */
+      {"SERIAL_KEY_GRADS",
+       p->wgmma && plan->head_dim > 64 && spec->rotary.layout != AG_ROTARY_NONE &&
+               spec->rotary.positions != AG_POSITIONS_TABLE &&
+               (spec->rotary.apply_to & (AG_APPLY_K | AG_APPLY_V))
+           ? "1"
+           : "0"},
   };
   rotary_fill(spec, true, &rv, vars + PLAN_VARS);
   return ag_expand("block_bwd.cu", vars, sizeof vars / sizeof vars[0], b, err);

@@ -935,6 +935,22 @@ __device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4], unsigned 
   }
 }
 
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+// Issue acc = x^T b for the warpgroup's 64 key rows over all 64 query rows:
+// A = x^T (x = P or dS, [query][key]) and B = b (dO or Q), both read
+// MN-major, the k index running over their rows; one commit group.
+__device__ __forceinline__ void issue_key_mma(float (&acc)[kDimTiles][4], unsigned x_s,
+                                              unsigned b_s) {
+#pragma unroll
+  for (int kk = 0; kk < kRowTiles; kk++)
+#pragma unroll
+    for (int h = 0; h < kHalves; h++)
+      wgmma_ss<1, 1>(half_of(acc, h), sw128_desc(x_s, kk * kStepOverRows),
+                     sw128_desc(b_s, h * kHalfBytes + kk * kStepOverRows), kk);
+  wgmma_commit();
+}
+#endif
+
 __device__ __forceinline__ void key_grads(const unsigned short *stage, const unsigned short *p,
                                           const unsigned short *ds, const Tile &t, int h, int r0,
                                           unsigned short *dk, unsigned short *dv,
@@ -949,32 +965,21 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
   float acc[kDimTiles][4];
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-  // The warpgroup's 64 key rows over all 64 query rows (P and dS are zero
-  // where no query sees the key, and past the sequence end dO and Q are):
-  // A = P^T (dS^T) and B = dO (Q), all read MN-major, the k index running
-  // over their rows. dK runs on while dV is stored.
+  // All 64 query rows for the warpgroup's 64 keys: P and dS are zero where
+  // no query sees the key, and past the sequence end dO and Q are.
   (void)c0, (void)first_query_tile, (void)tiles;
   float acc_k[kDimTiles][4];
   wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kRowTiles; kk++)
-#pragma unroll
-    for (int h = 0; h < kHalves; h++)
-      wgmma_ss<1, 1>(half_of(acc, h), sw128_desc(p_s, kk * kStepOverRows),
-                     sw128_desc(do_s, h * kHalfBytes + kk * kStepOverRows), kk);
-  wgmma_commit();
-#pragma unroll
-  for (int kk = 0; kk < kRowTiles; kk++)
-#pragma unroll
-    for (int h = 0; h < kHalves; h++)
-      wgmma_ss<1, 1>(half_of(acc_k, h), sw128_desc(ds_s, kk * kStepOverRows),
-                     sw128_desc(q_s, h * kHalfBytes + kk * kStepOverRows), kk);
-  wgmma_commit();
-  wgmma_wait<1>();
+  issue_key_mma(acc, p_s, do_s); // dV = P^T dO
+  // dK waits until dV is stored: the sines and cosines computed there need
+  // the registers its accumulators would hold.
+  wgmma_wait<0>();
 #pragma unroll
   for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc, h));
   unrotate_rows(acc, stage, t, r0);
   store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
+  wgmma_fence();
+  issue_key_mma(acc_k, ds_s, q_s); // dK = dS^T Q
   wgmma_wait<0>();
 #pragma unroll
   for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc_k, h));
