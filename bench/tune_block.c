@@ -134,7 +134,7 @@ static void tune_backward(ag_context *ctx, const int32_t *len, int64_t batch, in
   ag_error err = {0};
   ag_spec spec = tune_spec(dim, "backward");
   ag_block_bwd_data *d;
-  if (ag_block_bwd_data_create(ctx, spec.dtype, dim, 64, len, batch, heads, 7, &d, &err))
+  if (ag_block_bwd_data_create(ctx, spec.dtype, dim, 64, len, batch, heads, 7, 1.f, &d, &err))
     die(&err);
   double bytes = ag_block_bwd_data_bytes(d);
   double cms = copy_ms(ctx, (size_t)(bytes / 2));

@@ -141,7 +141,7 @@ static ag_status expand_forward(const ag_spec *spec, const ag_plan *plan, ag_buf
   else snprintf(scale_text, sizeof scale_text, "1/sqrt(%d)", plan->head_dim);
   bool bf16 = spec->dtype == AG_DTYPE_BF16;
   rotary_vars rv;
-  ag_tpl_var vars[14 + ROTARY_VARS] = {
+  ag_tpl_var vars[15 + ROTARY_VARS] = {
       {"KERNEL_NAME", plan->kernel_name},
       {"BLOCK_SIZE", block},
       {"HEAD_DIM", dim},
@@ -156,8 +156,9 @@ static ag_status expand_forward(const ag_spec *spec, const ag_plan *plan, ag_buf
       {"MMA_TYPE", bf16 ? "bf16" : "f16"},
       {"PAIR_TYPE", bf16 ? "bf16x2" : "f16x2"},
       {"CAUSAL", spec->causal ? "1" : "0"},
+      {"SPLIT_ROWS", "0"},
   };
-  rotary_fill(spec, false, &rv, vars + 14);
+  rotary_fill(spec, false, &rv, vars + 15);
   return ag_expand("block_fwd.cu", vars, sizeof vars / sizeof vars[0], b, err);
 }
 
@@ -182,7 +183,8 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
   else snprintf(scale_text, sizeof scale_text, "1/sqrt(%d)", plan->head_dim);
   bool bf16 = spec->dtype == AG_DTYPE_BF16;
   rotary_vars rv;
-  ag_tpl_var vars[19 + ROTARY_VARS] = {
+  enum { PLAN_VARS = 22 };
+  ag_tpl_var vars[PLAN_VARS + ROTARY_VARS] = {
       {"KERNEL_NAME", p->kernel_name},
       {"BLOCK_SIZE", block},
       {"HEAD_DIM", dim},
@@ -202,8 +204,18 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
       {"PDS_OVERLAY", p->pds_overlay ? "1" : "0"},
       {"WGMMA", p->wgmma ? "1" : "0"},
       {"BULK_STORE", p->bulk_store ? "1" : "0"},
+      /* wgmma on rows of 256 bytes: each tile as two 128-byte halves */
+      {"SPLIT_ROWS", p->wgmma && plan->head_dim > 64 ? "1" : "0"},
+      {"SCALE_IN_DS", bf16 ? "1" : "0"},
+      /* phase 2 unrotating with computed sines holds one accumulator */
+      {"SERIAL_KEY_GRADS",
+       p->wgmma && plan->head_dim > 64 && spec->rotary.layout != AG_ROTARY_NONE &&
+               spec->rotary.positions != AG_POSITIONS_TABLE &&
+               (spec->rotary.apply_to & (AG_APPLY_K | AG_APPLY_V))
+           ? "1"
+           : "0"},
   };
-  rotary_fill(spec, true, &rv, vars + 19);
+  rotary_fill(spec, true, &rv, vars + PLAN_VARS);
   return ag_expand("block_bwd.cu", vars, sizeof vars / sizeof vars[0], b, err);
 }
 

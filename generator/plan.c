@@ -78,9 +78,10 @@ bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages,
   b->heads_per_tile = heads_per_tile;
   b->stages = stages;
   b->pds_overlay = overlay;
-  /* One warpgroup on 64x64 tiles of 128-byte rows: the layout wgmma reads
-   * in its 128-byte swizzle (templates/wgmma_sm90.cuh). */
-  b->wgmma = overlay && block == 64 && dim == 64 && heads_per_tile == 1;
+  /* One warpgroup on 64-row tiles of one head, stored as 64-column halves
+   * of 128-byte rows: the layout wgmma reads in its 128-byte swizzle
+   * (templates/wgmma_sm90.cuh). */
+  b->wgmma = overlay && block == 64 && (dim == 64 || dim == 128) && heads_per_tile == 1;
   /* The store staging rows, where they hold whole rows (head_dim 64) and
    * cost no CTA. At head_dim 128 each store takes two turns through them,
    * the second waiting for the first's copies: 1.837 ms against 1.76 with

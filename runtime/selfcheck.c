@@ -50,18 +50,20 @@ typedef struct fill_job {
   uint64_t first, count, seed;
   ag_dtype dtype;
   int which;
+  float scale;
 } fill_job;
 
 static void *fill_slice(void *arg) {
   const fill_job *j = arg;
   for (uint64_t i = 0; i < j->count; i++)
-    j->dst[i] = ag_float_to_half(j->dtype, input_value(j->seed, j->which, j->first + i));
+    j->dst[i] =
+        ag_float_to_half(j->dtype, input_value(j->seed, j->which, j->first + i) * j->scale);
   return NULL;
 }
 
-/* Input `which` for elements [at, at + n) into `stage`. */
-static void fill_chunk(uint16_t *stage, ag_dtype dtype, uint64_t seed, int which, uint64_t at,
-                       uint64_t n) {
+/* Input `which` for elements [at, at + n) into `stage`, times `scale`. */
+static void fill_chunk(uint16_t *stage, ag_dtype dtype, uint64_t seed, int which, float scale,
+                       uint64_t at, uint64_t n) {
   fill_job jobs[FILL_THREADS];
   pthread_t tid[FILL_THREADS];
   bool started[FILL_THREADS] = {false};
@@ -69,7 +71,7 @@ static void fill_chunk(uint16_t *stage, ag_dtype dtype, uint64_t seed, int which
   for (int t = 0; t < FILL_THREADS; t++) {
     uint64_t lo = per * (uint64_t)t < n ? per * (uint64_t)t : n;
     uint64_t hi = lo + per < n ? lo + per : n;
-    jobs[t] = (fill_job){stage + lo, at + lo, hi - lo, seed, dtype, which};
+    jobs[t] = (fill_job){stage + lo, at + lo, hi - lo, seed, dtype, which, scale};
     /* A thread that cannot start leaves its slice to this one. */
     started[t] = t > 0 && pthread_create(&tid[t], NULL, fill_slice, &jobs[t]) == 0;
   }
@@ -92,6 +94,7 @@ typedef struct tensor_set {
   int inputs, tensors;          /* t[0 .. inputs) are inputs, the rest outputs */
   int64_t batch, heads, total;
   uint64_t seed, elems, guard;  /* elements per tensor, and per guard */
+  float scale[MAX_TENSORS];     /* input `which` is input_value(seed, which, e) * scale[which] */
   int32_t *offsets;             /* host copy */
   CUdeviceptr t[MAX_TENSORS];
   CUdeviceptr d_offsets;
@@ -115,10 +118,18 @@ static void set_free(tensor_set *s) {
   memset(s, 0, sizeof *s);
 }
 
+/* Input `which` of the set at element e, as the device holds it. */
+static uint16_t input_at(const tensor_set *s, int which, uint64_t e) {
+  return ag_float_to_half(s->dtype, input_value(s->seed, which, e) * s->scale[which]);
+}
+
+/* `scales`: one factor per input (NULL: all 1). */
 static ag_status set_create(tensor_set *s, ag_context *ctx, ag_dtype dtype, int head_dim,
                             int guard_rows, const int32_t *lengths, int64_t batch, int64_t heads,
-                            uint64_t seed, int inputs, int tensors, ag_error *err) {
+                            uint64_t seed, int inputs, int tensors, const float *scales,
+                            ag_error *err) {
   memset(s, 0, sizeof *s);
+  for (int i = 0; i < MAX_TENSORS; i++) s->scale[i] = scales && i < inputs ? scales[i] : 1.f;
   if (batch < 0 || heads < 1)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "need batch >= 0 and heads >= 1");
   s->dtype = dtype;
@@ -167,7 +178,7 @@ static ag_status set_create(tensor_set *s, ag_context *ctx, ag_dtype dtype, int 
   for (int which = 0; which < inputs && st == AG_OK; which++)
     for (uint64_t at = 0; at < s->elems && st == AG_OK; at += CHUNK_ELEMS) {
       uint64_t n = s->elems - at < CHUNK_ELEMS ? s->elems - at : CHUNK_ELEMS;
-      fill_chunk(s->stage, dtype, seed, which, at, n);
+      fill_chunk(s->stage, dtype, seed, which, s->scale[which], at, n);
       st = ag_cuda_check(err, drv->cuMemcpyHtoD(s->t[which] + at * 2, s->stage, n * 2),
                          "cuMemcpyHtoD");
     }
@@ -306,7 +317,7 @@ ag_status ag_block_data_create(ag_context *ctx, ag_dtype dtype, int head_dim, in
   ag_block_data *d = calloc(1, sizeof *d);
   if (!d) return ag_fail(err, AG_ERR_NOMEM, "out of memory");
   ag_status st = set_create(&d->s, ctx, dtype, head_dim, guard_rows, lengths, batch, heads, seed,
-                            FWD_INPUTS, FWD_TENSORS, err);
+                            FWD_INPUTS, FWD_TENSORS, NULL, err);
   if (st) {
     free(d);
     return st;
@@ -347,7 +358,7 @@ static ag_status compare(ag_block_data *d, const ag_kernel *kern, int64_t budget
     uint64_t e0 = (uint64_t)d->s.offsets[i] * heads * dim;
     for (int which = 0; which < 3; which++)
       for (size_t e = 0; e < n; e++)
-        in[which * n + e] = ag_float_to_half(s->dtype, input_value(d->s.seed, which, e0 + e));
+        in[which * n + e] = input_at(&d->s, which, e0 + e);
     uint16_t *got = in + 3 * n;
     st = ag_cuda_check(err, drv->cuMemcpyDtoH(got, d->s.t[3] + e0 * 2, n * 2), "cuMemcpyDtoH");
     int32_t local[2] = {0, (int32_t)len};
@@ -498,12 +509,15 @@ double ag_block_bwd_data_bytes(const ag_block_bwd_data *d) {
 
 ag_status ag_block_bwd_data_create(ag_context *ctx, ag_dtype dtype, int head_dim, int guard_rows,
                                    const int32_t *lengths, int64_t batch, int64_t heads,
-                                   uint64_t seed, ag_block_bwd_data **out, ag_error *err) {
+                                   uint64_t seed, float dout_scale, ag_block_bwd_data **out,
+                                   ag_error *err) {
   *out = NULL;
   ag_block_bwd_data *d = calloc(1, sizeof *d);
   if (!d) return ag_fail(err, AG_ERR_NOMEM, "out of memory");
   ag_status st = set_create(&d->s, ctx, dtype, head_dim, guard_rows, lengths, batch, heads, seed,
-                            BWD_INPUTS, BWD_TENSORS, err);
+                            BWD_INPUTS, BWD_TENSORS,
+                            (const float[BWD_INPUTS]){1.f, 1.f, 1.f, dout_scale > 0 ? dout_scale : 1.f},
+                            err);
   if (st) {
     free(d);
     return st;
@@ -546,7 +560,7 @@ static ag_status compare_gradients(ag_block_bwd_data *d, const ag_kernel *kern, 
     uint64_t e0 = (uint64_t)d->s.offsets[i] * heads * dim;
     for (int which = 0; which < BWD_INPUTS; which++)
       for (size_t e = 0; e < n; e++)
-        in[which * n + e] = ag_float_to_half(s->dtype, input_value(d->s.seed, which, e0 + e));
+        in[which * n + e] = input_at(&d->s, which, e0 + e);
     for (int g = 0; g < 3 && st == AG_OK; g++)
       st = ag_cuda_check(err,
                          drv->cuMemcpyDtoH(in + (BWD_INPUTS + g) * n,
@@ -639,7 +653,7 @@ ag_status ag_selfcheck_block_backward(ag_kernel *kern, const int32_t *lengths, i
   ag_block_bwd_data *d;
   ag_status st = ag_block_bwd_data_create(kern->ctx, kern->spec.dtype, kern->spec.head_dim,
                                           kern->spec.block_size, lengths, batch, heads, opt->seed,
-                                          &d, err);
+                                          opt->dout_scale, &d, err);
   if (st) return st;
   st = ag_block_bwd_data_check(d, kern, opt->max_ref_macs, out, err);
   if (st == AG_OK && opt->time_iters > 0)

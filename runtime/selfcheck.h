@@ -12,6 +12,7 @@ typedef struct ag_check_options {
   int64_t max_ref_macs;   /* reference budget; 0: default (4e8) */
   int time_iters;         /* 0: no timing; else median of this many launches */
   int warmup_iters;
+  float dout_scale;        /* backward: dO's values times this (0: 1), e.g. small gradients */
 } ag_check_options;
 
 /* The relative error a check must stay within, as the GPU tests and
@@ -76,7 +77,8 @@ typedef struct ag_check_bwd_result {
 typedef struct ag_block_bwd_data ag_block_bwd_data;
 ag_status ag_block_bwd_data_create(ag_context *ctx, ag_dtype dtype, int head_dim, int guard_rows,
                                    const int32_t *lengths, int64_t batch, int64_t heads,
-                                   uint64_t seed, ag_block_bwd_data **out_data, ag_error *err);
+                                   uint64_t seed, float dout_scale, ag_block_bwd_data **out_data,
+                                   ag_error *err);
 void ag_block_bwd_data_destroy(ag_block_bwd_data *data);
 double ag_block_bwd_data_bytes(const ag_block_bwd_data *data);
 /* Poison dQ, dK, dV, launch ag_block_backward, synchronize, scan and compare

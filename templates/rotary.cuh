@@ -23,11 +23,11 @@
 @if ROTARY_HALF@
  * Pairs are (x[i], x[i + kHeadDim / 2]) (the half layout): the two halves of
  * a head are kHeadChunks / 2 chunks apart in a tile row, but swizzle() places
- * every chunk by its own index and the row (chunk c of row r at c ^ (r % 8)),
- * so a chunk and its partner are each looked up, never found at a fixed
- * distance. A unit of work is chunk cc < kHeadChunks / 2 of a head in one row
- * with its partner cc + kHeadChunks / 2: element e of the one and element e
- * of the other are pair 8 cc + e.
+ * every chunk by its own index and the row (see the tile load), so a chunk
+ * and its partner are each looked up, never found at a fixed distance. A
+ * unit of work is chunk cc < kHeadChunks / 2 of a head in one row with its
+ * partner cc + kHeadChunks / 2: element e of the one and element e of the
+ * other are pair 8 cc + e.
 @else@
  * Pairs are (x[2i], x[2i + 1]) (the interleaved layout): a pair is one
  * 32-bit word of a 16-byte chunk, which the swizzle moves whole, so a unit of

@@ -2,7 +2,20 @@
 @# async load of one [rows, head group] tensor tile, shared by the forward
 @# and backward kernels. Needs: kRowElems, kChunks, kHeadChunks, kHeadDim,
 @# kThreads, kBlock, Tile, smem_addr(), cp_async_16().
+@# Conditions: SPLIT_ROWS (rows longer than 64 elements are stored as
+@#   64-column halves, so that wgmma's 128-byte swizzle describes them).
 /* ---- begin tile load ----
+@if SPLIT_ROWS@
+ * Tiles are stored as 64-column halves, one after the other, each
+ * row-major in rows of 128 bytes with 16-byte chunks XOR-swizzled by the
+ * row (chunk c of a half's row r sits at c ^ (r % 8)): the 8 row addresses
+ * of an ldmatrix hit 8 different bank groups, and each half is an operand
+ * in wgmma's 128-byte swizzle. Rows past the sequence end, and heads past
+ * the last, are zero-filled, never read from memory. */
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return (chunk / 8) * kBlock * 64 + row * 64 + ((chunk % 8) ^ (row & 7)) * 8;
+}
+@else@
  * Tiles are row-major with 16-byte chunks XOR-swizzled by the row (chunk c
  * of row r sits at c ^ (r % 8)), so the 8 row addresses of an ldmatrix hit 8
  * different bank groups. Rows past the sequence end, and heads past the
@@ -10,6 +23,7 @@
 __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * kRowElems + ((chunk ^ (row & 7)) * 8);
 }
+@endif@
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
 // group) into `tile`; completion is awaited with the commit group. Each

@@ -134,7 +134,7 @@ START_TEST(plan_shapes) {
   ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 128 * 2);
   ck_assert_int_eq(p.bwd.min_ctas_per_sm, 3);
   ck_assert_int_eq(p.bwd.items_per_cta, 8);
-  ck_assert(!p.bwd.wgmma); /* rows of 256 bytes: not the 128-byte swizzle */
+  ck_assert(p.bwd.wgmma); /* each tile as two 64-column halves of 128-byte rows */
   /* head_dim 64: one head per tile, two stages of 32 KiB, three CTAs. */
   s = spec_for("p", 64, 64, AG_DTYPE_FP16, true, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
@@ -267,7 +267,8 @@ START_TEST(source_shape) {
   /* Backward alone: its own device helpers, no namespace, no forward. */
   ck_assert_ptr_null(strchr(bwd, '@'));
   ck_assert_int_eq(ag_test_count(bwd, "begin device helpers (mma.sync"), 1);
-  ck_assert_int_eq(ag_test_count(bwd, "begin device helpers ("), 1); /* no wgmma, no bulk copies */
+  ck_assert_int_eq(ag_test_count(bwd, "begin device helpers (wgmma"), 1);
+  ck_assert_int_eq(ag_test_count(bwd, "begin device helpers ("), 2); /* no bulk copies */
   ck_assert_int_eq(ag_test_count(bwd, "extern \"C\" __global__"), 1);
   ck_assert_ptr_nonnull(strstr(bwd, "ag_e_b64_d128_fp16_causal_bwd(const unsigned short"));
   ck_assert_ptr_null(strstr(bwd, "_fwd"));
@@ -288,7 +289,8 @@ START_TEST(source_shape) {
   ck_assert_int_eq(strncmp(b, f, strlen(f)), 0);
   ck_assert_int_eq(strncmp(b + strlen(f), "\n/* The backward kernel.", 24), 0);
   ck_assert_int_eq(ag_test_count(both, "begin device helpers (mma.sync"), 1);
-  ck_assert_int_eq(ag_test_count(both, "begin device helpers ("), 1);
+  ck_assert_int_eq(ag_test_count(both, "begin device helpers (wgmma"), 1);
+  ck_assert_int_eq(ag_test_count(both, "begin device helpers ("), 2);
   ck_assert_int_eq(ag_test_count(both, "extern \"C\" __global__"), 2);
   ck_assert_int_eq(ag_test_count(both, "namespace bwd {"), 1);
   ck_assert_ptr_nonnull(strstr(both, "}  // namespace bwd\n"));

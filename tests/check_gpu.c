@@ -180,10 +180,10 @@ static ag_kernel *bwd_kernel_for(ag_context *ctx, const kernel_case *c) {
   return k;
 }
 
-static void run_bwd_shape(ag_kernel *k, const kernel_case *c, const char *what,
-                          const int32_t *lengths, int64_t batch, int64_t heads, uint64_t seed,
-                          int64_t max_ref_macs) {
-  ag_check_options opt = {.seed = seed, .max_ref_macs = max_ref_macs};
+static void run_bwd_shape_scaled(ag_kernel *k, const kernel_case *c, const char *what,
+                                 const int32_t *lengths, int64_t batch, int64_t heads,
+                                 uint64_t seed, int64_t max_ref_macs, float dout_scale) {
+  ag_check_options opt = {.seed = seed, .max_ref_macs = max_ref_macs, .dout_scale = dout_scale};
   ag_check_bwd_result r;
   ag_error err = {0};
   ag_status st = ag_selfcheck_block_backward(k, lengths, batch, heads, &opt, &r, &err);
@@ -203,6 +203,12 @@ static void run_bwd_shape(ag_kernel *k, const kernel_case *c, const char *what,
   }
   ck_assert_msg(r.guard_clobbered == 0, "%s: %lld elements written past the end", what,
                 (long long)r.guard_clobbered);
+}
+
+static void run_bwd_shape(ag_kernel *k, const kernel_case *c, const char *what,
+                          const int32_t *lengths, int64_t batch, int64_t heads, uint64_t seed,
+                          int64_t max_ref_macs) {
+  run_bwd_shape_scaled(k, c, what, lengths, batch, heads, seed, max_ref_macs, 0);
 }
 
 /* Every backward case on the forward's three shapes; the forward of the
@@ -226,6 +232,22 @@ START_TEST(test_block_backward) {
   run_bwd_shape(k, c, "one sequence of 1000", one, 1, 8, seed + 2, 0);
 
   run_shape(k, c, "forward beside the backward", awkward, 9, 3, seed + 3);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
+/* Small gradients: dO of about 1e-4, the scale of an unscaled loss's. In
+ * fp16 dS = P (.) (dP - D) then sits near the subnormals, where multiplying
+ * it by the softmax scale before rounding would lose bits (bf16 has fp32's
+ * range). The block-64 cases of both dtypes and head dims. */
+START_TEST(test_block_backward_small_grads) {
+  const kernel_case *c = &bwd_cases[_i];
+  ag_context *ctx = gpu_or_skip("block_backward_small_grads");
+  if (!ctx) return;
+  ag_kernel *k = bwd_kernel_for(ctx, c);
+  uint64_t seed = (uint64_t)getpid() * 1000003u + 104729u * (uint64_t)_i;
+  int32_t lengths[] = {64, 1000, 37, 0, 129};
+  run_bwd_shape_scaled(k, c, "dO about 1e-4", lengths, 5, 4, seed, 0, 1e-4f);
   ag_context_destroy(ctx);
 }
 END_TEST
@@ -381,6 +403,7 @@ Suite *gpu_suite(void) {
   TCase *bwd = tcase_create("block_backward");
   tcase_set_timeout(bwd, 600);
   tcase_add_loop_test(bwd, test_block_backward, 0, NBWD_CASES);
+  tcase_add_loop_test(bwd, test_block_backward_small_grads, 0, 4); /* the block-64 cases */
   tcase_add_test(bwd, test_block_backward_huge);
   suite_add_tcase(s, bwd);
   TCase *rope = tcase_create("rotary");

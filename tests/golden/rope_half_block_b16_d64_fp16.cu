@@ -349,11 +349,11 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
  * in fp32 from the 16-bit values, rounded back once.
  * Pairs are (x[i], x[i + kHeadDim / 2]) (the half layout): the two halves of
  * a head are kHeadChunks / 2 chunks apart in a tile row, but swizzle() places
- * every chunk by its own index and the row (chunk c of row r at c ^ (r % 8)),
- * so a chunk and its partner are each looked up, never found at a fixed
- * distance. A unit of work is chunk cc < kHeadChunks / 2 of a head in one row
- * with its partner cc + kHeadChunks / 2: element e of the one and element e
- * of the other are pair 8 cc + e.
+ * every chunk by its own index and the row (see the tile load), so a chunk
+ * and its partner are each looked up, never found at a fixed distance. A
+ * unit of work is chunk cc < kHeadChunks / 2 of a head in one row with its
+ * partner cc + kHeadChunks / 2: element e of the one and element e of the
+ * other are pair 8 cc + e.
  * a(t, i) = p base^(-2i / kHeadDim), p the token's index in its block,
  * in fp32: p times kRotaryTurns[i], the angle per position in turns, is
  * rounded once (as a framework's fp32 p * inv_freq is), its whole turns

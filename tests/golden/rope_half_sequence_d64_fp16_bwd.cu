@@ -362,11 +362,11 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
  * in fp32 from the 16-bit values, rounded back once.
  * Pairs are (x[i], x[i + kHeadDim / 2]) (the half layout): the two halves of
  * a head are kHeadChunks / 2 chunks apart in a tile row, but swizzle() places
- * every chunk by its own index and the row (chunk c of row r at c ^ (r % 8)),
- * so a chunk and its partner are each looked up, never found at a fixed
- * distance. A unit of work is chunk cc < kHeadChunks / 2 of a head in one row
- * with its partner cc + kHeadChunks / 2: element e of the one and element e
- * of the other are pair 8 cc + e.
+ * every chunk by its own index and the row (see the tile load), so a chunk
+ * and its partner are each looked up, never found at a fixed distance. A
+ * unit of work is chunk cc < kHeadChunks / 2 of a head in one row with its
+ * partner cc + kHeadChunks / 2: element e of the one and element e of the
+ * other are pair 8 cc + e.
  * a(t, i) = p base^(-2i / kHeadDim), p the token's index in its sequence,
  * in fp32: p times kRotaryTurns[i], the angle per position in turns, is
  * rounded once (as a framework's fp32 p * inv_freq is), its whole turns
@@ -615,6 +615,11 @@ constexpr int kStages = 2;  // (block, head group) input tiles resident per CTA
 constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
 constexpr float kScale = 1.250000000e-01f;  // softmax scale 1/sqrt(64)
 constexpr float kScaleLog2 = 1.803368801e-01f;  // the scale times log2(e)
+// dS is rounded without the scale, and dQ and dK take it in fp32 as they
+// are stored: scaled first, small dS values would sink into fp16's
+// subnormals (the scale is 1/8 at head_dim 64).
+constexpr float kDsScale = 1.f;
+constexpr float kStoreScale = kScale;  // what dQ and dK still take when stored
 
 constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous in memory
 constexpr int kChunks = kRowElems / 8;  // 16-byte chunks per tile row
@@ -643,15 +648,20 @@ constexpr int kStagingBytes = 2 * kWarps * kStagingElems;
 static_assert(kHeadDim == 64, "the plan stages rows of 64 elements");
 static_assert(kJobs == kWarps, "P and dS wait in registers: one job per warp");
 static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS in V's");
-static_assert(kWarps == 4 && kBlock == 64 && kHeadDim == 64 && kHeadsPerTile == 1 && kPSwizzle,
-              "wgmma: one warpgroup on 64x64 tiles of 128-byte swizzled rows");
+static_assert(kWarps == 4 && kBlock == 64 && kHeadDim % 64 == 0 && kHeadsPerTile == 1 &&
+                  kPSwizzle,
+              "wgmma: one warpgroup on 64-row tiles of 128-byte swizzled rows");
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-// A wgmma k16 step: 16 elements along a row (operands read K-major), or 16
-// rows (read MN-major), of a tile or of P and dS.
-constexpr int kStepAlongRow = 16 * 2;
-constexpr int kStepOverRows = 16 * kRowElems * 2;
+// Every operand is a 64x64 matrix of 128-byte rows: a tile is kHalves of
+// them (its 64-column halves), P and dS one each.
+constexpr int kHalves = kHeadDim / 64;
+constexpr int kHalfBytes = 64 * 64 * 2;
+// A wgmma k16 step over 16 rows of such a matrix (operands read MN-major);
+// along the rows (read K-major) a step is 32 bytes, and every 4 steps the
+// next half.
+constexpr int kStepOverRows = 16 * 64 * 2;
 #endif
-static_assert(kPStride == kRowElems, "P and dS rows are tile rows");
+static_assert(kPStride == 64, "P and dS rows are 128 bytes, as the halves' rows");
 static_assert(2 * kStages * kStageElems + kStagingBytes == kSmemBytes,
               "the plan's shared memory is the stages and the staging rows");
 /* ---- end constants ---- */
@@ -994,7 +1004,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
  * and dO = dL/dO given:
  *   dV = P^T dO,   dP = dO V^T,   D = rowsum(P (.) dP),
  *   dS = scale * P (.) (dP - D),   dQ = dS K,   dK = dS^T Q
- * (the scale is folded into dS, so no gradient needs it again).
+ * (the scale multiplies dS or, for fp16, dQ and dK: kDsScale, kStoreScale).
  * The whole key range of a query is one tile, so P is recomputed exactly from
  * Q and K, and D (which equals rowsum(dO (.) O)) comes from P and dP: neither
  * O nor a logsumexp is read, and every gradient row belongs to one tile, so
@@ -1075,11 +1085,11 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
  * in fp32 from the 16-bit values, rounded back once.
  * Pairs are (x[i], x[i + kHeadDim / 2]) (the half layout): the two halves of
  * a head are kHeadChunks / 2 chunks apart in a tile row, but swizzle() places
- * every chunk by its own index and the row (chunk c of row r at c ^ (r % 8)),
- * so a chunk and its partner are each looked up, never found at a fixed
- * distance. A unit of work is chunk cc < kHeadChunks / 2 of a head in one row
- * with its partner cc + kHeadChunks / 2: element e of the one and element e
- * of the other are pair 8 cc + e.
+ * every chunk by its own index and the row (see the tile load), so a chunk
+ * and its partner are each looked up, never found at a fixed distance. A
+ * unit of work is chunk cc < kHeadChunks / 2 of a head in one row with its
+ * partner cc + kHeadChunks / 2: element e of the one and element e of the
+ * other are pair 8 cc + e.
  * a(t, i) = p base^(-2i / kHeadDim), p the token's index in its sequence,
  * in fp32: p times kRotaryTurns[i], the angle per position in turns, is
  * rounded once (as a framework's fp32 p * inv_freq is), its whole turns
@@ -1224,14 +1234,15 @@ __device__ __forceinline__ unsigned staging_rows() {
 }
 
 // Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
-// column 8n + 2tq + e % 2) and store those before `rows` to `out` (the
-// block's first token, this head): the warp writes them to its staging
-// rows with stmatrix, then lane r < 16 hands row r to a bulk copy, which
-// leaves the registers and the issue slots free. The copies run on while
-// the warp computes; the next call waits only until they have read the
-// staging rows.
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int row0, int rows,
-                                           unsigned short *out, long long row_stride) {
+// column 8n + 2tq + e % 2) times `mul` and store those before `rows` to
+// `out` (the block's first token, this head): the warp writes them to its
+// staging rows with stmatrix, then lane r < 16 hands row r to a bulk copy,
+// which leaves the registers and the issue slots free. The copies run on
+// while the warp computes; the next call waits only until they have read
+// the staging rows.
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
   const int lane = threadIdx.x & 31;
   const unsigned staging = staging_rows();
   bulk_wait_read<0>(); // the staging rows are free again
@@ -1241,8 +1252,10 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int
   const unsigned at = staging + ((lane & 15) * kStagingStride + (lane >> 4) * 8) * 2;
 #pragma unroll
   for (int n = 0; n < kDimTiles; n += 2)
-    stmatrix_x4(at + n * 16, pack2(acc[n][0], acc[n][1]), pack2(acc[n][2], acc[n][3]),
-                pack2(acc[n + 1][0], acc[n + 1][1]), pack2(acc[n + 1][2], acc[n + 1][3]));
+    stmatrix_x4(at + n * 16, pack2(acc[n][0] * mul, acc[n][1] * mul),
+                pack2(acc[n][2] * mul, acc[n][3] * mul),
+                pack2(acc[n + 1][0] * mul, acc[n + 1][1] * mul),
+                pack2(acc[n + 1][2] * mul, acc[n + 1][3] * mul));
   fence_to_bulk();
   __syncwarp();
   if (lane < 16 && row0 + lane < rows)
@@ -1252,13 +1265,14 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int
 }
 #else
 // Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
-// column 8n + 2tq + e % 2) and store those before `rows` to
+// column 8n + 2tq + e % 2) times `mul` and store those before `rows` to
 // `out` (the block's first token, this head) in 16-byte pieces: for each 4
 // n-tiles the quad transposes its 4 x 4 pairs with shuffles, so that lane
 // tq holds the 8 columns of n-tile 4m + tq, and a warp's store writes 64
 // contiguous bytes in each of 8 rows (whole 32-byte sectors).
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int row0, int rows,
-                                           unsigned short *out, long long row_stride) {
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
   static_assert(kDimTiles % 4 == 0, "n-tiles go in fours");
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
@@ -1273,7 +1287,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int
       unsigned v[4];
 #pragma unroll
       for (int i = 0; i < 4; i++)
-        v[i] = pack2(acc[4 * m + i][2 * hi], acc[4 * m + i][2 * hi + 1]);
+        v[i] = pack2(acc[4 * m + i][2 * hi] * mul, acc[4 * m + i][2 * hi + 1] * mul);
 #pragma unroll
       for (int bit = 1; bit <= 2; bit <<= 1) {
         const bool upper = tq & bit;
@@ -1299,6 +1313,13 @@ __device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
 }
 
 /* ---- begin phase 1: P, dS and dQ for 16 query rows ---- */
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+
+// Columns 64h.. of a result (its n-tiles 8h..8h+7): what one wgmma computes.
+__device__ __forceinline__ float (&half_of(float (&acc)[kDimTiles][4], int h))[8][4] {
+  return *reinterpret_cast<float(*)[8][4]>(&acc[8 * h]);
+}
+#endif
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and every row j of tile b (head columns from chunk c0), as kKeyTiles 16x8
@@ -1354,14 +1375,16 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   (void)c0;
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(s, sw128_desc(q_s, kk * kStepAlongRow), sw128_desc(k_s, kk * kStepAlongRow),
-                   kk);
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk / 4 * kHalfBytes + kk % 4 * 32;
+    wgmma_ss<0, 0>(s, sw128_desc(q_s, along), sw128_desc(k_s, along), kk);
+  }
   wgmma_commit();
 #pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; kk++)
-    wgmma_ss<0, 0>(dp, sw128_desc(do_s, kk * kStepAlongRow), sw128_desc(v_s, kk * kStepAlongRow),
-                   kk);
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk / 4 * kHalfBytes + kk % 4 * 32;
+    wgmma_ss<0, 0>(dp, sw128_desc(do_s, along), sw128_desc(v_s, along), kk);
+  }
   wgmma_commit();
   wgmma_wait<1>();
   wgmma_hold(s);
@@ -1406,15 +1429,17 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
     d_hi += __shfl_xor_sync(0xffffffffu, d_hi, d);
   }
 
-  // dS = scale * P (.) (dP - D) = P (.) (scale dP - scale D), rounded like P.
-  const float sd_lo = kScale * d_lo, sd_hi = kScale * d_hi;
+  // dS = P (.) (dP - D), times kDsScale, rounded like P.
+  const float sd_lo = kDsScale * d_lo, sd_hi = kDsScale * d_hi;
 #pragma unroll
   for (int n = 0; n < kKeyTiles; n++) {
     float p0, p1, p2, p3;
     unpack2(out.p[n][0], p0, p1);
     unpack2(out.p[n][1], p2, p3);
-    out.ds[n][0] = pack2(p0 * fmaf(dp[n][0], kScale, -sd_lo), p1 * fmaf(dp[n][1], kScale, -sd_lo));
-    out.ds[n][1] = pack2(p2 * fmaf(dp[n][2], kScale, -sd_hi), p3 * fmaf(dp[n][3], kScale, -sd_hi));
+    out.ds[n][0] =
+        pack2(p0 * fmaf(dp[n][0], kDsScale, -sd_lo), p1 * fmaf(dp[n][1], kDsScale, -sd_lo));
+    out.ds[n][1] =
+        pack2(p2 * fmaf(dp[n][2], kDsScale, -sd_hi), p3 * fmaf(dp[n][3], kDsScale, -sd_hi));
   }
 }
 
@@ -1428,16 +1453,20 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
   float acc[kDimTiles][4];
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
   // The warpgroup's 64 rows: A from the dS registers, B = K's rows 16j..
-  // read MN-major (the k index j runs over K's rows).
+  // read MN-major (the k index j runs over K's rows), one half of K's
+  // columns at a time.
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {
     const unsigned a[4] = {ds[2 * j][0], ds[2 * j][1], ds[2 * j + 1][0], ds[2 * j + 1][1]};
-    wgmma_rs<1>(acc, a, sw128_desc(k_s, j * kStepOverRows), j);
+#pragma unroll
+    for (int h = 0; h < kHalves; h++)
+      wgmma_rs<1>(half_of(acc, h), a, sw128_desc(k_s, h * kHalfBytes + j * kStepOverRows), j);
   }
   wgmma_commit();
   wgmma_wait<0>();
-  wgmma_hold(acc);
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc, h));
 #else
   const int c0 = h * kHeadChunks;
   const int lane = threadIdx.x & 31;
@@ -1457,7 +1486,7 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
   }
 #endif
   unrotate_rows(acc, stage, t, row0);
-  store_rows(acc, row0, t.rows,
+  store_rows(acc, kStoreScale, row0, t.rows,
              dq + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim, row_stride);
 }
 
@@ -1509,6 +1538,22 @@ __device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4], unsigned 
   }
 }
 
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+// Issue acc = x^T b for the warpgroup's 64 key rows over all 64 query rows:
+// A = x^T (x = P or dS, [query][key]) and B = b (dO or Q), both read
+// MN-major, the k index running over their rows; one commit group.
+__device__ __forceinline__ void issue_key_mma(float (&acc)[kDimTiles][4], unsigned x_s,
+                                              unsigned b_s) {
+#pragma unroll
+  for (int kk = 0; kk < kRowTiles; kk++)
+#pragma unroll
+    for (int h = 0; h < kHalves; h++)
+      wgmma_ss<1, 1>(half_of(acc, h), sw128_desc(x_s, kk * kStepOverRows),
+                     sw128_desc(b_s, h * kHalfBytes + kk * kStepOverRows), kk);
+  wgmma_commit();
+}
+#endif
+
 __device__ __forceinline__ void key_grads(const unsigned short *stage, const unsigned short *p,
                                           const unsigned short *ds, const Tile &t, int h, int r0,
                                           unsigned short *dk, unsigned short *dv,
@@ -1525,39 +1570,31 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
   float acc[kDimTiles][4];
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-  // The warpgroup's 64 key rows over all 64 query rows (P and dS are zero
-  // where no query sees the key, and past the sequence end dO and Q are):
-  // A = P^T (dS^T) and B = dO (Q), all read MN-major, the k index running
-  // over their rows. dK runs on while dV is stored.
+  // All 64 query rows for the warpgroup's 64 keys: P and dS are zero where
+  // no query sees the key, and past the sequence end dO and Q are.
   (void)c0, (void)first_query_tile, (void)tiles;
   float acc_k[kDimTiles][4];
   wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc, sw128_desc(p_s, kk * kStepOverRows), sw128_desc(do_s, kk * kStepOverRows),
-                   kk);
-  wgmma_commit();
-#pragma unroll
-  for (int kk = 0; kk < kRowTiles; kk++)
-    wgmma_ss<1, 1>(acc_k, sw128_desc(ds_s, kk * kStepOverRows),
-                   sw128_desc(q_s, kk * kStepOverRows), kk);
-  wgmma_commit();
+  issue_key_mma(acc, p_s, do_s); // dV = P^T dO
+  issue_key_mma(acc_k, ds_s, q_s); // dK = dS^T Q runs on while dV is stored
   wgmma_wait<1>();
-  wgmma_hold(acc);
-  store_rows(acc, r0, t.rows, dv + at, row_stride);
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc, h));
+  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
   wgmma_wait<0>();
-  wgmma_hold(acc_k);
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc_k, h));
   unrotate_rows(acc_k, stage, t, r0);
-  store_rows(acc_k, r0, t.rows, dk + at, row_stride);
+  store_rows(acc_k, kStoreScale, r0, t.rows, dk + at, row_stride);
 #else
   clear(acc); // dV = P^T dO
   accumulate(acc, p_s, r0, do_s, c0, first_query_tile, tiles);
-  store_rows(acc, r0, t.rows, dv + at, row_stride);
+  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
 
   clear(acc); // dK = dS^T Q
   accumulate(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
   unrotate_rows(acc, stage, t, r0);
-  store_rows(acc, r0, t.rows, dk + at, row_stride);
+  store_rows(acc, kStoreScale, r0, t.rows, dk + at, row_stride);
 #endif
 }
 /* ---- end phase 2 ---- */

@@ -31,6 +31,7 @@
  *     heads per tile: 1
  *     threads: 128 (4 warps; 4 (head, 16-row tile) jobs per phase)
  *     Q, K, V, dO tiles resident per CTA: 1
+ *     matrix products: wgmma (one warpgroup) on sm_90a, else mma.sync
  *     shared memory: 81920 bytes (P and dS take K's and V's place; each stage holds 16384 bytes of rotary table rows)
  *     registers capped for 2 CTAs per SM
  *     grid: one CTA per 8 (block, head group) tiles
@@ -386,11 +387,11 @@ __device__ __forceinline__ void load_table(unsigned short *stage,
  * in fp32 from the 16-bit values, rounded back once.
  * Pairs are (x[i], x[i + kHeadDim / 2]) (the half layout): the two halves of
  * a head are kHeadChunks / 2 chunks apart in a tile row, but swizzle() places
- * every chunk by its own index and the row (chunk c of row r at c ^ (r % 8)),
- * so a chunk and its partner are each looked up, never found at a fixed
- * distance. A unit of work is chunk cc < kHeadChunks / 2 of a head in one row
- * with its partner cc + kHeadChunks / 2: element e of the one and element e
- * of the other are pair 8 cc + e.
+ * every chunk by its own index and the row (see the tile load), so a chunk
+ * and its partner are each looked up, never found at a fixed distance. A
+ * unit of work is chunk cc < kHeadChunks / 2 of a head in one row with its
+ * partner cc + kHeadChunks / 2: element e of the one and element e of the
+ * other are pair 8 cc + e.
  * sin a and cos a are the caller's, from the table rows loaded with the tile
  * (see the tile load).
  * Rows past the sequence end are not rotated (they are zero and stay so).
@@ -626,6 +627,10 @@ constexpr int kStages = 1;  // (block, head group) input tiles resident per CTA
 constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
 constexpr float kScale = 8.838834765e-02f;  // softmax scale 1/sqrt(128)
 constexpr float kScaleLog2 = 1.275174308e-01f;  // the scale times log2(e)
+// dS is rounded with the scale in it: bf16 has fp32's exponent range, so
+// that costs nothing, and no gradient store multiplies.
+constexpr float kDsScale = kScale;
+constexpr float kStoreScale = 1.f;  // what dQ and dK still take when stored
 
 constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous in memory
 constexpr int kChunks = kRowElems / 8;  // 16-byte chunks per tile row
@@ -649,14 +654,132 @@ constexpr int kSmemBytes = 81920;  // dynamic shared memory, as planned
 constexpr int kStagingBytes = 0;  // no staging rows
 static_assert(kJobs == kWarps, "P and dS wait in registers: one job per warp");
 static_assert(kHeadsPerTile * kPElems <= kTileElems, "P fits in K's place and dS in V's");
+static_assert(kWarps == 4 && kBlock == 64 && kHeadDim % 64 == 0 && kHeadsPerTile == 1 &&
+                  kPSwizzle,
+              "wgmma: one warpgroup on 64-row tiles of 128-byte swizzled rows");
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+// Every operand is a 64x64 matrix of 128-byte rows: a tile is kHalves of
+// them (its 64-column halves), P and dS one each.
+constexpr int kHalves = kHeadDim / 64;
+constexpr int kHalfBytes = 64 * 64 * 2;
+// A wgmma k16 step over 16 rows of such a matrix (operands read MN-major);
+// along the rows (read K-major) a step is 32 bytes, and every 4 steps the
+// next half.
+constexpr int kStepOverRows = 16 * 64 * 2;
+#endif
+static_assert(kPStride == 64, "P and dS rows are 128 bytes, as the halves' rows");
 static_assert(2 * kStages * kStageElems + kStagingBytes == kSmemBytes,
               "the plan's shared memory is the stages and the staging rows");
 /* ---- end constants ---- */
 
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+/* ---- begin device helpers (wgmma, sm_90a) ----
+ * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
+ * 64x64 fp32 result; warp w of the group holds rows 16w..16w+15 in the same
+ * registers as 8 mma.sync m16n8 accumulator tiles (d[n][e]: row g + 8(e / 2),
+ * column 8n + 2tq + e % 2), so code written around mma.sync fragments reads
+ * the result unchanged. Every thread of the group must execute these. */
+
+// Descriptor of a 64-row operand laid out as the tiles are: rows of 128
+// bytes (64 elements), the 16-byte chunk c of row r at c ^ (r % 8), the
+// tile 1024-byte aligned. That is the 128-byte swizzle: 8-row atoms of
+// 1024 bytes, stride (SBO) 1024 between atoms. Read K-major (rows run over
+// M or N, the 64 elements over k) or MN-major (rows run over k); either way
+// one 64-element block, so the leading offset (LBO) is never used. `tile`
+// is the tile's shared address, `offset` the bytes from there to the first
+// element the MMA reads: for K-major operands 32 per k16 step into the row,
+// for MN-major 16 rows. The offset is added to the finished descriptor's
+// start-address field (16-byte units), so the tile's part is worked out
+// once for every step; shared addresses stay below 2^18, so the sum never
+// carries out of the field.
+__device__ __forceinline__ unsigned long long sw128_desc(unsigned tile, unsigned offset) {
+  return ((unsigned long long)((tile & 0x3FFFFu) >> 4) |  // start address, 16-byte units
+          (unsigned long long)1 << 16 |                   // LBO (unused)
+          (unsigned long long)(1024 >> 4) << 32 |         // SBO: the next 8 rows
+          (unsigned long long)1 << 62) +                  // 128-byte swizzle
+         (offset >> 4);
+}
+
+// Order this thread's earlier register and shared-memory writes before the
+// wgmma that follow (accumulators, A fragments).
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+// Close the wgmma issued since the last commit into a group.
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still running.
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory");
+}
+// After wgmma_wait: pin the accumulators there, so that no read of them is
+// moved above the wait (to the compiler the wgmma asm wrote them already).
+__device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+}
+// Make this thread's generic-proxy shared-memory writes (st.shared,
+// cp.async) visible to the async proxy that wgmma reads through; a barrier
+// must follow before another thread's wgmma reads them.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The 64x64 fp32 result d as the asm operands %0..%31 of both MMAs below,
+// and the list of those registers.
+#define WGMMA_D_LIST                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_D_OPERANDS(d)                                                      \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),                     \
+  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),                     \
+  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),                     \
+  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),                     \
+  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),                     \
+  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),                     \
+  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),                     \
+  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+// d (+)= A B, 64x64x16, A and B from shared memory. kTransA / kTransB: 0
+// for K-major operands, 1 for MN-major (16-bit types only). `accumulate` 0
+// overwrites d.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[8][4], unsigned long long a,
+                                         unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               WGMMA_D_LIST ", %32, %33, p, 1, 1, %35, %36; }\n"
+               : WGMMA_D_OPERANDS(d)
+               : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+
+// d (+)= A B, 64x64x16, A from registers (this warp's 16 rows in the
+// mma.sync A fragment layout), B from shared memory (kTransB as above).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4],
+                                         unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               WGMMA_D_LIST ", {%32, %33, %34, %35}, %36, p, 1, 1, %38; }\n"
+               : WGMMA_D_OPERANDS(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
+                 "n"(kTransB));
+}
+#undef WGMMA_D_LIST
+#undef WGMMA_D_OPERANDS
+
+/* ---- end device helpers (wgmma) ---- */
+#endif
+
 // The CTA's dynamic shared memory: the stages, then P and dS or the staging
 // rows where the plan has them. Declared out here rather than in the kernel,
 // so that in a source holding both passes it is not the forward's.
-extern __shared__ __align__(128) unsigned short smem[];
+// 1024-byte aligned: wgmma reads the tiles in the 128-byte swizzle, whose
+// 8-row atoms must start at multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
 
 /* ---- begin work walk ----
  * Work items are (block, head group) pairs; a head group is kHeadsPerTile
@@ -846,7 +969,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
  * and dO = dL/dO given:
  *   dV = P^T dO,   dP = dO V^T,   D = rowsum(P (.) dP),
  *   dS = scale * P (.) (dP - D),   dQ = dS K,   dK = dS^T Q
- * (the scale is folded into dS, so no gradient needs it again).
+ * (the scale multiplies dS or, for fp16, dQ and dK: kDsScale, kStoreScale).
  * The whole key range of a query is one tile, so P is recomputed exactly from
  * Q and K, and D (which equals rowsum(dO (.) O)) comes from P and dP: neither
  * O nor a logsumexp is read, and every gradient row belongs to one tile, so
@@ -864,12 +987,14 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
  * ---- end the math ---- */
 
 /* ---- begin tile load ----
- * Tiles are row-major with 16-byte chunks XOR-swizzled by the row (chunk c
- * of row r sits at c ^ (r % 8)), so the 8 row addresses of an ldmatrix hit 8
- * different bank groups. Rows past the sequence end, and heads past the
- * last, are zero-filled, never read from memory. */
+ * Tiles are stored as 64-column halves, one after the other, each
+ * row-major in rows of 128 bytes with 16-byte chunks XOR-swizzled by the
+ * row (chunk c of a half's row r sits at c ^ (r % 8)): the 8 row addresses
+ * of an ldmatrix hit 8 different bank groups, and each half is an operand
+ * in wgmma's 128-byte swizzle. Rows past the sequence end, and heads past
+ * the last, are zero-filled, never read from memory. */
 __device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * kRowElems + ((chunk ^ (row & 7)) * 8);
+  return (chunk / 8) * kBlock * 64 + row * 64 + ((chunk % 8) ^ (row & 7)) * 8;
 }
 
 // Start the copy of one tensor's tile (rows of the block, heads of the
@@ -953,11 +1078,11 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
  * in fp32 from the 16-bit values, rounded back once.
  * Pairs are (x[i], x[i + kHeadDim / 2]) (the half layout): the two halves of
  * a head are kHeadChunks / 2 chunks apart in a tile row, but swizzle() places
- * every chunk by its own index and the row (chunk c of row r at c ^ (r % 8)),
- * so a chunk and its partner are each looked up, never found at a fixed
- * distance. A unit of work is chunk cc < kHeadChunks / 2 of a head in one row
- * with its partner cc + kHeadChunks / 2: element e of the one and element e
- * of the other are pair 8 cc + e.
+ * every chunk by its own index and the row (see the tile load), so a chunk
+ * and its partner are each looked up, never found at a fixed distance. A
+ * unit of work is chunk cc < kHeadChunks / 2 of a head in one row with its
+ * partner cc + kHeadChunks / 2: element e of the one and element e of the
+ * other are pair 8 cc + e.
  * sin a and cos a are the caller's, from the table rows loaded with the tile
  * (see the tile load).
  * Rows past the sequence end are not rotated (they are zero and stay so).
@@ -1088,13 +1213,14 @@ __device__ __forceinline__ int p_at(int row, int chunk) {
 }
 
 // Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
-// column 8n + 2tq + e % 2) and store those before `rows` to
+// column 8n + 2tq + e % 2) times `mul` and store those before `rows` to
 // `out` (the block's first token, this head) in 16-byte pieces: for each 4
 // n-tiles the quad transposes its 4 x 4 pairs with shuffles, so that lane
 // tq holds the 8 columns of n-tile 4m + tq, and a warp's store writes 64
 // contiguous bytes in each of 8 rows (whole 32-byte sectors).
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int row0, int rows,
-                                           unsigned short *out, long long row_stride) {
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
   static_assert(kDimTiles % 4 == 0, "n-tiles go in fours");
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
@@ -1109,7 +1235,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int
       unsigned v[4];
 #pragma unroll
       for (int i = 0; i < 4; i++)
-        v[i] = pack2(acc[4 * m + i][2 * hi], acc[4 * m + i][2 * hi + 1]);
+        v[i] = pack2(acc[4 * m + i][2 * hi] * mul, acc[4 * m + i][2 * hi + 1] * mul);
 #pragma unroll
       for (int bit = 1; bit <= 2; bit <<= 1) {
         const bool upper = tq & bit;
@@ -1134,6 +1260,13 @@ __device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
 }
 
 /* ---- begin phase 1: P, dS and dQ for 16 query rows ---- */
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+
+// Columns 64h.. of a result (its n-tiles 8h..8h+7): what one wgmma computes.
+__device__ __forceinline__ float (&half_of(float (&acc)[kDimTiles][4], int h))[8][4] {
+  return *reinterpret_cast<float(*)[8][4]>(&acc[8 * h]);
+}
+#endif
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and every row j of tile b (head columns from chunk c0), as kKeyTiles 16x8
@@ -1183,7 +1316,28 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   // key columns 8n + 2tq and 8n + 2tq + 1 of every n-tile n.
   float s[kKeyTiles][4];
   float dp[kKeyTiles][4]; // dP = dO V^T, the same shape
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  // The warpgroup's 64 query rows at once: S, then dP, which runs on while
+  // the softmax works on S.
+  (void)c0;
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk / 4 * kHalfBytes + kk % 4 * 32;
+    wgmma_ss<0, 0>(s, sw128_desc(q_s, along), sw128_desc(k_s, along), kk);
+  }
+  wgmma_commit();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk / 4 * kHalfBytes + kk % 4 * 32;
+    wgmma_ss<0, 0>(dp, sw128_desc(do_s, along), sw128_desc(v_s, along), kk);
+  }
+  wgmma_commit();
+  wgmma_wait<1>();
+  wgmma_hold(s);
+#else
   rows_times_rows(s, q_s, k_s, c0, row0);
+#endif
 
   const int r_lo = row0 + g, r_hi = r_lo + 8;
   float l_lo, l_hi; // row sums of P before normalisation
@@ -1199,7 +1353,12 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
     out.p[n][1] = pack2(s[n][2] * inv_hi, s[n][3] * inv_hi);
   }
 
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  wgmma_wait<0>();
+  wgmma_hold(dp);
+#else
   rows_times_rows(dp, do_s, v_s, c0, row0);
+#endif
 
   // D = rowsum(P (.) dP), per thread and then over the quad.
   float d_lo = 0.f, d_hi = 0.f;
@@ -1217,15 +1376,17 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
     d_hi += __shfl_xor_sync(0xffffffffu, d_hi, d);
   }
 
-  // dS = scale * P (.) (dP - D) = P (.) (scale dP - scale D), rounded like P.
-  const float sd_lo = kScale * d_lo, sd_hi = kScale * d_hi;
+  // dS = P (.) (dP - D), times kDsScale, rounded like P.
+  const float sd_lo = kDsScale * d_lo, sd_hi = kDsScale * d_hi;
 #pragma unroll
   for (int n = 0; n < kKeyTiles; n++) {
     float p0, p1, p2, p3;
     unpack2(out.p[n][0], p0, p1);
     unpack2(out.p[n][1], p2, p3);
-    out.ds[n][0] = pack2(p0 * fmaf(dp[n][0], kScale, -sd_lo), p1 * fmaf(dp[n][1], kScale, -sd_lo));
-    out.ds[n][1] = pack2(p2 * fmaf(dp[n][2], kScale, -sd_hi), p3 * fmaf(dp[n][3], kScale, -sd_hi));
+    out.ds[n][0] =
+        pack2(p0 * fmaf(dp[n][0], kDsScale, -sd_lo), p1 * fmaf(dp[n][1], kDsScale, -sd_lo));
+    out.ds[n][1] =
+        pack2(p2 * fmaf(dp[n][2], kDsScale, -sd_hi), p3 * fmaf(dp[n][3], kDsScale, -sd_hi));
   }
 }
 
@@ -1237,6 +1398,23 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
                                             unsigned short *dq, long long row_stride) {
   const unsigned k_s = smem_addr(stage + kTileElems);
   float acc[kDimTiles][4];
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  // The warpgroup's 64 rows: A from the dS registers, B = K's rows 16j..
+  // read MN-major (the k index j runs over K's rows), one half of K's
+  // columns at a time.
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < kRowTiles; j++) {
+    const unsigned a[4] = {ds[2 * j][0], ds[2 * j][1], ds[2 * j + 1][0], ds[2 * j + 1][1]};
+#pragma unroll
+    for (int h = 0; h < kHalves; h++)
+      wgmma_rs<1>(half_of(acc, h), a, sw128_desc(k_s, h * kHalfBytes + j * kStepOverRows), j);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc, h));
+#else
   const int c0 = h * kHeadChunks;
   const int lane = threadIdx.x & 31;
   clear(acc);
@@ -1253,8 +1431,9 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
       mma_16816(acc[n + 1], a, b[2], b[3]);
     }
   }
+#endif
   unrotate_rows(acc, stage, t, row0);
-  store_rows(acc, row0, t.rows,
+  store_rows(acc, kStoreScale, row0, t.rows,
              dq + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim, row_stride);
 }
 
@@ -1306,6 +1485,22 @@ __device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4], unsigned 
   }
 }
 
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+// Issue acc = x^T b for the warpgroup's 64 key rows over all 64 query rows:
+// A = x^T (x = P or dS, [query][key]) and B = b (dO or Q), both read
+// MN-major, the k index running over their rows; one commit group.
+__device__ __forceinline__ void issue_key_mma(float (&acc)[kDimTiles][4], unsigned x_s,
+                                              unsigned b_s) {
+#pragma unroll
+  for (int kk = 0; kk < kRowTiles; kk++)
+#pragma unroll
+    for (int h = 0; h < kHalves; h++)
+      wgmma_ss<1, 1>(half_of(acc, h), sw128_desc(x_s, kk * kStepOverRows),
+                     sw128_desc(b_s, h * kHalfBytes + kk * kStepOverRows), kk);
+  wgmma_commit();
+}
+#endif
+
 __device__ __forceinline__ void key_grads(const unsigned short *stage, const unsigned short *p,
                                           const unsigned short *ds, const Tile &t, int h, int r0,
                                           unsigned short *dk, unsigned short *dv,
@@ -1321,14 +1516,33 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
   const int first_query_tile = r0 / 16;
   float acc[kDimTiles][4];
 
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  // All 64 query rows for the warpgroup's 64 keys: P and dS are zero where
+  // no query sees the key, and past the sequence end dO and Q are.
+  (void)c0, (void)first_query_tile, (void)tiles;
+  float acc_k[kDimTiles][4];
+  wgmma_fence();
+  issue_key_mma(acc, p_s, do_s); // dV = P^T dO
+  issue_key_mma(acc_k, ds_s, q_s); // dK = dS^T Q runs on while dV is stored
+  wgmma_wait<1>();
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc, h));
+  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
+  wgmma_wait<0>();
+#pragma unroll
+  for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc_k, h));
+  unrotate_rows(acc_k, stage, t, r0);
+  store_rows(acc_k, kStoreScale, r0, t.rows, dk + at, row_stride);
+#else
   clear(acc); // dV = P^T dO
   accumulate(acc, p_s, r0, do_s, c0, first_query_tile, tiles);
-  store_rows(acc, r0, t.rows, dv + at, row_stride);
+  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
 
   clear(acc); // dK = dS^T Q
   accumulate(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
   unrotate_rows(acc, stage, t, r0);
-  store_rows(acc, r0, t.rows, dk + at, row_stride);
+  store_rows(acc, kStoreScale, r0, t.rows, dk + at, row_stride);
+#endif
 }
 /* ---- end phase 2 ---- */
 
@@ -1346,6 +1560,9 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict
     unsigned short *__restrict__ dv, const unsigned short *__restrict__ rotary_table,
     const int *__restrict__ offsets, long long batch,
     int heads, long long total_tokens, long long num_items) {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+  if (smem_addr(smem) % 1024) __trap(); // never seen; wrong gradients would be worse
+#endif
   const long long row_stride = (long long)heads * kHeadDim;
 
   Walk w;
@@ -1373,11 +1590,17 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict
                  ring[kStages - 1]);
     cp_async_commit();
     cp_async_wait<kStages - 1>();
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    fence_proxy_async(); // the copies landed through the generic proxy; wgmma reads async
+#endif
     __syncthreads();
 
     unsigned short *stage = smem + (n % kStages) * kStageElems;
     // Rotate the tile in place; every warp then reads rows others rotated.
     rotate_tile(stage, ring[0]);
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    fence_proxy_async();
+#endif
     __syncthreads();
     const int warp = threadIdx.x >> 5;
     // P of head h where K was, dS where V was.
@@ -1386,7 +1609,13 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict
     // kept in registers until no warp reads K or V any more.
     {
       const int h = warp / kRowTiles, row0 = warp % kRowTiles * 16;
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+      // The warpgroup computes every row, those past the sequence end too
+      // (zero Q and dO: their dS is zero), so phase 2 can sum over all.
+      const bool mine = true;
+#else
       const bool mine = row0 < ring[0].rows && h < ring[0].heads;
+#endif
       RowGrads rg;
       if (mine) {
         score_grads(stage, ring[0], h, row0, rg);
@@ -1394,10 +1623,17 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict
       }
       __syncthreads();
       if (mine) store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+      fence_proxy_async(); // phase 2's wgmma read P and dS
+#endif
     }
     // Every warp's P and dS rows are in.
     __syncthreads();
     // Phase 2: (head, 16 key rows) jobs: dV and dK of those rows.
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    // One warpgroup: every warp takes part (rows past the end are not stored).
+    key_grads(stage, p_smem, ds_smem, ring[0], 0, warp * 16, dk, dv, row_stride);
+#else
 #pragma unroll 1
     for (int job = warp; job < kJobs; job += kWarps) {
       int h = job / kRowTiles, row0 = job % kRowTiles * 16;
@@ -1405,6 +1641,7 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict
         key_grads(stage, p_smem + h * kPElems, ds_smem + h * kPElems, ring[0], h, row0, dk, dv,
                   row_stride);
     }
+#endif
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];

@@ -603,6 +603,10 @@ constexpr int kStages = 2;  // (block, head group) input tiles resident per CTA
 constexpr int kMinCtasPerSm = 4;  // launch bound: registers fit this many CTAs
 constexpr float kScale = 1.250000000e-01f;  // softmax scale 1/sqrt(64)
 constexpr float kScaleLog2 = 1.803368801e-01f;  // the scale times log2(e)
+// dS is rounded with the scale in it: bf16 has fp32's exponent range, so
+// that costs nothing, and no gradient store multiplies.
+constexpr float kDsScale = kScale;
+constexpr float kStoreScale = 1.f;  // what dQ and dK still take when stored
 
 constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous in memory
 constexpr int kChunks = kRowElems / 8;  // 16-byte chunks per tile row
@@ -869,7 +873,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
  * and dO = dL/dO given:
  *   dV = P^T dO,   dP = dO V^T,   D = rowsum(P (.) dP),
  *   dS = scale * P (.) (dP - D),   dQ = dS K,   dK = dS^T Q
- * (the scale is folded into dS, so no gradient needs it again).
+ * (the scale multiplies dS or, for fp16, dQ and dK: kDsScale, kStoreScale).
  * The whole key range of a query is one tile, so P is recomputed exactly from
  * Q and K, and D (which equals rowsum(dO (.) O)) comes from P and dP: neither
  * O nor a logsumexp is read, and every gradient row belongs to one tile, so
@@ -1082,14 +1086,15 @@ __device__ __forceinline__ unsigned staging_rows() {
 }
 
 // Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
-// column 8n + 2tq + e % 2) and store those before `rows` to `out` (the
-// block's first token, this head): the warp writes them to its staging
-// rows with stmatrix, then lane r < 16 hands row r to a bulk copy, which
-// leaves the registers and the issue slots free. The copies run on while
-// the warp computes; the next call waits only until they have read the
-// staging rows.
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int row0, int rows,
-                                           unsigned short *out, long long row_stride) {
+// column 8n + 2tq + e % 2) times `mul` and store those before `rows` to
+// `out` (the block's first token, this head): the warp writes them to its
+// staging rows with stmatrix, then lane r < 16 hands row r to a bulk copy,
+// which leaves the registers and the issue slots free. The copies run on
+// while the warp computes; the next call waits only until they have read
+// the staging rows.
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
   const int lane = threadIdx.x & 31;
   const unsigned staging = staging_rows();
   bulk_wait_read<0>(); // the staging rows are free again
@@ -1099,8 +1104,10 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int
   const unsigned at = staging + ((lane & 15) * kStagingStride + (lane >> 4) * 8) * 2;
 #pragma unroll
   for (int n = 0; n < kDimTiles; n += 2)
-    stmatrix_x4(at + n * 16, pack2(acc[n][0], acc[n][1]), pack2(acc[n][2], acc[n][3]),
-                pack2(acc[n + 1][0], acc[n + 1][1]), pack2(acc[n + 1][2], acc[n + 1][3]));
+    stmatrix_x4(at + n * 16, pack2(acc[n][0] * mul, acc[n][1] * mul),
+                pack2(acc[n][2] * mul, acc[n][3] * mul),
+                pack2(acc[n + 1][0] * mul, acc[n + 1][1] * mul),
+                pack2(acc[n + 1][2] * mul, acc[n + 1][3] * mul));
   fence_to_bulk();
   __syncwarp();
   if (lane < 16 && row0 + lane < rows)
@@ -1110,13 +1117,14 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int
 }
 #else
 // Round 16 result rows (C layout: acc[n][e] is row row0 + g + 8 (e / 2),
-// column 8n + 2tq + e % 2) and store those before `rows` to
+// column 8n + 2tq + e % 2) times `mul` and store those before `rows` to
 // `out` (the block's first token, this head) in 16-byte pieces: for each 4
 // n-tiles the quad transposes its 4 x 4 pairs with shuffles, so that lane
 // tq holds the 8 columns of n-tile 4m + tq, and a warp's store writes 64
 // contiguous bytes in each of 8 rows (whole 32-byte sectors).
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int row0, int rows,
-                                           unsigned short *out, long long row_stride) {
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
   static_assert(kDimTiles % 4 == 0, "n-tiles go in fours");
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
@@ -1131,7 +1139,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], int
       unsigned v[4];
 #pragma unroll
       for (int i = 0; i < 4; i++)
-        v[i] = pack2(acc[4 * m + i][2 * hi], acc[4 * m + i][2 * hi + 1]);
+        v[i] = pack2(acc[4 * m + i][2 * hi] * mul, acc[4 * m + i][2 * hi + 1] * mul);
 #pragma unroll
       for (int bit = 1; bit <= 2; bit <<= 1) {
         const bool upper = tq & bit;
@@ -1240,15 +1248,17 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
     d_hi += __shfl_xor_sync(0xffffffffu, d_hi, d);
   }
 
-  // dS = scale * P (.) (dP - D) = P (.) (scale dP - scale D), rounded like P.
-  const float sd_lo = kScale * d_lo, sd_hi = kScale * d_hi;
+  // dS = P (.) (dP - D), times kDsScale, rounded like P.
+  const float sd_lo = kDsScale * d_lo, sd_hi = kDsScale * d_hi;
 #pragma unroll
   for (int n = 0; n < kKeyTiles; n++) {
     float p0, p1, p2, p3;
     unpack2(out.p[n][0], p0, p1);
     unpack2(out.p[n][1], p2, p3);
-    out.ds[n][0] = pack2(p0 * fmaf(dp[n][0], kScale, -sd_lo), p1 * fmaf(dp[n][1], kScale, -sd_lo));
-    out.ds[n][1] = pack2(p2 * fmaf(dp[n][2], kScale, -sd_hi), p3 * fmaf(dp[n][3], kScale, -sd_hi));
+    out.ds[n][0] =
+        pack2(p0 * fmaf(dp[n][0], kDsScale, -sd_lo), p1 * fmaf(dp[n][1], kDsScale, -sd_lo));
+    out.ds[n][1] =
+        pack2(p2 * fmaf(dp[n][2], kDsScale, -sd_hi), p3 * fmaf(dp[n][3], kDsScale, -sd_hi));
   }
 }
 
@@ -1276,7 +1286,7 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
     }
   }
   unrotate_rows(acc, stage, t, row0);
-  store_rows(acc, row0, t.rows,
+  store_rows(acc, kStoreScale, row0, t.rows,
              dq + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim, row_stride);
 }
 
@@ -1343,12 +1353,12 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
 
   clear(acc); // dV = P^T dO
   accumulate(acc, p_s, r0, do_s, c0, first_query_tile, tiles);
-  store_rows(acc, r0, t.rows, dv + at, row_stride);
+  store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
 
   clear(acc); // dK = dS^T Q
   accumulate(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
   unrotate_rows(acc, stage, t, r0);
-  store_rows(acc, r0, t.rows, dk + at, row_stride);
+  store_rows(acc, kStoreScale, r0, t.rows, dk + at, row_stride);
 }
 /* ---- end phase 2 ---- */
 
