@@ -495,14 +495,17 @@ constexpr float kDsScale = 1.f;
 constexpr float kStoreScale = kScale;  // what dQ and dK still take when stored
 
 constexpr int kChunk = 64;  // rows per chunk: 16 per warp
+// Query rows with statistics: every row of every chunk, those past the
+// block's end (in its last, partial chunk) too.
+constexpr int kStatRows = (kBlock + kChunk - 1) / kChunk * kChunk;
 constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
 constexpr int kChunkElems = kChunk * kHeadDim;  // one chunk of one tensor
 constexpr int kKeyTiles = kChunk / 8;  // n-tiles of a chunk's S and dP rows
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kSmemBytes = 35840;  // dynamic shared memory, as planned
 // Shared memory: one chunk each of Q, dO, K and V, then each query row's
-// softmax statistics (three floats per row of the block).
-static_assert(2 * 4 * kChunkElems + 3 * 4 * kBlock == kSmemBytes,
+// softmax statistics (three floats per row).
+static_assert(2 * 4 * kChunkElems + 3 * 4 * kStatRows == kSmemBytes,
               "the plan's shared memory is four chunks and the row statistics");
 static_assert(kBlock > kChunk && kBlock % 16 == 0, "more than one chunk of 16-row tiles");
 /* ---- end constants ---- */
@@ -991,7 +994,7 @@ ag_golden_chunked_b256_d64_fp16_causal_bwd(const unsigned short *__restrict__ q,
     int heads, long long total_tokens, long long num_items) {
   const long long row_stride = (long long)heads * kHeadDim;
   float *const stats = reinterpret_cast<float *>(smem + 4 * kChunkElems);
-  const RowStats st = {stats, stats + kBlock, stats + 2 * kBlock};
+  const RowStats st = {stats, stats + kStatRows, stats + 2 * kStatRows};
 
   Walk w;
   walk_begin(w, offsets, batch, heads, total_tokens, num_items);
