@@ -99,7 +99,8 @@ bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages,
 
 /* A block too large to keep whole beside its P and dS (past 128 tokens at
  * head_dim 128, 176 at 64): templates/block_bwd_chunked.cu walks it in
- * 64-row chunks, one of each of Q, dO, K and V resident, with three floats
+ * 64-row chunks: a chunk of two tensors resident and two of the other
+ * two, one computed while the next loads; with three floats
  * of softmax statistics per query row of every chunk (a partial last chunk's
  * rows past the block too). Four warps; registers capped for
  * two CTAs (the key sweep holds dK and dV, 128 floats at head_dim 128). */
@@ -111,7 +112,7 @@ static void plan_backward_chunked(const ag_plan *plan, ag_plan_bwd *b) {
   b->jobs = b->warps;
   b->stages = 1;
   const int stat_rows = (plan->block_size + CHUNK - 1) / CHUNK * CHUNK;
-  b->smem_bytes = 4 * CHUNK * plan->head_dim * plan->elem_bytes + 3 * 4 * stat_rows;
+  b->smem_bytes = 6 * CHUNK * plan->head_dim * plan->elem_bytes + 3 * 4 * stat_rows;
   b->min_ctas_per_sm = 2;
   b->items_per_cta = 2;
   b->key_chunks = true;

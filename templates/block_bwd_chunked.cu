@@ -41,10 +41,13 @@ constexpr int kChunkElems = kChunk * kHeadDim;  // one chunk of one tensor
 constexpr int kKeyTiles = kChunk / 8;  // n-tiles of a chunk's S and dP rows
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
-// Shared memory: one chunk each of Q, dO, K and V, then each query row's
-// softmax statistics (three floats per row).
-static_assert(2 * 4 * kChunkElems + 3 * 4 * kStatRows == kSmemBytes,
-              "the plan's shared memory is four chunks and the row statistics");
+// Shared memory: six chunk slots, then each query row's softmax statistics
+// (three floats per row). A sweep keeps one pair of tensors' chunks in
+// slots 0, 1 and streams the other pair's through slots 2, 3 and 4, 5: the
+// next pair loads while this one is computed.
+constexpr int kSlots = 6;
+static_assert(2 * kSlots * kChunkElems + 3 * 4 * kStatRows == kSmemBytes,
+              "the plan's shared memory is six chunks and the row statistics");
 static_assert(kBlock > kChunk && kBlock % 16 == 0, "more than one chunk of 16-row tiles");
 /* ---- end constants ---- */
 
@@ -105,16 +108,31 @@ __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned
   }
 }
 
-// Load two tensors' chunks at rows r0.. and wait for them: every warp reads
-// rows the others loaded, and the caller has made sure nobody still reads
-// the old ones.
-__device__ __forceinline__ void load_pair(unsigned short *a_chunk, const unsigned short *a,
-                                          unsigned short *b_chunk, const unsigned short *b,
-                                          long long row_stride, const Tile &t, int r0) {
-  load_chunk(a_chunk, a, row_stride, t, r0);
-  load_chunk(b_chunk, b, row_stride, t, r0);
+// The streamed pair of step i of a sweep sits in slots 2, 3 (even i) or 4,
+// 5 (odd i); its first chunk here, the second kChunkElems on.
+__device__ __forceinline__ unsigned short *ring_slot(unsigned short *slots, int i) {
+  return slots + (2 + 2 * (i & 1)) * kChunkElems;
+}
+
+// Start the copy of tensors a and b at block rows r0.. into the ring slot
+// of step i; the caller commits.
+__device__ __forceinline__ void load_pair(unsigned short *slots, int i, const unsigned short *a,
+                                          const unsigned short *b, long long row_stride,
+                                          const Tile &t, int r0) {
+  load_chunk(ring_slot(slots, i), a, row_stride, t, r0);
+  load_chunk(ring_slot(slots, i) + kChunkElems, b, row_stride, t, r0);
+}
+
+// Step i of a sweep: once every warp is done with step i - 1, refill its
+// slot with the pair of step i + 1 (block rows r_next, none if negative),
+// then wait for step i's pair (and, at step 0, the resident pair) to land.
+__device__ __forceinline__ void ring_step(unsigned short *slots, int i, const unsigned short *a,
+                                          const unsigned short *b, long long row_stride,
+                                          const Tile &t, int r_next) {
+  __syncthreads();
+  if (r_next >= 0) load_pair(slots, i + 1, a, b, row_stride, t, r_next);
   cp_async_commit();
-  cp_async_wait<0>();
+  cp_async_wait<1>();
   __syncthreads();
 }
 /* ---- end chunk load ---- */
@@ -214,15 +232,12 @@ struct RowStats {
 
 /* ---- begin A: the query chunks ---- */
 // Query chunk qc: its statistics into `st`, then dQ to memory.
-__device__ __forceinline__ void query_chunk(unsigned short *chunks, const RowStats &st,
+__device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStats &st,
                                             const Tile &t, int qc, const unsigned short *q,
                                             const unsigned short *k, const unsigned short *v,
                                             const unsigned short *dout, unsigned short *dq,
                                             long long row_stride) {
-  unsigned short *q_c = chunks, *do_c = chunks + kChunkElems;
-  unsigned short *k_c = chunks + 2 * kChunkElems, *v_c = chunks + 3 * kChunkElems;
-  const unsigned q_s = smem_addr(q_c), do_s = smem_addr(do_c), k_s = smem_addr(k_c),
-                 v_s = smem_addr(v_c);
+  const unsigned q_s = smem_addr(slots), do_s = smem_addr(slots + kChunkElems);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
   const int row0 = 16 * warp;                          // this warp's rows of the chunk
@@ -233,9 +248,14 @@ __device__ __forceinline__ void query_chunk(unsigned short *chunks, const RowSta
   const int last_kc = (t.rows - 1) / kChunk;
 @endif@
 
+  // Q and dO stay in slots 0, 1; K and V stream, key chunk kc at step kc
+  // of sweep 1 and step key_chunks + kc of sweep 2.
+  const int key_chunks = last_kc + 1;
   __syncthreads(); // nobody reads the old chunks any more
-  load_chunk(q_c, q, row_stride, t, qc * kChunk);
-  load_chunk(do_c, dout, row_stride, t, qc * kChunk);
+  load_chunk(slots, q, row_stride, t, qc * kChunk);
+  load_chunk(slots + kChunkElems, dout, row_stride, t, qc * kChunk);
+  load_pair(slots, 0, k, v, row_stride, t, 0);
+  cp_async_commit();
   float s[kKeyTiles][4], dp[kKeyTiles][4];
 
   // Sweep 1: maximum, sum and D = rowsum(P (.) dP) of each row, with the
@@ -243,9 +263,10 @@ __device__ __forceinline__ void query_chunk(unsigned short *chunks, const RowSta
   // in the first chunk, so the maximum is finite from there on.
   float m_lo = neg_inf(), m_hi = neg_inf(), l_lo = 0.f, l_hi = 0.f, a_lo = 0.f, a_hi = 0.f;
 #pragma unroll 1
-  for (int kc = 0; kc <= last_kc; kc++) {
-    if (kc) __syncthreads();
-    load_pair(k_c, k, v_c, v, row_stride, t, kc * kChunk);
+  for (int kc = 0; kc < key_chunks; kc++) {
+    // the step after the last is sweep 2's first: key chunk 0 again
+    ring_step(slots, kc, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : 0);
+    const unsigned k_s = smem_addr(ring_slot(slots, kc)), v_s = k_s + 2 * kChunkElems;
     rows_times_rows(s, q_s, k_s, row0);
     rows_times_rows(dp, do_s, v_s, row0);
     float x_lo = neg_inf(), x_hi = neg_inf();
@@ -303,9 +324,10 @@ __device__ __forceinline__ void query_chunk(unsigned short *chunks, const RowSta
   clear(acc);
   const float sd_lo = kDsScale * d_lo, sd_hi = kDsScale * d_hi;
 #pragma unroll 1
-  for (int kc = 0; kc <= last_kc; kc++) {
-    __syncthreads();
-    load_pair(k_c, k, v_c, v, row_stride, t, kc * kChunk);
+  for (int kc = 0; kc < key_chunks; kc++) {
+    const int i = key_chunks + kc;
+    ring_step(slots, i, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : -1);
+    const unsigned k_s = smem_addr(ring_slot(slots, i)), v_s = k_s + 2 * kChunkElems;
     rows_times_rows(s, q_s, k_s, row0);
     rows_times_rows(dp, do_s, v_s, row0);
     unsigned ds[kKeyTiles][2];
@@ -336,15 +358,12 @@ __device__ __forceinline__ void query_chunk(unsigned short *chunks, const RowSta
 /* ---- begin B: the key chunks ---- */
 // Key chunk kc: dV and dK of its rows to memory, from the statistics of
 // every query row.
-__device__ __forceinline__ void key_chunk(unsigned short *chunks, const RowStats &st,
+__device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats &st,
                                           const Tile &t, int kc, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
                                           const unsigned short *dout, unsigned short *dk,
                                           unsigned short *dv, long long row_stride) {
-  unsigned short *q_c = chunks, *do_c = chunks + kChunkElems;
-  unsigned short *k_c = chunks + 2 * kChunkElems, *v_c = chunks + 3 * kChunkElems;
-  const unsigned q_s = smem_addr(q_c), do_s = smem_addr(do_c), k_s = smem_addr(k_c),
-                 v_s = smem_addr(v_c);
+  const unsigned k_s = smem_addr(slots), v_s = smem_addr(slots + kChunkElems);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
   const int row0 = 16 * warp;                          // this warp's rows of the chunk
@@ -355,16 +374,21 @@ __device__ __forceinline__ void key_chunk(unsigned short *chunks, const RowStats
   const int first_qc = 0;
 @endif@
 
+  // K and V stay in slots 0, 1; Q and dO stream, query chunk first_qc + i
+  // at step i.
   __syncthreads(); // nobody reads the old chunks any more
-  load_chunk(k_c, k, row_stride, t, kc * kChunk);
-  load_chunk(v_c, v, row_stride, t, kc * kChunk);
+  load_chunk(slots, k, row_stride, t, kc * kChunk);
+  load_chunk(slots + kChunkElems, v, row_stride, t, kc * kChunk);
+  load_pair(slots, 0, q, dout, row_stride, t, first_qc * kChunk);
+  cp_async_commit();
   float acc_v[kDimTiles][4], acc_k[kDimTiles][4];
   clear(acc_v);
   clear(acc_k);
 #pragma unroll 1
   for (int qc = first_qc; qc * kChunk < t.rows; qc++) {
-    if (qc > first_qc) __syncthreads();
-    load_pair(q_c, q, do_c, dout, row_stride, t, qc * kChunk);
+    const int i = qc - first_qc, r_next = (qc + 1) * kChunk;
+    ring_step(slots, i, q, dout, row_stride, t, r_next < t.rows ? r_next : -1);
+    const unsigned q_s = smem_addr(ring_slot(slots, i)), do_s = q_s + 2 * kChunkElems;
     // S^T, then dP^T: this thread's rows are keys r_lo, r_hi, its columns
     // queries. Queries past the end have zero Q and dO: their dS and their
     // share of dV are zero, and their statistics (of zero rows) finite.
@@ -421,7 +445,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     unsigned short *__restrict__ dv, const int *__restrict__ offsets, long long batch,
     int heads, long long total_tokens, long long num_items) {
   const long long row_stride = (long long)heads * kHeadDim;
-  float *const stats = reinterpret_cast<float *>(smem + 4 * kChunkElems);
+  float *const stats = reinterpret_cast<float *>(smem + kSlots * kChunkElems);
   const RowStats st = {stats, stats + kStatRows, stats + 2 * kStatRows};
 
   Walk w;

@@ -217,10 +217,10 @@ START_TEST(plan_shapes) {
       ck_assert_msg(st == AG_OK, "b%d d%d: %s", b, dim, err.message);
       const ag_plan_bwd *w = &p.bwd;
       /* Past 128 tokens at head_dim 128 (176 at 64) the block is walked in
-       * 64-row chunks: four chunks and three floats per query row. */
+       * 64-row chunks: six chunks and three floats per query row. */
       ck_assert_int_eq(w->key_chunks, b > (dim == 64 ? 176 : 128));
       if (w->key_chunks) {
-        ck_assert_int_eq(w->smem_bytes, 4 * 64 * dim * 2 + 12 * ((b + 63) / 64 * 64));
+        ck_assert_int_eq(w->smem_bytes, 6 * 64 * dim * 2 + 12 * ((b + 63) / 64 * 64));
         ck_assert_int_eq(w->warps, 4);
         ck_assert_int_eq(w->threads, 128);
         ck_assert_int_eq(w->heads_per_tile, 1);
