@@ -797,6 +797,8 @@ def parse_args(argv):
     m.add_argument("--quick", action="store_true", help="4 shapes (about 2 min)")
     m.add_argument("--smoke", action="store_true", help="tiny shapes: checks the pipeline only")
     ap.add_argument("--causal", action="store_true", help="the same shapes, causal")
+    ap.add_argument("--block", type=int, default=64,
+                    help="tokens per diagonal block of every shape (default 64)")
     ap.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "both"), default="fwd",
                     help="what to time: the forward (default), the backward (dq, dk, dv "
                          "from q, k, v and dout), or both")
@@ -838,6 +840,9 @@ def select(args):
     mode = "quick" if args.quick else "smoke" if args.smoke else "full"
     shapes = (quick_shapes(args.causal) if mode == "quick" else
               smoke_shapes() if mode == "smoke" else ads_shapes(args.causal))
+    if args.block != 64:
+        for s in shapes:
+            s.block = args.block
     if args.shapes:
         words = [w.strip() for w in args.shapes.split(",") if w.strip()]
         shapes = [s for s in shapes if all(w in s.label for w in words)]

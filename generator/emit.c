@@ -162,7 +162,8 @@ static ag_status expand_forward(const ag_spec *spec, const ag_plan *plan, ag_buf
   return ag_expand("block_fwd.cu", vars, sizeof vars / sizeof vars[0], b, err);
 }
 
-/* Expand block_bwd.cu for the plan's backward kernel; after a forward in the
+/* Expand block_bwd.cu (block_bwd_chunked.cu for blocks walked in chunks)
+ * for the plan's backward kernel; after a forward in the
  * same source it reuses the forward's device helpers and keeps its own
  * names in namespace bwd. */
 static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool after_forward,
@@ -216,7 +217,8 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
            : "0"},
   };
   rotary_fill(spec, true, &rv, vars + PLAN_VARS);
-  return ag_expand("block_bwd.cu", vars, sizeof vars / sizeof vars[0], b, err);
+  return ag_expand(p->key_chunks ? "block_bwd_chunked.cu" : "block_bwd.cu", vars,
+                   sizeof vars / sizeof vars[0], b, err);
 }
 
 ag_status ag_emit_plan(const ag_spec *spec, const ag_plan *plan, char **out_source,

@@ -97,6 +97,27 @@ bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages,
   return true;
 }
 
+/* A block too large to keep whole beside its P and dS (past 128 tokens at
+ * head_dim 128, 176 at 64): templates/block_bwd_chunked.cu walks it in
+ * 64-row chunks: a chunk of two tensors resident and two of the other
+ * two, one computed while the next loads; with three floats
+ * of softmax statistics per query row of every chunk (a partial last chunk's
+ * rows past the block too). Four warps; registers capped for
+ * two CTAs (the key sweep holds dK and dV, 128 floats at head_dim 128). */
+static void plan_backward_chunked(const ag_plan *plan, ag_plan_bwd *b) {
+  enum { CHUNK = 64 };
+  b->warps = 4;
+  b->threads = 128;
+  b->heads_per_tile = 1;
+  b->jobs = b->warps;
+  b->stages = 1;
+  const int stat_rows = (plan->block_size + CHUNK - 1) / CHUNK * CHUNK;
+  b->smem_bytes = 6 * CHUNK * plan->head_dim * plan->elem_bytes + 3 * 4 * stat_rows;
+  b->min_ctas_per_sm = 2;
+  b->items_per_cta = 2;
+  b->key_chunks = true;
+}
+
 /* One head per tile (on the H200 two heads were 10-15% slower,
  * bench/NOTES.md), with 128 registers a thread or, with rotary embeddings
  * (their angles and the rotation back of dQ, dK, dV need more), 255. Two
@@ -113,16 +134,15 @@ static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err)
     pick = &two;
   } else if (ag_plan_backward_shape(out, 1, 1, 0, sm_warps, &one)) {
     pick = ag_plan_backward_shape(out, 1, 2, one.min_ctas_per_sm, sm_warps, &two) ? &two : &one;
-  } else {
-    const int block = spec->block_size;
-    const int need = 4 * block * spec->head_dim * out->elem_bytes + out->rotary_table_bytes +
-                     2 * block * p_stride(block) * out->elem_bytes;
+  } else if (spec->rotary.layout != AG_ROTARY_NONE) {
     return ag_fail(err, AG_ERR_UNSUPPORTED,
-                   "not supported yet: the backward pass at block_size %d with head_dim %d "
-                   "(P and dS of a whole block beside its Q, K, V and dO tiles%s need %d KiB of "
-                   "shared memory; a CTA has 227)",
-                   block, spec->head_dim, out->rotary_table_bytes ? " and rotary table rows" : "",
-                   (need + 1023) / 1024);
+                   "not supported yet: rotary embeddings in the backward pass at block_size %d "
+                   "with head_dim %d (a block that large is walked in chunks, and the chunked "
+                   "kernel does not rotate yet)",
+                   spec->block_size, spec->head_dim);
+  } else {
+    plan_backward_chunked(out, &one);
+    pick = &one;
   }
   memcpy(&out->bwd, pick, sizeof out->bwd);
   if (spec->arch == AG_ARCH_SM80) { /* never compiled for sm_90 */
@@ -228,6 +248,18 @@ const char *ag_plan_first_kernel(const ag_plan *p) {
 static void describe_backward(ag_buf *b, const ag_plan_bwd *p, int table_bytes,
                               const char *prefix) {
   ag_buf_printf(b, "%sbackward kernel: %s\n", prefix, p->kernel_name);
+  if (p->key_chunks) {
+    ag_buf_printf(b, "%s  heads per tile: 1, the block walked in 64-row chunks\n", prefix);
+    ag_buf_printf(b, "%s  threads: %d (%d warps, 16 rows of a chunk each)\n", prefix, p->threads,
+                  p->warps);
+    ag_buf_printf(b,
+                  "%s  shared memory: %d bytes (a chunk of each of Q, dO, K, V; each query "
+                  "row's softmax statistics)\n",
+                  prefix, p->smem_bytes);
+    ag_buf_printf(b, "%s  registers capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
+    ag_buf_printf(b, "%s  grid: one CTA per %d (block, head) tiles\n", prefix, p->items_per_cta);
+    return;
+  }
   ag_buf_printf(b, "%s  heads per tile: %d\n", prefix, p->heads_per_tile);
   ag_buf_printf(b, "%s  threads: %d (%d warps; %d (head, 16-row tile) job%s per phase)\n", prefix,
                 p->threads, p->warps, p->jobs, p->jobs > 1 ? "s" : "");

@@ -23,6 +23,8 @@ typedef struct ag_plan_bwd {
   bool wgmma;           /* sm_90a code runs both phases on wgmma (64x64 tiles of one head) */
   bool bulk_store;      /* sm_90 code stores the gradients through each warp's staging rows
                          * (stmatrix) with bulk copies; where they fit beside the rest */
+  bool key_chunks;      /* the block does not fit whole: it is walked in 64-row chunks with
+                         * recomputation (templates/block_bwd_chunked.cu) */
 } ag_plan_bwd;
 
 /* The fields up to `scale` describe the forward kernel (kernel_name is ""

@@ -17,6 +17,8 @@ static const char *const goldens[] = {
     /* every rotary layout with every position mode */
     "rope_interleaved_sequence_b32_d64_bf16", "rope_interleaved_block_b64_d128_fp16_bwd",
     "rope_half_table_b64_d128_bf16_causal", "rope_half_block_b16_d64_fp16",
+    /* the backward of blocks walked in chunks */
+    "block256_d64_fp16_causal_bwd",
 };
 enum { NGOLDENS = sizeof goldens / sizeof goldens[0] };
 

@@ -151,9 +151,8 @@ END_TEST
 
 /* ---- backward ----------------------------------------------------------------
  * Dtypes x head dims x block sizes 16, 64, 128 and a few uneven ones x
- * causal. Blocks past 128 tokens at head_dim 128 (176 at 64), 256 among
- * them, have no backward kernel yet: validation refuses such specs, as
- * the plan does (see check_backward.c). */
+ * causal; the last five are blocks past 128 tokens at head_dim 128 (176 at
+ * 64), which the kernel walks in 64-row chunks (block_bwd_chunked.cu). */
 static const kernel_case bwd_cases[] = {
     {AG_DTYPE_BF16, 128, 64, 0},  {AG_DTYPE_BF16, 64, 64, 0},   {AG_DTYPE_FP16, 128, 64, 0},
     {AG_DTYPE_FP16, 64, 64, 0},   {AG_DTYPE_BF16, 128, 64, 1},  {AG_DTYPE_FP16, 64, 64, 1},
@@ -161,7 +160,8 @@ static const kernel_case bwd_cases[] = {
     {AG_DTYPE_FP16, 64, 16, 0},   {AG_DTYPE_BF16, 128, 128, 0}, {AG_DTYPE_FP16, 128, 128, 1},
     {AG_DTYPE_BF16, 64, 128, 1},  {AG_DTYPE_FP16, 64, 128, 0},  {AG_DTYPE_BF16, 64, 176, 1},
     {AG_DTYPE_FP16, 128, 48, 0},  {AG_DTYPE_BF16, 64, 32, 0},   {AG_DTYPE_FP16, 128, 80, 1},
-    {AG_DTYPE_BF16, 64, 112, 0},
+    {AG_DTYPE_BF16, 64, 112, 0},  {AG_DTYPE_BF16, 128, 256, 0}, {AG_DTYPE_FP16, 128, 256, 1},
+    {AG_DTYPE_BF16, 128, 144, 1}, {AG_DTYPE_FP16, 64, 192, 0},  {AG_DTYPE_BF16, 64, 256, 1},
 };
 enum { NBWD_CASES = sizeof bwd_cases / sizeof bwd_cases[0] };
 

@@ -209,10 +209,10 @@ def test_worker_passes_end_to_end(cpu_cuda):
 
 
 def test_attngen_rows_for_shapes_validation_refuses(cpu_cuda):
-    """attngen's backward and rotary rows are 'unavailable: ... not supported
-    (<the C message>)' for a shape the kernels do not fit: 256-token blocks
-    at head_dim 128 (needs libattngen.so; no GPU: the refusal comes before
-    any build)."""
+    """attngen's rotary rows are 'unavailable: ... not supported (<the C
+    message>)' for a shape the kernels do not fit: 256-token blocks at
+    head_dim 128 with a rotary table (needs libattngen.so; no GPU: the
+    refusal comes before any build)."""
     from peers.attngen_peer import AttngenPeer
     peer = AttngenPeer()
     try:
@@ -221,17 +221,13 @@ def test_attngen_rows_for_shapes_validation_refuses(cpu_cuda):
         pytest.skip(str(e))
     data = ShapeData(Shape(2, 1, 128, 300, 0.5, 256, dtype="bf16"), device="cpu")
     with pytest.raises(C.Unavailable) as ei:
-        peer.prepare_backward(data, "quick")
-    msg = str(ei.value)
-    assert msg.startswith("backward not supported (<dict>:") and "\n" not in msg
-    assert "error: not supported yet: the backward pass at block_size 256 with head_dim 128" in msg
-    with pytest.raises(C.Unavailable) as ei:
         peer.prepare_rotary(data, "quick")
     msg = str(ei.value)
     assert msg.startswith("rotary with the backward not supported (") and "\n" not in msg
     # the forward's table rows and the backward: one diagnostic each
     assert "error: not supported yet: rotary positions from a table at block_size 256" in msg
-    assert "error: not supported yet: the backward pass at block_size 256" in msg
+    assert "error: not supported yet: rotary embeddings in the backward pass at block_size 256" \
+        in msg
 
 
 @pytest.mark.skipif(not os.environ.get("ATTNGEN_TRITON_INTERPRET_TEST", "1") == "1",

@@ -17,8 +17,8 @@ from attngen import _errors, _lib, _spec, ops
 # What spec validation says of a backward that does not fit (plan.c's limit,
 # reported by generator/spec_check.c at `passes`), as ag_spec_load_string
 # returns it.
-LIMIT_DETAIL = ("<dict>:8:1: error: not supported yet: the backward pass at block_size 256 with "
-                "head_dim 128 (...)\npasses: [forward, backward]\n^")
+LIMIT_DETAIL = ("<dict>:8:1: error: not supported yet: rotary embeddings in the backward pass at "
+                "block_size 256 with head_dim 128 (...)\npasses: [forward, backward]\n^")
 
 
 class Launches:

@@ -223,18 +223,24 @@ def test_backward_spec_through_the_c_parser():
 
 
 def test_backward_that_does_not_fit_is_refused_by_validation():
-    """256-token blocks at head_dim 128: validation refuses the backward
-    with the plan's reason at `passes` (so the binding falls back to the
-    forward and refuses .backward()); the forward alone is fine."""
+    """256-token blocks at head_dim 128 with rotary embeddings: validation
+    refuses the backward (blocks that large are walked in chunks, which do
+    not rotate yet) with the plan's reason at `passes`, so the binding
+    falls back to the forward and refuses .backward(); the forward alone is
+    fine, and so is the backward without rotary."""
     _need_lib()
+    rotary = attngen._validate.check_rotary(
+        {"layout": "half", "apply_to": ["q", "k"], "positions": "sequence"})
     with pytest.raises(attngen.UnsupportedError) as ei:
-        attngen.parse_spec(attngen.block_spec(256, 128, "bf16", backward=True))
-    assert "error: not supported yet: the backward pass at block_size 256 with head_dim 128" \
-        in ei.value.detail
+        attngen.parse_spec(attngen.block_spec(256, 128, "bf16", backward=True, rotary=rotary))
+    assert ("error: not supported yet: rotary embeddings in the backward pass at block_size 256 "
+            "with head_dim 128") in ei.value.detail
     assert "\npasses: [forward, backward]\n^" in ei.value.detail
     with pytest.raises(attngen.UnsupportedError, match="block_size 256 with head_dim 128"):
-        attngen.kernel_for(256, False, 128, "bf16", backward=True)
-    assert attngen.kernel_for(256, False, 128, "bf16").spec.passes == ("forward",)
+        attngen.kernel_for(256, False, 128, "bf16", backward=True, rotary=rotary)
+    assert attngen.kernel_for(256, False, 128, "bf16", rotary=rotary).spec.passes == ("forward",)
+    assert attngen.kernel_for(256, False, 128, "bf16", backward=True).spec.passes == \
+        ("forward", "backward")
 
 
 def test_rotary_spec_through_the_c_parser():

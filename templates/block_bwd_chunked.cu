@@ -1,0 +1,468 @@
+@# block_bwd_chunked.cu: block-diagonal attention backward for blocks too
+@# large to keep whole in shared memory (past 128 tokens at head_dim 128,
+@# 176 at 64): the block is walked in 64-row chunks, with recomputation.
+@# Placeholders: @KERNEL_NAME@ @BLOCK_SIZE@ @HEAD_DIM@ @MIN_CTAS@ @SMEM_BYTES@
+@#   @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ (as block_bwd.cu).
+@# Conditions: CAUSAL; SCALE_IN_DS (as block_bwd.cu); OWN_HELPERS (include
+@#   mma_sm80.cuh); IN_NAMESPACE (put all of this in namespace bwd).
+@if IN_NAMESPACE@
+/* The backward kernel. Its constants and functions live in namespace bwd,
+ * apart from the forward's; the device helpers above serve both. */
+namespace bwd {
+
+@endif@
+/* ---- begin constants ---- */
+constexpr int kBlock = @BLOCK_SIZE@;  // tokens per diagonal block
+constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
+constexpr int kWarps = 4;  // warps per CTA: 16 rows of a chunk each
+constexpr int kThreads = kWarps * 32;
+constexpr int kHeadsPerTile = 1;  // one head per work item
+constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound: registers fit this many CTAs
+constexpr float kScale = @SCALE@;  // softmax scale @SCALE_TEXT@
+constexpr float kScaleLog2 = @SCALE_LOG2@;  // the scale times log2(e)
+@if SCALE_IN_DS@
+// dS is rounded with the scale in it: bf16 has fp32's exponent range.
+constexpr float kDsScale = kScale;
+constexpr float kStoreScale = 1.f;  // what dQ and dK still take when stored
+@else@
+// dS is rounded without the scale, and dQ and dK take it in fp32 as they
+// are stored: scaled first, small dS values would sink into fp16's
+// subnormals.
+constexpr float kDsScale = 1.f;
+constexpr float kStoreScale = kScale;  // what dQ and dK still take when stored
+@endif@
+
+constexpr int kChunk = 64;  // rows per chunk: 16 per warp
+// Query rows with statistics: every row of every chunk, those past the
+// block's end (in its last, partial chunk) too.
+constexpr int kStatRows = (kBlock + kChunk - 1) / kChunk * kChunk;
+constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+constexpr int kChunkElems = kChunk * kHeadDim;  // one chunk of one tensor
+constexpr int kKeyTiles = kChunk / 8;  // n-tiles of a chunk's S and dP rows
+constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
+constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
+// Shared memory: six chunk slots, then each query row's softmax statistics
+// (three floats per row). A sweep keeps one pair of tensors' chunks in
+// slots 0, 1 and streams the other pair's through slots 2, 3 and 4, 5: the
+// next pair loads while this one is computed.
+constexpr int kSlots = 6;
+static_assert(2 * kSlots * kChunkElems + 3 * 4 * kStatRows == kSmemBytes,
+              "the plan's shared memory is six chunks and the row statistics");
+static_assert(kBlock > kChunk && kBlock % 16 == 0, "more than one chunk of 16-row tiles");
+/* ---- end constants ---- */
+
+@if OWN_HELPERS@
+@include mma_sm80.cuh@
+
+@endif@
+// The CTA's dynamic shared memory. Declared out here rather than in the
+// kernel, so that in a source holding both passes it is not the forward's.
+extern __shared__ __align__(128) unsigned short smem[];
+
+@include block_walk.cuh@
+
+/* ---- begin the math ----
+ * Per (block, head), with P = softmax(scale * Q K^T) over the visible keys
+ * and dO = dL/dO given:
+ *   dV = P^T dO,   dP = dO V^T,   D = rowsum(P (.) dP),
+ *   dS = scale * P (.) (dP - D),   dQ = dS K,   dK = dS^T Q
+ * (the scale multiplies dS or, for fp16, dQ and dK: kDsScale, kStoreScale).
+ * A block of kBlock rows does not fit in shared memory with its P and dS,
+ * so it is walked in 64-row chunks, each warp taking 16 rows of a chunk:
+ *   A. For each query chunk, two sweeps over the key chunks: the first
+ *      finds each row's maximum, softmax sum and D (rescaled online as the
+ *      maximum grows), which go to shared memory; the second recomputes S
+ *      and dP, forms dS and sums dQ = dS K, stored once at the end.
+ *   B. For each key chunk, one sweep over the query chunks: S^T and dP^T
+ *      recomputed with keys as rows, P^T and dS^T from the statistics of
+ *      A, and dV = P^T dO, dK = dS^T Q summed and stored at the end.
+ * Q K^T is computed three times and dO V^T three times, for no logsumexp
+ * in memory and no atomics: every gradient row belongs to one CTA.
+ * ---- end the math ---- */
+
+/* ---- begin chunk load ----
+ * Chunks are row-major with 16-byte pieces XOR-swizzled by the row (piece
+ * c of row r sits at c ^ (r % 8)), so the 8 row addresses of an ldmatrix
+ * hit 8 different bank groups. Rows past the sequence end are zero-filled,
+ * never read from memory. */
+__device__ __forceinline__ int swizzle(int row, int piece) {
+  return row * kHeadDim + ((piece ^ (row & 7)) * 8);
+}
+
+// Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
+// into `chunk`; completion is awaited with the commit group.
+__device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned short *src,
+                                           long long row_stride, const Tile &t, int r0) {
+  constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
+  static_assert(kThreads % kChunks == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
+  const unsigned short *first = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
+  const unsigned dst = smem_addr(chunk);
+  const int row0 = threadIdx.x / kChunks, piece = threadIdx.x % kChunks;
+  const unsigned short *g = first + (r0 + row0) * row_stride + piece * 8;
+#pragma unroll
+  for (int k = 0; k < kChunk / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    const bool real = r0 + row < t.rows;
+    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : first, real ? 16 : 0);
+    g += kRowStep * row_stride;
+  }
+}
+
+// The streamed pair of step i of a sweep sits in slots 2, 3 (even i) or 4,
+// 5 (odd i); its first chunk here, the second kChunkElems on.
+__device__ __forceinline__ unsigned short *ring_slot(unsigned short *slots, int i) {
+  return slots + (2 + 2 * (i & 1)) * kChunkElems;
+}
+
+// Start the copy of tensors a and b at block rows r0.. into the ring slot
+// of step i; the caller commits.
+__device__ __forceinline__ void load_pair(unsigned short *slots, int i, const unsigned short *a,
+                                          const unsigned short *b, long long row_stride,
+                                          const Tile &t, int r0) {
+  load_chunk(ring_slot(slots, i), a, row_stride, t, r0);
+  load_chunk(ring_slot(slots, i) + kChunkElems, b, row_stride, t, r0);
+}
+
+// Step i of a sweep: once every warp is done with step i - 1, refill its
+// slot with the pair of step i + 1 (block rows r_next, none if negative),
+// then wait for step i's pair (and, at step 0, the resident pair) to land.
+__device__ __forceinline__ void ring_step(unsigned short *slots, int i, const unsigned short *a,
+                                          const unsigned short *b, long long row_stride,
+                                          const Tile &t, int r_next) {
+  __syncthreads();
+  if (r_next >= 0) load_pair(slots, i + 1, a, b, row_stride, t, r_next);
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+}
+/* ---- end chunk load ---- */
+
+// c[i][j] = sum_d a[row0 + i][d] * b[j][d] for 16 rows row0.. of chunk a
+// and every row j of chunk b, as kKeyTiles 16x8 accumulator tiles: S = Q K^T
+// and dP = dO V^T (query rows), or S^T = K Q^T and dP^T = V dO^T (key rows).
+__device__ __forceinline__ void rows_times_rows(float (&c)[kKeyTiles][4], unsigned a_s,
+                                                unsigned b_s, int row0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
+#pragma unroll 1
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
+    // the same rows at dims 16kk+8.. (matrices a0..a3).
+    unsigned a[4];
+    ldmatrix_x4(a, a_s + swizzle(row0 + (lane & 15), 2 * kk + (lane >> 4)) * 2);
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n += 2) {
+      // B (k = dim, n = row of b): matrices 0, 1 are rows 8n..8n+7 at dims
+      // 16kk.. and 16kk+8.., matrices 2, 3 the next 8 rows.
+      unsigned b[4];
+      ldmatrix_x4(b, b_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
+                                   2 * kk + ((lane >> 3) & 1)) * 2);
+      mma_16816(c[n], a, b[0], b[1]);
+      mma_16816(c[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc += x b: x is 16 rows by the 64 rows of chunk b as 16-bit pairs in C
+// positions ([n][0] row g, [n][1] row g + 8, columns 8n + 2tq and + 1),
+// which make the A fragment of each 16-row slice j of b; b's rows are read
+// as columns with ldmatrix.trans. dQ = dS K, dV = P^T dO, dK = dS^T Q.
+__device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4],
+                                           const unsigned (&x)[kKeyTiles][2], unsigned b_s) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < kChunk / 16; j++) {
+    const unsigned a[4] = {x[2 * j][0], x[2 * j][1], x[2 * j + 1][0], x[2 * j + 1][1]};
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, b_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Store 16 result rows (C layout) times `mul`, those before `rows`, to `out`
+// (row 0 of the chunk, this head): each lane writes its pairs.
+__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++)
+      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+
+// The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
+// low half.
+__device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.@MMA_TYPE@ %0, l; cvt.f32.@MMA_TYPE@ %1, h; }"
+      : "=f"(lo), "=f"(hi) : "r"(pair));
+}
+
+__device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
+#pragma unroll
+  for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+}
+
+// Whether query `qr` sees key `kr` (rows of the block; kr < rows).
+__device__ __forceinline__ bool visible(int qr, int kr, int rows) {
+@if CAUSAL@
+  return kr < rows && kr <= qr;
+@else@
+  return kr < rows;
+@endif@
+}
+
+// Query rows' softmax statistics, in shared memory: the row maximum of
+// S * scale * log2 e, 1 / the row sum, and D.
+struct RowStats {
+  float *max_log2, *inv_sum, *d;
+};
+
+/* ---- begin A: the query chunks ---- */
+// Query chunk qc: its statistics into `st`, then dQ to memory.
+__device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStats &st,
+                                            const Tile &t, int qc, const unsigned short *q,
+                                            const unsigned short *k, const unsigned short *v,
+                                            const unsigned short *dout, unsigned short *dq,
+                                            long long row_stride) {
+  const unsigned q_s = smem_addr(slots), do_s = smem_addr(slots + kChunkElems);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int row0 = 16 * warp;                          // this warp's rows of the chunk
+  const int r_lo = qc * kChunk + row0 + g, r_hi = r_lo + 8;  // rows of the block
+@if CAUSAL@
+  const int last_kc = qc;  // keys after the chunk's last query are never seen
+@else@
+  const int last_kc = (t.rows - 1) / kChunk;
+@endif@
+
+  // Q and dO stay in slots 0, 1; K and V stream, key chunk kc at step kc
+  // of sweep 1 and step key_chunks + kc of sweep 2.
+  const int key_chunks = last_kc + 1;
+  __syncthreads(); // nobody reads the old chunks any more
+  load_chunk(slots, q, row_stride, t, qc * kChunk);
+  load_chunk(slots + kChunkElems, dout, row_stride, t, qc * kChunk);
+  load_pair(slots, 0, k, v, row_stride, t, 0);
+  cp_async_commit();
+  float s[kKeyTiles][4], dp[kKeyTiles][4];
+
+  // Sweep 1: maximum, sum and D = rowsum(P (.) dP) of each row, with the
+  // sum and D rescaled whenever the maximum grows. Every row sees key 0
+  // in the first chunk, so the maximum is finite from there on.
+  float m_lo = neg_inf(), m_hi = neg_inf(), l_lo = 0.f, l_hi = 0.f, a_lo = 0.f, a_hi = 0.f;
+#pragma unroll 1
+  for (int kc = 0; kc < key_chunks; kc++) {
+    // the step after the last is sweep 2's first: key chunk 0 again
+    ring_step(slots, kc, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : 0);
+    const unsigned k_s = smem_addr(ring_slot(slots, kc)), v_s = k_s + 2 * kChunkElems;
+    rows_times_rows(s, q_s, k_s, row0);
+    rows_times_rows(dp, do_s, v_s, row0);
+    float x_lo = neg_inf(), x_hi = neg_inf();
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int col = kc * kChunk + 8 * n + 2 * tq + (e & 1);
+        s[n][e] = visible(e < 2 ? r_lo : r_hi, col, t.rows) ? s[n][e] * kScaleLog2 : neg_inf();
+        if (e < 2) x_lo = fmaxf(x_lo, s[n][e]);
+        else x_hi = fmaxf(x_hi, s[n][e]);
+      }
+#pragma unroll
+    for (int d = 1; d < 4; d <<= 1) {
+      x_lo = fmaxf(x_lo, __shfl_xor_sync(0xffffffffu, x_lo, d));
+      x_hi = fmaxf(x_hi, __shfl_xor_sync(0xffffffffu, x_hi, d));
+    }
+    const float n_lo = fmaxf(m_lo, x_lo), n_hi = fmaxf(m_hi, x_hi);
+    const float c_lo = fast_exp2(m_lo - n_lo), c_hi = fast_exp2(m_hi - n_hi);  // 0 at first
+    l_lo *= c_lo;
+    a_lo *= c_lo;
+    l_hi *= c_hi;
+    a_hi *= c_hi;
+    m_lo = n_lo;
+    m_hi = n_hi;
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float p = fast_exp2(s[n][e] - (e < 2 ? m_lo : m_hi));
+        if (e < 2) { l_lo += p; a_lo += p * dp[n][e]; }
+        else { l_hi += p; a_hi += p * dp[n][e]; }
+      }
+  }
+#pragma unroll
+  for (int d = 1; d < 4; d <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, d);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, d);
+    a_lo += __shfl_xor_sync(0xffffffffu, a_lo, d);
+    a_hi += __shfl_xor_sync(0xffffffffu, a_hi, d);
+  }
+  const float inv_lo = 1.f / l_lo, inv_hi = 1.f / l_hi;
+  const float d_lo = a_lo * inv_lo, d_hi = a_hi * inv_hi;
+  if (tq == 0) {
+    st.max_log2[r_lo] = m_lo;
+    st.inv_sum[r_lo] = inv_lo;
+    st.d[r_lo] = d_lo;
+    st.max_log2[r_hi] = m_hi;
+    st.inv_sum[r_hi] = inv_hi;
+    st.d[r_hi] = d_hi;
+  }
+
+  // Sweep 2: P and dS again, and dQ = dS K.
+  float acc[kDimTiles][4];
+  clear(acc);
+  const float sd_lo = kDsScale * d_lo, sd_hi = kDsScale * d_hi;
+#pragma unroll 1
+  for (int kc = 0; kc < key_chunks; kc++) {
+    const int i = key_chunks + kc;
+    ring_step(slots, i, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : -1);
+    const unsigned k_s = smem_addr(ring_slot(slots, i)), v_s = k_s + 2 * kChunkElems;
+    rows_times_rows(s, q_s, k_s, row0);
+    rows_times_rows(dp, do_s, v_s, row0);
+    unsigned ds[kKeyTiles][2];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n++) {
+      float x[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int col = kc * kChunk + 8 * n + 2 * tq + (e & 1);
+        const bool lo = e < 2;
+        const float p = visible(lo ? r_lo : r_hi, col, t.rows)
+                            ? fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? m_lo : m_hi))) *
+                                  (lo ? inv_lo : inv_hi)
+                            : 0.f;
+        x[e] = p * fmaf(dp[n][e], kDsScale, -(lo ? sd_lo : sd_hi));
+      }
+      ds[n][0] = pack2(x[0], x[1]);
+      ds[n][1] = pack2(x[2], x[3]);
+    }
+    accumulate(acc, ds, k_s);
+  }
+  store_rows(acc, kStoreScale, row0, t.rows - qc * kChunk,
+             dq + (t.token0 + qc * kChunk) * row_stride + (long long)t.head0 * kHeadDim,
+             row_stride);
+}
+/* ---- end A ---- */
+
+/* ---- begin B: the key chunks ---- */
+// Key chunk kc: dV and dK of its rows to memory, from the statistics of
+// every query row.
+__device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats &st,
+                                          const Tile &t, int kc, const unsigned short *q,
+                                          const unsigned short *k, const unsigned short *v,
+                                          const unsigned short *dout, unsigned short *dk,
+                                          unsigned short *dv, long long row_stride) {
+  const unsigned k_s = smem_addr(slots), v_s = smem_addr(slots + kChunkElems);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int row0 = 16 * warp;                          // this warp's rows of the chunk
+  const int r_lo = kc * kChunk + row0 + g, r_hi = r_lo + 8;  // key rows of the block
+@if CAUSAL@
+  const int first_qc = kc;  // queries before the chunk's first key never see it
+@else@
+  const int first_qc = 0;
+@endif@
+
+  // K and V stay in slots 0, 1; Q and dO stream, query chunk first_qc + i
+  // at step i.
+  __syncthreads(); // nobody reads the old chunks any more
+  load_chunk(slots, k, row_stride, t, kc * kChunk);
+  load_chunk(slots + kChunkElems, v, row_stride, t, kc * kChunk);
+  load_pair(slots, 0, q, dout, row_stride, t, first_qc * kChunk);
+  cp_async_commit();
+  float acc_v[kDimTiles][4], acc_k[kDimTiles][4];
+  clear(acc_v);
+  clear(acc_k);
+#pragma unroll 1
+  for (int qc = first_qc; qc * kChunk < t.rows; qc++) {
+    const int i = qc - first_qc, r_next = (qc + 1) * kChunk;
+    ring_step(slots, i, q, dout, row_stride, t, r_next < t.rows ? r_next : -1);
+    const unsigned q_s = smem_addr(ring_slot(slots, i)), do_s = q_s + 2 * kChunkElems;
+    // S^T, then dP^T: this thread's rows are keys r_lo, r_hi, its columns
+    // queries. Queries past the end have zero Q and dO: their dS and their
+    // share of dV are zero, and their statistics (of zero rows) finite.
+    // P^T is rounded before dS is formed from it, so that S^T is dead by
+    // the time dP^T is computed.
+    float s[kKeyTiles][4];
+    rows_times_rows(s, k_s, q_s, row0);
+    unsigned p[kKeyTiles][2];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n++) {
+      const int col = qc * kChunk + 8 * n + 2 * tq;
+      const float2 m = *reinterpret_cast<const float2 *>(st.max_log2 + col);
+      const float2 il = *reinterpret_cast<const float2 *>(st.inv_sum + col);
+      float x[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const bool c1 = e & 1;
+        x[e] = visible(col + c1, e < 2 ? r_lo : r_hi, t.rows)
+                   ? fast_exp2(fmaf(s[n][e], kScaleLog2, -(c1 ? m.y : m.x))) * (c1 ? il.y : il.x)
+                   : 0.f;
+      }
+      p[n][0] = pack2(x[0], x[1]);
+      p[n][1] = pack2(x[2], x[3]);
+    }
+    accumulate(acc_v, p, do_s);
+    float dp[kKeyTiles][4];
+    rows_times_rows(dp, v_s, do_s, row0);
+    unsigned ds[kKeyTiles][2];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n++) {
+      const float2 d = *reinterpret_cast<const float2 *>(st.d + qc * kChunk + 8 * n + 2 * tq);
+      float p0, p1, p2, p3;
+      unpack2(p[n][0], p0, p1);
+      unpack2(p[n][1], p2, p3);
+      ds[n][0] = pack2(p0 * kDsScale * (dp[n][0] - d.x), p1 * kDsScale * (dp[n][1] - d.y));
+      ds[n][1] = pack2(p2 * kDsScale * (dp[n][2] - d.x), p3 * kDsScale * (dp[n][3] - d.y));
+    }
+    accumulate(acc_k, ds, q_s);
+  }
+  const long long at = (t.token0 + kc * kChunk) * row_stride + (long long)t.head0 * kHeadDim;
+  store_rows(acc_v, 1.f, row0, t.rows - kc * kChunk, dv + at, row_stride);
+  store_rows(acc_k, kStoreScale, row0, t.rows - kc * kChunk, dk + at, row_stride);
+}
+/* ---- end B ---- */
+
+/* ---- begin kernel ----
+ * Every CTA walks its own contiguous range of (block, head) items (the
+ * launcher sizes the grid): A over the block's query chunks, then B over
+ * its key chunks. */
+extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+@KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
+    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, const int *__restrict__ offsets, long long batch,
+    int heads, long long total_tokens, long long num_items) {
+  const long long row_stride = (long long)heads * kHeadDim;
+  float *const stats = reinterpret_cast<float *>(smem + kSlots * kChunkElems);
+  const RowStats st = {stats, stats + kStatRows, stats + 2 * kStatRows};
+
+  Walk w;
+  walk_begin(w, offsets, batch, heads, total_tokens, num_items);
+  for (Tile t = walk_take(w); t.rows; t = walk_take(w)) {
+    // A's last statistics are read by every warp in B: the barrier at the
+    // top of each chunk orders them.
+#pragma unroll 1
+    for (int qc = 0; qc * kChunk < t.rows; qc++)
+      query_chunk(smem, st, t, qc, q, k, v, dout, dq, row_stride);
+#pragma unroll 1
+    for (int kc = 0; kc * kChunk < t.rows; kc++)
+      key_chunk(smem, st, t, kc, q, k, v, dout, dk, dv, row_stride);
+  }
+}
+/* ---- end kernel ---- */
+@if IN_NAMESPACE@
+
+}  // namespace bwd
+@endif@
