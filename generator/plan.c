@@ -56,8 +56,8 @@ static int staging_bytes(int elem_bytes) { return 16 * (64 + 8) * elem_bytes; }
  * rows in registers until phase 1 is done and then writes them where K and
  * V were: a stage is then all the CTA's shared memory. Otherwise they get
  * their own buffer; past 128 tokens at head_dim 128 (176 at 64) that does
- * not fit beside the tiles, and such blocks are refused for now (they need
- * the keys in chunks, with recomputation).
+ * not fit beside the tiles, and such blocks are walked in chunks
+ * (plan_backward_chunked).
  * `ctas` 0 takes as many CTAs per SM as shared memory and registers allow,
  * at most 4, with at most `sm_warps` warps per SM: 16 leaves a thread 128
  * registers, 8 leaves 255. */
