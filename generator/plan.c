@@ -99,11 +99,12 @@ bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages,
 
 /* A block too large to keep whole beside its P and dS (past 128 tokens at
  * head_dim 128, 176 at 64): templates/block_bwd_chunked.cu walks it in
- * 64-row chunks: a chunk of two tensors resident and two of the other
- * two, one computed while the next loads; with three floats
- * of softmax statistics per query row of every chunk (a partial last chunk's
- * rows past the block too). Four warps; registers capped for
- * two CTAs (the key sweep holds dK and dV, 128 floats at head_dim 128). */
+ * 64-row chunks: a chunk of two tensors resident and two of the other two,
+ * one computed while the next loads, with three floats of softmax
+ * statistics per query row of every chunk (a partial last chunk's rows
+ * past the block too). Four warps, launch-bounded for two CTAs per SM,
+ * which leaves a thread all 255 registers (the key sweep holds dK and dV,
+ * 128 floats at head_dim 128). */
 static void plan_backward_chunked(const ag_plan *plan, ag_plan_bwd *b) {
   enum { CHUNK = 64 };
   b->warps = 4;
@@ -253,10 +254,12 @@ static void describe_backward(ag_buf *b, const ag_plan_bwd *p, int table_bytes,
     ag_buf_printf(b, "%s  threads: %d (%d warps, 16 rows of a chunk each)\n", prefix, p->threads,
                   p->warps);
     ag_buf_printf(b,
-                  "%s  shared memory: %d bytes (a chunk of each of Q, dO, K, V; each query "
-                  "row's softmax statistics)\n",
+                  "%s  shared memory: %d bytes (six 64-row chunks: one of each of two "
+                  "tensors, two of each of the other two; each query row's softmax "
+                  "statistics)\n",
                   prefix, p->smem_bytes);
-    ag_buf_printf(b, "%s  registers capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
+    ag_buf_printf(b, "%s  launch bound: %d CTAs per SM (255 registers a thread)\n", prefix,
+                  p->min_ctas_per_sm);
     ag_buf_printf(b, "%s  grid: one CTA per %d (block, head) tiles\n", prefix, p->items_per_cta);
     return;
   }

@@ -4,7 +4,9 @@
 @# Placeholders: @KERNEL_NAME@ @BLOCK_SIZE@ @HEAD_DIM@ @MIN_CTAS@ @SMEM_BYTES@
 @#   @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ (as block_bwd.cu).
 @# Conditions: CAUSAL; SCALE_IN_DS (as block_bwd.cu); OWN_HELPERS (include
-@#   mma_sm80.cuh); IN_NAMESPACE (put all of this in namespace bwd).
+@#   mma_sm80.cuh); IN_NAMESPACE (put all of this in namespace bwd);
+@#   ROTARY_SEQUENCE (of block_walk.cuh; always off here: the chunked
+@#   backward does not rotate).
 @if IN_NAMESPACE@
 /* The backward kernel. Its constants and functions live in namespace bwd,
  * apart from the forward's; the device helpers above serve both. */
@@ -36,9 +38,9 @@ constexpr int kChunk = 64;  // rows per chunk: 16 per warp
 // Query rows with statistics: every row of every chunk, those past the
 // block's end (in its last, partial chunk) too.
 constexpr int kStatRows = (kBlock + kChunk - 1) / kChunk * kChunk;
-constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces per row
 constexpr int kChunkElems = kChunk * kHeadDim;  // one chunk of one tensor
-constexpr int kKeyTiles = kChunk / 8;  // n-tiles of a chunk's S and dP rows
+constexpr int kColTiles = kChunk / 8;  // n-tiles of a warp's S, dP (S^T, dP^T) rows
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
 // Shared memory: six chunk slots, then each query row's softmax statistics
@@ -55,8 +57,8 @@ static_assert(kBlock > kChunk && kBlock % 16 == 0, "more than one chunk of 16-ro
 @include mma_sm80.cuh@
 
 @endif@
-// The CTA's dynamic shared memory. Declared out here rather than in the
-// kernel, so that in a source holding both passes it is not the forward's.
+// The CTA's dynamic shared memory: the six chunk slots, then the row
+// statistics.
 extern __shared__ __align__(128) unsigned short smem[];
 
 @include block_walk.cuh@
@@ -93,11 +95,11 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 // into `chunk`; completion is awaited with the commit group.
 __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned short *src,
                                            long long row_stride, const Tile &t, int r0) {
-  constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
-  static_assert(kThreads % kChunks == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
+  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
+  static_assert(kThreads % kPieces == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
   const unsigned short *first = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
   const unsigned dst = smem_addr(chunk);
-  const int row0 = threadIdx.x / kChunks, piece = threadIdx.x % kChunks;
+  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
   const unsigned short *g = first + (r0 + row0) * row_stride + piece * 8;
 #pragma unroll
   for (int k = 0; k < kChunk / kRowStep; k++) {
@@ -123,9 +125,10 @@ __device__ __forceinline__ void load_pair(unsigned short *slots, int i, const un
   load_chunk(ring_slot(slots, i) + kChunkElems, b, row_stride, t, r0);
 }
 
-// Step i of a sweep: once every warp is done with step i - 1, refill its
-// slot with the pair of step i + 1 (block rows r_next, none if negative),
-// then wait for step i's pair (and, at step 0, the resident pair) to land.
+// Step i of a chunk's ring (in A, sweep 2 goes on with sweep 1's
+// numbering): once every warp is done with step i - 1, refill its slot
+// with the pair of step i + 1 (block rows r_next, none if negative), then
+// wait for step i's pair (and, at step 0, the resident pair) to land.
 __device__ __forceinline__ void ring_step(unsigned short *slots, int i, const unsigned short *a,
                                           const unsigned short *b, long long row_stride,
                                           const Tile &t, int r_next) {
@@ -138,13 +141,13 @@ __device__ __forceinline__ void ring_step(unsigned short *slots, int i, const un
 /* ---- end chunk load ---- */
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for 16 rows row0.. of chunk a
-// and every row j of chunk b, as kKeyTiles 16x8 accumulator tiles: S = Q K^T
+// and every row j of chunk b, as kColTiles 16x8 accumulator tiles: S = Q K^T
 // and dP = dO V^T (query rows), or S^T = K Q^T and dP^T = V dO^T (key rows).
-__device__ __forceinline__ void rows_times_rows(float (&c)[kKeyTiles][4], unsigned a_s,
+__device__ __forceinline__ void rows_times_rows(float (&c)[kColTiles][4], unsigned a_s,
                                                 unsigned b_s, int row0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int n = 0; n < kKeyTiles; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
+  for (int n = 0; n < kColTiles; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
 #pragma unroll 1
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
@@ -152,7 +155,7 @@ __device__ __forceinline__ void rows_times_rows(float (&c)[kKeyTiles][4], unsign
     unsigned a[4];
     ldmatrix_x4(a, a_s + swizzle(row0 + (lane & 15), 2 * kk + (lane >> 4)) * 2);
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; n += 2) {
+    for (int n = 0; n < kColTiles; n += 2) {
       // B (k = dim, n = row of b): matrices 0, 1 are rows 8n..8n+7 at dims
       // 16kk.. and 16kk+8.., matrices 2, 3 the next 8 rows.
       unsigned b[4];
@@ -169,7 +172,7 @@ __device__ __forceinline__ void rows_times_rows(float (&c)[kKeyTiles][4], unsign
 // which make the A fragment of each 16-row slice j of b; b's rows are read
 // as columns with ldmatrix.trans. dQ = dS K, dV = P^T dO, dK = dS^T Q.
 __device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4],
-                                           const unsigned (&x)[kKeyTiles][2], unsigned b_s) {
+                                           const unsigned (&x)[kColTiles][2], unsigned b_s) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int j = 0; j < kChunk / 16; j++) {
@@ -215,7 +218,8 @@ __device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
   for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 }
 
-// Whether query `qr` sees key `kr` (rows of the block; kr < rows).
+// Whether query `qr` sees key `kr` (rows of the block): never a key past
+// the sequence end.
 __device__ __forceinline__ bool visible(int qr, int kr, int rows) {
 @if CAUSAL@
   return kr < rows && kr <= qr;
@@ -256,7 +260,7 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
   load_chunk(slots + kChunkElems, dout, row_stride, t, qc * kChunk);
   load_pair(slots, 0, k, v, row_stride, t, 0);
   cp_async_commit();
-  float s[kKeyTiles][4], dp[kKeyTiles][4];
+  float s[kColTiles][4], dp[kColTiles][4];
 
   // Sweep 1: maximum, sum and D = rowsum(P (.) dP) of each row, with the
   // sum and D rescaled whenever the maximum grows. Every row sees key 0
@@ -271,7 +275,7 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
     rows_times_rows(dp, do_s, v_s, row0);
     float x_lo = neg_inf(), x_hi = neg_inf();
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; n++)
+    for (int n = 0; n < kColTiles; n++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int col = kc * kChunk + 8 * n + 2 * tq + (e & 1);
@@ -293,7 +297,7 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
     m_lo = n_lo;
     m_hi = n_hi;
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; n++)
+    for (int n = 0; n < kColTiles; n++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const float p = fast_exp2(s[n][e] - (e < 2 ? m_lo : m_hi));
@@ -330,9 +334,9 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
     const unsigned k_s = smem_addr(ring_slot(slots, i)), v_s = k_s + 2 * kChunkElems;
     rows_times_rows(s, q_s, k_s, row0);
     rows_times_rows(dp, do_s, v_s, row0);
-    unsigned ds[kKeyTiles][2];
+    unsigned ds[kColTiles][2];
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; n++) {
+    for (int n = 0; n < kColTiles; n++) {
       float x[4];
 #pragma unroll
       for (int e = 0; e < 4; e++) {
@@ -394,11 +398,11 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
     // share of dV are zero, and their statistics (of zero rows) finite.
     // P^T is rounded before dS is formed from it, so that S^T is dead by
     // the time dP^T is computed.
-    float s[kKeyTiles][4];
+    float s[kColTiles][4];
     rows_times_rows(s, k_s, q_s, row0);
-    unsigned p[kKeyTiles][2];
+    unsigned p[kColTiles][2];
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; n++) {
+    for (int n = 0; n < kColTiles; n++) {
       const int col = qc * kChunk + 8 * n + 2 * tq;
       const float2 m = *reinterpret_cast<const float2 *>(st.max_log2 + col);
       const float2 il = *reinterpret_cast<const float2 *>(st.inv_sum + col);
@@ -414,11 +418,11 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
       p[n][1] = pack2(x[2], x[3]);
     }
     accumulate(acc_v, p, do_s);
-    float dp[kKeyTiles][4];
+    float dp[kColTiles][4];
     rows_times_rows(dp, v_s, do_s, row0);
-    unsigned ds[kKeyTiles][2];
+    unsigned ds[kColTiles][2];
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; n++) {
+    for (int n = 0; n < kColTiles; n++) {
       const float2 d = *reinterpret_cast<const float2 *>(st.d + qc * kChunk + 8 * n + 2 * tq);
       float p0, p1, p2, p3;
       unpack2(p[n][0], p0, p1);

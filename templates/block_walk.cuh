@@ -1,6 +1,7 @@
 @# block_walk.cuh: the work walk of the block-diagonal kernels: which (block,
 @# head group) items a CTA takes and where each item's rows live. Shared by
-@# block_fwd.cu and block_bwd.cu; uses the including kernel's kBlock and
+@# block_fwd.cu, block_bwd.cu and block_bwd_chunked.cu; uses the including
+@# kernel's kBlock and
 @# kHeadsPerTile. No placeholders. Conditions: ROTARY_SEQUENCE (tiles carry the
 @# position of their first token in its sequence).
 /* ---- begin work walk ----
