@@ -790,6 +790,17 @@ def write_plot(state):
 
 # ---- main -----------------------------------------------------------------------
 
+def block_size(text):
+    """--block's value: a multiple of 16 in 16..256 (a spec's block_size)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("invalid block size: %r" % text)
+    if n < 16 or n > 256 or n % 16:
+        raise argparse.ArgumentTypeError("must be a multiple of 16 in 16..256, got %d" % n)
+    return n
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -797,8 +808,9 @@ def parse_args(argv):
     m.add_argument("--quick", action="store_true", help="4 shapes (about 2 min)")
     m.add_argument("--smoke", action="store_true", help="tiny shapes: checks the pipeline only")
     ap.add_argument("--causal", action="store_true", help="the same shapes, causal")
-    ap.add_argument("--block", type=int, default=64,
-                    help="tokens per diagonal block of every shape (default 64)")
+    ap.add_argument("--block", type=block_size, default=64,
+                    help="tokens per diagonal block of every shape: a multiple of 16 in "
+                         "16..256, as specs allow (default 64)")
     ap.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "both"), default="fwd",
                     help="what to time: the forward (default), the backward (dq, dk, dv "
                          "from q, k, v and dout), or both")
@@ -840,9 +852,8 @@ def select(args):
     mode = "quick" if args.quick else "smoke" if args.smoke else "full"
     shapes = (quick_shapes(args.causal) if mode == "quick" else
               smoke_shapes() if mode == "smoke" else ads_shapes(args.causal))
-    if args.block != 64:
-        for s in shapes:
-            s.block = args.block
+    for s in shapes:
+        s.block = args.block
     if args.shapes:
         words = [w.strip() for w in args.shapes.split(",") if w.strip()]
         shapes = [s for s in shapes if all(w in s.label for w in words)]

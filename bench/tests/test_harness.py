@@ -145,6 +145,27 @@ def test_a_worker_past_its_deadline_is_killed(tmp_path):
     assert any("killed at the time budget" in e for e in data["events"])
 
 
+@pytest.mark.parametrize("value, why", [
+    ("0", "must be a multiple of 16 in 16..256, got 0"),
+    ("24", "must be a multiple of 16 in 16..256, got 24"),
+    ("272", "must be a multiple of 16 in 16..256, got 272"),
+    ("x", "invalid block size: 'x'"),
+])
+def test_bench_rejects_bad_block_sizes(value, why):
+    # argparse's verdict before anything runs: exit 2, the reason.
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "bench.py"), "--smoke", "--block",
+                        value], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "argument --block: " + why in r.stderr and "usage: bench.py" in r.stderr
+
+
+def test_block_option_reaches_every_shape(tmp_path):
+    data, md, out, d = run_bench(tmp_path, "--smoke", "--block", "128",
+                                 "--peers", "ceilings,attngen")
+    shapes = {r["shape"] for r in data["results"] if r["peer"] == "attngen"}
+    assert shapes and all("_blk128_" in s for s in shapes)
+
+
 @pytest.mark.parametrize("args, why", [
     (["--dim", "96"], "invalid choice: 96"),
     (["--seqlen", "0"], "must be at least 1, got 0"),
