@@ -40,7 +40,9 @@ constexpr int kChunk = 64;  // rows per chunk: 16 per warp
 constexpr int kStatRows = (kBlock + kChunk - 1) / kChunk * kChunk;
 constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces per row
 constexpr int kChunkElems = kChunk * kHeadDim;  // one chunk of one tensor
-constexpr int kColTiles = kChunk / 8;  // n-tiles of a warp's S, dP (S^T, dP^T) rows
+// n-tiles of a warp's rows of S and dP over a key chunk (in part B, of S^T
+// and dP^T over a query chunk)
+constexpr int kKeyTiles = kChunk / 8;
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
 // Shared memory: six chunk slots, then each query row's softmax statistics
@@ -140,39 +142,14 @@ __device__ __forceinline__ void ring_step(unsigned short *slots, int i, const un
 }
 /* ---- end chunk load ---- */
 
-// c[i][j] = sum_d a[row0 + i][d] * b[j][d] for 16 rows row0.. of chunk a
-// and every row j of chunk b, as kColTiles 16x8 accumulator tiles: S = Q K^T
-// and dP = dO V^T (query rows), or S^T = K Q^T and dP^T = V dO^T (key rows).
-__device__ __forceinline__ void rows_times_rows(float (&c)[kColTiles][4], unsigned a_s,
-                                                unsigned b_s, int row0) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int n = 0; n < kColTiles; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
-#pragma unroll 1
-  for (int kk = 0; kk < kHeadDim / 16; kk++) {
-    // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
-    // the same rows at dims 16kk+8.. (matrices a0..a3).
-    unsigned a[4];
-    ldmatrix_x4(a, a_s + swizzle(row0 + (lane & 15), 2 * kk + (lane >> 4)) * 2);
-#pragma unroll
-    for (int n = 0; n < kColTiles; n += 2) {
-      // B (k = dim, n = row of b): matrices 0, 1 are rows 8n..8n+7 at dims
-      // 16kk.. and 16kk+8.., matrices 2, 3 the next 8 rows.
-      unsigned b[4];
-      ldmatrix_x4(b, b_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
-                                   2 * kk + ((lane >> 3) & 1)) * 2);
-      mma_16816(c[n], a, b[0], b[1]);
-      mma_16816(c[n + 1], a, b[2], b[3]);
-    }
-  }
-}
+@include rows_mma.cuh@
 
 // acc += x b: x is 16 rows by the 64 rows of chunk b as 16-bit pairs in C
 // positions ([n][0] row g, [n][1] row g + 8, columns 8n + 2tq and + 1),
 // which make the A fragment of each 16-row slice j of b; b's rows are read
 // as columns with ldmatrix.trans. dQ = dS K, dV = P^T dO, dK = dS^T Q.
 __device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4],
-                                           const unsigned (&x)[kColTiles][2], unsigned b_s) {
+                                           const unsigned (&x)[kKeyTiles][2], unsigned b_s) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int j = 0; j < kChunk / 16; j++) {
@@ -260,7 +237,7 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
   load_chunk(slots + kChunkElems, dout, row_stride, t, qc * kChunk);
   load_pair(slots, 0, k, v, row_stride, t, 0);
   cp_async_commit();
-  float s[kColTiles][4], dp[kColTiles][4];
+  float s[kKeyTiles][4], dp[kKeyTiles][4];
 
   // Sweep 1: maximum, sum and D = rowsum(P (.) dP) of each row, with the
   // sum and D rescaled whenever the maximum grows. Every row sees key 0
@@ -271,11 +248,11 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
     // the step after the last is sweep 2's first: key chunk 0 again
     ring_step(slots, kc, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : 0);
     const unsigned k_s = smem_addr(ring_slot(slots, kc)), v_s = k_s + 2 * kChunkElems;
-    rows_times_rows(s, q_s, k_s, row0);
-    rows_times_rows(dp, do_s, v_s, row0);
+    rows_times_rows(s, q_s, k_s, 0, row0);
+    rows_times_rows(dp, do_s, v_s, 0, row0);
     float x_lo = neg_inf(), x_hi = neg_inf();
 #pragma unroll
-    for (int n = 0; n < kColTiles; n++)
+    for (int n = 0; n < kKeyTiles; n++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int col = kc * kChunk + 8 * n + 2 * tq + (e & 1);
@@ -297,7 +274,7 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
     m_lo = n_lo;
     m_hi = n_hi;
 #pragma unroll
-    for (int n = 0; n < kColTiles; n++)
+    for (int n = 0; n < kKeyTiles; n++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const float p = fast_exp2(s[n][e] - (e < 2 ? m_lo : m_hi));
@@ -332,11 +309,11 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
     const int i = key_chunks + kc;
     ring_step(slots, i, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : -1);
     const unsigned k_s = smem_addr(ring_slot(slots, i)), v_s = k_s + 2 * kChunkElems;
-    rows_times_rows(s, q_s, k_s, row0);
-    rows_times_rows(dp, do_s, v_s, row0);
-    unsigned ds[kColTiles][2];
+    rows_times_rows(s, q_s, k_s, 0, row0);
+    rows_times_rows(dp, do_s, v_s, 0, row0);
+    unsigned ds[kKeyTiles][2];
 #pragma unroll
-    for (int n = 0; n < kColTiles; n++) {
+    for (int n = 0; n < kKeyTiles; n++) {
       float x[4];
 #pragma unroll
       for (int e = 0; e < 4; e++) {
@@ -398,11 +375,11 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
     // share of dV are zero, and their statistics (of zero rows) finite.
     // P^T is rounded before dS is formed from it, so that S^T is dead by
     // the time dP^T is computed.
-    float s[kColTiles][4];
-    rows_times_rows(s, k_s, q_s, row0);
-    unsigned p[kColTiles][2];
+    float s[kKeyTiles][4];
+    rows_times_rows(s, k_s, q_s, 0, row0);
+    unsigned p[kKeyTiles][2];
 #pragma unroll
-    for (int n = 0; n < kColTiles; n++) {
+    for (int n = 0; n < kKeyTiles; n++) {
       const int col = qc * kChunk + 8 * n + 2 * tq;
       const float2 m = *reinterpret_cast<const float2 *>(st.max_log2 + col);
       const float2 il = *reinterpret_cast<const float2 *>(st.inv_sum + col);
@@ -418,11 +395,11 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
       p[n][1] = pack2(x[2], x[3]);
     }
     accumulate(acc_v, p, do_s);
-    float dp[kColTiles][4];
-    rows_times_rows(dp, v_s, do_s, row0);
-    unsigned ds[kColTiles][2];
+    float dp[kKeyTiles][4];
+    rows_times_rows(dp, v_s, do_s, 0, row0);
+    unsigned ds[kKeyTiles][2];
 #pragma unroll
-    for (int n = 0; n < kColTiles; n++) {
+    for (int n = 0; n < kKeyTiles; n++) {
       const float2 d = *reinterpret_cast<const float2 *>(st.d + qc * kChunk + 8 * n + 2 * tq);
       float p0, p1, p2, p3;
       unpack2(p[n][0], p0, p1);

@@ -1168,7 +1168,8 @@ __device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and every row j of tile b (head columns from chunk c0), as kKeyTiles 16x8
-// accumulator tiles: S = Q K^T and dP = dO V^T.
+// accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
+// dP^T = V dO^T.
 __device__ __forceinline__ void rows_times_rows(float (&c)[kKeyTiles][4], unsigned a_s,
                                                 unsigned b_s, int c0, int row0) {
   const int lane = threadIdx.x & 31;
