@@ -190,12 +190,7 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
 @endif@
 /* ---- end tile load ---- */
 
-// The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
-// low half.
-__device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
-  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.@MMA_TYPE@ %0, l; cvt.f32.@MMA_TYPE@ %1, h; }"
-      : "=f"(lo), "=f"(hi) : "r"(pair));
-}
+@include unpack2.cuh@
 @if ROTARY@
 
 /* With rotary embeddings the prologue rotates Q, K (V) in place, so the

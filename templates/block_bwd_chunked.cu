@@ -183,12 +183,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], flo
   }
 }
 
-// The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
-// low half.
-__device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
-  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.@MMA_TYPE@ %0, l; cvt.f32.@MMA_TYPE@ %1, h; }"
-      : "=f"(lo), "=f"(hi) : "r"(pair));
-}
+@include unpack2.cuh@
 
 __device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
 #pragma unroll
