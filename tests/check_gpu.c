@@ -76,8 +76,16 @@ static void run_shape(ag_kernel *k, const kernel_case *c, const char *what,
   ck_assert_msg(r.rel_error <= tol, "%s: relative error %g > %g", what, r.rel_error, tol);
 }
 
-/* Every kernel case on three shapes: awkward lengths, many random sequences
- * with varying heads, one long sequence. */
+/* Lengths far from even, for the work walk's first-sequence guess: 200
+ * sequences, every 50th of 1500 tokens and the rest of 0..6, so CTAs whose
+ * guess misses fall back to the full search, and those that hit it test
+ * windows at both ends of the batch. */
+static void skewed_lengths(int32_t (*lengths)[200]) {
+  for (int i = 0; i < 200; i++) (*lengths)[i] = i % 50 == 7 ? 1500 : i % 7;
+}
+
+/* Every kernel case on four shapes: awkward lengths, many random sequences
+ * with varying heads, lengths far from even, one long sequence. */
 START_TEST(test_block_forward) {
   const kernel_case *c = &cases[_i];
   ag_context *ctx = gpu_or_skip("block_forward");
@@ -92,6 +100,10 @@ START_TEST(test_block_forward) {
   uint64_t rng = seed;
   for (int i = 0; i < 64; i++) many[i] = (int32_t)(ag_rand_next(&rng) % 301);
   run_shape(k, c, "64 random lengths 0..300", many, 64, 1 + _i % 8, seed + 1);
+
+  int32_t skewed[200];
+  skewed_lengths(&skewed);
+  run_shape(k, c, "200 skewed lengths", skewed, 200, 2, seed + 3);
 
   int32_t one[] = {1000};
   run_shape(k, c, "one sequence of 1000", one, 1, 8, seed + 2);
@@ -211,7 +223,7 @@ static void run_bwd_shape(ag_kernel *k, const kernel_case *c, const char *what,
   run_bwd_shape_scaled(k, c, what, lengths, batch, heads, seed, max_ref_macs, 0);
 }
 
-/* Every backward case on the forward's three shapes; the forward of the
+/* Every backward case on the forward's four shapes; the forward of the
  * same module (both kernels in one source) once. */
 START_TEST(test_block_backward) {
   const kernel_case *c = &bwd_cases[_i];
@@ -227,6 +239,10 @@ START_TEST(test_block_backward) {
   uint64_t rng = seed;
   for (int i = 0; i < 64; i++) many[i] = (int32_t)(ag_rand_next(&rng) % 301);
   run_bwd_shape(k, c, "64 random lengths 0..300", many, 64, 1 + _i % 8, seed + 1, 0);
+
+  int32_t skewed[200];
+  skewed_lengths(&skewed);
+  run_bwd_shape(k, c, "200 skewed lengths", skewed, 200, 2, seed + 4, 0);
 
   int32_t one[] = {1000};
   run_bwd_shape(k, c, "one sequence of 1000", one, 1, 8, seed + 2, 0);
