@@ -98,7 +98,7 @@ VALGRIND := valgrind -q --leak-check=full --show-leak-kinds=definite,indirect \
   --errors-for-leak-kinds=definite,indirect --error-exitcode=99
 VALGRIND_BAD := tests/spec_errors/alias_bomb.yaml tests/spec_errors/binary_png.yaml \
   tests/spec_errors/many_errors_in_order.yaml tests/spec_errors/too_deep.yaml \
-  tests/spec_errors/unsupported_rotary_backward_block_size.yaml
+  tests/spec_errors/unsupported_rotary_base_backward.yaml
 
 .PHONY: asan tsan fuzz valgrind
 

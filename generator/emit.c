@@ -80,16 +80,19 @@ ag_status ag_emit(const ag_spec *spec, char **out_source, char *out_kernel_name,
 }
 
 /* The template variables of rotary embeddings (rotary.cuh; the tile load
- * and the work walk use some), the same for both kernels apart from
- * `grads` (the backward's); all "0" without rotary. Their text lives in *r. */
+ * and the work walk use some), the same for every kernel apart from `grads`
+ * (the backward's) and `chunks` (the backward walked in chunks, which
+ * defines unpack2 itself and has no stages); all "0" without rotary. Their
+ * text lives in *r. */
 typedef struct rotary_vars {
   char base[48];
   char turns[2048]; /* kHeadDim / 2 <= 64 literals of at most 17 bytes, 4 a line */
 } rotary_vars;
 
-enum { ROTARY_VARS = 12 };
+enum { ROTARY_VARS = 14 };
 
-static void rotary_fill(const ag_spec *s, bool grads, rotary_vars *r, ag_tpl_var *v) {
+static void rotary_fill(const ag_spec *s, bool grads, bool chunks, rotary_vars *r,
+                        ag_tpl_var *v) {
   const bool on = s->rotary.layout != AG_ROTARY_NONE;
   const bool table = on && s->rotary.positions == AG_POSITIONS_TABLE;
   r->base[0] = r->turns[0] = '\0';
@@ -115,8 +118,10 @@ static void rotary_fill(const ag_spec *s, bool grads, rotary_vars *r, ag_tpl_var
       {"ROTATE_Q", a & AG_APPLY_Q ? "1" : "0"},
       {"ROTATE_K", a & AG_APPLY_K ? "1" : "0"},
       {"ROTATE_V", a & AG_APPLY_V ? "1" : "0"},
+      {"ROTATE_KEYS", a & (AG_APPLY_K | AG_APPLY_V) ? "1" : "0"}, /* K or V */
       {"ROTARY_UNPACK", grads ? "0" : "1"},
       {"ROTARY_GRADS", grads ? "1" : "0"},
+      {"ROTARY_CHUNKS", on && chunks ? "1" : "0"},
       {"ROTARY_BASE", r->base},
       {"ROTARY_TURNS", r->turns},
   };
@@ -158,7 +163,7 @@ static ag_status expand_forward(const ag_spec *spec, const ag_plan *plan, ag_buf
       {"CAUSAL", spec->causal ? "1" : "0"},
       {"SPLIT_ROWS", "0"},
   };
-  rotary_fill(spec, false, &rv, vars + 15);
+  rotary_fill(spec, false, false, &rv, vars + 15);
   return ag_expand("block_fwd.cu", vars, sizeof vars / sizeof vars[0], b, err);
 }
 
@@ -216,7 +221,7 @@ static ag_status expand_backward(const ag_spec *spec, const ag_plan *plan, bool 
            ? "1"
            : "0"},
   };
-  rotary_fill(spec, true, &rv, vars + PLAN_VARS);
+  rotary_fill(spec, true, p->key_chunks, &rv, vars + PLAN_VARS);
   return ag_expand(p->key_chunks ? "block_bwd_chunked.cu" : "block_bwd.cu", vars,
                    sizeof vars / sizeof vars[0], b, err);
 }

@@ -104,7 +104,10 @@ bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages,
  * statistics per query row of every chunk (a partial last chunk's rows
  * past the block too). Four warps, launch-bounded for two CTAs per SM,
  * which leaves a thread all 255 registers (the key sweep holds dK and dV,
- * 128 floats at head_dim 128). */
+ * 128 floats at head_dim 128). Rotary embeddings cost no memory: each chunk
+ * is rotated in place as it lands, and a rotary table is read where it is
+ * (a chunk's rows of it beside the six chunks would leave one CTA per SM at
+ * head_dim 128). */
 static void plan_backward_chunked(const ag_plan *plan, ag_plan_bwd *b) {
   enum { CHUNK = 64 };
   b->warps = 4;
@@ -124,8 +127,9 @@ static void plan_backward_chunked(const ag_plan *plan, ag_plan_bwd *b) {
  * (their angles and the rotation back of dQ, dK, dV need more), 255. Two
  * stages where three CTAs of two still fit (head_dim 64: 2% faster than
  * four CTAs of one), else one stage and the most CTAs that fit (head_dim
- * 128: three), and a second stage where it costs no CTA. */
-static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err) {
+ * 128: three), and a second stage where it costs no CTA. A block that fits
+ * in none (rotary or not) is walked in chunks. */
+static void plan_backward(const ag_spec *spec, ag_plan *out) {
   ag_plan_bwd one, two; /* zeroed whole, so the plan compares bytewise (tests do) */
   memset(&one, 0, sizeof one);
   memset(&two, 0, sizeof two);
@@ -135,12 +139,6 @@ static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err)
     pick = &two;
   } else if (ag_plan_backward_shape(out, 1, 1, 0, sm_warps, &one)) {
     pick = ag_plan_backward_shape(out, 1, 2, one.min_ctas_per_sm, sm_warps, &two) ? &two : &one;
-  } else if (spec->rotary.layout != AG_ROTARY_NONE) {
-    return ag_fail(err, AG_ERR_UNSUPPORTED,
-                   "not supported yet: rotary embeddings in the backward pass at block_size %d "
-                   "with head_dim %d (a block that large is walked in chunks, and the chunked "
-                   "kernel does not rotate yet)",
-                   spec->block_size, spec->head_dim);
   } else {
     plan_backward_chunked(out, &one);
     pick = &one;
@@ -152,7 +150,6 @@ static ag_status plan_backward(const ag_spec *spec, ag_plan *out, ag_error *err)
     out->bwd.bulk_store = false;
   }
   kernel_name(out->bwd.kernel_name, spec, "bwd");
-  return AG_OK;
 }
 
 ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -181,11 +178,7 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
                    spec->rotary.base);
   }
   if (spec->passes & AG_PASS_BACKWARD) {
-    ag_status st = plan_backward(spec, out, err);
-    if (st != AG_OK) {
-      memset(out, 0, sizeof *out);
-      return st;
-    }
+    plan_backward(spec, out);
     if (!(spec->passes & AG_PASS_FORWARD)) return AG_OK;
   }
   /* Two adjacent heads per tile at head_dim 64, so each tile row is 256
@@ -258,6 +251,9 @@ static void describe_backward(ag_buf *b, const ag_plan_bwd *p, int table_bytes,
                   "tensors, two of each of the other two; each query row's softmax "
                   "statistics)\n",
                   prefix, p->smem_bytes);
+    if (table_bytes)
+      ag_buf_printf(b, "%s  rotary table: read in global memory (no rows of it in shared "
+                       "memory)\n", prefix);
     ag_buf_printf(b, "%s  launch bound: %d CTAs per SM (255 registers a thread)\n", prefix,
                   p->min_ctas_per_sm);
     ag_buf_printf(b, "%s  grid: one CTA per %d (block, head) tiles\n", prefix, p->items_per_cta);

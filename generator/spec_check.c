@@ -446,9 +446,9 @@ static void check_supported(spec_diags *d, const ag_spec *s) {
     spec_diag_add(d, s->at.query, true, "broadcast queries");
 }
 
-/* Shapes the kernels do not take yet (plan.c's limits: rotary embeddings in
- * the backward of blocks walked in chunks, a rotary table's rows beside the
- * largest blocks, ...), so that a spec valid here always builds.
+/* Shapes the kernels do not take yet (plan.c's limits: a rotary table's rows
+ * beside the forward's largest blocks, a rotary base whose frequencies
+ * overflow fp32, ...), so that a spec valid here always builds.
  * Each pass is planned alone and a refusal reported at the key that asks
  * for it: the forward's at `rotary` (only rotary embeddings can make it not
  * fit), the backward's at `passes` unless it is the forward's reason again. */

@@ -3,10 +3,13 @@
 @# 176 at 64): the block is walked in 64-row chunks, with recomputation.
 @# Placeholders: @KERNEL_NAME@ @BLOCK_SIZE@ @HEAD_DIM@ @MIN_CTAS@ @SMEM_BYTES@
 @#   @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ (as block_bwd.cu).
+@#   With rotary embeddings, those of rotary.cuh.
 @# Conditions: CAUSAL; SCALE_IN_DS (as block_bwd.cu); OWN_HELPERS (include
 @#   mma_sm80.cuh); IN_NAMESPACE (put all of this in namespace bwd);
-@#   ROTARY_SEQUENCE (of block_walk.cuh; always off here: the chunked
-@#   backward does not rotate).
+@#   ROTARY (rotary embeddings: then those of rotary.cuh, with ROTARY_CHUNKS
+@#   on; ROTARY_HALF also shapes the chunk load, ROTARY_TABLE the kernel's
+@#   parameters and ROTARY_SEQUENCE the work walk); ROTATE_KEYS (K or V is
+@#   rotated).
 @if IN_NAMESPACE@
 /* The backward kernel. Its constants and functions live in namespace bwd,
  * apart from the forward's; the device helpers above serve both. */
@@ -44,6 +47,9 @@ constexpr int kChunkElems = kChunk * kHeadDim;  // one chunk of one tensor
 // and dP^T over a query chunk)
 constexpr int kKeyTiles = kChunk / 8;
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
+@if ROTARY@
+constexpr int kHeadChunks = kPieces;  // rotary.cuh's name for a row's pieces
+@endif@
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
 // Shared memory: six chunk slots, then each query row's softmax statistics
 // (three floats per row). A sweep keeps one pair of tensors' chunks in
@@ -82,6 +88,14 @@ extern __shared__ __align__(128) unsigned short smem[];
  *      A, and dV = P^T dO, dK = dS^T Q summed and stored at the end.
  * Q K^T is computed three times and dO V^T three times, for no logsumexp
  * in memory and no atomics: every gradient row belongs to one CTA.
+@if ROTARY@
+ * With rotary embeddings Q, K (V) are rotated in shared memory every time a
+ * chunk of them lands (a chunk streamed again is loaded again, and rotated
+ * again), each thread rotating the pieces it copied, so the barrier that
+ * publishes a chunk publishes it rotated. The gradients are then those of
+ * the rotated tensors, and dQ, dK (dV) are rotated back before they are
+ * stored.
+@endif@
  * ---- end the math ---- */
 
 /* ---- begin chunk load ----
@@ -93,6 +107,32 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
   return row * kHeadDim + ((piece ^ (row & 7)) * 8);
 }
 
+@if ROTARY_HALF@
+// Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
+// into `chunk`; completion is awaited with the commit group. Each thread
+// copies piece p < kPieces / 2 of every kRowStep-th row with its partner
+// p + kPieces / 2, the unit that rotary.cuh rotates as one in the half
+// layout, so that it can rotate what it copied (rotate_copied).
+__device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned short *src,
+                                           long long row_stride, const Tile &t, int r0) {
+  constexpr int kHalf = kPieces / 2;              // pieces of half a row
+  constexpr int kRowStep = kThreads / kHalf;      // rows one pass of the CTA covers
+  static_assert(kThreads % kHalf == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
+  const unsigned short *first = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
+  const unsigned dst = smem_addr(chunk);
+  const int row0 = threadIdx.x / kHalf, piece = threadIdx.x % kHalf;
+  const unsigned short *g = first + (r0 + row0) * row_stride + piece * 8;
+#pragma unroll
+  for (int k = 0; k < kChunk / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    const bool real = r0 + row < t.rows;
+    const unsigned short *from = real ? g : first;  // a row's halves, or two zero fills
+    cp_async_16(dst + swizzle(row, piece) * 2, from, real ? 16 : 0);
+    cp_async_16(dst + swizzle(row, piece + kHalf) * 2, from + kHeadDim / 2, real ? 16 : 0);
+    g += kRowStep * row_stride;
+  }
+}
+@else@
 // Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
 // into `chunk`; completion is awaited with the commit group.
 __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned short *src,
@@ -111,6 +151,7 @@ __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned
     g += kRowStep * row_stride;
   }
 }
+@endif@
 
 // The streamed pair of step i of a sweep sits in slots 2, 3 (even i) or 4,
 // 5 (odd i); its first chunk here, the second kChunkElems on.
@@ -127,6 +168,23 @@ __device__ __forceinline__ void load_pair(unsigned short *slots, int i, const un
   load_chunk(ring_slot(slots, i) + kChunkElems, b, row_stride, t, r0);
 }
 
+@if ROTARY@
+// Step i of a chunk's ring (in A, sweep 2 goes on with sweep 1's
+// numbering): once every warp is done with step i - 1, refill its slot
+// with the pair of step i + 1 (block rows r_next, none if negative), then
+// wait for this thread's copies of step i's pair (and, at step 0, of the
+// resident pair, unless the caller awaited and rotated them before). The
+// caller rotates what it copied (rotate_copied reads no other thread's
+// copies) and then synchronizes the CTA, which publishes the chunks.
+__device__ __forceinline__ void ring_wait(unsigned short *slots, int i, const unsigned short *a,
+                                          const unsigned short *b, long long row_stride,
+                                          const Tile &t, int r_next) {
+  __syncthreads();
+  if (r_next >= 0) load_pair(slots, i + 1, a, b, row_stride, t, r_next);
+  cp_async_commit();
+  cp_async_wait<1>();
+}
+@else@
 // Step i of a chunk's ring (in A, sweep 2 goes on with sweep 1's
 // numbering): once every warp is done with step i - 1, refill its slot
 // with the pair of step i + 1 (block rows r_next, none if negative), then
@@ -140,6 +198,7 @@ __device__ __forceinline__ void ring_step(unsigned short *slots, int i, const un
   cp_async_wait<1>();
   __syncthreads();
 }
+@endif@
 /* ---- end chunk load ---- */
 
 @include rows_mma.cuh@
@@ -184,6 +243,72 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], flo
 }
 
 @include unpack2.cuh@
+@if ROTARY@
+@if ROTARY_TABLE@
+
+// Element of the rotary table at block row `row`, 16-byte chunk `chunk`,
+// from the block's rows (Tile::table): read in global memory, row-major
+// [tokens, kHeadDim], unswizzled.
+__device__ __forceinline__ int table_at(int row, int chunk) {
+  return row * kHeadDim + chunk * 8;
+}
+@endif@
+
+@include rotary.cuh@
+
+/* ---- begin chunk rotation ---- */
+// Rotate in place this thread's units of chunk x and, unless null, of chunk
+// y, both at block rows r0..r0+63: the units it copied (load_chunk: with the
+// interleaved layout a unit is a piece, so its mapping is this one), which
+// its own wait has made visible to it; the barrier after publishes them.
+// x and y hold the same rows and share the angles. Rows past the sequence
+// end are zero and stay so.
+__device__ __forceinline__ void rotate_copied(unsigned short *x, unsigned short *y,
+                                              const Tile &t, int r0) {
+  static_assert(kChunk % kUnitRows == 0, "every thread has as many rows of a chunk");
+  const int cc = threadIdx.x % kUnitsPerRow, row0 = threadIdx.x / kUnitsPerRow;
+@if ROTARY_COMPUTED@
+  float turns[kUnitPairs];
+#pragma unroll
+  for (int j = 0; j < kUnitPairs; j++) turns[j] = kRotaryTurns[kUnitPairs * cc + j];
+@endif@
+#pragma unroll
+  for (int k = 0; k < kChunk / kUnitRows; k++) {
+    const int row = row0 + k * kUnitRows;
+    float s[kUnitPairs], c[kUnitPairs];
+@if ROTARY_TABLE@
+    // Rows past the end read the last row's angles (and are left alone), so
+    // every row's table reads can be issued at once.
+    unit_angles(t.table, min(r0 + row, t.rows - 1), cc, s, c);
+@else@
+    const float p = (float)rotary_position(t, r0 + row);
+#pragma unroll
+    for (int j = 0; j < kUnitPairs; j++) rotary_sincos(p * turns[j], s[j], c[j]);
+@endif@
+    if (r0 + row < t.rows) {
+      rotate_unit(x, row, cc, s, c);
+      if (y) rotate_unit(y, row, cc, s, c);
+    }
+  }
+}
+@if ROTATE_KEYS@
+
+// Rotate this thread's units of a K, V chunk pair (K first, V kChunkElems
+// on) at block rows r0..: those of the tensors the spec rotates.
+__device__ __forceinline__ void rotate_keys(unsigned short *pair, const Tile &t, int r0) {
+@if ROTATE_K@
+@if ROTATE_V@
+  rotate_copied(pair, pair + kChunkElems, t, r0); // K and V
+@else@
+  rotate_copied(pair, nullptr, t, r0); // K
+@endif@
+@else@
+  rotate_copied(pair + kChunkElems, nullptr, t, r0); // V
+@endif@
+}
+@endif@
+/* ---- end chunk rotation ---- */
+@endif@
 
 __device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
 #pragma unroll
@@ -230,8 +355,15 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
   __syncthreads(); // nobody reads the old chunks any more
   load_chunk(slots, q, row_stride, t, qc * kChunk);
   load_chunk(slots + kChunkElems, dout, row_stride, t, qc * kChunk);
+@if ROTATE_Q@
+  cp_async_commit(); // the resident pair apart, to be rotated while the ring's first lands
+@endif@
   load_pair(slots, 0, k, v, row_stride, t, 0);
   cp_async_commit();
+@if ROTATE_Q@
+  cp_async_wait<1>();
+  rotate_copied(slots, nullptr, t, qc * kChunk); // Q; the ring's first barrier publishes it
+@endif@
   float s[kKeyTiles][4], dp[kKeyTiles][4];
 
   // Sweep 1: maximum, sum and D = rowsum(P (.) dP) of each row, with the
@@ -241,7 +373,15 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
 #pragma unroll 1
   for (int kc = 0; kc < key_chunks; kc++) {
     // the step after the last is sweep 2's first: key chunk 0 again
+@if ROTARY@
+    ring_wait(slots, kc, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : 0);
+@if ROTATE_KEYS@
+    rotate_keys(ring_slot(slots, kc), t, kc * kChunk);
+@endif@
+    __syncthreads();
+@else@
     ring_step(slots, kc, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : 0);
+@endif@
     const unsigned k_s = smem_addr(ring_slot(slots, kc)), v_s = k_s + 2 * kChunkElems;
     rows_times_rows(s, q_s, k_s, 0, row0);
     rows_times_rows(dp, do_s, v_s, 0, row0);
@@ -302,7 +442,15 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
 #pragma unroll 1
   for (int kc = 0; kc < key_chunks; kc++) {
     const int i = key_chunks + kc;
+@if ROTARY@
+    ring_wait(slots, i, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : -1);
+@if ROTATE_KEYS@
+    rotate_keys(ring_slot(slots, i), t, kc * kChunk); // loaded again: rotated again
+@endif@
+    __syncthreads();
+@else@
     ring_step(slots, i, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : -1);
+@endif@
     const unsigned k_s = smem_addr(ring_slot(slots, i)), v_s = k_s + 2 * kChunkElems;
     rows_times_rows(s, q_s, k_s, 0, row0);
     rows_times_rows(dp, do_s, v_s, 0, row0);
@@ -325,6 +473,9 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
     }
     accumulate(acc, ds, k_s);
   }
+@if ROTATE_Q@
+  unrotate_rows(acc, slots, t, qc * kChunk + row0);
+@endif@
   store_rows(acc, kStoreScale, row0, t.rows - qc * kChunk,
              dq + (t.token0 + qc * kChunk) * row_stride + (long long)t.head0 * kHeadDim,
              row_stride);
@@ -355,15 +506,30 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
   __syncthreads(); // nobody reads the old chunks any more
   load_chunk(slots, k, row_stride, t, kc * kChunk);
   load_chunk(slots + kChunkElems, v, row_stride, t, kc * kChunk);
+@if ROTATE_KEYS@
+  cp_async_commit(); // the resident pair apart, to be rotated while the ring's first lands
+@endif@
   load_pair(slots, 0, q, dout, row_stride, t, first_qc * kChunk);
   cp_async_commit();
+@if ROTATE_KEYS@
+  cp_async_wait<1>();
+  rotate_keys(slots, t, kc * kChunk); // the ring's first barrier publishes them
+@endif@
   float acc_v[kDimTiles][4], acc_k[kDimTiles][4];
   clear(acc_v);
   clear(acc_k);
 #pragma unroll 1
   for (int qc = first_qc; qc * kChunk < t.rows; qc++) {
     const int i = qc - first_qc, r_next = (qc + 1) * kChunk;
+@if ROTARY@
+    ring_wait(slots, i, q, dout, row_stride, t, r_next < t.rows ? r_next : -1);
+@if ROTATE_Q@
+    rotate_copied(ring_slot(slots, i), nullptr, t, qc * kChunk); // Q, for every key chunk
+@endif@
+    __syncthreads();
+@else@
     ring_step(slots, i, q, dout, row_stride, t, r_next < t.rows ? r_next : -1);
+@endif@
     const unsigned q_s = smem_addr(ring_slot(slots, i)), do_s = q_s + 2 * kChunkElems;
     // S^T, then dP^T: this thread's rows are keys r_lo, r_hi, its columns
     // queries. Queries past the end have zero Q and dO: their dS and their
@@ -405,7 +571,13 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
     accumulate(acc_k, ds, q_s);
   }
   const long long at = (t.token0 + kc * kChunk) * row_stride + (long long)t.head0 * kHeadDim;
+@if ROTATE_V@
+  unrotate_rows(acc_v, slots, t, kc * kChunk + row0);
+@endif@
   store_rows(acc_v, 1.f, row0, t.rows - kc * kChunk, dv + at, row_stride);
+@if ROTATE_K@
+  unrotate_rows(acc_k, slots, t, kc * kChunk + row0);
+@endif@
   store_rows(acc_k, kStoreScale, row0, t.rows - kc * kChunk, dk + at, row_stride);
 }
 /* ---- end B ---- */
@@ -418,7 +590,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+@if ROTARY_TABLE@
+    unsigned short *__restrict__ dv, const unsigned short *__restrict__ rotary_table,
+    const int *__restrict__ offsets, long long batch,
+@else@
     unsigned short *__restrict__ dv, const int *__restrict__ offsets, long long batch,
+@endif@
     int heads, long long total_tokens, long long num_items) {
   const long long row_stride = (long long)heads * kHeadDim;
   float *const stats = reinterpret_cast<float *>(smem + kSlots * kChunkElems);
@@ -427,6 +604,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   Walk w;
   walk_begin(w, offsets, batch, heads, total_tokens, num_items);
   for (Tile t = walk_take(w); t.rows; t = walk_take(w)) {
+@if ROTARY_TABLE@
+    t.table = rotary_table + t.token0 * kHeadDim;
+@endif@
     // A's last statistics are read by every warp in B: the barrier at the
     // top of each chunk orders them.
 #pragma unroll 1

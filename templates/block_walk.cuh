@@ -3,7 +3,9 @@
 @# block_fwd.cu, block_bwd.cu and block_bwd_chunked.cu; uses the including
 @# kernel's kBlock and
 @# kHeadsPerTile. No placeholders. Conditions: ROTARY_SEQUENCE (tiles carry the
-@# position of their first token in its sequence).
+@# position of their first token in its sequence); ROTARY_CHUNKS with
+@# ROTARY_TABLE (tiles carry their block's rows of the rotary table, which the
+@# chunked backward reads in global memory: the kernel sets them).
 /* ---- begin work walk ----
  * Work items are (block, head group) pairs; a head group is kHeadsPerTile
  * adjacent heads, whose rows are contiguous in memory. Blocks get "virtual" numbers that need
@@ -140,10 +142,20 @@ struct Tile {
 @if ROTARY_SEQUENCE@
   int pos0;         // index of the block's first token in its sequence
 @endif@
+@if ROTARY_CHUNKS@
+@if ROTARY_TABLE@
+  const unsigned short *table; // the block's rows of the rotary table (the kernel's)
+@endif@
+@endif@
 };
 
 __device__ __forceinline__ Tile walk_tile(const Walk &w) {
   Tile t;
+@if ROTARY_CHUNKS@
+@if ROTARY_TABLE@
+  t.table = nullptr; // the kernel points it at the block's rows of its table
+@endif@
+@endif@
 @if ROTARY_SEQUENCE@
   if (w.done) { t.token0 = 0; t.rows = 0; t.head0 = 0; t.heads = 0; t.pos0 = 0; return t; }
 @else@

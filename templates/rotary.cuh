@@ -1,11 +1,13 @@
 @# rotary.cuh: rotary position embeddings (RoPE) fused into the block-diagonal
 @# kernels: a tile's Q, K (and V) rotated in place in shared memory once it
 @# has landed and, in the backward, the gradients rotated back in registers
-@# before they are stored. Included by block_fwd.cu after its tile load and
-@# by block_bwd.cu after its phase 1 (whose unpack2 it uses); uses the
-@# including kernel's kHeadDim, kHeadChunks, kHeadsPerTile, kThreads,
-@# kTileElems, kStageElems, kTableElems and table_at() (positions from a
-@# table), kDimTiles (backward), swizzle(), Tile and pack2().
+@# before they are stored. Included by block_fwd.cu after its tile load, by
+@# block_bwd.cu after its phase 1 and by block_bwd_chunked.cu after its
+@# stores (both backwards define unpack2 before); uses the including
+@# kernel's kHeadDim, kHeadChunks, kThreads, kDimTiles (backward), swizzle(),
+@# Tile and pack2(), and with positions from a table table_at(); the
+@# whole-block kernels' kHeadsPerTile, kTileElems, kStageElems and
+@# kTableElems too.
 @# Placeholders: @MMA_TYPE@ (see mma_sm80.cuh); with computed positions
 @#   @ROTARY_BASE@ (the base, a float literal) and @ROTARY_TURNS@ (the
 @#   kHeadDim / 2 float literals of kRotaryTurns, comma-separated, wrapped).
@@ -14,7 +16,9 @@
 @#   ROTARY_SEQUENCE from the sequence's first token, else from the block's);
 @#   ROTATE_Q, ROTATE_K, ROTATE_V (the tensors rotated); ROTARY_UNPACK
 @#   (define unpack2: the forward has none); ROTARY_GRADS (the backward's
-@#   inverse rotation of gradients).
+@#   inverse rotation of gradients); ROTARY_CHUNKS (the chunked backward:
+@#   no stages and no rotate_tile, the kernel rotates each chunk as it lands;
+@#   table rows are read in global memory, from Tile::table).
 /* ---- begin rotary embeddings ----
  * Pair i (0 <= i < kHeadDim / 2) of every head of token t is rotated by the
  * angle a(t, i):
@@ -22,8 +26,13 @@
  * in fp32 from the 16-bit values, rounded back once.
 @if ROTARY_HALF@
  * Pairs are (x[i], x[i + kHeadDim / 2]) (the half layout): the two halves of
+@if ROTARY_CHUNKS@
+ * a head are kHeadChunks / 2 chunks apart in a row, but swizzle() places
+ * every chunk by its own index and the row (see the chunk load), so a chunk
+@else@
  * a head are kHeadChunks / 2 chunks apart in a tile row, but swizzle() places
  * every chunk by its own index and the row (see the tile load), so a chunk
+@endif@
  * and its partner are each looked up, never found at a fixed distance. A
  * unit of work is chunk cc < kHeadChunks / 2 of a head in one row with its
  * partner cc + kHeadChunks / 2: element e of the one and element e of the
@@ -34,8 +43,14 @@
  * work is chunk cc of a head in one row: its word j is pair 4 cc + j.
 @endif@
 @if ROTARY_TABLE@
+@if ROTARY_CHUNKS@
+ * sin a and cos a are the caller's, read from the block's rows of the table
+ * in global memory (Tile::table), where they are: beside six chunks, a
+ * chunk's rows would cost a CTA per SM at head_dim 128.
+@else@
  * sin a and cos a are the caller's, from the table rows loaded with the tile
  * (see the tile load).
+@endif@
 @else@
 @if ROTARY_SEQUENCE@
  * a(t, i) = p base^(-2i / kHeadDim), p the token's index in its sequence,
@@ -93,8 +108,13 @@ __device__ __forceinline__ int rotary_position(const Tile &t, int row) {
 
 @endif@
 @if ROTARY_TABLE@
+@if ROTARY_CHUNKS@
+// sin and cos of unit cc's pairs for block row `row`, from the block's table
+// rows `table` (table_at(): in global memory, unswizzled).
+@else@
 // sin and cos of unit cc's pairs for tile row `row`, from the stage's table
 // rows (read as the tensors' chunks are: table_at() swizzles them alike).
+@endif@
 __device__ __forceinline__ void unit_angles(const unsigned short *table, int row, int cc,
                                             float (&s)[kUnitPairs], float (&c)[kUnitPairs]) {
 @if ROTARY_HALF@
@@ -175,6 +195,8 @@ __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chun
 }
 @endif@
 
+@if ROTARY_CHUNKS@
+@else@
 // Rotate the resident tile's rotated tensors in place. Every thread keeps
 // unit column cc = threadIdx.x % kUnitsPerRow, so the same pairs (and, for
 // computed positions, frequencies) in every row it takes, every kUnitRows-th
@@ -213,6 +235,7 @@ __device__ __forceinline__ void rotate_tile(unsigned short *stage, const Tile &t
     }
   }
 }
+@endif@
 @if ROTARY_GRADS@
 
 @if ROTARY_TABLE@
@@ -229,7 +252,15 @@ __device__ __forceinline__ float half_to_float(unsigned short x) {
 __device__ __forceinline__ void two_angles(const unsigned short *stage, const Tile &t, int row,
                                            int i, float (&s)[2], float (&c)[2]) {
 @if ROTARY_TABLE@
+@if ROTARY_CHUNKS@
+  // No stages here (`stage` is unused): the block's rows in global memory,
+  // where a row past the sequence end (its gradient is not stored) reads the
+  // last one's.
+  const unsigned short *table = t.table;
+  row = min(row, t.rows - 1);
+@else@
   const unsigned short *table = stage + kStageElems - kTableElems;
+@endif@
   const unsigned *sw =
       reinterpret_cast<const unsigned *>(table + table_at(row, i >> 3) + (i & 7));
   const unsigned *cw = reinterpret_cast<const unsigned *>(
@@ -247,7 +278,15 @@ __device__ __forceinline__ void two_angles(const unsigned short *stage, const Ti
 __device__ __forceinline__ void pair_angle(const unsigned short *stage, const Tile &t, int row,
                                            int i, float &s, float &c) {
 @if ROTARY_TABLE@
+@if ROTARY_CHUNKS@
+  // No stages here (`stage` is unused): the block's rows in global memory,
+  // where a row past the sequence end (its gradient is not stored) reads the
+  // last one's.
+  const unsigned short *table = t.table;
+  row = min(row, t.rows - 1);
+@else@
   const unsigned short *table = stage + kStageElems - kTableElems;
+@endif@
   s = half_to_float(table[table_at(row, i >> 3) + (i & 7)]);
   c = half_to_float(table[table_at(row, (i >> 3) + kHeadChunks / 2) + (i & 7)]);
 @else@
@@ -256,6 +295,10 @@ __device__ __forceinline__ void pair_angle(const unsigned short *stage, const Ti
 }
 @endif@
 
+@if ROTARY_CHUNKS@
+// (The chunked kernel has no stages: it passes its chunk slots as `stage`,
+// which the angles do not read, and block rows as rows.)
+@endif@
 // Rotate the 16 gradient rows of one job back: the inputs were rotated,
 // x' = R x, so dL/dx = R^T dL/dx', pair by pair
 //   (g0, g1) -> (g0 cos a + g1 sin a, g1 cos a - g0 sin a).

@@ -87,29 +87,35 @@ START_TEST(validation_accepts) {
 END_TEST
 
 /* Validation refuses exactly the shapes the plan refuses, at `passes`,
- * with the plan's reason; plan_shapes checks every block size. Without
- * rotary every block size plans; a block walked in chunks does not rotate
- * yet. */
+ * with the plan's reason; plan_shapes checks every block size. Every block
+ * size plans, rotary or not (blocks past 128 tokens at head_dim 128 are
+ * walked in chunks, which rotate too); what the backward alone can still
+ * be refused for is a rotary base whose frequencies overflow fp32. */
 START_TEST(validation_refuses_what_does_not_fit) {
   const char yaml[] = "name: g\npattern: block_diagonal\nblock_size: 144\nhead_dim: 128\n"
-                      "dtype: bf16\npasses: [forward, backward]\n"
-                      "rotary: {layout: interleaved, apply_to: [q, k], positions: sequence}\n";
+                      "dtype: bf16\npasses: [backward]\n"
+                      "rotary: {layout: interleaved, apply_to: [q, k], positions: sequence, "
+                      "base: 1e-31}\n";
   ag_spec spec;
   ag_error err = {0};
   ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "g.yaml", &spec, &err),
                    AG_ERR_UNSUPPORTED);
-  const char want[] = "g.yaml:6:1: error: not supported yet: rotary embeddings in the backward "
-                      "pass at block_size 144 with head_dim 128 (";
+  const char want[] = "g.yaml:6:1: error: not supported yet: rotary base 1e-31 (";
   ck_assert_msg(strncmp(err.message, want, strlen(want)) == 0, "%s", err.message);
-  ck_assert_ptr_nonnull(strstr(err.message, "\npasses: [forward, backward]\n^\n"));
-  ck_assert_int_eq(ag_test_count(err.message, "error:"), 1); /* the forward fits */
+  ck_assert_ptr_nonnull(strstr(err.message, "\npasses: [backward]\n^\n"));
+  ck_assert_int_eq(ag_test_count(err.message, "error:"), 1);
   ag_error_clear(&err);
   /* The spec is filled, and its plan gives the same reason. */
-  ck_assert_uint_eq(spec.passes, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ck_assert_uint_eq(spec.passes, AG_PASS_BACKWARD);
   ag_plan p;
   ck_assert_int_eq(ag_plan_make(&spec, &p, &err), AG_ERR_UNSUPPORTED);
-  ck_assert_ptr_nonnull(strstr(err.message, "in the backward pass at block_size 144"));
+  ck_assert_ptr_nonnull(strstr(err.message, "rotary base 1e-31"));
   ag_error_clear(&err);
+  /* With a usable base the same block is walked in chunks, rotated. */
+  spec.rotary.base = 10000.0;
+  ck_assert_int_eq(ag_plan_make(&spec, &p, &err), AG_OK);
+  ck_assert(p.bwd.key_chunks);
+  ck_assert_str_eq(p.bwd.kernel_name, "ag_g_b144_d128_bf16_rope_bwd");
 }
 END_TEST
 

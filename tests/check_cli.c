@@ -121,21 +121,18 @@ START_TEST(test_check) {
 }
 END_TEST
 
-/* A valid spec whose kernel does not exist yet (rotary embeddings in the
- * backward of 256-token blocks, which are walked in chunks) fails check,
- * emit and compile alike, with the plan's reason at the key, and nothing
- * written. */
+/* A valid spec whose kernel does not exist yet (the backward alone with a
+ * rotary base whose frequencies overflow fp32) fails check, emit and
+ * compile alike, with the plan's reason at the key, and nothing written. */
 START_TEST(test_unsupported_shape) {
-  const char *want = "tests/spec_errors/unsupported_rotary_backward_block_size.yaml:6:1: error: "
-                     "not supported yet: rotary embeddings in the backward pass at block_size 256 "
-                     "with head_dim 128 (a block that large is walked in chunks, and the chunked "
-                     "kernel does not rotate yet)\npasses: [forward, backward]\n^\n";
+  const char *want = "tests/spec_errors/unsupported_rotary_base_backward.yaml:8:1: error: "
+                     "not supported yet: rotary base 1e-31 (below 1e-30 its frequencies overflow "
+                     "fp32)\npasses: [backward]\n^\n";
   const char *cmds[] = {
-      "check tests/spec_errors/unsupported_rotary_backward_block_size.yaml",
-      "emit tests/spec_errors/unsupported_rotary_backward_block_size.yaml",
-      "compile tests/spec_errors/unsupported_rotary_backward_block_size.yaml -o "
-      "/tmp/ag_never.cubin",
-      "run tests/spec_errors/unsupported_rotary_backward_block_size.yaml",
+      "check tests/spec_errors/unsupported_rotary_base_backward.yaml",
+      "emit tests/spec_errors/unsupported_rotary_base_backward.yaml",
+      "compile tests/spec_errors/unsupported_rotary_base_backward.yaml -o /tmp/ag_never.cubin",
+      "run tests/spec_errors/unsupported_rotary_base_backward.yaml",
   };
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
     result r = run(cmds[i]);

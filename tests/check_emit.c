@@ -17,8 +17,9 @@ static const char *const goldens[] = {
     /* every rotary layout with every position mode */
     "rope_interleaved_sequence_b32_d64_bf16", "rope_interleaved_block_b64_d128_fp16_bwd",
     "rope_half_table_b64_d128_bf16_causal", "rope_half_block_b16_d64_fp16",
-    /* the backward of blocks walked in chunks */
-    "block256_d64_fp16_causal_bwd",
+    /* the backward of blocks walked in chunks, without and with rotary */
+    "block256_d64_fp16_causal_bwd", "rope_half_sequence_b256_d128_bf16_chunked",
+    "rope_interleaved_table_b192_d64_fp16_causal_bwd",
 };
 enum { NGOLDENS = sizeof goldens / sizeof goldens[0] };
 

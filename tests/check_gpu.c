@@ -2,7 +2,7 @@
  * reference on fresh random inputs with NaN-poisoned outputs, across dtypes,
  * head dims, block sizes, causal masks and awkward sequence lengths, plus
  * one run past 2^31 elements per tensor; the forward, then the backward,
- * then both with rotary embeddings. Each test prints "SKIP" and passes
+ * then both with rotary embeddings (in the chunked backward too). Each test prints "SKIP" and passes
  * when no driver or device is present (CUDA is only touched in the forked
  * test process). */
 #include <check.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "plan.h"
 #include "reference.h"
 #include "selfcheck.h"
 
@@ -389,6 +390,53 @@ START_TEST(test_block_backward_rotary) {
 }
 END_TEST
 
+/* ---- rotary embeddings in the chunked backward ------------------------------
+ * Blocks past 128 tokens at head_dim 128 (176 at 64) walked in 64-row
+ * chunks (block_bwd_chunked.cu), which rotate every chunk as it lands:
+ * both head dims, both layouts, the three position modes, q, k or q, k, v,
+ * causal or not. */
+static const rotary_case rotary_chunked_cases[] = {
+    {{AG_DTYPE_BF16, 128, 256, 1}, AG_ROTARY_HALF, AG_POSITIONS_SEQUENCE, QK},
+    {{AG_DTYPE_FP16, 128, 144, 0}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_TABLE, QKV},
+    {{AG_DTYPE_BF16, 64, 192, 0}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_BLOCK, QK},
+    {{AG_DTYPE_BF16, 64, 256, 1}, AG_ROTARY_HALF, AG_POSITIONS_TABLE, QKV},
+};
+enum { NROTARY_CHUNKED_CASES = sizeof rotary_chunked_cases / sizeof rotary_chunked_cases[0] };
+
+/* Every chunked rotary case's backward on the shapes of
+ * test_block_backward_rotary, and on lengths at the chunks' edges (a last
+ * chunk of 1, 63 or 64 rows, in the first block and the second), then the
+ * forward of the same module once. */
+START_TEST(test_block_backward_rotary_chunked) {
+  const rotary_case *c = &rotary_chunked_cases[_i];
+  ag_context *ctx = gpu_or_skip("block_backward_rotary_chunked");
+  if (!ctx) return;
+  ag_kernel *k = rotary_kernel_for(ctx, c, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ag_plan plan;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_make(ag_kernel_spec(k), &plan, &err), AG_OK);
+  ck_assert(plan.bwd.key_chunks); /* the chunked kernel, or this tests nothing new */
+  uint64_t seed = (uint64_t)getpid() * 1000003u + 32452843u * (uint64_t)_i;
+  const int B = c->k.block;
+  int32_t awkward[] = {0, 1, B - 1, B, B + 1, 2 * B + 5, 0, 1000, 3};
+  run_bwd_shape(k, &c->k, "rope: lengths 0,1,B-1,B,B+1,..", awkward, 9, 3, seed, 0);
+
+  int32_t edges[] = {63, 64, 65, 127, 129, 0, B + 63, B + 64, B + 65, 1};
+  run_bwd_shape(k, &c->k, "rope: chunk edges 63,64,65,..", edges, 10, 2, seed + 1, 0);
+
+  int32_t many[64];
+  uint64_t rng = seed;
+  for (int i = 0; i < 64; i++) many[i] = (int32_t)(ag_rand_next(&rng) % 601);
+  run_bwd_shape(k, &c->k, "rope: 64 random lengths 0..600", many, 64, 1 + _i % 8, seed + 2, 0);
+
+  int32_t one[] = {1000};
+  run_bwd_shape(k, &c->k, "rope: one sequence of 1000", one, 1, 8, seed + 3, 0);
+
+  run_shape(k, &c->k, "rope: forward beside backward", awkward, 9, 3, seed + 4);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
 /* Both passes with rotary embeddings from a table past 2^31 elements per
  * tensor and 131,072 blocks: the table's rows are indexed by token, so its
  * addressing is checked at scale too. */
@@ -428,5 +476,9 @@ Suite *gpu_suite(void) {
   tcase_add_loop_test(rope, test_block_backward_rotary, 0, NROTARY_CASES);
   tcase_add_test(rope, test_rotary_huge);
   suite_add_tcase(s, rope);
+  TCase *chunked = tcase_create("rotary_chunked");
+  tcase_set_timeout(chunked, 600);
+  tcase_add_loop_test(chunked, test_block_backward_rotary_chunked, 0, NROTARY_CHUNKED_CASES);
+  suite_add_tcase(s, chunked);
   return s;
 }

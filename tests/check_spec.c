@@ -112,10 +112,10 @@ static const struct golden {
     {"unknown_key_no_hint", AG_ERR_SPEC},
     {"unknown_keys_every_hint", AG_ERR_SPEC},
     {"unknown_rotary_keys", AG_ERR_SPEC},
-    {"unsupported_rotary_backward_block_size", AG_ERR_UNSUPPORTED},
     {"unsupported_broadcast", AG_ERR_UNSUPPORTED},
     {"unsupported_jagged", AG_ERR_UNSUPPORTED},
     {"unsupported_rotary_base", AG_ERR_UNSUPPORTED},
+    {"unsupported_rotary_base_backward", AG_ERR_UNSUPPORTED},
     {"unsupported_rotary_table_block_size", AG_ERR_UNSUPPORTED},
     {"utf8_before_error", AG_ERR_SPEC},
     {"utf8_bom", AG_ERR_SPEC},
@@ -378,44 +378,50 @@ START_TEST(test_passes) {
 }
 END_TEST
 
-/* A shape the kernels do not take yet (rotary embeddings in the backward
- * of 256-token blocks at head_dim 128) is refused at `passes` with the
+/* A shape the kernels do not take yet (rotary positions from a table at
+ * 240-token blocks at head_dim 128: Q, K, V and the table's rows of a block
+ * overflow the forward's shared memory) is refused at `rotary` with the
  * plan's reason, and the spec is filled in full as for every unsupported
- * spec; the forward alone of the same shape is fine, and so is the
- * backward without rotary (walked in chunks). */
+ * spec; the backward alone of the same shape is fine (walked in chunks,
+ * which read the table in place), and so are rotary embeddings in the
+ * backward at every block size. */
 START_TEST(test_unsupported_shape_is_filled) {
-  const char *fwd = "name: big\npattern: block_diagonal\nblock_size: 256\nhead_dim: 128\n"
-                    "dtype: bf16\nrotary: {layout: half, apply_to: [q, k], positions: block}\n";
+  const char *bwd = "name: big\npattern: block_diagonal\nblock_size: 240\nhead_dim: 128\n"
+                    "dtype: bf16\nrotary: {layout: half, apply_to: [q, k], positions: table}\n";
   char yaml[256];
-  snprintf(yaml, sizeof yaml, "%spasses: [backward, forward]\n", fwd);
+  snprintf(yaml, sizeof yaml, "%spasses: [backward, forward]\n", bwd);
   ag_spec s;
   ag_error err = {0};
   ck_assert_int_eq(load(yaml, &s, &err), AG_ERR_UNSUPPORTED);
   ck_assert_str_eq(err.message,
-                   "<string>:7:1: error: not supported yet: rotary embeddings in the backward "
-                   "pass at block_size 256 with head_dim 128 (a block that large is walked in "
-                   "chunks, and the chunked kernel does not rotate yet)\n"
-                   "passes: [backward, forward]\n"
+                   "<string>:6:1: error: not supported yet: rotary positions from a table at "
+                   "block_size 240 with head_dim 128 (Q, K, V and the table's rows of one block "
+                   "need 240 KiB of shared memory; a CTA has 227)\n"
+                   "rotary: {layout: half, apply_to: [q, k], positions: table}\n"
                    "^\n");
   ck_assert_str_eq(s.name, "big");
-  ck_assert_int_eq(s.block_size, 256);
+  ck_assert_int_eq(s.block_size, 240);
   ck_assert_uint_eq(s.passes, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ck_assert_pos(s.at.passes, 7, 1);
   ag_error_clear(&err);
-  s = load_ok(fwd);
-  ck_assert_uint_eq(s.passes, AG_PASS_FORWARD);
-  /* Without rotary every block size has a backward: 176-token blocks at
-   * head_dim 64 whole, 192 and 256 (and 256 at head_dim 128) in chunks. */
+  snprintf(yaml, sizeof yaml, "%spasses: [backward]\n", bwd);
+  s = load_ok(yaml);
+  ck_assert_uint_eq(s.passes, AG_PASS_BACKWARD);
+  /* Every block size has a backward, rotary or not: 176-token blocks at
+   * head_dim 64 whole, 192 and 256 (and 144 and 256 at head_dim 128) in
+   * chunks. */
   const char *sizes[] = {"176\nhead_dim: 64", "192\nhead_dim: 64", "256\nhead_dim: 64",
                          "256\nhead_dim: 128", "144\nhead_dim: 128"};
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-    snprintf(yaml, sizeof yaml,
-             "name: b\npattern: block_diagonal\nblock_size: %s\ndtype: fp16\n"
-             "passes: [backward]\n",
-             sizes[i]);
-    s = load_ok(yaml);
-    ck_assert_uint_eq(s.passes, AG_PASS_BACKWARD);
-  }
+  const char *rotary[] = {"", "rotary: {layout: interleaved, positions: sequence}\n"};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    for (int r = 0; r < 2; r++) {
+      snprintf(yaml, sizeof yaml,
+               "name: b\npattern: block_diagonal\nblock_size: %s\ndtype: fp16\n%s"
+               "passes: [forward, backward]\n",
+               sizes[i], rotary[r]);
+      s = load_ok(yaml);
+      ck_assert_uint_eq(s.passes, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+    }
 }
 END_TEST
 

@@ -3,10 +3,12 @@
 # the full test suite (GPU tests included), the demo, the plan-tuning table,
 # and compute-sanitizer over small runs. Logs go to $OUT (or build/gpu).
 # Usage: tools/gpu_session.sh [build] [test] [demo] [tune] [sanitize] [sanitize-tests]
-#                             [gpu-forward] [gpu-backward] [gpu-rotary] [tune-bwd]
+#                             [gpu-forward] [gpu-backward] [gpu-rotary] [gpu-rotary-chunked]
+#                             [tune-bwd]
 #   sanitize-tests: the GPU suite (but its tests past 2^31 elements) under
 #   compute-sanitizer memcheck and racecheck; minutes.
-#   gpu-forward, gpu-backward, gpu-rotary: one test case of the GPU suite.
+#   gpu-forward, gpu-backward, gpu-rotary, gpu-rotary-chunked: one test case
+#   of the GPU suite (the last: rotary in the backward walked in chunks).
 #   tune, tune-bwd: the plan-tuning table of the forward, of the backward
 #   (TUNE_ARGS: more arguments, e.g. "--dim 64 1024").
 set -u
@@ -23,8 +25,9 @@ for step in $steps; do
     demo) make demo 2>&1 | tee "$out/demo.log" | tail -20 ; [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     tune) build/tune_block ${TUNE_ARGS:-1024 4096} 2>&1 | tee "$out/tune.log" ;;
     tune-bwd) build/tune_block --bwd ${TUNE_ARGS:-1024 4096} 2>&1 | tee "$out/tune-bwd.log" ;;
-    gpu-forward|gpu-backward|gpu-rotary)
-      case=${step#gpu-}; [ "$case" = rotary ] || case=block_$case
+    gpu-forward|gpu-backward|gpu-rotary|gpu-rotary-chunked)
+      case=${step#gpu-}
+      case $case in rotary) ;; rotary-chunked) case=rotary_chunked ;; *) case=block_$case ;; esac
       (cd tests && CK_RUN_SUITE=gpu CK_RUN_CASE=$case ../build/check_attngen) >"$out/$step.log" 2>&1
       r=$?; echo "$step: exit $r; $(grep -E '^[0-9]+%: Checks' "$out/$step.log")"
       grep -E "huge|SKIP|Failure|Error" "$out/$step.log" | head -20

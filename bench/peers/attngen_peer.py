@@ -7,9 +7,10 @@ benchmark exercises the binding exactly as users call it.
   rot  forward + backward of a spec with rotary {layout: interleaved,
        apply_to: [q, k], positions: table}, the table passed to both
 
-Where spec validation refuses a pass for a shape (the backward of blocks it
-does not fit, e.g. 256 tokens at head_dim 128), the pass's rows say
-"unavailable: backward not supported (<the C message>)" and the run goes on.
+Where spec validation refuses a pass for a shape (e.g. the rotary pass at
+256 tokens and head_dim 128, where the table's rows do not fit beside the
+forward's tiles), the pass's rows say "unavailable: <pass> not supported
+(<the C message>)" and the run goes on.
 """
 
 import os

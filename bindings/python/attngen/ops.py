@@ -372,7 +372,8 @@ _kernel_lock = threading.Lock()
 _kernels = {}
 
 # The refusal of a backward that cannot be had for some options (a shape the
-# backward kernel does not take, e.g. rotary embeddings with 256-token blocks).
+# backward kernel does not take; none today: every block size has one,
+# rotary or not, but a future limit would land here).
 BACKWARD_LEAD = "attngen: the backward pass is not supported for these options"
 
 
@@ -387,8 +388,9 @@ def kernel_for(block_size=64, causal=False, head_dim=128, dtype="bf16", softmax_
     forward alone, or with backward=True forward and backward in one module
     (what block_attention takes when an input requires grad). `rotary`: as
     block_attention's. Raises UnsupportedError with spec validation's
-    message for options whose kernel does not fit (e.g. backward=True with
-    rotary at block_size 256)."""
+    message for options whose kernel does not fit (e.g. rotary positions
+    from a table at block_size 240 or 256 with head_dim 128, where the
+    forward has no room for the table's rows)."""
     rotary = _validate.check_rotary(rotary)
     key = (block_size, causal, head_dim, dtype, softmax_scale, bool(backward), _rotary_key(rotary))
     k = _kernels.get(key)
@@ -494,9 +496,9 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     kernel is built with both passes (`passes: [forward, backward]`, one
     module) and autograd's backward launches attngen's backward kernel
     (dq, dk, dv; no output or logsumexp is saved). For options the backward
-    kernel does not fit (rotary with 256-token blocks, say) the forward
-    runs alone and `.backward()` raises UnsupportedError("attngen: the
-    backward pass is not supported for these options: <the C message>").
+    kernel does not fit (none today) the forward runs alone and
+    `.backward()` raises UnsupportedError("attngen: the backward pass is not
+    supported for these options: <the C message>").
 
     Runs asynchronously on torch's current CUDA stream and returns a new
     tensor like query. The first call for a new combination of options
