@@ -130,8 +130,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
  * leave at most one unused number per sequence, so the item space has
  * (batch + floor(total_tokens / kBlock)) * head_groups entries, known on the host
  * without reading the offsets. Each CTA takes one contiguous range of items,
- * finds its first sequence by a 32-way search (each warp on its own) and
- * then walks forward, skipping unused numbers and empty sequences for free.
+ * finds its first sequence from a guess checked with one round of 32 loads
+ * (each warp on its own) and then walks forward, skipping unused numbers
+ * and empty sequences for free.
  * The walk runs between tiles, where a load it waits on stalls the next
  * tile's copies, so the end of the sequence after the current one is always
  * already on its way (`next_end`). */
@@ -194,25 +195,51 @@ __device__ __forceinline__ void walk_begin(Walk &w, const int *offsets, long lon
   w.group = (int)(first % w.groups);
   w.done = first >= w.end;
   if (w.done) return;
-  // The last sequence whose first virtual block is <= vblock, in [lo, hi]:
-  // each round the 32 lanes test 32 evenly spaced candidates at once and
-  // the last one that passes becomes lo, so 1152 sequences take 3 rounds of
-  // one load each (a binary search takes 11). With non-decreasing offsets
-  // the test passes for a prefix of the candidates; with malformed ones the
-  // answer is still a sequence in range.
+  // The last sequence whose first virtual block is <= vblock. Were all
+  // sequences of one length, it would be vblock * batch / (batch +
+  // total_tokens / kBlock); the 32 lanes test the 32 sequences around that
+  // guess with one load each, and their offsets are those enter_sequence
+  // needs. One round of loads, where a search takes three (a CTA's first
+  // copies wait on it, and a new CTA starts every few tiles). The test
+  // passes for a prefix of the sequences (non-decreasing offsets), so the
+  // window holds the answer when its first lane passes (or it starts at 0)
+  // and its last fails (or it ends at the last sequence).
   const int lane = threadIdx.x & 31;
-  long long lo = 0, hi = w.batch - 1;
-  while (lo < hi) {
-    const long long step = (hi - lo + 32) / 32; // candidates lo + step * lane
-    const long long c = lo + step * lane;
-    bool pass = false;
-    if (c <= hi) pass = c + clamp_offset(w, __ldg(w.offsets + c), 0) / kBlock <= w.vblock;
-    const unsigned ballot = __ballot_sync(0xffffffffu, pass);
-    const int last = ballot ? 31 - __clz(ballot) : 0;
-    lo += step * last;
-    hi = min(hi, lo + step - 1);
+  const long long span = w.batch + w.total_tokens / kBlock; // virtual blocks, >= batch
+  long long lo = w.vblock * w.batch / span - 15;
+  if (lo > w.batch - 32) lo = w.batch - 32;
+  if (lo < 0) lo = 0;
+  const long long c = lo + lane;
+  const int raw = c <= w.batch ? __ldg(w.offsets + c) : 0;
+  const bool pass = c < w.batch && c + clamp_offset(w, raw, 0) / kBlock <= w.vblock;
+  unsigned ballot = __ballot_sync(0xffffffffu, pass);
+  int last = ballot ? 31 - __clz(ballot) : 0;
+  int raw_start = __shfl_sync(0xffffffffu, raw, last);
+  int raw_end = __shfl_sync(0xffffffffu, raw, last < 31 ? last + 1 : 31);
+  if (((ballot & 1) || lo == 0) && (!(ballot >> 31) || lo + 31 >= w.batch - 1)) {
+    lo += last;
+    if (last == 31) raw_end = __ldg(w.offsets + lo + 1);
+  } else {
+    // Lengths far from even: search the whole range, each round testing 32
+    // evenly spaced candidates, so 1152 sequences take 3 rounds. With
+    // malformed offsets the answer is still a sequence in range.
+    long long hi = w.batch - 1;
+    lo = 0;
+    while (lo < hi) {
+      const long long step = (hi - lo + 32) / 32; // candidates lo + step * lane
+      const long long cand = lo + step * lane;
+      bool ok = false;
+      if (cand <= hi)
+        ok = cand + clamp_offset(w, __ldg(w.offsets + cand), 0) / kBlock <= w.vblock;
+      ballot = __ballot_sync(0xffffffffu, ok);
+      last = ballot ? 31 - __clz(ballot) : 0;
+      lo += step * last;
+      hi = min(hi, lo + step - 1);
+    }
+    raw_start = __ldg(w.offsets + lo);
+    raw_end = __ldg(w.offsets + lo + 1);
   }
-  enter_sequence(w, lo, __ldg(w.offsets + lo), __ldg(w.offsets + lo + 1));
+  enter_sequence(w, lo, raw_start, raw_end);
   if (w.vblock < w.base) { w.vblock = w.base; w.group = 0; }
   settle(w);
 }
@@ -565,12 +592,13 @@ ag_golden_rope_chunked_b256_d128_bf16_rope_fwd(const unsigned short *__restrict_
   Walk w;
   walk_begin(w, offsets, batch, heads, total_tokens, num_items);
 
-  // ring[0] is computed now; ring[1..kStages-1] are in flight.
+  // ring[0] is computed now; ring[1..kStages-1] are in flight. A tile's
+  // copies start as soon as the walk has found it, before it looks further.
   Tile ring[kStages];
 #pragma unroll
-  for (int s = 0; s < kStages; s++) ring[s] = walk_take(w);
-#pragma unroll
-  for (int s = 0; s < kStages - 1; s++) {
+  for (int s = 0; s < kStages; s++) {
+    ring[s] = walk_take(w);
+    if (s == kStages - 1) break;
     if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, row_stride, ring[s]);
     cp_async_commit();
   }
@@ -656,8 +684,9 @@ extern __shared__ __align__(128) unsigned short smem[];
  * leave at most one unused number per sequence, so the item space has
  * (batch + floor(total_tokens / kBlock)) * head_groups entries, known on the host
  * without reading the offsets. Each CTA takes one contiguous range of items,
- * finds its first sequence by a 32-way search (each warp on its own) and
- * then walks forward, skipping unused numbers and empty sequences for free.
+ * finds its first sequence from a guess checked with one round of 32 loads
+ * (each warp on its own) and then walks forward, skipping unused numbers
+ * and empty sequences for free.
  * The walk runs between tiles, where a load it waits on stalls the next
  * tile's copies, so the end of the sequence after the current one is always
  * already on its way (`next_end`). */
@@ -720,25 +749,51 @@ __device__ __forceinline__ void walk_begin(Walk &w, const int *offsets, long lon
   w.group = (int)(first % w.groups);
   w.done = first >= w.end;
   if (w.done) return;
-  // The last sequence whose first virtual block is <= vblock, in [lo, hi]:
-  // each round the 32 lanes test 32 evenly spaced candidates at once and
-  // the last one that passes becomes lo, so 1152 sequences take 3 rounds of
-  // one load each (a binary search takes 11). With non-decreasing offsets
-  // the test passes for a prefix of the candidates; with malformed ones the
-  // answer is still a sequence in range.
+  // The last sequence whose first virtual block is <= vblock. Were all
+  // sequences of one length, it would be vblock * batch / (batch +
+  // total_tokens / kBlock); the 32 lanes test the 32 sequences around that
+  // guess with one load each, and their offsets are those enter_sequence
+  // needs. One round of loads, where a search takes three (a CTA's first
+  // copies wait on it, and a new CTA starts every few tiles). The test
+  // passes for a prefix of the sequences (non-decreasing offsets), so the
+  // window holds the answer when its first lane passes (or it starts at 0)
+  // and its last fails (or it ends at the last sequence).
   const int lane = threadIdx.x & 31;
-  long long lo = 0, hi = w.batch - 1;
-  while (lo < hi) {
-    const long long step = (hi - lo + 32) / 32; // candidates lo + step * lane
-    const long long c = lo + step * lane;
-    bool pass = false;
-    if (c <= hi) pass = c + clamp_offset(w, __ldg(w.offsets + c), 0) / kBlock <= w.vblock;
-    const unsigned ballot = __ballot_sync(0xffffffffu, pass);
-    const int last = ballot ? 31 - __clz(ballot) : 0;
-    lo += step * last;
-    hi = min(hi, lo + step - 1);
+  const long long span = w.batch + w.total_tokens / kBlock; // virtual blocks, >= batch
+  long long lo = w.vblock * w.batch / span - 15;
+  if (lo > w.batch - 32) lo = w.batch - 32;
+  if (lo < 0) lo = 0;
+  const long long c = lo + lane;
+  const int raw = c <= w.batch ? __ldg(w.offsets + c) : 0;
+  const bool pass = c < w.batch && c + clamp_offset(w, raw, 0) / kBlock <= w.vblock;
+  unsigned ballot = __ballot_sync(0xffffffffu, pass);
+  int last = ballot ? 31 - __clz(ballot) : 0;
+  int raw_start = __shfl_sync(0xffffffffu, raw, last);
+  int raw_end = __shfl_sync(0xffffffffu, raw, last < 31 ? last + 1 : 31);
+  if (((ballot & 1) || lo == 0) && (!(ballot >> 31) || lo + 31 >= w.batch - 1)) {
+    lo += last;
+    if (last == 31) raw_end = __ldg(w.offsets + lo + 1);
+  } else {
+    // Lengths far from even: search the whole range, each round testing 32
+    // evenly spaced candidates, so 1152 sequences take 3 rounds. With
+    // malformed offsets the answer is still a sequence in range.
+    long long hi = w.batch - 1;
+    lo = 0;
+    while (lo < hi) {
+      const long long step = (hi - lo + 32) / 32; // candidates lo + step * lane
+      const long long cand = lo + step * lane;
+      bool ok = false;
+      if (cand <= hi)
+        ok = cand + clamp_offset(w, __ldg(w.offsets + cand), 0) / kBlock <= w.vblock;
+      ballot = __ballot_sync(0xffffffffu, ok);
+      last = ballot ? 31 - __clz(ballot) : 0;
+      lo += step * last;
+      hi = min(hi, lo + step - 1);
+    }
+    raw_start = __ldg(w.offsets + lo);
+    raw_end = __ldg(w.offsets + lo + 1);
   }
-  enter_sequence(w, lo, __ldg(w.offsets + lo), __ldg(w.offsets + lo + 1));
+  enter_sequence(w, lo, raw_start, raw_end);
   if (w.vblock < w.base) { w.vblock = w.base; w.group = 0; }
   settle(w);
 }
