@@ -78,6 +78,10 @@ clean:
 $(B)/tune_block: $(B)/bench/tune_block.o $(B)/libattngen.a
 	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
 
+# Per-CTA timeline of the forward (bench/cta_timeline.c; not part of `all`).
+$(B)/cta_timeline: $(B)/bench/cta_timeline.o $(B)/libattngen.a
+	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
+
 # ---- reliability: sanitizers, fuzzing, valgrind (docs/reliability.md) -------
 # Each target builds into its own directory with the sanitizer flags folded
 # into CC (the link rules above take no CFLAGS), so `build/` is untouched.
