@@ -39,6 +39,12 @@ void ag_arch_for_device(int major, int minor, char out[AG_ARCH_NAME_MAX]) {
   snprintf(out, AG_ARCH_NAME_MAX, "sm_%d%d%s", major, minor, major == 9 && minor == 0 ? "a" : "");
 }
 
+bool ag_arch_before_sm90(const char *arch) {
+  int number;
+  bool specific;
+  return parse(arch, &number, &specific) && number < 90;
+}
+
 bool ag_arch_runs_on(const char *arch, int major, int minor) {
   int number;
   bool specific;

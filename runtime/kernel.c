@@ -9,12 +9,15 @@
 
 /* A copy of the spec specialised for `arch`: an explicit spec arch must
  * match it; auto becomes the enum value when `arch` has one, so the emitter
- * can pick that arch's code path, and stays auto otherwise. */
+ * can pick that arch's code path, sm_80 for every arch before sm_90 (sm_86,
+ * sm_89: the code that runs there, and a plan without the shared memory
+ * that sm_90's bulk stores stage through, which on their smaller SMs can
+ * cost a CTA), and stays auto otherwise. */
 static ag_status resolve(const ag_spec *spec, const char *arch, ag_spec *out, ag_error *err) {
   *out = *spec;
   if (spec->arch == AG_ARCH_AUTO) {
     if (strcmp(arch, "sm_90a") == 0) out->arch = AG_ARCH_SM90A;
-    if (strcmp(arch, "sm_80") == 0) out->arch = AG_ARCH_SM80;
+    if (ag_arch_before_sm90(arch)) out->arch = AG_ARCH_SM80;
     return AG_OK;
   }
   const char *want = ag_arch_name(spec->arch);

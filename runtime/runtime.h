@@ -117,6 +117,9 @@ void ag_arch_for_device(int major, int minor, char out[AG_ARCH_NAME_MAX]);
  * major.minor: same major and a minor no greater than the device's; an
  * arch-specific ("a") cubin only on its exact device. False if malformed. */
 bool ag_arch_runs_on(const char *arch, int major, int minor);
+/* Whether `arch` ("sm_86", ...) is well-formed and older than sm_90: no
+ * wgmma, no bulk copies, so sm_80's code is what runs there. */
+bool ag_arch_before_sm90(const char *arch);
 
 /* ---- nvrtc.c: CUDA C -> cubin ------------------------------------------- */
 

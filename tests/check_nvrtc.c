@@ -255,6 +255,54 @@ START_TEST(every_spec_compiles) {
 }
 END_TEST
 
+/* An auto spec compiled for an arch before sm_90 (sm_86, sm_89) gets
+ * exactly the source of the same spec with arch: sm_80, so its plan holds
+ * none of the staging rows of sm_90's bulk stores; sm_90 itself and later
+ * archs keep the auto source (both code paths, chosen by __CUDA_ARCH__). */
+START_TEST(auto_before_sm90_is_sm80) {
+  char *dir = fresh_dir();
+  char *dump = NULL, *path = NULL;
+  ck_assert_int_ge(asprintf(&dump, "%s/dumps", dir), 0);
+  setenv(AG_ENV_DUMP_DIR, dump, 1);
+  setenv(AG_ENV_CACHE_DISABLE, "1", 1);
+  static const char yaml[] = "name: pre90\npattern: block_diagonal\nblock_size: 64\n"
+                             "head_dim: 64\ndtype: bf16\npasses: [forward, backward]\n";
+  ag_spec spec, sm80;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "pre90.yaml", &spec, &err), AG_OK);
+  sm80 = spec;
+  sm80.arch = AG_ARCH_SM80;
+  char *want_sm80 = NULL, *want_auto = NULL, name[AG_KERNEL_NAME_MAX];
+  ck_assert_int_eq(ag_emit(&sm80, &want_sm80, name, &err), AG_OK);
+  ck_assert_int_eq(ag_emit(&spec, &want_auto, name, &err), AG_OK);
+  ck_assert_str_ne(want_sm80, want_auto); /* else the test shows nothing */
+  ck_assert_int_ge(asprintf(&path, "%s/%s.cu", dump, name), 0);
+  const char *archs[] = {"sm_86", "sm_89", "sm_90", "sm_100a"};
+  for (int a = 0; a < 4; a++) {
+    void *cubin = NULL;
+    size_t size = 0;
+    ck_assert_msg(ag_compile(&spec, archs[a], &cubin, &size, &err) == AG_OK, "%s: %s", archs[a],
+                  err.message);
+    assert_cubin(cubin, size);
+    free(cubin);
+    char *text = slurp(path);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(strcmp(text, a < 2 ? want_sm80 : want_auto) == 0,
+                  "%s: not the %s source", archs[a], a < 2 ? "sm_80" : "auto");
+    free(text);
+  }
+  ck_assert(ag_arch_before_sm90("sm_80") && ag_arch_before_sm90("sm_89"));
+  ck_assert(!ag_arch_before_sm90("sm_90") && !ag_arch_before_sm90("sm_90a"));
+  ck_assert(!ag_arch_before_sm90("sm_120") && !ag_arch_before_sm90("bogus"));
+  free(want_sm80);
+  free(want_auto);
+  free(path);
+  free(dump);
+  unsetenv(AG_ENV_CACHE_DISABLE);
+  remove_tree(dir);
+}
+END_TEST
+
 Suite *nvrtc_suite(void) {
   Suite *s = suite_create("nvrtc");
   TCase *tc = tcase_create("nvrtc");
@@ -264,6 +312,7 @@ Suite *nvrtc_suite(void) {
   tcase_add_test(tc, arch_strings);
   tcase_add_test(tc, good_source_gives_cubin);
   tcase_add_test(tc, dump_dir);
+  tcase_add_test(tc, auto_before_sm90_is_sm80);
   suite_add_tcase(s, tc);
   tc = tcase_create("pipeline");
   tcase_set_timeout(tc, 600);
