@@ -81,15 +81,16 @@ ag_status ag_emit(const ag_spec *spec, char **out_source, char *out_kernel_name,
 
 /* The template variables of rotary embeddings (rotary.cuh; the tile load
  * and the work walk use some), the same for every kernel apart from `grads`
- * (the backward's) and `chunks` (the backward walked in chunks, which
- * defines unpack2 itself and has no stages); all "0" without rotary. Their
+ * (the backward's, which rotates gradients back) and `chunks` (the backward
+ * walked in chunks, which has no stages: it rotates chunks as they land and
+ * reads a rotary table in global memory); all "0" without rotary. Their
  * text lives in *r. */
 typedef struct rotary_vars {
   char base[48];
   char turns[2048]; /* kHeadDim / 2 <= 64 literals of at most 17 bytes, 4 a line */
 } rotary_vars;
 
-enum { ROTARY_VARS = 14 };
+enum { ROTARY_VARS = 15 };
 
 static void rotary_fill(const ag_spec *s, bool grads, bool chunks, rotary_vars *r,
                         ag_tpl_var *v) {
@@ -122,6 +123,7 @@ static void rotary_fill(const ag_spec *s, bool grads, bool chunks, rotary_vars *
       {"ROTARY_UNPACK", grads ? "0" : "1"},
       {"ROTARY_GRADS", grads ? "1" : "0"},
       {"ROTARY_CHUNKS", on && chunks ? "1" : "0"},
+      {"ROTARY_STAGES", on && !chunks ? "1" : "0"}, /* rotate_tile: a stage's tile at once */
       {"ROTARY_BASE", r->base},
       {"ROTARY_TURNS", r->turns},
   };

@@ -108,6 +108,8 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 }
 
 @if ROTARY_HALF@
+constexpr int kCopiers = kPieces / 2;  // threads that copy one row of a chunk
+
 // Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
 // into `chunk`; completion is awaited with the commit group. Each thread
 // copies piece p < kPieces / 2 of every kRowStep-th row with its partner
@@ -116,11 +118,11 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned short *src,
                                            long long row_stride, const Tile &t, int r0) {
   constexpr int kHalf = kPieces / 2;              // pieces of half a row
-  constexpr int kRowStep = kThreads / kHalf;      // rows one pass of the CTA covers
-  static_assert(kThreads % kHalf == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
+  constexpr int kRowStep = kThreads / kCopiers;   // rows one pass of the CTA covers
+  static_assert(kThreads % kCopiers == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
   const unsigned short *first = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
   const unsigned dst = smem_addr(chunk);
-  const int row0 = threadIdx.x / kHalf, piece = threadIdx.x % kHalf;
+  const int row0 = threadIdx.x / kCopiers, piece = threadIdx.x % kCopiers;
   const unsigned short *g = first + (r0 + row0) * row_stride + piece * 8;
 #pragma unroll
   for (int k = 0; k < kChunk / kRowStep; k++) {
@@ -133,15 +135,17 @@ __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned
   }
 }
 @else@
+constexpr int kCopiers = kPieces;  // threads that copy one row of a chunk
+
 // Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
 // into `chunk`; completion is awaited with the commit group.
 __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned short *src,
                                            long long row_stride, const Tile &t, int r0) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
+  constexpr int kRowStep = kThreads / kCopiers;  // rows one pass of the CTA covers
+  static_assert(kThreads % kCopiers == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
   const unsigned short *first = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
   const unsigned dst = smem_addr(chunk);
-  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+  const int row0 = threadIdx.x / kCopiers, piece = threadIdx.x % kCopiers;
   const unsigned short *g = first + (r0 + row0) * row_stride + piece * 8;
 #pragma unroll
   for (int k = 0; k < kChunk / kRowStep; k++) {
@@ -258,13 +262,15 @@ __device__ __forceinline__ int table_at(int row, int chunk) {
 
 /* ---- begin chunk rotation ---- */
 // Rotate in place this thread's units of chunk x and, unless null, of chunk
-// y, both at block rows r0..r0+63: the units it copied (load_chunk: with the
-// interleaved layout a unit is a piece, so its mapping is this one), which
-// its own wait has made visible to it; the barrier after publishes them.
-// x and y hold the same rows and share the angles. Rows past the sequence
-// end are zero and stay so.
+// y, both at block rows r0..r0+63: exactly the units load_chunk had it copy
+// (a unit is what a thread copies of a row: one piece, or with the half
+// layout a piece and its partner), which its own wait has made visible to
+// it; the barrier after publishes them. x and y hold the same rows and
+// share the angles. Rows past the sequence end are zero and stay so.
 __device__ __forceinline__ void rotate_copied(unsigned short *x, unsigned short *y,
                                               const Tile &t, int r0) {
+  static_assert(kUnitsPerRow == kCopiers && kUnitRows == kThreads / kCopiers,
+                "each thread rotates the units it copied, and no other thread's");
   static_assert(kChunk % kUnitRows == 0, "every thread has as many rows of a chunk");
   const int cc = threadIdx.x % kUnitsPerRow, row0 = threadIdx.x / kUnitsPerRow;
 @if ROTARY_COMPUTED@

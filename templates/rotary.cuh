@@ -18,7 +18,8 @@
 @#   (define unpack2: the forward has none); ROTARY_GRADS (the backward's
 @#   inverse rotation of gradients); ROTARY_CHUNKS (the chunked backward:
 @#   no stages and no rotate_tile, the kernel rotates each chunk as it lands;
-@#   table rows are read in global memory, from Tile::table).
+@#   table rows are read in global memory, from Tile::table); ROTARY_STAGES
+@#   (its opposite: the whole-block kernels, with rotate_tile).
 /* ---- begin rotary embeddings ----
  * Pair i (0 <= i < kHeadDim / 2) of every head of token t is rotated by the
  * angle a(t, i):
@@ -97,7 +98,7 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
 
-// The position p of tile row `row`.
+// The position p of block row `row`.
 __device__ __forceinline__ int rotary_position(const Tile &t, int row) {
 @if ROTARY_SEQUENCE@
   return t.pos0 + row;
@@ -195,8 +196,7 @@ __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chun
 }
 @endif@
 
-@if ROTARY_CHUNKS@
-@else@
+@if ROTARY_STAGES@
 // Rotate the resident tile's rotated tensors in place. Every thread keeps
 // unit column cc = threadIdx.x % kUnitsPerRow, so the same pairs (and, for
 // computed positions, frequencies) in every row it takes, every kUnitRows-th
@@ -248,7 +248,7 @@ __device__ __forceinline__ float half_to_float(unsigned short x) {
 
 @endif@
 @if ROTARY_HALF@
-// sin and cos of pairs i and i + 1 (i even) of tile row `row`.
+// sin and cos of pairs i and i + 1 (i even) of block row `row`.
 __device__ __forceinline__ void two_angles(const unsigned short *stage, const Tile &t, int row,
                                            int i, float (&s)[2], float (&c)[2]) {
 @if ROTARY_TABLE@
@@ -274,7 +274,7 @@ __device__ __forceinline__ void two_angles(const unsigned short *stage, const Ti
 @endif@
 }
 @else@
-// sin and cos of pair i of tile row `row`.
+// sin and cos of pair i of block row `row`.
 __device__ __forceinline__ void pair_angle(const unsigned short *stage, const Tile &t, int row,
                                            int i, float &s, float &c) {
 @if ROTARY_TABLE@
@@ -295,15 +295,15 @@ __device__ __forceinline__ void pair_angle(const unsigned short *stage, const Ti
 }
 @endif@
 
-@if ROTARY_CHUNKS@
-// (The chunked kernel has no stages: it passes its chunk slots as `stage`,
-// which the angles do not read, and block rows as rows.)
-@endif@
-// Rotate the 16 gradient rows of one job back: the inputs were rotated,
+// Rotate the 16 gradient rows of one warp back: the inputs were rotated,
 // x' = R x, so dL/dx = R^T dL/dx', pair by pair
 //   (g0, g1) -> (g0 cos a + g1 sin a, g1 cos a - g0 sin a).
 // acc is in the mma C layout: acc[n][e] is row row0 + g + 8 (e / 2), column
 // 8n + 2tq + e % 2, in fp32 before rounding.
+@if ROTARY_CHUNKS@
+// Rows are block rows; the chunked kernel has no stages and passes its
+// chunk slots as `stage`, which the angles do not read.
+@endif@
 __device__ __forceinline__ void unrotate_rows(float (&acc)[kDimTiles][4],
                                               const unsigned short *stage, const Tile &t,
                                               int row0) {

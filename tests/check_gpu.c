@@ -394,12 +394,17 @@ END_TEST
  * Blocks past 128 tokens at head_dim 128 (176 at 64) walked in 64-row
  * chunks (block_bwd_chunked.cu), which rotate every chunk as it lands:
  * both head dims, both layouts, the three position modes, q, k or q, k, v,
- * causal or not. */
+ * causal or not; and the subsets that take other paths through the kernel:
+ * q alone (no resident K, V pair to rotate in part B) and v alone (dV
+ * rotated back, dK not). The last two were added after the H200 runs of
+ * 2026-12-01 and have not yet run on a GPU. */
 static const rotary_case rotary_chunked_cases[] = {
     {{AG_DTYPE_BF16, 128, 256, 1}, AG_ROTARY_HALF, AG_POSITIONS_SEQUENCE, QK},
     {{AG_DTYPE_FP16, 128, 144, 0}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_TABLE, QKV},
     {{AG_DTYPE_BF16, 64, 192, 0}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_BLOCK, QK},
     {{AG_DTYPE_BF16, 64, 256, 1}, AG_ROTARY_HALF, AG_POSITIONS_TABLE, QKV},
+    {{AG_DTYPE_BF16, 128, 192, 0}, AG_ROTARY_HALF, AG_POSITIONS_TABLE, AG_APPLY_Q},
+    {{AG_DTYPE_FP16, 64, 256, 1}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_SEQUENCE, AG_APPLY_V},
 };
 enum { NROTARY_CHUNKED_CASES = sizeof rotary_chunked_cases / sizeof rotary_chunked_cases[0] };
 

@@ -730,15 +730,17 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
   return row * kHeadDim + ((piece ^ (row & 7)) * 8);
 }
 
+constexpr int kCopiers = kPieces;  // threads that copy one row of a chunk
+
 // Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
 // into `chunk`; completion is awaited with the commit group.
 __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned short *src,
                                            long long row_stride, const Tile &t, int r0) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
+  constexpr int kRowStep = kThreads / kCopiers;  // rows one pass of the CTA covers
+  static_assert(kThreads % kCopiers == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
   const unsigned short *first = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
   const unsigned dst = smem_addr(chunk);
-  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+  const int row0 = threadIdx.x / kCopiers, piece = threadIdx.x % kCopiers;
   const unsigned short *g = first + (r0 + row0) * row_stride + piece * 8;
 #pragma unroll
   for (int k = 0; k < kChunk / kRowStep; k++) {

@@ -423,7 +423,7 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
 
-// The position p of tile row `row`.
+// The position p of block row `row`.
 __device__ __forceinline__ int rotary_position(const Tile &t, int row) {
   return row;
 }

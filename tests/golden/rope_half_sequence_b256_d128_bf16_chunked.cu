@@ -440,7 +440,7 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
 
-// The position p of tile row `row`.
+// The position p of block row `row`.
 __device__ __forceinline__ int rotary_position(const Tile &t, int row) {
   return t.pos0 + row;
 }
@@ -867,6 +867,8 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
   return row * kHeadDim + ((piece ^ (row & 7)) * 8);
 }
 
+constexpr int kCopiers = kPieces / 2;  // threads that copy one row of a chunk
+
 // Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
 // into `chunk`; completion is awaited with the commit group. Each thread
 // copies piece p < kPieces / 2 of every kRowStep-th row with its partner
@@ -875,11 +877,11 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned short *src,
                                            long long row_stride, const Tile &t, int r0) {
   constexpr int kHalf = kPieces / 2;              // pieces of half a row
-  constexpr int kRowStep = kThreads / kHalf;      // rows one pass of the CTA covers
-  static_assert(kThreads % kHalf == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
+  constexpr int kRowStep = kThreads / kCopiers;   // rows one pass of the CTA covers
+  static_assert(kThreads % kCopiers == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
   const unsigned short *first = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
   const unsigned dst = smem_addr(chunk);
-  const int row0 = threadIdx.x / kHalf, piece = threadIdx.x % kHalf;
+  const int row0 = threadIdx.x / kCopiers, piece = threadIdx.x % kCopiers;
   const unsigned short *g = first + (r0 + row0) * row_stride + piece * 8;
 #pragma unroll
   for (int k = 0; k < kChunk / kRowStep; k++) {
@@ -1054,7 +1056,7 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
 
-// The position p of tile row `row`.
+// The position p of block row `row`.
 __device__ __forceinline__ int rotary_position(const Tile &t, int row) {
   return t.pos0 + row;
 }
@@ -1088,7 +1090,7 @@ __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chun
 }
 
 
-// sin and cos of pairs i and i + 1 (i even) of tile row `row`.
+// sin and cos of pairs i and i + 1 (i even) of block row `row`.
 __device__ __forceinline__ void two_angles(const unsigned short *stage, const Tile &t, int row,
                                            int i, float (&s)[2], float (&c)[2]) {
   const float p = (float)rotary_position(t, row);
@@ -1096,13 +1098,13 @@ __device__ __forceinline__ void two_angles(const unsigned short *stage, const Ti
   rotary_sincos(p * kRotaryTurns[i + 1], s[1], c[1]);
 }
 
-// (The chunked kernel has no stages: it passes its chunk slots as `stage`,
-// which the angles do not read, and block rows as rows.)
-// Rotate the 16 gradient rows of one job back: the inputs were rotated,
+// Rotate the 16 gradient rows of one warp back: the inputs were rotated,
 // x' = R x, so dL/dx = R^T dL/dx', pair by pair
 //   (g0, g1) -> (g0 cos a + g1 sin a, g1 cos a - g0 sin a).
 // acc is in the mma C layout: acc[n][e] is row row0 + g + 8 (e / 2), column
 // 8n + 2tq + e % 2, in fp32 before rounding.
+// Rows are block rows; the chunked kernel has no stages and passes its
+// chunk slots as `stage`, which the angles do not read.
 __device__ __forceinline__ void unrotate_rows(float (&acc)[kDimTiles][4],
                                               const unsigned short *stage, const Tile &t,
                                               int row0) {
@@ -1131,13 +1133,15 @@ __device__ __forceinline__ void unrotate_rows(float (&acc)[kDimTiles][4],
 
 /* ---- begin chunk rotation ---- */
 // Rotate in place this thread's units of chunk x and, unless null, of chunk
-// y, both at block rows r0..r0+63: the units it copied (load_chunk: with the
-// interleaved layout a unit is a piece, so its mapping is this one), which
-// its own wait has made visible to it; the barrier after publishes them.
-// x and y hold the same rows and share the angles. Rows past the sequence
-// end are zero and stay so.
+// y, both at block rows r0..r0+63: exactly the units load_chunk had it copy
+// (a unit is what a thread copies of a row: one piece, or with the half
+// layout a piece and its partner), which its own wait has made visible to
+// it; the barrier after publishes them. x and y hold the same rows and
+// share the angles. Rows past the sequence end are zero and stay so.
 __device__ __forceinline__ void rotate_copied(unsigned short *x, unsigned short *y,
                                               const Tile &t, int r0) {
+  static_assert(kUnitsPerRow == kCopiers && kUnitRows == kThreads / kCopiers,
+                "each thread rotates the units it copied, and no other thread's");
   static_assert(kChunk % kUnitRows == 0, "every thread has as many rows of a chunk");
   const int cc = threadIdx.x % kUnitsPerRow, row0 = threadIdx.x / kUnitsPerRow;
   float turns[kUnitPairs];

@@ -436,7 +436,7 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
 
-// The position p of tile row `row`.
+// The position p of block row `row`.
 __device__ __forceinline__ int rotary_position(const Tile &t, int row) {
   return t.pos0 + row;
 }
@@ -1180,7 +1180,7 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
 
-// The position p of tile row `row`.
+// The position p of block row `row`.
 __device__ __forceinline__ int rotary_position(const Tile &t, int row) {
   return t.pos0 + row;
 }
@@ -1237,7 +1237,7 @@ __device__ __forceinline__ void rotate_tile(unsigned short *stage, const Tile &t
   }
 }
 
-// sin and cos of pairs i and i + 1 (i even) of tile row `row`.
+// sin and cos of pairs i and i + 1 (i even) of block row `row`.
 __device__ __forceinline__ void two_angles(const unsigned short *stage, const Tile &t, int row,
                                            int i, float (&s)[2], float (&c)[2]) {
   const float p = (float)rotary_position(t, row);
@@ -1245,7 +1245,7 @@ __device__ __forceinline__ void two_angles(const unsigned short *stage, const Ti
   rotary_sincos(p * kRotaryTurns[i + 1], s[1], c[1]);
 }
 
-// Rotate the 16 gradient rows of one job back: the inputs were rotated,
+// Rotate the 16 gradient rows of one warp back: the inputs were rotated,
 // x' = R x, so dL/dx = R^T dL/dx', pair by pair
 //   (g0, g1) -> (g0 cos a + g1 sin a, g1 cos a - g0 sin a).
 // acc is in the mma C layout: acc[n][e] is row row0 + g + 8 (e / 2), column

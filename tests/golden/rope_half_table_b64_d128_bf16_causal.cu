@@ -1219,7 +1219,7 @@ __device__ __forceinline__ float half_to_float(unsigned short x) {
   return f;
 }
 
-// sin and cos of pairs i and i + 1 (i even) of tile row `row`.
+// sin and cos of pairs i and i + 1 (i even) of block row `row`.
 __device__ __forceinline__ void two_angles(const unsigned short *stage, const Tile &t, int row,
                                            int i, float (&s)[2], float (&c)[2]) {
   const unsigned short *table = stage + kStageElems - kTableElems;
@@ -1231,7 +1231,7 @@ __device__ __forceinline__ void two_angles(const unsigned short *stage, const Ti
   unpack2(*cw, c[0], c[1]);
 }
 
-// Rotate the 16 gradient rows of one job back: the inputs were rotated,
+// Rotate the 16 gradient rows of one warp back: the inputs were rotated,
 // x' = R x, so dL/dx = R^T dL/dx', pair by pair
 //   (g0, g1) -> (g0 cos a + g1 sin a, g1 cos a - g0 sin a).
 // acc is in the mma C layout: acc[n][e] is row row0 + g + 8 (e / 2), column

@@ -431,7 +431,7 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
 
-// The position p of tile row `row`.
+// The position p of block row `row`.
 __device__ __forceinline__ int rotary_position(const Tile &t, int row) {
   return t.pos0 + row;
 }
@@ -1045,7 +1045,7 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
 
-// The position p of tile row `row`.
+// The position p of block row `row`.
 __device__ __forceinline__ int rotary_position(const Tile &t, int row) {
   return t.pos0 + row;
 }
@@ -1095,13 +1095,13 @@ __device__ __forceinline__ void rotate_tile(unsigned short *stage, const Tile &t
   }
 }
 
-// sin and cos of pair i of tile row `row`.
+// sin and cos of pair i of block row `row`.
 __device__ __forceinline__ void pair_angle(const unsigned short *stage, const Tile &t, int row,
                                            int i, float &s, float &c) {
   rotary_sincos((float)rotary_position(t, row) * kRotaryTurns[i], s, c);
 }
 
-// Rotate the 16 gradient rows of one job back: the inputs were rotated,
+// Rotate the 16 gradient rows of one warp back: the inputs were rotated,
 // x' = R x, so dL/dx = R^T dL/dx', pair by pair
 //   (g0, g1) -> (g0 cos a + g1 sin a, g1 cos a - g0 sin a).
 // acc is in the mma C layout: acc[n][e] is row row0 + g + 8 (e / 2), column

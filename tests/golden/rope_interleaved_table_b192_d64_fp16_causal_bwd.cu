@@ -326,15 +326,17 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
   return row * kHeadDim + ((piece ^ (row & 7)) * 8);
 }
 
+constexpr int kCopiers = kPieces;  // threads that copy one row of a chunk
+
 // Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
 // into `chunk`; completion is awaited with the commit group.
 __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned short *src,
                                            long long row_stride, const Tile &t, int r0) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
+  constexpr int kRowStep = kThreads / kCopiers;  // rows one pass of the CTA covers
+  static_assert(kThreads % kCopiers == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
   const unsigned short *first = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
   const unsigned dst = smem_addr(chunk);
-  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+  const int row0 = threadIdx.x / kCopiers, piece = threadIdx.x % kCopiers;
   const unsigned short *g = first + (r0 + row0) * row_stride + piece * 8;
 #pragma unroll
   for (int k = 0; k < kChunk / kRowStep; k++) {
@@ -522,7 +524,7 @@ __device__ __forceinline__ float half_to_float(unsigned short x) {
   return f;
 }
 
-// sin and cos of pair i of tile row `row`.
+// sin and cos of pair i of block row `row`.
 __device__ __forceinline__ void pair_angle(const unsigned short *stage, const Tile &t, int row,
                                            int i, float &s, float &c) {
   // No stages here (`stage` is unused): the block's rows in global memory,
@@ -534,13 +536,13 @@ __device__ __forceinline__ void pair_angle(const unsigned short *stage, const Ti
   c = half_to_float(table[table_at(row, (i >> 3) + kHeadChunks / 2) + (i & 7)]);
 }
 
-// (The chunked kernel has no stages: it passes its chunk slots as `stage`,
-// which the angles do not read, and block rows as rows.)
-// Rotate the 16 gradient rows of one job back: the inputs were rotated,
+// Rotate the 16 gradient rows of one warp back: the inputs were rotated,
 // x' = R x, so dL/dx = R^T dL/dx', pair by pair
 //   (g0, g1) -> (g0 cos a + g1 sin a, g1 cos a - g0 sin a).
 // acc is in the mma C layout: acc[n][e] is row row0 + g + 8 (e / 2), column
 // 8n + 2tq + e % 2, in fp32 before rounding.
+// Rows are block rows; the chunked kernel has no stages and passes its
+// chunk slots as `stage`, which the angles do not read.
 __device__ __forceinline__ void unrotate_rows(float (&acc)[kDimTiles][4],
                                               const unsigned short *stage, const Tile &t,
                                               int row0) {
@@ -565,13 +567,15 @@ __device__ __forceinline__ void unrotate_rows(float (&acc)[kDimTiles][4],
 
 /* ---- begin chunk rotation ---- */
 // Rotate in place this thread's units of chunk x and, unless null, of chunk
-// y, both at block rows r0..r0+63: the units it copied (load_chunk: with the
-// interleaved layout a unit is a piece, so its mapping is this one), which
-// its own wait has made visible to it; the barrier after publishes them.
-// x and y hold the same rows and share the angles. Rows past the sequence
-// end are zero and stay so.
+// y, both at block rows r0..r0+63: exactly the units load_chunk had it copy
+// (a unit is what a thread copies of a row: one piece, or with the half
+// layout a piece and its partner), which its own wait has made visible to
+// it; the barrier after publishes them. x and y hold the same rows and
+// share the angles. Rows past the sequence end are zero and stay so.
 __device__ __forceinline__ void rotate_copied(unsigned short *x, unsigned short *y,
                                               const Tile &t, int r0) {
+  static_assert(kUnitsPerRow == kCopiers && kUnitRows == kThreads / kCopiers,
+                "each thread rotates the units it copied, and no other thread's");
   static_assert(kChunk % kUnitRows == 0, "every thread has as many rows of a chunk");
   const int cc = threadIdx.x % kUnitsPerRow, row0 = threadIdx.x / kUnitsPerRow;
 #pragma unroll
