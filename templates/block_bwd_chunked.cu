@@ -108,34 +108,13 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 }
 
 @if ROTARY_HALF@
-constexpr int kCopiers = kPieces / 2;  // threads that copy one row of a chunk
-
-// Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
-// into `chunk`; completion is awaited with the commit group. Each thread
-// copies piece p < kPieces / 2 of every kRowStep-th row with its partner
-// p + kPieces / 2, the unit that rotary.cuh rotates as one in the half
-// layout, so that it can rotate what it copied (rotate_copied).
-__device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned short *src,
-                                           long long row_stride, const Tile &t, int r0) {
-  constexpr int kHalf = kPieces / 2;              // pieces of half a row
-  constexpr int kRowStep = kThreads / kCopiers;   // rows one pass of the CTA covers
-  static_assert(kThreads % kCopiers == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
-  const unsigned short *first = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
-  const unsigned dst = smem_addr(chunk);
-  const int row0 = threadIdx.x / kCopiers, piece = threadIdx.x % kCopiers;
-  const unsigned short *g = first + (r0 + row0) * row_stride + piece * 8;
-#pragma unroll
-  for (int k = 0; k < kChunk / kRowStep; k++) {
-    const int row = row0 + k * kRowStep;
-    const bool real = r0 + row < t.rows;
-    const unsigned short *from = real ? g : first;  // a row's halves, or two zero fills
-    cp_async_16(dst + swizzle(row, piece) * 2, from, real ? 16 : 0);
-    cp_async_16(dst + swizzle(row, piece + kHalf) * 2, from + kHeadDim / 2, real ? 16 : 0);
-    g += kRowStep * row_stride;
-  }
-}
+// Threads that copy one row of a chunk: each copies piece p < kPieces / 2
+// and its partner p + kPieces / 2, the unit that rotary.cuh rotates as one
+// in the half layout, so that it can rotate what it copied (rotate_copied).
+constexpr int kCopiers = kPieces / 2;
 @else@
-constexpr int kCopiers = kPieces;  // threads that copy one row of a chunk
+constexpr int kCopiers = kPieces;  // threads that copy one row of a chunk, a piece each
+@endif@
 
 // Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
 // into `chunk`; completion is awaited with the commit group.
@@ -151,11 +130,14 @@ __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned
   for (int k = 0; k < kChunk / kRowStep; k++) {
     const int row = row0 + k * kRowStep;
     const bool real = r0 + row < t.rows;
-    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : first, real ? 16 : 0);
+    const unsigned short *from = real ? g : first;  // the row, or zero fills
+    cp_async_16(dst + swizzle(row, piece) * 2, from, real ? 16 : 0);
+@if ROTARY_HALF@
+    cp_async_16(dst + swizzle(row, piece + kPieces / 2) * 2, from + kHeadDim / 2, real ? 16 : 0);
+@endif@
     g += kRowStep * row_stride;
   }
 }
-@endif@
 
 // The streamed pair of step i of a sweep sits in slots 2, 3 (even i) or 4,
 // 5 (odd i); its first chunk here, the second kChunkElems on.
@@ -172,14 +154,17 @@ __device__ __forceinline__ void load_pair(unsigned short *slots, int i, const un
   load_chunk(ring_slot(slots, i) + kChunkElems, b, row_stride, t, r0);
 }
 
-@if ROTARY@
 // Step i of a chunk's ring (in A, sweep 2 goes on with sweep 1's
 // numbering): once every warp is done with step i - 1, refill its slot
 // with the pair of step i + 1 (block rows r_next, none if negative), then
 // wait for this thread's copies of step i's pair (and, at step 0, of the
-// resident pair, unless the caller awaited and rotated them before). The
-// caller rotates what it copied (rotate_copied reads no other thread's
-// copies) and then synchronizes the CTA, which publishes the chunks.
+// resident pair, unless the caller awaited them before). The caller then
+@if ROTARY@
+// rotates what it copied (rotate_copied reads no other thread's copies)
+// and synchronizes the CTA, which publishes the chunks rotated.
+@else@
+// synchronizes the CTA, which publishes the chunks.
+@endif@
 __device__ __forceinline__ void ring_wait(unsigned short *slots, int i, const unsigned short *a,
                                           const unsigned short *b, long long row_stride,
                                           const Tile &t, int r_next) {
@@ -188,21 +173,6 @@ __device__ __forceinline__ void ring_wait(unsigned short *slots, int i, const un
   cp_async_commit();
   cp_async_wait<1>();
 }
-@else@
-// Step i of a chunk's ring (in A, sweep 2 goes on with sweep 1's
-// numbering): once every warp is done with step i - 1, refill its slot
-// with the pair of step i + 1 (block rows r_next, none if negative), then
-// wait for step i's pair (and, at step 0, the resident pair) to land.
-__device__ __forceinline__ void ring_step(unsigned short *slots, int i, const unsigned short *a,
-                                          const unsigned short *b, long long row_stride,
-                                          const Tile &t, int r_next) {
-  __syncthreads();
-  if (r_next >= 0) load_pair(slots, i + 1, a, b, row_stride, t, r_next);
-  cp_async_commit();
-  cp_async_wait<1>();
-  __syncthreads();
-}
-@endif@
 /* ---- end chunk load ---- */
 
 @include rows_mma.cuh@
@@ -379,15 +349,11 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
 #pragma unroll 1
   for (int kc = 0; kc < key_chunks; kc++) {
     // the step after the last is sweep 2's first: key chunk 0 again
-@if ROTARY@
     ring_wait(slots, kc, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : 0);
 @if ROTATE_KEYS@
     rotate_keys(ring_slot(slots, kc), t, kc * kChunk);
 @endif@
     __syncthreads();
-@else@
-    ring_step(slots, kc, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : 0);
-@endif@
     const unsigned k_s = smem_addr(ring_slot(slots, kc)), v_s = k_s + 2 * kChunkElems;
     rows_times_rows(s, q_s, k_s, 0, row0);
     rows_times_rows(dp, do_s, v_s, 0, row0);
@@ -448,15 +414,11 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
 #pragma unroll 1
   for (int kc = 0; kc < key_chunks; kc++) {
     const int i = key_chunks + kc;
-@if ROTARY@
     ring_wait(slots, i, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : -1);
 @if ROTATE_KEYS@
     rotate_keys(ring_slot(slots, i), t, kc * kChunk); // loaded again: rotated again
 @endif@
     __syncthreads();
-@else@
-    ring_step(slots, i, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : -1);
-@endif@
     const unsigned k_s = smem_addr(ring_slot(slots, i)), v_s = k_s + 2 * kChunkElems;
     rows_times_rows(s, q_s, k_s, 0, row0);
     rows_times_rows(dp, do_s, v_s, 0, row0);
@@ -527,15 +489,11 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
 #pragma unroll 1
   for (int qc = first_qc; qc * kChunk < t.rows; qc++) {
     const int i = qc - first_qc, r_next = (qc + 1) * kChunk;
-@if ROTARY@
     ring_wait(slots, i, q, dout, row_stride, t, r_next < t.rows ? r_next : -1);
 @if ROTATE_Q@
     rotate_copied(ring_slot(slots, i), nullptr, t, qc * kChunk); // Q, for every key chunk
 @endif@
     __syncthreads();
-@else@
-    ring_step(slots, i, q, dout, row_stride, t, r_next < t.rows ? r_next : -1);
-@endif@
     const unsigned q_s = smem_addr(ring_slot(slots, i)), do_s = q_s + 2 * kChunkElems;
     // S^T, then dP^T: this thread's rows are keys r_lo, r_hi, its columns
     // queries. Queries past the end have zero Q and dO: their dS and their

@@ -730,7 +730,7 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
   return row * kHeadDim + ((piece ^ (row & 7)) * 8);
 }
 
-constexpr int kCopiers = kPieces;  // threads that copy one row of a chunk
+constexpr int kCopiers = kPieces;  // threads that copy one row of a chunk, a piece each
 
 // Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
 // into `chunk`; completion is awaited with the commit group.
@@ -746,7 +746,8 @@ __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned
   for (int k = 0; k < kChunk / kRowStep; k++) {
     const int row = row0 + k * kRowStep;
     const bool real = r0 + row < t.rows;
-    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : first, real ? 16 : 0);
+    const unsigned short *from = real ? g : first;  // the row, or zero fills
+    cp_async_16(dst + swizzle(row, piece) * 2, from, real ? 16 : 0);
     g += kRowStep * row_stride;
   }
 }
@@ -769,15 +770,16 @@ __device__ __forceinline__ void load_pair(unsigned short *slots, int i, const un
 // Step i of a chunk's ring (in A, sweep 2 goes on with sweep 1's
 // numbering): once every warp is done with step i - 1, refill its slot
 // with the pair of step i + 1 (block rows r_next, none if negative), then
-// wait for step i's pair (and, at step 0, the resident pair) to land.
-__device__ __forceinline__ void ring_step(unsigned short *slots, int i, const unsigned short *a,
+// wait for this thread's copies of step i's pair (and, at step 0, of the
+// resident pair, unless the caller awaited them before). The caller then
+// synchronizes the CTA, which publishes the chunks.
+__device__ __forceinline__ void ring_wait(unsigned short *slots, int i, const unsigned short *a,
                                           const unsigned short *b, long long row_stride,
                                           const Tile &t, int r_next) {
   __syncthreads();
   if (r_next >= 0) load_pair(slots, i + 1, a, b, row_stride, t, r_next);
   cp_async_commit();
   cp_async_wait<1>();
-  __syncthreads();
 }
 /* ---- end chunk load ---- */
 
@@ -904,7 +906,8 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
 #pragma unroll 1
   for (int kc = 0; kc < key_chunks; kc++) {
     // the step after the last is sweep 2's first: key chunk 0 again
-    ring_step(slots, kc, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : 0);
+    ring_wait(slots, kc, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : 0);
+    __syncthreads();
     const unsigned k_s = smem_addr(ring_slot(slots, kc)), v_s = k_s + 2 * kChunkElems;
     rows_times_rows(s, q_s, k_s, 0, row0);
     rows_times_rows(dp, do_s, v_s, 0, row0);
@@ -965,7 +968,8 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
 #pragma unroll 1
   for (int kc = 0; kc < key_chunks; kc++) {
     const int i = key_chunks + kc;
-    ring_step(slots, i, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : -1);
+    ring_wait(slots, i, k, v, row_stride, t, kc + 1 < key_chunks ? (kc + 1) * kChunk : -1);
+    __syncthreads();
     const unsigned k_s = smem_addr(ring_slot(slots, i)), v_s = k_s + 2 * kChunkElems;
     rows_times_rows(s, q_s, k_s, 0, row0);
     rows_times_rows(dp, do_s, v_s, 0, row0);
@@ -1022,7 +1026,8 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
 #pragma unroll 1
   for (int qc = first_qc; qc * kChunk < t.rows; qc++) {
     const int i = qc - first_qc, r_next = (qc + 1) * kChunk;
-    ring_step(slots, i, q, dout, row_stride, t, r_next < t.rows ? r_next : -1);
+    ring_wait(slots, i, q, dout, row_stride, t, r_next < t.rows ? r_next : -1);
+    __syncthreads();
     const unsigned q_s = smem_addr(ring_slot(slots, i)), do_s = q_s + 2 * kChunkElems;
     // S^T, then dP^T: this thread's rows are keys r_lo, r_hi, its columns
     // queries. Queries past the end have zero Q and dO: their dS and their

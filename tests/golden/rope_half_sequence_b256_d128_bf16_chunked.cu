@@ -867,17 +867,16 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
   return row * kHeadDim + ((piece ^ (row & 7)) * 8);
 }
 
-constexpr int kCopiers = kPieces / 2;  // threads that copy one row of a chunk
+// Threads that copy one row of a chunk: each copies piece p < kPieces / 2
+// and its partner p + kPieces / 2, the unit that rotary.cuh rotates as one
+// in the half layout, so that it can rotate what it copied (rotate_copied).
+constexpr int kCopiers = kPieces / 2;
 
 // Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
-// into `chunk`; completion is awaited with the commit group. Each thread
-// copies piece p < kPieces / 2 of every kRowStep-th row with its partner
-// p + kPieces / 2, the unit that rotary.cuh rotates as one in the half
-// layout, so that it can rotate what it copied (rotate_copied).
+// into `chunk`; completion is awaited with the commit group.
 __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned short *src,
                                            long long row_stride, const Tile &t, int r0) {
-  constexpr int kHalf = kPieces / 2;              // pieces of half a row
-  constexpr int kRowStep = kThreads / kCopiers;   // rows one pass of the CTA covers
+  constexpr int kRowStep = kThreads / kCopiers;  // rows one pass of the CTA covers
   static_assert(kThreads % kCopiers == 0 && kChunk % kRowStep == 0, "passes cover whole rows");
   const unsigned short *first = src + t.token0 * row_stride + (long long)t.head0 * kHeadDim;
   const unsigned dst = smem_addr(chunk);
@@ -887,9 +886,9 @@ __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned
   for (int k = 0; k < kChunk / kRowStep; k++) {
     const int row = row0 + k * kRowStep;
     const bool real = r0 + row < t.rows;
-    const unsigned short *from = real ? g : first;  // a row's halves, or two zero fills
+    const unsigned short *from = real ? g : first;  // the row, or zero fills
     cp_async_16(dst + swizzle(row, piece) * 2, from, real ? 16 : 0);
-    cp_async_16(dst + swizzle(row, piece + kHalf) * 2, from + kHeadDim / 2, real ? 16 : 0);
+    cp_async_16(dst + swizzle(row, piece + kPieces / 2) * 2, from + kHeadDim / 2, real ? 16 : 0);
     g += kRowStep * row_stride;
   }
 }
@@ -913,9 +912,9 @@ __device__ __forceinline__ void load_pair(unsigned short *slots, int i, const un
 // numbering): once every warp is done with step i - 1, refill its slot
 // with the pair of step i + 1 (block rows r_next, none if negative), then
 // wait for this thread's copies of step i's pair (and, at step 0, of the
-// resident pair, unless the caller awaited and rotated them before). The
-// caller rotates what it copied (rotate_copied reads no other thread's
-// copies) and then synchronizes the CTA, which publishes the chunks.
+// resident pair, unless the caller awaited them before). The caller then
+// rotates what it copied (rotate_copied reads no other thread's copies)
+// and synchronizes the CTA, which publishes the chunks rotated.
 __device__ __forceinline__ void ring_wait(unsigned short *slots, int i, const unsigned short *a,
                                           const unsigned short *b, long long row_stride,
                                           const Tile &t, int r_next) {

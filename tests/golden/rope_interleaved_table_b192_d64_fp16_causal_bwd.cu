@@ -326,7 +326,7 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
   return row * kHeadDim + ((piece ^ (row & 7)) * 8);
 }
 
-constexpr int kCopiers = kPieces;  // threads that copy one row of a chunk
+constexpr int kCopiers = kPieces;  // threads that copy one row of a chunk, a piece each
 
 // Start the copy of block rows r0..r0+63 of one tensor (the tile's head)
 // into `chunk`; completion is awaited with the commit group.
@@ -342,7 +342,8 @@ __device__ __forceinline__ void load_chunk(unsigned short *chunk, const unsigned
   for (int k = 0; k < kChunk / kRowStep; k++) {
     const int row = row0 + k * kRowStep;
     const bool real = r0 + row < t.rows;
-    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : first, real ? 16 : 0);
+    const unsigned short *from = real ? g : first;  // the row, or zero fills
+    cp_async_16(dst + swizzle(row, piece) * 2, from, real ? 16 : 0);
     g += kRowStep * row_stride;
   }
 }
@@ -366,9 +367,9 @@ __device__ __forceinline__ void load_pair(unsigned short *slots, int i, const un
 // numbering): once every warp is done with step i - 1, refill its slot
 // with the pair of step i + 1 (block rows r_next, none if negative), then
 // wait for this thread's copies of step i's pair (and, at step 0, of the
-// resident pair, unless the caller awaited and rotated them before). The
-// caller rotates what it copied (rotate_copied reads no other thread's
-// copies) and then synchronizes the CTA, which publishes the chunks.
+// resident pair, unless the caller awaited them before). The caller then
+// rotates what it copied (rotate_copied reads no other thread's copies)
+// and synchronizes the CTA, which publishes the chunks rotated.
 __device__ __forceinline__ void ring_wait(unsigned short *slots, int i, const unsigned short *a,
                                           const unsigned short *b, long long row_stride,
                                           const Tile &t, int r_next) {
