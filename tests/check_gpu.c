@@ -320,17 +320,23 @@ enum { NROTARY_CASES = sizeof rotary_cases / sizeof rotary_cases[0] };
 static ag_kernel *rotary_kernel_for(ag_context *ctx, const rotary_case *c, unsigned passes) {
   static const char *const layouts[] = {"none", "interleaved", "half"};
   static const char *const positions[] = {"table", "sequence", "block"};
+  /* The apply_to list, from every bit of the case (q alone and v alone too). */
+  char apply[16] = "";
+  for (int i = 0; i < 3; i++)
+    if (c->apply_to & (AG_APPLY_Q << i))
+      snprintf(apply + strlen(apply), sizeof apply - strlen(apply), "%s%c",
+               apply[0] ? ", " : "", "qkv"[i]);
   char yaml[512];
   snprintf(yaml, sizeof yaml,
            "name: gpu_rope\npattern: block_diagonal\nblock_size: %d\ncausal: %s\n"
-           "head_dim: %d\ndtype: %s\nrotary:\n  layout: %s\n  apply_to: [q, k%s]\n"
+           "head_dim: %d\ndtype: %s\nrotary:\n  layout: %s\n  apply_to: [%s]\n"
            "  positions: %s\n%spasses: [%s]\n",
            c->k.block, c->k.causal ? "true" : "false", c->k.head_dim, dtype_str(c->k.dtype),
-           layouts[c->layout], c->apply_to & AG_APPLY_V ? ", v" : "", positions[c->positions],
+           layouts[c->layout], apply, positions[c->positions],
            c->positions == AG_POSITIONS_TABLE ? "" : "  base: 10000.0\n",
            passes & AG_PASS_BACKWARD ? "forward, backward" : "forward");
-  printf("gpu rotary: %s pairs, positions %s, rotating q, k%s\n", layouts[c->layout],
-         positions[c->positions], c->apply_to & AG_APPLY_V ? ", v" : "");
+  printf("gpu rotary: %s pairs, positions %s, rotating %s\n", layouts[c->layout],
+         positions[c->positions], apply);
   ag_error err = {0};
   ag_kernel *k;
   ag_status st = ag_kernel_get_string(ctx, yaml, strlen(yaml), &k, &err);
