@@ -120,7 +120,10 @@ int main(int argc, char **argv) {
   ag_plan plan;
   if (ag_spec_load_string(yaml, strlen(yaml), "timeline.yaml", &spec, &err)) die("spec", &err);
   if (ag_plan_make(&spec, &plan, &err)) die("plan", &err);
-  if (per_cta) plan.items_per_cta = per_cta;
+  if (per_cta) {
+    plan.fwd.items_per_cta = per_cta;
+    ag_plan_kernels(&spec, &plan);
+  }
   char *src = stamped_source(&spec, &plan);
   ag_kernel *k;
   if (ag_context_kernel(ctx, &spec, &plan, src, ctx->arch, &k, &err)) die("compile", &err);
@@ -152,7 +155,7 @@ int main(int argc, char **argv) {
   }
   printf("L=%d head_dim=%d tiles/CTA %d: median %.4f ms over 30 launches; the last: %d CTAs, "
          "%.1f us from the first start to the last end\n",
-         L, dim, plan.items_per_cta, ms, n, (t_end - t0) / 1e3);
+         L, dim, plan.fwd.items_per_cta, ms, n, (t_end - t0) / 1e3);
   double walk = 0, first = 0, life = 0;
   int with_tiles = 0;
   for (int i = 0; i < n; i++) {

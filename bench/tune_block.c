@@ -107,14 +107,16 @@ static void tune_forward(ag_context *ctx, const int32_t *len, int64_t batch, int
     const fwd_variant *v = &fwd_variants[vi];
     ag_plan plan;
     if (ag_plan_make(&spec, &plan, &err)) die(&err);
-    int hpt = plan.heads_per_tile;
-    plan.stages = v->stages;
-    plan.smem_bytes = v->stages * 3 * 64 * hpt * dim * 2;
-    plan.items_per_cta = v->per_cta;
-    plan.min_ctas_per_sm = v->min_ctas;
-    if (plan.smem_bytes * v->min_ctas > 227 * 1024) continue;
-    snprintf(plan.kernel_name, sizeof plan.kernel_name, "tune_d%d_h%d_s%d_i%d_m%d", dim, hpt,
-             v->stages, v->per_cta, v->min_ctas);
+    ag_plan_block_fwd *f = &plan.fwd;
+    int hpt = f->heads_per_tile;
+    f->stages = v->stages;
+    f->smem_bytes = v->stages * 3 * 64 * hpt * dim * 2;
+    f->items_per_cta = v->per_cta;
+    f->min_ctas_per_sm = v->min_ctas;
+    if (f->smem_bytes * v->min_ctas > 227 * 1024) continue;
+    ag_plan_kernels(&spec, &plan);
+    snprintf(plan.kernels[0].name, sizeof plan.kernels[0].name, "tune_d%d_h%d_s%d_i%d_m%d", dim,
+             hpt, v->stages, v->per_cta, v->min_ctas);
     ag_kernel *k = variant_kernel(ctx, &spec, &plan);
     ag_check_result r;
     if (ag_block_data_check(d, k, 20000000, &r, &err)) die(&err);
@@ -122,7 +124,7 @@ static void tune_forward(ag_context *ctx, const int32_t *len, int64_t batch, int
     if (ag_block_data_time(d, k, 3, 30, &ms, &err)) die(&err);
     printf("  heads/tile %d, stages %d, tiles/CTA %2d, min CTAs %d: %d CTAs/SM, %.4f ms, %.3f TB/s "
            "= %.1f%% of copy; rel err %.2e%s\n",
-           hpt, v->stages, v->per_cta, v->min_ctas, k->ctas_per_sm, ms, bytes / (ms * 1e-3) / 1e12,
+           hpt, v->stages, v->per_cta, v->min_ctas, k->ctas_per_sm[0], ms, bytes / (ms * 1e-3) / 1e12,
            100 * cms / ms, r.rel_error, r.unwritten || r.guard_clobbered ? " UNWRITTEN/GUARD!" : "");
     fflush(stdout);
   }
@@ -151,7 +153,9 @@ static void tune_backward(ag_context *ctx, const int32_t *len, int64_t batch, in
       if (!b->wgmma) continue; /* the same kernel as its wgmma twin */
       b->wgmma = false;
     }
-    snprintf(b->kernel_name, sizeof b->kernel_name, "tune_bwd_d%d_h%d_s%d_i%d_m%d%s", dim,
+    ag_plan_kernels(&spec, &plan);
+    ag_plan_kernel *bk = &plan.kernels[plan.nkernels - 1];
+    snprintf(bk->name, sizeof bk->name, "tune_bwd_d%d_h%d_s%d_i%d_m%d%s", dim,
              b->heads_per_tile, b->stages, b->items_per_cta, b->min_ctas_per_sm,
              b->wgmma ? "_wgmma" : "");
     ag_kernel *k = variant_kernel(ctx, &spec, &plan);

@@ -278,9 +278,10 @@ static int cmd_run(int argc, char **argv) {
   bool fwd_pass = true, bwd_pass = true;
   if (st == AG_OK) {
     const ag_plan *p = &kern->plan;
-    bool both = p->kernel_name[0] && p->bwd.kernel_name[0];
-    printf("%s: %s%s%s on %s\n", o.spec, ag_plan_first_kernel(p), both ? " and " : "",
-           both ? p->bwd.kernel_name : "", ctx->name);
+    printf("%s: ", o.spec);
+    for (int i = 0; i < p->nkernels; i++)
+      printf("%s%s", i ? " and " : "", p->kernels[i].name);
+    printf(" on %s\n", ctx->name);
     if (spec.passes & AG_PASS_FORWARD)
       st = run_forward(kern, lengths, &o, &copt, &fwd_pass, &err);
     if (st == AG_OK && (spec.passes & AG_PASS_BACKWARD))

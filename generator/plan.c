@@ -1,7 +1,8 @@
-/* plan.c: every compile-time decision for a spec, made in one place so that
- * the emitter and the launcher agree: the kernel's name, warps, the 16-row
- * tiles each warp owns, the pipeline depth and the shared memory. */
+/* plan.c: the planner's front door: the fields every pattern shares, the
+ * dispatch to the pattern's planner (plan_block.c, plan_jagged.c), and the
+ * helpers those use to write kernel descriptors. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,311 +10,74 @@
 #include "internal.h"
 #include "plan.h"
 
-/* The largest dynamic shared memory a CTA may opt into on sm_90 (227 KiB);
- * sm_80 allows 163 KiB, checked at load time by the runtime. */
-enum { MAX_SMEM_BYTES = 227 * 1024, MAX_WARPS = 8 };
-
 double ag_spec_scale(const ag_spec *spec) {
   return spec->softmax_scale > 0 ? spec->softmax_scale : 1.0 / sqrt((double)spec->head_dim);
 }
 
-static const char *dtype_name(ag_dtype d) { return d == AG_DTYPE_FP16 ? "fp16" : "bf16"; }
-
-/* "ag_<name>_b<block>_d<dim>_<dtype>[_causal][_rope]_<pass>": a profiler
- * trace names what ran. */
-static void kernel_name(char *out, const ag_spec *spec, const char *pass) {
-  snprintf(out, AG_KERNEL_NAME_MAX, "ag_%s_b%d_d%d_%s%s%s_%s", spec->name, spec->block_size,
-           spec->head_dim, dtype_name(spec->dtype), spec->causal ? "_causal" : "",
-           spec->rotary.layout != AG_ROTARY_NONE ? "_rope" : "", pass);
+ag_status ag_plan_refuse(ag_plan *out, ag_refusal_key key, ag_error *err, const char *fmt, ...) {
+  memset(out, 0, sizeof *out);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out->refusal, sizeof out->refusal, fmt, ap);
+  va_end(ap);
+  out->refused_at = key;
+  return ag_fail(err, AG_ERR_UNSUPPORTED, "not supported yet: %s", out->refusal);
 }
 
-/* Rotary fields a validated spec cannot hold (from a spec filled by hand). */
-static bool rotary_valid(const ag_spec *spec) {
-  const ag_rotary_layout l = spec->rotary.layout;
-  if (l == AG_ROTARY_NONE) return true;
-  return (l == AG_ROTARY_INTERLEAVED || l == AG_ROTARY_HALF) && spec->rotary.apply_to != 0 &&
-         !(spec->rotary.apply_to & ~(unsigned)(AG_APPLY_Q | AG_APPLY_K | AG_APPLY_V)) &&
-         (spec->rotary.positions == AG_POSITIONS_TABLE ||
-          ((spec->rotary.positions == AG_POSITIONS_SEQUENCE ||
-            spec->rotary.positions == AG_POSITIONS_BLOCK) &&
-           spec->rotary.base > 0 && isfinite(spec->rotary.base)));
+ag_plan_kernel *ag_plan_add_kernel(const ag_spec *spec, ag_plan *plan, unsigned pass,
+                                   const char *name_tag, const char *template_file) {
+  (void)spec;
+  ag_plan_kernel *k = &plan->kernels[plan->nkernels++];
+  memset(k, 0, sizeof *k);
+  snprintf(k->name, sizeof k->name, "%s", name_tag);
+  k->pass = pass;
+  k->template_file = template_file;
+  return k;
 }
 
-/* Elements per row of P and dS (block_bwd.cu's kPStride): swizzled rows of
- * a multiple of 64, else rows padded by 16 bytes. */
-static int p_stride(int block) { return block % 64 == 0 ? block : block + 8; }
-
-/* Bytes of one warp's store staging rows (block_bwd.cu's kStagingElems): 16
- * rows of a head of 64 elements, each padded by 16 bytes. */
-static int staging_bytes(int elem_bytes) { return 16 * (64 + 8) * elem_bytes; }
-
-/* The backward (templates/block_bwd.cu): per tile, phase 1 takes (head, 16
- * query rows) jobs and phase 2 (head, 16 key rows) jobs. Beside the Q, K,
- * V, dO tiles it needs P and dS of every head of the tile, which grow with
- * the square of the block. For blocks of up to 64 tokens (P and dS rows of
- * a job then take at most 32 registers a thread, no more than K and V take
- * of shared memory) every job has its own warp, which keeps its P and dS
- * rows in registers until phase 1 is done and then writes them where K and
- * V were: a stage is then all the CTA's shared memory. Otherwise they get
- * their own buffer; past 128 tokens at head_dim 128 (176 at 64) that does
- * not fit beside the tiles, and such blocks are walked in chunks
- * (plan_backward_chunked).
- * `ctas` 0 takes as many CTAs per SM as shared memory and registers allow,
- * at most 4, with at most `sm_warps` warps per SM: 16 leaves a thread 128
- * registers, 8 leaves 255. */
-bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages, int ctas,
-                            int sm_warps, ag_plan_bwd *b) {
-  const int block = plan->block_size, dim = plan->head_dim, eb = plan->elem_bytes;
-  const int tile_bytes = 4 * block * dim * eb * heads_per_tile; /* Q, K, V, dO */
-  const int ps_bytes = 2 * heads_per_tile * block * p_stride(block) * eb; /* P and dS */
-  const int jobs = heads_per_tile * block / 16;
-  const bool overlay = p_stride(block) <= dim && block <= 64; /* P, dS: <= 32 registers */
-  const int smem = stages * (tile_bytes + plan->rotary_table_bytes) + (overlay ? 0 : ps_bytes);
-  const int warps = overlay || jobs < MAX_WARPS ? jobs : MAX_WARPS;
-  if (stages < 1 || smem > MAX_SMEM_BYTES) return false;
-  if (!ctas)
-    for (ctas = 4; ctas > 1 && (ctas * smem > MAX_SMEM_BYTES || ctas * warps > sm_warps);)
-      ctas--;
-  if (ctas * smem > MAX_SMEM_BYTES || (ctas > 1 && ctas * warps > sm_warps)) return false;
-  b->heads_per_tile = heads_per_tile;
-  b->stages = stages;
-  b->pds_overlay = overlay;
-  /* One warpgroup on 64-row tiles of one head, stored as 64-column halves
-   * of 128-byte rows: the layout wgmma reads in its 128-byte swizzle
-   * (templates/wgmma_sm90.cuh). */
-  b->wgmma = overlay && block == 64 && (dim == 64 || dim == 128) && heads_per_tile == 1;
-  /* The store staging rows, where they hold whole rows (head_dim 64) and
-   * cost no CTA. At head_dim 128 each store takes two turns through them,
-   * the second waiting for the first's copies: 1.837 ms against 1.76 with
-   * the shuffles at L = 1024 (bench/NOTES.md). */
-  const int staging = warps * staging_bytes(eb);
-  b->bulk_store = dim * heads_per_tile == 64 && ctas * (smem + staging) <= MAX_SMEM_BYTES;
-  b->smem_bytes = smem + (b->bulk_store ? staging : 0);
-  b->min_ctas_per_sm = ctas;
-  b->jobs = jobs;
-  b->warps = warps;
-  b->threads = 32 * warps;
-  b->items_per_cta = 8;
-  return true;
+void ag_plan_set(ag_plan_kernel *k, const char *name, int value) {
+  if (k->nconsts >= AG_PLAN_MAX_CONSTS) abort(); /* a planner bug, caught by every test */
+  k->consts[k->nconsts++] = (ag_plan_const){name, value};
 }
 
-/* A block too large to keep whole beside its P and dS (past 128 tokens at
- * head_dim 128, 176 at 64): templates/block_bwd_chunked.cu walks it in
- * 64-row chunks: a chunk of two tensors resident and two of the other two,
- * one computed while the next loads, with three floats of softmax
- * statistics per query row of every chunk (a partial last chunk's rows
- * past the block too). Four warps, launch-bounded for two CTAs per SM,
- * which leaves a thread all 255 registers (the key sweep holds dK and dV,
- * 128 floats at head_dim 128). Rotary embeddings cost no memory: each chunk
- * is rotated in place as it lands, and a rotary table is read where it is
- * (a chunk's rows of it beside the six chunks would leave one CTA per SM at
- * head_dim 128). */
-static void plan_backward_chunked(const ag_plan *plan, ag_plan_bwd *b) {
-  enum { CHUNK = 64 };
-  b->warps = 4;
-  b->threads = 128;
-  b->heads_per_tile = 1;
-  b->jobs = b->warps;
-  b->stages = 1;
-  const int stat_rows = (plan->block_size + CHUNK - 1) / CHUNK * CHUNK;
-  b->smem_bytes = 6 * CHUNK * plan->head_dim * plan->elem_bytes + 3 * 4 * stat_rows;
-  b->min_ctas_per_sm = 2;
-  b->items_per_cta = 2;
-  b->key_chunks = true;
-}
-
-/* One head per tile (on the H200 two heads were 10-15% slower,
- * bench/NOTES.md), with 128 registers a thread or, with rotary embeddings
- * (their angles and the rotation back of dQ, dK, dV need more), 255. Two
- * stages where three CTAs of two still fit (head_dim 64: 2% faster than
- * four CTAs of one), else one stage and the most CTAs that fit (head_dim
- * 128: three), and a second stage where it costs no CTA. A block that fits
- * in none (rotary or not) is walked in chunks. */
-static void plan_backward(const ag_spec *spec, ag_plan *out) {
-  ag_plan_bwd one, two; /* zeroed whole, so the plan compares bytewise (tests do) */
-  memset(&one, 0, sizeof one);
-  memset(&two, 0, sizeof two);
-  const int sm_warps = spec->rotary.layout != AG_ROTARY_NONE ? MAX_WARPS : 2 * MAX_WARPS;
-  const ag_plan_bwd *pick;
-  if (ag_plan_backward_shape(out, 1, 2, 0, sm_warps, &two) && two.min_ctas_per_sm >= 3) {
-    pick = &two;
-  } else if (ag_plan_backward_shape(out, 1, 1, 0, sm_warps, &one)) {
-    pick = ag_plan_backward_shape(out, 1, 2, one.min_ctas_per_sm, sm_warps, &two) ? &two : &one;
-  } else {
-    plan_backward_chunked(out, &one);
-    pick = &one;
-  }
-  memcpy(&out->bwd, pick, sizeof out->bwd);
-  if (spec->arch == AG_ARCH_SM80) { /* never compiled for sm_90 */
-    out->bwd.wgmma = false;
-    if (out->bwd.bulk_store) out->bwd.smem_bytes -= out->bwd.warps * staging_bytes(out->elem_bytes);
-    out->bwd.bulk_store = false;
-  }
-  kernel_name(out->bwd.kernel_name, spec, "bwd");
+void ag_plan_params(ag_plan_kernel *k, int n, const ag_param *params) {
+  if (n > AG_PLAN_MAX_PARAMS) abort();
+  memcpy(k->params, params, (size_t)n * sizeof *params);
+  k->nparams = n;
 }
 
 ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   memset(out, 0, sizeof *out);
-  if (spec->pattern != AG_PATTERN_BLOCK_DIAGONAL)
-    return ag_fail(err, AG_ERR_UNSUPPORTED, "not supported yet: the jagged pattern");
-  if (spec->block_size < 16 || spec->block_size > 256 || spec->block_size % 16 ||
-      (spec->head_dim != 64 && spec->head_dim != 128) || !rotary_valid(spec))
-    return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
+  ag_status st = spec->pattern == AG_PATTERN_BLOCK_DIAGONAL ? ag_plan_block(spec, out, err)
+                 : spec->pattern == AG_PATTERN_JAGGED       ? ag_plan_jagged_make(spec, out, err)
+                                                            : ag_fail(err, AG_ERR_SPEC,
+                                                                      "spec '%s' was not validated",
+                                                                      spec->name);
+  if (st == AG_OK) ag_plan_kernels(spec, out);
+  return st;
+}
 
-  out->block_size = spec->block_size;
-  out->head_dim = spec->head_dim;
-  out->elem_bytes = 2;
-  out->scale = ag_spec_scale(spec);
-  /* Rotary embeddings rotate the tiles in shared memory, so they cost no
-   * memory of their own, except with positions from a table: then each
-   * stage also holds the table's rows for the tile's tokens. */
-  if (spec->rotary.layout != AG_ROTARY_NONE && spec->rotary.positions == AG_POSITIONS_TABLE)
-    out->rotary_table_bytes = spec->block_size * spec->head_dim * out->elem_bytes;
-  /* Computed angles use base^(-2i / head_dim) as fp32 literals. */
-  if (spec->rotary.layout != AG_ROTARY_NONE && spec->rotary.positions != AG_POSITIONS_TABLE &&
-      spec->rotary.base < 1e-30) {
-    memset(out, 0, sizeof *out);
-    return ag_fail(err, AG_ERR_UNSUPPORTED,
-                   "not supported yet: rotary base %g (below 1e-30 its frequencies overflow fp32)",
-                   spec->rotary.base);
-  }
-  if (spec->passes & AG_PASS_BACKWARD) {
-    plan_backward(spec, out);
-    if (!(spec->passes & AG_PASS_FORWARD)) return AG_OK;
-  }
-  /* Two adjacent heads per tile at head_dim 64, so each tile row is 256
-   * contiguous bytes as at head_dim 128: on the H200, 64-token blocks at
-   * head_dim 64 reached 85-89% of copy bandwidth one head at a time and
-   * 93-100% two at a time (bench/NOTES.md). Only where two CTAs of two such
-   * tiles each still fit on an SM. */
-  int row_bytes = spec->head_dim * out->elem_bytes;
-  int tile_bytes = 3 * spec->block_size * row_bytes; /* Q, K, V of one head */
-  int table = out->rotary_table_bytes;               /* per stage, any heads */
-  out->heads_per_tile =
-      row_bytes < 256 && 2 * 2 * (2 * tile_bytes + table) <= MAX_SMEM_BYTES ? 2 : 1;
-  /* One warp per 16 query rows, up to 8 warps; more jobs (heads, larger
-   * blocks) are taken in turn, so S and O of one job fit in registers. */
-  int row_tiles = spec->block_size / 16;
-  out->warps = row_tiles < MAX_WARPS ? row_tiles : MAX_WARPS;
-  int jobs = row_tiles * out->heads_per_tile;
-  out->jobs_per_warp = (jobs + out->warps - 1) / out->warps; /* the last round may be partial */
-  out->threads = out->warps * 32;
-  /* Two tiles resident per CTA (load the next while computing this one)
-   * when they fit (a 256x128 block needs 192 KiB for one), registers
-   * capped so that two such CTAs share an SM, and one CTA per 4 tiles
-   * rather than a persistent grid: the hardware then balances CTAs across
-   * SMs, which measured 3-5% faster than static ranges, and fewer tiles
-   * per CTA shorten the last wave: 4 measured 1% faster than 8 at head_dim
-   * 128, 64-token blocks (bench/NOTES.md). */
-  int stage_bytes = out->heads_per_tile * tile_bytes + table;
-  if (stage_bytes > MAX_SMEM_BYTES) {
-    int kib = (stage_bytes + 1023) / 1024;
-    memset(out, 0, sizeof *out);
-    return ag_fail(err, AG_ERR_UNSUPPORTED,
-                   "not supported yet: rotary positions from a table at block_size %d with "
-                   "head_dim %d (Q, K, V and the table's rows of one block need %d KiB of shared "
-                   "memory; a CTA has 227)",
-                   spec->block_size, spec->head_dim, kib);
-  }
-  out->stages = 2 * stage_bytes <= MAX_SMEM_BYTES ? 2 : 1;
-  out->smem_bytes = out->stages * stage_bytes;
-  /* The register cap for two CTAs per SM only for CTAs of up to 4 warps:
-   * with 8 warps it would be 128 registers, and the 128-token tiles spill. */
-  out->min_ctas_per_sm = out->warps <= 4 && 2 * out->smem_bytes <= MAX_SMEM_BYTES ? 2 : 1;
-  out->items_per_cta = 4;
-  /* Two heads of 64-token blocks: one tile per CTA, four CTAs per SM and
-   * one CTA per 2 tiles measured 3% faster at L = 1024 than two tiles per
-   * CTA, two CTAs and 8 tiles, and 1% faster than one CTA per 4 tiles
-   * (bench/NOTES.md, tunings of 2026-11-29 and 2026-11-30). */
-  if (out->heads_per_tile == 2 && out->warps == 4 && 4 * stage_bytes <= MAX_SMEM_BYTES) {
-    out->stages = 1;
-    out->smem_bytes = stage_bytes;
-    out->min_ctas_per_sm = 4;
-    out->items_per_cta = 2;
-  }
-  kernel_name(out->kernel_name, spec, "fwd");
-  return AG_OK;
+void ag_plan_kernels(const ag_spec *spec, ag_plan *plan) {
+  plan->nkernels = 0;
+  memset(plan->kernels, 0, sizeof plan->kernels);
+  if (plan->pattern == AG_PATTERN_BLOCK_DIAGONAL) ag_plan_block_kernels(spec, plan);
+  else ag_plan_jagged_kernels(spec, plan);
+}
+
+const ag_plan_kernel *ag_plan_kernel_for(const ag_plan *plan, unsigned pass) {
+  for (int i = 0; i < plan->nkernels; i++)
+    if (plan->kernels[i].pass == pass) return &plan->kernels[i];
+  return NULL;
 }
 
 const char *ag_plan_first_kernel(const ag_plan *p) {
-  return p->kernel_name[0] ? p->kernel_name : p->bwd.kernel_name;
-}
-
-static void describe_backward(ag_buf *b, const ag_plan_bwd *p, int table_bytes,
-                              const char *prefix) {
-  ag_buf_printf(b, "%sbackward kernel: %s\n", prefix, p->kernel_name);
-  if (p->key_chunks) {
-    ag_buf_printf(b, "%s  heads per tile: 1, the block walked in 64-row chunks\n", prefix);
-    ag_buf_printf(b, "%s  threads: %d (%d warps, 16 rows of a chunk each)\n", prefix, p->threads,
-                  p->warps);
-    ag_buf_printf(b,
-                  "%s  shared memory: %d bytes (six 64-row chunks: one of each of two "
-                  "tensors, two of each of the other two; each query row's softmax "
-                  "statistics)\n",
-                  prefix, p->smem_bytes);
-    if (table_bytes)
-      ag_buf_printf(b, "%s  rotary table: read in global memory (no rows of it in shared "
-                       "memory)\n", prefix);
-    ag_buf_printf(b, "%s  launch bound: %d CTAs per SM (255 registers a thread)\n", prefix,
-                  p->min_ctas_per_sm);
-    ag_buf_printf(b, "%s  grid: one CTA per %d (block, head) tiles\n", prefix, p->items_per_cta);
-    return;
-  }
-  ag_buf_printf(b, "%s  heads per tile: %d\n", prefix, p->heads_per_tile);
-  ag_buf_printf(b, "%s  threads: %d (%d warps; %d (head, 16-row tile) job%s per phase)\n", prefix,
-                p->threads, p->warps, p->jobs, p->jobs > 1 ? "s" : "");
-  ag_buf_printf(b, "%s  Q, K, V, dO tiles resident per CTA: %d\n", prefix, p->stages);
-  const char *pds =
-      p->pds_overlay ? "P and dS take K's and V's place" : "with P and dS of one tile";
-  if (p->wgmma)
-    ag_buf_printf(b, "%s  matrix products: wgmma (one warpgroup) on sm_90a, else mma.sync\n",
-                  prefix);
-  if (table_bytes)
-    ag_buf_printf(b,
-                  "%s  shared memory: %d bytes (%s; each stage holds %d bytes of rotary table "
-                  "rows)\n",
-                  prefix, p->smem_bytes, pds, table_bytes);
-  else
-    ag_buf_printf(b, "%s  shared memory: %d bytes (%s)\n", prefix, p->smem_bytes, pds);
-  if (p->bulk_store)
-    ag_buf_printf(b,
-                  "%s  gradient stores: through %d bytes of staging rows per warp, bulk copies "
-                  "on sm_90\n",
-                  prefix, staging_bytes(2));
-  if (p->min_ctas_per_sm > 1)
-    ag_buf_printf(b, "%s  registers capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
-  if (p->items_per_cta)
-    ag_buf_printf(b, "%s  grid: one CTA per %d (block, head group) tiles\n", prefix,
-                  p->items_per_cta);
-  else
-    ag_buf_printf(b, "%s  grid: persistent, as many CTAs as fit on the device at once\n", prefix);
+  return p->nkernels ? p->kernels[0].name : "";
 }
 
 char *ag_plan_describe(const ag_plan *p, const char *prefix) {
   ag_buf b;
   ag_buf_init(&b);
-  if (!p->kernel_name[0]) { /* backward only */
-    describe_backward(&b, &p->bwd, p->rotary_table_bytes, prefix);
-    return ag_buf_take(&b);
-  }
-  ag_buf_printf(&b, "%skernel: %s\n", prefix, p->kernel_name);
-  ag_buf_printf(&b, "%sheads per tile: %d\n", prefix, p->heads_per_tile);
-  ag_buf_printf(&b, "%sthreads: %d (%d warps, %d job%s of 16 query rows each)\n", prefix,
-                p->threads, p->warps, p->jobs_per_warp, p->jobs_per_warp > 1 ? "s" : "");
-  ag_buf_printf(&b, "%stiles resident per CTA: %d\n", prefix, p->stages);
-  if (p->rotary_table_bytes)
-    ag_buf_printf(&b,
-                  "%sshared memory: %d bytes (each stage holds %d bytes of rotary table rows)\n",
-                  prefix, p->smem_bytes, p->rotary_table_bytes);
-  else
-    ag_buf_printf(&b, "%sshared memory: %d bytes\n", prefix, p->smem_bytes);
-  if (p->min_ctas_per_sm > 1)
-    ag_buf_printf(&b, "%sregisters capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
-  if (p->items_per_cta)
-    ag_buf_printf(&b, "%sgrid: one CTA per %d (block, head group) tiles\n", prefix,
-                  p->items_per_cta);
-  else
-    ag_buf_printf(&b, "%sgrid: persistent, as many CTAs as fit on the device at once\n", prefix);
-  if (p->bwd.kernel_name[0]) describe_backward(&b, &p->bwd, p->rotary_table_bytes, prefix);
+  if (p->pattern == AG_PATTERN_BLOCK_DIAGONAL) ag_plan_block_describe(p, prefix, &b);
+  else ag_plan_jagged_describe(p, prefix, &b);
   return ag_buf_take(&b);
 }

@@ -1,15 +1,99 @@
-/* plan.h: every compile-time decision for a spec's kernels in one struct:
- * tile shapes, warps, pipeline depth, shared memory and the kernel's name.
- * The plan is plain data; the emitter and the launcher both read it. */
+/* plan.h: every compile-time decision for a spec's kernels, as plain data.
+ * A plan is a list of kernel descriptors (template, walk, threads, shared
+ * memory, parameters, the constants it bakes in), made by the pattern's
+ * planner (plan_block.c, plan_jagged.c) from the pattern's shapes below.
+ * The emitter expands each descriptor's template; the launcher packs each
+ * descriptor's parameters and sizes its grid from its walk. Neither makes
+ * a decision of its own. */
 #ifndef AG_PLAN_H
 #define AG_PLAN_H
 
 #include "attngen.h"
 
-/* The backward kernel's own shape; it shares the plan's block size,
- * head_dim, element size and scale. */
+struct ag_buf; /* internal.h */
+
+enum {
+  AG_PLAN_MAX_KERNELS = 4, /* kernels of one source */
+  AG_PLAN_MAX_PARAMS = 20,
+  AG_PLAN_MAX_CONSTS = 24,
+  AG_REFUSAL_MAX = 320,
+};
+
+/* ---- walks ----------------------------------------------------------------
+ * A walk says which CTA takes which work. Each has a device half (a
+ * template include) and a host half (runtime/walk_*.c: the grid and the
+ * work count from the run-time sizes alone, never the offsets). */
+typedef enum ag_walk_kind {
+  /* templates/block_walk.cuh, runtime/walk_block.c: (virtual block, head
+   * group) items, a contiguous range of them per CTA */
+  AG_WALK_BLOCK,
+  /* templates/jagged_walk.cuh, runtime/walk_jagged.c: one (virtual tile,
+   * head) per CTA, over the query tokens or the key tokens */
+  AG_WALK_JAGGED_Q,
+  AG_WALK_JAGGED_K,
+} ag_walk_kind;
+
+typedef struct ag_walk {
+  ag_walk_kind kind;
+  int rows;           /* tokens per item (a block, a tile) */
+  int heads_per_item; /* adjacent heads an item covers */
+  int items_per_cta;  /* block walk: grid = items / this; 0: persistent */
+} ag_walk;
+
+/* ---- kernel parameters, by role; a kernel lists them in its order ------- */
+typedef enum ag_param {
+  AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_DOUT,
+  AG_PARAM_DQ, AG_PARAM_DK, AG_PARAM_DV, AG_PARAM_LSE, AG_PARAM_DI,
+  AG_PARAM_ROTARY_TABLE,
+  AG_PARAM_OFFSETS_Q,  /* the block pattern's offsets; cu_seqlens_q */
+  AG_PARAM_OFFSETS_K,  /* cu_seqlens_k */
+  AG_PARAM_BATCH,      /* long long */
+  AG_PARAM_HEADS,      /* int */
+  AG_PARAM_KV_HEADS,   /* int */
+  AG_PARAM_TOTAL_Q,    /* long long: the block pattern's total_tokens */
+  AG_PARAM_TOTAL_K,    /* long long */
+  AG_PARAM_ITEMS,      /* long long: the walk's work count */
+  AG_PARAM_COUNT
+} ag_param;
+
+/* A constant the template bakes in: @NAME@ becomes the integer. The name
+ * is a static string. */
+typedef struct ag_plan_const {
+  const char *name;
+  int value;
+} ag_plan_const;
+
+/* One kernel of the source. */
+typedef struct ag_plan_kernel {
+  char name[AG_KERNEL_NAME_MAX]; /* extern "C" entry point */
+  unsigned pass;                 /* AG_PASS_FORWARD or AG_PASS_BACKWARD */
+  const char *template_file;     /* in templates/ */
+  ag_walk walk;
+  int threads;                   /* per CTA */
+  int smem_bytes;                /* dynamic shared memory per CTA */
+  int min_ctas_per_sm;           /* __launch_bounds__ minimum */
+  int nparams;
+  ag_param params[AG_PLAN_MAX_PARAMS];
+  int nconsts;
+  ag_plan_const consts[AG_PLAN_MAX_CONSTS];
+} ag_plan_kernel;
+
+/* ---- the block pattern's shapes (plan_block.c) --------------------------- */
+
+/* The forward (templates/block_fwd.cu). */
+typedef struct ag_plan_block_fwd {
+  int warps;            /* warps per CTA */
+  int threads;          /* warps * 32 */
+  int heads_per_tile;   /* adjacent heads loaded and computed as one tile */
+  int jobs_per_warp;    /* (head, 16-row query tile) jobs each warp runs */
+  int stages;           /* (block, head group) tiles resident per CTA */
+  int smem_bytes;       /* dynamic shared memory per CTA */
+  int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
+  int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
+} ag_plan_block_fwd;
+
+/* The backward (templates/block_bwd.cu, block_bwd_chunked.cu). */
 typedef struct ag_plan_bwd {
-  char kernel_name[AG_KERNEL_NAME_MAX]; /* "" when the spec has no backward pass */
   int warps;            /* warps per CTA */
   int threads;          /* warps * 32 */
   int heads_per_tile;   /* adjacent heads loaded and computed as one tile */
@@ -27,48 +111,68 @@ typedef struct ag_plan_bwd {
                          * recomputation (templates/block_bwd_chunked.cu) */
 } ag_plan_bwd;
 
-/* The fields up to `scale` describe the forward kernel (kernel_name is ""
- * and the shape fields 0 when the spec has no forward pass); `bwd` the
- * backward's. One source holds every kernel of the plan, forward first. */
+/* ---- the jagged pattern's shapes (plan_jagged.c) ------------------------- */
+typedef struct ag_plan_jagged {
+  int fwd_block_m, fwd_block_n, fwd_warps, fwd_stages, fwd_smem_bytes, fwd_min_ctas;
+  int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
+} ag_plan_jagged;
+
+/* Why a valid spec was refused: the key that asks for what does not exist
+ * or fit, and the reason (without any "not supported yet: "). */
+typedef enum ag_refusal_key {
+  AG_REFUSED_NONE, AG_REFUSED_PATTERN, AG_REFUSED_QUERY, AG_REFUSED_ROTARY,
+  AG_REFUSED_PASSES, AG_REFUSED_DETERMINISTIC,
+} ag_refusal_key;
+
 typedef struct ag_plan {
-  char kernel_name[AG_KERNEL_NAME_MAX]; /* extern "C" entry point */
-  int block_size;       /* tokens per diagonal block */
+  ag_pattern pattern;
+  int block_size;       /* block pattern: tokens per diagonal block; else 0 */
   int head_dim;
   int elem_bytes;       /* 2 for bf16 and fp16 */
-  int warps;            /* warps per CTA */
-  int threads;          /* warps * 32 */
-  int heads_per_tile;   /* adjacent heads loaded and computed as one tile */
-  int jobs_per_warp;    /* (head, 16-row query tile) jobs each warp runs */
-  int stages;           /* (block, head group) tiles resident per CTA */
-  int smem_bytes;       /* dynamic shared memory per CTA */
-  int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
-  int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
   double scale;         /* softmax scale, auto resolved */
   /* Rotary embeddings with positions from a table: the bytes of one tile's
    * rows of it (block_size x head_dim 16-bit values, shared by every head),
-   * held in every stage of both kernels beside the tensors; else 0. */
+   * held in every stage of both block kernels beside the tensors; else 0. */
   int rotary_table_bytes;
-  ag_plan_bwd bwd;      /* the backward kernel, when spec->passes asks for it */
+  bool takes_table;     /* the kernels take a rotary table parameter */
+  /* The pattern's shapes, from which the kernels below are made; tuning
+   * tools edit them and call ag_plan_kernels again. A pass the spec does
+   * not name leaves its shape zeroed. */
+  ag_plan_block_fwd fwd;
+  ag_plan_bwd bwd;
+  ag_plan_jagged jagged;
+  /* The kernels, in source order: forward first. */
+  int nkernels;
+  ag_plan_kernel kernels[AG_PLAN_MAX_KERNELS];
+  /* Set with AG_ERR_UNSUPPORTED. */
+  ag_refusal_key refused_at;
+  char refusal[AG_REFUSAL_MAX];
 } ag_plan;
 
 /* Fill *out for a validated spec: the kernels of the passes it names (a
  * spec naming none gets the forward). Returns AG_ERR_UNSUPPORTED for specs
- * whose kernels do not exist yet or do not fit; validation (spec_check.c)
- * plans each pass too and reports these at the key, so a spec that loads
- * with AG_OK always plans. Rotary kernels' names end _rope_fwd and
- * _rope_bwd. */
+ * whose kernels do not exist yet or do not fit (out->refused_at and
+ * out->refusal say why; err's message is "not supported yet: " and the
+ * reason); validation (spec_check.c) plans each pass too and reports these
+ * at the key, so a spec that loads with AG_OK always plans. Kernel names
+ * end _fwd and _bwd (_rope_fwd, _rope_bwd with rotary embeddings). */
 ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err);
+
+/* (Re)make out->kernels from the shapes in *out (after a tuning tool has
+ * edited them). */
+void ag_plan_kernels(const ag_spec *spec, ag_plan *plan);
+
+/* The first kernel of `pass`, or NULL. */
+const ag_plan_kernel *ag_plan_kernel_for(const ag_plan *plan, unsigned pass);
 
 /* The backward's shape for `heads_per_tile`, `stages` and `ctas` CTAs per
  * SM (0: the most that fit, with at most `sm_warps` warps per SM) in *b,
- * from the forward fields of `plan` (block_size, head_dim, elem_bytes,
- * rotary_table_bytes); false when it does not fit. The kernel name is left
- * alone. For plan_backward and tuning tools. */
+ * from the plan's block_size, head_dim, elem_bytes, rotary_table_bytes;
+ * false when it does not fit. For plan_block.c and tuning tools. */
 bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages, int ctas,
                             int sm_warps, ag_plan_bwd *b);
 
-/* The name of the source's first kernel (the forward's, else the
- * backward's): the one ag_emit reports. */
+/* The name of the source's first kernel: the one ag_emit reports. */
 const char *ag_plan_first_kernel(const ag_plan *plan);
 
 /* Emit the CUDA C for a spec under a given plan (ag_emit uses the plan from
@@ -79,5 +183,25 @@ ag_status ag_emit_plan(const ag_spec *spec, const ag_plan *plan, char **out_sour
 /* Write the plan as a readable comment block body (one "key: value" per
  * line, each prefixed by `prefix`) into a malloc()ed string. */
 char *ag_plan_describe(const ag_plan *plan, const char *prefix);
+
+/* ---- the planners' own entry points (plan.c dispatches) ------------------ */
+ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err);
+void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan);
+void ag_plan_block_describe(const ag_plan *plan, const char *prefix, struct ag_buf *b);
+ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
+void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan);
+void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, struct ag_buf *b);
+
+/* Shared by the planners: refuse with a reason at a key. */
+ag_status ag_plan_refuse(ag_plan *out, ag_refusal_key key, ag_error *err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* Append a kernel descriptor (name from the spec and `pass`) and return it. */
+ag_plan_kernel *ag_plan_add_kernel(const ag_spec *spec, ag_plan *plan, unsigned pass,
+                                   const char *name_tag, const char *template_file);
+void ag_plan_set(ag_plan_kernel *k, const char *name, int value);
+void ag_plan_params(ag_plan_kernel *k, int n, const ag_param *params);
 
 #endif

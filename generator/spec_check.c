@@ -446,35 +446,45 @@ static void check_supported(spec_diags *d, const ag_spec *s) {
     spec_diag_add(d, s->at.query, true, "broadcast queries");
 }
 
-/* Shapes the kernels do not take yet (plan.c's limits: a rotary table's rows
- * beside the forward's largest blocks, a rotary base whose frequencies
- * overflow fp32, ...), so that a spec valid here always builds.
- * Each pass is planned alone and a refusal reported at the key that asks
- * for it: the forward's at `rotary` (only rotary embeddings can make it not
- * fit), the backward's at `passes` unless it is the forward's reason again. */
-static char *plan_refusal(const ag_spec *s, unsigned pass, spec_diags *d) {
-  static const char lead[] = "not supported yet: ";
+/* Shapes the kernels do not take yet (the planners' limits: a rotary
+ * table's rows beside the forward's largest blocks, a rotary base whose
+ * frequencies overflow fp32, ...), so that a spec valid here always builds.
+ * Each pass is planned alone and a refusal reported at the key the planner
+ * names; the backward's only when it is not the forward's again. */
+typedef struct plan_refusal {
+  ag_refusal_key key;
+  char text[AG_REFUSAL_MAX];
+} plan_refusal;
+
+static bool refused(const ag_spec *s, unsigned pass, plan_refusal *out) {
   ag_spec one = *s;
   one.passes = pass;
   ag_plan plan;
-  ag_error err = {0};
-  if (!(s->passes & pass) || ag_plan_make(&one, &plan, &err) == AG_OK) return NULL;
-  char *m = err.message;
-  if (!m) d->nomem = true;
-  else if (strncmp(m, lead, sizeof lead - 1) == 0)
-    memmove(m, m + sizeof lead - 1, strlen(m) - (sizeof lead - 1) + 1);
-  return m;
+  if (!(s->passes & pass) || ag_plan_make(&one, &plan, NULL) == AG_OK) return false;
+  out->key = plan.refused_at;
+  memcpy(out->text, plan.refusal, sizeof out->text);
+  return true;
+}
+
+/* The backward's refusals that name rotary embeddings or the pass itself
+ * point at `passes`: the backward is what the spec asks of them. */
+static ag_pos refusal_pos(const ag_spec *s, unsigned pass, ag_refusal_key key) {
+  if (pass == AG_PASS_BACKWARD && (key == AG_REFUSED_ROTARY || key == AG_REFUSED_PASSES))
+    return s->at.passes;
+  switch (key) {
+    case AG_REFUSED_ROTARY: return s->at.rotary;
+    case AG_REFUSED_PASSES: return s->at.passes.line ? s->at.passes : s->at.pattern;
+    case AG_REFUSED_QUERY: return s->at.query;
+    default: return s->at.block_size.line ? s->at.block_size : s->at.pattern;
+  }
 }
 
 static void check_plan(spec_diags *d, const ag_spec *s) {
-  char *fwd = plan_refusal(s, AG_PASS_FORWARD, d), *bwd = plan_refusal(s, AG_PASS_BACKWARD, d);
-  ag_pos fwd_at = s->rotary.layout != AG_ROTARY_NONE ? s->at.rotary
-                  : s->at.block_size.line             ? s->at.block_size
-                                                      : s->at.pattern;
-  if (fwd) spec_diag_add(d, fwd_at, true, "%s", fwd);
-  if (bwd && !(fwd && strcmp(fwd, bwd) == 0)) spec_diag_add(d, s->at.passes, true, "%s", bwd);
-  free(fwd);
-  free(bwd);
+  plan_refusal fwd, bwd;
+  const bool f = refused(s, AG_PASS_FORWARD, &fwd), b = refused(s, AG_PASS_BACKWARD, &bwd);
+  if (f) spec_diag_add(d, refusal_pos(s, AG_PASS_FORWARD, fwd.key), true, "%s", fwd.text);
+  if (b && !(f && strcmp(fwd.text, bwd.text) == 0))
+    spec_diag_add(d, refusal_pos(s, AG_PASS_BACKWARD, bwd.key), true, "%s", bwd.text);
 }
 
 /* Fill spec from the tree; every problem goes to diags. */

@@ -150,7 +150,7 @@ static ag_status load_function(ag_context *ctx, CUmodule module, const char *nam
 }
 
 /* Load the cubin into k (context pushed): module, then each function the
- * plan names (the forward's, the backward's) with its shared memory opt-in
+ * plan names (its kernels, in order) with its shared memory opt-in
  * and occupancy. On failure nothing stays loaded. */
 static ag_status load(ag_context *ctx, ag_kernel *k, const void *cubin, ag_error *err) {
   const ag_driver *d = ctx->drv;
@@ -162,12 +162,9 @@ static ag_status load(ag_context *ctx, ag_kernel *k, const void *cubin, ag_error
     k->module = NULL;
     goto fail;
   }
-  if (p->kernel_name[0])
-    st = load_function(ctx, k->module, p->kernel_name, p->threads, p->smem_bytes, &k->fn,
-                       &k->ctas_per_sm, err);
-  if (st == AG_OK && p->bwd.kernel_name[0])
-    st = load_function(ctx, k->module, p->bwd.kernel_name, p->bwd.threads, p->bwd.smem_bytes,
-                       &k->fn_bwd, &k->ctas_per_sm_bwd, err);
+  for (int i = 0; i < p->nkernels && st == AG_OK; i++)
+    st = load_function(ctx, k->module, p->kernels[i].name, p->kernels[i].threads,
+                       p->kernels[i].smem_bytes, &k->fn[i], &k->ctas_per_sm[i], err);
 fail:
   if (st != AG_OK && k->module) {
     d->cuModuleUnload(k->module);

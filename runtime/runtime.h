@@ -210,6 +210,31 @@ ag_status ag_compile_source_ex(const char *source, const char *name, const char 
 ag_status ag_compile_spec(const ag_spec *spec, const char *arch, void **out_cubin, size_t *out_size,
                           ag_cache_origin *out_origin, char **out_warning, ag_error *err);
 
+/* ---- launch.c, walk_*.c: one launcher for every pattern and pass -------- */
+
+/* A pass's run-time arguments by role: what the descriptors' parameter
+ * lists pick from. */
+typedef struct ag_launch {
+  const void *ptr[AG_PARAM_COUNT]; /* device pointers of the pointer roles */
+  int64_t batch, heads, kv_heads, total_q, total_k;
+} ag_launch;
+
+/* The grid of a kernel and the work count its walk takes (the ITEMS
+ * parameter), from the run-time sizes alone; AG_ERR_INVALID_ARGUMENT when
+ * they overflow. A grid with a zero dimension launches nothing. The block
+ * walk's host half is runtime/walk_block.c, the jagged walks'
+ * runtime/walk_jagged.c. */
+ag_status ag_walk_block_grid(const ag_walk *w, const ag_launch *a, int sm_count, int ctas_per_sm,
+                             unsigned out_grid[3], int64_t *out_items, ag_error *err);
+ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, unsigned out_grid[3],
+                              int64_t *out_items, ag_error *err);
+
+/* Launch every kernel of `pass` in source order on `stream`, each with its
+ * descriptor's parameters and its walk's grid. The pattern's entry point
+ * has checked the arguments. */
+ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
+                         struct CUstream_st *stream, ag_error *err);
+
 /* ---- context.c: devices, modules, the in-memory kernel cache ------------ */
 
 struct ag_kernel {
@@ -220,10 +245,8 @@ struct ag_kernel {
   ag_spec spec;                         /* arch resolved */
   ag_plan plan;
   CUmodule module;
-  CUfunction fn;   /* plan.kernel_name in module */
-  int ctas_per_sm; /* occupancy at plan.threads, plan.smem_bytes */
-  CUfunction fn_bwd;   /* plan.bwd.kernel_name, when the plan has a backward */
-  int ctas_per_sm_bwd; /* its occupancy at plan.bwd.threads, plan.bwd.smem_bytes */
+  CUfunction fn[AG_PLAN_MAX_KERNELS]; /* plan.kernels[i].name in module */
+  int ctas_per_sm[AG_PLAN_MAX_KERNELS]; /* occupancy of fn[i] at its threads, shared memory */
 };
 
 struct ag_context {

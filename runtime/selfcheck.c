@@ -395,7 +395,7 @@ static ag_status compare(ag_block_data *d, const ag_kernel *kern, int64_t budget
 ag_status ag_block_data_check(ag_block_data *d, ag_kernel *kern, int64_t max_ref_macs,
                               ag_check_result *out, ag_error *err) {
   memset(out, 0, sizeof *out);
-  ag_status st = set_matches(&d->s, kern, kern->plan.kernel_name, err);
+  ag_status st = set_matches(&d->s, kern, ag_plan_first_kernel(&kern->plan), err);
   if (st) return st;
   const ag_driver *drv = d->s.ctx->drv;
   out->blocks = set_blocks(&d->s, kern->spec.block_size);
@@ -464,7 +464,7 @@ static ag_status launch_forward(ag_kernel *kern, const void *args, ag_error *err
 ag_status ag_block_data_time(ag_block_data *d, ag_kernel *kern, int warmup, int iters,
                              double *out_ms, ag_error *err) {
   *out_ms = 0;
-  ag_status st = set_matches(&d->s, kern, kern->plan.kernel_name, err);
+  ag_status st = set_matches(&d->s, kern, ag_plan_first_kernel(&kern->plan), err);
   if (st) return st;
   CUdeviceptr table;
   if ((st = set_table(&d->s, kern, &table, err))) return st;
@@ -604,10 +604,11 @@ static ag_status compare_gradients(ag_block_bwd_data *d, const ag_kernel *kern, 
 ag_status ag_block_bwd_data_check(ag_block_bwd_data *d, ag_kernel *kern, int64_t max_ref_macs,
                                   ag_check_bwd_result *out, ag_error *err) {
   memset(out, 0, sizeof *out);
-  if (!kern->fn_bwd)
+  const ag_plan_kernel *bk = ag_plan_kernel_for(&kern->plan, AG_PASS_BACKWARD);
+  if (!bk)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' has no backward pass",
                    kern->spec.name);
-  ag_status st = set_matches(&d->s, kern, kern->plan.bwd.kernel_name, err);
+  ag_status st = set_matches(&d->s, kern, bk->name, err);
   if (st) return st;
   const ag_driver *drv = d->s.ctx->drv;
   out->blocks = set_blocks(&d->s, kern->spec.block_size);
@@ -635,10 +636,11 @@ static ag_status launch_backward(ag_kernel *kern, const void *args, ag_error *er
 ag_status ag_block_bwd_data_time(ag_block_bwd_data *d, ag_kernel *kern, int warmup, int iters,
                                  double *out_ms, ag_error *err) {
   *out_ms = 0;
-  if (!kern->fn_bwd)
+  const ag_plan_kernel *bk = ag_plan_kernel_for(&kern->plan, AG_PASS_BACKWARD);
+  if (!bk)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' has no backward pass",
                    kern->spec.name);
-  ag_status st = set_matches(&d->s, kern, kern->plan.bwd.kernel_name, err);
+  ag_status st = set_matches(&d->s, kern, bk->name, err);
   if (st) return st;
   CUdeviceptr table;
   if ((st = set_table(&d->s, kern, &table, err))) return st;

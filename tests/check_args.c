@@ -74,8 +74,8 @@ static void expect_reject(fake *f, const ag_block_fwd_args *a, const char *want)
 
 static void give_driver(fake *f) {
   ag_fake_driver_attach(&f->ctx, 5); /* q, k, v, o, offsets */
-  f->kernel.ctas_per_sm = 2;
-  f->kernel.fn = (CUfunction)(uintptr_t)0x1234;
+  f->kernel.ctas_per_sm[0] = 2;
+  f->kernel.fn[0] = (CUfunction)(uintptr_t)0x1234;
 }
 
 static void expect_launch(fake *f, const ag_block_fwd_args *a) {
@@ -86,15 +86,16 @@ static void expect_launch(fake *f, const ag_block_fwd_args *a) {
   ck_assert_int_eq(ag_fake_seen.count, 1);
   ck_assert_int_eq(ag_fake_seen.pushes, 1);
   ck_assert_int_eq(ag_fake_seen.pops, 1);
-  ck_assert_uint_eq(ag_fake_seen.block, (unsigned)f->kernel.plan.threads);
-  ck_assert_uint_eq(ag_fake_seen.smem, (unsigned)f->kernel.plan.smem_bytes);
+  ck_assert_uint_eq(ag_fake_seen.block, (unsigned)f->kernel.plan.fwd.threads);
+  ck_assert_uint_eq(ag_fake_seen.smem, (unsigned)f->kernel.plan.fwd.smem_bytes);
   ck_assert_uint_eq(ag_fake_seen.ptr[0], (CUdeviceptr)(uintptr_t)a->q);
   ck_assert_uint_eq(ag_fake_seen.ptr[3], (CUdeviceptr)(uintptr_t)a->o);
   ck_assert_uint_eq(ag_fake_seen.ptr[4], (CUdeviceptr)(uintptr_t)a->offsets);
   ck_assert_int_eq(ag_fake_seen.batch, a->batch);
   ck_assert_int_eq(ag_fake_seen.heads, a->heads);
   ck_assert_int_eq(ag_fake_seen.total, a->total_tokens);
-  int64_t groups = (a->heads + f->kernel.plan.heads_per_tile - 1) / f->kernel.plan.heads_per_tile;
+  const int hpt = f->kernel.plan.fwd.heads_per_tile;
+  int64_t groups = (a->heads + hpt - 1) / hpt;
   ck_assert_int_eq(ag_fake_seen.items, (a->batch + a->total_tokens / 64) * groups);
   ck_assert_uint_ge(ag_fake_seen.grid, 1);
   ck_assert_uint_le(ag_fake_seen.grid, (unsigned long long)ag_fake_seen.items);

@@ -115,7 +115,7 @@ START_TEST(validation_refuses_what_does_not_fit) {
   spec.rotary.base = 10000.0;
   ck_assert_int_eq(ag_plan_make(&spec, &p, &err), AG_OK);
   ck_assert(p.bwd.key_chunks);
-  ck_assert_str_eq(p.bwd.kernel_name, "ag_g_b144_d128_bf16_rope_bwd");
+  ck_assert_str_eq(ag_plan_kernel_for(&p, AG_PASS_BACKWARD)->name, "ag_g_b144_d128_bf16_rope_bwd");
 }
 END_TEST
 
@@ -128,9 +128,10 @@ START_TEST(plan_shapes) {
    * P and dS where K and V were, three CTAs per SM. */
   ag_spec s = spec_for("p", 64, 128, AG_DTYPE_BF16, false, AG_PASS_BACKWARD);
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-  ck_assert_str_eq(p.kernel_name, "");
-  ck_assert_int_eq(p.threads, 0);
-  ck_assert_str_eq(p.bwd.kernel_name, "ag_p_b64_d128_bf16_bwd");
+  ck_assert_ptr_null(ag_plan_kernel_for(&p, AG_PASS_FORWARD));
+  ck_assert_int_eq(p.fwd.threads, 0);
+  ck_assert_int_eq(p.nkernels, 1);
+  ck_assert_str_eq(ag_plan_kernel_for(&p, AG_PASS_BACKWARD)->name, "ag_p_b64_d128_bf16_bwd");
   ck_assert_str_eq(ag_plan_first_kernel(&p), "ag_p_b64_d128_bf16_bwd");
   ck_assert_int_eq(p.bwd.heads_per_tile, 1);
   ck_assert_int_eq(p.bwd.warps, 4);
@@ -147,8 +148,8 @@ START_TEST(plan_shapes) {
   /* head_dim 64: one head per tile, two stages of 32 KiB, three CTAs. */
   s = spec_for("p", 64, 64, AG_DTYPE_FP16, true, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-  ck_assert_str_eq(p.kernel_name, "ag_p_b64_d64_fp16_causal_fwd");
-  ck_assert_str_eq(p.bwd.kernel_name, "ag_p_b64_d64_fp16_causal_bwd");
+  ck_assert_str_eq(ag_plan_kernel_for(&p, AG_PASS_FORWARD)->name, "ag_p_b64_d64_fp16_causal_fwd");
+  ck_assert_str_eq(ag_plan_kernel_for(&p, AG_PASS_BACKWARD)->name, "ag_p_b64_d64_fp16_causal_bwd");
   ck_assert_int_eq(p.bwd.heads_per_tile, 1);
   ck_assert_int_eq(p.bwd.jobs, 4);
   ck_assert_int_eq(p.bwd.warps, 4);
@@ -208,9 +209,9 @@ START_TEST(plan_shapes) {
   ag_plan fwd;
   s.passes = AG_PASS_FORWARD;
   ck_assert_int_eq(ag_plan_make(&s, &fwd, &err), AG_OK);
-  ck_assert_str_eq(fwd.bwd.kernel_name, "");
-  memset(&p.bwd, 0, sizeof p.bwd);
-  ck_assert_int_eq(memcmp(&p, &fwd, sizeof p), 0);
+  ck_assert_ptr_null(ag_plan_kernel_for(&fwd, AG_PASS_BACKWARD));
+  ck_assert_int_eq(memcmp(&p.fwd, &fwd.fwd, sizeof p.fwd), 0);
+  ck_assert_int_eq(memcmp(&p.kernels[0], &fwd.kernels[0], sizeof p.kernels[0]), 0);
 
   /* Every block size: what fits is planned within the limits, what does
    * not is refused with the reason. */
@@ -420,7 +421,7 @@ START_TEST(both_passes_compile) {
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   char *src;
   ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
-  compile_and_check(src, p.kernel_name, p.bwd.kernel_name, "sm_90a", dir);
+  compile_and_check(src, ag_plan_kernel_for(&p, AG_PASS_FORWARD)->name, ag_plan_kernel_for(&p, AG_PASS_BACKWARD)->name, "sm_90a", dir);
   free(src);
   unsetenv(AG_ENV_NVRTC_VERBOSE);
   unsetenv(AG_ENV_DUMP_DIR);
@@ -445,9 +446,11 @@ static void fake_init(fake *f, int dim, unsigned passes) {
   ck_assert_int_eq(ag_plan_make(&f->kernel.spec, &f->kernel.plan, &err), AG_OK);
   ag_fake_driver_attach(&f->ctx, 8); /* 7 tensors, offsets */
   f->kernel.ctx = &f->ctx;
-  if (passes & AG_PASS_FORWARD) f->kernel.fn = (CUfunction)(uintptr_t)0xf00;
-  if (passes & AG_PASS_BACKWARD) f->kernel.fn_bwd = (CUfunction)(uintptr_t)0xb00;
-  f->kernel.ctas_per_sm = f->kernel.ctas_per_sm_bwd = 2;
+  for (int i = 0; i < f->kernel.plan.nkernels; i++) {
+    f->kernel.fn[i] = (CUfunction)(uintptr_t)(f->kernel.plan.kernels[i].pass == AG_PASS_FORWARD
+                                                  ? 0xf00 : 0xb00);
+    f->kernel.ctas_per_sm[i] = 2;
+  }
 }
 
 static ag_block_bwd_args valid_args(void) {
@@ -484,7 +487,7 @@ START_TEST(launch_parameters) {
     ck_assert_int_eq(ag_block_backward(&f.kernel, &a, NULL, &err), AG_OK);
     const ag_plan_bwd *p = &f.kernel.plan.bwd;
     ck_assert_int_eq(ag_fake_seen.count, 1);
-    ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn_bwd);
+    ck_assert_ptr_eq(ag_fake_seen.fn, (CUfunction)(uintptr_t)0xb00);
     ck_assert_uint_eq(ag_fake_seen.block, (unsigned)p->threads);
     ck_assert_uint_eq(ag_fake_seen.smem, (unsigned)p->smem_bytes);
     const void *in_order[8] = {a.q, a.k, a.v, a.dout, a.dq, a.dk, a.dv, a.offsets};

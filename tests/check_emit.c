@@ -94,44 +94,44 @@ START_TEST(test_plan_decisions) {
   ag_plan p;
   ag_spec s = spec_of("name: p\npattern: block_diagonal\nhead_dim: 128\ndtype: bf16\n");
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-  ck_assert_str_eq(p.kernel_name, "ag_p_b64_d128_bf16_fwd");
-  ck_assert_int_eq(p.heads_per_tile, 1);
-  ck_assert_int_eq(p.warps, 4);
-  ck_assert_int_eq(p.stages, 2);
-  ck_assert_int_eq(p.smem_bytes, 2 * 3 * 64 * 128 * 2);
-  ck_assert_int_eq(p.items_per_cta, 4);
+  ck_assert_str_eq(p.kernels[0].name, "ag_p_b64_d128_bf16_fwd");
+  ck_assert_int_eq(p.fwd.heads_per_tile, 1);
+  ck_assert_int_eq(p.fwd.warps, 4);
+  ck_assert_int_eq(p.fwd.stages, 2);
+  ck_assert_int_eq(p.fwd.smem_bytes, 2 * 3 * 64 * 128 * 2);
+  ck_assert_int_eq(p.fwd.items_per_cta, 4);
   /* head_dim 64: two heads per tile, so rows stay 256 contiguous bytes;
    * one tile per CTA, four CTAs per SM, one CTA per 2 tiles. */
   s.head_dim = 64;
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-  ck_assert_int_eq(p.heads_per_tile, 2);
-  ck_assert_int_eq(p.jobs_per_warp, 2);
-  ck_assert_int_eq(p.stages, 1);
-  ck_assert_int_eq(p.smem_bytes, 3 * 64 * 128 * 2);
-  ck_assert_int_eq(p.min_ctas_per_sm, 4);
-  ck_assert_int_eq(p.items_per_cta, 2);
+  ck_assert_int_eq(p.fwd.heads_per_tile, 2);
+  ck_assert_int_eq(p.fwd.jobs_per_warp, 2);
+  ck_assert_int_eq(p.fwd.stages, 1);
+  ck_assert_int_eq(p.fwd.smem_bytes, 3 * 64 * 128 * 2);
+  ck_assert_int_eq(p.fwd.min_ctas_per_sm, 4);
+  ck_assert_int_eq(p.fwd.items_per_cta, 2);
   /* 256-token blocks at 128: 8 warps taking two row tiles each, one stage
    * (two would need 384 KiB). */
   s.head_dim = 128;
   s.block_size = 256;
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-  ck_assert_int_eq(p.warps, 8);
-  ck_assert_int_eq(p.jobs_per_warp, 2);
-  ck_assert_int_eq(p.stages, 1);
-  ck_assert_int_le(p.smem_bytes, 227 * 1024);
+  ck_assert_int_eq(p.fwd.warps, 8);
+  ck_assert_int_eq(p.fwd.jobs_per_warp, 2);
+  ck_assert_int_eq(p.fwd.stages, 1);
+  ck_assert_int_le(p.fwd.smem_bytes, 227 * 1024);
   /* 16-token blocks: one warp. */
   s.block_size = 16;
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-  ck_assert_int_eq(p.threads, 32);
+  ck_assert_int_eq(p.fwd.threads, 32);
   /* Every supported shape fits in shared memory. */
   for (int b = 16; b <= 256; b += 16)
     for (int d = 64; d <= 128; d += 64) {
       s.block_size = b;
       s.head_dim = d;
       ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-      ck_assert_int_le(p.smem_bytes, 227 * 1024);
-      ck_assert_int_ge(p.warps * p.jobs_per_warp * 16, b * p.heads_per_tile);
-      ck_assert_int_lt((p.warps * p.jobs_per_warp - p.warps) * 16, b * p.heads_per_tile);
+      ck_assert_int_le(p.fwd.smem_bytes, 227 * 1024);
+      ck_assert_int_ge(p.fwd.warps * p.fwd.jobs_per_warp * 16, b * p.fwd.heads_per_tile);
+      ck_assert_int_lt((p.fwd.warps * p.fwd.jobs_per_warp - p.fwd.warps) * 16, b * p.fwd.heads_per_tile);
     }
 }
 END_TEST

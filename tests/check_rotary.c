@@ -175,13 +175,13 @@ START_TEST(plan_values) {
   ag_spec s = rope_spec("p", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
                         AG_POSITIONS_TABLE, QKV, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-  ck_assert_str_eq(p.kernel_name, "ag_p_b64_d128_bf16_rope_fwd");
-  ck_assert_str_eq(p.bwd.kernel_name, "ag_p_b64_d128_bf16_rope_bwd");
+  ck_assert_str_eq(ag_plan_kernel_for(&p, AG_PASS_FORWARD)->name, "ag_p_b64_d128_bf16_rope_fwd");
+  ck_assert_str_eq(ag_plan_kernel_for(&p, AG_PASS_BACKWARD)->name, "ag_p_b64_d128_bf16_rope_bwd");
   ck_assert_int_eq(p.rotary_table_bytes, 64 * 128 * 2);
-  ck_assert_int_eq(p.heads_per_tile, 1);
-  ck_assert_int_eq(p.stages, 2);
-  ck_assert_int_eq(p.smem_bytes, 2 * (3 * 64 * 256 + 64 * 256));
-  ck_assert_int_eq(p.min_ctas_per_sm, 1);
+  ck_assert_int_eq(p.fwd.heads_per_tile, 1);
+  ck_assert_int_eq(p.fwd.stages, 2);
+  ck_assert_int_eq(p.fwd.smem_bytes, 2 * (3 * 64 * 256 + 64 * 256));
+  ck_assert_int_eq(p.fwd.min_ctas_per_sm, 1);
   /* The backward: one stage of Q, K, V, dO and the table rows (P and dS
    * later where K and V were); two such CTAs per SM, for registers. */
   ck_assert_int_eq(p.bwd.stages, 1);
@@ -196,11 +196,11 @@ START_TEST(plan_values) {
   s = rope_spec("p", 64, 64, AG_DTYPE_FP16, true, AG_ROTARY_HALF, AG_POSITIONS_TABLE, QK,
                 AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-  ck_assert_str_eq(p.kernel_name, "ag_p_b64_d64_fp16_causal_rope_fwd");
-  ck_assert_str_eq(p.bwd.kernel_name, "ag_p_b64_d64_fp16_causal_rope_bwd");
-  ck_assert_int_eq(p.heads_per_tile, 2);
-  ck_assert_int_eq(p.smem_bytes, 3 * 64 * 256 + 64 * 128);
-  ck_assert_int_eq(p.min_ctas_per_sm, 4);
+  ck_assert_str_eq(ag_plan_kernel_for(&p, AG_PASS_FORWARD)->name, "ag_p_b64_d64_fp16_causal_rope_fwd");
+  ck_assert_str_eq(ag_plan_kernel_for(&p, AG_PASS_BACKWARD)->name, "ag_p_b64_d64_fp16_causal_rope_bwd");
+  ck_assert_int_eq(p.fwd.heads_per_tile, 2);
+  ck_assert_int_eq(p.fwd.smem_bytes, 3 * 64 * 256 + 64 * 128);
+  ck_assert_int_eq(p.fwd.min_ctas_per_sm, 4);
   ck_assert_int_eq(p.bwd.heads_per_tile, 1);
   ck_assert_int_eq(p.bwd.stages, 2);
   ck_assert_int_eq(p.bwd.smem_bytes, 2 * (4 * 64 * 128 + 64 * 128) + 4 * 16 * 72 * 2);
@@ -217,13 +217,12 @@ START_TEST(plan_values) {
     none.rotary.layout = AG_ROTARY_NONE;
     ck_assert_int_eq(ag_plan_make(&none, &plain, &err), AG_OK);
     ck_assert_int_eq(p.rotary_table_bytes, 0);
-    ck_assert_str_eq(plain.kernel_name, "ag_p_b64_d128_bf16_fwd");
-    memcpy(p.kernel_name, plain.kernel_name, sizeof p.kernel_name);
-    memcpy(p.bwd.kernel_name, plain.bwd.kernel_name, sizeof p.bwd.kernel_name);
+    ck_assert_str_eq(plain.kernels[0].name, "ag_p_b64_d128_bf16_fwd");
     ck_assert_int_eq(p.bwd.min_ctas_per_sm, 2);
     ck_assert_int_eq(plain.bwd.min_ctas_per_sm, 3);
     p.bwd.min_ctas_per_sm = 3;
-    ck_assert_int_eq(memcmp(&p, &plain, sizeof p), 0);
+    ck_assert_int_eq(memcmp(&p.fwd, &plain.fwd, sizeof p.fwd), 0);
+    ck_assert_int_eq(memcmp(&p.bwd, &plain.bwd, sizeof p.bwd), 0);
   }
 
   /* Every block size with a table: what fits is planned within the limits
@@ -248,8 +247,8 @@ START_TEST(plan_values) {
       } else {
         ck_assert_msg(st == AG_OK, "b%d d%d: %s", b, dim, err.message);
         ck_assert_int_eq(p.rotary_table_bytes, table);
-        ck_assert_int_eq(p.smem_bytes, p.stages * (p.heads_per_tile * 3 * b * dim * 2 + table));
-        ck_assert_int_le(p.smem_bytes * p.min_ctas_per_sm, MAX_SMEM);
+        ck_assert_int_eq(p.fwd.smem_bytes, p.fwd.stages * (p.fwd.heads_per_tile * 3 * b * dim * 2 + table));
+        ck_assert_int_le(p.fwd.smem_bytes * p.fwd.min_ctas_per_sm, MAX_SMEM);
       }
       s = rope_spec("p", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
                     AG_POSITIONS_TABLE, QK, AG_PASS_BACKWARD);
@@ -573,7 +572,8 @@ START_TEST(rotary_compiles) {
   const int max_spill = p.bwd.key_chunks && c->dim == 128 ? 128 : 64;
   char *src = emit(&s, NULL);
   const char *archs[] = {"sm_90a", "sm_80"};
-  const char *kernels[] = {p.kernel_name, p.bwd.kernel_name};
+  const char *kernels[] = {p.nkernels > 0 ? p.kernels[0].name : "",
+                           p.nkernels > 1 ? p.kernels[1].name : ""};
   const char *name = ag_plan_first_kernel(&p); /* the source's: "" without a forward */
   for (int a = 0; a < 2; a++) {
     void *cubin = NULL;
@@ -628,9 +628,9 @@ static void fake_init(fake *f, ag_rotary_positions positions) {
   ck_assert_int_eq(ag_plan_make(&f->kernel.spec, &f->kernel.plan, &err), AG_OK);
   ag_fake_driver_attach(&f->ctx, 0);
   f->kernel.ctx = &f->ctx;
-  f->kernel.fn = (CUfunction)(uintptr_t)0xf00;
-  f->kernel.fn_bwd = (CUfunction)(uintptr_t)0xb00;
-  f->kernel.ctas_per_sm = f->kernel.ctas_per_sm_bwd = 1;
+  f->kernel.fn[0] = (CUfunction)(uintptr_t)0xf00;
+  f->kernel.fn[1] = (CUfunction)(uintptr_t)0xb00;
+  f->kernel.ctas_per_sm[0] = f->kernel.ctas_per_sm[1] = 1;
 }
 
 static ag_block_fwd_args fwd_args(void) {
@@ -679,7 +679,7 @@ START_TEST(launch_passes_the_table) {
   ck_assert_int_eq(ag_fake_seen.batch, 2);
   ck_assert_int_eq(ag_fake_seen.heads, 8);
   ck_assert_int_eq(ag_fake_seen.total, 100);
-  ck_assert_uint_eq(ag_fake_seen.smem, (unsigned)f.kernel.plan.smem_bytes);
+  ck_assert_uint_eq(ag_fake_seen.smem, (unsigned)f.kernel.plan.fwd.smem_bytes);
 
   ag_block_bwd_args b = bwd_args();
   ag_fake_seen.ptrs = 9;

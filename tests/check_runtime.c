@@ -223,10 +223,11 @@ static const char fill_source[] =
 static ag_plan fill_plan(int threads, int smem) {
   ag_plan p;
   memset(&p, 0, sizeof p);
-  strcpy(p.kernel_name, "fill");
-  p.threads = threads;
-  p.warps = threads / 32;
-  p.smem_bytes = smem;
+  p.nkernels = 1;
+  strcpy(p.kernels[0].name, "fill");
+  p.kernels[0].pass = AG_PASS_FORWARD;
+  p.kernels[0].threads = threads;
+  p.kernels[0].smem_bytes = smem;
   return p;
 }
 
@@ -272,10 +273,10 @@ START_TEST(device_kernel_load_and_launch) {
   ag_status st = ag_context_kernel(ctx, &spec, &plan, fill_source, ctx->arch, &k, &err);
   ck_assert_msg(st == AG_OK, "%s", err.message);
   ck_assert_ptr_eq(k->ctx, ctx);
-  ck_assert_ptr_nonnull(k->fn);
-  ck_assert_int_ge(k->ctas_per_sm, 1);
+  ck_assert_ptr_nonnull(k->fn[0]);
+  ck_assert_int_ge(k->ctas_per_sm[0], 1);
   ck_assert_str_eq(ag_kernel_spec(k)->name, "fill");
-  ck_assert_int_eq(k->plan.smem_bytes, 64 * 1024);
+  ck_assert_int_eq(k->plan.kernels[0].smem_bytes, 64 * 1024);
   /* The same source again: the same kernel from memory. */
   ck_assert_int_eq(ag_context_kernel(ctx, &spec, &plan, fill_source, ctx->arch, &again, &err),
                    AG_OK);
@@ -290,7 +291,7 @@ START_TEST(device_kernel_load_and_launch) {
   float v = 2.5f;
   void *args[] = {&buf, &v};
   st = ag_cuda_check(&err,
-                     d->cuLaunchKernel(k->fn, BLOCKS, 1, 1, 128, 1, 1, (unsigned)plan.smem_bytes,
+                     d->cuLaunchKernel(k->fn[0], BLOCKS, 1, 1, 128, 1, 1, (unsigned)plan.kernels[0].smem_bytes,
                                        NULL, args, NULL),
                      "cuLaunchKernel");
   ck_assert_msg(st == AG_OK, "%s", err.message);
@@ -312,7 +313,7 @@ START_TEST(device_kernel_load_and_launch) {
   ag_error_clear(&err);
   /* A name the module lacks. */
   ag_plan wrong = fill_plan(128, 0);
-  strcpy(wrong.kernel_name, "no_such_kernel");
+  strcpy(wrong.kernels[0].name, "no_such_kernel");
   ck_assert_int_eq(ag_context_kernel(ctx, &spec, &wrong, other_source, ctx->arch, &none, &err),
                    AG_ERR_CUDA);
   ck_assert_ptr_nonnull(strstr(err.message, "no_such_kernel"));

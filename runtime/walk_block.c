@@ -1,0 +1,33 @@
+/* walk_block.c: the host half of the block walk (templates/block_walk.cuh):
+ * how many (virtual block, head group) items there are and how many CTAs
+ * take them, from batch, heads and total_tokens alone. */
+#include <stdint.h>
+
+#include "runtime.h"
+
+/* Items: (batch + floor(total / block)) virtual blocks times head groups
+ * (block_walk.cuh's numbering: sequence i's blocks start at i + offsets[i]
+ * / block, so the count needs no offsets). */
+ag_status ag_walk_block_grid(const ag_walk *w, const ag_launch *a, int sm_count, int ctas_per_sm,
+                             unsigned out_grid[3], int64_t *out_items, ag_error *err) {
+  const int64_t groups = (a->heads + w->heads_per_item - 1) / w->heads_per_item;
+  const int64_t batch = a->batch, total = a->total_q;
+  if (total / w->rows > INT64_MAX - batch) /* checked before adding: no UB */
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "work count overflows");
+  const int64_t vblocks = batch + total / w->rows;
+  if (vblocks > INT64_MAX / groups)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "work count overflows");
+  const int64_t items = vblocks * groups;
+  /* Persistent: as many CTAs as fit at once. Otherwise one CTA per
+   * items_per_cta items, so the hardware balances CTAs across SMs; past the
+   * grid limit, CTAs take proportionally more. */
+  int64_t grid = (int64_t)sm_count * ctas_per_sm;
+  if (w->items_per_cta > 0) /* rounded up without forming items + items_per_cta - 1 */
+    grid = items / w->items_per_cta + (items % w->items_per_cta != 0);
+  if (grid > INT32_MAX) grid = INT32_MAX;
+  if (grid > items) grid = items;
+  out_grid[0] = (unsigned)grid;
+  out_grid[1] = out_grid[2] = 1;
+  *out_items = items;
+  return AG_OK;
+}
