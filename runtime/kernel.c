@@ -59,7 +59,6 @@ ag_status ag_compile(const ag_spec *spec, const char *arch, void **out_cubin, si
 ag_status ag_kernel_get(ag_context *ctx, const ag_spec *spec, ag_kernel **out_kernel,
                         ag_error *err) {
   char *source = NULL;
-  char name[AG_KERNEL_NAME_MAX];
   ag_spec resolved;
   ag_plan plan;
   if (!out_kernel)
@@ -74,10 +73,7 @@ ag_status ag_kernel_get(ag_context *ctx, const ag_spec *spec, ag_kernel **out_ke
                    arch ? arch : "an unknown arch", ctx->ordinal, ctx->name, ctx->arch);
   ag_status st = resolve(spec, arch, &resolved, err);
   if (st == AG_OK) st = ag_plan_make(&resolved, &plan, err);
-  if (st == AG_OK) st = ag_emit(&resolved, &source, name, err);
-  if (st == AG_OK && strcmp(name, ag_plan_first_kernel(&plan)) != 0)
-    st = ag_fail(err, AG_ERR_TEMPLATE, "the plan names the kernel %s, the emitted source %s",
-                 ag_plan_first_kernel(&plan), name);
+  if (st == AG_OK) st = ag_emit_plan(&resolved, &plan, &source, err); /* planned once */
   if (st == AG_OK) st = ag_context_kernel(ctx, &resolved, &plan, source, arch, out_kernel, err);
   free(source);
   return st;
