@@ -86,7 +86,8 @@ $(B)/check_attngen: $(TEST_OBJ) $(TOOLS_LINK)
 # pass without a driver or device).
 test: deps
 	$(MAKE) $(B)/check_attngen $(B)/attngen $(B)/libattngen.so $(B)/tune_block
-	cd tests && ATTNGEN_BIN=../$(B)/attngen TUNE_BLOCK_BIN=../$(B)/tune_block ../$(B)/check_attngen
+	cd tests && ATTNGEN_BIN=../$(B)/attngen TUNE_BLOCK_BIN=../$(B)/tune_block \
+	  ATTNGEN_SO=../$(B)/libattngen.so ../$(B)/check_attngen
 	@if python3 -c 'import pytest' 2>/dev/null; then \
 	  python3 -m pytest -q -rs bindings/python/tests bench/tests; \
 	else echo "SKIP python binding tests: pytest is not installed (pip install pytest)"; fi
@@ -136,8 +137,9 @@ VALGRIND_BAD := tests/spec_errors/alias_bomb.yaml tests/spec_errors/binary_png.y
 # it must, should a GPU be present.
 asan: deps
 	$(MAKE) B=build-asan CC="$(CC) $(ASAN_FLAGS)" build-asan/check_attngen build-asan/attngen \
-	  build-asan/tune_block
+	  build-asan/tune_block build-asan/libattngen.so
 	cd tests && CK_FORK=yes ATTNGEN_BIN=../build-asan/attngen TUNE_BLOCK_BIN=../build-asan/tune_block \
+	  ATTNGEN_SO=../build-asan/libattngen.so \
 	  ASAN_OPTIONS=$(ASAN_RUN) \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ../build-asan/check_attngen
