@@ -64,8 +64,10 @@ $(B)/libattngen_gen.a: $(GEN_OBJ)
 	rm -f $@ && ar rcs $@ $^
 $(B)/libattngen.a: $(GEN_OBJ) $(RT_OBJ)
 	rm -f $@ && ar rcs $@ $^
+# -z defs: every symbol the library uses must resolve at link time, so code
+# in generator/ or runtime/ that calls into the tools library fails here.
 $(B)/libattngen.so.$(VERSION): $(GEN_OBJ) $(RT_OBJ)
-	$(CC) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
+	$(CC) -shared -Wl,-z,defs -Wl,-soname,$(SONAME) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
 $(B)/$(SONAME): $(B)/libattngen.so.$(VERSION)
 	ln -sfn libattngen.so.$(VERSION) $@
 $(B)/libattngen.so: $(B)/$(SONAME)
