@@ -1,4 +1,6 @@
-# Makefile for attngen: the generator library, the runtime library, the CLI
+# Makefile for attngen: the library (generator + runtime: libattngen.a and
+# libattngen.so, which export only include/attngen.h), the tools library
+# (selfcheck + the float64 reference, for the CLI, tests and bench), the CLI
 # and the Check test suite. `make` builds, `make test` runs the tests (GPU
 # tests skip with a printed reason when no driver or device is present),
 # `make demo` generates and compiles every bundled spec and, on a GPU, runs
@@ -7,31 +9,44 @@
 CUDA_HOME ?= /usr/local/cuda
 CC ?= cc
 CFLAGS ?= -O2 -g
-CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -fPIC
-CPPFLAGS += -Iinclude -Igenerator -Iruntime -Ireference -I$(CUDA_HOME)/include
+# -fvisibility=hidden: only declarations marked AG_API (include/attngen.h)
+# are exported from libattngen.so.
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -fPIC \
+  -fvisibility=hidden
+CPPFLAGS += -Iinclude -Igenerator -Iruntime -Ireference -Itools/lib -I$(CUDA_HOME)/include
 YAML_LIBS := -lyaml
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -pthread)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnvrtc
 SYS_LIBS := -ldl -lpthread -lm
 
 B := build
+# The shared library's version is the header's; its SONAME carries the major:
+# libattngen.so.0.1.0, with symlinks libattngen.so.0 (the SONAME) and
+# libattngen.so (for the link line and the Python binding).
+VERSION := $(shell sed -n 's/^\#define AG_VERSION_STRING "\([0-9.]*\)".*/\1/p' include/attngen.h)
+SO_MAJOR := $(firstword $(subst ., ,$(VERSION)))
+SONAME := libattngen.so.$(SO_MAJOR)
 GEN_SRC := $(wildcard generator/*.c)
-RT_SRC := $(wildcard runtime/*.c) $(wildcard reference/*.c)
+RT_SRC := $(wildcard runtime/*.c)
+# The tools library: not part of libattngen; every reference/*.c is in it.
+TOOLS_SRC := $(wildcard tools/lib/*.c) $(wildcard reference/*.c)
 TEMPLATES := $(sort $(wildcard templates/*.cu templates/*.cuh))
 TEST_SRC := $(wildcard tests/check_*.c) tests/util.c tests/fake_driver.c
 
 GEN_OBJ := $(GEN_SRC:%.c=$(B)/%.o) $(B)/templates_embedded.o
 RT_OBJ := $(RT_SRC:%.c=$(B)/%.o)
+TOOLS_OBJ := $(TOOLS_SRC:%.c=$(B)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(B)/%.o)
 
 .PHONY: all deps test demo clean
-all: $(B)/attngen $(B)/libattngen.a $(B)/libattngen.so
+all: $(B)/attngen $(B)/libattngen.a $(B)/libattngen.so $(B)/libattngen_tools.a
 
 # Installs libyaml, Check and pkg-config with apt-get when they are missing.
 deps:
 	@tools/deps.sh
 
-$(B)/%.o: %.c $(wildcard include/*.h generator/*.h runtime/*.h reference/*.h tests/*.h)
+$(B)/%.o: %.c $(wildcard include/*.h generator/*.h runtime/*.h reference/*.h tools/lib/*.h \
+    tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -49,20 +64,32 @@ $(B)/libattngen_gen.a: $(GEN_OBJ)
 	rm -f $@ && ar rcs $@ $^
 $(B)/libattngen.a: $(GEN_OBJ) $(RT_OBJ)
 	rm -f $@ && ar rcs $@ $^
-$(B)/libattngen.so: $(GEN_OBJ) $(RT_OBJ)
-	$(CC) -shared -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
+# -z defs: every symbol the library uses must resolve at link time, so code
+# in generator/ or runtime/ that calls into the tools library fails here.
+$(B)/libattngen.so.$(VERSION): $(GEN_OBJ) $(RT_OBJ)
+	$(CC) -shared -Wl,-z,defs -Wl,-soname,$(SONAME) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
+$(B)/$(SONAME): $(B)/libattngen.so.$(VERSION)
+	ln -sfn libattngen.so.$(VERSION) $@
+$(B)/libattngen.so: $(B)/$(SONAME)
+	ln -sfn $(SONAME) $@
+# Selfcheck and the reference; they use the runtime's internals, so whatever
+# links this links the static libattngen.a after it.
+$(B)/libattngen_tools.a: $(TOOLS_OBJ)
+	rm -f $@ && ar rcs $@ $^
+TOOLS_LINK := $(B)/libattngen_tools.a $(B)/libattngen.a
 
-$(B)/attngen: $(B)/cli/main.o $(B)/libattngen.a
+$(B)/attngen: $(B)/cli/main.o $(TOOLS_LINK)
 	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
 
-$(B)/check_attngen: $(TEST_OBJ) $(B)/libattngen.a
+$(B)/check_attngen: $(TEST_OBJ) $(TOOLS_LINK)
 	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(CHECK_LIBS) $(SYS_LIBS)
 
 # The test command of the README: the Check suite (GPU tests print SKIP and
 # pass without a driver or device).
 test: deps
 	$(MAKE) $(B)/check_attngen $(B)/attngen $(B)/libattngen.so $(B)/tune_block
-	cd tests && ATTNGEN_BIN=../$(B)/attngen TUNE_BLOCK_BIN=../$(B)/tune_block ../$(B)/check_attngen
+	cd tests && ATTNGEN_BIN=../$(B)/attngen TUNE_BLOCK_BIN=../$(B)/tune_block \
+	  ATTNGEN_SO=../$(B)/libattngen.so ../$(B)/check_attngen
 	@if python3 -c 'import pytest' 2>/dev/null; then \
 	  python3 -m pytest -q -rs bindings/python/tests bench/tests; \
 	else echo "SKIP python binding tests: pytest is not installed (pip install pytest)"; fi
@@ -75,11 +102,11 @@ clean:
 	rm -rf $(B)
 
 # Plan-tuning tool for the GPU machine (not part of `all`).
-$(B)/tune_block: $(B)/bench/tune_block.o $(B)/libattngen.a
+$(B)/tune_block: $(B)/bench/tune_block.o $(TOOLS_LINK)
 	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
 
 # Per-CTA timeline of the forward (bench/cta_timeline.c; not part of `all`).
-$(B)/cta_timeline: $(B)/bench/cta_timeline.o $(B)/libattngen.a
+$(B)/cta_timeline: $(B)/bench/cta_timeline.o $(TOOLS_LINK)
 	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
 
 # ---- reliability: sanitizers, fuzzing, valgrind (docs/reliability.md) -------
@@ -112,8 +139,9 @@ VALGRIND_BAD := tests/spec_errors/alias_bomb.yaml tests/spec_errors/binary_png.y
 # it must, should a GPU be present.
 asan: deps
 	$(MAKE) B=build-asan CC="$(CC) $(ASAN_FLAGS)" build-asan/check_attngen build-asan/attngen \
-	  build-asan/tune_block
+	  build-asan/tune_block build-asan/libattngen.so
 	cd tests && CK_FORK=yes ATTNGEN_BIN=../build-asan/attngen TUNE_BLOCK_BIN=../build-asan/tune_block \
+	  ATTNGEN_SO=../build-asan/libattngen.so \
 	  ASAN_OPTIONS=$(ASAN_RUN) \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ../build-asan/check_attngen

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "reference.h"
+#include "runtime.h" /* internal: the plan and the driver table (see README, Development) */
 #include "selfcheck.h"
 
 enum { MAX_CTAS = 1 << 17 };

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "reference.h"
+#include "runtime.h" /* internal: the plan and the driver table (see README, Development) */
 #include "selfcheck.h"
 
 static void usage(const char *why) {

@@ -1,7 +1,9 @@
 /* main.c: the attngen command line. Thin on purpose: each subcommand is a
  * few calls into the generator and runtime libraries; this file only parses
  * arguments, prints and picks exit codes (0 ok, 1 failed, 2 usage,
- * 3 skipped: no GPU). */
+ * 3 skipped: no GPU). It includes only the public header and the tools
+ * library's (attngen_tools.h, selfcheck.h, reference.h), never an internal
+ * one. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -11,8 +13,8 @@
 #include <string.h>
 
 #include "attngen.h"
+#include "attngen_tools.h"
 #include "reference.h"
-#include "runtime.h"
 #include "selfcheck.h"
 
 enum { EXIT_USAGE = 2, EXIT_SKIPPED = 3 };
@@ -145,8 +147,7 @@ static int write_output(const char *path, const void *data, size_t len) {
     return 0;
   }
   ag_error err = {0};
-  const void *parts[] = {data};
-  if (ag_write_atomic(path, parts, &len, 1, &err) != AG_OK) return report(&err);
+  if (ag_tool_write_file(path, data, len, &err) != AG_OK) return report(&err);
   return 0;
 }
 
@@ -179,7 +180,7 @@ static int cmd_compile(int argc, char **argv) {
   void *cubin;
   size_t size;
   char *warning = NULL;
-  if (ag_compile_spec(&spec, arch, &cubin, &size, NULL, &warning, &err) != AG_OK)
+  if (ag_tool_compile(&spec, arch, &cubin, &size, &warning, &err) != AG_OK)
     return report(&err);
   if (warning) fprintf(stderr, "attngen: warning: %s\n", warning);
   free(warning);
@@ -203,7 +204,7 @@ static ag_status run_forward(ag_kernel *kern, const int32_t *lengths, const opti
   ag_check_result r;
   ag_status st = ag_selfcheck_block_forward(kern, lengths, o->batch, o->heads, copt, &r, err);
   if (st != AG_OK) return st;
-  double tol = ag_check_tolerance(kern->spec.dtype, false);
+  double tol = ag_check_tolerance(ag_kernel_spec(kern)->dtype, false);
   *pass = r.rel_error <= tol && r.unwritten == 0 && r.guard_clobbered == 0;
   print_shape(o, r.blocks);
   printf("  check: rel error %.3g (limit %.0e) over %" PRId64 " sequences, %" PRId64
@@ -225,7 +226,7 @@ static ag_status run_backward(ag_kernel *kern, const int32_t *lengths, const opt
   ag_check_bwd_result r;
   ag_status st = ag_selfcheck_block_backward(kern, lengths, o->batch, o->heads, copt, &r, err);
   if (st != AG_OK) return st;
-  double tol = ag_check_tolerance(kern->spec.dtype, true);
+  double tol = ag_check_tolerance(ag_kernel_spec(kern)->dtype, true);
   int64_t unwritten = r.unwritten[0] + r.unwritten[1] + r.unwritten[2];
   *pass = r.rel_error[0] <= tol && r.rel_error[1] <= tol && r.rel_error[2] <= tol &&
           unwritten == 0 && r.guard_clobbered == 0;
@@ -272,16 +273,15 @@ static int cmd_run(int argc, char **argv) {
   ag_check_options copt = {.seed = (uint64_t)o.seed, .time_iters = (int)o.iters,
                            .warmup_iters = o.iters ? 3 : 0};
   st = ag_kernel_get(ctx, &spec, &kern, &err);
-  char *warning = ag_context_cache_warning(ctx);
+  char *warning = ag_tool_cache_warning(ctx);
   if (warning) fprintf(stderr, "attngen: warning: %s\n", warning);
   free(warning);
   bool fwd_pass = true, bwd_pass = true;
   if (st == AG_OK) {
-    const ag_plan *p = &kern->plan;
     printf("%s: ", o.spec);
-    for (int i = 0; i < p->nkernels; i++)
-      printf("%s%s", i ? " and " : "", p->kernels[i].name);
-    printf(" on %s\n", ctx->name);
+    for (int i = 0; ag_tool_kernel_name(kern, i); i++)
+      printf("%s%s", i ? " and " : "", ag_tool_kernel_name(kern, i));
+    printf(" on %s\n", ag_tool_device_name(ctx));
     if (spec.passes & AG_PASS_FORWARD)
       st = run_forward(kern, lengths, &o, &copt, &fwd_pass, &err);
     if (st == AG_OK && (spec.passes & AG_PASS_BACKWARD))

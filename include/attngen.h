@@ -23,6 +23,15 @@ extern "C" {
 
 #define AG_VERSION_STRING "0.1.0"
 
+/* Marks the functions libattngen.so exports. The library is built with
+ * -fvisibility=hidden, so this header's declarations are its whole dynamic
+ * interface; tests/check_exports.c holds the two lists equal. */
+#if defined(__GNUC__)
+#define AG_API __attribute__((visibility("default")))
+#else
+#define AG_API
+#endif
+
 /* ---- errors ------------------------------------------------------------ */
 
 typedef enum ag_status {
@@ -51,9 +60,9 @@ typedef struct ag_error {
 } ag_error;
 
 /* A static, never-NULL name for a status code ("invalid spec", ...). */
-const char *ag_strerror(ag_status code);
+AG_API const char *ag_strerror(ag_status code);
 /* Frees the message and resets the record; accepts NULL. */
-void ag_error_clear(ag_error *err);
+AG_API void ag_error_clear(ag_error *err);
 
 /* ---- specs ------------------------------------------------------------- */
 
@@ -113,14 +122,14 @@ typedef struct ag_spec {
  * still be inspected); otherwise it is zeroed. On AG_OK err is cleared.
  * out_spec and err may be NULL. Thread-safe; allocates nothing that outlives
  * the call. */
-ag_status ag_spec_load_file(const char *path, ag_spec *out_spec, ag_error *err);
+AG_API ag_status ag_spec_load_file(const char *path, ag_spec *out_spec, ag_error *err);
 /* As above from memory; `source_name` names it in messages (NULL:
  * "<string>"). */
-ag_status ag_spec_load_string(const char *yaml, size_t len, const char *source_name,
-                              ag_spec *out_spec, ag_error *err);
+AG_API ag_status ag_spec_load_string(const char *yaml, size_t len, const char *source_name,
+                                     ag_spec *out_spec, ag_error *err);
 
 /* The effective softmax scale (resolves auto). */
-double ag_spec_scale(const ag_spec *spec);
+AG_API double ag_spec_scale(const ag_spec *spec);
 
 /* ---- generation -------------------------------------------------------- */
 
@@ -132,19 +141,19 @@ double ag_spec_scale(const ag_spec *spec);
  * reported, ending _fwd) and then the backward (the same name ending
  * _bwd). */
 #define AG_KERNEL_NAME_MAX 128
-ag_status ag_emit(const ag_spec *spec, char **out_source, char *out_kernel_name,
-                  ag_error *err);
+AG_API ag_status ag_emit(const ag_spec *spec, char **out_source, char *out_kernel_name,
+                         ag_error *err);
 
 /* ---- compilation (NVRTC; no driver needed) ----------------------------- */
 
 /* "sm_90a" or "sm_80" for a spec arch; AG_ARCH_AUTO gives NULL. */
-const char *ag_arch_name(ag_arch arch);
+AG_API const char *ag_arch_name(ag_arch arch);
 
 /* Compile a spec to a cubin for `arch` ("sm_90a", "sm_80", ...), through the
  * on-disk cache (ATTNGEN_CACHE_DIR, ATTNGEN_CACHE_DISABLE). *out_cubin is
  * from malloc(); the caller frees it. Thread-safe. May take seconds. */
-ag_status ag_compile(const ag_spec *spec, const char *arch, void **out_cubin,
-                     size_t *out_size, ag_error *err);
+AG_API ag_status ag_compile(const ag_spec *spec, const char *arch, void **out_cubin,
+                            size_t *out_size, ag_error *err);
 
 /* ---- runtime (Driver API) ---------------------------------------------- */
 
@@ -154,25 +163,25 @@ struct CUstream_st;                   /* CUstream from cuda.h */
 
 /* Create a context on a device: loads libcuda.so.1 on first use, retains the
  * device's primary context. Thread-safe. */
-ag_status ag_context_create(int device_ordinal, ag_context **out_ctx, ag_error *err);
+AG_API ag_status ag_context_create(int device_ordinal, ag_context **out_ctx, ag_error *err);
 /* Unloads every kernel and releases the primary context; accepts NULL. No
  * launch on this context may be in flight or start during the call. */
-void ag_context_destroy(ag_context *ctx);
+AG_API void ag_context_destroy(ag_context *ctx);
 /* The device's arch name ("sm_90a" for compute capability 9.0). */
-const char *ag_context_arch(const ag_context *ctx);
+AG_API const char *ag_context_arch(const ag_context *ctx);
 
 /* Get the kernel for a spec: from the context's memory cache, else the disk
  * cache, else NVRTC. The kernel lives as long as the context. Thread-safe;
  * may compile (seconds) on a miss. */
-ag_status ag_kernel_get(ag_context *ctx, const ag_spec *spec, ag_kernel **out_kernel,
-                        ag_error *err);
+AG_API ag_status ag_kernel_get(ag_context *ctx, const ag_spec *spec, ag_kernel **out_kernel,
+                               ag_error *err);
 /* The same from a spec file or YAML text: parse and validate (errors as
  * ag_spec_load_*), then ag_kernel_get. */
-ag_status ag_kernel_get_file(ag_context *ctx, const char *path, ag_kernel **out_kernel,
-                             ag_error *err);
-ag_status ag_kernel_get_string(ag_context *ctx, const char *yaml, size_t len,
-                               ag_kernel **out_kernel, ag_error *err);
-const ag_spec *ag_kernel_spec(const ag_kernel *kernel);
+AG_API ag_status ag_kernel_get_file(ag_context *ctx, const char *path, ag_kernel **out_kernel,
+                                    ag_error *err);
+AG_API ag_status ag_kernel_get_string(ag_context *ctx, const char *yaml, size_t len,
+                                      ag_kernel **out_kernel, ag_error *err);
+AG_API const ag_spec *ag_kernel_spec(const ag_kernel *kernel);
 
 /* Block-diagonal forward. Tensors are packed [total_tokens, heads, head_dim]
  * of the spec's dtype, contiguous, 16-byte aligned, on the context's device;
@@ -200,8 +209,8 @@ typedef struct ag_block_fwd_args {
    * [0, head_dim/2) and cos in [head_dim/2, head_dim), in the spec's dtype. */
   const void *rotary_table;
 } ag_block_fwd_args;
-ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *args,
-                           struct CUstream_st *stream, ag_error *err);
+AG_API ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *args,
+                                  struct CUstream_st *stream, ag_error *err);
 
 /* Block-diagonal backward: dq, dk, dv (dL/dQ, dL/dK, dL/dV) from q, k, v and
  * dout = dL/dO, with the softmax recomputed from q and k (no O and no
@@ -220,8 +229,8 @@ typedef struct ag_block_bwd_args {
   const int32_t *host_offsets; /* optional, as in ag_block_fwd_args */
   const void *rotary_table;    /* as in ag_block_fwd_args */
 } ag_block_bwd_args;
-ag_status ag_block_backward(ag_kernel *kernel, const ag_block_bwd_args *args,
-                            struct CUstream_st *stream, ag_error *err);
+AG_API ag_status ag_block_backward(ag_kernel *kernel, const ag_block_bwd_args *args,
+                                   struct CUstream_st *stream, ag_error *err);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 
 #include "plan.h"
 #include "reference.h"
+#include "runtime.h"
 #include "selfcheck.h"
 
 typedef struct kernel_case {

@@ -1,12 +1,16 @@
 /* selfcheck.c: random inputs (and a rotary table of real sines and cosines
  * for kernels that take one), NaN-poisoned outputs, the float64 reference
- * on a sample of sequences, and CUDA-event timing; see selfcheck.h. */
+ * on a sample of sequences, and CUDA-event timing; see selfcheck.h. Part
+ * of the tools library (build/libattngen_tools.a), not of libattngen: it
+ * reaches the runtime's internals (the driver table, the kernel struct), so
+ * it links against the static libattngen.a. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "reference.h"
+#include "runtime.h"
 #include "selfcheck.h"
 
 enum { CHUNK_ELEMS = 1 << 24 }; /* host staging: 32 MiB of 16-bit values */

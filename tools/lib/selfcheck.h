@@ -1,11 +1,16 @@
 /* selfcheck.h: run a generated kernel on fresh random data, check it against
  * the float64 CPU reference and time it. Used by `attngen run`, the GPU
  * tests and the benchmark; sized for tensors past 2^31 elements (inputs are
- * generated and verified in chunks, the reference runs on a sample). */
+ * generated and verified in chunks, the reference runs on a sample). Part
+ * of the tools library (build/libattngen_tools.a, not libattngen): it
+ * includes only the public header. */
 #ifndef AG_SELFCHECK_H
 #define AG_SELFCHECK_H
 
-#include "runtime.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attngen.h"
 
 typedef struct ag_check_options {
   uint64_t seed;          /* inputs are a pure function of (seed, element) */
