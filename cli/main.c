@@ -16,6 +16,7 @@
 #include "attngen_tools.h"
 #include "reference.h"
 #include "selfcheck.h"
+#include "selfcheck_jagged.h"
 
 enum { EXIT_USAGE = 2, EXIT_SKIPPED = 3 };
 
@@ -242,6 +243,48 @@ static ag_status run_backward(ag_kernel *kern, const int32_t *lengths, const opt
   return AG_OK;
 }
 
+/* A jagged spec: self-attention over the lengths, every pass checked
+ * against float64 (the backward five times, bit for bit), then timed. */
+static ag_status run_jagged(ag_kernel *kern, const int32_t *lengths, const options *o,
+                            bool *pass, ag_error *err) {
+  const ag_spec *spec = ag_kernel_spec(kern);
+  ag_jagged_check_options jopt = {.seed = (uint64_t)o->seed, .heads = o->heads,
+                                  .backward = true, .repeat_backward = 4, .iters = (int)o->iters};
+  ag_jagged_check_result r;
+  ag_status st = ag_selfcheck_jagged(kern, lengths, NULL, o->batch, &jopt, &r, err);
+  if (st != AG_OK) return st;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < o->batch; i++) tokens += lengths[i];
+  printf("  shape: batch %" PRId64 ", lengths in [%" PRId64 ", %" PRId64 "], heads %" PRId64
+         ", %" PRId64 " tokens\n",
+         o->batch, o->min_seqlen, o->seqlen, o->heads, tokens);
+  const bool fwd = spec->passes & AG_PASS_FORWARD, bwd = spec->passes & AG_PASS_BACKWARD;
+  const double tol = ag_jagged_tolerance(spec->dtype, false),
+               btol = ag_jagged_tolerance(spec->dtype, true);
+  bool fwd_ok = !fwd || (r.rel_o <= tol && r.lse_abs <= 2e-3 && r.lse_mismatch == 0);
+  bool bwd_ok = !bwd || (r.rel_dq <= btol && r.rel_dk <= btol && r.rel_dv <= btol &&
+                         r.bitwise_repeatable);
+  *pass = fwd_ok && bwd_ok && r.unwritten == 0;
+  if (fwd)
+    printf("  check: rel error %.3g (limit %.0e), logsumexp max error %.2g, over %" PRId64
+           " (sequence, head) pairs: %s\n",
+           r.rel_o, tol, r.lse_abs, r.checked_pairs, fwd_ok && r.unwritten == 0 ? "PASS" : "FAIL");
+  if (bwd)
+    printf("  backward check: rel error dq %.3g, dk %.3g, dv %.3g (limit %.0e), five runs %s: "
+           "%s\n",
+           r.rel_dq, r.rel_dk, r.rel_dv, btol,
+           r.bitwise_repeatable ? "bit-identical" : "DIFFERENT", bwd_ok ? "PASS" : "FAIL");
+  if (r.unwritten) printf("  %" PRId64 " output elements never written: FAIL\n", r.unwritten);
+  if (fwd && r.fwd_ms > 0)
+    printf("  time: %.4f ms (median of %" PRId64 "), %.1f TFLOP/s (useful)\n", r.fwd_ms,
+           o->iters, r.fwd_flops / (r.fwd_ms * 1e-3) / 1e12);
+  if (bwd && r.bwd_ms > 0)
+    printf("  backward time: %.4f ms (median of %" PRId64 "), %.1f TFLOP/s (useful, 2.5x the "
+           "forward's)\n",
+           r.bwd_ms, o->iters, 2.5 * r.fwd_flops / (r.bwd_ms * 1e-3) / 1e12);
+  return AG_OK;
+}
+
 /* Compile (cached), then check and time each pass the spec names on the
  * same lengths: the forward, then the backward. */
 static int cmd_run(int argc, char **argv) {
@@ -282,9 +325,11 @@ static int cmd_run(int argc, char **argv) {
     for (int i = 0; ag_tool_kernel_name(kern, i); i++)
       printf("%s%s", i ? " and " : "", ag_tool_kernel_name(kern, i));
     printf(" on %s\n", ag_tool_device_name(ctx));
-    if (spec.passes & AG_PASS_FORWARD)
+    if (spec.pattern == AG_PATTERN_JAGGED)
+      st = run_jagged(kern, lengths, &o, &fwd_pass, &err);
+    else if (spec.passes & AG_PASS_FORWARD)
       st = run_forward(kern, lengths, &o, &copt, &fwd_pass, &err);
-    if (st == AG_OK && (spec.passes & AG_PASS_BACKWARD))
+    if (st == AG_OK && spec.pattern != AG_PATTERN_JAGGED && (spec.passes & AG_PASS_BACKWARD))
       st = run_backward(kern, lengths, &o, &copt, !(spec.passes & AG_PASS_FORWARD), &bwd_pass,
                         &err);
   }

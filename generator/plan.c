@@ -30,6 +30,7 @@ ag_plan_kernel *ag_plan_add_kernel(const ag_spec *spec, ag_plan *plan, unsigned 
   ag_plan_kernel *k = &plan->kernels[plan->nkernels++];
   memset(k, 0, sizeof *k);
   snprintf(k->name, sizeof k->name, "%s", name_tag);
+  snprintf(k->template_name, sizeof k->template_name, "%s", name_tag);
   k->pass = pass;
   k->template_file = template_file;
   return k;

@@ -67,7 +67,15 @@ typedef struct ag_plan_const {
 typedef struct ag_plan_kernel {
   char name[AG_KERNEL_NAME_MAX]; /* extern "C" entry point */
   unsigned pass;                 /* AG_PASS_FORWARD or AG_PASS_BACKWARD */
-  const char *template_file;     /* in templates/ */
+  /* In templates/; NULL: the entry point is defined by the template of the
+   * kernel before it (one template holding several kernels). */
+  const char *template_file;
+  /* @KERNEL_NAME@ of the template: the entry point's name, or the stem a
+   * template of several kernels suffixes */
+  char template_name[AG_KERNEL_NAME_MAX];
+  /* NULL, or a C++ namespace the emitter wraps the expansion in (a second
+   * template in one source keeps its constants apart) */
+  const char *namespace_name;
   ag_walk walk;
   int threads;                   /* per CTA */
   int smem_bytes;                /* dynamic shared memory per CTA */

@@ -1,24 +1,164 @@
 /* plan_jagged.c: the jagged pattern's planner (variable-length sequences
- * with their own query and key offsets): tile shapes of the forward and
- * the backward and the kernel descriptors made from them. */
+ * packed back to back, queries and keys with their own offsets): the tile
+ * shapes of the forward (templates/jagged_fwd.cu) and of the backward's two
+ * kernels (templates/jagged_bwd.cu), and the kernel descriptors made from
+ * them. Every kernel takes one (virtual tile, head) per CTA
+ * (templates/jagged_walk.cuh, runtime/walk_jagged.c). */
 #include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
 #include "plan.h"
 
+static const char *dtype_name(ag_dtype d) { return d == AG_DTYPE_FP16 ? "fp16" : "bf16"; }
+
+/* "ag_<name>_d<dim>_<dtype>[_causal][_w<left>_<right>]_<pass>". */
+static void kernel_name(char *out, const ag_spec *spec, const char *pass) {
+  char window[32] = "";
+  if (spec->has_window)
+    snprintf(window, sizeof window, "_w%d_%d", spec->window_left, spec->window_right);
+  snprintf(out, AG_KERNEL_NAME_MAX, "ag_%s_d%d_%s%s%s_%s", spec->name, spec->head_dim,
+           dtype_name(spec->dtype), spec->causal ? "_causal" : "", window, pass);
+}
+
+/* Forward: a CTA owns 128 query rows of one head (4 warps of 32 rows, so
+ * each K, V tile in shared memory feeds two 16-row tiles per warp), loads
+ * them once and walks the key tiles of the band in tiles of 64 keys, two
+ * stages in flight, two CTAs per SM. Shared memory: the Q tile (reused to
+ * stage O) and the stages, (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2
+ * bytes. On the H200 (bf16, batch 1152, 4 heads, lengths uniform in [1,
+ * L]) this measured fastest of the layouts tried at both head dims: 8
+ * warps of 16 rows, 64-row tiles and 128-key tiles were slower
+ * (tools/jagged_dev/fwd_notes.md). */
+static void plan_forward(ag_plan *p) {
+  ag_plan_jagged *j = &p->jagged;
+  j->fwd_block_m = 128;
+  j->fwd_block_n = 64;
+  j->fwd_warps = 4;
+  j->fwd_stages = 2;
+  j->fwd_smem_bytes =
+      (j->fwd_block_m + 2 * j->fwd_stages * j->fwd_block_n) * p->head_dim * p->elem_bytes;
+  j->fwd_min_ctas = 2;
+}
+
+/* Backward: two kernels and no atomics, so it is deterministic by
+ * construction: _dq (query-stationary: D = rowsum(dO * O) for its rows,
+ * written for _dkv, then dQ over the key tiles of the band) and _dkv
+ * (key-stationary: dK and dV over the group's heads and the query tiles
+ * of the band). Tiles of 64 rows, 4 warps of 16 stationary rows each. */
+static void plan_backward(ag_plan *p) {
+  ag_plan_jagged *j = &p->jagged;
+  j->bwd_block_m = j->bwd_block_n = 64;
+  j->bwd_warps = 4;
+  j->bwd_smem_dq = 4 * p->head_dim * (j->bwd_block_m + 2 * j->bwd_block_n) + 8 * j->bwd_block_m;
+  j->bwd_smem_dkv = 4 * p->head_dim * (j->bwd_block_n + 2 * j->bwd_block_m) + 16 * j->bwd_block_m;
+  j->bwd_min_ctas = 2;
+}
+
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
-  (void)spec;
-  return ag_plan_refuse(out, AG_REFUSED_PATTERN, err, "the jagged pattern");
+  memset(out, 0, sizeof *out);
+  if (spec->head_dim != 64 && spec->head_dim != 128)
+    return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
+  if (spec->query == AG_QUERY_BROADCAST)
+    return ag_plan_refuse(out, AG_REFUSED_QUERY, err, "broadcast queries");
+  if (spec->rotary.layout != AG_ROTARY_NONE)
+    return ag_plan_refuse(out, AG_REFUSED_ROTARY, err,
+                          "rotary embeddings with the jagged pattern");
+  out->pattern = AG_PATTERN_JAGGED;
+  out->head_dim = spec->head_dim;
+  out->elem_bytes = 2;
+  out->scale = ag_spec_scale(spec);
+  if (spec->passes & AG_PASS_FORWARD) plan_forward(out);
+  if (spec->passes & AG_PASS_BACKWARD) plan_backward(out);
+  return AG_OK;
+}
+
+static void set_common(ag_plan_kernel *k, int block_m, int block_n, int warps, int min_ctas) {
+  ag_plan_set(k, "BLOCK_M", block_m);
+  ag_plan_set(k, "BLOCK_N", block_n);
+  ag_plan_set(k, "WARPS", warps);
+  ag_plan_set(k, "MIN_CTAS", min_ctas);
 }
 
 void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
-  (void)spec;
-  (void)plan;
+  const ag_plan_jagged *j = &plan->jagged;
+  char name[AG_KERNEL_NAME_MAX];
+  const bool fwd = j->fwd_block_m > 0;
+  if (fwd) {
+    kernel_name(name, spec, "fwd");
+    ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, AG_PASS_FORWARD, name, "jagged_fwd.cu");
+    k->walk = (ag_walk){AG_WALK_JAGGED_Q, j->fwd_block_m, 1, 1};
+    k->threads = 32 * j->fwd_warps;
+    k->smem_bytes = j->fwd_smem_bytes;
+    k->min_ctas_per_sm = j->fwd_min_ctas;
+    static const ag_param params[] = {
+        AG_PARAM_Q,        AG_PARAM_K,     AG_PARAM_V,       AG_PARAM_O,
+        AG_PARAM_LSE,      AG_PARAM_OFFSETS_Q, AG_PARAM_OFFSETS_K, AG_PARAM_BATCH,
+        AG_PARAM_HEADS,    AG_PARAM_KV_HEADS,  AG_PARAM_TOTAL_Q,   AG_PARAM_TOTAL_K,
+        AG_PARAM_ITEMS};
+    ag_plan_params(k, (int)(sizeof params / sizeof params[0]), params);
+    set_common(k, j->fwd_block_m, j->fwd_block_n, j->fwd_warps, j->fwd_min_ctas);
+    ag_plan_set(k, "STAGES", j->fwd_stages);
+    ag_plan_set(k, "SMEM_BYTES", j->fwd_smem_bytes);
+  }
+  if (j->bwd_block_m > 0) {
+    static const ag_param params[] = {
+        AG_PARAM_Q,  AG_PARAM_K,  AG_PARAM_V,     AG_PARAM_O,       AG_PARAM_DOUT,
+        AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,   AG_PARAM_DV,      AG_PARAM_DI,
+        AG_PARAM_OFFSETS_Q, AG_PARAM_OFFSETS_K, AG_PARAM_BATCH, AG_PARAM_HEADS,
+        AG_PARAM_KV_HEADS, AG_PARAM_TOTAL_Q, AG_PARAM_TOTAL_K, AG_PARAM_ITEMS};
+    const int nparams = (int)(sizeof params / sizeof params[0]);
+    char stem[AG_KERNEL_NAME_MAX];
+    kernel_name(stem, spec, "bwd");
+    /* _dq first: it writes D, which _dkv reads. */
+    snprintf(name, sizeof name, "%.*s_dq", AG_KERNEL_NAME_MAX - 4, stem);
+    ag_plan_kernel *dq = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name, "jagged_bwd.cu");
+    snprintf(dq->template_name, sizeof dq->template_name, "%s", stem);
+    if (fwd) dq->namespace_name = "bwd";
+    dq->walk = (ag_walk){AG_WALK_JAGGED_Q, j->bwd_block_m, 1, 1};
+    dq->threads = 32 * j->bwd_warps;
+    dq->smem_bytes = j->bwd_smem_dq;
+    dq->min_ctas_per_sm = j->bwd_min_ctas;
+    ag_plan_params(dq, nparams, params);
+    set_common(dq, j->bwd_block_m, j->bwd_block_n, j->bwd_warps, j->bwd_min_ctas);
+    ag_plan_set(dq, "SMEM_BYTES_DQ", j->bwd_smem_dq);
+    ag_plan_set(dq, "SMEM_BYTES_DKV", j->bwd_smem_dkv);
+
+    snprintf(name, sizeof name, "%.*s_dkv", AG_KERNEL_NAME_MAX - 5, stem);
+    ag_plan_kernel *dkv = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name, NULL);
+    snprintf(dkv->template_name, sizeof dkv->template_name, "%s", stem);
+    dkv->walk = (ag_walk){AG_WALK_JAGGED_K, j->bwd_block_n, 1, 1};
+    dkv->threads = 32 * j->bwd_warps;
+    dkv->smem_bytes = j->bwd_smem_dkv;
+    dkv->min_ctas_per_sm = j->bwd_min_ctas;
+    ag_plan_params(dkv, nparams, params);
+  }
 }
 
 void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b) {
-  (void)plan;
-  (void)prefix;
-  (void)b;
+  const ag_plan_jagged *j = &plan->jagged;
+  for (int i = 0; i < plan->nkernels; i++) {
+    const ag_plan_kernel *k = &plan->kernels[i];
+    ag_buf_printf(b, "%s%s kernel: %s\n", prefix,
+                  k->pass == AG_PASS_FORWARD ? "forward" : "backward", k->name);
+    if (k->pass == AG_PASS_FORWARD) {
+      ag_buf_printf(b, "%s  tile: %d query rows of one head, key tiles of %d, %d in flight\n",
+                    prefix, j->fwd_block_m, j->fwd_block_n, j->fwd_stages);
+    } else if (k->walk.kind == AG_WALK_JAGGED_Q) {
+      ag_buf_printf(b, "%s  query-stationary: D and dQ of %d query rows, key tiles of %d\n",
+                    prefix, j->bwd_block_m, j->bwd_block_n);
+    } else {
+      ag_buf_printf(b,
+                    "%s  key-stationary: dK and dV of %d key rows over the group's heads, "
+                    "query tiles of %d\n",
+                    prefix, j->bwd_block_n, j->bwd_block_m);
+    }
+    ag_buf_printf(b, "%s  threads: %d, shared memory: %d bytes", prefix, k->threads,
+                  k->smem_bytes);
+    if (k->min_ctas_per_sm > 1)
+      ag_buf_printf(b, ", registers capped for %d CTAs per SM", k->min_ctas_per_sm);
+    ag_buf_printf(b, "\n%s  grid: (batch + total_%s / %d, %s)\n", prefix,
+                  k->walk.kind == AG_WALK_JAGGED_Q ? "q" : "k", k->walk.rows,
+                  k->walk.kind == AG_WALK_JAGGED_Q ? "heads" : "kv_heads");
+  }
 }

@@ -327,18 +327,19 @@ static void check_rotary(checker *c, const spec_pair *at) {
 
 enum {
   K_NAME, K_PATTERN, K_BLOCK_SIZE, K_CAUSAL, K_WINDOW, K_QUERY, K_HEAD_DIM, K_DTYPE,
-  K_SOFTMAX_SCALE, K_ROTARY, K_PASSES, K_ARCH, K_COUNT
+  K_SOFTMAX_SCALE, K_ROTARY, K_PASSES, K_ARCH, K_DETERMINISTIC, K_COUNT
 };
 static const char *const top_keys[] = {
     "name",  "pattern",       "block_size", "causal", "window", "query", "head_dim",
-    "dtype", "softmax_scale", "rotary",     "passes", "arch",   NULL};
+    "dtype", "softmax_scale", "rotary",     "passes", "arch",   "deterministic", NULL};
 static const size_t key_at[K_COUNT] = {
     offsetof(ag_spec, at.name),     offsetof(ag_spec, at.pattern),
     offsetof(ag_spec, at.block_size), offsetof(ag_spec, at.causal),
     offsetof(ag_spec, at.window),   offsetof(ag_spec, at.query),
     offsetof(ag_spec, at.head_dim), offsetof(ag_spec, at.dtype),
     offsetof(ag_spec, at.softmax_scale), offsetof(ag_spec, at.rotary),
-    offsetof(ag_spec, at.passes),   offsetof(ag_spec, at.arch)};
+    offsetof(ag_spec, at.passes),   offsetof(ag_spec, at.arch),
+    offsetof(ag_spec, at.deterministic)};
 static const int required[] = {K_NAME, K_PATTERN, K_HEAD_DIM, K_DTYPE};
 static const char *const patterns[] = {"block_diagonal", "jagged", NULL};
 static const char *const queries[] = {"per_sequence", "broadcast", NULL};
@@ -417,6 +418,8 @@ static void check_values(checker *c, const spec_pair **seen) {
   if (seen[K_ROTARY]) check_rotary(c, seen[K_ROTARY]);
   if (seen[K_PASSES]) /* bit i of the set is AG_PASS_FORWARD << i */
     get_set(c, "passes", seen[K_PASSES]->value, pass_names, &s->passes);
+  if (seen[K_DETERMINISTIC])
+    get_bool(c, "deterministic", seen[K_DETERMINISTIC]->value, &s->deterministic);
   if (seen[K_ARCH] && get_enum(c, "arch", seen[K_ARCH]->value, archs, &i))
     s->arch = (ag_arch)i;
 }
@@ -430,6 +433,14 @@ static void check_pattern_fit(checker *c, const spec_pair **seen) {
     ERROR(c, seen[K_BLOCK_SIZE]->key->pos, "'block_size' applies only to pattern block_diagonal");
   if (block && seen[K_WINDOW])
     ERROR(c, seen[K_WINDOW]->key->pos, "'window' applies only to pattern jagged");
+  if (block && seen[K_DETERMINISTIC])
+    ERROR(c, seen[K_DETERMINISTIC]->key->pos,
+          "'deterministic' applies only to pattern jagged (the block pattern's backward is "
+          "always deterministic)");
+  if (!block && s->causal && s->has_window && s->window_right != 0)
+    ERROR(c, seen[K_WINDOW]->value->pos,
+          "a causal window looks at no key after the query: its right side must be 0 (got %d)",
+          s->window_right);
   if (block && s->query == AG_QUERY_BROADCAST)
     ERROR(c, c->query_at, "query broadcast applies only to pattern jagged");
   if (!block && seen[K_ROTARY] && c->positions_known &&
@@ -440,8 +451,6 @@ static void check_pattern_fit(checker *c, const spec_pair **seen) {
 
 /* What attngen cannot build yet. Delete a line when its kernel lands. */
 static void check_supported(spec_diags *d, const ag_spec *s) {
-  if (s->pattern == AG_PATTERN_JAGGED)
-    spec_diag_add(d, s->at.pattern, true, "the jagged pattern");
   if (s->query == AG_QUERY_BROADCAST)
     spec_diag_add(d, s->at.query, true, "broadcast queries");
 }

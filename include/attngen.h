@@ -107,9 +107,10 @@ typedef struct ag_spec {
   } rotary;
   unsigned passes;            /* AG_PASS_* bits */
   ag_arch arch;
+  bool deterministic;         /* jagged: the backward is bit-identical across runs */
   struct {                    /* source positions, for later diagnostics */
     ag_pos name, pattern, block_size, causal, window, query, head_dim, dtype,
-        softmax_scale, rotary, passes, arch;
+        softmax_scale, rotary, passes, arch, deterministic;
   } at;
 } ag_spec;
 
@@ -231,6 +232,59 @@ typedef struct ag_block_bwd_args {
 } ag_block_bwd_args;
 AG_API ag_status ag_block_backward(ag_kernel *kernel, const ag_block_bwd_args *args,
                                    struct CUstream_st *stream, ag_error *err);
+
+/* Jagged forward (`pattern: jagged`): each sequence b's queries, rows
+ * [cu_seqlens_q[b], cu_seqlens_q[b+1]) of q, attend to its keys, rows
+ * [cu_seqlens_k[b], cu_seqlens_k[b+1]) of k and v. q and o are
+ * [total_q, heads, head_dim], k and v [total_k, kv_heads, head_dim], of the
+ * spec's dtype, contiguous, 16-byte aligned; kv_heads divides heads (query
+ * head h reads key head h / (heads / kv_heads)). lse, when non-NULL, gets
+ * the natural-log softmax denominator of every query row, fp32 [heads,
+ * total_q] (-inf for a row with no key; its output row is 0). With causal
+ * masks and windows the diagonal is aligned at the bottom right: query i of
+ * a sequence of Lq queries and Lk keys sees key j <= i + Lk - Lq. Offsets
+ * are int32 [batch+1] on the device, starting at 0, non-decreasing, ending
+ * at the totals; for self-attention pass the same array twice and equal
+ * totals. Lengths are run-time data: no recompilation, no max_seqlen. The
+ * checks and the launch are as for ag_block_forward. Thread-safe. */
+typedef struct ag_jagged_fwd_args {
+  const void *q, *k, *v; /* CUdeviceptr values */
+  void *o;
+  float *lse;            /* optional (NULL): [heads, total_q] */
+  const int32_t *cu_seqlens_q, *cu_seqlens_k;
+  int64_t batch;
+  int64_t heads, kv_heads; /* kv_heads 0 means heads */
+  int64_t total_q, total_k;
+  /* Optional host copies of the offsets, validated before the launch
+   * when non-NULL (as ag_block_fwd_args.host_offsets). */
+  const int32_t *host_cu_seqlens_q, *host_cu_seqlens_k;
+} ag_jagged_fwd_args;
+AG_API ag_status ag_jagged_forward(ag_kernel *kernel, const ag_jagged_fwd_args *args,
+                            struct CUstream_st *stream, ag_error *err);
+
+/* Jagged backward: dq [total_q, heads, head_dim], dk and dv [total_k,
+ * kv_heads, head_dim] (summed over each key head's group of query heads)
+ * from q, k, v, the forward's o and lse, and dout = dL/dO. Every element
+ * of dq, dk, dv for real tokens is overwritten. `workspace` is fp32
+ * [heads, total_q] device scratch (ag_jagged_backward_workspace_bytes).
+ * Two kernels, no atomics: the result is bit-identical from run to run
+ * whatever the spec's `deterministic` says. The spec must include the
+ * backward pass. Thread-safe. */
+typedef struct ag_jagged_bwd_args {
+  const void *q, *k, *v, *o, *dout; /* CUdeviceptr values */
+  const float *lse;                  /* the forward's, [heads, total_q] */
+  void *dq, *dk, *dv;
+  float *workspace;
+  const int32_t *cu_seqlens_q, *cu_seqlens_k;
+  int64_t batch;
+  int64_t heads, kv_heads;
+  int64_t total_q, total_k;
+  const int32_t *host_cu_seqlens_q, *host_cu_seqlens_k;
+} ag_jagged_bwd_args;
+/* Bytes of workspace ag_jagged_backward needs: 4 * heads * total_q. */
+AG_API size_t ag_jagged_backward_workspace_bytes(int64_t heads, int64_t total_q);
+AG_API ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *args,
+                             struct CUstream_st *stream, ag_error *err);
 
 #ifdef __cplusplus
 }

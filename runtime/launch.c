@@ -90,118 +90,94 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
 /* ---- the block-diagonal pattern ------------------------------------------ */
 
 /* What a block-diagonal launch is made of, forward or backward: the
- * tensors to check (inputs, then outputs), the rotary table when the
- * kernel takes one, and the sizes. */
+ * tensors to check (inputs, then outputs) by role, the rotary table and
+ * offsets, and the sizes. */
 typedef struct block_launch {
-  ag_param roles[7];
-  const char *names[7];
-  int ntensors;
-  const char *kernel_name; /* the spec's name, for messages */
-  bool takes_table;        /* rotary positions from a table */
-  const int32_t *host_offsets;
-  int head_dim, elem_bytes; /* from the plan */
   unsigned pass;
+  int ntensors;
+  const ag_param *roles;
+  const char *const *names;
+  const void *const *tensors;
+  const void *table;
+  const int32_t *offsets, *host_offsets;
+  int64_t batch, heads, total;
 } block_launch;
 
 /* Every check, in order, then the launch; an empty batch or sequence set
  * returns AG_OK before any tensor is looked at. */
-static ag_status launch_block(ag_kernel *kernel, const block_launch *l, const ag_launch *a,
+static ag_status launch_block(ag_kernel *kernel, const block_launch *l,
                               struct CUstream_st *stream, ag_error *err) {
-  if (a->batch < 0 || a->heads < 1 || a->total_q < 0)
+  const ag_spec *s = &kernel->spec;
+  const ag_plan *p = &kernel->plan;
+  const bool fwd = l->pass == AG_PASS_FORWARD;
+  if (s->pattern != AG_PATTERN_BLOCK_DIAGONAL || !(s->passes & l->pass) ||
+      !ag_plan_kernel_for(p, l->pass))
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' is not a block-diagonal %s kernel",
+                   s->name, fwd ? "forward" : "backward");
+  if (l->batch < 0 || l->heads < 1 || l->total < 0)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "need batch >= 0, heads >= 1, total_tokens >= 0 (got %lld, %lld, %lld)",
-                   (long long)a->batch, (long long)a->heads, (long long)a->total_q);
-  if (a->heads > INT32_MAX)
+                   (long long)l->batch, (long long)l->heads, (long long)l->total);
+  if (l->heads > INT32_MAX)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "heads (%lld) exceeds 2^31 - 1",
-                   (long long)a->heads);
+                   (long long)l->heads);
   /* Byte size of one tensor: total * heads * head_dim * 2 must fit. */
-  int64_t row_bytes = a->heads * l->head_dim * l->elem_bytes;
-  if (a->total_q > 0 && a->total_q > INT64_MAX / row_bytes)
+  int64_t row_bytes = l->heads * p->head_dim * p->elem_bytes;
+  if (l->total > 0 && l->total > INT64_MAX / row_bytes)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "tensors of %lld tokens x %lld heads x %d overflow a 64-bit byte count",
-                   (long long)a->total_q, (long long)a->heads, l->head_dim);
-  if (a->total_q > INT32_MAX)
+                   (long long)l->total, (long long)l->heads, p->head_dim);
+  if (l->total > INT32_MAX)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "total_tokens (%lld) exceeds 2^31 - 1, the most int32 offsets can reach",
-                   (long long)a->total_q);
+                   (long long)l->total);
   ag_status st;
-  if (l->host_offsets && (st = check_host_offsets(l->host_offsets, a->batch, a->total_q, err)))
+  if (l->host_offsets && (st = check_host_offsets(l->host_offsets, l->batch, l->total, err)))
     return st;
-  if (a->batch == 0 || a->total_q == 0) return AG_OK; /* nothing to compute */
-  if (a->batch > INT64_MAX - 1)
+  if (l->batch == 0 || l->total == 0) return AG_OK; /* nothing to compute */
+  if (l->batch > INT64_MAX - 1)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "batch is too large");
-  for (int i = 0; i < l->ntensors; i++)
-    if ((st = check_tensor(a->ptr[l->roles[i]], l->names[i], err))) return st;
-  const void *table = a->ptr[AG_PARAM_ROTARY_TABLE];
-  if (l->takes_table && !table)
+  ag_launch a = {.batch = l->batch, .heads = l->heads, .total_q = l->total};
+  for (int i = 0; i < l->ntensors; i++) {
+    if ((st = check_tensor(l->tensors[i], l->names[i], err))) return st;
+    a.ptr[l->roles[i]] = l->tensors[i];
+  }
+  if (p->takes_table && !l->table)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "rotary_table is a null pointer; kernel '%s' takes its rotary positions from "
                    "a table ([total_tokens, head_dim]: sin, then cos)",
-                   l->kernel_name);
-  if (l->takes_table && (st = check_tensor(table, "rotary_table", err))) return st;
-  const void *off = a->ptr[AG_PARAM_OFFSETS_Q];
-  if (!off) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets is a null pointer");
-  if ((uintptr_t)off % 4)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets (%p) is not 4-byte aligned", off);
-  return ag_launch_pass(kernel, l->pass, a, stream, err);
+                   s->name);
+  if (p->takes_table && (st = check_tensor(l->table, "rotary_table", err))) return st;
+  if (!l->offsets) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets is a null pointer");
+  if ((uintptr_t)l->offsets % 4)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets (%p) is not 4-byte aligned",
+                   (const void *)l->offsets);
+  a.ptr[AG_PARAM_ROTARY_TABLE] = l->table;
+  a.ptr[AG_PARAM_OFFSETS_Q] = l->offsets;
+  return ag_launch_pass(kernel, l->pass, &a, stream, err);
 }
 
 ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *a,
                            struct CUstream_st *stream, ag_error *err) {
   if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
-  const ag_spec *s = &kernel->spec;
-  const ag_plan *p = &kernel->plan;
-  if (s->pattern != AG_PATTERN_BLOCK_DIAGONAL || !(s->passes & AG_PASS_FORWARD) ||
-      !ag_plan_kernel_for(p, AG_PASS_FORWARD))
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
-                   "kernel '%s' is not a block-diagonal forward kernel", s->name);
-  const block_launch l = {.roles = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O},
-                          .names = {"q", "k", "v", "o"},
-                          .ntensors = 4,
-                          .kernel_name = s->name,
-                          .takes_table = p->takes_table,
-                          .host_offsets = a->host_offsets,
-                          .head_dim = p->head_dim,
-                          .elem_bytes = p->elem_bytes,
-                          .pass = AG_PASS_FORWARD};
-  ag_launch la = {.batch = a->batch, .heads = a->heads, .total_q = a->total_tokens};
-  la.ptr[AG_PARAM_Q] = a->q;
-  la.ptr[AG_PARAM_K] = a->k;
-  la.ptr[AG_PARAM_V] = a->v;
-  la.ptr[AG_PARAM_O] = a->o;
-  la.ptr[AG_PARAM_ROTARY_TABLE] = a->rotary_table;
-  la.ptr[AG_PARAM_OFFSETS_Q] = a->offsets;
-  return launch_block(kernel, &l, &la, stream, err);
+  static const ag_param roles[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O};
+  static const char *const names[] = {"q", "k", "v", "o"};
+  const void *tensors[] = {a->q, a->k, a->v, a->o};
+  const block_launch l = {AG_PASS_FORWARD, 4,         roles,        names,   tensors,
+                          a->rotary_table, a->offsets, a->host_offsets, a->batch, a->heads,
+                          a->total_tokens};
+  return launch_block(kernel, &l, stream, err);
 }
 
 ag_status ag_block_backward(ag_kernel *kernel, const ag_block_bwd_args *a,
                             struct CUstream_st *stream, ag_error *err) {
   if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
-  const ag_spec *s = &kernel->spec;
-  const ag_plan *p = &kernel->plan;
-  if (s->pattern != AG_PATTERN_BLOCK_DIAGONAL || !(s->passes & AG_PASS_BACKWARD) ||
-      !ag_plan_kernel_for(p, AG_PASS_BACKWARD))
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
-                   "kernel '%s' is not a block-diagonal backward kernel", s->name);
-  const block_launch l = {.roles = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_DOUT, AG_PARAM_DQ,
-                                    AG_PARAM_DK, AG_PARAM_DV},
-                          .names = {"q", "k", "v", "dout", "dq", "dk", "dv"},
-                          .ntensors = 7,
-                          .kernel_name = s->name,
-                          .takes_table = p->takes_table,
-                          .host_offsets = a->host_offsets,
-                          .head_dim = p->head_dim,
-                          .elem_bytes = p->elem_bytes,
-                          .pass = AG_PASS_BACKWARD};
-  ag_launch la = {.batch = a->batch, .heads = a->heads, .total_q = a->total_tokens};
-  la.ptr[AG_PARAM_Q] = a->q;
-  la.ptr[AG_PARAM_K] = a->k;
-  la.ptr[AG_PARAM_V] = a->v;
-  la.ptr[AG_PARAM_DOUT] = a->dout;
-  la.ptr[AG_PARAM_DQ] = a->dq;
-  la.ptr[AG_PARAM_DK] = a->dk;
-  la.ptr[AG_PARAM_DV] = a->dv;
-  la.ptr[AG_PARAM_ROTARY_TABLE] = a->rotary_table;
-  la.ptr[AG_PARAM_OFFSETS_Q] = a->offsets;
-  return launch_block(kernel, &l, &la, stream, err);
+  static const ag_param roles[] = {AG_PARAM_Q,  AG_PARAM_K,  AG_PARAM_V, AG_PARAM_DOUT,
+                                   AG_PARAM_DQ, AG_PARAM_DK, AG_PARAM_DV};
+  static const char *const names[] = {"q", "k", "v", "dout", "dq", "dk", "dv"};
+  const void *tensors[] = {a->q, a->k, a->v, a->dout, a->dq, a->dk, a->dv};
+  const block_launch l = {AG_PASS_BACKWARD, 7,         roles,        names,   tensors,
+                          a->rotary_table,  a->offsets, a->host_offsets, a->batch, a->heads,
+                          a->total_tokens};
+  return launch_block(kernel, &l, stream, err);
 }

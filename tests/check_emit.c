@@ -143,9 +143,10 @@ START_TEST(test_unsupported) {
   char *src = (char *)1;
   ag_spec j = s;
   j.pattern = AG_PATTERN_JAGGED;
+  j.query = AG_QUERY_BROADCAST;
   ck_assert_int_eq(ag_emit(&j, &src, NULL, &err), AG_ERR_UNSUPPORTED);
   ck_assert_ptr_null(src);
-  ck_assert_str_eq(err.message, "not supported yet: the jagged pattern");
+  ck_assert_str_eq(err.message, "not supported yet: broadcast queries");
   ag_error_clear(&err);
   /* Rotary embeddings are planned (check_rotary.c); what does not fit is
    * refused there. */

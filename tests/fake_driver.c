@@ -24,9 +24,12 @@ static CUresult CUDAAPI fake_launch(CUfunction f, unsigned gx, unsigned gy, unsi
                                     unsigned bx, unsigned by, unsigned bz, unsigned smem,
                                     CUstream stream, void **params, void **extra) {
   (void)stream;
-  ck_assert_uint_eq(gy * gz * by * bz, 1); /* one-dimensional grids and blocks */
-  ck_assert_ptr_null(extra);
   ag_fake_launch *s = &ag_fake_seen;
+  /* one-dimensional grids and blocks; the jagged kernels' grids have heads in y */
+  ck_assert_uint_eq((s->jagged ? 1 : gy) * gz * by * bz, 1);
+  ck_assert_ptr_null(extra);
+  if (s->count < 4) s->grids_x[s->count] = gx, s->grids_y[s->count] = gy;
+  s->grid_y = gy;
   const int n = s->ptrs;
   ck_assert_int_le(n, (int)(sizeof s->ptr / sizeof s->ptr[0]));
   s->count++;
@@ -35,6 +38,13 @@ static CUresult CUDAAPI fake_launch(CUfunction f, unsigned gx, unsigned gy, unsi
   for (int i = 0; i < n; i++) s->ptr[i] = *(CUdeviceptr *)params[i];
   s->batch = *(long long *)params[n];
   s->heads = *(int *)params[n + 1];
+  if (s->jagged) {
+    s->kv_heads = *(int *)params[n + 2];
+    s->total = *(long long *)params[n + 3];
+    s->total_k = *(long long *)params[n + 4];
+    s->items = *(long long *)params[n + 5];
+    return CUDA_SUCCESS;
+  }
   s->total = *(long long *)params[n + 2];
   s->items = *(long long *)params[n + 3];
   return CUDA_SUCCESS;

@@ -16,6 +16,14 @@ typedef struct ag_fake_launch {
   CUdeviceptr ptr[16];      /* its first `ptrs` parameters */
   long long batch, total, items;
   int heads;
+  /* Set by the test for the jagged kernels' parameters (after the
+   * pointers: batch, heads, kv_heads, total_q, total_k, items) and their
+   * two-dimensional grids. */
+  bool jagged;
+  int kv_heads;
+  long long total_k;
+  unsigned grid_y;
+  unsigned grids_x[4], grids_y[4]; /* of the first four launches */
 } ag_fake_launch;
 
 extern ag_fake_launch ag_fake_seen;

@@ -4,11 +4,17 @@
 # and compute-sanitizer over small runs. Logs go to $OUT (or build/gpu).
 # Usage: tools/gpu_session.sh [build] [test] [demo] [tune] [sanitize] [sanitize-tests]
 #                             [gpu-forward] [gpu-backward] [gpu-rotary] [gpu-rotary-chunked]
-#                             [tune-bwd]
+#                             [tune-bwd] [gpu-jagged] [sanitize-jagged]
 #   sanitize-tests: the GPU suite (but its tests past 2^31 elements) under
 #   compute-sanitizer memcheck and racecheck; minutes.
 #   gpu-forward, gpu-backward, gpu-rotary, gpu-rotary-chunked: one test case
 #   of the GPU suite (the last: rotary in the backward walked in chunks).
+#   gpu-jagged: the jagged suite's GPU case (every jagged variant against
+#   float64, the backward five times bit for bit); sanitize-jagged: the
+#   jagged specs of specs/ under memcheck and racecheck.
+#   The GPU suite runs in parts that each fit one device call: gpu-forward,
+#   gpu-backward, gpu-rotary, gpu-rotary-chunked, gpu-jagged (with
+#   ATTNGEN_TEST_SKIP_HUGE=1 for the ones past 2^31 elements).
 #   tune, tune-bwd: the plan-tuning table of the forward, of the backward
 #   (TUNE_ARGS: more arguments, e.g. "--dim 64 1024").
 set -u
@@ -33,6 +39,21 @@ for step in $steps; do
       grep -E "huge|SKIP|Failure|Error" "$out/$step.log" | head -20
       grep -E "^gpu " "$out/$step.log" | awk '{for(i=1;i<=NF;i++) if($i ~ /^[0-9.]+e-0[0-9]$/) print $i}' | sort -g | tail -1 | sed 's/^/  largest error printed: /'
       [ $r -eq 0 ] || rc=1 ;;
+    gpu-jagged)
+      (cd tests && CK_RUN_SUITE=jagged CK_RUN_CASE=jagged_gpu ../build/check_attngen) >"$out/$step.log" 2>&1
+      r=$?; echo "$step: exit $r; $(grep -E '^[0-9]+%: Checks' "$out/$step.log")"
+      grep -E "SKIP|Failure|Error|NOT REPEATABLE" "$out/$step.log" | head -20
+      [ $r -eq 0 ] || rc=1 ;;
+    sanitize-jagged)
+      for spec in specs/*jagged*.yaml; do
+        for tool in memcheck racecheck; do
+          log="$out/sanitize-$tool-$(basename "$spec" .yaml).log"
+          compute-sanitizer --tool $tool --error-exitcode 9 build/attngen run "$spec" --batch 6 \
+            --seqlen 300 --min-seqlen 0 --iters 0 >"$log" 2>&1
+          r=$?; echo "$tool $spec: exit $r; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check:' "$log" | tr '\n' ' ')"
+          [ $r -eq 0 ] || rc=1
+        done
+      done ;;
     sanitize)
       for spec in specs/*.yaml; do
         for tool in memcheck racecheck; do

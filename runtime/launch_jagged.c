@@ -1,0 +1,132 @@
+/* launch_jagged.c: the jagged pattern's entry points: every argument
+ * check on the host (no synchronization), then the generic launcher over
+ * the plan's kernels of the pass. */
+#include <stdint.h>
+#include <string.h>
+
+#include "runtime.h"
+
+/* Offsets on the host: start at 0, never decrease, end at total. */
+static ag_status check_host(const char *name, const int32_t *off, int64_t batch, int64_t total,
+                            ag_error *err) {
+  if (!off) return AG_OK;
+  if (off[0] != 0)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s[0] is %d; it must be 0", name, (int)off[0]);
+  for (int64_t i = 0; i < batch; i++)
+    if (off[i + 1] < off[i])
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s decreases at index %lld (%d after %d)",
+                     name, (long long)(i + 1), (int)off[i + 1], (int)off[i]);
+  if (off[batch] != total)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s[%lld] (the last) is %d, not %lld", name,
+                   (long long)batch, (int)off[batch], (long long)total);
+  return AG_OK;
+}
+
+static ag_status check_ptr(const void *p, const char *name, unsigned align, ag_error *err) {
+  if (!p) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s is a null pointer", name);
+  if ((uintptr_t)p % align)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s (%p) is not %u-byte aligned", name, p,
+                   align);
+  return AG_OK;
+}
+
+/* A pass's tensors by role (checked in order: inputs, then outputs), its
+ * offsets and sizes. */
+typedef struct jagged_call {
+  unsigned pass;
+  int n;
+  const ag_param *roles;
+  const char *const *names;
+  const unsigned *align;
+  const void *const *tensors;
+  const int32_t *cu_q, *cu_k, *host_q, *host_k;
+  int64_t batch, heads, kv_heads, total_q, total_k;
+} jagged_call;
+
+/* Every check, in order, then the launch of the pass's kernels; nothing
+ * is launched when there is nothing to compute. */
+static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
+                               struct CUstream_st *stream, ag_error *err) {
+  const ag_spec *s = &kernel->spec;
+  const bool fwd = c->pass == AG_PASS_FORWARD;
+  if (s->pattern != AG_PATTERN_JAGGED || !(s->passes & c->pass) ||
+      !ag_plan_kernel_for(&kernel->plan, c->pass))
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' is not a jagged %s kernel",
+                   s->name, fwd ? "forward" : "backward");
+  ag_launch a = {.batch = c->batch, .heads = c->heads,
+                 .kv_heads = c->kv_heads ? c->kv_heads : c->heads, .total_q = c->total_q,
+                 .total_k = c->total_k};
+  if (a.batch < 0 || a.heads < 1 || a.kv_heads < 1 || a.total_q < 0 || a.total_k < 0)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "need batch >= 0, heads >= 1, kv_heads >= 1, total_q >= 0, total_k >= 0 "
+                   "(got %lld, %lld, %lld, %lld, %lld)",
+                   (long long)a.batch, (long long)a.heads, (long long)a.kv_heads,
+                   (long long)a.total_q, (long long)a.total_k);
+  if (a.heads % a.kv_heads)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kv_heads (%lld) does not divide heads (%lld)",
+                   (long long)a.kv_heads, (long long)a.heads);
+  if (a.heads > 65535)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "heads (%lld) exceeds 65535",
+                   (long long)a.heads);
+  if (a.total_q > INT32_MAX || a.total_k > INT32_MAX)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "total_q and total_k (%lld, %lld) must not exceed 2^31 - 1, the most int32 "
+                   "offsets can reach",
+                   (long long)a.total_q, (long long)a.total_k);
+  if (a.batch > INT32_MAX - 1)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "batch (%lld) exceeds 2^31 - 2",
+                   (long long)a.batch);
+  /* Bytes of the largest tensor, total * heads * head_dim * 2, fit in 64
+   * bits for every size that passed (2^31 * 2^16 * 2^8). */
+  ag_status st;
+  if ((st = check_host("host_cu_seqlens_q", c->host_q, a.batch, a.total_q, err))) return st;
+  if ((st = check_host("host_cu_seqlens_k", c->host_k, a.batch, a.total_k, err))) return st;
+  if (a.batch == 0 || (a.total_q == 0 && a.total_k == 0)) return AG_OK;
+  for (int i = 0; i < c->n; i++) {
+    if (!c->tensors[i] && c->roles[i] == AG_PARAM_LSE && fwd) continue; /* optional */
+    if ((st = check_ptr(c->tensors[i], c->names[i], c->align[i], err))) return st;
+    a.ptr[c->roles[i]] = c->tensors[i];
+  }
+  if ((st = check_ptr(c->cu_q, "cu_seqlens_q", 4, err))) return st;
+  if ((st = check_ptr(c->cu_k, "cu_seqlens_k", 4, err))) return st;
+  a.ptr[AG_PARAM_OFFSETS_Q] = c->cu_q;
+  a.ptr[AG_PARAM_OFFSETS_K] = c->cu_k;
+  return ag_launch_pass(kernel, c->pass, &a, stream, err);
+}
+
+ag_status ag_jagged_forward(ag_kernel *kernel, const ag_jagged_fwd_args *a,
+                            struct CUstream_st *stream, ag_error *err) {
+  if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
+  static const ag_param roles[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_LSE};
+  static const char *const names[] = {"q", "k", "v", "o", "lse"};
+  static const unsigned align[] = {16, 16, 16, 16, 4};
+  const void *tensors[] = {a->q, a->k, a->v, a->o, a->lse};
+  const jagged_call c = {AG_PASS_FORWARD, 5, roles, names, align, tensors,
+                         a->cu_seqlens_q, a->cu_seqlens_k, a->host_cu_seqlens_q,
+                         a->host_cu_seqlens_k, a->batch, a->heads, a->kv_heads, a->total_q,
+                         a->total_k};
+  return launch_jagged(kernel, &c, stream, err);
+}
+
+size_t ag_jagged_backward_workspace_bytes(int64_t heads, int64_t total_q) {
+  if (heads < 0 || total_q < 0) return 0;
+  return (size_t)heads * (size_t)total_q * sizeof(float);
+}
+
+ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *a,
+                             struct CUstream_st *stream, ag_error *err) {
+  if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
+  static const ag_param roles[] = {AG_PARAM_Q,   AG_PARAM_K,  AG_PARAM_V,  AG_PARAM_O,
+                                   AG_PARAM_DOUT, AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,
+                                   AG_PARAM_DV,  AG_PARAM_DI};
+  static const char *const names[] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv",
+                                      "workspace"};
+  static const unsigned align[] = {16, 16, 16, 16, 16, 4, 16, 16, 16, 4};
+  const void *tensors[] = {a->q,  a->k,  a->v,  a->o,  a->dout,
+                           a->lse, a->dq, a->dk, a->dv, a->workspace};
+  const jagged_call c = {AG_PASS_BACKWARD, 10, roles, names, align, tensors,
+                         a->cu_seqlens_q, a->cu_seqlens_k, a->host_cu_seqlens_q,
+                         a->host_cu_seqlens_k, a->batch, a->heads, a->kv_heads, a->total_q,
+                         a->total_k};
+  return launch_jagged(kernel, &c, stream, err);
+}

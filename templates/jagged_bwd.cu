@@ -1,0 +1,465 @@
+@# jagged_bwd.cu: jagged (varlen) attention backward, mma.sync path (sm_80+,
+@# runs as compiled on sm_90a): two deterministic kernels, no atomics.
+@# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows of
+@#   a tile) @BLOCK_N@ (key rows of a tile; this version needs BLOCK_M ==
+@#   BLOCK_N == 16 * WARPS) @WARPS@ (warps per CTA, both kernels) @MIN_CTAS@
+@#   (launch bound) @SMEM_BYTES_DQ@ @SMEM_BYTES_DKV@ (the plan's dynamic shared
+@#   memory per kernel, checked against the layouts below:
+@#     DQ  = 4 * HEAD_DIM * (BLOCK_M + 2 * BLOCK_N) + 8 * BLOCK_M
+@#     DKV = 4 * HEAD_DIM * (BLOCK_N + 2 * BLOCK_M) + 16 * BLOCK_M)
+@#   @SCALE@ (softmax scale, a float literal) @SCALE_LOG2@ (scale * log2(e))
+@#   @SCALE_TEXT@ (the scale as the spec gave it, for a comment) @MMA_TYPE@
+@#   @PAIR_TYPE@ (see mma_sm80.cuh) @CAUSAL@ @WINDOW@ (true | false)
+@#   @WINDOW_LEFT@ @WINDOW_RIGHT@ (ints, read only with WINDOW: a negative side
+@#   is unbounded; CAUSAL caps the right side at 0).
+@# No conditions: features are selected with constexpr.
+@# Grids (threads 32 * WARPS, dynamic shared memory as above, one stream,
+@# _dq first): @KERNEL_NAME@_dq: (batch + total_q / BLOCK_M, heads), with
+@#   num_tiles = batch + total_q / BLOCK_M;
+@#   @KERNEL_NAME@_dkv: (batch + total_k / BLOCK_N, kv_heads), with
+@#   num_tiles = batch + total_k / BLOCK_N.
+@# (gridDim.x may be smaller or larger than num_tiles: each CTA strides;
+@#  blockIdx.y is the q head, resp. the kv head.) `di` is [heads, total_q]
+@#  fp32 scratch that _dq writes and _dkv reads.
+@# Includes mma_sm80.cuh, unpack2.cuh and jagged_bwd_tile.cuh unconditionally:
+@#  a source that also holds another kernel needs these in a namespace.
+/* ---- begin jagged backward constants ---- */
+constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
+constexpr int kBlockM = @BLOCK_M@;  // query rows of a tile
+constexpr int kBlockN = @BLOCK_N@;  // key rows of a tile
+constexpr int kWarps = @WARPS@;  // warps per CTA: 16 stationary rows each
+constexpr int kThreads = kWarps * 32;
+constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound: registers fit this many CTAs
+constexpr int kSmemBytesDq = @SMEM_BYTES_DQ@;  // dynamic shared memory of _dq, as planned
+constexpr int kSmemBytesDkv = @SMEM_BYTES_DKV@;  // dynamic shared memory of _dkv, as planned
+constexpr float kScale = @SCALE@;  // softmax scale @SCALE_TEXT@
+constexpr float kScaleLog2 = @SCALE_LOG2@;  // the scale times log2(e)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr bool kCausal = @CAUSAL@;
+constexpr bool kWindow = @WINDOW@;
+constexpr int kWindowLeft = @WINDOW_LEFT@;  // keys before the diagonal a query sees
+constexpr int kWindowRight = @WINDOW_RIGHT@;  // keys after it
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
+constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
+constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile (_dq)
+constexpr int kQueryTiles = kBlockM / 8;  // n-tiles of S^T and dP^T over a query tile (_dkv)
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockM == 16 * kWarps && kBlockN == 16 * kWarps,
+              "each warp owns 16 stationary rows; tiles of both kinds are 16 * WARPS rows");
+// _dq: Q and dO of the query tile, then two K, V slots (a ring: the next
+// key tile loads while this one is computed), then each query row's
+// LSE * log2(e) and D, in floats.
+constexpr int kQTileElems = kBlockM * kHeadDim;
+constexpr int kKTileElems = kBlockN * kHeadDim;
+static_assert(2 * (2 * kQTileElems + 4 * kKTileElems) + 2 * 4 * kBlockM == kSmemBytesDq,
+              "the plan's _dq shared memory is Q, dO, two K, V slots and two floats a row");
+// _dkv: K and V of the key tile, then two Q, dO slots, then two slots of
+// LSE * log2(e) and D for the query rows of a Q, dO slot.
+static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == kSmemBytesDkv,
+              "the plan's _dkv shared memory is K, V, two Q, dO slots and their row floats");
+/* ---- end jagged backward constants ---- */
+
+@include mma_sm80.cuh@
+
+@include unpack2.cuh@
+
+@include jagged_bwd_tile.cuh@
+
+// The CTA's dynamic shared memory (layouts above).
+extern __shared__ __align__(128) unsigned short smem[];
+
+/* ---- begin the math ----
+ * Per (sequence, q head h, kv head h / (heads / kv_heads)), with
+ * P = exp(scale * S - LSE) recomputed from the forward's LSE, S = Q K^T
+ * over the keys each query sees, and dO given:
+ *   D = rowsum(dO (.) O),  dP = dO V^T,  dS = P (.) (dP - D),
+ *   dQ = scale * dS K,     dK = scale * dS^T Q,   dV = P^T dO
+ * (dK, dV summed over the q heads of a kv head). dS is rounded unscaled and
+ * the scale is applied in fp32 as dQ and dK are stored. Rows whose LSE is
+ * -inf (no key) and rows past a sequence's end take LSE = +inf, so P = 0;
+ * their D is 0. Both kernels keep every gradient row in one CTA and walk
+ * their tiles in a fixed order: bit-identical results, no atomics.
+ * ---- end the math ---- */
+
+/* ---- begin kernel _dq ----
+ * Q-stationary: a CTA owns one query tile of one head; it computes D for
+ * its rows (from O and dO in memory) and writes it to `di` [heads,
+ * total_q], then walks the key tiles of the band, K and V streaming
+ * through two slots, and stores dQ. */
+extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+@KERNEL_NAME@_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di,
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
+    long long num_tiles) {
+  (void)dk;
+  (void)dv;
+  if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
+  const int h = blockIdx.y, hk = h / (heads / kv_heads);
+  const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
+  unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
+  unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
+  float *const lse_s = reinterpret_cast<float *>(smem + 2 * kQTileElems + 4 * kKTileElems);
+  float *const di_s = lse_s + kBlockM;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int row0 = 16 * warp;  // this warp's rows of the query tile
+
+#pragma unroll 1
+  for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
+    const long long seq = find_sequence(cu_seqlens_q, batch, total_q, vt, kBlockM);
+    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, total_q, total_k);
+    const long long tile = vt - (seq + sp.q_start / kBlockM);
+    if (tile < 0 || tile * kBlockM >= sp.q_len) continue;  // an unused number
+    const long long q0 = tile * kBlockM;
+    const int mq = (int)min((long long)kBlockM, sp.q_len - q0);  // real query rows
+    const long long delta = sp.k_len - sp.q_len;
+    long long j_first, j_last;
+    keys_seen(q0, q0 + mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+    const long long kt0 = j_first / kBlockN;
+    const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+
+    const long long q_row = (sp.q_start + q0) * q_stride + (long long)h * kHeadDim;
+    const unsigned short *const k_head = k + sp.k_start * k_stride + (long long)hk * kHeadDim;
+    const unsigned short *const v_head = v + sp.k_start * k_stride + (long long)hk * kHeadDim;
+
+    __syncthreads();  // nobody reads the last tile's shared memory any more
+    load_tile<kBlockM>(q_s, q + q_row, q_stride, mq);
+    load_tile<kBlockM>(do_s, dout + q_row, q_stride, mq);
+    if (n_steps > 0) {
+      const long long k0 = kt0 * kBlockN;
+      const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+      load_tile<kBlockN>(ring, k_head + k0 * k_stride, k_stride, nk);
+      load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * k_stride, k_stride, nk);
+    }
+    cp_async_commit();
+
+    // D = rowsum(dO (.) O) of this warp's 16 rows, from memory while the
+    // tiles land: kPieces lanes per row, one 16-byte piece of O and dO each.
+    {
+      constexpr int kRowsPerPass = 32 / kPieces;
+      const int piece = lane % kPieces;
+#pragma unroll
+      for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
+        const int r = row0 + pass * kRowsPerPass + lane / kPieces;
+        float a = 0.f;
+        if (r < mq) {
+          const long long at = q_row + r * q_stride + piece * 8;
+          const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+          const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+          const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            float x0, x1, y0, y1;
+            unpack2(xs[e], x0, x1);
+            unpack2(ys[e], y0, y1);
+            a = fmaf(x0, y0, a);
+            a = fmaf(x1, y1, a);
+          }
+        }
+#pragma unroll
+        for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+        if (piece == 0) {
+          float l = __int_as_float(0x7f800000);  // +inf: P = 0
+          if (r < mq) {
+            const long long at = (long long)h * total_q + sp.q_start + q0 + r;
+            const float x = lse[at];
+            if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
+            else l = x * kLog2e;
+            di[at] = a;
+          } else {
+            a = 0.f;
+          }
+          lse_s[r] = l;
+          di_s[r] = a;
+        }
+      }
+    }
+    __syncwarp();
+    const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
+    const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
+
+    float acc[kDimTiles][4];
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s);
+
+#pragma unroll 1
+    for (int i = 0; i < n_steps; i++) {
+      // Refill the other slot with the next key tile once every warp is
+      // done with it, then wait for this one.
+      __syncthreads();
+      if (i + 1 < n_steps) {
+        const long long k1 = (kt0 + i + 1) * kBlockN;
+        const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
+        unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+        load_tile<kBlockN>(slot, k_head + k1 * k_stride, k_stride, nk1);
+        load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * k_stride, k_stride, nk1);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads();
+      const long long k0 = (kt0 + i) * kBlockN;
+      const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+      const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+      const unsigned v_a = k_a + 2 * kKTileElems;
+      float s[kKeyTiles][4], dp[kKeyTiles][4];
+      rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
+      rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
+      const Band band = tile_band(q0, k0, delta);
+      const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
+      unsigned ds[kKeyTiles][2];
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; n++) {
+        float x[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const bool lo = e < 2;
+          const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
+          float p = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
+          if (!full) {
+            const int xd = col - row;
+            if (col >= nk || xd < band.lo || xd > band.hi) p = 0.f;
+          }
+          x[e] = p * (dp[n][e] - (lo ? d_lo : d_hi));
+        }
+        ds[n][0] = pack2(x[0], x[1]);
+        ds[n][1] = pack2(x[2], x[3]);
+      }
+      accumulate<kKeyTiles>(acc, ds, k_a);
+    }
+    cp_async_wait<0>();  // no copy outlives the tile (none is pending with steps)
+    store_rows(acc, kScale, row0, mq, dq + q_row, q_stride);
+  }
+}
+/* ---- end kernel _dq ---- */
+
+/* ---- begin fast dQ helpers ----
+ * Used only by jagged_bwd_fast.cu's key-stationary kernel (compiled away
+ * here): dS^T of a tile pair in shared memory, [kBlockN keys][kBlockM
+ * queries], 16-byte pieces XOR-swizzled by the key row. */
+constexpr int kDsElems = kBlockN * kBlockM;
+static_assert(kBlockM % 64 == 0, "dS^T rows are whole 8-piece swizzle groups");
+__device__ __forceinline__ int ds_swizzle(int row, int piece) {
+  return row * kBlockM + ((piece ^ (row & 7)) * 8);
+}
+
+// Two fp32 adds to global memory, one vector op on sm_90.
+__device__ __forceinline__ void red_add2(float *p, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
+
+// dQ += dS K for this warp's 16 query rows (row0..) of the tile pair, added
+// to `acc` (row 0 of the query tile, this head; rows before `rows`), in two
+// halves of the head so that few registers are live: A is dS read from
+// dS^T with ldmatrix.trans, B is K read as columns.
+__device__ __forceinline__ void add_dq(const unsigned short *ds_s, unsigned k_a, float *acc,
+                                       long long at, long long row_stride, int row0, int rows) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const unsigned ds_a = smem_addr(ds_s);
+  constexpr int kHalf = kDimTiles / 2;
+#pragma unroll 1
+  for (int half = 0; half < 2; half++) {
+    float c[kHalf][4];
+#pragma unroll
+    for (int n = 0; n < kHalf; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; kk++) {
+      // matrix m = lane / 8: keys 16kk + 8 (m / 2).., queries row0 + 8 (m % 2)..
+      const int m = lane >> 3;
+      unsigned a[4];
+      ldmatrix_x4_trans(a, ds_a + ds_swizzle(16 * kk + (lane & 7) + ((m >> 1) << 3),
+                                             row0 / 8 + (m & 1)) * 2);
+#pragma unroll
+      for (int n = 0; n < kHalf; n += 2) {
+        unsigned b[4];
+        ldmatrix_x4_trans(b, k_a + swizzle(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                           half * kHalf + n + (lane >> 4)) * 2);
+        mma_16816(c[n], a, b[0], b[1]);
+        mma_16816(c[n + 1], a, b[2], b[3]);
+      }
+    }
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+      const int row = row0 + g + 8 * hi;
+      if (row >= rows) continue;
+      float *dst = acc + at + row * row_stride + half * kHalf * 8 + 2 * tq;
+#pragma unroll
+      for (int n = 0; n < kHalf; n++) red_add2(dst + 8 * n, c[n][2 * hi], c[n][2 * hi + 1]);
+    }
+  }
+}
+/* ---- end fast dQ helpers ---- */
+
+/* ---- begin kernel _dkv ----
+ * KV-stationary: a CTA owns one key tile of one kv head; it walks the
+ * group's q heads in order and, for each, the query tiles of the band, Q,
+ * dO and their rows' LSE and D streaming through two slots, and stores dK
+ * and dV. Reads the `di` that _dq wrote. With kFastDq (jagged_bwd_fast.cu)
+ * it also writes dS of each tile pair to shared memory and adds dQ = dS K
+ * to the fp32 accumulator `dq_acc` with atomics (not deterministic). */
+template <bool kFastDq>
+__device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    unsigned short *__restrict__ dk, unsigned short *__restrict__ dv,
+    const float *__restrict__ di, float *__restrict__ dq_acc,
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
+    long long num_tiles) {
+  if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
+  const int hk = blockIdx.y, group = heads / kv_heads;
+  const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
+  unsigned short *const k_s = smem, *const v_s = smem + kKTileElems;
+  unsigned short *const ring = smem + 2 * kKTileElems;  // slot i: Q at 2i tiles, dO after it
+  float *const rows_s = reinterpret_cast<float *>(smem + 2 * kKTileElems + 4 * kQTileElems);
+  unsigned short *const ds_s = reinterpret_cast<unsigned short *>(rows_s + 4 * kBlockM);  // fast only
+  // slot i's LSE * log2(e) at rows_s + 2i * kBlockM, its D kBlockM on
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int row0 = 16 * warp;  // this warp's rows of the key tile
+
+#pragma unroll 1
+  for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
+    const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, total_q, total_k);
+    const long long tile = vt - (seq + sp.k_start / kBlockN);
+    if (tile < 0 || tile * kBlockN >= sp.k_len) continue;  // an unused number
+    const long long k0 = tile * kBlockN;
+    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);  // real key rows
+    const long long delta = sp.k_len - sp.q_len;
+    long long i_first, i_last;
+    queries_seeing(k0, k0 + nk - 1, sp.q_len, sp.k_len, i_first, i_last);
+    const long long qt0 = i_first / kBlockM;
+    const int q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - qt0 + 1);
+    const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
+
+    const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
+
+    // Start the copies of step i's Q, dO and row floats into slot i & 1.
+    auto load_step = [&](int i) {
+      const int h = hk * group + i / q_tiles;
+      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
+      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
+      unsigned short *slot = ring + (i & 1) * 2 * kQTileElems;
+      load_tile<kBlockM>(slot, q + at, q_stride, mq);
+      load_tile<kBlockM>(slot + kQTileElems, dout + at, q_stride, mq);
+      if (threadIdx.x < kBlockM) {
+        const int r = threadIdx.x;
+        const long long row = (long long)h * total_q + sp.q_start + i0 + (r < mq ? r : 0);
+        float *f = rows_s + (i & 1) * 2 * kBlockM;
+        cp_async_4(smem_addr(f + r), lse + row, r < mq ? 4 : 0);
+        cp_async_4(smem_addr(f + kBlockM + r), di + row, r < mq ? 4 : 0);
+      }
+    };
+
+    __syncthreads();  // nobody reads the last tile's shared memory any more
+    load_tile<kBlockN>(k_s, k + k_row, k_stride, nk);
+    load_tile<kBlockN>(v_s, v + k_row, k_stride, nk);
+    if (n_steps > 0) load_step(0);
+    cp_async_commit();
+
+    float acc_v[kDimTiles][4], acc_k[kDimTiles][4];
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) {
+      acc_v[n][0] = acc_v[n][1] = acc_v[n][2] = acc_v[n][3] = 0.f;
+      acc_k[n][0] = acc_k[n][1] = acc_k[n][2] = acc_k[n][3] = 0.f;
+    }
+    const unsigned k_a = smem_addr(k_s), v_a = smem_addr(v_s);
+
+#pragma unroll 1
+    for (int i = 0; i < n_steps; i++) {
+      __syncthreads();
+      if (i + 1 < n_steps) load_step(i + 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads();
+      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
+      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const unsigned q_a = smem_addr(ring + (i & 1) * 2 * kQTileElems);
+      const unsigned do_a = q_a + 2 * kQTileElems;
+      const float *const lse_r = rows_s + (i & 1) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
+      // S^T: this thread's rows are keys row0 + g (+ 8), its columns queries.
+      float s[kQueryTiles][4];
+      rows_times_rows<kQueryTiles>(s, k_a, q_a, row0);
+      const Band band = tile_band(i0, k0, delta);
+      const bool full = mq == kBlockM && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
+      unsigned p16[kQueryTiles][2];
+#pragma unroll
+      for (int n = 0; n < kQueryTiles; n++) {
+        const int col = 8 * n + 2 * tq;
+        const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int c = col + (e & 1), row = row0 + g + (e < 2 ? 0 : 8);
+          float m = (e & 1) ? lr.y : lr.x;
+          m = m == neg_inf() ? __int_as_float(0x7f800000) : m * kLog2e;  // no key: P = 0
+          float p = fast_exp2(fmaf(s[n][e], kScaleLog2, -m));
+          if (!full) {
+            const int xd = row - c;
+            if (c >= mq || xd < band.lo || xd > band.hi) p = 0.f;
+          }
+          s[n][e] = p;
+        }
+        p16[n][0] = pack2(s[n][0], s[n][1]);
+        p16[n][1] = pack2(s[n][2], s[n][3]);
+      }
+      accumulate<kQueryTiles>(acc_v, p16, do_a);  // dV += P^T dO
+      float dp[kQueryTiles][4];
+      rows_times_rows<kQueryTiles>(dp, v_a, do_a, row0);  // dP^T = V dO^T
+      unsigned ds[kQueryTiles][2];
+#pragma unroll
+      for (int n = 0; n < kQueryTiles; n++) {
+        const float2 d = *reinterpret_cast<const float2 *>(d_r + 8 * n + 2 * tq);
+        ds[n][0] = pack2(s[n][0] * (dp[n][0] - d.x), s[n][1] * (dp[n][1] - d.y));
+        ds[n][1] = pack2(s[n][2] * (dp[n][2] - d.x), s[n][3] * (dp[n][3] - d.y));
+      }
+      if constexpr (kFastDq) {
+        // dS^T [key][query] to shared memory, pieces swizzled by the key row
+#pragma unroll
+        for (int n = 0; n < kQueryTiles; n++) {
+          const int r = row0 + g;
+          *reinterpret_cast<unsigned *>(ds_s + ds_swizzle(r, n) + 2 * tq) = ds[n][0];
+          *reinterpret_cast<unsigned *>(ds_s + ds_swizzle(r + 8, n) + 2 * tq) = ds[n][1];
+        }
+      }
+      accumulate<kQueryTiles>(acc_k, ds, q_a);  // dK += dS^T Q
+      if constexpr (kFastDq) {
+        __syncthreads();  // dS^T complete; the next step's first barrier ends its reads
+        const int h = hk * group + i / q_tiles;
+        add_dq(ds_s, k_a, dq_acc, (sp.q_start + i0) * q_stride + (long long)h * kHeadDim, q_stride,
+               row0, mq);
+      }
+    }
+    cp_async_wait<0>();
+    store_rows(acc_v, 1.f, row0, nk, dv + k_row, k_stride);
+    store_rows(acc_k, kScale, row0, nk, dk + k_row, k_stride);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+@KERNEL_NAME@_dkv(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di,
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
+    long long num_tiles) {
+  (void)o;
+  (void)dq;
+  key_tiles<false>(q, k, v, dout, lse, dk, dv, di, nullptr, cu_seqlens_q, cu_seqlens_k, batch,
+                   heads, kv_heads, total_q, total_k, num_tiles);
+}
+/* ---- end kernel _dkv ---- */

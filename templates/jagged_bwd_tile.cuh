@@ -1,0 +1,206 @@
+@# jagged_bwd_tile.cuh: the pieces the two jagged backward kernels share:
+@# which sequence and tile a CTA owns, the band of keys a query sees, the
+@# swizzled tile layout and its 16-byte async load, and the two mma.sync
+@# products (rows times rows, and a register operand times a tile).
+@# Needs: kHeadDim, kThreads, kHasLeft, kHasRight, kWindowLeft, kRight,
+@#   smem_addr(), cp_async_16(), ldmatrix_x4(), ldmatrix_x4_trans(),
+@#   mma_16816(). No placeholders, no conditions.
+/* ---- begin jagged tiles ----
+ * Sequence i of a jagged tensor of `total` tokens starts at token
+ * offsets[i] and numbers its tiles of kTile tokens from the "virtual"
+ * number i + offsets[i] / kTile (as block_walk.cuh numbers blocks): the
+ * numbers increase with i and leave at most one unused number per sequence,
+ * so batch + total / kTile numbers cover every tile, known on the host
+ * without reading the offsets. A CTA takes one number, finds its sequence
+ * with a 32-way warp search over the offsets (every warp searches on its
+ * own, so no barrier is needed) and leaves if the number is unused. */
+
+// An offset clamped to [lo, total], so that malformed offsets can never
+// send a load or store out of bounds.
+__device__ __forceinline__ long long clamp_offset(long long x, long long lo, long long total) {
+  return x < lo ? lo : (x > total ? total : x);
+}
+
+// The last sequence c in [0, batch) with c + offsets[c] / tile <= vt (the
+// answer for sorted offsets; some sequence in range for any offsets). Each
+// round tests 32 evenly spaced candidates, so 1152 sequences take 3 rounds.
+// Warp-uniform: every lane returns the same.
+__device__ __forceinline__ long long find_sequence(const int *offsets, long long batch,
+                                                   long long total, long long vt, int tile) {
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const long long step = (hi - lo + 32) / 32;  // candidates lo + step * lane
+    const long long cand = lo + step * lane;
+    bool ok = false;
+    if (cand <= hi) ok = cand + clamp_offset(__ldg(offsets + cand), 0, total) / tile <= vt;
+    const unsigned ballot = __ballot_sync(0xffffffffu, ok);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo;
+}
+
+// One sequence's tokens in both tensors, clamped.
+struct SeqSpan {
+  long long q_start, k_start;  // first token in Q (dO, O, dQ) and in K (V, dK, dV)
+  long long q_len, k_len;      // tokens: Lq, Lk
+};
+
+__device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_k, long long seq,
+                                            long long total_q, long long total_k) {
+  SeqSpan s;
+  s.q_start = clamp_offset(__ldg(cu_q + seq), 0, total_q);
+  s.q_len = clamp_offset(__ldg(cu_q + seq + 1), s.q_start, total_q) - s.q_start;
+  s.k_start = clamp_offset(__ldg(cu_k + seq), 0, total_k);
+  s.k_len = clamp_offset(__ldg(cu_k + seq + 1), s.k_start, total_k) - s.k_start;
+  return s;
+}
+
+/* The band: query i (of Lq) sees key j (of Lk) iff 0 <= j < Lk and
+ *   j - i - (Lk - Lq) in [-kWindowLeft, kRight]
+ * each side only where it is bounded (kHasLeft, kHasRight): causal is
+ * bottom-right aligned. Inside a tile pair (queries q0.., keys k0..) the
+ * test is on x = (key row) - (query row) of the tiles against bounds made
+ * small ints (tiles are far shorter than the clamp). */
+struct Band {
+  int lo, hi;  // x in [lo, hi] is visible
+};
+
+__device__ __forceinline__ Band tile_band(long long q0, long long k0, long long delta) {
+  const long long base = k0 - q0 - delta;  // j - i - delta = x + base
+  long long lo = kHasLeft ? -(long long)kWindowLeft - base : -4096;
+  long long hi = kHasRight ? (long long)kRight - base : 4096;
+  lo = lo < -4096 ? -4096 : (lo > 4096 ? 4096 : lo);
+  hi = hi < -4096 ? -4096 : (hi > 4096 ? 4096 : hi);
+  Band b;
+  b.lo = (int)lo;
+  b.hi = (int)hi;
+  return b;
+}
+
+// Keys [*first, *last] some query of [i0, i1] (0 <= i0 <= i1 < Lq) sees;
+// none if *last < *first.
+__device__ __forceinline__ void keys_seen(long long i0, long long i1, long long lq, long long lk,
+                                          long long &first, long long &last) {
+  const long long delta = lk - lq;
+  first = kHasLeft ? i0 + delta - kWindowLeft : 0;
+  last = kHasRight ? i1 + delta + kRight : lk - 1;
+  if (first < 0) first = 0;
+  if (last > lk - 1) last = lk - 1;
+}
+
+// Queries [*first, *last] that see some key of [j0, j1] (0 <= j0 <= j1 < Lk).
+__device__ __forceinline__ void queries_seeing(long long j0, long long j1, long long lq,
+                                               long long lk, long long &first, long long &last) {
+  const long long delta = lk - lq;
+  first = kHasRight ? j0 - delta - kRight : 0;
+  last = kHasLeft ? j1 - delta + kWindowLeft : lq - 1;
+  if (first < 0) first = 0;
+  if (last > lq - 1) last = lq - 1;
+}
+
+/* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
+ * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
+ * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
+ * zero-filled, never read from memory. */
+constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces per row
+
+__device__ __forceinline__ int swizzle(int row, int piece) {
+  return row * kHeadDim + ((piece ^ (row & 7)) * 8);
+}
+
+// Start the copy of kRows rows of one head (`src` is row 0 of the tile, this
+// head) into `tile`, the first `rows` real; the caller commits.
+template <int kRows>
+__device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
+  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const unsigned dst = smem_addr(tile);
+  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+  const unsigned short *g = src + row0 * row_stride + piece * 8;
+#pragma unroll
+  for (int k = 0; k < kRows / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    const bool real = row < rows;
+    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : src, real ? 16 : 0);
+    g += kRowStep * row_stride;
+  }
+}
+
+// Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).
+__device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
+// and the kNT * 8 rows of tile b, as kNT 16x8 accumulator tiles:
+// S = Q K^T, dP = dO V^T, or with keys as rows S^T = K Q^T, dP^T = V dO^T.
+template <int kNT>
+__device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
+                                                int row0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
+#pragma unroll 1
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
+    // the same rows at dims 16kk+8..
+    unsigned a[4];
+    ldmatrix_x4(a, a_s + swizzle(row0 + (lane & 15), 2 * kk + (lane >> 4)) * 2);
+#pragma unroll
+    for (int n = 0; n < kNT; n += 2) {
+      // B (k = dim, n = row of b): matrices 0, 1 are rows 8n..8n+7 at dims
+      // 16kk.. and 16kk+8.., matrices 2, 3 the next 8 rows.
+      unsigned b[4];
+      ldmatrix_x4(b, b_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
+                                   2 * kk + ((lane >> 3) & 1)) * 2);
+      mma_16816(c[n], a, b[0], b[1]);
+      mma_16816(c[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc += x b: x is 16 rows by the kNT * 8 rows of tile b as 16-bit pairs in
+// C positions ([n][0] row g, [n][1] row g + 8, columns 8n + 2tq and + 1),
+// which make the A fragment of each 16-row slice of b; b's rows are read as
+// columns with ldmatrix.trans. dQ = dS K, dV = P^T dO, dK = dS^T Q.
+template <int kNT>
+__device__ __forceinline__ void accumulate(float (&acc)[kHeadDim / 8][4],
+                                           const unsigned (&x)[kNT][2], unsigned b_s) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < kNT / 2; j++) {
+    const unsigned a[4] = {x[2 * j][0], x[2 * j][1], x[2 * j + 1][0], x[2 * j + 1][1]};
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, b_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Store 16 result rows (C layout) times `mul`, those before `rows`, to `out`
+// (row 0 of the tile, this head): each lane writes its pairs.
+__device__ __forceinline__ void store_rows(const float (&acc)[kHeadDim / 8][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n++)
+      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+/* ---- end jagged tiles ---- */

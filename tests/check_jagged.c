@@ -1,0 +1,463 @@
+/* check_jagged.c: the jagged pattern. On the CPU: validation (what it
+ * accepts and refuses), the plan's kernels (templates, walks, parameters),
+ * the emitted source (deterministic, only what the spec asks), NVRTC
+ * compiles for sm_90a and sm_80, and ag_jagged_forward / _backward's checks
+ * and launches through a fake driver. On a GPU (tcase jagged_gpu; SKIP
+ * without one): every pass against the float64 reference on fresh random
+ * inputs with poisoned outputs, over mixed lengths (0, 1, 63, 64, 65, 127,
+ * 129, 1000, 4096), causal masks, windows, grouped-query heads and
+ * cross-attention, both dtypes and head dims, and the backward bit for bit
+ * over five runs. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fake_driver.h"
+#include "reference.h"
+#include "runtime.h"
+#include "selfcheck_jagged.h"
+#include "util.h"
+
+/* A jagged spec's YAML; `extra` holds more keys (window, deterministic). */
+static void yaml_for(char *yaml, size_t cap, int dim, ag_dtype dtype, bool causal,
+                     const char *extra, bool backward) {
+  snprintf(yaml, cap,
+           "name: jag\npattern: jagged\nhead_dim: %d\ndtype: %s\ncausal: %s\n%spasses: %s\n", dim,
+           dtype == AG_DTYPE_FP16 ? "fp16" : "bf16", causal ? "true" : "false", extra,
+           backward ? "[forward, backward]" : "[forward]");
+}
+
+static ag_spec load_ok(const char *yaml) {
+  ag_spec spec;
+  ag_error err = {0};
+  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "jag.yaml", &spec, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message ? err.message : "");
+  return spec;
+}
+
+static void expect_error(const char *yaml, ag_status want, const char *text) {
+  ag_spec spec;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "jag.yaml", &spec, &err), want);
+  ck_assert_msg(err.message && strstr(err.message, text), "want '%s' in: %s", text,
+                err.message ? err.message : "(none)");
+  ag_error_clear(&err);
+}
+
+/* ---- validation -------------------------------------------------------------- */
+
+START_TEST(validation) {
+  char y[512];
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "", true);
+  ag_spec s = load_ok(y);
+  ck_assert_int_eq(s.pattern, AG_PATTERN_JAGGED);
+  ck_assert(s.causal && !s.has_window && !s.deterministic);
+  yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, false, "window: [64, 32]\ndeterministic: true\n", true);
+  s = load_ok(y);
+  ck_assert(s.has_window && s.deterministic);
+  ck_assert_int_eq(s.window_left, 64);
+  ck_assert_int_eq(s.window_right, 32);
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "window: [128, 0]\n", false);
+  load_ok(y);
+  /* A causal window sees nothing after the diagonal. */
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "window: [128, 4]\n", false);
+  expect_error(y, AG_ERR_SPEC,
+               "jag.yaml:6:9: error: a causal window looks at no key after the query: its right "
+               "side must be 0 (got 4)");
+  /* Not built yet: said at the key. */
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "rotary:\n  layout: half\n", false);
+  expect_error(y, AG_ERR_UNSUPPORTED,
+               "jag.yaml:6:1: error: not supported yet: rotary embeddings with the jagged pattern");
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "query: broadcast\n", false);
+  expect_error(y, AG_ERR_UNSUPPORTED, "not supported yet: broadcast queries");
+  /* deterministic belongs to the jagged pattern. */
+  const char *block = "name: b\npattern: block_diagonal\nhead_dim: 64\ndtype: bf16\n"
+                      "deterministic: false\n";
+  expect_error(block, AG_ERR_SPEC,
+               "jag.yaml:5:1: error: 'deterministic' applies only to pattern jagged");
+  expect_error("name: j\npattern: jagged\nhead_dim: 64\ndtype: bf16\ndeterministic: 1\n",
+               AG_ERR_SPEC, "deterministic");
+}
+END_TEST
+
+/* ---- the plan and the source ----------------------------------------------------- */
+
+START_TEST(plan_kernels) {
+  char y[512];
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "", true);
+  ag_spec s = load_ok(y);
+  ag_plan p;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert_int_eq(p.nkernels, 3);
+  const ag_plan_kernel *f = &p.kernels[0], *dq = &p.kernels[1], *dkv = &p.kernels[2];
+  ck_assert_str_eq(f->name, "ag_jag_d128_bf16_causal_fwd");
+  ck_assert_str_eq(dq->name, "ag_jag_d128_bf16_causal_bwd_dq");
+  ck_assert_str_eq(dkv->name, "ag_jag_d128_bf16_causal_bwd_dkv");
+  ck_assert_str_eq(f->template_file, "jagged_fwd.cu");
+  ck_assert_str_eq(dq->template_file, "jagged_bwd.cu");
+  ck_assert_ptr_null(dkv->template_file); /* defined by jagged_bwd.cu with _dq */
+  ck_assert_str_eq(dq->template_name, "ag_jag_d128_bf16_causal_bwd");
+  ck_assert_str_eq(dq->namespace_name, "bwd");
+  ck_assert_int_eq(f->walk.kind, AG_WALK_JAGGED_Q);
+  ck_assert_int_eq(dq->walk.kind, AG_WALK_JAGGED_Q);
+  ck_assert_int_eq(dkv->walk.kind, AG_WALK_JAGGED_K);
+  ck_assert_int_eq(f->nparams, 13);
+  ck_assert_int_eq(f->params[4], AG_PARAM_LSE);
+  ck_assert_int_eq(dq->nparams, 18);
+  ck_assert_int_eq(dq->params[9], AG_PARAM_DI);
+  ck_assert_int_le(f->smem_bytes, 227 * 1024);
+  ck_assert_int_le(dq->smem_bytes, 227 * 1024);
+  ck_assert_int_le(dkv->smem_bytes, 227 * 1024);
+  /* Backward alone: no namespace, the kernels' own names. */
+  yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, false, "window: [100, 0]\n", true);
+  s = load_ok(y);
+  s.passes = AG_PASS_BACKWARD;
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert_int_eq(p.nkernels, 2);
+  ck_assert_str_eq(p.kernels[0].name, "ag_jag_d64_fp16_w100_0_bwd_dq");
+  ck_assert_ptr_null(p.kernels[0].namespace_name);
+  ck_assert_str_eq(ag_plan_first_kernel(&p), "ag_jag_d64_fp16_w100_0_bwd_dq");
+}
+END_TEST
+
+START_TEST(source_shape) {
+  char y[512];
+  yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, false, "window: [64, 32]\n", false);
+  ag_spec s = load_ok(y);
+  char *a, *b, name[AG_KERNEL_NAME_MAX];
+  ag_error err = {0};
+  ck_assert_int_eq(ag_emit(&s, &a, name, &err), AG_OK);
+  ck_assert_int_eq(ag_emit(&s, &b, NULL, &err), AG_OK);
+  ck_assert_str_eq(a, b); /* deterministic */
+  ck_assert_str_eq(name, "ag_jag_d64_fp16_w64_32_fwd");
+  ck_assert_ptr_nonnull(strstr(a, " *   pattern: jagged\n *   causal: false\n *   window: [64, 32]\n"));
+  ck_assert_ptr_nonnull(strstr(a, "constexpr int kWindowLeft = 64;"));
+  ck_assert_ptr_nonnull(strstr(a, "constexpr int kWindowRight = 32;"));
+  ck_assert_ptr_null(strstr(a, "_bwd")); /* only the forward */
+  ck_assert_ptr_null(strstr(a, "namespace"));
+  ck_assert_ptr_null(strchr(a, '@')); /* every placeholder expanded */
+  free(a);
+  free(b);
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "", true);
+  s = load_ok(y);
+  ck_assert_int_eq(ag_emit(&s, &a, NULL, &err), AG_OK);
+  ck_assert_ptr_nonnull(strstr(a, "ag_jag_d128_bf16_causal_bwd_dq("));
+  ck_assert_ptr_nonnull(strstr(a, "ag_jag_d128_bf16_causal_bwd_dkv("));
+  ck_assert_ptr_nonnull(strstr(a, "namespace bwd {"));
+  free(a);
+}
+END_TEST
+
+/* Every variant the GPU tests use compiles for both archs, with the
+ * kernels the plan names in the cubin. */
+typedef struct jcase {
+  ag_dtype dtype;
+  int dim;
+  bool causal;
+  const char *extra;
+} jcase;
+
+static const jcase compile_cases[] = {
+    {AG_DTYPE_BF16, 128, false, ""},
+    {AG_DTYPE_FP16, 64, true, ""},
+    {AG_DTYPE_BF16, 64, false, "window: [100, 0]\n"},
+    {AG_DTYPE_FP16, 128, true, "window: [128, 0]\ndeterministic: true\n"},
+};
+
+START_TEST(compiles) {
+  const jcase *c = &compile_cases[_i];
+  char y[512];
+  yaml_for(y, sizeof y, c->dim, c->dtype, c->causal, c->extra, true);
+  ag_spec s = load_ok(y);
+  ag_plan p;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  const char *archs[] = {"sm_90a", "sm_80"};
+  for (int a = 0; a < 2; a++) {
+    void *cubin = NULL;
+    size_t size = 0;
+    ag_status st = ag_compile(&s, archs[a], &cubin, &size, &err);
+    ck_assert_msg(st == AG_OK, "%s: %s", archs[a], err.message);
+    for (int k = 0; k < p.nkernels; k++)
+      ck_assert_msg(memmem(cubin, size, p.kernels[k].name, strlen(p.kernels[k].name) + 1),
+                    "no %s in the %s cubin", p.kernels[k].name, archs[a]);
+    free(cubin);
+  }
+}
+END_TEST
+
+/* ---- the launchers without a device --------------------------------------------- */
+
+typedef struct fake {
+  ag_context ctx;
+  ag_kernel kernel;
+} fake;
+
+static void fake_init(fake *f, int dim, bool backward, int ptrs) {
+  memset(f, 0, sizeof *f);
+  char y[512];
+  yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, true, "", backward);
+  f->kernel.spec = load_ok(y);
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_make(&f->kernel.spec, &f->kernel.plan, &err), AG_OK);
+  ag_fake_driver_attach(&f->ctx, ptrs);
+  ag_fake_seen.jagged = true;
+  f->kernel.ctx = &f->ctx;
+  for (int i = 0; i < f->kernel.plan.nkernels; i++) {
+    f->kernel.fn[i] = (CUfunction)(uintptr_t)(0x100 + i);
+    f->kernel.ctas_per_sm[i] = 1;
+  }
+}
+
+#define P(x) ((void *)(uintptr_t)(x))
+
+static ag_jagged_fwd_args fwd_args(void) {
+  ag_jagged_fwd_args a = {.q = P(0x10000), .k = P(0x20000), .v = P(0x30000), .o = P(0x40000),
+                          .lse = P(0x50000), .cu_seqlens_q = P(0x60000),
+                          .cu_seqlens_k = P(0x70000), .batch = 3, .heads = 8, .kv_heads = 2,
+                          .total_q = 300, .total_k = 500};
+  return a;
+}
+
+static ag_jagged_bwd_args bwd_args(void) {
+  ag_jagged_bwd_args a = {.q = P(0x10000), .k = P(0x20000), .v = P(0x30000), .o = P(0x40000),
+                          .dout = P(0x50000), .lse = P(0x60000), .dq = P(0x70000),
+                          .dk = P(0x80000), .dv = P(0x90000), .workspace = P(0xa0000),
+                          .cu_seqlens_q = P(0xb0000), .cu_seqlens_k = P(0xc0000), .batch = 3,
+                          .heads = 8, .kv_heads = 2, .total_q = 300, .total_k = 500};
+  return a;
+}
+
+START_TEST(launch_parameters) {
+  fake f;
+  fake_init(&f, 128, false, 7);
+  ag_jagged_fwd_args a = fwd_args();
+  ag_error err = {0};
+  ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  const ag_plan_kernel *k = &f.kernel.plan.kernels[0];
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[0]);
+  ck_assert_uint_eq(ag_fake_seen.block, (unsigned)k->threads);
+  ck_assert_uint_eq(ag_fake_seen.smem, (unsigned)k->smem_bytes);
+  const void *order[7] = {a.q, a.k, a.v, a.o, a.lse, a.cu_seqlens_q, a.cu_seqlens_k};
+  for (int i = 0; i < 7; i++) ck_assert_uint_eq(ag_fake_seen.ptr[i], (CUdeviceptr)(uintptr_t)order[i]);
+  ck_assert_int_eq(ag_fake_seen.batch, 3);
+  ck_assert_int_eq(ag_fake_seen.heads, 8);
+  ck_assert_int_eq(ag_fake_seen.kv_heads, 2);
+  ck_assert_int_eq(ag_fake_seen.total, 300);
+  ck_assert_int_eq(ag_fake_seen.total_k, 500);
+  /* (batch + total_q / BLOCK_M) virtual query tiles by heads. */
+  ck_assert_int_eq(ag_fake_seen.items, 3 + 300 / k->walk.rows);
+  ck_assert_uint_eq(ag_fake_seen.grid, 3 + 300 / k->walk.rows);
+  ck_assert_uint_eq(ag_fake_seen.grid_y, 8);
+
+  /* The backward: _dq over query tiles and heads, then _dkv over key tiles
+   * and key heads. */
+  fake_init(&f, 64, true, 12);
+  ag_jagged_bwd_args b = bwd_args();
+  ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 2);
+  const ag_plan_kernel *dq = &f.kernel.plan.kernels[1], *dkv = &f.kernel.plan.kernels[2];
+  ck_assert_uint_eq(ag_fake_seen.grids_x[0], 3 + 300 / dq->walk.rows);
+  ck_assert_uint_eq(ag_fake_seen.grids_y[0], 8);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[1], 3 + 500 / dkv->walk.rows);
+  ck_assert_uint_eq(ag_fake_seen.grids_y[1], 2);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[2]);
+  const void *border[12] = {b.q, b.k, b.v, b.o, b.dout, b.lse, b.dq, b.dk, b.dv, b.workspace,
+                            b.cu_seqlens_q, b.cu_seqlens_k};
+  for (int i = 0; i < 12; i++)
+    ck_assert_uint_eq(ag_fake_seen.ptr[i], (CUdeviceptr)(uintptr_t)border[i]);
+  ck_assert_int_eq(ag_fake_seen.items, 3 + 500 / dkv->walk.rows);
+  ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(8, 300), 4 * 8 * 300);
+}
+END_TEST
+
+static void expect_fwd_reject(fake *f, const ag_jagged_fwd_args *a, const char *want) {
+  ag_error err = {0};
+  ck_assert_int_eq(ag_jagged_forward(&f->kernel, a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, want);
+  ag_error_clear(&err);
+  ck_assert_int_eq(ag_fake_seen.count, 0);
+}
+
+START_TEST(argument_checks) {
+  fake f;
+  fake_init(&f, 128, false, 7);
+  ag_jagged_fwd_args a = fwd_args();
+  a.kv_heads = 3;
+  expect_fwd_reject(&f, &a, "kv_heads (3) does not divide heads (8)");
+  a = fwd_args();
+  a.heads = 0;
+  expect_fwd_reject(&f, &a,
+                    "need batch >= 0, heads >= 1, kv_heads >= 1, total_q >= 0, total_k >= 0 "
+                    "(got 3, 0, 2, 300, 500)");
+  a = fwd_args();
+  a.k = NULL;
+  expect_fwd_reject(&f, &a, "k is a null pointer");
+  a = fwd_args();
+  a.o = P(0x40008);
+  expect_fwd_reject(&f, &a, "o (0x40008) is not 16-byte aligned");
+  a = fwd_args();
+  a.lse = P(0x50002);
+  expect_fwd_reject(&f, &a, "lse (0x50002) is not 4-byte aligned");
+  a = fwd_args();
+  a.cu_seqlens_k = NULL;
+  expect_fwd_reject(&f, &a, "cu_seqlens_k is a null pointer");
+  a = fwd_args();
+  a.total_q = (int64_t)INT32_MAX + 1;
+  expect_fwd_reject(&f, &a,
+                    "total_q and total_k (2147483648, 500) must not exceed 2^31 - 1, the most "
+                    "int32 offsets can reach");
+  int32_t hq[4] = {0, 100, 90, 300}, hk[4] = {0, 100, 200, 400};
+  a = fwd_args();
+  a.host_cu_seqlens_q = hq;
+  expect_fwd_reject(&f, &a, "host_cu_seqlens_q decreases at index 2 (90 after 100)");
+  hq[2] = 200;
+  a.host_cu_seqlens_k = hk;
+  expect_fwd_reject(&f, &a, "host_cu_seqlens_k[3] (the last) is 400, not 500");
+  /* lse may be left out; kv_heads 0 means heads. */
+  hk[3] = 500;
+  a.lse = NULL;
+  a.kv_heads = 0;
+  ag_error err = {0};
+  ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.kv_heads, 8);
+  ck_assert_uint_eq(ag_fake_seen.ptr[4], 0);
+  /* Nothing to do: no launch. */
+  ag_fake_seen.count = 0;
+  a = fwd_args();
+  a.batch = 0;
+  a.total_q = a.total_k = 0;
+  ck_assert_int_eq(ag_jagged_forward(&f.kernel, &a, NULL, &err), AG_OK);
+  ck_assert_int_eq(ag_fake_seen.count, 0);
+  /* A forward kernel is not a backward one, nor a block kernel a jagged one. */
+  ag_jagged_bwd_args b = bwd_args();
+  ck_assert_int_eq(ag_jagged_backward(&f.kernel, &b, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "kernel 'jag' is not a jagged backward kernel");
+  ag_error_clear(&err);
+  ag_block_fwd_args blk = {0};
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &blk, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ag_error_clear(&err);
+  fake_init(&f, 64, true, 12);
+  b = bwd_args();
+  b.workspace = NULL;
+  ck_assert_int_eq(ag_jagged_backward(&f.kernel, &b, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "workspace is a null pointer");
+  ag_error_clear(&err);
+}
+END_TEST
+
+/* ---- on a GPU ---------------------------------------------------------------------- */
+
+static ag_context *gpu_or_skip(const char *test) {
+  ag_context *ctx = NULL;
+  ag_error err = {0};
+  ag_status st = ag_context_create(0, &ctx, &err);
+  if (st == AG_ERR_NO_DRIVER || st == AG_ERR_NO_DEVICE) {
+    printf("SKIP %s: %s (no GPU here)\n", test, ag_strerror(st));
+    ag_error_clear(&err);
+    return NULL;
+  }
+  ck_assert_msg(st == AG_OK, "context: %s", err.message);
+  return ctx;
+}
+
+typedef struct gpu_case {
+  jcase k;
+  int64_t heads, kv_heads;
+} gpu_case;
+
+static const gpu_case gpu_cases[] = {
+    {{AG_DTYPE_BF16, 128, false, ""}, 8, 2},
+    {{AG_DTYPE_BF16, 128, true, ""}, 4, 4},
+    {{AG_DTYPE_FP16, 64, true, ""}, 8, 1},
+    {{AG_DTYPE_BF16, 64, false, "window: [100, 0]\n"}, 4, 4},
+    {{AG_DTYPE_FP16, 128, false, "window: [64, 32]\n"}, 4, 2},
+    {{AG_DTYPE_BF16, 128, true, "window: [128, 0]\ndeterministic: true\n"}, 2, 1},
+    {{AG_DTYPE_FP16, 64, false, ""}, 2, 2},
+    {{AG_DTYPE_BF16, 64, true, "deterministic: true\n"}, 8, 4},
+};
+enum { NGPU = sizeof gpu_cases / sizeof gpu_cases[0] };
+
+static const char *name_of(const gpu_case *c) {
+  static char buf[128];
+  snprintf(buf, sizeof buf, "%s d%d%s%s h%lld/%lld", c->k.dtype == AG_DTYPE_FP16 ? "fp16" : "bf16",
+           c->k.dim, c->k.causal ? " causal" : "",
+           strstr(c->k.extra, "window: [100") ? " w[100,0]"
+           : strstr(c->k.extra, "window: [64") ? " w[64,32]"
+           : strstr(c->k.extra, "window: [128") ? " w[128,0]" : "",
+           (long long)c->heads, (long long)c->kv_heads);
+  return buf;
+}
+
+static void run_case(ag_kernel *k, const gpu_case *c, const char *what, const int32_t *lq,
+                     const int32_t *lk, int64_t batch, uint64_t seed) {
+  ag_jagged_check_options opt = {.seed = seed, .heads = c->heads, .kv_heads = c->kv_heads,
+                                 .backward = true, .repeat_backward = 4, .max_ref_macs = 3e9};
+  ag_jagged_check_result r;
+  ag_error err = {0};
+  ag_status st = ag_selfcheck_jagged(k, lq, lk, batch, &opt, &r, &err);
+  ck_assert_msg(st == AG_OK, "%s: %s", what, err.message);
+  const ag_dtype dt = c->k.dtype;
+  printf("gpu jagged %-26s %-30s o %.2e lse %.1e dq %.2e dk %.2e dv %.2e%s (%lld pairs)\n",
+         name_of(c), what, r.rel_o, r.lse_abs, r.rel_dq, r.rel_dk, r.rel_dv,
+         r.bitwise_repeatable ? "" : " NOT REPEATABLE", (long long)r.checked_pairs);
+  ck_assert_msg(r.unwritten == 0, "%s: %lld elements never written", what, (long long)r.unwritten);
+  ck_assert_msg(r.lse_mismatch == 0, "%s: %lld rows -inf on one side only", what,
+                (long long)r.lse_mismatch);
+  ck_assert_msg(r.rel_o <= ag_jagged_tolerance(dt, false), "%s: O error %g", what, r.rel_o);
+  ck_assert_msg(r.lse_abs <= 2e-3, "%s: lse error %g", what, r.lse_abs);
+  const double tol = ag_jagged_tolerance(dt, true);
+  ck_assert_msg(r.rel_dq <= tol && r.rel_dk <= tol && r.rel_dv <= tol,
+                "%s: gradient errors %g %g %g > %g", what, r.rel_dq, r.rel_dk, r.rel_dv, tol);
+  ck_assert_msg(r.bitwise_repeatable, "%s: the backward differs between runs", what);
+}
+
+START_TEST(gpu_jagged) {
+  const gpu_case *c = &gpu_cases[_i];
+  ag_context *ctx = gpu_or_skip("jagged");
+  if (!ctx) return;
+  char y[512];
+  yaml_for(y, sizeof y, c->k.dim, c->k.dtype, c->k.causal, c->k.extra, true);
+  ag_kernel *k;
+  ag_error err = {0};
+  ck_assert_msg(ag_kernel_get_string(ctx, y, strlen(y), &k, &err) == AG_OK, "%s", err.message);
+  uint64_t seed = (uint64_t)getpid() * 1000003u + 7919u * (uint64_t)_i;
+  /* 4096 in two cases (its float64 backward alone takes seconds), 1500 in
+   * the others. */
+  int32_t mixed[] = {0, 1, 63, 64, 65, 127, 129, 1000, _i % 5 == 0 ? 4096 : 1500, 3};
+  run_case(k, c, _i % 5 == 0 ? "lengths 0,1,63,..,1000,4096" : "lengths 0,1,63,..,1000,1500", mixed, NULL, 10, seed);
+  /* Cross-attention: more queries than keys (under causal, rows with no
+   * key), fewer, and empty sides. */
+  int32_t lq[] = {100, 5, 64, 0, 200, 129, 1};
+  int32_t lk[] = {30, 300, 64, 50, 0, 257, 1};
+  run_case(k, c, "cross lq != lk", lq, lk, 7, seed + 1);
+  int32_t many[48];
+  uint64_t rng = seed;
+  for (int i = 0; i < 48; i++) many[i] = (int32_t)(ag_rand_next(&rng) % 400);
+  run_case(k, c, "48 random lengths 0..399", many, NULL, 48, seed + 2);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
+Suite *jagged_suite(void) {
+  Suite *s = suite_create("jagged");
+  TCase *tc = tcase_create("jagged");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, validation);
+  tcase_add_test(tc, plan_kernels);
+  tcase_add_test(tc, source_shape);
+  tcase_add_test(tc, launch_parameters);
+  tcase_add_test(tc, argument_checks);
+  tcase_add_loop_test(tc, compiles, 0, (int)(sizeof compile_cases / sizeof compile_cases[0]));
+  suite_add_tcase(s, tc);
+  TCase *gpu = tcase_create("jagged_gpu");
+  tcase_set_timeout(gpu, 1200);
+  tcase_add_loop_test(gpu, gpu_jagged, 0, NGPU);
+  suite_add_tcase(s, gpu);
+  return s;
+}

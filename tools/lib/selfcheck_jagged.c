@@ -1,0 +1,393 @@
+/* selfcheck_jagged.c: the jagged pattern's self-check (selfcheck_jagged.h):
+ * device buffers through the runtime's driver table, NaN poison, the
+ * launches through the public API, the float64 reference on a capped
+ * sample of (sequence, head) pairs, and CUDA-event times. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jagged_bwd_reference.h"
+#include "jagged_reference.h"
+#include "reference.h"
+#include "runtime.h"
+#include "selfcheck_jagged.h"
+
+double ag_jagged_tolerance(ag_dtype dtype, bool backward) {
+  if (backward) return dtype == AG_DTYPE_FP16 ? 5e-3 : 2e-2;
+  return dtype == AG_DTYPE_FP16 ? 2e-3 : 1e-2;
+}
+
+enum { NBUF = 12 };
+enum { B_Q, B_K, B_V, B_O, B_LSE, B_DO, B_DQ, B_DK, B_DV, B_WS, B_CUQ, B_CUK };
+
+typedef struct state {
+  const ag_driver *drv;
+  ag_context *ctx;
+  CUdeviceptr d[NBUF];
+  size_t bytes[NBUF];
+} state;
+
+static ag_status dev_alloc(state *s, int i, size_t bytes, ag_error *err) {
+  s->bytes[i] = bytes;
+  return ag_cuda_check(err, s->drv->cuMemAlloc(&s->d[i], bytes ? bytes : 16), "cuMemAlloc");
+}
+
+static ag_status upload(state *s, int i, const void *host, ag_error *err) {
+  if (!s->bytes[i]) return AG_OK;
+  return ag_cuda_check(err, s->drv->cuMemcpyHtoD(s->d[i], host, s->bytes[i]), "cuMemcpyHtoD");
+}
+
+static ag_status download(state *s, int i, void *host, ag_error *err) {
+  if (!s->bytes[i]) return AG_OK;
+  return ag_cuda_check(err, s->drv->cuMemcpyDtoH(host, s->d[i], s->bytes[i]), "cuMemcpyDtoH");
+}
+
+/* 0xffff is a NaN in bf16 and fp16; 0x7fc00000 in fp32. */
+static ag_status poison(state *s, int i, bool f32, ag_error *err) {
+  if (!s->bytes[i]) return AG_OK;
+  return f32 ? ag_cuda_check(err, s->drv->cuMemsetD32(s->d[i], 0x7fc00000u, s->bytes[i] / 4),
+                             "cuMemsetD32")
+             : ag_cuda_check(err, s->drv->cuMemsetD16(s->d[i], 0xffffu, s->bytes[i] / 2),
+                             "cuMemsetD16");
+}
+
+static bool is_nan16(uint16_t h, ag_dtype dt) {
+  return dt == AG_DTYPE_FP16 ? (h & 0x7c00) == 0x7c00 && (h & 0x3ff)
+                             : (h & 0x7f80) == 0x7f80 && (h & 0x7f);
+}
+
+/* Sum of squared differences and of squared references of one (sequence,
+ * head)'s rows, counting NaNs as unwritten. */
+static void accumulate(ag_dtype dt, const uint16_t *got, const double *ref, int64_t row0,
+                       int64_t rows, int64_t heads, int64_t h, int dim, double *num, double *den,
+                       int64_t *unwritten) {
+  for (int64_t r = row0; r < row0 + rows; r++) {
+    const int64_t base = (r * heads + h) * dim;
+    for (int c = 0; c < dim; c++) {
+      const uint16_t g = got[base + c];
+      if (is_nan16(g, dt)) {
+        (*unwritten)++;
+        continue;
+      }
+      const double e = ag_half_to_float(dt, g) - ref[base + c];
+      *num += e * e;
+      *den += ref[base + c] * ref[base + c];
+    }
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median time of `iters` launches of one pass. */
+static ag_status time_pass(state *s, ag_kernel *k, const ag_jagged_fwd_args *fa,
+                           const ag_jagged_bwd_args *ba, int iters, double *out_ms,
+                           ag_error *err) {
+  const ag_driver *d = s->drv;
+  CUevent e0 = NULL, e1 = NULL;
+  double *ms = calloc((size_t)iters, sizeof *ms);
+  ag_status st = ms ? AG_OK : ag_fail(err, AG_ERR_NOMEM, "out of memory");
+  if (st == AG_OK) st = ag_cuda_check(err, d->cuEventCreate(&e0, 0), "cuEventCreate");
+  if (st == AG_OK) st = ag_cuda_check(err, d->cuEventCreate(&e1, 0), "cuEventCreate");
+  for (int i = -2; i < iters && st == AG_OK; i++) { /* two warm-up launches */
+    st = ag_cuda_check(err, d->cuEventRecord(e0, NULL), "cuEventRecord");
+    if (st == AG_OK) st = fa ? ag_jagged_forward(k, fa, NULL, err) : ag_jagged_backward(k, ba, NULL, err);
+    if (st == AG_OK) st = ag_cuda_check(err, d->cuEventRecord(e1, NULL), "cuEventRecord");
+    if (st == AG_OK) st = ag_cuda_check(err, d->cuEventSynchronize(e1), "cuEventSynchronize");
+    float t = 0;
+    if (st == AG_OK) st = ag_cuda_check(err, d->cuEventElapsedTime(&t, e0, e1), "cuEventElapsedTime");
+    if (st == AG_OK && i >= 0) ms[i] = t;
+  }
+  if (st == AG_OK && iters > 0) {
+    qsort(ms, (size_t)iters, sizeof *ms, cmp_double);
+    *out_ms = ms[iters / 2];
+  }
+  if (e0) d->cuEventDestroy(e0);
+  if (e1) d->cuEventDestroy(e1);
+  free(ms);
+  return st;
+}
+
+/* The reference's (sequence, head) pairs, shared between threads: each
+ * pair writes its own elements. */
+typedef struct ref_job {
+  const ag_ref_jagged_params *p;
+  ag_dtype dt;
+  const uint16_t *q, *k, *v;
+  const double *rq, *rk, *rv, *rdo;
+  const int32_t *cu_q, *cu_k;
+  const int64_t *pairs; /* (b, head) */
+  int64_t npairs;
+  bool backward;
+  double *ro, *rlse, *rdq, *rdk, *rdv;
+  int64_t next;
+  pthread_mutex_t lock;
+} ref_job;
+
+static void *ref_worker(void *arg) {
+  ref_job *j = arg;
+  for (;;) {
+    pthread_mutex_lock(&j->lock);
+    const int64_t i = j->next++;
+    pthread_mutex_unlock(&j->lock);
+    if (i >= j->npairs) return NULL;
+    const int64_t b = j->pairs[2 * i], h = j->pairs[2 * i + 1];
+    if (j->backward)
+      ag_ref_jagged_bwd_part(j->p, j->rq, j->rk, j->rv, j->rdo, j->cu_q, j->cu_k, b, h, j->rdq,
+                             j->rdk, j->rdv, NULL, NULL);
+    else
+      ag_ref_jagged_forward_part(j->dt, j->p, j->q, j->k, j->v, j->cu_q, j->cu_k, b, h, j->ro,
+                                 j->rlse);
+  }
+}
+
+/* Run the job on up to 16 threads (the calling one if none can start). */
+static void ref_run(ref_job *j) {
+  enum { THREADS = 16 };
+  pthread_t t[THREADS];
+  int n = 0;
+  pthread_mutex_init(&j->lock, NULL);
+  j->next = 0;
+  for (; n < THREADS && n < j->npairs; n++)
+    if (pthread_create(&t[n], NULL, ref_worker, j)) break;
+  if (n == 0) ref_worker(j);
+  for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+  pthread_mutex_destroy(&j->lock);
+}
+
+ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_t *lk,
+                              int64_t batch, const ag_jagged_check_options *opt,
+                              ag_jagged_check_result *out, ag_error *err) {
+  memset(out, 0, sizeof *out);
+  const ag_spec *spec = ag_kernel_spec(kernel);
+  if (!spec || spec->pattern != AG_PATTERN_JAGGED)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "ag_selfcheck_jagged needs a jagged kernel");
+  const bool self = lk == NULL;
+  if (self) lk = lq;
+  const ag_dtype dt = spec->dtype;
+  const int dim = spec->head_dim;
+  const int64_t H = opt->heads, G = opt->kv_heads ? opt->kv_heads : opt->heads;
+  const bool fwd_pass = spec->passes & AG_PASS_FORWARD;
+  const bool bwd = opt->backward && (spec->passes & AG_PASS_BACKWARD);
+  if (!fwd_pass && !bwd)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' has no pass to check", spec->name);
+  int32_t *cu_q = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+  int32_t *cu_k = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+  if (!cu_q || !cu_k) {
+    free(cu_q);
+    free(cu_k);
+    return ag_fail(err, AG_ERR_NOMEM, "out of memory");
+  }
+  cu_q[0] = cu_k[0] = 0;
+  for (int64_t b = 0; b < batch; b++) {
+    cu_q[b + 1] = cu_q[b] + lq[b];
+    cu_k[b + 1] = cu_k[b] + lk[b];
+  }
+  const int64_t tq = cu_q[batch], tk = cu_k[batch];
+  const size_t nq = (size_t)(tq * H * dim), nk = (size_t)(tk * G * dim);
+  ag_ref_jagged_params rp = {.batch = batch, .total_q = tq, .heads = H, .kv_heads = G,
+                             .head_dim = dim, .scale = ag_spec_scale(spec),
+                             .causal = spec->causal, .window = spec->has_window,
+                             .window_left = spec->window_left, .window_right = spec->window_right};
+  /* Host buffers: 16-bit inputs and outputs, double copies for the reference. */
+  uint16_t *hq = malloc(2 * nq + 1), *hk = malloc(2 * nk + 1), *hv = malloc(2 * nk + 1),
+           *hdo = malloc(2 * nq + 1), *ho = malloc(2 * nq + 1), *hdq = malloc(bwd ? 2 * nq + 1 : 1),
+           *hdk = malloc(bwd ? 2 * nk + 1 : 1), *hdv = malloc(bwd ? 2 * nk + 1 : 1),
+           *rep = malloc(bwd ? 2 * (nq + 2 * nk) + 1 : 1);
+  float *hlse = malloc(4 * (size_t)(H * tq) + 4);
+  /* Double copies of the inputs only for the backward's reference. */
+  double *rq = bwd ? calloc(nq + 1, 8) : NULL, *rk = bwd ? calloc(nk + 1, 8) : NULL,
+         *rv = bwd ? calloc(nk + 1, 8) : NULL, *rdo = bwd ? calloc(nq + 1, 8) : NULL,
+         *ro = calloc(nq + 1, 8), *rlse = calloc((size_t)(H * tq) + 1, 8),
+         *rdq = bwd ? calloc(nq + 1, 8) : NULL, *rdk = bwd ? calloc(nk + 1, 8) : NULL,
+         *rdv = bwd ? calloc(nk + 1, 8) : NULL;
+  state s = {.drv = kernel->ctx->drv, .ctx = kernel->ctx};
+  ag_status st = AG_OK;
+  int64_t *pairs = NULL; /* the (sequence, head) pairs the reference checks */
+  if (!hq || !hk || !hv || !hdo || !ho || !hdq || !hdk || !hdv || !rep || !hlse || !ro ||
+      !rlse || (bwd && (!rq || !rk || !rv || !rdo || !rdq || !rdk || !rdv))) {
+    st = ag_fail(err, AG_ERR_NOMEM, "out of memory for the self-check's host buffers");
+    goto done;
+  }
+  uint64_t rng = opt->seed * 0x9e3779b97f4a7c15ull + 1;
+  uint16_t *srcs[4] = {hq, hk, hv, hdo};
+  double *dsts[4] = {rq, rk, rv, rdo};
+  const size_t counts[4] = {nq, nk, nk, nq};
+  for (int t = 0; t < 4; t++)
+    for (size_t i = 0; i < counts[t]; i++) {
+      srcs[t][i] = ag_float_to_half(dt, (float)ag_rand_uniform(&rng, -1.0, 1.0));
+      if (bwd) dsts[t][i] = ag_half_to_float(dt, srcs[t][i]);
+    }
+  if ((st = ag_cuda_check(err, s.drv->cuCtxPushCurrent(s.ctx->cu), "cuCtxPushCurrent"))) goto done;
+  const size_t sizes[NBUF] = {2 * nq, 2 * nk, 2 * nk, 2 * nq, 4 * (size_t)(H * tq), 2 * nq,
+                              2 * nq, 2 * nk, 2 * nk, 4 * (size_t)(H * tq),
+                              4 * (size_t)(batch + 1), 4 * (size_t)(batch + 1)};
+  for (int i = 0; i < NBUF && st == AG_OK; i++)
+    st = dev_alloc(&s, i, bwd || i < B_DO || i >= B_CUQ ? sizes[i] : 0, err);
+  if (st == AG_OK) st = upload(&s, B_Q, hq, err);
+  if (st == AG_OK) st = upload(&s, B_K, hk, err);
+  if (st == AG_OK) st = upload(&s, B_V, hv, err);
+  if (st == AG_OK) st = upload(&s, B_DO, hdo, err);
+  if (st == AG_OK) st = upload(&s, B_CUQ, cu_q, err);
+  if (st == AG_OK) st = upload(&s, B_CUK, cu_k, err);
+  if (st == AG_OK) st = poison(&s, B_O, false, err);
+  if (st == AG_OK) st = poison(&s, B_LSE, true, err);
+  const CUdeviceptr cuk = self ? s.d[B_CUQ] : s.d[B_CUK];
+  ag_jagged_fwd_args fa = {.q = (void *)s.d[B_Q], .k = (void *)s.d[B_K], .v = (void *)s.d[B_V],
+                           .o = (void *)s.d[B_O], .lse = (float *)s.d[B_LSE],
+                           .cu_seqlens_q = (const int32_t *)s.d[B_CUQ],
+                           .cu_seqlens_k = (const int32_t *)cuk, .batch = batch, .heads = H,
+                           .kv_heads = G, .total_q = tq, .total_k = tk,
+                           .host_cu_seqlens_q = cu_q, .host_cu_seqlens_k = cu_k};
+  /* The backward needs the forward's O and lse: a kernel of the backward
+   * alone gets them from the reference, rounded as a forward would. */
+  if (st == AG_OK && fwd_pass) st = ag_jagged_forward(kernel, &fa, NULL, err);
+  if (st == AG_OK) st = ag_cuda_check(err, s.drv->cuCtxSynchronize(), "forward");
+  if (st == AG_OK) st = download(&s, B_O, ho, err);
+  if (st == AG_OK) st = download(&s, B_LSE, hlse, err);
+  if (st != AG_OK) goto pop;
+
+  /* Which (sequence, head) pairs the reference recomputes: heads 0 and
+   * H - 1 of sequences in order until the budget is spent, and always the
+   * longest sequence. */
+  const double budget = opt->max_ref_macs > 0 ? opt->max_ref_macs : 4e9;
+  int64_t longest = 0;
+  for (int64_t b = 1; b < batch; b++)
+    if ((int64_t)lq[b] * lk[b] > (int64_t)lq[longest] * lk[longest]) longest = b;
+  double spent = 0;
+  double num = 0, den = 0, gnum[3] = {0}, gden[3] = {0};
+  pairs = malloc(sizeof(int64_t) * 4 * (size_t)(batch + 1));
+  if (!pairs) {
+    st = ag_fail(err, AG_ERR_NOMEM, "out of memory");
+    goto pop;
+  }
+  int64_t npairs = 0;
+  for (int64_t b = 0; b < batch; b++) {
+    const double macs = 2.0 * lq[b] * lk[b] * dim * (bwd ? 4 : 1);
+    if (b != longest && spent + macs * 2 > budget && b > 0) continue;
+    for (int hi = 0; hi < (H > 1 ? 2 : 1); hi++) {
+      spent += macs;
+      pairs[2 * npairs] = b;
+      pairs[2 * npairs++ + 1] = hi ? H - 1 : 0;
+    }
+  }
+  ref_job job = {.p = &rp, .dt = dt, .q = hq, .k = hk, .v = hv, .rq = rq, .rk = rk, .rv = rv,
+                 .rdo = rdo, .cu_q = cu_q, .cu_k = cu_k, .pairs = pairs, .npairs = npairs,
+                 .ro = ro, .rlse = rlse, .rdq = rdq, .rdk = rdk, .rdv = rdv};
+  ref_run(&job);
+  out->checked_pairs = npairs;
+  for (int64_t i = 0; i < npairs && fwd_pass; i++) {
+    const int64_t b = pairs[2 * i], h = pairs[2 * i + 1];
+    accumulate(dt, ho, ro, cu_q[b], lq[b], H, h, dim, &num, &den, &out->unwritten);
+    for (int64_t r = cu_q[b]; r < cu_q[b + 1]; r++) {
+      const float g = hlse[h * tq + r];
+      const double want = rlse[h * tq + r];
+      if (isnan(g)) out->unwritten++;
+      else if (isinf(want) || isinf(g)) out->lse_mismatch += isinf(want) != isinf(g);
+      else if (fabs(g - want) > out->lse_abs) out->lse_abs = fabs(g - want);
+    }
+  }
+  out->rel_o = den > 0 ? sqrt(num / den) : 0;
+  for (int64_t b = 0; b < batch; b++) /* useful FLOPs: 4 D per visible pair */
+    for (int64_t i = 0; i < lq[b]; i++) {
+      int64_t lo, hi;
+      ag_ref_jagged_key_range(&rp, lq[b], lk[b], i, &lo, &hi);
+      if (hi > lo) out->fwd_flops += 4.0 * dim * (double)(hi - lo) * (double)H;
+    }
+
+  if (bwd) {
+    if (!fwd_pass) { /* O and lse from the reference, for every pair */
+      ag_ref_jagged_forward(dt, &rp, hq, hk, hv, cu_q, cu_k, ro, rlse);
+      for (size_t i = 0; i < nq; i++) ho[i] = ag_float_to_half(dt, (float)ro[i]);
+      for (int64_t i = 0; i < H * tq; i++) hlse[i] = (float)rlse[i];
+      if ((st = upload(&s, B_O, ho, err)) || (st = upload(&s, B_LSE, hlse, err))) goto pop;
+    }
+    ag_jagged_bwd_args ba = {.q = (void *)s.d[B_Q], .k = (void *)s.d[B_K], .v = (void *)s.d[B_V],
+                             .o = (void *)s.d[B_O], .dout = (void *)s.d[B_DO],
+                             .lse = (const float *)s.d[B_LSE], .dq = (void *)s.d[B_DQ],
+                             .dk = (void *)s.d[B_DK], .dv = (void *)s.d[B_DV],
+                             .workspace = (float *)s.d[B_WS],
+                             .cu_seqlens_q = (const int32_t *)s.d[B_CUQ],
+                             .cu_seqlens_k = (const int32_t *)cuk, .batch = batch, .heads = H,
+                             .kv_heads = G, .total_q = tq, .total_k = tk,
+                             .host_cu_seqlens_q = cu_q, .host_cu_seqlens_k = cu_k};
+    out->bitwise_repeatable = true;
+    for (int run = 0; run <= opt->repeat_backward && st == AG_OK; run++) {
+      if ((st = poison(&s, B_DQ, false, err)) || (st = poison(&s, B_DK, false, err)) ||
+          (st = poison(&s, B_DV, false, err)) || (st = poison(&s, B_WS, true, err)))
+        break;
+      if ((st = ag_jagged_backward(kernel, &ba, NULL, err))) break;
+      if ((st = ag_cuda_check(err, s.drv->cuCtxSynchronize(), "backward"))) break;
+      uint16_t *dst[3] = {run ? rep : hdq, run ? rep + nq : hdk, run ? rep + nq + nk : hdv};
+      if ((st = download(&s, B_DQ, dst[0], err)) || (st = download(&s, B_DK, dst[1], err)) ||
+          (st = download(&s, B_DV, dst[2], err)))
+        break;
+      if (run && (memcmp(rep, hdq, 2 * nq) || memcmp(rep + nq, hdk, 2 * nk) ||
+                  memcmp(rep + nq + nk, hdv, 2 * nk)))
+        out->bitwise_repeatable = false;
+    }
+    if (st != AG_OK) goto pop;
+    /* The reference gradients of the same pairs (every head of a checked
+     * key head's group contributes to its dK, dV). */
+    const int64_t group = H / G;
+    spent = 0;
+    npairs = 0;
+    for (int64_t b = 0; b < batch; b++) {
+      const double macs = 8.0 * lq[b] * lk[b] * dim * group;
+      if (b != longest && spent + macs * 2 > budget && b > 0) continue;
+      for (int gi = 0; gi < (G > 1 ? 2 : 1); gi++) {
+        spent += macs;
+        pairs[2 * npairs] = b;
+        pairs[2 * npairs++ + 1] = gi ? G - 1 : 0;
+      }
+    }
+    job.npairs = npairs;
+    job.backward = true;
+    ref_run(&job);
+    for (int64_t i = 0; i < npairs; i++) {
+      const int64_t b = pairs[2 * i], g = pairs[2 * i + 1];
+      for (int64_t h = g * group; h < (g + 1) * group; h++)
+        accumulate(dt, hdq, rdq, cu_q[b], lq[b], H, h, dim, &gnum[0], &gden[0], &out->unwritten);
+      accumulate(dt, hdk, rdk, cu_k[b], lk[b], G, g, dim, &gnum[1], &gden[1], &out->unwritten);
+      accumulate(dt, hdv, rdv, cu_k[b], lk[b], G, g, dim, &gnum[2], &gden[2], &out->unwritten);
+    }
+    out->rel_dq = gden[0] > 0 ? sqrt(gnum[0] / gden[0]) : 0;
+    out->rel_dk = gden[1] > 0 ? sqrt(gnum[1] / gden[1]) : 0;
+    out->rel_dv = gden[2] > 0 ? sqrt(gnum[2] / gden[2]) : 0;
+    if (opt->iters > 0) st = time_pass(&s, kernel, NULL, &ba, opt->iters, &out->bwd_ms, err);
+  }
+  if (st == AG_OK && fwd_pass && opt->iters > 0)
+    st = time_pass(&s, kernel, &fa, NULL, opt->iters, &out->fwd_ms, err);
+pop:;
+  free(pairs);
+  CUcontext popped;
+  for (int i = 0; i < NBUF; i++)
+    if (s.d[i]) s.drv->cuMemFree(s.d[i]);
+  s.drv->cuCtxPopCurrent(&popped);
+done:
+  free(cu_q);
+  free(cu_k);
+  free(hq);
+  free(hk);
+  free(hv);
+  free(hdo);
+  free(ho);
+  free(hdq);
+  free(hdk);
+  free(hdv);
+  free(rep);
+  free(hlse);
+  free(rq);
+  free(rk);
+  free(rv);
+  free(rdo);
+  free(ro);
+  free(rlse);
+  free(rdq);
+  free(rdk);
+  free(rdv);
+  return st;
+}
