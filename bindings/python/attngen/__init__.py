@@ -17,6 +17,22 @@ embeddings are fused into both passes:
                                   rotary={"layout": "interleaved", "apply_to": ["q", "k"]},
                                   rotary_table=table)   # [total_tokens, head_dim]: sin | cos
 
+Jagged (variable-length) sequences, named and ordered like FlashAttention's
+flash_attn_varlen_func, so switching is an import:
+
+    out = attngen.jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                   causal=True, window_size=(256, 0))
+    out, lse = attngen.jagged_attention(q, k, v, cu_seqlens_q, return_lse=True)
+
+q [total_q, heads, D], k and v [total_k, kv_heads, D] (kv_heads divides
+heads), cu_seqlens int32 [batch + 1] on the device (cu_seqlens_k None:
+self-attention); max_seqlen_q / max_seqlen_k are accepted and unused.
+causal and windows are aligned at the bottom right as FlashAttention's;
+lse is fp32 [heads, total_q]. Differentiable (forward and backward
+kernels in one module, bit-identical gradients run to run);
+`deterministic=True` writes `deterministic: true` into the spec. No rotary
+embeddings or dropout with jagged sequences yet (UnsupportedError).
+
 The runtime library libattngen.so is found through $ATTNGEN_LIB, the
 repository's build/ directory or the system loader, and loaded on first use;
 torch is imported on first use too, so this module imports without either.
@@ -26,17 +42,22 @@ from ._errors import (  # noqa: F401
     AttngenError, AttngenIOError, AttngenMemoryError, CacheError, CompileError, CudaError,
     DriverError, InvalidArgumentError, LibraryNotFoundError, SpecError, UnsupportedError,
 )
-from ._spec import SpecInfo, block_spec, block_spec_name, dict_to_yaml  # noqa: F401
-from ._validate import check_block_attention_args  # noqa: F401
+from ._spec import (  # noqa: F401
+    SpecInfo, block_spec, block_spec_name, dict_to_yaml, jagged_spec, jagged_spec_name,
+)
+from ._validate import check_block_attention_args, check_jagged_attention_args  # noqa: F401
 from .ops import (  # noqa: F401
     Kernel, block_attention, block_attention_api, context_arch, kernel_for, load, parse_spec,
 )
+from .jagged import jagged_attention, jagged_kernel_for  # noqa: F401
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "load", "block_attention", "block_attention_api", "Kernel", "SpecInfo", "parse_spec",
-    "kernel_for", "block_spec", "block_spec_name", "check_block_attention_args",
+    "load", "block_attention", "block_attention_api", "jagged_attention", "Kernel", "SpecInfo",
+    "parse_spec", "kernel_for", "jagged_kernel_for", "block_spec", "block_spec_name",
+    "jagged_spec", "jagged_spec_name", "check_block_attention_args",
+    "check_jagged_attention_args",
     "AttngenError", "SpecError", "UnsupportedError", "InvalidArgumentError", "CompileError",
     "DriverError", "CudaError", "CacheError", "AttngenIOError", "AttngenMemoryError",
     "LibraryNotFoundError",

@@ -49,11 +49,11 @@ class _AgRotary(ctypes.Structure):
 class _AgSpecAt(ctypes.Structure):
     _fields_ = [(n, AgPos) for n in (
         "name", "pattern", "block_size", "causal", "window", "query", "head_dim",
-        "dtype", "softmax_scale", "rotary", "passes", "arch")]
+        "dtype", "softmax_scale", "rotary", "passes", "arch", "deterministic")]
 
 
 class AgSpec(ctypes.Structure):
-    """Mirror of `ag_spec` (488 bytes on x86-64 Linux at attngen 0.1.0)."""
+    """Mirror of `ag_spec` (504 bytes on x86-64 Linux at attngen 0.1.0)."""
     _fields_ = [
         ("source", ctypes.c_char * AG_SOURCE_MAX),
         ("name", ctypes.c_char * AG_NAME_MAX),
@@ -70,6 +70,7 @@ class AgSpec(ctypes.Structure):
         ("rotary", _AgRotary),
         ("passes", ctypes.c_uint),
         ("arch", ctypes.c_int),
+        ("deterministic", ctypes.c_bool),  # jagged: bit-identical backward
         ("at", _AgSpecAt),
     ]
 
@@ -115,6 +116,51 @@ class AgBlockBwdArgs(ctypes.Structure):
     ]
 
 
+class AgJaggedFwdArgs(ctypes.Structure):
+    """Mirror of `ag_jagged_fwd_args`, in the header's field order."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),           # optional fp32 [heads, total_q]; None: not written
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),       # 0 means heads
+        ("total_q", ctypes.c_int64),
+        ("total_k", ctypes.c_int64),
+        ("host_cu_seqlens_q", ctypes.c_void_p),  # optional host copies; None: not checked
+        ("host_cu_seqlens_k", ctypes.c_void_p),
+    ]
+
+
+class AgJaggedBwdArgs(ctypes.Structure):
+    """Mirror of `ag_jagged_bwd_args`, in the header's field order."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("dout", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),           # the forward's, fp32 [heads, total_q]
+        ("dq", ctypes.c_void_p),
+        ("dk", ctypes.c_void_p),
+        ("dv", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),     # fp32 [heads, total_q] scratch
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),
+        ("total_q", ctypes.c_int64),
+        ("total_k", ctypes.c_int64),
+        ("host_cu_seqlens_q", ctypes.c_void_p),
+        ("host_cu_seqlens_k", ctypes.c_void_p),
+    ]
+
+
 # Every struct mirrored here, by its C type name: the layout test
 # (tests/test_spec_and_lib.py) compares each field's offset and each size
 # with the header. AgSpecBox is Python-only (an ag_spec plus slack).
@@ -124,6 +170,8 @@ MIRRORS = {
     "ag_spec": AgSpec,
     "ag_block_fwd_args": AgBlockFwdArgs,
     "ag_block_bwd_args": AgBlockBwdArgs,
+    "ag_jagged_fwd_args": AgJaggedFwdArgs,
+    "ag_jagged_bwd_args": AgJaggedBwdArgs,
 }
 
 
@@ -148,6 +196,13 @@ _PROTOTYPES = {
     # then reports the backward as unavailable).
     "ag_block_backward": (_c_status, [ctypes.c_void_p, _P(AgBlockBwdArgs), ctypes.c_void_p,
                                       _P(AgError)]),
+    # Optional: a library built before the jagged pattern lacks them
+    # (jagged_attention then says so).
+    "ag_jagged_forward": (_c_status, [ctypes.c_void_p, _P(AgJaggedFwdArgs), ctypes.c_void_p,
+                                      _P(AgError)]),
+    "ag_jagged_backward": (_c_status, [ctypes.c_void_p, _P(AgJaggedBwdArgs), ctypes.c_void_p,
+                                       _P(AgError)]),
+    "ag_jagged_backward_workspace_bytes": (ctypes.c_size_t, [ctypes.c_int64, ctypes.c_int64]),
 }
 # Entry points that must exist for the library to be usable at all.
 _REQUIRED = ("ag_strerror", "ag_error_clear", "ag_spec_load_string", "ag_spec_load_file")

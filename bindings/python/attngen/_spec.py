@@ -134,14 +134,68 @@ def block_spec(block_size, head_dim, dtype, causal=False, softmax_scale=None, ba
     return spec
 
 
+def jagged_spec_name(head_dim, dtype, causal=False, window=None, softmax_scale=None,
+                     deterministic=False, backward=False):
+    """The name of the spec jagged_attention generates, e.g.
+    torch_jagged_d128_bf16, with _causal, _w<left>_<right> (window),
+    _s<scale>, _det (deterministic) and _grad (both passes) when they apply;
+    cut to 48 characters with a hash as block_spec_name."""
+    name = "torch_jagged_d%d_%s" % (head_dim, dtype)
+    if causal:
+        name += "_causal"
+    if window is not None:
+        name += "_w%d_%d" % (int(window[0]), int(window[1]))
+    if softmax_scale is not None:
+        name += "_s" + _scale_tag(softmax_scale)
+    if deterministic:
+        name += "_det"
+    if backward:
+        name += "_grad"
+    name = name.lower()
+    if len(name) > NAME_MAX:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = name[:NAME_MAX - 9] + "_" + digest
+    return name
+
+
+def jagged_spec(head_dim, dtype, causal=False, window=None, softmax_scale=None,
+                deterministic=False, backward=False):
+    """The spec dict jagged_attention compiles for its arguments: `pattern:
+    jagged`, `causal`, `window: [left, right]` when `window` is a pair of
+    non-negative ints (None: no window), `head_dim`, `dtype`,
+    `softmax_scale` only when given (None: auto), `deterministic: true`
+    only when asked, and `passes: [forward, backward]` with backward=True
+    (else `[forward]`). The window is taken as given: mapping FlashAttention's
+    window_size onto it is _validate.check_window_size's job."""
+    if dtype not in DTYPE_NAMES:
+        raise ValueError("dtype must be one of %s, got %r" % (DTYPE_NAMES, dtype))
+    spec = {
+        "name": jagged_spec_name(head_dim, dtype, causal, window, softmax_scale, deterministic,
+                                 backward),
+        "pattern": "jagged",
+        "causal": bool(causal),
+    }
+    if window is not None:
+        spec["window"] = [int(window[0]), int(window[1])]
+    spec["head_dim"] = int(head_dim)
+    spec["dtype"] = dtype
+    if softmax_scale is not None:
+        spec["softmax_scale"] = float(softmax_scale)
+    if deterministic:
+        spec["deterministic"] = True
+    spec["passes"] = ["forward", "backward"] if backward else ["forward"]
+    return spec
+
+
 class SpecInfo:
     """What Python needs of a parsed ag_spec (a plain copy, no pointers)."""
 
     __slots__ = ("name", "source", "pattern", "block_size", "causal", "head_dim",
-                 "dtype", "softmax_scale", "scale", "passes", "rotary")
+                 "dtype", "softmax_scale", "scale", "passes", "rotary", "window",
+                 "deterministic")
 
     def __init__(self, name, source, pattern, block_size, causal, head_dim, dtype,
-                 softmax_scale, scale, passes, rotary=None):
+                 softmax_scale, scale, passes, rotary=None, window=None, deterministic=False):
         self.name = name
         self.source = source
         self.pattern = pattern          # "block_diagonal" | "jagged"
@@ -155,10 +209,14 @@ class SpecInfo:
         # None, or {"layout": "interleaved"|"half", "apply_to": ("q", "k", ...),
         # "positions": "table"|"sequence"|"block", "base": float}
         self.rotary = rotary
+        self.window = window            # jagged: None or (left, right)
+        self.deterministic = deterministic  # jagged: `deterministic: true`
 
     def __repr__(self):
         return ("SpecInfo(name=%r, pattern=%r, block_size=%d, causal=%r, head_dim=%d, "
                 "dtype=%r, scale=%.9g, passes=%r%s)" % (
                     self.name, self.pattern, self.block_size, self.causal, self.head_dim,
                     self.dtype, self.scale, self.passes,
-                    ", rotary=%r" % (self.rotary,) if self.rotary else ""))
+                    (", rotary=%r" % (self.rotary,) if self.rotary else "") +
+                    (", window=%r" % (self.window,) if self.window else "") +
+                    (", deterministic=True" if self.deterministic else "")))

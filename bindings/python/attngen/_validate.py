@@ -10,6 +10,8 @@ with a device or reads tensor contents, except `check_cpu_offsets`, which
 reads a host copy only.
 """
 
+from . import _errors
+
 HALF_DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
 HEAD_DIMS = (64, 128)
 BLOCK_MIN, BLOCK_MAX, BLOCK_STEP = 16, 256, 16
@@ -313,4 +315,183 @@ def check_block_attention_args(q, k, v, offsets, cpu_offsets=None, block_size=64
         "heads": heads, "head_dim": head_dim, "batch": batch, "block_size": block_size,
         "causal": causal, "softmax_scale": softmax_scale, "rotary": rotary,
         "rotary_table": rotary_table,
+    }
+
+
+# ---- jagged_attention ---------------------------------------------------------
+
+def _is_int(x):
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, int):
+        return True
+    try:
+        x.__index__()
+        return True
+    except (AttributeError, TypeError):
+        return False
+
+
+def check_window_size(window_size, causal):
+    """Maps FlashAttention's window_size (left, right) onto the jagged
+    spec's `causal` and `window`. Returns (causal, window), window None or a
+    pair of non-negative ints [left, right]: query i of a sequence with Lq
+    queries and Lk keys sees key j when i + d - left <= j <= i + d + right,
+    d = Lk - Lq (bottom-right aligned, as FlashAttention).
+
+    (-1, -1): no window. Both >= 0: [left, right]. With causal the right
+    side is capped at 0 (-1 or 0 give 0; a right side > 0 contradicts the
+    causal mask: ValueError), so (left, -1) is [left, 0] and (-1, -1) or
+    (-1, 0) causal alone. Without causal, (-1, 0) is exactly the causal mask
+    (what torch's varlen_attn passes for causal) and becomes causal=True;
+    another window with one unlimited side (-1) cannot be expressed by the
+    kernel: UnsupportedError."""
+    causal = check_causal(causal)
+    if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__") or \
+            len(window_size) != 2:
+        raise ValueError("window_size must be a pair (left, right) of ints >= -1, got %r"
+                         % (window_size,))
+    left, right = window_size
+    if not (_is_int(left) and _is_int(right)):
+        raise ValueError("window_size must be a pair (left, right) of ints >= -1, got %r"
+                         % (window_size,))
+    left, right = int(left), int(right)
+    if left < -1 or right < -1:
+        raise ValueError("window_size sides must be -1 (unlimited) or >= 0, got %r"
+                         % ((left, right),))
+    if causal:
+        if right > 0:
+            raise ValueError("window_size=%r with causal=True: a causal window sees no key "
+                             "after the query, so its right side must be 0 or -1"
+                             % ((left, right),))
+        return True, (None if left == -1 else (left, 0))
+    if left == -1 and right == -1:
+        return False, None
+    if left == -1 and right == 0:
+        return True, None
+    if left == -1 or right == -1:
+        raise _errors.UnsupportedError(
+            "attngen: window_size=%r without causal is not supported: the jagged kernel's "
+            "window needs both sides bounded (left, right >= 0), or (-1, -1) for none, or "
+            "causal=True (which caps the right side at 0)" % ((left, right),))
+    return False, (left, right)
+
+
+def check_jagged_qkv(q, k, v):
+    """Checks q [total_q, heads, D] and k, v [total_k, kv_heads, D]. Returns
+    (dtype, dtype_tag, device, total_q, heads, head_dim, total_k, kv_heads)."""
+    named = (("q", q), ("k", k), ("v", v))
+    for name, t in named:
+        for attr in ("dtype", "shape", "device", "is_contiguous"):
+            if not hasattr(t, attr):
+                raise ValueError("%s must be a torch.Tensor, got %s" % (name, type(t).__name__))
+    for name, t in named:
+        if not _is_cuda(t.device):
+            raise ValueError("%s must be a CUDA tensor, got one on %s"
+                             % (name, _device_str(t.device)))
+    dev = q.device
+    for name, t in named[1:]:
+        if t.device != dev:
+            raise ValueError("q, k and v must be on the same device: q is on %s, %s on %s"
+                             % (_device_str(dev), name, _device_str(t.device)))
+    for name, t in named:
+        if dtype_name(t.dtype) not in HALF_DTYPES:
+            raise ValueError("%s must be torch.bfloat16 or torch.float16, got %s"
+                             % (name, dtype_name(t.dtype)))
+    for name, t in named[1:]:
+        if dtype_name(t.dtype) != dtype_name(q.dtype):
+            raise ValueError("q, k and v must have the same dtype: q is %s, %s is %s"
+                             % (dtype_name(q.dtype), name, dtype_name(t.dtype)))
+    for name, t in named:
+        if len(t.shape) != 3:
+            raise ValueError("%s must be 3-D [total_%s, %s, head_dim], got shape %s"
+                             % (name, "q" if name == "q" else "k",
+                                "heads" if name == "q" else "kv_heads", list(_shape(t))))
+    total_q, heads, head_dim = _shape(q)
+    total_k, kv_heads, kdim = _shape(k)
+    if _shape(v) != _shape(k):
+        raise ValueError("k and v must have the same shape: k is %s, v is %s"
+                         % (list(_shape(k)), list(_shape(v))))
+    if kdim != head_dim:
+        raise ValueError("q, k and v must have the same head_dim: q's is %d, k's and v's %d"
+                         % (head_dim, kdim))
+    if head_dim not in HEAD_DIMS:
+        raise ValueError("head_dim (the last dimension of q) must be 64 or 128, got %d" % head_dim)
+    if heads < 1:
+        raise ValueError("heads (the middle dimension of q) must be at least 1, got %d" % heads)
+    if kv_heads < 1:
+        raise ValueError("kv_heads (the middle dimension of k and v) must be at least 1, got %d"
+                         % kv_heads)
+    if heads % kv_heads:
+        raise ValueError("kv_heads (%d, k's and v's middle dimension) must divide heads (%d, "
+                         "q's)" % (kv_heads, heads))
+    for name, t in named:
+        if not t.is_contiguous():
+            raise ValueError("%s must be contiguous (call .contiguous() first)" % name)
+    for name, t in named:
+        ptr = t.data_ptr() if hasattr(t, "data_ptr") else None
+        if _shape(t)[0] > 0 and ptr is not None and ptr % ALIGNMENT:
+            raise ValueError("%s's data pointer (0x%x) must be %d-byte aligned; it is a view "
+                             "with a storage offset, call .clone() first" % (name, ptr, ALIGNMENT))
+    return (q.dtype, HALF_DTYPES[dtype_name(q.dtype)], dev, total_q, heads, head_dim, total_k,
+            kv_heads)
+
+
+def check_cu_seqlens(cu, device, name="cu_seqlens_q"):
+    """Checks jagged offsets: int32 [batch + 1], contiguous, on q's device.
+    Returns batch. The values are not read (no synchronization)."""
+    for attr in ("dtype", "shape", "device"):
+        if not hasattr(cu, attr):
+            raise ValueError("%s must be a torch.Tensor, got %s" % (name, type(cu).__name__))
+    if dtype_name(cu.dtype) != "torch.int32":
+        raise ValueError("%s must be torch.int32, got %s" % (name, dtype_name(cu.dtype)))
+    if len(cu.shape) != 1:
+        raise ValueError("%s must be 1-D [batch + 1], got shape %s" % (name, list(_shape(cu))))
+    n = int(cu.shape[0])
+    if n < 1:
+        raise ValueError("%s must hold at least one element (batch + 1 >= 1), got 0" % name)
+    if cu.device != device:
+        raise ValueError("%s must be on the same device as q (%s), got %s"
+                         % (name, _device_str(device), _device_str(cu.device)))
+    if hasattr(cu, "is_contiguous") and not cu.is_contiguous():
+        raise ValueError("%s must be contiguous" % name)
+    return n - 1
+
+
+def check_jagged_attention_args(q, k, v, cu_seqlens_q, cu_seqlens_k=None, causal=False,
+                                window_size=(-1, -1), softmax_scale=None, rotary=None,
+                                rotary_table=None, deterministic=False, dropout_p=0.0):
+    """Every check of jagged_attention, in one call. Returns a dict with
+    dtype, dtype_tag, device, total_q, heads, head_dim, total_k, kv_heads,
+    batch, causal and window (after check_window_size), softmax_scale,
+    deterministic and cu_seqlens_k (cu_seqlens_q when None was given)."""
+    if rotary is not None or rotary_table is not None:
+        raise _errors.UnsupportedError(
+            "attngen: rotary embeddings are not supported with the jagged pattern yet "
+            "(pass rotary=None, rotary_table=None; block_attention has them)")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
+        raise _errors.UnsupportedError("attngen: dropout is not supported (dropout_p must be "
+                                       "0.0, got %r)" % (dropout_p,))
+    if not isinstance(deterministic, bool):
+        raise ValueError("deterministic must be True or False, got %r" % (deterministic,))
+    causal, window = check_window_size(window_size, causal)
+    softmax_scale = check_softmax_scale(softmax_scale)
+    dtype, tag, device, total_q, heads, head_dim, total_k, kv_heads = check_jagged_qkv(q, k, v)
+    batch = check_cu_seqlens(cu_seqlens_q, device, "cu_seqlens_q")
+    if cu_seqlens_k is None:
+        if total_k != total_q:
+            raise ValueError("cu_seqlens_k is None (self-attention, cu_seqlens_q for both) but "
+                             "k has %d tokens and q %d; pass cu_seqlens_k for cross-attention"
+                             % (total_k, total_q))
+        cu_seqlens_k = cu_seqlens_q
+    else:
+        batch_k = check_cu_seqlens(cu_seqlens_k, device, "cu_seqlens_k")
+        if batch_k != batch:
+            raise ValueError("cu_seqlens_q and cu_seqlens_k must have the same length (batch + "
+                             "1): got %d and %d" % (batch + 1, batch_k + 1))
+    return {
+        "dtype": dtype, "dtype_tag": tag, "device": device, "total_q": total_q, "heads": heads,
+        "head_dim": head_dim, "total_k": total_k, "kv_heads": kv_heads, "batch": batch,
+        "causal": causal, "window": window, "softmax_scale": softmax_scale,
+        "deterministic": deterministic, "cu_seqlens_k": cu_seqlens_k,
     }

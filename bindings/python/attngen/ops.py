@@ -81,6 +81,8 @@ def _spec_info(box):
         scale=_lib.lib().ag_spec_scale(ctypes.byref(box)),
         passes=passes,
         rotary=_rotary_info(s.rotary),
+        window=(s.window_left, s.window_right) if s.has_window else None,
+        deterministic=bool(s.deterministic),
     )
 
 
@@ -210,8 +212,8 @@ class Kernel:
     def _check(self, q, k, v, offsets, cpu_offsets):
         if self.spec.pattern != "block_diagonal":
             raise _errors.UnsupportedError(
-                "kernel '%s' has pattern %s; only block_diagonal runs from Python so far"
-                % (self.spec.name, self.spec.pattern))
+                "kernel '%s' has pattern %s; a Kernel runs block_diagonal specs only "
+                "(jagged sequences: attngen.jagged_attention)" % (self.spec.name, self.spec.pattern))
         dtype, tag, device, (tokens, heads, head_dim) = _validate.check_qkv(q, k, v)
         if tag != self.spec.dtype:
             raise ValueError("kernel '%s' is for %s tensors, got %s"

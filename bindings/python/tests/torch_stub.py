@@ -1,8 +1,9 @@
 """A STUB of the few torch.Tensor attributes attngen's argument checks read
 (.dtype, .shape, .device, .is_contiguous(), .data_ptr(), .tolist()), and of
-the few torch functions attngen.ops calls around a launch (FakeTorch:
-empty_like, full_like, is_grad_enabled, cuda.current_stream, and a minimal
-autograd.Function that records the ctx so a test can call backward).
+the few torch functions attngen.ops and attngen.jagged call around a launch
+(FakeTorch: empty_like, full_like, empty, full, is_grad_enabled,
+cuda.current_stream, and a minimal autograd.Function that records the ctx
+so a test can call backward; outputs marked non-differentiable get none).
 
 It is not torch and computes nothing: it lets the pure-Python validation in
 attngen._validate and the wiring of attngen.ops (which kernel, which C entry
@@ -90,6 +91,14 @@ class StubTensor:
     def to(self, dtype):
         return self if dtype == self.dtype else self._like(dtype=dtype)
 
+    def zero_(self):
+        self.fill = 0.0
+        return self
+
+    def fill_(self, value):
+        self.fill = value
+        return self
+
     def requires_grad_(self, flag=True):
         self.requires_grad = flag
         return self
@@ -123,6 +132,9 @@ class FakeCtx:
     def save_for_backward(self, *tensors):
         self.saved_tensors = tensors
 
+    def mark_non_differentiable(self, *tensors):
+        self.non_differentiable = tensors
+
 
 class FakeFunction:
     """autograd.Function's calling convention: apply() runs forward with a
@@ -133,8 +145,10 @@ class FakeFunction:
     def apply(cls, *args):
         ctx = FakeCtx(tuple(bool(getattr(a, "requires_grad", False)) for a in args))
         out = cls.forward(ctx, *args)
-        out.grad_fn = (cls, ctx)
-        out.requires_grad = True
+        for t in (out if isinstance(out, tuple) else (out,)):
+            if t not in getattr(ctx, "non_differentiable", ()):
+                t.grad_fn = (cls, ctx)
+                t.requires_grad = True
         return out
 
 
@@ -171,6 +185,15 @@ class FakeTorch:
     def empty_like(self, t, memory_format=None):
         assert memory_format == self.contiguous_format
         return t._like(contiguous=True)
+
+    def empty(self, shape, dtype=None, device=None):
+        return StubTensor(shape, dtype, device if device is not None else "cuda:0",
+                          ptr=next(_ptrs))
+
+    def full(self, shape, value, dtype=None, device=None):
+        out = self.empty(shape, dtype, device)
+        out.fill = value
+        return out
 
     def full_like(self, t, value, memory_format=None):
         assert memory_format == self.contiguous_format

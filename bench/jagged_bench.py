@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""Jagged (variable-length) self-attention: attngen.jagged_attention against
+FlashAttention-2 varlen (torch's varlen_attn, as bench/peers/varlen.py
+reaches it, else flash_attn.flash_attn_varlen_func) and, when importable,
+FlashAttention-4 (flash_attn.cute.flash_attn_varlen_func), side by side in
+one process, forward, backward and forward+backward timed separately with
+CUDA events (median of 10 after 3 warm-up calls).
+
+Run from the repository root after `make build/libattngen.so`:
+
+    PYTHONPATH=bindings/python python3 bench/jagged_bench.py --out bench/results/jagged
+    PYTHONPATH=bindings/python python3 bench/jagged_bench.py --quick --out /tmp/jq
+
+Shapes: batch 1152, 4 heads, head_dim 128 and 64, lengths uniform in [1, L]
+(--spread s: [(2s-1)L, L], at least 1) for L in {1024, 4096} (--more-lengths
+adds 512 and 2048), causal and not: 8 shapes (--quick: L 1024 only, 4).
+Inputs are standard normal bf16, with a fixed seed per shape.
+
+Useful FLOPs: forward 4 * D * heads * (visible query-key pairs), the pairs
+counted exactly from the lengths (L^2 per sequence, L(L+1)/2 causal);
+backward 2.5x the forward; forward+backward 3.5x. Ratios are peer time /
+attngen time (> 1: attngen is faster).
+
+Correctness: once per shape attngen's output (and its dq, dk, dv) are
+compared with FA2's (relative Frobenius error), and its output on a few
+sampled sequences with a float64 reference; a row whose error exceeds
+2e-2 is flagged with "!" so a fast wrong kernel cannot pass.
+
+The pure-Python helpers (lengths, visible_pairs, flops, shapes) import
+without torch (bench/tests/test_jagged_bench.py tests them on the CPU).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import random
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+BATCH = 1152
+HEADS = 4
+LENGTHS = (1024, 4096)
+MORE_LENGTHS = (512, 2048)
+HEAD_DIMS = (128, 64)
+ERR_FLAG = 2e-2
+BWD_FACTOR = 2.5
+WARMUP, ITERS = 3, 10
+
+
+# ---- shapes and FLOPs (pure Python) -------------------------------------------
+
+def lengths(batch, max_len, spread=None, seed=0):
+    """Sequence lengths, uniform integers in [1, L], or in [(2s-1)L, L] (at
+    least 1) with spread s; fixed by (seed, batch, L, spread)."""
+    lo = 1 if spread is None else max(1, int(round((2 * float(spread) - 1) * max_len)))
+    if lo > max_len:
+        raise ValueError("spread %r gives an empty range [%d, %d]" % (spread, lo, max_len))
+    rng = random.Random("%d/%d/%d/%r" % (seed, batch, max_len, spread))
+    return [rng.randint(lo, max_len) for _ in range(batch)]
+
+
+def visible_pairs(lens_q, lens_k=None, causal=False):
+    """Query-key pairs that attention computes, summed over sequences:
+    Lq*Lk each, or with the bottom-right-aligned causal mask (query i sees
+    key j <= i + Lk - Lq) sum_i clamp(i + Lk - Lq + 1, 0, Lk), which is
+    L(L+1)/2 for self-attention."""
+    lens_k = lens_q if lens_k is None else lens_k
+    total = 0
+    for lq, lk in zip(lens_q, lens_k):
+        lq, lk = int(lq), int(lk)
+        if not causal:
+            total += lq * lk
+            continue
+        d = lk - lq
+        # rows i with i + d + 1 >= lk see all lk keys; rows with i + d + 1 <= 0 see none
+        full_from = max(0, min(lq, lk - d - 1))      # first row seeing every key
+        none_until = max(0, min(lq, -d))             # rows [0, none_until) see no key
+        # rows [none_until, full_from): i + d + 1 keys, an arithmetic series
+        a, b = none_until, full_from
+        if b > a:
+            total += (b - a) * (d + 1) + (a + b - 1) * (b - a) // 2
+        total += (lq - max(full_from, none_until)) * lk
+    return total
+
+
+def fwd_flops(lens, head_dim, heads, causal):
+    return 4 * head_dim * heads * visible_pairs(lens, causal=causal)
+
+
+def bwd_flops(lens, head_dim, heads, causal):
+    return BWD_FACTOR * fwd_flops(lens, head_dim, heads, causal)
+
+
+def shapes(quick=False, more_lengths=False, spread=None, batch=BATCH, heads=HEADS,
+           head_dims=HEAD_DIMS):
+    """The shape dicts to run: D x L x causal (L 1024 alone with quick)."""
+    ls = (1024,) if quick else tuple(sorted(LENGTHS + (MORE_LENGTHS if more_lengths else ())))
+    out = []
+    for d in head_dims:
+        for L in ls:
+            for causal in (False, True):
+                out.append({"batch": batch, "heads": heads, "head_dim": d, "max_len": L,
+                            "spread": spread, "causal": causal})
+    return out
+
+
+def label(sh):
+    s = "B%d H%d D%d L%d" % (sh["batch"], sh["heads"], sh["head_dim"], sh["max_len"])
+    if sh.get("spread") is not None:
+        s += " s%g" % sh["spread"]
+    return s + (" causal" if sh["causal"] else "")
+
+
+def tflops(flops, ms):
+    return None if not ms else flops / (ms * 1e-3) / 1e12
+
+
+# ---- report (pure Python) -------------------------------------------------------
+
+def _cell(ms, fl):
+    if ms is None:
+        return "—"
+    t = tflops(fl, ms)
+    return "%.3f (%.0f)" % (ms, t) if t is not None else "%.3f" % ms
+
+
+def _ratio(peer_ms, ag_ms):
+    if not peer_ms or not ag_ms:
+        return "—"
+    return "%.2fx" % (peer_ms / ag_ms)
+
+
+def _err(x):
+    if x is None:
+        return "—"
+    return ("%.1e" % x) + (" !" if x > ERR_FLAG else "")
+
+
+def markdown(records, env, command):
+    lines = ["# attngen jagged attention vs FlashAttention varlen", "",
+             "Command (from the repository root):", "", "    " + command, ""]
+    lines += ["- %s: %s" % (k, v) for k, v in env.items()] + [""]
+    lines += ["Times in ms, (TFLOP/s) in brackets; FLOPs: forward 4·D·H·(visible pairs), "
+              "backward 2.5x, forward+backward 3.5x. Ratio: FA2 time / attngen time "
+              "(> 1: attngen faster). Errors: attngen vs FA2 (out; max of dq, dk, dv), and "
+              "out vs a float64 reference on sampled sequences; ! flags > %g." % ERR_FLAG, ""]
+    head = ["shape", "attngen fwd", "FA2 fwd", "ratio", "attngen bwd", "FA2 bwd", "ratio",
+            "attngen fwd+bwd", "FA2 fwd+bwd", "ratio", "FA4 fwd", "FA4 bwd",
+            "err out", "err grads", "err ref64"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for r in records:
+        f, b = r["flops_fwd"], r["flops_bwd"]
+        t = {p: r["times"].get(p, {}) for p in ("attngen", "fa2", "fa4")}
+        row = [r["label"],
+               _cell(t["attngen"].get("fwd"), f), _cell(t["fa2"].get("fwd"), f),
+               _ratio(t["fa2"].get("fwd"), t["attngen"].get("fwd")),
+               _cell(t["attngen"].get("bwd"), b), _cell(t["fa2"].get("bwd"), b),
+               _ratio(t["fa2"].get("bwd"), t["attngen"].get("bwd")),
+               _cell(t["attngen"].get("fwdbwd"), f + b), _cell(t["fa2"].get("fwdbwd"), f + b),
+               _ratio(t["fa2"].get("fwdbwd"), t["attngen"].get("fwdbwd")),
+               _cell(t["fa4"].get("fwd"), f), _cell(t["fa4"].get("bwd"), b),
+               _err(r.get("err_out")), _err(r.get("err_grads")), _err(r.get("err_ref64"))]
+        lines.append("| " + " | ".join(row) + " |")
+    notes = [(r["label"], n) for r in records for n in r.get("notes", [])]
+    if notes:
+        lines += ["", "Notes:", ""] + ["- %s: %s" % (lbl, n) for lbl, n in notes]
+    return "\n".join(lines) + "\n"
+
+
+# ---- the GPU side (imports torch) -------------------------------------------------
+
+def _time(fn, warmup=WARMUP, iters=ITERS):
+    from peers.common import cuda_time
+    med, _, _ = cuda_time(lambda i: fn(), 1, iters, warmup=warmup)
+    return med
+
+
+def _rel(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+class Fa2:
+    """FlashAttention-2 varlen: torch's varlen_attn as bench/peers/varlen.py
+    calls it (the flash backend pinned), else flash_attn's."""
+
+    def __init__(self):
+        import contextlib
+        self.context = contextlib.nullcontext
+        try:
+            from peers.varlen import VarlenPeer, _varlen_kwargs
+            p = VarlenPeer()
+            p.setup("full")
+            self.fn, self._kw = p.fn, _varlen_kwargs
+            if p.context is not None:
+                self.context = p.context
+            self.name = "torch varlen_attn %s" % p.signature
+            self.kind = "torch"
+        except Exception as e:
+            try:
+                from flash_attn import flash_attn_varlen_func
+            except Exception as e2:
+                raise RuntimeError("no FA2: torch varlen_attn: %s; flash_attn: %s" % (e, e2))
+            self.fn = flash_attn_varlen_func
+            self.kind = "flash_attn"
+            import flash_attn
+            self.name = "flash_attn %s flash_attn_varlen_func" % getattr(flash_attn,
+                                                                           "__version__", "?")
+
+    def __call__(self, q, k, v, cu, max_len, causal):
+        if self.kind == "torch":
+            return self.fn(q, k, v, cu, cu, max_len, max_len, **self._kw(self.fn, causal))
+        return self.fn(q, k, v, cu, cu, max_len, max_len, causal=causal)
+
+
+class Fa4:
+    def __init__(self):
+        from flash_attn.cute import flash_attn_varlen_func
+        self.fn = flash_attn_varlen_func
+        self.name = "flash_attn.cute.flash_attn_varlen_func"
+        import contextlib
+        self.context = contextlib.nullcontext
+
+    def __call__(self, q, k, v, cu, max_len, causal):
+        out = self.fn(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max_len,
+                      max_seqlen_k=max_len, causal=causal)
+        return out[0] if isinstance(out, tuple) else out
+
+
+class Attngen:
+    def __init__(self):
+        sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
+        import attngen
+        attngen._lib.lib()
+        self.attngen = attngen
+        self.name = "attngen.jagged_attention (%s)" % attngen._lib.lib()._name
+        import contextlib
+        self.context = contextlib.nullcontext
+
+    def __call__(self, q, k, v, cu, max_len, causal):
+        return self.attngen.jagged_attention(q, k, v, cu, cu, max_seqlen_q=max_len,
+                                             max_seqlen_k=max_len, causal=causal)
+
+
+def measure(peer, q, k, v, cu, max_len, causal, dout, res, keep=False):
+    """Fills res with the median ms of fwd, bwd (autograd.grad of one
+    recorded forward, retain_graph) and fwdbwd for one peer, in that order,
+    so a pass that fails leaves the earlier ones; returns (when keep) its
+    output and gradients for the error check."""
+    import torch
+    kept = {}
+    with peer.context():
+        with torch.no_grad():
+            res["fwd"] = _time(lambda: peer(q, k, v, cu, max_len, causal))
+            if keep:
+                kept["out"] = peer(q, k, v, cu, max_len, causal)
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        out = peer(qg, kg, vg, cu, max_len, causal)
+
+        def bwd():
+            return torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)
+
+        res["bwd"] = _time(bwd)
+        if keep:
+            kept["grads"] = bwd()
+        del out
+
+        def fwdbwd():
+            o = peer(qg, kg, vg, cu, max_len, causal)
+            return torch.autograd.grad(o, (qg, kg, vg), dout)
+
+        res["fwdbwd"] = _time(fwdbwd)
+    torch.cuda.synchronize()
+    return kept
+
+
+def precompile(attngen, todo):
+    """Build attngen's kernels for the shapes (forward-only and both passes)
+    in parallel; NVRTC releases the GIL. Failures surface in the runs."""
+    import concurrent.futures as cf
+    import torch
+    keys = sorted({(sh["head_dim"], sh["causal"], bwd) for sh in todo for bwd in (False, True)})
+    dev = torch.cuda.current_device()
+
+    def build(key):
+        d, causal, bwd = key
+        try:
+            attngen.jagged_kernel_for(d, "bf16", causal, None, None, False, bwd).handle(dev)
+        except Exception as e:
+            return "%s: %s" % (key, e)
+        return None
+
+    t0 = time.perf_counter()
+    with cf.ThreadPoolExecutor(max_workers=8) as ex:
+        errs = [e for e in ex.map(build, keys) if e]
+    for e in errs:
+        print("  precompile failed: %s" % str(e).splitlines()[0])
+    return time.perf_counter() - t0
+
+
+def ref64_error(out, q, k, v, lens, causal, picks=4, seed=0):
+    """Relative error of `out` against float64 attention on a few sequences
+    (the longest, the shortest and random ones), computed on the GPU."""
+    import torch
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    rng = random.Random(seed)
+    idx = {max(range(len(lens)), key=lambda i: lens[i]), min(range(len(lens)), key=lambda i: lens[i])}
+    while len(idx) < min(picks, len(lens)):
+        idx.add(rng.randrange(len(lens)))
+    num = den = 0.0
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    for b in sorted(idx):
+        s, e = cu[b], cu[b + 1]
+        qb, kb, vb = (t[s:e].double().transpose(0, 1) for t in (q, k, v))
+        sc = qb @ kb.transpose(-1, -2) * scale
+        if causal:
+            n = e - s
+            sc = sc.masked_fill(torch.ones(n, n, dtype=torch.bool, device=sc.device).triu(1),
+                                float("-inf"))
+        ref = (torch.softmax(sc, -1) @ vb).transpose(0, 1)
+        num += (out[s:e].double() - ref).norm().item() ** 2
+        den += ref.norm().item() ** 2
+    return math.sqrt(num) / max(math.sqrt(den), 1e-300)
+
+
+def environment():
+    import torch
+    env = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+           "torch": torch.__version__, "cuda": torch.version.cuda}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        env["gpu"] = p.name
+        env["sm_count"] = p.multi_processor_count
+    try:
+        import flash_attn
+        env["flash_attn"] = getattr(flash_attn, "__version__", "?")
+    except Exception:
+        env["flash_attn"] = "not importable"
+    return env
+
+
+def run(args):
+    import torch
+    if not torch.cuda.is_available():
+        print("jagged_bench: no CUDA device", file=sys.stderr)
+        return 2
+    t_start = time.perf_counter()
+    env = environment()
+    peers = {}
+    for key, cls in (("attngen", Attngen), ("fa2", Fa2), ("fa4", Fa4)):
+        if key == "fa4" and args.no_fa4:
+            print("note: FA4 skipped (--no-fa4)")
+            continue
+        try:
+            peers[key] = cls()
+            env["peer_" + key] = peers[key].name
+        except Exception as e:
+            msg = "%s unavailable: %s: %s" % (key, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            print("note: " + msg)
+            env["peer_" + key] = msg
+    if "attngen" not in peers:
+        print("jagged_bench: attngen is unavailable", file=sys.stderr)
+        return 2
+    command = "PYTHONPATH=bindings/python python3 bench/jagged_bench.py " + " ".join(args.argv)
+    todo = shapes(args.quick, args.more_lengths, args.spread)
+    if args.shapes:
+        words = args.shapes.split(",")
+        todo = [s for s in todo if all(w in label(s) for w in words)]
+    records = []
+    os.makedirs(args.out, exist_ok=True)
+    env["attngen_compile_s"] = round(precompile(peers["attngen"].attngen, todo), 1)
+    print("attngen kernels built in %.1fs" % env["attngen_compile_s"], flush=True)
+
+    def write():
+        with open(os.path.join(args.out, "jagged_bench.json"), "w") as f:
+            json.dump({"env": env, "command": command, "records": records}, f, indent=1)
+        with open(os.path.join(args.out, "jagged_bench.md"), "w") as f:
+            f.write(markdown(records, env, command))
+
+    dtype = torch.bfloat16
+    for sh in todo:
+        t0 = time.perf_counter()
+        lens = lengths(sh["batch"], sh["max_len"], sh["spread"], seed=args.seed)
+        D, H, L, causal = sh["head_dim"], sh["heads"], sh["max_len"], sh["causal"]
+        rec = {"label": label(sh), "shape": sh, "total_tokens": sum(lens),
+               "visible_pairs": visible_pairs(lens, causal=causal),
+               "flops_fwd": fwd_flops(lens, D, H, causal),
+               "flops_bwd": bwd_flops(lens, D, H, causal), "times": {}, "notes": []}
+        cu_list = [0]
+        for n in lens:
+            cu_list.append(cu_list[-1] + n)
+        g = torch.Generator(device="cuda").manual_seed(1000 + D + L + causal)
+        total = cu_list[-1]
+        q, k, v, dout = (torch.randn(total, H, D, device="cuda", dtype=dtype, generator=g)
+                         for _ in range(4))
+        cu = torch.tensor(cu_list, dtype=torch.int32, device="cuda")
+        kept = {}
+        for key in ("fa2", "attngen", "fa4"):
+            if key not in peers:
+                continue
+            res = rec["times"].setdefault(key, {})
+            try:
+                kept[key] = measure(peers[key], q, k, v, cu, L, causal, dout, res,
+                                    keep=key in ("fa2", "attngen"))
+            except Exception as e:
+                text = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0]
+                                   if str(e).strip() else "")
+                rec["notes"].append("%s failed: %s" % (key, text))
+                print("  %s failed on %s: %s" % (key, rec["label"], text))
+                if args.verbose:
+                    traceback.print_exc()
+                if key == "fa4":
+                    peers.pop("fa4")
+                    rec["notes"].append("FA4 dropped for the remaining shapes")
+                if "CUDA error" in str(e) or "illegal" in str(e):
+                    records.append(rec)
+                    write()
+                    print("jagged_bench: CUDA context may be gone; stopping", file=sys.stderr)
+                    return 1
+            torch.cuda.empty_cache()
+        a = kept.get("attngen", {})
+        f2 = kept.get("fa2", {})
+        try:
+            if "out" in a and "out" in f2:
+                rec["err_out"] = _rel(a["out"], f2["out"])
+            if "grads" in a and "grads" in f2:
+                rec["err_grads"] = max(_rel(x, y) for x, y in zip(a["grads"], f2["grads"]))
+            if "out" in a:
+                rec["err_ref64"] = ref64_error(a["out"], q, k, v, lens, causal)
+        except Exception as e:
+            rec["notes"].append("error check failed: %s: %s" % (type(e).__name__, e))
+        del kept, a, f2, q, k, v, dout
+        torch.cuda.empty_cache()
+        rec["seconds"] = time.perf_counter() - t0
+        records.append(rec)
+        write()
+        ta = rec["times"].get("attngen", {})
+        tf = rec["times"].get("fa2", {})
+        print("[%6.1fs] %-26s attngen fwd %s bwd %s | FA2 fwd %s bwd %s | err out %s grads %s "
+              "ref64 %s" % (time.perf_counter() - t_start, rec["label"],
+                            _cell(ta.get("fwd"), rec["flops_fwd"]),
+                            _cell(ta.get("bwd"), rec["flops_bwd"]),
+                            _cell(tf.get("fwd"), rec["flops_fwd"]),
+                            _cell(tf.get("bwd"), rec["flops_bwd"]),
+                            _err(rec.get("err_out")), _err(rec.get("err_grads")),
+                            _err(rec.get("err_ref64"))), flush=True)
+    print()
+    print(markdown(records, env, command))
+    print("wrote %s/jagged_bench.{json,md} in %.0fs" % (args.out, time.perf_counter() - t_start))
+    return 0
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="L 1024 only (D 128 and 64, causal and not)")
+    p.add_argument("--more-lengths", action="store_true", help="add L 512 and 2048")
+    p.add_argument("--spread", type=float, default=None,
+                   help="lengths uniform in [(2s-1)L, L] instead of [1, L]")
+    p.add_argument("--shapes", default="", help="comma-separated words the shape label must contain")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-fa4", action="store_true", help="skip FlashAttention-4")
+    p.add_argument("--out", default=os.path.join(HERE, "results", "jagged"))
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args(argv)
+    args.argv = list(argv)
+    return args
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

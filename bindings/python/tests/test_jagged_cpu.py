@@ -1,0 +1,500 @@
+"""CPU tests of attngen.jagged_attention: FlashAttention's window_size
+mapped onto the spec (and the refusals), the spec text for each option
+combination (and, when libattngen.so is built, what the C parser reads back
+from it), argument validation, the ctypes mirrors of the jagged args
+structs, and the wiring on the torch STUB (torch_stub.py): which kernel,
+which pointers, sizes and stream reach ag_jagged_forward /
+ag_jagged_backward, what autograd saves, which gradients come back. No
+torch, no GPU.
+"""
+import ctypes
+import itertools
+import os
+import re
+
+import pytest
+
+import attngen
+import torch_stub as ts
+from attngen import _errors, _lib, _spec, _validate, jagged, ops
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+# ---- window_size -> (causal, window) ------------------------------------------
+
+@pytest.mark.parametrize("causal,window_size,expected", [
+    (False, (-1, -1), (False, None)),
+    (False, (0, 0), (False, (0, 0))),
+    (False, (128, 32), (False, (128, 32))),
+    (False, [7, 0], (False, (7, 0))),
+    (False, (-1, 0), (True, None)),       # exactly the causal mask (torch varlen_attn's causal)
+    (True, (-1, -1), (True, None)),
+    (True, (-1, 0), (True, None)),
+    (True, (256, -1), (True, (256, 0))),  # causal caps the right side
+    (True, (256, 0), (True, (256, 0))),
+    (True, (0, 0), (True, (0, 0))),
+])
+def test_window_mapping(causal, window_size, expected):
+    assert _validate.check_window_size(window_size, causal) == expected
+
+
+@pytest.mark.parametrize("causal,window_size", [
+    (False, (-1, 5)), (False, (5, -1)), (False, (0, -1)), (False, (-1, 1)),
+])
+def test_window_one_side_unlimited_is_unsupported(causal, window_size):
+    with pytest.raises(attngen.UnsupportedError, match="not supported"):
+        _validate.check_window_size(window_size, causal)
+
+
+@pytest.mark.parametrize("causal,window_size", [
+    (True, (16, 1)), (True, (-1, 3)),                       # right > 0 under causal
+    (False, (-2, 0)), (False, (0, -5)),                     # below -1
+    (False, (1.5, 0)), (False, (True, 0)), (False, "ab"),   # not ints
+    (False, (1, 2, 3)), (False, 5), (False, None),
+])
+def test_window_bad_values(causal, window_size):
+    with pytest.raises(ValueError):
+        _validate.check_window_size(window_size, causal)
+
+
+def test_window_causal_must_be_bool():
+    with pytest.raises(ValueError, match="causal"):
+        _validate.check_window_size((-1, -1), 1)
+
+
+# ---- spec text ------------------------------------------------------------------
+
+def test_jagged_spec_text():
+    assert attngen.dict_to_yaml(attngen.jagged_spec(128, "bf16")) == (
+        "name: torch_jagged_d128_bf16\npattern: jagged\ncausal: false\nhead_dim: 128\n"
+        "dtype: bf16\npasses: [forward]\n")
+    assert attngen.dict_to_yaml(attngen.jagged_spec(64, "fp16", True, (256, 0), 0.05, True,
+                                                    True)) == (
+        "name: torch_jagged_d64_fp16_causal_w256_0_s0p_08678586\npattern: jagged\n"
+        "causal: true\nwindow: [256, 0]\nhead_dim: 64\ndtype: fp16\nsoftmax_scale: 0.05\n"
+        "deterministic: true\npasses: [forward, backward]\n")
+    # past 48 characters: cut, with a hash of the whole name
+    assert attngen.jagged_spec_name(64, "fp16", True, (256, 0), None, True, True) == \
+        "torch_jagged_d64_fp16_causal_w256_0_det_grad"
+    assert len(attngen.jagged_spec_name(64, "fp16", True, (256, 0), 0.05, True, True)) == 48
+    with pytest.raises(ValueError):
+        attngen.jagged_spec(64, "fp32")
+
+
+_COMBOS = list(itertools.product(
+    (64, 128), ("bf16", "fp16"), (False, True), (None, (0, 0), (64, 0), (32, 16)),
+    (None, 0.125), (False, True), (False, True)))
+
+
+def _valid(causal, window):
+    return not (causal and window is not None and window[1] != 0)
+
+
+def test_jagged_spec_every_combination():
+    names = set()
+    for d, dt, causal, window, scale, det, bwd in _COMBOS:
+        if not _valid(causal, window):
+            continue
+        s = attngen.jagged_spec(d, dt, causal, window, scale, det, bwd)
+        text = attngen.dict_to_yaml(s)
+        assert "pattern: jagged\n" in text and "block_size" not in text
+        assert ("causal: true\n" if causal else "causal: false\n") in text
+        if window is not None:
+            assert "window: [%d, %d]\n" % window in text
+        assert ("window:" in text) == (window is not None)
+        assert ("softmax_scale: 0.125\n" in text) == (scale is not None)
+        assert ("softmax_scale" in text) == (scale is not None)
+        assert ("deterministic: true\n" in text) == det
+        assert "deterministic: false" not in text
+        assert text.endswith("passes: [forward, backward]\n" if bwd else "passes: [forward]\n")
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", s["name"]) and len(s["name"]) <= 48
+        names.add(s["name"])
+    assert len(names) == sum(1 for c in _COMBOS if _valid(c[2], c[3]))  # all distinct
+
+
+def _need_lib():
+    try:
+        _lib.lib()
+    except attngen.LibraryNotFoundError as e:
+        pytest.skip("libattngen.so not built: %s" % e)
+
+
+def test_jagged_specs_through_the_c_parser():
+    """Every spec jagged_attention may generate parses, and reads back as
+    given (window, deterministic, passes, scale)."""
+    _need_lib()
+    for d, dt, causal, window, scale, det, bwd in _COMBOS:
+        if not _valid(causal, window):
+            continue
+        _, info = attngen.parse_spec(attngen.jagged_spec(d, dt, causal, window, scale, det, bwd))
+        assert info.pattern == "jagged"
+        assert (info.head_dim, info.dtype, info.causal) == (d, dt, causal)
+        assert info.window == window
+        assert info.deterministic == det
+        assert info.passes == (("forward", "backward") if bwd else ("forward",))
+        assert info.softmax_scale == scale
+        assert abs(info.scale - (scale or d ** -0.5)) < 1e-12
+
+
+def test_bundled_jagged_specs_parse():
+    _need_lib()
+    _, info = attngen.parse_spec(os.path.join(REPO, "specs", "jagged_window_d64_fp16.yaml"))
+    assert (info.pattern, info.causal, info.window, info.head_dim, info.dtype) == (
+        "jagged", True, (256, 0), 64, "fp16")
+    _, info = attngen.parse_spec(os.path.join(REPO, "specs", "gem_jagged_d128_causal.yaml"))
+    assert info.passes == ("forward", "backward") and info.window is None
+
+
+def test_the_c_parser_refuses_a_causal_window_with_a_right_side():
+    """What check_window_size refuses up front is refused by the C parser too."""
+    _need_lib()
+    with pytest.raises(attngen.SpecError, match="right side must be 0"):
+        attngen.parse_spec(attngen.jagged_spec(64, "bf16", True, (8, 4)))
+
+
+# ---- ctypes mirrors ---------------------------------------------------------------
+
+def _header_fields(struct):
+    header = open(os.path.join(REPO, "include", "attngen.h")).read()
+    body = re.search(r"typedef struct %s \{(.*?)\} %s;" % (struct, struct), header, re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    names = []
+    for decl in body.split(";"):
+        decl = decl.strip()
+        if decl:
+            for part in decl.split(","):
+                names.append(re.search(r"\**\s*([A-Za-z_][A-Za-z0-9_]*)\s*$", part.strip()).group(1))
+    return names
+
+
+def test_jagged_args_field_order_is_the_headers():
+    assert _header_fields("ag_jagged_fwd_args") == [f[0] for f in _lib.AgJaggedFwdArgs._fields_]
+    assert _header_fields("ag_jagged_bwd_args") == [f[0] for f in _lib.AgJaggedBwdArgs._fields_]
+    assert {"ag_jagged_fwd_args", "ag_jagged_bwd_args"} <= set(_lib.MIRRORS)
+
+
+def test_jagged_args_layout_by_hand():
+    """x86-64 / aarch64 LP64: every field is a pointer or an int64, 8 bytes,
+    in order, no padding (test_ctypes_mirrors_match_the_c_header checks the
+    same against a compiled probe of the header)."""
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        pytest.skip("not an LP64 platform")
+    for cls, n in ((_lib.AgJaggedFwdArgs, 14), (_lib.AgJaggedBwdArgs, 19)):
+        assert len(cls._fields_) == n
+        assert ctypes.sizeof(cls) == 8 * n
+        for i, f in enumerate(cls._fields_):
+            assert getattr(cls, f[0]).offset == 8 * i, f[0]
+    # ag_spec: `deterministic` (a bool) follows `arch`, `at` gains a 13th ag_pos
+    S = _lib.AgSpec
+    assert S.deterministic.offset == S.arch.offset + 4
+    assert S.at.offset == S.deterministic.offset + 4  # padded to ag_pos's int alignment
+    assert ctypes.sizeof(_lib._AgSpecAt) == 13 * 8
+    assert ctypes.sizeof(S) == 504
+
+
+def test_jagged_prototypes_declared():
+    for name in ("ag_jagged_forward", "ag_jagged_backward", "ag_jagged_backward_workspace_bytes"):
+        assert name in _lib._PROTOTYPES
+    _need_lib()
+    if not _lib.has("ag_jagged_backward_workspace_bytes"):
+        pytest.skip("this libattngen.so predates the jagged pattern")
+    assert jagged.workspace_bytes(4, 1000) == 4 * 4 * 1000
+    assert jagged.workspace_bytes(3, 0) == 0
+
+
+# ---- validation (stub tensors) -----------------------------------------------------
+
+def jtensors(lq=(3, 0, 5), lk=None, heads=4, kv_heads=None, head_dim=64, dtype=ts.bfloat16,
+             grad=(False, False, False)):
+    lk = lq if lk is None else lk
+    kv_heads = heads if kv_heads is None else kv_heads
+    tq, tk = sum(lq), sum(lk)
+    q = ts.StubTensor((tq, heads, head_dim), dtype, ptr=next(ts._ptrs), requires_grad=grad[0])
+    k = ts.StubTensor((tk, kv_heads, head_dim), dtype, ptr=next(ts._ptrs), requires_grad=grad[1])
+    v = ts.StubTensor((tk, kv_heads, head_dim), dtype, ptr=next(ts._ptrs), requires_grad=grad[2])
+
+    def cu(lens):
+        vals = [0]
+        for n in lens:
+            vals.append(vals[-1] + n)
+        return ts.StubTensor((len(vals),), ts.int32, ptr=next(ts._ptrs), values=vals)
+
+    return q, k, v, cu(lq), (None if lk is lq else cu(lk))
+
+
+def _check(*args, **kw):
+    return _validate.check_jagged_attention_args(*args, **kw)
+
+
+def test_validation_accepts_gqa_and_cross_attention():
+    q, k, v, cq, ck = jtensors(lq=(3, 0, 5), lk=(7, 1, 0), heads=8, kv_heads=2)
+    a = _check(q, k, v, cq, ck)
+    assert (a["total_q"], a["total_k"], a["heads"], a["kv_heads"], a["batch"]) == (8, 8, 8, 2, 3)
+    assert a["cu_seqlens_k"] is ck and a["dtype_tag"] == "bf16" and a["window"] is None
+    q, k, v, cq, _ = jtensors(dtype=ts.float16)
+    a = _check(q, k, v, cq)
+    assert a["cu_seqlens_k"] is cq and a["dtype_tag"] == "fp16"
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda t: t.update(q=ts.StubTensor((8, 4, 64), device="cpu")), "q must be a CUDA tensor"),
+    (lambda t: t.update(k=ts.StubTensor((8, 4, 64), device="cuda:1")), "same device"),
+    (lambda t: t.update(q=ts.StubTensor((8, 4, 64), ts.float32)), "bfloat16 or torch.float16"),
+    (lambda t: t.update(v=ts.StubTensor((8, 4, 64), ts.float16)), "same dtype"),
+    (lambda t: t.update(q=ts.StubTensor((8, 256))), "3-D"),
+    (lambda t: t.update(v=ts.StubTensor((8, 2, 64))), "k and v must have the same shape"),
+    (lambda t: t.update(q=ts.StubTensor((8, 4, 128))), "same head_dim"),
+    (lambda t: t.update(q=ts.StubTensor((8, 4, 96)), k=ts.StubTensor((8, 4, 96)),
+                        v=ts.StubTensor((8, 4, 96))), "64 or 128"),
+    (lambda t: t.update(k=ts.StubTensor((8, 3, 64)), v=ts.StubTensor((8, 3, 64))),
+     "must divide heads"),
+    (lambda t: t.update(k=ts.StubTensor((8, 4, 64), contiguous=False)), "k must be contiguous"),
+    (lambda t: t.update(q=ts.StubTensor((8, 4, 64), ptr=0x7F0000000002)), "aligned"),
+    (lambda t: t.update(cq=ts.StubTensor((4,), ts.int64, values=[0, 3, 3, 8])), "int32"),
+    (lambda t: t.update(cq=ts.StubTensor((4,), ts.int32, device="cpu", values=[0, 3, 3, 8])),
+     "cu_seqlens_q must be on the same device"),
+    (lambda t: t.update(cq=ts.StubTensor((2, 2), ts.int32)), "1-D"),
+    (lambda t: t.update(cq=ts.StubTensor((0,), ts.int32)), "at least one"),
+    (lambda t: t.update(ck=ts.StubTensor((3,), ts.int32, values=[0, 3, 8])), "same length"),
+    (lambda t: t.update(ck=ts.StubTensor((4,), ts.int32, device="cuda:1")),
+     "cu_seqlens_k must be on the same device"),
+    (lambda t: t.update(k=ts.StubTensor((9, 4, 64)), v=ts.StubTensor((9, 4, 64))),
+     "cu_seqlens_k is None"),
+    (lambda t: t.update(q=[1, 2]), "q must be a torch.Tensor"),
+])
+def test_validation_refusals(mutate, match):
+    q, k, v, cq, _ = jtensors()
+    t = {"q": q, "k": k, "v": v, "cq": cq, "ck": None}
+    mutate(t)
+    with pytest.raises(ValueError, match=match):
+        _check(t["q"], t["k"], t["v"], t["cq"], t["ck"])
+
+
+def test_option_refusals():
+    q, k, v, cq, _ = jtensors()
+    with pytest.raises(attngen.UnsupportedError, match="rotary"):
+        _check(q, k, v, cq, rotary="interleaved")
+    with pytest.raises(attngen.UnsupportedError, match="rotary"):
+        _check(q, k, v, cq, rotary_table=ts.StubTensor((8, 64)))
+    with pytest.raises(attngen.UnsupportedError, match="dropout"):
+        _check(q, k, v, cq, dropout_p=0.1)
+    with pytest.raises(attngen.UnsupportedError, match="window_size"):
+        _check(q, k, v, cq, window_size=(32, -1))
+    with pytest.raises(ValueError, match="causal"):
+        _check(q, k, v, cq, causal=True, window_size=(32, 8))
+    with pytest.raises(ValueError, match="softmax_scale"):
+        _check(q, k, v, cq, softmax_scale=-1.0)
+    with pytest.raises(ValueError, match="deterministic"):
+        _check(q, k, v, cq, deterministic=1)
+    assert isinstance(attngen.UnsupportedError("x"), NotImplementedError)
+
+
+# ---- wiring on the torch stub --------------------------------------------------------
+
+class Launches:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, fn_name, *args, context=None):
+        handle, args_ref, stream = args
+        fields = {f[0]: getattr(args_ref._obj, f[0]) for f in type(args_ref._obj)._fields_}
+        self.calls.append({"fn": fn_name, "handle": handle, "args": fields,
+                           "stream": stream.value, "context": context})
+
+    def names(self):
+        return [c["fn"] for c in self.calls]
+
+
+class FakeLib:
+    @staticmethod
+    def ag_jagged_backward_workspace_bytes(heads, total_q):
+        return 4 * heads * total_q
+
+
+@pytest.fixture
+def env(monkeypatch):
+    torch = ts.FakeTorch(stream=0x5EED)
+    launches = Launches()
+
+    class Env:
+        refuse_backward = False
+
+    e = Env()
+    e.torch, e.launches, e.parsed = torch, launches, []
+
+    def parse_spec(spec):
+        e.parsed.append(spec)
+        if "backward" in spec["passes"] and e.refuse_backward:
+            raise _errors.make_error(_errors.AG_ERR_UNSUPPORTED, "<dict>:9:1: error: nope",
+                                     code_name="not supported yet")
+        w = spec.get("window")
+        info = _spec.SpecInfo(
+            name=spec["name"], source="<dict>", pattern=spec["pattern"], block_size=0,
+            causal=spec["causal"], head_dim=spec["head_dim"], dtype=spec["dtype"],
+            softmax_scale=spec.get("softmax_scale"), scale=spec["head_dim"] ** -0.5,
+            passes=tuple(spec["passes"]), window=None if w is None else tuple(w),
+            deterministic=spec.get("deterministic", False))
+        return None, info
+
+    def handle(self, device_index=None):
+        return "handle:%s:%s" % (self.spec.name, device_index)
+
+    monkeypatch.setattr(ops, "_torch", lambda: torch)
+    monkeypatch.setattr(jagged, "_torch", lambda: torch)
+    monkeypatch.setattr(jagged, "_autograd_cls", None)
+    monkeypatch.setattr(jagged, "_kernels", {})
+    monkeypatch.setattr(ops, "parse_spec", parse_spec)
+    monkeypatch.setattr(ops.Kernel, "handle", handle)
+    monkeypatch.setattr(_lib, "call", launches)
+    monkeypatch.setattr(_lib, "has", lambda name: True)
+    monkeypatch.setattr(_lib, "lib", lambda: FakeLib)
+    yield e
+    jagged._autograd_cls = None
+
+
+def test_forward_no_grad(env):
+    q, k, v, cq, _ = jtensors(lq=(3, 0, 5), heads=8, kv_heads=2)
+    out = attngen.jagged_attention(q, k, v, cq, max_seqlen_q=5, max_seqlen_k=5, causal=True)
+    assert out.shape == q.shape and out.grad_fn is None and out.data_ptr() != q.data_ptr()
+    (call,) = env.launches.calls
+    assert call["fn"] == "ag_jagged_forward"
+    assert call["handle"] == "handle:torch_jagged_d64_bf16_causal:0"
+    assert env.parsed[-1]["passes"] == ["forward"] and "deterministic" not in env.parsed[-1]
+    a = call["args"]
+    assert list(a) == [f[0] for f in _lib.AgJaggedFwdArgs._fields_]
+    assert (a["q"], a["k"], a["v"], a["o"]) == (q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                                out.data_ptr())
+    assert a["cu_seqlens_q"] == a["cu_seqlens_k"] == cq.data_ptr()  # self-attention
+    assert (a["batch"], a["heads"], a["kv_heads"], a["total_q"], a["total_k"]) == (3, 8, 2, 8, 8)
+    assert a["lse"] is not None and a["host_cu_seqlens_q"] is None and a["host_cu_seqlens_k"] is None
+    assert call["stream"] == 0x5EED
+
+
+def test_forward_return_lse_and_cross_attention(env):
+    q, k, v, cq, ck = jtensors(lq=(3, 1), lk=(0, 6), head_dim=128, dtype=ts.float16)
+    out, lse = attngen.jagged_attention(q, k, v, cq, ck, 3, 6, window_size=(4, 2),
+                                        softmax_scale=0.1, deterministic=True, return_lse=True)
+    assert lse.shape == (4, 4) and lse.dtype == ts.float32
+    (call,) = env.launches.calls
+    a = call["args"]
+    assert a["lse"] == lse.data_ptr() and a["o"] == out.data_ptr()
+    assert (a["cu_seqlens_q"], a["cu_seqlens_k"]) == (cq.data_ptr(), ck.data_ptr())
+    assert (a["total_q"], a["total_k"], a["batch"]) == (4, 6, 2)
+    spec = env.parsed[-1]
+    assert spec["window"] == [4, 2] and spec["causal"] is False and spec["deterministic"] is True
+    assert spec["softmax_scale"] == 0.1 and spec["dtype"] == "fp16" and spec["head_dim"] == 128
+
+
+def test_torch_varlen_causal_window_becomes_causal(env):
+    q, k, v, cq, _ = jtensors()
+    attngen.jagged_attention(q, k, v, cq, window_size=(-1, 0))
+    assert env.parsed[-1]["causal"] is True and "window" not in env.parsed[-1]
+    attngen.jagged_attention(q, k, v, cq, causal=True, window_size=(16, -1))
+    assert env.parsed[-1]["window"] == [16, 0]
+
+
+def test_forward_and_backward(env):
+    q, k, v, cq, ck = jtensors(lq=(3, 0, 5), lk=(2, 4, 1), heads=4, kv_heads=2,
+                               grad=(True, True, True))
+    out = attngen.jagged_attention(q, k, v, cq, ck, causal=True)
+    (fwd,) = env.launches.calls
+    assert fwd["handle"] == "handle:torch_jagged_d64_bf16_causal_grad:0"
+    assert env.parsed[-1]["passes"] == ["forward", "backward"]
+    ctx = out.grad_fn[1]
+    lse_ptr = fwd["args"]["lse"]
+    saved = ctx.saved_tensors
+    assert saved[:4] == (q, k, v, out) and saved[5:] == (cq, ck)
+    assert saved[4].data_ptr() == lse_ptr and saved[4].shape == (4, 8)
+    assert len(ctx.non_differentiable) == 1 and ctx.non_differentiable[0] is saved[4]
+    dout = ts.StubTensor(q.shape, q.dtype, ptr=next(ts._ptrs))
+    dq, dk, dv, *rest = ts.run_backward(out, dout)
+    assert rest == [None] * 6
+    fwd, bwd = env.launches.calls
+    assert bwd["fn"] == "ag_jagged_backward" and bwd["handle"] == fwd["handle"]
+    a = bwd["args"]
+    assert list(a) == [f[0] for f in _lib.AgJaggedBwdArgs._fields_]
+    assert (a["q"], a["k"], a["v"], a["o"], a["dout"], a["lse"]) == (
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(), lse_ptr)
+    assert (a["dq"], a["dk"], a["dv"]) == (dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    assert a["workspace"] is not None
+    assert len({a[n] for n in ("q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv",
+                               "workspace")}) == 10
+    assert (a["cu_seqlens_q"], a["cu_seqlens_k"]) == (cq.data_ptr(), ck.data_ptr())
+    assert (a["batch"], a["heads"], a["kv_heads"], a["total_q"], a["total_k"]) == (3, 4, 2, 8, 7)
+    assert bwd["stream"] == 0x5EED
+
+
+def test_only_requested_gradients(env):
+    q, k, v, cq, _ = jtensors(grad=(False, True, False))
+    out = attngen.jagged_attention(q, k, v, cq)
+    dq, dk, dv = ts.run_backward(out, ts.StubTensor(q.shape, q.dtype, ptr=next(ts._ptrs)))[:3]
+    assert dq is None and dk is not None and dv is None
+
+
+def test_grad_mode_off_uses_the_forward_kernel(env):
+    env.torch.grad_enabled = False
+    q, k, v, cq, _ = jtensors(grad=(True, True, True))
+    out = attngen.jagged_attention(q, k, v, cq)
+    assert out.grad_fn is None and env.parsed[-1]["passes"] == ["forward"]
+
+
+def test_dout_made_contiguous(env):
+    q, k, v, cq, _ = jtensors(grad=(True, True, True))
+    out = attngen.jagged_attention(q, k, v, cq)
+    strided = ts.StubTensor(q.shape, q.dtype, contiguous=False, ptr=next(ts._ptrs))
+    ts.run_backward(out, strided)
+    assert env.launches.calls[-1]["args"]["dout"] != strided.data_ptr()
+
+
+def test_backward_refusal_is_raised_at_backward(env):
+    env.refuse_backward = True
+    q, k, v, cq, _ = jtensors(grad=(True, True, True))
+    out = attngen.jagged_attention(q, k, v, cq)
+    assert env.launches.calls[0]["handle"] == "handle:torch_jagged_d64_bf16:0"
+    with pytest.raises(attngen.UnsupportedError, match="jagged backward pass is not supported"):
+        ts.run_backward(out, ts.StubTensor(q.shape, q.dtype, ptr=next(ts._ptrs)))
+
+
+def test_empty_inputs_launch_nothing(env):
+    # no queries at all
+    q, k, v, cq, ck = jtensors(lq=(0, 0), lk=(3, 2), grad=(True, True, True))
+    out, lse = attngen.jagged_attention(q, k, v, cq, ck, return_lse=True)
+    assert out.shape == (0, 4, 64) and lse.shape == (4, 0)
+    dq, dk, dv = ts.run_backward(out, ts.StubTensor(q.shape, q.dtype, ptr=next(ts._ptrs)))[:3]
+    assert dk.fill == 0.0 and dv.fill == 0.0 and dk.shape == k.shape
+    # no keys: output 0, lse -inf, no launch
+    q, k, v, cq, ck = jtensors(lq=(2, 3), lk=(0, 0), grad=(True, True, True))
+    out, lse = attngen.jagged_attention(q, k, v, cq, ck, return_lse=True)
+    assert out.fill == 0.0 and lse.fill == float("-inf")
+    dq = ts.run_backward(out, ts.StubTensor(q.shape, q.dtype, ptr=next(ts._ptrs)))[0]
+    assert dq.fill == 0.0
+    assert env.launches.calls == []
+
+
+def test_poison(env):
+    q, k, v, cq, _ = jtensors(grad=(True, True, True))
+    out, lse = attngen.jagged_attention(q, k, v, cq, return_lse=True, _poison=True)
+    assert str(out.fill) == "nan" and str(lse.fill) == "nan"
+    for g in ts.run_backward(out, ts.StubTensor(q.shape, q.dtype, ptr=next(ts._ptrs)))[:3]:
+        assert str(g.fill) == "nan"
+
+
+def test_kernel_cache_reuses_kernels(env):
+    q, k, v, cq, _ = jtensors()
+    attngen.jagged_attention(q, k, v, cq, causal=True)
+    attngen.jagged_attention(q, k, v, cq, causal=True, window_size=(-1, 0))
+    attngen.jagged_attention(q, k, v, cq, window_size=(-1, 0))
+    assert len(env.parsed) == 1  # the same spec, parsed once
+
+
+def test_signature_is_flash_attn_varlen_funcs():
+    import inspect
+    params = list(inspect.signature(attngen.jagged_attention).parameters)
+    assert params[:7] == ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                          "max_seqlen_k"]
+    for name in ("causal", "window_size", "softmax_scale", "deterministic", "return_lse",
+                 "rotary", "rotary_table", "dropout_p"):
+        assert name in params
+    assert "jagged_attention" in attngen.__all__
