@@ -102,11 +102,11 @@ clean:
 	rm -rf $(B)
 
 # Plan-tuning tool for the GPU machine (not part of `all`).
-$(B)/tune_block: $(B)/bench/tune_block.o $(TOOLS_LINK)
+$(B)/tune_block: $(B)/tools/tune/tune_block.o $(TOOLS_LINK)
 	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
 
-# Per-CTA timeline of the forward (bench/cta_timeline.c; not part of `all`).
-$(B)/cta_timeline: $(B)/bench/cta_timeline.o $(TOOLS_LINK)
+# Per-CTA timeline of the forward (tools/tune/cta_timeline.c; not part of `all`).
+$(B)/cta_timeline: $(B)/tools/tune/cta_timeline.o $(TOOLS_LINK)
 	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
 
 # ---- reliability: sanitizers, fuzzing, valgrind (docs/reliability.md) -------

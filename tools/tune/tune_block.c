@@ -2,7 +2,7 @@
  * resident per CTA, grid shape, register cap) and of the backward (heads
  * per tile, stages, grid shape, CTAs per SM) on ads shapes, next to a
  * device-to-device copy measured in the same run. A tuning tool for
- * choosing plan.c's defaults; prints one line per variant.
+ * choosing plan_block.c's defaults; prints one line per variant.
  * Usage: tune_block [--bwd] [--dim 64|128] [L ...] (default: both head
  * dims, L = 1024 and 4096). */
 #include <stdio.h>
