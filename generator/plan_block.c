@@ -231,34 +231,51 @@ ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
  * backward (block_bwd.cu, or block_bwd_chunked.cu for blocks walked in
  * chunks), which after a forward in the same source reuses its device
  * helpers and keeps its own names in namespace bwd. */
+/* What both block kernels share: the walk, the launch shape, the
+ * parameters (the pass's tensors, the rotary table when taken, then the
+ * offsets and sizes) and the shape constants. */
+typedef struct block_shape {
+  int warps, threads, heads_per_tile, stages, smem_bytes, min_ctas_per_sm, items_per_cta;
+} block_shape;
+
+static ag_plan_kernel *block_kernel(const ag_spec *spec, ag_plan *plan, unsigned pass,
+                                    const char *template_file, const block_shape *b,
+                                    const ag_param *tensors, int ntensors) {
+  char name[AG_KERNEL_NAME_MAX];
+  kernel_name(name, spec, pass == AG_PASS_FORWARD ? "fwd" : "bwd");
+  ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, pass, name, template_file);
+  k->walk = (ag_walk){AG_WALK_BLOCK, plan->block_size, b->heads_per_tile, b->items_per_cta};
+  k->threads = b->threads;
+  k->smem_bytes = b->smem_bytes;
+  k->min_ctas_per_sm = b->min_ctas_per_sm;
+  ag_param params[AG_PLAN_MAX_PARAMS];
+  int n = 0;
+  for (int i = 0; i < ntensors; i++) params[n++] = tensors[i];
+  if (plan->takes_table) params[n++] = AG_PARAM_ROTARY_TABLE;
+  static const ag_param sizes[] = {AG_PARAM_OFFSETS_Q, AG_PARAM_BATCH, AG_PARAM_HEADS,
+                                   AG_PARAM_TOTAL_Q, AG_PARAM_ITEMS};
+  for (int i = 0; i < 5; i++) params[n++] = sizes[i];
+  ag_plan_params(k, n, params);
+  ag_plan_set(k, "BLOCK_SIZE", plan->block_size);
+  ag_plan_set(k, "WARPS", b->warps);
+  ag_plan_set(k, "HEADS_PER_TILE", b->heads_per_tile);
+  ag_plan_set(k, "STAGES", b->stages);
+  ag_plan_set(k, "MIN_CTAS", b->min_ctas_per_sm);
+  ag_plan_set(k, "SMEM_BYTES", b->smem_bytes);
+  return k;
+}
+
 void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan) {
   const bool rotary = spec->rotary.layout != AG_ROTARY_NONE;
   const bool fwd = plan->fwd.threads > 0, bwd = plan->bwd.threads > 0;
-  char name[AG_KERNEL_NAME_MAX];
   if (fwd) {
     const ag_plan_block_fwd *f = &plan->fwd;
-    kernel_name(name, spec, "fwd");
-    ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, AG_PASS_FORWARD, name, "block_fwd.cu");
-    k->walk = (ag_walk){AG_WALK_BLOCK, plan->block_size, f->heads_per_tile, f->items_per_cta};
-    k->threads = f->threads;
-    k->smem_bytes = f->smem_bytes;
-    k->min_ctas_per_sm = f->min_ctas_per_sm;
-    static const ag_param with_table[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O,
-                                          AG_PARAM_ROTARY_TABLE, AG_PARAM_OFFSETS_Q,
-                                          AG_PARAM_BATCH, AG_PARAM_HEADS, AG_PARAM_TOTAL_Q,
-                                          AG_PARAM_ITEMS};
-    static const ag_param plain[] = {AG_PARAM_Q,       AG_PARAM_K,     AG_PARAM_V,
-                                     AG_PARAM_O,       AG_PARAM_OFFSETS_Q, AG_PARAM_BATCH,
-                                     AG_PARAM_HEADS,   AG_PARAM_TOTAL_Q,   AG_PARAM_ITEMS};
-    if (plan->takes_table) ag_plan_params(k, 10, with_table);
-    else ag_plan_params(k, 9, plain);
-    ag_plan_set(k, "BLOCK_SIZE", plan->block_size);
-    ag_plan_set(k, "WARPS", f->warps);
-    ag_plan_set(k, "HEADS_PER_TILE", f->heads_per_tile);
+    const block_shape b = {f->warps, f->threads, f->heads_per_tile, f->stages, f->smem_bytes,
+                           f->min_ctas_per_sm, f->items_per_cta};
+    static const ag_param tensors[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O};
+    ag_plan_kernel *k =
+        block_kernel(spec, plan, AG_PASS_FORWARD, "block_fwd.cu", &b, tensors, 4);
     ag_plan_set(k, "JOBS_PER_WARP", f->jobs_per_warp);
-    ag_plan_set(k, "STAGES", f->stages);
-    ag_plan_set(k, "MIN_CTAS", f->min_ctas_per_sm);
-    ag_plan_set(k, "SMEM_BYTES", f->smem_bytes);
     ag_plan_set(k, "SPLIT_ROWS", 0);
     ag_plan_set(k, "ROTARY_UNPACK", 1);
     ag_plan_set(k, "ROTARY_GRADS", 0);
@@ -267,30 +284,13 @@ void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan) {
   }
   if (bwd) {
     const ag_plan_bwd *p = &plan->bwd;
-    kernel_name(name, spec, "bwd");
+    const block_shape b = {p->warps, p->threads, p->heads_per_tile, p->stages, p->smem_bytes,
+                           p->min_ctas_per_sm, p->items_per_cta};
+    static const ag_param tensors[] = {AG_PARAM_Q,  AG_PARAM_K,  AG_PARAM_V, AG_PARAM_DOUT,
+                                       AG_PARAM_DQ, AG_PARAM_DK, AG_PARAM_DV};
     ag_plan_kernel *k =
-        ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name,
-                           p->key_chunks ? "block_bwd_chunked.cu" : "block_bwd.cu");
-    k->walk = (ag_walk){AG_WALK_BLOCK, plan->block_size, p->heads_per_tile, p->items_per_cta};
-    k->threads = p->threads;
-    k->smem_bytes = p->smem_bytes;
-    k->min_ctas_per_sm = p->min_ctas_per_sm;
-    static const ag_param with_table[] = {
-        AG_PARAM_Q,     AG_PARAM_K,       AG_PARAM_V,     AG_PARAM_DOUT,   AG_PARAM_DQ,
-        AG_PARAM_DK,    AG_PARAM_DV,      AG_PARAM_ROTARY_TABLE, AG_PARAM_OFFSETS_Q,
-        AG_PARAM_BATCH, AG_PARAM_HEADS,   AG_PARAM_TOTAL_Q, AG_PARAM_ITEMS};
-    static const ag_param plain[] = {AG_PARAM_Q,     AG_PARAM_K,     AG_PARAM_V,
-                                     AG_PARAM_DOUT,  AG_PARAM_DQ,    AG_PARAM_DK,
-                                     AG_PARAM_DV,    AG_PARAM_OFFSETS_Q, AG_PARAM_BATCH,
-                                     AG_PARAM_HEADS, AG_PARAM_TOTAL_Q,   AG_PARAM_ITEMS};
-    if (plan->takes_table) ag_plan_params(k, 13, with_table);
-    else ag_plan_params(k, 12, plain);
-    ag_plan_set(k, "BLOCK_SIZE", plan->block_size);
-    ag_plan_set(k, "WARPS", p->warps);
-    ag_plan_set(k, "HEADS_PER_TILE", p->heads_per_tile);
-    ag_plan_set(k, "STAGES", p->stages);
-    ag_plan_set(k, "MIN_CTAS", p->min_ctas_per_sm);
-    ag_plan_set(k, "SMEM_BYTES", p->smem_bytes);
+        block_kernel(spec, plan, AG_PASS_BACKWARD,
+                     p->key_chunks ? "block_bwd_chunked.cu" : "block_bwd.cu", &b, tensors, 7);
     ag_plan_set(k, "OWN_HELPERS", !fwd);
     ag_plan_set(k, "IN_NAMESPACE", fwd);
     ag_plan_set(k, "PDS_OVERLAY", p->pds_overlay);
