@@ -5,34 +5,6 @@
 
 #include "runtime.h"
 
-static ag_status check_tensor(const void *p, const char *name, ag_error *err) {
-  if (!p) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s is a null pointer", name);
-  if ((uintptr_t)p % 16)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
-                   "%s (%p) is not 16-byte aligned; the kernel loads 16 bytes at a time", name,
-                   p);
-  return AG_OK;
-}
-
-/* The optional host copy of the offsets: starts at 0, never decreases,
- * ends at total. Reads batch + 1 entries; no synchronization. */
-static ag_status check_host_offsets(const int32_t *off, int64_t batch, int64_t total,
-                                    ag_error *err) {
-  if (off[0] != 0)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "host_offsets[0] is %d; it must be 0",
-                   (int)off[0]);
-  for (int64_t i = 0; i < batch; i++)
-    if (off[i + 1] < off[i])
-      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
-                     "host_offsets decrease at index %lld (%d after %d)", (long long)(i + 1),
-                     (int)off[i + 1], (int)off[i]);
-  if (off[batch] != total)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
-                   "host_offsets[%lld] (the last) is %d, not total_tokens (%lld)",
-                   (long long)batch, (int)off[batch], (long long)total);
-  return AG_OK;
-}
-
 /* The generic launcher: every kernel of a pass, parameters packed in its
  * descriptor's order, grid from its walk's host half. */
 ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
@@ -132,14 +104,15 @@ static ag_status launch_block(ag_kernel *kernel, const block_launch *l,
                    "total_tokens (%lld) exceeds 2^31 - 1, the most int32 offsets can reach",
                    (long long)l->total);
   ag_status st;
-  if (l->host_offsets && (st = check_host_offsets(l->host_offsets, l->batch, l->total, err)))
+  if ((st = ag_check_host_offsets("host_offsets", "total_tokens", l->host_offsets, l->batch,
+                                   l->total, err)))
     return st;
   if (l->batch == 0 || l->total == 0) return AG_OK; /* nothing to compute */
   if (l->batch > INT64_MAX - 1)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "batch is too large");
   ag_launch a = {.batch = l->batch, .heads = l->heads, .total_q = l->total};
   for (int i = 0; i < l->ntensors; i++) {
-    if ((st = check_tensor(l->tensors[i], l->names[i], err))) return st;
+    if ((st = ag_check_pointer(l->tensors[i], l->names[i], 16, err))) return st;
     a.ptr[l->roles[i]] = l->tensors[i];
   }
   if (p->takes_table && !l->table)
@@ -147,11 +120,8 @@ static ag_status launch_block(ag_kernel *kernel, const block_launch *l,
                    "rotary_table is a null pointer; kernel '%s' takes its rotary positions from "
                    "a table ([total_tokens, head_dim]: sin, then cos)",
                    s->name);
-  if (p->takes_table && (st = check_tensor(l->table, "rotary_table", err))) return st;
-  if (!l->offsets) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets is a null pointer");
-  if ((uintptr_t)l->offsets % 4)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets (%p) is not 4-byte aligned",
-                   (const void *)l->offsets);
+  if (p->takes_table && (st = ag_check_pointer(l->table, "rotary_table", 16, err))) return st;
+  if ((st = ag_check_pointer(l->offsets, "offsets", 4, err))) return st;
   a.ptr[AG_PARAM_ROTARY_TABLE] = l->table;
   a.ptr[AG_PARAM_OFFSETS_Q] = l->offsets;
   return ag_launch_pass(kernel, l->pass, &a, stream, err);

@@ -6,30 +6,6 @@
 
 #include "runtime.h"
 
-/* Offsets on the host: start at 0, never decrease, end at total. */
-static ag_status check_host(const char *name, const int32_t *off, int64_t batch, int64_t total,
-                            ag_error *err) {
-  if (!off) return AG_OK;
-  if (off[0] != 0)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s[0] is %d; it must be 0", name, (int)off[0]);
-  for (int64_t i = 0; i < batch; i++)
-    if (off[i + 1] < off[i])
-      return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s decreases at index %lld (%d after %d)",
-                     name, (long long)(i + 1), (int)off[i + 1], (int)off[i]);
-  if (off[batch] != total)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s[%lld] (the last) is %d, not %lld", name,
-                   (long long)batch, (int)off[batch], (long long)total);
-  return AG_OK;
-}
-
-static ag_status check_ptr(const void *p, const char *name, unsigned align, ag_error *err) {
-  if (!p) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s is a null pointer", name);
-  if ((uintptr_t)p % align)
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%s (%p) is not %u-byte aligned", name, p,
-                   align);
-  return AG_OK;
-}
-
 /* A pass's tensors by role (checked in order: inputs, then outputs), its
  * offsets and sizes. */
 typedef struct jagged_call {
@@ -79,16 +55,19 @@ static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
   /* Bytes of the largest tensor, total * heads * head_dim * 2, fit in 64
    * bits for every size that passed (2^31 * 2^16 * 2^8). */
   ag_status st;
-  if ((st = check_host("host_cu_seqlens_q", c->host_q, a.batch, a.total_q, err))) return st;
-  if ((st = check_host("host_cu_seqlens_k", c->host_k, a.batch, a.total_k, err))) return st;
+  if ((st = ag_check_host_offsets("host_cu_seqlens_q", "total_q", c->host_q, a.batch, a.total_q,
+                                   err)) ||
+      (st = ag_check_host_offsets("host_cu_seqlens_k", "total_k", c->host_k, a.batch, a.total_k,
+                                   err)))
+    return st;
   if (a.batch == 0 || (a.total_q == 0 && a.total_k == 0)) return AG_OK;
   for (int i = 0; i < c->n; i++) {
     if (!c->tensors[i] && c->roles[i] == AG_PARAM_LSE && fwd) continue; /* optional */
-    if ((st = check_ptr(c->tensors[i], c->names[i], c->align[i], err))) return st;
+    if ((st = ag_check_pointer(c->tensors[i], c->names[i], c->align[i], err))) return st;
     a.ptr[c->roles[i]] = c->tensors[i];
   }
-  if ((st = check_ptr(c->cu_q, "cu_seqlens_q", 4, err))) return st;
-  if ((st = check_ptr(c->cu_k, "cu_seqlens_k", 4, err))) return st;
+  if ((st = ag_check_pointer(c->cu_q, "cu_seqlens_q", 4, err))) return st;
+  if ((st = ag_check_pointer(c->cu_k, "cu_seqlens_k", 4, err))) return st;
   a.ptr[AG_PARAM_OFFSETS_Q] = c->cu_q;
   a.ptr[AG_PARAM_OFFSETS_K] = c->cu_k;
   return ag_launch_pass(kernel, c->pass, &a, stream, err);

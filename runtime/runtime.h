@@ -229,6 +229,14 @@ ag_status ag_walk_block_grid(const ag_walk *w, const ag_launch *a, int sm_count,
 ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, unsigned out_grid[3],
                               int64_t *out_items, ag_error *err);
 
+/* launch_checks.c: a device pointer non-null and `align`-byte aligned
+ * (16: "; the kernel loads 16 bytes at a time" in the message); the
+ * optional host copy of offsets (NULL passes) starting at 0, never
+ * decreasing, ending at `total` (named `total_name` in messages). */
+ag_status ag_check_pointer(const void *p, const char *name, unsigned align, ag_error *err);
+ag_status ag_check_host_offsets(const char *name, const char *total_name, const int32_t *off,
+                                int64_t batch, int64_t total, ag_error *err);
+
 /* Launch every kernel of `pass` in source order on `stream`, each with its
  * descriptor's parameters and its walk's grid. The pattern's entry point
  * has checked the arguments. */

@@ -300,7 +300,7 @@ START_TEST(argument_checks) {
   expect_fwd_reject(&f, &a, "k is a null pointer");
   a = fwd_args();
   a.o = P(0x40008);
-  expect_fwd_reject(&f, &a, "o (0x40008) is not 16-byte aligned");
+  expect_fwd_reject(&f, &a, "o (0x40008) is not 16-byte aligned; the kernel loads 16 bytes at a time");
   a = fwd_args();
   a.lse = P(0x50002);
   expect_fwd_reject(&f, &a, "lse (0x50002) is not 4-byte aligned");
@@ -315,10 +315,10 @@ START_TEST(argument_checks) {
   int32_t hq[4] = {0, 100, 90, 300}, hk[4] = {0, 100, 200, 400};
   a = fwd_args();
   a.host_cu_seqlens_q = hq;
-  expect_fwd_reject(&f, &a, "host_cu_seqlens_q decreases at index 2 (90 after 100)");
+  expect_fwd_reject(&f, &a, "host_cu_seqlens_q decrease at index 2 (90 after 100)");
   hq[2] = 200;
   a.host_cu_seqlens_k = hk;
-  expect_fwd_reject(&f, &a, "host_cu_seqlens_k[3] (the last) is 400, not 500");
+  expect_fwd_reject(&f, &a, "host_cu_seqlens_k[3] (the last) is 400, not total_k (500)");
   /* lse may be left out; kv_heads 0 means heads. */
   hk[3] = 500;
   a.lse = NULL;
