@@ -20,6 +20,9 @@ static const char *const goldens[] = {
     /* the backward of blocks walked in chunks, without and with rotary */
     "block256_d64_fp16_causal_bwd", "rope_half_sequence_b256_d128_bf16_chunked",
     "rope_interleaved_table_b192_d64_fp16_causal_bwd",
+    /* the jagged pattern: both passes (the backward's two kernels in
+     * namespace bwd), and a two-sided window with a given scale */
+    "jagged_d128_bf16_causal_train", "jagged_d64_fp16_window",
 };
 enum { NGOLDENS = sizeof goldens / sizeof goldens[0] };
 
