@@ -243,6 +243,38 @@ ag_status ag_check_host_offsets(const char *name, const char *total_name, const 
 ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
                          struct CUstream_st *stream, ag_error *err);
 
+/* ---- schedule.c: a persistent jagged schedule, built on the host -------- */
+
+/* The tile shape and masks the schedule counts work with. */
+typedef struct ag_schedule_shape {
+  int block_m, block_n;          /* query rows per item, keys per key tile */
+  bool causal, window;
+  int64_t window_left, window_right; /* with window; negative: unbounded side */
+} ag_schedule_shape;
+
+/* One work item: query tile `tile` of sequence `seq`, head `head`, and the
+ * key tiles it visits. */
+typedef struct ag_schedule_item {
+  int32_t seq, tile, head, work;
+} ag_schedule_item;
+
+/* Items per CTA: CTA c takes items[cta_start[c] .. cta_start[c + 1]). */
+typedef struct ag_schedule {
+  ag_schedule_item *items;
+  int64_t *cta_start; /* ctas + 1 entries */
+  int64_t nitems;
+  int ctas;
+} ag_schedule;
+
+/* Every (sequence, query tile, head) of the batch, sorted by key-tile
+ * work (longest first, a bucket sort) and dealt to `ctas` CTAs in zigzag
+ * order; from host offsets (cu_k NULL: self-attention). O(items) time; the
+ * arrays are malloc()ed and freed by ag_schedule_free. */
+ag_status ag_schedule_build(const ag_schedule_shape *shape, const int32_t *cu_q,
+                            const int32_t *cu_k, int64_t batch, int64_t heads, int ctas,
+                            ag_schedule *out, ag_error *err);
+void ag_schedule_free(ag_schedule *s);
+
 /* ---- context.c: devices, modules, the in-memory kernel cache ------------ */
 
 struct ag_kernel {
