@@ -45,7 +45,7 @@ RT_OBJ := $(RT_SRC:%.c=$(B)/%.o)
 TOOLS_OBJ := $(TOOLS_SRC:%.c=$(B)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(B)/%.o)
 
-.PHONY: all deps test demo clean install uninstall test-install FORCE
+.PHONY: all deps test demo clean install uninstall test-install examples FORCE
 all: $(B)/attngen $(B)/libattngen.a $(B)/libattngen.so $(B)/libattngen_tools.a
 
 # Installs libyaml, Check and pkg-config with apt-get when they are missing.
@@ -147,6 +147,24 @@ uninstall:
 # runs it (parse a spec, emit CUDA C: no GPU), then uninstalls.
 test-install: all
 	tools/test_install.sh
+
+# examples/ against a staged install of this tree (build/stage), as a user
+# would build it: the installed attngen generates and compiles the two
+# variants, pkg-config gives the link line; then the program runs (77 means
+# no GPU: skipped) and the README's C example is checked to be examples/attention.c.
+STAGE := $(CURDIR)/$(B)/stage
+examples: all
+	$(MAKE) --no-print-directory install DESTDIR=$(STAGE) PREFIX=/usr/local >/dev/null
+	$(MAKE) -C examples OUT=$(CURDIR)/$(B)/examples CFLAGS="-O2 -Wall -Wextra -Werror" \
+	  ATTNGEN=$(STAGE)/usr/local/bin/attngen \
+	  PKG_CONFIG_PATH=$(STAGE)/usr/local/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$(STAGE)
+	@rc=0; cd examples && LD_LIBRARY_PATH=$(STAGE)/usr/local/lib \
+	  ATTNGEN_CACHE_DIR=$(CURDIR)/$(B)/examples/cache $(CURDIR)/$(B)/examples/attention \
+	  specs/ex_block64_d64.yaml specs/ex_block32_d128_causal.yaml || rc=$$?; \
+	  case $$rc in 0) echo "examples: PASS";; 77) echo "examples: built; run SKIPPED (no GPU)";; \
+	  *) echo "examples: FAIL ($$rc)"; exit 1;; esac
+	@awk '/^```c$$/{on=1;next} /^```$$/{if(on)exit} on' README.md | cmp -s - examples/attention.c \
+	  || { echo "examples: README.md's C example is not examples/attention.c" >&2; exit 1; }
 
 demo: deps
 	$(MAKE) all
