@@ -45,7 +45,7 @@ RT_OBJ := $(RT_SRC:%.c=$(B)/%.o)
 TOOLS_OBJ := $(TOOLS_SRC:%.c=$(B)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(B)/%.o)
 
-.PHONY: all deps test demo clean install uninstall test-install examples FORCE
+.PHONY: all deps test test-quick demo clean install uninstall test-install examples FORCE
 all: $(B)/attngen $(B)/libattngen.a $(B)/libattngen.so $(B)/libattngen_tools.a
 
 # Installs libyaml, Check and pkg-config with apt-get when they are missing.
@@ -165,6 +165,15 @@ examples: all
 	  *) echo "examples: FAIL ($$rc)"; exit 1;; esac
 	@awk '/^```c$$/{on=1;next} /^```$$/{if(on)exit} on' README.md | cmp -s - examples/attention.c \
 	  || { echo "examples: README.md's C example is not examples/attention.c" >&2; exit 1; }
+
+# The fast CPU suites (no NVRTC compile of every spec, no concurrency
+# stress), under a minute on two cores; `make test` runs them all.
+# AG_SUITES picks suites for the runner (tests/check_main.c).
+QUICK_SUITES := error,spec,expand,plan,emit,cache,runtime,cli,gpu,hostile,args,reference,exports
+test-quick: deps
+	$(MAKE) $(B)/check_attngen $(B)/attngen $(B)/libattngen.so $(B)/tune_block
+	cd tests && AG_SUITES=$(QUICK_SUITES) ATTNGEN_BIN=../$(B)/attngen \
+	  TUNE_BLOCK_BIN=../$(B)/tune_block ATTNGEN_SO=../$(B)/libattngen.so ../$(B)/check_attngen
 
 demo: deps
 	$(MAKE) all
