@@ -16,7 +16,14 @@ CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -f
 CPPFLAGS += -Iinclude -Igenerator -Iruntime -Ireference -Itools/lib -I$(CUDA_HOME)/include
 YAML_LIBS := -lyaml
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -pthread)
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnvrtc
+# NVRTC_RPATH: the RUNPATH of libattngen.so and the CLI, where libnvrtc.so.N
+# is found at run time. The toolkit's lib64 by default (a fixed system path,
+# never the build tree; DT_RUNPATH, so LD_LIBRARY_PATH still wins); empty
+# (`make NVRTC_RPATH=`) leaves it to ld.so.conf or LD_LIBRARY_PATH, as a
+# distribution package would.
+NVRTC_RPATH ?= $(CUDA_HOME)/lib64
+comma := ,
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 $(if $(NVRTC_RPATH),-Wl$(comma)-rpath$(comma)$(NVRTC_RPATH)) -lnvrtc
 SYS_LIBS := -ldl -lpthread -lm
 
 B := build
@@ -38,7 +45,7 @@ RT_OBJ := $(RT_SRC:%.c=$(B)/%.o)
 TOOLS_OBJ := $(TOOLS_SRC:%.c=$(B)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(B)/%.o)
 
-.PHONY: all deps test demo clean
+.PHONY: all deps test test-quick demo clean install uninstall test-install examples FORCE
 all: $(B)/attngen $(B)/libattngen.a $(B)/libattngen.so $(B)/libattngen_tools.a
 
 # Installs libyaml, Check and pkg-config with apt-get when they are missing.
@@ -90,9 +97,83 @@ test: deps
 	$(MAKE) $(B)/check_attngen $(B)/attngen $(B)/libattngen.so $(B)/tune_block
 	cd tests && ATTNGEN_BIN=../$(B)/attngen TUNE_BLOCK_BIN=../$(B)/tune_block \
 	  ATTNGEN_SO=../$(B)/libattngen.so ../$(B)/check_attngen
+	$(MAKE) test-install
 	@if python3 -c 'import pytest' 2>/dev/null; then \
 	  python3 -m pytest -q -rs bindings/python/tests bench/tests; \
 	else echo "SKIP python binding tests: pytest is not installed (pip install pytest)"; fi
+
+# ---- install (PREFIX, DESTDIR; `make uninstall` removes exactly these) -----
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+INSTALL ?= install
+# libyaml through its own .pc where it has one (Debian's libyaml-dev does).
+YAML_PC := $(shell pkg-config --exists yaml-0.1 2>/dev/null && echo yaml-0.1)
+INSTALLED := $(BINDIR)/attngen $(LIBDIR)/libattngen.a $(LIBDIR)/libattngen.so.$(VERSION) \
+  $(LIBDIR)/$(SONAME) $(LIBDIR)/libattngen.so $(INCLUDEDIR)/attngen.h \
+  $(PKGCONFIGDIR)/attngen.pc
+
+# Rewritten only when its text changes (a new PREFIX), so installs are
+# idempotent and nothing relinks.
+$(B)/attngen.pc: attngen.pc.in FORCE
+	@mkdir -p $(B)
+	@sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))|' \
+	  -e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)%,$${prefix}%,$(INCLUDEDIR))|' \
+	  -e 's|@CUDALIBDIR@|$(CUDA_HOME)/lib64|' -e 's|@VERSION@|$(VERSION)|' \
+	  -e 's|@REQUIRES_PRIVATE@|$(YAML_PC)|' -e 's|@YAML_PRIVATE@|$(if $(YAML_PC),,-lyaml )|' \
+	  -e '/^#/d' $< >$@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
+FORCE:
+
+install: all $(B)/attngen.pc
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
+	  $(DESTDIR)$(PKGCONFIGDIR)
+	$(INSTALL) -m 755 $(B)/attngen $(DESTDIR)$(BINDIR)/attngen
+	$(INSTALL) -m 644 $(B)/libattngen.a $(DESTDIR)$(LIBDIR)/libattngen.a
+	$(INSTALL) -m 755 $(B)/libattngen.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libattngen.so.$(VERSION)
+	ln -sfn libattngen.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libattngen.so
+	$(INSTALL) -m 644 include/attngen.h $(DESTDIR)$(INCLUDEDIR)/attngen.h
+	$(INSTALL) -m 644 $(B)/attngen.pc $(DESTDIR)$(PKGCONFIGDIR)/attngen.pc
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	-rmdir $(DESTDIR)$(PKGCONFIGDIR) 2>/dev/null || true
+
+# Installs into a temporary DESTDIR, builds tests/install/emit_spec.c with
+# nothing but `pkg-config --cflags --libs attngen` (shared, then --static),
+# runs it (parse a spec, emit CUDA C: no GPU), then uninstalls.
+test-install: all
+	tools/test_install.sh
+
+# examples/ against a staged install of this tree (build/stage), as a user
+# would build it: the installed attngen generates and compiles the two
+# variants, pkg-config gives the link line; then the program runs (77 means
+# no GPU: skipped) and the README's C example is checked to be examples/attention.c.
+STAGE := $(CURDIR)/$(B)/stage
+examples: all
+	$(MAKE) --no-print-directory install DESTDIR=$(STAGE) PREFIX=/usr/local >/dev/null
+	$(MAKE) -C examples OUT=$(CURDIR)/$(B)/examples CFLAGS="-O2 -Wall -Wextra -Werror" \
+	  ATTNGEN=$(STAGE)/usr/local/bin/attngen \
+	  PKG_CONFIG_PATH=$(STAGE)/usr/local/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$(STAGE)
+	@rc=0; cd examples && LD_LIBRARY_PATH=$(STAGE)/usr/local/lib \
+	  ATTNGEN_CACHE_DIR=$(CURDIR)/$(B)/examples/cache $(CURDIR)/$(B)/examples/attention \
+	  specs/ex_block64_d64.yaml specs/ex_block32_d128_causal.yaml || rc=$$?; \
+	  case $$rc in 0) echo "examples: PASS";; 77) echo "examples: built; run SKIPPED (no GPU)";; \
+	  *) echo "examples: FAIL ($$rc)"; exit 1;; esac
+	@awk '/^```c$$/{on=1;next} /^```$$/{if(on)exit} on' README.md | cmp -s - examples/attention.c \
+	  || { echo "examples: README.md's C example is not examples/attention.c" >&2; exit 1; }
+
+# The fast CPU suites (no NVRTC compile of every spec, no concurrency
+# stress), under a minute on two cores; `make test` runs them all.
+# AG_SUITES picks suites for the runner (tests/check_main.c).
+QUICK_SUITES := error,spec,expand,plan,emit,cache,runtime,cli,gpu,hostile,args,reference,exports
+test-quick: deps
+	$(MAKE) $(B)/check_attngen $(B)/attngen $(B)/libattngen.so $(B)/tune_block
+	cd tests && AG_SUITES=$(QUICK_SUITES) ATTNGEN_BIN=../$(B)/attngen \
+	  TUNE_BLOCK_BIN=../$(B)/tune_block ATTNGEN_SO=../$(B)/libattngen.so ../$(B)/check_attngen
 
 demo: deps
 	$(MAKE) all

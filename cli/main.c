@@ -20,6 +20,13 @@
 
 enum { EXIT_USAGE = 2, EXIT_SKIPPED = 3 };
 
+/* run's defaults, in its help and in parse_options. */
+enum {
+  DEFAULT_BATCH = 8, DEFAULT_SEQLEN = 1000, DEFAULT_HEADS = 4, DEFAULT_SEED = 1,
+  DEFAULT_ITERS = 20, DEFAULT_DEVICE = 0
+};
+#define DEFAULT_MIN_SEQLEN(seqlen) ((seqlen) * 2 / 5)
+
 static const char usage_text[] =
     "usage: attngen COMMAND [OPTIONS]\n"
     "\n"
@@ -30,7 +37,7 @@ static const char usage_text[] =
     "  emit SPEC [-o FILE]           write the generated CUDA C (stdout by default)\n"
     "  compile SPEC -o FILE [--arch ARCH]\n"
     "                                compile with NVRTC to a cubin (no GPU needed;\n"
-    "                                ARCH defaults to the spec's, else sm_90a)\n"
+    "                                ARCH: sm_80 or sm_90a, default the spec's, else sm_90a)\n"
     "  run SPEC [--batch N] [--seqlen L] [--min-seqlen M] [--heads H]\n"
     "           [--seed S] [--iters N] [--device D]\n"
     "                                on a GPU: compile (cached), run each pass of the\n"
@@ -39,10 +46,64 @@ static const char usage_text[] =
     "                                float64 reference, print time and bandwidth\n"
     "\n"
     "options:\n"
-    "  -h, --help                    show this help\n"
+    "  -h, --help                    show this help ('attngen COMMAND --help': one command's)\n"
     "  -V, --version                 show the version\n"
     "\n"
     "environment: ATTNGEN_CACHE_DIR, ATTNGEN_CACHE_DISABLE, ATTNGEN_DUMP_DIR\n";
+
+/* Each command's --help (stdout, exit 0). */
+static void command_help(const char *cmd) {
+  if (!strcmp(cmd, "check")) {
+    fputs("usage: attngen check SPEC...\n"
+          "\n"
+          "Validate each spec; print 'SPEC: ok', or every error found as\n"
+          "file:line:col with the source line. Exit 1 if any spec is invalid or\n"
+          "asks for a kernel attngen does not build yet.\n",
+          stdout);
+  } else if (!strcmp(cmd, "emit")) {
+    fputs("usage: attngen emit SPEC [-o FILE]\n"
+          "\n"
+          "Write the spec's generated CUDA C: one file with the kernel of each pass.\n"
+          "\n"
+          "  -o, --output FILE   where to write it (default: stdout; '-' is stdout)\n",
+          stdout);
+  } else if (!strcmp(cmd, "compile")) {
+    fputs("usage: attngen compile SPEC -o FILE [--arch ARCH]\n"
+          "\n"
+          "Compile the spec's CUDA C with NVRTC to a cubin (no GPU needed), through\n"
+          "the disk cache.\n"
+          "\n"
+          "  -o, --output FILE   the cubin (required)\n"
+          "  --arch ARCH         sm_80 (runs on every 8.x GPU) or sm_90a (H100, H200);\n"
+          "                      default: the spec's arch, else sm_90a\n",
+          stdout);
+  } else {
+    printf("usage: attngen run SPEC [OPTIONS]\n"
+           "\n"
+           "On a GPU: compile (cached), run each pass of the spec on random data with\n"
+           "lengths uniform in [M, L], check against a float64 reference, and print\n"
+           "time and bandwidth. Exit 3 (skipped) without a driver or GPU.\n"
+           "\n"
+           "  --batch N        sequences (default %d)\n"
+           "  --seqlen L       longest sequence (default %d)\n"
+           "  --min-seqlen M   shortest sequence (default 2/5 of L: %d)\n"
+           "  --heads H        attention heads (default %d)\n"
+           "  --iters N        timed iterations, 0: check only (default %d)\n"
+           "  --seed S         random seed of lengths and data (default %d)\n"
+           "  --device D       device ordinal (default %d)\n",
+           DEFAULT_BATCH, DEFAULT_SEQLEN, DEFAULT_MIN_SEQLEN(DEFAULT_SEQLEN), DEFAULT_HEADS,
+           DEFAULT_ITERS, DEFAULT_SEED, DEFAULT_DEVICE);
+  }
+}
+
+/* Whether argv[1..] asks for help (before a "--", which ends the options). */
+static bool wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--")) return false;
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return true;
+  }
+  return false;
+}
 
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "attngen: ");
@@ -98,12 +159,13 @@ static int parse_options(int argc, char **argv, const char *allowed, options *o)
       {"seed", required_argument, 0, 's'},   {"iters", required_argument, 0, 'i'},
       {"device", required_argument, 0, 'd'}, {0, 0, 0, 0}};
   memset(o, 0, sizeof *o);
-  o->batch = 8;
-  o->seqlen = 1000;
+  o->batch = DEFAULT_BATCH;
+  o->seqlen = DEFAULT_SEQLEN;
   o->min_seqlen = -1;
-  o->heads = 4;
-  o->seed = 1;
-  o->iters = 20;
+  o->heads = DEFAULT_HEADS;
+  o->seed = DEFAULT_SEED;
+  o->iters = DEFAULT_ITERS;
+  o->device = DEFAULT_DEVICE;
   optind = 1;
   opterr = 0;
   int c, index = -1;
@@ -134,7 +196,7 @@ static int parse_options(int argc, char **argv, const char *allowed, options *o)
   if (optind != argc - 1)
     return usage_error("%s", optind >= argc ? "missing SPEC" : "expected exactly one SPEC");
   o->spec = argv[optind];
-  if (o->min_seqlen < 0) o->min_seqlen = o->seqlen * 2 / 5;
+  if (o->min_seqlen < 0) o->min_seqlen = DEFAULT_MIN_SEQLEN(o->seqlen);
   if (o->min_seqlen > o->seqlen) return usage_error("%s", "--min-seqlen exceeds --seqlen");
   return 0;
 }
@@ -176,6 +238,13 @@ static int cmd_compile(int argc, char **argv) {
   ag_spec spec;
   ag_error err = {0};
   if (ag_spec_load_file(o.spec, &spec, &err) != AG_OK) return report(&err);
+  /* One rule for --arch and the spec's arch: key (ag_arch_parse). */
+  if (o.arch && ag_arch_parse(o.arch, false, NULL, &err) != AG_OK) {
+    char why[256];
+    snprintf(why, sizeof why, "--arch: %s", err.message);
+    ag_error_clear(&err);
+    return usage_error("%s", why);
+  }
   const char *arch = o.arch ? o.arch : ag_arch_name(spec.arch);
   if (!arch) arch = "sm_90a";
   void *cubin;
@@ -348,6 +417,12 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
     printf("attngen %s\n", AG_VERSION_STRING);
+    return 0;
+  }
+  if ((!strcmp(cmd, "check") || !strcmp(cmd, "emit") || !strcmp(cmd, "compile") ||
+       !strcmp(cmd, "run")) &&
+      wants_help(argc - 1, argv + 1)) {
+    command_help(cmd);
     return 0;
   }
   if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);

@@ -19,6 +19,19 @@ const char *ag_arch_name(ag_arch arch) {
   return arch == AG_ARCH_AUTO ? NULL : arch_names[arch];
 }
 
+ag_status ag_arch_parse(const char *name, bool allow_auto, ag_arch *out_arch, ag_error *err) {
+  for (int a = allow_auto ? AG_ARCH_AUTO : AG_ARCH_SM80; name && a <= AG_ARCH_SM90A; a++)
+    if (strcmp(name, arch_names[a]) == 0) {
+      if (out_arch) *out_arch = (ag_arch)a;
+      ag_error_clear(err);
+      return AG_OK;
+    }
+  return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                 "unsupported arch '%s': expected %ssm_80 (every 8.x GPU: sm_86, sm_89 too) or "
+                 "sm_90a (H100, H200)",
+                 name ? name : "(null)", allow_auto ? "auto, " : "");
+}
+
 /* The banner's keys after dtype, and the plan. */
 static void banner_tail(ag_buf *b, const ag_spec *s, const ag_plan *p) {
   if (s->softmax_scale > 0) ag_buf_printf(b, " *   softmax_scale: %.9g\n", s->softmax_scale);

@@ -149,6 +149,15 @@ AG_API ag_status ag_emit(const ag_spec *spec, char **out_source, char *out_kerne
 
 /* "sm_90a" or "sm_80" for a spec arch; AG_ARCH_AUTO gives NULL. */
 AG_API const char *ag_arch_name(ag_arch arch);
+/* The one rule for a target arch a user names (the spec's `arch:` key and
+ * the CLI's --arch): "sm_80" (runs on every 8.x GPU: sm_86, sm_89 too) or
+ * "sm_90a" (9.0: H100, H200), the two code paths attngen's kernels are
+ * written for; `allow_auto` also takes "auto" (AG_ARCH_AUTO). Anything else
+ * is AG_ERR_INVALID_ARGUMENT with a one-line message. out_arch may be NULL.
+ * (On its own device the runtime compiles an auto spec for that device's
+ * arch, sm_86 say, with sm_80's code.) Thread-safe. */
+AG_API ag_status ag_arch_parse(const char *name, bool allow_auto, ag_arch *out_arch,
+                               ag_error *err);
 
 /* Compile a spec to a cubin for `arch` ("sm_90a", "sm_80", ...), through the
  * on-disk cache (ATTNGEN_CACHE_DIR, ATTNGEN_CACHE_DISABLE). *out_cubin is

@@ -31,6 +31,13 @@ ag_status ag_arch_check(const char *arch, ag_error *err) {
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "invalid target arch '%s': expected sm_NN or sm_NNa, e.g. sm_80 or sm_90a",
                    arch);
+  /* cp.async and bf16 mma.sync: below sm_80 ptxas would refuse the kernels
+   * in a hundred lines; say it in one. */
+  if (number < 80)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "unsupported target arch '%s': attngen's kernels need sm_80 or later "
+                   "(e.g. sm_80, sm_90a)",
+                   arch);
   return AG_OK;
 }
 

@@ -108,7 +108,9 @@ void ag_sha256_hex(const uint8_t digest[AG_SHA256_BYTES], char out[2 * AG_SHA256
 
 #define AG_ARCH_NAME_MAX 16
 /* AG_OK for "sm_NN" or "sm_NNa" (two or three digits, e.g. sm_80, sm_86,
- * sm_90a, sm_100a), else AG_ERR_INVALID_ARGUMENT. */
+ * sm_90a, sm_100a) from sm_80 on, else AG_ERR_INVALID_ARGUMENT in one line.
+ * The runtime's own rule (a device's arch, ag_compile); what a user names in
+ * a spec or on the command line is ag_arch_parse's narrower one. */
 ag_status ag_arch_check(const char *arch, ag_error *err);
 /* The arch to compile for on a device: "sm_90a" for 9.0, else
  * "sm_<major><minor>". */

@@ -176,9 +176,92 @@ START_TEST(test_compile_writes_cubin) {
   unlink(path);
   done(&r);
   r = run("compile specs/ads_block64_d64_fp16.yaml --arch sm_9x -o /tmp/never.cubin");
-  ck_assert_int_eq(r.code, 1);
+  ck_assert_int_eq(r.code, 2);
   ck_assert_ptr_nonnull(strstr(r.err, "sm_9x"));
   done(&r);
+}
+END_TEST
+
+/* `attngen COMMAND --help` (and -h, anywhere among the arguments) prints
+ * that command's usage to stdout and exits 0, loading no spec; run's lists
+ * its defaults, which are the ones parse_options uses. */
+START_TEST(test_command_help) {
+  static const char *const cmds[] = {"check", "emit", "compile", "run"};
+  for (int i = 0; i < 4; i++) {
+    char args[128], want[64];
+    snprintf(want, sizeof want, "usage: attngen %s SPEC", cmds[i]);
+    for (int form = 0; form < 2; form++) {
+      snprintf(args, sizeof args, form ? "%s no/such.yaml -h" : "%s --help", cmds[i]);
+      result r = run(args);
+      ck_assert_msg(r.code == 0, "%s: exit %d: %s", args, r.code, r.err);
+      ck_assert_msg(strncmp(r.out, want, strlen(want)) == 0, "%s: %s", args, r.out);
+      ck_assert_str_eq(r.err, "");
+      done(&r);
+    }
+  }
+  result r = run("run --help");
+  static const char *const defaults[] = {
+      "--batch N        sequences (default 8)",   "--seqlen L       longest sequence (default 1000)",
+      "(default 2/5 of L: 400)",                  "--heads H        attention heads (default 4)",
+      "check only (default 20)",                  "--seed S         random seed of lengths and data (default 1)",
+      "--device D       device ordinal (default 0)"};
+  for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+    ck_assert_msg(strstr(r.out, defaults[i]), "run --help lacks '%s':\n%s", defaults[i], r.out);
+  done(&r);
+  r = run("compile --help");
+  ck_assert_ptr_nonnull(strstr(r.out, "sm_80"));
+  ck_assert_ptr_nonnull(strstr(r.out, "sm_90a"));
+  done(&r);
+  /* The defaults are the ones used: --min-seqlen defaults to 2/5 of --seqlen. */
+  r = run("run specs/ads_block64_d64_fp16.yaml --seqlen 100 --min-seqlen 41 --iters 0");
+  ck_assert_int_ne(r.code, 2);
+  done(&r);
+  r = run("run specs/ads_block64_d64_fp16.yaml --seqlen 100 --min-seqlen 101");
+  ck_assert_int_eq(r.code, 2);
+  done(&r);
+}
+END_TEST
+
+/* One arch rule: --arch takes exactly the names the spec's arch: key takes
+ * (less auto), and refuses any other in one line (no ptxas output), exit 2. */
+START_TEST(test_arch_rule) {
+  static const char *const refused[] = {"sm_75", "sm_86", "sm_89", "sm_90", "sm_100a",
+                                        "sm_120", "compute_90a", "auto"};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    char args[256], want[64];
+    snprintf(args, sizeof args, "compile specs/ads_block64_d64_fp16.yaml --arch %s -o /tmp/never",
+             refused[i]);
+    result r = run(args);
+    ck_assert_msg(r.code == 2, "--arch %s: exit %d", refused[i], r.code);
+    snprintf(want, sizeof want, "attngen: --arch: unsupported arch '%s': expected sm_80",
+             refused[i]);
+    ck_assert_msg(strncmp(r.err, want, strlen(want)) == 0, "--arch %s: %s", refused[i], r.err);
+    const char *nl = strchr(r.err, '\n');
+    ck_assert_msg(nl && strcmp(nl + 1, "Try 'attngen --help'.\n") == 0, "not one line: %s", r.err);
+    done(&r);
+  }
+  ck_assert_int_ne(access("/tmp/never", F_OK), 0);
+  /* The spec key and ag_arch_parse agree on every name. */
+  static const char *const names[] = {"auto",  "sm_80",  "sm_90a", "sm_75", "sm_86",
+                                      "sm_89", "sm_90",  "sm_100a", "sm_120", "SM_80"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char yaml[256];
+    int n = snprintf(yaml, sizeof yaml,
+                     "name: a\npattern: block_diagonal\nhead_dim: 64\ndtype: bf16\narch: %s\n",
+                     names[i]);
+    ag_spec spec;
+    ag_arch parsed = AG_ARCH_AUTO;
+    bool key_ok = ag_spec_load_string(yaml, (size_t)n, "a.yaml", &spec, NULL) == AG_OK;
+    bool rule_ok = ag_arch_parse(names[i], true, &parsed, NULL) == AG_OK;
+    ck_assert_msg(key_ok == rule_ok, "%s: spec key %d, ag_arch_parse %d", names[i], key_ok, rule_ok);
+    if (key_ok) ck_assert_int_eq(spec.arch, parsed);
+    if (rule_ok && parsed != AG_ARCH_AUTO)
+      ck_assert_int_eq(ag_arch_parse(names[i], false, NULL, NULL), AG_OK);
+  }
+  ag_error err = {0};
+  ck_assert_int_eq(ag_arch_parse(NULL, true, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(strchr(err.message, '\n'));
+  ag_error_clear(&err);
 }
 END_TEST
 
@@ -264,6 +347,8 @@ Suite *cli_suite(void) {
   tcase_add_test(tc, test_emit_matches_library);
   tcase_add_test(tc, test_compile_writes_cubin);
   tcase_add_test(tc, test_run_skips_or_passes);
+  tcase_add_test(tc, test_command_help);
+  tcase_add_test(tc, test_arch_rule);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -89,7 +89,8 @@ END_TEST
 START_TEST(arch_strings) {
   const char *good[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"};
   const char *bad[] = {"",        "sm_8",   "sm_",     "sm80",   "SM_80", "compute_80", "sm_80b",
-                       "sm_90aa", "sm_090", "sm_1000", "sm_80 ", "sm_8a", "-sm_80"};
+                       "sm_90aa", "sm_090", "sm_1000", "sm_80 ", "sm_8a", "-sm_80",
+                       "sm_75",   "sm_70",  "sm_10"};
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
     ck_assert_msg(ag_arch_check(good[i], NULL) == AG_OK, "%s rejected", good[i]);
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
