@@ -169,7 +169,7 @@ examples: all
 # The fast CPU suites (no NVRTC compile of every spec, no concurrency
 # stress), under a minute on two cores; `make test` runs them all.
 # AG_SUITES picks suites for the runner (tests/check_main.c).
-QUICK_SUITES := error,spec,expand,plan,emit,cache,runtime,cli,gpu,hostile,args,reference,exports
+QUICK_SUITES := error,spec,expand,plan,emit,cache,runtime,cli,gpu,hostile,args,reference,exports,schedule
 test-quick: deps
 	$(MAKE) $(B)/check_attngen $(B)/attngen $(B)/libattngen.so $(B)/tune_block
 	cd tests && AG_SUITES=$(QUICK_SUITES) ATTNGEN_BIN=../$(B)/attngen \
