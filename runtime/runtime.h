@@ -34,11 +34,21 @@ bool ag_env_flag(const char *name);
  * directory is fine. AG_ERR_IO naming the component that failed. */
 ag_status ag_mkdir_p(const char *path, unsigned mode, ag_error *err);
 /* Write the concatenation of `nparts` buffers to `path` atomically: a unique
- * temporary file in the same directory (mkstemp), every write, fflush, fsync
- * and close checked, then rename(). The temporary is unlinked on any
- * failure, so readers see the old file or the whole new one. AG_ERR_IO. */
+ * temporary file in the same directory (O_EXCL, mode 0666 under the umask,
+ * named after at most 64 bytes of the basename plus ".tmp.XXXXXXXX"), every
+ * write, fsync and close checked, then rename(), which replaces whatever
+ * entry `path` was (for the cache and the dump, directories attngen owns).
+ * The temporary is unlinked on any failure, so readers see the old file or
+ * the whole new one. AG_ERR_IO. */
 ag_status ag_write_atomic(const char *path, const void *const *parts, const size_t *lens,
                           size_t nparts, ag_error *err);
+/* Write a user-named output file (`-o`): a FIFO or character device (also
+ * through a symbolic link) is written into, never replaced; a regular file
+ * (also through a link, which stays) is replaced atomically as above, keeping
+ * its mode and, where permitted (root), its owner and group; a new file gets
+ * 0666 under the umask. A directory, block device, socket or dangling link is
+ * refused. AG_ERR_IO. */
+ag_status ag_write_output(const char *path, const void *data, size_t len, ag_error *err);
 
 /* ---- driver.c: libcuda.so.1 through dlopen ------------------------------ */
 
