@@ -1,17 +1,22 @@
 /* cache.c: the on-disk cubin cache: keys, file names, the entry format and
  * its verification. A bad entry of any kind is a miss, never a crash; writes
  * are atomic renames, so readers and concurrent writers need no lock. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime.h"
 
-/* Larger entries are treated as corrupt rather than read into memory. */
-#define MAX_PAYLOAD ((uint64_t)1 << 30)
+/* Larger entries are treated as corrupt rather than read into memory: real
+ * cubins are well under 1 MiB, so 64 MiB leaves room and bounds what a
+ * damaged or planted header can make a reader allocate. */
+#define MAX_PAYLOAD ((uint64_t)AG_CACHE_MAX_ENTRY_BYTES)
 
 static void put_u32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -87,6 +92,25 @@ ag_status ag_cache_dir(char **out_dir, ag_error *err) {
     free(path);
     return st;
   }
+  /* Another user's directory, or one others can write into, could hold a
+   * planted entry with the right key and checksum: refuse it (as ccache and
+   * pip do), and the compile runs in memory. */
+  struct stat sb;
+  ag_status st = AG_OK;
+  if (stat(path, &sb) != 0)
+    st = ag_fail(err, AG_ERR_CACHE, "cache directory unusable: '%s': %s", path, strerror(errno));
+  else if (sb.st_uid != geteuid())
+    st = ag_fail(err, AG_ERR_CACHE,
+                 "cache directory '%s' is owned by uid %ld, not by this user (uid %ld): not used",
+                 path, (long)sb.st_uid, (long)geteuid());
+  else if (sb.st_mode & (S_IWGRP | S_IWOTH))
+    st = ag_fail(err, AG_ERR_CACHE,
+                 "cache directory '%s' is writable by %s (mode %03o): not used", path,
+                 sb.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(sb.st_mode & 0777));
+  if (st != AG_OK) {
+    free(path);
+    return st;
+  }
   *out_dir = path;
   return AG_OK;
 }
@@ -121,11 +145,14 @@ ag_status ag_cache_load(const char *path, const uint8_t key[AG_SHA256_BYTES], vo
   uint8_t *payload = NULL;
   *out_cubin = NULL;
   *out_size = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO planted at the path opens at once (and is then no
+   * regular file) instead of blocking; O_NOFOLLOW: a link is a miss. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
   if (fd < 0) return AG_OK; /* absent or unreadable: a miss */
   struct stat sb;
   uint8_t h[AG_CACHE_HEADER_BYTES];
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < AG_CACHE_HEADER_BYTES ||
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid() ||
+      sb.st_size < AG_CACHE_HEADER_BYTES || (uint64_t)sb.st_size > MAX_PAYLOAD + AG_CACHE_HEADER_BYTES ||
       !read_all(fd, h, sizeof h))
     goto fail;
   /* magic[8] version[4] key[32] size[8] checksum[32] */
@@ -136,14 +163,13 @@ ag_status ag_cache_load(const char *path, const uint8_t key[AG_SHA256_BYTES], vo
       n != (uint64_t)sb.st_size - AG_CACHE_HEADER_BYTES)
     goto fail;
   payload = malloc((size_t)n);
-  if (!payload) {
-    st = ag_fail(err, AG_ERR_NOMEM, "out of memory (%llu-byte cache entry)", (unsigned long long)n);
-    goto fail;
-  }
+  if (!payload) goto fail; /* a miss: the compile may still fit in memory */
   uint8_t digest[AG_SHA256_BYTES];
   if (!read_all(fd, payload, (size_t)n)) goto fail;
   ag_sha256_digest(payload, (size_t)n, digest);
   if (memcmp(digest, sum, AG_SHA256_BYTES) != 0) goto fail;
+  /* A hit: its modification time is the last use, for the LRU bound. */
+  (void)futimens(fd, NULL);
   close(fd);
   *out_cubin = payload;
   *out_size = (size_t)n;
@@ -170,4 +196,80 @@ ag_status ag_cache_store(const char *path, const uint8_t key[AG_SHA256_BYTES], c
                          why.message ? why.message : ag_strerror(why.code));
   ag_error_clear(&why);
   return st;
+}
+
+uint64_t ag_cache_max_bytes(void) {
+  const char *v = ag_env_str(AG_ENV_CACHE_MAX_BYTES);
+  if (!v) return AG_CACHE_DEFAULT_MAX_BYTES;
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno || end == v || *end || v[0] == '-') return AG_CACHE_DEFAULT_MAX_BYTES;
+  return (uint64_t)n;
+}
+
+typedef struct entry_info {
+  char *name;
+  uint64_t size;
+  struct timespec used;
+} entry_info;
+
+static int older_first(const void *a, const void *b) {
+  const entry_info *x = a, *y = b;
+  if (x->used.tv_sec != y->used.tv_sec) return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+  if (x->used.tv_nsec != y->used.tv_nsec) return x->used.tv_nsec < y->used.tv_nsec ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+void ag_cache_tidy(const char *dir, const char *keep) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  int dfd = dirfd(d);
+  const char *keep_name = keep ? strrchr(keep, '/') : NULL;
+  keep_name = keep_name ? keep_name + 1 : keep;
+  uint64_t limit = ag_cache_max_bytes(), total = 0;
+  time_t now = time(NULL);
+  entry_info *entries = NULL;
+  size_t count = 0, cap = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    struct stat sb;
+    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+    if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) ||
+        sb.st_uid != geteuid())
+      continue; /* only our own regular files are ever removed */
+    if (strstr(e->d_name, ".tmp.")) {
+      /* A writer killed between create and rename; a live one finishes in
+       * seconds, so a temporary untouched this long is dead. */
+      if (now - sb.st_mtime > AG_CACHE_STALE_TMP_SECONDS) (void)unlinkat(dfd, e->d_name, 0);
+      continue;
+    }
+    if (!ends_with(e->d_name, ".cubin")) continue;
+    total += (uint64_t)sb.st_size;
+    if (limit == 0 || (keep_name && strcmp(e->d_name, keep_name) == 0)) continue;
+    if (count == cap) {
+      size_t ncap = cap ? 2 * cap : 64;
+      entry_info *grown = realloc(entries, ncap * sizeof *grown);
+      if (!grown) break;
+      entries = grown;
+      cap = ncap;
+    }
+    char *name = strdup(e->d_name);
+    if (!name) break;
+    entries[count++] = (entry_info){name, (uint64_t)sb.st_size, sb.st_mtim};
+  }
+  /* Least recently used first (a hit refreshes the entry's mtime), until the
+   * whole directory fits; the entry just written is never evicted. */
+  if (limit != 0 && total > limit) {
+    qsort(entries, count, sizeof *entries, older_first);
+    for (size_t i = 0; i < count && total > limit; i++)
+      if (unlinkat(dfd, entries[i].name, 0) == 0) total -= entries[i].size;
+  }
+  for (size_t i = 0; i < count; i++) free(entries[i].name);
+  free(entries);
+  closedir(d);
 }

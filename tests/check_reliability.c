@@ -9,6 +9,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +182,268 @@ START_TEST(output_long_basename) {
 }
 END_TEST
 
+
+/* ---- rows 2, 3, 5, 9, 10: the cache ------------------------------------- */
+
+static const char tiny_source[] =
+    "extern \"C\" __global__ void k(float *p) { p[threadIdx.x] = 2.f; }\n";
+
+/* A fresh private directory as ATTNGEN_CACHE_DIR, other knobs cleared. */
+static char *fresh_cache(void) {
+  char *dir = ag_test_mkdtemp("ag-rel-cache");
+  setenv(AG_ENV_CACHE_DIR, dir, 1);
+  unsetenv(AG_ENV_CACHE_DISABLE);
+  unsetenv(AG_ENV_DUMP_DIR);
+  unsetenv(AG_ENV_NVRTC_VERBOSE);
+  unsetenv(AG_ENV_CACHE_MAX_BYTES);
+  return dir;
+}
+
+/* Compile tiny_source through the cache; the origin, warning in *out_warning
+ * (freed by the caller) when non-NULL. */
+static ag_cache_origin compile_tiny(char **out_warning) {
+  void *cubin = NULL;
+  size_t size = 0;
+  ag_cache_origin origin = AG_FROM_DISK;
+  char *warning = NULL;
+  ag_error err = {0};
+  ag_status st =
+      ag_compile_source_ex(tiny_source, "tiny", "sm_80", &cubin, &size, &origin, &warning, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message);
+  ck_assert_uint_gt(size, 4);
+  ck_assert_mem_eq(cubin, "\x7f" "ELF", 4);
+  free(cubin);
+  if (out_warning)
+    *out_warning = warning;
+  else
+    free(warning);
+  return origin;
+}
+
+/* The path of the one .cubin entry in dir (from malloc()). */
+static char *the_entry(const char *dir) {
+  DIR *d = opendir(dir);
+  ck_assert_ptr_nonnull(d);
+  char *found = NULL;
+  for (struct dirent *e; (e = readdir(d));) {
+    size_t n = strlen(e->d_name);
+    if (n > 6 && strcmp(e->d_name + n - 6, ".cubin") == 0 && !strstr(e->d_name, ".tmp.")) {
+      ck_assert_ptr_null(found);
+      ck_assert_int_ge(asprintf(&found, "%s/%s", dir, e->d_name), 0);
+    }
+  }
+  closedir(d);
+  ck_assert_ptr_nonnull(found);
+  return found;
+}
+
+START_TEST(cache_fifo_entry_is_miss) {
+  char *dir = fresh_cache();
+  ck_assert_int_eq(compile_tiny(NULL), AG_FROM_NVRTC);
+  char *entry = the_entry(dir);
+  ck_assert_int_eq(unlink(entry), 0);
+  ck_assert_int_eq(mkfifo(entry, 0600), 0);
+  /* Before the fix this blocked in open() for ever (the test's timeout). */
+  ck_assert_int_eq(compile_tiny(NULL), AG_FROM_NVRTC);
+  struct stat sb;
+  ck_assert_int_eq(lstat(entry, &sb), 0);
+  ck_assert_msg(S_ISREG(sb.st_mode), "the FIFO was not replaced by an entry");
+  ck_assert_int_eq(compile_tiny(NULL), AG_FROM_DISK);
+  /* A symbolic link at the entry's path is a miss too. */
+  char other[PATH_MAX];
+  snprintf(other, sizeof other, "%s/elsewhere", dir);
+  ck_assert_int_eq(rename(entry, other), 0);
+  ck_assert_int_eq(symlink(other, entry), 0);
+  ck_assert_int_eq(compile_tiny(NULL), AG_FROM_NVRTC);
+  ck_assert_int_eq(lstat(entry, &sb), 0);
+  ck_assert(S_ISREG(sb.st_mode));
+  free(entry);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+END_TEST
+
+/* An entry header claiming `claim` payload bytes, as a sparse file of that
+ * size, for key; then load it and expect a quick miss. */
+static void huge_entry_is_quick_miss(const char *dir, uint64_t claim) {
+  uint8_t key[AG_SHA256_BYTES];
+  memset(key, 0x5a, sizeof key);
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/huge.cubin", dir);
+  uint8_t h[AG_CACHE_HEADER_BYTES] = {0};
+  memcpy(h, AG_CACHE_MAGIC, 8);
+  h[8] = AG_CACHE_FORMAT_VERSION;
+  memcpy(h + 12, key, sizeof key);
+  for (int i = 0; i < 8; i++) h[44 + i] = (uint8_t)(claim >> (8 * i));
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, h, sizeof h), (ssize_t)sizeof h);
+  uint64_t real = claim > ((uint64_t)1 << 31) ? 4096 : claim; /* sparse, or short */
+  ck_assert_int_eq(ftruncate(fd, (off_t)(sizeof h + real)), 0);
+  close(fd);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  void *cubin = (void *)1;
+  size_t size = 1;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_cache_load(path, key, &cubin, &size, &err), AG_OK);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  ck_assert_ptr_null(cubin);
+  ck_assert_ptr_null(err.message);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  ck_assert_msg(s < 0.5, "a %llu-byte claim took %.2f s to refuse", (unsigned long long)claim, s);
+  unlink(path);
+}
+
+START_TEST(cache_huge_entry_is_miss) {
+  char *dir = fresh_cache();
+  huge_entry_is_quick_miss(dir, (uint64_t)1 << 30);
+  huge_entry_is_quick_miss(dir, (uint64_t)AG_CACHE_MAX_ENTRY_BYTES + 1);
+  huge_entry_is_quick_miss(dir, UINT64_MAX - AG_CACHE_HEADER_BYTES);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(cache_unsafe_directory_refused) {
+  char *dir = fresh_cache();
+  ck_assert_int_eq(chmod(dir, 0777), 0);
+  for (int round = 0; round < 2; round++) {
+    char *warning = NULL;
+    ck_assert_int_eq(compile_tiny(&warning), AG_FROM_NVRTC);
+    ck_assert_ptr_nonnull(warning);
+    ck_assert_msg(strstr(warning, "writable by others"), "warning: %s", warning);
+    free(warning);
+  }
+  ck_assert_int_eq(chmod(dir, 0770), 0);
+  char *warning = NULL;
+  ck_assert_int_eq(compile_tiny(&warning), AG_FROM_NVRTC);
+  ck_assert_msg(warning && strstr(warning, "writable by its group"), "warning: %s", warning);
+  free(warning);
+  /* Nothing was written into the unsafe directory. */
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  ck_assert_int_eq(n, 0);
+  ck_assert_int_eq(chmod(dir, 0700), 0);
+  ck_assert_int_eq(compile_tiny(NULL), AG_FROM_NVRTC);
+  ck_assert_int_eq(compile_tiny(NULL), AG_FROM_DISK);
+  if (geteuid() == 0) {
+    /* Root can stage what another user would: a directory and an entry of
+     * theirs. */
+    char *entry = the_entry(dir);
+    ck_assert_int_eq(chown(entry, 65534, 65534), 0);
+    ck_assert_int_eq(compile_tiny(NULL), AG_FROM_NVRTC); /* foreign entry: a miss */
+    struct stat sb;
+    ck_assert_int_eq(stat(entry, &sb), 0);
+    ck_assert_int_eq(sb.st_uid, 0); /* rewritten as ours */
+    ck_assert_int_eq(compile_tiny(NULL), AG_FROM_DISK);
+    ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+    warning = NULL;
+    ck_assert_int_eq(compile_tiny(&warning), AG_FROM_NVRTC);
+    ck_assert_msg(warning && strstr(warning, "owned by uid 65534"), "warning: %s", warning);
+    free(warning);
+    free(entry);
+  }
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+END_TEST
+
+static void make_file(const char *dir, const char *name, size_t size, time_t age) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+  struct timespec t[2];
+  clock_gettime(CLOCK_REALTIME, &t[0]);
+  t[0].tv_sec -= age;
+  t[1] = t[0];
+  ck_assert_int_eq(futimens(fd, t), 0);
+  close(fd);
+}
+
+static bool exists_in(const char *dir, const char *name) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
+START_TEST(cache_tidy_stale_temps_and_lru) {
+  char *dir = fresh_cache();
+  make_file(dir, "a.cubin.tmp.old00000", 1000, 3600);
+  make_file(dir, "b.cubin.tmp.new00000", 1000, 10);
+  make_file(dir, "e1.cubin", 1000, 400);
+  make_file(dir, "e2.cubin", 1000, 300);
+  make_file(dir, "e3.cubin", 1000, 200);
+  make_file(dir, "e4.cubin", 1000, 100);
+  make_file(dir, "other", 100000, 1000); /* not an entry: never counted or removed */
+  ag_cache_tidy(dir, NULL); /* default bound: only the stale temporary goes */
+  ck_assert(!exists_in(dir, "a.cubin.tmp.old00000"));
+  ck_assert(exists_in(dir, "b.cubin.tmp.new00000"));
+  ck_assert(exists_in(dir, "e1.cubin"));
+  setenv(AG_ENV_CACHE_MAX_BYTES, "2500", 1);
+  ck_assert_uint_eq(ag_cache_max_bytes(), 2500);
+  char keep[PATH_MAX];
+  snprintf(keep, sizeof keep, "%s/e1.cubin", dir);
+  ag_cache_tidy(dir, keep); /* e1 is the newest write: e2 and e3 go */
+  ck_assert(exists_in(dir, "e1.cubin"));
+  ck_assert(!exists_in(dir, "e2.cubin"));
+  ck_assert(!exists_in(dir, "e3.cubin"));
+  ck_assert(exists_in(dir, "e4.cubin"));
+  ck_assert(exists_in(dir, "other"));
+  setenv(AG_ENV_CACHE_MAX_BYTES, "0", 1);
+  ck_assert_uint_eq(ag_cache_max_bytes(), 0);
+  setenv(AG_ENV_CACHE_MAX_BYTES, "lots", 1);
+  ck_assert_uint_eq(ag_cache_max_bytes(), AG_CACHE_DEFAULT_MAX_BYTES);
+  /* Through a compile: the store runs the tidy, a hit refreshes the mtime. */
+  setenv(AG_ENV_CACHE_MAX_BYTES, "1", 1);
+  make_file(dir, "c.cubin.tmp.old00000", 1000, 3600);
+  ck_assert_int_eq(compile_tiny(NULL), AG_FROM_NVRTC);
+  ck_assert(!exists_in(dir, "c.cubin.tmp.old00000"));
+  ck_assert(!exists_in(dir, "e1.cubin"));
+  ck_assert(!exists_in(dir, "e4.cubin"));
+  char *entry = the_entry(dir); /* the new one, kept although over the bound */
+  struct stat before, after;
+  ck_assert_int_eq(stat(entry, &before), 0);
+  usleep(20000);
+  unsetenv(AG_ENV_CACHE_MAX_BYTES);
+  ck_assert_int_eq(compile_tiny(NULL), AG_FROM_DISK);
+  ck_assert_int_eq(stat(entry, &after), 0);
+  ck_assert_msg(after.st_mtim.tv_sec > before.st_mtim.tv_sec ||
+                    after.st_mtim.tv_nsec > before.st_mtim.tv_nsec,
+                "a hit did not refresh the entry's last use");
+  free(entry);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(dump_dir_unusable_is_warning) {
+  char *dir = fresh_cache();
+  setenv(AG_ENV_CACHE_DISABLE, "1", 1);
+  char file[PATH_MAX];
+  snprintf(file, sizeof file, "%s/file", dir);
+  ag_test_spit(file, "x", 1);
+  char sub[PATH_MAX + 8];
+  snprintf(sub, sizeof sub, "%s/sub", file);
+  const char *places[] = {file, sub};
+  for (int i = 0; i < 2; i++) {
+    setenv(AG_ENV_DUMP_DIR, places[i], 1);
+    char *warning = NULL;
+    ck_assert_int_eq(compile_tiny(&warning), AG_FROM_NVRTC);
+    ck_assert_msg(warning && strstr(warning, AG_ENV_DUMP_DIR), "warning: %s", warning);
+    free(warning);
+  }
+  unsetenv(AG_ENV_DUMP_DIR);
+  unsetenv(AG_ENV_CACHE_DISABLE);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+END_TEST
+
 Suite *reliability_suite(void) {
   Suite *s = suite_create("reliability");
   TCase *tc = tcase_create("output");
@@ -188,6 +452,14 @@ Suite *reliability_suite(void) {
   tcase_add_test(tc, output_device_and_symlink_kept);
   tcase_add_test(tc, output_mode_umask_and_existing);
   tcase_add_test(tc, output_long_basename);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("cache");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, cache_fifo_entry_is_miss);
+  tcase_add_test(tc, cache_huge_entry_is_miss);
+  tcase_add_test(tc, cache_unsafe_directory_refused);
+  tcase_add_test(tc, cache_tidy_stale_temps_and_lru);
+  tcase_add_test(tc, dump_dir_unusable_is_warning);
   suite_add_tcase(s, tc);
   return s;
 }
