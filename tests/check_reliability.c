@@ -444,6 +444,55 @@ START_TEST(dump_dir_unusable_is_warning) {
 }
 END_TEST
 
+/* ---- row 4: numbers fp32 cannot hold ------------------------------------ */
+
+/* Load `text` as "x.yaml"; the status, message in *out_msg (freed by caller). */
+static ag_status load(const char *text, const char *source, char **out_msg) {
+  ag_spec spec;
+  ag_error err = {0};
+  ag_status st = ag_spec_load_string(text, strlen(text), source, &spec, &err);
+  *out_msg = err.message;
+  return st;
+}
+
+START_TEST(fp32_out_of_range_refused_at_check) {
+  const char *scales[] = {"2.4e38", "1e-46", "1e300", "1e-39", "3.5e38"};
+  for (size_t i = 0; i < sizeof scales / sizeof *scales; i++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "name: t\npattern: block_diagonal\nblock_size: 64\nhead_dim: 64\ndtype: fp16\n"
+             "softmax_scale: %s\n", scales[i]);
+    char *msg;
+    ck_assert_int_eq(load(text, "x.yaml", &msg), AG_ERR_SPEC);
+    ck_assert_msg(strstr(msg, "x.yaml:6:16: error: softmax_scale is out of range"), "%s", msg);
+    free(msg);
+  }
+  const char *bases[] = {"1e39", "1e-46"};
+  for (size_t i = 0; i < 2; i++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "name: t\npattern: block_diagonal\nblock_size: 64\nhead_dim: 64\ndtype: fp16\n"
+             "rotary:\n  layout: half\n  apply_to: [q, k]\n  positions: sequence\n  base: %s\n",
+             bases[i]);
+    char *msg;
+    ck_assert_int_eq(load(text, "x.yaml", &msg), AG_ERR_SPEC);
+    ck_assert_msg(strstr(msg, "x.yaml:10:9: error: rotary.base is out of range"), "%s", msg);
+    free(msg);
+  }
+  /* The largest and smallest accepted scales still emit. */
+  const char *fine[] = {"2.3e38", "1.2e-38"};
+  for (size_t i = 0; i < 2; i++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "name: t\npattern: block_diagonal\nblock_size: 64\nhead_dim: 64\ndtype: fp16\n"
+             "softmax_scale: %s\n", fine[i]);
+    char *msg;
+    ck_assert_int_eq(load(text, "x.yaml", &msg), AG_OK);
+    ck_assert_ptr_null(msg);
+  }
+}
+END_TEST
+
 Suite *reliability_suite(void) {
   Suite *s = suite_create("reliability");
   TCase *tc = tcase_create("output");
@@ -460,6 +509,9 @@ Suite *reliability_suite(void) {
   tcase_add_test(tc, cache_unsafe_directory_refused);
   tcase_add_test(tc, cache_tidy_stale_temps_and_lru);
   tcase_add_test(tc, dump_dir_unusable_is_warning);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("spec");
+  tcase_add_test(tc, fp32_out_of_range_refused_at_check);
   suite_add_tcase(s, tc);
   return s;
 }
