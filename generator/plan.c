@@ -102,6 +102,23 @@ ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
                                                                       "spec '%s' was not validated",
                                                                       spec->name);
   if (st == AG_OK) ag_plan_kernels(spec, out);
+  /* The planners size tiles for sm_90's 227 KiB; a spec that names sm_80
+   * must fit in its 163 KiB, or the refusal would come only at load. */
+  if (st == AG_OK && spec->arch == AG_ARCH_SM80) {
+    for (int i = 0; i < out->nkernels; i++) {
+      const ag_plan_kernel *k = &out->kernels[i];
+      if (k->smem_bytes > AG_SMEM_MAX_SM80) {
+        char name[sizeof k->name];
+        memcpy(name, k->name, sizeof name);
+        int need = k->smem_bytes;
+        return ag_plan_refuse(out, AG_REFUSED_ARCH, err,
+                              "kernel %s needs %d bytes of shared memory per block, more than "
+                              "sm_80's %d (163 KiB): use arch sm_90a, a smaller block_size or "
+                              "head_dim",
+                              name, need, AG_SMEM_MAX_SM80);
+      }
+    }
+  }
   return st;
 }
 

@@ -130,7 +130,13 @@ typedef struct ag_plan_jagged {
 typedef enum ag_refusal_key {
   AG_REFUSED_NONE, AG_REFUSED_PATTERN, AG_REFUSED_QUERY, AG_REFUSED_ROTARY,
   AG_REFUSED_PASSES, AG_REFUSED_DETERMINISTIC,
+  AG_REFUSED_ARCH, /* a kernel needs more shared memory than the spec's arch has */
 } ag_refusal_key;
+
+/* The most dynamic shared memory one block may opt into: sm_80 (A100)
+ * 163 KiB, sm_90 (H100, H200) 227 KiB. */
+#define AG_SMEM_MAX_SM80 (163 * 1024)
+#define AG_SMEM_MAX_SM90 (227 * 1024)
 
 typedef struct ag_plan {
   ag_pattern pattern;

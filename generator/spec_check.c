@@ -499,6 +499,7 @@ static ag_pos refusal_pos(const ag_spec *s, unsigned pass, ag_refusal_key key) {
     case AG_REFUSED_ROTARY: return s->at.rotary;
     case AG_REFUSED_PASSES: return s->at.passes.line ? s->at.passes : s->at.pattern;
     case AG_REFUSED_QUERY: return s->at.query;
+    case AG_REFUSED_ARCH: return s->at.arch.line ? s->at.arch : s->at.pattern;
     default: return s->at.block_size.line ? s->at.block_size : s->at.pattern;
   }
 }

@@ -580,6 +580,31 @@ START_TEST(api_misuse_is_invalid_argument) {
 }
 END_TEST
 
+/* ---- row 12: shared memory the arch does not have ------------------------ */
+
+START_TEST(sm80_shared_memory_refused_at_arch) {
+  const char *text =
+      "name: t\npattern: block_diagonal\nblock_size: 256\nhead_dim: 128\ndtype: bf16\n"
+      "arch: sm_80\n";
+  char *msg;
+  ck_assert_int_eq(load(text, "a.yaml", &msg), AG_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(msg, "a.yaml:6:1: error: not supported yet: kernel") &&
+                    strstr(msg, "196608 bytes of shared memory") && strstr(msg, "sm_80's 166912"),
+                "%s", msg);
+  free(msg);
+  /* The same on sm_90a, or a block that fits on sm_80, loads. */
+  const char *fits[] = {
+      "name: t\npattern: block_diagonal\nblock_size: 256\nhead_dim: 128\ndtype: bf16\n"
+      "arch: sm_90a\n",
+      "name: t\npattern: block_diagonal\nblock_size: 64\nhead_dim: 128\ndtype: bf16\n"
+      "arch: sm_80\n"};
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(load(fits[i], "a.yaml", &msg), AG_OK);
+    ck_assert_ptr_null(msg);
+  }
+}
+END_TEST
+
 Suite *reliability_suite(void) {
   Suite *s = suite_create("reliability");
   TCase *tc = tcase_create("output");
@@ -601,6 +626,7 @@ Suite *reliability_suite(void) {
   tcase_add_test(tc, fp32_out_of_range_refused_at_check);
   tcase_add_test(tc, source_name_cannot_inject);
   tcase_add_test(tc, api_misuse_is_invalid_argument);
+  tcase_add_test(tc, sm80_shared_memory_refused_at_arch);
   suite_add_tcase(s, tc);
   return s;
 }
