@@ -605,6 +605,28 @@ START_TEST(sm80_shared_memory_refused_at_arch) {
 }
 END_TEST
 
+/* ---- the last paragraph: the command line's own output and input -------- */
+
+START_TEST(cli_stdout_write_errors_fail) {
+  const char *args[] = {"--help", "--version", "check " SPEC};
+  for (int i = 0; i < 3; i++) {
+    ck_assert_msg(sh("cd %s && %s %s >/dev/full 2>/dev/null", root(), cli(), args[i]) == 1,
+                  "%s to /dev/full exited 0", args[i]);
+    ck_assert_int_eq(sh("cd %s && %s %s >/dev/null", root(), cli(), args[i]), 0);
+  }
+}
+END_TEST
+
+START_TEST(cli_check_reads_stdin) {
+  ck_assert_int_eq(sh("cd %s && %s check - <" SPEC " | grep -qx '<stdin>: ok'", root(), cli()), 0);
+  ck_assert_int_eq(
+      sh("cd %s && printf 'name: [\\n' | %s check - 2>&1 | grep -q '^<stdin>:2:1: error'", root(),
+         cli()),
+      0);
+  ck_assert_int_eq(sh("cd %s && %s check - </dev/null 2>/dev/null", root(), cli()), 1);
+}
+END_TEST
+
 Suite *reliability_suite(void) {
   Suite *s = suite_create("reliability");
   TCase *tc = tcase_create("output");
@@ -613,6 +635,8 @@ Suite *reliability_suite(void) {
   tcase_add_test(tc, output_device_and_symlink_kept);
   tcase_add_test(tc, output_mode_umask_and_existing);
   tcase_add_test(tc, output_long_basename);
+  tcase_add_test(tc, cli_stdout_write_errors_fail);
+  tcase_add_test(tc, cli_check_reads_stdin);
   suite_add_tcase(s, tc);
   tc = tcase_create("cache");
   tcase_set_timeout(tc, 120);
