@@ -230,6 +230,12 @@ START_TEST(every_spec_compiles) {
       void *cubin = NULL;
       size_t size = 0;
       st = ag_compile(&spec, archs[a], &cubin, &size, &err);
+      if (st == AG_ERR_UNSUPPORTED && a == 1 && !own && strstr(err.message, "sm_80's 166912")) {
+        /* Its plan needs sm_90's shared memory: refused for sm_80, where it
+         * would not load (issue 22 row 12). */
+        ag_error_clear(&err);
+        continue;
+      }
       ck_assert_msg(st == AG_OK, "%s for %s: %s", g.gl_pathv[i], archs[a], err.message);
       assert_cubin(cubin, size);
       /* One module holds the kernel of every pass the spec names. */
