@@ -130,7 +130,13 @@ typedef struct ag_plan_jagged {
 typedef enum ag_refusal_key {
   AG_REFUSED_NONE, AG_REFUSED_PATTERN, AG_REFUSED_QUERY, AG_REFUSED_ROTARY,
   AG_REFUSED_PASSES, AG_REFUSED_DETERMINISTIC,
+  AG_REFUSED_ARCH, /* a kernel needs more shared memory than the spec's arch has */
 } ag_refusal_key;
+
+/* The most dynamic shared memory one block may opt into: sm_80 (A100)
+ * 163 KiB, sm_90 (H100, H200) 227 KiB. */
+#define AG_SMEM_MAX_SM80 (163 * 1024)
+#define AG_SMEM_MAX_SM90 (227 * 1024)
 
 typedef struct ag_plan {
   ag_pattern pattern;
@@ -165,6 +171,11 @@ typedef struct ag_plan {
  * at the key, so a spec that loads with AG_OK always plans. Kernel names
  * end _fwd and _bwd (_rope_fwd, _rope_bwd with rotary embeddings). */
 ag_status ag_plan_make(const ag_spec *spec, ag_plan *out, ag_error *err);
+/* AG_ERR_INVALID_ARGUMENT unless every field of a (maybe hand-filled) spec
+ * is in range: enums, NUL-terminated source and name, a name of
+ * [a-z][a-z0-9_]*, passes, head_dim, block_size, scale and base within fp32.
+ * ag_plan_make (so ag_emit, ag_compile, ag_kernel_get) runs it first. */
+ag_status ag_spec_check_fields(const ag_spec *spec, ag_error *err);
 
 /* (Re)make out->kernels from the shapes in *out (after a tuning tool has
  * edited them). */

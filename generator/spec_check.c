@@ -3,13 +3,19 @@
  * Knows attention, not YAML syntax (see spec_parse.c). */
 #include <errno.h>
 #include <locale.h>
-#include <math.h> /* isfinite */
+#include <float.h> /* FLT_MIN, FLT_MAX */
+#include <math.h>  /* isfinite */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan.h"
 #include "spec_internal.h"
+
+/* The largest softmax scale and rotary base: scale * log2(e) (emitted as
+ * @SCALE_LOG2@) and the base (a float literal) must stay finite in fp32. */
+#define SPEC_MAX_SCALE 2.3585e38 /* FLT_MAX / log2(e) = 2.35865e38, rounded down */
+#define SPEC_MAX_BASE 3.4028e38  /* FLT_MAX = 3.40282347e38, rounded down */
 
 #define NAME_MAX_CHARS 48
 #define SHOW_MAX 256      /* bytes for a described value in a message */
@@ -161,17 +167,26 @@ static bool read_number(const spec_node *v, double *out) {
   return true;
 }
 
+/* A positive finite number no larger than `max`, and no smaller than the
+ * smallest normal fp32 value: the kernels hold these values as fp32 literals
+ * (the softmax scale also times log2(e)), which must neither overflow nor
+ * flush to zero. */
 static bool get_positive(checker *c, const char *what, const char *alternative,
-                         const spec_node *v, double *out) {
+                         const spec_node *v, double max, double *out) {
   double x;
-  if (read_number(v, &x) && isfinite(x) && x > 0) {
-    *out = x;
-    return true;
-  }
   char got[SHOW_MAX];
-  ERROR(c, v->pos, "%s must be %sa positive finite number (got %s)", what, alternative,
-        describe(got, v, true));
-  return false;
+  if (!read_number(v, &x) || !isfinite(x) || x <= 0) {
+    ERROR(c, v->pos, "%s must be %sa positive finite number (got %s)", what, alternative,
+          describe(got, v, true));
+    return false;
+  }
+  if (x < FLT_MIN || x > max) {
+    ERROR(c, v->pos, "%s is out of range (the kernels hold it in fp32: between %.9g and %.9g; got %s)",
+          what, (double)FLT_MIN, max, describe(got, v, true));
+    return false;
+  }
+  *out = x;
+  return true;
 }
 
 static bool get_bool(checker *c, const char *what, const spec_node *v, bool *out) {
@@ -316,7 +331,7 @@ static void check_rotary(checker *c, const spec_pair *at) {
     if (c->positions_known) s->rotary.positions = (ag_rotary_positions)i;
   }
   if (seen[R_BASE]) {
-    get_positive(c, "rotary.base", "", seen[R_BASE]->value, &s->rotary.base);
+    get_positive(c, "rotary.base", "", seen[R_BASE]->value, SPEC_MAX_BASE, &s->rotary.base);
     if (c->positions_known && s->rotary.positions == AG_POSITIONS_TABLE)
       ERROR(c, seen[R_BASE]->key->pos,
             "'base' applies only to rotary positions sequence or block");
@@ -413,7 +428,7 @@ static void check_values(checker *c, const spec_pair **seen) {
   if (seen[K_DTYPE] && get_enum(c, "dtype", seen[K_DTYPE]->value, dtypes, &i))
     s->dtype = (ag_dtype)i;
   if (seen[K_SOFTMAX_SCALE] && !is_str(seen[K_SOFTMAX_SCALE]->value, "auto"))
-    get_positive(c, "softmax_scale", "auto or ", seen[K_SOFTMAX_SCALE]->value,
+    get_positive(c, "softmax_scale", "auto or ", seen[K_SOFTMAX_SCALE]->value, SPEC_MAX_SCALE,
                  &s->softmax_scale);
   if (seen[K_ROTARY]) check_rotary(c, seen[K_ROTARY]);
   if (seen[K_PASSES]) /* bit i of the set is AG_PASS_FORWARD << i */
@@ -484,6 +499,7 @@ static ag_pos refusal_pos(const ag_spec *s, unsigned pass, ag_refusal_key key) {
     case AG_REFUSED_ROTARY: return s->at.rotary;
     case AG_REFUSED_PASSES: return s->at.passes.line ? s->at.passes : s->at.pattern;
     case AG_REFUSED_QUERY: return s->at.query;
+    case AG_REFUSED_ARCH: return s->at.arch.line ? s->at.arch : s->at.pattern;
     default: return s->at.block_size.line ? s->at.block_size : s->at.pattern;
   }
 }

@@ -129,12 +129,15 @@ AG_API ag_status ag_spec_load_file(const char *path, ag_spec *out_spec, ag_error
 AG_API ag_status ag_spec_load_string(const char *yaml, size_t len, const char *source_name,
                                      ag_spec *out_spec, ag_error *err);
 
-/* The effective softmax scale (resolves auto). */
+/* The effective softmax scale (resolves auto); 0 for a NULL spec or one
+ * without a head_dim. */
 AG_API double ag_spec_scale(const ag_spec *spec);
 
 /* ---- generation -------------------------------------------------------- */
 
-/* Emit the specialized CUDA C for a spec. *out_source is a NUL-terminated
+/* Emit the specialized CUDA C for a spec. A NULL spec or out_source, or a
+ * hand-filled spec with a field out of range (an enum, the name, head_dim,
+ * ...), is AG_ERR_INVALID_ARGUMENT, as for ag_compile and ag_kernel_get. *out_source is a NUL-terminated
  * string from malloc(); the caller frees it with free(). Deterministic: the
  * same spec gives the same bytes. The kernel's entry name is written to
  * out_kernel_name (at least AG_KERNEL_NAME_MAX bytes) when non-NULL; a spec

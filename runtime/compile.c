@@ -55,11 +55,30 @@ ag_status ag_compile_source_ex(const char *source, const char *name, const char 
       }
     }
   }
-  st = ag_nvrtc_compile(source, name, arch, &cubin, &size, err);
+  char *dump_warning = NULL;
+  st = ag_nvrtc_compile_ex(source, name, arch, &cubin, &size, out_warning ? &dump_warning : NULL,
+                           err);
   if (st != AG_OK) goto fail;
+  if (dump_warning) {
+    if (!*out_warning) {
+      *out_warning = dump_warning;
+    } else {
+      ag_buf b;
+      ag_buf_init(&b);
+      ag_buf_printf(&b, "%s; %s", *out_warning, dump_warning);
+      char *both = ag_buf_take(&b);
+      if (both) {
+        free(*out_warning);
+        *out_warning = both;
+      }
+      free(dump_warning);
+    }
+  }
   /* Replaces a corrupt entry too; a failed store leaves the old one a miss. */
   if (path && ag_cache_store(path, key, cubin, size, &why) != AG_OK)
     warn(out_warning, "cubin not cached", &why);
+  else if (path)
+    ag_cache_tidy(dir, path);
 done:
   *out_cubin = cubin;
   *out_size = size;

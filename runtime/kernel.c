@@ -32,10 +32,14 @@ ag_status ag_compile_spec(const ag_spec *spec, const char *arch, void **out_cubi
   char *source = NULL;
   char name[AG_KERNEL_NAME_MAX];
   ag_spec resolved;
+  if (out_warning) *out_warning = NULL;
+  if (!out_cubin || !out_size)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "ag_compile: out_cubin and out_size are required");
   *out_cubin = NULL;
   *out_size = 0;
-  if (out_warning) *out_warning = NULL;
   if (!spec) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "ag_compile: spec is NULL");
+  ag_status checked = ag_spec_check_fields(spec, err);
+  if (checked != AG_OK) return checked;
   if (!arch) arch = ag_arch_name(spec->arch);
   if (!arch)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,

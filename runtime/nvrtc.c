@@ -82,6 +82,12 @@ static char *fetch_log(nvrtcProgram prog) {
 
 ag_status ag_nvrtc_compile(const char *source, const char *program_name, const char *arch,
                            void **out_cubin, size_t *out_size, ag_error *err) {
+  return ag_nvrtc_compile_ex(source, program_name, arch, out_cubin, out_size, NULL, err);
+}
+
+ag_status ag_nvrtc_compile_ex(const char *source, const char *program_name, const char *arch,
+                              void **out_cubin, size_t *out_size, char **out_warning,
+                              ag_error *err) {
   ag_status st;
   nvrtcProgram prog = NULL;
   char *log = NULL, *dumped = NULL, *cubin = NULL;
@@ -90,6 +96,7 @@ ag_status ag_nvrtc_compile(const char *source, const char *program_name, const c
   ag_nvrtc_options opts;
   *out_cubin = NULL;
   *out_size = 0;
+  if (out_warning) *out_warning = NULL;
   if (!source || !program_name) {
     st = ag_fail(err, AG_ERR_INVALID_ARGUMENT, "ag_nvrtc_compile: source and name are required");
     goto fail;
@@ -139,10 +146,16 @@ ag_status ag_nvrtc_compile(const char *source, const char *program_name, const c
     goto fail;
   }
   if (dumped_st != AG_OK) {
-    st = ag_fail(err, dumped_st, "%s is set, but the dump failed: %s", AG_ENV_DUMP_DIR,
-                 dump_err.message ? dump_err.message : ag_strerror(dumped_st));
+    /* The compile itself succeeded: an unusable dump directory is a warning
+     * (as an unusable cache is), never a failed compile. */
+    if (out_warning) {
+      ag_buf w;
+      ag_buf_init(&w);
+      ag_buf_printf(&w, "%s is set, but the dump failed: %s", AG_ENV_DUMP_DIR,
+                    dump_err.message ? dump_err.message : ag_strerror(dumped_st));
+      *out_warning = ag_buf_take(&w); /* NULL when out of memory: the warning is lost */
+    }
     ag_error_clear(&dump_err);
-    goto fail;
   }
   size_t size = 0;
   r = nvrtcGetCUBINSize(prog, &size);
@@ -172,5 +185,9 @@ fail:
   free(log);
   free(dumped);
   ag_buf_free(&file);
+  if (st != AG_OK && out_warning) {
+    free(*out_warning);
+    *out_warning = NULL;
+  }
   return st;
 }

@@ -21,6 +21,7 @@
 #define AG_ENV_CACHE_DISABLE "ATTNGEN_CACHE_DISABLE" /* flag: skip the disk */
 #define AG_ENV_DUMP_DIR "ATTNGEN_DUMP_DIR"           /* write .cu/.log per compile */
 #define AG_ENV_NVRTC_VERBOSE "ATTNGEN_NVRTC_VERBOSE" /* flag: ptxas -v in the log */
+#define AG_ENV_CACHE_MAX_BYTES "ATTNGEN_CACHE_MAX_BYTES" /* LRU bound; 0: none */
 
 /* The variable's value when set and non-empty, else NULL. The pointer is
  * getenv()'s: read it before anything calls setenv(). */
@@ -34,11 +35,21 @@ bool ag_env_flag(const char *name);
  * directory is fine. AG_ERR_IO naming the component that failed. */
 ag_status ag_mkdir_p(const char *path, unsigned mode, ag_error *err);
 /* Write the concatenation of `nparts` buffers to `path` atomically: a unique
- * temporary file in the same directory (mkstemp), every write, fflush, fsync
- * and close checked, then rename(). The temporary is unlinked on any
- * failure, so readers see the old file or the whole new one. AG_ERR_IO. */
+ * temporary file in the same directory (O_EXCL, mode 0666 under the umask,
+ * named after at most 64 bytes of the basename plus ".tmp.XXXXXXXX"), every
+ * write, fsync and close checked, then rename(), which replaces whatever
+ * entry `path` was (for the cache and the dump, directories attngen owns).
+ * The temporary is unlinked on any failure, so readers see the old file or
+ * the whole new one. AG_ERR_IO. */
 ag_status ag_write_atomic(const char *path, const void *const *parts, const size_t *lens,
                           size_t nparts, ag_error *err);
+/* Write a user-named output file (`-o`): a FIFO or character device (also
+ * through a symbolic link) is written into, never replaced; a regular file
+ * (also through a link, which stays) is replaced atomically as above, keeping
+ * its mode and, where permitted (root), its owner and group; a new file gets
+ * 0666 under the umask. A directory, block device, socket or dangling link is
+ * refused. AG_ERR_IO. */
+ag_status ag_write_output(const char *path, const void *data, size_t len, ag_error *err);
 
 /* ---- driver.c: libcuda.so.1 through dlopen ------------------------------ */
 
@@ -144,10 +155,18 @@ ag_status ag_nvrtc_version(int *out_major, int *out_minor, ag_error *err);
  * `program_name` names the program in the log ("<name>.cu") and the dump
  * files. The log is always fetched; on failure AG_ERR_NVRTC carries it.
  * With ATTNGEN_DUMP_DIR set, writes <dir>/<name>.cu and <name>.log
- * (atomically) on every compile and names them in failure messages.
+ * (atomically) on every compile and names them in failure messages; a dump
+ * that cannot be written does not fail the compile (ag_nvrtc_compile_ex
+ * returns it as a warning).
  * *out_cubin is from malloc(); the caller frees it. Thread-safe; seconds. */
 ag_status ag_nvrtc_compile(const char *source, const char *program_name, const char *arch,
                            void **out_cubin, size_t *out_size, ag_error *err);
+/* ag_nvrtc_compile, and when out_warning is non-NULL, *out_warning receives
+ * a message from malloc() (the caller frees it) when the dump failed, else
+ * NULL. */
+ag_status ag_nvrtc_compile_ex(const char *source, const char *program_name, const char *arch,
+                              void **out_cubin, size_t *out_size, char **out_warning,
+                              ag_error *err);
 
 /* ---- cache.c: the on-disk cubin cache ------------------------------------ */
 
@@ -156,6 +175,12 @@ ag_status ag_nvrtc_compile(const char *source, const char *program_name, const c
 /* Header, little-endian, no padding: magic[8], format version u32, key[32],
  * payload size u64, SHA-256 of the payload[32]; then the cubin. */
 #define AG_CACHE_HEADER_BYTES (8 + 4 + AG_SHA256_BYTES + 8 + AG_SHA256_BYTES)
+/* An entry whose payload claims more is a miss (real cubins: under 1 MiB). */
+#define AG_CACHE_MAX_ENTRY_BYTES (64u << 20)
+/* The cache's size bound when ATTNGEN_CACHE_MAX_BYTES is unset or invalid. */
+#define AG_CACHE_DEFAULT_MAX_BYTES ((uint64_t)1 << 30)
+/* A writer's temporary file older than this is removed by ag_cache_tidy. */
+#define AG_CACHE_STALE_TMP_SECONDS 600
 
 /* Everything that determines a cubin. Each field is hashed with a length
  * prefix, so no two field lists collide by concatenation. */
@@ -173,18 +198,32 @@ void ag_cache_key(const ag_cache_key_fields *fields, uint8_t out_key[AG_SHA256_B
 bool ag_cache_disabled(void);
 /* The cache directory ($ATTNGEN_CACHE_DIR, else $XDG_CACHE_HOME/attngen,
  * else $HOME/.cache/attngen), created (mode 0700) when missing.
- * *out_dir is from malloc(). AG_ERR_CACHE saying why there is none. */
+ * *out_dir is from malloc(). AG_ERR_CACHE saying why there is none,
+ * including a directory not owned by the effective user or writable by its
+ * group or others (it is then not used at all). */
 ag_status ag_cache_dir(char **out_dir, ag_error *err);
 /* "<dir>/<64 hex key>-<arch>-nvrtc<maj>.<min>.cubin", from malloc(). */
 ag_status ag_cache_path(const char *dir, const uint8_t key[AG_SHA256_BYTES], const char *arch,
                         int nvrtc_major, int nvrtc_minor, char **out_path, ag_error *err);
 /* Read and verify an entry. A missing, short, corrupt or foreign file is a
- * miss: AG_OK with *out_cubin = NULL. A hit gives a malloc()ed cubin.
- * Fails only with AG_ERR_NOMEM. Takes no lock. */
+ * miss: AG_OK with *out_cubin = NULL; so are a FIFO, device or link (opened
+ * O_NONBLOCK | O_NOFOLLOW, never blocking), a file owned by another user,
+ * and one larger than AG_CACHE_MAX_ENTRY_BYTES plus the header (never read
+ * into memory). A hit gives a malloc()ed cubin and refreshes the entry's
+ * mtime (its last use). Takes no lock. */
 ag_status ag_cache_load(const char *path, const uint8_t key[AG_SHA256_BYTES], void **out_cubin,
                         size_t *out_size, ag_error *err);
 /* Write an entry atomically (ag_write_atomic). AG_ERR_CACHE on failure;
  * nothing is left behind. */
+/* The size bound: ATTNGEN_CACHE_MAX_BYTES (decimal bytes; 0 means none),
+ * else AG_CACHE_DEFAULT_MAX_BYTES. */
+uint64_t ag_cache_max_bytes(void);
+/* Housekeeping after a store: removes this user's temporary files older than
+ * AG_CACHE_STALE_TMP_SECONDS, then, while the .cubin entries total more than
+ * ag_cache_max_bytes(), the least recently used (oldest mtime) except `keep`
+ * (a path in dir, or NULL). Only regular files owned by the effective user
+ * are touched. Best effort, silent. */
+void ag_cache_tidy(const char *dir, const char *keep);
 ag_status ag_cache_store(const char *path, const uint8_t key[AG_SHA256_BYTES], const void *cubin,
                          size_t size, ag_error *err);
 

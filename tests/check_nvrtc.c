@@ -192,12 +192,19 @@ START_TEST(dump_dir) {
   free(path);
   unsetenv(AG_ENV_NVRTC_VERBOSE);
 
-  /* A dump that cannot be written is an error: it was asked for. */
+  /* A dump that cannot be written is a warning: the compile succeeded
+   * (issue 22 row 10). */
   ck_assert_int_ge(asprintf(&path, "%s/good.cu/x", dump), 0);
   setenv(AG_ENV_DUMP_DIR, path, 1);
-  ck_assert_int_eq(ag_nvrtc_compile(good_source, "good", "sm_80", &cubin, &size, &err), AG_ERR_IO);
-  ck_assert_ptr_nonnull(strstr(err.message, AG_ENV_DUMP_DIR));
-  ag_error_clear(&err);
+  ck_assert_int_eq(ag_nvrtc_compile(good_source, "good", "sm_80", &cubin, &size, &err), AG_OK);
+  free(cubin);
+  char *warning = NULL;
+  ck_assert_int_eq(
+      ag_nvrtc_compile_ex(good_source, "good", "sm_80", &cubin, &size, &warning, &err), AG_OK);
+  ck_assert_ptr_nonnull(warning);
+  ck_assert_ptr_nonnull(strstr(warning, AG_ENV_DUMP_DIR));
+  free(warning);
+  free(cubin);
   free(path);
   unsetenv(AG_ENV_DUMP_DIR);
   free(dump);
@@ -224,6 +231,12 @@ START_TEST(every_spec_compiles) {
       void *cubin = NULL;
       size_t size = 0;
       st = ag_compile(&spec, archs[a], &cubin, &size, &err);
+      if (st == AG_ERR_UNSUPPORTED && a == 1 && !own && strstr(err.message, "sm_80's 166912")) {
+        /* Its plan needs sm_90's shared memory: refused for sm_80, where it
+         * would not load (issue 22 row 12). */
+        ag_error_clear(&err);
+        continue;
+      }
       ck_assert_msg(st == AG_OK, "%s for %s: %s", g.gl_pathv[i], archs[a], err.message);
       assert_cubin(cubin, size);
       /* One module holds the kernel of every pass the spec names. */

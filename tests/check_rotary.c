@@ -284,8 +284,8 @@ START_TEST(plan_values) {
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_ERR_SPEC);
   ag_error_clear(&err);
   s.rotary.apply_to = QK;
-  s.rotary.base = 0;
-  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_ERR_SPEC);
+  s.rotary.base = 0; /* refused before planning, as every hand-filled field (issue 22) */
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_ERR_INVALID_ARGUMENT);
   ag_error_clear(&err);
   /* A base so small its frequencies overflow fp32 (validation_refuses_what_does_not_fit
    * reads the same from a spec). */

@@ -11,9 +11,12 @@
 
 #include "attngen.h"
 
-/* Write `len` bytes to `path` atomically: a temporary file in the same
- * directory, every write and fsync checked, then rename(); nothing is left
- * behind on failure. AG_ERR_IO. */
+/* Write `len` bytes to the output file `path`: a regular file (or one a
+ * symbolic link names) atomically, through a temporary file in the same
+ * directory and rename(), keeping an existing file's mode (a new one gets
+ * 0666 under the umask); a FIFO or character device is written into, never
+ * replaced; a directory, block device, socket or dangling link is refused.
+ * Nothing is left behind on failure. AG_ERR_IO. */
 ag_status ag_tool_write_file(const char *path, const void *data, size_t len, ag_error *err);
 
 /* ag_compile, and when out_warning is non-NULL, NULL or a malloc()ed

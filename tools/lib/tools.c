@@ -6,8 +6,7 @@
 #include "runtime.h"
 
 ag_status ag_tool_write_file(const char *path, const void *data, size_t len, ag_error *err) {
-  const void *parts[] = {data};
-  return ag_write_atomic(path, parts, &len, 1, err);
+  return ag_write_output(path, data, len, err);
 }
 
 ag_status ag_tool_compile(const ag_spec *spec, const char *arch, void **out_cubin,

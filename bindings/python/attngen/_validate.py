@@ -50,6 +50,19 @@ def check_block_size(block_size):
     return block_size
 
 
+# The kernels hold the softmax scale (also times log2(e)) and the rotary base
+# as fp32 literals: the C validator's bounds (generator/spec_check.c).
+FP32_MIN_NORMAL = 1.1754943508222875e-38
+MAX_SOFTMAX_SCALE = 2.3585e38
+MAX_ROTARY_BASE = 3.4028e38
+
+
+def _fp32_range(what, x, top):
+    if not (FP32_MIN_NORMAL <= x <= top):
+        raise ValueError("%s is out of range (the kernels hold it in fp32: between %.9g and "
+                         "%.9g; got %r)" % (what, FP32_MIN_NORMAL, top, x))
+
+
 def check_softmax_scale(softmax_scale):
     if softmax_scale is None:
         return None
@@ -58,11 +71,15 @@ def check_softmax_scale(softmax_scale):
                          % (softmax_scale,))
     try:
         s = float(softmax_scale)
+    except OverflowError:  # an int past float's range, 10**400
+        raise ValueError("softmax_scale must be a positive finite number, got an integer of "
+                         "%d digits" % len(str(abs(softmax_scale)))) from None
     except (TypeError, ValueError):
         raise ValueError("softmax_scale must be None or a positive float, got %r"
                          % (softmax_scale,)) from None
     if not (s > 0 and s != float("inf")):
         raise ValueError("softmax_scale must be a positive finite number, got %r" % (s,))
+    _fp32_range("softmax_scale", s, MAX_SOFTMAX_SCALE)
     return s
 
 
@@ -217,10 +234,17 @@ def check_rotary(rotary):
                              "cos)")
     else:
         base = 10000.0 if base is None else base
-        if isinstance(base, bool) or not isinstance(base, (int, float)) or \
-                not (0 < float(base) < float("inf")):
+        if isinstance(base, bool) or not isinstance(base, (int, float)):
             raise ValueError("rotary base must be a positive finite number, got %r" % (base,))
-        base = float(base)
+        try:
+            fbase = float(base)
+        except OverflowError:  # an int past float's range, 10**400
+            raise ValueError("rotary base must be a positive finite number, got an integer of "
+                             "%d digits" % len(str(abs(base)))) from None
+        if not (0 < fbase < float("inf")):
+            raise ValueError("rotary base must be a positive finite number, got %r" % (base,))
+        _fp32_range("rotary base", fbase, MAX_ROTARY_BASE)
+        base = fbase
     return {"layout": layout, "apply_to": tuple(t for t in ROTARY_TENSORS if t in apply_to),
             "positions": positions, "base": base}
 
@@ -272,6 +296,10 @@ def check_cpu_offsets(cpu_offsets, batch, total_tokens):
     """Validates a host copy of the offsets: batch + 1 entries, offsets[0] ==
     0, non-decreasing, offsets[-1] == total_tokens. Returns them as a list."""
     values = _host_list(cpu_offsets)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
+        raise ValueError("batch must be an integer >= 0, got %r" % (batch,))
+    if not values:
+        raise ValueError("cpu_offsets must hold at least one element (batch + 1 >= 1), got 0")
     if len(values) != batch + 1:
         raise ValueError("cpu_offsets has %d entries but offsets has %d" % (len(values), batch + 1))
     if values[0] != 0:

@@ -9,6 +9,7 @@ the device's primary context, the same one torch uses).
 
 import ctypes
 import os
+import re
 import threading
 
 from . import _errors, _lib, _spec, _validate
@@ -86,8 +87,17 @@ def _spec_info(box):
     )
 
 
+_YAML_MAPPING = re.compile(r"(^|\s)[^\s:]*:(\s|$)|^\s*[{\[]")
+
+
 def _looks_like_path(text):
-    return "\n" not in text and (text.endswith((".yaml", ".yml")) or os.path.isfile(text))
+    """An existing file, or one line ending .yaml/.yml that is no YAML
+    mapping ("name: x.yaml" is YAML text, not a path)."""
+    if "\n" in text:
+        return False
+    if os.path.isfile(text):
+        return True
+    return text.endswith((".yaml", ".yml")) and not _YAML_MAPPING.search(text)
 
 
 def parse_spec(spec):

@@ -321,3 +321,14 @@ def test_bwd_args_field_order_is_the_headers():
     assert names == [f[0] for f in _lib.AgBlockBwdArgs._fields_]
     assert names == ["q", "k", "v", "dout", "dq", "dk", "dv", "offsets", "batch", "heads",
                      "total_tokens", "host_offsets", "rotary_table"]
+
+
+def test_one_line_yaml_ending_in_yaml_is_text_issue22():
+    from attngen import ops
+    assert not ops._looks_like_path("name: x.yaml")
+    assert not ops._looks_like_path("{name: x.yaml}")
+    assert ops._looks_like_path("specs/missing.yaml")
+    assert ops._looks_like_path(os.path.join(REPO, "specs", "ads_block64_d128_bf16.yaml"))
+    # Parsed as YAML text: the C parser's message names "<string>", not a file.
+    with pytest.raises(attngen.SpecError, match="<string>"):
+        attngen.parse_spec("name: x.yaml")

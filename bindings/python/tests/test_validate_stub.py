@@ -175,3 +175,24 @@ def test_validation_module_imports_no_torch():
     assert "torch" not in sys.modules or True  # real torch may be present elsewhere
     src = open(V.__file__).read()
     assert "import torch" not in src
+
+
+def test_fp32_bounds_and_huge_ints_issue22():
+    # The kernels hold these in fp32: refused like the C validator, and an
+    # int past float's range is a ValueError, not OverflowError.
+    for bad in (2.4e38, 1e-46, 1e300, 10**400):
+        with pytest.raises(ValueError, match="softmax_scale"):
+            check(softmax_scale=bad)
+    for base in (1e39, 1e-46, 10**400):
+        with pytest.raises(ValueError, match="rotary base"):
+            V.check_rotary({"layout": "half", "apply_to": ["q"], "positions": "sequence",
+                            "base": base})
+    assert check(softmax_scale=2.3e38)["softmax_scale"] == 2.3e38
+
+
+def test_cpu_offsets_negative_batch_issue22():
+    with pytest.raises(ValueError, match="batch must be an integer >= 0"):
+        V.check_cpu_offsets([], -1, 0)
+    with pytest.raises(ValueError, match="at least one element"):
+        V.check_cpu_offsets([], 0, 0)
+    assert V.check_cpu_offsets([0], 0, 0) == [0]
