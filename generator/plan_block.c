@@ -313,6 +313,19 @@ void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan) {
   }
 }
 
+/* The register cap and the grid rule of a kernel, one line each. */
+static void describe_launch(ag_buf *b, const char *prefix, const char *indent, int min_ctas,
+                            int items_per_cta) {
+  if (min_ctas > 1)
+    ag_buf_printf(b, "%s%sregisters capped for %d CTAs per SM\n", prefix, indent, min_ctas);
+  if (items_per_cta)
+    ag_buf_printf(b, "%s%sgrid: one CTA per %d (block, head group) tiles\n", prefix, indent,
+                  items_per_cta);
+  else
+    ag_buf_printf(b, "%s%sgrid: persistent, as many CTAs as fit on the device at once\n", prefix,
+                  indent);
+}
+
 static void describe_backward(ag_buf *b, const ag_plan_bwd *p, const char *name,
                               int table_bytes, const char *prefix) {
   ag_buf_printf(b, "%sbackward kernel: %s\n", prefix, name);
@@ -354,13 +367,7 @@ static void describe_backward(ag_buf *b, const ag_plan_bwd *p, const char *name,
                   "%s  gradient stores: through %d bytes of staging rows per warp, bulk copies "
                   "on sm_90\n",
                   prefix, staging_bytes(2));
-  if (p->min_ctas_per_sm > 1)
-    ag_buf_printf(b, "%s  registers capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
-  if (p->items_per_cta)
-    ag_buf_printf(b, "%s  grid: one CTA per %d (block, head group) tiles\n", prefix,
-                  p->items_per_cta);
-  else
-    ag_buf_printf(b, "%s  grid: persistent, as many CTAs as fit on the device at once\n", prefix);
+  describe_launch(b, prefix, "  ", p->min_ctas_per_sm, p->items_per_cta);
 }
 
 void ag_plan_block_describe(const ag_plan *plan, const char *prefix, ag_buf *b) {
@@ -382,12 +389,6 @@ void ag_plan_block_describe(const ag_plan *plan, const char *prefix, ag_buf *b) 
                   prefix, p->smem_bytes, plan->rotary_table_bytes);
   else
     ag_buf_printf(b, "%sshared memory: %d bytes\n", prefix, p->smem_bytes);
-  if (p->min_ctas_per_sm > 1)
-    ag_buf_printf(b, "%sregisters capped for %d CTAs per SM\n", prefix, p->min_ctas_per_sm);
-  if (p->items_per_cta)
-    ag_buf_printf(b, "%sgrid: one CTA per %d (block, head group) tiles\n", prefix,
-                  p->items_per_cta);
-  else
-    ag_buf_printf(b, "%sgrid: persistent, as many CTAs as fit on the device at once\n", prefix);
+  describe_launch(b, prefix, "", p->min_ctas_per_sm, p->items_per_cta);
   if (bk) describe_backward(b, &plan->bwd, bk->name, plan->rotary_table_bytes, prefix);
 }
