@@ -310,6 +310,26 @@ START_TEST(utf8_forms) {
 }
 END_TEST
 
+/* The source name is printed escaped in spec errors (issue 22): control
+ * characters and bytes that are not UTF-8 as \xNN; other UTF-8 is kept. */
+START_TEST(source_name_escaped_in_errors) {
+  ag_spec spec;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_spec_load_string("name: ok\n", 9, "x\x1b[31m\xff\n\xc2\x9b\xc3\xa9.yaml",
+                                       &spec, &err),
+                   AG_ERR_SPEC);
+  const char want[] = "x\\x1B[31m\\xFF\\x0A\\xC2\\x9B\xc3\xa9.yaml:1:1: error: missing required key";
+  ck_assert_msg(strncmp(err.message, want, strlen(want)) == 0, "%s", err.message);
+  ck_assert_ptr_null(strchr(err.message, '\x1b'));
+  ag_error_clear(&err);
+  ck_assert_int_eq(ag_spec_load_file("/nonexistent/\x1b]0;title\x07.yaml", &spec, &err),
+                   AG_ERR_IO);
+  ck_assert_str_eq(err.message, "/nonexistent/\\x1B]0;title\\x07.yaml: error: cannot open spec: "
+                                "No such file or directory\n");
+  ag_error_clear(&err);
+}
+END_TEST
+
 START_TEST(utf16_specs) {
   static const char le[] = "\xFF\xFEn\0a\0m\0e\0:\0 \0o\0k\0\n\0";
   static const char be[] = "\xFE\xFF\0n\0a\0m\0e\0:\0 \0o\0k\0\n";
@@ -482,6 +502,7 @@ Suite *hostile_suite(void) {
   tcase_add_loop_test(tc, utf8_forms, 0, (int)(sizeof utf8_cases / sizeof utf8_cases[0]));
   tcase_add_test(tc, every_noncharacter);
   tcase_add_test(tc, doubled_bom);
+  tcase_add_test(tc, source_name_escaped_in_errors);
   tcase_add_test(tc, utf16_specs);
   tcase_add_test(tc, binary_garbage);
   suite_add_tcase(s, tc);
