@@ -105,16 +105,52 @@ static bool wants_help(int argc, char **argv) {
   return false;
 }
 
+/* Print s with control characters (C0 but, when keep_lines, newline and
+ * tab; DEL; C1) and bytes that are not valid UTF-8 as \xNN, so that an
+ * escape sequence in a file name or argument never reaches the terminal.
+ * The library escapes the names in spec errors itself; this covers every
+ * other message that may carry one (output paths, the cache directory). */
+static void put_escaped(const char *s, bool keep_lines, FILE *f) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    size_t w = 0;
+    uint32_t v = 0, min = 0;
+    if ((*p >= 0x20 && *p < 0x7F) || (keep_lines && (*p == '\n' || *p == '\t'))) w = 1, v = 0x20;
+    else if ((*p & 0xE0) == 0xC0) w = 2, v = *p & 0x1F, min = 0x80;
+    else if ((*p & 0xF0) == 0xE0) w = 3, v = *p & 0x0F, min = 0x800;
+    else if ((*p & 0xF8) == 0xF0) w = 4, v = *p & 0x07, min = 0x10000;
+    for (size_t i = 1; i < w; i++) {
+      if ((p[i] & 0xC0) != 0x80) { w = 0; break; } /* also stops at the NUL */
+      v = (v << 6) | (p[i] & 0x3F);
+    }
+    if (w > 1 && (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF) || v <= 0x9F)) w = 0;
+    if (w) {
+      fwrite(p, 1, w, f);
+      p += w;
+    } else {
+      fprintf(f, "\\x%02X", *p++);
+    }
+  }
+}
+
+/* printf("%s<rest>") with the string escaped (put_escaped). */
+static void print_name(FILE *f, const char *name, const char *rest) {
+  put_escaped(name, false, f);
+  fputs(rest, f);
+}
+
 static int usage_error(const char *fmt, const char *arg) {
+  char *msg = NULL;
   fprintf(stderr, "attngen: ");
-  fprintf(stderr, fmt, arg);
+  if (asprintf(&msg, fmt, arg) >= 0) put_escaped(msg, false, stderr);
+  free(msg);
   fprintf(stderr, "\nTry 'attngen --help'.\n");
   return EXIT_USAGE;
 }
 
 static int report(ag_error *err) {
   if (err->message && err->message[0]) {
-    fputs(err->message, stderr);
+    put_escaped(err->message, true, stderr);
     if (err->message[strlen(err->message) - 1] != '\n') fputc('\n', stderr);
   } else {
     fprintf(stderr, "attngen: %s\n", ag_strerror(err->code));
@@ -159,7 +195,7 @@ static int cmd_check(int argc, char **argv) {
     if ((in ? load_stdin(&spec, &err) : ag_spec_load_file(argv[i], &spec, &err)) != AG_OK)
       rc = err.message ? report(&err) : 1;
     else
-      printf("%s: ok\n", in ? "<stdin>" : argv[i]);
+      print_name(stdout, in ? "<stdin>" : argv[i], ": ok\n");
   }
   return rc;
 }
@@ -271,7 +307,7 @@ static int cmd_compile(int argc, char **argv) {
   char *warning = NULL;
   if (ag_tool_compile(&spec, arch, &cubin, &size, &warning, &err) != AG_OK)
     return report(&err);
-  if (warning) fprintf(stderr, "attngen: warning: %s\n", warning);
+  if (warning) fputs("attngen: warning: ", stderr), print_name(stderr, warning, "\n");
   free(warning);
   rc = write_output(o.output, cubin, size);
   free(cubin);
@@ -385,7 +421,9 @@ static int cmd_run(int argc, char **argv) {
   ag_context *ctx = NULL;
   ag_status st = ag_context_create((int)o.device, &ctx, &err);
   if (st == AG_ERR_NO_DRIVER || st == AG_ERR_NO_DEVICE) {
-    printf("%s: skipped: %s (%s)\n", o.spec, ag_strerror(st), err.message ? err.message : "");
+    print_name(stdout, o.spec, ": skipped: ");
+    printf("%s (", ag_strerror(st));
+    print_name(stdout, err.message ? err.message : "", ")\n");
     ag_error_clear(&err);
     return EXIT_SKIPPED;
   }
@@ -405,11 +443,11 @@ static int cmd_run(int argc, char **argv) {
                            .warmup_iters = o.iters ? 3 : 0};
   st = ag_kernel_get(ctx, &spec, &kern, &err);
   char *warning = ag_tool_cache_warning(ctx);
-  if (warning) fprintf(stderr, "attngen: warning: %s\n", warning);
+  if (warning) fputs("attngen: warning: ", stderr), print_name(stderr, warning, "\n");
   free(warning);
   bool fwd_pass = true, bwd_pass = true;
   if (st == AG_OK) {
-    printf("%s: ", o.spec);
+    print_name(stdout, o.spec, ": ");
     for (int i = 0; ag_tool_kernel_name(kern, i); i++)
       printf("%s%s", i ? " and " : "", ag_tool_kernel_name(kern, i));
     printf(" on %s\n", ag_tool_device_name(ctx));

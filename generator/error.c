@@ -2,6 +2,7 @@
  * that the generator and runtime use to build messages and source text. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "internal.h"
@@ -89,6 +90,37 @@ void ag_buf_append(ag_buf *b, const char *s, size_t n) {
 }
 
 void ag_buf_puts(ag_buf *b, const char *s) { ag_buf_append(b, s, strlen(s)); }
+
+/* Width of the valid, shortest-form UTF-8 character at s (NUL-terminated)
+ * that is not a C1 control, or 0. */
+static size_t printable_utf8(const unsigned char *s) {
+  size_t w;
+  uint32_t v, min;
+  if (s[0] >= 0x20 && s[0] < 0x7F) return 1;
+  if ((s[0] & 0xE0) == 0xC0) w = 2, v = s[0] & 0x1F, min = 0x80;
+  else if ((s[0] & 0xF0) == 0xE0) w = 3, v = s[0] & 0x0F, min = 0x800;
+  else if ((s[0] & 0xF8) == 0xF0) w = 4, v = s[0] & 0x07, min = 0x10000;
+  else return 0;
+  for (size_t i = 1; i < w; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0; /* also stops at the NUL */
+    v = (v << 6) | (s[i] & 0x3F);
+  }
+  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF) || v <= 0x9F) return 0;
+  return w;
+}
+
+void ag_buf_put_name(ag_buf *b, const char *name) {
+  const unsigned char *s = (const unsigned char *)name;
+  while (*s) {
+    size_t w = printable_utf8(s);
+    if (w) {
+      ag_buf_append(b, (const char *)s, w);
+      s += w;
+    } else {
+      ag_buf_printf(b, "\\x%02X", *s++);
+    }
+  }
+}
 
 void ag_buf_vprintf(ag_buf *b, const char *fmt, va_list ap) {
   va_list ap2;

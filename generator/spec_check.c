@@ -543,8 +543,23 @@ static void check_spec(spec_diags *d, const spec_node *root, ag_spec *s) {
 
 /* ---- loading ------------------------------------------------------------------ */
 
-static ag_status load(const char *text, size_t len, const char *path, const char *source,
+/* A file name as messages print it (ag_buf_put_name), from malloc(); NULL
+ * when out of memory. */
+static char *shown_name(const char *path) {
+  ag_buf b;
+  ag_buf_init(&b);
+  ag_buf_put_name(&b, path);
+  ag_buf_append(&b, "", 0); /* an empty name is still a string */
+  return ag_buf_take(&b);
+}
+
+static ag_status load(const char *text, size_t len, const char *raw_path, const char *source,
                       ag_spec *out_spec, ag_error *err) {
+  char *path = shown_name(raw_path);
+  if (!path) {
+    if (out_spec) memset(out_spec, 0, sizeof *out_spec);
+    return ag_fail(err, AG_ERR_NOMEM, "error: out of memory\n");
+  }
   ag_spec spec;
   memset(&spec, 0, sizeof spec);
   snprintf(spec.source, sizeof spec.source, "%s", source);
@@ -577,6 +592,7 @@ static ag_status load(const char *text, size_t len, const char *path, const char
     else memset(out_spec, 0, sizeof *out_spec);
   }
   spec_diags_free(&d);
+  free(path);
   return st;
 }
 
@@ -593,10 +609,13 @@ ag_status ag_spec_load_file(const char *path, ag_spec *out_spec, ag_error *err) 
   if (!path) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "error: no spec path given\n");
   ag_buf b;
   ag_buf_init(&b);
+  char *shown = NULL; /* the path as messages print it */
   FILE *f = fopen(path, "rb");
   if (!f) {
-    st = ag_fail(err, AG_ERR_IO, "%s: error: cannot open spec: %s\n", path,
-                 strerror_r(errno, why, sizeof why));
+    int e = errno; /* before shown_name's malloc */
+    shown = shown_name(path);
+    st = ag_fail(err, AG_ERR_IO, "%s: error: cannot open spec: %s\n", shown ? shown : "?",
+                 strerror_r(e, why, sizeof why));
     goto fail;
   }
   while (b.len <= SPEC_MAX_BYTES) { /* one byte past the limit is enough */
@@ -605,18 +624,21 @@ ag_status ag_spec_load_file(const char *path, ag_spec *out_spec, ag_error *err) 
     if (n < sizeof chunk) break;
   }
   if (ferror(f)) {
-    st = ag_fail(err, AG_ERR_IO, "%s: error: cannot read spec: %s\n", path,
-                 strerror_r(errno, why, sizeof why));
+    int e = errno; /* before shown_name's malloc */
+    shown = shown_name(path);
+    st = ag_fail(err, AG_ERR_IO, "%s: error: cannot read spec: %s\n", shown ? shown : "?",
+                 strerror_r(e, why, sizeof why));
     goto fail;
   }
   if (b.failed) {
-    st = ag_fail(err, AG_ERR_NOMEM, "%s: error: out of memory\n", path);
+    st = ag_fail(err, AG_ERR_NOMEM, "error: out of memory\n");
     goto fail;
   }
   const char *slash = strrchr(path, '/');
   st = load(b.data, b.len, path, slash && slash[1] ? slash + 1 : path, out_spec, err);
 fail:
   if (f) fclose(f);
+  free(shown);
   ag_buf_free(&b);
   return st;
 }

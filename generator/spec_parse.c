@@ -89,8 +89,17 @@ static void cursor_step(cursor *c) {
   c->pos.col++;
 }
 
+/* The 66 noncharacters: U+FDD0..U+FDEF and the last two code points of
+ * every plane (U+FFFE, U+FFFF, U+1FFFE, ..., U+10FFFF). */
+static bool noncharacter(uint32_t c) {
+  return (c >= 0xFDD0 && c <= 0xFDEF) || (c & 0xFFFE) == 0xFFFE;
+}
+
 /* Reject what libyaml's reader would, with a clean message and position:
- * NUL bytes, invalid UTF-8 and control characters. */
+ * NUL bytes, invalid UTF-8 and control characters; also noncharacters,
+ * and any byte-order mark (the loader skips the one a spec may start
+ * with; libyaml would skip another at the start of any line, or fail with
+ * "expected <document start>" on a doubled one). */
 static bool prescan(const char *text, size_t len, spec_diags *diags) {
   cursor c;
   cursor_init(&c, text, len);
@@ -104,6 +113,19 @@ static bool prescan(const char *text, size_t len, spec_diags *diags) {
       }
       if (!utf8_decode(p, c.n - c.i, &cp)) {
         spec_diag_add(diags, c.pos, false, "invalid UTF-8 (byte 0x%02X)", *p);
+        return false;
+      }
+      if (noncharacter(cp)) {
+        spec_diag_add(diags, c.pos, false, "noncharacter U+%04X is not allowed", (unsigned)cp);
+        return false;
+      }
+      if (cp == 0xFEFF) { /* the loader has skipped one at the start */
+        if (c.i == 0)
+          spec_diag_add(diags, c.pos, false,
+                        "a second byte-order mark (U+FEFF): the spec starts with two");
+        else
+          spec_diag_add(diags, c.pos, false,
+                        "byte-order mark U+FEFF is allowed only at the start of the spec");
         return false;
       }
       if (!yaml_printable(cp)) {
@@ -200,7 +222,8 @@ static void show_line(ag_buf *b, const char *text, size_t len, ag_pos pos) {
     uint32_t cp;
     size_t w = utf8_decode(p, end - i, &cp);
     bool shown = k >= first && k < last;
-    bool ok = w && yaml_printable(cp) && (cp >= 0x20 || cp == '\t');
+    bool ok = w && yaml_printable(cp) && (cp >= 0x20 || cp == '\t') && cp != 0xFEFF &&
+              !noncharacter(cp);
     if (shown) ag_buf_append(b, ok ? (const char *)p : "?", ok ? w : 1);
     if (shown && k < target) ag_buf_puts(&caret, cp == '\t' && w ? "\t" : " ");
     i += w ? w : 1;

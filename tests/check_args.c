@@ -195,19 +195,105 @@ START_TEST(sizes_that_overflow) {
   a.batch = INT64_MAX - 1;
   expect_reject(&f, &a, "work count overflows");
   a.batch = INT64_MAX - 1 - 100 / 64;
-  a.heads = 1; /* one group: the count is exactly INT64_MAX - 1 and would launch */
+  a.heads = 1; /* one group: the count is exactly INT64_MAX - 1, but vblock * batch is not */
   a.total_tokens = 100;
   give_driver(&f);
   ag_error err = {0};
-  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK);
-  ck_assert_int_eq(ag_fake_seen.items, INT64_MAX - 1);
-  ck_assert_uint_eq(ag_fake_seen.grid, INT32_MAX);
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message,
+                   "batch (9223372036854775805) is too large: the block walk's search multiplies "
+                   "it by the 9223372036854775806 virtual blocks, which overflows 64 bits (about "
+                   "3.04e9 sequences at most)");
+  ck_assert_int_eq(ag_fake_seen.count, 0);
   a.heads = 2; /* two groups: overflows */
   give_driver(&f); /* a fresh record */
   ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(err.message, "work count overflows");
   ck_assert_int_eq(ag_fake_seen.count, 0);
   ag_error_clear(&err);
+}
+END_TEST
+
+/* Issue 22 row 6: the block walk's device arithmetic (block_walk.cuh)
+ * computes num_items * (blockIdx.x + 1), vblock * batch (vblock below the
+ * virtual block count) and heads + kHeadsPerTile - 1 as int. Whatever the
+ * checks accept and launch must keep each within its type; a CPU copy of
+ * each product is checked here with the grid the launch got. */
+static void expect_walk_in_range(fake *f, const ag_block_fwd_args *a) {
+  ag_error err = {0};
+  ag_status st = ag_block_forward(&f->kernel, a, NULL, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  const int64_t items = ag_fake_seen.items, grid = ag_fake_seen.grid;
+  const int64_t vblocks = a->batch + a->total_tokens / 64;
+  int64_t prod;
+  ck_assert_msg(!__builtin_mul_overflow(items, grid, &prod),
+                "num_items (%lld) * gridDim.x (%lld) overflows int64", (long long)items,
+                (long long)grid);
+  ck_assert_msg(!__builtin_mul_overflow(vblocks - 1, a->batch, &prod),
+                "vblock * batch overflows int64");
+  int sum;
+  ck_assert(!__builtin_add_overflow((int)a->heads, f->kernel.plan.fwd.heads_per_tile - 1, &sum));
+  /* The last CTA's share ends at num_items; every item has one CTA. */
+  ck_assert_int_eq(items * grid / grid, items);
+  ck_assert_int_ge(grid, 1);
+}
+
+START_TEST(walk_arithmetic_cannot_overflow) {
+  fake f;
+  fake_init(&f);
+  give_driver(&f);
+  ag_block_fwd_args a = valid_args();
+  /* The issue's case: 2^31 - 1 sequences, 4 heads, one token. */
+  a.batch = INT32_MAX;
+  a.heads = 4;
+  a.total_tokens = 1;
+  expect_walk_in_range(&f, &a);
+  /* Past 2^32 sequences (offsets are int32 values, not an int32 count). */
+  a.batch = (int64_t)1 << 32;
+  a.heads = 1;
+  a.total_tokens = INT32_MAX;
+  ag_error err = {0};
+  give_driver(&f);
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message,
+                   "batch (4294967296) is too large: the block walk's search multiplies it by "
+                   "the 4328521727 virtual blocks, which overflows 64 bits (about 3.04e9 "
+                   "sequences at most)");
+  ck_assert_int_eq(ag_fake_seen.count, 0);
+  ag_error_clear(&err);
+  /* The largest batch with no tokens: vblocks * batch = batch^2 fits. */
+  a.batch = 3037000499; /* floor(sqrt(INT64_MAX)) */
+  a.total_tokens = 0;
+  give_driver(&f);
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_OK); /* nothing to do */
+  a.total_tokens = 1;
+  expect_walk_in_range(&f, &a);
+  a.batch = 3037000500;
+  give_driver(&f);
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ag_error_clear(&err);
+  /* Heads: as many as int32 holds after rounding up to whole tiles. */
+  const int hpt = f.kernel.plan.fwd.heads_per_tile;
+  a = valid_args();
+  a.heads = INT32_MAX - (hpt - 1);
+  a.batch = 1;
+  a.total_tokens = 1;
+  give_driver(&f);
+  expect_walk_in_range(&f, &a);
+  if (hpt > 1) {
+    a.heads = INT32_MAX - (hpt - 2);
+    give_driver(&f);
+    ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+    char want[200];
+    snprintf(want, sizeof want,
+             "heads (%lld) exceeds 2^31 - %d: rounded up to whole tiles of %d heads, it must "
+             "fit in int32",
+             (long long)a.heads, hpt, hpt);
+    ck_assert_str_eq(err.message, want);
+    ck_assert_int_eq(ag_fake_seen.count, 0);
+    ag_error_clear(&err);
+  }
 }
 END_TEST
 
@@ -359,6 +445,7 @@ Suite *args_suite(void) {
   tcase_add_test(tc, wrong_kernel_kind);
   tcase_add_test(tc, negative_and_zero_sizes);
   tcase_add_test(tc, sizes_that_overflow);
+  tcase_add_test(tc, walk_arithmetic_cannot_overflow);
   tcase_add_test(tc, empty_work_touches_nothing);
   tcase_add_test(tc, null_pointers);
   tcase_add_test(tc, misaligned_pointers);

@@ -121,6 +121,59 @@ START_TEST(test_check) {
 }
 END_TEST
 
+/* File names are printed escaped (issue 22): an escape sequence or a byte
+ * that is not UTF-8 in a name shows as \xNN in check's "ok" line, in a spec
+ * error, in an unreadable spec's message and in a failed output's. */
+START_TEST(test_names_printed_escaped) {
+  char dir[] = "/tmp/ag_cli_names_XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char good[128], bad[128], cmd[1024];
+  snprintf(good, sizeof good, "%s/ok\x1b[31m\xff.yaml", dir);
+  snprintf(bad, sizeof bad, "%s/bad\x1b[31m.yaml", dir);
+  FILE *f = fopen(good, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("name: ok\npattern: block_diagonal\nblock_size: 64\nhead_dim: 128\ndtype: bf16\n", f);
+  ck_assert_int_eq(fclose(f), 0);
+  f = fopen(bad, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("name: ok\n", f);
+  ck_assert_int_eq(fclose(f), 0);
+  snprintf(cmd, sizeof cmd, "check \"$(printf '%s/ok\\033[31m\\377.yaml')\"", dir);
+  result r = run(cmd);
+  ck_assert_msg(r.code == 0, "%s", r.err);
+  char want[256];
+  snprintf(want, sizeof want, "%s/ok\\x1B[31m\\xFF.yaml: ok\n", dir);
+  ck_assert_str_eq(r.out, want);
+  done(&r);
+  snprintf(cmd, sizeof cmd, "check \"$(printf '%s/bad\\033[31m.yaml')\"", dir);
+  r = run(cmd);
+  ck_assert_int_eq(r.code, 1);
+  snprintf(want, sizeof want, "%s/bad\\x1B[31m.yaml:1:1: error: missing required key", dir);
+  ck_assert_msg(strncmp(r.err, want, strlen(want)) == 0, "%s", r.err);
+  ck_assert_ptr_null(strchr(r.err, '\x1b'));
+  done(&r);
+  r = run("check \"$(printf '/nonexistent/\\033[2J.yaml')\"");
+  ck_assert_int_eq(r.code, 1);
+  ck_assert_str_eq(r.err, "/nonexistent/\\x1B[2J.yaml: error: cannot open spec: No such file or "
+                          "directory\n");
+  done(&r);
+  snprintf(cmd, sizeof cmd, "emit \"$(printf '%s/ok\\033[31m\\377.yaml')\" -o \"$(printf "
+           "'/nonexistent/\\033[1m.cu')\"", dir);
+  r = run(cmd);
+  ck_assert_int_eq(r.code, 1);
+  ck_assert_ptr_null(strchr(r.err, '\x1b'));
+  ck_assert_ptr_nonnull(strstr(r.err, "/nonexistent/\\x1B[1m.cu"));
+  done(&r);
+  r = run("\"$(printf '\\033[2J')\"");
+  ck_assert_int_eq(r.code, 2);
+  ck_assert_str_eq(r.err, "attngen: unknown command '\\x1B[2J'\nTry 'attngen --help'.\n");
+  done(&r);
+  unlink(good);
+  unlink(bad);
+  rmdir(dir);
+}
+END_TEST
+
 /* A valid spec whose kernel does not exist yet (the backward alone with a
  * rotary base whose frequencies overflow fp32) fails check, emit and
  * compile alike, with the plan's reason at the key, and nothing written. */
@@ -349,6 +402,7 @@ Suite *cli_suite(void) {
   tcase_add_test(tc, test_run_skips_or_passes);
   tcase_add_test(tc, test_command_help);
   tcase_add_test(tc, test_arch_rule);
+  tcase_add_test(tc, test_names_printed_escaped);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -5,6 +5,7 @@
  * bounded amount of memory. Runs from tests/. */
 #include <check.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,8 +224,82 @@ static const struct utf8_case {
     {"truncated at the end", "\xE2\x82", 2,
      "<string>:1:8: error: invalid UTF-8 (byte 0xE2)\nname: a??\n       ^\n"},
     {"noncharacter U+FFFE", "\xEF\xBF\xBE", 3,
-     "<string>:1:8: error: control character U+FFFE is not allowed\nname: a?\n       ^\n"},
+     "<string>:1:8: error: noncharacter U+FFFE is not allowed\nname: a?\n       ^\n"},
+    /* Issue 22: the other noncharacters, which libyaml would take. */
+    {"noncharacter U+FFFF", "\xEF\xBF\xBF", 3,
+     "<string>:1:8: error: noncharacter U+FFFF is not allowed\nname: a?\n       ^\n"},
+    {"noncharacter U+FDD0", "\xEF\xB7\x90", 3,
+     "<string>:1:8: error: noncharacter U+FDD0 is not allowed\nname: a?\n       ^\n"},
+    {"noncharacter U+FDEF", "\xEF\xB7\xAF", 3,
+     "<string>:1:8: error: noncharacter U+FDEF is not allowed\nname: a?\n       ^\n"},
+    {"noncharacter U+1FFFE", "\xF0\x9F\xBF\xBE", 4,
+     "<string>:1:8: error: noncharacter U+1FFFE is not allowed\nname: a?\n       ^\n"},
+    {"noncharacter U+10FFFF", "\xF4\x8F\xBF\xBF", 4,
+     "<string>:1:8: error: noncharacter U+10FFFF is not allowed\nname: a?\n       ^\n"},
+    {"byte-order mark inside", "\xEF\xBB\xBF", 3,
+     "<string>:1:8: error: byte-order mark U+FEFF is allowed only at the start of the spec\n"
+     "name: a?\n       ^\n"},
 };
+
+/* Every noncharacter is refused, and the characters beside them are not
+ * (U+FDCF, U+FDF0, U+xFFFD, U+x0000). */
+START_TEST(every_noncharacter) {
+  for (uint32_t plane = 0; plane <= 0x10; plane++)
+    for (uint32_t low = 0xFFFC; low <= 0x10000; low++) {
+      uint32_t cp = (plane << 16) + low;
+      if (cp > 0x10FFFF || cp < 0x80) continue;
+      char yaml[32];
+      int n = snprintf(yaml, sizeof yaml, "name: ok # ");
+      if (cp < 0x10000) {
+        yaml[n++] = (char)(0xE0 | cp >> 12);
+      } else {
+        yaml[n++] = (char)(0xF0 | cp >> 18);
+        yaml[n++] = (char)(0x80 | (cp >> 12 & 0x3F));
+      }
+      yaml[n++] = (char)(0x80 | (cp >> 6 & 0x3F));
+      yaml[n++] = (char)(0x80 | (cp & 0x3F));
+      ag_spec spec;
+      ag_error err = {0};
+      ag_status st = ag_spec_load_string(yaml, (size_t)n, NULL, &spec, &err);
+      bool non = (cp & 0xFFFE) == 0xFFFE;
+      ck_assert_msg(st == AG_ERR_SPEC, "U+%04X: %s", (unsigned)cp, ag_strerror(st));
+      ck_assert_msg((strstr(err.message, "noncharacter") != NULL) == non, "U+%04X: %s",
+                    (unsigned)cp, err.message);
+      ag_error_clear(&err);
+    }
+  for (uint32_t cp = 0xFDCF; cp <= 0xFDF0; cp++) {
+    char yaml[32];
+    int n = snprintf(yaml, sizeof yaml, "name: ok # %c%c%c", (char)(0xE0 | cp >> 12),
+                     (char)(0x80 | (cp >> 6 & 0x3F)), (char)(0x80 | (cp & 0x3F)));
+    ag_spec spec;
+    ag_error err = {0};
+    ck_assert_int_eq(ag_spec_load_string(yaml, (size_t)n, NULL, &spec, &err), AG_ERR_SPEC);
+    bool non = cp >= 0xFDD0 && cp <= 0xFDEF;
+    ck_assert_msg((strstr(err.message, "noncharacter") != NULL) == non, "U+%04X: %s",
+                  (unsigned)cp, err.message);
+    ag_error_clear(&err);
+  }
+}
+END_TEST
+
+/* One byte-order mark at the start is skipped; a second gets its own
+ * message (issue 22: it gave "expected <document start>"). */
+START_TEST(doubled_bom) {
+  char *one = NULL, *two = NULL;
+  ck_assert_int_ge(asprintf(&one, "\xEF\xBB\xBF%sblock_size: 64\n", head), 0);
+  ck_assert_int_ge(asprintf(&two, "\xEF\xBB\xBF\xEF\xBB\xBF%sblock_size: 64\n", head), 0);
+  ag_spec spec;
+  ag_error err = {0};
+  ck_assert_msg(ag_spec_load_string(one, strlen(one), NULL, &spec, &err) == AG_OK, "%s",
+                err.message);
+  ck_assert_int_eq(ag_spec_load_string(two, strlen(two), NULL, &spec, &err), AG_ERR_SPEC);
+  ck_assert_ptr_nonnull(strstr(err.message, "<string>:1:1: error: a second byte-order mark "
+                                            "(U+FEFF): the spec starts with two\n"));
+  ag_error_clear(&err);
+  free(one);
+  free(two);
+}
+END_TEST
 
 START_TEST(utf8_forms) {
   const struct utf8_case *u = &utf8_cases[_i];
@@ -232,6 +307,26 @@ START_TEST(utf8_forms) {
   memcpy(yaml, "name: a", 7);
   memcpy(yaml + 7, u->bytes, u->len); /* the end of the input: nothing follows */
   expect_error(u->name, yaml, 7 + u->len, NULL, u->want);
+}
+END_TEST
+
+/* The source name is printed escaped in spec errors (issue 22): control
+ * characters and bytes that are not UTF-8 as \xNN; other UTF-8 is kept. */
+START_TEST(source_name_escaped_in_errors) {
+  ag_spec spec;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_spec_load_string("name: ok\n", 9, "x\x1b[31m\xff\n\xc2\x9b\xc3\xa9.yaml",
+                                       &spec, &err),
+                   AG_ERR_SPEC);
+  const char want[] = "x\\x1B[31m\\xFF\\x0A\\xC2\\x9B\xc3\xa9.yaml:1:1: error: missing required key";
+  ck_assert_msg(strncmp(err.message, want, strlen(want)) == 0, "%s", err.message);
+  ck_assert_ptr_null(strchr(err.message, '\x1b'));
+  ag_error_clear(&err);
+  ck_assert_int_eq(ag_spec_load_file("/nonexistent/\x1b]0;title\x07.yaml", &spec, &err),
+                   AG_ERR_IO);
+  ck_assert_str_eq(err.message, "/nonexistent/\\x1B]0;title\\x07.yaml: error: cannot open spec: "
+                                "No such file or directory\n");
+  ag_error_clear(&err);
 }
 END_TEST
 
@@ -405,6 +500,9 @@ Suite *hostile_suite(void) {
   tc = tcase_create("encoding");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, utf8_forms, 0, (int)(sizeof utf8_cases / sizeof utf8_cases[0]));
+  tcase_add_test(tc, every_noncharacter);
+  tcase_add_test(tc, doubled_bom);
+  tcase_add_test(tc, source_name_escaped_in_errors);
   tcase_add_test(tc, utf16_specs);
   tcase_add_test(tc, binary_garbage);
   suite_add_tcase(s, tc);
