@@ -15,6 +15,7 @@
 #include "reference.h"
 #include "runtime.h"
 #include "selfcheck.h"
+#include "util.h"
 
 typedef struct kernel_case {
   ag_dtype dtype;
@@ -33,19 +34,6 @@ enum { NCASES = sizeof cases / sizeof cases[0] };
 
 static const char *dtype_str(ag_dtype d) { return d == AG_DTYPE_FP16 ? "fp16" : "bf16"; }
 
-/* The context, or NULL after printing why the test is skipped. */
-static ag_context *gpu_or_skip(const char *test) {
-  ag_context *ctx = NULL;
-  ag_error err = {0};
-  ag_status st = ag_context_create(0, &ctx, &err);
-  if (st == AG_ERR_NO_DRIVER || st == AG_ERR_NO_DEVICE) {
-    printf("SKIP %s: %s (no GPU here)\n", test, ag_strerror(st));
-    ag_error_clear(&err);
-    return NULL;
-  }
-  ck_assert_msg(st == AG_OK, "context: %s", err.message);
-  return ctx;
-}
 
 static ag_kernel *kernel_for(ag_context *ctx, const kernel_case *c) {
   char yaml[512];
@@ -90,7 +78,7 @@ static void skewed_lengths(int32_t (*lengths)[200]) {
  * with varying heads, lengths far from even, one long sequence. */
 START_TEST(test_block_forward) {
   const kernel_case *c = &cases[_i];
-  ag_context *ctx = gpu_or_skip("block_forward");
+  ag_context *ctx = ag_test_gpu_or_skip("block_forward");
   if (!ctx) return;
   ag_kernel *k = kernel_for(ctx, c);
   uint64_t seed = (uint64_t)getpid() * 1000003u + (uint64_t)_i; /* fresh inputs each run */
@@ -153,7 +141,7 @@ static void check_huge_forward(ag_kernel *k, const int32_t *lengths, const char 
 START_TEST(test_block_forward_huge) {
   int32_t *lengths = huge_lengths("block_forward_huge");
   if (!lengths) return;
-  ag_context *ctx = gpu_or_skip("block_forward_huge");
+  ag_context *ctx = ag_test_gpu_or_skip("block_forward_huge");
   if (ctx) {
     const kernel_case c = {AG_DTYPE_BF16, 128, 64, 0};
     check_huge_forward(kernel_for(ctx, &c), lengths, "huge forward", (uint64_t)getpid());
@@ -229,7 +217,7 @@ static void run_bwd_shape(ag_kernel *k, const kernel_case *c, const char *what,
  * same module (both kernels in one source) once. */
 START_TEST(test_block_backward) {
   const kernel_case *c = &bwd_cases[_i];
-  ag_context *ctx = gpu_or_skip("block_backward");
+  ag_context *ctx = ag_test_gpu_or_skip("block_backward");
   if (!ctx) return;
   ag_kernel *k = bwd_kernel_for(ctx, c);
   uint64_t seed = (uint64_t)getpid() * 1000003u + 7919u * (uint64_t)_i;
@@ -260,7 +248,7 @@ END_TEST
  * range). The block-64 cases of both dtypes and head dims. */
 START_TEST(test_block_backward_small_grads) {
   const kernel_case *c = &bwd_cases[_i];
-  ag_context *ctx = gpu_or_skip("block_backward_small_grads");
+  ag_context *ctx = ag_test_gpu_or_skip("block_backward_small_grads");
   if (!ctx) return;
   ag_kernel *k = bwd_kernel_for(ctx, c);
   uint64_t seed = (uint64_t)getpid() * 1000003u + 104729u * (uint64_t)_i;
@@ -275,7 +263,7 @@ END_TEST
 START_TEST(test_block_backward_huge) {
   int32_t *lengths = huge_lengths("block_backward_huge");
   if (!lengths) return;
-  ag_context *ctx = gpu_or_skip("block_backward_huge");
+  ag_context *ctx = ag_test_gpu_or_skip("block_backward_huge");
   if (ctx) {
     for (int dim = 128; dim >= 64; dim -= 64) {
       const kernel_case c = {AG_DTYPE_BF16, dim, 64, 0};
@@ -353,7 +341,7 @@ static ag_kernel *rotary_kernel_for(ag_context *ctx, const rotary_case *c, unsig
 /* Every rotary case's forward on the three shapes of test_block_forward. */
 START_TEST(test_block_forward_rotary) {
   const rotary_case *c = &rotary_cases[_i];
-  ag_context *ctx = gpu_or_skip("block_forward_rotary");
+  ag_context *ctx = ag_test_gpu_or_skip("block_forward_rotary");
   if (!ctx) return;
   ag_kernel *k = rotary_kernel_for(ctx, c, AG_PASS_FORWARD);
   uint64_t seed = (uint64_t)getpid() * 1000003u + 104729u * (uint64_t)_i;
@@ -376,7 +364,7 @@ END_TEST
  * inputs) on the same shapes, and the forward of the same module once. */
 START_TEST(test_block_backward_rotary) {
   const rotary_case *c = &rotary_cases[_i];
-  ag_context *ctx = gpu_or_skip("block_backward_rotary");
+  ag_context *ctx = ag_test_gpu_or_skip("block_backward_rotary");
   if (!ctx) return;
   ag_kernel *k = rotary_kernel_for(ctx, c, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   uint64_t seed = (uint64_t)getpid() * 1000003u + 15485863u * (uint64_t)_i;
@@ -421,7 +409,7 @@ enum { NROTARY_CHUNKED_CASES = sizeof rotary_chunked_cases / sizeof rotary_chunk
  * forward of the same module once. */
 START_TEST(test_block_backward_rotary_chunked) {
   const rotary_case *c = &rotary_chunked_cases[_i];
-  ag_context *ctx = gpu_or_skip("block_backward_rotary_chunked");
+  ag_context *ctx = ag_test_gpu_or_skip("block_backward_rotary_chunked");
   if (!ctx) return;
   ag_kernel *k = rotary_kernel_for(ctx, c, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ag_plan plan;
@@ -455,7 +443,7 @@ END_TEST
 START_TEST(test_rotary_huge) {
   int32_t *lengths = huge_lengths("rotary_huge");
   if (!lengths) return;
-  ag_context *ctx = gpu_or_skip("rotary_huge");
+  ag_context *ctx = ag_test_gpu_or_skip("rotary_huge");
   if (ctx) {
     const rotary_case c = {{AG_DTYPE_BF16, 128, 64, 0}, AG_ROTARY_INTERLEAVED,
                            AG_POSITIONS_TABLE, QKV};

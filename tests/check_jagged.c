@@ -353,18 +353,6 @@ END_TEST
 
 /* ---- on a GPU ---------------------------------------------------------------------- */
 
-static ag_context *gpu_or_skip(const char *test) {
-  ag_context *ctx = NULL;
-  ag_error err = {0};
-  ag_status st = ag_context_create(0, &ctx, &err);
-  if (st == AG_ERR_NO_DRIVER || st == AG_ERR_NO_DEVICE) {
-    printf("SKIP %s: %s (no GPU here)\n", test, ag_strerror(st));
-    ag_error_clear(&err);
-    return NULL;
-  }
-  ck_assert_msg(st == AG_OK, "context: %s", err.message);
-  return ctx;
-}
 
 typedef struct gpu_case {
   jcase k;
@@ -419,7 +407,7 @@ static void run_case(ag_kernel *k, const gpu_case *c, const char *what, const in
 
 START_TEST(gpu_jagged) {
   const gpu_case *c = &gpu_cases[_i];
-  ag_context *ctx = gpu_or_skip("jagged");
+  ag_context *ctx = ag_test_gpu_or_skip("jagged");
   if (!ctx) return;
   char y[512];
   yaml_for(y, sizeof y, c->k.dim, c->k.dtype, c->k.causal, c->k.extra, true);

@@ -60,3 +60,16 @@ int ag_test_update_goldens(void) {
   const char *v = getenv("AG_UPDATE_GOLDENS");
   return v && strcmp(v, "1") == 0;
 }
+
+ag_context *ag_test_gpu_or_skip(const char *test) {
+  ag_context *ctx = NULL;
+  ag_error err = {0};
+  ag_status st = ag_context_create(0, &ctx, &err);
+  if (st == AG_ERR_NO_DRIVER || st == AG_ERR_NO_DEVICE) {
+    printf("SKIP %s: %s (no GPU here)\n", test, ag_strerror(st));
+    ag_error_clear(&err);
+    return NULL;
+  }
+  ck_assert_msg(st == AG_OK, "context: %s", err.message);
+  return ctx;
+}

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "attngen.h"
+
 /* The whole file as a NUL-terminated string from malloc() (length in
  * *out_len when non-NULL), or NULL when it cannot be read. */
 char *ag_test_slurp(const char *path, size_t *out_len);
@@ -19,5 +21,9 @@ void ag_test_remove_tree(const char *dir);
 int ag_test_count(const char *hay, const char *needle);
 /* True when AG_UPDATE_GOLDENS=1: golden tests rewrite their files. */
 int ag_test_update_goldens(void);
+
+/* A context on device 0, or NULL after printing "SKIP test: why" when no
+ * driver or device is present; any other failure fails the test. */
+ag_context *ag_test_gpu_or_skip(const char *test);
 
 #endif
