@@ -23,7 +23,7 @@ enum { EXIT_USAGE = 2, EXIT_SKIPPED = 3 };
 /* run's defaults, in its help and in parse_options. */
 enum {
   DEFAULT_BATCH = 8, DEFAULT_SEQLEN = 1000, DEFAULT_HEADS = 4, DEFAULT_SEED = 1,
-  DEFAULT_ITERS = 20, DEFAULT_DEVICE = 0
+  DEFAULT_ITERS = 20, DEFAULT_DEVICE = 0, DEFAULT_N_Q = 64
 };
 #define DEFAULT_MIN_SEQLEN(seqlen) ((seqlen) * 2 / 5)
 
@@ -38,7 +38,7 @@ static const char usage_text[] =
     "  compile SPEC -o FILE [--arch ARCH]\n"
     "                                compile with NVRTC to a cubin (no GPU needed;\n"
     "                                ARCH: sm_80 or sm_90a, default the spec's, else sm_90a)\n"
-    "  run SPEC [--batch N] [--seqlen L] [--min-seqlen M] [--heads H]\n"
+    "  run SPEC [--batch N] [--seqlen L] [--min-seqlen M] [--heads H] [--n-q N]\n"
     "           [--seed S] [--iters N] [--device D]\n"
     "                                on a GPU: compile (cached), run each pass of the\n"
     "                                spec (forward, backward) on random data with\n"
@@ -88,11 +88,13 @@ static void command_help(const char *cmd) {
            "  --seqlen L       longest sequence (default %d)\n"
            "  --min-seqlen M   shortest sequence (default 2/5 of L: %d)\n"
            "  --heads H        attention heads (default %d)\n"
+           "  --n-q N          shared queries of a broadcast spec (query: broadcast;\n"
+           "                   default %d); the lengths are then the keys'\n"
            "  --iters N        timed iterations, 0: check only (default %d)\n"
            "  --seed S         random seed of lengths and data (default %d)\n"
            "  --device D       device ordinal (default %d)\n",
            DEFAULT_BATCH, DEFAULT_SEQLEN, DEFAULT_MIN_SEQLEN(DEFAULT_SEQLEN), DEFAULT_HEADS,
-           DEFAULT_ITERS, DEFAULT_SEED, DEFAULT_DEVICE);
+           DEFAULT_N_Q, DEFAULT_ITERS, DEFAULT_SEED, DEFAULT_DEVICE);
   }
 }
 
@@ -203,7 +205,7 @@ static int cmd_check(int argc, char **argv) {
 /* Options shared by emit, compile and run. */
 typedef struct options {
   const char *spec, *output, *arch;
-  int64_t batch, seqlen, min_seqlen, heads, seed, iters, device;
+  int64_t batch, seqlen, min_seqlen, heads, seed, iters, device, n_q;
 } options;
 
 static int parse_options(int argc, char **argv, const char *allowed, options *o) {
@@ -212,7 +214,8 @@ static int parse_options(int argc, char **argv, const char *allowed, options *o)
       {"batch", required_argument, 0, 'b'},  {"seqlen", required_argument, 0, 'L'},
       {"min-seqlen", required_argument, 0, 'M'}, {"heads", required_argument, 0, 'H'},
       {"seed", required_argument, 0, 's'},   {"iters", required_argument, 0, 'i'},
-      {"device", required_argument, 0, 'd'}, {0, 0, 0, 0}};
+      {"device", required_argument, 0, 'd'}, {"n-q", required_argument, 0, 'n'},
+      {0, 0, 0, 0}};
   memset(o, 0, sizeof *o);
   o->batch = DEFAULT_BATCH;
   o->seqlen = DEFAULT_SEQLEN;
@@ -221,6 +224,7 @@ static int parse_options(int argc, char **argv, const char *allowed, options *o)
   o->seed = DEFAULT_SEED;
   o->iters = DEFAULT_ITERS;
   o->device = DEFAULT_DEVICE;
+  o->n_q = DEFAULT_N_Q;
   optind = 1;
   opterr = 0;
   int c, index = -1;
@@ -245,6 +249,7 @@ static int parse_options(int argc, char **argv, const char *allowed, options *o)
     case 's': ok = parse_i64(optarg, 0, INT64_MAX, &o->seed); break;
     case 'i': ok = parse_i64(optarg, 0, 100000, &o->iters); break;
     case 'd': ok = parse_i64(optarg, 0, 1024, &o->device); break;
+    case 'n': ok = parse_i64(optarg, 0, 65536, &o->n_q); break;
     }
     if (!ok) return usage_error("bad value '%s' for an option", optarg);
   }
@@ -367,21 +372,28 @@ static ag_status run_backward(ag_kernel *kern, const int32_t *lengths, const opt
   return AG_OK;
 }
 
-/* A jagged spec: self-attention over the lengths, every pass checked
- * against float64 (the backward five times, bit for bit), then timed. */
+/* A jagged spec: self-attention over the lengths (a broadcast spec: n_q
+ * shared queries over keys of those lengths), every pass checked against
+ * float64 (the backward five times, bit for bit), then timed. */
 static ag_status run_jagged(ag_kernel *kern, const int32_t *lengths, const options *o,
                             bool *pass, ag_error *err) {
   const ag_spec *spec = ag_kernel_spec(kern);
+  const bool bcast = spec->query == AG_QUERY_BROADCAST;
   ag_jagged_check_options jopt = {.seed = (uint64_t)o->seed, .heads = o->heads,
                                   .backward = true, .repeat_backward = 4, .iters = (int)o->iters};
   ag_jagged_check_result r;
-  ag_status st = ag_selfcheck_jagged(kern, lengths, NULL, o->batch, &jopt, &r, err);
+  /* lengths holds batch more entries, each n_q */
+  ag_status st = bcast ? ag_selfcheck_jagged(kern, lengths + o->batch, lengths, o->batch, &jopt,
+                                             &r, err)
+                       : ag_selfcheck_jagged(kern, lengths, NULL, o->batch, &jopt, &r, err);
   if (st != AG_OK) return st;
   int64_t tokens = 0;
   for (int64_t i = 0; i < o->batch; i++) tokens += lengths[i];
-  printf("  shape: batch %" PRId64 ", lengths in [%" PRId64 ", %" PRId64 "], heads %" PRId64
-         ", %" PRId64 " tokens\n",
-         o->batch, o->min_seqlen, o->seqlen, o->heads, tokens);
+  printf("  shape: batch %" PRId64 ", %slengths in [%" PRId64 ", %" PRId64 "], heads %" PRId64
+         ", %" PRId64 " tokens",
+         o->batch, bcast ? "key " : "", o->min_seqlen, o->seqlen, o->heads, tokens);
+  if (bcast) printf(", %" PRId64 " shared queries", o->n_q);
+  printf("\n");
   const bool fwd = spec->passes & AG_PASS_FORWARD, bwd = spec->passes & AG_PASS_BACKWARD;
   const double tol = ag_jagged_tolerance(spec->dtype, false),
                btol = ag_jagged_tolerance(spec->dtype, true);
@@ -413,7 +425,7 @@ static ag_status run_jagged(ag_kernel *kern, const int32_t *lengths, const optio
  * same lengths: the forward, then the backward. */
 static int cmd_run(int argc, char **argv) {
   options o;
-  int rc = parse_options(argc, argv, "bLMHsid", &o);
+  int rc = parse_options(argc, argv, "bLMHsidn", &o);
   if (rc) return rc;
   ag_spec spec;
   ag_error err = {0};
@@ -429,7 +441,8 @@ static int cmd_run(int argc, char **argv) {
   }
   if (st != AG_OK) return report(&err);
   ag_kernel *kern;
-  int32_t *lengths = malloc(sizeof(int32_t) * (size_t)o.batch);
+  /* the lengths, then (for a broadcast spec's queries) n_q batch times */
+  int32_t *lengths = malloc(sizeof(int32_t) * 2 * (size_t)o.batch);
   if (!lengths) {
     ag_context_destroy(ctx);
     fprintf(stderr, "attngen: out of memory\n");
@@ -439,6 +452,7 @@ static int cmd_run(int argc, char **argv) {
   for (int64_t i = 0; i < o.batch; i++)
     lengths[i] = (int32_t)(o.min_seqlen +
                            (int64_t)(ag_rand_next(&rng) % (uint64_t)(o.seqlen - o.min_seqlen + 1)));
+  for (int64_t i = 0; i < o.batch; i++) lengths[o.batch + i] = (int32_t)o.n_q;
   ag_check_options copt = {.seed = (uint64_t)o.seed, .time_iters = (int)o.iters,
                            .warmup_iters = o.iters ? 3 : 0};
   st = ag_kernel_get(ctx, &spec, &kern, &err);

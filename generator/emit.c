@@ -65,17 +65,30 @@ static void banner_tail(ag_buf *b, const ag_spec *s, const ag_plan *p) {
 /* The jagged pattern's banner: the layout, then the spec and the plan. */
 static void jagged_banner(ag_buf *b, const ag_spec *s, const ag_plan *p, bool fwd) {
   const bool bwd = ag_plan_kernel_for(p, AG_PASS_BACKWARD) != NULL;
-  ag_buf_printf(b,
-                " * Jagged attention, %s: each sequence's queries attend to\n"
-                " * its own keys%s%s.\n"
-                " * Q, O%s are [total_q, heads, %d] %s; K, V%s [total_k, kv_heads, %d];\n"
-                " * logsumexp is fp32 [heads, total_q]; cu_seqlens_q, cu_seqlens_k are\n"
-                " * int32 [batch + 1].\n *\n",
-                fwd && bwd ? "forward and backward" : fwd ? "forward" : "backward",
-                s->causal ? ", causally (bottom-right aligned)" : "",
-                s->has_window ? " within a window" : "", bwd ? ", dO, dQ" : "", s->head_dim,
-                dtype_names[s->dtype], bwd ? ", dK, dV" : "", s->head_dim);
+  const char *passes = fwd && bwd ? "forward and backward" : fwd ? "forward" : "backward";
+  if (s->query == AG_QUERY_BROADCAST)
+    ag_buf_printf(b,
+                  " * Broadcast-Q attention, %s: one dense Q [n_q, heads, %d]\n"
+                  " * shared by every sequence attends to each sequence's own keys%s%s.%s\n"
+                  " * O%s are [batch * n_q, heads, %d] %s (sequence b's rows at b * n_q);\n"
+                  " * K, V%s [total_k, kv_heads, %d]; logsumexp is fp32\n"
+                  " * [heads, batch * n_q]; cu_seqlens_k is int32 [batch + 1].\n *\n",
+                  passes, s->head_dim, s->causal ? ", causally (bottom-right aligned)" : "",
+                  s->has_window ? " within a window" : "",
+                  bwd ? "\n * dQ, shaped like Q, is the sum over the batch." : "", bwd ? ", dO" : "", s->head_dim,
+                  dtype_names[s->dtype], bwd ? ", dK, dV" : "", s->head_dim);
+  else
+    ag_buf_printf(b,
+                  " * Jagged attention, %s: each sequence's queries attend to\n"
+                  " * its own keys%s%s.\n"
+                  " * Q, O%s are [total_q, heads, %d] %s; K, V%s [total_k, kv_heads, %d];\n"
+                  " * logsumexp is fp32 [heads, total_q]; cu_seqlens_q, cu_seqlens_k are\n"
+                  " * int32 [batch + 1].\n *\n",
+                  passes, s->causal ? ", causally (bottom-right aligned)" : "",
+                  s->has_window ? " within a window" : "", bwd ? ", dO, dQ" : "", s->head_dim,
+                  dtype_names[s->dtype], bwd ? ", dK, dV" : "", s->head_dim);
   ag_buf_printf(b, " * Spec:\n *   name: %s\n *   pattern: jagged\n", s->name);
+  if (s->query == AG_QUERY_BROADCAST) ag_buf_puts(b, " *   query: broadcast\n");
   ag_buf_printf(b, " *   causal: %s\n", s->causal ? "true" : "false");
   if (s->has_window) ag_buf_printf(b, " *   window: [%d, %d]\n", s->window_left, s->window_right);
   ag_buf_printf(b, " *   head_dim: %d\n *   dtype: %s\n", s->head_dim, dtype_names[s->dtype]);

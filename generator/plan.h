@@ -31,6 +31,14 @@ typedef enum ag_walk_kind {
    * head) per CTA, over the query tokens or the key tokens */
   AG_WALK_JAGGED_Q,
   AG_WALK_JAGGED_K,
+  /* broadcast queries (one dense Q of n_q = total_q / batch rows): one
+   * (sequence, query tile, head) per CTA; one (query tile, slab of
+   * sequences, head) per CTA, ITEMS = q_tiles * slabs
+   * (ag_broadcast_slabs); the sum of the slabs, `rows` (query row, head)
+   * pairs per CTA, ITEMS = slabs */
+  AG_WALK_BROADCAST_Q,
+  AG_WALK_BROADCAST_SLABS,
+  AG_WALK_BROADCAST_SUM,
 } ag_walk_kind;
 
 typedef struct ag_walk {
@@ -123,6 +131,8 @@ typedef struct ag_plan_bwd {
 typedef struct ag_plan_jagged {
   int fwd_block_m, fwd_block_n, fwd_warps, fwd_stages, fwd_smem_bytes, fwd_min_ctas;
   int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
+  bool broadcast;   /* query: broadcast: one dense Q shared by every sequence */
+  int sum_threads;  /* broadcast: threads of the dQ sum kernel */
 } ag_plan_jagged;
 
 /* Why a valid spec was refused: the key that asks for what does not exist

@@ -12,13 +12,15 @@
 
 static const char *dtype_name(ag_dtype d) { return d == AG_DTYPE_FP16 ? "fp16" : "bf16"; }
 
-/* "ag_<name>_d<dim>_<dtype>[_causal][_w<left>_<right>]_<pass>". */
+/* "ag_<name>_d<dim>_<dtype>[_bq][_causal][_w<left>_<right>]_<pass>" (_bq:
+ * broadcast queries). */
 static void kernel_name(char *out, const ag_spec *spec, const char *pass) {
   char window[32] = "";
   if (spec->has_window)
     snprintf(window, sizeof window, "_w%d_%d", spec->window_left, spec->window_right);
-  snprintf(out, AG_KERNEL_NAME_MAX, "ag_%s_d%d_%s%s%s_%s", spec->name, spec->head_dim,
-           dtype_name(spec->dtype), spec->causal ? "_causal" : "", window, pass);
+  snprintf(out, AG_KERNEL_NAME_MAX, "ag_%s_d%d_%s%s%s%s_%s", spec->name, spec->head_dim,
+           dtype_name(spec->dtype), spec->query == AG_QUERY_BROADCAST ? "_bq" : "",
+           spec->causal ? "_causal" : "", window, pass);
 }
 
 /* Forward: a CTA owns 128 query rows of one head (4 warps of 32 rows, so
@@ -53,18 +55,18 @@ static void plan_backward(ag_plan *p) {
   j->bwd_smem_dq = 4 * p->head_dim * (j->bwd_block_m + 2 * j->bwd_block_n) + 8 * j->bwd_block_m;
   j->bwd_smem_dkv = 4 * p->head_dim * (j->bwd_block_n + 2 * j->bwd_block_m) + 16 * j->bwd_block_m;
   j->bwd_min_ctas = 2;
+  j->sum_threads = 256;
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   memset(out, 0, sizeof *out);
   if (spec->head_dim != 64 && spec->head_dim != 128)
     return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
-  if (spec->query == AG_QUERY_BROADCAST)
-    return ag_plan_refuse(out, AG_REFUSED_QUERY, err, "broadcast queries");
   if (spec->rotary.layout != AG_ROTARY_NONE)
     return ag_plan_refuse(out, AG_REFUSED_ROTARY, err,
                           "rotary embeddings with the jagged pattern");
   out->pattern = AG_PATTERN_JAGGED;
+  out->jagged.broadcast = spec->query == AG_QUERY_BROADCAST;
   out->head_dim = spec->head_dim;
   out->elem_bytes = 2;
   out->scale = ag_spec_scale(spec);
@@ -87,7 +89,8 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
   if (fwd) {
     kernel_name(name, spec, "fwd");
     ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, AG_PASS_FORWARD, name, "jagged_fwd.cu");
-    k->walk = (ag_walk){AG_WALK_JAGGED_Q, j->fwd_block_m, 1, 1};
+    k->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_Q : AG_WALK_JAGGED_Q, j->fwd_block_m,
+                        1, 1};
     k->threads = 32 * j->fwd_warps;
     k->smem_bytes = j->fwd_smem_bytes;
     k->min_ctas_per_sm = j->fwd_min_ctas;
@@ -99,6 +102,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     ag_plan_params(k, (int)(sizeof params / sizeof params[0]), params);
     set_common(k, j->fwd_block_m, j->fwd_block_n, j->fwd_warps, j->fwd_min_ctas);
     ag_plan_set(k, "STAGES", j->fwd_stages);
+    ag_plan_set(k, "BROADCAST", j->broadcast);
     ag_plan_set(k, "SMEM_BYTES", j->fwd_smem_bytes);
   }
   if (j->bwd_block_m > 0) {
@@ -115,7 +119,8 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     ag_plan_kernel *dq = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name, "jagged_bwd.cu");
     snprintf(dq->template_name, sizeof dq->template_name, "%s", stem);
     if (fwd) dq->namespace_name = "bwd";
-    dq->walk = (ag_walk){AG_WALK_JAGGED_Q, j->bwd_block_m, 1, 1};
+    dq->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_SLABS : AG_WALK_JAGGED_Q,
+                         j->bwd_block_m, 1, 1};
     dq->threads = 32 * j->bwd_warps;
     dq->smem_bytes = j->bwd_smem_dq;
     dq->min_ctas_per_sm = j->bwd_min_ctas;
@@ -123,6 +128,8 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     set_common(dq, j->bwd_block_m, j->bwd_block_n, j->bwd_warps, j->bwd_min_ctas);
     ag_plan_set(dq, "SMEM_BYTES_DQ", j->bwd_smem_dq);
     ag_plan_set(dq, "SMEM_BYTES_DKV", j->bwd_smem_dkv);
+    ag_plan_set(dq, "BROADCAST", j->broadcast);
+    ag_plan_set(dq, "SUM_THREADS", j->sum_threads);
 
     snprintf(name, sizeof name, "%.*s_dkv", AG_KERNEL_NAME_MAX - 5, stem);
     ag_plan_kernel *dkv = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name, NULL);
@@ -132,6 +139,20 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     dkv->smem_bytes = j->bwd_smem_dkv;
     dkv->min_ctas_per_sm = j->bwd_min_ctas;
     ag_plan_params(dkv, nparams, params);
+
+    /* A broadcast Q's dQ: the slabs' partials summed in order (the
+     * backward's parameters, as its other kernels). */
+    if (j->broadcast) {
+      snprintf(name, sizeof name, "%.*s_dq_sum", AG_KERNEL_NAME_MAX - 8, stem);
+      ag_plan_kernel *sum = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name, NULL);
+      snprintf(sum->template_name, sizeof sum->template_name, "%s", stem);
+      /* rows: (query row, head) pairs per CTA, 4 floats a thread */
+      sum->walk = (ag_walk){AG_WALK_BROADCAST_SUM, 4 * j->sum_threads / plan->head_dim, 1, 1};
+      sum->threads = j->sum_threads;
+      sum->smem_bytes = 0;
+      sum->min_ctas_per_sm = 1;
+      ag_plan_params(sum, nparams, params);
+    }
   }
 }
 
@@ -144,6 +165,13 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
     if (k->pass == AG_PASS_FORWARD) {
       ag_buf_printf(b, "%s  tile: %d query rows of one head, key tiles of %d, %d in flight\n",
                     prefix, j->fwd_block_m, j->fwd_block_n, j->fwd_stages);
+    } else if (k->walk.kind == AG_WALK_BROADCAST_SLABS) {
+      ag_buf_printf(b,
+                    "%s  query-stationary: D, and dQ of %d shared query rows over a slab of "
+                    "sequences, key tiles of %d\n",
+                    prefix, j->bwd_block_m, j->bwd_block_n);
+    } else if (k->walk.kind == AG_WALK_BROADCAST_SUM) {
+      ag_buf_printf(b, "%s  dQ: the slabs' fp32 partials summed in slab order\n", prefix);
     } else if (k->walk.kind == AG_WALK_JAGGED_Q) {
       ag_buf_printf(b, "%s  query-stationary: D and dQ of %d query rows, key tiles of %d\n",
                     prefix, j->bwd_block_m, j->bwd_block_n);
@@ -157,8 +185,21 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                   k->smem_bytes);
     if (k->min_ctas_per_sm > 1)
       ag_buf_printf(b, ", registers capped for %d CTAs per SM", k->min_ctas_per_sm);
-    ag_buf_printf(b, "\n%s  grid: (batch + total_%s / %d, %s)\n", prefix,
-                  k->walk.kind == AG_WALK_JAGGED_Q ? "q" : "k", k->walk.rows,
-                  k->walk.kind == AG_WALK_JAGGED_Q ? "heads" : "kv_heads");
+    ag_buf_puts(b, "\n");
+    switch (k->walk.kind) {
+      case AG_WALK_BROADCAST_Q:
+        ag_buf_printf(b, "%s  grid: (batch * ceil(n_q / %d), heads)\n", prefix, k->walk.rows);
+        break;
+      case AG_WALK_BROADCAST_SLABS:
+        ag_buf_printf(b, "%s  grid: (ceil(n_q / %d) * slabs, heads)\n", prefix, k->walk.rows);
+        break;
+      case AG_WALK_BROADCAST_SUM:
+        ag_buf_printf(b, "%s  grid: (ceil(n_q * heads / %d), 1)\n", prefix, k->walk.rows);
+        break;
+      default:
+        ag_buf_printf(b, "%s  grid: (batch + total_%s / %d, %s)\n", prefix,
+                      k->walk.kind == AG_WALK_JAGGED_Q ? "q" : "k", k->walk.rows,
+                      k->walk.kind == AG_WALK_JAGGED_Q ? "heads" : "kv_heads");
+    }
   }
 }

@@ -464,12 +464,6 @@ static void check_pattern_fit(checker *c, const spec_pair **seen) {
           "rotary positions block applies only to pattern block_diagonal");
 }
 
-/* What attngen cannot build yet. Delete a line when its kernel lands. */
-static void check_supported(spec_diags *d, const ag_spec *s) {
-  if (s->query == AG_QUERY_BROADCAST)
-    spec_diag_add(d, s->at.query, true, "broadcast queries");
-}
-
 /* Shapes the kernels do not take yet (the planners' limits: a rotary
  * table's rows beside the forward's largest blocks, a rotary base whose
  * frequencies overflow fp32, ...), so that a spec valid here always builds.
@@ -537,7 +531,6 @@ static void check_spec(spec_diags *d, const spec_node *root, ag_spec *s) {
   for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
     if (!seen[required[i]])
       ERROR(&c, root->pos, "missing required key '%s'", top_keys[required[i]]);
-  if (d->errors == 0) check_supported(d, s);
   if (d->total == 0) check_plan(d, s);
 }
 

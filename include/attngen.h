@@ -298,6 +298,60 @@ AG_API size_t ag_jagged_backward_workspace_bytes(int64_t heads, int64_t total_q)
 AG_API ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *args,
                              struct CUstream_st *stream, ag_error *err);
 
+/* Broadcast-Q forward (`pattern: jagged`, `query: broadcast`): one dense
+ * q [n_q, heads, head_dim] is shared by every sequence: sequence b's n_q
+ * queries attend to its keys, rows [cu_seqlens_k[b], cu_seqlens_k[b+1]) of
+ * k and v [total_k, kv_heads, head_dim]. o is [batch * n_q, heads,
+ * head_dim], sequence b's rows at b * n_q; lse, when non-NULL, fp32
+ * [heads, batch * n_q]. A sequence with no key gives zero output rows and
+ * lse -inf. Masks are aligned at the bottom right as in ag_jagged_forward,
+ * with Lq = n_q: query i of sequence b sits at key position i + Lk - n_q
+ * (the n_q queries stand for the last n_q positions of the sequence). The
+ * checks and the launch are as for ag_jagged_forward. Thread-safe. */
+typedef struct ag_broadcast_fwd_args {
+  const void *q, *k, *v; /* CUdeviceptr values */
+  void *o;
+  float *lse;            /* optional (NULL): [heads, batch * n_q] */
+  const int32_t *cu_seqlens_k;
+  int64_t batch;
+  int64_t n_q;
+  int64_t heads, kv_heads; /* kv_heads 0 means heads */
+  int64_t total_k;
+  const int32_t *host_cu_seqlens_k; /* optional host copy, validated when given */
+} ag_broadcast_fwd_args;
+AG_API ag_status ag_broadcast_forward(ag_kernel *kernel, const ag_broadcast_fwd_args *args,
+                                      struct CUstream_st *stream, ag_error *err);
+
+/* Broadcast-Q backward: dq [n_q, heads, head_dim] is the sum over the
+ * batch of every sequence's dQ; dk and dv [total_k, kv_heads, head_dim]
+ * per sequence (summed over each key head's group). o, lse and dout are
+ * the forward's shapes. `workspace` is device scratch of
+ * ag_broadcast_backward_workspace_bytes. dQ is summed in registers over
+ * slabs of consecutive sequences and the slabs' fp32 partials are added in
+ * a fixed order, so every result is bit-identical from run to run
+ * whatever the spec's `deterministic` says (the staged sum is also the
+ * fast one). Three kernels; the spec must include the backward pass.
+ * Thread-safe. */
+typedef struct ag_broadcast_bwd_args {
+  const void *q, *k, *v, *o, *dout; /* CUdeviceptr values */
+  const float *lse;                  /* the forward's, [heads, batch * n_q] */
+  void *dq, *dk, *dv;
+  float *workspace;
+  const int32_t *cu_seqlens_k;
+  int64_t batch;
+  int64_t n_q;
+  int64_t heads, kv_heads;
+  int64_t total_k;
+  const int32_t *host_cu_seqlens_k;
+} ag_broadcast_bwd_args;
+/* Bytes of workspace ag_broadcast_backward needs with `kernel` (a
+ * broadcast spec's; 0 for any other kernel or a negative size): D of
+ * every output row and the per-slab dQ partials. */
+AG_API size_t ag_broadcast_backward_workspace_bytes(const ag_kernel *kernel, int64_t batch,
+                                                    int64_t n_q, int64_t heads);
+AG_API ag_status ag_broadcast_backward(ag_kernel *kernel, const ag_broadcast_bwd_args *args,
+                                       struct CUstream_st *stream, ag_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /* launch_jagged.c: the jagged pattern's entry points: every argument
  * check on the host (no synchronization), then the generic launcher over
  * the plan's kernels of the pass. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -17,6 +18,8 @@ typedef struct jagged_call {
   const void *const *tensors;
   const int32_t *cu_q, *cu_k, *host_q, *host_k;
   int64_t batch, heads, kv_heads, total_q, total_k;
+  bool broadcast; /* one dense Q of n_q rows (then total_q = batch * n_q, cu_q unused) */
+  int64_t n_q;
 } jagged_call;
 
 /* Every check, in order, then the launch of the pass's kernels; nothing
@@ -25,13 +28,25 @@ static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
                                struct CUstream_st *stream, ag_error *err) {
   const ag_spec *s = &kernel->spec;
   const bool fwd = c->pass == AG_PASS_FORWARD;
+  const bool broadcast = c->broadcast;
   if (s->pattern != AG_PATTERN_JAGGED || !(s->passes & c->pass) ||
-      !ag_plan_kernel_for(&kernel->plan, c->pass))
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' is not a jagged %s kernel",
-                   s->name, fwd ? "forward" : "backward");
+      !ag_plan_kernel_for(&kernel->plan, c->pass) ||
+      broadcast != (s->query == AG_QUERY_BROADCAST))
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel '%s' is not a %s %s kernel%s", s->name,
+                   broadcast ? "broadcast-Q" : "jagged", fwd ? "forward" : "backward",
+                   s->query == AG_QUERY_BROADCAST ? " (its spec says query: broadcast: call "
+                                                    "ag_broadcast_*)"
+                                                  : "");
   ag_launch a = {.batch = c->batch, .heads = c->heads,
                  .kv_heads = c->kv_heads ? c->kv_heads : c->heads, .total_q = c->total_q,
-                 .total_k = c->total_k};
+                 .total_k = c->total_k, .sum_block_m = kernel->plan.jagged.bwd_block_m};
+  if (broadcast) {
+    if (c->n_q < 0 || c->batch < 0 || (c->batch > 0 && c->n_q > INT32_MAX / c->batch))
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                     "need 0 <= n_q and batch * n_q <= 2^31 - 1 (got n_q %lld, batch %lld)",
+                     (long long)c->n_q, (long long)c->batch);
+    a.total_q = c->batch * c->n_q;
+  }
   if (a.batch < 0 || a.heads < 1 || a.kv_heads < 1 || a.total_q < 0 || a.total_k < 0)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "need batch >= 0, heads >= 1, kv_heads >= 1, total_q >= 0, total_k >= 0 "
@@ -55,8 +70,8 @@ static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
   /* Bytes of the largest tensor, total * heads * head_dim * 2, fit in 64
    * bits for every size that passed (2^31 * 2^16 * 2^8). */
   ag_status st;
-  if ((st = ag_check_host_offsets("host_cu_seqlens_q", "total_q", c->host_q, a.batch, a.total_q,
-                                   err)) ||
+  if ((!broadcast && (st = ag_check_host_offsets("host_cu_seqlens_q", "total_q", c->host_q,
+                                                 a.batch, a.total_q, err))) ||
       (st = ag_check_host_offsets("host_cu_seqlens_k", "total_k", c->host_k, a.batch, a.total_k,
                                    err)))
     return st;
@@ -66,9 +81,9 @@ static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
     if ((st = ag_check_pointer(c->tensors[i], c->names[i], c->align[i], err))) return st;
     a.ptr[c->roles[i]] = c->tensors[i];
   }
-  if ((st = ag_check_pointer(c->cu_q, "cu_seqlens_q", 4, err))) return st;
+  if (!broadcast && (st = ag_check_pointer(c->cu_q, "cu_seqlens_q", 4, err))) return st;
   if ((st = ag_check_pointer(c->cu_k, "cu_seqlens_k", 4, err))) return st;
-  a.ptr[AG_PARAM_OFFSETS_Q] = c->cu_q;
+  a.ptr[AG_PARAM_OFFSETS_Q] = broadcast ? c->cu_k : c->cu_q; /* not read with broadcast */
   a.ptr[AG_PARAM_OFFSETS_K] = c->cu_k;
   return ag_launch_pass(kernel, c->pass, &a, stream, err);
 }
@@ -83,7 +98,7 @@ ag_status ag_jagged_forward(ag_kernel *kernel, const ag_jagged_fwd_args *a,
   const jagged_call c = {AG_PASS_FORWARD, 5, roles, names, align, tensors,
                          a->cu_seqlens_q, a->cu_seqlens_k, a->host_cu_seqlens_q,
                          a->host_cu_seqlens_k, a->batch, a->heads, a->kv_heads, a->total_q,
-                         a->total_k};
+                         a->total_k, false, 0};
   return launch_jagged(kernel, &c, stream, err);
 }
 
@@ -106,6 +121,49 @@ ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *a,
   const jagged_call c = {AG_PASS_BACKWARD, 10, roles, names, align, tensors,
                          a->cu_seqlens_q, a->cu_seqlens_k, a->host_cu_seqlens_q,
                          a->host_cu_seqlens_k, a->batch, a->heads, a->kv_heads, a->total_q,
-                         a->total_k};
+                         a->total_k, false, 0};
+  return launch_jagged(kernel, &c, stream, err);
+}
+
+/* ---- broadcast queries: the jagged kernels with one dense Q ---------------- */
+
+ag_status ag_broadcast_forward(ag_kernel *kernel, const ag_broadcast_fwd_args *a,
+                               struct CUstream_st *stream, ag_error *err) {
+  if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
+  static const ag_param roles[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_LSE};
+  static const char *const names[] = {"q", "k", "v", "o", "lse"};
+  static const unsigned align[] = {16, 16, 16, 16, 4};
+  const void *tensors[] = {a->q, a->k, a->v, a->o, a->lse};
+  const jagged_call c = {AG_PASS_FORWARD, 5, roles, names, align, tensors,
+                         NULL, a->cu_seqlens_k, NULL, a->host_cu_seqlens_k, a->batch, a->heads,
+                         a->kv_heads, 0, a->total_k, true, a->n_q};
+  return launch_jagged(kernel, &c, stream, err);
+}
+
+size_t ag_broadcast_backward_workspace_bytes(const ag_kernel *kernel, int64_t batch,
+                                             int64_t n_q, int64_t heads) {
+  if (!kernel || kernel->spec.query != AG_QUERY_BROADCAST ||
+      !(kernel->spec.passes & AG_PASS_BACKWARD) || batch < 0 || n_q < 0 || heads < 0)
+    return 0;
+  const int64_t rows = heads * batch * n_q;
+  const int64_t slabs = ag_broadcast_slabs(batch, n_q, heads, kernel->plan.jagged.bwd_block_m);
+  return 4 * ((size_t)(rows + 3) / 4 * 4 +
+              (size_t)slabs * (size_t)n_q * (size_t)heads * (size_t)kernel->plan.head_dim);
+}
+
+ag_status ag_broadcast_backward(ag_kernel *kernel, const ag_broadcast_bwd_args *a,
+                                struct CUstream_st *stream, ag_error *err) {
+  if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
+  static const ag_param roles[] = {AG_PARAM_Q,   AG_PARAM_K,  AG_PARAM_V,  AG_PARAM_O,
+                                   AG_PARAM_DOUT, AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,
+                                   AG_PARAM_DV,  AG_PARAM_DI};
+  static const char *const names[] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv",
+                                      "workspace"};
+  static const unsigned align[] = {16, 16, 16, 16, 16, 4, 16, 16, 16, 16};
+  const void *tensors[] = {a->q,  a->k,  a->v,  a->o,  a->dout,
+                           a->lse, a->dq, a->dk, a->dv, a->workspace};
+  const jagged_call c = {AG_PASS_BACKWARD, 10, roles, names, align, tensors,
+                         NULL, a->cu_seqlens_k, NULL, a->host_cu_seqlens_k, a->batch, a->heads,
+                         a->kv_heads, 0, a->total_k, true, a->n_q};
   return launch_jagged(kernel, &c, stream, err);
 }

@@ -258,6 +258,7 @@ ag_status ag_compile_spec(const ag_spec *spec, const char *arch, void **out_cubi
 typedef struct ag_launch {
   const void *ptr[AG_PARAM_COUNT]; /* device pointers of the pointer roles */
   int64_t batch, heads, kv_heads, total_q, total_k;
+  int sum_block_m; /* broadcast: the query tile of _dq, which the sum's slab count needs */
 } ag_launch;
 
 /* The grid of a kernel and the work count its walk takes (the ITEMS
@@ -269,6 +270,10 @@ ag_status ag_walk_block_grid(const ag_walk *w, const ag_launch *a, int sm_count,
                              unsigned out_grid[3], int64_t *out_items, ag_error *err);
 ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, unsigned out_grid[3],
                               int64_t *out_items, ag_error *err);
+/* The slabs a broadcast Q's dQ is summed over (walk_jagged.c): sequences
+ * are cut into this many runs of about equal work, each (query tile of
+ * block_m rows, slab, head) one CTA; at most batch, 0 when nothing runs. */
+int64_t ag_broadcast_slabs(int64_t batch, int64_t n_q, int64_t heads, int block_m);
 
 /* launch_checks.c: a device pointer non-null and `align`-byte aligned
  * (16: "; the kernel loads 16 bytes at a time" in the message); the

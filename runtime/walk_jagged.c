@@ -2,13 +2,56 @@
  * (templates/jagged_walk.cuh): one CTA per (virtual tile, head). Sequence
  * i's tiles are numbered from i + offsets[i] / rows, so there are batch +
  * total / rows numbers (some unused, which their CTAs skip at once) and
- * the host needs no offsets to size the grid. */
+ * the host needs no offsets to size the grid. The broadcast-Q walks: one
+ * CTA per (sequence, query tile, head) of the forward, per (query tile,
+ * slab of sequences, head) of the backward's dQ (the slabs cut on the
+ * device, jagged_bwd_tile.cuh's slab_start), and the slabs' sum. */
 #include <stdint.h>
 
 #include "runtime.h"
 
+/* Enough (query tile, slab, head) CTAs to fill an H200 about twice over
+ * (132 SMs x 2 CTAs), a fixed count so that dQ's order of additions, so
+ * its bits, depend on the sizes alone. */
+enum { SLAB_CTAS = 512 };
+
+int64_t ag_broadcast_slabs(int64_t batch, int64_t n_q, int64_t heads, int block_m) {
+  if (batch <= 0 || n_q <= 0 || heads <= 0 || block_m <= 0) return 0;
+  const int64_t per_slab = (n_q + block_m - 1) / block_m * heads;
+  int64_t slabs = (SLAB_CTAS + per_slab - 1) / per_slab;
+  return slabs < batch ? slabs : batch;
+}
+
+static ag_status broadcast_grid(const ag_walk *w, const ag_launch *a, unsigned out_grid[3],
+                                int64_t *out_items, ag_error *err) {
+  const int64_t n_q = a->batch > 0 ? a->total_q / a->batch : 0;
+  const int64_t q_tiles = (n_q + w->rows - 1) / w->rows;
+  int64_t x = 0, y = a->heads, items = 0;
+  switch (w->kind) {
+    case AG_WALK_BROADCAST_Q: x = items = a->batch * q_tiles; break;
+    case AG_WALK_BROADCAST_SLABS:
+      x = items = q_tiles * ag_broadcast_slabs(a->batch, n_q, a->heads, w->rows);
+      break;
+    default: /* AG_WALK_BROADCAST_SUM */
+      x = (n_q * a->heads + w->rows - 1) / w->rows;
+      y = 1;
+      items = ag_broadcast_slabs(a->batch, n_q, a->heads, a->sum_block_m);
+  }
+  if (x > INT32_MAX || y > 65535)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "%lld query tiles by %lld heads exceed the grid's limits", (long long)x,
+                   (long long)y);
+  out_grid[0] = (unsigned)x;
+  out_grid[1] = (unsigned)y;
+  out_grid[2] = 1;
+  *out_items = items;
+  return AG_OK;
+}
+
 ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, unsigned out_grid[3],
                               int64_t *out_items, ag_error *err) {
+  if (w->kind != AG_WALK_JAGGED_Q && w->kind != AG_WALK_JAGGED_K)
+    return broadcast_grid(w, a, out_grid, out_items, err);
   const bool keys = w->kind == AG_WALK_JAGGED_K;
   const int64_t total = keys ? a->total_k : a->total_q;
   const int64_t heads = keys ? a->kv_heads : a->heads;

@@ -11,13 +11,21 @@
 @#   @SCALE_TEXT@ (the scale as the spec gave it, for a comment) @MMA_TYPE@
 @#   @PAIR_TYPE@ (see mma_sm80.cuh) @CAUSAL@ @WINDOW@ (true | false)
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ (ints, read only with WINDOW: a negative side
-@#   is unbounded; CAUSAL caps the right side at 0).
+@#   is unbounded; CAUSAL caps the right side at 0) @BROADCAST@ (0 | 1: one
+@#   dense Q [n_q = total_q / batch, heads, HEAD_DIM] shared by every
+@#   sequence; its dQ is the sum over the batch, by slabs and _dq_sum).
 @# No conditions: features are selected with constexpr.
 @# Grids (threads 32 * WARPS, dynamic shared memory as above, one stream,
 @# _dq first): @KERNEL_NAME@_dq: (batch + total_q / BLOCK_M, heads), with
 @#   num_tiles = batch + total_q / BLOCK_M;
 @#   @KERNEL_NAME@_dkv: (batch + total_k / BLOCK_N, kv_heads), with
 @#   num_tiles = batch + total_k / BLOCK_N.
+@# With BROADCAST: _dq (q_tiles * slabs, heads), num_tiles = q_tiles * slabs
+@#   (q_tiles = ceil(n_q / BLOCK_M)); _dkv as above; then
+@#   @KERNEL_NAME@_dq_sum: (ceil(n_q * heads * HEAD_DIM / (4 * SUM_THREADS)), 1),
+@#   SUM_THREADS threads, num_tiles = slabs (every kernel takes the same
+@#   parameters); `di` then also holds the slabs' partials at
+@#   broadcast_partials_at(heads, total_q) floats.
 @# (gridDim.x may be smaller or larger than num_tiles: each CTA strides;
 @#  blockIdx.y is the q head, resp. the kv head.) `di` is [heads, total_q]
 @#  fp32 scratch that _dq writes and _dkv reads.
@@ -42,6 +50,7 @@ constexpr int kWindowRight = @WINDOW_RIGHT@;  // keys after it
 constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
 constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
 constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+constexpr bool kBroadcast = @BROADCAST@;  // one dense Q shared by every sequence
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile (_dq)
 constexpr int kQueryTiles = kBlockM / 8;  // n-tiles of S^T and dP^T over a query tile (_dkv)
@@ -59,6 +68,10 @@ static_assert(2 * (2 * kQTileElems + 4 * kKTileElems) + 2 * 4 * kBlockM == kSmem
 // LSE * log2(e) and D for the query rows of a Q, dO slot.
 static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == kSmemBytesDkv,
               "the plan's _dkv shared memory is K, V, two Q, dO slots and their row floats");
+// A broadcast Q's dQ partials follow D in the workspace, 16-byte aligned.
+__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
 /* ---- end jagged backward constants ---- */
 
 @include mma_sm80.cuh@
@@ -87,7 +100,145 @@ extern __shared__ __align__(128) unsigned short smem[];
  * Q-stationary: a CTA owns one query tile of one head; it computes D for
  * its rows (from O and dO in memory) and writes it to `di` [heads,
  * total_q], then walks the key tiles of the band, K and V streaming
- * through two slots, and stores dQ. */
+ * through two slots, and stores dQ. With a broadcast Q a CTA owns one
+ * query tile of one head over a slab of sequences (slab_start): it adds
+ * every sequence's dQ in order in registers and stores the slab's fp32
+ * partial after D, [slabs, n_q, heads, kHeadDim] (num_tiles = q_tiles *
+ * slabs), for _dq_sum. */
+
+// One sequence's part of a query tile's dQ (rows q0.., mq of them real),
+// added to acc; writes D of those rows. Starts with a barrier (the last
+// tile's shared memory is free) and ends with no copy in flight.
+__device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpan &sp,
+    long long q0, int h, int hk, const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, float *__restrict__ di, int heads, int kv_heads,
+    long long total_q) {
+  const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
+  unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
+  unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
+  float *const lse_s = reinterpret_cast<float *>(smem + 2 * kQTileElems + 4 * kKTileElems);
+  float *const di_s = lse_s + kBlockM;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int row0 = 16 * warp;  // this warp's rows of the query tile
+  const int mq = (int)min((long long)kBlockM, sp.q_len - q0);  // real query rows
+  const long long delta = sp.k_len - sp.q_len;
+  long long j_first, j_last;
+  keys_seen(q0, q0 + mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+  const long long kt0 = j_first / kBlockN;
+  const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+
+  const long long q_row = (sp.q_src + q0) * q_stride + (long long)h * kHeadDim;
+  const long long o_row = (sp.q_start + q0) * q_stride + (long long)h * kHeadDim;
+  const unsigned short *const k_head = k + sp.k_start * k_stride + (long long)hk * kHeadDim;
+  const unsigned short *const v_head = v + sp.k_start * k_stride + (long long)hk * kHeadDim;
+
+  __syncthreads();  // nobody reads the last tile's shared memory any more
+  if (n_steps > 0) {
+    const long long k0 = kt0 * kBlockN;
+    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+    load_tile<kBlockM>(q_s, q + q_row, q_stride, mq);
+    load_tile<kBlockM>(do_s, dout + o_row, q_stride, mq);
+    load_tile<kBlockN>(ring, k_head + k0 * k_stride, k_stride, nk);
+    load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * k_stride, k_stride, nk);
+  }
+  cp_async_commit();
+
+  // D = rowsum(dO (.) O) of this warp's 16 rows, from memory while the
+  // tiles land: kPieces lanes per row, one 16-byte piece of O and dO each.
+  {
+    constexpr int kRowsPerPass = 32 / kPieces;
+    const int piece = lane % kPieces;
+#pragma unroll
+    for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
+      const int r = row0 + pass * kRowsPerPass + lane / kPieces;
+      float a = 0.f;
+      if (r < mq) {
+        const long long at = o_row + r * q_stride + piece * 8;
+        const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+        const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+        const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          float x0, x1, y0, y1;
+          unpack2(xs[e], x0, x1);
+          unpack2(ys[e], y0, y1);
+          a = fmaf(x0, y0, a);
+          a = fmaf(x1, y1, a);
+        }
+      }
+#pragma unroll
+      for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+      if (piece == 0) {
+        float l = __int_as_float(0x7f800000);  // +inf: P = 0
+        if (r < mq) {
+          const long long at = (long long)h * total_q + sp.q_start + q0 + r;
+          const float x = lse[at];
+          if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
+          else l = x * kLog2e;
+          di[at] = a;
+        } else {
+          a = 0.f;
+        }
+        lse_s[r] = l;
+        di_s[r] = a;
+      }
+    }
+  }
+  __syncwarp();
+  const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
+  const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
+  const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s);
+
+#pragma unroll 1
+  for (int i = 0; i < n_steps; i++) {
+    // Refill the other slot with the next key tile once every warp is
+    // done with it, then wait for this one.
+    __syncthreads();
+    if (i + 1 < n_steps) {
+      const long long k1 = (kt0 + i + 1) * kBlockN;
+      const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
+      unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+      load_tile<kBlockN>(slot, k_head + k1 * k_stride, k_stride, nk1);
+      load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * k_stride, k_stride, nk1);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const long long k0 = (kt0 + i) * kBlockN;
+    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+    const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+    const unsigned v_a = k_a + 2 * kKTileElems;
+    float s[kKeyTiles][4], dp[kKeyTiles][4];
+    rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
+    rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
+    const Band band = tile_band(q0, k0, delta);
+    const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
+    unsigned ds[kKeyTiles][2];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n++) {
+      float x[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const bool lo = e < 2;
+        const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
+        float p = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
+        if (!full) {
+          const int xd = col - row;
+          if (col >= nk || xd < band.lo || xd > band.hi) p = 0.f;
+        }
+        x[e] = p * (dp[n][e] - (lo ? d_lo : d_hi));
+      }
+      ds[n][0] = pack2(x[0], x[1]);
+      ds[n][1] = pack2(x[2], x[3]);
+    }
+    accumulate<kKeyTiles>(acc, ds, k_a);
+  }
+  cp_async_wait<0>();  // no copy outlives the tile (none is pending with steps)
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
@@ -101,140 +252,38 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   (void)dv;
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
   const int h = blockIdx.y, hk = h / (heads / kv_heads);
-  const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
-  unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
-  unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
-  float *const lse_s = reinterpret_cast<float *>(smem + 2 * kQTileElems + 4 * kKTileElems);
-  float *const di_s = lse_s + kBlockM;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, tq = lane & 3;
-  const int row0 = 16 * warp;  // this warp's rows of the query tile
+  const long long q_stride = (long long)heads * kHeadDim;
+  const int row0 = 16 * (threadIdx.x >> 5);  // this warp's rows of the query tile
+  float acc[kDimTiles][4];
 
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
-    const long long seq = find_sequence(cu_seqlens_q, batch, total_q, vt, kBlockM);
-    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, total_q, total_k);
-    const long long tile = vt - (seq + sp.q_start / kBlockM);
-    if (tile < 0 || tile * kBlockM >= sp.q_len) continue;  // an unused number
-    const long long q0 = tile * kBlockM;
-    const int mq = (int)min((long long)kBlockM, sp.q_len - q0);  // real query rows
-    const long long delta = sp.k_len - sp.q_len;
-    long long j_first, j_last;
-    keys_seen(q0, q0 + mq - 1, sp.q_len, sp.k_len, j_first, j_last);
-    const long long kt0 = j_first / kBlockN;
-    const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
-
-    const long long q_row = (sp.q_start + q0) * q_stride + (long long)h * kHeadDim;
-    const unsigned short *const k_head = k + sp.k_start * k_stride + (long long)hk * kHeadDim;
-    const unsigned short *const v_head = v + sp.k_start * k_stride + (long long)hk * kHeadDim;
-
-    __syncthreads();  // nobody reads the last tile's shared memory any more
-    load_tile<kBlockM>(q_s, q + q_row, q_stride, mq);
-    load_tile<kBlockM>(do_s, dout + q_row, q_stride, mq);
-    if (n_steps > 0) {
-      const long long k0 = kt0 * kBlockN;
-      const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-      load_tile<kBlockN>(ring, k_head + k0 * k_stride, k_stride, nk);
-      load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * k_stride, k_stride, nk);
-    }
-    cp_async_commit();
-
-    // D = rowsum(dO (.) O) of this warp's 16 rows, from memory while the
-    // tiles land: kPieces lanes per row, one 16-byte piece of O and dO each.
-    {
-      constexpr int kRowsPerPass = 32 / kPieces;
-      const int piece = lane % kPieces;
-#pragma unroll
-      for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
-        const int r = row0 + pass * kRowsPerPass + lane / kPieces;
-        float a = 0.f;
-        if (r < mq) {
-          const long long at = q_row + r * q_stride + piece * 8;
-          const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
-          const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
-          const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            float x0, x1, y0, y1;
-            unpack2(xs[e], x0, x1);
-            unpack2(ys[e], y0, y1);
-            a = fmaf(x0, y0, a);
-            a = fmaf(x1, y1, a);
-          }
-        }
-#pragma unroll
-        for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
-        if (piece == 0) {
-          float l = __int_as_float(0x7f800000);  // +inf: P = 0
-          if (r < mq) {
-            const long long at = (long long)h * total_q + sp.q_start + q0 + r;
-            const float x = lse[at];
-            if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
-            else l = x * kLog2e;
-            di[at] = a;
-          } else {
-            a = 0.f;
-          }
-          lse_s[r] = l;
-          di_s[r] = a;
-        }
-      }
-    }
-    __syncwarp();
-    const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
-    const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
-
-    float acc[kDimTiles][4];
 #pragma unroll
     for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s);
-
+    if constexpr (kBroadcast) {
+      (void)dq;
+      const long long n_q = total_q / batch, q_tiles = (n_q + kBlockM - 1) / kBlockM;
+      const long long slabs = num_tiles / q_tiles, slab = vt / q_tiles;
+      const long long q0 = (vt - slab * q_tiles) * kBlockM;
+      const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
 #pragma unroll 1
-    for (int i = 0; i < n_steps; i++) {
-      // Refill the other slot with the next key tile once every warp is
-      // done with it, then wait for this one.
-      __syncthreads();
-      if (i + 1 < n_steps) {
-        const long long k1 = (kt0 + i + 1) * kBlockN;
-        const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
-        unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
-        load_tile<kBlockN>(slot, k_head + k1 * k_stride, k_stride, nk1);
-        load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * k_stride, k_stride, nk1);
-      }
-      cp_async_commit();
-      cp_async_wait<1>();
-      __syncthreads();
-      const long long k0 = (kt0 + i) * kBlockN;
-      const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-      const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
-      const unsigned v_a = k_a + 2 * kKTileElems;
-      float s[kKeyTiles][4], dp[kKeyTiles][4];
-      rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
-      rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
-      const Band band = tile_band(q0, k0, delta);
-      const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
-      unsigned ds[kKeyTiles][2];
-#pragma unroll
-      for (int n = 0; n < kKeyTiles; n++) {
-        float x[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const bool lo = e < 2;
-          const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
-          float p = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
-          if (!full) {
-            const int xd = col - row;
-            if (col >= nk || xd < band.lo || xd > band.hi) p = 0.f;
-          }
-          x[e] = p * (dp[n][e] - (lo ? d_lo : d_hi));
-        }
-        ds[n][0] = pack2(x[0], x[1]);
-        ds[n][1] = pack2(x[2], x[3]);
-      }
-      accumulate<kKeyTiles>(acc, ds, k_a);
+      for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++)
+        dq_tile(acc, seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k), q0, h, hk,
+                q, k, v, o, dout, lse, di, heads, kv_heads, total_q);
+      float *const part = di + broadcast_partials_at(heads, total_q) + slab * n_q * q_stride;
+      store_rows_f32(acc, kScale, row0, (int)min((long long)kBlockM, n_q - q0),
+                     part + q0 * q_stride + (long long)h * kHeadDim, q_stride);
+    } else {
+      const long long seq = find_sequence(cu_seqlens_q, batch, total_q, vt, kBlockM);
+      const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+      const long long tile = vt - (seq + sp.q_start / kBlockM);
+      if (tile < 0 || tile * kBlockM >= sp.q_len) continue;  // an unused number
+      const long long q0 = tile * kBlockM;
+      dq_tile(acc, sp, q0, h, hk, q, k, v, o, dout, lse, di, heads, kv_heads, total_q);
+      const int mq = (int)min((long long)kBlockM, sp.q_len - q0);
+      store_rows(acc, kScale, row0, mq, dq + (sp.q_start + q0) * q_stride + (long long)h * kHeadDim,
+                 q_stride);
     }
-    cp_async_wait<0>();  // no copy outlives the tile (none is pending with steps)
-    store_rows(acc, kScale, row0, mq, dq + q_row, q_stride);
   }
 }
 /* ---- end kernel _dq ---- */
@@ -332,7 +381,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
     const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, total_q, total_k);
+    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
     const long long tile = vt - (seq + sp.k_start / kBlockN);
     if (tile < 0 || tile * kBlockN >= sp.k_len) continue;  // an unused number
     const long long k0 = tile * kBlockN;
@@ -353,7 +402,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
       const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
       unsigned short *slot = ring + (i & 1) * 2 * kQTileElems;
-      load_tile<kBlockM>(slot, q + at, q_stride, mq);
+      load_tile<kBlockM>(slot, q + (at - (sp.q_start - sp.q_src) * q_stride), q_stride, mq);
       load_tile<kBlockM>(slot + kQTileElems, dout + at, q_stride, mq);
       if (threadIdx.x < kBlockM) {
         const int r = threadIdx.x;
@@ -438,7 +487,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       if constexpr (kFastDq) {
         __syncthreads();  // dS^T complete; the next step's first barrier ends its reads
         const int h = hk * group + i / q_tiles;
-        add_dq(ds_s, k_a, dq_acc, (sp.q_start + i0) * q_stride + (long long)h * kHeadDim, q_stride,
+        add_dq(ds_s, k_a, dq_acc, (sp.q_src + i0) * q_stride + (long long)h * kHeadDim, q_stride,
                row0, mq);
       }
     }
@@ -463,3 +512,39 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
                    heads, kv_heads, total_q, total_k, num_tiles);
 }
 /* ---- end kernel _dkv ---- */
+@if BROADCAST@
+
+/* ---- begin kernel _dq_sum ----
+ * dQ [n_q, heads, kHeadDim] = the sum of _dq's per-slab fp32 partials,
+ * slab 0 first: a fixed order, so dQ is bit-identical from run to run.
+ * Each thread adds 4 adjacent floats of every slab. */
+constexpr int kSumThreads = @SUM_THREADS@;
+extern "C" __global__ void __launch_bounds__(kSumThreads)
+@KERNEL_NAME@_dq_sum(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di,
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
+    long long slabs) {
+  (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
+  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)kv_heads, (void)total_k;
+  if (batch <= 0) return;
+  const long long n = total_q / batch * heads * kHeadDim;  // floats of one partial
+  const long long e = ((long long)blockIdx.x * kSumThreads + threadIdx.x) * 4;
+  if (e >= n) return;
+  const float *p = di + broadcast_partials_at(heads, total_q) + e;
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+  for (long long c = 0; c < slabs; c++) {
+    const float4 x = __ldg(reinterpret_cast<const float4 *>(p + c * n));
+    sum.x += x.x;
+    sum.y += x.y;
+    sum.z += x.z;
+    sum.w += x.w;
+  }
+  *reinterpret_cast<uint2 *>(dq + e) = make_uint2(pack2(sum.x, sum.y), pack2(sum.z, sum.w));
+}
+/* ---- end kernel _dq_sum ---- */
+@endif@

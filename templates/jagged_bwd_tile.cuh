@@ -2,7 +2,7 @@
 @# which sequence and tile a CTA owns, the band of keys a query sees, the
 @# swizzled tile layout and its 16-byte async load, and the two mma.sync
 @# products (rows times rows, and a register operand times a tile).
-@# Needs: kHeadDim, kThreads, kHasLeft, kHasRight, kWindowLeft, kRight,
+@# Needs: kHeadDim, kThreads, kHasLeft, kHasRight, kWindowLeft, kRight, kBroadcast,
 @#   smem_addr(), cp_async_16(), ldmatrix_x4(), ldmatrix_x4_trans(),
 @#   mma_16816(). No placeholders, no conditions.
 /* ---- begin jagged tiles ----
@@ -42,20 +42,60 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
-// One sequence's tokens in both tensors, clamped.
+// One sequence's tokens in both tensors, clamped. A broadcast Q (one
+// dense Q of n_q = total_q / batch rows shared by every sequence) has its
+// rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
 struct SeqSpan {
-  long long q_start, k_start;  // first token in Q (dO, O, dQ) and in K (V, dK, dV)
+  long long q_start, k_start;  // first token in O, dO, lse, D and in K (V, dK, dV)
+  long long q_src;             // first row in Q (dQ): q_start, or 0 for a broadcast Q
   long long q_len, k_len;      // tokens: Lq, Lk
 };
 
 __device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_k, long long seq,
-                                            long long total_q, long long total_k) {
+                                            long long batch, long long total_q,
+                                            long long total_k) {
   SeqSpan s;
-  s.q_start = clamp_offset(__ldg(cu_q + seq), 0, total_q);
-  s.q_len = clamp_offset(__ldg(cu_q + seq + 1), s.q_start, total_q) - s.q_start;
+  if constexpr (kBroadcast) {
+    s.q_len = total_q / batch;
+    s.q_start = seq * s.q_len;
+    s.q_src = 0;
+  } else {
+    s.q_start = clamp_offset(__ldg(cu_q + seq), 0, total_q);
+    s.q_len = clamp_offset(__ldg(cu_q + seq + 1), s.q_start, total_q) - s.q_start;
+    s.q_src = s.q_start;
+  }
   s.k_start = clamp_offset(__ldg(cu_k + seq), 0, total_k);
   s.k_len = clamp_offset(__ldg(cu_k + seq + 1), s.k_start, total_k) - s.k_start;
   return s;
+}
+
+// A broadcast Q's dQ is the sum over the batch: _dq cuts the batch into
+// `slabs` runs of consecutive sequences of about equal work (keys, plus
+// kSeqCost a sequence for its own loads) and writes one fp32 partial per
+// slab, which _dq_sum adds in slab order. Slab c starts at the first
+// sequence b with (offsets[b] + kSeqCost * b) * slabs >= c * W, W the
+// whole batch's work; slab `slabs` starts at batch. A 32-way warp search,
+// warp-uniform; any offsets give a start in [0, batch].
+constexpr long long kSeqCost = 64;
+__device__ __forceinline__ long long slab_start(const int *cu_k, long long batch,
+                                                long long total_k, long long c, long long slabs) {
+  if (c <= 0) return 0;
+  if (c >= slabs) return batch;
+  const long long goal = c * (total_k + kSeqCost * batch);
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = batch;  // sequence lo is before the start (it holds for 0)
+  while (lo < hi) {
+    const long long step = (hi - lo + 32) / 32;  // candidates lo + step * lane
+    const long long cand = lo + step * lane;
+    bool before = false;
+    if (cand <= hi)
+      before = (clamp_offset(__ldg(cu_k + cand), 0, total_k) + kSeqCost * cand) * slabs < goal;
+    const unsigned ballot = __ballot_sync(0xffffffffu, before);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo + 1 < batch ? lo + 1 : batch;
 }
 
 /* The band: query i (of Lq) sees key j (of Lk) iff 0 <= j < Lk and
@@ -201,6 +241,22 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kHeadDim / 8][4], 
 #pragma unroll
     for (int n = 0; n < kHeadDim / 8; n++)
       dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+// Store 16 result rows (C layout) times `mul` in fp32, those before `rows`.
+__device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][4], float mul,
+                                               int row0, int rows, float *out,
+                                               long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    float2 *dst = reinterpret_cast<float2 *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n++)
+      dst[4 * n] = make_float2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
   }
 }
 /* ---- end jagged tiles ---- */

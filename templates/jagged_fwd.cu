@@ -8,14 +8,18 @@
 @#   @SCALE_TEXT@ (the scale as the spec gave it, for a comment) @MMA_TYPE@
 @#   @PAIR_TYPE@ (see mma_sm80.cuh) @CAUSAL@ (0 | 1) @WINDOW@ (0 | 1)
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ (integers; a negative one leaves its side
-@#   unbounded; with CAUSAL the right one must be 0 or negative).
+@#   unbounded; with CAUSAL the right one must be 0 or negative) @BROADCAST@
+@#   (0 | 1: one dense Q of n_q = total_q / batch rows shared by every
+@#   sequence; sequence b's output and lse rows at b * n_q).
 @# Conditions: none (features are picked with if constexpr).
 @# Includes: mma_sm80.cuh, jagged_walk.cuh.
 @# Host rule: grid (batch + total_q / BLOCK_M, heads, 1) (integer division; the
-@#   same number is the kernel's num_tiles), block WARPS * 32 threads, dynamic
+@#   same number is the kernel's num_tiles); with BROADCAST (batch *
+@#   ceil(n_q / BLOCK_M), heads, 1), block WARPS * 32 threads, dynamic
 @#   shared memory SMEM_BYTES (over 48 KiB: set the function's max dynamic
 @#   shared memory attribute).
-@# Parameters: q [total_q, heads, HEAD_DIM], k and v [total_k, kv_heads,
+@# Parameters: q [total_q, heads, HEAD_DIM] (BROADCAST: [n_q, heads,
+@#   HEAD_DIM], and cu_seqlens_q is not read), k and v [total_k, kv_heads,
 @#   HEAD_DIM] (16-bit), o like q, lse [heads, total_q] fp32 (natural log),
 @#   cu_seqlens_q and cu_seqlens_k [batch + 1] int32 (may be one pointer).
 /* ---- begin constants ---- */
@@ -32,6 +36,7 @@ constexpr bool kCausal = @CAUSAL@;  // bottom-right aligned: key j <= query i + 
 constexpr bool kWindow = @WINDOW@;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
 constexpr int kWindowLeft = @WINDOW_LEFT@;
 constexpr int kWindowRight = @WINDOW_RIGHT@;
+constexpr bool kBroadcast = @BROADCAST@;  // one Q shared by every sequence
 
 constexpr int kWarpRows = kBlockM / kWarps;  // query rows per warp
 constexpr int kMTiles = kWarpRows / 16;  // 16-row m-tiles per warp
@@ -244,7 +249,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
   const JaggedTile jt =
-      jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
   if (!jt.valid) return; // the same answer in every warp
   const long long k_start = jagged_clamp(jt.raw_start_b, 0, total_k);
   const long long lk = jagged_clamp(jt.raw_end_b, k_start, total_k) - k_start;
@@ -263,7 +269,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const int n_first = (int)(key_lo / kBlockN);
   const int n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - n_first + 1 : 0;
 
-  const unsigned short *q_src = q + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
+  // A broadcast Q's rows are the same for every sequence.
+  const long long q_row0 = (kBroadcast ? 0 : jt.start) + m0;
+  const unsigned short *q_src = q + q_row0 * q_stride + (long long)h * kHeadDim;
   const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
   const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
   unsigned short *q_tile = smem;

@@ -1,6 +1,7 @@
 @# jagged_walk.cuh: the device half of the jagged walk: which sequence and
 @# which of its row tiles a CTA's virtual tile number names. Shared by the
-@# jagged forward and backward kernels. No placeholders, no conditions; the
+@# jagged forward and backward kernels; broadcast_tile is the broadcast-Q
+@# forward's (one dense Q shared by every sequence). No placeholders, no conditions; the
 @# tile size is the template parameter kTileRows of each function (the
 @# includer passes its own), and it needs nothing from the includer.
 /* ---- begin jagged walk ----
@@ -95,6 +96,30 @@ __device__ __forceinline__ JaggedTile jagged_find(const int *offs, const int *of
   t.len = e - s;
   t.tile = vt - (lo + s / kTileRows);
   t.valid = t.tile >= 0 && t.tile * kTileRows < t.len;
+  return t;
+}
+
+// The broadcast walk: every sequence has the same n_q = total / batch
+// query rows (one dense Q), so virtual tile vt is query tile vt % q_tiles
+// of sequence vt / q_tiles, with no search; its rows in the output start
+// at seq * n_q. Reads only the second offsets (cu_seqlens_k).
+template <int kTileRows>
+__device__ __forceinline__ JaggedTile broadcast_tile(const int *offs_b, long long batch,
+                                                     long long total, long long vt) {
+  JaggedTile t;
+  t.valid = false;
+  t.seq = 0; t.start = 0; t.len = 0; t.tile = 0; t.raw_start_b = 0; t.raw_end_b = 0;
+  if (batch <= 0 || vt < 0) return t;
+  const long long n_q = total / batch;
+  const long long q_tiles = (n_q + kTileRows - 1) / kTileRows;
+  if (q_tiles == 0 || vt >= batch * q_tiles) return t;
+  t.seq = vt / q_tiles;
+  t.tile = vt - t.seq * q_tiles;
+  t.start = t.seq * n_q;
+  t.len = n_q;
+  t.raw_start_b = __ldg(offs_b + t.seq);
+  t.raw_end_b = __ldg(offs_b + t.seq + 1);
+  t.valid = true;
   return t;
 }
 /* ---- end jagged walk ---- */

@@ -22,7 +22,8 @@ static const char *const goldens[] = {
     "rope_interleaved_table_b192_d64_fp16_causal_bwd",
     /* the jagged pattern: both passes (the backward's two kernels in
      * namespace bwd), and a two-sided window with a given scale */
-    "jagged_d128_bf16_causal_train", "jagged_d64_fp16_window",
+    "jagged_d128_bf16_causal_train", "jagged_d64_fp16_window", "broadcast_d128_bf16_train",
+    "broadcast_d64_fp16_causal_window",
 };
 enum { NGOLDENS = sizeof goldens / sizeof goldens[0] };
 
@@ -146,10 +147,14 @@ START_TEST(test_unsupported) {
   char *src = (char *)1;
   ag_spec j = s;
   j.pattern = AG_PATTERN_JAGGED;
-  j.query = AG_QUERY_BROADCAST;
+  j.block_size = 0;
+  j.rotary.layout = AG_ROTARY_HALF;
+  j.rotary.apply_to = AG_APPLY_Q | AG_APPLY_K;
+  j.rotary.positions = AG_POSITIONS_SEQUENCE;
+  j.rotary.base = 10000.0;
   ck_assert_int_eq(ag_emit(&j, &src, NULL, &err), AG_ERR_UNSUPPORTED);
   ck_assert_ptr_null(src);
-  ck_assert_str_eq(err.message, "not supported yet: broadcast queries");
+  ck_assert_str_eq(err.message, "not supported yet: rotary embeddings with the jagged pattern");
   ag_error_clear(&err);
   /* Rotary embeddings are planned (check_rotary.c); what does not fit is
    * refused there. */

@@ -71,8 +71,9 @@ START_TEST(validation) {
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "rotary:\n  layout: half\n", false);
   expect_error(y, AG_ERR_UNSUPPORTED,
                "jag.yaml:6:1: error: not supported yet: rotary embeddings with the jagged pattern");
+  /* Broadcast queries: tests/check_broadcast.c. */
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "query: broadcast\n", false);
-  expect_error(y, AG_ERR_UNSUPPORTED, "not supported yet: broadcast queries");
+  ck_assert_int_eq(load_ok(y).query, AG_QUERY_BROADCAST);
   /* deterministic belongs to the jagged pattern. */
   const char *block = "name: b\npattern: block_diagonal\nhead_dim: 64\ndtype: bf16\n"
                       "deterministic: false\n";

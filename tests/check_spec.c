@@ -112,7 +112,6 @@ static const struct golden {
     {"unknown_key_no_hint", AG_ERR_SPEC},
     {"unknown_keys_every_hint", AG_ERR_SPEC},
     {"unknown_rotary_keys", AG_ERR_SPEC},
-    {"unsupported_broadcast", AG_ERR_UNSUPPORTED},
     {"unsupported_jagged_rotary", AG_ERR_UNSUPPORTED},
     {"unsupported_rotary_base", AG_ERR_UNSUPPORTED},
     {"unsupported_rotary_base_backward", AG_ERR_UNSUPPORTED},
@@ -292,8 +291,9 @@ START_TEST(test_unsupported_spec_is_filled) {
   ck_assert_int_eq(load(yaml, &s, &err), AG_ERR_UNSUPPORTED);
   ck_assert_int_eq(err.code, AG_ERR_UNSUPPORTED);
   ck_assert_str_eq(err.message,
-                   "<string>:5:1: error: not supported yet: broadcast queries\n"
-                   "query: broadcast\n"
+                   "<string>:9:1: error: not supported yet: rotary embeddings with the jagged "
+                   "pattern\n"
+                   "rotary:\n"
                    "^\n");
   ck_assert_str_eq(s.name, "jag_rope");
   ck_assert_int_eq(s.pattern, AG_PATTERN_JAGGED);

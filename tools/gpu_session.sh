@@ -4,7 +4,7 @@
 # and compute-sanitizer over small runs. Logs go to $OUT (or build/gpu).
 # Usage: tools/gpu_session.sh [build] [test] [demo] [tune] [sanitize] [sanitize-tests]
 #                             [gpu-forward] [gpu-backward] [gpu-rotary] [gpu-rotary-chunked]
-#                             [tune-bwd] [gpu-jagged] [sanitize-jagged]
+#                             [tune-bwd] [gpu-jagged] [gpu-broadcast] [sanitize-jagged]
 #   sanitize-tests: the GPU suite (but its tests past 2^31 elements) under
 #   compute-sanitizer memcheck and racecheck; minutes.
 #   gpu-forward, gpu-backward, gpu-rotary, gpu-rotary-chunked: one test case
@@ -39,13 +39,14 @@ for step in $steps; do
       grep -E "huge|SKIP|Failure|Error" "$out/$step.log" | head -20
       grep -E "^gpu " "$out/$step.log" | awk '{for(i=1;i<=NF;i++) if($i ~ /^[0-9.]+e-0[0-9]$/) print $i}' | sort -g | tail -1 | sed 's/^/  largest error printed: /'
       [ $r -eq 0 ] || rc=1 ;;
-    gpu-jagged)
-      (cd tests && CK_RUN_SUITE=jagged CK_RUN_CASE=jagged_gpu ../build/check_attngen) >"$out/$step.log" 2>&1
+    gpu-jagged|gpu-broadcast)
+      suite=${step#gpu-}
+      (cd tests && CK_RUN_SUITE=$suite CK_RUN_CASE=${suite}_gpu ../build/check_attngen) >"$out/$step.log" 2>&1
       r=$?; echo "$step: exit $r; $(grep -E '^[0-9]+%: Checks' "$out/$step.log")"
       grep -E "SKIP|Failure|Error|NOT REPEATABLE" "$out/$step.log" | head -20
       [ $r -eq 0 ] || rc=1 ;;
     sanitize-jagged)
-      for spec in specs/*jagged*.yaml; do
+      for spec in specs/*jagged*.yaml specs/*broadcast*.yaml; do
         for tool in memcheck racecheck; do
           log="$out/sanitize-$tool-$(basename "$spec" .yaml).log"
           compute-sanitizer --tool $tool --error-exitcode 9 build/attngen run "$spec" --batch 6 \

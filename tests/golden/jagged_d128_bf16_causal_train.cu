@@ -46,6 +46,7 @@ constexpr bool kCausal = 1;  // bottom-right aligned: key j <= query i + Lk - Lq
 constexpr bool kWindow = 0;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
 constexpr int kWindowLeft = 0;
 constexpr int kWindowRight = 0;
+constexpr bool kBroadcast = 0;  // one Q shared by every sequence
 
 constexpr int kWarpRows = kBlockM / kWarps;  // query rows per warp
 constexpr int kMTiles = kWarpRows / 16;  // 16-row m-tiles per warp
@@ -234,6 +235,30 @@ __device__ __forceinline__ JaggedTile jagged_find(const int *offs, const int *of
   t.valid = t.tile >= 0 && t.tile * kTileRows < t.len;
   return t;
 }
+
+// The broadcast walk: every sequence has the same n_q = total / batch
+// query rows (one dense Q), so virtual tile vt is query tile vt % q_tiles
+// of sequence vt / q_tiles, with no search; its rows in the output start
+// at seq * n_q. Reads only the second offsets (cu_seqlens_k).
+template <int kTileRows>
+__device__ __forceinline__ JaggedTile broadcast_tile(const int *offs_b, long long batch,
+                                                     long long total, long long vt) {
+  JaggedTile t;
+  t.valid = false;
+  t.seq = 0; t.start = 0; t.len = 0; t.tile = 0; t.raw_start_b = 0; t.raw_end_b = 0;
+  if (batch <= 0 || vt < 0) return t;
+  const long long n_q = total / batch;
+  const long long q_tiles = (n_q + kTileRows - 1) / kTileRows;
+  if (q_tiles == 0 || vt >= batch * q_tiles) return t;
+  t.seq = vt / q_tiles;
+  t.tile = vt - t.seq * q_tiles;
+  t.start = t.seq * n_q;
+  t.len = n_q;
+  t.raw_start_b = __ldg(offs_b + t.seq);
+  t.raw_end_b = __ldg(offs_b + t.seq + 1);
+  t.valid = true;
+  return t;
+}
 /* ---- end jagged walk ---- */
 
 /* ---- begin tile layout and loads ----
@@ -414,7 +439,8 @@ ag_gem_d128_bf16_causal_fwd(const unsigned short *__restrict__ q, const unsigned
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
   const JaggedTile jt =
-      jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
   if (!jt.valid) return; // the same answer in every warp
   const long long k_start = jagged_clamp(jt.raw_start_b, 0, total_k);
   const long long lk = jagged_clamp(jt.raw_end_b, k_start, total_k) - k_start;
@@ -433,7 +459,9 @@ ag_gem_d128_bf16_causal_fwd(const unsigned short *__restrict__ q, const unsigned
   const int n_first = (int)(key_lo / kBlockN);
   const int n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - n_first + 1 : 0;
 
-  const unsigned short *q_src = q + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
+  // A broadcast Q's rows are the same for every sequence.
+  const long long q_row0 = (kBroadcast ? 0 : jt.start) + m0;
+  const unsigned short *q_src = q + q_row0 * q_stride + (long long)h * kHeadDim;
   const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
   const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
   unsigned short *q_tile = smem;
@@ -567,6 +595,7 @@ constexpr int kWindowRight = 0;  // keys after it
 constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
 constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
 constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+constexpr bool kBroadcast = 0;  // one dense Q shared by every sequence
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile (_dq)
 constexpr int kQueryTiles = kBlockM / 8;  // n-tiles of S^T and dP^T over a query tile (_dkv)
@@ -584,6 +613,10 @@ static_assert(2 * (2 * kQTileElems + 4 * kKTileElems) + 2 * 4 * kBlockM == kSmem
 // LSE * log2(e) and D for the query rows of a Q, dO slot.
 static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == kSmemBytesDkv,
               "the plan's _dkv shared memory is K, V, two Q, dO slots and their row floats");
+// A broadcast Q's dQ partials follow D in the workspace, 16-byte aligned.
+__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
 /* ---- end jagged backward constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
@@ -694,20 +727,60 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
-// One sequence's tokens in both tensors, clamped.
+// One sequence's tokens in both tensors, clamped. A broadcast Q (one
+// dense Q of n_q = total_q / batch rows shared by every sequence) has its
+// rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
 struct SeqSpan {
-  long long q_start, k_start;  // first token in Q (dO, O, dQ) and in K (V, dK, dV)
+  long long q_start, k_start;  // first token in O, dO, lse, D and in K (V, dK, dV)
+  long long q_src;             // first row in Q (dQ): q_start, or 0 for a broadcast Q
   long long q_len, k_len;      // tokens: Lq, Lk
 };
 
 __device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_k, long long seq,
-                                            long long total_q, long long total_k) {
+                                            long long batch, long long total_q,
+                                            long long total_k) {
   SeqSpan s;
-  s.q_start = clamp_offset(__ldg(cu_q + seq), 0, total_q);
-  s.q_len = clamp_offset(__ldg(cu_q + seq + 1), s.q_start, total_q) - s.q_start;
+  if constexpr (kBroadcast) {
+    s.q_len = total_q / batch;
+    s.q_start = seq * s.q_len;
+    s.q_src = 0;
+  } else {
+    s.q_start = clamp_offset(__ldg(cu_q + seq), 0, total_q);
+    s.q_len = clamp_offset(__ldg(cu_q + seq + 1), s.q_start, total_q) - s.q_start;
+    s.q_src = s.q_start;
+  }
   s.k_start = clamp_offset(__ldg(cu_k + seq), 0, total_k);
   s.k_len = clamp_offset(__ldg(cu_k + seq + 1), s.k_start, total_k) - s.k_start;
   return s;
+}
+
+// A broadcast Q's dQ is the sum over the batch: _dq cuts the batch into
+// `slabs` runs of consecutive sequences of about equal work (keys, plus
+// kSeqCost a sequence for its own loads) and writes one fp32 partial per
+// slab, which _dq_sum adds in slab order. Slab c starts at the first
+// sequence b with (offsets[b] + kSeqCost * b) * slabs >= c * W, W the
+// whole batch's work; slab `slabs` starts at batch. A 32-way warp search,
+// warp-uniform; any offsets give a start in [0, batch].
+constexpr long long kSeqCost = 64;
+__device__ __forceinline__ long long slab_start(const int *cu_k, long long batch,
+                                                long long total_k, long long c, long long slabs) {
+  if (c <= 0) return 0;
+  if (c >= slabs) return batch;
+  const long long goal = c * (total_k + kSeqCost * batch);
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = batch;  // sequence lo is before the start (it holds for 0)
+  while (lo < hi) {
+    const long long step = (hi - lo + 32) / 32;  // candidates lo + step * lane
+    const long long cand = lo + step * lane;
+    bool before = false;
+    if (cand <= hi)
+      before = (clamp_offset(__ldg(cu_k + cand), 0, total_k) + kSeqCost * cand) * slabs < goal;
+    const unsigned ballot = __ballot_sync(0xffffffffu, before);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo + 1 < batch ? lo + 1 : batch;
 }
 
 /* The band: query i (of Lq) sees key j (of Lk) iff 0 <= j < Lk and
@@ -855,6 +928,22 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kHeadDim / 8][4], 
       dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
   }
 }
+// Store 16 result rows (C layout) times `mul` in fp32, those before `rows`.
+__device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][4], float mul,
+                                               int row0, int rows, float *out,
+                                               long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    float2 *dst = reinterpret_cast<float2 *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n++)
+      dst[4 * n] = make_float2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
 /* ---- end jagged tiles ---- */
 
 // The CTA's dynamic shared memory (layouts above).
@@ -877,7 +966,145 @@ extern __shared__ __align__(128) unsigned short smem[];
  * Q-stationary: a CTA owns one query tile of one head; it computes D for
  * its rows (from O and dO in memory) and writes it to `di` [heads,
  * total_q], then walks the key tiles of the band, K and V streaming
- * through two slots, and stores dQ. */
+ * through two slots, and stores dQ. With a broadcast Q a CTA owns one
+ * query tile of one head over a slab of sequences (slab_start): it adds
+ * every sequence's dQ in order in registers and stores the slab's fp32
+ * partial after D, [slabs, n_q, heads, kHeadDim] (num_tiles = q_tiles *
+ * slabs), for _dq_sum. */
+
+// One sequence's part of a query tile's dQ (rows q0.., mq of them real),
+// added to acc; writes D of those rows. Starts with a barrier (the last
+// tile's shared memory is free) and ends with no copy in flight.
+__device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpan &sp,
+    long long q0, int h, int hk, const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, float *__restrict__ di, int heads, int kv_heads,
+    long long total_q) {
+  const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
+  unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
+  unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
+  float *const lse_s = reinterpret_cast<float *>(smem + 2 * kQTileElems + 4 * kKTileElems);
+  float *const di_s = lse_s + kBlockM;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int row0 = 16 * warp;  // this warp's rows of the query tile
+  const int mq = (int)min((long long)kBlockM, sp.q_len - q0);  // real query rows
+  const long long delta = sp.k_len - sp.q_len;
+  long long j_first, j_last;
+  keys_seen(q0, q0 + mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+  const long long kt0 = j_first / kBlockN;
+  const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+
+  const long long q_row = (sp.q_src + q0) * q_stride + (long long)h * kHeadDim;
+  const long long o_row = (sp.q_start + q0) * q_stride + (long long)h * kHeadDim;
+  const unsigned short *const k_head = k + sp.k_start * k_stride + (long long)hk * kHeadDim;
+  const unsigned short *const v_head = v + sp.k_start * k_stride + (long long)hk * kHeadDim;
+
+  __syncthreads();  // nobody reads the last tile's shared memory any more
+  if (n_steps > 0) {
+    const long long k0 = kt0 * kBlockN;
+    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+    load_tile<kBlockM>(q_s, q + q_row, q_stride, mq);
+    load_tile<kBlockM>(do_s, dout + o_row, q_stride, mq);
+    load_tile<kBlockN>(ring, k_head + k0 * k_stride, k_stride, nk);
+    load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * k_stride, k_stride, nk);
+  }
+  cp_async_commit();
+
+  // D = rowsum(dO (.) O) of this warp's 16 rows, from memory while the
+  // tiles land: kPieces lanes per row, one 16-byte piece of O and dO each.
+  {
+    constexpr int kRowsPerPass = 32 / kPieces;
+    const int piece = lane % kPieces;
+#pragma unroll
+    for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
+      const int r = row0 + pass * kRowsPerPass + lane / kPieces;
+      float a = 0.f;
+      if (r < mq) {
+        const long long at = o_row + r * q_stride + piece * 8;
+        const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+        const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+        const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          float x0, x1, y0, y1;
+          unpack2(xs[e], x0, x1);
+          unpack2(ys[e], y0, y1);
+          a = fmaf(x0, y0, a);
+          a = fmaf(x1, y1, a);
+        }
+      }
+#pragma unroll
+      for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+      if (piece == 0) {
+        float l = __int_as_float(0x7f800000);  // +inf: P = 0
+        if (r < mq) {
+          const long long at = (long long)h * total_q + sp.q_start + q0 + r;
+          const float x = lse[at];
+          if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
+          else l = x * kLog2e;
+          di[at] = a;
+        } else {
+          a = 0.f;
+        }
+        lse_s[r] = l;
+        di_s[r] = a;
+      }
+    }
+  }
+  __syncwarp();
+  const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
+  const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
+  const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s);
+
+#pragma unroll 1
+  for (int i = 0; i < n_steps; i++) {
+    // Refill the other slot with the next key tile once every warp is
+    // done with it, then wait for this one.
+    __syncthreads();
+    if (i + 1 < n_steps) {
+      const long long k1 = (kt0 + i + 1) * kBlockN;
+      const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
+      unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+      load_tile<kBlockN>(slot, k_head + k1 * k_stride, k_stride, nk1);
+      load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * k_stride, k_stride, nk1);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const long long k0 = (kt0 + i) * kBlockN;
+    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+    const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+    const unsigned v_a = k_a + 2 * kKTileElems;
+    float s[kKeyTiles][4], dp[kKeyTiles][4];
+    rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
+    rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
+    const Band band = tile_band(q0, k0, delta);
+    const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
+    unsigned ds[kKeyTiles][2];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n++) {
+      float x[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const bool lo = e < 2;
+        const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
+        float p = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
+        if (!full) {
+          const int xd = col - row;
+          if (col >= nk || xd < band.lo || xd > band.hi) p = 0.f;
+        }
+        x[e] = p * (dp[n][e] - (lo ? d_lo : d_hi));
+      }
+      ds[n][0] = pack2(x[0], x[1]);
+      ds[n][1] = pack2(x[2], x[3]);
+    }
+    accumulate<kKeyTiles>(acc, ds, k_a);
+  }
+  cp_async_wait<0>();  // no copy outlives the tile (none is pending with steps)
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 ag_gem_d128_bf16_causal_bwd_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
@@ -891,140 +1118,38 @@ ag_gem_d128_bf16_causal_bwd_dq(const unsigned short *__restrict__ q, const unsig
   (void)dv;
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
   const int h = blockIdx.y, hk = h / (heads / kv_heads);
-  const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
-  unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
-  unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
-  float *const lse_s = reinterpret_cast<float *>(smem + 2 * kQTileElems + 4 * kKTileElems);
-  float *const di_s = lse_s + kBlockM;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, tq = lane & 3;
-  const int row0 = 16 * warp;  // this warp's rows of the query tile
+  const long long q_stride = (long long)heads * kHeadDim;
+  const int row0 = 16 * (threadIdx.x >> 5);  // this warp's rows of the query tile
+  float acc[kDimTiles][4];
 
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
-    const long long seq = find_sequence(cu_seqlens_q, batch, total_q, vt, kBlockM);
-    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, total_q, total_k);
-    const long long tile = vt - (seq + sp.q_start / kBlockM);
-    if (tile < 0 || tile * kBlockM >= sp.q_len) continue;  // an unused number
-    const long long q0 = tile * kBlockM;
-    const int mq = (int)min((long long)kBlockM, sp.q_len - q0);  // real query rows
-    const long long delta = sp.k_len - sp.q_len;
-    long long j_first, j_last;
-    keys_seen(q0, q0 + mq - 1, sp.q_len, sp.k_len, j_first, j_last);
-    const long long kt0 = j_first / kBlockN;
-    const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
-
-    const long long q_row = (sp.q_start + q0) * q_stride + (long long)h * kHeadDim;
-    const unsigned short *const k_head = k + sp.k_start * k_stride + (long long)hk * kHeadDim;
-    const unsigned short *const v_head = v + sp.k_start * k_stride + (long long)hk * kHeadDim;
-
-    __syncthreads();  // nobody reads the last tile's shared memory any more
-    load_tile<kBlockM>(q_s, q + q_row, q_stride, mq);
-    load_tile<kBlockM>(do_s, dout + q_row, q_stride, mq);
-    if (n_steps > 0) {
-      const long long k0 = kt0 * kBlockN;
-      const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-      load_tile<kBlockN>(ring, k_head + k0 * k_stride, k_stride, nk);
-      load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * k_stride, k_stride, nk);
-    }
-    cp_async_commit();
-
-    // D = rowsum(dO (.) O) of this warp's 16 rows, from memory while the
-    // tiles land: kPieces lanes per row, one 16-byte piece of O and dO each.
-    {
-      constexpr int kRowsPerPass = 32 / kPieces;
-      const int piece = lane % kPieces;
-#pragma unroll
-      for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
-        const int r = row0 + pass * kRowsPerPass + lane / kPieces;
-        float a = 0.f;
-        if (r < mq) {
-          const long long at = q_row + r * q_stride + piece * 8;
-          const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
-          const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
-          const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            float x0, x1, y0, y1;
-            unpack2(xs[e], x0, x1);
-            unpack2(ys[e], y0, y1);
-            a = fmaf(x0, y0, a);
-            a = fmaf(x1, y1, a);
-          }
-        }
-#pragma unroll
-        for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
-        if (piece == 0) {
-          float l = __int_as_float(0x7f800000);  // +inf: P = 0
-          if (r < mq) {
-            const long long at = (long long)h * total_q + sp.q_start + q0 + r;
-            const float x = lse[at];
-            if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
-            else l = x * kLog2e;
-            di[at] = a;
-          } else {
-            a = 0.f;
-          }
-          lse_s[r] = l;
-          di_s[r] = a;
-        }
-      }
-    }
-    __syncwarp();
-    const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
-    const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
-
-    float acc[kDimTiles][4];
 #pragma unroll
     for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s);
-
+    if constexpr (kBroadcast) {
+      (void)dq;
+      const long long n_q = total_q / batch, q_tiles = (n_q + kBlockM - 1) / kBlockM;
+      const long long slabs = num_tiles / q_tiles, slab = vt / q_tiles;
+      const long long q0 = (vt - slab * q_tiles) * kBlockM;
+      const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
 #pragma unroll 1
-    for (int i = 0; i < n_steps; i++) {
-      // Refill the other slot with the next key tile once every warp is
-      // done with it, then wait for this one.
-      __syncthreads();
-      if (i + 1 < n_steps) {
-        const long long k1 = (kt0 + i + 1) * kBlockN;
-        const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
-        unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
-        load_tile<kBlockN>(slot, k_head + k1 * k_stride, k_stride, nk1);
-        load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * k_stride, k_stride, nk1);
-      }
-      cp_async_commit();
-      cp_async_wait<1>();
-      __syncthreads();
-      const long long k0 = (kt0 + i) * kBlockN;
-      const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-      const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
-      const unsigned v_a = k_a + 2 * kKTileElems;
-      float s[kKeyTiles][4], dp[kKeyTiles][4];
-      rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
-      rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
-      const Band band = tile_band(q0, k0, delta);
-      const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
-      unsigned ds[kKeyTiles][2];
-#pragma unroll
-      for (int n = 0; n < kKeyTiles; n++) {
-        float x[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const bool lo = e < 2;
-          const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
-          float p = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
-          if (!full) {
-            const int xd = col - row;
-            if (col >= nk || xd < band.lo || xd > band.hi) p = 0.f;
-          }
-          x[e] = p * (dp[n][e] - (lo ? d_lo : d_hi));
-        }
-        ds[n][0] = pack2(x[0], x[1]);
-        ds[n][1] = pack2(x[2], x[3]);
-      }
-      accumulate<kKeyTiles>(acc, ds, k_a);
+      for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++)
+        dq_tile(acc, seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k), q0, h, hk,
+                q, k, v, o, dout, lse, di, heads, kv_heads, total_q);
+      float *const part = di + broadcast_partials_at(heads, total_q) + slab * n_q * q_stride;
+      store_rows_f32(acc, kScale, row0, (int)min((long long)kBlockM, n_q - q0),
+                     part + q0 * q_stride + (long long)h * kHeadDim, q_stride);
+    } else {
+      const long long seq = find_sequence(cu_seqlens_q, batch, total_q, vt, kBlockM);
+      const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+      const long long tile = vt - (seq + sp.q_start / kBlockM);
+      if (tile < 0 || tile * kBlockM >= sp.q_len) continue;  // an unused number
+      const long long q0 = tile * kBlockM;
+      dq_tile(acc, sp, q0, h, hk, q, k, v, o, dout, lse, di, heads, kv_heads, total_q);
+      const int mq = (int)min((long long)kBlockM, sp.q_len - q0);
+      store_rows(acc, kScale, row0, mq, dq + (sp.q_start + q0) * q_stride + (long long)h * kHeadDim,
+                 q_stride);
     }
-    cp_async_wait<0>();  // no copy outlives the tile (none is pending with steps)
-    store_rows(acc, kScale, row0, mq, dq + q_row, q_stride);
   }
 }
 /* ---- end kernel _dq ---- */
@@ -1122,7 +1247,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
     const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, total_q, total_k);
+    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
     const long long tile = vt - (seq + sp.k_start / kBlockN);
     if (tile < 0 || tile * kBlockN >= sp.k_len) continue;  // an unused number
     const long long k0 = tile * kBlockN;
@@ -1143,7 +1268,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
       const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
       unsigned short *slot = ring + (i & 1) * 2 * kQTileElems;
-      load_tile<kBlockM>(slot, q + at, q_stride, mq);
+      load_tile<kBlockM>(slot, q + (at - (sp.q_start - sp.q_src) * q_stride), q_stride, mq);
       load_tile<kBlockM>(slot + kQTileElems, dout + at, q_stride, mq);
       if (threadIdx.x < kBlockM) {
         const int r = threadIdx.x;
@@ -1228,7 +1353,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       if constexpr (kFastDq) {
         __syncthreads();  // dS^T complete; the next step's first barrier ends its reads
         const int h = hk * group + i / q_tiles;
-        add_dq(ds_s, k_a, dq_acc, (sp.q_start + i0) * q_stride + (long long)h * kHeadDim, q_stride,
+        add_dq(ds_s, k_a, dq_acc, (sp.q_src + i0) * q_stride + (long long)h * kHeadDim, q_stride,
                row0, mq);
       }
     }

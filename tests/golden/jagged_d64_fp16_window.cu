@@ -37,6 +37,7 @@ constexpr bool kCausal = 0;  // bottom-right aligned: key j <= query i + Lk - Lq
 constexpr bool kWindow = 1;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
 constexpr int kWindowLeft = 64;
 constexpr int kWindowRight = 32;
+constexpr bool kBroadcast = 0;  // one Q shared by every sequence
 
 constexpr int kWarpRows = kBlockM / kWarps;  // query rows per warp
 constexpr int kMTiles = kWarpRows / 16;  // 16-row m-tiles per warp
@@ -225,6 +226,30 @@ __device__ __forceinline__ JaggedTile jagged_find(const int *offs, const int *of
   t.valid = t.tile >= 0 && t.tile * kTileRows < t.len;
   return t;
 }
+
+// The broadcast walk: every sequence has the same n_q = total / batch
+// query rows (one dense Q), so virtual tile vt is query tile vt % q_tiles
+// of sequence vt / q_tiles, with no search; its rows in the output start
+// at seq * n_q. Reads only the second offsets (cu_seqlens_k).
+template <int kTileRows>
+__device__ __forceinline__ JaggedTile broadcast_tile(const int *offs_b, long long batch,
+                                                     long long total, long long vt) {
+  JaggedTile t;
+  t.valid = false;
+  t.seq = 0; t.start = 0; t.len = 0; t.tile = 0; t.raw_start_b = 0; t.raw_end_b = 0;
+  if (batch <= 0 || vt < 0) return t;
+  const long long n_q = total / batch;
+  const long long q_tiles = (n_q + kTileRows - 1) / kTileRows;
+  if (q_tiles == 0 || vt >= batch * q_tiles) return t;
+  t.seq = vt / q_tiles;
+  t.tile = vt - t.seq * q_tiles;
+  t.start = t.seq * n_q;
+  t.len = n_q;
+  t.raw_start_b = __ldg(offs_b + t.seq);
+  t.raw_end_b = __ldg(offs_b + t.seq + 1);
+  t.valid = true;
+  return t;
+}
 /* ---- end jagged walk ---- */
 
 /* ---- begin tile layout and loads ----
@@ -405,7 +430,8 @@ ag_win_d64_fp16_w64_32_fwd(const unsigned short *__restrict__ q, const unsigned 
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
   const JaggedTile jt =
-      jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
   if (!jt.valid) return; // the same answer in every warp
   const long long k_start = jagged_clamp(jt.raw_start_b, 0, total_k);
   const long long lk = jagged_clamp(jt.raw_end_b, k_start, total_k) - k_start;
@@ -424,7 +450,9 @@ ag_win_d64_fp16_w64_32_fwd(const unsigned short *__restrict__ q, const unsigned 
   const int n_first = (int)(key_lo / kBlockN);
   const int n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - n_first + 1 : 0;
 
-  const unsigned short *q_src = q + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
+  // A broadcast Q's rows are the same for every sequence.
+  const long long q_row0 = (kBroadcast ? 0 : jt.start) + m0;
+  const unsigned short *q_src = q + q_row0 * q_stride + (long long)h * kHeadDim;
   const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
   const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
   unsigned short *q_tile = smem;

@@ -82,9 +82,39 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* One pass's launch: the jagged calls, or the broadcast ones with the same
+ * pointers and sizes. */
+typedef struct pass_call {
+  bool broadcast;
+  int64_t n_q;
+  const ag_jagged_fwd_args *fa;
+  const ag_jagged_bwd_args *ba;
+} pass_call;
+
+static ag_status launch(ag_kernel *k, const pass_call *c, ag_error *err) {
+  if (!c->broadcast)
+    return c->fa ? ag_jagged_forward(k, c->fa, NULL, err) : ag_jagged_backward(k, c->ba, NULL, err);
+  if (c->fa) {
+    const ag_jagged_fwd_args *f = c->fa;
+    const ag_broadcast_fwd_args a = {.q = f->q, .k = f->k, .v = f->v, .o = f->o, .lse = f->lse,
+                                     .cu_seqlens_k = f->cu_seqlens_k, .batch = f->batch,
+                                     .n_q = c->n_q, .heads = f->heads, .kv_heads = f->kv_heads,
+                                     .total_k = f->total_k,
+                                     .host_cu_seqlens_k = f->host_cu_seqlens_k};
+    return ag_broadcast_forward(k, &a, NULL, err);
+  }
+  const ag_jagged_bwd_args *b = c->ba;
+  const ag_broadcast_bwd_args a = {.q = b->q, .k = b->k, .v = b->v, .o = b->o, .dout = b->dout,
+                                   .lse = b->lse, .dq = b->dq, .dk = b->dk, .dv = b->dv,
+                                   .workspace = b->workspace, .cu_seqlens_k = b->cu_seqlens_k,
+                                   .batch = b->batch, .n_q = c->n_q, .heads = b->heads,
+                                   .kv_heads = b->kv_heads, .total_k = b->total_k,
+                                   .host_cu_seqlens_k = b->host_cu_seqlens_k};
+  return ag_broadcast_backward(k, &a, NULL, err);
+}
+
 /* Median time of `iters` launches of one pass. */
-static ag_status time_pass(state *s, ag_kernel *k, const ag_jagged_fwd_args *fa,
-                           const ag_jagged_bwd_args *ba, int iters, double *out_ms,
+static ag_status time_pass(state *s, ag_kernel *k, const pass_call *c, int iters, double *out_ms,
                            ag_error *err) {
   const ag_driver *d = s->drv;
   CUevent e0 = NULL, e1 = NULL;
@@ -94,7 +124,7 @@ static ag_status time_pass(state *s, ag_kernel *k, const ag_jagged_fwd_args *fa,
   if (st == AG_OK) st = ag_cuda_check(err, d->cuEventCreate(&e1, 0), "cuEventCreate");
   for (int i = -2; i < iters && st == AG_OK; i++) { /* two warm-up launches */
     st = ag_cuda_check(err, d->cuEventRecord(e0, NULL), "cuEventRecord");
-    if (st == AG_OK) st = fa ? ag_jagged_forward(k, fa, NULL, err) : ag_jagged_backward(k, ba, NULL, err);
+    if (st == AG_OK) st = launch(k, c, err);
     if (st == AG_OK) st = ag_cuda_check(err, d->cuEventRecord(e1, NULL), "cuEventRecord");
     if (st == AG_OK) st = ag_cuda_check(err, d->cuEventSynchronize(e1), "cuEventSynchronize");
     float t = 0;
@@ -167,6 +197,15 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "ag_selfcheck_jagged needs a jagged kernel");
   const bool self = lk == NULL;
   if (self) lk = lq;
+  /* Broadcast queries: every lq[b] is n_q; the device holds one dense Q
+   * (and dQ) of n_q rows, the reference the Q expanded to every sequence,
+   * its dQ summed over the batch. */
+  const bool bcast = spec->query == AG_QUERY_BROADCAST;
+  const int64_t n_q = bcast && batch > 0 ? lq[0] : 0;
+  for (int64_t b = 0; bcast && b < batch; b++)
+    if (lq[b] != n_q)
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                     "a broadcast check needs every query length equal (n_q)");
   const ag_dtype dt = spec->dtype;
   const int dim = spec->head_dim;
   const int64_t H = opt->heads, G = opt->kv_heads ? opt->kv_heads : opt->heads;
@@ -188,6 +227,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   }
   const int64_t tq = cu_q[batch], tk = cu_k[batch];
   const size_t nq = (size_t)(tq * H * dim), nk = (size_t)(tk * G * dim);
+  const size_t nqd = bcast ? (size_t)(n_q * H * dim) : nq; /* Q and dQ on the device */
   ag_ref_jagged_params rp = {.batch = batch, .total_q = tq, .heads = H, .kv_heads = G,
                              .head_dim = dim, .scale = ag_spec_scale(spec),
                              .causal = spec->causal, .window = spec->has_window,
@@ -196,7 +236,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   uint16_t *hq = malloc(2 * nq + 1), *hk = malloc(2 * nk + 1), *hv = malloc(2 * nk + 1),
            *hdo = malloc(2 * nq + 1), *ho = malloc(2 * nq + 1), *hdq = malloc(bwd ? 2 * nq + 1 : 1),
            *hdk = malloc(bwd ? 2 * nk + 1 : 1), *hdv = malloc(bwd ? 2 * nk + 1 : 1),
-           *rep = malloc(bwd ? 2 * (nq + 2 * nk) + 1 : 1);
+           *rep = malloc(bwd ? 2 * (nq + 2 * nk) + 1 : 1), *hqd = malloc(2 * nqd + 1);
   float *hlse = malloc(4 * (size_t)(H * tq) + 4);
   /* Double copies of the inputs only for the backward's reference. */
   double *rq = bwd ? calloc(nq + 1, 8) : NULL, *rk = bwd ? calloc(nk + 1, 8) : NULL,
@@ -207,7 +247,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   state s = {.drv = kernel->ctx->drv, .ctx = kernel->ctx};
   ag_status st = AG_OK;
   int64_t *pairs = NULL; /* the (sequence, head) pairs the reference checks */
-  if (!hq || !hk || !hv || !hdo || !ho || !hdq || !hdk || !hdv || !rep || !hlse || !ro ||
+  if (!hq || !hk || !hv || !hdo || !ho || !hdq || !hdk || !hdv || !rep || !hqd || !hlse || !ro ||
       !rlse || (bwd && (!rq || !rk || !rv || !rdo || !rdq || !rdk || !rdv))) {
     st = ag_fail(err, AG_ERR_NOMEM, "out of memory for the self-check's host buffers");
     goto done;
@@ -218,16 +258,21 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   const size_t counts[4] = {nq, nk, nk, nq};
   for (int t = 0; t < 4; t++)
     for (size_t i = 0; i < counts[t]; i++) {
-      srcs[t][i] = ag_float_to_half(dt, (float)ag_rand_uniform(&rng, -1.0, 1.0));
+      /* a broadcast Q: the first n_q rows drawn, then copied to every sequence */
+      if (bcast && t == 0 && i >= nqd) srcs[t][i] = srcs[t][i % nqd];
+      else srcs[t][i] = ag_float_to_half(dt, (float)ag_rand_uniform(&rng, -1.0, 1.0));
       if (bwd) dsts[t][i] = ag_half_to_float(dt, srcs[t][i]);
     }
+  memcpy(hqd, hq, 2 * nqd);
   if ((st = ag_cuda_check(err, s.drv->cuCtxPushCurrent(s.ctx->cu), "cuCtxPushCurrent"))) goto done;
-  const size_t sizes[NBUF] = {2 * nq, 2 * nk, 2 * nk, 2 * nq, 4 * (size_t)(H * tq), 2 * nq,
-                              2 * nq, 2 * nk, 2 * nk, 4 * (size_t)(H * tq),
+  const size_t ws = bcast ? ag_broadcast_backward_workspace_bytes(kernel, batch, n_q, H)
+                          : 4 * (size_t)(H * tq);
+  const size_t sizes[NBUF] = {2 * nqd, 2 * nk, 2 * nk, 2 * nq, 4 * (size_t)(H * tq), 2 * nq,
+                              2 * nqd, 2 * nk, 2 * nk, ws,
                               4 * (size_t)(batch + 1), 4 * (size_t)(batch + 1)};
   for (int i = 0; i < NBUF && st == AG_OK; i++)
     st = dev_alloc(&s, i, bwd || i < B_DO || i >= B_CUQ ? sizes[i] : 0, err);
-  if (st == AG_OK) st = upload(&s, B_Q, hq, err);
+  if (st == AG_OK) st = upload(&s, B_Q, hqd, err);
   if (st == AG_OK) st = upload(&s, B_K, hk, err);
   if (st == AG_OK) st = upload(&s, B_V, hv, err);
   if (st == AG_OK) st = upload(&s, B_DO, hdo, err);
@@ -244,7 +289,8 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
                            .host_cu_seqlens_q = cu_q, .host_cu_seqlens_k = cu_k};
   /* The backward needs the forward's O and lse: a kernel of the backward
    * alone gets them from the reference, rounded as a forward would. */
-  if (st == AG_OK && fwd_pass) st = ag_jagged_forward(kernel, &fa, NULL, err);
+  const pass_call fcall = {bcast, n_q, &fa, NULL};
+  if (st == AG_OK && fwd_pass) st = launch(kernel, &fcall, err);
   if (st == AG_OK) st = ag_cuda_check(err, s.drv->cuCtxSynchronize(), "forward");
   if (st == AG_OK) st = download(&s, B_O, ho, err);
   if (st == AG_OK) st = download(&s, B_LSE, hlse, err);
@@ -267,7 +313,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   int64_t npairs = 0;
   for (int64_t b = 0; b < batch; b++) {
     const double macs = 2.0 * lq[b] * lk[b] * dim * (bwd ? 4 : 1);
-    if (b != longest && spent + macs * 2 > budget && b > 0) continue;
+    if (b != longest && spent + macs * 2 > budget && b > 0 && !(bcast && bwd)) continue;
     for (int hi = 0; hi < (H > 1 ? 2 : 1); hi++) {
       spent += macs;
       pairs[2 * npairs] = b;
@@ -314,19 +360,20 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
                              .cu_seqlens_k = (const int32_t *)cuk, .batch = batch, .heads = H,
                              .kv_heads = G, .total_q = tq, .total_k = tk,
                              .host_cu_seqlens_q = cu_q, .host_cu_seqlens_k = cu_k};
+    const pass_call bcall = {bcast, n_q, NULL, &ba};
     out->bitwise_repeatable = true;
     for (int run = 0; run <= opt->repeat_backward && st == AG_OK; run++) {
       if ((st = poison(&s, B_DQ, false, err)) || (st = poison(&s, B_DK, false, err)) ||
           (st = poison(&s, B_DV, false, err)) || (st = poison(&s, B_WS, true, err)))
         break;
-      if ((st = ag_jagged_backward(kernel, &ba, NULL, err))) break;
+      if ((st = launch(kernel, &bcall, err))) break;
       if ((st = ag_cuda_check(err, s.drv->cuCtxSynchronize(), "backward"))) break;
-      uint16_t *dst[3] = {run ? rep : hdq, run ? rep + nq : hdk, run ? rep + nq + nk : hdv};
+      uint16_t *dst[3] = {run ? rep : hdq, run ? rep + nqd : hdk, run ? rep + nqd + nk : hdv};
       if ((st = download(&s, B_DQ, dst[0], err)) || (st = download(&s, B_DK, dst[1], err)) ||
           (st = download(&s, B_DV, dst[2], err)))
         break;
-      if (run && (memcmp(rep, hdq, 2 * nq) || memcmp(rep + nq, hdk, 2 * nk) ||
-                  memcmp(rep + nq + nk, hdv, 2 * nk)))
+      if (run && (memcmp(rep, hdq, 2 * nqd) || memcmp(rep + nqd, hdk, 2 * nk) ||
+                  memcmp(rep + nqd + nk, hdv, 2 * nk)))
         out->bitwise_repeatable = false;
     }
     if (st != AG_OK) goto pop;
@@ -337,7 +384,8 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
     npairs = 0;
     for (int64_t b = 0; b < batch; b++) {
       const double macs = 8.0 * lq[b] * lk[b] * dim * group;
-      if (b != longest && spent + macs * 2 > budget && b > 0) continue;
+      /* a broadcast dQ sums every sequence: all of them are checked */
+      if (b != longest && spent + macs * 2 > budget && b > 0 && !bcast) continue;
       for (int gi = 0; gi < (G > 1 ? 2 : 1); gi++) {
         spent += macs;
         pairs[2 * npairs] = b;
@@ -347,9 +395,16 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
     job.npairs = npairs;
     job.backward = true;
     ref_run(&job);
+    if (bcast) { /* dQ: the expanded reference summed over the batch, rows 0..n_q */
+      for (int64_t b = 1; b < batch; b++)
+        for (size_t i = 0; i < nqd; i++) rdq[i] += rdq[(size_t)b * nqd + i];
+      for (int gi = 0; gi < (G > 1 ? 2 : 1); gi++)
+        for (int64_t h = (gi ? G - 1 : 0) * group; h < ((gi ? G - 1 : 0) + 1) * group; h++)
+          accumulate(dt, hdq, rdq, 0, n_q, H, h, dim, &gnum[0], &gden[0], &out->unwritten);
+    }
     for (int64_t i = 0; i < npairs; i++) {
       const int64_t b = pairs[2 * i], g = pairs[2 * i + 1];
-      for (int64_t h = g * group; h < (g + 1) * group; h++)
+      for (int64_t h = g * group; h < (g + 1) * group && !bcast; h++)
         accumulate(dt, hdq, rdq, cu_q[b], lq[b], H, h, dim, &gnum[0], &gden[0], &out->unwritten);
       accumulate(dt, hdk, rdk, cu_k[b], lk[b], G, g, dim, &gnum[1], &gden[1], &out->unwritten);
       accumulate(dt, hdv, rdv, cu_k[b], lk[b], G, g, dim, &gnum[2], &gden[2], &out->unwritten);
@@ -357,10 +412,10 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
     out->rel_dq = gden[0] > 0 ? sqrt(gnum[0] / gden[0]) : 0;
     out->rel_dk = gden[1] > 0 ? sqrt(gnum[1] / gden[1]) : 0;
     out->rel_dv = gden[2] > 0 ? sqrt(gnum[2] / gden[2]) : 0;
-    if (opt->iters > 0) st = time_pass(&s, kernel, NULL, &ba, opt->iters, &out->bwd_ms, err);
+    if (opt->iters > 0) st = time_pass(&s, kernel, &bcall, opt->iters, &out->bwd_ms, err);
   }
   if (st == AG_OK && fwd_pass && opt->iters > 0)
-    st = time_pass(&s, kernel, &fa, NULL, opt->iters, &out->fwd_ms, err);
+    st = time_pass(&s, kernel, &fcall, opt->iters, &out->fwd_ms, err);
 pop:;
   free(pairs);
   CUcontext popped;
@@ -379,6 +434,7 @@ done:
   free(hdk);
   free(hdv);
   free(rep);
+  free(hqd);
   free(hlse);
   free(rq);
   free(rk);

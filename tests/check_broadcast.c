@@ -1,0 +1,397 @@
+/* check_broadcast.c: broadcast-Q attention (`pattern: jagged`, `query:
+ * broadcast`). On the CPU: validation, the plan's four kernels and their
+ * walks, NVRTC compiles for sm_90a and sm_80, and ag_broadcast_forward /
+ * _backward's checks, grids and workspace through a fake driver. On a GPU
+ * (tcase broadcast_gpu; SKIP without one): both passes against the float64
+ * reference of Q expanded to every sequence (its dQ summed over the batch),
+ * on fresh random inputs with poisoned outputs, for n_q 1, 16, 64, 128 and
+ * 200, key lengths 0, 1, 63..65, 1000 and 4096 in one batch, GQA, causal
+ * and windows, both dtypes and head dims, every gradient bit for bit over
+ * five runs; and a batch of 100,000 sequences. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fake_driver.h"
+#include "reference.h"
+#include "runtime.h"
+#include "selfcheck_jagged.h"
+#include "util.h"
+
+static void yaml_for(char *yaml, size_t cap, int dim, ag_dtype dtype, bool causal,
+                     const char *extra, bool backward) {
+  snprintf(yaml, cap,
+           "name: pma\npattern: jagged\nquery: broadcast\nhead_dim: %d\ndtype: %s\ncausal: %s\n"
+           "%spasses: %s\n",
+           dim, dtype == AG_DTYPE_FP16 ? "fp16" : "bf16", causal ? "true" : "false", extra,
+           backward ? "[forward, backward]" : "[forward]");
+}
+
+static ag_spec load_ok(const char *yaml) {
+  ag_spec spec;
+  ag_error err = {0};
+  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "pma.yaml", &spec, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message ? err.message : "");
+  return spec;
+}
+
+static void expect_error(const char *yaml, ag_status want, const char *text) {
+  ag_spec spec;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "pma.yaml", &spec, &err), want);
+  ck_assert_msg(err.message && strstr(err.message, text), "want '%s' in: %s", text,
+                err.message ? err.message : "(none)");
+  ag_error_clear(&err);
+}
+
+START_TEST(validation) {
+  char y[512];
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "", true);
+  ag_spec s = load_ok(y);
+  ck_assert_int_eq(s.query, AG_QUERY_BROADCAST);
+  yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, true, "window: [256, 0]\ndeterministic: true\n", true);
+  s = load_ok(y);
+  ck_assert(s.causal && s.has_window && s.deterministic);
+  /* Rotary embeddings are not built for the jagged kernels yet. */
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "rotary:\n  layout: half\n", false);
+  expect_error(y, AG_ERR_UNSUPPORTED,
+               "pma.yaml:7:1: error: not supported yet: rotary embeddings with the jagged pattern");
+  /* Broadcast queries belong to the jagged pattern. */
+  expect_error("name: b\npattern: block_diagonal\nquery: broadcast\nhead_dim: 64\ndtype: bf16\n",
+               AG_ERR_SPEC, "pma.yaml:3:8: error: query broadcast applies only to pattern jagged");
+  expect_error("name: b\npattern: jagged\nquery: everyone\nhead_dim: 64\ndtype: bf16\n",
+               AG_ERR_SPEC, "pma.yaml:3:8");
+}
+END_TEST
+
+START_TEST(plan_kernels) {
+  char y[512];
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "", true);
+  ag_spec s = load_ok(y);
+  ag_plan p;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert(p.jagged.broadcast);
+  ck_assert_int_eq(p.nkernels, 4);
+  const ag_plan_kernel *f = &p.kernels[0], *dq = &p.kernels[1], *dkv = &p.kernels[2],
+                       *sum = &p.kernels[3];
+  ck_assert_str_eq(f->name, "ag_pma_d128_bf16_bq_fwd");
+  ck_assert_str_eq(dq->name, "ag_pma_d128_bf16_bq_bwd_dq");
+  ck_assert_str_eq(dkv->name, "ag_pma_d128_bf16_bq_bwd_dkv");
+  ck_assert_str_eq(sum->name, "ag_pma_d128_bf16_bq_bwd_dq_sum");
+  ck_assert_ptr_null(sum->template_file); /* defined by jagged_bwd.cu */
+  ck_assert_int_eq(f->walk.kind, AG_WALK_BROADCAST_Q);
+  ck_assert_int_eq(dq->walk.kind, AG_WALK_BROADCAST_SLABS);
+  ck_assert_int_eq(dkv->walk.kind, AG_WALK_JAGGED_K);
+  ck_assert_int_eq(sum->walk.kind, AG_WALK_BROADCAST_SUM);
+  ck_assert_int_eq(sum->walk.rows, 4 * sum->threads / 128);
+  ck_assert_int_eq(sum->nparams, dq->nparams);
+  /* The per-sequence jagged spec emits no sum kernel and reads its Q per
+   * sequence: the broadcast constant is 0 there, 1 here. */
+  char *src = NULL;
+  ck_assert_int_eq(ag_emit(&s, &src, NULL, &err), AG_OK);
+  ck_assert_ptr_nonnull(strstr(src, "constexpr bool kBroadcast = 1;"));
+  ck_assert_ptr_nonnull(strstr(src, "ag_pma_d128_bf16_bq_bwd_dq_sum("));
+  char *again = NULL;
+  ck_assert_int_eq(ag_emit(&s, &again, NULL, &err), AG_OK);
+  ck_assert_str_eq(src, again); /* deterministic */
+  free(again);
+  free(src);
+  s.query = AG_QUERY_PER_SEQUENCE;
+  ck_assert_int_eq(ag_emit(&s, &src, NULL, &err), AG_OK);
+  ck_assert_ptr_null(strstr(src, "_dq_sum("));
+  ck_assert_ptr_null(strstr(src, "kBroadcast = 1"));
+  free(src);
+}
+END_TEST
+
+START_TEST(compiles) {
+  char y[512];
+  const char *extra[] = {"", "window: [100, 0]\n"};
+  for (int i = 0; i < 2; i++) {
+    yaml_for(y, sizeof y, i ? 64 : 128, i ? AG_DTYPE_FP16 : AG_DTYPE_BF16, i == 1, extra[i],
+             true);
+    ag_spec s = load_ok(y);
+    ag_plan p;
+    ag_error err = {0};
+    ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+    const char *archs[] = {"sm_90a", "sm_80"};
+    for (int a = 0; a < 2; a++) {
+      void *cubin = NULL;
+      size_t size = 0;
+      ag_status st = ag_compile(&s, archs[a], &cubin, &size, &err);
+      ck_assert_msg(st == AG_OK, "%s: %s", archs[a], err.message);
+      for (int k = 0; k < p.nkernels; k++)
+        ck_assert_msg(memmem(cubin, size, p.kernels[k].name, strlen(p.kernels[k].name) + 1),
+                      "no %s in the %s cubin", p.kernels[k].name, archs[a]);
+      free(cubin);
+    }
+  }
+}
+END_TEST
+
+/* ---- the launchers without a device ------------------------------------------------ */
+
+typedef struct fake {
+  ag_context ctx;
+  ag_kernel kernel;
+} fake;
+
+static void fake_init(fake *f, int dim, bool backward, int ptrs) {
+  memset(f, 0, sizeof *f);
+  char y[512];
+  yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "", backward);
+  f->kernel.spec = load_ok(y);
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_make(&f->kernel.spec, &f->kernel.plan, &err), AG_OK);
+  ag_fake_driver_attach(&f->ctx, ptrs);
+  ag_fake_seen.jagged = true;
+  f->kernel.ctx = &f->ctx;
+  for (int i = 0; i < f->kernel.plan.nkernels; i++) {
+    f->kernel.fn[i] = (CUfunction)(uintptr_t)(0x100 + i);
+    f->kernel.ctas_per_sm[i] = 1;
+  }
+}
+
+#define P(x) ((void *)(uintptr_t)(x))
+
+static ag_broadcast_fwd_args fwd_args(void) {
+  ag_broadcast_fwd_args a = {.q = P(0x10000), .k = P(0x20000), .v = P(0x30000),
+                             .o = P(0x40000), .lse = P(0x50000), .cu_seqlens_k = P(0x70000),
+                             .batch = 3, .n_q = 200, .heads = 8, .kv_heads = 2,
+                             .total_k = 500};
+  return a;
+}
+
+static ag_broadcast_bwd_args bwd_args(void) {
+  ag_broadcast_bwd_args a = {.q = P(0x10000), .k = P(0x20000), .v = P(0x30000),
+                             .o = P(0x40000), .dout = P(0x50000), .lse = P(0x60000),
+                             .dq = P(0x70000), .dk = P(0x80000), .dv = P(0x90000),
+                             .workspace = P(0xa0000), .cu_seqlens_k = P(0xc0000), .batch = 3,
+                             .n_q = 200, .heads = 8, .kv_heads = 2, .total_k = 500};
+  return a;
+}
+
+START_TEST(launch_parameters) {
+  fake f;
+  fake_init(&f, 128, false, 7);
+  ag_broadcast_fwd_args a = fwd_args();
+  ag_error err = {0};
+  ck_assert_msg(ag_broadcast_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  const ag_plan_kernel *k = &f.kernel.plan.kernels[0];
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  /* cu_seqlens_q is not read: it gets cu_seqlens_k */
+  const void *order[7] = {a.q, a.k, a.v, a.o, a.lse, a.cu_seqlens_k, a.cu_seqlens_k};
+  for (int i = 0; i < 7; i++) ck_assert_uint_eq(ag_fake_seen.ptr[i], (CUdeviceptr)(uintptr_t)order[i]);
+  ck_assert_int_eq(ag_fake_seen.batch, 3);
+  ck_assert_int_eq(ag_fake_seen.total, 3 * 200); /* total_q = batch * n_q */
+  ck_assert_int_eq(ag_fake_seen.total_k, 500);
+  const unsigned q_tiles = (200 + k->walk.rows - 1) / k->walk.rows;
+  ck_assert_uint_eq(ag_fake_seen.grid, 3 * q_tiles);
+  ck_assert_int_eq(ag_fake_seen.items, 3 * q_tiles);
+  ck_assert_uint_eq(ag_fake_seen.grid_y, 8);
+
+  /* The backward: _dq over (query tile, slab) and heads, _dkv over key
+   * tiles and key heads, then the sum over the slabs. */
+  fake_init(&f, 64, true, 12);
+  ag_broadcast_bwd_args b = bwd_args();
+  ck_assert_msg(ag_broadcast_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 3);
+  const ag_plan_kernel *dq = &f.kernel.plan.kernels[1], *dkv = &f.kernel.plan.kernels[2],
+                       *sum = &f.kernel.plan.kernels[3];
+  const int64_t slabs = ag_broadcast_slabs(3, 200, 8, dq->walk.rows);
+  ck_assert_int_eq(slabs, 3); /* never more than the batch */
+  const unsigned dq_tiles = (200 + dq->walk.rows - 1) / dq->walk.rows;
+  ck_assert_uint_eq(ag_fake_seen.grids_x[0], dq_tiles * slabs);
+  ck_assert_uint_eq(ag_fake_seen.grids_y[0], 8);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[1], 3 + 500 / dkv->walk.rows);
+  ck_assert_uint_eq(ag_fake_seen.grids_y[1], 2);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[2], (200 * 8 + sum->walk.rows - 1) / sum->walk.rows);
+  ck_assert_uint_eq(ag_fake_seen.grids_y[2], 1);
+  ck_assert_int_eq(ag_fake_seen.items, slabs); /* the sum's */
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[3]);
+  /* D of every output row, 16-byte aligned, then the slabs' partials. */
+  ck_assert_uint_eq(ag_broadcast_backward_workspace_bytes(&f.kernel, 3, 200, 8),
+                    4 * (8 * 600 + slabs * 200 * 8 * 64));
+  ck_assert_uint_eq(ag_broadcast_backward_workspace_bytes(&f.kernel, 3, 1, 3), 4 * (12 + 3 * 3 * 64));
+  ck_assert_uint_eq(ag_broadcast_backward_workspace_bytes(&f.kernel, -1, 1, 3), 0);
+  ck_assert_uint_eq(ag_broadcast_backward_workspace_bytes(NULL, 1, 1, 3), 0);
+  /* A large batch: slabs fill about 512 CTAs, whatever the batch. */
+  ck_assert_int_eq(ag_broadcast_slabs(100000, 16, 4, 64), 128);
+  ck_assert_int_eq(ag_broadcast_slabs(1152, 128, 4, 64), 64);
+  ck_assert_int_eq(ag_broadcast_slabs(0, 128, 4, 64), 0);
+  ck_assert_int_eq(ag_broadcast_slabs(10, 0, 4, 64), 0);
+}
+END_TEST
+
+START_TEST(argument_checks) {
+  fake f;
+  fake_init(&f, 128, true, 7);
+  ag_error err = {0};
+  ag_broadcast_fwd_args a = fwd_args();
+  a.n_q = -1;
+  ck_assert_int_eq(ag_broadcast_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message,
+                   "need 0 <= n_q and batch * n_q <= 2^31 - 1 (got n_q -1, batch 3)");
+  ag_error_clear(&err);
+  a = fwd_args();
+  a.batch = 1 << 20;
+  a.n_q = 4096;
+  ck_assert_int_eq(ag_broadcast_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.message, "batch * n_q <= 2^31 - 1"));
+  ag_error_clear(&err);
+  a = fwd_args();
+  a.q = NULL;
+  ck_assert_int_eq(ag_broadcast_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "q is a null pointer");
+  ag_error_clear(&err);
+  int32_t hk[4] = {0, 100, 90, 500};
+  a = fwd_args();
+  a.host_cu_seqlens_k = hk;
+  ck_assert_int_eq(ag_broadcast_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "host_cu_seqlens_k decrease at index 2 (90 after 100)");
+  ag_error_clear(&err);
+  ck_assert_int_eq(ag_fake_seen.count, 0);
+  /* n_q 0: nothing to compute, nothing launched. */
+  a = fwd_args();
+  a.n_q = 0;
+  ck_assert_int_eq(ag_broadcast_forward(&f.kernel, &a, NULL, &err), AG_OK);
+  ag_broadcast_bwd_args b = bwd_args();
+  b.workspace = NULL;
+  ck_assert_int_eq(ag_broadcast_backward(&f.kernel, &b, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "workspace is a null pointer");
+  ag_error_clear(&err);
+  /* The jagged calls refuse a broadcast kernel, and the other way round. */
+  ag_jagged_fwd_args j = {.q = P(0x10000), .k = P(0x20000), .v = P(0x30000), .o = P(0x40000),
+                          .cu_seqlens_q = P(0x60000), .cu_seqlens_k = P(0x70000), .batch = 3,
+                          .heads = 8, .total_q = 300, .total_k = 500};
+  ck_assert_int_eq(ag_jagged_forward(&f.kernel, &j, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "kernel 'pma' is not a jagged forward kernel (its spec says "
+                                "query: broadcast: call ag_broadcast_*)");
+  ag_error_clear(&err);
+  f.kernel.spec.query = AG_QUERY_PER_SEQUENCE;
+  a = fwd_args();
+  ck_assert_int_eq(ag_broadcast_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "kernel 'pma' is not a broadcast-Q forward kernel");
+  ag_error_clear(&err);
+  ck_assert_int_eq(ag_fake_seen.count, 0);
+}
+END_TEST
+
+/* ---- on a GPU ------------------------------------------------------------------------ */
+
+typedef struct gpu_case {
+  ag_dtype dtype;
+  int dim;
+  bool causal;
+  const char *extra;
+  int64_t heads, kv_heads;
+} gpu_case;
+
+static const gpu_case gpu_cases[] = {
+    {AG_DTYPE_BF16, 128, false, "", 4, 4},
+    {AG_DTYPE_FP16, 64, false, "", 8, 2},
+    {AG_DTYPE_BF16, 64, true, "deterministic: true\n", 4, 1},
+    {AG_DTYPE_FP16, 128, false, "window: [100, 20]\n", 2, 2},
+};
+enum { NGPU = sizeof gpu_cases / sizeof gpu_cases[0] };
+
+static void run_case(ag_kernel *k, const gpu_case *c, const char *what, int32_t n_q,
+                     const int32_t *lk, int64_t batch, uint64_t seed, double max_ref_macs) {
+  int32_t *lq = malloc(sizeof(int32_t) * (size_t)(batch ? batch : 1));
+  ck_assert_ptr_nonnull(lq);
+  for (int64_t b = 0; b < batch; b++) lq[b] = n_q;
+  ag_jagged_check_options opt = {.seed = seed, .heads = c->heads, .kv_heads = c->kv_heads,
+                                 .backward = true, .repeat_backward = 4,
+                                 .max_ref_macs = max_ref_macs};
+  ag_jagged_check_result r;
+  ag_error err = {0};
+  ag_status st = ag_selfcheck_jagged(k, lq, lk, batch, &opt, &r, &err);
+  free(lq);
+  ck_assert_msg(st == AG_OK, "%s: %s", what, err.message);
+  printf("gpu broadcast %s d%d%s%s h%lld/%lld n_q %-3d %-28s o %.2e lse %.1e dq %.2e dk %.2e "
+         "dv %.2e%s\n",
+         c->dtype == AG_DTYPE_FP16 ? "fp16" : "bf16", c->dim, c->causal ? " causal" : "",
+         *c->extra == 'w' ? " window" : "", (long long)c->heads, (long long)c->kv_heads, n_q,
+         what, r.rel_o, r.lse_abs, r.rel_dq, r.rel_dk, r.rel_dv,
+         r.bitwise_repeatable ? "" : " NOT REPEATABLE");
+  ck_assert_msg(r.unwritten == 0, "%s: %lld elements never written", what, (long long)r.unwritten);
+  ck_assert_msg(r.lse_mismatch == 0, "%s: %lld rows -inf on one side only", what,
+                (long long)r.lse_mismatch);
+  ck_assert_msg(r.rel_o <= ag_jagged_tolerance(c->dtype, false), "%s: O error %g", what, r.rel_o);
+  ck_assert_msg(r.lse_abs <= 2e-3, "%s: lse error %g", what, r.lse_abs);
+  const double tol = ag_jagged_tolerance(c->dtype, true);
+  ck_assert_msg(r.rel_dq <= tol && r.rel_dk <= tol && r.rel_dv <= tol,
+                "%s: gradient errors %g %g %g > %g", what, r.rel_dq, r.rel_dk, r.rel_dv, tol);
+  ck_assert_msg(r.bitwise_repeatable, "%s: the backward differs between runs", what);
+}
+
+START_TEST(gpu_broadcast) {
+  const gpu_case *c = &gpu_cases[_i];
+  ag_context *ctx = ag_test_gpu_or_skip("broadcast");
+  if (!ctx) return;
+  char y[512];
+  yaml_for(y, sizeof y, c->dim, c->dtype, c->causal, c->extra, true);
+  ag_kernel *k;
+  ag_error err = {0};
+  ck_assert_msg(ag_kernel_get_string(ctx, y, strlen(y), &k, &err) == AG_OK, "%s", err.message);
+  uint64_t seed = (uint64_t)getpid() * 1000003u + 7919u * (uint64_t)_i;
+  /* Key lengths 0 and 1 beside the tile edges, one long sequence. */
+  int32_t mixed[] = {0, 1, 63, 64, 65, 129, 1000, _i == 0 ? 4096 : 700, 0, 3};
+  const int32_t nqs[] = {1, 16, 64, 128, 200};
+  for (int i = 0; i < 5; i++) {
+    /* 4096 keys only with the small n_q: its float64 backward is checked whole */
+    int32_t lens[10];
+    memcpy(lens, mixed, sizeof lens);
+    if (nqs[i] > 64 && lens[7] > 1500) lens[7] = 1500;
+    run_case(k, c, "keys 0,1,63,64,65,..", nqs[i], lens, 10, seed + (uint64_t)i, 0);
+  }
+  int32_t many[40];
+  uint64_t rng = seed;
+  for (int i = 0; i < 40; i++) many[i] = (int32_t)(ag_rand_next(&rng) % 300);
+  run_case(k, c, "40 random key lengths 0..299", 32, many, 40, seed + 9, 0);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
+/* 100,000 sequences of 0..40 keys: the slabs' walk over a large batch. */
+START_TEST(gpu_large_batch) {
+  ag_context *ctx = ag_test_gpu_or_skip("broadcast");
+  if (!ctx) return;
+  const gpu_case c = {AG_DTYPE_BF16, 64, false, "", 2, 2};
+  char y[512];
+  yaml_for(y, sizeof y, c.dim, c.dtype, c.causal, c.extra, true);
+  ag_kernel *k;
+  ag_error err = {0};
+  ck_assert_msg(ag_kernel_get_string(ctx, y, strlen(y), &k, &err) == AG_OK, "%s", err.message);
+  enum { BATCH = 100000 };
+  int32_t *lk = malloc(sizeof(int32_t) * BATCH);
+  ck_assert_ptr_nonnull(lk);
+  uint64_t rng = (uint64_t)getpid();
+  for (int i = 0; i < BATCH; i++) lk[i] = (int32_t)(ag_rand_next(&rng) % 41);
+  run_case(k, &c, "batch 100000, keys 0..40", 8, lk, BATCH, rng, 0);
+  free(lk);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
+Suite *broadcast_suite(void) {
+  Suite *s = suite_create("broadcast");
+  TCase *tc = tcase_create("broadcast");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, validation);
+  tcase_add_test(tc, plan_kernels);
+  tcase_add_test(tc, compiles);
+  tcase_add_test(tc, launch_parameters);
+  tcase_add_test(tc, argument_checks);
+  suite_add_tcase(s, tc);
+  TCase *gpu = tcase_create("broadcast_gpu");
+  tcase_set_timeout(gpu, 1200);
+  tcase_add_loop_test(gpu, gpu_broadcast, 0, NGPU);
+  tcase_add_test(gpu, gpu_large_batch);
+  suite_add_tcase(s, gpu);
+  return s;
+}
