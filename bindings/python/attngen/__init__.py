@@ -33,6 +33,19 @@ kernels in one module, bit-identical gradients run to run);
 `deterministic=True` writes `deterministic: true` into the spec. No rotary
 embeddings or dropout with jagged sequences yet (UnsupportedError).
 
+Broadcast queries: one dense q [n_q, heads, D] shared by every sequence
+(a PMA block's seeds, candidates against each user's history), over the
+same jagged k and v:
+
+    out = attngen.broadcast_attention(q, k, v, cu_seqlens_k)    # [batch * n_q, heads, D]
+    out, lse = attngen.broadcast_attention(q, k, v, cu_seqlens_k, causal=True,
+                                           return_lse=True)     # lse [heads, batch * n_q]
+
+Sequence b's output rows start at b * n_q; causal and windows are aligned at
+the bottom right with Lq = n_q. Differentiable without expanding q: the
+backward kernel sums dq [n_q, heads, D] over the batch (bit-identical run
+to run). Its spec is jagged_spec(..., broadcast=True) (`query: broadcast`).
+
 The runtime library libattngen.so is found through $ATTNGEN_LIB, the
 repository's build/ directory or the system loader, and loaded on first use;
 torch is imported on first use too, so this module imports without either.
@@ -45,19 +58,23 @@ from ._errors import (  # noqa: F401
 from ._spec import (  # noqa: F401
     SpecInfo, block_spec, block_spec_name, dict_to_yaml, jagged_spec, jagged_spec_name,
 )
-from ._validate import check_block_attention_args, check_jagged_attention_args  # noqa: F401
+from ._validate import (  # noqa: F401
+    check_block_attention_args, check_broadcast_attention_args, check_jagged_attention_args,
+)
 from .ops import (  # noqa: F401
     Kernel, block_attention, block_attention_api, context_arch, kernel_for, load, parse_spec,
 )
 from .jagged import jagged_attention, jagged_kernel_for  # noqa: F401
+from .broadcast import broadcast_attention, broadcast_kernel_for  # noqa: F401
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "load", "block_attention", "block_attention_api", "jagged_attention", "Kernel", "SpecInfo",
-    "parse_spec", "kernel_for", "jagged_kernel_for", "block_spec", "block_spec_name",
+    "load", "block_attention", "block_attention_api", "jagged_attention",
+    "broadcast_attention", "Kernel", "SpecInfo", "parse_spec", "kernel_for",
+    "jagged_kernel_for", "broadcast_kernel_for", "block_spec", "block_spec_name",
     "jagged_spec", "jagged_spec_name", "check_block_attention_args",
-    "check_jagged_attention_args",
+    "check_jagged_attention_args", "check_broadcast_attention_args",
     "AttngenError", "SpecError", "UnsupportedError", "InvalidArgumentError", "CompileError",
     "DriverError", "CudaError", "CacheError", "AttngenIOError", "AttngenMemoryError",
     "LibraryNotFoundError",

@@ -161,6 +161,47 @@ class AgJaggedBwdArgs(ctypes.Structure):
     ]
 
 
+class AgBroadcastFwdArgs(ctypes.Structure):
+    """Mirror of `ag_broadcast_fwd_args`, in the header's field order."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),             # [n_q, heads, head_dim], shared by every sequence
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),             # [batch * n_q, heads, head_dim]
+        ("lse", ctypes.c_void_p),           # optional fp32 [heads, batch * n_q]; None: not written
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("n_q", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),       # 0 means heads
+        ("total_k", ctypes.c_int64),
+        ("host_cu_seqlens_k", ctypes.c_void_p),  # optional host copy; None: not checked
+    ]
+
+
+class AgBroadcastBwdArgs(ctypes.Structure):
+    """Mirror of `ag_broadcast_bwd_args`, in the header's field order."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("dout", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),           # the forward's, fp32 [heads, batch * n_q]
+        ("dq", ctypes.c_void_p),            # [n_q, heads, head_dim]: summed over the batch
+        ("dk", ctypes.c_void_p),
+        ("dv", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),     # ag_broadcast_backward_workspace_bytes of scratch
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("n_q", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),
+        ("total_k", ctypes.c_int64),
+        ("host_cu_seqlens_k", ctypes.c_void_p),
+    ]
+
+
 # Every struct mirrored here, by its C type name: the layout test
 # (tests/test_spec_and_lib.py) compares each field's offset and each size
 # with the header. AgSpecBox is Python-only (an ag_spec plus slack).
@@ -172,6 +213,8 @@ MIRRORS = {
     "ag_block_bwd_args": AgBlockBwdArgs,
     "ag_jagged_fwd_args": AgJaggedFwdArgs,
     "ag_jagged_bwd_args": AgJaggedBwdArgs,
+    "ag_broadcast_fwd_args": AgBroadcastFwdArgs,
+    "ag_broadcast_bwd_args": AgBroadcastBwdArgs,
 }
 
 
@@ -203,6 +246,14 @@ _PROTOTYPES = {
     "ag_jagged_backward": (_c_status, [ctypes.c_void_p, _P(AgJaggedBwdArgs), ctypes.c_void_p,
                                        _P(AgError)]),
     "ag_jagged_backward_workspace_bytes": (ctypes.c_size_t, [ctypes.c_int64, ctypes.c_int64]),
+    # Optional: a library built before broadcast-Q attention lacks them
+    # (broadcast_attention then says so).
+    "ag_broadcast_forward": (_c_status, [ctypes.c_void_p, _P(AgBroadcastFwdArgs),
+                                         ctypes.c_void_p, _P(AgError)]),
+    "ag_broadcast_backward": (_c_status, [ctypes.c_void_p, _P(AgBroadcastBwdArgs),
+                                          ctypes.c_void_p, _P(AgError)]),
+    "ag_broadcast_backward_workspace_bytes": (ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_int64,
+                                                                ctypes.c_int64, ctypes.c_int64]),
 }
 # Entry points that must exist for the library to be usable at all.
 _REQUIRED = ("ag_strerror", "ag_error_clear", "ag_spec_load_string", "ag_spec_load_file")

@@ -135,12 +135,15 @@ def block_spec(block_size, head_dim, dtype, causal=False, softmax_scale=None, ba
 
 
 def jagged_spec_name(head_dim, dtype, causal=False, window=None, softmax_scale=None,
-                     deterministic=False, backward=False):
+                     deterministic=False, backward=False, broadcast=False):
     """The name of the spec jagged_attention generates, e.g.
     torch_jagged_d128_bf16, with _causal, _w<left>_<right> (window),
     _s<scale>, _det (deterministic) and _grad (both passes) when they apply;
-    cut to 48 characters with a hash as block_spec_name."""
-    name = "torch_jagged_d%d_%s" % (head_dim, dtype)
+    cut to 48 characters with a hash as block_spec_name. broadcast=True
+    names broadcast_attention's spec (`query: broadcast`) the same way from
+    torch_broadcast_ instead of torch_jagged_, e.g.
+    torch_broadcast_d128_bf16_causal_grad."""
+    name = "torch_%s_d%d_%s" % ("broadcast" if broadcast else "jagged", head_dim, dtype)
     if causal:
         name += "_causal"
     if window is not None:
@@ -159,22 +162,28 @@ def jagged_spec_name(head_dim, dtype, causal=False, window=None, softmax_scale=N
 
 
 def jagged_spec(head_dim, dtype, causal=False, window=None, softmax_scale=None,
-                deterministic=False, backward=False):
+                deterministic=False, backward=False, broadcast=False):
     """The spec dict jagged_attention compiles for its arguments: `pattern:
     jagged`, `causal`, `window: [left, right]` when `window` is a pair of
     non-negative ints (None: no window), `head_dim`, `dtype`,
     `softmax_scale` only when given (None: auto), `deterministic: true`
     only when asked, and `passes: [forward, backward]` with backward=True
     (else `[forward]`). The window is taken as given: mapping FlashAttention's
-    window_size onto it is _validate.check_window_size's job."""
+    window_size onto it is _validate.check_window_size's job.
+
+    broadcast=True gives broadcast_attention's spec instead: the same keys
+    with `query: broadcast` after the pattern (one dense Q shared by every
+    sequence) and a torch_broadcast_ name (jagged_spec_name)."""
     if dtype not in DTYPE_NAMES:
         raise ValueError("dtype must be one of %s, got %r" % (DTYPE_NAMES, dtype))
     spec = {
         "name": jagged_spec_name(head_dim, dtype, causal, window, softmax_scale, deterministic,
-                                 backward),
+                                 backward, broadcast),
         "pattern": "jagged",
-        "causal": bool(causal),
     }
+    if broadcast:
+        spec["query"] = "broadcast"
+    spec["causal"] = bool(causal)
     if window is not None:
         spec["window"] = [int(window[0]), int(window[1])]
     spec["head_dim"] = int(head_dim)
@@ -192,10 +201,11 @@ class SpecInfo:
 
     __slots__ = ("name", "source", "pattern", "block_size", "causal", "head_dim",
                  "dtype", "softmax_scale", "scale", "passes", "rotary", "window",
-                 "deterministic")
+                 "deterministic", "query")
 
     def __init__(self, name, source, pattern, block_size, causal, head_dim, dtype,
-                 softmax_scale, scale, passes, rotary=None, window=None, deterministic=False):
+                 softmax_scale, scale, passes, rotary=None, window=None, deterministic=False,
+                 query="per_sequence"):
         self.name = name
         self.source = source
         self.pattern = pattern          # "block_diagonal" | "jagged"
@@ -211,6 +221,7 @@ class SpecInfo:
         self.rotary = rotary
         self.window = window            # jagged: None or (left, right)
         self.deterministic = deterministic  # jagged: `deterministic: true`
+        self.query = query              # "per_sequence" | "broadcast" (jagged: one dense Q)
 
     def __repr__(self):
         return ("SpecInfo(name=%r, pattern=%r, block_size=%d, causal=%r, head_dim=%d, "
@@ -219,4 +230,5 @@ class SpecInfo:
                     self.dtype, self.scale, self.passes,
                     (", rotary=%r" % (self.rotary,) if self.rotary else "") +
                     (", window=%r" % (self.window,) if self.window else "") +
-                    (", deterministic=True" if self.deterministic else "")))
+                    (", deterministic=True" if self.deterministic else "") +
+                    (", query=%r" % self.query if self.query != "per_sequence" else "")))

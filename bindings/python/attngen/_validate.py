@@ -405,9 +405,11 @@ def check_window_size(window_size, causal):
     return False, (left, right)
 
 
-def check_jagged_qkv(q, k, v):
+def check_jagged_qkv(q, k, v, q_rows="total_q"):
     """Checks q [total_q, heads, D] and k, v [total_k, kv_heads, D]. Returns
-    (dtype, dtype_tag, device, total_q, heads, head_dim, total_k, kv_heads)."""
+    (dtype, dtype_tag, device, total_q, heads, head_dim, total_k, kv_heads).
+    q_rows names q's first dimension in messages ("n_q" for broadcast_attention,
+    whose q is one dense [n_q, heads, D])."""
     named = (("q", q), ("k", k), ("v", v))
     for name, t in named:
         for attr in ("dtype", "shape", "device", "is_contiguous"):
@@ -432,8 +434,8 @@ def check_jagged_qkv(q, k, v):
                              % (dtype_name(q.dtype), name, dtype_name(t.dtype)))
     for name, t in named:
         if len(t.shape) != 3:
-            raise ValueError("%s must be 3-D [total_%s, %s, head_dim], got shape %s"
-                             % (name, "q" if name == "q" else "k",
+            raise ValueError("%s must be 3-D [%s, %s, head_dim], got shape %s"
+                             % (name, q_rows if name == "q" else "total_k",
                                 "heads" if name == "q" else "kv_heads", list(_shape(t))))
     total_q, heads, head_dim = _shape(q)
     total_k, kv_heads, kdim = _shape(k)
@@ -522,4 +524,57 @@ def check_jagged_attention_args(q, k, v, cu_seqlens_q, cu_seqlens_k=None, causal
         "head_dim": head_dim, "total_k": total_k, "kv_heads": kv_heads, "batch": batch,
         "causal": causal, "window": window, "softmax_scale": softmax_scale,
         "deterministic": deterministic, "cu_seqlens_k": cu_seqlens_k,
+    }
+
+
+# ---- broadcast_attention -------------------------------------------------------
+
+MAX_ROWS = 2 ** 31 - 1  # rows of a jagged tensor the kernels index in int32
+
+
+def _invalid(message):
+    return _errors.InvalidArgumentError(message, code=_errors.AG_ERR_INVALID_ARGUMENT,
+                                        code_name="invalid argument")
+
+
+def check_broadcast_attention_args(q, k, v, cu_seqlens_k, causal=False, window_size=(-1, -1),
+                                   softmax_scale=None, rotary=None, rotary_table=None,
+                                   deterministic=False):
+    """Every check of broadcast_attention, in one call: q one dense [n_q,
+    heads, D] shared by every sequence, k and v [total_k, kv_heads, D]
+    jagged by cu_seqlens_k (int32 [batch + 1] on q's device), the checks of
+    jagged_attention otherwise (dtypes, head_dim, kv_heads dividing heads,
+    contiguity, alignment, window_size through check_window_size), and
+    batch * n_q, the output's rows, within 2^31 - 1. Returns a dict with
+    dtype, dtype_tag, device, n_q, heads, head_dim, total_k, kv_heads,
+    batch, rows (batch * n_q), causal, window, softmax_scale and
+    deterministic.
+
+    Bad arguments raise InvalidArgumentError (a ValueError, as the C
+    launcher's refusals); rotary embeddings and one-sided windows without
+    causal raise UnsupportedError."""
+    if rotary is not None or rotary_table is not None:
+        raise _errors.UnsupportedError(
+            "attngen: rotary embeddings are not supported with broadcast queries yet "
+            "(pass rotary=None, rotary_table=None; block_attention has them)")
+    try:
+        if not isinstance(deterministic, bool):
+            raise ValueError("deterministic must be True or False, got %r" % (deterministic,))
+        causal, window = check_window_size(window_size, causal)
+        softmax_scale = check_softmax_scale(softmax_scale)
+        dtype, tag, device, n_q, heads, head_dim, total_k, kv_heads = check_jagged_qkv(
+            q, k, v, q_rows="n_q")
+        batch = check_cu_seqlens(cu_seqlens_k, device, "cu_seqlens_k")
+    except _errors.AttngenError:
+        raise
+    except ValueError as e:
+        raise _invalid(str(e)) from None
+    if batch * n_q > MAX_ROWS:
+        raise _invalid("batch * n_q (%d * %d = %d: the output's rows) must be at most 2^31 - 1"
+                       % (batch, n_q, batch * n_q))
+    return {
+        "dtype": dtype, "dtype_tag": tag, "device": device, "n_q": n_q, "heads": heads,
+        "head_dim": head_dim, "total_k": total_k, "kv_heads": kv_heads, "batch": batch,
+        "rows": batch * n_q, "causal": causal, "window": window,
+        "softmax_scale": softmax_scale, "deterministic": deterministic,
     }

@@ -47,6 +47,7 @@ def context_arch(device_index):
 
 _PATTERNS = {_lib.AG_PATTERN_BLOCK_DIAGONAL: "block_diagonal", _lib.AG_PATTERN_JAGGED: "jagged"}
 _DTYPES = {_lib.AG_DTYPE_BF16: "bf16", _lib.AG_DTYPE_FP16: "fp16"}
+_QUERIES = {_lib.AG_QUERY_PER_SEQUENCE: "per_sequence", _lib.AG_QUERY_BROADCAST: "broadcast"}
 
 
 _ROTARY_LAYOUTS = {_lib.AG_ROTARY_INTERLEAVED: "interleaved", _lib.AG_ROTARY_HALF: "half"}
@@ -84,6 +85,7 @@ def _spec_info(box):
         rotary=_rotary_info(s.rotary),
         window=(s.window_left, s.window_right) if s.has_window else None,
         deterministic=bool(s.deterministic),
+        query=_QUERIES.get(s.query, "unknown(%d)" % s.query),
     )
 
 
@@ -223,7 +225,8 @@ class Kernel:
         if self.spec.pattern != "block_diagonal":
             raise _errors.UnsupportedError(
                 "kernel '%s' has pattern %s; a Kernel runs block_diagonal specs only "
-                "(jagged sequences: attngen.jagged_attention)" % (self.spec.name, self.spec.pattern))
+                "(jagged sequences: attngen.jagged_attention; one Q shared by every sequence: "
+                "attngen.broadcast_attention)" % (self.spec.name, self.spec.pattern))
         dtype, tag, device, (tokens, heads, head_dim) = _validate.check_qkv(q, k, v)
         if tag != self.spec.dtype:
             raise ValueError("kernel '%s' is for %s tensors, got %s"
