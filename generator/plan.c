@@ -135,6 +135,13 @@ const ag_plan_kernel *ag_plan_kernel_for(const ag_plan *plan, unsigned pass) {
   return NULL;
 }
 
+int ag_plan_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int64_t heads,
+                    int64_t kv_heads) {
+  return plan->pattern == AG_PATTERN_JAGGED
+             ? ag_plan_jagged_variant(plan, pass, n_q, heads, kv_heads)
+             : 0;
+}
+
 const char *ag_plan_first_kernel(const ag_plan *p) {
   return p->nkernels ? p->kernels[0].name : "";
 }

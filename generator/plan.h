@@ -13,7 +13,7 @@
 struct ag_buf; /* internal.h */
 
 enum {
-  AG_PLAN_MAX_KERNELS = 4, /* kernels of one source */
+  AG_PLAN_MAX_KERNELS = 8, /* kernels of one source */
   AG_PLAN_MAX_PARAMS = 20,
   AG_PLAN_MAX_CONSTS = 24,
   AG_REFUSAL_MAX = 320,
@@ -92,6 +92,10 @@ typedef struct ag_plan_kernel {
   ag_param params[AG_PLAN_MAX_PARAMS];
   int nconsts;
   ag_plan_const consts[AG_PLAN_MAX_CONSTS];
+  /* 0: launched with every run of its pass; else launched only when the
+   * plan picks this variant for the run's sizes (ag_plan_variant): kernels
+   * of one pass that are alternatives (tile shapes by the run-time n_q) */
+  int variant;
 } ag_plan_kernel;
 
 /* ---- the block pattern's shapes (plan_block.c) --------------------------- */
@@ -133,7 +137,19 @@ typedef struct ag_plan_jagged {
   int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
   bool broadcast;   /* query: broadcast: one dense Q shared by every sequence */
   int sum_threads;  /* broadcast: threads of the dQ sum kernel */
+  /* broadcast: the forward for few queries (n_q <= small_max_n_q), tiles of
+   * small_block_m rows */
+  int small_max_n_q, small_block_m, small_warps, small_smem_bytes, small_min_ctas;
+  /* broadcast, heads == kv_heads: the one-pass backward for n_q <= the
+   * tile's rows (templates/broadcast_bwd.cu), one per row count */
+  int fused_block_m[2], fused_warps[2], fused_smem_bytes[2], fused_min_ctas[2];
 } ag_plan_jagged;
+
+/* The variants of the broadcast kernels (ag_plan_kernel.variant). */
+enum {
+  AG_VARIANT_FWD_SMALL = 1, AG_VARIANT_FWD_LARGE, AG_VARIANT_BWD_FUSED_0, AG_VARIANT_BWD_FUSED_1,
+  AG_VARIANT_BWD_SPLIT
+};
 
 /* Why a valid spec was refused: the key that asks for what does not exist
  * or fit, and the reason (without any "not supported yet: "). */
@@ -191,6 +207,11 @@ ag_status ag_spec_check_fields(const ag_spec *spec, ag_error *err);
  * edited them). */
 void ag_plan_kernels(const ag_spec *spec, ag_plan *plan);
 
+/* Which variant of `pass` a run launches (0 when the plan has none): the
+ * policy that picks tile shapes by the run-time sizes. */
+int ag_plan_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int64_t heads,
+                    int64_t kv_heads);
+
 /* The first kernel of `pass`, or NULL. */
 const ag_plan_kernel *ag_plan_kernel_for(const ag_plan *plan, unsigned pass);
 
@@ -220,6 +241,8 @@ void ag_plan_block_describe(const ag_plan *plan, const char *prefix, struct ag_b
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
 void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan);
 void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, struct ag_buf *b);
+int ag_plan_jagged_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int64_t heads,
+                           int64_t kv_heads);
 
 /* Shared by the planners: refuse with a reason at a key. */
 ag_status ag_plan_refuse(ag_plan *out, ag_refusal_key key, ag_error *err, const char *fmt, ...)

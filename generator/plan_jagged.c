@@ -48,6 +48,36 @@ static void plan_forward(ag_plan *p) {
  * written for _dkv, then dQ over the key tiles of the band) and _dkv
  * (key-stationary: dK and dV over the group's heads and the query tiles
  * of the band). Tiles of 64 rows, 4 warps of 16 stationary rows each. */
+/* Broadcast queries: n_q is often small (candidate or learned queries, 1 to
+ * 64), where 128-row tiles would compute mostly padding; runs of n_q <= 64
+ * take 32-row tiles of 2 warps (three CTAs per SM at head_dim 128, a
+ * sequence's keys read once per 32 queries, the rest from L2). */
+static void plan_forward_small(ag_plan *p) {
+  ag_plan_jagged *j = &p->jagged;
+  j->small_max_n_q = 64;
+  j->small_block_m = 32;
+  j->small_warps = 2;
+  j->small_smem_bytes = (j->small_block_m + 2 * j->fwd_stages * j->fwd_block_n) * p->head_dim *
+                        p->elem_bytes;
+  j->small_min_ctas = p->head_dim == 128 ? 3 : 4;
+}
+
+/* Broadcast queries, heads == kv_heads, n_q <= 64 or <= 128: one kernel in
+ * one pass (templates/broadcast_bwd.cu), every query of a head in one CTA
+ * (4 or 8 warps of 16 rows) over a slab of sequences, 64-key tiles; dK and
+ * dV whole per key tile, dQ in registers. Shared memory: Q, dO, two K, V
+ * slots, P and dS, two floats a row. */
+static void plan_backward_fused(ag_plan *p) {
+  ag_plan_jagged *j = &p->jagged;
+  for (int i = 0; i < 2; i++) {
+    const int m = i ? 128 : 64, n = 64;
+    j->fused_block_m[i] = m;
+    j->fused_warps[i] = m / 16;
+    j->fused_smem_bytes[i] = 4 * p->head_dim * (m + 2 * n) + 4 * m * n + 8 * m;
+    j->fused_min_ctas[i] = p->head_dim == 128 && m == 128 ? 1 : 2;
+  }
+}
+
 static void plan_backward(ag_plan *p) {
   ag_plan_jagged *j = &p->jagged;
   j->bwd_block_m = j->bwd_block_n = 64;
@@ -72,6 +102,8 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) 
   out->scale = ag_spec_scale(spec);
   if (spec->passes & AG_PASS_FORWARD) plan_forward(out);
   if (spec->passes & AG_PASS_BACKWARD) plan_backward(out);
+  if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
+  if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD)) plan_backward_fused(out);
   return AG_OK;
 }
 
@@ -82,28 +114,45 @@ static void set_common(ag_plan_kernel *k, int block_m, int block_n, int warps, i
   ag_plan_set(k, "MIN_CTAS", min_ctas);
 }
 
+/* One forward kernel of jagged_fwd.cu with `block_m` query rows a CTA. */
+static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
+                        const char *namespace_name, int block_m, int warps, int smem_bytes,
+                        int min_ctas, int variant) {
+  const ag_plan_jagged *j = &plan->jagged;
+  ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, AG_PASS_FORWARD, name, "jagged_fwd.cu");
+  k->namespace_name = namespace_name;
+  k->variant = variant;
+  k->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_Q : AG_WALK_JAGGED_Q, block_m, 1, 1};
+  k->threads = 32 * warps;
+  k->smem_bytes = smem_bytes;
+  k->min_ctas_per_sm = min_ctas;
+  static const ag_param params[] = {
+      AG_PARAM_Q,        AG_PARAM_K,     AG_PARAM_V,       AG_PARAM_O,
+      AG_PARAM_LSE,      AG_PARAM_OFFSETS_Q, AG_PARAM_OFFSETS_K, AG_PARAM_BATCH,
+      AG_PARAM_HEADS,    AG_PARAM_KV_HEADS,  AG_PARAM_TOTAL_Q,   AG_PARAM_TOTAL_K,
+      AG_PARAM_ITEMS};
+  ag_plan_params(k, (int)(sizeof params / sizeof params[0]), params);
+  set_common(k, block_m, j->fwd_block_n, warps, min_ctas);
+  ag_plan_set(k, "STAGES", j->fwd_stages);
+  ag_plan_set(k, "BROADCAST", j->broadcast);
+  ag_plan_set(k, "SMEM_BYTES", smem_bytes);
+}
+
 void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
   const ag_plan_jagged *j = &plan->jagged;
   char name[AG_KERNEL_NAME_MAX];
   const bool fwd = j->fwd_block_m > 0;
   if (fwd) {
     kernel_name(name, spec, "fwd");
-    ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, AG_PASS_FORWARD, name, "jagged_fwd.cu");
-    k->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_Q : AG_WALK_JAGGED_Q, j->fwd_block_m,
-                        1, 1};
-    k->threads = 32 * j->fwd_warps;
-    k->smem_bytes = j->fwd_smem_bytes;
-    k->min_ctas_per_sm = j->fwd_min_ctas;
-    static const ag_param params[] = {
-        AG_PARAM_Q,        AG_PARAM_K,     AG_PARAM_V,       AG_PARAM_O,
-        AG_PARAM_LSE,      AG_PARAM_OFFSETS_Q, AG_PARAM_OFFSETS_K, AG_PARAM_BATCH,
-        AG_PARAM_HEADS,    AG_PARAM_KV_HEADS,  AG_PARAM_TOTAL_Q,   AG_PARAM_TOTAL_K,
-        AG_PARAM_ITEMS};
-    ag_plan_params(k, (int)(sizeof params / sizeof params[0]), params);
-    set_common(k, j->fwd_block_m, j->fwd_block_n, j->fwd_warps, j->fwd_min_ctas);
-    ag_plan_set(k, "STAGES", j->fwd_stages);
-    ag_plan_set(k, "BROADCAST", j->broadcast);
-    ag_plan_set(k, "SMEM_BYTES", j->fwd_smem_bytes);
+    add_forward(spec, plan, name, NULL, j->fwd_block_m, j->fwd_warps, j->fwd_smem_bytes,
+                j->fwd_min_ctas, j->broadcast ? AG_VARIANT_FWD_LARGE : 0);
+  }
+  if (fwd && j->small_block_m > 0) {
+    char stem[AG_KERNEL_NAME_MAX];
+    kernel_name(stem, spec, "fwd");
+    snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->small_block_m);
+    add_forward(spec, plan, name, "fwd_small", j->small_block_m, j->small_warps,
+                j->small_smem_bytes, j->small_min_ctas, AG_VARIANT_FWD_SMALL);
   }
   if (j->bwd_block_m > 0) {
     static const ag_param params[] = {
@@ -114,11 +163,28 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     const int nparams = (int)(sizeof params / sizeof params[0]);
     char stem[AG_KERNEL_NAME_MAX];
     kernel_name(stem, spec, "bwd");
+    /* Broadcast, heads == kv_heads, n_q <= 64 or 128: one pass. */
+    static const char *const fused_ns[2] = {"bwd_fused_0", "bwd_fused_1"};
+    for (int i = 0; i < 2 && j->fused_block_m[i] > 0; i++) {
+      snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->fused_block_m[i]);
+      ag_plan_kernel *f = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name,
+                                             "broadcast_bwd.cu");
+      f->namespace_name = fused_ns[i];
+      f->variant = AG_VARIANT_BWD_FUSED_0 + i;
+      f->walk = (ag_walk){AG_WALK_BROADCAST_SLABS, j->fused_block_m[i], 1, 1};
+      f->threads = 32 * j->fused_warps[i];
+      f->smem_bytes = j->fused_smem_bytes[i];
+      f->min_ctas_per_sm = j->fused_min_ctas[i];
+      ag_plan_params(f, nparams, params);
+      set_common(f, j->fused_block_m[i], 64, j->fused_warps[i], j->fused_min_ctas[i]);
+      ag_plan_set(f, "SMEM_BYTES", j->fused_smem_bytes[i]);
+    }
     /* _dq first: it writes D, which _dkv reads. */
     snprintf(name, sizeof name, "%.*s_dq", AG_KERNEL_NAME_MAX - 4, stem);
     ag_plan_kernel *dq = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name, "jagged_bwd.cu");
     snprintf(dq->template_name, sizeof dq->template_name, "%s", stem);
-    if (fwd) dq->namespace_name = "bwd";
+    if (fwd || j->broadcast) dq->namespace_name = "bwd";
+    dq->variant = j->broadcast ? AG_VARIANT_BWD_SPLIT : 0;
     dq->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_SLABS : AG_WALK_JAGGED_Q,
                          j->bwd_block_m, 1, 1};
     dq->threads = 32 * j->bwd_warps;
@@ -134,6 +200,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     snprintf(name, sizeof name, "%.*s_dkv", AG_KERNEL_NAME_MAX - 5, stem);
     ag_plan_kernel *dkv = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name, NULL);
     snprintf(dkv->template_name, sizeof dkv->template_name, "%s", stem);
+    dkv->variant = dq->variant;
     dkv->walk = (ag_walk){AG_WALK_JAGGED_K, j->bwd_block_n, 1, 1};
     dkv->threads = 32 * j->bwd_warps;
     dkv->smem_bytes = j->bwd_smem_dkv;
@@ -164,11 +231,19 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                   k->pass == AG_PASS_FORWARD ? "forward" : "backward", k->name);
     if (k->pass == AG_PASS_FORWARD) {
       ag_buf_printf(b, "%s  tile: %d query rows of one head, key tiles of %d, %d in flight\n",
-                    prefix, j->fwd_block_m, j->fwd_block_n, j->fwd_stages);
+                    prefix, k->walk.rows, j->fwd_block_n, j->fwd_stages);
+      if (k->variant)
+        ag_buf_printf(b, "%s  runs when n_q %s %d\n", prefix,
+                      k->variant == AG_VARIANT_FWD_SMALL ? "<=" : ">", j->small_max_n_q);
+    } else if (k->variant == AG_VARIANT_BWD_FUSED_0 || k->variant == AG_VARIANT_BWD_FUSED_1) {
+      ag_buf_printf(b,
+                    "%s  one pass: dQ, dK, dV of all n_q <= %d shared query rows of one head "
+                    "over a slab of sequences, key tiles of 64 (runs when heads == kv_heads)\n",
+                    prefix, k->walk.rows);
     } else if (k->walk.kind == AG_WALK_BROADCAST_SLABS) {
       ag_buf_printf(b,
                     "%s  query-stationary: D, and dQ of %d shared query rows over a slab of "
-                    "sequences, key tiles of %d\n",
+                    "sequences, key tiles of %d (runs when no one-pass kernel applies)\n",
                     prefix, j->bwd_block_m, j->bwd_block_n);
     } else if (k->walk.kind == AG_WALK_BROADCAST_SUM) {
       ag_buf_printf(b, "%s  dQ: the slabs' fp32 partials summed in slab order\n", prefix);
@@ -202,4 +277,20 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                       k->walk.kind == AG_WALK_JAGGED_Q ? "heads" : "kv_heads");
     }
   }
+}
+
+int ag_plan_jagged_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int64_t heads,
+                           int64_t kv_heads) {
+  const ag_plan_jagged *j = &plan->jagged;
+  if (!j->broadcast) return 0;
+  if (pass == AG_PASS_FORWARD)
+    return j->small_block_m > 0 && n_q <= j->small_max_n_q ? AG_VARIANT_FWD_SMALL
+                                                            : AG_VARIANT_FWD_LARGE;
+  /* The one-pass backward holds every query in one CTA and writes dK, dV
+   * of a key head once: n_q within its rows, no grouped heads. n_q = 0
+   * takes the split kernels, which write dK = dV = 0. */
+  for (int i = 0; i < 2; i++)
+    if (j->fused_block_m[i] > 0 && heads == kv_heads && n_q >= 1 && n_q <= j->fused_block_m[i])
+      return AG_VARIANT_BWD_FUSED_0 + i;
+  return AG_VARIANT_BWD_SPLIT;
 }

@@ -18,7 +18,7 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
   ag_status st = AG_OK;
   for (int i = 0; i < plan->nkernels && st == AG_OK; i++) {
     const ag_plan_kernel *d = &plan->kernels[i];
-    if (d->pass != pass) continue;
+    if (d->pass != pass || (d->variant && d->variant != a->variant)) continue;
     st = d->walk.kind == AG_WALK_BLOCK
              ? ag_walk_block_grid(&d->walk, a, ctx->sm_count, kernel->ctas_per_sm[i], grids[i],
                                   &items[i], err)
@@ -29,7 +29,9 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
   if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent"))) return st;
   for (int i = 0; i < plan->nkernels && st == AG_OK; i++) {
     const ag_plan_kernel *d = &plan->kernels[i];
-    if (d->pass != pass || !grids[i][0] || !grids[i][1]) continue;
+    if (d->pass != pass || (d->variant && d->variant != a->variant) || !grids[i][0] ||
+        !grids[i][1])
+      continue;
     CUdeviceptr ptrs[AG_PLAN_MAX_PARAMS];
     long long wide[AG_PLAN_MAX_PARAMS];
     int narrow[AG_PLAN_MAX_PARAMS];

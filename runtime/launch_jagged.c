@@ -39,7 +39,7 @@ static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
                                                   : "");
   ag_launch a = {.batch = c->batch, .heads = c->heads,
                  .kv_heads = c->kv_heads ? c->kv_heads : c->heads, .total_q = c->total_q,
-                 .total_k = c->total_k, .sum_block_m = kernel->plan.jagged.bwd_block_m};
+                 .total_k = c->total_k, .slab_rows = kernel->plan.jagged.bwd_block_m};
   if (broadcast) {
     if (c->n_q < 0 || c->batch < 0 || (c->batch > 0 && c->n_q > INT32_MAX / c->batch))
       return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
@@ -47,6 +47,7 @@ static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
                      (long long)c->n_q, (long long)c->batch);
     a.total_q = c->batch * c->n_q;
   }
+  a.variant = ag_plan_variant(&kernel->plan, c->pass, c->n_q, a.heads, a.kv_heads);
   if (a.batch < 0 || a.heads < 1 || a.kv_heads < 1 || a.total_q < 0 || a.total_k < 0)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "need batch >= 0, heads >= 1, kv_heads >= 1, total_q >= 0, total_k >= 0 "

@@ -258,7 +258,8 @@ ag_status ag_compile_spec(const ag_spec *spec, const char *arch, void **out_cubi
 typedef struct ag_launch {
   const void *ptr[AG_PARAM_COUNT]; /* device pointers of the pointer roles */
   int64_t batch, heads, kv_heads, total_q, total_k;
-  int sum_block_m; /* broadcast: the query tile of _dq, which the sum's slab count needs */
+  int slab_rows; /* broadcast: the query tile the slab count is sized with (ag_broadcast_slabs) */
+  int variant;   /* the kernels of this variant run, and those of variant 0 (ag_plan_variant) */
 } ag_launch;
 
 /* The grid of a kernel and the work count its walk takes (the ITEMS

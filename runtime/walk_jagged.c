@@ -30,12 +30,12 @@ static ag_status broadcast_grid(const ag_walk *w, const ag_launch *a, unsigned o
   switch (w->kind) {
     case AG_WALK_BROADCAST_Q: x = items = a->batch * q_tiles; break;
     case AG_WALK_BROADCAST_SLABS:
-      x = items = q_tiles * ag_broadcast_slabs(a->batch, n_q, a->heads, w->rows);
+      x = items = q_tiles * ag_broadcast_slabs(a->batch, n_q, a->heads, a->slab_rows);
       break;
     default: /* AG_WALK_BROADCAST_SUM */
       x = (n_q * a->heads + w->rows - 1) / w->rows;
       y = 1;
-      items = ag_broadcast_slabs(a->batch, n_q, a->heads, a->sum_block_m);
+      items = ag_broadcast_slabs(a->batch, n_q, a->heads, a->slab_rows);
   }
   if (x > INT32_MAX || y > 65535)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,

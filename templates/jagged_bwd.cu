@@ -68,10 +68,6 @@ static_assert(2 * (2 * kQTileElems + 4 * kKTileElems) + 2 * 4 * kBlockM == kSmem
 // LSE * log2(e) and D for the query rows of a Q, dO slot.
 static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == kSmemBytesDkv,
               "the plan's _dkv shared memory is K, V, two Q, dO slots and their row floats");
-// A broadcast Q's dQ partials follow D in the workspace, 16-byte aligned.
-__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
-  return (heads * total_q + 3) / 4 * 4;
-}
 /* ---- end jagged backward constants ---- */
 
 @include mma_sm80.cuh@
@@ -121,7 +117,7 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
   float *const lse_s = reinterpret_cast<float *>(smem + 2 * kQTileElems + 4 * kKTileElems);
   float *const di_s = lse_s + kBlockM;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, tq = lane & 3;
+  const int g = lane >> 2;
   const int row0 = 16 * warp;  // this warp's rows of the query tile
   const int mq = (int)min((long long)kBlockM, sp.q_len - q0);  // real query rows
   const long long delta = sp.k_len - sp.q_len;
@@ -146,47 +142,9 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
   }
   cp_async_commit();
 
-  // D = rowsum(dO (.) O) of this warp's 16 rows, from memory while the
-  // tiles land: kPieces lanes per row, one 16-byte piece of O and dO each.
-  {
-    constexpr int kRowsPerPass = 32 / kPieces;
-    const int piece = lane % kPieces;
-#pragma unroll
-    for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
-      const int r = row0 + pass * kRowsPerPass + lane / kPieces;
-      float a = 0.f;
-      if (r < mq) {
-        const long long at = o_row + r * q_stride + piece * 8;
-        const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
-        const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
-        const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          float x0, x1, y0, y1;
-          unpack2(xs[e], x0, x1);
-          unpack2(ys[e], y0, y1);
-          a = fmaf(x0, y0, a);
-          a = fmaf(x1, y1, a);
-        }
-      }
-#pragma unroll
-      for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
-      if (piece == 0) {
-        float l = __int_as_float(0x7f800000);  // +inf: P = 0
-        if (r < mq) {
-          const long long at = (long long)h * total_q + sp.q_start + q0 + r;
-          const float x = lse[at];
-          if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
-          else l = x * kLog2e;
-          di[at] = a;
-        } else {
-          a = 0.f;
-        }
-        lse_s[r] = l;
-        di_s[r] = a;
-      }
-    }
-  }
+  // D of this warp's rows from memory while the tiles land.
+  row_stats(o, dout, lse, di, o_row, q_stride, (long long)h * total_q + sp.q_start + q0, mq, row0,
+            lse_s, di_s);
   __syncwarp();
   const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
   const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
@@ -216,24 +174,9 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
     rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
     const Band band = tile_band(q0, k0, delta);
     const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
-    unsigned ds[kKeyTiles][2];
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; n++) {
-      float x[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const bool lo = e < 2;
-        const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
-        float p = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
-        if (!full) {
-          const int xd = col - row;
-          if (col >= nk || xd < band.lo || xd > band.hi) p = 0.f;
-        }
-        x[e] = p * (dp[n][e] - (lo ? d_lo : d_hi));
-      }
-      ds[n][0] = pack2(x[0], x[1]);
-      ds[n][1] = pack2(x[2], x[3]);
-    }
+    unsigned p16[kKeyTiles][2], ds[kKeyTiles][2];
+    probs_and_ds<kKeyTiles, false>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nk, band, row0, p16,
+                                   ds);
     accumulate<kKeyTiles>(acc, ds, k_a);
   }
   cp_async_wait<0>();  // no copy outlives the tile (none is pending with steps)

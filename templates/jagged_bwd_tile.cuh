@@ -2,7 +2,9 @@
 @# which sequence and tile a CTA owns, the band of keys a query sees, the
 @# swizzled tile layout and its 16-byte async load, and the two mma.sync
 @# products (rows times rows, and a register operand times a tile).
-@# Needs: kHeadDim, kThreads, kHasLeft, kHasRight, kWindowLeft, kRight, kBroadcast,
+@# Needs: kHeadDim, kThreads, kHasLeft, kHasRight, kWindowLeft, kRight, kBroadcast, kLog2e,
+@#   kScaleLog2, fast_exp2(), pack2(), neg_inf(),
+@#   unpack2(),
 @#   smem_addr(), cp_async_16(), ldmatrix_x4(), ldmatrix_x4_trans(),
 @#   mma_16816(). No placeholders, no conditions.
 /* ---- begin jagged tiles ----
@@ -77,6 +79,11 @@ __device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_k, lo
 // whole batch's work; slab `slabs` starts at batch. A 32-way warp search,
 // warp-uniform; any offsets give a start in [0, batch].
 constexpr long long kSeqCost = 64;
+// The slabs' dQ partials follow D ([heads, total_q] floats) in the
+// workspace, 16-byte aligned: [slabs, n_q, heads, kHeadDim] fp32.
+__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
 __device__ __forceinline__ long long slab_start(const int *cu_k, long long batch,
                                                 long long total_k, long long c, long long slabs) {
   if (c <= 0) return 0;
@@ -243,6 +250,88 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kHeadDim / 8][4], 
       dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
   }
 }
+// D = rowsum(dO (.) O) of a warp's 16 query rows row0.. (of `rows` real;
+// row r of O and dO at o_row + r * row_stride) from memory, kPieces lanes a
+// row, one 16-byte piece of each; with each row's LSE * log2(e) (+inf for
+// rows past the end or with no key, so that P = 0; their D is 0) into
+// lse_s[r], di_s[r]. `di`, when not null, gets D at di[lse_at + r] (lse's
+// index of row r). The warp's lanes read lse_s, di_s after a __syncwarp.
+__device__ __forceinline__ void row_stats(const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    float *__restrict__ di, long long o_row, long long row_stride, long long lse_at, int rows,
+    int row0, float *lse_s, float *di_s) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kRowsPerPass = 32 / kPieces;
+  const int piece = lane % kPieces;
+#pragma unroll
+  for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
+    const int r = row0 + pass * kRowsPerPass + lane / kPieces;
+    float a = 0.f;
+    if (r < rows) {
+      const long long at = o_row + r * row_stride + piece * 8;
+      const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+      const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+      const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x0, x1, y0, y1;
+        unpack2(xs[e], x0, x1);
+        unpack2(ys[e], y0, y1);
+        a = fmaf(x0, y0, a);
+        a = fmaf(x1, y1, a);
+      }
+    }
+#pragma unroll
+    for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+    if (piece == 0) {
+      float l = __int_as_float(0x7f800000);  // +inf: P = 0
+      if (r < rows) {
+        const float x = lse[lse_at + r];
+        if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
+        else l = x * kLog2e;
+        if (di) di[lse_at + r] = a;
+      } else {
+        a = 0.f;
+      }
+      lse_s[r] = l;
+      di_s[r] = a;
+    }
+  }
+}
+
+// P = exp(scale * S - LSE) and dS = P (.) (dP - D) of a warp's 16 query
+// rows row0.. against a key tile (C layout, kNT n-tiles of 8 keys), as
+// 16-bit pairs; P masked to 0 outside the band and past nk keys unless the
+// tile is `full`. lse_lo/hi are LSE * log2(e) of rows g and g + 8, d_lo/hi
+// their D. With kKeepP, P's pairs also go to p16.
+template <int kNT, bool kKeepP>
+__device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const float (&dp)[kNT][4],
+    float lse_lo, float lse_hi, float d_lo, float d_hi, bool full, int nk, Band band, int row0,
+    unsigned (&p16)[kNT][2], unsigned (&ds)[kNT][2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) {
+    float p[4], x[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const bool lo = e < 2;
+      const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
+      p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
+      if (!full) {
+        const int xd = col - row;
+        if (col >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;
+      }
+      x[e] = p[e] * (dp[n][e] - (lo ? d_lo : d_hi));
+    }
+    if constexpr (kKeepP) {
+      p16[n][0] = pack2(p[0], p[1]);
+      p16[n][1] = pack2(p[2], p[3]);
+    }
+    ds[n][0] = pack2(x[0], x[1]);
+    ds[n][1] = pack2(x[2], x[3]);
+  }
+}
+
 // Store 16 result rows (C layout) times `mul` in fp32, those before `rows`.
 __device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][4], float mul,
                                                int row0, int rows, float *out,

@@ -110,12 +110,14 @@ __device__ __forceinline__ JaggedTile broadcast_tile(const int *offs_b, long lon
   t.valid = false;
   t.seq = 0; t.start = 0; t.len = 0; t.tile = 0; t.raw_start_b = 0; t.raw_end_b = 0;
   if (batch <= 0 || vt < 0) return t;
-  const long long n_q = total / batch;
-  const long long q_tiles = (n_q + kTileRows - 1) / kTileRows;
-  if (q_tiles == 0 || vt >= batch * q_tiles) return t;
-  t.seq = vt / q_tiles;
-  t.tile = vt - t.seq * q_tiles;
-  t.start = t.seq * n_q;
+  // batch, total and vt are below 2^31 (the launcher's checks): 32-bit division
+  const unsigned n_q = (unsigned)total / (unsigned)batch;
+  const unsigned q_tiles = (n_q + kTileRows - 1) / kTileRows;
+  if (q_tiles == 0 || vt >= batch * (long long)q_tiles) return t;
+  const unsigned seq = (unsigned)vt / q_tiles;
+  t.seq = seq;
+  t.tile = (unsigned)vt - seq * q_tiles;
+  t.start = (long long)seq * n_q;
   t.len = n_q;
   t.raw_start_b = __ldg(offs_b + t.seq);
   t.raw_end_b = __ldg(offs_b + t.seq + 1);

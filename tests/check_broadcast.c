@@ -75,20 +75,54 @@ START_TEST(plan_kernels) {
   ag_error err = {0};
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   ck_assert(p.jagged.broadcast);
-  ck_assert_int_eq(p.nkernels, 4);
-  const ag_plan_kernel *f = &p.kernels[0], *dq = &p.kernels[1], *dkv = &p.kernels[2],
-                       *sum = &p.kernels[3];
+  /* Two forwards (128- and 32-row tiles), two one-pass backwards (64 and
+   * 128 rows), the split backward and the sum of the slabs. */
+  ck_assert_int_eq(p.nkernels, 7);
+  const ag_plan_kernel *f = &p.kernels[0], *fs = &p.kernels[1], *m64 = &p.kernels[2],
+                       *m128 = &p.kernels[3], *dq = &p.kernels[4], *dkv = &p.kernels[5],
+                       *sum = &p.kernels[6];
   ck_assert_str_eq(f->name, "ag_pma_d128_bf16_bq_fwd");
+  ck_assert_str_eq(fs->name, "ag_pma_d128_bf16_bq_fwd_m32");
+  ck_assert_str_eq(m64->name, "ag_pma_d128_bf16_bq_bwd_m64");
+  ck_assert_str_eq(m128->name, "ag_pma_d128_bf16_bq_bwd_m128");
   ck_assert_str_eq(dq->name, "ag_pma_d128_bf16_bq_bwd_dq");
   ck_assert_str_eq(dkv->name, "ag_pma_d128_bf16_bq_bwd_dkv");
   ck_assert_str_eq(sum->name, "ag_pma_d128_bf16_bq_bwd_dq_sum");
+  ck_assert_str_eq(m64->template_file, "broadcast_bwd.cu");
   ck_assert_ptr_null(sum->template_file); /* defined by jagged_bwd.cu */
   ck_assert_int_eq(f->walk.kind, AG_WALK_BROADCAST_Q);
+  ck_assert_int_eq(fs->walk.rows, 32);
+  ck_assert_int_eq(m64->walk.kind, AG_WALK_BROADCAST_SLABS);
+  ck_assert_int_eq(m128->walk.rows, 128);
   ck_assert_int_eq(dq->walk.kind, AG_WALK_BROADCAST_SLABS);
   ck_assert_int_eq(dkv->walk.kind, AG_WALK_JAGGED_K);
   ck_assert_int_eq(sum->walk.kind, AG_WALK_BROADCAST_SUM);
   ck_assert_int_eq(sum->walk.rows, 4 * sum->threads / 128);
   ck_assert_int_eq(sum->nparams, dq->nparams);
+  ck_assert_int_le(m128->smem_bytes, 227 * 1024);
+  /* The variants, picked by the run's sizes; the sum runs with each. */
+  ck_assert_int_eq(f->variant, AG_VARIANT_FWD_LARGE);
+  ck_assert_int_eq(fs->variant, AG_VARIANT_FWD_SMALL);
+  ck_assert_int_eq(sum->variant, 0);
+  ck_assert_int_eq(dq->variant, dkv->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_FORWARD, 1, 4, 4), fs->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_FORWARD, 64, 4, 4), fs->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_FORWARD, 65, 4, 4), f->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 1, 4, 4), m64->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 64, 4, 4), m64->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 65, 4, 4), m128->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 128, 4, 4), m128->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 129, 4, 4), dq->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 32, 4, 2), dq->variant); /* GQA */
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 0, 4, 4), dq->variant); /* dK = 0 */
+  /* The per-sequence pattern has no variants. */
+  ag_plan pj;
+  ag_spec sj = s;
+  sj.query = AG_QUERY_PER_SEQUENCE;
+  ck_assert_int_eq(ag_plan_make(&sj, &pj, &err), AG_OK);
+  ck_assert_int_eq(pj.nkernels, 3);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(pj.kernels[i].variant, 0);
+  ck_assert_int_eq(ag_plan_variant(&pj, AG_PASS_BACKWARD, 32, 4, 4), 0);
   /* The per-sequence jagged spec emits no sum kernel and reads its Q per
    * sequence: the broadcast constant is 0 there, 1 here. */
   char *src = NULL;
@@ -193,15 +227,25 @@ START_TEST(launch_parameters) {
   ck_assert_uint_eq(ag_fake_seen.grid, 3 * q_tiles);
   ck_assert_int_eq(ag_fake_seen.items, 3 * q_tiles);
   ck_assert_uint_eq(ag_fake_seen.grid_y, 8);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[0]);
+  /* Few queries: the 32-row forward. */
+  ag_fake_seen.count = 0;
+  a.n_q = 40;
+  ck_assert_msg(ag_broadcast_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[1]);
+  ck_assert_uint_eq(ag_fake_seen.grid, 3 * 2);
+  ck_assert_uint_eq(ag_fake_seen.block, 64);
 
-  /* The backward: _dq over (query tile, slab) and heads, _dkv over key
-   * tiles and key heads, then the sum over the slabs. */
+  /* The backward with grouped heads: _dq over (query tile, slab) and
+   * heads, _dkv over key tiles and key heads, then the sum over the slabs. */
   fake_init(&f, 64, true, 12);
   ag_broadcast_bwd_args b = bwd_args();
   ck_assert_msg(ag_broadcast_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
   ck_assert_int_eq(ag_fake_seen.count, 3);
-  const ag_plan_kernel *dq = &f.kernel.plan.kernels[1], *dkv = &f.kernel.plan.kernels[2],
-                       *sum = &f.kernel.plan.kernels[3];
+  const ag_plan_kernel *dq = &f.kernel.plan.kernels[4], *dkv = &f.kernel.plan.kernels[5],
+                       *sum = &f.kernel.plan.kernels[6];
+  ck_assert_str_eq(dq->name, "ag_pma_d64_bf16_bq_bwd_dq");
   const int64_t slabs = ag_broadcast_slabs(3, 200, 8, dq->walk.rows);
   ck_assert_int_eq(slabs, 3); /* never more than the batch */
   const unsigned dq_tiles = (200 + dq->walk.rows - 1) / dq->walk.rows;
@@ -212,7 +256,22 @@ START_TEST(launch_parameters) {
   ck_assert_uint_eq(ag_fake_seen.grids_x[2], (200 * 8 + sum->walk.rows - 1) / sum->walk.rows);
   ck_assert_uint_eq(ag_fake_seen.grids_y[2], 1);
   ck_assert_int_eq(ag_fake_seen.items, slabs); /* the sum's */
-  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[3]);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[6]);
+  /* One key head per query head and n_q <= 128: the one-pass kernel of
+   * 64 or 128 rows over the slabs, then the sum. */
+  const int64_t slabs1 = ag_broadcast_slabs(3, 40, 8, dq->walk.rows);
+  for (int i = 0; i < 2; i++) {
+    ag_fake_seen.count = 0;
+    b = bwd_args();
+    b.kv_heads = 8;
+    b.n_q = i ? 100 : 40;
+    ck_assert_msg(ag_broadcast_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+    ck_assert_int_eq(ag_fake_seen.count, 2);
+    ck_assert_uint_eq(ag_fake_seen.grids_x[0], ag_broadcast_slabs(3, b.n_q, 8, dq->walk.rows));
+    ck_assert_uint_eq(ag_fake_seen.grids_y[0], 8);
+    ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[6]); /* the sum last */
+  }
+  ck_assert_int_eq(slabs1, 3);
   /* D of every output row, 16-byte aligned, then the slabs' partials. */
   ck_assert_uint_eq(ag_broadcast_backward_workspace_bytes(&f.kernel, 3, 200, 8),
                     4 * (8 * 600 + slabs * 200 * 8 * 64));

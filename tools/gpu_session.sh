@@ -46,12 +46,17 @@ for step in $steps; do
       grep -E "SKIP|Failure|Error|NOT REPEATABLE" "$out/$step.log" | head -20
       [ $r -eq 0 ] || rc=1 ;;
     sanitize-jagged)
-      for spec in specs/*jagged*.yaml specs/*broadcast*.yaml; do
+      # the broadcast spec with n_q 64, 100, 200: the 32-row forward and
+      # the 64-row one-pass backward, the 128-row ones, the split backward
+      for run in "gem_jagged_d128_causal.yaml 0" "jagged_window_d64_fp16.yaml 0" \
+                 "pma_broadcast_d128.yaml 64" "pma_broadcast_d128.yaml 100" "pma_broadcast_d128.yaml 200"; do
+        set -- $run
+        spec=specs/$1
         for tool in memcheck racecheck; do
-          log="$out/sanitize-$tool-$(basename "$spec" .yaml).log"
+          log="$out/sanitize-$tool-$(basename "$spec" .yaml)-$2.log"
           compute-sanitizer --tool $tool --error-exitcode 9 build/attngen run "$spec" --batch 6 \
-            --seqlen 300 --min-seqlen 0 --iters 0 >"$log" 2>&1
-          r=$?; echo "$tool $spec: exit $r; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check:' "$log" | tr '\n' ' ')"
+            --seqlen 300 --min-seqlen 0 --n-q $2 --iters 0 >"$log" 2>&1
+          r=$?; echo "$tool $spec n_q $2: exit $r; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check:' "$log" | tr '\n' ' ')"
           [ $r -eq 0 ] || rc=1
         done
       done ;;

@@ -21,10 +21,24 @@
  * Plan:
  *   forward kernel: ag_pma_d128_bf16_bq_fwd
  *     tile: 128 query rows of one head, key tiles of 64, 2 in flight
+ *     runs when n_q > 64
  *     threads: 128, shared memory: 98304 bytes, registers capped for 2 CTAs per SM
  *     grid: (batch * ceil(n_q / 128), heads)
+ *   forward kernel: ag_pma_d128_bf16_bq_fwd_m32
+ *     tile: 32 query rows of one head, key tiles of 64, 2 in flight
+ *     runs when n_q <= 64
+ *     threads: 64, shared memory: 73728 bytes, registers capped for 3 CTAs per SM
+ *     grid: (batch * ceil(n_q / 32), heads)
+ *   backward kernel: ag_pma_d128_bf16_bq_bwd_m64
+ *     one pass: dQ, dK, dV of all n_q <= 64 shared query rows of one head over a slab of sequences, key tiles of 64 (runs when heads == kv_heads)
+ *     threads: 128, shared memory: 115200 bytes, registers capped for 2 CTAs per SM
+ *     grid: (ceil(n_q / 64) * slabs, heads)
+ *   backward kernel: ag_pma_d128_bf16_bq_bwd_m128
+ *     one pass: dQ, dK, dV of all n_q <= 128 shared query rows of one head over a slab of sequences, key tiles of 64 (runs when heads == kv_heads)
+ *     threads: 256, shared memory: 164864 bytes
+ *     grid: (ceil(n_q / 128) * slabs, heads)
  *   backward kernel: ag_pma_d128_bf16_bq_bwd_dq
- *     query-stationary: D, and dQ of 64 shared query rows over a slab of sequences, key tiles of 64
+ *     query-stationary: D, and dQ of 64 shared query rows over a slab of sequences, key tiles of 64 (runs when no one-pass kernel applies)
  *     threads: 128, shared memory: 98816 bytes, registers capped for 2 CTAs per SM
  *     grid: (ceil(n_q / 64) * slabs, heads)
  *   backward kernel: ag_pma_d128_bf16_bq_bwd_dkv
@@ -252,12 +266,14 @@ __device__ __forceinline__ JaggedTile broadcast_tile(const int *offs_b, long lon
   t.valid = false;
   t.seq = 0; t.start = 0; t.len = 0; t.tile = 0; t.raw_start_b = 0; t.raw_end_b = 0;
   if (batch <= 0 || vt < 0) return t;
-  const long long n_q = total / batch;
-  const long long q_tiles = (n_q + kTileRows - 1) / kTileRows;
-  if (q_tiles == 0 || vt >= batch * q_tiles) return t;
-  t.seq = vt / q_tiles;
-  t.tile = vt - t.seq * q_tiles;
-  t.start = t.seq * n_q;
+  // batch, total and vt are below 2^31 (the launcher's checks): 32-bit division
+  const unsigned n_q = (unsigned)total / (unsigned)batch;
+  const unsigned q_tiles = (n_q + kTileRows - 1) / kTileRows;
+  if (q_tiles == 0 || vt >= batch * (long long)q_tiles) return t;
+  const unsigned seq = (unsigned)vt / q_tiles;
+  t.seq = seq;
+  t.tile = (unsigned)vt - seq * q_tiles;
+  t.start = (long long)seq * n_q;
   t.len = n_q;
   t.raw_start_b = __ldg(offs_b + t.seq);
   t.raw_end_b = __ldg(offs_b + t.seq + 1);
@@ -579,17 +595,564 @@ ag_pma_d128_bf16_bq_fwd(const unsigned short *__restrict__ q, const unsigned sho
 }
 /* ---- end kernel ---- */
 
-namespace bwd {
+namespace fwd_small {
 
-/* ---- begin jagged backward constants ---- */
+/* ---- begin constants ---- */
 constexpr int kHeadDim = 128;  // elements per head
-constexpr int kBlockM = 64;  // query rows of a tile
-constexpr int kBlockN = 64;  // key rows of a tile
-constexpr int kWarps = 4;  // warps per CTA: 16 stationary rows each
+constexpr int kBlockM = 32;  // query rows per CTA
+constexpr int kBlockN = 64;  // keys per KV tile
+constexpr int kWarps = 2;  // warps per CTA
+constexpr int kThreads = kWarps * 32;
+constexpr int kStages = 2;  // KV tiles resident (one computed, the rest in flight)
+constexpr int kMinCtasPerSm = 3;  // launch bound: registers fit this many CTAs
+constexpr int kSmemBytes = 73728;  // dynamic shared memory, as planned
+constexpr float kScaleLog2 = 1.275174308e-01f;  // softmax scale 1/sqrt(128) times log2(e)
+constexpr bool kCausal = 0;  // bottom-right aligned: key j <= query i + Lk - Lq
+constexpr bool kWindow = 0;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
+constexpr int kWindowLeft = 0;
+constexpr int kWindowRight = 0;
+constexpr bool kBroadcast = 1;  // one Q shared by every sequence
+
+constexpr int kWarpRows = kBlockM / kWarps;  // query rows per warp
+constexpr int kMTiles = kWarpRows / 16;  // 16-row m-tiles per warp
+constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S = Q K^T
+constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
+constexpr int kQElems = kBlockM * kHeadDim;  // the Q tile (and the O staging)
+constexpr int kKvElems = kBlockN * kHeadDim;  // one K or V tile
+constexpr int kStageElems = 2 * kKvElems;  // K then V
+// Which sides of the band bound the keys a query sees.
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
+constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
+constexpr long long kLeft = (long long)kWindowLeft;
+// Warps skip KV tiles none of their real rows sees (rows past the sequence
+// end, the band's far side). At head_dim 128 the skip's registers made
+// ptxas spill and cost 8-10% on the H200 (measured), so only at 64.
+constexpr bool kWarpSkip = kHeadDim <= 64;
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kWarpRows * kWarps == kBlockM && kMTiles * 16 == kWarpRows && kMTiles >= 1,
+              "each warp owns whole 16-row m-tiles");
+static_assert(kBlockN % 16 == 0 && kStages >= 2, "KV tiles of 16-key slices, double buffered");
+static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0 &&
+                  kBlockM % (kThreads / kChunks) == 0,
+              "a pass of the CTA's loads covers whole rows of a tile");
+static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
+static_assert((kQElems + kStages * kStageElems) * 2 == kSmemBytes,
+              "the plan's shared memory is the Q tile and the K/V stages");
+/* ---- end constants ---- */
+
+/* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
+
+// 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// Copy 16 bytes global -> shared without touching registers. With
+// src_bytes == 0 nothing is read and the 16 bytes are zero-filled.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
+}
+
+// Four 8x8 16-bit matrices from shared memory; lanes 8i..8i+7 give the row
+// addresses of matrix i. The .trans form hands out columns instead of rows.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// d += a * b for one 16x8x16 tile: a 16x16 (4 regs), b 16x8 (2 regs), d fp32.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Round two floats to a packed pair, `lo` in the low half.
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// -infinity (no constexpr spelling exists without headers).
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
+
+// 2^x on the special-function unit.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* ---- end device helpers ---- */
+
+/* ---- begin jagged walk ----
+ * Virtual tile numbers need no prefix sum over tile counts: sequence i,
+ * whose rows start at s_i = offs[i], numbers its row tiles from
+ * i + floor(s_i / kTileRows). Those numbers increase with i and leave at
+ * most one unused number per sequence, so there are
+ *   batch + floor(total / kTileRows)
+ * virtual tiles, known on the host from batch and total alone; a CTA whose
+ * number is unused exits. Offsets are clamped to [0, total] (and each end
+ * to at least its start) as read, so malformed offsets can never send a
+ * load or store out of bounds.
+ * jagged_find is called by every lane of a warp (all 32 take part in the
+ * search and all get the same answer); each warp may search on its own. */
+struct JaggedTile {
+  long long seq;      // sequence index
+  long long start;    // its first row (clamped offs[seq])
+  long long len;      // its rows
+  long long tile;     // this tile's index in the sequence: rows tile*kTileRows..
+  int raw_start_b, raw_end_b; // offs_b[seq], offs_b[seq + 1] as read (second offsets)
+  bool valid;         // false: unused virtual number, nothing to do
+};
+
+__device__ __forceinline__ long long jagged_clamp(long long x, long long lo, long long total) {
+  return x < lo ? lo : (x > total ? total : x);
+}
+
+// Find the sequence of virtual tile vt over offsets offs [batch + 1] of
+// `total` rows; also reads offs_b[seq], offs_b[seq + 1] (the other side's
+// offsets, e.g. cu_seqlens_k; may equal offs) in the same round of loads.
+template <int kTileRows>
+__device__ __forceinline__ JaggedTile jagged_find(const int *offs, const int *offs_b,
+                                                  long long batch, long long total,
+                                                  long long vt) {
+  JaggedTile t;
+  t.valid = false;
+  t.seq = 0; t.start = 0; t.len = 0; t.tile = 0; t.raw_start_b = 0; t.raw_end_b = 0;
+  if (batch <= 0) return t;
+  const int lane = threadIdx.x & 31;
+  // The last sequence c with c + floor(offs[c] / kTileRows) <= vt. Were all
+  // sequences of one length it would be about vt * batch / span: the 32
+  // lanes test the 32 sequences around that guess with one load each (and
+  // read the second offsets beside them). The test passes for a prefix of
+  // the sequences (non-decreasing offsets), so the window holds the answer
+  // when its first lane passes (or it starts at 0) and its last fails (or
+  // it reaches the last sequence). Otherwise a 32-way search (3 rounds for
+  // 1152 sequences); with malformed offsets it still ends in range.
+  const long long span = batch + total / kTileRows;
+  long long lo = vt * batch / span - 15;
+  if (lo > batch - 32) lo = batch - 32;
+  if (lo < 0) lo = 0;
+  const long long c = lo + lane;
+  const int raw = c <= batch ? __ldg(offs + c) : 0;
+  const int raw_b = c <= batch ? __ldg(offs_b + c) : 0;
+  const bool pass = c < batch && c + jagged_clamp(raw, 0, total) / kTileRows <= vt;
+  unsigned ballot = __ballot_sync(0xffffffffu, pass);
+  if (!ballot && lo == 0) return t; // below sequence 0's first tile
+  int last = ballot ? 31 - __clz(ballot) : 0;
+  int raw_start = __shfl_sync(0xffffffffu, raw, last);
+  int raw_end = __shfl_sync(0xffffffffu, raw, last < 31 ? last + 1 : 31);
+  t.raw_start_b = __shfl_sync(0xffffffffu, raw_b, last);
+  t.raw_end_b = __shfl_sync(0xffffffffu, raw_b, last < 31 ? last + 1 : 31);
+  if ((ballot & 1) && (!(ballot >> 31) || lo + 31 >= batch - 1)) {
+    lo += last;
+    if (last == 31) {
+      raw_end = __ldg(offs + lo + 1);
+      t.raw_end_b = __ldg(offs_b + lo + 1);
+    }
+  } else {
+    long long hi = batch - 1;
+    lo = 0;
+    while (lo < hi) {
+      const long long step = (hi - lo + 32) / 32; // candidates lo + step * lane
+      const long long cand = lo + step * lane;
+      bool ok = false;
+      if (cand <= hi) ok = cand + jagged_clamp(__ldg(offs + cand), 0, total) / kTileRows <= vt;
+      ballot = __ballot_sync(0xffffffffu, ok);
+      if (!ballot) return t; // only when sequence 0 fails: below its first tile
+      last = 31 - __clz(ballot);
+      lo += step * last;
+      hi = min(hi, lo + step - 1);
+    }
+    raw_start = __ldg(offs + lo);
+    raw_end = __ldg(offs + lo + 1);
+    t.raw_start_b = __ldg(offs_b + lo);
+    t.raw_end_b = __ldg(offs_b + lo + 1);
+  }
+  const long long s = jagged_clamp(raw_start, 0, total);
+  const long long e = jagged_clamp(raw_end, s, total);
+  t.seq = lo;
+  t.start = s;
+  t.len = e - s;
+  t.tile = vt - (lo + s / kTileRows);
+  t.valid = t.tile >= 0 && t.tile * kTileRows < t.len;
+  return t;
+}
+
+// The broadcast walk: every sequence has the same n_q = total / batch
+// query rows (one dense Q), so virtual tile vt is query tile vt % q_tiles
+// of sequence vt / q_tiles, with no search; its rows in the output start
+// at seq * n_q. Reads only the second offsets (cu_seqlens_k).
+template <int kTileRows>
+__device__ __forceinline__ JaggedTile broadcast_tile(const int *offs_b, long long batch,
+                                                     long long total, long long vt) {
+  JaggedTile t;
+  t.valid = false;
+  t.seq = 0; t.start = 0; t.len = 0; t.tile = 0; t.raw_start_b = 0; t.raw_end_b = 0;
+  if (batch <= 0 || vt < 0) return t;
+  // batch, total and vt are below 2^31 (the launcher's checks): 32-bit division
+  const unsigned n_q = (unsigned)total / (unsigned)batch;
+  const unsigned q_tiles = (n_q + kTileRows - 1) / kTileRows;
+  if (q_tiles == 0 || vt >= batch * (long long)q_tiles) return t;
+  const unsigned seq = (unsigned)vt / q_tiles;
+  t.seq = seq;
+  t.tile = (unsigned)vt - seq * q_tiles;
+  t.start = (long long)seq * n_q;
+  t.len = n_q;
+  t.raw_start_b = __ldg(offs_b + t.seq);
+  t.raw_end_b = __ldg(offs_b + t.seq + 1);
+  t.valid = true;
+  return t;
+}
+/* ---- end jagged walk ---- */
+
+/* ---- begin tile layout and loads ----
+ * Tiles are row-major, kHeadDim elements a row, with 16-byte chunks
+ * XOR-swizzled by the row (chunk c of row r sits at c ^ (r % 8)), so the 8
+ * row addresses of an ldmatrix hit 8 different bank groups. */
+__device__ __forceinline__ int jswz(int row, int chunk) {
+  return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
+}
+
+// log2 on the special-function unit.
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Start the copy of `rows` tile rows (of kRows) from src (row stride
+// `stride` elements) into `tile`; rows past `valid` are zero-filled, never
+// read. Each thread keeps one chunk column and steps down the rows.
+template <int kRows>
+__device__ __forceinline__ void load_rows(unsigned short *tile, const unsigned short *src,
+                                          long long stride, int valid) {
+  constexpr int kRowStep = kThreads / kChunks;
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const unsigned dst = smem_addr(tile);
+  const unsigned short *g = src + row0 * stride + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + jswz(row, chunk) * 2, real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end tile layout and loads ---- */
+
+/* ---- begin one KV tile ----
+ * S = Q K^T for this warp's kMTiles x 16 rows and the tile's kBlockN keys,
+ * then the online softmax (running row max m in raw S units, running row
+ * sum l per thread, reduced over the quad at the end), then O += P V with P
+ * reused from registers as the A operand. This thread holds rows
+ * r_lo = g and r_hi = g + 8 of each m-tile, key columns 8n + 2tq, +1.
+ * kMask: the tile needs the length or band mask; `diag_lo` / `diag_hi`
+ * bound the visible keys: key column c of tile row r is visible when
+ * r + diag_lo <= c <= r + diag_hi and c < kv_valid. */
+template <bool kMask>
+__device__ __forceinline__ void kv_tile(unsigned q_s, unsigned k_s, unsigned v_s, int wrow0,
+                                        float (&acc)[kMTiles][kDimTiles][4],
+                                        float (&m)[kMTiles][2], float (&l)[kMTiles][2],
+                                        int kv_valid, int diag_lo, int diag_hi) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  float s[kMTiles][kKeyTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; mt++)
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    unsigned a[kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; mt++)
+      ldmatrix_x4(a[mt], q_s + jswz(wrow0 + 16 * mt + (lane & 15), 2 * kk + (lane >> 4)) * 2);
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4(b, k_s + jswz(n * 8 + (lane & 7) + ((lane >> 4) << 3),
+                                2 * kk + ((lane >> 3) & 1)) * 2);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; mt++) {
+        mma_16816(s[mt][n], a[mt], b[0], b[1]);
+        mma_16816(s[mt][n + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; mt++) {
+    if constexpr (kMask) {
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int r = wrow0 + 16 * mt + g + (e >= 2 ? 8 : 0);
+          const int col = n * 8 + 2 * tq + (e & 1);
+          bool hide = col >= kv_valid;
+          if constexpr (kHasRight) hide = hide || col > r + diag_hi;
+          if constexpr (kHasLeft) hide = hide || col < r + diag_lo;
+          if (hide) s[mt][n][e] = neg_inf();
+        }
+    }
+    // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
+    float mx[2] = {m[mt][0], m[mt][1]};
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n++) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[mt][n][0], s[mt][n][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[mt][n][2], s[mt][n][3]));
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    }
+    float off[2], alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      // A row that has seen no key yet keeps max -inf: offset 0 then, so
+      // that exp2(-inf - offset) is 0, never NaN. Unmasked tiles are finite.
+      off[h] = (kMask && mx[h] == neg_inf()) ? 0.f : mx[h] * kScaleLog2;
+      alpha[h] = fast_exp2(m[mt][h] * kScaleLog2 - off[h]); // m = -inf: 0
+      m[mt][h] = mx[h];
+    }
+    float rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; n++) {
+      s[mt][n][0] = fast_exp2(fmaf(s[mt][n][0], kScaleLog2, -off[0]));
+      s[mt][n][1] = fast_exp2(fmaf(s[mt][n][1], kScaleLog2, -off[0]));
+      s[mt][n][2] = fast_exp2(fmaf(s[mt][n][2], kScaleLog2, -off[1]));
+      s[mt][n][3] = fast_exp2(fmaf(s[mt][n][3], kScaleLog2, -off[1]));
+      rs[0] += s[mt][n][0] + s[mt][n][1];
+      rs[1] += s[mt][n][2] + s[mt][n][3];
+    }
+    l[mt][0] = l[mt][0] * alpha[0] + rs[0];
+    l[mt][1] = l[mt][1] * alpha[1] + rs[1];
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) {
+      acc[mt][n][0] *= alpha[0];
+      acc[mt][n][1] *= alpha[0];
+      acc[mt][n][2] *= alpha[1];
+      acc[mt][n][3] *= alpha[1];
+    }
+  }
+
+  // O += P V: the accumulators of key tiles 2j, 2j+1 are the A fragment of
+  // key slice j.
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++) {
+    unsigned a[kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; mt++) {
+      a[mt][0] = pack2(s[mt][2 * j][0], s[mt][2 * j][1]);
+      a[mt][1] = pack2(s[mt][2 * j][2], s[mt][2 * j][3]);
+      a[mt][2] = pack2(s[mt][2 * j + 1][0], s[mt][2 * j + 1][1]);
+      a[mt][3] = pack2(s[mt][2 * j + 1][2], s[mt][2 * j + 1][3]);
+    }
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, v_s + jswz(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                      n + (lane >> 4)) * 2);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; mt++) {
+        mma_16816(acc[mt][n], a[mt], b[0], b[1]);
+        mma_16816(acc[mt][n + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+/* ---- end one KV tile ---- */
+
+/* ---- begin kernel ----
+ * One CTA per (virtual q tile, head): grid (batch + total_q / kBlockM,
+ * heads). Virtual tiles are taken in reverse, so a sequence's last q tile
+ * (the most keys under a causal mask) starts first. The CTA works out the
+ * tile's key range up front (the band's keys for its first and last rows),
+ * walks its KV tiles from the last to the first with kStages resident.
+ * Each warp masks only tiles where one of its real rows misses a key (the
+ * sequence end, the band's edges) and skips tiles where none of its real
+ * rows sees one (rows past the sequence end, the far side of the band). */
+extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+ag_pma_d128_bf16_bq_fwd_m32(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+              const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
+              float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
+              const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+              long long total_q, long long total_k, long long num_tiles) {
+  extern __shared__ __align__(128) unsigned short smem[];
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  const int h = blockIdx.y;
+  const JaggedTile jt =
+      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+  if (!jt.valid) return; // the same answer in every warp
+  const long long k_start = jagged_clamp(jt.raw_start_b, 0, total_k);
+  const long long lk = jagged_clamp(jt.raw_end_b, k_start, total_k) - k_start;
+  const long long lq = jt.len;
+  const long long m0 = jt.tile * kBlockM; // first query row of the tile, in its sequence
+  const int rows = (int)(lq - m0 < kBlockM ? lq - m0 : kBlockM);
+  const int kvh = h / (heads / kv_heads);
+  const long long q_stride = (long long)heads * kHeadDim;
+  const long long kv_stride = (long long)kv_heads * kHeadDim;
+  const long long shift = lk - lq; // query i's diagonal key is i + shift
+
+  // Keys any real row of the tile sees: [key_lo, key_hi).
+  long long key_lo = 0, key_hi = lk;
+  if constexpr (kHasLeft) key_lo = max(0ll, m0 + shift - kLeft);
+  if constexpr (kHasRight) key_hi = min(lk, m0 + rows - 1 + shift + kRight + 1);
+  const int n_first = (int)(key_lo / kBlockN);
+  const int n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - n_first + 1 : 0;
+
+  // A broadcast Q's rows are the same for every sequence.
+  const long long q_row0 = (kBroadcast ? 0 : jt.start) + m0;
+  const unsigned short *q_src = q + q_row0 * q_stride + (long long)h * kHeadDim;
+  const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+  unsigned short *q_tile = smem;
+  unsigned short *kv = smem + kQElems;
+  // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
+  auto load_kv = [&](int i) {
+    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
+    const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+    unsigned short *st = kv + (i % kStages) * kStageElems;
+    load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
+    load_rows<kBlockN>(st + kKvElems, v_src + n0 * kv_stride, kv_stride, valid);
+  };
+  if (n_tiles > 0) load_rows<kBlockM>(q_tile, q_src, q_stride, rows);
+#pragma unroll
+  for (int i = 0; i < kStages - 1; i++) {
+    if (i < n_tiles) load_kv(i);
+    cp_async_commit();
+  }
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  const int wrow0 = warp * kWarpRows;
+  float acc[kMTiles][kDimTiles][4];
+  float m[kMTiles][2], l[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; mt++) {
+    m[mt][0] = m[mt][1] = neg_inf();
+    l[mt][0] = l[mt][1] = 0.f;
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
+  }
+  const unsigned q_s = smem_addr(q_tile);
+
+#pragma unroll 1
+  for (int i = 0; i < n_tiles; i++) {
+    __syncthreads(); // every warp is done with the stage the next load refills
+    if (i + kStages - 1 < n_tiles) load_kv(i + kStages - 1);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const unsigned k_s = smem_addr(kv + (i % kStages) * kStageElems);
+    const unsigned v_s = k_s + kKvElems * 2;
+    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
+    const int kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+    // Key column c of tile row r is visible when r + diag_lo <= c <= r +
+    // diag_hi; both clamped to where they change nothing inside a tile.
+    constexpr long long kFar = kBlockM + kBlockN + 1;
+    const long long dhi = m0 + shift + kRight - n0, dlo = m0 + shift - kLeft - n0;
+    const int diag_hi = (int)(dhi > kFar ? kFar : (dhi < -kFar ? -kFar : dhi));
+    const int diag_lo = (int)(dlo > kFar ? kFar : (dlo < -kFar ? -kFar : dlo));
+    // The CTA masks a tile where some real row misses a key. A warp skips a
+    // tile none of its real rows sees a key of (the same as a tile all
+    // masked: m, l and O unchanged): rows past the end, the band's far side.
+    bool mask = kv_valid < kBlockN;
+    if constexpr (kHasRight) mask = mask || diag_hi < kBlockN - 1; // row 0 misses a key
+    if constexpr (kHasLeft) mask = mask || (rows - 1) + diag_lo > 0; // last row misses key 0
+    bool skip = kWarpSkip && wrow0 >= rows;
+    if constexpr (kWarpSkip && kHasRight) skip = skip || wrow0 + kWarpRows - 1 + diag_hi < 0;
+    if constexpr (kWarpSkip && kHasLeft) skip = skip || wrow0 + diag_lo > kBlockN - 1;
+    if (skip) continue; // warp-uniform; the barriers above are outside
+    if (mask)
+      kv_tile<true>(q_s, k_s, v_s, wrow0, acc, m, l, kv_valid, diag_lo, diag_hi);
+    else
+      kv_tile<false>(q_s, k_s, v_s, wrow0, acc, m, l, kv_valid, diag_lo, diag_hi);
+  }
+  cp_async_wait<0>();
+
+  // Normalise; stage this warp's rows in its own rows of the Q tile (read by
+  // no other warp) so that the global stores are 16-byte and coalesced. The
+  // warp's lanes read Q above: order those reads first.
+  unsigned *stage32 = reinterpret_cast<unsigned *>(q_tile);
+  __syncwarp();
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; mt++) {
+    const int r_lo = wrow0 + 16 * mt + g, r_hi = r_lo + 8;
+    float inv[2], lrow[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      float t = l[mt][hh];
+      t += __shfl_xor_sync(0xffffffffu, t, 1);
+      t += __shfl_xor_sync(0xffffffffu, t, 2);
+      lrow[hh] = t;
+      inv[hh] = t > 0.f ? 1.f / t : 0.f; // no key: O = 0
+    }
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) {
+      stage32[(jswz(r_lo, n) + 2 * tq) / 2] = pack2(acc[mt][n][0] * inv[0], acc[mt][n][1] * inv[0]);
+      stage32[(jswz(r_hi, n) + 2 * tq) / 2] = pack2(acc[mt][n][2] * inv[1], acc[mt][n][3] * inv[1]);
+    }
+    if (tq == 0 && lse != nullptr) { // lse is optional (inference)
+      // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e + log2 l) * ln 2.
+      constexpr float kLn2 = 0.693147180559945309f;
+      float *lse_row = lse + (long long)h * total_q + jt.start + m0;
+      if (r_lo < rows)
+        lse_row[r_lo] = lrow[0] > 0.f ? (m[mt][0] * kScaleLog2 + fast_log2(lrow[0])) * kLn2 : neg_inf();
+      if (r_hi < rows)
+        lse_row[r_hi] = lrow[1] > 0.f ? (m[mt][1] * kScaleLog2 + fast_log2(lrow[1])) * kLn2 : neg_inf();
+    }
+  }
+  __syncwarp();
+  unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
+#pragma unroll
+  for (int it = 0; it < kWarpRows * kChunks / 32; it++) {
+    const int i = lane + it * 32;
+    const int row = wrow0 + i / kChunks, chunk = i % kChunks;
+    if (row < rows)
+      *reinterpret_cast<uint4 *>(out + row * q_stride + chunk * 8) =
+          *reinterpret_cast<const uint4 *>(q_tile + jswz(row, chunk));
+  }
+}
+/* ---- end kernel ---- */
+
+}  // namespace fwd_small
+
+namespace bwd_fused_0 {
+
+/* ---- begin broadcast backward constants ---- */
+constexpr int kHeadDim = 128;  // elements per head
+constexpr int kBlockM = 64;  // query rows: every shared query (n_q <= kBlockM)
+constexpr int kBlockN = 64;  // keys of a tile
+constexpr int kWarps = 4;  // warps per CTA: 16 query rows each
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
-constexpr int kSmemBytesDq = 98816;  // dynamic shared memory of _dq, as planned
-constexpr int kSmemBytesDkv = 99328;  // dynamic shared memory of _dkv, as planned
+constexpr int kSmemBytes = 115200;  // dynamic shared memory, as planned
 constexpr float kScale = 8.838834765e-02f;  // softmax scale 1/sqrt(128)
 constexpr float kScaleLog2 = 1.275174308e-01f;  // the scale times log2(e)
 constexpr float kLog2e = 1.4426950408889634f;
@@ -600,29 +1163,25 @@ constexpr int kWindowRight = 0;  // keys after it
 constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
 constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
 constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
-constexpr bool kBroadcast = 1;  // one dense Q shared by every sequence
+constexpr bool kBroadcast = true;  // one dense Q shared by every sequence
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
-constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile (_dq)
-constexpr int kQueryTiles = kBlockM / 8;  // n-tiles of S^T and dP^T over a query tile (_dkv)
+constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile
+constexpr int kKeyGroups = kBlockN / 16;  // 16-key row groups of dK, dV
+constexpr int kDimSplit = kWarps / kKeyGroups;  // warps sharing a key group, by columns
+constexpr int kDimPart = kDimTiles / kDimSplit;  // n-tiles of dK, dV per warp
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(kBlockM == 16 * kWarps && kBlockN == 16 * kWarps,
-              "each warp owns 16 stationary rows; tiles of both kinds are 16 * WARPS rows");
-// _dq: Q and dO of the query tile, then two K, V slots (a ring: the next
-// key tile loads while this one is computed), then each query row's
-// LSE * log2(e) and D, in floats.
+static_assert(kBlockM == 16 * kWarps && kBlockN == 64, "16 query rows a warp, 64-key tiles");
+static_assert(kWarps % kKeyGroups == 0 && kDimPart % 2 == 0,
+              "warps split dK and dV into whole key groups and pairs of n-tiles");
+// Q and dO of the queries, two K, V slots (a ring), P and dS of a tile
+// [query][key] (16-bit), then each query row's LSE * log2(e) and D.
 constexpr int kQTileElems = kBlockM * kHeadDim;
 constexpr int kKTileElems = kBlockN * kHeadDim;
-static_assert(2 * (2 * kQTileElems + 4 * kKTileElems) + 2 * 4 * kBlockM == kSmemBytesDq,
-              "the plan's _dq shared memory is Q, dO, two K, V slots and two floats a row");
-// _dkv: K and V of the key tile, then two Q, dO slots, then two slots of
-// LSE * log2(e) and D for the query rows of a Q, dO slot.
-static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == kSmemBytesDkv,
-              "the plan's _dkv shared memory is K, V, two Q, dO slots and their row floats");
-// A broadcast Q's dQ partials follow D in the workspace, 16-byte aligned.
-__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
-  return (heads * total_q + 3) / 4 * 4;
-}
-/* ---- end jagged backward constants ---- */
+constexpr int kPTileElems = kBlockM * kBlockN;
+static_assert(2 * (2 * kQTileElems + 4 * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
+                  kSmemBytes,
+              "the plan's shared memory is Q, dO, two K, V slots, P, dS and two floats a row");
+/* ---- end broadcast backward constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
 
@@ -767,6 +1326,11 @@ __device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_k, lo
 // whole batch's work; slab `slabs` starts at batch. A 32-way warp search,
 // warp-uniform; any offsets give a start in [0, batch].
 constexpr long long kSeqCost = 64;
+// The slabs' dQ partials follow D ([heads, total_q] floats) in the
+// workspace, 16-byte aligned: [slabs, n_q, heads, kHeadDim] fp32.
+__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
 __device__ __forceinline__ long long slab_start(const int *cu_k, long long batch,
                                                 long long total_k, long long c, long long slabs) {
   if (c <= 0) return 0;
@@ -933,6 +1497,1407 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kHeadDim / 8][4], 
       dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
   }
 }
+// D = rowsum(dO (.) O) of a warp's 16 query rows row0.. (of `rows` real;
+// row r of O and dO at o_row + r * row_stride) from memory, kPieces lanes a
+// row, one 16-byte piece of each; with each row's LSE * log2(e) (+inf for
+// rows past the end or with no key, so that P = 0; their D is 0) into
+// lse_s[r], di_s[r]. `di`, when not null, gets D at di[lse_at + r] (lse's
+// index of row r). The warp's lanes read lse_s, di_s after a __syncwarp.
+__device__ __forceinline__ void row_stats(const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    float *__restrict__ di, long long o_row, long long row_stride, long long lse_at, int rows,
+    int row0, float *lse_s, float *di_s) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kRowsPerPass = 32 / kPieces;
+  const int piece = lane % kPieces;
+#pragma unroll
+  for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
+    const int r = row0 + pass * kRowsPerPass + lane / kPieces;
+    float a = 0.f;
+    if (r < rows) {
+      const long long at = o_row + r * row_stride + piece * 8;
+      const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+      const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+      const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x0, x1, y0, y1;
+        unpack2(xs[e], x0, x1);
+        unpack2(ys[e], y0, y1);
+        a = fmaf(x0, y0, a);
+        a = fmaf(x1, y1, a);
+      }
+    }
+#pragma unroll
+    for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+    if (piece == 0) {
+      float l = __int_as_float(0x7f800000);  // +inf: P = 0
+      if (r < rows) {
+        const float x = lse[lse_at + r];
+        if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
+        else l = x * kLog2e;
+        if (di) di[lse_at + r] = a;
+      } else {
+        a = 0.f;
+      }
+      lse_s[r] = l;
+      di_s[r] = a;
+    }
+  }
+}
+
+// P = exp(scale * S - LSE) and dS = P (.) (dP - D) of a warp's 16 query
+// rows row0.. against a key tile (C layout, kNT n-tiles of 8 keys), as
+// 16-bit pairs; P masked to 0 outside the band and past nk keys unless the
+// tile is `full`. lse_lo/hi are LSE * log2(e) of rows g and g + 8, d_lo/hi
+// their D. With kKeepP, P's pairs also go to p16.
+template <int kNT, bool kKeepP>
+__device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const float (&dp)[kNT][4],
+    float lse_lo, float lse_hi, float d_lo, float d_hi, bool full, int nk, Band band, int row0,
+    unsigned (&p16)[kNT][2], unsigned (&ds)[kNT][2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) {
+    float p[4], x[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const bool lo = e < 2;
+      const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
+      p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
+      if (!full) {
+        const int xd = col - row;
+        if (col >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;
+      }
+      x[e] = p[e] * (dp[n][e] - (lo ? d_lo : d_hi));
+    }
+    if constexpr (kKeepP) {
+      p16[n][0] = pack2(p[0], p[1]);
+      p16[n][1] = pack2(p[2], p[3]);
+    }
+    ds[n][0] = pack2(x[0], x[1]);
+    ds[n][1] = pack2(x[2], x[3]);
+  }
+}
+
+// Store 16 result rows (C layout) times `mul` in fp32, those before `rows`.
+__device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][4], float mul,
+                                               int row0, int rows, float *out,
+                                               long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    float2 *dst = reinterpret_cast<float2 *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n++)
+      dst[4 * n] = make_float2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+/* ---- end jagged tiles ---- */
+
+extern __shared__ __align__(128) unsigned short smem[];
+
+/* ---- begin P and dS tiles ----
+ * [kBlockM queries][kBlockN keys], 16-byte pieces XOR-swizzled by the row. */
+__device__ __forceinline__ int pswizzle(int row, int piece) {
+  return row * kBlockN + ((piece ^ (row & 7)) * 8);
+}
+
+// Store a warp's 16 rows of 16-bit pairs (C layout) into a P or dS tile.
+__device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&x)[kKeyTiles][2],
+                                         int row0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; n++) {
+    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g, n) + 2 * tq) = x[n][0];
+    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g + 8, n) + 2 * tq) = x[n][1];
+  }
+}
+
+// acc = X^T B for the 16 keys kr0.. of the tile and the kDimPart n-tiles
+// from nt0: X is P or dS in shared memory ([query][key]; its columns read
+// as rows with ldmatrix.trans), B is dO or Q ([query][kHeadDim]), over the
+// first 16 * ksteps queries. dV = P^T dO, dK = dS^T Q.
+__device__ __forceinline__ void keys_by_queries(float (&acc)[kDimPart][4], unsigned x_s,
+                                                unsigned b_s, int kr0, int nt0, int ksteps) {
+  const int lane = threadIdx.x & 31, m = lane >> 3;
+#pragma unroll
+  for (int n = 0; n < kDimPart; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll 1
+  for (int kk = 0; kk < ksteps; kk++) {
+    // matrix m: queries 16kk + 8 (m / 2).., keys kr0 + 8 (m % 2)..
+    unsigned a[4];
+    ldmatrix_x4_trans(a, x_s + pswizzle(16 * kk + (lane & 7) + ((m >> 1) << 3),
+                                        kr0 / 8 + (m & 1)) * 2);
+#pragma unroll
+    for (int n = 0; n < kDimPart; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, b_s + swizzle(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         nt0 + n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Store 16 rows (C layout) of kDimPart n-tiles times `mul`, those before `rows`.
+__device__ __forceinline__ void store_part(const float (&acc)[kDimPart][4], float mul, int row0,
+                                           int rows, unsigned short *out, long long row_stride) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kDimPart; n++)
+      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+
+// Zero rows [r0, r1) of one head of dK and dV (keys no query sees).
+__device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv, long long r0,
+                                          long long r1, long long row_stride) {
+  constexpr int kPieces16 = kHeadDim / 8;
+  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces16; i += kThreads) {
+    const long long at = (r0 + i / kPieces16) * row_stride + (i % kPieces16) * 8;
+    *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
+  }
+}
+/* ---- end P and dS tiles ---- */
+
+/* ---- begin kernel ----
+ * A CTA owns every query (n_q <= kBlockM) of one head over a slab of
+ * sequences (slab_start). Q stays in shared memory; for each sequence it
+ * loads dO and computes D, then walks the key tiles of the band, K and V
+ * streaming through two slots: S = Q K^T and dP = dO V^T by the query
+ * rows' warps (16 rows each), P and dS to shared memory, dQ += dS K in
+ * registers; then every warp computes its part of dV = P^T dO and dK =
+ * dS^T Q for the tile and stores them: every query is in the CTA, so each
+ * key tile's gradients are whole (keys no query sees get 0). Five
+ * products per tile pair, where the two-kernel backward recomputes S and
+ * dP (seven). dQ, summed over the slab in registers, goes to the slab's
+ * fp32 partial for _dq_sum. */
+extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di,
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
+    long long num_tiles) {
+  (void)dq;
+  if (batch <= 0 || kv_heads != heads) return;
+  const int h = blockIdx.y;
+  const long long stride = (long long)heads * kHeadDim;  // of every tensor (heads == kv_heads)
+  const long long n_q = total_q / batch, slabs = num_tiles;
+  const int mq = (int)min((long long)kBlockM, n_q);  // real query rows
+  const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
+  unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
+  unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
+  unsigned short *const p_s = ring + 4 * kKTileElems, *const ds_s = p_s + kPTileElems;
+  float *const lse_s = reinterpret_cast<float *>(ds_s + kPTileElems);
+  float *const di_s = lse_s + kBlockM;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2;
+  const int row0 = 16 * warp;  // this warp's query rows
+  const bool has_rows = row0 < mq;
+  const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
+  const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
+                 ds_a = smem_addr(ds_s);
+
+#pragma unroll 1
+  for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
+    float acc[kDimTiles][4];  // dQ of this warp's rows, over the slab
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
+    bool q_loaded = false;
+#pragma unroll 1
+    for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
+      const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
+      const long long delta = sp.k_len - sp.q_len;
+      long long j_first, j_last;
+      keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+      const long long kt0 = j_first / kBlockN;
+      const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+      const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
+      unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
+      unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
+      const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
+      const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
+      // Keys before and after the band's tiles: no query sees them.
+      zero_rows(dk_head, dv_head, 0, n_steps ? kt0 * kBlockN : sp.k_len, stride);
+      if (n_steps) zero_rows(dk_head, dv_head, min(sp.k_len, (kt0 + n_steps) * kBlockN), sp.k_len, stride);
+      if (n_steps == 0) continue;
+
+      __syncthreads();  // nobody reads the last sequence's shared memory any more
+      if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
+      q_loaded = true;
+      load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
+      {
+        const long long k0 = kt0 * kBlockN;
+        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+        load_tile<kBlockN>(ring, k_head + k0 * stride, stride, nk);
+        load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * stride, stride, nk);
+      }
+      cp_async_commit();
+      // D of this warp's rows from memory while the tiles land.
+      row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
+                row0, lse_s, di_s);
+      __syncwarp();
+      const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
+      const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
+
+#pragma unroll 1
+      for (int i = 0; i < n_steps; i++) {
+        // Refill the other slot once every warp is done with it (and with
+        // P and dS of the last tile), then wait for this one.
+        __syncthreads();
+        if (i + 1 < n_steps) {
+          const long long k1 = (kt0 + i + 1) * kBlockN;
+          const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
+          unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+          load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
+          load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const long long k0 = (kt0 + i) * kBlockN;
+        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+        const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+        const unsigned v_a = k_a + 2 * kKTileElems;
+        if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
+          float s[kKeyTiles][4], dp[kKeyTiles][4];
+          rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
+          rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
+          const Band band = tile_band(0, k0, delta);
+          const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
+          unsigned p16[kKeyTiles][2], ds[kKeyTiles][2];
+          probs_and_ds<kKeyTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nk, band, row0,
+                                        p16, ds);
+          put_rows(p_s, p16, row0);
+          put_rows(ds_s, ds, row0);
+          accumulate<kKeyTiles>(acc, ds, k_a);  // dQ += dS K
+        }
+        __syncthreads();  // P and dS of the tile complete
+        float part[kDimPart][4];
+        keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
+        store_part(part, 1.f, kr0, nk, dv_head + k0 * stride + nt0 * 8, stride);
+        keys_by_queries(part, ds_a, q_a, kr0, nt0, ksteps);  // dK = dS^T Q
+        store_part(part, kScale, kr0, nk, dk_head + k0 * stride + nt0 * 8, stride);
+      }
+      cp_async_wait<0>();
+    }
+    float *const out = di + broadcast_partials_at(heads, total_q) + slab * n_q * stride;
+    store_rows_f32(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
+  }
+}
+/* ---- end kernel ---- */
+
+}  // namespace bwd_fused_0
+
+namespace bwd_fused_1 {
+
+/* ---- begin broadcast backward constants ---- */
+constexpr int kHeadDim = 128;  // elements per head
+constexpr int kBlockM = 128;  // query rows: every shared query (n_q <= kBlockM)
+constexpr int kBlockN = 64;  // keys of a tile
+constexpr int kWarps = 8;  // warps per CTA: 16 query rows each
+constexpr int kThreads = kWarps * 32;
+constexpr int kMinCtasPerSm = 1;  // launch bound: registers fit this many CTAs
+constexpr int kSmemBytes = 164864;  // dynamic shared memory, as planned
+constexpr float kScale = 8.838834765e-02f;  // softmax scale 1/sqrt(128)
+constexpr float kScaleLog2 = 1.275174308e-01f;  // the scale times log2(e)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr bool kCausal = 0;
+constexpr bool kWindow = 0;
+constexpr int kWindowLeft = 0;  // keys before the diagonal a query sees
+constexpr int kWindowRight = 0;  // keys after it
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
+constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+constexpr bool kBroadcast = true;  // one dense Q shared by every sequence
+constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
+constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile
+constexpr int kKeyGroups = kBlockN / 16;  // 16-key row groups of dK, dV
+constexpr int kDimSplit = kWarps / kKeyGroups;  // warps sharing a key group, by columns
+constexpr int kDimPart = kDimTiles / kDimSplit;  // n-tiles of dK, dV per warp
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockM == 16 * kWarps && kBlockN == 64, "16 query rows a warp, 64-key tiles");
+static_assert(kWarps % kKeyGroups == 0 && kDimPart % 2 == 0,
+              "warps split dK and dV into whole key groups and pairs of n-tiles");
+// Q and dO of the queries, two K, V slots (a ring), P and dS of a tile
+// [query][key] (16-bit), then each query row's LSE * log2(e) and D.
+constexpr int kQTileElems = kBlockM * kHeadDim;
+constexpr int kKTileElems = kBlockN * kHeadDim;
+constexpr int kPTileElems = kBlockM * kBlockN;
+static_assert(2 * (2 * kQTileElems + 4 * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
+                  kSmemBytes,
+              "the plan's shared memory is Q, dO, two K, V slots, P, dS and two floats a row");
+/* ---- end broadcast backward constants ---- */
+
+/* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
+
+// 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// Copy 16 bytes global -> shared without touching registers. With
+// src_bytes == 0 nothing is read and the 16 bytes are zero-filled.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
+}
+
+// Four 8x8 16-bit matrices from shared memory; lanes 8i..8i+7 give the row
+// addresses of matrix i. The .trans form hands out columns instead of rows.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// d += a * b for one 16x8x16 tile: a 16x16 (4 regs), b 16x8 (2 regs), d fp32.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Round two floats to a packed pair, `lo` in the low half.
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// -infinity (no constexpr spelling exists without headers).
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
+
+// 2^x on the special-function unit.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* ---- end device helpers ---- */
+
+// The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
+// low half.
+__device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.bf16 %0, l; cvt.f32.bf16 %1, h; }"
+      : "=f"(lo), "=f"(hi) : "r"(pair));
+}
+
+/* ---- begin jagged tiles ----
+ * Sequence i of a jagged tensor of `total` tokens starts at token
+ * offsets[i] and numbers its tiles of kTile tokens from the "virtual"
+ * number i + offsets[i] / kTile (as block_walk.cuh numbers blocks): the
+ * numbers increase with i and leave at most one unused number per sequence,
+ * so batch + total / kTile numbers cover every tile, known on the host
+ * without reading the offsets. A CTA takes one number, finds its sequence
+ * with a 32-way warp search over the offsets (every warp searches on its
+ * own, so no barrier is needed) and leaves if the number is unused. */
+
+// An offset clamped to [lo, total], so that malformed offsets can never
+// send a load or store out of bounds.
+__device__ __forceinline__ long long clamp_offset(long long x, long long lo, long long total) {
+  return x < lo ? lo : (x > total ? total : x);
+}
+
+// The last sequence c in [0, batch) with c + offsets[c] / tile <= vt (the
+// answer for sorted offsets; some sequence in range for any offsets). Each
+// round tests 32 evenly spaced candidates, so 1152 sequences take 3 rounds.
+// Warp-uniform: every lane returns the same.
+__device__ __forceinline__ long long find_sequence(const int *offsets, long long batch,
+                                                   long long total, long long vt, int tile) {
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const long long step = (hi - lo + 32) / 32;  // candidates lo + step * lane
+    const long long cand = lo + step * lane;
+    bool ok = false;
+    if (cand <= hi) ok = cand + clamp_offset(__ldg(offsets + cand), 0, total) / tile <= vt;
+    const unsigned ballot = __ballot_sync(0xffffffffu, ok);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo;
+}
+
+// One sequence's tokens in both tensors, clamped. A broadcast Q (one
+// dense Q of n_q = total_q / batch rows shared by every sequence) has its
+// rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
+struct SeqSpan {
+  long long q_start, k_start;  // first token in O, dO, lse, D and in K (V, dK, dV)
+  long long q_src;             // first row in Q (dQ): q_start, or 0 for a broadcast Q
+  long long q_len, k_len;      // tokens: Lq, Lk
+};
+
+__device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_k, long long seq,
+                                            long long batch, long long total_q,
+                                            long long total_k) {
+  SeqSpan s;
+  if constexpr (kBroadcast) {
+    s.q_len = total_q / batch;
+    s.q_start = seq * s.q_len;
+    s.q_src = 0;
+  } else {
+    s.q_start = clamp_offset(__ldg(cu_q + seq), 0, total_q);
+    s.q_len = clamp_offset(__ldg(cu_q + seq + 1), s.q_start, total_q) - s.q_start;
+    s.q_src = s.q_start;
+  }
+  s.k_start = clamp_offset(__ldg(cu_k + seq), 0, total_k);
+  s.k_len = clamp_offset(__ldg(cu_k + seq + 1), s.k_start, total_k) - s.k_start;
+  return s;
+}
+
+// A broadcast Q's dQ is the sum over the batch: _dq cuts the batch into
+// `slabs` runs of consecutive sequences of about equal work (keys, plus
+// kSeqCost a sequence for its own loads) and writes one fp32 partial per
+// slab, which _dq_sum adds in slab order. Slab c starts at the first
+// sequence b with (offsets[b] + kSeqCost * b) * slabs >= c * W, W the
+// whole batch's work; slab `slabs` starts at batch. A 32-way warp search,
+// warp-uniform; any offsets give a start in [0, batch].
+constexpr long long kSeqCost = 64;
+// The slabs' dQ partials follow D ([heads, total_q] floats) in the
+// workspace, 16-byte aligned: [slabs, n_q, heads, kHeadDim] fp32.
+__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
+__device__ __forceinline__ long long slab_start(const int *cu_k, long long batch,
+                                                long long total_k, long long c, long long slabs) {
+  if (c <= 0) return 0;
+  if (c >= slabs) return batch;
+  const long long goal = c * (total_k + kSeqCost * batch);
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = batch;  // sequence lo is before the start (it holds for 0)
+  while (lo < hi) {
+    const long long step = (hi - lo + 32) / 32;  // candidates lo + step * lane
+    const long long cand = lo + step * lane;
+    bool before = false;
+    if (cand <= hi)
+      before = (clamp_offset(__ldg(cu_k + cand), 0, total_k) + kSeqCost * cand) * slabs < goal;
+    const unsigned ballot = __ballot_sync(0xffffffffu, before);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo + 1 < batch ? lo + 1 : batch;
+}
+
+/* The band: query i (of Lq) sees key j (of Lk) iff 0 <= j < Lk and
+ *   j - i - (Lk - Lq) in [-kWindowLeft, kRight]
+ * each side only where it is bounded (kHasLeft, kHasRight): causal is
+ * bottom-right aligned. Inside a tile pair (queries q0.., keys k0..) the
+ * test is on x = (key row) - (query row) of the tiles against bounds made
+ * small ints (tiles are far shorter than the clamp). */
+struct Band {
+  int lo, hi;  // x in [lo, hi] is visible
+};
+
+__device__ __forceinline__ Band tile_band(long long q0, long long k0, long long delta) {
+  const long long base = k0 - q0 - delta;  // j - i - delta = x + base
+  long long lo = kHasLeft ? -(long long)kWindowLeft - base : -4096;
+  long long hi = kHasRight ? (long long)kRight - base : 4096;
+  lo = lo < -4096 ? -4096 : (lo > 4096 ? 4096 : lo);
+  hi = hi < -4096 ? -4096 : (hi > 4096 ? 4096 : hi);
+  Band b;
+  b.lo = (int)lo;
+  b.hi = (int)hi;
+  return b;
+}
+
+// Keys [*first, *last] some query of [i0, i1] (0 <= i0 <= i1 < Lq) sees;
+// none if *last < *first.
+__device__ __forceinline__ void keys_seen(long long i0, long long i1, long long lq, long long lk,
+                                          long long &first, long long &last) {
+  const long long delta = lk - lq;
+  first = kHasLeft ? i0 + delta - kWindowLeft : 0;
+  last = kHasRight ? i1 + delta + kRight : lk - 1;
+  if (first < 0) first = 0;
+  if (last > lk - 1) last = lk - 1;
+}
+
+// Queries [*first, *last] that see some key of [j0, j1] (0 <= j0 <= j1 < Lk).
+__device__ __forceinline__ void queries_seeing(long long j0, long long j1, long long lq,
+                                               long long lk, long long &first, long long &last) {
+  const long long delta = lk - lq;
+  first = kHasRight ? j0 - delta - kRight : 0;
+  last = kHasLeft ? j1 - delta + kWindowLeft : lq - 1;
+  if (first < 0) first = 0;
+  if (last > lq - 1) last = lq - 1;
+}
+
+/* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
+ * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
+ * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
+ * zero-filled, never read from memory. */
+constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces per row
+
+__device__ __forceinline__ int swizzle(int row, int piece) {
+  return row * kHeadDim + ((piece ^ (row & 7)) * 8);
+}
+
+// Start the copy of kRows rows of one head (`src` is row 0 of the tile, this
+// head) into `tile`, the first `rows` real; the caller commits.
+template <int kRows>
+__device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
+  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const unsigned dst = smem_addr(tile);
+  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+  const unsigned short *g = src + row0 * row_stride + piece * 8;
+#pragma unroll
+  for (int k = 0; k < kRows / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    const bool real = row < rows;
+    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : src, real ? 16 : 0);
+    g += kRowStep * row_stride;
+  }
+}
+
+// Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).
+__device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
+// and the kNT * 8 rows of tile b, as kNT 16x8 accumulator tiles:
+// S = Q K^T, dP = dO V^T, or with keys as rows S^T = K Q^T, dP^T = V dO^T.
+template <int kNT>
+__device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
+                                                int row0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
+#pragma unroll 1
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
+    // the same rows at dims 16kk+8..
+    unsigned a[4];
+    ldmatrix_x4(a, a_s + swizzle(row0 + (lane & 15), 2 * kk + (lane >> 4)) * 2);
+#pragma unroll
+    for (int n = 0; n < kNT; n += 2) {
+      // B (k = dim, n = row of b): matrices 0, 1 are rows 8n..8n+7 at dims
+      // 16kk.. and 16kk+8.., matrices 2, 3 the next 8 rows.
+      unsigned b[4];
+      ldmatrix_x4(b, b_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
+                                   2 * kk + ((lane >> 3) & 1)) * 2);
+      mma_16816(c[n], a, b[0], b[1]);
+      mma_16816(c[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc += x b: x is 16 rows by the kNT * 8 rows of tile b as 16-bit pairs in
+// C positions ([n][0] row g, [n][1] row g + 8, columns 8n + 2tq and + 1),
+// which make the A fragment of each 16-row slice of b; b's rows are read as
+// columns with ldmatrix.trans. dQ = dS K, dV = P^T dO, dK = dS^T Q.
+template <int kNT>
+__device__ __forceinline__ void accumulate(float (&acc)[kHeadDim / 8][4],
+                                           const unsigned (&x)[kNT][2], unsigned b_s) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < kNT / 2; j++) {
+    const unsigned a[4] = {x[2 * j][0], x[2 * j][1], x[2 * j + 1][0], x[2 * j + 1][1]};
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, b_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Store 16 result rows (C layout) times `mul`, those before `rows`, to `out`
+// (row 0 of the tile, this head): each lane writes its pairs.
+__device__ __forceinline__ void store_rows(const float (&acc)[kHeadDim / 8][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n++)
+      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+// D = rowsum(dO (.) O) of a warp's 16 query rows row0.. (of `rows` real;
+// row r of O and dO at o_row + r * row_stride) from memory, kPieces lanes a
+// row, one 16-byte piece of each; with each row's LSE * log2(e) (+inf for
+// rows past the end or with no key, so that P = 0; their D is 0) into
+// lse_s[r], di_s[r]. `di`, when not null, gets D at di[lse_at + r] (lse's
+// index of row r). The warp's lanes read lse_s, di_s after a __syncwarp.
+__device__ __forceinline__ void row_stats(const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    float *__restrict__ di, long long o_row, long long row_stride, long long lse_at, int rows,
+    int row0, float *lse_s, float *di_s) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kRowsPerPass = 32 / kPieces;
+  const int piece = lane % kPieces;
+#pragma unroll
+  for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
+    const int r = row0 + pass * kRowsPerPass + lane / kPieces;
+    float a = 0.f;
+    if (r < rows) {
+      const long long at = o_row + r * row_stride + piece * 8;
+      const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+      const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+      const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x0, x1, y0, y1;
+        unpack2(xs[e], x0, x1);
+        unpack2(ys[e], y0, y1);
+        a = fmaf(x0, y0, a);
+        a = fmaf(x1, y1, a);
+      }
+    }
+#pragma unroll
+    for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+    if (piece == 0) {
+      float l = __int_as_float(0x7f800000);  // +inf: P = 0
+      if (r < rows) {
+        const float x = lse[lse_at + r];
+        if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
+        else l = x * kLog2e;
+        if (di) di[lse_at + r] = a;
+      } else {
+        a = 0.f;
+      }
+      lse_s[r] = l;
+      di_s[r] = a;
+    }
+  }
+}
+
+// P = exp(scale * S - LSE) and dS = P (.) (dP - D) of a warp's 16 query
+// rows row0.. against a key tile (C layout, kNT n-tiles of 8 keys), as
+// 16-bit pairs; P masked to 0 outside the band and past nk keys unless the
+// tile is `full`. lse_lo/hi are LSE * log2(e) of rows g and g + 8, d_lo/hi
+// their D. With kKeepP, P's pairs also go to p16.
+template <int kNT, bool kKeepP>
+__device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const float (&dp)[kNT][4],
+    float lse_lo, float lse_hi, float d_lo, float d_hi, bool full, int nk, Band band, int row0,
+    unsigned (&p16)[kNT][2], unsigned (&ds)[kNT][2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) {
+    float p[4], x[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const bool lo = e < 2;
+      const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
+      p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
+      if (!full) {
+        const int xd = col - row;
+        if (col >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;
+      }
+      x[e] = p[e] * (dp[n][e] - (lo ? d_lo : d_hi));
+    }
+    if constexpr (kKeepP) {
+      p16[n][0] = pack2(p[0], p[1]);
+      p16[n][1] = pack2(p[2], p[3]);
+    }
+    ds[n][0] = pack2(x[0], x[1]);
+    ds[n][1] = pack2(x[2], x[3]);
+  }
+}
+
+// Store 16 result rows (C layout) times `mul` in fp32, those before `rows`.
+__device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][4], float mul,
+                                               int row0, int rows, float *out,
+                                               long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    float2 *dst = reinterpret_cast<float2 *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n++)
+      dst[4 * n] = make_float2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+/* ---- end jagged tiles ---- */
+
+extern __shared__ __align__(128) unsigned short smem[];
+
+/* ---- begin P and dS tiles ----
+ * [kBlockM queries][kBlockN keys], 16-byte pieces XOR-swizzled by the row. */
+__device__ __forceinline__ int pswizzle(int row, int piece) {
+  return row * kBlockN + ((piece ^ (row & 7)) * 8);
+}
+
+// Store a warp's 16 rows of 16-bit pairs (C layout) into a P or dS tile.
+__device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&x)[kKeyTiles][2],
+                                         int row0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; n++) {
+    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g, n) + 2 * tq) = x[n][0];
+    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g + 8, n) + 2 * tq) = x[n][1];
+  }
+}
+
+// acc = X^T B for the 16 keys kr0.. of the tile and the kDimPart n-tiles
+// from nt0: X is P or dS in shared memory ([query][key]; its columns read
+// as rows with ldmatrix.trans), B is dO or Q ([query][kHeadDim]), over the
+// first 16 * ksteps queries. dV = P^T dO, dK = dS^T Q.
+__device__ __forceinline__ void keys_by_queries(float (&acc)[kDimPart][4], unsigned x_s,
+                                                unsigned b_s, int kr0, int nt0, int ksteps) {
+  const int lane = threadIdx.x & 31, m = lane >> 3;
+#pragma unroll
+  for (int n = 0; n < kDimPart; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll 1
+  for (int kk = 0; kk < ksteps; kk++) {
+    // matrix m: queries 16kk + 8 (m / 2).., keys kr0 + 8 (m % 2)..
+    unsigned a[4];
+    ldmatrix_x4_trans(a, x_s + pswizzle(16 * kk + (lane & 7) + ((m >> 1) << 3),
+                                        kr0 / 8 + (m & 1)) * 2);
+#pragma unroll
+    for (int n = 0; n < kDimPart; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, b_s + swizzle(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         nt0 + n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Store 16 rows (C layout) of kDimPart n-tiles times `mul`, those before `rows`.
+__device__ __forceinline__ void store_part(const float (&acc)[kDimPart][4], float mul, int row0,
+                                           int rows, unsigned short *out, long long row_stride) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kDimPart; n++)
+      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+
+// Zero rows [r0, r1) of one head of dK and dV (keys no query sees).
+__device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv, long long r0,
+                                          long long r1, long long row_stride) {
+  constexpr int kPieces16 = kHeadDim / 8;
+  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces16; i += kThreads) {
+    const long long at = (r0 + i / kPieces16) * row_stride + (i % kPieces16) * 8;
+    *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
+  }
+}
+/* ---- end P and dS tiles ---- */
+
+/* ---- begin kernel ----
+ * A CTA owns every query (n_q <= kBlockM) of one head over a slab of
+ * sequences (slab_start). Q stays in shared memory; for each sequence it
+ * loads dO and computes D, then walks the key tiles of the band, K and V
+ * streaming through two slots: S = Q K^T and dP = dO V^T by the query
+ * rows' warps (16 rows each), P and dS to shared memory, dQ += dS K in
+ * registers; then every warp computes its part of dV = P^T dO and dK =
+ * dS^T Q for the tile and stores them: every query is in the CTA, so each
+ * key tile's gradients are whole (keys no query sees get 0). Five
+ * products per tile pair, where the two-kernel backward recomputes S and
+ * dP (seven). dQ, summed over the slab in registers, goes to the slab's
+ * fp32 partial for _dq_sum. */
+extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di,
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
+    long long num_tiles) {
+  (void)dq;
+  if (batch <= 0 || kv_heads != heads) return;
+  const int h = blockIdx.y;
+  const long long stride = (long long)heads * kHeadDim;  // of every tensor (heads == kv_heads)
+  const long long n_q = total_q / batch, slabs = num_tiles;
+  const int mq = (int)min((long long)kBlockM, n_q);  // real query rows
+  const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
+  unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
+  unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
+  unsigned short *const p_s = ring + 4 * kKTileElems, *const ds_s = p_s + kPTileElems;
+  float *const lse_s = reinterpret_cast<float *>(ds_s + kPTileElems);
+  float *const di_s = lse_s + kBlockM;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2;
+  const int row0 = 16 * warp;  // this warp's query rows
+  const bool has_rows = row0 < mq;
+  const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
+  const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
+                 ds_a = smem_addr(ds_s);
+
+#pragma unroll 1
+  for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
+    float acc[kDimTiles][4];  // dQ of this warp's rows, over the slab
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
+    bool q_loaded = false;
+#pragma unroll 1
+    for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
+      const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
+      const long long delta = sp.k_len - sp.q_len;
+      long long j_first, j_last;
+      keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+      const long long kt0 = j_first / kBlockN;
+      const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+      const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
+      unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
+      unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
+      const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
+      const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
+      // Keys before and after the band's tiles: no query sees them.
+      zero_rows(dk_head, dv_head, 0, n_steps ? kt0 * kBlockN : sp.k_len, stride);
+      if (n_steps) zero_rows(dk_head, dv_head, min(sp.k_len, (kt0 + n_steps) * kBlockN), sp.k_len, stride);
+      if (n_steps == 0) continue;
+
+      __syncthreads();  // nobody reads the last sequence's shared memory any more
+      if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
+      q_loaded = true;
+      load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
+      {
+        const long long k0 = kt0 * kBlockN;
+        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+        load_tile<kBlockN>(ring, k_head + k0 * stride, stride, nk);
+        load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * stride, stride, nk);
+      }
+      cp_async_commit();
+      // D of this warp's rows from memory while the tiles land.
+      row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
+                row0, lse_s, di_s);
+      __syncwarp();
+      const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
+      const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
+
+#pragma unroll 1
+      for (int i = 0; i < n_steps; i++) {
+        // Refill the other slot once every warp is done with it (and with
+        // P and dS of the last tile), then wait for this one.
+        __syncthreads();
+        if (i + 1 < n_steps) {
+          const long long k1 = (kt0 + i + 1) * kBlockN;
+          const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
+          unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+          load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
+          load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const long long k0 = (kt0 + i) * kBlockN;
+        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+        const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+        const unsigned v_a = k_a + 2 * kKTileElems;
+        if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
+          float s[kKeyTiles][4], dp[kKeyTiles][4];
+          rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
+          rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
+          const Band band = tile_band(0, k0, delta);
+          const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
+          unsigned p16[kKeyTiles][2], ds[kKeyTiles][2];
+          probs_and_ds<kKeyTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nk, band, row0,
+                                        p16, ds);
+          put_rows(p_s, p16, row0);
+          put_rows(ds_s, ds, row0);
+          accumulate<kKeyTiles>(acc, ds, k_a);  // dQ += dS K
+        }
+        __syncthreads();  // P and dS of the tile complete
+        float part[kDimPart][4];
+        keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
+        store_part(part, 1.f, kr0, nk, dv_head + k0 * stride + nt0 * 8, stride);
+        keys_by_queries(part, ds_a, q_a, kr0, nt0, ksteps);  // dK = dS^T Q
+        store_part(part, kScale, kr0, nk, dk_head + k0 * stride + nt0 * 8, stride);
+      }
+      cp_async_wait<0>();
+    }
+    float *const out = di + broadcast_partials_at(heads, total_q) + slab * n_q * stride;
+    store_rows_f32(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
+  }
+}
+/* ---- end kernel ---- */
+
+}  // namespace bwd_fused_1
+
+namespace bwd {
+
+/* ---- begin jagged backward constants ---- */
+constexpr int kHeadDim = 128;  // elements per head
+constexpr int kBlockM = 64;  // query rows of a tile
+constexpr int kBlockN = 64;  // key rows of a tile
+constexpr int kWarps = 4;  // warps per CTA: 16 stationary rows each
+constexpr int kThreads = kWarps * 32;
+constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
+constexpr int kSmemBytesDq = 98816;  // dynamic shared memory of _dq, as planned
+constexpr int kSmemBytesDkv = 99328;  // dynamic shared memory of _dkv, as planned
+constexpr float kScale = 8.838834765e-02f;  // softmax scale 1/sqrt(128)
+constexpr float kScaleLog2 = 1.275174308e-01f;  // the scale times log2(e)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr bool kCausal = 0;
+constexpr bool kWindow = 0;
+constexpr int kWindowLeft = 0;  // keys before the diagonal a query sees
+constexpr int kWindowRight = 0;  // keys after it
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
+constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+constexpr bool kBroadcast = 1;  // one dense Q shared by every sequence
+constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
+constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile (_dq)
+constexpr int kQueryTiles = kBlockM / 8;  // n-tiles of S^T and dP^T over a query tile (_dkv)
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockM == 16 * kWarps && kBlockN == 16 * kWarps,
+              "each warp owns 16 stationary rows; tiles of both kinds are 16 * WARPS rows");
+// _dq: Q and dO of the query tile, then two K, V slots (a ring: the next
+// key tile loads while this one is computed), then each query row's
+// LSE * log2(e) and D, in floats.
+constexpr int kQTileElems = kBlockM * kHeadDim;
+constexpr int kKTileElems = kBlockN * kHeadDim;
+static_assert(2 * (2 * kQTileElems + 4 * kKTileElems) + 2 * 4 * kBlockM == kSmemBytesDq,
+              "the plan's _dq shared memory is Q, dO, two K, V slots and two floats a row");
+// _dkv: K and V of the key tile, then two Q, dO slots, then two slots of
+// LSE * log2(e) and D for the query rows of a Q, dO slot.
+static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == kSmemBytesDkv,
+              "the plan's _dkv shared memory is K, V, two Q, dO slots and their row floats");
+/* ---- end jagged backward constants ---- */
+
+/* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
+
+// 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// Copy 16 bytes global -> shared without touching registers. With
+// src_bytes == 0 nothing is read and the 16 bytes are zero-filled.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
+}
+
+// Four 8x8 16-bit matrices from shared memory; lanes 8i..8i+7 give the row
+// addresses of matrix i. The .trans form hands out columns instead of rows.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// d += a * b for one 16x8x16 tile: a 16x16 (4 regs), b 16x8 (2 regs), d fp32.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Round two floats to a packed pair, `lo` in the low half.
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// -infinity (no constexpr spelling exists without headers).
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
+
+// 2^x on the special-function unit.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* ---- end device helpers ---- */
+
+// The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
+// low half.
+__device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.bf16 %0, l; cvt.f32.bf16 %1, h; }"
+      : "=f"(lo), "=f"(hi) : "r"(pair));
+}
+
+/* ---- begin jagged tiles ----
+ * Sequence i of a jagged tensor of `total` tokens starts at token
+ * offsets[i] and numbers its tiles of kTile tokens from the "virtual"
+ * number i + offsets[i] / kTile (as block_walk.cuh numbers blocks): the
+ * numbers increase with i and leave at most one unused number per sequence,
+ * so batch + total / kTile numbers cover every tile, known on the host
+ * without reading the offsets. A CTA takes one number, finds its sequence
+ * with a 32-way warp search over the offsets (every warp searches on its
+ * own, so no barrier is needed) and leaves if the number is unused. */
+
+// An offset clamped to [lo, total], so that malformed offsets can never
+// send a load or store out of bounds.
+__device__ __forceinline__ long long clamp_offset(long long x, long long lo, long long total) {
+  return x < lo ? lo : (x > total ? total : x);
+}
+
+// The last sequence c in [0, batch) with c + offsets[c] / tile <= vt (the
+// answer for sorted offsets; some sequence in range for any offsets). Each
+// round tests 32 evenly spaced candidates, so 1152 sequences take 3 rounds.
+// Warp-uniform: every lane returns the same.
+__device__ __forceinline__ long long find_sequence(const int *offsets, long long batch,
+                                                   long long total, long long vt, int tile) {
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const long long step = (hi - lo + 32) / 32;  // candidates lo + step * lane
+    const long long cand = lo + step * lane;
+    bool ok = false;
+    if (cand <= hi) ok = cand + clamp_offset(__ldg(offsets + cand), 0, total) / tile <= vt;
+    const unsigned ballot = __ballot_sync(0xffffffffu, ok);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo;
+}
+
+// One sequence's tokens in both tensors, clamped. A broadcast Q (one
+// dense Q of n_q = total_q / batch rows shared by every sequence) has its
+// rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
+struct SeqSpan {
+  long long q_start, k_start;  // first token in O, dO, lse, D and in K (V, dK, dV)
+  long long q_src;             // first row in Q (dQ): q_start, or 0 for a broadcast Q
+  long long q_len, k_len;      // tokens: Lq, Lk
+};
+
+__device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_k, long long seq,
+                                            long long batch, long long total_q,
+                                            long long total_k) {
+  SeqSpan s;
+  if constexpr (kBroadcast) {
+    s.q_len = total_q / batch;
+    s.q_start = seq * s.q_len;
+    s.q_src = 0;
+  } else {
+    s.q_start = clamp_offset(__ldg(cu_q + seq), 0, total_q);
+    s.q_len = clamp_offset(__ldg(cu_q + seq + 1), s.q_start, total_q) - s.q_start;
+    s.q_src = s.q_start;
+  }
+  s.k_start = clamp_offset(__ldg(cu_k + seq), 0, total_k);
+  s.k_len = clamp_offset(__ldg(cu_k + seq + 1), s.k_start, total_k) - s.k_start;
+  return s;
+}
+
+// A broadcast Q's dQ is the sum over the batch: _dq cuts the batch into
+// `slabs` runs of consecutive sequences of about equal work (keys, plus
+// kSeqCost a sequence for its own loads) and writes one fp32 partial per
+// slab, which _dq_sum adds in slab order. Slab c starts at the first
+// sequence b with (offsets[b] + kSeqCost * b) * slabs >= c * W, W the
+// whole batch's work; slab `slabs` starts at batch. A 32-way warp search,
+// warp-uniform; any offsets give a start in [0, batch].
+constexpr long long kSeqCost = 64;
+// The slabs' dQ partials follow D ([heads, total_q] floats) in the
+// workspace, 16-byte aligned: [slabs, n_q, heads, kHeadDim] fp32.
+__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
+__device__ __forceinline__ long long slab_start(const int *cu_k, long long batch,
+                                                long long total_k, long long c, long long slabs) {
+  if (c <= 0) return 0;
+  if (c >= slabs) return batch;
+  const long long goal = c * (total_k + kSeqCost * batch);
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = batch;  // sequence lo is before the start (it holds for 0)
+  while (lo < hi) {
+    const long long step = (hi - lo + 32) / 32;  // candidates lo + step * lane
+    const long long cand = lo + step * lane;
+    bool before = false;
+    if (cand <= hi)
+      before = (clamp_offset(__ldg(cu_k + cand), 0, total_k) + kSeqCost * cand) * slabs < goal;
+    const unsigned ballot = __ballot_sync(0xffffffffu, before);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo + 1 < batch ? lo + 1 : batch;
+}
+
+/* The band: query i (of Lq) sees key j (of Lk) iff 0 <= j < Lk and
+ *   j - i - (Lk - Lq) in [-kWindowLeft, kRight]
+ * each side only where it is bounded (kHasLeft, kHasRight): causal is
+ * bottom-right aligned. Inside a tile pair (queries q0.., keys k0..) the
+ * test is on x = (key row) - (query row) of the tiles against bounds made
+ * small ints (tiles are far shorter than the clamp). */
+struct Band {
+  int lo, hi;  // x in [lo, hi] is visible
+};
+
+__device__ __forceinline__ Band tile_band(long long q0, long long k0, long long delta) {
+  const long long base = k0 - q0 - delta;  // j - i - delta = x + base
+  long long lo = kHasLeft ? -(long long)kWindowLeft - base : -4096;
+  long long hi = kHasRight ? (long long)kRight - base : 4096;
+  lo = lo < -4096 ? -4096 : (lo > 4096 ? 4096 : lo);
+  hi = hi < -4096 ? -4096 : (hi > 4096 ? 4096 : hi);
+  Band b;
+  b.lo = (int)lo;
+  b.hi = (int)hi;
+  return b;
+}
+
+// Keys [*first, *last] some query of [i0, i1] (0 <= i0 <= i1 < Lq) sees;
+// none if *last < *first.
+__device__ __forceinline__ void keys_seen(long long i0, long long i1, long long lq, long long lk,
+                                          long long &first, long long &last) {
+  const long long delta = lk - lq;
+  first = kHasLeft ? i0 + delta - kWindowLeft : 0;
+  last = kHasRight ? i1 + delta + kRight : lk - 1;
+  if (first < 0) first = 0;
+  if (last > lk - 1) last = lk - 1;
+}
+
+// Queries [*first, *last] that see some key of [j0, j1] (0 <= j0 <= j1 < Lk).
+__device__ __forceinline__ void queries_seeing(long long j0, long long j1, long long lq,
+                                               long long lk, long long &first, long long &last) {
+  const long long delta = lk - lq;
+  first = kHasRight ? j0 - delta - kRight : 0;
+  last = kHasLeft ? j1 - delta + kWindowLeft : lq - 1;
+  if (first < 0) first = 0;
+  if (last > lq - 1) last = lq - 1;
+}
+
+/* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
+ * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
+ * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
+ * zero-filled, never read from memory. */
+constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces per row
+
+__device__ __forceinline__ int swizzle(int row, int piece) {
+  return row * kHeadDim + ((piece ^ (row & 7)) * 8);
+}
+
+// Start the copy of kRows rows of one head (`src` is row 0 of the tile, this
+// head) into `tile`, the first `rows` real; the caller commits.
+template <int kRows>
+__device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
+  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const unsigned dst = smem_addr(tile);
+  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+  const unsigned short *g = src + row0 * row_stride + piece * 8;
+#pragma unroll
+  for (int k = 0; k < kRows / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    const bool real = row < rows;
+    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : src, real ? 16 : 0);
+    g += kRowStep * row_stride;
+  }
+}
+
+// Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).
+__device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
+// and the kNT * 8 rows of tile b, as kNT 16x8 accumulator tiles:
+// S = Q K^T, dP = dO V^T, or with keys as rows S^T = K Q^T, dP^T = V dO^T.
+template <int kNT>
+__device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
+                                                int row0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
+#pragma unroll 1
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
+    // the same rows at dims 16kk+8..
+    unsigned a[4];
+    ldmatrix_x4(a, a_s + swizzle(row0 + (lane & 15), 2 * kk + (lane >> 4)) * 2);
+#pragma unroll
+    for (int n = 0; n < kNT; n += 2) {
+      // B (k = dim, n = row of b): matrices 0, 1 are rows 8n..8n+7 at dims
+      // 16kk.. and 16kk+8.., matrices 2, 3 the next 8 rows.
+      unsigned b[4];
+      ldmatrix_x4(b, b_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
+                                   2 * kk + ((lane >> 3) & 1)) * 2);
+      mma_16816(c[n], a, b[0], b[1]);
+      mma_16816(c[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc += x b: x is 16 rows by the kNT * 8 rows of tile b as 16-bit pairs in
+// C positions ([n][0] row g, [n][1] row g + 8, columns 8n + 2tq and + 1),
+// which make the A fragment of each 16-row slice of b; b's rows are read as
+// columns with ldmatrix.trans. dQ = dS K, dV = P^T dO, dK = dS^T Q.
+template <int kNT>
+__device__ __forceinline__ void accumulate(float (&acc)[kHeadDim / 8][4],
+                                           const unsigned (&x)[kNT][2], unsigned b_s) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < kNT / 2; j++) {
+    const unsigned a[4] = {x[2 * j][0], x[2 * j][1], x[2 * j + 1][0], x[2 * j + 1][1]};
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, b_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Store 16 result rows (C layout) times `mul`, those before `rows`, to `out`
+// (row 0 of the tile, this head): each lane writes its pairs.
+__device__ __forceinline__ void store_rows(const float (&acc)[kHeadDim / 8][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n++)
+      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+// D = rowsum(dO (.) O) of a warp's 16 query rows row0.. (of `rows` real;
+// row r of O and dO at o_row + r * row_stride) from memory, kPieces lanes a
+// row, one 16-byte piece of each; with each row's LSE * log2(e) (+inf for
+// rows past the end or with no key, so that P = 0; their D is 0) into
+// lse_s[r], di_s[r]. `di`, when not null, gets D at di[lse_at + r] (lse's
+// index of row r). The warp's lanes read lse_s, di_s after a __syncwarp.
+__device__ __forceinline__ void row_stats(const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    float *__restrict__ di, long long o_row, long long row_stride, long long lse_at, int rows,
+    int row0, float *lse_s, float *di_s) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kRowsPerPass = 32 / kPieces;
+  const int piece = lane % kPieces;
+#pragma unroll
+  for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
+    const int r = row0 + pass * kRowsPerPass + lane / kPieces;
+    float a = 0.f;
+    if (r < rows) {
+      const long long at = o_row + r * row_stride + piece * 8;
+      const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+      const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+      const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x0, x1, y0, y1;
+        unpack2(xs[e], x0, x1);
+        unpack2(ys[e], y0, y1);
+        a = fmaf(x0, y0, a);
+        a = fmaf(x1, y1, a);
+      }
+    }
+#pragma unroll
+    for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+    if (piece == 0) {
+      float l = __int_as_float(0x7f800000);  // +inf: P = 0
+      if (r < rows) {
+        const float x = lse[lse_at + r];
+        if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
+        else l = x * kLog2e;
+        if (di) di[lse_at + r] = a;
+      } else {
+        a = 0.f;
+      }
+      lse_s[r] = l;
+      di_s[r] = a;
+    }
+  }
+}
+
+// P = exp(scale * S - LSE) and dS = P (.) (dP - D) of a warp's 16 query
+// rows row0.. against a key tile (C layout, kNT n-tiles of 8 keys), as
+// 16-bit pairs; P masked to 0 outside the band and past nk keys unless the
+// tile is `full`. lse_lo/hi are LSE * log2(e) of rows g and g + 8, d_lo/hi
+// their D. With kKeepP, P's pairs also go to p16.
+template <int kNT, bool kKeepP>
+__device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const float (&dp)[kNT][4],
+    float lse_lo, float lse_hi, float d_lo, float d_hi, bool full, int nk, Band band, int row0,
+    unsigned (&p16)[kNT][2], unsigned (&ds)[kNT][2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) {
+    float p[4], x[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const bool lo = e < 2;
+      const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
+      p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
+      if (!full) {
+        const int xd = col - row;
+        if (col >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;
+      }
+      x[e] = p[e] * (dp[n][e] - (lo ? d_lo : d_hi));
+    }
+    if constexpr (kKeepP) {
+      p16[n][0] = pack2(p[0], p[1]);
+      p16[n][1] = pack2(p[2], p[3]);
+    }
+    ds[n][0] = pack2(x[0], x[1]);
+    ds[n][1] = pack2(x[2], x[3]);
+  }
+}
+
 // Store 16 result rows (C layout) times `mul` in fp32, those before `rows`.
 __device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][4], float mul,
                                                int row0, int rows, float *out,
@@ -992,7 +2957,7 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
   float *const lse_s = reinterpret_cast<float *>(smem + 2 * kQTileElems + 4 * kKTileElems);
   float *const di_s = lse_s + kBlockM;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, tq = lane & 3;
+  const int g = lane >> 2;
   const int row0 = 16 * warp;  // this warp's rows of the query tile
   const int mq = (int)min((long long)kBlockM, sp.q_len - q0);  // real query rows
   const long long delta = sp.k_len - sp.q_len;
@@ -1017,47 +2982,9 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
   }
   cp_async_commit();
 
-  // D = rowsum(dO (.) O) of this warp's 16 rows, from memory while the
-  // tiles land: kPieces lanes per row, one 16-byte piece of O and dO each.
-  {
-    constexpr int kRowsPerPass = 32 / kPieces;
-    const int piece = lane % kPieces;
-#pragma unroll
-    for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
-      const int r = row0 + pass * kRowsPerPass + lane / kPieces;
-      float a = 0.f;
-      if (r < mq) {
-        const long long at = o_row + r * q_stride + piece * 8;
-        const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
-        const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
-        const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          float x0, x1, y0, y1;
-          unpack2(xs[e], x0, x1);
-          unpack2(ys[e], y0, y1);
-          a = fmaf(x0, y0, a);
-          a = fmaf(x1, y1, a);
-        }
-      }
-#pragma unroll
-      for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
-      if (piece == 0) {
-        float l = __int_as_float(0x7f800000);  // +inf: P = 0
-        if (r < mq) {
-          const long long at = (long long)h * total_q + sp.q_start + q0 + r;
-          const float x = lse[at];
-          if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
-          else l = x * kLog2e;
-          di[at] = a;
-        } else {
-          a = 0.f;
-        }
-        lse_s[r] = l;
-        di_s[r] = a;
-      }
-    }
-  }
+  // D of this warp's rows from memory while the tiles land.
+  row_stats(o, dout, lse, di, o_row, q_stride, (long long)h * total_q + sp.q_start + q0, mq, row0,
+            lse_s, di_s);
   __syncwarp();
   const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
   const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
@@ -1087,24 +3014,9 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
     rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
     const Band band = tile_band(q0, k0, delta);
     const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
-    unsigned ds[kKeyTiles][2];
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; n++) {
-      float x[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const bool lo = e < 2;
-        const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
-        float p = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
-        if (!full) {
-          const int xd = col - row;
-          if (col >= nk || xd < band.lo || xd > band.hi) p = 0.f;
-        }
-        x[e] = p * (dp[n][e] - (lo ? d_lo : d_hi));
-      }
-      ds[n][0] = pack2(x[0], x[1]);
-      ds[n][1] = pack2(x[2], x[3]);
-    }
+    unsigned p16[kKeyTiles][2], ds[kKeyTiles][2];
+    probs_and_ds<kKeyTiles, false>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nk, band, row0, p16,
+                                   ds);
     accumulate<kKeyTiles>(acc, ds, k_a);
   }
   cp_async_wait<0>();  // no copy outlives the tile (none is pending with steps)

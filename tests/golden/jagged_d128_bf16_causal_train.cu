@@ -247,12 +247,14 @@ __device__ __forceinline__ JaggedTile broadcast_tile(const int *offs_b, long lon
   t.valid = false;
   t.seq = 0; t.start = 0; t.len = 0; t.tile = 0; t.raw_start_b = 0; t.raw_end_b = 0;
   if (batch <= 0 || vt < 0) return t;
-  const long long n_q = total / batch;
-  const long long q_tiles = (n_q + kTileRows - 1) / kTileRows;
-  if (q_tiles == 0 || vt >= batch * q_tiles) return t;
-  t.seq = vt / q_tiles;
-  t.tile = vt - t.seq * q_tiles;
-  t.start = t.seq * n_q;
+  // batch, total and vt are below 2^31 (the launcher's checks): 32-bit division
+  const unsigned n_q = (unsigned)total / (unsigned)batch;
+  const unsigned q_tiles = (n_q + kTileRows - 1) / kTileRows;
+  if (q_tiles == 0 || vt >= batch * (long long)q_tiles) return t;
+  const unsigned seq = (unsigned)vt / q_tiles;
+  t.seq = seq;
+  t.tile = (unsigned)vt - seq * q_tiles;
+  t.start = (long long)seq * n_q;
   t.len = n_q;
   t.raw_start_b = __ldg(offs_b + t.seq);
   t.raw_end_b = __ldg(offs_b + t.seq + 1);
@@ -613,10 +615,6 @@ static_assert(2 * (2 * kQTileElems + 4 * kKTileElems) + 2 * 4 * kBlockM == kSmem
 // LSE * log2(e) and D for the query rows of a Q, dO slot.
 static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == kSmemBytesDkv,
               "the plan's _dkv shared memory is K, V, two Q, dO slots and their row floats");
-// A broadcast Q's dQ partials follow D in the workspace, 16-byte aligned.
-__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
-  return (heads * total_q + 3) / 4 * 4;
-}
 /* ---- end jagged backward constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
@@ -762,6 +760,11 @@ __device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_k, lo
 // whole batch's work; slab `slabs` starts at batch. A 32-way warp search,
 // warp-uniform; any offsets give a start in [0, batch].
 constexpr long long kSeqCost = 64;
+// The slabs' dQ partials follow D ([heads, total_q] floats) in the
+// workspace, 16-byte aligned: [slabs, n_q, heads, kHeadDim] fp32.
+__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
 __device__ __forceinline__ long long slab_start(const int *cu_k, long long batch,
                                                 long long total_k, long long c, long long slabs) {
   if (c <= 0) return 0;
@@ -928,6 +931,88 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kHeadDim / 8][4], 
       dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
   }
 }
+// D = rowsum(dO (.) O) of a warp's 16 query rows row0.. (of `rows` real;
+// row r of O and dO at o_row + r * row_stride) from memory, kPieces lanes a
+// row, one 16-byte piece of each; with each row's LSE * log2(e) (+inf for
+// rows past the end or with no key, so that P = 0; their D is 0) into
+// lse_s[r], di_s[r]. `di`, when not null, gets D at di[lse_at + r] (lse's
+// index of row r). The warp's lanes read lse_s, di_s after a __syncwarp.
+__device__ __forceinline__ void row_stats(const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    float *__restrict__ di, long long o_row, long long row_stride, long long lse_at, int rows,
+    int row0, float *lse_s, float *di_s) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kRowsPerPass = 32 / kPieces;
+  const int piece = lane % kPieces;
+#pragma unroll
+  for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
+    const int r = row0 + pass * kRowsPerPass + lane / kPieces;
+    float a = 0.f;
+    if (r < rows) {
+      const long long at = o_row + r * row_stride + piece * 8;
+      const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+      const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+      const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x0, x1, y0, y1;
+        unpack2(xs[e], x0, x1);
+        unpack2(ys[e], y0, y1);
+        a = fmaf(x0, y0, a);
+        a = fmaf(x1, y1, a);
+      }
+    }
+#pragma unroll
+    for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+    if (piece == 0) {
+      float l = __int_as_float(0x7f800000);  // +inf: P = 0
+      if (r < rows) {
+        const float x = lse[lse_at + r];
+        if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
+        else l = x * kLog2e;
+        if (di) di[lse_at + r] = a;
+      } else {
+        a = 0.f;
+      }
+      lse_s[r] = l;
+      di_s[r] = a;
+    }
+  }
+}
+
+// P = exp(scale * S - LSE) and dS = P (.) (dP - D) of a warp's 16 query
+// rows row0.. against a key tile (C layout, kNT n-tiles of 8 keys), as
+// 16-bit pairs; P masked to 0 outside the band and past nk keys unless the
+// tile is `full`. lse_lo/hi are LSE * log2(e) of rows g and g + 8, d_lo/hi
+// their D. With kKeepP, P's pairs also go to p16.
+template <int kNT, bool kKeepP>
+__device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const float (&dp)[kNT][4],
+    float lse_lo, float lse_hi, float d_lo, float d_hi, bool full, int nk, Band band, int row0,
+    unsigned (&p16)[kNT][2], unsigned (&ds)[kNT][2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) {
+    float p[4], x[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const bool lo = e < 2;
+      const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
+      p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
+      if (!full) {
+        const int xd = col - row;
+        if (col >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;
+      }
+      x[e] = p[e] * (dp[n][e] - (lo ? d_lo : d_hi));
+    }
+    if constexpr (kKeepP) {
+      p16[n][0] = pack2(p[0], p[1]);
+      p16[n][1] = pack2(p[2], p[3]);
+    }
+    ds[n][0] = pack2(x[0], x[1]);
+    ds[n][1] = pack2(x[2], x[3]);
+  }
+}
+
 // Store 16 result rows (C layout) times `mul` in fp32, those before `rows`.
 __device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][4], float mul,
                                                int row0, int rows, float *out,
@@ -987,7 +1072,7 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
   float *const lse_s = reinterpret_cast<float *>(smem + 2 * kQTileElems + 4 * kKTileElems);
   float *const di_s = lse_s + kBlockM;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, tq = lane & 3;
+  const int g = lane >> 2;
   const int row0 = 16 * warp;  // this warp's rows of the query tile
   const int mq = (int)min((long long)kBlockM, sp.q_len - q0);  // real query rows
   const long long delta = sp.k_len - sp.q_len;
@@ -1012,47 +1097,9 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
   }
   cp_async_commit();
 
-  // D = rowsum(dO (.) O) of this warp's 16 rows, from memory while the
-  // tiles land: kPieces lanes per row, one 16-byte piece of O and dO each.
-  {
-    constexpr int kRowsPerPass = 32 / kPieces;
-    const int piece = lane % kPieces;
-#pragma unroll
-    for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
-      const int r = row0 + pass * kRowsPerPass + lane / kPieces;
-      float a = 0.f;
-      if (r < mq) {
-        const long long at = o_row + r * q_stride + piece * 8;
-        const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
-        const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
-        const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          float x0, x1, y0, y1;
-          unpack2(xs[e], x0, x1);
-          unpack2(ys[e], y0, y1);
-          a = fmaf(x0, y0, a);
-          a = fmaf(x1, y1, a);
-        }
-      }
-#pragma unroll
-      for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
-      if (piece == 0) {
-        float l = __int_as_float(0x7f800000);  // +inf: P = 0
-        if (r < mq) {
-          const long long at = (long long)h * total_q + sp.q_start + q0 + r;
-          const float x = lse[at];
-          if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
-          else l = x * kLog2e;
-          di[at] = a;
-        } else {
-          a = 0.f;
-        }
-        lse_s[r] = l;
-        di_s[r] = a;
-      }
-    }
-  }
+  // D of this warp's rows from memory while the tiles land.
+  row_stats(o, dout, lse, di, o_row, q_stride, (long long)h * total_q + sp.q_start + q0, mq, row0,
+            lse_s, di_s);
   __syncwarp();
   const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
   const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
@@ -1082,24 +1129,9 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
     rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
     const Band band = tile_band(q0, k0, delta);
     const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
-    unsigned ds[kKeyTiles][2];
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; n++) {
-      float x[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const bool lo = e < 2;
-        const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
-        float p = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
-        if (!full) {
-          const int xd = col - row;
-          if (col >= nk || xd < band.lo || xd > band.hi) p = 0.f;
-        }
-        x[e] = p * (dp[n][e] - (lo ? d_lo : d_hi));
-      }
-      ds[n][0] = pack2(x[0], x[1]);
-      ds[n][1] = pack2(x[2], x[3]);
-    }
+    unsigned p16[kKeyTiles][2], ds[kKeyTiles][2];
+    probs_and_ds<kKeyTiles, false>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nk, band, row0, p16,
+                                   ds);
     accumulate<kKeyTiles>(acc, ds, k_a);
   }
   cp_async_wait<0>();  // no copy outlives the tile (none is pending with steps)

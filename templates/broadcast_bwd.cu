@@ -1,0 +1,261 @@
+@# broadcast_bwd.cu: the broadcast-Q backward in one pass, mma.sync (sm_80+,
+@# runs as compiled on sm_90a), for n_q <= BLOCK_M and heads == kv_heads.
+@# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows:
+@#   the whole n_q; 16 * WARPS) @BLOCK_N@ (keys of a tile: 64) @WARPS@ (4 |
+@#   8) @MIN_CTAS@ @SMEM_BYTES@ (= 4 * HEAD_DIM * (BLOCK_M + 2 * BLOCK_N) +
+@#   4 * BLOCK_M * BLOCK_N + 8 * BLOCK_M) @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@
+@#   @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@ @WINDOW_LEFT@ @WINDOW_RIGHT@ (as
+@#   in jagged_bwd.cu).
+@# Grid: (slabs, heads) (ag_broadcast_slabs), WARPS * 32 threads, dynamic
+@#   shared memory SMEM_BYTES; then jagged_bwd.cu's _dq_sum over the slabs.
+@# Parameters: those of jagged_bwd.cu's kernels (q [n_q, heads, D]; `di`
+@#   the workspace: the slabs' dQ partials at broadcast_partials_at(heads,
+@#   total_q) floats; num_tiles = slabs).
+@# Includes mma_sm80.cuh, unpack2.cuh and jagged_bwd_tile.cuh: emitted in a
+@#   namespace of its own.
+/* ---- begin broadcast backward constants ---- */
+constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
+constexpr int kBlockM = @BLOCK_M@;  // query rows: every shared query (n_q <= kBlockM)
+constexpr int kBlockN = @BLOCK_N@;  // keys of a tile
+constexpr int kWarps = @WARPS@;  // warps per CTA: 16 query rows each
+constexpr int kThreads = kWarps * 32;
+constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound: registers fit this many CTAs
+constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
+constexpr float kScale = @SCALE@;  // softmax scale @SCALE_TEXT@
+constexpr float kScaleLog2 = @SCALE_LOG2@;  // the scale times log2(e)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr bool kCausal = @CAUSAL@;
+constexpr bool kWindow = @WINDOW@;
+constexpr int kWindowLeft = @WINDOW_LEFT@;  // keys before the diagonal a query sees
+constexpr int kWindowRight = @WINDOW_RIGHT@;  // keys after it
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
+constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+constexpr bool kBroadcast = true;  // one dense Q shared by every sequence
+constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
+constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile
+constexpr int kKeyGroups = kBlockN / 16;  // 16-key row groups of dK, dV
+constexpr int kDimSplit = kWarps / kKeyGroups;  // warps sharing a key group, by columns
+constexpr int kDimPart = kDimTiles / kDimSplit;  // n-tiles of dK, dV per warp
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockM == 16 * kWarps && kBlockN == 64, "16 query rows a warp, 64-key tiles");
+static_assert(kWarps % kKeyGroups == 0 && kDimPart % 2 == 0,
+              "warps split dK and dV into whole key groups and pairs of n-tiles");
+// Q and dO of the queries, two K, V slots (a ring), P and dS of a tile
+// [query][key] (16-bit), then each query row's LSE * log2(e) and D.
+constexpr int kQTileElems = kBlockM * kHeadDim;
+constexpr int kKTileElems = kBlockN * kHeadDim;
+constexpr int kPTileElems = kBlockM * kBlockN;
+static_assert(2 * (2 * kQTileElems + 4 * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
+                  kSmemBytes,
+              "the plan's shared memory is Q, dO, two K, V slots, P, dS and two floats a row");
+/* ---- end broadcast backward constants ---- */
+
+@include mma_sm80.cuh@
+
+@include unpack2.cuh@
+
+@include jagged_bwd_tile.cuh@
+
+extern __shared__ __align__(128) unsigned short smem[];
+
+/* ---- begin P and dS tiles ----
+ * [kBlockM queries][kBlockN keys], 16-byte pieces XOR-swizzled by the row. */
+__device__ __forceinline__ int pswizzle(int row, int piece) {
+  return row * kBlockN + ((piece ^ (row & 7)) * 8);
+}
+
+// Store a warp's 16 rows of 16-bit pairs (C layout) into a P or dS tile.
+__device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&x)[kKeyTiles][2],
+                                         int row0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; n++) {
+    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g, n) + 2 * tq) = x[n][0];
+    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g + 8, n) + 2 * tq) = x[n][1];
+  }
+}
+
+// acc = X^T B for the 16 keys kr0.. of the tile and the kDimPart n-tiles
+// from nt0: X is P or dS in shared memory ([query][key]; its columns read
+// as rows with ldmatrix.trans), B is dO or Q ([query][kHeadDim]), over the
+// first 16 * ksteps queries. dV = P^T dO, dK = dS^T Q.
+__device__ __forceinline__ void keys_by_queries(float (&acc)[kDimPart][4], unsigned x_s,
+                                                unsigned b_s, int kr0, int nt0, int ksteps) {
+  const int lane = threadIdx.x & 31, m = lane >> 3;
+#pragma unroll
+  for (int n = 0; n < kDimPart; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll 1
+  for (int kk = 0; kk < ksteps; kk++) {
+    // matrix m: queries 16kk + 8 (m / 2).., keys kr0 + 8 (m % 2)..
+    unsigned a[4];
+    ldmatrix_x4_trans(a, x_s + pswizzle(16 * kk + (lane & 7) + ((m >> 1) << 3),
+                                        kr0 / 8 + (m & 1)) * 2);
+#pragma unroll
+    for (int n = 0; n < kDimPart; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, b_s + swizzle(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         nt0 + n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Store 16 rows (C layout) of kDimPart n-tiles times `mul`, those before `rows`.
+__device__ __forceinline__ void store_part(const float (&acc)[kDimPart][4], float mul, int row0,
+                                           int rows, unsigned short *out, long long row_stride) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kDimPart; n++)
+      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+
+// Zero rows [r0, r1) of one head of dK and dV (keys no query sees).
+__device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv, long long r0,
+                                          long long r1, long long row_stride) {
+  constexpr int kPieces16 = kHeadDim / 8;
+  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces16; i += kThreads) {
+    const long long at = (r0 + i / kPieces16) * row_stride + (i % kPieces16) * 8;
+    *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
+  }
+}
+/* ---- end P and dS tiles ---- */
+
+/* ---- begin kernel ----
+ * A CTA owns every query (n_q <= kBlockM) of one head over a slab of
+ * sequences (slab_start). Q stays in shared memory; for each sequence it
+ * loads dO and computes D, then walks the key tiles of the band, K and V
+ * streaming through two slots: S = Q K^T and dP = dO V^T by the query
+ * rows' warps (16 rows each), P and dS to shared memory, dQ += dS K in
+ * registers; then every warp computes its part of dV = P^T dO and dK =
+ * dS^T Q for the tile and stores them: every query is in the CTA, so each
+ * key tile's gradients are whole (keys no query sees get 0). Five
+ * products per tile pair, where the two-kernel backward recomputes S and
+ * dP (seven). dQ, summed over the slab in registers, goes to the slab's
+ * fp32 partial for _dq_sum. */
+extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+@KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di,
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
+    long long num_tiles) {
+  (void)dq;
+  if (batch <= 0 || kv_heads != heads) return;
+  const int h = blockIdx.y;
+  const long long stride = (long long)heads * kHeadDim;  // of every tensor (heads == kv_heads)
+  const long long n_q = total_q / batch, slabs = num_tiles;
+  const int mq = (int)min((long long)kBlockM, n_q);  // real query rows
+  const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
+  unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
+  unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
+  unsigned short *const p_s = ring + 4 * kKTileElems, *const ds_s = p_s + kPTileElems;
+  float *const lse_s = reinterpret_cast<float *>(ds_s + kPTileElems);
+  float *const di_s = lse_s + kBlockM;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2;
+  const int row0 = 16 * warp;  // this warp's query rows
+  const bool has_rows = row0 < mq;
+  const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
+  const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
+                 ds_a = smem_addr(ds_s);
+
+#pragma unroll 1
+  for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
+    float acc[kDimTiles][4];  // dQ of this warp's rows, over the slab
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
+    bool q_loaded = false;
+#pragma unroll 1
+    for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
+      const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
+      const long long delta = sp.k_len - sp.q_len;
+      long long j_first, j_last;
+      keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+      const long long kt0 = j_first / kBlockN;
+      const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+      const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
+      unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
+      unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
+      const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
+      const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
+      // Keys before and after the band's tiles: no query sees them.
+      zero_rows(dk_head, dv_head, 0, n_steps ? kt0 * kBlockN : sp.k_len, stride);
+      if (n_steps) zero_rows(dk_head, dv_head, min(sp.k_len, (kt0 + n_steps) * kBlockN), sp.k_len, stride);
+      if (n_steps == 0) continue;
+
+      __syncthreads();  // nobody reads the last sequence's shared memory any more
+      if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
+      q_loaded = true;
+      load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
+      {
+        const long long k0 = kt0 * kBlockN;
+        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+        load_tile<kBlockN>(ring, k_head + k0 * stride, stride, nk);
+        load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * stride, stride, nk);
+      }
+      cp_async_commit();
+      // D of this warp's rows from memory while the tiles land.
+      row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
+                row0, lse_s, di_s);
+      __syncwarp();
+      const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
+      const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
+
+#pragma unroll 1
+      for (int i = 0; i < n_steps; i++) {
+        // Refill the other slot once every warp is done with it (and with
+        // P and dS of the last tile), then wait for this one.
+        __syncthreads();
+        if (i + 1 < n_steps) {
+          const long long k1 = (kt0 + i + 1) * kBlockN;
+          const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
+          unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+          load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
+          load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const long long k0 = (kt0 + i) * kBlockN;
+        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+        const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+        const unsigned v_a = k_a + 2 * kKTileElems;
+        if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
+          float s[kKeyTiles][4], dp[kKeyTiles][4];
+          rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
+          rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
+          const Band band = tile_band(0, k0, delta);
+          const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
+          unsigned p16[kKeyTiles][2], ds[kKeyTiles][2];
+          probs_and_ds<kKeyTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nk, band, row0,
+                                        p16, ds);
+          put_rows(p_s, p16, row0);
+          put_rows(ds_s, ds, row0);
+          accumulate<kKeyTiles>(acc, ds, k_a);  // dQ += dS K
+        }
+        __syncthreads();  // P and dS of the tile complete
+        float part[kDimPart][4];
+        keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
+        store_part(part, 1.f, kr0, nk, dv_head + k0 * stride + nt0 * 8, stride);
+        keys_by_queries(part, ds_a, q_a, kr0, nt0, ksteps);  // dK = dS^T Q
+        store_part(part, kScale, kr0, nk, dk_head + k0 * stride + nt0 * 8, stride);
+      }
+      cp_async_wait<0>();
+    }
+    float *const out = di + broadcast_partials_at(heads, total_q) + slab * n_q * stride;
+    store_rows_f32(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
+  }
+}
+/* ---- end kernel ---- */
