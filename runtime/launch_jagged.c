@@ -22,6 +22,20 @@ typedef struct jagged_call {
   int64_t n_q;
 } jagged_call;
 
+/* The tensors of each pass by role, as the messages name them, and the
+ * alignment each needs (a broadcast backward's workspace holds its dQ
+ * partials, read 16 bytes at a time). */
+static const ag_param fwd_roles[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_LSE};
+static const char *const fwd_names[] = {"q", "k", "v", "o", "lse"};
+static const unsigned fwd_align[] = {16, 16, 16, 16, 4};
+static const ag_param bwd_roles[] = {AG_PARAM_Q,  AG_PARAM_K,  AG_PARAM_V,  AG_PARAM_O,
+                                     AG_PARAM_DOUT, AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,
+                                     AG_PARAM_DV, AG_PARAM_DI};
+static const char *const bwd_names[] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv",
+                                        "workspace"};
+static const unsigned bwd_align[] = {16, 16, 16, 16, 16, 4, 16, 16, 16, 4};
+static const unsigned bwd_align_broadcast[] = {16, 16, 16, 16, 16, 4, 16, 16, 16, 16};
+
 /* Every check, in order, then the launch of the pass's kernels; nothing
  * is launched when there is nothing to compute. */
 static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
@@ -92,11 +106,8 @@ static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
 ag_status ag_jagged_forward(ag_kernel *kernel, const ag_jagged_fwd_args *a,
                             struct CUstream_st *stream, ag_error *err) {
   if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
-  static const ag_param roles[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_LSE};
-  static const char *const names[] = {"q", "k", "v", "o", "lse"};
-  static const unsigned align[] = {16, 16, 16, 16, 4};
   const void *tensors[] = {a->q, a->k, a->v, a->o, a->lse};
-  const jagged_call c = {AG_PASS_FORWARD, 5, roles, names, align, tensors,
+  const jagged_call c = {AG_PASS_FORWARD, 5, fwd_roles, fwd_names, fwd_align, tensors,
                          a->cu_seqlens_q, a->cu_seqlens_k, a->host_cu_seqlens_q,
                          a->host_cu_seqlens_k, a->batch, a->heads, a->kv_heads, a->total_q,
                          a->total_k, false, 0};
@@ -111,15 +122,9 @@ size_t ag_jagged_backward_workspace_bytes(int64_t heads, int64_t total_q) {
 ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *a,
                              struct CUstream_st *stream, ag_error *err) {
   if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
-  static const ag_param roles[] = {AG_PARAM_Q,   AG_PARAM_K,  AG_PARAM_V,  AG_PARAM_O,
-                                   AG_PARAM_DOUT, AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,
-                                   AG_PARAM_DV,  AG_PARAM_DI};
-  static const char *const names[] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv",
-                                      "workspace"};
-  static const unsigned align[] = {16, 16, 16, 16, 16, 4, 16, 16, 16, 4};
   const void *tensors[] = {a->q,  a->k,  a->v,  a->o,  a->dout,
                            a->lse, a->dq, a->dk, a->dv, a->workspace};
-  const jagged_call c = {AG_PASS_BACKWARD, 10, roles, names, align, tensors,
+  const jagged_call c = {AG_PASS_BACKWARD, 10, bwd_roles, bwd_names, bwd_align, tensors,
                          a->cu_seqlens_q, a->cu_seqlens_k, a->host_cu_seqlens_q,
                          a->host_cu_seqlens_k, a->batch, a->heads, a->kv_heads, a->total_q,
                          a->total_k, false, 0};
@@ -131,11 +136,8 @@ ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *a,
 ag_status ag_broadcast_forward(ag_kernel *kernel, const ag_broadcast_fwd_args *a,
                                struct CUstream_st *stream, ag_error *err) {
   if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
-  static const ag_param roles[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_LSE};
-  static const char *const names[] = {"q", "k", "v", "o", "lse"};
-  static const unsigned align[] = {16, 16, 16, 16, 4};
   const void *tensors[] = {a->q, a->k, a->v, a->o, a->lse};
-  const jagged_call c = {AG_PASS_FORWARD, 5, roles, names, align, tensors,
+  const jagged_call c = {AG_PASS_FORWARD, 5, fwd_roles, fwd_names, fwd_align, tensors,
                          NULL, a->cu_seqlens_k, NULL, a->host_cu_seqlens_k, a->batch, a->heads,
                          a->kv_heads, 0, a->total_k, true, a->n_q};
   return launch_jagged(kernel, &c, stream, err);
@@ -155,15 +157,9 @@ size_t ag_broadcast_backward_workspace_bytes(const ag_kernel *kernel, int64_t ba
 ag_status ag_broadcast_backward(ag_kernel *kernel, const ag_broadcast_bwd_args *a,
                                 struct CUstream_st *stream, ag_error *err) {
   if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
-  static const ag_param roles[] = {AG_PARAM_Q,   AG_PARAM_K,  AG_PARAM_V,  AG_PARAM_O,
-                                   AG_PARAM_DOUT, AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,
-                                   AG_PARAM_DV,  AG_PARAM_DI};
-  static const char *const names[] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv",
-                                      "workspace"};
-  static const unsigned align[] = {16, 16, 16, 16, 16, 4, 16, 16, 16, 16};
   const void *tensors[] = {a->q,  a->k,  a->v,  a->o,  a->dout,
                            a->lse, a->dq, a->dk, a->dv, a->workspace};
-  const jagged_call c = {AG_PASS_BACKWARD, 10, roles, names, align, tensors,
+  const jagged_call c = {AG_PASS_BACKWARD, 10, bwd_roles, bwd_names, bwd_align_broadcast, tensors,
                          NULL, a->cu_seqlens_k, NULL, a->host_cu_seqlens_k, a->batch, a->heads,
                          a->kv_heads, 0, a->total_k, true, a->n_q};
   return launch_jagged(kernel, &c, stream, err);

@@ -169,25 +169,12 @@ END_TEST
 
 /* ---- the launchers without a device ------------------------------------------------ */
 
-typedef struct fake {
-  ag_context ctx;
-  ag_kernel kernel;
-} fake;
+typedef ag_fake_kernel fake;
 
 static void fake_init(fake *f, int dim, bool backward, int ptrs) {
-  memset(f, 0, sizeof *f);
   char y[512];
   yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "", backward);
-  f->kernel.spec = load_ok(y);
-  ag_error err = {0};
-  ck_assert_int_eq(ag_plan_make(&f->kernel.spec, &f->kernel.plan, &err), AG_OK);
-  ag_fake_driver_attach(&f->ctx, ptrs);
-  ag_fake_seen.jagged = true;
-  f->kernel.ctx = &f->ctx;
-  for (int i = 0; i < f->kernel.plan.nkernels; i++) {
-    f->kernel.fn[i] = (CUfunction)(uintptr_t)(0x100 + i);
-    f->kernel.ctas_per_sm[i] = 1;
-  }
+  ag_fake_jagged_kernel(f, y, ptrs);
 }
 
 #define P(x) ((void *)(uintptr_t)(x))
@@ -322,6 +309,13 @@ START_TEST(argument_checks) {
   b.workspace = NULL;
   ck_assert_int_eq(ag_broadcast_backward(&f.kernel, &b, NULL, &err), AG_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(err.message, "workspace is a null pointer");
+  ag_error_clear(&err);
+  /* Its dQ partials are read 16 bytes at a time (the jagged backward's
+   * workspace needs 4). */
+  b.workspace = P(0xa0004);
+  ck_assert_int_eq(ag_broadcast_backward(&f.kernel, &b, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "workspace (0xa0004) is not 16-byte aligned; the kernel loads 16 "
+                                "bytes at a time");
   ag_error_clear(&err);
   /* The jagged calls refuse a broadcast kernel, and the other way round. */
   ag_jagged_fwd_args j = {.q = P(0x10000), .k = P(0x20000), .v = P(0x30000), .o = P(0x40000),

@@ -193,25 +193,12 @@ END_TEST
 
 /* ---- the launchers without a device --------------------------------------------- */
 
-typedef struct fake {
-  ag_context ctx;
-  ag_kernel kernel;
-} fake;
+typedef ag_fake_kernel fake;
 
 static void fake_init(fake *f, int dim, bool backward, int ptrs) {
-  memset(f, 0, sizeof *f);
   char y[512];
   yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, true, "", backward);
-  f->kernel.spec = load_ok(y);
-  ag_error err = {0};
-  ck_assert_int_eq(ag_plan_make(&f->kernel.spec, &f->kernel.plan, &err), AG_OK);
-  ag_fake_driver_attach(&f->ctx, ptrs);
-  ag_fake_seen.jagged = true;
-  f->kernel.ctx = &f->ctx;
-  for (int i = 0; i < f->kernel.plan.nkernels; i++) {
-    f->kernel.fn[i] = (CUfunction)(uintptr_t)(0x100 + i);
-    f->kernel.ctas_per_sm[i] = 1;
-  }
+  ag_fake_jagged_kernel(f, y, ptrs);
 }
 
 #define P(x) ((void *)(uintptr_t)(x))

@@ -60,3 +60,18 @@ void ag_fake_driver_attach(ag_context *ctx, int ptrs) {
   memset(&ag_fake_seen, 0, sizeof ag_fake_seen);
   ag_fake_seen.ptrs = ptrs;
 }
+
+void ag_fake_jagged_kernel(ag_fake_kernel *f, const char *yaml, int ptrs) {
+  memset(f, 0, sizeof *f);
+  ag_error err = {0};
+  ag_status st = ag_spec_load_string(yaml, strlen(yaml), "fake.yaml", &f->kernel.spec, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message ? err.message : "");
+  ck_assert_int_eq(ag_plan_make(&f->kernel.spec, &f->kernel.plan, &err), AG_OK);
+  ag_fake_driver_attach(&f->ctx, ptrs);
+  ag_fake_seen.jagged = true;
+  f->kernel.ctx = &f->ctx;
+  for (int i = 0; i < f->kernel.plan.nkernels; i++) {
+    f->kernel.fn[i] = (CUfunction)(uintptr_t)(0x100 + i);
+    f->kernel.ctas_per_sm[i] = 1;
+  }
+}

@@ -33,4 +33,13 @@ extern ag_fake_launch ag_fake_seen;
  * batch, heads, total tokens and items. */
 void ag_fake_driver_attach(ag_context *ctx, int ptrs);
 
+/* A jagged-pattern kernel on the recording driver, without a device: the
+ * spec from `yaml` (which must load), its plan, made-up function handles,
+ * one CTA per SM; the launches are read as the jagged kernels' parameters. */
+typedef struct ag_fake_kernel {
+  ag_context ctx;
+  ag_kernel kernel;
+} ag_fake_kernel;
+void ag_fake_jagged_kernel(ag_fake_kernel *f, const char *yaml, int ptrs);
+
 #endif
