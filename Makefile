@@ -241,15 +241,28 @@ tsan: deps
 build-fuzz/templates_embedded.c: $(B)/embed $(TEMPLATES)
 	@mkdir -p build-fuzz
 	$(B)/embed $@ $(TEMPLATES)
-build-fuzz/fuzz_spec: tests/fuzz/fuzz_spec.c $(GEN_SRC) build-fuzz/templates_embedded.c \
-    $(wildcard include/*.h generator/*.h)
+build-fuzz/fuzz_spec build-fuzz/fuzz_names: build-fuzz/%: tests/fuzz/%.c $(GEN_SRC) \
+    build-fuzz/templates_embedded.c $(wildcard include/*.h generator/*.h)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter \
 	  $(CPPFLAGS) -o $@ $(filter %.c,$^) $(YAML_LIBS) -lm
-fuzz: deps build-fuzz/fuzz_spec
-	@mkdir -p build-fuzz/corpus
-	build-fuzz/fuzz_spec -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
-	  -max_len=8192 -dict=tests/fuzz/spec.dict -artifact_prefix=build-fuzz/ \
-	  -print_final_stats=1 build-fuzz/corpus tests/fuzz/corpus specs tests/spec_errors
+# The cache reader and what it calls.
+FUZZ_CACHE_SRC := runtime/cache.c runtime/sha256.c runtime/fileio.c runtime/env.c generator/error.c
+build-fuzz/fuzz_cache: tests/fuzz/fuzz_cache.c $(FUZZ_CACHE_SRC) \
+    $(wildcard include/*.h generator/*.h runtime/*.h)
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter \
+	  $(CPPFLAGS) -o $@ $(filter %.c,$^)
+FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+  -artifact_prefix=build-fuzz/$(1)- -print_final_stats=1
+# The three targets in turn, FUZZ_SECONDS each: the spec front end, the same
+# with arbitrary source names, the cache reader.
+fuzz: deps build-fuzz/fuzz_spec build-fuzz/fuzz_names build-fuzz/fuzz_cache
+	@mkdir -p build-fuzz/corpus build-fuzz/corpus-names build-fuzz/corpus-cache
+	build-fuzz/fuzz_spec $(call FUZZ_RUN,spec) -max_len=8192 -dict=tests/fuzz/spec.dict \
+	  build-fuzz/corpus tests/fuzz/corpus specs tests/spec_errors
+	build-fuzz/fuzz_names $(call FUZZ_RUN,names) -max_len=8192 -dict=tests/fuzz/spec.dict \
+	  build-fuzz/corpus-names tests/fuzz/corpus specs
+	build-fuzz/fuzz_cache $(call FUZZ_RUN,cache) -max_len=4096 build-fuzz/corpus-cache
 
 # The CLI under valgrind memcheck: check, emit and compile (cold, then from
 # the disk cache) on the bundled specs, and check/emit/compile on bad specs.

@@ -213,8 +213,6 @@ ag_status ag_cache_path(const char *dir, const uint8_t key[AG_SHA256_BYTES], con
  * mtime (its last use). Takes no lock. */
 ag_status ag_cache_load(const char *path, const uint8_t key[AG_SHA256_BYTES], void **out_cubin,
                         size_t *out_size, ag_error *err);
-/* Write an entry atomically (ag_write_atomic). AG_ERR_CACHE on failure;
- * nothing is left behind. */
 /* The size bound: ATTNGEN_CACHE_MAX_BYTES (decimal bytes; 0 means none),
  * else AG_CACHE_DEFAULT_MAX_BYTES. */
 uint64_t ag_cache_max_bytes(void);
@@ -224,6 +222,8 @@ uint64_t ag_cache_max_bytes(void);
  * (a path in dir, or NULL). Only regular files owned by the effective user
  * are touched. Best effort, silent. */
 void ag_cache_tidy(const char *dir, const char *keep);
+/* Write an entry atomically (ag_write_atomic). AG_ERR_CACHE on failure;
+ * nothing is left behind. */
 ag_status ag_cache_store(const char *path, const uint8_t key[AG_SHA256_BYTES], const void *cubin,
                          size_t size, ag_error *err);
 
