@@ -85,7 +85,7 @@ $(B)/libattngen_tools.a: $(TOOLS_OBJ)
 	rm -f $@ && ar rcs $@ $^
 TOOLS_LINK := $(B)/libattngen_tools.a $(B)/libattngen.a
 
-$(B)/attngen: $(B)/cli/main.o $(TOOLS_LINK)
+$(B)/attngen: $(B)/cli/main.o $(B)/cli/build.o $(TOOLS_LINK)
 	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
 
 $(B)/check_attngen: $(TEST_OBJ) $(TOOLS_LINK)
@@ -98,6 +98,7 @@ test: deps
 	cd tests && ATTNGEN_BIN=../$(B)/attngen TUNE_BLOCK_BIN=../$(B)/tune_block \
 	  ATTNGEN_SO=../$(B)/libattngen.so ../$(B)/check_attngen
 	$(MAKE) test-install
+	$(MAKE) test-build
 	@if python3 -c 'import pytest' 2>/dev/null; then \
 	  python3 -m pytest -q -rs bindings/python/tests bench/tests; \
 	else echo "SKIP python binding tests: pytest is not installed (pip install pytest)"; fi
@@ -147,6 +148,12 @@ uninstall:
 # runs it (parse a spec, emit CUDA C: no GPU), then uninstalls.
 test-install: all
 	tools/test_install.sh
+
+# `attngen build` on two bundled specs: the headers compile as C and C++,
+# and a program linked with the generated _kernels.c files checks the
+# embedded cubins and specs (tools/test_build.sh).
+test-build: $(B)/attngen $(B)/libattngen.a
+	B=$(B) tools/test_build.sh
 
 # examples/ against a staged install of this tree (build/stage), as a user
 # would build it: the installed attngen generates and compiles the two

@@ -5,6 +5,7 @@
  * library's (attngen_tools.h, selfcheck.h, reference.h), never an internal
  * one. */
 #include <errno.h>
+#include <sys/stat.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -17,6 +18,7 @@
 #include "reference.h"
 #include "selfcheck.h"
 #include "selfcheck_jagged.h"
+#include "cli.h"
 
 enum { EXIT_USAGE = 2, EXIT_SKIPPED = 3 };
 
@@ -38,6 +40,11 @@ static const char usage_text[] =
     "  compile SPEC -o FILE [--arch ARCH]\n"
     "                                compile with NVRTC to a cubin (no GPU needed;\n"
     "                                ARCH: sm_80 or sm_90a, default the spec's, else sm_90a)\n"
+    "  build SPEC... -o DIR [--arch LIST]\n"
+    "                                per spec: the CUDA C, a cubin per arch, a C header\n"
+    "                                with typed launch functions and a C file embedding\n"
+    "                                the cubins (LIST: default the spec's arch, else\n"
+    "                                sm_80,sm_90a)\n"
     "  run SPEC [--batch N] [--seqlen L] [--min-seqlen M] [--heads H] [--n-q N]\n"
     "           [--seed S] [--iters N] [--device D]\n"
     "                                on a GPU: compile (cached), run each pass of the\n"
@@ -76,6 +83,20 @@ static void command_help(const char *cmd) {
           "  -o, --output FILE   the cubin (required)\n"
           "  --arch ARCH         sm_80 (runs on every 8.x GPU) or sm_90a (H100, H200);\n"
           "                      default: the spec's arch, else sm_90a\n",
+          stdout);
+  } else if (!strcmp(cmd, "build")) {
+    fputs("usage: attngen build SPEC... -o DIR [--arch LIST]\n"
+          "\n"
+          "Build-time generation: for each spec NAME, write into DIR (created if\n"
+          "missing) NAME.cu (the CUDA C), NAME.ARCH.cubin for each arch, NAME.h (a\n"
+          "load function and a typed launch function per pass) and NAME_kernels.c\n"
+          "(the spec and the cubins embedded). An application compiles\n"
+          "NAME_kernels.c, links libattngen and calls NAME_load: the kernels load\n"
+          "from the embedded cubins, with no NVRTC compile at run time.\n"
+          "\n"
+          "  -o, --output DIR    where to write them (required)\n"
+          "  --arch LIST         comma-separated archs, sm_80 and/or sm_90a; default: the\n"
+          "                      spec's arch, else sm_80,sm_90a\n",
           stdout);
   } else {
     printf("usage: attngen run SPEC [OPTIONS]\n"
@@ -479,6 +500,46 @@ static int cmd_run(int argc, char **argv) {
   return fwd_pass && bwd_pass ? 0 : 1;
 }
 
+/* ---- shared with the other commands' files (cli.h) ------------------------ */
+
+int cli_write_output(const char *path, const void *data, size_t len) {
+  return write_output(path, data, len);
+}
+int cli_report(ag_error *err) { return report(err); }
+int cli_usage(const char *fmt, const char *arg) { return usage_error(fmt, arg); }
+int cli_fail(const char *what) {
+  fputs("attngen: ", stderr);
+  put_escaped(what, false, stderr);
+  fputc('\n', stderr);
+  return 1;
+}
+void cli_warn(const char *text) {
+  fputs("attngen: warning: ", stderr);
+  print_name(stderr, text, "\n");
+}
+void cli_print_name(FILE *f, const char *name, const char *rest) { print_name(f, name, rest); }
+int cli_mkdirs(const char *dir) {
+  char *p = strdup(dir);
+  if (!p) return cli_fail("out of memory");
+  for (char *q = p + 1;; q++) {
+    const char c = *q;
+    if (c == '/' || c == '\0') {
+      *q = '\0';
+      if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+        fputs("attngen: cannot create ", stderr);
+        print_name(stderr, p, ": ");
+        fprintf(stderr, "%s\n", strerror(errno));
+        free(p);
+        return 1;
+      }
+      *q = c;
+    }
+    if (c == '\0') break;
+  }
+  free(p);
+  return 0;
+}
+
 /* At exit: output that never reached stdout (a full disk, /dev/full, a
  * closed pipe) is a failure, as in coreutils' close_stdout. */
 static void close_stdout(void) {
@@ -501,7 +562,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if ((!strcmp(cmd, "check") || !strcmp(cmd, "emit") || !strcmp(cmd, "compile") ||
-       !strcmp(cmd, "run")) &&
+       !strcmp(cmd, "run") || !strcmp(cmd, "build")) &&
       wants_help(argc - 1, argv + 1)) {
     command_help(cmd);
     return 0;
@@ -510,5 +571,6 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "emit")) return cmd_emit(argc - 1, argv + 1);
   if (!strcmp(cmd, "compile")) return cmd_compile(argc - 1, argv + 1);
   if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+  if (!strcmp(cmd, "build")) return cli_build(argc - 1, argv + 1);
   return usage_error("unknown command '%s'", cmd);
 }

@@ -196,6 +196,24 @@ AG_API ag_status ag_kernel_get_string(ag_context *ctx, const char *yaml, size_t 
                                       ag_kernel **out_kernel, ag_error *err);
 AG_API const ag_spec *ag_kernel_spec(const ag_kernel *kernel);
 
+/* A prebuilt cubin of a spec's kernels for one arch ("sm_80", "sm_90a"),
+ * as `attngen build` embeds them. */
+typedef struct ag_image {
+  const char *arch;
+  const void *cubin;
+  size_t size;
+} ag_image;
+/* The kernel for a spec from prebuilt images, with no compile: the image
+ * of the device's arch (else one that runs on it) is loaded with the plan
+ * the spec gives, so launches go through the same checks and launchers as
+ * a JIT kernel's. The images must have been built from this spec (`attngen
+ * build` writes both into one file). AG_ERR_INVALID_ARGUMENT when no image
+ * runs on the device. Thread-safe; the kernel lives as long as the
+ * context. */
+AG_API ag_status ag_kernel_from_images(ag_context *ctx, const ag_spec *spec,
+                                       const ag_image *images, int nimages,
+                                       ag_kernel **out_kernel, ag_error *err);
+
 /* Block-diagonal forward. Tensors are packed [total_tokens, heads, head_dim]
  * of the spec's dtype, contiguous, 16-byte aligned, on the context's device;
  * offsets is int32 [batch+1] on the device with offsets[0] = 0,

@@ -189,8 +189,8 @@ static ag_kernel *find(ag_context *ctx, const uint8_t hash[AG_SHA256_BYTES], con
 }
 
 ag_status ag_context_kernel(ag_context *ctx, const ag_spec *spec, const ag_plan *plan,
-                            const char *source, const char *arch, ag_kernel **out_kernel,
-                            ag_error *err) {
+                            const char *source, const char *arch, const void *image,
+                            ag_kernel **out_kernel, ag_error *err) {
   ag_status st;
   ag_kernel *k = NULL, *found;
   void *cubin = NULL;
@@ -210,10 +210,13 @@ ag_status ag_context_kernel(ag_context *ctx, const ag_spec *spec, const ag_plan 
     return AG_OK;
   }
 
-  /* A miss: compile and load without the lock, so other specs proceed. */
-  st = ag_compile_source_ex(source, ag_plan_first_kernel(plan), arch, &cubin, &size, NULL,
-                            &warning, err);
-  if (st != AG_OK) goto fail;
+  /* A miss: compile (unless the image is given) and load without the
+   * lock, so other specs proceed. */
+  if (!image) {
+    st = ag_compile_source_ex(source, ag_plan_first_kernel(plan), arch, &cubin, &size, NULL,
+                              &warning, err);
+    if (st != AG_OK) goto fail;
+  }
   k = calloc(1, sizeof *k);
   if (!k) {
     st = ag_fail(err, AG_ERR_NOMEM, "out of memory");
@@ -224,7 +227,7 @@ ag_status ag_context_kernel(ag_context *ctx, const ag_spec *spec, const ag_plan 
   strcpy(k->arch, arch);
   k->spec = *spec;
   k->plan = *plan;
-  st = load(ctx, k, cubin, err);
+  st = load(ctx, k, image ? image : cubin, err);
   if (st != AG_OK) goto fail;
 
   pthread_mutex_lock(&ctx->lock);

@@ -78,7 +78,56 @@ ag_status ag_kernel_get(ag_context *ctx, const ag_spec *spec, ag_kernel **out_ke
   ag_status st = resolve(spec, arch, &resolved, err);
   if (st == AG_OK) st = ag_plan_make(&resolved, &plan, err);
   if (st == AG_OK) st = ag_emit_plan(&resolved, &plan, &source, err); /* planned once */
-  if (st == AG_OK) st = ag_context_kernel(ctx, &resolved, &plan, source, arch, out_kernel, err);
+  if (st == AG_OK)
+    st = ag_context_kernel(ctx, &resolved, &plan, source, arch, NULL, out_kernel, err);
+  free(source);
+  return st;
+}
+
+ag_status ag_kernel_from_images(ag_context *ctx, const ag_spec *spec, const ag_image *images,
+                                int nimages, ag_kernel **out_kernel, ag_error *err) {
+  char *source = NULL;
+  ag_spec resolved;
+  ag_plan plan;
+  if (!out_kernel)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "ag_kernel_from_images: out_kernel is NULL");
+  *out_kernel = NULL;
+  if (!ctx || !spec || (!images && nimages))
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "ag_kernel_from_images: context, spec and images are required");
+  ag_status st = ag_spec_check_fields(spec, err);
+  if (st != AG_OK) return st;
+  /* The device's own arch first, then any other that runs there. */
+  const ag_image *pick = NULL;
+  for (int pass = 0; pass < 2 && !pick; pass++)
+    for (int i = 0; i < nimages && !pick; i++) {
+      const ag_image *im = &images[i];
+      if (!im->arch || !im->cubin || !im->size) continue;
+      if (pass == 0 ? strcmp(im->arch, ctx->arch) == 0
+                    : ag_arch_runs_on(im->arch, ctx->cc_major, ctx->cc_minor))
+        pick = im;
+    }
+  if (!pick) {
+    char have[128] = "";
+    for (int i = 0; i < nimages; i++)
+      if (images[i].arch && strlen(have) + strlen(images[i].arch) + 3 < sizeof have)
+        strcat(strcat(have, i ? ", " : ""), images[i].arch);
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "spec '%s' has no image for device %d (%s, %s); it was built for %s",
+                   spec->name, ctx->ordinal, ctx->name, ctx->arch, have[0] ? have : "nothing");
+  }
+  if (spec->arch != AG_ARCH_AUTO && strcmp(ag_arch_name(spec->arch), pick->arch) != 0)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "spec '%s' targets %s, not %s", spec->name,
+                   ag_arch_name(spec->arch), pick->arch);
+  /* The plan and source the image was built from (emitting is CPU work,
+   * no compile): the plan names and shapes the kernels, the source keys
+   * the context's memory cache. */
+  st = resolve(spec, pick->arch, &resolved, err);
+  if (st == AG_OK) st = ag_plan_make(&resolved, &plan, err);
+  if (st == AG_OK) st = ag_emit_plan(&resolved, &plan, &source, err);
+  if (st == AG_OK)
+    st = ag_context_kernel(ctx, &resolved, &plan, source, pick->arch, pick->cubin, out_kernel,
+                           err);
   free(source);
   return st;
 }

@@ -352,12 +352,13 @@ struct ag_context {
 };
 
 /* The kernel for (source, arch): from the context's memory cache, else
- * compiled through the disk cache and loaded (the compile runs without the
- * lock; if two threads race, one module is kept). `spec` and `plan` are
- * copied into the kernel; `arch` must run on the device. Thread-safe. */
+ * `cubin` when given (a prebuilt image: no compile), else compiled through
+ * the disk cache, then loaded (the compile runs without the lock; if two
+ * threads race, one module is kept). `spec` and `plan` are copied into the
+ * kernel; `arch` must run on the device. Thread-safe. */
 ag_status ag_context_kernel(ag_context *ctx, const ag_spec *spec, const ag_plan *plan,
-                            const char *source, const char *arch, ag_kernel **out_kernel,
-                            ag_error *err);
+                            const char *source, const char *arch, const void *cubin,
+                            ag_kernel **out_kernel, ag_error *err);
 /* NULL or a malloc()ed copy of the first disk-cache warning seen by this
  * context; the caller frees it. Thread-safe. */
 char *ag_context_cache_warning(ag_context *ctx);

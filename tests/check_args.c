@@ -438,10 +438,52 @@ START_TEST(good_host_offsets_launch) {
 }
 END_TEST
 
+/* ag_kernel_from_images refuses, before any driver call, what cannot load:
+ * no image for the device's arch, an image for another arch than the
+ * spec's, missing arguments. */
+START_TEST(kernel_from_images_refusals) {
+  ag_context ctx;
+  memset(&ctx, 0, sizeof ctx);
+  snprintf(ctx.name, sizeof ctx.name, "NVIDIA H200");
+  snprintf(ctx.arch, sizeof ctx.arch, "sm_90a");
+  ctx.cc_major = 9;
+  ctx.ordinal = 0;
+  const char *yaml = "name: img\npattern: block_diagonal\nhead_dim: 64\ndtype: bf16\n";
+  ag_spec spec;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_spec_load_string(yaml, strlen(yaml), "img.yaml", &spec, &err), AG_OK);
+  static const unsigned char bytes[16] = {0x7f, 'E', 'L', 'F'};
+  const ag_image sm80[] = {{"sm_80", bytes, sizeof bytes}};
+  ag_kernel *k = (ag_kernel *)1;
+  ck_assert_int_eq(ag_kernel_from_images(&ctx, &spec, sm80, 1, &k, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(k);
+  ck_assert_str_eq(err.message, "spec 'img' has no image for device 0 (NVIDIA H200, sm_90a); it "
+                                "was built for sm_80");
+  ag_error_clear(&err);
+  ck_assert_int_eq(ag_kernel_from_images(&ctx, &spec, NULL, 0, &k, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.message, "built for nothing"));
+  ag_error_clear(&err);
+  const ag_image sm90[] = {{"sm_90a", bytes, sizeof bytes}};
+  spec.arch = AG_ARCH_SM80;
+  ctx.cc_major = 8;
+  snprintf(ctx.arch, sizeof ctx.arch, "sm_80");
+  const ag_image both[] = {sm90[0], sm80[0]};
+  spec.arch = AG_ARCH_SM90A; /* the only image that runs (sm_80) is not the spec's arch */
+  ck_assert_int_eq(ag_kernel_from_images(&ctx, &spec, both, 2, &k, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "spec 'img' targets sm_90a, not sm_80");
+  ag_error_clear(&err);
+  ck_assert_int_eq(ag_kernel_from_images(NULL, &spec, both, 2, &k, &err), AG_ERR_INVALID_ARGUMENT);
+  ag_error_clear(&err);
+  ck_assert_int_eq(ag_kernel_from_images(&ctx, &spec, both, 2, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ag_error_clear(&err);
+}
+END_TEST
+
 Suite *args_suite(void) {
   Suite *s = suite_create("args");
   TCase *tc = tcase_create("block_forward");
   tcase_add_test(tc, null_handles);
+  tcase_add_test(tc, kernel_from_images_refusals);
   tcase_add_test(tc, wrong_kernel_kind);
   tcase_add_test(tc, negative_and_zero_sizes);
   tcase_add_test(tc, sizes_that_overflow);

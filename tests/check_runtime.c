@@ -270,7 +270,7 @@ START_TEST(device_kernel_load_and_launch) {
   /* Over 48 KiB of dynamic shared memory: the opt-in is needed. */
   ag_plan plan = fill_plan(128, 64 * 1024);
   ag_kernel *k = NULL, *again = NULL;
-  ag_status st = ag_context_kernel(ctx, &spec, &plan, fill_source, ctx->arch, &k, &err);
+  ag_status st = ag_context_kernel(ctx, &spec, &plan, fill_source, ctx->arch, NULL, &k, &err);
   ck_assert_msg(st == AG_OK, "%s", err.message);
   ck_assert_ptr_eq(k->ctx, ctx);
   ck_assert_ptr_nonnull(k->fn[0]);
@@ -278,7 +278,7 @@ START_TEST(device_kernel_load_and_launch) {
   ck_assert_str_eq(ag_kernel_spec(k)->name, "fill");
   ck_assert_int_eq(k->plan.kernels[0].smem_bytes, 64 * 1024);
   /* The same source again: the same kernel from memory. */
-  ck_assert_int_eq(ag_context_kernel(ctx, &spec, &plan, fill_source, ctx->arch, &again, &err),
+  ck_assert_int_eq(ag_context_kernel(ctx, &spec, &plan, fill_source, ctx->arch, NULL, &again, &err),
                    AG_OK);
   ck_assert_ptr_eq(again, k);
 
@@ -306,7 +306,7 @@ START_TEST(device_kernel_load_and_launch) {
   ag_plan huge = fill_plan(128, ctx->max_smem_optin + 1);
   ag_kernel *none = NULL;
   const char *other_source = "extern \"C\" __global__ void fill(float *p, float v) { *p = v; }\n";
-  ck_assert_int_eq(ag_context_kernel(ctx, &spec, &huge, other_source, ctx->arch, &none, &err),
+  ck_assert_int_eq(ag_context_kernel(ctx, &spec, &huge, other_source, ctx->arch, NULL, &none, &err),
                    AG_ERR_UNSUPPORTED);
   ck_assert_ptr_nonnull(strstr(err.message, "shared memory"));
   ck_assert_ptr_null(none);
@@ -314,13 +314,13 @@ START_TEST(device_kernel_load_and_launch) {
   /* A name the module lacks. */
   ag_plan wrong = fill_plan(128, 0);
   strcpy(wrong.kernels[0].name, "no_such_kernel");
-  ck_assert_int_eq(ag_context_kernel(ctx, &spec, &wrong, other_source, ctx->arch, &none, &err),
+  ck_assert_int_eq(ag_context_kernel(ctx, &spec, &wrong, other_source, ctx->arch, NULL, &none, &err),
                    AG_ERR_CUDA);
   ck_assert_ptr_nonnull(strstr(err.message, "no_such_kernel"));
   ag_error_clear(&err);
   /* A cubin for an arch the device cannot run. */
   const char *foreign = ctx->cc_major == 8 ? "sm_90a" : "sm_80";
-  ck_assert_int_eq(ag_context_kernel(ctx, &spec, &plan, fill_source, foreign, &none, &err),
+  ck_assert_int_eq(ag_context_kernel(ctx, &spec, &plan, fill_source, foreign, NULL, &none, &err),
                    AG_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err.message, foreign));
   ag_error_clear(&err);
@@ -340,7 +340,7 @@ static void *race_one(void *arg) {
   ag_spec spec;
   memset(&spec, 0, sizeof spec);
   ag_plan plan = fill_plan(64, 0);
-  r->st = ag_context_kernel(r->ctx, &spec, &plan, r->source, r->ctx->arch, &r->got, NULL);
+  r->st = ag_context_kernel(r->ctx, &spec, &plan, r->source, r->ctx->arch, NULL, &r->got, NULL);
   return NULL;
 }
 

@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
   }
   char *src = stamped_source(&spec, &plan);
   ag_kernel *k;
-  if (ag_context_kernel(ctx, &spec, &plan, src, ctx->arch, &k, &err)) die("compile", &err);
+  if (ag_context_kernel(ctx, &spec, &plan, src, ctx->arch, NULL, &k, &err)) die("compile", &err);
   free(src);
 
   /* The ads shape of tune_block: batch 1152, 4 heads, lengths uniform in

@@ -88,7 +88,7 @@ static ag_kernel *variant_kernel(ag_context *ctx, const ag_spec *spec, const ag_
   char *src;
   if (ag_emit_plan(spec, plan, &src, &err)) die(&err);
   ag_kernel *k;
-  ag_status st = ag_context_kernel(ctx, spec, plan, src, ctx->arch, &k, &err);
+  ag_status st = ag_context_kernel(ctx, spec, plan, src, ctx->arch, NULL, &k, &err);
   free(src);
   if (st) die(&err);
   return k;
