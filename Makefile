@@ -23,7 +23,11 @@ CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubu
 # distribution package would.
 NVRTC_RPATH ?= $(CUDA_HOME)/lib64
 comma := ,
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 $(if $(NVRTC_RPATH),-Wl$(comma)-rpath$(comma)$(NVRTC_RPATH)) -lnvrtc
+# NVRTC is loaded with dlopen on the first compile (runtime/nvrtc_lib.c),
+# never linked: the RUNPATH is where it is found, and AG_NVRTC_DIR the last
+# place tried.
+CUDA_LIBS := $(if $(NVRTC_RPATH),-Wl$(comma)-rpath$(comma)$(NVRTC_RPATH))
+CPPFLAGS += -DAG_NVRTC_DIR='"$(CUDA_HOME)/lib64"'
 SYS_LIBS := -ldl -lpthread -lm
 
 B := build

@@ -325,6 +325,22 @@ int cli_build(int argc, char **argv) {
   }
   if (!dir) return cli_usage("%s", "build needs -o DIR");
   if (optind >= argc) return cli_usage("%s", "missing SPEC");
+  if (archs) { /* every arch checked before anything is written */
+    char arch[64];
+    for (const char *p = archs; *p;) {
+      const size_t len = strcspn(p, ",");
+      ag_error err = {0};
+      snprintf(arch, sizeof arch, "%.*s", (int)(len < sizeof arch ? len : sizeof arch - 1), p);
+      if (len == 0 || ag_arch_parse(arch, false, NULL, &err) != AG_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "--arch: %s", err.message ? err.message : "an empty arch");
+        ag_error_clear(&err);
+        return cli_usage("%s", why);
+      }
+      p += len;
+      if (*p == ',') p++;
+    }
+  }
   if (cli_mkdirs(dir) != 0) return 1;
   int rc = 0;
   for (int i = optind; i < argc && !rc; i++) rc = build_one(argv[i], dir, archs);

@@ -1,6 +1,7 @@
 /* nvrtc.c: CUDA C to cubin with NVRTC, for one exact arch (a cubin, never
  * PTX, so the driver has nothing to JIT), with the options exposed for the
- * cache key and the source and log dumped on request for debugging. */
+ * cache key and the source and log dumped on request for debugging. NVRTC
+ * itself is loaded on the first call (nvrtc_lib.c). */
 #include <ctype.h>
 #include <nvrtc.h>
 #include <stdio.h>
@@ -24,9 +25,12 @@ ag_status ag_nvrtc_options_make(const char *arch, ag_nvrtc_options *out, ag_erro
 }
 
 ag_status ag_nvrtc_version(int *out_major, int *out_minor, ag_error *err) {
-  nvrtcResult r = nvrtcVersion(out_major, out_minor);
+  const ag_nvrtc_table *t;
+  ag_status st = ag_nvrtc_lib(&t, err);
+  if (st != AG_OK) return st;
+  nvrtcResult r = t->nvrtcVersion(out_major, out_minor);
   if (r != NVRTC_SUCCESS)
-    return ag_fail(err, AG_ERR_NVRTC, "nvrtcVersion failed: %s", nvrtcGetErrorString(r));
+    return ag_fail(err, AG_ERR_NVRTC, "nvrtcVersion failed: %s", t->nvrtcGetErrorString(r));
   return AG_OK;
 }
 
@@ -69,12 +73,12 @@ fail:
 }
 
 /* The program's log, trailing blanks removed; "" when there is none. */
-static char *fetch_log(nvrtcProgram prog) {
+static char *fetch_log(const ag_nvrtc_table *t, nvrtcProgram prog) {
   size_t size = 0;
-  if (nvrtcGetProgramLogSize(prog, &size) != NVRTC_SUCCESS) size = 0;
+  if (t->nvrtcGetProgramLogSize(prog, &size) != NVRTC_SUCCESS) size = 0;
   char *log = calloc(size + 1, 1);
   if (!log) return NULL;
-  if (size && nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
+  if (size && t->nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
   size_t n = strlen(log);
   while (n > 0 && isspace((unsigned char)log[n - 1])) log[--n] = '\0';
   return log;
@@ -90,6 +94,7 @@ ag_status ag_nvrtc_compile_ex(const char *source, const char *program_name, cons
                               ag_error *err) {
   ag_status st;
   nvrtcProgram prog = NULL;
+  const ag_nvrtc_table *t = NULL;
   char *log = NULL, *dumped = NULL, *cubin = NULL;
   ag_buf file;
   ag_buf_init(&file);
@@ -103,22 +108,24 @@ ag_status ag_nvrtc_compile_ex(const char *source, const char *program_name, cons
   }
   st = ag_nvrtc_options_make(arch, &opts, err);
   if (st != AG_OK) goto fail;
+  st = ag_nvrtc_lib(&t, err);
+  if (st != AG_OK) goto fail;
   ag_buf_printf(&file, "%s.cu", program_name);
   if (file.failed) {
     st = ag_fail(err, AG_ERR_NOMEM, "out of memory");
     goto fail;
   }
-  nvrtcResult r = nvrtcCreateProgram(&prog, source, file.data, 0, NULL, NULL);
+  nvrtcResult r = t->nvrtcCreateProgram(&prog, source, file.data, 0, NULL, NULL);
   if (r != NVRTC_SUCCESS) {
     prog = NULL;
     st = ag_fail(err, r == NVRTC_ERROR_OUT_OF_MEMORY ? AG_ERR_NOMEM : AG_ERR_NVRTC,
-                 "nvrtcCreateProgram failed for %s: %s", file.data, nvrtcGetErrorString(r));
+                 "nvrtcCreateProgram failed for %s: %s", file.data, t->nvrtcGetErrorString(r));
     goto fail;
   }
   const char *argv[AG_NVRTC_MAX_OPTIONS];
   for (size_t i = 0; i < opts.count; i++) argv[i] = opts.opt[i];
-  nvrtcResult compiled = nvrtcCompileProgram(prog, (int)opts.count, argv);
-  log = fetch_log(prog); /* before looking at the result */
+  nvrtcResult compiled = t->nvrtcCompileProgram(prog, (int)opts.count, argv);
+  log = fetch_log(t, prog); /* before looking at the result */
   if (!log) {
     st = ag_fail(err, AG_ERR_NOMEM, "out of memory");
     goto fail;
@@ -131,7 +138,7 @@ ag_status ag_nvrtc_compile_ex(const char *source, const char *program_name, cons
     ag_buf msg;
     ag_buf_init(&msg);
     ag_buf_printf(&msg, "NVRTC could not compile %s for %s (%s)", file.data, arch,
-                  nvrtcGetErrorString(compiled));
+                  t->nvrtcGetErrorString(compiled));
     if (log[0]) ag_buf_printf(&msg, ":\n%s", log);
     if (dumped)
       ag_buf_printf(&msg, "\nsource and log dumped to %s and %.*s.log", dumped,
@@ -158,10 +165,10 @@ ag_status ag_nvrtc_compile_ex(const char *source, const char *program_name, cons
     ag_error_clear(&dump_err);
   }
   size_t size = 0;
-  r = nvrtcGetCUBINSize(prog, &size);
+  r = t->nvrtcGetCUBINSize(prog, &size);
   if (r != NVRTC_SUCCESS || size == 0) {
     st = ag_fail(err, AG_ERR_NVRTC, "NVRTC produced no cubin for %s (%s): %s", file.data, arch,
-                 r != NVRTC_SUCCESS ? nvrtcGetErrorString(r) : "empty");
+                 r != NVRTC_SUCCESS ? t->nvrtcGetErrorString(r) : "empty");
     goto fail;
   }
   cubin = malloc(size);
@@ -169,10 +176,10 @@ ag_status ag_nvrtc_compile_ex(const char *source, const char *program_name, cons
     st = ag_fail(err, AG_ERR_NOMEM, "out of memory (%zu-byte cubin)", size);
     goto fail;
   }
-  r = nvrtcGetCUBIN(prog, cubin);
+  r = t->nvrtcGetCUBIN(prog, cubin);
   if (r != NVRTC_SUCCESS) {
     st = ag_fail(err, AG_ERR_NVRTC, "nvrtcGetCUBIN failed for %s: %s", file.data,
-                 nvrtcGetErrorString(r));
+                 t->nvrtcGetErrorString(r));
     goto fail;
   }
   *out_cubin = cubin;
@@ -180,7 +187,7 @@ ag_status ag_nvrtc_compile_ex(const char *source, const char *program_name, cons
   cubin = NULL;
   st = AG_OK;
 fail:
-  if (prog) nvrtcDestroyProgram(&prog);
+  if (prog) t->nvrtcDestroyProgram(&prog);
   free(cubin);
   free(log);
   free(dumped);

@@ -4,7 +4,8 @@
 #ifndef AG_RUNTIME_H
 #define AG_RUNTIME_H
 
-#include <cuda.h> /* types only: libcuda.so.1 is loaded with dlopen, never linked */
+#include <cuda.h>
+#include <nvrtc.h> /* types only: libcuda.so.1 and libnvrtc are loaded with dlopen, never linked */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 /* ---- env.c: every environment knob the runtime reads ------------------- */
 
 #define AG_ENV_LIBCUDA "ATTNGEN_LIBCUDA"             /* path of libcuda.so.1 */
+#define AG_ENV_LIBNVRTC "ATTNGEN_LIBNVRTC"           /* path of libnvrtc.so.N */
 #define AG_ENV_CACHE_DIR "ATTNGEN_CACHE_DIR"         /* cubin cache directory */
 #define AG_ENV_CACHE_DISABLE "ATTNGEN_CACHE_DISABLE" /* flag: skip the disk */
 #define AG_ENV_DUMP_DIR "ATTNGEN_DUMP_DIR"           /* write .cu/.log per compile */
@@ -143,6 +145,20 @@ typedef struct ag_nvrtc_options {
   size_t count;
   char opt[AG_NVRTC_MAX_OPTIONS][AG_NVRTC_OPTION_MAX];
 } ag_nvrtc_options;
+
+/* ---- nvrtc_lib.c: NVRTC through dlopen, on the first compile ------------- */
+#define AG_NVRTC_FUNCS(X)                                                                  \
+  X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcCompileProgram)      \
+  X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN)    \
+  X(nvrtcDestroyProgram)
+typedef struct ag_nvrtc_table {
+#define AG_NVRTC_FIELD_(fn) __typeof__(&fn) fn;
+  AG_NVRTC_FUNCS(AG_NVRTC_FIELD_)
+#undef AG_NVRTC_FIELD_
+} ag_nvrtc_table;
+/* The loaded table (once per process; thread-safe), or AG_ERR_NVRTC saying
+ * which library could not be loaded and how to name another. */
+ag_status ag_nvrtc_lib(const ag_nvrtc_table **out, ag_error *err);
 
 /* The options ag_nvrtc_compile passes for `arch` (checked as above):
  * --gpu-architecture=<arch> (a real arch, so NVRTC emits a cubin, never

@@ -235,12 +235,74 @@ START_TEST(test_compile_writes_cubin) {
 }
 END_TEST
 
+/* NVRTC is loaded on the first compile only: without it, check and emit
+ * work and compile fails in one line naming the library and the variable
+ * that points to another. */
+START_TEST(test_without_nvrtc) {
+  setenv("ATTNGEN_LIBNVRTC", "/nonexistent/libnvrtc.so.99", 1);
+  setenv("ATTNGEN_CACHE_DISABLE", "1", 1);
+  result r = run("check specs/ads_block64_d64_fp16.yaml");
+  ck_assert_msg(r.code == 0, "%s", r.err);
+  done(&r);
+  r = run("emit specs/ads_block64_d64_fp16.yaml -o /dev/null");
+  ck_assert_msg(r.code == 0, "%s", r.err);
+  done(&r);
+  r = run("compile specs/ads_block64_d64_fp16.yaml --arch sm_90a -o /dev/null");
+  ck_assert_int_eq(r.code, 1);
+  ck_assert_msg(strstr(r.err, "cannot load NVRTC (/nonexistent/libnvrtc.so.99)") &&
+                    strstr(r.err, "ATTNGEN_LIBNVRTC"),
+                "%s", r.err);
+  done(&r);
+  unsetenv("ATTNGEN_LIBNVRTC");
+  unsetenv("ATTNGEN_CACHE_DISABLE");
+}
+END_TEST
+
+/* `attngen build` writes the four kinds of files for each spec and says
+ * so in one line each; a bad --arch is a usage error (tools/test_build.sh
+ * compiles and links what it writes). */
+START_TEST(test_build_writes_files) {
+  char dir[] = "/tmp/ag_build_XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char args[256];
+  snprintf(args, sizeof args, "build specs/ads_block64_d64_fp16.yaml -o %s/gen --arch sm_80", dir);
+  result r = run(args);
+  ck_assert_msg(r.code == 0, "%s", r.err);
+  ck_assert_ptr_nonnull(strstr(r.out, "ads_block64_d64.cu, ads_block64_d64.h, "
+                                      "ads_block64_d64_kernels.c and 1 cubin (sm_80) in"));
+  done(&r);
+  static const char *const files[] = {"ads_block64_d64.cu", "ads_block64_d64.h",
+                                      "ads_block64_d64_kernels.c", "ads_block64_d64.sm_80.cubin"};
+  for (int i = 0; i < 4; i++) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/gen/%s", dir, files[i]);
+    size_t len = 0;
+    char *text = ag_test_slurp(path, &len);
+    ck_assert_msg(text && len > 0, "%s", path);
+    if (i == 1) ck_assert_ptr_nonnull(strstr(text, "typedef ag_block_fwd_args ads_block64_d64_forward_args;"));
+    free(text);
+    unlink(path);
+  }
+  snprintf(args, sizeof args, "%s/gen", dir);
+  rmdir(args);
+  rmdir(dir);
+  r = run("build specs/ads_block64_d64_fp16.yaml -o /tmp/never --arch sm_80,sm_75");
+  ck_assert_int_eq(r.code, 2);
+  ck_assert_ptr_nonnull(strstr(r.err, "sm_75"));
+  done(&r);
+  r = run("build specs/ads_block64_d64_fp16.yaml");
+  ck_assert_int_eq(r.code, 2);
+  ck_assert_ptr_nonnull(strstr(r.err, "-o DIR"));
+  done(&r);
+}
+END_TEST
+
 /* `attngen COMMAND --help` (and -h, anywhere among the arguments) prints
  * that command's usage to stdout and exits 0, loading no spec; run's lists
  * its defaults, which are the ones parse_options uses. */
 START_TEST(test_command_help) {
-  static const char *const cmds[] = {"check", "emit", "compile", "run"};
-  for (int i = 0; i < 4; i++) {
+  static const char *const cmds[] = {"check", "emit", "compile", "run", "build"};
+  for (int i = 0; i < 5; i++) {
     char args[128], want[64];
     snprintf(want, sizeof want, "usage: attngen %s SPEC", cmds[i]);
     for (int form = 0; form < 2; form++) {
@@ -401,6 +463,8 @@ Suite *cli_suite(void) {
   tcase_add_test(tc, test_compile_writes_cubin);
   tcase_add_test(tc, test_run_skips_or_passes);
   tcase_add_test(tc, test_command_help);
+  tcase_add_test(tc, test_without_nvrtc);
+  tcase_add_test(tc, test_build_writes_files);
   tcase_add_test(tc, test_arch_rule);
   tcase_add_test(tc, test_names_printed_escaped);
   suite_add_tcase(s, tc);

@@ -1,0 +1,72 @@
+/* nvrtc_lib.c: NVRTC through dlopen, loaded once per process on the first
+ * compile, so that a program that only loads prebuilt kernels (attngen
+ * build, ag_kernel_from_images) or only generates source needs no
+ * libnvrtc at all. Never link -lnvrtc: nvrtc.h gives types only. The
+ * library is ATTNGEN_LIBNVRTC when set, else libnvrtc.so.<major> of the
+ * toolkit attngen was built with (through the loader's path and this
+ * library's RUNPATH), else libnvrtc.so, else the build toolkit's own copy. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda.h> /* CUDA_VERSION: the toolkit's major version names the library */
+
+#include "runtime.h"
+
+#define AG_XSTR_(x) #x
+#define AG_STR_(x) AG_XSTR_(x)
+
+#ifndef AG_NVRTC_DIR
+#define AG_NVRTC_DIR "/usr/local/cuda/lib64"
+#endif
+
+/* Written only inside pthread_once, read-only afterwards. */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static ag_nvrtc_table table;
+static bool loaded;
+static char load_message[640];
+
+static void load(void) {
+  char soname[32], fallback[512];
+  snprintf(soname, sizeof soname, "libnvrtc.so.%d", CUDA_VERSION / 1000);
+  snprintf(fallback, sizeof fallback, "%s/%s", AG_NVRTC_DIR, soname);
+  const char *env = ag_env_str(AG_ENV_LIBNVRTC);
+  const char *const tries[] = {env, env ? NULL : soname, env ? NULL : "libnvrtc.so",
+                               env ? NULL : fallback};
+  void *lib = NULL;
+  const char *why = NULL;
+  for (size_t i = 0; i < sizeof tries / sizeof tries[0] && !lib; i++) {
+    if (!tries[i]) continue;
+    lib = dlopen(tries[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib && !why) why = dlerror(); /* the first failure says most */
+  }
+  if (!lib) {
+    snprintf(load_message, sizeof load_message,
+             "cannot load NVRTC (%s): %s; install the CUDA toolkit's NVRTC or set %s to "
+             "its path",
+             env ? env : soname, why ? why : "unknown reason", AG_ENV_LIBNVRTC);
+    return;
+  }
+  ag_nvrtc_table t;
+  memset(&t, 0, sizeof t);
+  const char *missing = NULL;
+#define AG_LOAD_(fn) \
+  if (!missing && !(t.fn = (__typeof__(t.fn))dlsym(lib, AG_STR_(fn)))) missing = AG_STR_(fn);
+  AG_NVRTC_FUNCS(AG_LOAD_)
+#undef AG_LOAD_
+  if (missing) {
+    snprintf(load_message, sizeof load_message, "the NVRTC library %s lacks %s",
+             env ? env : soname, missing);
+    dlclose(lib);
+    return;
+  }
+  table = t; /* the library stays loaded for the life of the process */
+  loaded = true;
+}
+
+ag_status ag_nvrtc_lib(const ag_nvrtc_table **out, ag_error *err) {
+  pthread_once(&once, load);
+  *out = loaded ? &table : NULL;
+  return loaded ? AG_OK : ag_fail(err, AG_ERR_NVRTC, "%s", load_message);
+}
