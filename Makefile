@@ -56,8 +56,10 @@ all: $(B)/attngen $(B)/libattngen.a $(B)/libattngen.so $(B)/libattngen_tools.a
 deps:
 	@tools/deps.sh
 
+# Every object depends on every header of the tree (cli/ included), so a
+# changed header rebuilds what might use it.
 $(B)/%.o: %.c $(wildcard include/*.h generator/*.h runtime/*.h reference/*.h tools/lib/*.h \
-    tests/*.h)
+    tests/*.h cli/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
