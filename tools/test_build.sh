@@ -2,7 +2,7 @@
 # test_build.sh: `attngen build` as a build system uses it: two bundled
 # specs (a block-diagonal one and a broadcast one) for sm_80 and sm_90a
 # into a temporary directory; the headers compile as C (-Wall -Wextra
-# -Werror) and C++, and tests/build/use_build.c, linked with the generated
+# -Werror) and C++, and tests/install/use_build.c, linked with the generated
 # _kernels.c files and libattngen.a, checks the embedded images against the
 # cubins and the embedded specs (and loads both on a GPU when one is
 # present); it links without -lnvrtc and runs with NVRTC made unloadable.
@@ -33,7 +33,7 @@ done
 # No -lnvrtc: NVRTC is loaded only by a compile, which this program never
 # asks for; it runs with NVRTC made unloadable.
 # shellcheck disable=SC2086
-"$cc" $flags -o "$tmp/use_build" tests/build/use_build.c "$tmp/gen/ads_block64_d64_kernels.c" \
+"$cc" $flags -o "$tmp/use_build" tests/install/use_build.c "$tmp/gen/ads_block64_d64_kernels.c" \
   "$tmp/gen/pma_broadcast_kernels.c" "$B/libattngen.a" \
   $(pkg-config --libs yaml-0.1 2>/dev/null || echo -lyaml) -ldl -lpthread -lm
 if command -v ldd >/dev/null && ldd "$tmp/use_build" | grep -q nvrtc; then
