@@ -1,9 +1,16 @@
 /* launch.c: argument checks and launches for the generated kernels. Every
  * check runs on the host before the launch and costs no synchronization. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "runtime.h"
+
+/* Whether descriptor d is launched by this run of `pass`: its pass, and
+ * its variant when it is one of several alternatives (ag_plan_variant). */
+static bool launched(const ag_plan_kernel *d, unsigned pass, const ag_launch *a) {
+  return d->pass == pass && (!d->variant || d->variant == a->variant);
+}
 
 /* The generic launcher: every kernel of a pass, parameters packed in its
  * descriptor's order, grid from its walk's host half. */
@@ -18,7 +25,7 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
   ag_status st = AG_OK;
   for (int i = 0; i < plan->nkernels && st == AG_OK; i++) {
     const ag_plan_kernel *d = &plan->kernels[i];
-    if (d->pass != pass || (d->variant && d->variant != a->variant)) continue;
+    if (!launched(d, pass, a)) continue;
     st = d->walk.kind == AG_WALK_BLOCK
              ? ag_walk_block_grid(&d->walk, a, ctx->sm_count, kernel->ctas_per_sm[i], grids[i],
                                   &items[i], err)
@@ -29,9 +36,7 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
   if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent"))) return st;
   for (int i = 0; i < plan->nkernels && st == AG_OK; i++) {
     const ag_plan_kernel *d = &plan->kernels[i];
-    if (d->pass != pass || (d->variant && d->variant != a->variant) || !grids[i][0] ||
-        !grids[i][1])
-      continue;
+    if (!launched(d, pass, a) || !grids[i][0] || !grids[i][1]) continue;
     CUdeviceptr ptrs[AG_PLAN_MAX_PARAMS];
     long long wide[AG_PLAN_MAX_PARAMS];
     int narrow[AG_PLAN_MAX_PARAMS];
