@@ -132,6 +132,7 @@ typedef struct ag_plan_bwd {
 } ag_plan_bwd;
 
 /* ---- the jagged pattern's shapes (plan_jagged.c) ------------------------- */
+enum { AG_FUSED_VARIANTS = 2 }; /* one-pass broadcast backwards: 64 and 128 rows */
 typedef struct ag_plan_jagged {
   int fwd_block_m, fwd_block_n, fwd_warps, fwd_stages, fwd_smem_bytes, fwd_min_ctas;
   int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
@@ -142,13 +143,15 @@ typedef struct ag_plan_jagged {
   int small_max_n_q, small_block_m, small_warps, small_smem_bytes, small_min_ctas;
   /* broadcast, heads == kv_heads: the one-pass backward for n_q <= the
    * tile's rows (templates/broadcast_bwd.cu), one per row count */
-  int fused_block_m[2], fused_warps[2], fused_smem_bytes[2], fused_min_ctas[2];
+  int fused_block_m[AG_FUSED_VARIANTS], fused_warps[AG_FUSED_VARIANTS];
+  int fused_smem_bytes[AG_FUSED_VARIANTS], fused_min_ctas[AG_FUSED_VARIANTS];
 } ag_plan_jagged;
 
-/* The variants of the broadcast kernels (ag_plan_kernel.variant). */
+/* The variants of the broadcast kernels (ag_plan_kernel.variant): the
+ * one-pass backwards are AG_VARIANT_BWD_FUSED_0 + i, i < AG_FUSED_VARIANTS,
+ * by rows, and come last. */
 enum {
-  AG_VARIANT_FWD_SMALL = 1, AG_VARIANT_FWD_LARGE, AG_VARIANT_BWD_FUSED_0, AG_VARIANT_BWD_FUSED_1,
-  AG_VARIANT_BWD_SPLIT
+  AG_VARIANT_FWD_SMALL = 1, AG_VARIANT_FWD_LARGE, AG_VARIANT_BWD_SPLIT, AG_VARIANT_BWD_FUSED_0
 };
 
 /* Why a valid spec was refused: the key that asks for what does not exist

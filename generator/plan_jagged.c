@@ -43,11 +43,6 @@ static void plan_forward(ag_plan *p) {
   j->fwd_min_ctas = 2;
 }
 
-/* Backward: two kernels and no atomics, so it is deterministic by
- * construction: _dq (query-stationary: D = rowsum(dO * O) for its rows,
- * written for _dkv, then dQ over the key tiles of the band) and _dkv
- * (key-stationary: dK and dV over the group's heads and the query tiles
- * of the band). Tiles of 64 rows, 4 warps of 16 stationary rows each. */
 /* Broadcast queries: n_q is often small (candidate or learned queries, 1 to
  * 64), where 128-row tiles would compute mostly padding; runs of n_q <= 64
  * take 32-row tiles of 2 warps (three CTAs per SM at head_dim 128, a
@@ -69,7 +64,7 @@ static void plan_forward_small(ag_plan *p) {
  * slots, P and dS, two floats a row. */
 static void plan_backward_fused(ag_plan *p) {
   ag_plan_jagged *j = &p->jagged;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < AG_FUSED_VARIANTS; i++) {
     const int m = i ? 128 : 64, n = 64;
     j->fused_block_m[i] = m;
     j->fused_warps[i] = m / 16;
@@ -78,6 +73,11 @@ static void plan_backward_fused(ag_plan *p) {
   }
 }
 
+/* Backward: two kernels and no atomics, so it is deterministic by
+ * construction: _dq (query-stationary: D = rowsum(dO * O) for its rows,
+ * written for _dkv, then dQ over the key tiles of the band) and _dkv
+ * (key-stationary: dK and dV over the group's heads and the query tiles
+ * of the band). Tiles of 64 rows, 4 warps of 16 stationary rows each. */
 static void plan_backward(ag_plan *p) {
   ag_plan_jagged *j = &p->jagged;
   j->bwd_block_m = j->bwd_block_n = 64;
@@ -164,8 +164,8 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     char stem[AG_KERNEL_NAME_MAX];
     kernel_name(stem, spec, "bwd");
     /* Broadcast, heads == kv_heads, n_q <= 64 or 128: one pass. */
-    static const char *const fused_ns[2] = {"bwd_fused_0", "bwd_fused_1"};
-    for (int i = 0; i < 2 && j->fused_block_m[i] > 0; i++) {
+    static const char *const fused_ns[AG_FUSED_VARIANTS] = {"bwd_fused_0", "bwd_fused_1"};
+    for (int i = 0; i < AG_FUSED_VARIANTS && j->fused_block_m[i] > 0; i++) {
       snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->fused_block_m[i]);
       ag_plan_kernel *f = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name,
                                              "broadcast_bwd.cu");
@@ -235,7 +235,7 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
       if (k->variant)
         ag_buf_printf(b, "%s  runs when n_q %s %d\n", prefix,
                       k->variant == AG_VARIANT_FWD_SMALL ? "<=" : ">", j->small_max_n_q);
-    } else if (k->variant == AG_VARIANT_BWD_FUSED_0 || k->variant == AG_VARIANT_BWD_FUSED_1) {
+    } else if (k->variant >= AG_VARIANT_BWD_FUSED_0) {
       ag_buf_printf(b,
                     "%s  one pass: dQ, dK, dV of all n_q <= %d shared query rows of one head "
                     "over a slab of sequences, key tiles of 64 (runs when heads == kv_heads)\n",
@@ -289,7 +289,7 @@ int ag_plan_jagged_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int6
   /* The one-pass backward holds every query in one CTA and writes dK, dV
    * of a key head once: n_q within its rows, no grouped heads. n_q = 0
    * takes the split kernels, which write dK = dV = 0. */
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < AG_FUSED_VARIANTS; i++)
     if (j->fused_block_m[i] > 0 && heads == kv_heads && n_q >= 1 && n_q <= j->fused_block_m[i])
       return AG_VARIANT_BWD_FUSED_0 + i;
   return AG_VARIANT_BWD_SPLIT;
