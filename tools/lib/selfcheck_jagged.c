@@ -236,7 +236,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   uint16_t *hq = malloc(2 * nq + 1), *hk = malloc(2 * nk + 1), *hv = malloc(2 * nk + 1),
            *hdo = malloc(2 * nq + 1), *ho = malloc(2 * nq + 1), *hdq = malloc(bwd ? 2 * nq + 1 : 1),
            *hdk = malloc(bwd ? 2 * nk + 1 : 1), *hdv = malloc(bwd ? 2 * nk + 1 : 1),
-           *rep = malloc(bwd ? 2 * (nq + 2 * nk) + 1 : 1), *hqd = malloc(2 * nqd + 1);
+           *rep = malloc(bwd ? 2 * (nq + 2 * nk) + 1 : 1);
   float *hlse = malloc(4 * (size_t)(H * tq) + 4);
   /* Double copies of the inputs only for the backward's reference. */
   double *rq = bwd ? calloc(nq + 1, 8) : NULL, *rk = bwd ? calloc(nk + 1, 8) : NULL,
@@ -247,7 +247,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   state s = {.drv = kernel->ctx->drv, .ctx = kernel->ctx};
   ag_status st = AG_OK;
   int64_t *pairs = NULL; /* the (sequence, head) pairs the reference checks */
-  if (!hq || !hk || !hv || !hdo || !ho || !hdq || !hdk || !hdv || !rep || !hqd || !hlse || !ro ||
+  if (!hq || !hk || !hv || !hdo || !ho || !hdq || !hdk || !hdv || !rep || !hlse || !ro ||
       !rlse || (bwd && (!rq || !rk || !rv || !rdo || !rdq || !rdk || !rdv))) {
     st = ag_fail(err, AG_ERR_NOMEM, "out of memory for the self-check's host buffers");
     goto done;
@@ -263,7 +263,6 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
       else srcs[t][i] = ag_float_to_half(dt, (float)ag_rand_uniform(&rng, -1.0, 1.0));
       if (bwd) dsts[t][i] = ag_half_to_float(dt, srcs[t][i]);
     }
-  memcpy(hqd, hq, 2 * nqd);
   if ((st = ag_cuda_check(err, s.drv->cuCtxPushCurrent(s.ctx->cu), "cuCtxPushCurrent"))) goto done;
   const size_t ws = bcast ? ag_broadcast_backward_workspace_bytes(kernel, batch, n_q, H)
                           : 4 * (size_t)(H * tq);
@@ -272,7 +271,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
                               4 * (size_t)(batch + 1), 4 * (size_t)(batch + 1)};
   for (int i = 0; i < NBUF && st == AG_OK; i++)
     st = dev_alloc(&s, i, bwd || i < B_DO || i >= B_CUQ ? sizes[i] : 0, err);
-  if (st == AG_OK) st = upload(&s, B_Q, hqd, err);
+  if (st == AG_OK) st = upload(&s, B_Q, hq, err); /* broadcast: its first n_q rows */
   if (st == AG_OK) st = upload(&s, B_K, hk, err);
   if (st == AG_OK) st = upload(&s, B_V, hv, err);
   if (st == AG_OK) st = upload(&s, B_DO, hdo, err);
@@ -434,7 +433,6 @@ done:
   free(hdk);
   free(hdv);
   free(rep);
-  free(hqd);
   free(hlse);
   free(rq);
   free(rk);
