@@ -294,6 +294,19 @@ START_TEST(test_build_writes_files) {
   ck_assert_int_eq(r.code, 2);
   ck_assert_ptr_nonnull(strstr(r.err, "-o DIR"));
   done(&r);
+  /* An empty list, an empty arch, too many: usage errors, nothing written. */
+  static const char *const bad[][2] = {{"\"\"", "an empty list"},
+                                       {"sm_80,,sm_90a", "an empty arch"},
+                                       {"sm_80,sm_80,sm_80,sm_80,sm_80", "at most 4 archs"}};
+  for (int i = 0; i < 3; i++) {
+    snprintf(args, sizeof args, "build specs/ads_block64_d64_fp16.yaml -o /tmp/never --arch %s",
+             bad[i][0]);
+    r = run(args);
+    ck_assert_int_eq(r.code, 2);
+    ck_assert_msg(strstr(r.err, bad[i][1]), "%s: %s", args, r.err);
+    done(&r);
+  }
+  ck_assert_int_ne(access("/tmp/never", F_OK), 0);
 }
 END_TEST
 
