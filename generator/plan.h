@@ -39,6 +39,10 @@ typedef enum ag_walk_kind {
   AG_WALK_BROADCAST_Q,
   AG_WALK_BROADCAST_SLABS,
   AG_WALK_BROADCAST_SUM,
+  /* one CTA per `rows` (token, head) rows of the queries: grid
+   * ceil(total_q * heads / rows), ITEMS = the grid (the fast jagged
+   * backward's D and dQ kernels) */
+  AG_WALK_JAGGED_ROWS,
 } ag_walk_kind;
 
 typedef struct ag_walk {
@@ -135,6 +139,10 @@ typedef struct ag_plan_bwd {
 enum { AG_FUSED_VARIANTS = 2 }; /* one-pass broadcast backwards: 64 and 128 rows */
 typedef struct ag_plan_jagged {
   int fwd_block_m, fwd_block_n, fwd_warps, fwd_stages, fwd_smem_bytes, fwd_min_ctas;
+  /* the forward is templates/jagged_fwd_sm90.cu (wgmma, sm_90a, head dim
+   * 128, not broadcast), fwd_warps / 4 warpgroups of 64 rows; else
+   * jagged_fwd.cu */
+  bool fwd_sm90;
   int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
   bool broadcast;   /* query: broadcast: one dense Q shared by every sequence */
   int sum_threads;  /* broadcast: threads of the dQ sum kernel */
@@ -145,6 +153,11 @@ typedef struct ag_plan_jagged {
    * tile's rows (templates/broadcast_bwd.cu), one per row count */
   int fused_block_m[AG_FUSED_VARIANTS], fused_warps[AG_FUSED_VARIANTS];
   int fused_smem_bytes[AG_FUSED_VARIANTS], fused_min_ctas[AG_FUSED_VARIANTS];
+  /* sm_90a, not deterministic, not broadcast: the backward is one
+   * key-stationary wgmma kernel with atomic dQ between a D kernel and a
+   * dQ kernel (templates/jagged_bwd_sm90.cu) instead of _dq and _dkv;
+   * 0 rows where not */
+  int fast_block_m, fast_block_n, fast_threads, fast_smem_bytes, fast_rows_threads;
 } ag_plan_jagged;
 
 /* The variants of the broadcast kernels (ag_plan_kernel.variant): the

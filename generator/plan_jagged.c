@@ -32,6 +32,29 @@ static void kernel_name(char *out, const ag_spec *spec, const char *pass) {
  * L]) this measured fastest of the layouts tried at both head dims: 8
  * warps of 16 rows, 64-row tiles and 128-key tiles were slower
  * (tools/jagged_dev/fwd_notes.md). */
+/* Forward on sm_90a at head dim 128 (not broadcast): both products on
+ * wgmma (templates/jagged_fwd_sm90.cu), two warpgroups of 64 query rows
+ * sharing K, V tiles of 128 keys, three stages (229,376 bytes of shared
+ * memory, one CTA an SM); each tile's P V runs on into the next tile's
+ * barrier and S. On the H200 (bf16, batch 1152, 4 heads, lengths uniform
+ * in [1, L]) it ran 313 / 408 TFLOP/s at L 1024 / 4096 against the
+ * mma.sync forward's 280 / 321 (causal 230 / 369 against 208 / 287); tiles
+ * of 64 keys were 2-5% slower. At head dim 64 it lost at L 1024 (221
+ * against 245), so head dim 64 keeps the mma.sync forward. */
+static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p) {
+  if (spec->arch != AG_ARCH_SM90A || p->head_dim != 128 || p->jagged.broadcast) return false;
+  ag_plan_jagged *j = &p->jagged;
+  j->fwd_sm90 = true;
+  j->fwd_block_m = 128;
+  j->fwd_block_n = 128;
+  j->fwd_warps = 8;
+  j->fwd_stages = 3;
+  j->fwd_smem_bytes =
+      (j->fwd_block_m + 2 * j->fwd_stages * j->fwd_block_n) * p->head_dim * p->elem_bytes;
+  j->fwd_min_ctas = 1;
+  return true;
+}
+
 static void plan_forward(ag_plan *p) {
   ag_plan_jagged *j = &p->jagged;
   j->fwd_block_m = 128;
@@ -88,6 +111,31 @@ static void plan_backward(ag_plan *p) {
   j->sum_threads = 256;
 }
 
+/* Backward on sm_90a where the spec lets dQ's bits vary (not
+ * deterministic; not broadcast, whose staged dQ sum is already fast):
+ * _kv is key-stationary on wgmma with query steps of 64 rows; it adds
+ * each step's dQ to an fp32 accumulator in the workspace with the copy
+ * engine's bulk adds (cp.reduce.async.bulk). _pre writes D and zeroes the
+ * accumulator, _dq rounds it. Head dim 128: two warpgroups of 64 keys a
+ * CTA, which split dQ's columns (so a step adds one 64 x 128 tile), a
+ * ring of two Q, dO slots. Head dim 64: one warpgroup of 64 keys a CTA
+ * and two CTAs an SM, which run out of step so that one's softmax
+ * overlaps the other's products (measured 1.06-1.14x two warpgroups of
+ * one CTA), three slots. Shared memory: K, V, the slots, dS^T, the slots'
+ * row floats, two slots of dQ staging rows of 72 floats per warpgroup. On
+ * the H200 it runs 0.92-1.11x FlashAttention-2's backward
+ * (bench/RESULTS-jagged.md). */
+static void plan_backward_fast(ag_plan *p) {
+  ag_plan_jagged *j = &p->jagged;
+  const int m = 64, n = p->head_dim == 64 ? 64 : 128, slots = p->head_dim == 64 ? 3 : 2;
+  j->fast_block_m = m;
+  j->fast_block_n = n;
+  j->fast_threads = 128 * (n / 64);
+  j->fast_smem_bytes = 4 * p->head_dim * (n + slots * m) + 2 * n * m + 8 * slots * m +
+                       2 * (n / 64) * 64 * 72 * 4;
+  j->fast_rows_threads = 256;
+}
+
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   memset(out, 0, sizeof *out);
   if (spec->head_dim != 64 && spec->head_dim != 128)
@@ -100,8 +148,12 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) 
   out->head_dim = spec->head_dim;
   out->elem_bytes = 2;
   out->scale = ag_spec_scale(spec);
-  if (spec->passes & AG_PASS_FORWARD) plan_forward(out);
-  if (spec->passes & AG_PASS_BACKWARD) plan_backward(out);
+  if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out)) plan_forward(out);
+  if ((spec->passes & AG_PASS_BACKWARD) && spec->arch == AG_ARCH_SM90A && !spec->deterministic &&
+      !out->jagged.broadcast)
+    plan_backward_fast(out);
+  else if (spec->passes & AG_PASS_BACKWARD)
+    plan_backward(out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD)) plan_backward_fused(out);
   return AG_OK;
@@ -119,7 +171,8 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
                         const char *namespace_name, int block_m, int warps, int smem_bytes,
                         int min_ctas, int variant) {
   const ag_plan_jagged *j = &plan->jagged;
-  ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, AG_PASS_FORWARD, name, "jagged_fwd.cu");
+  ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, AG_PASS_FORWARD, name,
+                                         j->fwd_sm90 ? "jagged_fwd_sm90.cu" : "jagged_fwd.cu");
   k->namespace_name = namespace_name;
   k->variant = variant;
   k->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_Q : AG_WALK_JAGGED_Q, block_m, 1, 1};
@@ -138,6 +191,48 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
   ag_plan_set(k, "SMEM_BYTES", smem_bytes);
 }
 
+/* The backward's parameters, for every kernel of the pass. */
+static const ag_param bwd_params[] = {
+    AG_PARAM_Q,  AG_PARAM_K,  AG_PARAM_V,     AG_PARAM_O,       AG_PARAM_DOUT,
+    AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,   AG_PARAM_DV,      AG_PARAM_DI,
+    AG_PARAM_OFFSETS_Q, AG_PARAM_OFFSETS_K, AG_PARAM_BATCH, AG_PARAM_HEADS,
+    AG_PARAM_KV_HEADS, AG_PARAM_TOTAL_Q, AG_PARAM_TOTAL_K, AG_PARAM_ITEMS};
+enum { BWD_NPARAMS = (int)(sizeof bwd_params / sizeof bwd_params[0]) };
+
+/* The fast sm_90a backward: _pre, _kv, _dq of jagged_bwd_sm90.cu. */
+static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
+  const ag_plan_jagged *j = &plan->jagged;
+  char stem[AG_KERNEL_NAME_MAX], name[AG_KERNEL_NAME_MAX];
+  kernel_name(stem, spec, "bwd");
+  const int rows = j->fast_rows_threads * 8 / plan->head_dim; /* (token, head) rows a CTA */
+  static const char *const suffix[3] = {"_pre", "_kv", "_dq"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(name, sizeof name, "%.*s%s", AG_KERNEL_NAME_MAX - 4, stem, suffix[i]);
+    ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name,
+                                           i == 0 ? "jagged_bwd_sm90.cu" : NULL);
+    snprintf(k->template_name, sizeof k->template_name, "%s", stem);
+    if (j->fwd_block_m > 0) k->namespace_name = "bwd";
+    ag_plan_params(k, BWD_NPARAMS, bwd_params);
+    if (i == 1) {
+      k->walk = (ag_walk){AG_WALK_JAGGED_K, j->fast_block_n, 1, 1};
+      k->threads = j->fast_threads;
+      k->smem_bytes = j->fast_smem_bytes;
+      k->min_ctas_per_sm = 1;
+    } else {
+      k->walk = (ag_walk){AG_WALK_JAGGED_ROWS, rows, 1, 1};
+      k->threads = j->fast_rows_threads;
+      k->smem_bytes = 0;
+      k->min_ctas_per_sm = 1;
+    }
+    if (i == 0) {
+      ag_plan_set(k, "BLOCK_M", j->fast_block_m);
+      ag_plan_set(k, "BLOCK_N", j->fast_block_n);
+      ag_plan_set(k, "SMEM_BYTES", j->fast_smem_bytes);
+      ag_plan_set(k, "ROWS_THREADS", j->fast_rows_threads);
+    }
+  }
+}
+
 void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
   const ag_plan_jagged *j = &plan->jagged;
   char name[AG_KERNEL_NAME_MAX];
@@ -154,13 +249,10 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     add_forward(spec, plan, name, "fwd_small", j->small_block_m, j->small_warps,
                 j->small_smem_bytes, j->small_min_ctas, AG_VARIANT_FWD_SMALL);
   }
+  if (j->fast_block_m > 0) add_backward_fast(spec, plan);
   if (j->bwd_block_m > 0) {
-    static const ag_param params[] = {
-        AG_PARAM_Q,  AG_PARAM_K,  AG_PARAM_V,     AG_PARAM_O,       AG_PARAM_DOUT,
-        AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,   AG_PARAM_DV,      AG_PARAM_DI,
-        AG_PARAM_OFFSETS_Q, AG_PARAM_OFFSETS_K, AG_PARAM_BATCH, AG_PARAM_HEADS,
-        AG_PARAM_KV_HEADS, AG_PARAM_TOTAL_Q, AG_PARAM_TOTAL_K, AG_PARAM_ITEMS};
-    const int nparams = (int)(sizeof params / sizeof params[0]);
+    const ag_param *const params = bwd_params;
+    const int nparams = BWD_NPARAMS;
     char stem[AG_KERNEL_NAME_MAX];
     kernel_name(stem, spec, "bwd");
     /* Broadcast, heads == kv_heads, n_q <= 64 or 128: one pass. */
@@ -232,6 +324,9 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
     if (k->pass == AG_PASS_FORWARD) {
       ag_buf_printf(b, "%s  tile: %d query rows of one head, key tiles of %d, %d in flight\n",
                     prefix, k->walk.rows, j->fwd_block_n, j->fwd_stages);
+      if (j->fwd_sm90)
+        ag_buf_printf(b, "%s  both products on wgmma (sm_90a): %d warpgroups of 64 rows\n", prefix,
+                      k->threads / 128);
       if (k->variant)
         ag_buf_printf(b, "%s  runs when n_q %s %d\n", prefix,
                       k->variant == AG_VARIANT_FWD_SMALL ? "<=" : ">", j->small_max_n_q);
@@ -247,6 +342,17 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                     prefix, j->bwd_block_m, j->bwd_block_n);
     } else if (k->walk.kind == AG_WALK_BROADCAST_SUM) {
       ag_buf_printf(b, "%s  dQ: the slabs' fp32 partials summed in slab order\n", prefix);
+    } else if (k->walk.kind == AG_WALK_JAGGED_ROWS) {
+      ag_buf_printf(b, "%s  %s\n", prefix,
+                    k->template_file ? "D = rowsum(dO * O) of each query row; the fp32 dQ "
+                                       "accumulator zeroed"
+                                     : "dQ: the fp32 accumulator scaled and rounded");
+    } else if (k->walk.kind == AG_WALK_JAGGED_K && j->fast_block_m > 0) {
+      ag_buf_printf(b,
+                    "%s  key-stationary on wgmma (sm_90a): dK and dV of %d key rows (64 a\n"
+                    "%s  warpgroup) over the group's heads, query tiles of %d; each tile's dQ\n"
+                    "%s  added to the fp32 accumulator by bulk adds (its bits vary run to run)\n",
+                    prefix, j->fast_block_n, prefix, j->fast_block_m, prefix);
     } else if (k->walk.kind == AG_WALK_JAGGED_Q) {
       ag_buf_printf(b, "%s  query-stationary: D and dQ of %d query rows, key tiles of %d\n",
                     prefix, j->bwd_block_m, j->bwd_block_n);
@@ -267,6 +373,9 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
         break;
       case AG_WALK_BROADCAST_SLABS:
         ag_buf_printf(b, "%s  grid: (ceil(n_q / %d) * slabs, heads)\n", prefix, k->walk.rows);
+        break;
+      case AG_WALK_JAGGED_ROWS:
+        ag_buf_printf(b, "%s  grid: (ceil(total_q * heads / %d), 1)\n", prefix, k->walk.rows);
         break;
       case AG_WALK_BROADCAST_SUM:
         ag_buf_printf(b, "%s  grid: (ceil(n_q * heads / %d), 1)\n", prefix, k->walk.rows);

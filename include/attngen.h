@@ -295,11 +295,15 @@ AG_API ag_status ag_jagged_forward(ag_kernel *kernel, const ag_jagged_fwd_args *
 /* Jagged backward: dq [total_q, heads, head_dim], dk and dv [total_k,
  * kv_heads, head_dim] (summed over each key head's group of query heads)
  * from q, k, v, the forward's o and lse, and dout = dL/dO. Every element
- * of dq, dk, dv for real tokens is overwritten. `workspace` is fp32
- * [heads, total_q] device scratch (ag_jagged_backward_workspace_bytes).
- * Two kernels, no atomics: the result is bit-identical from run to run
- * whatever the spec's `deterministic` says. The spec must include the
- * backward pass. Thread-safe. */
+ * of dq, dk, dv for real tokens is overwritten. `workspace` is 16-byte
+ * aligned device scratch of ag_jagged_backward_workspace_bytes(kernel,
+ * heads, total_q) bytes. With `deterministic: true`, or compiled for an
+ * arch before sm_90, two kernels with no atomics give bit-identical
+ * results run after run. Otherwise, on sm_90a, a key-stationary wgmma
+ * kernel adds dQ tile by tile to an fp32 accumulator in the workspace
+ * (faster; dQ's last bits vary with the order of the additions; dK and
+ * dV stay bit-identical). The spec must include the backward pass.
+ * Thread-safe. */
 typedef struct ag_jagged_bwd_args {
   const void *q, *k, *v, *o, *dout; /* CUdeviceptr values */
   const float *lse;                  /* the forward's, [heads, total_q] */
@@ -311,8 +315,12 @@ typedef struct ag_jagged_bwd_args {
   int64_t total_q, total_k;
   const int32_t *host_cu_seqlens_q, *host_cu_seqlens_k;
 } ag_jagged_bwd_args;
-/* Bytes of workspace ag_jagged_backward needs: 4 * heads * total_q. */
-AG_API size_t ag_jagged_backward_workspace_bytes(int64_t heads, int64_t total_q);
+/* Bytes of workspace ag_jagged_backward needs with `kernel` (a jagged
+ * spec's with the backward; 0 for any other kernel or a negative size):
+ * 4 * heads * total_q for the deterministic kernels, and the fp32 dQ
+ * accumulator, 4 * heads * total_q * head_dim, more for the fast one. */
+AG_API size_t ag_jagged_backward_workspace_bytes(const ag_kernel *kernel, int64_t heads,
+                                                 int64_t total_q);
 AG_API ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *args,
                              struct CUstream_st *stream, ag_error *err);
 

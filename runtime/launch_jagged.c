@@ -23,8 +23,8 @@ typedef struct jagged_call {
 } jagged_call;
 
 /* The tensors of each pass by role, as the messages name them, and the
- * alignment each needs (a broadcast backward's workspace holds its dQ
- * partials, read 16 bytes at a time). */
+ * alignment each needs (a backward's workspace may hold fp32 dQ
+ * accumulators or partials, read 16 bytes at a time). */
 static const ag_param fwd_roles[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_LSE};
 static const char *const fwd_names[] = {"q", "k", "v", "o", "lse"};
 static const unsigned fwd_align[] = {16, 16, 16, 16, 4};
@@ -33,8 +33,7 @@ static const ag_param bwd_roles[] = {AG_PARAM_Q,  AG_PARAM_K,  AG_PARAM_V,  AG_P
                                      AG_PARAM_DV, AG_PARAM_DI};
 static const char *const bwd_names[] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv",
                                         "workspace"};
-static const unsigned bwd_align[] = {16, 16, 16, 16, 16, 4, 16, 16, 16, 4};
-static const unsigned bwd_align_broadcast[] = {16, 16, 16, 16, 16, 4, 16, 16, 16, 16};
+static const unsigned bwd_align[] = {16, 16, 16, 16, 16, 4, 16, 16, 16, 16};
 
 /* Every check, in order, then the launch of the pass's kernels; nothing
  * is launched when there is nothing to compute. */
@@ -114,9 +113,16 @@ ag_status ag_jagged_forward(ag_kernel *kernel, const ag_jagged_fwd_args *a,
   return launch_jagged(kernel, &c, stream, err);
 }
 
-size_t ag_jagged_backward_workspace_bytes(int64_t heads, int64_t total_q) {
-  if (heads < 0 || total_q < 0) return 0;
-  return (size_t)heads * (size_t)total_q * sizeof(float);
+size_t ag_jagged_backward_workspace_bytes(const ag_kernel *kernel, int64_t heads,
+                                          int64_t total_q) {
+  if (!kernel || kernel->spec.pattern != AG_PATTERN_JAGGED ||
+      kernel->spec.query == AG_QUERY_BROADCAST || !(kernel->spec.passes & AG_PASS_BACKWARD) ||
+      heads < 0 || total_q < 0)
+    return 0;
+  const size_t rows = (size_t)heads * (size_t)total_q;
+  if (!kernel->plan.jagged.fast_block_m) return 4 * rows; /* D */
+  /* D, then (16-byte aligned) the fp32 dQ accumulator */
+  return 4 * ((rows + 3) / 4 * 4 + rows * (size_t)kernel->plan.head_dim);
 }
 
 ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *a,
@@ -159,7 +165,7 @@ ag_status ag_broadcast_backward(ag_kernel *kernel, const ag_broadcast_bwd_args *
   if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
   const void *tensors[] = {a->q,  a->k,  a->v,  a->o,  a->dout,
                            a->lse, a->dq, a->dk, a->dv, a->workspace};
-  const jagged_call c = {AG_PASS_BACKWARD, 10, bwd_roles, bwd_names, bwd_align_broadcast, tensors,
+  const jagged_call c = {AG_PASS_BACKWARD, 10, bwd_roles, bwd_names, bwd_align, tensors,
                          NULL, a->cu_seqlens_k, NULL, a->host_cu_seqlens_k, a->batch, a->heads,
                          a->kv_heads, 0, a->total_k, true, a->n_q};
   return launch_jagged(kernel, &c, stream, err);

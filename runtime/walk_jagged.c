@@ -5,7 +5,8 @@
  * the host needs no offsets to size the grid. The broadcast-Q walks: one
  * CTA per (sequence, query tile, head) of the forward, per (query tile,
  * slab of sequences, head) of the backward's dQ (the slabs cut on the
- * device, jagged_bwd_tile.cuh's slab_start), and the slabs' sum. */
+ * device, jagged_bwd_tile.cuh's slab_start), and the slabs' sum. The row
+ * walk: `rows` (token, head) rows of the queries a CTA. */
 #include <stdint.h>
 
 #include "runtime.h"
@@ -50,6 +51,18 @@ static ag_status broadcast_grid(const ag_walk *w, const ag_launch *a, unsigned o
 
 ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, unsigned out_grid[3],
                               int64_t *out_items, ag_error *err) {
+  if (w->kind == AG_WALK_JAGGED_ROWS) {
+    /* total_q < 2^31 and heads < 2^16 (checked by the caller): no overflow */
+    const int64_t x = (a->total_q * a->heads + w->rows - 1) / w->rows;
+    if (x > INT32_MAX)
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                     "%lld query rows by %lld heads exceed the grid's limits",
+                     (long long)a->total_q, (long long)a->heads);
+    out_grid[0] = (unsigned)x; /* 0 (no query): not launched */
+    out_grid[1] = out_grid[2] = 1;
+    *out_items = x;
+    return AG_OK;
+  }
   if (w->kind != AG_WALK_JAGGED_Q && w->kind != AG_WALK_JAGGED_K)
     return broadcast_grid(w, a, out_grid, out_items, err);
   const bool keys = w->kind == AG_WALK_JAGGED_K;

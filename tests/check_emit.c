@@ -24,6 +24,8 @@ static const char *const goldens[] = {
      * namespace bwd), and a two-sided window with a given scale */
     "jagged_d128_bf16_causal_train", "jagged_d64_fp16_window", "broadcast_d128_bf16_train",
     "broadcast_d64_fp16_causal_window",
+    /* sm_90a: the wgmma forward (head dim 128) and the fast backward */
+    "jagged_d128_bf16_sm90_train", "jagged_d64_bf16_sm90_bwd",
 };
 enum { NGOLDENS = sizeof goldens / sizeof goldens[0] };
 

@@ -174,11 +174,16 @@ START_TEST(compiles) {
   char y[512];
   yaml_for(y, sizeof y, c->dim, c->dtype, c->causal, c->extra, true);
   ag_spec s = load_ok(y);
-  ag_plan p;
   ag_error err = {0};
-  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   const char *archs[] = {"sm_90a", "sm_80"};
   for (int a = 0; a < 2; a++) {
+    /* the plan the arch resolves to: on sm_90a the fast backward unless
+     * the spec is deterministic */
+    ag_spec r = s;
+    r.arch = a ? AG_ARCH_SM80 : AG_ARCH_SM90A;
+    ag_plan p;
+    ck_assert_int_eq(ag_plan_make(&r, &p, &err), AG_OK);
+    ck_assert_int_eq(p.jagged.fast_block_m > 0, !a && !s.deterministic);
     void *cubin = NULL;
     size_t size = 0;
     ag_status st = ag_compile(&s, archs[a], &cubin, &size, &err);
@@ -260,7 +265,78 @@ START_TEST(launch_parameters) {
   for (int i = 0; i < 12; i++)
     ck_assert_uint_eq(ag_fake_seen.ptr[i], (CUdeviceptr)(uintptr_t)border[i]);
   ck_assert_int_eq(ag_fake_seen.items, 3 + 500 / dkv->walk.rows);
-  ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(8, 300), 4 * 8 * 300);
+  ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300), 4 * 8 * 300);
+  ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, -1, 300), 0);
+  ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(NULL, 8, 300), 0);
+  fake_init(&f, 64, false, 7); /* no backward */
+  ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300), 0);
+}
+END_TEST
+
+/* On sm_90a a spec that is not deterministic gets the fast backward: _pre
+ * (D, the accumulator zeroed) over (token, head) rows, _kv over key tiles
+ * of 128 and key heads, _dq over the rows again; its workspace holds D
+ * and the fp32 dQ accumulator after it, 16-byte aligned. A deterministic
+ * spec keeps _dq and _dkv. */
+START_TEST(fast_backward_plan) {
+  fake f;
+  char y[512];
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "arch: sm_90a\n", true);
+  ag_fake_jagged_kernel(&f, y, 12);
+  const ag_plan *p = &f.kernel.plan;
+  ck_assert_int_eq(p->nkernels, 4);
+  ck_assert(strstr(p->kernels[1].name, "_bwd_pre") && strstr(p->kernels[2].name, "_bwd_kv") &&
+            strstr(p->kernels[3].name, "_bwd_dq"));
+  ck_assert_str_eq(p->kernels[1].template_file, "jagged_bwd_sm90.cu");
+  ck_assert_ptr_null(p->kernels[2].template_file);
+  ck_assert_int_eq(p->kernels[2].threads, 256);
+  ck_assert_int_eq(p->kernels[2].walk.rows, 128);
+  ag_jagged_bwd_args b = bwd_args();
+  ag_error err = {0};
+  ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 3);
+  const int rows = p->kernels[1].walk.rows; /* (token, head) rows a CTA: 256 * 8 / 128 */
+  ck_assert_int_eq(rows, 16);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[0], (300 * 8 + rows - 1) / rows);
+  ck_assert_uint_eq(ag_fake_seen.grids_y[0], 1);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[1], 3 + 500 / 128);
+  ck_assert_uint_eq(ag_fake_seen.grids_y[1], 2);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[2], (300 * 8 + rows - 1) / rows);
+  ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300),
+                    4 * (8 * 300 + 8 * 300 * 128));
+  ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 3, 5), 4 * (16 + 3 * 5 * 128));
+  /* a workspace must be 16-byte aligned */
+  b.workspace = P(0xa0004);
+  ck_assert_int_eq(ag_jagged_backward(&f.kernel, &b, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.message, "workspace"), "%s", err.message);
+  ag_error_clear(&err);
+  /* no query: only _kv runs (dK = dV = 0) */
+  ag_fake_jagged_kernel(&f, y, 12);
+  b = bwd_args();
+  b.total_q = 0;
+  int32_t hq[4] = {0, 0, 0, 0}, hk[4] = {0, 100, 300, 500};
+  b.host_cu_seqlens_q = hq;
+  b.host_cu_seqlens_k = hk;
+  ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "arch: sm_90a\ndeterministic: true\n", true);
+  ag_fake_jagged_kernel(&f, y, 12);
+  ck_assert_int_eq(f.kernel.plan.nkernels, 3);
+  ck_assert(strstr(f.kernel.plan.kernels[1].name, "_bwd_dq") &&
+            strstr(f.kernel.plan.kernels[2].name, "_bwd_dkv"));
+  ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300), 4 * 8 * 300);
+  /* head dim 64: one warpgroup of 64 keys a CTA */
+  yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, false, "arch: sm_90a\n", true);
+  ag_fake_jagged_kernel(&f, y, 12);
+  ck_assert_int_eq(f.kernel.plan.kernels[2].threads, 128);
+  ck_assert_int_eq(f.kernel.plan.kernels[2].walk.rows, 64);
+  ck_assert_int_eq(f.kernel.plan.kernels[1].walk.rows, 32);
+  /* sm_80: the same two kernels */
+  yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, false, "arch: sm_80\n", true);
+  ag_fake_jagged_kernel(&f, y, 12);
+  ck_assert_int_eq(f.kernel.plan.nkernels, 3);
+  ck_assert_int_eq(f.kernel.plan.jagged.fast_block_m, 0);
 }
 END_TEST
 
@@ -381,7 +457,10 @@ static void run_case(ag_kernel *k, const gpu_case *c, const char *what, const in
   const ag_dtype dt = c->k.dtype;
   printf("gpu jagged %-26s %-30s o %.2e lse %.1e dq %.2e dk %.2e dv %.2e%s (%lld pairs)\n",
          name_of(c), what, r.rel_o, r.lse_abs, r.rel_dq, r.rel_dk, r.rel_dv,
-         r.bitwise_repeatable ? "" : " NOT REPEATABLE", (long long)r.checked_pairs);
+         r.bitwise_repeatable ? ""
+         : r.dkv_repeatable && k->plan.jagged.fast_block_m ? " (dQ by atomics: its bits vary)"
+                                                           : " NOT REPEATABLE",
+         (long long)r.checked_pairs);
   ck_assert_msg(r.unwritten == 0, "%s: %lld elements never written", what, (long long)r.unwritten);
   ck_assert_msg(r.lse_mismatch == 0, "%s: %lld rows -inf on one side only", what,
                 (long long)r.lse_mismatch);
@@ -390,7 +469,14 @@ static void run_case(ag_kernel *k, const gpu_case *c, const char *what, const in
   const double tol = ag_jagged_tolerance(dt, true);
   ck_assert_msg(r.rel_dq <= tol && r.rel_dk <= tol && r.rel_dv <= tol,
                 "%s: gradient errors %g %g %g > %g", what, r.rel_dq, r.rel_dk, r.rel_dv, tol);
-  ck_assert_msg(r.bitwise_repeatable, "%s: the backward differs between runs", what);
+  /* Deterministic kernels (the spec says so, or no fast backward was
+   * planned) repeat bit for bit; the fast one's dQ takes atomic adds in
+   * any order, but its dK and dV are each written by one CTA in order. */
+  ck_assert(r.dq_by_atomics == (k->plan.jagged.fast_block_m > 0));
+  if (k->spec.deterministic || !r.dq_by_atomics)
+    ck_assert_msg(r.bitwise_repeatable, "%s: the backward differs between runs", what);
+  else
+    ck_assert_msg(r.dkv_repeatable, "%s: dK or dV differs between runs", what);
 }
 
 START_TEST(gpu_jagged) {
@@ -428,6 +514,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, plan_kernels);
   tcase_add_test(tc, source_shape);
   tcase_add_test(tc, launch_parameters);
+  tcase_add_test(tc, fast_backward_plan);
   tcase_add_test(tc, argument_checks);
   tcase_add_loop_test(tc, compiles, 0, (int)(sizeof compile_cases / sizeof compile_cases[0]));
   suite_add_tcase(s, tc);

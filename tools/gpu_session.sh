@@ -48,12 +48,14 @@ for step in $steps; do
     sanitize-jagged)
       # the broadcast spec with n_q 32, 64, 100, 200: the 32-row forward
       # (one and two tiles) with the 64-row one-pass backward, the 128-row
-      # ones, the split backward. SANITIZE_ONLY=broadcast: those alone.
+      # ones, the split backward. SANITIZE_ONLY=broadcast: those alone;
+      # SANITIZE_ONLY=jagged: the others alone.
       for run in "gem_jagged_d128_causal.yaml 0" "jagged_window_d64_fp16.yaml 0" \
                  "pma_broadcast_d128.yaml 32" "pma_broadcast_d128.yaml 64" "pma_broadcast_d128.yaml 100" \
                  "pma_broadcast_d128.yaml 200"; do
         set -- $run
         [ "${SANITIZE_ONLY:-}" = broadcast ] && [ "$2" = 0 ] && continue
+        [ "${SANITIZE_ONLY:-}" = jagged ] && [ "$2" != 0 ] && continue
         spec=specs/$1
         for tool in memcheck racecheck; do
           log="$out/sanitize-$tool-$(basename "$spec" .yaml)-$2.log"

@@ -8,7 +8,7 @@ out=$1 name=$2
 shift 2
 mkdir -p "$out"
 python3 "$here/expand.py" "$@" -o "$out/$name.cuh"
-${NVCC:-nvcc} -O3 -arch=${ARCH:-sm_90a} -std=c++17 -I"$root/include" -I"$root/reference" \
+${NVCC:-nvcc} -O3 -gencode arch=compute_90a,code=${ARCH:-sm_90a} -std=c++17 -I"$root/include" -I"$root/reference" \
   -I"$out" -DJV_KERNEL_FILE="\"$name.cuh\"" -Xptxas -v "$here/fwd_test.cu" \
   "$root/reference/jagged_reference.c" "$root/reference/reference.c" -o "$out/$name" \
   2>"$out/$name.ptxas"

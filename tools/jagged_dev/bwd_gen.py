@@ -15,8 +15,18 @@ TPL = os.path.join(ROOT, "templates")
 
 def expand(name, vals, seen=()):
     out = []
+    skip = False
     for line in open(os.path.join(TPL, name)).read().split("\n"):
         if line.startswith("@#"):
+            continue
+        m = re.fullmatch(r"@if ([A-Z0-9_]+)@", line.strip())
+        if m:
+            skip = not vals[m.group(1)]
+            continue
+        if line.strip() == "@endif@":
+            skip = False
+            continue
+        if skip:
             continue
         m = re.fullmatch(r"@include ([A-Za-z0-9_.]+)@", line.strip())
         if m:
@@ -64,6 +74,29 @@ for d in (64, 128):
         VARIANTS.append(("bf16", d, causal, False, -1, -1, 64, True))
 VARIANTS.append(("f16", 64, True, True, 128, 0, 64, True))
 VARIANTS.append(("f16", 128, False, True, 64, 32, 64, True))
+# the sm_90a (wgmma) fast variant: fast == 2, 128 keys a CTA
+SM90 = []
+for dt in ("bf16", "f16"):
+    for d in (64, 128):
+        for causal in (False, True):
+            SM90.append((dt, d, causal, False, -1, -1, 128, 2))
+SM90.append(("bf16", 128, False, True, 100, 0, 128, 2))
+SM90.append(("f16", 64, False, True, 64, 32, 128, 2))
+SM90.append(("bf16", 64, True, True, 128, 0, 128, 2))
+# head dim 64 with one warpgroup a CTA (64 keys, two CTAs an SM)
+for causal in (False, True):
+    SM90.append(("bf16", 64, causal, False, -1, -1, 64, 2))
+SM90.append(("f16", 64, False, True, 64, 32, 64, 2))
+# ATTNGEN_DEV_ALL=1 keeps every variant; by default the bf16 split ones
+# (to time against) and the sm_90a ones
+if not os.environ.get("ATTNGEN_DEV_ALL"):
+    VARIANTS = [v for v in VARIANTS if v[0] == "bf16" and not v[3] and v[6] == 64 and not v[7]]
+VARIANTS += SM90
+
+
+def smem_sm90(d, bn, bm=64):
+    sl = 3 if d == 64 else 2
+    return 4 * d * (bn + sl * bm) + 2 * bn * bm + 8 * sl * bm + 2 * (bn // 64) * 64 * 72 * 4
 
 
 def main():
@@ -80,14 +113,25 @@ def main():
                     MIN_CTAS=min_ctas, SMEM_BYTES_DQ=sd, SMEM_BYTES_DKV=sk, SCALE=flit(scale),
                     SCALE_LOG2=flit(scale * math.log2(math.e)), SCALE_TEXT=f"1/sqrt({d})",
                     MMA_TYPE=dt, PAIR_TYPE=dt + "x2", CAUSAL="true" if causal else "false",
-                    WINDOW="true" if window else "false", WINDOW_LEFT=left, WINDOW_RIGHT=right)
-        parts.append(f"namespace v{i} {{\n" + expand("jagged_bwd_fast.cu" if fast else "jagged_bwd.cu", vals) + f"\n}}  // namespace v{i}\n")
-        table.append(f'  {{"{"fast " if fast else ""}{dt} d{d} {"causal" if causal else "full"}'
+                    WINDOW="true" if window else "false", WINDOW_LEFT=left, WINDOW_RIGHT=right,
+                    BROADCAST=0, SUM_THREADS=256)
+        if fast == 2:
+            sk = smem_sm90(d, blk)
+            vals.update(BLOCK_M=64, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256)
+            for key in ("WARPS", "MIN_CTAS", "SMEM_BYTES_DQ", "SMEM_BYTES_DKV", "BROADCAST",
+                        "SUM_THREADS"):
+                del vals[key]
+            sd = 0
+            warps = blk // 16  # 128 * blk / 64 threads
+        parts.append(f"namespace v{i} {{\n" + expand({0: "jagged_bwd.cu", 1: "../tools/jagged_dev/jagged_bwd_fast.cu", 2: "jagged_bwd_sm90.cu"}[int(fast)], vals) + f"\n}}  // namespace v{i}\n")
+        prefix = {0: "", 1: "fast ", 2: "sm90 "}[int(fast)]
+        table.append(f'  {{"{prefix}{dt} d{d} {"causal" if causal else "full"}'
                      f'{f" win[{left},{right}]" if window else ""} blk{blk}", {int(dt == "bf16")}, {d}, '
-                     f'{int(causal)}, {int(window)}, {left}, {right}, {blk}, {warps * 32}, {sd}, {sk}, '
-                     f'v{i}::{name}_dq, v{i}::{name}_dkv, {int(fast)}, ' +
+                     f'{int(causal)}, {int(window)}, {left}, {right}, {blk}, {warps * 32}, {sd}, {sk}, ' +
+                     (f'nullptr, nullptr, 2, v{i}::{name}_pre, v{i}::{name}_kv, v{i}::{name}_dq}},' if fast == 2 else
+                      f'v{i}::{name}_dq, v{i}::{name}_dkv, {int(fast)}, ' +
                      (f'v{i}::{name}_fast_pre, v{i}::{name}_fast_dkv, v{i}::{name}_fast_post}},' if fast
-                      else 'nullptr, nullptr, nullptr},'))
+                      else 'nullptr, nullptr, nullptr},')))
     parts.append("static const Variant kVariants[] = {\n" + "\n".join(table) + "\n};\n")
     parts.append(f"static const int kNumVariants = {len(VARIANTS)};\n")
     open(out, "w").write("\n".join(parts))

@@ -94,6 +94,29 @@ struct Dev {
 static void launch(const Variant &V, const Dev &d, long long batch, int heads, int kv_heads,
                    long long tq, long long tk, cudaStream_t st, int which = 3) {
   const long long nq = batch + tq / V.block, nk = batch + tk / V.block;
+  if (V.fast == 2) {  // jagged_bwd_sm90.cu: _pre, _kv (BLOCK_N keys a CTA), _dq
+    const long long rows = tq * heads, per = 256 * 8 / V.dim;
+    const long long groups = tq * heads * (V.dim / 8);
+    if (which & 1) {
+      V.pre<<<dim3((unsigned)std::max(1LL, (rows + per - 1) / per)), 256, 0, st>>>(
+          d.q, d.k, d.v, d.o, d.dout, d.lse, d.dq, d.dk, d.dv, d.di, d.cu_q, d.cu_k, batch,
+          heads, kv_heads, tq, tk, 0);
+      CK(cudaGetLastError());
+    }
+    if (which & 2) {
+      V.fdkv<<<dim3((unsigned)nk, kv_heads), V.threads, V.smem_dkv, st>>>(
+          d.q, d.k, d.v, d.o, d.dout, d.lse, d.dq, d.dk, d.dv, d.di, d.cu_q, d.cu_k, batch,
+          heads, kv_heads, tq, tk, nk);
+      CK(cudaGetLastError());
+    }
+    if (which & 1) {
+      V.post<<<dim3((unsigned)std::max(1LL, (groups + 255) / 256)), 256, 0, st>>>(
+          d.q, d.k, d.v, d.o, d.dout, d.lse, d.dq, d.dk, d.dv, d.di, d.cu_q, d.cu_k, batch,
+          heads, kv_heads, tq, tk, 0);
+      CK(cudaGetLastError());
+    }
+    return;
+  }
   if (V.fast) {
     const long long rows = tq * heads, per = V.threads / (V.dim / 8);
     const long long groups = tq * heads * (V.dim / 8);
@@ -133,6 +156,11 @@ static void launch(const Variant &V, const Dev &d, long long batch, int heads, i
 
 static void set_attrs() {
   for (int i = 0; i < kNumVariants; i++) {
+    if (kVariants[i].fast == 2) {
+      CK(cudaFuncSetAttribute(kVariants[i].fdkv, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              kVariants[i].smem_dkv));
+      continue;
+    }
     CK(cudaFuncSetAttribute(kVariants[i].dq, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             kVariants[i].smem_dq));
     CK(cudaFuncSetAttribute(kVariants[i].dkv, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -313,7 +341,10 @@ static void run_checks() {
     check(vi, cq, ck, 4, 2, 1, "cross");
   }
   // one 4096 among others (5 runs bit-identical)
-  for (int vi : {1, 9, 10, 13}) {
+  std::vector<int> big = {1, 9, 10, 13};
+  for (int vi = 0; vi < kNumVariants; vi++)
+    if (kVariants[vi].fast == 2) big.push_back(vi);
+  for (int vi : big) {
     if (vi >= kNumVariants) continue;
     std::vector<int> l = shuffled(std::vector<int>{4096, 1000, 129, 1, 0, 65, 511});
     check(vi, l, l, vi == 1 ? 2 : 4, vi == 1 ? 2 : 2, 5, "with 4096, 5 runs");
@@ -419,6 +450,18 @@ int main(int argc, char **argv) {
   set_attrs();
   if (mode == "check") {
     run_checks();
+    printf("checks: %d failed\n", failures);
+  } else if (mode == "checksm90") {  // the sm_90a variants only
+    for (int vi = 0; vi < kNumVariants; vi++) {
+      if (kVariants[vi].fast != 2) continue;
+      std::vector<int> l = shuffled(std::vector<int>{0, 1, 63, 64, 65, 127, 129, 1000, 4096, 200});
+      check(vi, l, l, 4, vi % 2 ? 2 : 4, 2, "self mixed");
+      std::vector<int> l2 = shuffled(std::vector<int>{129, 0, 300, 64, 1, 65, 63, 127, 3, 200});
+      check(vi, l2, l2, 8, vi % 2 ? 1 : 2, 1, "gqa");
+      std::vector<int> cq = {1, 100, 65, 300, 0, 50, 129, 1000, 64, 7, 257};
+      std::vector<int> ck = {100, 1, 130, 64, 50, 0, 1000, 129, 64, 200, 3};
+      check(vi, cq, ck, 4, 2, 1, "cross");
+    }
     printf("checks: %d failed\n", failures);
   } else if (mode == "time") {
     // argv[3..]: variant names (default: every bf16 full/causal variant)

@@ -68,7 +68,7 @@ def main():
         "SMEM_BYTES": smem, "SCALE_LOG2": "%.9ef" % (scale * math.log2(math.e)),
         "SCALE_TEXT": "%.9g" % scale, "MMA_TYPE": mma, "PAIR_TYPE": pair,
         "CAUSAL": "true" if a.causal else "false", "WINDOW": "true" if a.window else "false",
-        "WINDOW_LEFT": a.left, "WINDOW_RIGHT": a.right,
+        "WINDOW_LEFT": a.left, "WINDOW_RIGHT": a.right, "BROADCAST": "false",
     }
     body = expand(a.template, values)
     if a.no_skip:

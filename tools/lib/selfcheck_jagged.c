@@ -265,7 +265,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
     }
   if ((st = ag_cuda_check(err, s.drv->cuCtxPushCurrent(s.ctx->cu), "cuCtxPushCurrent"))) goto done;
   const size_t ws = bcast ? ag_broadcast_backward_workspace_bytes(kernel, batch, n_q, H)
-                          : 4 * (size_t)(H * tq);
+                          : ag_jagged_backward_workspace_bytes(kernel, H, tq);
   const size_t sizes[NBUF] = {2 * nqd, 2 * nk, 2 * nk, 2 * nq, 4 * (size_t)(H * tq), 2 * nq,
                               2 * nqd, 2 * nk, 2 * nk, ws,
                               4 * (size_t)(batch + 1), 4 * (size_t)(batch + 1)};
@@ -360,7 +360,8 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
                              .kv_heads = G, .total_q = tq, .total_k = tk,
                              .host_cu_seqlens_q = cu_q, .host_cu_seqlens_k = cu_k};
     const pass_call bcall = {bcast, n_q, NULL, &ba};
-    out->bitwise_repeatable = true;
+    out->bitwise_repeatable = out->dkv_repeatable = true;
+    out->dq_by_atomics = kernel->plan.jagged.fast_block_m > 0;
     for (int run = 0; run <= opt->repeat_backward && st == AG_OK; run++) {
       if ((st = poison(&s, B_DQ, false, err)) || (st = poison(&s, B_DK, false, err)) ||
           (st = poison(&s, B_DV, false, err)) || (st = poison(&s, B_WS, true, err)))
@@ -371,9 +372,9 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
       if ((st = download(&s, B_DQ, dst[0], err)) || (st = download(&s, B_DK, dst[1], err)) ||
           (st = download(&s, B_DV, dst[2], err)))
         break;
-      if (run && (memcmp(rep, hdq, 2 * nqd) || memcmp(rep + nqd, hdk, 2 * nk) ||
-                  memcmp(rep + nqd + nk, hdv, 2 * nk)))
-        out->bitwise_repeatable = false;
+      if (run && (memcmp(rep + nqd, hdk, 2 * nk) || memcmp(rep + nqd + nk, hdv, 2 * nk)))
+        out->bitwise_repeatable = out->dkv_repeatable = false;
+      if (run && memcmp(rep, hdq, 2 * nqd)) out->bitwise_repeatable = false;
     }
     if (st != AG_OK) goto pop;
     /* The reference gradients of the same pairs (every head of a checked

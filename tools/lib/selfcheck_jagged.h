@@ -32,6 +32,9 @@ typedef struct ag_jagged_check_result {
   double rel_dq, rel_dk, rel_dv;
   int64_t unwritten;        /* real elements left NaN (O, lse, dQ, dK, dV) */
   bool bitwise_repeatable;  /* every repeated backward equal to the first */
+  bool dkv_repeatable;      /* dK and dV of every repeated backward equal to the first's */
+  bool dq_by_atomics;       /* the kernel adds dQ with atomics (the fast sm_90a backward):
+                             * only dK and dV need repeat bit for bit */
   int64_t checked_pairs;    /* (sequence, head) pairs compared */
   double fwd_ms, bwd_ms;    /* median of `iters` launches (0 when not timed) */
   double fwd_flops;         /* useful FLOPs of the forward: 4 D per visible (query, key) pair */

@@ -245,7 +245,8 @@ _PROTOTYPES = {
                                       _P(AgError)]),
     "ag_jagged_backward": (_c_status, [ctypes.c_void_p, _P(AgJaggedBwdArgs), ctypes.c_void_p,
                                        _P(AgError)]),
-    "ag_jagged_backward_workspace_bytes": (ctypes.c_size_t, [ctypes.c_int64, ctypes.c_int64]),
+    "ag_jagged_backward_workspace_bytes": (ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_int64,
+                                                             ctypes.c_int64]),
     # Optional: a library built before broadcast-Q attention lacks them
     # (broadcast_attention then says so).
     "ag_broadcast_forward": (_c_status, [ctypes.c_void_p, _P(AgBroadcastFwdArgs),

@@ -107,10 +107,14 @@ def _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison=False):
     return out, lse
 
 
-def workspace_bytes(heads, total_q):
-    """Bytes of scratch the jagged backward needs (the C library's answer)."""
+def workspace_bytes(kernel_handle, heads, total_q):
+    """Bytes of scratch the jagged backward needs with a kernel (its
+    ag_kernel * handle): the C library's answer, 0 for a kernel that is not
+    a jagged spec's with the backward pass. The fast sm_90a backward's is
+    larger: it holds dQ's fp32 accumulator."""
     _need_entry("ag_jagged_backward_workspace_bytes")
-    return int(_lib.lib().ag_jagged_backward_workspace_bytes(int(heads), int(total_q)))
+    return int(_lib.lib().ag_jagged_backward_workspace_bytes(kernel_handle, int(heads),
+                                                             int(total_q)))
 
 
 def _backward_raw(kernel, dout, q, k, v, out, lse, cu_q, cu_k, batch, poison=False):
@@ -126,9 +130,12 @@ def _backward_raw(kernel, dout, q, k, v, out, lse, cu_q, cu_k, batch, poison=Fal
             t.zero_()
         return dq, dk, dv
     _need_entry("ag_jagged_backward")
-    nbytes = workspace_bytes(heads, total_q)
-    workspace = torch.empty((max(nbytes // 4, 1),), dtype=torch.float32, device=q.device)
     h = kernel.handle(_device_index(torch, q))
+    nbytes = workspace_bytes(h, heads, total_q)
+    if nbytes <= 0:
+        raise RuntimeError("attngen: jagged backward '%s': the library gave no workspace size"
+                           % kernel.spec.name)
+    workspace = torch.empty((max(nbytes // 4, 1),), dtype=torch.float32, device=q.device)
     args = _lib.AgJaggedBwdArgs(
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
         lse=lse.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),

@@ -199,8 +199,11 @@ def test_jagged_prototypes_declared():
     _need_lib()
     if not _lib.has("ag_jagged_backward_workspace_bytes"):
         pytest.skip("this libattngen.so predates the jagged pattern")
-    assert jagged.workspace_bytes(4, 1000) == 4 * 4 * 1000
-    assert jagged.workspace_bytes(3, 0) == 0
+    restype, argtypes = _lib._PROTOTYPES["ag_jagged_backward_workspace_bytes"]
+    assert restype is ctypes.c_size_t
+    assert argtypes == [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    # no kernel (NULL): 0, as the header says; needs no GPU
+    assert jagged.workspace_bytes(None, 4, 1000) == 0
 
 
 # ---- validation (stub tensors) -----------------------------------------------------
@@ -308,7 +311,7 @@ class Launches:
 
 class FakeLib:
     @staticmethod
-    def ag_jagged_backward_workspace_bytes(heads, total_q):
+    def ag_jagged_backward_workspace_bytes(handle, heads, total_q):
         return 4 * heads * total_q
 
 

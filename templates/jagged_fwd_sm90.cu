@@ -1,0 +1,360 @@
+@# jagged_fwd_sm90.cu: jagged (varlen) attention forward on sm_90a: both
+@# products on wgmma, one warpgroup per 64 query rows, K and V tiles shared
+@# by the CTA's warpgroups. Compiled for sm_90a only (the plan picks it
+@# there; jagged_fwd.cu is the portable forward).
+@# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows
+@#   per CTA, 64 per warpgroup) @BLOCK_N@ (keys per KV tile, a multiple of
+@#   64) @STAGES@ (KV tiles resident, >= 3: a tile's stage is refilled two
+@#   tiles later, once both products that read it are done) @SMEM_BYTES@
+@#   (= (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2) @SCALE_LOG2@
+@#   @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@ @WINDOW_LEFT@
+@#   @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu).
+@# Conditions: none. Includes: mma_sm80.cuh, wgmma_sm90.cuh, jagged_walk.cuh.
+@# Host rule and parameters: as jagged_fwd.cu's, with 128 * BLOCK_M / 64
+@#   threads.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this forward is planned for sm_90a only (wgmma)"
+#endif
+/* ---- begin constants ---- */
+constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
+constexpr int kBlockM = @BLOCK_M@;  // query rows per CTA
+constexpr int kBlockN = @BLOCK_N@;  // keys per KV tile
+constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kStages = @STAGES@;  // KV tiles resident
+constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
+constexpr float kScaleLog2 = @SCALE_LOG2@;  // softmax scale @SCALE_TEXT@ times log2(e)
+constexpr bool kCausal = @CAUSAL@;  // bottom-right aligned: key j <= query i + Lk - Lq
+constexpr bool kWindow = @WINDOW@;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
+constexpr int kWindowLeft = @WINDOW_LEFT@;
+constexpr int kWindowRight = @WINDOW_RIGHT@;
+constexpr bool kBroadcast = @BROADCAST@;  // one Q shared by every sequence
+
+constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+constexpr int kHalves = kHeadDim / 64;  // 64-column matrices of a tile
+constexpr int kKeyHalves = kBlockN / 64;  // 64-key parts of S
+constexpr int kRowBytes = 128;  // a matrix row: 64 elements
+constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O staging)
+constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
+constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
+// Which sides of the band bound the keys a query sees.
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
+constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
+constexpr long long kLeft = (long long)kWindowLeft;
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
+              "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
+static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
+static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
+static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
+              "the plan's shared memory is the Q tile and the K/V stages");
+/* ---- end constants ---- */
+
+@include mma_sm80.cuh@
+
+@include wgmma_sm90.cuh@
+
+@include jagged_walk.cuh@
+
+/* ---- begin tile layout and loads ----
+ * A tile of R rows is kHalves matrices of R rows of 64 elements (128
+ * bytes) in the 128-byte swizzle that wgmma reads: 16-byte chunk c of row
+ * r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of its row. */
+__device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
+  return (chunk >> 3) * (rows * kRowBytes) + row * kRowBytes + (((chunk & 7) ^ (row & 7)) << 4);
+}
+
+// log2 on the special-function unit.
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into the tile at shared address `dst`; rows past `valid` are
+// zero-filled, never read.
+template <int kRows>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid) {
+  constexpr int kRowStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const unsigned short *g = src + row0 * stride + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end tile layout and loads ---- */
+
+// 1024-byte aligned: the swizzle's 8-row atoms start at multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
+
+/* ---- begin kernel ----
+ * One CTA per (virtual q tile, head), taken in reverse as jagged_fwd.cu
+ * does. Warpgroup w owns query rows 64w..64w+63 of the tile. Per KV tile
+ * (last first, one barrier each): S = Q K^T on wgmma (both operands in
+ * shared memory), the wait for it also retires the previous tile's P V;
+ * the online softmax in registers (this thread holds rows 16 (warp % 4) +
+ * g and + 8 of its warpgroup's, key columns 64 h + 8n + 2tq, +1); O
+ * rescaled; then O += P V issued (P from registers) and left running into
+ * the next tile's barrier and S. The stage a tile's load refills is the
+ * one of two tiles back, whose products every warpgroup has retired. */
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+@KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+              const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
+              float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
+              const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+              long long total_q, long long total_k, long long num_tiles) {
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  const int h = blockIdx.y;
+  const JaggedTile jt =
+      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+  if (!jt.valid) return;  // the same answer in every warp
+  const long long k_start = jagged_clamp(jt.raw_start_b, 0, total_k);
+  const long long lk = jagged_clamp(jt.raw_end_b, k_start, total_k) - k_start;
+  const long long lq = jt.len;
+  const long long m0 = jt.tile * kBlockM;  // first query row of the tile, in its sequence
+  const int rows = (int)(lq - m0 < kBlockM ? lq - m0 : kBlockM);
+  const int kvh = h / (heads / kv_heads);
+  const long long q_stride = (long long)heads * kHeadDim;
+  const long long kv_stride = (long long)kv_heads * kHeadDim;
+  const long long shift = lk - lq;  // query i's diagonal key is i + shift
+
+  // Keys any real row of the tile sees: [key_lo, key_hi).
+  long long key_lo = 0, key_hi = lk;
+  if constexpr (kHasLeft) key_lo = max(0ll, m0 + shift - kLeft);
+  if constexpr (kHasRight) key_hi = min(lk, m0 + rows - 1 + shift + kRight + 1);
+  const int n_first = (int)(key_lo / kBlockN);
+  const int n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - n_first + 1 : 0;
+
+  const long long q_row0 = (kBroadcast ? 0 : jt.start) + m0;
+  const unsigned short *q_src = q + q_row0 * q_stride + (long long)h * kHeadDim;
+  const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
+  // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
+  auto load_kv = [&](int i) {
+    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
+    const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+    const unsigned st = kv_a + (i % kStages) * 2 * kKvBytes;
+    load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
+    load_rows<kBlockN>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
+  };
+  if (n_tiles > 0) {
+    load_rows<kBlockM>(q_a, q_src, q_stride, rows);
+    load_kv(0);
+  }
+  cp_async_commit();
+
+  const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  const int wrow0 = 64 * wg;  // this warpgroup's first row of the tile
+  const int r_lo = wrow0 + 16 * warp + g;  // this thread's rows: r_lo, r_lo + 8
+  float acc[kHalves][8][4];
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
+  unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is running, as A fragments
+
+#pragma unroll 1
+  for (int i = 0; i < n_tiles; i++) {
+    cp_async_wait<0>();  // this tile (and, first, Q) has landed
+    fence_proxy_async();  // it is read by wgmma (the async proxy)
+    __syncthreads();  // for every thread; and every warpgroup has retired tile i - 2
+    if (i + 1 < n_tiles) load_kv(i + 1);
+    cp_async_commit();
+    const unsigned k_s = kv_a + (i % kStages) * 2 * kKvBytes, v_s = k_s + kKvBytes;
+    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
+    const int kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+    // Key column c of tile row r is visible when r + diag_lo <= c <= r +
+    // diag_hi; both clamped to where they change nothing inside a tile.
+    constexpr long long kFar = kBlockM + kBlockN + 1;
+    const long long dhi = m0 + shift + kRight - n0, dlo = m0 + shift - kLeft - n0;
+    const int diag_hi = (int)(dhi > kFar ? kFar : (dhi < -kFar ? -kFar : dhi));
+    const int diag_lo = (int)(dlo > kFar ? kFar : (dlo < -kFar ? -kFar : dlo));
+    bool mask = kv_valid < kBlockN;
+    if constexpr (kHasRight) mask = mask || diag_hi < kBlockN - 1;  // row 0 misses a key
+    if constexpr (kHasLeft) mask = mask || (rows - 1) + diag_lo > 0;  // last row misses key 0
+    // A warpgroup skips a tile none of its real rows sees a key of (as a
+    // tile all masked would leave m, l and O): rows past the end, the
+    // band's far side. Warpgroup-uniform; it still retires its running
+    // P V, whose stage the next tile's load refills.
+    bool skip = wrow0 >= rows;
+    if constexpr (kHasRight) skip = skip || wrow0 + 63 + diag_hi < 0;
+    if constexpr (kHasLeft) skip = skip || wrow0 + diag_lo > kBlockN - 1;
+    if (skip) {
+      wgmma_wait<0>();
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+#pragma unroll
+      for (int j = 0; j < kBlockN / 16; j++)
+        asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
+      continue;
+    }
+
+    // S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys.
+    float s[kKeyHalves][8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; kk++) {
+      const unsigned along = kk % 4 * 32;
+      const unsigned a = q_a + kk / 4 * (kBlockM * kRowBytes) + wrow0 * kRowBytes;
+#pragma unroll
+      for (int nh = 0; nh < kKeyHalves; nh++)
+        wgmma_ss<0, 0>(s[nh], sw128_desc(a, along),
+                       sw128_desc(k_s + kk / 4 * (kBlockN * kRowBytes) + nh * 64 * kRowBytes, along),
+                       kk);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();  // S, and the last tile's P V
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(s[nh]);
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+    if (i > 0) {
+#pragma unroll
+      for (int j = 0; j < kBlockN / 16; j++)
+        asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
+    }
+
+    if (mask) {
+#pragma unroll
+      for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int r = r_lo + (e >= 2 ? 8 : 0);
+            const int col = 64 * nh + n * 8 + 2 * tq + (e & 1);
+            bool hide = col >= kv_valid;
+            if constexpr (kHasRight) hide = hide || col > r + diag_hi;
+            if constexpr (kHasLeft) hide = hide || col < r + diag_lo;
+            if (hide) s[nh][n][e] = neg_inf();
+          }
+    }
+    // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[nh][n][0], s[nh][n][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[nh][n][2], s[nh][n][3]));
+      }
+    float off[2], alpha[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+      // A row that has seen no key yet keeps max -inf: offset 0 then, so
+      // that exp2(-inf - offset) is 0, never NaN.
+      off[hh] = mx[hh] == neg_inf() ? 0.f : mx[hh] * kScaleLog2;
+      alpha[hh] = fast_exp2(m[hh] * kScaleLog2 - off[hh]);  // m = -inf: 0
+      m[hh] = mx[hh];
+    }
+    float rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        s[nh][n][0] = fast_exp2(fmaf(s[nh][n][0], kScaleLog2, -off[0]));
+        s[nh][n][1] = fast_exp2(fmaf(s[nh][n][1], kScaleLog2, -off[0]));
+        s[nh][n][2] = fast_exp2(fmaf(s[nh][n][2], kScaleLog2, -off[1]));
+        s[nh][n][3] = fast_exp2(fmaf(s[nh][n][3], kScaleLog2, -off[1]));
+        rs[0] += s[nh][n][0] + s[nh][n][1];
+        rs[1] += s[nh][n][2] + s[nh][n][3];
+      }
+    l[0] = l[0] * alpha[0] + rs[0];
+    l[1] = l[1] * alpha[1] + rs[1];
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        acc[hh][n][0] *= alpha[0];
+        acc[hh][n][1] *= alpha[0];
+        acc[hh][n][2] *= alpha[1];
+        acc[hh][n][3] *= alpha[1];
+      }
+    // O += P V: the S accumulators of keys 16j.. are the A fragment of key
+    // slice j; V's rows are read MN-major, 64 columns of the head at a time.
+#pragma unroll
+    for (int j = 0; j < kBlockN / 16; j++) {
+      const int nh = j / 4, n = 2 * (j % 4);
+      p16[j][0] = pack2(s[nh][n][0], s[nh][n][1]);
+      p16[j][1] = pack2(s[nh][n][2], s[nh][n][3]);
+      p16[j][2] = pack2(s[nh][n + 1][0], s[nh][n + 1][1]);
+      p16[j][3] = pack2(s[nh][n + 1][2], s[nh][n + 1][3]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < kBlockN / 16; j++)
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++)
+        wgmma_rs<1>(acc[hh], p16[j], sw128_desc(v_s + hh * (kBlockN * kRowBytes), j * kStepOverRows),
+                    1);
+    wgmma_commit();
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++)
+    asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
+  cp_async_wait<0>();
+
+  // Normalise; stage the rows in the Q tile's place (every warpgroup is
+  // done with Q after the barrier) as plain rows, 16-byte chunks swizzled
+  // by the row, so that the global stores are 16-byte and coalesced.
+  __syncthreads();
+  unsigned short *const stage = smem;
+  unsigned *const stage32 = reinterpret_cast<unsigned *>(stage);
+  float inv[2], lrow[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    float t = l[hh];
+    t += __shfl_xor_sync(0xffffffffu, t, 1);
+    t += __shfl_xor_sync(0xffffffffu, t, 2);
+    lrow[hh] = t;
+    inv[hh] = t > 0.f ? 1.f / t : 0.f;  // no key: O = 0
+  }
+  const int r_hi = r_lo + 8;
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      const int c = 8 * hh + n;  // the 16-byte chunk of the row
+      stage32[(r_lo * kHeadDim + ((c ^ (r_lo & 7)) * 8) + 2 * tq) / 2] =
+          pack2(acc[hh][n][0] * inv[0], acc[hh][n][1] * inv[0]);
+      stage32[(r_hi * kHeadDim + ((c ^ (r_hi & 7)) * 8) + 2 * tq) / 2] =
+          pack2(acc[hh][n][2] * inv[1], acc[hh][n][3] * inv[1]);
+    }
+  if (tq == 0 && lse != nullptr) {  // lse is optional (inference)
+    // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e + log2 l) * ln 2.
+    constexpr float kLn2 = 0.693147180559945309f;
+    float *lse_row = lse + (long long)h * total_q + jt.start + m0;
+    if (r_lo < rows)
+      lse_row[r_lo] = lrow[0] > 0.f ? (m[0] * kScaleLog2 + fast_log2(lrow[0])) * kLn2 : neg_inf();
+    if (r_hi < rows)
+      lse_row[r_hi] = lrow[1] > 0.f ? (m[1] * kScaleLog2 + fast_log2(lrow[1])) * kLn2 : neg_inf();
+  }
+  __syncthreads();
+  unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
+#pragma unroll
+  for (int it = 0; it < kBlockM * kChunks / kThreads; it++) {
+    const int idx = threadIdx.x + it * kThreads;
+    const int row = idx / kChunks, chunk = idx % kChunks;
+    if (row < rows)
+      *reinterpret_cast<uint4 *>(out + row * q_stride + chunk * 8) =
+          *reinterpret_cast<const uint4 *>(stage + row * kHeadDim + ((chunk ^ (row & 7)) * 8));
+  }
+}
+/* ---- end kernel ---- */
