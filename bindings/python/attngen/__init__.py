@@ -29,8 +29,10 @@ heads), cu_seqlens int32 [batch + 1] on the device (cu_seqlens_k None:
 self-attention); max_seqlen_q / max_seqlen_k are accepted and unused.
 causal and windows are aligned at the bottom right as FlashAttention's;
 lse is fp32 [heads, total_q]. Differentiable (forward and backward
-kernels in one module, bit-identical gradients run to run);
-`deterministic=True` writes `deterministic: true` into the spec. No rotary
+kernels in one module). On an H200/H100 (sm_90a) the backward adds dq
+with atomics, so dq's last bits vary run to run (dk, dv do not);
+`deterministic=True` writes `deterministic: true` into the spec, which
+takes the two-kernel backward with bit-identical gradients. No rotary
 embeddings or dropout with jagged sequences yet (UnsupportedError).
 
 Broadcast queries: one dense q [n_q, heads, D] shared by every sequence

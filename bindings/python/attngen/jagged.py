@@ -216,8 +216,10 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
     ValueError); without causal (-1, 0) is the causal mask, and other
     windows with one unlimited side raise UnsupportedError. softmax_scale
     None means 1/sqrt(head_dim). dropout_p must be 0. deterministic=True
-    asks the spec for `deterministic: true` (attngen's jagged backward is
-    bit-identical run to run in any case). rotary / rotary_table: not
+    asks the spec for `deterministic: true`: the backward's gradients are
+    then bit-identical run to run (two kernels, no atomics); without it, on
+    sm_90a, a faster backward adds dq with atomics, whose last bits vary
+    (dk and dv are bit-identical either way). rotary / rotary_table: not
     supported with jagged sequences yet (UnsupportedError).
 
     Returns out (like q), or (out, lse) with return_lse=True: lse fp32
