@@ -349,6 +349,8 @@ static const gpu_case gpu_cases[] = {
     {AG_DTYPE_FP16, 64, false, "", 8, 2},
     {AG_DTYPE_BF16, 64, true, "deterministic: true\n", 4, 1},
     {AG_DTYPE_FP16, 128, false, "window: [100, 20]\n", 2, 2},
+    /* causal without grouped heads: the one-pass backward under the mask */
+    {AG_DTYPE_BF16, 128, true, "", 4, 4},
 };
 enum { NGPU = sizeof gpu_cases / sizeof gpu_cases[0] };
 
