@@ -4,6 +4,8 @@
 @# with atomics, between a kernel that writes D and zeroes the accumulator
 @# and one that rounds it. Compiled for sm_90a only (the plan picks it
 @# there; deterministic specs keep jagged_bwd.cu's two kernels).
+@# Includes: mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh, bulk_sm90.cuh,
+@#   jagged_bwd_tile.cuh.
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows
 @#   of a step: 64) @BLOCK_N@ (key rows of a CTA, 64 per warpgroup: 64 at
 @#   head dim 64, 128 at 128)
@@ -86,6 +88,8 @@ static_assert(kStageAt + 2 * kWarpgroups * 64 * kStageStride * 4 == kSmemBytes,
 
 @include wgmma_sm90.cuh@
 
+@include bulk_sm90.cuh@
+
 @include jagged_bwd_tile.cuh@
 
 // 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
@@ -127,19 +131,11 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
 
 // dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
 // engine in the background (both 16-byte aligned, bytes a multiple of 16);
-// closed into a group by bulk_commit. PTX ISA: cp.reduce.async.bulk.
+// closed into a group by bulk_commit (bulk_sm90.cuh). PTX ISA:
+// cp.reduce.async.bulk.
 __device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                :: "l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_commit() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-// Wait until at most `pending` of this thread's committed bulk groups have
-// yet to finish reading shared memory.
-template <int pending>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(pending) : "memory");
 }
 // Barrier `id` over `threads` threads (a warpgroup: 128), not the CTA.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {

@@ -92,6 +92,23 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
 }
 /* ---- end tile layout and loads ---- */
 
+// Keep the registers a running wgmma reads (P, its A operand) live until
+// here: placed after the wait, so the compiler cannot reuse them earlier.
+__device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++)
+    asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
+}
+
+// Wait for this warpgroup's running P V (O += P V of the last tile).
+__device__ __forceinline__ void retire_pv(float (&acc)[kHalves][8][4],
+                                          const unsigned (&p16)[kBlockN / 16][4]) {
+  wgmma_wait<0>();
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+  keep(p16);
+}
+
 // 1024-byte aligned: the swizzle's 8-row atoms start at multiples of 1024.
 extern __shared__ __align__(1024) unsigned short smem[];
 
@@ -192,12 +209,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kHasRight) skip = skip || wrow0 + 63 + diag_hi < 0;
     if constexpr (kHasLeft) skip = skip || wrow0 + diag_lo > kBlockN - 1;
     if (skip) {
-      wgmma_wait<0>();
-#pragma unroll
-      for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
-#pragma unroll
-      for (int j = 0; j < kBlockN / 16; j++)
-        asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
+      retire_pv(acc, p16);
       continue;
     }
 
@@ -220,11 +232,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(s[nh]);
 #pragma unroll
     for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
-    if (i > 0) {
-#pragma unroll
-      for (int j = 0; j < kBlockN / 16; j++)
-        asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
-    }
+    if (i > 0) keep(p16);
 
     if (mask) {
 #pragma unroll
@@ -303,12 +311,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                     1);
     wgmma_commit();
   }
-  wgmma_wait<0>();
-#pragma unroll
-  for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
-#pragma unroll
-  for (int j = 0; j < kBlockN / 16; j++)
-    asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
+  retire_pv(acc, p16);
   cp_async_wait<0>();
 
   // Normalise; stage the rows in the Q tile's place (every warpgroup is

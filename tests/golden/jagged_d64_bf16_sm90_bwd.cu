@@ -261,6 +261,43 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
 
 /* ---- end device helpers (wgmma) ---- */
 
+/* ---- begin device helpers (stmatrix, bulk copies, sm_90) ---- */
+
+// Four 8x8 16-bit matrices to shared memory (ldmatrix_x4's inverse): lanes
+// 8i..8i+7 give the row addresses of matrix i, and r[i] holds this lane's
+// pair of it in the mma C layout (row lane / 4, columns 2 (lane % 4) + 0, 1).
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2,
+                                            unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+// Make this thread's shared-memory writes visible to the bulk copies (the
+// async proxy); a barrier must follow before another thread issues them.
+__device__ __forceinline__ void fence_to_bulk() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from
+// shared to global memory in the background; closed into a group by
+// bulk_commit.
+__device__ __forceinline__ void bulk_store(void *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Wait until at most `pending` of this thread's committed groups have yet
+// to finish reading their shared-memory source (the writes to global
+// memory may still be on their way).
+template <int pending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(pending) : "memory");
+}
+
+/* ---- end device helpers (stmatrix, bulk copies) ---- */
+
 /* ---- begin jagged tiles ----
  * Sequence i of a jagged tensor of `total` tokens starts at token
  * offsets[i] and numbers its tiles of kTile tokens from the "virtual"
@@ -643,19 +680,11 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
 
 // dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
 // engine in the background (both 16-byte aligned, bytes a multiple of 16);
-// closed into a group by bulk_commit. PTX ISA: cp.reduce.async.bulk.
+// closed into a group by bulk_commit (bulk_sm90.cuh). PTX ISA:
+// cp.reduce.async.bulk.
 __device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                :: "l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_commit() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-// Wait until at most `pending` of this thread's committed bulk groups have
-// yet to finish reading shared memory.
-template <int pending>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(pending) : "memory");
 }
 // Barrier `id` over `threads` threads (a warpgroup: 128), not the CTA.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
