@@ -49,19 +49,20 @@ RT_OBJ := $(RT_SRC:%.c=$(B)/%.o)
 TOOLS_OBJ := $(TOOLS_SRC:%.c=$(B)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(B)/%.o)
 
-.PHONY: all deps test test-quick demo clean install uninstall test-install examples FORCE
+.PHONY: all deps test test-quick demo clean install uninstall test-install test-pip examples FORCE
 all: $(B)/attngen $(B)/libattngen.a $(B)/libattngen.so $(B)/libattngen_tools.a
 
 # Installs libyaml, Check and pkg-config with apt-get when they are missing.
 deps:
 	@tools/deps.sh
 
-# Every object depends on every header of the tree (cli/ included), so a
-# changed header rebuilds what might use it.
-$(B)/%.o: %.c $(wildcard include/*.h generator/*.h runtime/*.h reference/*.h tools/lib/*.h \
-    tests/*.h cli/*.h)
+# Every object records the headers it includes in a .d file beside it
+# (-MMD; -MP: a header since removed is no error), read at the end of this
+# file: a changed header rebuilds exactly the objects that include it.
+DEPFLAGS := -MMD -MP
+$(B)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 # Templates are embedded as C strings; the tool writes a temporary file and
 # renames it only when the whole output was written.
@@ -105,6 +106,7 @@ test: deps
 	  ATTNGEN_SO=../$(B)/libattngen.so ../$(B)/check_attngen
 	$(MAKE) test-install
 	$(MAKE) test-build
+	$(MAKE) test-pip
 	@if python3 -c 'import pytest' 2>/dev/null; then \
 	  python3 -m pytest -q -rs bindings/python/tests bench/tests; \
 	else echo "SKIP python binding tests: pytest is not installed (pip install pytest)"; fi
@@ -158,6 +160,11 @@ test-install: all
 # `attngen build` on two bundled specs: the headers compile as C and C++,
 # and a program linked with the generated _kernels.c files checks the
 # embedded cubins and specs (tools/test_build.sh).
+# `pip install ./bindings/python` into a fresh venv bundles libattngen.so and
+# the installed package loads it (tools/test_pip.sh; skips without venv).
+test-pip:
+	tools/test_pip.sh
+
 test-build: $(B)/attngen $(B)/libattngen.a
 	B=$(B) tools/test_build.sh
 
@@ -295,3 +302,6 @@ valgrind: deps
 	for s in $(VALGRIND_BAD); do vg 1 check $$s; vg 1 emit $$s; vg 1 compile $$s -o "$$tmp/x"; done; \
 	vg 2 compile; \
 	echo "valgrind: clean"
+
+# The headers each object included when it was last built (see DEPFLAGS).
+-include $(wildcard $(B)/*/*.d $(B)/*/*/*.d)

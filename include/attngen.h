@@ -150,6 +150,11 @@ AG_API ag_status ag_emit(const ag_spec *spec, char **out_source, char *out_kerne
 
 /* ---- compilation (NVRTC; no driver needed) ----------------------------- */
 
+/* The library's version, AG_VERSION_STRING as it was built: a program (or
+ * a binding that mirrors this header's structs) compares it with the
+ * header it was compiled against. */
+AG_API const char *ag_version(void);
+
 /* "sm_90a" or "sm_80" for a spec arch; AG_ARCH_AUTO gives NULL. */
 AG_API const char *ag_arch_name(ag_arch arch);
 /* The one rule for a target arch a user names (the spec's `arch:` key and

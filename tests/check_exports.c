@@ -233,6 +233,14 @@ START_TEST(test_soname) {
 }
 END_TEST
 
+/* ag_version is the header's version, and one string for the program's
+ * life. */
+START_TEST(test_version) {
+  ck_assert_str_eq(ag_version(), AG_VERSION_STRING);
+  ck_assert_ptr_eq(ag_version(), ag_version());
+}
+END_TEST
+
 Suite *exports_suite(void) {
   Suite *s = suite_create("exports");
   TCase *tc = tcase_create("exports");
@@ -240,6 +248,7 @@ Suite *exports_suite(void) {
   tcase_add_test(tc, test_exports_only_the_header);
   tcase_add_test(tc, test_no_tools_code);
   tcase_add_test(tc, test_soname);
+  tcase_add_test(tc, test_version);
   suite_add_tcase(s, tc);
   return s;
 }

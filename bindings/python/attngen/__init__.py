@@ -69,7 +69,9 @@ from .ops import (  # noqa: F401
 from .jagged import jagged_attention, jagged_kernel_for  # noqa: F401
 from .broadcast import broadcast_attention, broadcast_kernel_for  # noqa: F401
 
-__version__ = "0.1.0"
+from ._version_of import binding_version as _binding_version
+
+__version__ = _binding_version()
 
 __all__ = [
     "load", "block_attention", "block_attention_api", "jagged_attention",

@@ -2,9 +2,12 @@
 include/attngen.h and one checked-call helper.
 
 The library is loaded lazily (first use), so `import attngen` works on a
-machine where it is not built. Search order: $ATTNGEN_LIB, then build/ at
-the repository root (three levels above this file), then build/ two levels
-above the package, then the system loader ("libattngen.so").
+machine where it is not built. Search order: $ATTNGEN_LIB, then the copy
+`pip install` bundles in the package, then build/ at the repository root
+(three levels above this file), then build/ two levels above the package,
+then the system loader ("libattngen.so"). A library whose ag_version()
+differs from the binding's version is refused: the structs mirrored here
+are that version's.
 """
 
 import ctypes
@@ -13,6 +16,7 @@ import os
 import threading
 
 from . import _errors
+from ._version_of import binding_version
 
 AG_NAME_MAX = 64
 AG_SOURCE_MAX = 256
@@ -245,6 +249,7 @@ _PROTOTYPES = {
                                       _P(AgError)]),
     "ag_jagged_backward": (_c_status, [ctypes.c_void_p, _P(AgJaggedBwdArgs), ctypes.c_void_p,
                                        _P(AgError)]),
+    "ag_version": (ctypes.c_char_p, []),
     "ag_jagged_backward_workspace_bytes": (ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_int64,
                                                              ctypes.c_int64]),
     # Optional: a library built before broadcast-Q attention lacks them
@@ -271,6 +276,7 @@ def candidate_paths():
     env = os.environ.get("ATTNGEN_LIB")
     if env:
         out.append(env)
+    out.append(os.path.join(here, "libattngen.so"))  # bundled by setup.py
     out.append(os.path.normpath(os.path.join(here, "..", "..", "..", "build", "libattngen.so")))
     out.append(os.path.normpath(os.path.join(here, "..", "..", "build", "libattngen.so")))
     found = ctypes.util.find_library("attngen")
@@ -289,6 +295,22 @@ def _bind(lib):
             continue
         fn.restype = restype
         fn.argtypes = argtypes
+
+
+def _check_version(handle, path):
+    """Refuse a library of another version than the binding's (its structs
+    may differ from the ones mirrored here). Libraries before ag_version
+    existed are taken as they are."""
+    fn = getattr(handle, "ag_version", None)
+    if fn is None:
+        return
+    got = fn().decode()
+    want = binding_version()
+    if want != "0+unknown" and got != want:
+        raise _errors.LibraryNotFoundError(
+            "%s is libattngen %s, but this binding is %s: its argument structs may differ; "
+            "rebuild the library (`make build/libattngen.so`) or reinstall the binding "
+            "(`pip install ./bindings/python`)" % (path, got, want))
 
 
 def lib():
@@ -318,6 +340,7 @@ def lib():
                 tried.append("%s (%s)" % (path, e))
                 continue
             _bind(handle)
+            _check_version(handle, path)
             _lib = handle
             return _lib
         raise _errors.LibraryNotFoundError(
