@@ -237,18 +237,21 @@ class Fa4:
 
 
 class Attngen:
-    def __init__(self):
+    def __init__(self, deterministic=False):
         sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
         import attngen
         attngen._lib.lib()
         self.attngen = attngen
-        self.name = "attngen.jagged_attention (%s)" % attngen._lib.lib()._name
+        self.deterministic = deterministic
+        self.name = "attngen.jagged_attention%s (%s)" % (
+            ", deterministic=True" if deterministic else "", attngen._lib.lib()._name)
         import contextlib
         self.context = contextlib.nullcontext
 
     def __call__(self, q, k, v, cu, max_len, causal):
         return self.attngen.jagged_attention(q, k, v, cu, cu, max_seqlen_q=max_len,
-                                             max_seqlen_k=max_len, causal=causal)
+                                             max_seqlen_k=max_len, causal=causal,
+                                             deterministic=self.deterministic)
 
 
 def measure(peer, q, k, v, cu, max_len, causal, dout, res, keep=False):
@@ -283,7 +286,7 @@ def measure(peer, q, k, v, cu, max_len, causal, dout, res, keep=False):
     return kept
 
 
-def precompile(attngen, todo):
+def precompile(attngen, todo, deterministic=False):
     """Build attngen's kernels for the shapes (forward-only and both passes)
     in parallel; NVRTC releases the GIL. Failures surface in the runs."""
     import concurrent.futures as cf
@@ -294,7 +297,8 @@ def precompile(attngen, todo):
     def build(key):
         d, causal, bwd = key
         try:
-            attngen.jagged_kernel_for(d, "bf16", causal, None, None, False, bwd).handle(dev)
+            attngen.jagged_kernel_for(d, "bf16", causal, None, None, deterministic,
+                                      bwd).handle(dev)
         except Exception as e:
             return "%s: %s" % (key, e)
         return None
@@ -363,7 +367,7 @@ def run(args):
             print("note: FA4 skipped (--no-fa4)")
             continue
         try:
-            peers[key] = cls()
+            peers[key] = cls(args.deterministic) if key == "attngen" else cls()
             env["peer_" + key] = peers[key].name
         except Exception as e:
             msg = "%s unavailable: %s: %s" % (key, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
@@ -379,7 +383,8 @@ def run(args):
         todo = [s for s in todo if all(w in label(s) for w in words)]
     records = []
     os.makedirs(args.out, exist_ok=True)
-    env["attngen_compile_s"] = round(precompile(peers["attngen"].attngen, todo), 1)
+    env["attngen_compile_s"] = round(precompile(peers["attngen"].attngen, todo,
+                                                args.deterministic), 1)
     print("attngen kernels built in %.1fs" % env["attngen_compile_s"], flush=True)
 
     def write():
@@ -470,6 +475,9 @@ def parse_args(argv):
     p.add_argument("--shapes", default="", help="comma-separated words the shape label must contain")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-fa4", action="store_true", help="skip FlashAttention-4")
+    p.add_argument("--deterministic", action="store_true",
+                   help="time attngen's deterministic backward (two kernels, no atomics) "
+                        "instead of the fast one")
     p.add_argument("--out", default=os.path.join(HERE, "results", "jagged"))
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)

@@ -96,6 +96,7 @@ def test_markdown():
 def test_parse_args():
     a = J.parse_args(["--quick", "--spread", "0.7", "--out", "/tmp/x"])
     assert a.quick and a.spread == 0.7 and a.out == "/tmp/x" and not a.more_lengths
+    assert not a.deterministic and J.parse_args(["--deterministic"]).deterministic
 
 
 def test_imports_without_torch():
