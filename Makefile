@@ -31,12 +31,15 @@ CPPFLAGS += -DAG_NVRTC_DIR='"$(CUDA_HOME)/lib64"'
 SYS_LIBS := -ldl -lpthread -lm
 
 B := build
-# The shared library's version is the header's; its SONAME carries the major:
-# libattngen.so.0.1.0, with symlinks libattngen.so.0 (the SONAME) and
-# libattngen.so (for the link line and the Python binding).
+# The shared library's version is the header's; its SONAME carries the ABI:
+# the major, or before 1.0 major.minor (a 0.x minor release may change the
+# ABI: 0.2 did, ag_jagged_backward_workspace_bytes). libattngen.so.0.2.0
+# with symlinks libattngen.so.0.2 (the SONAME) and libattngen.so (for the
+# link line and the Python binding).
 VERSION := $(shell sed -n 's/^\#define AG_VERSION_STRING "\([0-9.]*\)".*/\1/p' include/attngen.h)
 SO_MAJOR := $(firstword $(subst ., ,$(VERSION)))
-SONAME := libattngen.so.$(SO_MAJOR)
+SO_MINOR := $(word 2,$(subst ., ,$(VERSION)))
+SONAME := libattngen.so.$(SO_MAJOR)$(if $(filter 0,$(SO_MAJOR)),.$(SO_MINOR))
 GEN_SRC := $(wildcard generator/*.c)
 RT_SRC := $(wildcard runtime/*.c)
 # The tools library: not part of libattngen; every reference/*.c is in it.
@@ -58,9 +61,11 @@ deps:
 
 # Every object records the headers it includes in a .d file beside it
 # (-MMD; -MP: a header since removed is no error), read at the end of this
-# file: a changed header rebuilds exactly the objects that include it.
+# file: a changed header rebuilds exactly the objects that include it. The
+# Makefile itself is a prerequisite (its flags; and a tree built before the
+# .d files existed rebuilds once).
 DEPFLAGS := -MMD -MP
-$(B)/%.o: %.c
+$(B)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 

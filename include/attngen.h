@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-#define AG_VERSION_STRING "0.1.0"
+#define AG_VERSION_STRING "0.2.0"
 
 /* Marks the functions libattngen.so exports. The library is built with
  * -fvisibility=hidden, so this header's declarations are its whole dynamic

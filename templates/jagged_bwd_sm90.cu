@@ -62,8 +62,8 @@ constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
 constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
 constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
-// Shared memory: K, V, two slots of Q and dO, dS^T, then two slots of
-// LSE and D for the step's query rows.
+// Shared memory: K, V, kSlots slots of Q and dO, dS^T, kSlots slots of
+// LSE and D for the step's query rows, then the dQ staging rows.
 // Slots of the ring: with three, a step's copies go to the slot of step
 // i - 1, free once the step's one barrier is passed; two (head dim 128,
 // for shared memory) take a second barrier a step.

@@ -2,7 +2,8 @@
  * (nm -D --defined-only) must hold exactly the functions declared in
  * include/attngen.h, no internal one and none missing (a declaration without
  * AG_API is hidden); it must carry no tools-library code (selfcheck, the
- * reference); and readelf -d must show the SONAME libattngen.so.<major>.
+ * reference); and readelf -d must show the SONAME libattngen.so.<major>
+ * (before 1.0: libattngen.so.0.<minor>).
  * The library comes from ATTNGEN_SO (set by `make test`), else
  * ../build/libattngen.so; each test skips with a message when nm or readelf
  * is missing, or when the library was not built and ATTNGEN_SO is unset. */
@@ -217,9 +218,12 @@ START_TEST(test_soname) {
   const char *lib = library_path();
   if (!lib) return;
   char want[64];
-  /* The major version: AG_VERSION_STRING up to its first dot. */
-  snprintf(want, sizeof want, "[libattngen.so.%.*s]", (int)strcspn(AG_VERSION_STRING, "."),
-           AG_VERSION_STRING);
+  /* The ABI: the major version (AG_VERSION_STRING up to its first dot),
+   * or before 1.0 major.minor (up to its second dot). */
+  const char *v = AG_VERSION_STRING;
+  size_t n = strcspn(v, ".");
+  if (n == 1 && v[0] == '0' && v[1] == '.') n += 1 + strcspn(v + 2, ".");
+  snprintf(want, sizeof want, "[libattngen.so.%.*s]", (int)n, v);
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "readelf -d '%s'", lib);
   char *out = capture(cmd);

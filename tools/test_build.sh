@@ -36,7 +36,7 @@ done
 "$cc" $flags -o "$tmp/use_build" tests/install/use_build.c "$tmp/gen/ads_block64_d64_kernels.c" \
   "$tmp/gen/pma_broadcast_kernels.c" "$B/libattngen.a" \
   $(pkg-config --libs yaml-0.1 2>/dev/null || echo -lyaml) -ldl -lpthread -lm
-if command -v ldd >/dev/null && ldd "$tmp/use_build" | grep -q nvrtc; then
+if command -v ldd >/dev/null && grep -q nvrtc <<<"$(ldd "$tmp/use_build")"; then
   fail "the program needs libnvrtc"
 fi
 ATTNGEN_LIBNVRTC=/nonexistent/libnvrtc.so "$tmp/use_build" \

@@ -15,17 +15,24 @@ prefix=/usr/local
 root=$tmp/root
 "$make" --no-print-directory -s install DESTDIR="$root" PREFIX=$prefix >/dev/null
 lib=$root$prefix/lib
-for f in bin/attngen lib/libattngen.a lib/libattngen.so.0.1.0 include/attngen.h \
+# the version and the SONAME as the Makefile makes them: the major, or
+# before 1.0 major.minor
+ver=$(sed -n 's/^#define AG_VERSION_STRING "\([0-9.]*\)".*/\1/p' include/attngen.h)
+major=${ver%%.*}
+minor=${ver#*.}; minor=${minor%%.*}
+if [ "$major" = 0 ]; then so=libattngen.so.$major.$minor; else so=libattngen.so.$major; fi
+for f in bin/attngen lib/libattngen.a lib/libattngen.so.$ver include/attngen.h \
          lib/pkgconfig/attngen.pc; do
   [ -f "$root$prefix/$f" ] || fail "$prefix/$f was not installed"
 done
-[ "$(readlink "$lib/libattngen.so.0")" = libattngen.so.0.1.0 ] || fail "libattngen.so.0 link"
-[ "$(readlink "$lib/libattngen.so")" = libattngen.so.0 ] || fail "libattngen.so link"
+[ "$(readlink "$lib/$so")" = libattngen.so.$ver ] || fail "$so link"
+[ "$(readlink "$lib/libattngen.so")" = "$so" ] || fail "libattngen.so link"
 if command -v readelf >/dev/null; then
-  dyn=$(readelf -d "$lib/libattngen.so.0.1.0")
-  grep -q 'Library soname: \[libattngen.so.0\]' <<<"$dyn" || fail "SONAME is not libattngen.so.0"
-  for f in "$lib/libattngen.so.0.1.0" "$root$prefix/bin/attngen"; do
-    if readelf -d "$f" | grep -E 'R(UN)?PATH' | grep -qF "$PWD"; then
+  dyn=$(readelf -d "$lib/libattngen.so.$ver")
+  grep -qF "Library soname: [$so]" <<<"$dyn" || fail "SONAME is not $so"
+  for f in "$lib/libattngen.so.$ver" "$root$prefix/bin/attngen"; do
+    paths=$(readelf -d "$f" | grep -E 'R(UN)?PATH' || true)
+    if grep -qF "$PWD" <<<"$paths"; then
       fail "$f has a RUNPATH into the build tree"
     fi
   done
@@ -34,7 +41,7 @@ fi
 # points pkg-config at the staged copy.
 export PKG_CONFIG_PATH=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root
 pkg-config --exists attngen || fail "pkg-config does not find attngen"
-[ "$(pkg-config --modversion attngen)" = 0.1.0 ] || fail "pkg-config --modversion"
+[ "$(pkg-config --modversion attngen)" = "$ver" ] || fail "pkg-config --modversion"
 cc=${CC:-cc}
 # shellcheck disable=SC2046
 "$cc" -std=c11 -Wall -Werror -o "$tmp/emit_shared" tests/install/emit_spec.c \
@@ -48,9 +55,12 @@ cc=${CC:-cc}
 spec=specs/ads_block64_d64_fp16.yaml
 LD_LIBRARY_PATH=$lib "$tmp/emit_shared" "$spec" || fail "the shared-library program failed"
 if command -v ldd >/dev/null; then
-  LD_LIBRARY_PATH=$lib ldd "$tmp/emit_shared" | grep -q "libattngen.so.0 => $lib/" ||
-    fail "the program does not load the installed libattngen.so.0"
-  if ldd "$tmp/emit_static" | grep -q libattngen; then fail "the static program needs libattngen.so"; fi
+  # (captured first: grep -q can close the pipe before ldd is done, and
+  # with pipefail ldd's SIGPIPE would read as a failure)
+  deps=$(LD_LIBRARY_PATH=$lib ldd "$tmp/emit_shared")
+  grep -qF "$so => $lib/" <<<"$deps" || fail "the program does not load the installed $so"
+  deps=$(ldd "$tmp/emit_static")
+  if grep -q libattngen <<<"$deps"; then fail "the static program needs libattngen.so"; fi
 fi
 "$tmp/emit_static" "$spec" >/dev/null || fail "the static program failed"
 "$root$prefix/bin/attngen" check "$spec" >/dev/null || fail "the installed attngen check failed"

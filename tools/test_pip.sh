@@ -7,11 +7,13 @@
 # Skips (exit 0, saying why) where python3 has no venv or setuptools.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-# setuptools builds wheels itself from 70.1, before that with `wheel`
+# pyproject's [project] table needs setuptools 61; it builds wheels itself
+# from 70.1, before that with `wheel`
 if ! python3 -c 'import importlib.util as u, setuptools, sys
 v = tuple(int(x) for x in setuptools.__version__.split(".")[:2])
-sys.exit(0 if v >= (70, 1) or u.find_spec("wheel") else 1)' 2>/dev/null; then
-  echo "SKIP test-pip: python3 has no setuptools that builds wheels (pip install wheel)"; exit 0
+sys.exit(0 if v >= (61, 0) and (v >= (70, 1) or u.find_spec("wheel")) else 1)' 2>/dev/null; then
+  echo "SKIP test-pip: python3 has no setuptools >= 61 that builds wheels (pip install wheel)"
+  exit 0
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

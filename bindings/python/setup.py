@@ -13,6 +13,7 @@ import subprocess
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -30,12 +31,19 @@ def header_version():
 
 
 def version():
+    """The header's version; without the C tree, the ag_version() of
+    ATTNGEN_LIB's library, the one that will be bundled."""
     v = header_version()
     if v:
         return v
-    # an sdist: the _version.py written when it was made
-    with open(os.path.join(HERE, "attngen", "_version.py")) as f:
-        return re.search(r'__version__ = "([0-9.]+)"', f.read()).group(1)
+    env = os.environ.get("ATTNGEN_LIB")
+    if env and os.path.exists(env):
+        import ctypes
+        fn = ctypes.CDLL(env).ag_version
+        fn.restype = ctypes.c_char_p
+        return fn().decode()
+    raise SystemExit("attngen: no include/attngen.h above %s to take the version from: build "
+                     "from a checkout, or set ATTNGEN_LIB to a built libattngen.so" % HERE)
 
 
 def built_library():
@@ -70,4 +78,12 @@ class BuildWithLibrary(build_py):
                     % version())
 
 
-setup(version=version(), cmdclass={"build_py": BuildWithLibrary})
+class BinaryDistribution(Distribution):
+    """The package carries a native library: a platform wheel, not a pure
+    one."""
+
+    def has_ext_modules(self):
+        return True
+
+
+setup(version=version(), cmdclass={"build_py": BuildWithLibrary}, distclass=BinaryDistribution)

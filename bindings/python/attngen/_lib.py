@@ -6,8 +6,8 @@ machine where it is not built. Search order: $ATTNGEN_LIB, then the copy
 `pip install` bundles in the package, then build/ at the repository root
 (three levels above this file), then build/ two levels above the package,
 then the system loader ("libattngen.so"). A library whose ag_version()
-differs from the binding's version is refused: the structs mirrored here
-are that version's.
+differs from the binding's version, or that has none, is refused: the
+structs mirrored here are that version's.
 """
 
 import ctypes
@@ -57,7 +57,7 @@ class _AgSpecAt(ctypes.Structure):
 
 
 class AgSpec(ctypes.Structure):
-    """Mirror of `ag_spec` (504 bytes on x86-64 Linux at attngen 0.1.0)."""
+    """Mirror of `ag_spec` (504 bytes on x86-64 Linux at attngen 0.2.0)."""
     _fields_ = [
         ("source", ctypes.c_char * AG_SOURCE_MAX),
         ("name", ctypes.c_char * AG_NAME_MAX),
@@ -299,11 +299,15 @@ def _bind(lib):
 
 def _check_version(handle, path):
     """Refuse a library of another version than the binding's (its structs
-    may differ from the ones mirrored here). Libraries before ag_version
-    existed are taken as they are."""
+    and signatures may differ from the ones mirrored here), and one older
+    than ag_version (0.2.0), whose ag_jagged_backward_workspace_bytes took
+    other arguments."""
     fn = getattr(handle, "ag_version", None)
     if fn is None:
-        return
+        raise _errors.LibraryNotFoundError(
+            "%s predates ag_version (attngen < 0.2.0) and does not match this binding (%s); "
+            "rebuild it (`make build/libattngen.so`) or reinstall the binding "
+            "(`pip install ./bindings/python`)" % (path, binding_version()))
     got = fn().decode()
     want = binding_version()
     if want != "0+unknown" and got != want:

@@ -104,6 +104,49 @@ def test_candidate_paths(monkeypatch):
     assert os.path.join(REPO, "build", "libattngen.so") in paths
 
 
+def test_candidate_paths_bundled_copy_second(monkeypatch):
+    """pip install bundles the library in the package: tried after
+    ATTNGEN_LIB, before the checkout's build/."""
+    monkeypatch.setenv("ATTNGEN_LIB", "/x/libattngen.so")
+    paths = _lib.candidate_paths()
+    pkg = os.path.dirname(os.path.abspath(_lib.__file__))
+    assert paths[0] == "/x/libattngen.so"
+    assert paths[1] == os.path.join(pkg, "libattngen.so")
+
+
+class _FakeVersion:
+    def __init__(self, v):
+        self.v = v
+
+    def __call__(self):
+        return self.v.encode()
+
+
+class _FakeHandle:
+    pass
+
+
+def test_version_check():
+    """A library of another version, or one older than ag_version, is
+    refused with a message; the binding's own version passes."""
+    h = _FakeHandle()
+    with pytest.raises(_errors.LibraryNotFoundError, match="predates ag_version"):
+        _lib._check_version(h, "/old/libattngen.so")
+    h.ag_version = _FakeVersion("0.0.9")
+    with pytest.raises(_errors.LibraryNotFoundError, match="is libattngen 0.0.9, but this binding"):
+        _lib._check_version(h, "/other/libattngen.so")
+    h.ag_version = _FakeVersion(attngen.__version__)
+    _lib._check_version(h, "/same/libattngen.so")
+
+
+def test_version_is_the_headers():
+    """One version: include/attngen.h's AG_VERSION_STRING is the package's."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
+    with open(os.path.join(root, "include", "attngen.h")) as f:
+        text = f.read()
+    assert '#define AG_VERSION_STRING "%s"' % attngen.__version__ in text
+
+
 def test_import_without_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
             "import attngen\n"
