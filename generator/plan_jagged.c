@@ -32,6 +32,17 @@ static void kernel_name(char *out, const ag_spec *spec, const char *pass) {
  * L]) this measured fastest of the layouts tried at both head dims: 8
  * warps of 16 rows, 64-row tiles and 128-key tiles were slower
  * (tools/jagged_dev/fwd_notes.md). */
+static void plan_forward(ag_plan *p) {
+  ag_plan_jagged *j = &p->jagged;
+  j->fwd_block_m = 128;
+  j->fwd_block_n = 64;
+  j->fwd_warps = 4;
+  j->fwd_stages = 2;
+  j->fwd_smem_bytes =
+      (j->fwd_block_m + 2 * j->fwd_stages * j->fwd_block_n) * p->head_dim * p->elem_bytes;
+  j->fwd_min_ctas = 2;
+}
+
 /* Forward on sm_90a at head dim 128 (not broadcast): both products on
  * wgmma (templates/jagged_fwd_sm90.cu), two warpgroups of 64 query rows
  * sharing K, V tiles of 128 keys, three stages (229,376 bytes of shared
@@ -53,17 +64,6 @@ static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p) {
       (j->fwd_block_m + 2 * j->fwd_stages * j->fwd_block_n) * p->head_dim * p->elem_bytes;
   j->fwd_min_ctas = 1;
   return true;
-}
-
-static void plan_forward(ag_plan *p) {
-  ag_plan_jagged *j = &p->jagged;
-  j->fwd_block_m = 128;
-  j->fwd_block_n = 64;
-  j->fwd_warps = 4;
-  j->fwd_stages = 2;
-  j->fwd_smem_bytes =
-      (j->fwd_block_m + 2 * j->fwd_stages * j->fwd_block_n) * p->head_dim * p->elem_bytes;
-  j->fwd_min_ctas = 2;
 }
 
 /* Broadcast queries: n_q is often small (candidate or learned queries, 1 to
@@ -123,9 +123,10 @@ static void plan_backward(ag_plan *p) {
  * overlaps the other's products (measured 1.06-1.14x two warpgroups of
  * one CTA), three slots. Shared memory: K, V, the slots, dS^T, the slots'
  * row floats, two slots of dQ staging rows of 72 floats per warpgroup. On
- * the H200 it runs 0.92-1.11x FlashAttention-2's backward
+ * the H200 it runs 0.92-1.10x FlashAttention-2's backward
  * (bench/RESULTS-jagged.md). */
-static void plan_backward_fast(ag_plan *p) {
+static bool plan_backward_fast(const ag_spec *spec, ag_plan *p) {
+  if (spec->arch != AG_ARCH_SM90A || spec->deterministic || p->jagged.broadcast) return false;
   ag_plan_jagged *j = &p->jagged;
   const int m = 64, n = p->head_dim == 64 ? 64 : 128, slots = p->head_dim == 64 ? 3 : 2;
   j->fast_block_m = m;
@@ -134,6 +135,7 @@ static void plan_backward_fast(ag_plan *p) {
   j->fast_smem_bytes = 4 * p->head_dim * (n + slots * m) + 2 * n * m + 8 * slots * m +
                        2 * (n / 64) * 64 * 72 * 4;
   j->fast_rows_threads = 256;
+  return true;
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -149,11 +151,7 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) 
   out->elem_bytes = 2;
   out->scale = ag_spec_scale(spec);
   if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out)) plan_forward(out);
-  if ((spec->passes & AG_PASS_BACKWARD) && spec->arch == AG_ARCH_SM90A && !spec->deterministic &&
-      !out->jagged.broadcast)
-    plan_backward_fast(out);
-  else if (spec->passes & AG_PASS_BACKWARD)
-    plan_backward(out);
+  if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out)) plan_backward(out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD)) plan_backward_fused(out);
   return AG_OK;
