@@ -7,13 +7,13 @@
 
 #include "runtime.h"
 
-/* A copy of the spec specialised for `arch`: an explicit spec arch must
- * match it; auto becomes the enum value when `arch` has one, so the emitter
- * can pick that arch's code path, sm_80 for every arch before sm_90 (sm_86,
- * sm_89: the code that runs there, and a plan without the shared memory
- * that sm_90's bulk stores stage through, which on their smaller SMs can
- * cost a CTA), and stays auto otherwise. */
-static ag_status resolve(const ag_spec *spec, const char *arch, ag_spec *out, ag_error *err) {
+/* (runtime.h) An explicit spec arch must match `arch`; auto becomes the
+ * enum value when `arch` has one, so the emitter can pick that arch's code
+ * path, sm_80 for every arch before sm_90 (sm_86, sm_89: the code that runs
+ * there, and a plan without the shared memory that sm_90's bulk stores
+ * stage through, which on their smaller SMs can cost a CTA), and stays
+ * auto otherwise. */
+ag_status ag_spec_for_arch(const ag_spec *spec, const char *arch, ag_spec *out, ag_error *err) {
   *out = *spec;
   if (spec->arch == AG_ARCH_AUTO) {
     if (strcmp(arch, "sm_90a") == 0) out->arch = AG_ARCH_SM90A;
@@ -46,7 +46,7 @@ ag_status ag_compile_spec(const ag_spec *spec, const char *arch, void **out_cubi
                    "ag_compile: spec '%s' leaves the arch to the device; name one (sm_90a, sm_80)",
                    spec->name);
   ag_status st = ag_arch_check(arch, err);
-  if (st == AG_OK) st = resolve(spec, arch, &resolved, err);
+  if (st == AG_OK) st = ag_spec_for_arch(spec, arch, &resolved, err);
   if (st == AG_OK) st = ag_emit(&resolved, &source, name, err);
   if (st == AG_OK)
     st =
@@ -75,7 +75,7 @@ ag_status ag_kernel_get(ag_context *ctx, const ag_spec *spec, ag_kernel **out_ke
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "spec '%s' targets %s, but device %d (%s) is %s; use arch: auto", spec->name,
                    arch ? arch : "an unknown arch", ctx->ordinal, ctx->name, ctx->arch);
-  ag_status st = resolve(spec, arch, &resolved, err);
+  ag_status st = ag_spec_for_arch(spec, arch, &resolved, err);
   if (st == AG_OK) st = ag_plan_make(&resolved, &plan, err);
   if (st == AG_OK) st = ag_emit_plan(&resolved, &plan, &source, err); /* planned once */
   if (st == AG_OK)
@@ -122,7 +122,7 @@ ag_status ag_kernel_from_images(ag_context *ctx, const ag_spec *spec, const ag_i
   /* The plan and source the image was built from (emitting is CPU work,
    * no compile): the plan names and shapes the kernels, the source keys
    * the context's memory cache. */
-  st = resolve(spec, pick->arch, &resolved, err);
+  st = ag_spec_for_arch(spec, pick->arch, &resolved, err);
   if (st == AG_OK) st = ag_plan_make(&resolved, &plan, err);
   if (st == AG_OK) st = ag_emit_plan(&resolved, &plan, &source, err);
   if (st == AG_OK)

@@ -367,6 +367,11 @@ struct ag_context {
   char *cache_warning;  /* first disk-cache warning, or NULL */
 };
 
+/* A copy of `spec` specialised for `arch`, as it is planned and emitted
+ * for that arch (kernel.c): what an auto spec compiled for sm_90a or sm_80
+ * becomes. An explicit spec arch other than `arch` is an error. */
+ag_status ag_spec_for_arch(const ag_spec *spec, const char *arch, ag_spec *out, ag_error *err);
+
 /* The kernel for (source, arch): from the context's memory cache, else
  * `cubin` when given (a prebuilt image: no compile), else compiled through
  * the disk cache, then loaded (the compile runs without the lock; if two

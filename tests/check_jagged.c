@@ -179,8 +179,9 @@ START_TEST(compiles) {
   for (int a = 0; a < 2; a++) {
     /* the plan the arch resolves to: on sm_90a the fast backward unless
      * the spec is deterministic */
-    ag_spec r = s;
-    r.arch = a ? AG_ARCH_SM80 : AG_ARCH_SM90A;
+    ag_spec r;
+    ck_assert_int_eq(ag_spec_for_arch(&s, archs[a], &r, &err), AG_OK);
+    ck_assert_int_eq(r.arch, a ? AG_ARCH_SM80 : AG_ARCH_SM90A);
     ag_plan p;
     ck_assert_int_eq(ag_plan_make(&r, &p, &err), AG_OK);
     ck_assert_int_eq(p.jagged.fast_block_m > 0, !a && !s.deterministic);

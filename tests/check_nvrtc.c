@@ -242,8 +242,8 @@ START_TEST(every_spec_compiles) {
       /* One module holds the kernel of every pass the spec names: those
        * of the plan for the arch (an auto spec compiled for sm_90a may
        * take its wgmma kernels). */
-      ag_spec resolved = spec;
-      if (!own) resolved.arch = a ? AG_ARCH_SM80 : AG_ARCH_SM90A;
+      ag_spec resolved;
+      ck_assert_int_eq(ag_spec_for_arch(&spec, archs[a], &resolved, &err), AG_OK);
       ag_plan plan;
       ck_assert_int_eq(ag_plan_make(&resolved, &plan, &err), AG_OK);
       for (int n = 0; n < 2; n++) {
