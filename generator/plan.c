@@ -58,6 +58,32 @@ ag_status ag_spec_check_fields(const ag_spec *s, ag_error *err) {
 #undef BAD
 }
 
+/* Rotary fields a validated spec cannot hold (from a spec filled by hand). */
+static bool rotary_valid(const ag_spec *spec) {
+  const ag_rotary_layout l = spec->rotary.layout;
+  if (l == AG_ROTARY_NONE) return true;
+  return (l == AG_ROTARY_INTERLEAVED || l == AG_ROTARY_HALF) && spec->rotary.apply_to != 0 &&
+         !(spec->rotary.apply_to & ~(unsigned)(AG_APPLY_Q | AG_APPLY_K | AG_APPLY_V)) &&
+         (spec->rotary.positions == AG_POSITIONS_TABLE ||
+          ((spec->rotary.positions == AG_POSITIONS_SEQUENCE ||
+            spec->rotary.positions == AG_POSITIONS_BLOCK) &&
+           spec->rotary.base > 0 && isfinite(spec->rotary.base)));
+}
+
+ag_status ag_plan_rotary(const ag_spec *spec, ag_plan *out, ag_error *err) {
+  if (!rotary_valid(spec))
+    return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
+  out->takes_table =
+      spec->rotary.layout != AG_ROTARY_NONE && spec->rotary.positions == AG_POSITIONS_TABLE;
+  /* Computed angles use base^(-2i / head_dim) as fp32 literals. */
+  if (spec->rotary.layout != AG_ROTARY_NONE && spec->rotary.positions != AG_POSITIONS_TABLE &&
+      spec->rotary.base < 1e-30)
+    return ag_plan_refuse(out, AG_REFUSED_ROTARY, err,
+                          "rotary base %g (below 1e-30 its frequencies overflow fp32)",
+                          spec->rotary.base);
+  return AG_OK;
+}
+
 ag_status ag_plan_refuse(ag_plan *out, ag_refusal_key key, ag_error *err, const char *fmt, ...) {
   memset(out, 0, sizeof *out);
   va_list ap;

@@ -56,7 +56,8 @@ typedef struct ag_walk {
 typedef enum ag_param {
   AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_DOUT,
   AG_PARAM_DQ, AG_PARAM_DK, AG_PARAM_DV, AG_PARAM_LSE, AG_PARAM_DI,
-  AG_PARAM_ROTARY_TABLE,
+  AG_PARAM_ROTARY_TABLE,   /* the queries' table (the block pattern's only one) */
+  AG_PARAM_ROTARY_TABLE_K, /* the jagged pattern's keys' table */
   AG_PARAM_OFFSETS_Q,  /* the block pattern's offsets; cu_seqlens_q */
   AG_PARAM_OFFSETS_K,  /* cu_seqlens_k */
   AG_PARAM_BATCH,      /* long long */
@@ -145,6 +146,7 @@ typedef struct ag_plan_jagged {
   bool fwd_sm90;
   int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
   bool broadcast;   /* query: broadcast: one dense Q shared by every sequence */
+  bool rotary;      /* rotary embeddings (the mma.sync kernels rotate the tiles) */
   int sum_threads;  /* broadcast: threads of the dQ sum kernel */
   /* broadcast: the forward for few queries (n_q <= small_max_n_q), tiles of
    * small_block_m rows */
@@ -266,6 +268,10 @@ ag_status ag_plan_refuse(ag_plan *out, ag_refusal_key key, ag_error *err, const 
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+/* Shared by the planners: the spec's rotary fields checked (AG_ERR_SPEC for
+ * what a validated spec cannot hold; a refusal for a base whose fp32
+ * frequencies overflow) and out->takes_table set. */
+ag_status ag_plan_rotary(const ag_spec *spec, ag_plan *out, ag_error *err);
 /* Append a kernel descriptor (name from the spec and `pass`) and return it. */
 ag_plan_kernel *ag_plan_add_kernel(const ag_spec *spec, ag_plan *plan, unsigned pass,
                                    const char *name_tag, const char *template_file);

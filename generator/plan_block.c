@@ -24,18 +24,6 @@ static void kernel_name(char *out, const ag_spec *spec, const char *pass) {
            spec->rotary.layout != AG_ROTARY_NONE ? "_rope" : "", pass);
 }
 
-/* Rotary fields a validated spec cannot hold (from a spec filled by hand). */
-static bool rotary_valid(const ag_spec *spec) {
-  const ag_rotary_layout l = spec->rotary.layout;
-  if (l == AG_ROTARY_NONE) return true;
-  return (l == AG_ROTARY_INTERLEAVED || l == AG_ROTARY_HALF) && spec->rotary.apply_to != 0 &&
-         !(spec->rotary.apply_to & ~(unsigned)(AG_APPLY_Q | AG_APPLY_K | AG_APPLY_V)) &&
-         (spec->rotary.positions == AG_POSITIONS_TABLE ||
-          ((spec->rotary.positions == AG_POSITIONS_SEQUENCE ||
-            spec->rotary.positions == AG_POSITIONS_BLOCK) &&
-           spec->rotary.base > 0 && isfinite(spec->rotary.base)));
-}
-
 /* Elements per row of P and dS (block_bwd.cu's kPStride): swizzled rows of
  * a multiple of 64, else rows padded by 16 bytes. */
 static int p_stride(int block) { return block % 64 == 0 ? block : block + 8; }
@@ -151,7 +139,7 @@ static void plan_backward(const ag_spec *spec, ag_plan *out) {
 ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
   memset(out, 0, sizeof *out);
   if (spec->block_size < 16 || spec->block_size > 256 || spec->block_size % 16 ||
-      (spec->head_dim != 64 && spec->head_dim != 128) || !rotary_valid(spec))
+      (spec->head_dim != 64 && spec->head_dim != 128))
     return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
 
   out->pattern = AG_PATTERN_BLOCK_DIAGONAL;
@@ -159,19 +147,13 @@ ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
   out->head_dim = spec->head_dim;
   out->elem_bytes = 2;
   out->scale = ag_spec_scale(spec);
+  ag_status st = ag_plan_rotary(spec, out, err);
+  if (st != AG_OK) return st;
   /* Rotary embeddings rotate the tiles in shared memory, so they cost no
    * memory of their own, except with positions from a table: then each
    * stage also holds the table's rows for the tile's tokens. */
-  out->takes_table =
-      spec->rotary.layout != AG_ROTARY_NONE && spec->rotary.positions == AG_POSITIONS_TABLE;
   if (out->takes_table)
     out->rotary_table_bytes = spec->block_size * spec->head_dim * out->elem_bytes;
-  /* Computed angles use base^(-2i / head_dim) as fp32 literals. */
-  if (spec->rotary.layout != AG_ROTARY_NONE && spec->rotary.positions != AG_POSITIONS_TABLE &&
-      spec->rotary.base < 1e-30)
-    return ag_plan_refuse(out, AG_REFUSED_ROTARY, err,
-                          "rotary base %g (below 1e-30 its frequencies overflow fp32)",
-                          spec->rotary.base);
   if (spec->passes & AG_PASS_BACKWARD) {
     plan_backward(spec, out);
     if (!(spec->passes & AG_PASS_FORWARD)) return AG_OK;

@@ -12,15 +12,16 @@
 
 static const char *dtype_name(ag_dtype d) { return d == AG_DTYPE_FP16 ? "fp16" : "bf16"; }
 
-/* "ag_<name>_d<dim>_<dtype>[_bq][_causal][_w<left>_<right>]_<pass>" (_bq:
- * broadcast queries). */
+/* "ag_<name>_d<dim>_<dtype>[_bq][_causal][_w<left>_<right>][_rope]_<pass>"
+ * (_bq: broadcast queries; _rope: rotary embeddings). */
 static void kernel_name(char *out, const ag_spec *spec, const char *pass) {
   char window[32] = "";
   if (spec->has_window)
     snprintf(window, sizeof window, "_w%d_%d", spec->window_left, spec->window_right);
-  snprintf(out, AG_KERNEL_NAME_MAX, "ag_%s_d%d_%s%s%s%s_%s", spec->name, spec->head_dim,
+  snprintf(out, AG_KERNEL_NAME_MAX, "ag_%s_d%d_%s%s%s%s%s_%s", spec->name, spec->head_dim,
            dtype_name(spec->dtype), spec->query == AG_QUERY_BROADCAST ? "_bq" : "",
-           spec->causal ? "_causal" : "", window, pass);
+           spec->causal ? "_causal" : "", window,
+           spec->rotary.layout != AG_ROTARY_NONE ? "_rope" : "", pass);
 }
 
 /* Forward: a CTA owns 128 query rows of one head (4 warps of 32 rows, so
@@ -53,7 +54,11 @@ static void plan_forward(ag_plan *p) {
  * of 64 keys were 2-5% slower. At head dim 64 it lost at L 1024 (221
  * against 245), so head dim 64 keeps the mma.sync forward. */
 static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p) {
-  if (spec->arch != AG_ARCH_SM90A || p->head_dim != 128 || p->jagged.broadcast) return false;
+  /* Rotary embeddings rotate the mma.sync kernels' tiles in place
+   * (jagged_rotary.cuh); the wgmma kernels do not rotate yet. */
+  if (spec->arch != AG_ARCH_SM90A || p->head_dim != 128 || p->jagged.broadcast ||
+      spec->rotary.layout != AG_ROTARY_NONE)
+    return false;
   ag_plan_jagged *j = &p->jagged;
   j->fwd_sm90 = true;
   j->fwd_block_m = 128;
@@ -126,7 +131,9 @@ static void plan_backward(ag_plan *p) {
  * the H200 it runs 0.92-1.10x FlashAttention-2's backward
  * (bench/RESULTS-jagged.md). */
 static bool plan_backward_fast(const ag_spec *spec, ag_plan *p) {
-  if (spec->arch != AG_ARCH_SM90A || spec->deterministic || p->jagged.broadcast) return false;
+  if (spec->arch != AG_ARCH_SM90A || spec->deterministic || p->jagged.broadcast ||
+      spec->rotary.layout != AG_ROTARY_NONE) /* as the forward's wgmma kernel */
+    return false;
   ag_plan_jagged *j = &p->jagged;
   const int m = 64, n = p->head_dim == 64 ? 64 : 128, slots = p->head_dim == 64 ? 3 : 2;
   j->fast_block_m = m;
@@ -142,11 +149,20 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) 
   memset(out, 0, sizeof *out);
   if (spec->head_dim != 64 && spec->head_dim != 128)
     return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
-  if (spec->rotary.layout != AG_ROTARY_NONE)
+  if (spec->rotary.layout != AG_ROTARY_NONE && spec->rotary.positions == AG_POSITIONS_BLOCK)
+    return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
+  if (spec->rotary.layout != AG_ROTARY_NONE && spec->query == AG_QUERY_BROADCAST)
     return ag_plan_refuse(out, AG_REFUSED_ROTARY, err,
-                          "rotary embeddings with the jagged pattern");
+                          "rotary embeddings with a broadcast Q (query: broadcast)");
+  /* Rotary embeddings: the mma.sync kernels rotate each tile in shared
+   * memory as it lands and the gradients in registers before they are
+   * stored (jagged_rotary.cuh); tables, one per tensor, are read beside the
+   * tiles, so nothing changes in the shapes. */
+  ag_status st = ag_plan_rotary(spec, out, err);
+  if (st != AG_OK) return st;
   out->pattern = AG_PATTERN_JAGGED;
   out->jagged.broadcast = spec->query == AG_QUERY_BROADCAST;
+  out->jagged.rotary = spec->rotary.layout != AG_ROTARY_NONE;
   out->head_dim = spec->head_dim;
   out->elem_bytes = 2;
   out->scale = ag_spec_scale(spec);
@@ -164,6 +180,24 @@ static void set_common(ag_plan_kernel *k, int block_m, int block_n, int warps, i
   ag_plan_set(k, "MIN_CTAS", min_ctas);
 }
 
+/* A kernel's parameters: its pass's tensors (`tensors`, n of them), the
+ * rotary tables of the queries and the keys when the kernels take them,
+ * then the offsets and sizes every jagged kernel takes. */
+static void add_params(const ag_plan *plan, ag_plan_kernel *k, const ag_param *tensors, int n) {
+  static const ag_param tail[] = {AG_PARAM_OFFSETS_Q, AG_PARAM_OFFSETS_K, AG_PARAM_BATCH,
+                                  AG_PARAM_HEADS,     AG_PARAM_KV_HEADS,  AG_PARAM_TOTAL_Q,
+                                  AG_PARAM_TOTAL_K,   AG_PARAM_ITEMS};
+  ag_param all[AG_PLAN_MAX_PARAMS];
+  int m = 0;
+  for (int i = 0; i < n; i++) all[m++] = tensors[i];
+  if (plan->takes_table) {
+    all[m++] = AG_PARAM_ROTARY_TABLE;
+    all[m++] = AG_PARAM_ROTARY_TABLE_K;
+  }
+  for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++) all[m++] = tail[i];
+  ag_plan_params(k, m, all);
+}
+
 /* One forward kernel of jagged_fwd.cu with `block_m` query rows a CTA. */
 static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
                         const char *namespace_name, int block_m, int warps, int smem_bytes,
@@ -177,24 +211,18 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
   k->threads = 32 * warps;
   k->smem_bytes = smem_bytes;
   k->min_ctas_per_sm = min_ctas;
-  static const ag_param params[] = {
-      AG_PARAM_Q,        AG_PARAM_K,     AG_PARAM_V,       AG_PARAM_O,
-      AG_PARAM_LSE,      AG_PARAM_OFFSETS_Q, AG_PARAM_OFFSETS_K, AG_PARAM_BATCH,
-      AG_PARAM_HEADS,    AG_PARAM_KV_HEADS,  AG_PARAM_TOTAL_Q,   AG_PARAM_TOTAL_K,
-      AG_PARAM_ITEMS};
-  ag_plan_params(k, (int)(sizeof params / sizeof params[0]), params);
+  static const ag_param head[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_LSE};
+  add_params(plan, k, head, (int)(sizeof head / sizeof head[0]));
   set_common(k, block_m, j->fwd_block_n, warps, min_ctas);
   ag_plan_set(k, "STAGES", j->fwd_stages);
   ag_plan_set(k, "BROADCAST", j->broadcast);
   ag_plan_set(k, "SMEM_BYTES", smem_bytes);
 }
 
-/* The backward's parameters, for every kernel of the pass. */
+/* The backward's tensors, for every kernel of the pass (add_params). */
 static const ag_param bwd_params[] = {
     AG_PARAM_Q,  AG_PARAM_K,  AG_PARAM_V,     AG_PARAM_O,       AG_PARAM_DOUT,
-    AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,   AG_PARAM_DV,      AG_PARAM_DI,
-    AG_PARAM_OFFSETS_Q, AG_PARAM_OFFSETS_K, AG_PARAM_BATCH, AG_PARAM_HEADS,
-    AG_PARAM_KV_HEADS, AG_PARAM_TOTAL_Q, AG_PARAM_TOTAL_K, AG_PARAM_ITEMS};
+    AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,   AG_PARAM_DV,      AG_PARAM_DI};
 enum { BWD_NPARAMS = (int)(sizeof bwd_params / sizeof bwd_params[0]) };
 
 /* The fast sm_90a backward: _pre, _kv, _dq of jagged_bwd_sm90.cu. */
@@ -210,7 +238,7 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
                                            i == 0 ? "jagged_bwd_sm90.cu" : NULL);
     snprintf(k->template_name, sizeof k->template_name, "%s", stem);
     if (j->fwd_block_m > 0) k->namespace_name = "bwd";
-    ag_plan_params(k, BWD_NPARAMS, bwd_params);
+    add_params(plan, k, bwd_params, BWD_NPARAMS);
     if (i == 1) {
       k->walk = (ag_walk){AG_WALK_JAGGED_K, j->fast_block_n, 1, 1};
       k->threads = j->fast_threads;
@@ -265,7 +293,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
       f->threads = 32 * j->fused_warps[i];
       f->smem_bytes = j->fused_smem_bytes[i];
       f->min_ctas_per_sm = j->fused_min_ctas[i];
-      ag_plan_params(f, nparams, params);
+      add_params(plan, f, params, nparams);
       set_common(f, j->fused_block_m[i], 64, j->fused_warps[i], j->fused_min_ctas[i]);
       ag_plan_set(f, "SMEM_BYTES", j->fused_smem_bytes[i]);
     }
@@ -280,7 +308,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     dq->threads = 32 * j->bwd_warps;
     dq->smem_bytes = j->bwd_smem_dq;
     dq->min_ctas_per_sm = j->bwd_min_ctas;
-    ag_plan_params(dq, nparams, params);
+    add_params(plan, dq, params, nparams);
     set_common(dq, j->bwd_block_m, j->bwd_block_n, j->bwd_warps, j->bwd_min_ctas);
     ag_plan_set(dq, "SMEM_BYTES_DQ", j->bwd_smem_dq);
     ag_plan_set(dq, "SMEM_BYTES_DKV", j->bwd_smem_dkv);
@@ -295,7 +323,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     dkv->threads = 32 * j->bwd_warps;
     dkv->smem_bytes = j->bwd_smem_dkv;
     dkv->min_ctas_per_sm = j->bwd_min_ctas;
-    ag_plan_params(dkv, nparams, params);
+    add_params(plan, dkv, params, nparams);
 
     /* A broadcast Q's dQ: the slabs' partials summed in order (the
      * backward's parameters, as its other kernels). */
@@ -308,7 +336,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
       sum->threads = j->sum_threads;
       sum->smem_bytes = 0;
       sum->min_ctas_per_sm = 1;
-      ag_plan_params(sum, nparams, params);
+      add_params(plan, sum, params, nparams);
     }
   }
 }
@@ -360,6 +388,15 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                     "query tiles of %d\n",
                     prefix, j->bwd_block_n, j->bwd_block_m);
     }
+    if (j->rotary && k->walk.kind == AG_WALK_JAGGED_Q)
+      ag_buf_printf(b, "%s  rotary: tiles rotated in shared memory as they land%s%s\n", prefix,
+                    k->pass == AG_PASS_BACKWARD ? ", dQ rotated back before it is stored" : "",
+                    plan->takes_table ? " (angles from the tables)" : "");
+    else if (j->rotary && k->walk.kind == AG_WALK_JAGGED_K)
+      ag_buf_printf(b,
+                    "%s  rotary: tiles rotated in shared memory as they land, dK (dV) rotated "
+                    "back before stored%s\n",
+                    prefix, plan->takes_table ? " (angles from the tables)" : "");
     ag_buf_printf(b, "%s  threads: %d, shared memory: %d bytes", prefix, k->threads,
                   k->smem_bytes);
     if (k->min_ctas_per_sm > 1)

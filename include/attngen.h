@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-#define AG_VERSION_STRING "0.2.0"
+#define AG_VERSION_STRING "0.3.0"
 
 /* Marks the functions libattngen.so exports. The library is built with
  * -fvisibility=hidden, so this header's declarations are its whole dynamic
@@ -293,6 +293,13 @@ typedef struct ag_jagged_fwd_args {
   /* Optional host copies of the offsets, validated before the launch
    * when non-NULL (as ag_block_fwd_args.host_offsets). */
   const int32_t *host_cu_seqlens_q, *host_cu_seqlens_k;
+  /* Rotary embeddings with `positions: table` only (else both NULL): the
+   * queries' table [total_q, head_dim] and the keys' [total_k, head_dim]
+   * on the device, sin of each pair's angle in columns [0, head_dim/2)
+   * and cos in [head_dim/2, head_dim), in the spec's dtype, 16-byte
+   * aligned. rotary_table_k NULL means rotary_table (self-attention: the
+   * keys are the queries' tokens, total_k == total_q). */
+  const void *rotary_table, *rotary_table_k;
 } ag_jagged_fwd_args;
 AG_API ag_status ag_jagged_forward(ag_kernel *kernel, const ag_jagged_fwd_args *args,
                             struct CUstream_st *stream, ag_error *err);
@@ -319,6 +326,7 @@ typedef struct ag_jagged_bwd_args {
   int64_t heads, kv_heads;
   int64_t total_q, total_k;
   const int32_t *host_cu_seqlens_q, *host_cu_seqlens_k;
+  const void *rotary_table, *rotary_table_k; /* as in ag_jagged_fwd_args */
 } ag_jagged_bwd_args;
 /* Bytes of workspace ag_jagged_backward needs with `kernel` (a jagged
  * spec's with the backward; 0 for any other kernel or a negative size):

@@ -114,6 +114,14 @@ void ag_ref_jagged_forward_part(ag_dtype dtype, const ag_ref_jagged_params *p, c
   part(&in, p, cu_q, cu_k, b, h, out, lse);
 }
 
+void ag_ref_jagged_forward_part_f64(const ag_ref_jagged_params *p, const double *q,
+                                    const double *k, const double *v, const int32_t *cu_q,
+                                    const int32_t *cu_k, int64_t b, int64_t h, double *out,
+                                    double *lse) {
+  const inputs in = {AG_DTYPE_BF16, {NULL, NULL, NULL}, {q, k, v}};
+  part(&in, p, cu_q, cu_k, b, h, out, lse);
+}
+
 void ag_ref_jagged_forward(ag_dtype dtype, const ag_ref_jagged_params *p, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v, const int32_t *cu_q,
                            const int32_t *cu_k, double *out, double *lse) {

@@ -60,6 +60,12 @@ void ag_ref_jagged_forward_part(ag_dtype dtype, const ag_ref_jagged_params *p, c
                                 const int32_t *cu_k, int64_t b, int64_t h, double *out,
                                 double *lse);
 
+/* ag_ref_jagged_forward_part from float64 inputs (rotated copies, say). */
+void ag_ref_jagged_forward_part_f64(const ag_ref_jagged_params *p, const double *q,
+                                    const double *k, const double *v, const int32_t *cu_q,
+                                    const int32_t *cu_k, int64_t b, int64_t h, double *out,
+                                    double *lse);
+
 /* The same from float64 inputs (the function a backward's finite-difference
  * test differentiates). */
 void ag_ref_jagged_forward_f64(const ag_ref_jagged_params *p, const double *q, const double *k,

@@ -259,12 +259,18 @@ void ag_ref_block_backward_f64(int block_size, bool causal, double scale, const 
 
 void ag_ref_rotary_apply(const ag_ref_rotary *rot, bool inverse, const int32_t *offsets,
                          int64_t batch, int64_t heads, int head_dim, double *x) {
+  ag_ref_rotary_apply_shifted(rot, inverse, offsets, NULL, batch, heads, head_dim, x);
+}
+
+void ag_ref_rotary_apply_shifted(const ag_ref_rotary *rot, bool inverse, const int32_t *offsets,
+                                 const int64_t *shift, int64_t batch, int64_t heads,
+                                 int head_dim, double *x) {
   if (rot->layout == AG_ROTARY_NONE) return;
   const int64_t stride = heads * head_dim;
   const int pairs = head_dim / 2;
   for (int64_t b = 0; b < batch; b++)
     for (int64_t t = offsets[b]; t < offsets[b + 1]; t++) {
-      int64_t p = t - offsets[b]; /* index in the sequence */
+      int64_t p = t - offsets[b] + (shift ? shift[b] : 0); /* index in the sequence, shifted */
       if (rot->positions == AG_POSITIONS_BLOCK) p %= rot->block_size;
       for (int i = 0; i < pairs; i++) {
         double s, c;

@@ -81,6 +81,14 @@ typedef struct ag_ref_rotary {
 void ag_ref_rotary_apply(const ag_ref_rotary *rot, bool inverse, const int32_t *offsets,
                          int64_t batch, int64_t heads, int head_dim, double *x);
 
+/* ag_ref_rotary_apply with the tokens of sequence b at positions shift[b]
+ * on (shift NULL: 0), as the jagged pattern's queries are (bottom-right
+ * aligned: shift Lk - Lq). Computed positions only are shifted; a table is
+ * read at the token's row as before. */
+void ag_ref_rotary_apply_shifted(const ag_ref_rotary *rot, bool inverse, const int32_t *offsets,
+                                 const int64_t *shift, int64_t batch, int64_t heads,
+                                 int head_dim, double *x);
+
 /* Attention with rotary embeddings, as the kernels compute it, in float64:
  * the tensors of rot->apply_to rotated, then ag_ref_block_forward_f64. The
  * inputs are left as they are (rotated copies are made). */

@@ -20,6 +20,7 @@ typedef struct jagged_call {
   int64_t batch, heads, kv_heads, total_q, total_k;
   bool broadcast; /* one dense Q of n_q rows (then total_q = batch * n_q, cu_q unused) */
   int64_t n_q;
+  const void *table_q, *table_k; /* rotary tables (positions from tables) */
 } jagged_call;
 
 /* The tensors of each pass by role, as the messages name them, and the
@@ -34,6 +35,42 @@ static const ag_param bwd_roles[] = {AG_PARAM_Q,  AG_PARAM_K,  AG_PARAM_V,  AG_P
 static const char *const bwd_names[] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv",
                                         "workspace"};
 static const unsigned bwd_align[] = {16, 16, 16, 16, 16, 4, 16, 16, 16, 16};
+
+/* The rotary tables: both taken (the keys' defaulting to the queries' when
+ * their tokens are the same count) by a kernel with positions from
+ * tables, none by any other. */
+static ag_status check_tables(const ag_kernel *kernel, const jagged_call *c, ag_launch *a,
+                              ag_error *err) {
+  const char *name = kernel->spec.name;
+  if (!kernel->plan.takes_table) {
+    if (c->table_q || c->table_k)
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                     "a rotary table was given, but kernel '%s' takes none (%s)", name,
+                     kernel->spec.rotary.layout == AG_ROTARY_NONE
+                         ? "its spec has no rotary embeddings"
+                         : "its spec computes the rotary positions");
+    return AG_OK;
+  }
+  if (!c->table_q)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "rotary_table is a null pointer; kernel '%s' takes its rotary positions from "
+                   "tables ([total_q, head_dim] for the queries, [total_k, head_dim] for the "
+                   "keys: sin, then cos)",
+                   name);
+  const void *table_k = c->table_k ? c->table_k : c->table_q;
+  if (!c->table_k && a->total_k != a->total_q)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "rotary_table_k is a null pointer, and the queries' table cannot serve the "
+                   "keys: total_k (%lld) is not total_q (%lld)",
+                   (long long)a->total_k, (long long)a->total_q);
+  ag_status st;
+  if ((st = ag_check_pointer(c->table_q, "rotary_table", 16, err)) ||
+      (st = ag_check_pointer(table_k, "rotary_table_k", 16, err)))
+    return st;
+  a->ptr[AG_PARAM_ROTARY_TABLE] = c->table_q;
+  a->ptr[AG_PARAM_ROTARY_TABLE_K] = table_k;
+  return AG_OK;
+}
 
 /* Every check, in order, then the launch of the pass's kernels; nothing
  * is launched when there is nothing to compute. */
@@ -95,6 +132,7 @@ static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
     if ((st = ag_check_pointer(c->tensors[i], c->names[i], c->align[i], err))) return st;
     a.ptr[c->roles[i]] = c->tensors[i];
   }
+  if ((st = check_tables(kernel, c, &a, err))) return st;
   if (!broadcast && (st = ag_check_pointer(c->cu_q, "cu_seqlens_q", 4, err))) return st;
   if ((st = ag_check_pointer(c->cu_k, "cu_seqlens_k", 4, err))) return st;
   a.ptr[AG_PARAM_OFFSETS_Q] = broadcast ? c->cu_k : c->cu_q; /* not read with broadcast */
@@ -109,7 +147,7 @@ ag_status ag_jagged_forward(ag_kernel *kernel, const ag_jagged_fwd_args *a,
   const jagged_call c = {AG_PASS_FORWARD, 5, fwd_roles, fwd_names, fwd_align, tensors,
                          a->cu_seqlens_q, a->cu_seqlens_k, a->host_cu_seqlens_q,
                          a->host_cu_seqlens_k, a->batch, a->heads, a->kv_heads, a->total_q,
-                         a->total_k, false, 0};
+                         a->total_k, false, 0, a->rotary_table, a->rotary_table_k};
   return launch_jagged(kernel, &c, stream, err);
 }
 
@@ -133,7 +171,7 @@ ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *a,
   const jagged_call c = {AG_PASS_BACKWARD, 10, bwd_roles, bwd_names, bwd_align, tensors,
                          a->cu_seqlens_q, a->cu_seqlens_k, a->host_cu_seqlens_q,
                          a->host_cu_seqlens_k, a->batch, a->heads, a->kv_heads, a->total_q,
-                         a->total_k, false, 0};
+                         a->total_k, false, 0, a->rotary_table, a->rotary_table_k};
   return launch_jagged(kernel, &c, stream, err);
 }
 
@@ -145,7 +183,7 @@ ag_status ag_broadcast_forward(ag_kernel *kernel, const ag_broadcast_fwd_args *a
   const void *tensors[] = {a->q, a->k, a->v, a->o, a->lse};
   const jagged_call c = {AG_PASS_FORWARD, 5, fwd_roles, fwd_names, fwd_align, tensors,
                          NULL, a->cu_seqlens_k, NULL, a->host_cu_seqlens_k, a->batch, a->heads,
-                         a->kv_heads, 0, a->total_k, true, a->n_q};
+                         a->kv_heads, 0, a->total_k, true, a->n_q, NULL, NULL};
   return launch_jagged(kernel, &c, stream, err);
 }
 
@@ -167,6 +205,6 @@ ag_status ag_broadcast_backward(ag_kernel *kernel, const ag_broadcast_bwd_args *
                            a->lse, a->dq, a->dk, a->dv, a->workspace};
   const jagged_call c = {AG_PASS_BACKWARD, 10, bwd_roles, bwd_names, bwd_align, tensors,
                          NULL, a->cu_seqlens_k, NULL, a->host_cu_seqlens_k, a->batch, a->heads,
-                         a->kv_heads, 0, a->total_k, true, a->n_q};
+                         a->kv_heads, 0, a->total_k, true, a->n_q, NULL, NULL};
   return launch_jagged(kernel, &c, stream, err);
 }

@@ -14,7 +14,11 @@
 @#   is unbounded; CAUSAL caps the right side at 0) @BROADCAST@ (0 | 1: one
 @#   dense Q [n_q = total_q / batch, heads, HEAD_DIM] shared by every
 @#   sequence; its dQ is the sum over the batch, by slabs and _dq_sum).
-@# No conditions: features are selected with constexpr.
+@# Conditions: ROTARY (rotary embeddings, not with BROADCAST:
+@#   jagged_rotary.cuh's conditions and placeholders), ROTARY_TABLE (its
+@#   positions from tables: every kernel then takes rotary_table [total_q,
+@#   HEAD_DIM] and rotary_table_k [total_k, HEAD_DIM] after `di`); other
+@#   features are selected with constexpr.
 @# Grids (threads 32 * WARPS, dynamic shared memory as above, one stream,
 @# _dq first): @KERNEL_NAME@_dq: (batch + total_q / BLOCK_M, heads), with
 @#   num_tiles = batch + total_q / BLOCK_M;
@@ -29,7 +33,8 @@
 @# (gridDim.x may be smaller or larger than num_tiles: each CTA strides;
 @#  blockIdx.y is the q head, resp. the kv head.) `di` is [heads, total_q]
 @#  fp32 scratch that _dq writes and _dkv reads.
-@# Includes mma_sm80.cuh, unpack2.cuh and jagged_bwd_tile.cuh unconditionally:
+@# Includes mma_sm80.cuh, unpack2.cuh and jagged_bwd_tile.cuh unconditionally
+@#  (and jagged_rotary.cuh with ROTARY):
 @#  a source that also holds another kernel needs these in a namespace.
 /* ---- begin jagged backward constants ---- */
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
@@ -55,6 +60,7 @@ constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile (_dq)
 constexpr int kQueryTiles = kBlockM / 8;  // n-tiles of S^T and dP^T over a query tile (_dkv)
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(!(kBroadcast && @ROTARY@), "rotary embeddings with a broadcast Q are not planned");
 static_assert(kBlockM == 16 * kWarps && kBlockN == 16 * kWarps,
               "each warp owns 16 stationary rows; tiles of both kinds are 16 * WARPS rows");
 // _dq: Q and dO of the query tile, then two K, V slots (a ring: the next
@@ -75,6 +81,16 @@ static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == k
 @include unpack2.cuh@
 
 @include jagged_bwd_tile.cuh@
+@if ROTARY@
+
+@include jagged_rotary.cuh@
+@endif@
+
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
 
 // The CTA's dynamic shared memory (layouts above).
 extern __shared__ __align__(128) unsigned short smem[];
@@ -109,8 +125,9 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
     long long q0, int h, int hk, const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
     const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
-    const float *__restrict__ lse, float *__restrict__ di, int heads, int kv_heads,
-    long long total_q) {
+    const float *__restrict__ lse, float *__restrict__ di, const RotaryTables &tables, int heads,
+    int kv_heads, long long total_q) {
+  (void)tables;
   const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
   unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
   unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
@@ -167,6 +184,22 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
     __syncthreads();
     const long long k0 = (kt0 + i) * kBlockN;
     const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+@if ROTARY@
+    // Rotate the key tile's K (V) where it landed, and Q with the first
+    // tile; every warp reads them after the barrier.
+@if ROTARY_TABLE@
+    const RotaryRows rq = {0, tables.q + (sp.q_start + q0) * kHeadDim};
+    const RotaryRows rk = {0, tables.k + (sp.k_start + k0) * kHeadDim};
+@else@
+    const RotaryRows rq = {q0 + delta, nullptr}, rk = {k0, nullptr};
+@endif@
+    if (kRotateQ && i == 0) rotate_rows(q_s, nullptr, mq, rq);
+    if constexpr (kRotateK || kRotateV) {
+      unsigned short *slot = ring + (i & 1) * 2 * kKTileElems;
+      rotate_rows(kRotateK ? slot : nullptr, kRotateV ? slot + kKTileElems : nullptr, nk, rk);
+    }
+    __syncthreads();
+@endif@
     const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
     const unsigned v_a = k_a + 2 * kKTileElems;
     float s[kKeyTiles][4], dp[kKeyTiles][4];
@@ -188,6 +221,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, float *__restrict__ di,
+@if ROTARY_TABLE@
+    const unsigned short *__restrict__ rotary_table,
+    const unsigned short *__restrict__ rotary_table_k,
+@endif@
     const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
     long long batch, int heads, int kv_heads, long long total_q, long long total_k,
     long long num_tiles) {
@@ -197,6 +234,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const int h = blockIdx.y, hk = h / (heads / kv_heads);
   const long long q_stride = (long long)heads * kHeadDim;
   const int row0 = 16 * (threadIdx.x >> 5);  // this warp's rows of the query tile
+@if ROTARY_TABLE@
+  const RotaryTables tables = {rotary_table, rotary_table_k};
+@else@
+  const RotaryTables tables = {nullptr, nullptr};
+@endif@
   float acc[kDimTiles][4];
 
 #pragma unroll 1
@@ -212,7 +254,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 #pragma unroll 1
       for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++)
         dq_tile(acc, seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k), q0, h, hk,
-                q, k, v, o, dout, lse, di, heads, kv_heads, total_q);
+                q, k, v, o, dout, lse, di, tables, heads, kv_heads, total_q);
       float *const part = di + broadcast_partials_at(heads, total_q) + slab * n_q * q_stride;
       store_rows_f32(acc, kScale, row0, (int)min((long long)kBlockM, n_q - q0),
                      part + q0 * q_stride + (long long)h * kHeadDim, q_stride);
@@ -222,8 +264,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       const long long tile = vt - (seq + sp.q_start / kBlockM);
       if (tile < 0 || tile * kBlockM >= sp.q_len) continue;  // an unused number
       const long long q0 = tile * kBlockM;
-      dq_tile(acc, sp, q0, h, hk, q, k, v, o, dout, lse, di, heads, kv_heads, total_q);
+      dq_tile(acc, sp, q0, h, hk, q, k, v, o, dout, lse, di, tables, heads, kv_heads, total_q);
       const int mq = (int)min((long long)kBlockM, sp.q_len - q0);
+@if ROTARY@
+@if ROTARY_TABLE@
+      const RotaryRows rq = {0, tables.q + (sp.q_start + q0) * kHeadDim};
+@else@
+      const RotaryRows rq = {q0 + sp.k_len - sp.q_len, nullptr};
+@endif@
+      if constexpr (kRotateQ) unrotate_rows(acc, row0, mq, rq);  // dQ of the unrotated Q
+@endif@
       store_rows(acc, kScale, row0, mq, dq + (sp.q_start + q0) * q_stride + (long long)h * kHeadDim,
                  q_stride);
     }
@@ -305,10 +355,11 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
     unsigned short *__restrict__ dk, unsigned short *__restrict__ dv,
-    const float *__restrict__ di, float *__restrict__ dq_acc,
+    const float *__restrict__ di, float *__restrict__ dq_acc, const RotaryTables &tables,
     const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
     long long batch, int heads, int kv_heads, long long total_q, long long total_k,
     long long num_tiles) {
+  (void)tables;
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
   const int hk = blockIdx.y, group = heads / kv_heads;
   const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
@@ -337,6 +388,13 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
     const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
 
     const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
+@if ROTARY@
+@if ROTARY_TABLE@
+    const RotaryRows rk = {0, tables.k + (sp.k_start + k0) * kHeadDim};
+@else@
+    const RotaryRows rk = {k0, nullptr};
+@endif@
+@endif@
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
     auto load_step = [&](int i) {
@@ -379,6 +437,19 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       __syncthreads();
       const long long i0 = (qt0 + i % q_tiles) * kBlockM;
       const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+@if ROTARY@
+      // Rotate the step's Q where it landed, and K (V) with the first step;
+      // every warp reads them after the barrier.
+@if ROTARY_TABLE@
+      const RotaryRows rq = {0, tables.q + (sp.q_start + i0) * kHeadDim};
+@else@
+      const RotaryRows rq = {i0 + delta, nullptr};
+@endif@
+      if constexpr (kRotateQ) rotate_rows(ring + (i & 1) * 2 * kQTileElems, nullptr, mq, rq);
+      if ((kRotateK || kRotateV) && i == 0)
+        rotate_rows(kRotateK ? k_s : nullptr, kRotateV ? v_s : nullptr, nk, rk);
+      __syncthreads();
+@endif@
       const unsigned q_a = smem_addr(ring + (i & 1) * 2 * kQTileElems);
       const unsigned do_a = q_a + 2 * kQTileElems;
       const float *const lse_r = rows_s + (i & 1) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
@@ -435,6 +506,11 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       }
     }
     cp_async_wait<0>();
+@if ROTARY@
+    // dK and dV of the unrotated K and V
+    if constexpr (kRotateK) unrotate_rows(acc_k, row0, nk, rk);
+    if constexpr (kRotateV) unrotate_rows(acc_v, row0, nk, rk);
+@endif@
     store_rows(acc_v, 1.f, row0, nk, dv + k_row, k_stride);
     store_rows(acc_k, kScale, row0, nk, dk + k_row, k_stride);
   }
@@ -446,13 +522,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, float *__restrict__ di,
+@if ROTARY_TABLE@
+    const unsigned short *__restrict__ rotary_table,
+    const unsigned short *__restrict__ rotary_table_k,
+@endif@
     const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
     long long batch, int heads, int kv_heads, long long total_q, long long total_k,
     long long num_tiles) {
   (void)o;
   (void)dq;
-  key_tiles<false>(q, k, v, dout, lse, dk, dv, di, nullptr, cu_seqlens_q, cu_seqlens_k, batch,
-                   heads, kv_heads, total_q, total_k, num_tiles);
+@if ROTARY_TABLE@
+  const RotaryTables tables = {rotary_table, rotary_table_k};
+@else@
+  const RotaryTables tables = {nullptr, nullptr};
+@endif@
+  key_tiles<false>(q, k, v, dout, lse, dk, dv, di, nullptr, tables, cu_seqlens_q, cu_seqlens_k,
+                   batch, heads, kv_heads, total_q, total_k, num_tiles);
 }
 /* ---- end kernel _dkv ---- */
 @if BROADCAST@
@@ -468,6 +553,10 @@ extern "C" __global__ void __launch_bounds__(kSumThreads)
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, float *__restrict__ di,
+@if ROTARY_TABLE@
+    const unsigned short *__restrict__ rotary_table,
+    const unsigned short *__restrict__ rotary_table_k,
+@endif@
     const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
     long long batch, int heads, int kv_heads, long long total_q, long long total_k,
     long long slabs) {

@@ -327,7 +327,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       // P^T and dS^T as 16-bit pairs (the A operand of dV and dK); dS^T
       // also to shared memory for dQ.
       const Band band = tile_band(i0, k0, delta);
-      const bool full = mq == kBlockM && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
+      // A key row past the sequence end (zero-filled) is masked too: its
+      // S is 0, and exp2(-LSE) of a row with a very negative LSE would be
+      // inf, which dQ = dS K would turn into NaN (inf times K's zero row).
+      const bool full = mq == kBlockM && nk == kBlockN && band.lo <= -(kBlockM - 1) &&
+                        band.hi >= kBlockN - 1;
       unsigned p16[8][2], ds16[8][2];
 #pragma unroll
       for (int n = 0; n < 8; n++) {
@@ -343,7 +347,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
           p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -m));
           if (!full) {
             const int xd = row - c;
-            if (c >= mq || xd < band.lo || xd > band.hi) p[e] = 0.f;
+            if (c >= mq || row >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;
           }
           x[e] = p[e] * (dp[n][e] - ((e & 1) ? dd.y : dd.x));
         }

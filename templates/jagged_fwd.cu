@@ -11,8 +11,11 @@
 @#   unbounded; with CAUSAL the right one must be 0 or negative) @BROADCAST@
 @#   (0 | 1: one dense Q of n_q = total_q / batch rows shared by every
 @#   sequence; sequence b's output and lse rows at b * n_q).
-@# Conditions: none (features are picked with if constexpr).
-@# Includes: mma_sm80.cuh, jagged_walk.cuh.
+@# Conditions: ROTARY (rotary embeddings, not with BROADCAST:
+@#   jagged_rotary.cuh's conditions and placeholders), ROTARY_TABLE (its
+@#   positions from tables); other features are picked with if constexpr.
+@# Includes: mma_sm80.cuh, jagged_walk.cuh; with ROTARY unpack2.cuh and
+@#   jagged_rotary.cuh.
 @# Host rule: grid (batch + total_q / BLOCK_M, heads, 1) (integer division; the
 @#   same number is the kernel's num_tiles); with BROADCAST (batch *
 @#   ceil(n_q / BLOCK_M), heads, 1), block WARPS * 32 threads, dynamic
@@ -21,7 +24,9 @@
 @# Parameters: q [total_q, heads, HEAD_DIM] (BROADCAST: [n_q, heads,
 @#   HEAD_DIM], and cu_seqlens_q is not read), k and v [total_k, kv_heads,
 @#   HEAD_DIM] (16-bit), o like q, lse [heads, total_q] fp32 (natural log),
-@#   cu_seqlens_q and cu_seqlens_k [batch + 1] int32 (may be one pointer).
+@#   cu_seqlens_q and cu_seqlens_k [batch + 1] int32 (may be one pointer);
+@#   with ROTARY_TABLE, after lse, rotary_table [total_q, HEAD_DIM] and
+@#   rotary_table_k [total_k, HEAD_DIM] (sin, then cos, per token).
 /* ---- begin constants ---- */
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
 constexpr int kBlockM = @BLOCK_M@;  // query rows per CTA
@@ -63,6 +68,7 @@ static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0 &&
                   kBlockM % (kThreads / kChunks) == 0,
               "a pass of the CTA's loads covers whole rows of a tile");
 static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
+static_assert(!(kBroadcast && @ROTARY@), "rotary embeddings with a broadcast Q are not planned");
 static_assert((kQElems + kStages * kStageElems) * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
 /* ---- end constants ---- */
@@ -75,7 +81,7 @@ static_assert((kQElems + kStages * kStageElems) * 2 == kSmemBytes,
  * Tiles are row-major, kHeadDim elements a row, with 16-byte chunks
  * XOR-swizzled by the row (chunk c of row r sits at c ^ (r % 8)), so the 8
  * row addresses of an ldmatrix hit 8 different bank groups. */
-__device__ __forceinline__ int jswz(int row, int chunk) {
+__device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
 }
 
@@ -100,11 +106,17 @@ __device__ __forceinline__ void load_rows(unsigned short *tile, const unsigned s
   for (int i = 0; i < kRows / kRowStep; i++) {
     const int row = row0 + i * kRowStep;
     const bool real = row < valid;
-    cp_async_16(dst + jswz(row, chunk) * 2, real ? g : src, real ? 16 : 0);
+    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : src, real ? 16 : 0);
     g += kRowStep * stride;
   }
 }
 /* ---- end tile layout and loads ---- */
+@if ROTARY@
+
+@include unpack2.cuh@
+
+@include jagged_rotary.cuh@
+@endif@
 
 /* ---- begin one KV tile ----
  * S = Q K^T for this warp's kMTiles x 16 rows and the tile's kBlockN keys,
@@ -132,11 +144,11 @@ __device__ __forceinline__ void kv_tile(unsigned q_s, unsigned k_s, unsigned v_s
     unsigned a[kMTiles][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; mt++)
-      ldmatrix_x4(a[mt], q_s + jswz(wrow0 + 16 * mt + (lane & 15), 2 * kk + (lane >> 4)) * 2);
+      ldmatrix_x4(a[mt], q_s + swizzle(wrow0 + 16 * mt + (lane & 15), 2 * kk + (lane >> 4)) * 2);
 #pragma unroll
     for (int n = 0; n < kKeyTiles; n += 2) {
       unsigned b[4];
-      ldmatrix_x4(b, k_s + jswz(n * 8 + (lane & 7) + ((lane >> 4) << 3),
+      ldmatrix_x4(b, k_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
                                 2 * kk + ((lane >> 3) & 1)) * 2);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; mt++) {
@@ -218,7 +230,7 @@ __device__ __forceinline__ void kv_tile(unsigned q_s, unsigned k_s, unsigned v_s
 #pragma unroll
     for (int n = 0; n < kDimTiles; n += 2) {
       unsigned b[4];
-      ldmatrix_x4_trans(b, v_s + jswz(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
+      ldmatrix_x4_trans(b, v_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
                                       n + (lane >> 4)) * 2);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; mt++) {
@@ -242,7 +254,12 @@ __device__ __forceinline__ void kv_tile(unsigned q_s, unsigned k_s, unsigned v_s
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
               const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-              float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
+              float *__restrict__ lse,
+@if ROTARY_TABLE@
+              const unsigned short *__restrict__ rotary_table,
+              const unsigned short *__restrict__ rotary_table_k,
+@endif@
+              const int *__restrict__ cu_seqlens_q,
               const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
               long long total_q, long long total_k, long long num_tiles) {
   extern __shared__ __align__(128) unsigned short smem[];
@@ -312,10 +329,26 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     __syncthreads();
-    const unsigned k_s = smem_addr(kv + (i % kStages) * kStageElems);
-    const unsigned v_s = k_s + kKvElems * 2;
     const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
     const int kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+@if ROTARY@
+    // Rotate the tile's keys (values) where they landed, and the queries
+    // with the first tile; every warp reads them after the barrier.
+@if ROTARY_TABLE@
+    const RotaryRows rq = {0, rotary_table + (jt.start + m0) * kHeadDim};
+    const RotaryRows rk = {0, rotary_table_k + (k_start + n0) * kHeadDim};
+@else@
+    const RotaryRows rq = {m0 + shift, nullptr}, rk = {n0, nullptr};
+@endif@
+    if (kRotateQ && i == 0) rotate_rows(q_tile, nullptr, rows, rq);
+    if constexpr (kRotateK || kRotateV) {
+      unsigned short *st = kv + (i % kStages) * kStageElems;
+      rotate_rows(kRotateK ? st : nullptr, kRotateV ? st + kKvElems : nullptr, kv_valid, rk);
+    }
+    __syncthreads();
+@endif@
+    const unsigned k_s = smem_addr(kv + (i % kStages) * kStageElems);
+    const unsigned v_s = k_s + kKvElems * 2;
     // Key column c of tile row r is visible when r + diag_lo <= c <= r +
     // diag_hi; both clamped to where they change nothing inside a tile.
     constexpr long long kFar = kBlockM + kBlockN + 1;
@@ -358,8 +391,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     }
 #pragma unroll
     for (int n = 0; n < kDimTiles; n++) {
-      stage32[(jswz(r_lo, n) + 2 * tq) / 2] = pack2(acc[mt][n][0] * inv[0], acc[mt][n][1] * inv[0]);
-      stage32[(jswz(r_hi, n) + 2 * tq) / 2] = pack2(acc[mt][n][2] * inv[1], acc[mt][n][3] * inv[1]);
+      stage32[(swizzle(r_lo, n) + 2 * tq) / 2] = pack2(acc[mt][n][0] * inv[0], acc[mt][n][1] * inv[0]);
+      stage32[(swizzle(r_hi, n) + 2 * tq) / 2] = pack2(acc[mt][n][2] * inv[1], acc[mt][n][3] * inv[1]);
     }
     if (tq == 0 && lse != nullptr) { // lse is optional (inference)
       // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e + log2 l) * ln 2.
@@ -379,7 +412,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     const int row = wrow0 + i / kChunks, chunk = i % kChunks;
     if (row < rows)
       *reinterpret_cast<uint4 *>(out + row * q_stride + chunk * 8) =
-          *reinterpret_cast<const uint4 *>(q_tile + jswz(row, chunk));
+          *reinterpret_cast<const uint4 *>(q_tile + swizzle(row, chunk));
   }
 }
 /* ---- end kernel ---- */

@@ -8,6 +8,8 @@
 @# Tile and pack2(), and with positions from a table table_at(); the
 @# whole-block kernels' kHeadsPerTile, kTileElems, kStageElems and
 @# kTableElems too.
+@# The angles of computed positions and the rotation of one unit come from
+@# rotary_core.cuh, included here.
 @# Placeholders: @MMA_TYPE@ (see mma_sm80.cuh); with computed positions
 @#   @ROTARY_BASE@ (the base, a float literal) and @ROTARY_TURNS@ (the
 @#   kHeadDim / 2 float literals of kRotaryTurns, comma-separated, wrapped).
@@ -65,39 +67,15 @@
 @endif@
  * Rows past the sequence end are not rotated (they are zero and stay so).
  */
-@if ROTARY_HALF@
-constexpr int kUnitsPerRow = kHeadChunks / 2;  // units of work per row and head
-constexpr int kUnitPairs = 8;  // pairs per unit: a chunk and its partner
-@else@
-constexpr int kUnitsPerRow = kHeadChunks;  // units of work per row and head
-constexpr int kUnitPairs = 4;  // pairs per unit: one chunk
-@endif@
-constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
-static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
-@if ROTARY_COMPUTED@
-constexpr int kPairs = kHeadDim / 2;  // rotary pairs per head
-[[maybe_unused]] constexpr float kRotaryBase = @ROTARY_BASE@;  // the spec's base, for the reader
-// kRotaryTurns[i] = kRotaryBase^(-2i / kHeadDim) / (2 pi): pair i's angle per
-// position, in turns (its inverse frequency over 2 pi).
-__device__ constexpr float kRotaryTurns[kPairs] = {
-@ROTARY_TURNS@
-};
-@endif@
-
 @if ROTARY_UNPACK@
 @include unpack2.cuh@
 
 @endif@
-@if ROTARY_COMPUTED@
-// sin and cos of an angle given in turns: the whole turns drop exactly
-// (rintf), and the rest, at most half a turn, goes to the special-function
-// unit in radians.
-__device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
-  const float r = (turns - rintf(turns)) * 6.283185307e+00f;
-  asm("sin.approx.ftz.f32 %0, %1;\n" : "=f"(s) : "f"(r));
-  asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
-}
+@include rotary_core.cuh@
 
+constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
+static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
+@if ROTARY_COMPUTED@
 // The position p of block row `row`.
 __device__ __forceinline__ int rotary_position(const Tile &t, int row) {
 @if ROTARY_SEQUENCE@
@@ -145,57 +123,6 @@ __device__ __forceinline__ void unit_angles(const unsigned short *table, int row
 }
 
 @endif@
-@if ROTARY_HALF@
-// Rotate two pairs of the half layout in place: (low of a, low of b) by the
-// angle (s0, c0) and (high of a, high of b) by (s1, c1).
-__device__ __forceinline__ void rotate_halves(unsigned &a, unsigned &b, float s0, float c0,
-                                              float s1, float c1) {
-  float a0, a1, b0, b1;
-  unpack2(a, a0, a1);
-  unpack2(b, b0, b1);
-  a = pack2(a0 * c0 - b0 * s0, a1 * c1 - b1 * s1);
-  b = pack2(a0 * s0 + b0 * c0, a1 * s1 + b1 * c1);
-}
-
-// Rotate unit `chunk` (chunk cc of one head of the tile row, cc <
-// kHeadChunks / 2) with its partner kHeadChunks / 2 chunks on, each at its
-// own swizzled place in row `row` of tile x.
-__device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
-                                            const float (&s)[kUnitPairs],
-                                            const float (&c)[kUnitPairs]) {
-  uint4 *pa = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
-  uint4 *pb = reinterpret_cast<uint4 *>(x + swizzle(row, chunk + kHeadChunks / 2));
-  uint4 a = *pa, b = *pb;
-  rotate_halves(a.x, b.x, s[0], c[0], s[1], c[1]);
-  rotate_halves(a.y, b.y, s[2], c[2], s[3], c[3]);
-  rotate_halves(a.z, b.z, s[4], c[4], s[5], c[5]);
-  rotate_halves(a.w, b.w, s[6], c[6], s[7], c[7]);
-  *pa = a;
-  *pb = b;
-}
-@else@
-// Rotate the packed pair (x0 low, x1 high) by the angle (s, c).
-__device__ __forceinline__ unsigned rotate_pair(unsigned pair, float s, float c) {
-  float x0, x1;
-  unpack2(pair, x0, x1);
-  return pack2(x0 * c - x1 * s, x0 * s + x1 * c);
-}
-
-// Rotate unit `chunk` (chunk cc of one head of the tile row) in row `row`
-// of tile x: its four words are four pairs.
-__device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
-                                            const float (&s)[kUnitPairs],
-                                            const float (&c)[kUnitPairs]) {
-  uint4 *p = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
-  uint4 w = *p;
-  w.x = rotate_pair(w.x, s[0], c[0]);
-  w.y = rotate_pair(w.y, s[1], c[1]);
-  w.z = rotate_pair(w.z, s[2], c[2]);
-  w.w = rotate_pair(w.w, s[3], c[3]);
-  *p = w;
-}
-@endif@
-
 @if ROTARY_STAGES@
 // Rotate the resident tile's rotated tensors in place. Every thread keeps
 // unit column cc = threadIdx.x % kUnitsPerRow, so the same pairs (and, for

@@ -55,10 +55,11 @@ START_TEST(validation) {
   yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, true, "window: [256, 0]\ndeterministic: true\n", true);
   s = load_ok(y);
   ck_assert(s.causal && s.has_window && s.deterministic);
-  /* Rotary embeddings are not built for the jagged kernels yet. */
+  /* Rotary embeddings are not built for a broadcast Q yet. */
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "rotary:\n  layout: half\n", false);
   expect_error(y, AG_ERR_UNSUPPORTED,
-               "pma.yaml:7:1: error: not supported yet: rotary embeddings with the jagged pattern");
+               "pma.yaml:7:1: error: not supported yet: rotary embeddings with a broadcast Q "
+               "(query: broadcast)");
   /* Broadcast queries belong to the jagged pattern. */
   expect_error("name: b\npattern: block_diagonal\nquery: broadcast\nhead_dim: 64\ndtype: bf16\n",
                AG_ERR_SPEC, "pma.yaml:3:8: error: query broadcast applies only to pattern jagged");

@@ -67,10 +67,21 @@ START_TEST(validation) {
   expect_error(y, AG_ERR_SPEC,
                "jag.yaml:6:9: error: a causal window looks at no key after the query: its right "
                "side must be 0 (got 4)");
-  /* Not built yet: said at the key. */
+  /* Rotary embeddings: positions from tables or the sequence, not blocks;
+   * not with a broadcast Q yet (said at the key). */
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "rotary:\n  layout: half\n", false);
+  ck_assert_int_eq(load_ok(y).rotary.positions, AG_POSITIONS_TABLE);
+  yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, true,
+           "rotary:\n  layout: interleaved\n  positions: sequence\n  apply_to: [q, k, v]\n", true);
+  ck_assert_int_eq(load_ok(y).rotary.apply_to, AG_APPLY_Q | AG_APPLY_K | AG_APPLY_V);
+  yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, true, "rotary:\n  layout: half\n  positions: block\n",
+           false);
+  expect_error(y, AG_ERR_SPEC, "rotary positions block applies only to pattern block_diagonal");
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "query: broadcast\nrotary:\n  layout: half\n",
+           false);
   expect_error(y, AG_ERR_UNSUPPORTED,
-               "jag.yaml:6:1: error: not supported yet: rotary embeddings with the jagged pattern");
+               "jag.yaml:7:1: error: not supported yet: rotary embeddings with a broadcast Q "
+               "(query: broadcast)");
   /* Broadcast queries: tests/check_broadcast.c. */
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "query: broadcast\n", false);
   ck_assert_int_eq(load_ok(y).query, AG_QUERY_BROADCAST);
@@ -122,6 +133,32 @@ START_TEST(plan_kernels) {
   ck_assert_str_eq(p.kernels[0].name, "ag_jag_d64_fp16_w100_0_bwd_dq");
   ck_assert_ptr_null(p.kernels[0].namespace_name);
   ck_assert_str_eq(ag_plan_first_kernel(&p), "ag_jag_d64_fp16_w100_0_bwd_dq");
+  /* Rotary embeddings from tables: the mma.sync kernels on every arch (the
+   * wgmma ones do not rotate), both tables after the pass's tensors. */
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "rotary:\n  layout: half\narch: sm_90a\n", true);
+  s = load_ok(y);
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert(p.takes_table && p.jagged.rotary && !p.jagged.fwd_sm90);
+  ck_assert_int_eq(p.jagged.fast_block_m, 0);
+  ck_assert_int_eq(p.nkernels, 3);
+  ck_assert_str_eq(p.kernels[0].name, "ag_jag_d128_bf16_causal_rope_fwd");
+  ck_assert_str_eq(p.kernels[0].template_file, "jagged_fwd.cu");
+  ck_assert_int_eq(p.kernels[0].nparams, 15);
+  ck_assert_int_eq(p.kernels[0].params[5], AG_PARAM_ROTARY_TABLE);
+  ck_assert_int_eq(p.kernels[0].params[6], AG_PARAM_ROTARY_TABLE_K);
+  ck_assert_int_eq(p.kernels[0].params[7], AG_PARAM_OFFSETS_Q);
+  for (int i = 1; i < 3; i++) {
+    ck_assert_int_eq(p.kernels[i].nparams, 20);
+    ck_assert_int_eq(p.kernels[i].params[10], AG_PARAM_ROTARY_TABLE);
+    ck_assert_int_eq(p.kernels[i].params[11], AG_PARAM_ROTARY_TABLE_K);
+  }
+  /* computed positions take no table */
+  yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, false, "rotary:\n  layout: half\n  positions: sequence\n",
+           true);
+  s = load_ok(y);
+  ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+  ck_assert(!p.takes_table && p.jagged.rotary);
+  ck_assert_int_eq(p.kernels[0].nparams, 13);
 }
 END_TEST
 
@@ -167,6 +204,8 @@ static const jcase compile_cases[] = {
     {AG_DTYPE_FP16, 64, true, ""},
     {AG_DTYPE_BF16, 64, false, "window: [100, 0]\n"},
     {AG_DTYPE_FP16, 128, true, "window: [128, 0]\ndeterministic: true\n"},
+    {AG_DTYPE_BF16, 128, true, "rotary:\n  layout: half\n  positions: sequence\n"},
+    {AG_DTYPE_FP16, 64, false, "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n"},
 };
 
 START_TEST(compiles) {
@@ -184,7 +223,8 @@ START_TEST(compiles) {
     ck_assert_int_eq(r.arch, a ? AG_ARCH_SM80 : AG_ARCH_SM90A);
     ag_plan p;
     ck_assert_int_eq(ag_plan_make(&r, &p, &err), AG_OK);
-    ck_assert_int_eq(p.jagged.fast_block_m > 0, !a && !s.deterministic);
+    ck_assert_int_eq(p.jagged.fast_block_m > 0,
+                     !a && !s.deterministic && s.rotary.layout == AG_ROTARY_NONE);
     void *cubin = NULL;
     size_t size = 0;
     ag_status st = ag_compile(&s, archs[a], &cubin, &size, &err);
@@ -413,6 +453,66 @@ START_TEST(argument_checks) {
   ck_assert_int_eq(ag_jagged_backward(&f.kernel, &b, NULL, &err), AG_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(err.message, "workspace is a null pointer");
   ag_error_clear(&err);
+  /* a table for a kernel that takes none */
+  fake_init(&f, 128, false, 7);
+  a = fwd_args();
+  a.rotary_table = P(0xd0000);
+  expect_fwd_reject(&f, &a,
+                    "a rotary table was given, but kernel 'jag' takes none (its spec has no "
+                    "rotary embeddings)");
+}
+END_TEST
+
+/* Rotary tables: required by a kernel with positions from tables, the
+ * keys' defaulting to the queries' only when the token counts agree, and
+ * passed after the pass's tensors. */
+START_TEST(rotary_tables) {
+  fake f;
+  char y[512];
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "rotary:\n  layout: interleaved\n", true);
+  ag_fake_jagged_kernel(&f, y, 9);
+  ag_jagged_fwd_args a = fwd_args();
+  expect_fwd_reject(&f, &a,
+                    "rotary_table is a null pointer; kernel 'jag' takes its rotary positions from "
+                    "tables ([total_q, head_dim] for the queries, [total_k, head_dim] for the "
+                    "keys: sin, then cos)");
+  a.rotary_table = P(0xd0000);
+  expect_fwd_reject(&f, &a,
+                    "rotary_table_k is a null pointer, and the queries' table cannot serve the "
+                    "keys: total_k (500) is not total_q (300)");
+  a.rotary_table_k = P(0xe0008);
+  expect_fwd_reject(&f, &a,
+                    "rotary_table_k (0xe0008) is not 16-byte aligned; the kernel loads 16 bytes "
+                    "at a time");
+  a.rotary_table_k = P(0xe0000);
+  ag_error err = {0};
+  ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  const void *order[9] = {a.q, a.k, a.v, a.o, a.lse, a.rotary_table, a.rotary_table_k,
+                          a.cu_seqlens_q, a.cu_seqlens_k};
+  for (int i = 0; i < 9; i++)
+    ck_assert_uint_eq(ag_fake_seen.ptr[i], (CUdeviceptr)(uintptr_t)order[i]);
+  /* self-attention: one table serves both */
+  a.rotary_table_k = NULL;
+  a.total_k = a.total_q;
+  ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_uint_eq(ag_fake_seen.ptr[6], (CUdeviceptr)(uintptr_t)a.rotary_table);
+  ag_fake_jagged_kernel(&f, y, 14);
+  ag_jagged_bwd_args b = bwd_args();
+  b.rotary_table = P(0xd0000);
+  b.rotary_table_k = P(0xe0000);
+  ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_uint_eq(ag_fake_seen.ptr[10], (CUdeviceptr)(uintptr_t)b.rotary_table);
+  ck_assert_uint_eq(ag_fake_seen.ptr[11], (CUdeviceptr)(uintptr_t)b.rotary_table_k);
+  ck_assert_uint_eq(ag_fake_seen.ptr[12], (CUdeviceptr)(uintptr_t)b.cu_seqlens_q);
+  /* computed positions: no table */
+  yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, false,
+           "rotary:\n  layout: half\n  positions: sequence\n", false);
+  ag_fake_jagged_kernel(&f, y, 7);
+  a = fwd_args();
+  a.rotary_table = P(0xd0000);
+  expect_fwd_reject(&f, &a,
+                    "a rotary table was given, but kernel 'jag' takes none (its spec computes "
+                    "the rotary positions)");
 }
 END_TEST
 
@@ -433,16 +533,25 @@ static const gpu_case gpu_cases[] = {
     {{AG_DTYPE_BF16, 128, true, "window: [128, 0]\ndeterministic: true\n"}, 2, 1},
     {{AG_DTYPE_FP16, 64, false, ""}, 2, 2},
     {{AG_DTYPE_BF16, 64, true, "deterministic: true\n"}, 8, 4},
+    /* rotary embeddings: both layouts, both position modes, V too */
+    {{AG_DTYPE_BF16, 128, true, "rotary:\n  layout: half\n  positions: sequence\n"}, 4, 2},
+    {{AG_DTYPE_FP16, 64, false, "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n"}, 4, 4},
+    {{AG_DTYPE_BF16, 64, false,
+      "window: [100, 0]\nrotary:\n  layout: interleaved\n  positions: sequence\n"}, 8, 2},
+    {{AG_DTYPE_FP16, 128, true, "rotary:\n  layout: half\n  apply_to: [k]\n"}, 2, 1},
 };
 enum { NGPU = sizeof gpu_cases / sizeof gpu_cases[0] };
 
 static const char *name_of(const gpu_case *c) {
   static char buf[128];
-  snprintf(buf, sizeof buf, "%s d%d%s%s h%lld/%lld", c->k.dtype == AG_DTYPE_FP16 ? "fp16" : "bf16",
-           c->k.dim, c->k.causal ? " causal" : "",
+  snprintf(buf, sizeof buf, "%s d%d%s%s%s h%lld/%lld",
+           c->k.dtype == AG_DTYPE_FP16 ? "fp16" : "bf16", c->k.dim, c->k.causal ? " causal" : "",
            strstr(c->k.extra, "window: [100") ? " w[100,0]"
            : strstr(c->k.extra, "window: [64") ? " w[64,32]"
            : strstr(c->k.extra, "window: [128") ? " w[128,0]" : "",
+           !strstr(c->k.extra, "rotary") ? ""
+           : strstr(c->k.extra, "sequence") ? (strstr(c->k.extra, "half") ? " rope-h-seq" : " rope-i-seq")
+           : (strstr(c->k.extra, "half") ? " rope-h-tab" : " rope-i-tab"),
            (long long)c->heads, (long long)c->kv_heads);
   return buf;
 }
@@ -517,6 +626,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, launch_parameters);
   tcase_add_test(tc, fast_backward_plan);
   tcase_add_test(tc, argument_checks);
+  tcase_add_test(tc, rotary_tables);
   tcase_add_loop_test(tc, compiles, 0, (int)(sizeof compile_cases / sizeof compile_cases[0]));
   suite_add_tcase(s, tc);
   TCase *gpu = tcase_create("jagged_gpu");

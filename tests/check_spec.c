@@ -112,7 +112,7 @@ static const struct golden {
     {"unknown_key_no_hint", AG_ERR_SPEC},
     {"unknown_keys_every_hint", AG_ERR_SPEC},
     {"unknown_rotary_keys", AG_ERR_SPEC},
-    {"unsupported_jagged_rotary", AG_ERR_UNSUPPORTED},
+    {"unsupported_broadcast_rotary", AG_ERR_UNSUPPORTED},
     {"unsupported_rotary_base", AG_ERR_UNSUPPORTED},
     {"unsupported_rotary_base_backward", AG_ERR_UNSUPPORTED},
     {"unsupported_rotary_table_block_size", AG_ERR_UNSUPPORTED},
@@ -291,8 +291,8 @@ START_TEST(test_unsupported_spec_is_filled) {
   ck_assert_int_eq(load(yaml, &s, &err), AG_ERR_UNSUPPORTED);
   ck_assert_int_eq(err.code, AG_ERR_UNSUPPORTED);
   ck_assert_str_eq(err.message,
-                   "<string>:9:1: error: not supported yet: rotary embeddings with the jagged "
-                   "pattern\n"
+                   "<string>:9:1: error: not supported yet: rotary embeddings with a broadcast "
+                   "Q (query: broadcast)\n"
                    "rotary:\n"
                    "^\n");
   ck_assert_str_eq(s.name, "jag_rope");

@@ -46,11 +46,14 @@ for step in $steps; do
       grep -E "SKIP|Failure|Error|NOT REPEATABLE" "$out/$step.log" | head -20
       [ $r -eq 0 ] || rc=1 ;;
     sanitize-jagged)
-      # the broadcast spec with n_q 32, 64, 100, 200: the 32-row forward
+      # the jagged specs (rotary from the sequence, and from tables on Q, K
+      # and V in the backward alone); the broadcast spec with n_q 32, 64,
+      # 100, 200: the 32-row forward
       # (one and two tiles) with the 64-row one-pass backward, the 128-row
       # ones, the split backward. SANITIZE_ONLY=broadcast: those alone;
       # SANITIZE_ONLY=jagged: the others alone.
       for run in "gem_jagged_d128_causal.yaml 0" "jagged_window_d64_fp16.yaml 0" \
+                 "gem_jagged_d128_rope.yaml 0" "../tests/golden/jagged_d64_fp16_rope_table_qkv_bwd.yaml 0" \
                  "pma_broadcast_d128.yaml 32" "pma_broadcast_d128.yaml 64" "pma_broadcast_d128.yaml 100" \
                  "pma_broadcast_d128.yaml 200"; do
         set -- $run

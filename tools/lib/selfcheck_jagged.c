@@ -18,8 +18,8 @@ double ag_jagged_tolerance(ag_dtype dtype, bool backward) {
   return dtype == AG_DTYPE_FP16 ? 2e-3 : 1e-2;
 }
 
-enum { NBUF = 12 };
-enum { B_Q, B_K, B_V, B_O, B_LSE, B_DO, B_DQ, B_DK, B_DV, B_WS, B_CUQ, B_CUK };
+enum { NBUF = 14 };
+enum { B_Q, B_K, B_V, B_O, B_LSE, B_DO, B_DQ, B_DK, B_DV, B_WS, B_CUQ, B_CUK, B_TQ, B_TK };
 
 typedef struct state {
   const ag_driver *drv;
@@ -152,6 +152,7 @@ typedef struct ref_job {
   const int64_t *pairs; /* (b, head) */
   int64_t npairs;
   bool backward;
+  bool f64; /* the forward from the double copies (rotated), not the 16-bit inputs */
   double *ro, *rlse, *rdq, *rdk, *rdv;
   int64_t next;
   pthread_mutex_t lock;
@@ -168,6 +169,9 @@ static void *ref_worker(void *arg) {
     if (j->backward)
       ag_ref_jagged_bwd_part(j->p, j->rq, j->rk, j->rv, j->rdo, j->cu_q, j->cu_k, b, h, j->rdq,
                              j->rdk, j->rdv, NULL, NULL);
+    else if (j->f64)
+      ag_ref_jagged_forward_part_f64(j->p, j->rq, j->rk, j->rv, j->cu_q, j->cu_k, b, h, j->ro,
+                                     j->rlse);
     else
       ag_ref_jagged_forward_part(j->dt, j->p, j->q, j->k, j->v, j->cu_q, j->cu_k, b, h, j->ro,
                                  j->rlse);
@@ -232,6 +236,18 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
                              .head_dim = dim, .scale = ag_spec_scale(spec),
                              .causal = spec->causal, .window = spec->has_window,
                              .window_left = spec->window_left, .window_right = spec->window_right};
+  /* Rotary embeddings: the reference rotates double copies of the inputs
+   * (queries at positions Lk - Lq on) and rotates its gradients back; with
+   * positions from tables, random angles per token, a table for the
+   * queries and one for the keys (self-attention: one for both, passed as
+   * rotary_table alone). */
+  const bool rot = spec->rotary.layout != AG_ROTARY_NONE;
+  const bool tables = rot && spec->rotary.positions == AG_POSITIONS_TABLE;
+  const bool dbl = bwd || rot; /* double copies of q, k, v */
+  const size_t ntq = tables ? (size_t)tq * dim : 0, ntk = tables && !self ? (size_t)tk * dim : 0;
+  uint16_t *htq = malloc(2 * ntq + 2), *htk = malloc(2 * ntk + 2);
+  double *dtq = malloc(8 * ntq + 8), *dtk = malloc(8 * ntk + 8);
+  int64_t *shift = malloc(sizeof(int64_t) * (size_t)(batch + 1));
   /* Host buffers: 16-bit inputs and outputs, double copies for the reference. */
   uint16_t *hq = malloc(2 * nq + 1), *hk = malloc(2 * nk + 1), *hv = malloc(2 * nk + 1),
            *hdo = malloc(2 * nq + 1), *ho = malloc(2 * nq + 1), *hdq = malloc(bwd ? 2 * nq + 1 : 1),
@@ -239,8 +255,8 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
            *rep = malloc(bwd ? 2 * (nq + 2 * nk) + 1 : 1);
   float *hlse = malloc(4 * (size_t)(H * tq) + 4);
   /* Double copies of the inputs only for the backward's reference. */
-  double *rq = bwd ? calloc(nq + 1, 8) : NULL, *rk = bwd ? calloc(nk + 1, 8) : NULL,
-         *rv = bwd ? calloc(nk + 1, 8) : NULL, *rdo = bwd ? calloc(nq + 1, 8) : NULL,
+  double *rq = dbl ? calloc(nq + 1, 8) : NULL, *rk = dbl ? calloc(nk + 1, 8) : NULL,
+         *rv = dbl ? calloc(nk + 1, 8) : NULL, *rdo = bwd ? calloc(nq + 1, 8) : NULL,
          *ro = calloc(nq + 1, 8), *rlse = calloc((size_t)(H * tq) + 1, 8),
          *rdq = bwd ? calloc(nq + 1, 8) : NULL, *rdk = bwd ? calloc(nk + 1, 8) : NULL,
          *rdv = bwd ? calloc(nk + 1, 8) : NULL;
@@ -248,7 +264,8 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   ag_status st = AG_OK;
   int64_t *pairs = NULL; /* the (sequence, head) pairs the reference checks */
   if (!hq || !hk || !hv || !hdo || !ho || !hdq || !hdk || !hdv || !rep || !hlse || !ro ||
-      !rlse || (bwd && (!rq || !rk || !rv || !rdo || !rdq || !rdk || !rdv))) {
+      !rlse || (bwd && (!rdo || !rdq || !rdk || !rdv)) || (dbl && (!rq || !rk || !rv)) ||
+      !htq || !htk || !dtq || !dtk || !shift) {
     st = ag_fail(err, AG_ERR_NOMEM, "out of memory for the self-check's host buffers");
     goto done;
   }
@@ -261,14 +278,42 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
       /* a broadcast Q: the first n_q rows drawn, then copied to every sequence */
       if (bcast && t == 0 && i >= nqd) srcs[t][i] = srcs[t][i % nqd];
       else srcs[t][i] = ag_float_to_half(dt, (float)ag_rand_uniform(&rng, -1.0, 1.0));
-      if (bwd) dsts[t][i] = ag_half_to_float(dt, srcs[t][i]);
+      if (dsts[t]) dsts[t][i] = ag_half_to_float(dt, srcs[t][i]);
     }
+  /* sin, then cos, of a random angle per (token, pair), rounded to dtype */
+  for (int t = 0; t < 2; t++) {
+    uint16_t *h16 = t ? htk : htq;
+    double *h64 = t ? dtk : dtq;
+    const size_t rows = (t ? ntk : ntq) / (size_t)(dim > 0 ? dim : 1);
+    for (size_t r = 0; r < rows; r++)
+      for (int i = 0; i < dim / 2; i++) {
+        const double a = ag_rand_uniform(&rng, -3.14159265358979, 3.14159265358979);
+        h16[r * dim + i] = ag_float_to_half(dt, (float)sin(a));
+        h16[r * dim + dim / 2 + i] = ag_float_to_half(dt, (float)cos(a));
+        h64[r * dim + i] = ag_half_to_float(dt, h16[r * dim + i]);
+        h64[r * dim + dim / 2 + i] = ag_half_to_float(dt, h16[r * dim + dim / 2 + i]);
+      }
+  }
+  for (int64_t b = 0; b < batch; b++) shift[b] = (int64_t)lk[b] - lq[b];
+  const ag_ref_rotary rot_q = {.layout = spec->rotary.layout, .positions = spec->rotary.positions,
+                               .base = spec->rotary.base, .table = dtq};
+  const ag_ref_rotary rot_k = {.layout = spec->rotary.layout, .positions = spec->rotary.positions,
+                               .base = spec->rotary.base, .table = self ? dtq : dtk};
+  const unsigned apply = rot ? spec->rotary.apply_to : 0;
+  if (apply & AG_APPLY_Q) ag_ref_rotary_apply_shifted(&rot_q, false, cu_q, shift, batch, H, dim, rq);
+  if (apply & AG_APPLY_K) ag_ref_rotary_apply(&rot_k, false, cu_k, batch, G, dim, rk);
+  if (apply & AG_APPLY_V) ag_ref_rotary_apply(&rot_k, false, cu_k, batch, G, dim, rv);
+  /* The kernels round each rotated value to the dtype once; so does the
+   * reference, and its error measures the attention alone. */
+  for (int t = 0; t < 3; t++)
+    for (size_t i = 0; (apply & (AG_APPLY_Q << t)) && i < counts[t]; i++)
+      dsts[t][i] = ag_half_to_float(dt, ag_float_to_half(dt, (float)dsts[t][i]));
   if ((st = ag_cuda_check(err, s.drv->cuCtxPushCurrent(s.ctx->cu), "cuCtxPushCurrent"))) goto done;
   const size_t ws = bcast ? ag_broadcast_backward_workspace_bytes(kernel, batch, n_q, H)
                           : ag_jagged_backward_workspace_bytes(kernel, H, tq);
   const size_t sizes[NBUF] = {2 * nqd, 2 * nk, 2 * nk, 2 * nq, 4 * (size_t)(H * tq), 2 * nq,
                               2 * nqd, 2 * nk, 2 * nk, ws,
-                              4 * (size_t)(batch + 1), 4 * (size_t)(batch + 1)};
+                              4 * (size_t)(batch + 1), 4 * (size_t)(batch + 1), 2 * ntq, 2 * ntk};
   for (int i = 0; i < NBUF && st == AG_OK; i++)
     st = dev_alloc(&s, i, bwd || i < B_DO || i >= B_CUQ ? sizes[i] : 0, err);
   if (st == AG_OK) st = upload(&s, B_Q, hq, err); /* broadcast: its first n_q rows */
@@ -277,6 +322,10 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   if (st == AG_OK) st = upload(&s, B_DO, hdo, err);
   if (st == AG_OK) st = upload(&s, B_CUQ, cu_q, err);
   if (st == AG_OK) st = upload(&s, B_CUK, cu_k, err);
+  if (st == AG_OK) st = upload(&s, B_TQ, htq, err);
+  if (st == AG_OK) st = upload(&s, B_TK, htk, err);
+  const void *table_q = tables ? (const void *)s.d[B_TQ] : NULL;
+  const void *table_k = tables && !self ? (const void *)s.d[B_TK] : NULL;
   if (st == AG_OK) st = poison(&s, B_O, false, err);
   if (st == AG_OK) st = poison(&s, B_LSE, true, err);
   const CUdeviceptr cuk = self ? s.d[B_CUQ] : s.d[B_CUK];
@@ -285,7 +334,8 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
                            .cu_seqlens_q = (const int32_t *)s.d[B_CUQ],
                            .cu_seqlens_k = (const int32_t *)cuk, .batch = batch, .heads = H,
                            .kv_heads = G, .total_q = tq, .total_k = tk,
-                           .host_cu_seqlens_q = cu_q, .host_cu_seqlens_k = cu_k};
+                           .host_cu_seqlens_q = cu_q, .host_cu_seqlens_k = cu_k,
+                           .rotary_table = table_q, .rotary_table_k = table_k};
   /* The backward needs the forward's O and lse: a kernel of the backward
    * alone gets them from the reference, rounded as a forward would. */
   const pass_call fcall = {bcast, n_q, &fa, NULL};
@@ -321,7 +371,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   }
   ref_job job = {.p = &rp, .dt = dt, .q = hq, .k = hk, .v = hv, .rq = rq, .rk = rk, .rv = rv,
                  .rdo = rdo, .cu_q = cu_q, .cu_k = cu_k, .pairs = pairs, .npairs = npairs,
-                 .ro = ro, .rlse = rlse, .rdq = rdq, .rdk = rdk, .rdv = rdv};
+                 .ro = ro, .rlse = rlse, .rdq = rdq, .rdk = rdk, .rdv = rdv, .f64 = rot};
   ref_run(&job);
   out->checked_pairs = npairs;
   for (int64_t i = 0; i < npairs && fwd_pass; i++) {
@@ -345,7 +395,8 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
 
   if (bwd) {
     if (!fwd_pass) { /* O and lse from the reference, for every pair */
-      ag_ref_jagged_forward(dt, &rp, hq, hk, hv, cu_q, cu_k, ro, rlse);
+      if (rot) ag_ref_jagged_forward_f64(&rp, rq, rk, rv, cu_q, cu_k, ro, rlse);
+      else ag_ref_jagged_forward(dt, &rp, hq, hk, hv, cu_q, cu_k, ro, rlse);
       for (size_t i = 0; i < nq; i++) ho[i] = ag_float_to_half(dt, (float)ro[i]);
       for (int64_t i = 0; i < H * tq; i++) hlse[i] = (float)rlse[i];
       if ((st = upload(&s, B_O, ho, err)) || (st = upload(&s, B_LSE, hlse, err))) goto pop;
@@ -358,7 +409,8 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
                              .cu_seqlens_q = (const int32_t *)s.d[B_CUQ],
                              .cu_seqlens_k = (const int32_t *)cuk, .batch = batch, .heads = H,
                              .kv_heads = G, .total_q = tq, .total_k = tk,
-                             .host_cu_seqlens_q = cu_q, .host_cu_seqlens_k = cu_k};
+                             .host_cu_seqlens_q = cu_q, .host_cu_seqlens_k = cu_k,
+                             .rotary_table = table_q, .rotary_table_k = table_k};
     const pass_call bcall = {bcast, n_q, NULL, &ba};
     out->bitwise_repeatable = out->dkv_repeatable = true;
     out->dq_by_atomics = kernel->plan.jagged.fast_block_m > 0;
@@ -395,6 +447,10 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
     job.npairs = npairs;
     job.backward = true;
     ref_run(&job);
+    /* gradients of the unrotated inputs: R^T of the rotated ones' */
+    if (apply & AG_APPLY_Q) ag_ref_rotary_apply_shifted(&rot_q, true, cu_q, shift, batch, H, dim, rdq);
+    if (apply & AG_APPLY_K) ag_ref_rotary_apply(&rot_k, true, cu_k, batch, G, dim, rdk);
+    if (apply & AG_APPLY_V) ag_ref_rotary_apply(&rot_k, true, cu_k, batch, G, dim, rdv);
     if (bcast) { /* dQ: the expanded reference summed over the batch, rows 0..n_q */
       for (int64_t b = 1; b < batch; b++)
         for (size_t i = 0; i < nqd; i++) rdq[i] += rdq[(size_t)b * nqd + i];
@@ -444,5 +500,10 @@ done:
   free(rdq);
   free(rdk);
   free(rdv);
+  free(htq);
+  free(htk);
+  free(dtq);
+  free(dtk);
+  free(shift);
   return st;
 }

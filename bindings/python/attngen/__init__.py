@@ -32,8 +32,16 @@ lse is fp32 [heads, total_q]. Differentiable (forward and backward
 kernels in one module). On an H200/H100 (sm_90a) the backward adds dq
 with atomics, so dq's last bits vary run to run (dk, dv do not);
 `deterministic=True` writes `deterministic: true` into the spec, which
-takes the two-kernel backward with bit-identical gradients. No rotary
-embeddings or dropout with jagged sequences yet (UnsupportedError).
+takes the two-kernel backward with bit-identical gradients. Rotary
+embeddings as block_attention's (positions "table" or "sequence"; key j at
+position j, query i at i + Lk - Lq), both passes:
+
+    out = attngen.jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                   rotary={"layout": "half"},
+                                   rotary_table=table_q,     # [total_q, D]: sin | cos
+                                   rotary_table_k=table_k)   # [total_k, D]; None: table_q
+
+No dropout (UnsupportedError).
 
 Broadcast queries: one dense q [n_q, heads, D] shared by every sequence
 (a PMA block's seeds, candidates against each user's history), over the

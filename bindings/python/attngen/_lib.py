@@ -137,6 +137,10 @@ class AgJaggedFwdArgs(ctypes.Structure):
         ("total_k", ctypes.c_int64),
         ("host_cu_seqlens_q", ctypes.c_void_p),  # optional host copies; None: not checked
         ("host_cu_seqlens_k", ctypes.c_void_p),
+        # rotary positions: table only (else None): the queries' [total_q, head_dim] and
+        # the keys' [total_k, head_dim]; rotary_table_k None means rotary_table
+        ("rotary_table", ctypes.c_void_p),
+        ("rotary_table_k", ctypes.c_void_p),
     ]
 
 
@@ -162,6 +166,8 @@ class AgJaggedBwdArgs(ctypes.Structure):
         ("total_k", ctypes.c_int64),
         ("host_cu_seqlens_q", ctypes.c_void_p),
         ("host_cu_seqlens_k", ctypes.c_void_p),
+        ("rotary_table", ctypes.c_void_p),      # as in AgJaggedFwdArgs
+        ("rotary_table_k", ctypes.c_void_p),
     ]
 
 

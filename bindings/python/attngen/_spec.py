@@ -80,6 +80,16 @@ def _rotary_tag(rotary):
     return tag
 
 
+def _rotary_mapping(rotary):
+    """The spec's rotary mapping for normalized rotary options: layout,
+    apply_to, positions, and base when there is one (computed positions)."""
+    out = {"layout": rotary["layout"], "apply_to": list(rotary["apply_to"]),
+           "positions": rotary["positions"]}
+    if rotary.get("base") is not None:
+        out["base"] = float(rotary["base"])
+    return out
+
+
 def block_spec_name(block_size, head_dim, dtype, causal=False, softmax_scale=None,
                     backward=False, rotary=None):
     """The generated spec's name, e.g. torch_block64_d128_bf16, with
@@ -126,19 +136,17 @@ def block_spec(block_size, head_dim, dtype, causal=False, softmax_scale=None, ba
         "softmax_scale": "auto" if softmax_scale is None else float(softmax_scale),
     }
     if rotary is not None:
-        spec["rotary"] = {"layout": rotary["layout"], "apply_to": list(rotary["apply_to"]),
-                          "positions": rotary["positions"]}
-        if rotary.get("base") is not None:
-            spec["rotary"]["base"] = float(rotary["base"])
+        spec["rotary"] = _rotary_mapping(rotary)
     spec["passes"] = ["forward", "backward"] if backward else ["forward"]
     return spec
 
 
 def jagged_spec_name(head_dim, dtype, causal=False, window=None, softmax_scale=None,
-                     deterministic=False, backward=False, broadcast=False):
+                     deterministic=False, backward=False, broadcast=False, rotary=None):
     """The name of the spec jagged_attention generates, e.g.
     torch_jagged_d128_bf16, with _causal, _w<left>_<right> (window),
-    _s<scale>, _det (deterministic) and _grad (both passes) when they apply;
+    _s<scale>, _rope<options> (rotary, as block_spec_name's), _det
+    (deterministic) and _grad (both passes) when they apply;
     cut to 48 characters with a hash as block_spec_name. broadcast=True
     names broadcast_attention's spec (`query: broadcast`) the same way from
     torch_broadcast_ instead of torch_jagged_, e.g.
@@ -150,6 +158,8 @@ def jagged_spec_name(head_dim, dtype, causal=False, window=None, softmax_scale=N
         name += "_w%d_%d" % (int(window[0]), int(window[1]))
     if softmax_scale is not None:
         name += "_s" + _scale_tag(softmax_scale)
+    if rotary is not None:
+        name += _rotary_tag(rotary)
     if deterministic:
         name += "_det"
     if backward:
@@ -162,13 +172,15 @@ def jagged_spec_name(head_dim, dtype, causal=False, window=None, softmax_scale=N
 
 
 def jagged_spec(head_dim, dtype, causal=False, window=None, softmax_scale=None,
-                deterministic=False, backward=False, broadcast=False):
+                deterministic=False, backward=False, broadcast=False, rotary=None):
     """The spec dict jagged_attention compiles for its arguments: `pattern:
     jagged`, `causal`, `window: [left, right]` when `window` is a pair of
     non-negative ints (None: no window), `head_dim`, `dtype`,
     `softmax_scale` only when given (None: auto), `deterministic: true`
-    only when asked, and `passes: [forward, backward]` with backward=True
-    (else `[forward]`). The window is taken as given: mapping FlashAttention's
+    only when asked, the `rotary` mapping when `rotary` is given (the
+    normalized options of _validate.check_jagged_rotary, written as
+    block_spec writes them), and `passes: [forward, backward]` with
+    backward=True (else `[forward]`). The window is taken as given: mapping FlashAttention's
     window_size onto it is _validate.check_window_size's job.
 
     broadcast=True gives broadcast_attention's spec instead: the same keys
@@ -178,7 +190,7 @@ def jagged_spec(head_dim, dtype, causal=False, window=None, softmax_scale=None,
         raise ValueError("dtype must be one of %s, got %r" % (DTYPE_NAMES, dtype))
     spec = {
         "name": jagged_spec_name(head_dim, dtype, causal, window, softmax_scale, deterministic,
-                                 backward, broadcast),
+                                 backward, broadcast, rotary),
         "pattern": "jagged",
     }
     if broadcast:
@@ -192,6 +204,8 @@ def jagged_spec(head_dim, dtype, causal=False, window=None, softmax_scale=None,
         spec["softmax_scale"] = float(softmax_scale)
     if deterministic:
         spec["deterministic"] = True
+    if rotary is not None:
+        spec["rotary"] = _rotary_mapping(rotary)
     spec["passes"] = ["forward", "backward"] if backward else ["forward"]
     return spec
 

@@ -161,29 +161,34 @@ def check_dout(dout, q):
                          "with a storage offset, call .clone() first" % (ptr, ALIGNMENT))
 
 
-def check_rotary_table(table, q):
-    """Checks a rotary table for `positions: table`: [total_tokens, head_dim]
-    of q's dtype on q's device, contiguous and 16-byte aligned (sin in the
-    first head_dim/2 columns, cos in the rest; not checked)."""
+def check_rotary_table(table, q, name="rotary_table", tokens=None, rows="total_tokens"):
+    """Checks a rotary table for `positions: table`: [tokens, head_dim] of
+    q's dtype on q's device, contiguous and 16-byte aligned (sin in the
+    first head_dim/2 columns, cos in the rest; not checked). tokens None
+    means q's (block_attention's table, one row per token); jagged_attention
+    checks the keys' table (name "rotary_table_k") against total_k, naming
+    the rows `rows` in messages."""
     for attr in ("dtype", "shape", "device", "is_contiguous"):
         if not hasattr(table, attr):
-            raise ValueError("rotary_table must be a torch.Tensor, got %s" % type(table).__name__)
-    tokens, _, head_dim = _shape(q)
+            raise ValueError("%s must be a torch.Tensor, got %s" % (name, type(table).__name__))
+    head_dim = _shape(q)[-1]
+    if tokens is None:
+        tokens = _shape(q)[0]
     if table.device != q.device:
-        raise ValueError("rotary_table must be on the same device as q (%s), got %s"
-                         % (_device_str(q.device), _device_str(table.device)))
+        raise ValueError("%s must be on the same device as q (%s), got %s"
+                         % (name, _device_str(q.device), _device_str(table.device)))
     if dtype_name(table.dtype) != dtype_name(q.dtype):
-        raise ValueError("rotary_table must have q's dtype (%s), got %s"
-                         % (dtype_name(q.dtype), dtype_name(table.dtype)))
+        raise ValueError("%s must have q's dtype (%s), got %s"
+                         % (name, dtype_name(q.dtype), dtype_name(table.dtype)))
     if _shape(table) != (tokens, head_dim):
-        raise ValueError("rotary_table must be [total_tokens, head_dim] = %s, got %s"
-                         % ([tokens, head_dim], list(_shape(table))))
+        raise ValueError("%s must be [%s, head_dim] = %s, got %s"
+                         % (name, rows, [tokens, head_dim], list(_shape(table))))
     if not table.is_contiguous():
-        raise ValueError("rotary_table must be contiguous (call .contiguous() first)")
+        raise ValueError("%s must be contiguous (call .contiguous() first)" % name)
     ptr = table.data_ptr() if hasattr(table, "data_ptr") else None
     if tokens > 0 and ptr is not None and ptr % ALIGNMENT:
-        raise ValueError("rotary_table's data pointer (0x%x) must be %d-byte aligned"
-                         % (ptr, ALIGNMENT))
+        raise ValueError("%s's data pointer (0x%x) must be %d-byte aligned"
+                         % (name, ptr, ALIGNMENT))
 
 
 ROTARY_LAYOUTS = ("interleaved", "half")
@@ -193,8 +198,9 @@ ROTARY_KEYS = ("layout", "apply_to", "positions", "base")
 
 
 def check_rotary(rotary):
-    """Checks block_attention's rotary option, the spec's rotary mapping as
-    a dict (or a layout name alone): {"layout": "interleaved" | "half",
+    """Checks block_attention's rotary option (and jagged_attention's,
+    through check_jagged_rotary), the spec's rotary mapping as a dict (or a
+    layout name alone): {"layout": "interleaved" | "half",
     "apply_to": subset of ("q", "k", "v") (default ("q", "k")),
     "positions": "table" | "sequence" | "block" (default "table"), "base":
     a positive number, only with computed positions (default 10000.0)}.
@@ -488,17 +494,56 @@ def check_cu_seqlens(cu, device, name="cu_seqlens_q"):
     return n - 1
 
 
+def check_jagged_rotary(rotary):
+    """check_rotary for the jagged pattern: positions "table" or "sequence"
+    (key j of a sequence at position j, query i at i + Lk - Lq); "block"
+    raises ValueError. Returns None or the normalized dict."""
+    rotary = check_rotary(rotary)
+    if rotary is not None and rotary["positions"] == "block":
+        raise ValueError("rotary positions 'block' apply only to the block-diagonal pattern "
+                         "(block_attention); jagged_attention takes positions 'table' or "
+                         "'sequence'")
+    return rotary
+
+
+def check_jagged_rotary_tables(rotary, rotary_table, rotary_table_k, q, total_q, total_k):
+    """Checks jagged_attention's rotary tables against its normalized rotary
+    option: with positions "table", rotary_table [total_q, head_dim] (the
+    queries') is required and rotary_table_k [total_k, head_dim] (the
+    keys') optional, None meaning rotary_table (then total_k must equal
+    total_q); with any other option neither is taken. ValueError otherwise."""
+    wants_table = rotary is not None and rotary["positions"] == "table"
+    if not wants_table:
+        for name, t in (("rotary_table", rotary_table), ("rotary_table_k", rotary_table_k)):
+            if t is not None:
+                raise ValueError("%s is only taken with rotary positions 'table' (got rotary=%r)"
+                                 % (name, rotary))
+        return
+    if rotary_table is None:
+        raise ValueError("rotary positions 'table' need rotary_table=[total_q, head_dim] (the "
+                         "queries' sin in the first head_dim/2 columns, cos in the rest) and, "
+                         "for keys other than the queries' tokens, rotary_table_k=[total_k, "
+                         "head_dim]")
+    check_rotary_table(rotary_table, q, "rotary_table", total_q, "total_q")
+    if rotary_table_k is None:
+        if total_k != total_q:
+            raise ValueError("rotary_table_k is None (the queries' rotary_table serves the keys "
+                             "too) but k has %d tokens and q %d; pass rotary_table_k=[total_k, "
+                             "head_dim] for cross-attention" % (total_k, total_q))
+    else:
+        check_rotary_table(rotary_table_k, q, "rotary_table_k", total_k, "total_k")
+
+
 def check_jagged_attention_args(q, k, v, cu_seqlens_q, cu_seqlens_k=None, causal=False,
                                 window_size=(-1, -1), softmax_scale=None, rotary=None,
-                                rotary_table=None, deterministic=False, dropout_p=0.0):
+                                rotary_table=None, deterministic=False, dropout_p=0.0,
+                                rotary_table_k=None):
     """Every check of jagged_attention, in one call. Returns a dict with
     dtype, dtype_tag, device, total_q, heads, head_dim, total_k, kv_heads,
     batch, causal and window (after check_window_size), softmax_scale,
-    deterministic and cu_seqlens_k (cu_seqlens_q when None was given)."""
-    if rotary is not None or rotary_table is not None:
-        raise _errors.UnsupportedError(
-            "attngen: rotary embeddings are not supported with the jagged pattern yet "
-            "(pass rotary=None, rotary_table=None; block_attention has them)")
+    deterministic, cu_seqlens_k (cu_seqlens_q when None was given), rotary
+    (check_jagged_rotary's), rotary_table and rotary_table_k (as given,
+    checked by check_jagged_rotary_tables)."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
         raise _errors.UnsupportedError("attngen: dropout is not supported (dropout_p must be "
                                        "0.0, got %r)" % (dropout_p,))
@@ -506,6 +551,7 @@ def check_jagged_attention_args(q, k, v, cu_seqlens_q, cu_seqlens_k=None, causal
         raise ValueError("deterministic must be True or False, got %r" % (deterministic,))
     causal, window = check_window_size(window_size, causal)
     softmax_scale = check_softmax_scale(softmax_scale)
+    rotary = check_jagged_rotary(rotary)
     dtype, tag, device, total_q, heads, head_dim, total_k, kv_heads = check_jagged_qkv(q, k, v)
     batch = check_cu_seqlens(cu_seqlens_q, device, "cu_seqlens_q")
     if cu_seqlens_k is None:
@@ -519,11 +565,13 @@ def check_jagged_attention_args(q, k, v, cu_seqlens_q, cu_seqlens_k=None, causal
         if batch_k != batch:
             raise ValueError("cu_seqlens_q and cu_seqlens_k must have the same length (batch + "
                              "1): got %d and %d" % (batch + 1, batch_k + 1))
+    check_jagged_rotary_tables(rotary, rotary_table, rotary_table_k, q, total_q, total_k)
     return {
         "dtype": dtype, "dtype_tag": tag, "device": device, "total_q": total_q, "heads": heads,
         "head_dim": head_dim, "total_k": total_k, "kv_heads": kv_heads, "batch": batch,
         "causal": causal, "window": window, "softmax_scale": softmax_scale,
-        "deterministic": deterministic, "cu_seqlens_k": cu_seqlens_k,
+        "deterministic": deterministic, "cu_seqlens_k": cu_seqlens_k, "rotary": rotary,
+        "rotary_table": rotary_table, "rotary_table_k": rotary_table_k,
     }
 
 

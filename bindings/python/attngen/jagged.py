@@ -12,10 +12,10 @@ import ctypes
 import threading
 
 from . import _errors, _lib, _spec, _validate
-from .ops import _Refused, _device_index, _dout_for, _needs_grad, _torch, load
+from .ops import _Refused, _device_index, _dout_for, _needs_grad, _rotary_key, _torch, load
 
 _kernel_lock = threading.Lock()
-# (head_dim, dtype_tag, causal, window, scale, deterministic, backward) -> Kernel,
+# (head_dim, dtype_tag, causal, window, scale, deterministic, backward, rotary) -> Kernel,
 # or the _Refused of an UnsupportedError from spec validation
 _kernels = {}
 
@@ -30,21 +30,23 @@ def _need_entry(name):
 
 
 def jagged_kernel_for(head_dim=128, dtype="bf16", causal=False, window=None, softmax_scale=None,
-                      deterministic=False, backward=False):
+                      deterministic=False, backward=False, rotary=None):
     """The (cached) Kernel jagged_attention uses for these options (window:
     None or the spec's (left, right), as _validate.check_window_size
-    returns it). Raises UnsupportedError with spec validation's message for
+    returns it; rotary: as jagged_attention's, positions "table" or
+    "sequence"). Raises UnsupportedError with spec validation's message for
     options attngen cannot build."""
     window = None if window is None else (int(window[0]), int(window[1]))
+    rotary = _validate.check_jagged_rotary(rotary)
     key = (int(head_dim), dtype, bool(causal), window, softmax_scale, bool(deterministic),
-           bool(backward))
+           bool(backward), _rotary_key(rotary))
     k = _kernels.get(key)
     if k is None:
         with _kernel_lock:
             k = _kernels.get(key)
             if k is None:
                 spec = _spec.jagged_spec(head_dim, dtype, causal, window, softmax_scale,
-                                         deterministic, backward=bool(backward))
+                                         deterministic, backward=bool(backward), rotary=rotary)
                 try:
                     k = load(spec, compile=False)
                 except _errors.UnsupportedError as e:
@@ -55,15 +57,15 @@ def jagged_kernel_for(head_dim=128, dtype="bf16", causal=False, window=None, sof
     return k
 
 
-def _grad_kernel(opts, device_index):
+def _grad_kernel(opts, rotary, device_index):
     """(kernel, refusal): the kernel with both passes and None, or the
     forward-only kernel and the _Refused its backward raises."""
     try:
-        kernel = jagged_kernel_for(*opts, backward=True)
+        kernel = jagged_kernel_for(*opts, backward=True, rotary=rotary)
         kernel.handle(device_index)
         return kernel, None
     except _errors.UnsupportedError as e:
-        return jagged_kernel_for(*opts), _Refused.from_error(e, BACKWARD_LEAD)
+        return jagged_kernel_for(*opts, rotary=rotary), _Refused.from_error(e, BACKWARD_LEAD)
 
 
 def _alloc_like(torch, like, poison):
@@ -77,9 +79,16 @@ def _stream(torch, q):
     return ctypes.c_void_p(s or None)
 
 
-def _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison=False):
+def _ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+def _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison=False, rotary_table=None,
+                 rotary_table_k=None):
     """(out, lse) of the jagged forward on torch's current stream; no checks
-    beyond the C launcher's."""
+    beyond the C launcher's. rotary_table / rotary_table_k: the queries' and
+    keys' tables of a kernel with rotary positions from tables (keys' None:
+    the queries'), else None."""
     torch = _torch()
     total_q, heads, _ = q.shape
     total_k, kv_heads, _ = k.shape
@@ -101,7 +110,8 @@ def _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison=False):
     args = _lib.AgJaggedFwdArgs(
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
         cu_seqlens_q=cu_q.data_ptr(), cu_seqlens_k=cu_k.data_ptr(), batch=batch, heads=heads,
-        kv_heads=kv_heads, total_q=total_q, total_k=total_k)
+        kv_heads=kv_heads, total_q=total_q, total_k=total_k, rotary_table=_ptr(rotary_table),
+        rotary_table_k=_ptr(rotary_table_k))
     _lib.call("ag_jagged_forward", h, ctypes.byref(args), _stream(torch, q),
               context="attngen: jagged forward '%s'" % kernel.spec.name)
     return out, lse
@@ -117,9 +127,11 @@ def workspace_bytes(kernel_handle, heads, total_q):
                                                              int(total_q)))
 
 
-def _backward_raw(kernel, dout, q, k, v, out, lse, cu_q, cu_k, batch, poison=False):
+def _backward_raw(kernel, dout, q, k, v, out, lse, cu_q, cu_k, batch, poison=False,
+                  rotary_table=None, rotary_table_k=None):
     """dq, dk, dv of the jagged backward for a contiguous, aligned dout like
-    q (not checked), on torch's current stream."""
+    q (not checked), on torch's current stream: with respect to the
+    unrotated q, k, v when the kernel rotates them (the forward's tables)."""
     torch = _torch()
     total_q, heads, _ = q.shape
     total_k, kv_heads, _ = k.shape
@@ -141,7 +153,8 @@ def _backward_raw(kernel, dout, q, k, v, out, lse, cu_q, cu_k, batch, poison=Fal
         lse=lse.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
         workspace=workspace.data_ptr(), cu_seqlens_q=cu_q.data_ptr(),
         cu_seqlens_k=cu_k.data_ptr(), batch=batch, heads=heads, kv_heads=kv_heads,
-        total_q=total_q, total_k=total_k)
+        total_q=total_q, total_k=total_k, rotary_table=_ptr(rotary_table),
+        rotary_table_k=_ptr(rotary_table_k))
     _lib.call("ag_jagged_backward", h, ctypes.byref(args), _stream(torch, q),
               context="attngen: jagged backward '%s'" % kernel.spec.name)
     return dq, dk, dv
@@ -161,16 +174,20 @@ def _function():
     class JaggedAttentionFunction(torch.autograd.Function):
         """Forward: ag_jagged_forward (output and logsumexp). Backward:
         ag_jagged_backward from q, k, v, the output, its logsumexp and dout
-        (saved: q, k, v, out, lse and the two offsets), or the refusal
-        recorded at forward time. The logsumexp output is not
-        differentiable."""
+        (saved: q, k, v, out, lse, the two offsets and the two rotary
+        tables, None without), or the refusal recorded at forward time.
+        The logsumexp output is not differentiable; the tables get no
+        gradient."""
 
         @staticmethod
-        def forward(ctx, q, k, v, cu_q, cu_k, kernel, batch, poison, refused):
-            out, lse = _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison)
+        def forward(ctx, q, k, v, cu_q, cu_k, kernel, batch, poison, refused, rotary_table,
+                    rotary_table_k):
+            out, lse = _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison, rotary_table,
+                                    rotary_table_k)
             ctx.kernel, ctx.batch, ctx.poison, ctx.refused = kernel, batch, poison, refused
             if refused is None and any(ctx.needs_input_grad[:3]):
-                ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+                ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, rotary_table,
+                                      rotary_table_k)
             ctx.mark_non_differentiable(lse)
             return out, lse
 
@@ -179,12 +196,12 @@ def _function():
         def backward(ctx, grad_out, grad_lse=None):
             if ctx.refused is not None:
                 raise ctx.refused.error()
-            q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+            q, k, v, out, lse, cu_q, cu_k, table, table_k = ctx.saved_tensors
             dq, dk, dv = _backward_raw(ctx.kernel, _dout_for(grad_out, q), q, k, v, out, lse,
-                                       cu_q, cu_k, ctx.batch, ctx.poison)
+                                       cu_q, cu_k, ctx.batch, ctx.poison, table, table_k)
             need = ctx.needs_input_grad
             return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
-                    None, None, None, None, None, None)
+                    None, None, None, None, None, None, None, None)
 
     _autograd_cls = JaggedAttentionFunction
     return _autograd_cls
@@ -192,8 +209,8 @@ def _function():
 
 def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None,
                      max_seqlen_k=None, *, dropout_p=0.0, causal=False, window_size=(-1, -1),
-                     softmax_scale=None, rotary=None, rotary_table=None, deterministic=False,
-                     return_lse=False, _poison=False):
+                     softmax_scale=None, rotary=None, rotary_table=None, rotary_table_k=None,
+                     deterministic=False, return_lse=False, _poison=False):
     """Attention over jagged sequences, a drop-in for FlashAttention's
     flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     max_seqlen_k, causal=..., window_size=..., softmax_scale=...).
@@ -219,8 +236,21 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
     asks the spec for `deterministic: true`: the backward's gradients are
     then bit-identical run to run (two kernels, no atomics); without it, on
     sm_90a, a faster backward adds dq with atomics, whose last bits vary
-    (dk and dv are bit-identical either way). rotary / rotary_table: not
-    supported with jagged sequences yet (UnsupportedError).
+    (dk and dv are bit-identical either way).
+
+    rotary (optional): rotary embeddings fused into both passes, as
+    block_attention's (the spec's rotary mapping: {"layout": "interleaved"
+    | "half", "apply_to": e.g. ["q", "k"] (the default), "positions":
+    "table" (the default) | "sequence", "base": 10000.0 (computed positions
+    only)}, or a layout name alone); positions "block" raise ValueError.
+    Key j of a sequence is at position j, query i at i + Lk - Lq (aligned
+    at the bottom right as the causal mask; i for self-attention). With
+    positions "table", rotary_table is the queries' table [total_q,
+    head_dim] and rotary_table_k the keys' [total_k, head_dim] (each row's
+    sin in the first head_dim/2 columns, cos in the rest; q's dtype and
+    device, contiguous); rotary_table_k None means rotary_table, which needs
+    total_k == total_q (self-attention). Gradients are with respect to the
+    unrotated q, k, v; the tables get none.
 
     Returns out (like q), or (out, lse) with return_lse=True: lse fp32
     [heads, total_q], each row's natural-log softmax denominator (-inf for a
@@ -236,16 +266,17 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
     """
     a = _validate.check_jagged_attention_args(q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
                                               window_size, softmax_scale, rotary, rotary_table,
-                                              deterministic, dropout_p)
+                                              deterministic, dropout_p, rotary_table_k)
     cu_k = a["cu_seqlens_k"]
     opts = (a["head_dim"], a["dtype_tag"], a["causal"], a["window"], a["softmax_scale"],
             a["deterministic"])
+    rotary, table, table_k = a["rotary"], a["rotary_table"], a["rotary_table_k"]
     if not _needs_grad(q, k, v):
-        out, lse = _forward_raw(jagged_kernel_for(*opts), q, k, v, cu_seqlens_q, cu_k,
-                                a["batch"], _poison)
+        out, lse = _forward_raw(jagged_kernel_for(*opts, rotary=rotary), q, k, v, cu_seqlens_q,
+                                cu_k, a["batch"], _poison, table, table_k)
     else:
         torch = _torch()
-        kernel, refused = _grad_kernel(opts, _device_index(torch, q))
+        kernel, refused = _grad_kernel(opts, rotary, _device_index(torch, q))
         out, lse = _function().apply(q, k, v, cu_seqlens_q, cu_k, kernel, a["batch"], _poison,
-                                     refused)
+                                     refused, table, table_k)
     return (out, lse) if return_lse else out

@@ -10,6 +10,12 @@ at the bottom right (query i of Lq sees key j <= i + Lk - Lq when causal;
 FlashAttention's window_size sides likewise), grouped-query attention by
 repeat_interleave of the key heads, rows that see no key give 0 and
 logsumexp -inf. Gradients come from float64 autograd through it.
+
+The rotary tests rotate the float64 inputs before attention64 (gradients
+with respect to the unrotated inputs, through the rotation): key j of a
+sequence at position j, query i at i + Lk - Lq (computed positions), or
+each token by its row of the caller's table (random angles, so a row read
+from the wrong token or the wrong table shows).
 """
 import math
 
@@ -50,17 +56,23 @@ def _precompile(_need_gpu_and_lib):
             for dt in ("bf16", "fp16"):
                 for bwd in (False, True):
                     keys.add((dim, dt, c, w, bwd))
+    items = [(key, None) for key in sorted(keys, key=repr)]
+    for case in ROPE_CASES:
+        c, w = attngen._validate.check_window_size(case[9], case[8])
+        dt = "bf16" if case[10] == torch.bfloat16 else "fp16"
+        for bwd in (False, True):
+            items.append(((case[11], dt, c, w, bwd), rope_option(case)))
     dev = torch.cuda.current_device()
 
-    def build(key):
-        dim, dt, c, w, bwd = key
+    def build(item):
+        (dim, dt, c, w, bwd), rotary = item
         try:
-            attngen.jagged_kernel_for(dim, dt, c, w, backward=bwd).handle(dev)
+            attngen.jagged_kernel_for(dim, dt, c, w, backward=bwd, rotary=rotary).handle(dev)
         except Exception:
             pass
 
     with cf.ThreadPoolExecutor(max_workers=8) as ex:
-        list(ex.map(build, sorted(keys, key=repr)))
+        list(ex.map(build, items))
 
 
 def visible(lq, lk, causal, window_size, device="cpu"):
@@ -249,3 +261,133 @@ def test_matches_flash_attention_if_available():
     out = attngen.jagged_attention(q, k, v, tq, causal=True)
     torch.cuda.synchronize()
     assert rel(out, ref) <= 1e-2
+
+
+# ---- rotary embeddings ------------------------------------------------------------
+
+# Sequences of every kind: no queries, no keys, Lq > Lk (130 > 64, 200 > 77:
+# under causal their first queries see no key and sit at negative
+# positions), Lq < Lk, Lq == Lk.
+ROPE_LQ = [0, 1, 37, 130, 64, 200, 3]
+ROPE_LK = [5, 0, 37, 64, 100, 77, 3]
+
+ROPE_CASES = [
+    # (name, layout, apply_to, positions, base, cross, heads, kv_heads, causal, window_size,
+    #  dtype, head_dim)
+    ("half-qk-table-self-causal", "half", ("q", "k"), "table", None, False, 4, 4, True,
+     (-1, -1), torch.bfloat16, 128),
+    ("interleaved-qk-table-cross", "interleaved", ("q", "k"), "table", None, True, 4, 2, False,
+     (-1, -1), torch.float16, 64),
+    ("interleaved-qkv-table-cross-causal", "interleaved", ("q", "k", "v"), "table", None, True,
+     4, 4, True, (-1, -1), torch.bfloat16, 64),
+    ("half-k-table-cross-causal-window", "half", ("k",), "table", None, True, 6, 3, True,
+     (48, -1), torch.float16, 128),
+    ("half-qkv-sequence-self", "half", ("q", "k", "v"), "sequence", 10000.0, False, 4, 2, False,
+     (-1, -1), torch.float16, 64),
+    ("interleaved-qk-sequence-cross-causal", "interleaved", ("q", "k"), "sequence", 10000.0,
+     True, 4, 4, True, (-1, -1), torch.bfloat16, 128),
+    ("half-qk-sequence-cross-window-b5e5", "half", ("q", "k"), "sequence", 5e5, True, 4, 4,
+     False, (32, 7), torch.bfloat16, 64),
+    ("interleaved-qv-sequence-self-causal", "interleaved", ("q", "v"), "sequence", 10000.0,
+     False, 2, 1, True, (-1, -1), torch.float16, 128),
+]
+
+
+def rope_option(case):
+    """jagged_attention's rotary= for a ROPE_CASES entry."""
+    _, layout, apply_to, positions, base = case[:5]
+    rotary = {"layout": layout, "apply_to": list(apply_to), "positions": positions}
+    if base is not None:
+        rotary["base"] = base
+    return rotary
+
+
+def rotate64(x, table, layout):
+    """x [total, H, D] rotated by the angles of table [total, D] (sin in the
+    first D/2 columns, cos in the rest): pairs (2i, 2i+1) when interleaved,
+    (i, i + D/2) when half."""
+    h = x.shape[-1] // 2
+    sin, cos = table[:, None, :h], table[:, None, h:]
+    if layout == "interleaved":
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    a, b = x[..., :h], x[..., h:]
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+
+
+def positions_table64(cu_q, cu_k, dim, base, queries):
+    """float64 sin | cos of computed positions, one row per token: key j of
+    a sequence at position j, query i at i + Lk - Lq (bottom-right aligned,
+    negative when Lq > Lk); angle p * base^(-2i / D)."""
+    pos = []
+    for b in range(len(cu_q) - 1):
+        lq, lk = cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]
+        pos += [i + lk - lq for i in range(lq)] if queries else list(range(lk))
+    p = torch.tensor(pos, dtype=torch.float64).view(-1, 1)
+    inv = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    return torch.cat((torch.sin(p * inv), torch.cos(p * inv)), dim=-1)
+
+
+def random_table(rows, dim, dtype, seed):
+    """A caller's table of random angles [rows, dim] (sin | cos) on the GPU."""
+    g = torch.Generator().manual_seed(seed)
+    angles = (torch.rand(rows, dim // 2, generator=g, dtype=torch.float64) - 0.5) * 2 * math.pi
+    return torch.cat((angles.sin(), angles.cos()), dim=-1).to(dtype).cuda()
+
+
+@pytest.mark.parametrize("case", ROPE_CASES, ids=[c[0] for c in ROPE_CASES])
+def test_rotary_forward_and_gradients(case):
+    (_, layout, apply_to, positions, base, cross, heads, kv_heads, causal, window, dtype,
+     dim) = case
+    lk = ROPE_LK if cross else ROPE_LQ
+    q, k, v, tq, tk, cq, ck = make(ROPE_LQ, lk, heads, kv_heads, dim, dtype, seed=300 + dim,
+                                   grad=True)
+    rotary = rope_option(case)
+    tables = {}
+    if positions == "table":
+        table_q = random_table(cq[-1], dim, dtype, seed=dim)
+        table_k = random_table(ck[-1], dim, dtype, seed=dim + 1) if cross else None
+        tables = {"rotary_table": table_q, "rotary_table_k": table_k}
+        # the values as stored, as the kernels read them; self-attention: one table
+        tab_q64 = table_q.double().cpu()
+        tab_k64 = (table_k if cross else table_q).double().cpu()
+    else:
+        tab_q64 = positions_table64(cq, ck, dim, base, queries=True)
+        tab_k64 = positions_table64(cq, ck, dim, base, queries=False)
+    cu_k = tk if cross else None
+    out, lse = attngen.jagged_attention(q, k, v, tq, cu_k, causal=causal, window_size=window,
+                                        rotary=rotary, return_lse=True, _poison=True, **tables)
+    dout = torch.randn_like(out)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    with torch.no_grad():  # the forward-only kernel
+        out_fwd = attngen.jagged_attention(q, k, v, tq, cu_k, causal=causal, window_size=window,
+                                           rotary=rotary, _poison=True, **tables)
+    torch.cuda.synchronize()
+    for name, t in (("output", out), ("forward-only output", out_fwd), ("dq", dq), ("dk", dk),
+                    ("dv", dv)):
+        assert not torch.isnan(t).any(), "%s rows left unwritten" % name
+    leaves = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
+    rotated = [rotate64(x, tab_q64 if n == "q" else tab_k64, layout) if n in apply_to else x
+               for n, x in zip("qkv", leaves)]
+    ref, ref_lse = attention64(*rotated, cq, ck, causal, window)
+    for got in (out.detach(), out_fwd):
+        err = rel(got, ref.detach())
+        assert err <= TOL[dtype], "output: relative error %.3g" % err
+    check_lse(lse, ref_lse.detach())
+    rq, rk, rv = torch.autograd.grad(ref, leaves, dout.double().cpu())
+    errs = [rel(dq, rq), rel(dk, rk), rel(dv, rv)]
+    assert max(errs) <= GRAD_TOL[dtype], "dq, dk, dv relative errors %s" % errs
+
+
+def test_rotary_table_errors_on_real_tensors():
+    q, k, v, tq, tk, _, _ = make([5, 9], [7, 2], 2, 2, 64, torch.bfloat16)
+    table_q = random_table(q.shape[0], 64, torch.bfloat16, seed=1)
+    with pytest.raises(ValueError, match="rotary_table_k is None"):
+        attngen.jagged_attention(q, k, v, tq, tk, rotary="half", rotary_table=table_q)
+    with pytest.raises(ValueError, match="rotary_table_k must be contiguous"):
+        attngen.jagged_attention(q, k, v, tq, tk, rotary="half", rotary_table=table_q,
+                                 rotary_table_k=torch.zeros(64, k.shape[0], dtype=q.dtype,
+                                                            device="cuda").t())
+    with pytest.raises(ValueError, match="positions 'block'"):
+        attngen.jagged_attention(q, k, v, tq, tk, rotary={"layout": "half",
+                                                          "positions": "block"})

@@ -180,7 +180,7 @@ def test_jagged_args_layout_by_hand():
     same against a compiled probe of the header)."""
     if ctypes.sizeof(ctypes.c_void_p) != 8:
         pytest.skip("not an LP64 platform")
-    for cls, n in ((_lib.AgJaggedFwdArgs, 14), (_lib.AgJaggedBwdArgs, 19)):
+    for cls, n in ((_lib.AgJaggedFwdArgs, 16), (_lib.AgJaggedBwdArgs, 21)):
         assert len(cls._fields_) == n
         assert ctypes.sizeof(cls) == 8 * n
         for i, f in enumerate(cls._fields_):
@@ -276,10 +276,6 @@ def test_validation_refusals(mutate, match):
 
 def test_option_refusals():
     q, k, v, cq, _ = jtensors()
-    with pytest.raises(attngen.UnsupportedError, match="rotary"):
-        _check(q, k, v, cq, rotary="interleaved")
-    with pytest.raises(attngen.UnsupportedError, match="rotary"):
-        _check(q, k, v, cq, rotary_table=ts.StubTensor((8, 64)))
     with pytest.raises(attngen.UnsupportedError, match="dropout"):
         _check(q, k, v, cq, dropout_p=0.1)
     with pytest.raises(attngen.UnsupportedError, match="window_size"):
@@ -332,12 +328,16 @@ def env(monkeypatch):
             raise _errors.make_error(_errors.AG_ERR_UNSUPPORTED, "<dict>:9:1: error: nope",
                                      code_name="not supported yet")
         w = spec.get("window")
+        r = spec.get("rotary")
+        rotary = None if r is None else {
+            "layout": r["layout"], "apply_to": tuple(r.get("apply_to", ("q", "k"))),
+            "positions": r.get("positions", "table"), "base": r.get("base", 10000.0)}
         info = _spec.SpecInfo(
             name=spec["name"], source="<dict>", pattern=spec["pattern"], block_size=0,
             causal=spec["causal"], head_dim=spec["head_dim"], dtype=spec["dtype"],
             softmax_scale=spec.get("softmax_scale"), scale=spec["head_dim"] ** -0.5,
             passes=tuple(spec["passes"]), window=None if w is None else tuple(w),
-            deterministic=spec.get("deterministic", False))
+            deterministic=spec.get("deterministic", False), rotary=rotary)
         return None, info
 
     def handle(self, device_index=None):
@@ -371,6 +371,7 @@ def test_forward_no_grad(env):
     assert a["cu_seqlens_q"] == a["cu_seqlens_k"] == cq.data_ptr()  # self-attention
     assert (a["batch"], a["heads"], a["kv_heads"], a["total_q"], a["total_k"]) == (3, 8, 2, 8, 8)
     assert a["lse"] is not None and a["host_cu_seqlens_q"] is None and a["host_cu_seqlens_k"] is None
+    assert a["rotary_table"] is None and a["rotary_table_k"] is None  # no rotary: no table
     assert call["stream"] == 0x5EED
 
 
@@ -407,12 +408,12 @@ def test_forward_and_backward(env):
     ctx = out.grad_fn[1]
     lse_ptr = fwd["args"]["lse"]
     saved = ctx.saved_tensors
-    assert saved[:4] == (q, k, v, out) and saved[5:] == (cq, ck)
+    assert saved[:4] == (q, k, v, out) and saved[5:] == (cq, ck, None, None)  # no tables
     assert saved[4].data_ptr() == lse_ptr and saved[4].shape == (4, 8)
     assert len(ctx.non_differentiable) == 1 and ctx.non_differentiable[0] is saved[4]
     dout = ts.StubTensor(q.shape, q.dtype, ptr=next(ts._ptrs))
     dq, dk, dv, *rest = ts.run_backward(out, dout)
-    assert rest == [None] * 6
+    assert rest == [None] * 8
     fwd, bwd = env.launches.calls
     assert bwd["fn"] == "ag_jagged_backward" and bwd["handle"] == fwd["handle"]
     a = bwd["args"]
@@ -426,6 +427,7 @@ def test_forward_and_backward(env):
                                "workspace")}) == 10
     assert (a["cu_seqlens_q"], a["cu_seqlens_k"]) == (cq.data_ptr(), ck.data_ptr())
     assert (a["batch"], a["heads"], a["kv_heads"], a["total_q"], a["total_k"]) == (3, 4, 2, 8, 7)
+    assert a["rotary_table"] is None and a["rotary_table_k"] is None
     assert bwd["stream"] == 0x5EED
 
 
@@ -498,6 +500,263 @@ def test_signature_is_flash_attn_varlen_funcs():
     assert params[:7] == ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
                           "max_seqlen_k"]
     for name in ("causal", "window_size", "softmax_scale", "deterministic", "return_lse",
-                 "rotary", "rotary_table", "dropout_p"):
+                 "rotary", "rotary_table", "rotary_table_k", "dropout_p"):
         assert name in params
+    assert params.index("rotary_table_k") == params.index("rotary_table") + 1
+    kinds = inspect.signature(attngen.jagged_attention).parameters
+    assert kinds["rotary_table_k"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert kinds["rotary_table_k"].default is None
     assert "jagged_attention" in attngen.__all__
+
+
+# ---- rotary embeddings ------------------------------------------------------------
+
+HALF_QK_TABLE = {"layout": "half", "apply_to": ("q", "k"), "positions": "table", "base": None}
+
+
+def test_jagged_spec_with_rotary_text():
+    assert attngen.dict_to_yaml(attngen.jagged_spec(128, "bf16", True, backward=True,
+                                                    rotary=HALF_QK_TABLE)) == (
+        "name: torch_jagged_d128_bf16_causal_ropeh_qk_t_grad\npattern: jagged\ncausal: true\n"
+        "head_dim: 128\ndtype: bf16\nrotary:\n  layout: half\n  apply_to: [q, k]\n"
+        "  positions: table\npasses: [forward, backward]\n")
+    seq = _validate.check_jagged_rotary({"layout": "interleaved", "positions": "sequence",
+                                         "apply_to": ["v", "k", "q"], "base": 5e5})
+    s = attngen.jagged_spec(64, "fp16", False, None, None, True, rotary=seq)
+    assert s["rotary"] == {"layout": "interleaved", "apply_to": ["q", "k", "v"],
+                           "positions": "sequence", "base": 500000.0}
+    assert s["name"] == "torch_jagged_d64_fp16_ropei_qkv_s_b500000_det"
+    assert list(s) == ["name", "pattern", "causal", "head_dim", "dtype", "deterministic",
+                       "rotary", "passes"]
+    # past 48 characters: cut, with a hash of the whole name
+    long_name = attngen.jagged_spec(64, "fp16", False, (32, 0), None, True, rotary=seq)["name"]
+    assert len(long_name) == 48 and long_name.startswith("torch_jagged_d64_fp16_w32_0_ropei_")
+    # rotary is part of the name (the kernel cache keys on names), and absent without it
+    assert attngen.jagged_spec(64, "bf16")["name"] != \
+        attngen.jagged_spec(64, "bf16", rotary=HALF_QK_TABLE)["name"]
+    assert "rotary" not in attngen.jagged_spec(64, "bf16")
+    assert len(attngen.jagged_spec_name(64, "fp16", True, (256, 0), 0.05, True, True,
+                                        rotary=seq)) == 48
+
+
+def test_jagged_rotary_specs_through_the_c_parser():
+    """Every rotary option jagged_attention takes makes a spec the C parser
+    reads back as given; positions 'block' and broadcast queries it refuses
+    (as the binding does up front)."""
+    _need_lib()
+    for layout in ("interleaved", "half"):
+        for positions, base in (("table", None), ("sequence", 10000.0), ("sequence", 5e5)):
+            rotary = _validate.check_jagged_rotary(
+                {"layout": layout, "apply_to": ["v", "q"], "positions": positions,
+                 **({} if base is None else {"base": base})})
+            for bwd in (False, True):
+                _, info = attngen.parse_spec(attngen.jagged_spec(64, "bf16", True,
+                                                                 backward=bwd, rotary=rotary))
+                assert info.pattern == "jagged"
+                assert info.rotary == {"layout": layout, "apply_to": ("q", "v"),
+                                       "positions": positions, "base": base or 10000.0}
+    block = {"layout": "half", "apply_to": ("q", "k"), "positions": "block", "base": 1e4}
+    with pytest.raises(attngen.SpecError, match="positions block applies only"):
+        attngen.parse_spec(attngen.jagged_spec(64, "bf16", rotary=block))
+    with pytest.raises(attngen.UnsupportedError, match="broadcast"):
+        attngen.parse_spec(attngen.jagged_spec(64, "bf16", broadcast=True, rotary=HALF_QK_TABLE))
+    k = attngen.jagged_kernel_for(128, "bf16", True, None, None, False, True,
+                                  rotary={"layout": "half"})
+    assert k.name == "torch_jagged_d128_bf16_causal_ropeh_qk_t_grad"
+    assert k.spec.rotary["positions"] == "table" and k.spec.passes == ("forward", "backward")
+
+
+def jtables(q, k, dtype=None, rows_q=None, rows_k=None):
+    dim = q.shape[2]
+    tq = ts.StubTensor((q.shape[0] if rows_q is None else rows_q, dim), dtype or q.dtype,
+                       ptr=next(ts._ptrs))
+    tk = ts.StubTensor((k.shape[0] if rows_k is None else rows_k, dim), dtype or q.dtype,
+                       ptr=next(ts._ptrs))
+    return tq, tk
+
+
+def test_rotary_validation_accepts():
+    # cross-attention: both tables
+    q, k, v, cq, ck = jtensors(lq=(3, 0, 5), lk=(7, 1, 0), heads=4, kv_heads=2)
+    tq, tk = jtables(q, k)
+    a = _check(q, k, v, cq, ck, rotary={"layout": "half"}, rotary_table=tq, rotary_table_k=tk)
+    assert a["rotary"] == HALF_QK_TABLE
+    assert a["rotary_table"] is tq and a["rotary_table_k"] is tk
+    # self-attention: the queries' table serves the keys
+    q, k, v, cq, _ = jtensors(dtype=ts.float16)
+    tq, _ = jtables(q, k)
+    a = _check(q, k, v, cq, rotary="interleaved", rotary_table=tq)
+    assert a["rotary"]["layout"] == "interleaved" and a["rotary_table_k"] is None
+    # cross-attention with as many keys as queries: allowed (the caller's choice)
+    q, k, v, cq, ck = jtensors(lq=(3, 5), lk=(5, 3))
+    tq, _ = jtables(q, k)
+    assert _check(q, k, v, cq, ck, rotary="half", rotary_table=tq)["rotary_table_k"] is None
+    # computed positions: no table
+    a = _check(q, k, v, cq, ck, rotary={"layout": "half", "positions": "sequence",
+                                        "apply_to": ["k", "v"]})
+    assert a["rotary"] == {"layout": "half", "apply_to": ("k", "v"), "positions": "sequence",
+                           "base": 10000.0}
+    assert a["rotary_table"] is None and a["rotary_table_k"] is None
+    # no rotary
+    a = _check(q, k, v, cq, ck)
+    assert a["rotary"] is None and a["rotary_table"] is None and a["rotary_table_k"] is None
+    # no tokens at all: the tables' alignment is not checked (no pointer is read)
+    q, k, v, cq, ck = jtensors(lq=(0, 0), lk=(0, 0))
+    tq = ts.StubTensor((0, 64), ptr=0x7F0000000002)
+    _check(q, k, v, cq, ck, rotary="half", rotary_table=tq)
+
+
+SEQ = {"layout": "half", "positions": "sequence"}
+
+
+@pytest.mark.parametrize("kw,match", [
+    (lambda tq, tk: dict(rotary={"layout": "half", "positions": "block"}),
+     "positions 'block' apply only to the block-diagonal pattern"),
+    (lambda tq, tk: dict(rotary={"layout": "half", "positions": "block"}, rotary_table=tq),
+     "positions 'block'"),
+    (lambda tq, tk: dict(rotary="half"), "need rotary_table=\\[total_q, head_dim\\]"),
+    (lambda tq, tk: dict(rotary="half", rotary_table_k=tk), "need rotary_table="),
+    (lambda tq, tk: dict(rotary="half", rotary_table=tq),
+     "rotary_table_k is None .* k has 8 tokens and q 9"),
+    (lambda tq, tk: dict(rotary=SEQ, rotary_table=tq, rotary_table_k=tk),
+     "rotary_table is only taken with rotary positions 'table'"),
+    (lambda tq, tk: dict(rotary=SEQ, rotary_table_k=tk),
+     "rotary_table_k is only taken with rotary positions 'table'"),
+    (lambda tq, tk: dict(rotary_table=tq), "rotary_table is only taken"),
+    (lambda tq, tk: dict(rotary_table_k=tk), "rotary_table_k is only taken"),
+    (lambda tq, tk: dict(rotary="half", rotary_table=tk, rotary_table_k=tk),
+     r"rotary_table must be \[total_q, head_dim\] = \[9, 64\], got \[8, 64\]"),
+    (lambda tq, tk: dict(rotary="half", rotary_table=tq, rotary_table_k=tq),
+     r"rotary_table_k must be \[total_k, head_dim\] = \[8, 64\], got \[9, 64\]"),
+    (lambda tq, tk: dict(rotary="half", rotary_table=tq,
+                         rotary_table_k=ts.StubTensor((8, 64), ts.float16)),
+     r"rotary_table_k must have q's dtype \(torch.bfloat16\)"),
+    (lambda tq, tk: dict(rotary="half", rotary_table=ts.StubTensor((9, 64), ts.float32),
+                         rotary_table_k=tk), "rotary_table must have q's dtype"),
+    (lambda tq, tk: dict(rotary="half", rotary_table=tq,
+                         rotary_table_k=ts.StubTensor((8, 64), device="cpu")),
+     "rotary_table_k must be on the same device as q"),
+    (lambda tq, tk: dict(rotary="half", rotary_table=ts.StubTensor((9, 64), device="cuda:1"),
+                         rotary_table_k=tk), "rotary_table must be on the same device"),
+    (lambda tq, tk: dict(rotary="half", rotary_table=tq,
+                         rotary_table_k=ts.StubTensor((8, 64), contiguous=False)),
+     "rotary_table_k must be contiguous"),
+    (lambda tq, tk: dict(rotary="half", rotary_table=tq,
+                         rotary_table_k=ts.StubTensor((8, 64), ptr=0x7F0000000008)),
+     "rotary_table_k's data pointer .* 16-byte aligned"),
+    (lambda tq, tk: dict(rotary="half", rotary_table=tq, rotary_table_k=[[0.0] * 64] * 8),
+     "rotary_table_k must be a torch.Tensor"),
+    (lambda tq, tk: dict(rotary={"layout": "diagonal"}), "layout must be 'interleaved' or"),
+    (lambda tq, tk: dict(rotary={"layout": "half", "base": 1e4}, rotary_table=tq,
+                         rotary_table_k=tk), "base applies only"),
+    (lambda tq, tk: dict(rotary={"layout": "half", "apply_to": []}, rotary_table=tq,
+                         rotary_table_k=tk), "non-empty"),
+])
+def test_rotary_validation_refusals(kw, match):
+    q, k, v, cq, ck = jtensors(lq=(4, 5), lk=(6, 2))
+    tq, tk = jtables(q, k)
+    with pytest.raises(ValueError, match=match):
+        _check(q, k, v, cq, ck, **kw(tq, tk))
+
+
+def test_rotary_block_positions_refused_by_the_kernel_helpers_too():
+    with pytest.raises(ValueError, match="positions 'block'"):
+        attngen.jagged_kernel_for(64, "bf16", rotary={"layout": "half", "positions": "block"})
+    with pytest.raises(ValueError, match="positions 'block'"):
+        _validate.check_jagged_rotary({"layout": "interleaved", "positions": "block",
+                                       "base": 500.0})
+    assert _validate.check_jagged_rotary(None) is None
+
+
+def test_rotary_tables_reach_both_passes(env):
+    q, k, v, cq, ck = jtensors(lq=(3, 0, 5), lk=(2, 4, 1), heads=4, kv_heads=2,
+                               grad=(True, True, True))
+    tq, tk = jtables(q, k)
+    out = attngen.jagged_attention(q, k, v, cq, ck, causal=True,
+                                   rotary={"layout": "interleaved", "apply_to": ["k", "q", "v"]},
+                                   rotary_table=tq, rotary_table_k=tk)
+    spec = env.parsed[-1]
+    assert spec["rotary"] == {"layout": "interleaved", "apply_to": ["q", "k", "v"],
+                              "positions": "table"}
+    assert spec["passes"] == ["forward", "backward"]
+    assert spec["name"] == "torch_jagged_d64_bf16_causal_ropei_qkv_t_grad"
+    (fwd,) = env.launches.calls
+    assert fwd["handle"] == "handle:torch_jagged_d64_bf16_causal_ropei_qkv_t_grad:0"
+    assert (fwd["args"]["rotary_table"], fwd["args"]["rotary_table_k"]) == (tq.data_ptr(),
+                                                                            tk.data_ptr())
+    saved = out.grad_fn[1].saved_tensors
+    assert saved[:4] == (q, k, v, out) and saved[5:] == (cq, ck, tq, tk)
+    dq, dk, dv, *rest = ts.run_backward(out, ts.StubTensor(q.shape, q.dtype, ptr=next(ts._ptrs)))
+    # offsets, kernel, batch, poison, refusal; the two tables get no gradient
+    assert rest == [None] * 8
+    assert dq is not None and dk is not None and dv is not None
+    fwd, bwd = env.launches.calls
+    assert bwd["fn"] == "ag_jagged_backward" and bwd["handle"] == fwd["handle"]
+    assert (bwd["args"]["rotary_table"], bwd["args"]["rotary_table_k"]) == (tq.data_ptr(),
+                                                                            tk.data_ptr())
+    assert (bwd["args"]["dq"], bwd["args"]["dk"]) == (dq.data_ptr(), dk.data_ptr())
+
+
+def test_rotary_self_attention_one_table_without_grad(env):
+    q, k, v, cq, _ = jtensors(lq=(3, 0, 5))
+    tq, _ = jtables(q, k)
+    out, lse = attngen.jagged_attention(q, k, v, cq, rotary="half", rotary_table=tq,
+                                        return_lse=True)
+    assert out.grad_fn is None
+    spec = env.parsed[-1]
+    assert spec["passes"] == ["forward"] and spec["rotary"]["positions"] == "table"
+    (call,) = env.launches.calls
+    assert call["handle"] == "handle:torch_jagged_d64_bf16_ropeh_qk_t:0"
+    a = call["args"]
+    assert list(a) == [f[0] for f in _lib.AgJaggedFwdArgs._fields_]
+    # the keys' table left to the C default (the queries')
+    assert a["rotary_table"] == tq.data_ptr() and a["rotary_table_k"] is None
+    assert a["cu_seqlens_q"] == a["cu_seqlens_k"] == cq.data_ptr()
+
+
+def test_rotary_computed_positions_take_no_table_and_key_the_cache(env):
+    q, k, v, cq, ck = jtensors(lq=(3, 5), lk=(9, 1), grad=(True, False, False))
+    seq = {"layout": "half", "positions": "sequence", "base": 5e5, "apply_to": ("q", "k", "v")}
+    out = attngen.jagged_attention(q, k, v, cq, ck, rotary=seq)
+    spec = env.parsed[-1]
+    assert spec["rotary"] == {"layout": "half", "apply_to": ["q", "k", "v"],
+                              "positions": "sequence", "base": 500000.0}
+    assert spec["name"] == "torch_jagged_d64_bf16_ropeh_qkv_s_b500000_grad"
+    dq = ts.run_backward(out, ts.StubTensor(q.shape, q.dtype, ptr=next(ts._ptrs)))[0]
+    assert dq is not None
+    for call in env.launches.calls:
+        assert call["args"]["rotary_table"] is None and call["args"]["rotary_table_k"] is None
+    # the same options written otherwise: the cached kernel
+    attngen.jagged_attention(q, k, v, cq, ck, rotary={"layout": "half", "positions": "sequence",
+                                                      "base": 500000, "apply_to": ["v", "k", "q"]})
+    assert len(env.parsed) == 1
+    # other rotary options, or none: other kernels
+    attngen.jagged_attention(q, k, v, cq, ck, rotary={"layout": "half", "positions": "sequence"})
+    attngen.jagged_attention(q, k, v, cq, ck)
+    assert len(env.parsed) == 3
+    assert env.parsed[1]["rotary"]["base"] == 10000.0 and "rotary" not in env.parsed[2]
+
+
+def test_rotary_errors_launch_nothing(env):
+    q, k, v, cq, ck = jtensors(lq=(3, 5), lk=(9, 1), grad=(True, True, True))
+    tq, tk = jtables(q, k)
+    with pytest.raises(ValueError, match="rotary_table_k is None"):
+        attngen.jagged_attention(q, k, v, cq, ck, rotary="half", rotary_table=tq)
+    with pytest.raises(ValueError, match="positions 'block'"):
+        attngen.jagged_attention(q, k, v, cq, ck, rotary={"layout": "half",
+                                                          "positions": "block"})
+    with pytest.raises(ValueError, match="only taken with rotary positions 'table'"):
+        attngen.jagged_attention(q, k, v, cq, ck, rotary=SEQ, rotary_table=tq,
+                                 rotary_table_k=tk)
+    assert env.launches.calls == [] and env.parsed == []
+
+
+def test_broadcast_still_refuses_rotary():
+    q = ts.StubTensor((4, 2, 64), ptr=next(ts._ptrs))
+    k = ts.StubTensor((8, 2, 64), ptr=next(ts._ptrs))
+    v = ts.StubTensor((8, 2, 64), ptr=next(ts._ptrs))
+    ck = ts.StubTensor((3,), ts.int32, ptr=next(ts._ptrs), values=[0, 3, 8])
+    for kw in (dict(rotary={"layout": "half", "positions": "sequence"}),
+               dict(rotary="half", rotary_table=ts.StubTensor((8, 64), ptr=next(ts._ptrs)))):
+        with pytest.raises(attngen.UnsupportedError, match="broadcast"):
+            attngen.broadcast_attention(q, k, v, ck, **kw)

@@ -1,0 +1,148 @@
+@# jagged_rotary.cuh: rotary embeddings fused into the jagged mma.sync
+@# kernels (jagged_fwd.cu, jagged_bwd.cu): a tile's rows rotated in place in
+@# shared memory once they have landed, and the backward's gradient rows
+@# rotated back in registers before they are stored. Included after the
+@# includer's tile layout; uses its kHeadDim, kThreads, swizzle(row, chunk)
+@# (row-major tiles of kHeadDim elements, 16-byte chunks swizzled), pack2()
+@# and unpack2().
+@# Placeholders: @ROTATE_Q@ @ROTATE_K@ @ROTATE_V@ (0 | 1: the tensors
+@#   rotated); those of rotary_core.cuh.
+@# Conditions: ROTARY_TABLE (positions from the caller's tables, else
+@#   computed); those of rotary_core.cuh.
+/* ---- begin rotary embeddings ----
+ * Pair i (0 <= i < kHeadDim / 2) of a head, (x[2i], x[2i + 1]) in the
+ * interleaved layout or (x[i], x[i + kHeadDim / 2]) in the half layout, of
+ * a token at position p is rotated by the angle a(p, i):
+ *   (x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a),
+ * in fp32 from the 16-bit values, rounded back once. Key j of a sequence
+ * is at position j; query i at i + Lk - Lq, aligned at the bottom right as
+ * the causal mask is (for self-attention, i).
+@if ROTARY_TABLE@
+ * sin a and cos a are the caller's: the row of the token in its tensor's
+ * table (the queries' rotary_table [total_q, kHeadDim], the keys'
+ * rotary_table_k [total_k, kHeadDim]), sin in columns [0, kHeadDim / 2) and
+ * cos in the rest, read from global memory beside the tile (a key tile's
+ * rows serve every query tile of its sequence, from L2).
+@else@
+ * a(p, i) = p base^(-2i / kHeadDim) in fp32, as rotary_core.cuh computes it.
+@endif@
+ * Rows past the sequence end are not rotated (they are zero and stay so).
+ */
+constexpr int kHeadChunks = kHeadDim / 8;  // 16-byte chunks of a row (one head)
+constexpr bool kRotateQ = @ROTATE_Q@, kRotateK = @ROTATE_K@, kRotateV = @ROTATE_V@;  // the tensors rotated
+@include rotary_core.cuh@
+
+// Where the angles of a tile's rows come from: row r is at position pos0 +
+// r, or reads its table row at table + r * kHeadDim.
+struct RotaryRows {
+  long long pos0;
+  const unsigned short *table;
+};
+
+// sin and cos of unit cc's pairs (see rotary_core.cuh) for tile row `row`.
+__device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int cc,
+                                            float (&s)[kUnitPairs], float (&c)[kUnitPairs]) {
+@if ROTARY_TABLE@
+  const unsigned short *t = rr.table + (long long)row * kHeadDim;
+@if ROTARY_HALF@
+  // Pairs 8cc .. 8cc + 7: sin is chunk cc of the row, cos chunk cc + kHeadChunks / 2.
+  const uint4 sw = __ldg(reinterpret_cast<const uint4 *>(t) + cc);
+  const uint4 cw = __ldg(reinterpret_cast<const uint4 *>(t) + cc + kHeadChunks / 2);
+  unpack2(sw.x, s[0], s[1]);
+  unpack2(sw.y, s[2], s[3]);
+  unpack2(sw.z, s[4], s[5]);
+  unpack2(sw.w, s[6], s[7]);
+  unpack2(cw.x, c[0], c[1]);
+  unpack2(cw.y, c[2], c[3]);
+  unpack2(cw.z, c[4], c[5]);
+  unpack2(cw.w, c[6], c[7]);
+@else@
+  // Pairs 4cc .. 4cc + 3: sin is 8 bytes at element 4cc, cos kHeadDim / 2 on.
+  const uint2 sw = __ldg(reinterpret_cast<const uint2 *>(t) + cc);
+  const uint2 cw = __ldg(reinterpret_cast<const uint2 *>(t + kHeadDim / 2) + cc);
+  unpack2(sw.x, s[0], s[1]);
+  unpack2(sw.y, s[2], s[3]);
+  unpack2(cw.x, c[0], c[1]);
+  unpack2(cw.y, c[2], c[3]);
+@endif@
+@else@
+  const float p = (float)(rr.pos0 + row);
+#pragma unroll
+  for (int j = 0; j < kUnitPairs; j++) rotary_sincos(p * kRotaryTurns[kUnitPairs * cc + j], s[j], c[j]);
+@endif@
+}
+
+// Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
+// beside K: the same rows and angles), in place. Every thread keeps one
+// unit column and steps down the rows. The caller waits for the tiles
+// before and synchronizes the CTA after.
+__device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
+                                            const RotaryRows &rr) {
+  constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
+  static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
+  const int cc = threadIdx.x % kUnitsPerRow;
+#pragma unroll 1
+  for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
+    float s[kUnitPairs], c[kUnitPairs];
+    unit_angles(rr, row, cc, s, c);
+    if (a) rotate_unit(a, row, cc, s, c);
+    if (b) rotate_unit(b, row, cc, s, c);
+  }
+}
+
+// sin and cos of pair i of tile row `row`.
+__device__ __forceinline__ void pair_angle(const RotaryRows &rr, int row, int i, float &s,
+                                           float &c) {
+@if ROTARY_TABLE@
+  const unsigned short *t = rr.table + (long long)row * kHeadDim;
+  float unused;
+  unpack2(__ldg(t + i), s, unused);
+  unpack2(__ldg(t + kHeadDim / 2 + i), c, unused);
+@else@
+  rotary_sincos((float)(rr.pos0 + row) * kRotaryTurns[i], s, c);
+@endif@
+}
+
+// Rotate a warp's 16 gradient rows back, those before `rows`: the inputs
+// were rotated, x' = R x, so dL/dx = R^T dL/dx', pair by pair
+//   (g0, g1) -> (g0 cos a + g1 sin a, g1 cos a - g0 sin a).
+// acc is in the mma C layout: acc[n][e] is row row0 + g + 8 (e / 2),
+// column 8n + 2tq + e % 2, in fp32 before rounding.
+__device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int row0, int rows,
+                                              const RotaryRows &rr) {
+  constexpr int kTiles = kHeadDim / 8;  // n-tiles of a row
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+@if ROTARY_HALF@
+    // Column 8n + 2tq + e of n-tile n < kTiles / 2 pairs with the same
+    // column of n-tile n + kTiles / 2, in this thread's registers: pair
+    // 8n + 2tq + e.
+#pragma unroll
+    for (int n = 0; n < kTiles / 2; n++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        float s, c;
+        pair_angle(rr, row, 8 * n + 2 * tq + e, s, c);
+        const float x0 = acc[n][2 * hi + e], x1 = acc[n + kTiles / 2][2 * hi + e];
+        acc[n][2 * hi + e] = x0 * c + x1 * s;
+        acc[n + kTiles / 2][2 * hi + e] = x1 * c - x0 * s;
+      }
+@else@
+    // Columns 8n + 2tq and 8n + 2tq + 1, this thread's pair of registers,
+    // are pair 4n + tq.
+#pragma unroll
+    for (int n = 0; n < kTiles; n++) {
+      float s, c;
+      pair_angle(rr, row, 4 * n + tq, s, c);
+      const float x0 = acc[n][2 * hi], x1 = acc[n][2 * hi + 1];
+      acc[n][2 * hi] = x0 * c + x1 * s;
+      acc[n][2 * hi + 1] = x1 * c - x0 * s;
+    }
+@endif@
+  }
+}
+/* ---- end rotary embeddings ---- */
