@@ -151,6 +151,77 @@ START_TEST(test_block_forward_huge) {
 }
 END_TEST
 
+/* Issue 22 row 6 on the device: a huge batch of sequences, all empty but
+ * the first (one token), 4 heads of 128. The launch walks every virtual
+ * block (the CPU test in check_args.c checks the walk's arithmetic at the
+ * largest batch, 2^31 - 1); the one token's output is its V (softmax over
+ * one key), bit for bit, and nothing else is written. The offsets are set
+ * on the device. Every empty sequence still costs its virtual block's
+ * search, so the time grows with the batch: 2^31 - 1 sequences ran past
+ * 6.5 minutes on the H200, and the suite takes 2^24 unless
+ * ATTNGEN_TEST_MAX_BATCH is set (then 2^31 - 1, the issue's case).
+ * Skipped with ATTNGEN_TEST_SKIP_HUGE. */
+START_TEST(test_block_forward_max_batch) {
+  if (getenv("ATTNGEN_TEST_SKIP_HUGE")) {
+    printf("SKIP block_forward_max_batch: ATTNGEN_TEST_SKIP_HUGE is set\n");
+    return;
+  }
+  ag_context *ctx = ag_test_gpu_or_skip("block_forward_max_batch");
+  if (!ctx) return;
+  const kernel_case c = {AG_DTYPE_BF16, 128, 64, 0};
+  ag_kernel *k = kernel_for(ctx, &c);
+  const ag_driver *d = ctx->drv;
+  const int64_t batch = getenv("ATTNGEN_TEST_MAX_BATCH") ? INT32_MAX : (int64_t)1 << 24;
+  const int64_t heads = 4, elems = heads * 128;
+  ck_assert_int_eq(d->cuCtxPushCurrent(ctx->cu), CUDA_SUCCESS);
+  CUdeviceptr off, t[4]; /* q, k, v, o: one token, then a guard token of o */
+  ck_assert_int_eq(d->cuMemAlloc(&off, 4 * (size_t)(batch + 1)), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuMemsetD32(off, 0, 1), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuMemsetD32(off + 4, 1, (size_t)batch), CUDA_SUCCESS);
+  uint16_t host[3][512], out[1024];
+  uint64_t rng = (uint64_t)getpid();
+  for (int m = 0; m < 3; m++)
+    for (int i = 0; i < elems; i++)
+      host[m][i] = ag_float_to_bf16((float)ag_rand_uniform(&rng, -1.0, 1.0));
+  for (int m = 0; m < 4; m++) {
+    ck_assert_int_eq(d->cuMemAlloc(&t[m], 2 * 2 * (size_t)elems), CUDA_SUCCESS);
+    if (m < 3) ck_assert_int_eq(d->cuMemcpyHtoD(t[m], host[m], 2 * (size_t)elems), CUDA_SUCCESS);
+  }
+  ck_assert_int_eq(d->cuMemsetD16(t[3], 0xffffu, 2 * (size_t)elems), CUDA_SUCCESS);
+  ag_block_fwd_args a = {.q = (void *)t[0], .k = (void *)t[1], .v = (void *)t[2],
+                         .o = (void *)t[3], .offsets = (const int32_t *)off, .batch = batch,
+                         .heads = heads, .total_tokens = 1};
+  CUevent e0, e1;
+  ck_assert_int_eq(d->cuEventCreate(&e0, 0), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuEventCreate(&e1, 0), CUDA_SUCCESS);
+  ag_error err = {0};
+  ck_assert_int_eq(d->cuEventRecord(e0, NULL), CUDA_SUCCESS);
+  ag_status st = ag_block_forward(k, &a, NULL, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message);
+  ck_assert_int_eq(d->cuEventRecord(e1, NULL), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuEventSynchronize(e1), CUDA_SUCCESS);
+  float ms = 0;
+  d->cuEventElapsedTime(&ms, e0, e1);
+  ck_assert_int_eq(d->cuMemcpyDtoH(out, t[3], 2 * 2 * (size_t)elems), CUDA_SUCCESS);
+  int64_t wrong = 0, guard = 0;
+  for (int i = 0; i < elems; i++) wrong += out[i] != host[2][i];
+  for (int i = elems; i < 2 * elems; i++) guard += out[i] != 0xffffu;
+  printf("gpu max batch: %lld sequences, one token, %lld heads: %.1f ms, %lld of %lld output "
+         "values differ from V, %lld past the end written\n",
+         (long long)batch, (long long)heads, ms, (long long)wrong, (long long)elems,
+         (long long)guard);
+  ck_assert_int_eq(wrong, 0);
+  ck_assert_int_eq(guard, 0);
+  d->cuEventDestroy(e0);
+  d->cuEventDestroy(e1);
+  for (int m = 0; m < 4; m++) d->cuMemFree(t[m]);
+  d->cuMemFree(off);
+  CUcontext popped;
+  d->cuCtxPopCurrent(&popped);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
 /* ---- backward ----------------------------------------------------------------
  * Dtypes x head dims x block sizes 16, 64, 128 and a few uneven ones x
  * causal; the last five are blocks past 128 tokens at head_dim 128 (176 at
@@ -464,6 +535,10 @@ Suite *gpu_suite(void) {
   tcase_add_loop_test(tc, test_block_forward, 0, NCASES);
   tcase_add_test(tc, test_block_forward_huge);
   suite_add_tcase(s, tc);
+  TCase *max_batch = tcase_create("block_forward_max_batch");
+  tcase_set_timeout(max_batch, 1200);
+  tcase_add_test(max_batch, test_block_forward_max_batch);
+  suite_add_tcase(s, max_batch);
   TCase *bwd = tcase_create("block_backward");
   tcase_set_timeout(bwd, 600);
   tcase_add_loop_test(bwd, test_block_backward, 0, NBWD_CASES);

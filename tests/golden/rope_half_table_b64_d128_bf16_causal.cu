@@ -172,12 +172,16 @@ __device__ __forceinline__ void enter_sequence(Walk &w, long long i, int raw_sta
   w.next_end = i + 2 <= w.batch ? __ldg(w.offsets + i + 2) : 0;
 }
 
-// Move to the first valid item at or after (vblock, group).
+// Move to the first valid item at or after (vblock, group), or be done
+// once past this CTA's share: vblock only grows, so a CTA stops at its
+// share's end, never walking on through the empty sequences after it (all
+// the batch's, when its tail is empty).
 __device__ __forceinline__ void settle(Walk &w) {
   while (w.vblock - w.base >= (w.seq_len + kBlock - 1) / kBlock) {
     if (w.seq + 1 >= w.batch) { w.done = true; return; }
     enter_sequence(w, w.seq + 1, w.raw_end, w.next_end);
     if (w.vblock < w.base) { w.vblock = w.base; w.group = 0; }
+    if (w.vblock * w.groups + w.group >= w.end) { w.done = true; return; }
   }
   if (w.vblock * w.groups + w.group >= w.end) w.done = true;
 }
@@ -855,12 +859,16 @@ __device__ __forceinline__ void enter_sequence(Walk &w, long long i, int raw_sta
   w.next_end = i + 2 <= w.batch ? __ldg(w.offsets + i + 2) : 0;
 }
 
-// Move to the first valid item at or after (vblock, group).
+// Move to the first valid item at or after (vblock, group), or be done
+// once past this CTA's share: vblock only grows, so a CTA stops at its
+// share's end, never walking on through the empty sequences after it (all
+// the batch's, when its tail is empty).
 __device__ __forceinline__ void settle(Walk &w) {
   while (w.vblock - w.base >= (w.seq_len + kBlock - 1) / kBlock) {
     if (w.seq + 1 >= w.batch) { w.done = true; return; }
     enter_sequence(w, w.seq + 1, w.raw_end, w.next_end);
     if (w.vblock < w.base) { w.vblock = w.base; w.group = 0; }
+    if (w.vblock * w.groups + w.group >= w.end) { w.done = true; return; }
   }
   if (w.vblock * w.groups + w.group >= w.end) w.done = true;
 }
