@@ -183,8 +183,9 @@ examples: all
 	$(MAKE) --no-print-directory install DESTDIR=$(STAGE) PREFIX=/usr/local >/dev/null
 	$(MAKE) -C examples OUT=$(CURDIR)/$(B)/examples CFLAGS="-O2 -Wall -Wextra -Werror" \
 	  ATTNGEN=$(STAGE)/usr/local/bin/attngen \
-	  PKG_CONFIG_PATH=$(STAGE)/usr/local/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$(STAGE)
-	@rc=0; cd examples && LD_LIBRARY_PATH=$(STAGE)/usr/local/lib \
+	  PKG_CONFIG_PATH=$(STAGE)/usr/local/lib/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH)) \
+	  PKG_CONFIG_SYSROOT_DIR=$(STAGE)
+	@rc=0; cd examples && LD_LIBRARY_PATH=$(STAGE)/usr/local/lib$(if $(LD_LIBRARY_PATH),:$(LD_LIBRARY_PATH)) \
 	  ATTNGEN_CACHE_DIR=$(CURDIR)/$(B)/examples/cache $(CURDIR)/$(B)/examples/attention \
 	  specs/ex_block64_d64.yaml specs/ex_block32_d128_causal.yaml || rc=$$?; \
 	  case $$rc in 0) echo "examples: PASS";; 77) echo "examples: built; run SKIPPED (no GPU)";; \
