@@ -26,6 +26,14 @@ compared with FA2's (relative Frobenius error), and its output on a few
 sampled sequences with a float64 reference; a row whose error exceeds
 2e-2 is flagged with "!" so a fast wrong kernel cannot pass.
 
+--rotary: rotary embeddings on q and k (half layout, each token at its
+index in its sequence, base 10000) in every pass. attngen fuses them (a
+spec with `rotary: {layout: half, positions: sequence}`); FA2 and FA4 run
+after a torch.compile'd rotary (fp32 math from cos/sin tables of the
+tokens' positions, built once per shape outside the timed region, as a
+framework caches them), autograd differentiating through both. FLOPs and
+TFLOP/s count the attention alone; the float64 reference rotates too.
+
 The pure-Python helpers (lengths, visible_pairs, flops, shapes) import
 without torch (bench/tests/test_jagged_bench.py tests them on the CPU).
 """
@@ -51,6 +59,8 @@ LENGTHS = (1024, 4096)
 MORE_LENGTHS = (512, 2048)
 HEAD_DIMS = (128, 64)
 ERR_FLAG = 2e-2
+ROPE_BASE = 10000.0
+ROPE = {"layout": "half", "apply_to": ["q", "k"], "positions": "sequence", "base": ROPE_BASE}
 BWD_FACTOR = 2.5
 WARMUP, ITERS = 3, 10
 
@@ -145,13 +155,17 @@ def _err(x):
 
 
 def markdown(records, env, command):
-    lines = ["# attngen jagged attention vs FlashAttention varlen", "",
+    rope = env.get("rotary")
+    lines = ["# attngen jagged attention vs FlashAttention varlen%s" %
+             (" with rotary embeddings" if rope else ""), "",
              "Command (from the repository root):", "", "    " + command, ""]
     lines += ["- %s: %s" % (k, v) for k, v in env.items()] + [""]
     lines += ["Times in ms, (TFLOP/s) in brackets; FLOPs: forward 4·D·H·(visible pairs), "
               "backward 2.5x, forward+backward 3.5x. Ratio: FA2 time / attngen time "
               "(> 1: attngen faster). Errors: attngen vs FA2 (out; max of dq, dk, dv), and "
               "out vs a float64 reference on sampled sequences; ! flags > %g." % ERR_FLAG, ""]
+    if rope:
+        lines += ["Rotary: %s" % rope, ""]
     head = ["shape", "attngen fwd", "FA2 fwd", "ratio", "attngen bwd", "FA2 bwd", "ratio",
             "attngen fwd+bwd", "FA2 fwd+bwd", "ratio", "FA4 fwd", "FA4 bwd",
             "err out", "err grads", "err ref64"]
@@ -236,22 +250,63 @@ class Fa4:
         return out[0] if isinstance(out, tuple) else out
 
 
+def rope_tables(cu_list, head_dim, device):
+    """cos and sin [total, 1, D/2] fp32 of every token's angles: token t of a
+    sequence at its index p there, pair i at p * base^(-2i/D)."""
+    import torch
+    lens = torch.tensor([b - a for a, b in zip(cu_list, cu_list[1:])], device=device)
+    starts = torch.tensor(cu_list[:-1], device=device)
+    total = cu_list[-1]
+    pos = torch.arange(total, device=device) - torch.repeat_interleave(starts, lens)
+    inv = ROPE_BASE ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    ang = pos.float()[:, None] * inv[None, :]
+    return ang.cos()[:, None, :].contiguous(), ang.sin()[:, None, :].contiguous()
+
+
+def _rope_half(x, cos, sin):
+    """The half-layout rotation of x [T, H, D] in fp32, rounded back once."""
+    import torch
+    d = x.shape[-1] // 2
+    x1, x2 = x[..., :d].float(), x[..., d:].float()
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).to(x.dtype)
+
+
+class Roped:
+    """A peer after a torch.compile'd rotary on q and k (set_tables per
+    shape)."""
+
+    def __init__(self, inner):
+        import torch
+        self.inner = inner
+        self.name = "torch.compile'd rotary, then " + inner.name
+        self.context = inner.context
+        self.rope = torch.compile(_rope_half, dynamic=True)
+        self.tables = None
+
+    def __call__(self, q, k, v, cu, max_len, causal):
+        cos, sin = self.tables
+        return self.inner(self.rope(q, cos, sin), self.rope(k, cos, sin), v, cu, max_len, causal)
+
+
 class Attngen:
-    def __init__(self, deterministic=False):
+    def __init__(self, deterministic=False, rotary=None):
         sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
         import attngen
         attngen._lib.lib()
         self.attngen = attngen
         self.deterministic = deterministic
-        self.name = "attngen.jagged_attention%s (%s)" % (
-            ", deterministic=True" if deterministic else "", attngen._lib.lib()._name)
+        self.rotary = rotary
+        self.name = "attngen.jagged_attention%s%s (%s)" % (
+            ", deterministic=True" if deterministic else "",
+            ", rotary=%s" % (rotary,) if rotary else "", attngen._lib.lib()._name)
         import contextlib
         self.context = contextlib.nullcontext
 
     def __call__(self, q, k, v, cu, max_len, causal):
+        kw = {"rotary": self.rotary} if self.rotary else {}
         return self.attngen.jagged_attention(q, k, v, cu, cu, max_seqlen_q=max_len,
                                              max_seqlen_k=max_len, causal=causal,
-                                             deterministic=self.deterministic)
+                                             deterministic=self.deterministic, **kw)
 
 
 def measure(peer, q, k, v, cu, max_len, causal, dout, res, keep=False):
@@ -286,7 +341,7 @@ def measure(peer, q, k, v, cu, max_len, causal, dout, res, keep=False):
     return kept
 
 
-def precompile(attngen, todo, deterministic=False):
+def precompile(attngen, todo, deterministic=False, rotary=None):
     """Build attngen's kernels for the shapes (forward-only and both passes)
     in parallel; NVRTC releases the GIL. Failures surface in the runs."""
     import concurrent.futures as cf
@@ -298,7 +353,7 @@ def precompile(attngen, todo, deterministic=False):
         d, causal, bwd = key
         try:
             attngen.jagged_kernel_for(d, "bf16", causal, None, None, deterministic,
-                                      bwd).handle(dev)
+                                      bwd, rotary=rotary).handle(dev)
         except Exception as e:
             return "%s: %s" % (key, e)
         return None
@@ -311,9 +366,10 @@ def precompile(attngen, todo, deterministic=False):
     return time.perf_counter() - t0
 
 
-def ref64_error(out, q, k, v, lens, causal, picks=4, seed=0):
+def ref64_error(out, q, k, v, lens, causal, picks=4, seed=0, rope=False):
     """Relative error of `out` against float64 attention on a few sequences
-    (the longest, the shortest and random ones), computed on the GPU."""
+    (the longest, the shortest and random ones), computed on the GPU; with
+    `rope`, q and k rotated first (bench's ROPE, in float64)."""
     import torch
     cu = [0]
     for n in lens:
@@ -326,7 +382,15 @@ def ref64_error(out, q, k, v, lens, causal, picks=4, seed=0):
     scale = 1.0 / math.sqrt(q.shape[-1])
     for b in sorted(idx):
         s, e = cu[b], cu[b + 1]
-        qb, kb, vb = (t[s:e].double().transpose(0, 1) for t in (q, k, v))
+        qb, kb, vb = (t[s:e].double() for t in (q, k, v))
+        if rope:
+            d = q.shape[-1]
+            inv = ROPE_BASE ** (-torch.arange(0, d, 2, device=q.device, dtype=torch.float64) / d)
+            ang = torch.arange(e - s, device=q.device, dtype=torch.float64)[:, None] * inv
+            c, sn = ang.cos()[:, None, :], ang.sin()[:, None, :]
+            qb, kb = ((torch.cat((x[..., :d // 2] * c - x[..., d // 2:] * sn,
+                                  x[..., :d // 2] * sn + x[..., d // 2:] * c), -1)) for x in (qb, kb))
+        qb, kb, vb = (t.transpose(0, 1) for t in (qb, kb, vb))
         sc = qb @ kb.transpose(-1, -2) * scale
         if causal:
             n = e - s
@@ -367,7 +431,10 @@ def run(args):
             print("note: FA4 skipped (--no-fa4)")
             continue
         try:
-            peers[key] = cls(args.deterministic) if key == "attngen" else cls()
+            if key == "attngen":
+                peers[key] = cls(args.deterministic, ROPE if args.rotary else None)
+            else:
+                peers[key] = Roped(cls()) if args.rotary else cls()
             env["peer_" + key] = peers[key].name
         except Exception as e:
             msg = "%s unavailable: %s: %s" % (key, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
@@ -383,8 +450,12 @@ def run(args):
         todo = [s for s in todo if all(w in label(s) for w in words)]
     records = []
     os.makedirs(args.out, exist_ok=True)
+    if args.rotary:
+        env["rotary"] = ("on q and k, half layout, positions in the sequence, base %g; attngen "
+                         "fused, FA2 and FA4 after a torch.compile'd rotary" % ROPE_BASE)
     env["attngen_compile_s"] = round(precompile(peers["attngen"].attngen, todo,
-                                                args.deterministic), 1)
+                                                args.deterministic,
+                                                ROPE if args.rotary else None), 1)
     print("attngen kernels built in %.1fs" % env["attngen_compile_s"], flush=True)
 
     def write():
@@ -410,6 +481,11 @@ def run(args):
         q, k, v, dout = (torch.randn(total, H, D, device="cuda", dtype=dtype, generator=g)
                          for _ in range(4))
         cu = torch.tensor(cu_list, dtype=torch.int32, device="cuda")
+        if args.rotary:
+            tables = rope_tables(cu_list, D, "cuda")
+            for p in peers.values():
+                if isinstance(p, Roped):
+                    p.tables = tables
         kept = {}
         for key in ("fa2", "attngen", "fa4"):
             if key not in peers:
@@ -442,7 +518,7 @@ def run(args):
             if "grads" in a and "grads" in f2:
                 rec["err_grads"] = max(_rel(x, y) for x, y in zip(a["grads"], f2["grads"]))
             if "out" in a:
-                rec["err_ref64"] = ref64_error(a["out"], q, k, v, lens, causal)
+                rec["err_ref64"] = ref64_error(a["out"], q, k, v, lens, causal, rope=args.rotary)
         except Exception as e:
             rec["notes"].append("error check failed: %s: %s" % (type(e).__name__, e))
         del kept, a, f2, q, k, v, dout
@@ -478,6 +554,9 @@ def parse_args(argv):
     p.add_argument("--deterministic", action="store_true",
                    help="time attngen's deterministic backward (two kernels, no atomics) "
                         "instead of the fast one")
+    p.add_argument("--rotary", action="store_true",
+                   help="rotary embeddings on q and k: fused in attngen, a torch.compile'd "
+                        "rotary before FA2 and FA4")
     p.add_argument("--out", default=os.path.join(HERE, "results", "jagged"))
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
