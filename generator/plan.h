@@ -257,6 +257,10 @@ ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err);
 void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan);
 void ag_plan_block_describe(const ag_plan *plan, const char *prefix, struct ag_buf *b);
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
+/* ag_plan_jagged_make, choosing whether rotary specs may take the sm_90a
+ * wgmma kernels (plan_jagged.c says why the default is no); for tests. */
+ag_status ag_plan_jagged_make_with(const ag_spec *spec, bool sm90_rotary, ag_plan *out,
+                                   ag_error *err);
 void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan);
 void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, struct ag_buf *b);
 int ag_plan_jagged_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int64_t heads,

@@ -9,7 +9,10 @@
 @#   (= (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2) @SCALE_LOG2@
 @#   @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@ @WINDOW_LEFT@
 @#   @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu).
-@# Conditions: none. Includes: mma_sm80.cuh, wgmma_sm90.cuh, jagged_walk.cuh.
+@# Conditions: ROTARY, ROTARY_TABLE (as in jagged_fwd.cu; not with
+@#   BROADCAST, and BLOCK_M == BLOCK_N: the Q and K/V tiles share one layout
+@#   for the rotation). Includes: mma_sm80.cuh, wgmma_sm90.cuh,
+@#   jagged_walk.cuh; with ROTARY unpack2.cuh and jagged_rotary.cuh.
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * BLOCK_M / 64
 @#   threads.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -46,6 +49,7 @@ static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
 static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
+static_assert(!(kBroadcast && @ROTARY@), "rotary embeddings with a broadcast Q are not planned");
 static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
@@ -91,6 +95,19 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
   }
 }
 /* ---- end tile layout and loads ---- */
+@if ROTARY@
+
+@include unpack2.cuh@
+
+// Element offset of chunk `chunk` of tile row `row` (the rotation's view
+// of chunk_at: the Q tile and the K, V tiles have the same rows).
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  static_assert(kBlockM == kBlockN, "one layout for the Q and the K, V tiles");
+  return (int)(chunk_at(kBlockN, row, chunk) / 2);
+}
+
+@include jagged_rotary.cuh@
+@endif@
 
 // Keep the registers a running wgmma reads (P, its A operand) live until
 // here: placed after the wait, so the compiler cannot reuse them earlier.
@@ -125,7 +142,12 @@ extern __shared__ __align__(1024) unsigned short smem[];
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 @KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
               const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-              float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
+              float *__restrict__ lse,
+@if ROTARY_TABLE@
+              const unsigned short *__restrict__ rotary_table,
+              const unsigned short *__restrict__ rotary_table_k,
+@endif@
+              const int *__restrict__ cu_seqlens_q,
               const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
               long long total_q, long long total_k, long long num_tiles) {
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
@@ -192,6 +214,26 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const unsigned k_s = kv_a + (i % kStages) * 2 * kKvBytes, v_s = k_s + kKvBytes;
     const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
     const int kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+@if ROTARY@
+    {
+      // Rotate the tile's keys (values) where they landed, and the queries
+      // with the first tile (the running P V reads another stage); the
+      // writes are fenced for wgmma's reads, and every warpgroup waits.
+@if ROTARY_TABLE@
+      const RotaryRows rq = {0, rotary_table + (jt.start + m0) * kHeadDim};
+      const RotaryRows rk = {0, rotary_table_k + (k_start + n0) * kHeadDim};
+@else@
+      const RotaryRows rq = {m0 + shift, nullptr}, rk = {n0, nullptr};
+@endif@
+      unsigned short *const tile = smem + (kQBytes + (i % kStages) * 2 * kKvBytes) / 2;
+      if (kRotateQ && i == 0) rotate_rows(smem, nullptr, rows, rq);
+      if constexpr (kRotateK || kRotateV)
+        rotate_rows(kRotateK ? tile : nullptr, kRotateV ? tile + kKvBytes / 2 : nullptr, kv_valid,
+                    rk);
+      fence_proxy_async();
+      __syncthreads();
+    }
+@endif@
     // Key column c of tile row r is visible when r + diag_lo <= c <= r +
     // diag_hi; both clamped to where they change nothing inside a tile.
     constexpr long long kFar = kBlockM + kBlockN + 1;

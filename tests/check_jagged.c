@@ -237,6 +237,39 @@ START_TEST(compiles) {
 }
 END_TEST
 
+/* The sm_90a wgmma forward with rotary embeddings, which the plan does not
+ * pick yet (plan_jagged.c: not run on a GPU): its source emits and
+ * compiles for sm_90a with the rotation in, both position modes. */
+START_TEST(sm90_rotary_compiles) {
+  const char *extras[] = {"rotary:\n  layout: half\n  positions: sequence\narch: sm_90a\n",
+                          "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\narch: sm_90a\n"};
+  for (int i = 0; i < 2; i++) {
+    char y[512];
+    yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, i == 0, extras[i], false);
+    ag_spec s = load_ok(y);
+    ag_plan p;
+    ag_error err = {0};
+    ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+    ck_assert(!p.jagged.fwd_sm90); /* not picked by default */
+    ck_assert_int_eq(ag_plan_jagged_make_with(&s, true, &p, &err), AG_OK);
+    ag_plan_kernels(&s, &p);
+    ck_assert(p.jagged.fwd_sm90);
+    ck_assert_str_eq(p.kernels[0].template_file, "jagged_fwd_sm90.cu");
+    ck_assert_int_eq(p.kernels[0].nparams, i == 0 ? 13 : 15);
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
+    ck_assert_ptr_nonnull(strstr(src, "rotate_rows(smem, nullptr, rows, rq);"));
+    void *cubin = NULL;
+    size_t size = 0;
+    ag_status st = ag_compile_source(src, "sm90_rotary.cu", "sm_90a", &cubin, &size, NULL, &err);
+    ck_assert_msg(st == AG_OK, "%s", err.message);
+    ck_assert(memmem(cubin, size, p.kernels[0].name, strlen(p.kernels[0].name) + 1));
+    free(cubin);
+    free(src);
+  }
+}
+END_TEST
+
 /* ---- the launchers without a device --------------------------------------------- */
 
 typedef ag_fake_kernel fake;
@@ -628,6 +661,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, argument_checks);
   tcase_add_test(tc, rotary_tables);
   tcase_add_loop_test(tc, compiles, 0, (int)(sizeof compile_cases / sizeof compile_cases[0]));
+  tcase_add_test(tc, sm90_rotary_compiles);
   suite_add_tcase(s, tc);
   TCase *gpu = tcase_create("jagged_gpu");
   tcase_set_timeout(gpu, 1200);

@@ -72,6 +72,7 @@ static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
 static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
+static_assert(!(kBroadcast && 0), "rotary embeddings with a broadcast Q are not planned");
 static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
@@ -431,7 +432,8 @@ extern __shared__ __align__(1024) unsigned short smem[];
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
               const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-              float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
+              float *__restrict__ lse,
+              const int *__restrict__ cu_seqlens_q,
               const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
               long long total_q, long long total_k, long long num_tiles) {
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
