@@ -129,9 +129,9 @@ static void plan_backward(ag_plan *p) {
  * row floats, two slots of dQ staging rows of 72 floats per warpgroup. On
  * the H200 it runs 0.92-1.10x FlashAttention-2's backward
  * (bench/RESULTS-jagged.md). */
-static bool plan_backward_fast(const ag_spec *spec, ag_plan *p) {
+static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, bool sm90_rotary) {
   if (spec->arch != AG_ARCH_SM90A || spec->deterministic || p->jagged.broadcast ||
-      spec->rotary.layout != AG_ROTARY_NONE) /* as the forward's wgmma kernel */
+      (spec->rotary.layout != AG_ROTARY_NONE && !sm90_rotary)) /* as the forward */
     return false;
   ag_plan_jagged *j = &p->jagged;
   const int m = 64, n = p->head_dim == 64 ? 64 : 128, slots = p->head_dim == 64 ? 3 : 2;
@@ -144,10 +144,11 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p) {
   return true;
 }
 
-/* Rotary embeddings in the sm_90a wgmma forward (jagged_fwd_sm90.cu rotates
- * each tile in shared memory as jagged_rotary.cuh does for the mma.sync
- * kernels) compile, and tests/check_jagged.c compiles them, but they have
- * not run on a GPU yet: until they are checked there (tools/gpu_session.sh
+/* Rotary embeddings in the sm_90a wgmma kernels (jagged_fwd_sm90.cu and
+ * jagged_bwd_sm90.cu rotate tiles in shared memory as jagged_rotary.cuh
+ * does for the mma.sync kernels, dK, dV back in registers and dQ back in
+ * _dq) compile, and tests/check_jagged.c compiles them, but they have not
+ * run on a GPU yet: until they are checked there (tools/gpu_session.sh
  * gpu-jagged sanitize-jagged with this set), rotary specs keep the
  * mma.sync kernels, which were. */
 static const bool sm90_rotary_checked = false;
@@ -180,7 +181,8 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, bool sm90_rotary, ag_pla
   out->scale = ag_spec_scale(spec);
   if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out, sm90_rotary))
     plan_forward(out);
-  if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out)) plan_backward(out);
+  if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, sm90_rotary))
+    plan_backward(out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD)) plan_backward_fused(out);
   return AG_OK;

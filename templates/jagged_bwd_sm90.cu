@@ -25,7 +25,11 @@
 @#   @KERNEL_NAME@_kv: grid (batch + total_k / BLOCK_N, kv_heads),
 @#     num_tiles = batch + total_k / BLOCK_N; 128 * BLOCK_N / 64 threads.
 @#   @KERNEL_NAME@_dq: dQ = scale * accumulator, rounded; grid as _pre.
-@# No conditions: features are selected with constexpr.
+@# Conditions: ROTARY, ROTARY_TABLE (as in jagged_bwd.cu: with tables
+@#   every kernel takes rotary_table and rotary_table_k after `di`): _kv
+@#   rotates K (V) once and each step's Q in shared memory and dK (dV) back
+@#   in registers, _dq rotates dQ back as it rounds it. Other features are
+@#   selected with constexpr.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this backward is planned for sm_90a only (wgmma)"
 #endif
@@ -91,6 +95,25 @@ static_assert(kStageAt + 2 * kWarpgroups * 64 * kStageStride * 4 == kSmemBytes,
 @include bulk_sm90.cuh@
 
 @include jagged_bwd_tile.cuh@
+@if ROTARY@
+
+// The rotation's views of load_rows' layout (element offsets): a Q, dO
+// slot of kBlockM rows and the K, V tiles of kBlockN rows.
+template <int kRows>
+struct Sw128Rows {
+  static __device__ __forceinline__ int at(int row, int chunk) {
+    return (chunk >> 3) * (kRows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+  }
+};
+
+@include jagged_rotary.cuh@
+@endif@
+
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
 
 // 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
 // multiples of 1024.
@@ -161,11 +184,18 @@ extern "C" __global__ void __launch_bounds__(kRowsThreads)
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, float *__restrict__ di,
+@if ROTARY_TABLE@
+    const unsigned short *__restrict__ rotary_table,
+    const unsigned short *__restrict__ rotary_table_k,
+@endif@
     const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
     long long batch, int heads, int kv_heads, long long total_q, long long total_k,
     long long num_tiles) {
   (void)q, (void)k, (void)v, (void)dq, (void)dk, (void)dv, (void)cu_seqlens_q;
   (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k, (void)num_tiles;
+@if ROTARY_TABLE@
+  (void)rotary_table, (void)rotary_table_k;
+@endif@
   const long long rows = total_q * heads;
   const long long row = blockIdx.x * (long long)kRowsPerCta + threadIdx.x / kPieces;
   const int piece = threadIdx.x % kPieces;
@@ -211,11 +241,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, float *__restrict__ di,
+@if ROTARY_TABLE@
+    const unsigned short *__restrict__ rotary_table,
+    const unsigned short *__restrict__ rotary_table_k,
+@endif@
     const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
     long long batch, int heads, int kv_heads, long long total_q, long long total_k,
     long long num_tiles) {
   (void)o;
   (void)dq;
+@if ROTARY_TABLE@
+  const RotaryTables tables = {rotary_table, rotary_table_k};
+@else@
+  const RotaryTables tables = {nullptr, nullptr};
+@endif@
+  (void)tables;
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
   const int hk = blockIdx.y, group = heads / kv_heads;
   const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
@@ -244,6 +284,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const int q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - qt0 + 1);
     const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
     const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
+@if ROTARY@
+@if ROTARY_TABLE@
+    const RotaryRows rk = {0, tables.k + (sp.k_start + k0) * kHeadDim};
+@else@
+    const RotaryRows rk = {k0, nullptr};
+@endif@
+@endif@
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
     auto load_step = [&](int i) {
@@ -302,6 +349,27 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
       const unsigned q_a = ring_a + (i % kSlots) * 2 * kQBytes, do_a = q_a + kQBytes;
       const float *const lse_r = rows_s + (i % kSlots) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
+@if ROTARY@
+      {
+        // Rotate the step's Q where it landed, and K (V) with the first
+        // step; the writes are fenced for wgmma's reads, and all wait.
+@if ROTARY_TABLE@
+        const RotaryRows rq = {0, tables.q + (sp.q_start + i0) * kHeadDim};
+@else@
+        const RotaryRows rq = {i0 + delta, nullptr};
+@endif@
+        char *const bytes = reinterpret_cast<char *>(smem);
+        if constexpr (kRotateQ)
+          rotate_rows<Sw128Rows<kBlockM>>(
+              reinterpret_cast<unsigned short *>(bytes + kRingAt + (i % kSlots) * 2 * kQBytes),
+              nullptr, mq, rq);
+        if ((kRotateK || kRotateV) && i == 0)
+          rotate_rows<Sw128Rows<kBlockN>>(kRotateK ? smem : nullptr,
+                                          kRotateV ? smem + kKBytes / 2 : nullptr, nk, rk);
+        fence_proxy_async();
+        __syncthreads();
+      }
+@endif@
 
       // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys: rows
       // are keys (key0, key0 + 8), columns the step's queries.
@@ -438,6 +506,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
     bulk_wait_read<0>();  // the staging rows may be written again
     cp_async_wait<0>();
+@if ROTARY@
+    // dK and dV of the unrotated K and V: acc_k[hh][n] is n-tile 8 hh + n
+    // of this warpgroup's rows 16 warp.. of its keys.
+    if constexpr (kRotateK)
+      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_k), 64 * wg + 16 * warp, nk,
+                    rk);
+    if constexpr (kRotateV)
+      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_v), 64 * wg + 16 * warp, nk,
+                    rk);
+@endif@
 
     // dV, and dK with the scale, of this thread's key rows.
 #pragma unroll
@@ -459,14 +537,106 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 }
 /* ---- end kernel _kv ---- */
 
+@if ROTARY@
+/* ---- begin dQ rotated back ----
+ * Group i (8 elements) of the accumulator's [total_q * heads, kHeadDim]
+ * rows: dQ = R^T (scale * accumulator), rounded, for the row's token t at
+ * its position (t - its sequence's start + Lk - Lq: the sequence found by
+ * a binary search over the clamped offsets), or with its table row. */
+__device__ __forceinline__ void unrotate_dq(const float4 *acc, long long i,
+    unsigned short *__restrict__ dq, const RotaryTables &tables,
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k, long long batch,
+    int heads, long long total_q, long long total_k) {
+  constexpr int kChunks = kHeadDim / 8;
+  const long long row = i / kChunks, t = row / heads;
+  const int c = (int)(i - row * kChunks);
+@if ROTARY_HALF@
+  if (c >= kChunks / 2) return;  // the partner chunk's thread does it
+@endif@
+  RotaryRows rr;
+@if ROTARY_TABLE@
+  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)total_q, (void)total_k;
+  rr.pos0 = 0;
+  rr.table = tables.q + t * kHeadDim;
+@else@
+  (void)tables;
+  long long lo = 0, hi = batch - 1;  // the last sequence whose start is <= t
+  while (lo < hi) {
+    const long long mid = (lo + hi + 1) / 2;
+    if (clamp_offset(__ldg(cu_seqlens_q + mid), 0, total_q) <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  const long long qs = clamp_offset(__ldg(cu_seqlens_q + lo), 0, total_q);
+  const long long qe = clamp_offset(__ldg(cu_seqlens_q + lo + 1), qs, total_q);
+  const long long ks = clamp_offset(__ldg(cu_seqlens_k + lo), 0, total_k);
+  const long long ke = clamp_offset(__ldg(cu_seqlens_k + lo + 1), ks, total_k);
+  rr.pos0 = t - qs + (ke - ks) - (qe - qs);
+  rr.table = nullptr;
+@endif@
+  float g[2][8];  // the group (and, half layout, its partner), scaled
+  {
+    const float4 x = acc[0], y = acc[1];
+    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) g[0][e] = v[e] * kScale;
+  }
+@if ROTARY_HALF@
+  {
+    const float4 *const p = acc + 2 * (kChunks / 2);
+    const float4 x = p[0], y = p[1];
+    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) g[1][e] = v[e] * kScale;
+  }
+  // pair 8c + e is (element e of this group, element e of the partner)
+#pragma unroll
+  for (int e = 0; e < 8; e++) {
+    float s, co;
+    pair_angle(rr, 0, 8 * c + e, s, co);
+    const float x0 = g[0][e], x1 = g[1][e];
+    g[0][e] = x0 * co + x1 * s;
+    g[1][e] = x1 * co - x0 * s;
+  }
+@else@
+  // pair 4c + j is elements 2j, 2j + 1 of this group
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    float s, co;
+    pair_angle(rr, 0, 4 * c + j, s, co);
+    const float x0 = g[0][2 * j], x1 = g[0][2 * j + 1];
+    g[0][2 * j] = x0 * co + x1 * s;
+    g[0][2 * j + 1] = x1 * co - x0 * s;
+  }
+@endif@
+  constexpr int kParts = @ROTARY_HALF@ ? 2 : 1;  // the group, and its partner
+#pragma unroll
+  for (int part = 0; part < kParts; part++) {
+    uint4 r;
+    r.x = pack2(g[part][0], g[part][1]);
+    r.y = pack2(g[part][2], g[part][3]);
+    r.z = pack2(g[part][4], g[part][5]);
+    r.w = pack2(g[part][6], g[part][7]);
+    reinterpret_cast<uint4 *>(dq)[i + part * (kChunks / 2)] = r;
+  }
+}
+/* ---- end dQ rotated back ---- */
+
+@endif@
 /* ---- begin kernel _dq ----
- * dQ = scale * accumulator, rounded: 8 elements a thread. */
+ * dQ = scale * accumulator, rounded: 8 elements a thread. With Q rotated,
+ * rotated back first: in the half layout the thread of a row's chunk c <
+ * kChunks / 2 also takes chunk c + kChunks / 2 (its pairs' partners), and
+ * that chunk's thread has nothing to do. */
 extern "C" __global__ void __launch_bounds__(kRowsThreads)
 @KERNEL_NAME@_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, float *__restrict__ di,
+@if ROTARY_TABLE@
+    const unsigned short *__restrict__ rotary_table,
+    const unsigned short *__restrict__ rotary_table_k,
+@endif@
     const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
     long long batch, int heads, int kv_heads, long long total_q, long long total_k,
     long long num_tiles) {
@@ -477,6 +647,17 @@ extern "C" __global__ void __launch_bounds__(kRowsThreads)
   if (i >= total_q * heads * (kHeadDim / 8)) return;
   const float4 *const acc =
       reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) + 2 * i;
+@if ROTARY@
+  if constexpr (kRotateQ) {
+@if ROTARY_TABLE@
+    const RotaryTables tables = {rotary_table, rotary_table_k};
+@else@
+    const RotaryTables tables = {nullptr, nullptr};
+@endif@
+    unrotate_dq(acc, i, dq, tables, cu_seqlens_q, cu_seqlens_k, batch, heads, total_q, total_k);
+    return;
+  }
+@endif@
   const float4 x = acc[0], y = acc[1];
   uint4 r;
   r.x = pack2(x.x * kScale, x.y * kScale);

@@ -3,8 +3,8 @@
 @# shared memory once they have landed, and the backward's gradient rows
 @# rotated back in registers before they are stored. Included after the
 @# includer's tile layout; uses its kHeadDim, kThreads, swizzle(row, chunk)
-@# (row-major tiles of kHeadDim elements, 16-byte chunks swizzled), pack2()
-@# and unpack2().
+@# (the tiles' layout unless rotate_rows is given another), pack2() and
+@# unpack2().
 @# Placeholders: @ROTATE_Q@ @ROTATE_K@ @ROTATE_V@ (0 | 1: the tensors
 @#   rotated); those of rotary_core.cuh.
 @# Conditions: ROTARY_TABLE (positions from the caller's tables, else
@@ -73,9 +73,11 @@ __device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int c
 }
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
-// beside K: the same rows and angles), in place. Every thread keeps one
-// unit column and steps down the rows. The caller waits for the tiles
-// before and synchronizes the CTA after.
+// beside K: the same rows and angles), in place, in layout L (see
+// rotary_core.cuh). Every thread keeps one unit column and steps down the
+// rows. The caller waits for the tiles before and synchronizes the CTA
+// after.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
                                             const RotaryRows &rr) {
   constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
@@ -85,8 +87,8 @@ __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b
   for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
     unit_angles(rr, row, cc, s, c);
-    if (a) rotate_unit(a, row, cc, s, c);
-    if (b) rotate_unit(b, row, cc, s, c);
+    if (a) rotate_unit<L>(a, row, cc, s, c);
+    if (b) rotate_unit<L>(b, row, cc, s, c);
   }
 }
 

@@ -4,8 +4,8 @@
 @# work (a 16-byte chunk of a swizzled shared-memory tile row, with its
 @# partner in the half layout). The math is rotary.cuh's comment.
 @# Uses the includer's kHeadDim, kHeadChunks (16-byte chunks per head),
-@# swizzle(row, chunk) (an element's offset in the tile), pack2() and
-@# unpack2().
+@# swizzle(row, chunk) (an element's offset in the tile: the layout
+@# rotate_unit reads unless given another), pack2() and unpack2().
 @# Placeholders: with computed positions @ROTARY_BASE@ and @ROTARY_TURNS@
 @#   (see rotary.cuh).
 @# Conditions: ROTARY_HALF (the half layout, else interleaved),
@@ -36,6 +36,11 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
 }
 @endif@
 
+// The tile layout rotate_unit reads unless given another: swizzle().
+struct Swizzled {
+  static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
+};
+
 @if ROTARY_HALF@
 // Rotate two pairs of the half layout in place: (low of a, low of b) by the
 // angle (s0, c0) and (high of a, high of b) by (s1, c1).
@@ -50,12 +55,13 @@ __device__ __forceinline__ void rotate_halves(unsigned &a, unsigned &b, float s0
 
 // Rotate unit `chunk` (chunk cc of one head of the tile row, cc <
 // kHeadChunks / 2) with its partner kHeadChunks / 2 chunks on, each at its
-// own swizzled place in row `row` of tile x.
+// own swizzled place (L::at) in row `row` of tile x.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
                                             const float (&s)[kUnitPairs],
                                             const float (&c)[kUnitPairs]) {
-  uint4 *pa = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
-  uint4 *pb = reinterpret_cast<uint4 *>(x + swizzle(row, chunk + kHeadChunks / 2));
+  uint4 *pa = reinterpret_cast<uint4 *>(x + L::at(row, chunk));
+  uint4 *pb = reinterpret_cast<uint4 *>(x + L::at(row, chunk + kHeadChunks / 2));
   uint4 a = *pa, b = *pb;
   rotate_halves(a.x, b.x, s[0], c[0], s[1], c[1]);
   rotate_halves(a.y, b.y, s[2], c[2], s[3], c[3]);
@@ -73,11 +79,12 @@ __device__ __forceinline__ unsigned rotate_pair(unsigned pair, float s, float c)
 }
 
 // Rotate unit `chunk` (chunk cc of one head of the tile row) in row `row`
-// of tile x: its four words are four pairs.
+// of tile x (at L::at): its four words are four pairs.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
                                             const float (&s)[kUnitPairs],
                                             const float (&c)[kUnitPairs]) {
-  uint4 *p = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
+  uint4 *p = reinterpret_cast<uint4 *>(x + L::at(row, chunk));
   uint4 w = *p;
   w.x = rotate_pair(w.x, s[0], c[0]);
   w.y = rotate_pair(w.y, s[1], c[1]);

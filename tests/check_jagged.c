@@ -237,15 +237,17 @@ START_TEST(compiles) {
 }
 END_TEST
 
-/* The sm_90a wgmma forward with rotary embeddings, which the plan does not
- * pick yet (plan_jagged.c: not run on a GPU): its source emits and
- * compiles for sm_90a with the rotation in, both position modes. */
+/* The sm_90a wgmma kernels with rotary embeddings, which the plan does not
+ * pick yet (plan_jagged.c: not run on a GPU): their source emits and
+ * compiles for sm_90a with the rotation in, both position modes and
+ * layouts, head dims 128 and 64 (the backward). */
 START_TEST(sm90_rotary_compiles) {
   const char *extras[] = {"rotary:\n  layout: half\n  positions: sequence\narch: sm_90a\n",
-                          "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\narch: sm_90a\n"};
-  for (int i = 0; i < 2; i++) {
+                          "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\narch: sm_90a\n",
+                          "rotary:\n  layout: half\n  apply_to: [q, v]\narch: sm_90a\n"};
+  for (int i = 0; i < 3; i++) {
     char y[512];
-    yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, i == 0, extras[i], false);
+    yaml_for(y, sizeof y, i == 2 ? 64 : 128, AG_DTYPE_BF16, i == 0, extras[i], true);
     ag_spec s = load_ok(y);
     ag_plan p;
     ag_error err = {0};
@@ -253,17 +255,23 @@ START_TEST(sm90_rotary_compiles) {
     ck_assert(!p.jagged.fwd_sm90); /* not picked by default */
     ck_assert_int_eq(ag_plan_jagged_make_with(&s, true, &p, &err), AG_OK);
     ag_plan_kernels(&s, &p);
-    ck_assert(p.jagged.fwd_sm90);
-    ck_assert_str_eq(p.kernels[0].template_file, "jagged_fwd_sm90.cu");
-    ck_assert_int_eq(p.kernels[0].nparams, i == 0 ? 13 : 15);
+    ck_assert(p.jagged.fwd_sm90 == (i < 2)); /* head dim 64 keeps the mma.sync forward */
+    ck_assert_int_gt(p.jagged.fast_block_m, 0);
+    ck_assert_int_eq(p.nkernels, 4);
+    ck_assert_str_eq(p.kernels[1].template_file, "jagged_bwd_sm90.cu");
+    ck_assert_int_eq(p.kernels[2].nparams, i == 0 ? 18 : 20); /* tables but in mode 0 */
     char *src = NULL;
     ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
-    ck_assert_ptr_nonnull(strstr(src, "rotate_rows(smem, nullptr, rows, rq);"));
+    if (i < 2) ck_assert_ptr_nonnull(strstr(src, "rotate_rows(smem, nullptr, rows, rq);"));
+    ck_assert_ptr_nonnull(strstr(src, "rotate_rows<Sw128Rows<kBlockM>>("));
     void *cubin = NULL;
     size_t size = 0;
-    ag_status st = ag_compile_source(src, "sm90_rotary.cu", "sm_90a", &cubin, &size, NULL, &err);
+    char name[32];
+    snprintf(name, sizeof name, "sm90_rotary_%d.cu", i);
+    ag_status st = ag_compile_source(src, name, "sm_90a", &cubin, &size, NULL, &err);
     ck_assert_msg(st == AG_OK, "%s", err.message);
-    ck_assert(memmem(cubin, size, p.kernels[0].name, strlen(p.kernels[0].name) + 1));
+    for (int k = 0; k < p.nkernels; k++)
+      ck_assert(memmem(cubin, size, p.kernels[k].name, strlen(p.kernels[k].name) + 1));
     free(cubin);
     free(src);
   }

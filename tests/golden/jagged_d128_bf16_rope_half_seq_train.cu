@@ -360,6 +360,11 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
 
+// The tile layout rotate_unit reads unless given another: swizzle().
+struct Swizzled {
+  static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
+};
+
 // Rotate two pairs of the half layout in place: (low of a, low of b) by the
 // angle (s0, c0) and (high of a, high of b) by (s1, c1).
 __device__ __forceinline__ void rotate_halves(unsigned &a, unsigned &b, float s0, float c0,
@@ -373,12 +378,13 @@ __device__ __forceinline__ void rotate_halves(unsigned &a, unsigned &b, float s0
 
 // Rotate unit `chunk` (chunk cc of one head of the tile row, cc <
 // kHeadChunks / 2) with its partner kHeadChunks / 2 chunks on, each at its
-// own swizzled place in row `row` of tile x.
+// own swizzled place (L::at) in row `row` of tile x.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
                                             const float (&s)[kUnitPairs],
                                             const float (&c)[kUnitPairs]) {
-  uint4 *pa = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
-  uint4 *pb = reinterpret_cast<uint4 *>(x + swizzle(row, chunk + kHeadChunks / 2));
+  uint4 *pa = reinterpret_cast<uint4 *>(x + L::at(row, chunk));
+  uint4 *pb = reinterpret_cast<uint4 *>(x + L::at(row, chunk + kHeadChunks / 2));
   uint4 a = *pa, b = *pb;
   rotate_halves(a.x, b.x, s[0], c[0], s[1], c[1]);
   rotate_halves(a.y, b.y, s[2], c[2], s[3], c[3]);
@@ -404,9 +410,11 @@ __device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int c
 }
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
-// beside K: the same rows and angles), in place. Every thread keeps one
-// unit column and steps down the rows. The caller waits for the tiles
-// before and synchronizes the CTA after.
+// beside K: the same rows and angles), in place, in layout L (see
+// rotary_core.cuh). Every thread keeps one unit column and steps down the
+// rows. The caller waits for the tiles before and synchronizes the CTA
+// after.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
                                             const RotaryRows &rr) {
   constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
@@ -416,8 +424,8 @@ __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b
   for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
     unit_angles(rr, row, cc, s, c);
-    if (a) rotate_unit(a, row, cc, s, c);
-    if (b) rotate_unit(b, row, cc, s, c);
+    if (a) rotate_unit<L>(a, row, cc, s, c);
+    if (b) rotate_unit<L>(b, row, cc, s, c);
   }
 }
 
@@ -1249,6 +1257,11 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
 
+// The tile layout rotate_unit reads unless given another: swizzle().
+struct Swizzled {
+  static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
+};
+
 // Rotate two pairs of the half layout in place: (low of a, low of b) by the
 // angle (s0, c0) and (high of a, high of b) by (s1, c1).
 __device__ __forceinline__ void rotate_halves(unsigned &a, unsigned &b, float s0, float c0,
@@ -1262,12 +1275,13 @@ __device__ __forceinline__ void rotate_halves(unsigned &a, unsigned &b, float s0
 
 // Rotate unit `chunk` (chunk cc of one head of the tile row, cc <
 // kHeadChunks / 2) with its partner kHeadChunks / 2 chunks on, each at its
-// own swizzled place in row `row` of tile x.
+// own swizzled place (L::at) in row `row` of tile x.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
                                             const float (&s)[kUnitPairs],
                                             const float (&c)[kUnitPairs]) {
-  uint4 *pa = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
-  uint4 *pb = reinterpret_cast<uint4 *>(x + swizzle(row, chunk + kHeadChunks / 2));
+  uint4 *pa = reinterpret_cast<uint4 *>(x + L::at(row, chunk));
+  uint4 *pb = reinterpret_cast<uint4 *>(x + L::at(row, chunk + kHeadChunks / 2));
   uint4 a = *pa, b = *pb;
   rotate_halves(a.x, b.x, s[0], c[0], s[1], c[1]);
   rotate_halves(a.y, b.y, s[2], c[2], s[3], c[3]);
@@ -1293,9 +1307,11 @@ __device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int c
 }
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
-// beside K: the same rows and angles), in place. Every thread keeps one
-// unit column and steps down the rows. The caller waits for the tiles
-// before and synchronizes the CTA after.
+// beside K: the same rows and angles), in place, in layout L (see
+// rotary_core.cuh). Every thread keeps one unit column and steps down the
+// rows. The caller waits for the tiles before and synchronizes the CTA
+// after.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
                                             const RotaryRows &rr) {
   constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
@@ -1305,8 +1321,8 @@ __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b
   for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
     unit_angles(rr, row, cc, s, c);
-    if (a) rotate_unit(a, row, cc, s, c);
-    if (b) rotate_unit(b, row, cc, s, c);
+    if (a) rotate_unit<L>(a, row, cc, s, c);
+    if (b) rotate_unit<L>(b, row, cc, s, c);
   }
 }
 

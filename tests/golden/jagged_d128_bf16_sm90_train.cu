@@ -1279,6 +1279,12 @@ __device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][
 }
 /* ---- end jagged tiles ---- */
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
 // multiples of 1024.
 extern __shared__ __align__(1024) unsigned short smem[];
@@ -1403,6 +1409,8 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q, const unsigned sho
     long long num_tiles) {
   (void)o;
   (void)dq;
+  const RotaryTables tables = {nullptr, nullptr};
+  (void)tables;
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
   const int hk = blockIdx.y, group = heads / kv_heads;
   const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
@@ -1647,7 +1655,10 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q, const unsigned sho
 /* ---- end kernel _kv ---- */
 
 /* ---- begin kernel _dq ----
- * dQ = scale * accumulator, rounded: 8 elements a thread. */
+ * dQ = scale * accumulator, rounded: 8 elements a thread. With Q rotated,
+ * rotated back first: in the half layout the thread of a row's chunk c <
+ * kChunks / 2 also takes chunk c + kChunks / 2 (its pairs' partners), and
+ * that chunk's thread has nothing to do. */
 extern "C" __global__ void __launch_bounds__(kRowsThreads)
 ag_gem_d128_bf16_bwd_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,

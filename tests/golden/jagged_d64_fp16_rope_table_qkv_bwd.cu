@@ -508,6 +508,11 @@ constexpr bool kRotateQ = 1, kRotateK = 1, kRotateV = 1;  // the tensors rotated
 constexpr int kUnitsPerRow = kHeadChunks;  // units of work per row and head
 constexpr int kUnitPairs = 4;  // pairs per unit: one chunk
 
+// The tile layout rotate_unit reads unless given another: swizzle().
+struct Swizzled {
+  static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
+};
+
 // Rotate the packed pair (x0 low, x1 high) by the angle (s, c).
 __device__ __forceinline__ unsigned rotate_pair(unsigned pair, float s, float c) {
   float x0, x1;
@@ -516,11 +521,12 @@ __device__ __forceinline__ unsigned rotate_pair(unsigned pair, float s, float c)
 }
 
 // Rotate unit `chunk` (chunk cc of one head of the tile row) in row `row`
-// of tile x: its four words are four pairs.
+// of tile x (at L::at): its four words are four pairs.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
                                             const float (&s)[kUnitPairs],
                                             const float (&c)[kUnitPairs]) {
-  uint4 *p = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
+  uint4 *p = reinterpret_cast<uint4 *>(x + L::at(row, chunk));
   uint4 w = *p;
   w.x = rotate_pair(w.x, s[0], c[0]);
   w.y = rotate_pair(w.y, s[1], c[1]);
@@ -550,9 +556,11 @@ __device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int c
 }
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
-// beside K: the same rows and angles), in place. Every thread keeps one
-// unit column and steps down the rows. The caller waits for the tiles
-// before and synchronizes the CTA after.
+// beside K: the same rows and angles), in place, in layout L (see
+// rotary_core.cuh). Every thread keeps one unit column and steps down the
+// rows. The caller waits for the tiles before and synchronizes the CTA
+// after.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
                                             const RotaryRows &rr) {
   constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
@@ -562,8 +570,8 @@ __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b
   for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
     unit_angles(rr, row, cc, s, c);
-    if (a) rotate_unit(a, row, cc, s, c);
-    if (b) rotate_unit(b, row, cc, s, c);
+    if (a) rotate_unit<L>(a, row, cc, s, c);
+    if (b) rotate_unit<L>(b, row, cc, s, c);
   }
 }
 

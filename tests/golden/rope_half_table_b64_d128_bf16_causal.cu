@@ -437,6 +437,11 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
 constexpr int kUnitsPerRow = kHeadChunks / 2;  // units of work per row and head
 constexpr int kUnitPairs = 8;  // pairs per unit: a chunk and its partner
 
+// The tile layout rotate_unit reads unless given another: swizzle().
+struct Swizzled {
+  static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
+};
+
 // Rotate two pairs of the half layout in place: (low of a, low of b) by the
 // angle (s0, c0) and (high of a, high of b) by (s1, c1).
 __device__ __forceinline__ void rotate_halves(unsigned &a, unsigned &b, float s0, float c0,
@@ -450,12 +455,13 @@ __device__ __forceinline__ void rotate_halves(unsigned &a, unsigned &b, float s0
 
 // Rotate unit `chunk` (chunk cc of one head of the tile row, cc <
 // kHeadChunks / 2) with its partner kHeadChunks / 2 chunks on, each at its
-// own swizzled place in row `row` of tile x.
+// own swizzled place (L::at) in row `row` of tile x.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
                                             const float (&s)[kUnitPairs],
                                             const float (&c)[kUnitPairs]) {
-  uint4 *pa = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
-  uint4 *pb = reinterpret_cast<uint4 *>(x + swizzle(row, chunk + kHeadChunks / 2));
+  uint4 *pa = reinterpret_cast<uint4 *>(x + L::at(row, chunk));
+  uint4 *pb = reinterpret_cast<uint4 *>(x + L::at(row, chunk + kHeadChunks / 2));
   uint4 a = *pa, b = *pb;
   rotate_halves(a.x, b.x, s[0], c[0], s[1], c[1]);
   rotate_halves(a.y, b.y, s[2], c[2], s[3], c[3]);
@@ -1153,6 +1159,11 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
 constexpr int kUnitsPerRow = kHeadChunks / 2;  // units of work per row and head
 constexpr int kUnitPairs = 8;  // pairs per unit: a chunk and its partner
 
+// The tile layout rotate_unit reads unless given another: swizzle().
+struct Swizzled {
+  static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
+};
+
 // Rotate two pairs of the half layout in place: (low of a, low of b) by the
 // angle (s0, c0) and (high of a, high of b) by (s1, c1).
 __device__ __forceinline__ void rotate_halves(unsigned &a, unsigned &b, float s0, float c0,
@@ -1166,12 +1177,13 @@ __device__ __forceinline__ void rotate_halves(unsigned &a, unsigned &b, float s0
 
 // Rotate unit `chunk` (chunk cc of one head of the tile row, cc <
 // kHeadChunks / 2) with its partner kHeadChunks / 2 chunks on, each at its
-// own swizzled place in row `row` of tile x.
+// own swizzled place (L::at) in row `row` of tile x.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
                                             const float (&s)[kUnitPairs],
                                             const float (&c)[kUnitPairs]) {
-  uint4 *pa = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
-  uint4 *pb = reinterpret_cast<uint4 *>(x + swizzle(row, chunk + kHeadChunks / 2));
+  uint4 *pa = reinterpret_cast<uint4 *>(x + L::at(row, chunk));
+  uint4 *pb = reinterpret_cast<uint4 *>(x + L::at(row, chunk + kHeadChunks / 2));
   uint4 a = *pa, b = *pb;
   rotate_halves(a.x, b.x, s[0], c[0], s[1], c[1]);
   rotate_halves(a.y, b.y, s[2], c[2], s[3], c[3]);

@@ -603,6 +603,11 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
 
+// The tile layout rotate_unit reads unless given another: swizzle().
+struct Swizzled {
+  static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
+};
+
 // Rotate the packed pair (x0 low, x1 high) by the angle (s, c).
 __device__ __forceinline__ unsigned rotate_pair(unsigned pair, float s, float c) {
   float x0, x1;
@@ -611,11 +616,12 @@ __device__ __forceinline__ unsigned rotate_pair(unsigned pair, float s, float c)
 }
 
 // Rotate unit `chunk` (chunk cc of one head of the tile row) in row `row`
-// of tile x: its four words are four pairs.
+// of tile x (at L::at): its four words are four pairs.
+template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
                                             const float (&s)[kUnitPairs],
                                             const float (&c)[kUnitPairs]) {
-  uint4 *p = reinterpret_cast<uint4 *>(x + swizzle(row, chunk));
+  uint4 *p = reinterpret_cast<uint4 *>(x + L::at(row, chunk));
   uint4 w = *p;
   w.x = rotate_pair(w.x, s[0], c[0]);
   w.y = rotate_pair(w.y, s[1], c[1]);
