@@ -608,7 +608,11 @@ __device__ __forceinline__ void unrotate_dq(const float4 *acc, long long i,
     g[0][2 * j + 1] = x1 * co - x0 * s;
   }
 @endif@
-  constexpr int kParts = @ROTARY_HALF@ ? 2 : 1;  // the group, and its partner
+@if ROTARY_HALF@
+  constexpr int kParts = 2;  // the group, and its partner
+@else@
+  constexpr int kParts = 1;  // the group
+@endif@
 #pragma unroll
   for (int part = 0; part < kParts; part++) {
     uint4 r;
