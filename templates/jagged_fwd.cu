@@ -14,8 +14,8 @@
 @# Conditions: ROTARY (rotary embeddings, not with BROADCAST:
 @#   jagged_rotary.cuh's conditions and placeholders), ROTARY_TABLE (its
 @#   positions from tables); other features are picked with if constexpr.
-@# Includes: mma_sm80.cuh, jagged_walk.cuh; with ROTARY unpack2.cuh and
-@#   jagged_rotary.cuh.
+@# Includes: mma_sm80.cuh, jagged_walk.cuh, jagged_fwd_span.cuh; with ROTARY
+@#   unpack2.cuh and jagged_rotary.cuh.
 @# Host rule: grid (batch + total_q / BLOCK_M, heads, 1) (integer division; the
 @#   same number is the kernel's num_tiles); with BROADCAST (batch *
 @#   ceil(n_q / BLOCK_M), heads, 1), block WARPS * 32 threads, dynamic
@@ -76,6 +76,8 @@ static_assert((kQElems + kStages * kStageElems) * 2 == kSmemBytes,
 @include mma_sm80.cuh@
 
 @include jagged_walk.cuh@
+
+@include jagged_fwd_span.cuh@
 
 /* ---- begin tile layout and loads ----
  * Tiles are row-major, kHeadDim elements a row, with 16-byte chunks
@@ -269,26 +271,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
                  : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
   if (!jt.valid) return; // the same answer in every warp
-  const long long k_start = jagged_clamp(jt.raw_start_b, 0, total_k);
-  const long long lk = jagged_clamp(jt.raw_end_b, k_start, total_k) - k_start;
-  const long long lq = jt.len;
-  const long long m0 = jt.tile * kBlockM; // first query row of the tile, in its sequence
-  const int rows = (int)(lq - m0 < kBlockM ? lq - m0 : kBlockM);
-  const int kvh = h / (heads / kv_heads);
-  const long long q_stride = (long long)heads * kHeadDim;
-  const long long kv_stride = (long long)kv_heads * kHeadDim;
-  const long long shift = lk - lq; // query i's diagonal key is i + shift
+  const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
+  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
+  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
+  const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
-  // Keys any real row of the tile sees: [key_lo, key_hi).
-  long long key_lo = 0, key_hi = lk;
-  if constexpr (kHasLeft) key_lo = max(0ll, m0 + shift - kLeft);
-  if constexpr (kHasRight) key_hi = min(lk, m0 + rows - 1 + shift + kRight + 1);
-  const int n_first = (int)(key_lo / kBlockN);
-  const int n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - n_first + 1 : 0;
-
-  // A broadcast Q's rows are the same for every sequence.
-  const long long q_row0 = (kBroadcast ? 0 : jt.start) + m0;
-  const unsigned short *q_src = q + q_row0 * q_stride + (long long)h * kHeadDim;
+  const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
   const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
   const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
   unsigned short *q_tile = smem;

@@ -264,6 +264,42 @@ __device__ __forceinline__ JaggedTile broadcast_tile(const int *offs_b, long lon
 }
 /* ---- end jagged walk ---- */
 
+/* ---- begin query tile span ---- */
+struct QuerySpan {
+  long long k_start;     // the sequence's first key
+  long long lk;          // its keys
+  long long m0;          // the tile's first query row, in its sequence
+  int rows;              // the tile's real query rows
+  int kvh;               // the key head of query head h
+  long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
+  long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
+  int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
+  long long q_row0;      // the tile's first row in Q (a broadcast Q's rows are every sequence's)
+};
+
+__device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long total_k, int h,
+                                                int heads, int kv_heads) {
+  QuerySpan t;
+  t.k_start = jagged_clamp(jt.raw_start_b, 0, total_k);
+  t.lk = jagged_clamp(jt.raw_end_b, t.k_start, total_k) - t.k_start;
+  const long long lq = jt.len;
+  t.m0 = jt.tile * kBlockM;
+  t.rows = (int)(lq - t.m0 < kBlockM ? lq - t.m0 : kBlockM);
+  t.kvh = h / (heads / kv_heads);
+  t.q_stride = (long long)heads * kHeadDim;
+  t.kv_stride = (long long)kv_heads * kHeadDim;
+  t.shift = t.lk - lq;
+  // Keys any real row of the tile sees: [key_lo, key_hi).
+  long long key_lo = 0, key_hi = t.lk;
+  if constexpr (kHasLeft) key_lo = max(0ll, t.m0 + t.shift - kLeft);
+  if constexpr (kHasRight) key_hi = min(t.lk, t.m0 + t.rows - 1 + t.shift + kRight + 1);
+  t.n_first = (int)(key_lo / kBlockN);
+  t.n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - t.n_first + 1 : 0;
+  t.q_row0 = (kBroadcast ? 0 : jt.start) + t.m0;
+  return t;
+}
+/* ---- end query tile span ---- */
+
 /* ---- begin tile layout and loads ----
  * Tiles are row-major, kHeadDim elements a row, with 16-byte chunks
  * XOR-swizzled by the row (chunk c of row r sits at c ^ (r % 8)), so the 8
@@ -446,26 +482,12 @@ ag_gem_d128_bf16_causal_fwd(const unsigned short *__restrict__ q, const unsigned
       kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
                  : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
   if (!jt.valid) return; // the same answer in every warp
-  const long long k_start = jagged_clamp(jt.raw_start_b, 0, total_k);
-  const long long lk = jagged_clamp(jt.raw_end_b, k_start, total_k) - k_start;
-  const long long lq = jt.len;
-  const long long m0 = jt.tile * kBlockM; // first query row of the tile, in its sequence
-  const int rows = (int)(lq - m0 < kBlockM ? lq - m0 : kBlockM);
-  const int kvh = h / (heads / kv_heads);
-  const long long q_stride = (long long)heads * kHeadDim;
-  const long long kv_stride = (long long)kv_heads * kHeadDim;
-  const long long shift = lk - lq; // query i's diagonal key is i + shift
+  const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
+  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
+  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
+  const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
-  // Keys any real row of the tile sees: [key_lo, key_hi).
-  long long key_lo = 0, key_hi = lk;
-  if constexpr (kHasLeft) key_lo = max(0ll, m0 + shift - kLeft);
-  if constexpr (kHasRight) key_hi = min(lk, m0 + rows - 1 + shift + kRight + 1);
-  const int n_first = (int)(key_lo / kBlockN);
-  const int n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - n_first + 1 : 0;
-
-  // A broadcast Q's rows are the same for every sequence.
-  const long long q_row0 = (kBroadcast ? 0 : jt.start) + m0;
-  const unsigned short *q_src = q + q_row0 * q_stride + (long long)h * kHeadDim;
+  const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
   const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
   const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
   unsigned short *q_tile = smem;
