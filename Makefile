@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Makefile for attngen: the library (generator + runtime: libattngen.a and
 # libattngen.so, which export only include/attngen.h), the tools library
 # (selfcheck + the float64 reference, for the CLI, tests and bench), the CLI

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """bench.py: attngen against every available peer on the same inputs, one table.
 
     python bench/bench.py --quick --out DIR     # < 2 min on an H200

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Broadcast-Q attention (issue 18): attngen.broadcast_attention against the
 best a user can do today, Q expanded to every sequence and fed to
 FlashAttention-2 varlen (torch's varlen_attn as bench/peers/varlen.py

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Jagged (variable-length) self-attention: attngen.jagged_attention against
 FlashAttention-2 varlen (torch's varlen_attn, as bench/peers/varlen.py
 reaches it, else flash_attn.flash_attn_varlen_func) and, when importable,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """peer_profile.py: launch the harness's plain Triton block-diagonal backward
 on one ads shape (batch 1152, 4 heads, 64-token blocks, lengths uniform in
 [0.4 L, L], the harness's own lengths and block table) a few times, and

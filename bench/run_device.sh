@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # run_device.sh: what one call on the GPU machine runs for the binding and
 # the benchmark. Builds libattngen.so, then runs the chosen steps, each under
 # its own time limit so that one stuck step still leaves the others' output.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* build.c: `attngen build SPEC... -o DIR [--arch LIST]`, build-time
  * generation for applications that ship compiled kernels. Per spec, in
  * DIR: the emitted NAME.cu, one NAME.ARCH.cubin per arch, NAME.h (a load

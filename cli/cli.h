@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* cli.h: what the CLI's commands share (cli/main.c): output files, messages
  * with names escaped, exit codes. */
 #ifndef AG_CLI_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* main.c: the attngen command line. Thin on purpose: each subcommand is a
  * few calls into the generator and runtime libraries; this file only parses
  * arguments, prints and picks exit codes (0 ok, 1 failed, 2 usage,

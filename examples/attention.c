@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* attention.c: attngen's C API end to end (the README's C example). For each
  * spec named on the command line: load it, get its kernel (compiled at build
  * time into the cache that ATTNGEN_CACHE_DIR names, else by NVRTC now), run

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* emit.c: turns a validated spec into CUDA C: a banner that echoes the spec
  * and the plan, then the expanded kernel template. Output is byte-stable:
  * no dates, no paths, numbers printed with fixed formats. */

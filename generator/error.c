@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* error.c: the status-code table, error records and the growable string
  * that the generator and runtime use to build messages and source text. */
 #include <stdio.h>

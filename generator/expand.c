@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* expand.c: the template engine described in expand.h. It knows nothing of
  * attention: the plan supplies every value. Templates are embedded by
  * tools/embed.c and looked up here by file name. */

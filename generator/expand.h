@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* expand.h: a small, strict template engine over the embedded templates.
  *
  * Syntax (each directive on a line of its own, leading blanks allowed):

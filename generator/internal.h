@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* internal.h: helpers shared by the generator's files (error records,
  * growable strings). Not part of the public API. */
 #ifndef AG_GENERATOR_INTERNAL_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* plan.c: the planner's front door: the fields every pattern shares, the
  * dispatch to the pattern's planner (plan_block.c, plan_jagged.c), and the
  * helpers those use to write kernel descriptors. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* plan.h: every compile-time decision for a spec's kernels, as plain data.
  * A plan is a list of kernel descriptors (template, walk, threads, shared
  * memory, parameters, the constants it bakes in), made by the pattern's

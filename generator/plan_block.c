@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* plan_block.c: the block-diagonal pattern's planner: the shapes of its
  * forward and backward (warps, the 16-row tiles each warp owns, the
  * pipeline depth, shared memory, the launch bound) and the kernel

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* plan_jagged.c: the jagged pattern's planner (variable-length sequences
  * packed back to back, queries and keys with their own offsets): the tile
  * shapes of the forward (templates/jagged_fwd.cu) and of the backward's two

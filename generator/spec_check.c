@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* spec_check.c: validates the YAML tree of a spec and fills an ag_spec,
  * reporting every error at its key or value; holds the public loaders.
  * Knows attention, not YAML syntax (see spec_parse.c). */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* spec_internal.h: what the spec parser (spec_parse.c) hands the checker
  * (spec_check.c): a plain YAML tree with the source position of every node,
  * and the list of diagnostics that both add to and render. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* spec_parse.c: YAML text to a plain tree with source positions (libyaml's
  * event API), and the diagnostics list that shows each problem with its
  * source line and a caret. Knows YAML and UTF-8, nothing about attention. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* templates.h: the CUDA C templates embedded at build time (see
  * tools/embed.c), looked up by file name. */
 #ifndef AG_TEMPLATES_H

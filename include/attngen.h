@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* attngen.h: the public C API of attngen.
  *
  * Two layers share this header. The generator (spec parsing, validation,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* jagged_bwd_reference.c: float64 CPU reference of jagged attention
  * backward (see jagged_bwd_reference.h). */
 #include "jagged_bwd_reference.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* jagged_bwd_reference.h: the float64 CPU reference for jagged attention
  * backward: dQ, dK, dV from Q, K, V and dO, with the forward's O and LSE
  * recomputed along the way (and handed out where asked). Same layout,

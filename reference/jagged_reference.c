@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* jagged_reference.c: float64 CPU reference of jagged attention forward
  * (see jagged_reference.h). Test-only code: allocation failure aborts. */
 #include "jagged_reference.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* jagged_reference.h: the float64 CPU reference for jagged (variable-length,
  * FlashAttention "varlen") attention forward, with causal masks aligned to
  * the bottom right, sliding windows and grouped-query heads. Needs only libc

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* reference.c: float64 CPU attention, rotary embeddings and 16-bit float
  * conversions; see reference.h. Straightforward on purpose: it is the
  * yardstick. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* reference.h: the float64 CPU reference for attention, with or without
  * rotary embeddings, and the 16-bit float conversions it needs. Used by the
  * GPU tests, `attngen run` and the bench; written once, here. Needs only

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* arch.c: target arch strings: the accepted "sm_NN[a]" forms, the name for
  * a device, and which cubins a device runs. (The spec enum's names,
  * ag_arch_name, live in the generator, which needs them without CUDA.) */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* cache.c: the on-disk cubin cache: keys, file names, the entry format and
  * its verification. A bad entry of any kind is a miss, never a crash; writes
  * are atomic renames, so readers and concurrent writers need no lock. */

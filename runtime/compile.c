@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* compile.c: CUDA C to cubin through the on-disk cache: key, lookup, NVRTC
  * on a miss, store. The cache only ever saves time: when it cannot be used
  * the compile still succeeds, and the reason is returned as a warning. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* context.c: one context per device (the retained primary context and what
  * the launcher needs to know about the device), and its kernels: the
  * in-memory cache in front of the disk cache, module loading, occupancy. */

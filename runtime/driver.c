@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* driver.c: the CUDA Driver API through dlopen("libcuda.so.1"), loaded and
  * initialised once per process, so that everything short of a launch works
  * on machines without a driver. Never link -lcuda: cuda.h gives types only. */

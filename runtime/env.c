@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* env.c: the environment knobs the runtime reads (names in runtime.h), so
  * "set and non-empty" and "a true flag" mean the same thing everywhere. */
 #include <stdlib.h>

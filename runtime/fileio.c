@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* fileio.c: the file operations the cache, the dump and the CLI need:
  * mkdir -p, an atomic write (temporary file in the same directory, fsync,
  * rename) so a reader never sees half a file, and the CLI's output write,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* kernel.c: the runtime entry points that start from a spec: ag_compile
  * (spec -> cubin) and ag_kernel_get (spec -> loaded kernel). They resolve the
  * target arch, run the generator (plan, emit) and hand over to compile.c and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* launch.c: argument checks and launches for the generated kernels. Every
  * check runs on the host before the launch and costs no synchronization. */
 #include <stdbool.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* launch_checks.c: the argument checks every pattern's entry points share:
  * device pointers (non-null, aligned) and the optional host copies of the
  * offsets. Host work only; no synchronization. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* launch_jagged.c: the jagged pattern's entry points: every argument
  * check on the host (no synchronization), then the generic launcher over
  * the plan's kernels of the pass. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* nvrtc.c: CUDA C to cubin with NVRTC, for one exact arch (a cubin, never
  * PTX, so the driver has nothing to JIT), with the options exposed for the
  * cache key and the source and log dumped on request for debugging. NVRTC

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* nvrtc_lib.c: NVRTC through dlopen, loaded once per process on the first
  * compile, so that a program that only loads prebuilt kernels (attngen
  * build, ag_kernel_from_images) or only generates source needs no

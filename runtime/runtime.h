@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* runtime.h: internals shared by the runtime's files, the CLI and the tests:
  * the Driver API table, the context and kernel structs, SHA-256, NVRTC, the
  * on-disk cubin cache and the environment knobs. Not part of the public API. */

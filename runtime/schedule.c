@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* schedule.c: the host half of a persistent jagged schedule: every
  * (sequence, query tile, head) item with its key-tile work, sorted longest
  * first and dealt to a fixed number of CTAs in boustrophedon (zigzag)

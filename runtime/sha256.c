@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* sha256.c: SHA-256 as specified in FIPS 180-4, with an incremental API, for
  * the cubin cache's keys and checksums. Written for clarity over speed: a
  * cache key hashes a few hundred kilobytes at most. */

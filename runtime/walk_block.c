@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* walk_block.c: the host half of the block walk (templates/block_walk.cuh):
  * how many (virtual block, head group) items there are and how many CTAs
  * take them, from batch, heads and total_tokens alone. It also keeps the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* walk_jagged.c: the host half of the jagged walks
  * (templates/jagged_walk.cuh): one CTA per (virtual tile, head). Sequence
  * i's tiles are numbered from i + offsets[i] / rows, so there are batch +

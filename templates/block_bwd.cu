@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# block_bwd.cu: block-diagonal attention backward, mma.sync path (sm_80+).
 @# Placeholders: @KERNEL_NAME@ @BLOCK_SIZE@ @HEAD_DIM@ @WARPS@ @HEADS_PER_TILE@ @STAGES@
 @#   @MIN_CTAS@ @SMEM_BYTES@ (the plan's dynamic shared memory, checked against the

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# block_bwd_chunked.cu: block-diagonal attention backward for blocks too
 @# large to keep whole in shared memory (past 128 tokens at head_dim 128,
 @# 176 at 64): the block is walked in 64-row chunks, with recomputation.

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# block_fwd.cu: block-diagonal attention forward, mma.sync path (sm_80+).
 @# Placeholders: @KERNEL_NAME@ @BLOCK_SIZE@ @HEAD_DIM@ @WARPS@
 @#   @HEADS_PER_TILE@ @JOBS_PER_WARP@ @STAGES@ @MIN_CTAS@ @SCALE_LOG2@ (scale * log2(e), a float

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# block_walk.cuh: the work walk of the block-diagonal kernels: which (block,
 @# head group) items a CTA takes and where each item's rows live. Shared by
 @# block_fwd.cu, block_bwd.cu and block_bwd_chunked.cu; uses the including

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# broadcast_bwd.cu: the broadcast-Q backward in one pass, mma.sync (sm_80+,
 @# runs as compiled on sm_90a), for n_q <= BLOCK_M and heads == kv_heads.
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows:

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# bulk_sm90.cuh: device helpers for storing result rows through shared
 @# memory on sm_90: stmatrix into staging rows, then bulk copies (the async
 @# proxy's cp.async.bulk) from there to global memory. Only inside

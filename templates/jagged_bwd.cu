@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_bwd.cu: jagged (varlen) attention backward, mma.sync path (sm_80+,
 @# runs as compiled on sm_90a): two deterministic kernels, no atomics.
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows of

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_bwd_sm90.cu: jagged (varlen) attention backward on sm_90a, the
 @# fast (not bit-identical) path: one key-stationary kernel on wgmma that
 @# computes dK, dV and adds every tile pair's dQ to an fp32 accumulator

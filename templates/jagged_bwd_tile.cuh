@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_bwd_tile.cuh: the pieces the two jagged backward kernels share:
 @# which sequence and tile a CTA owns, the band of keys a query sees, the
 @# swizzled tile layout and its 16-byte async load, and the two mma.sync

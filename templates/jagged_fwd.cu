@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_fwd.cu: jagged (varlen) attention forward, FlashAttention-2 style,
 @# mma.sync path (sm_80+, also compiled for sm_90a).
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows per

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_fwd_sm90.cu: jagged (varlen) attention forward on sm_90a: both
 @# products on wgmma, one warpgroup per 64 query rows, K and V tiles shared
 @# by the CTA's warpgroups. Compiled for sm_90a only (the plan picks it

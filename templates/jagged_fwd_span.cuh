@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_fwd_span.cuh: what the query tile of a jagged forward CTA sees,
 @# shared by jagged_fwd.cu and jagged_fwd_sm90.cu: its sequence's keys, its
 @# real rows, its strides and key head, and the key tiles of the band.

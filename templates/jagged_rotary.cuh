@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_rotary.cuh: rotary embeddings fused into the jagged mma.sync
 @# kernels (jagged_fwd.cu, jagged_bwd.cu): a tile's rows rotated in place in
 @# shared memory once they have landed, and the backward's gradient rows

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_walk.cuh: the device half of the jagged walk: which sequence and
 @# which of its row tiles a CTA's virtual tile number names. Shared by the
 @# jagged forward and backward kernels; broadcast_tile is the broadcast-Q

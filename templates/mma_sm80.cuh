@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# mma_sm80.cuh: device helpers shared by the mma.sync kernels: shared-memory
 @# addresses, 16-byte async copies, ldmatrix, the m16n8k16 tensor-core MMA
 @# and packing fp32 pairs into 16-bit pairs.

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# rotary.cuh: rotary position embeddings (RoPE) fused into the block-diagonal
 @# kernels: a tile's Q, K (and V) rotated in place in shared memory once it
 @# has landed and, in the backward, the gradients rotated back in registers

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# rotary_core.cuh: the rotation of rotary embeddings itself, shared by the
 @# block kernels (rotary.cuh) and the jagged ones (jagged_rotary.cuh): the
 @# angles of computed positions, and the in-place rotation of one unit of

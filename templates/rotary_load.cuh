@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# rotary_load.cuh: the rotary table's rows of a tile, loaded with the tile
 @# (positions from a table only). Included at the end of the tile load of
 @# block_fwd.cu and block_bwd.cu; uses the including kernel's kBlock, kHeadDim,

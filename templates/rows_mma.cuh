@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# rows_mma.cuh: 16 rows of one shared-memory tile times every row of
 @# another, transposed, on mma.sync: S = Q K^T and dP = dO V^T, or with keys
 @# as rows S^T and dP^T. Shared by block_bwd.cu and block_bwd_chunked.cu.

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# softmax_rows.cuh: the masked softmax numerator of one warp's 16 rows of
 @# S = Q K^T, shared by the forward and backward kernels.
 @# Needs: kKeyTiles, kBlock, kScaleLog2, Tile, neg_inf(), fast_exp2().

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# tile_load.cuh: the swizzled shared-memory tile layout and the 16-byte
 @# async load of one [rows, head group] tensor tile, shared by the forward
 @# and backward kernels. Needs: kRowElems, kChunks, kHeadChunks, kHeadDim,

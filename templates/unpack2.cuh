@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# unpack2.cuh: pack2's inverse, for the kernels that read 16-bit pairs back
 @# (block_bwd.cu, block_bwd_chunked.cu, and rotary.cuh in the forward).
 @# Placeholders: @MMA_TYPE@ (see mma_sm80.cuh). No conditions.

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# wgmma_sm90.cuh: device helpers for the warpgroup MMA of sm_90a (wgmma):
 @# shared-memory matrix descriptors of the tiles' 128-byte swizzle, the
 @# 64x64x16 MMA with both operands in shared memory or A in registers, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_args.c: ag_block_forward's argument checks, with no GPU. A kernel
  * struct is built on the stack from a real spec and plan; its context is
  * zeroed, so a driver call before the checks would crash the test (its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_backward.c: the block-diagonal backward on the CPU, no GPU: specs
  * that ask for it (validation, and its refusal of the shapes the plan
  * refuses), the plan (shapes, shared memory, refusals), the emitted source

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_broadcast.c: broadcast-Q attention (`pattern: jagged`, `query:
  * broadcast`). On the CPU: validation, the plan's four kernels and their
  * walks, NVRTC compiles for sm_90a and sm_80, and ag_broadcast_forward /

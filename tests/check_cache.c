@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_cache.c: SHA-256 against the FIPS 180-4 vectors, the cache key, the
  * entry format (every kind of bad file is a miss) and the compile path
  * through the disk cache: hits, replacement, bypass and concurrent writers. */

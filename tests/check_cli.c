@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_cli.c: the attngen command line's exit codes and messages (0 ok,
  * 1 failed, 2 usage, 3 run skipped without a GPU), run as a child process,
  * and the usage errors of the tuning tool tune_block. The binaries come

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_compile.c: every block size the spec format accepts (16..256 in
  * steps of 16) at both head dims compiles with NVRTC for sm_90a, so no valid
  * spec can end in a compile error (uneven warp/job splits, tile loads that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_concurrency.c: many processes and threads asking ag_compile for the
  * same and different kernels at once through one fresh disk cache, with the
  * cache entry being damaged under them, and threads loading specs at once:

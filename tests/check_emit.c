@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_emit.c: the plan and the emitted CUDA C: golden files (golden/NAME.yaml
  * gives golden/NAME.cu byte for byte; AG_UPDATE_GOLDENS=1 rewrites them),
  * determinism, plan decisions for the shapes that matter, and specs whose

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_expand.c: the template engine: substitution, conditions, includes,
  * comments, and every error (exact text), so a malformed template can never
  * leave a placeholder in emitted code. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_exports.c: libattngen.so's face. Its dynamic symbol table
  * (nm -D --defined-only) must hold exactly the functions declared in
  * include/attngen.h, no internal one and none missing (a declaration without

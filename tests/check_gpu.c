@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_gpu.c: the GPU tests: generated kernels against the float64 CPU
  * reference on fresh random inputs with NaN-poisoned outputs, across dtypes,
  * head dims, block sizes, causal masks and awkward sequence lengths, plus

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_hostile.c: hostile spec inputs that check_spec.c's goldens do not
  * already cover (nesting 10,000 deep, a 100 MB file, an endless file, every
  * malformed UTF-8 form, binary garbage, overflowing numbers, worst cases at

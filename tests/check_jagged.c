@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_jagged.c: the jagged pattern. On the CPU: validation (what it
  * accepts and refuses), the plan's kernels (templates, walks, parameters),
  * the emitted source (deterministic, only what the spec asks), NVRTC

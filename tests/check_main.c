@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_main.c: the Check runner. Each tests/check_<module>.c defines one
  * suite constructor; missing ones are weak and skipped, so modules can land
  * one at a time. AG_SUITES=spec,cli,... runs only the suites it names, under

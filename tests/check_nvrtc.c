@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_nvrtc.c: NVRTC compilation: logs in failure messages, arch checks,
  * cubins (never PTX), the dump directory, and the real pipeline: every spec
  * in ../specs compiles through ag_compile for sm_90a and sm_80. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_reference.c: the float64 CPU reference itself. The backward is
  * checked against central finite differences of the forward on tiny shapes
  * (several blocks, partial blocks, an empty sequence, two heads, causal or

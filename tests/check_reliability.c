@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_reliability.c: regressions for issue 22 (reliability, second
  * round), CPU side: output targets that are not plain files, file modes and
  * long names, the cache against FIFOs, huge or foreign entries and stale

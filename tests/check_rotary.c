@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_rotary.c: rotary embeddings (RoPE) in the block-diagonal kernels,
  * on the CPU, no GPU: specs that ask for them (validation, and its refusal
  * of what the plan refuses), the plan (names, shared memory with the table

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_runtime.c: the Driver API layer: loading libcuda (absent, the
  * toolkit's stub, the real one), error text, arch names and, where a device
  * is present, contexts and kernels from hand-written sources. Every test runs

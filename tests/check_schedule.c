@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_schedule.c: the host-built persistent schedule (runtime/schedule.c):
  * every (sequence, query tile, head) exactly once, each item's work equal
  * to the key tiles the float64 reference's key ranges touch, the CTAs'

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* check_spec.c: tests of the spec front end (ag_spec_load_*): golden error
  * messages for invalid specs in spec_errors/ (NAME.yaml and the exact text
  * NAME.err), every field and default of valid specs, I/O and size limits.

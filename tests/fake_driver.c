@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* fake_driver.c: the recording CUDA driver table of fake_driver.h. Each
  * test runs in its own forked process, so one record serves them all. */
 #include "fake_driver.h"

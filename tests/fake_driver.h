@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* fake_driver.h: a CUDA driver table for the launch tests without a GPU:
  * context push and pop succeed, and cuLaunchKernel launches nothing but
  * records what it was given. Shared by check_args.c, check_backward.c and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* util.c: see util.h. */
 #include <check.h>
 #include <ftw.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* util.h: small helpers shared by the Check suites (whole-file reads and
  * writes for golden files). */
 #ifndef AG_TEST_UTIL_H

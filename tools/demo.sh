@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # demo.sh: the README's main job. For every spec in specs/: validate it,
 # emit its CUDA C (one file with the kernel of each pass the spec names),
 # compile it with NVRTC for sm_90a, and, where a GPU is present, run each

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # deps.sh: make sure the build dependencies are present (libyaml and Check
 # headers), installing them with apt-get when they are missing
 # and we may. The CUDA toolkit (NVRTC, cuda.h) must already be installed.

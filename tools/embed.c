@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* embed.c: build-time tool that turns template files into a C source file
  * of string literals (ag_templates[]), so the generator needs no files on
  * disk at run time. Writes OUT.tmp, checks every write, then renames. */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu_session.sh: what one call on the GPU machine runs, in order: build,
 # the full test suite (GPU tests included), the demo, the plan-tuning table,
 # and compute-sanitizer over small runs. Logs go to $OUT (or build/gpu).

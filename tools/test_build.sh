@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_build.sh: `attngen build` as a build system uses it: two bundled
 # specs (a block-diagonal one and a broadcast one) for sm_80 and sm_90a
 # into a temporary directory; the headers compile as C (-Wall -Wextra

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # test_install.sh: `make install` into a temporary DESTDIR with
 # PREFIX=/usr/local, then, as a user of the installed tree would, build
 # tests/install/emit_spec.c with only pkg-config (the shared library, then

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # test_pip.sh: `pip install ./bindings/python` into a fresh virtual
 # environment (setup.py builds libattngen.so with make and bundles it), then,
 # from outside the checkout and with ATTNGEN_LIB unset, the installed package

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The implementations the benchmark compares, by name. Each lives in its
 own module, imported only inside the worker process that runs it."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """attngen, called through its Python package (bindings/python), so the
 benchmark exercises the binding exactly as users call it.
 

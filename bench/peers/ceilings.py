@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The ceilings measured in the same run, and the environment record.
 
   copy        dst.copy_(src), 2 GiB each way: bytes read + written

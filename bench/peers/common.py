@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Shared pieces of the benchmark: shapes, passes and their lengths (no
 torch), and, inside a worker process, the inputs, the timer, the float64
 reference (output and gradients) on a sample of blocks, the interface every

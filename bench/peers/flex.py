@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """FlexAttention (torch.compile'd) with a block-diagonal BlockMask.
 
 Layout: the padded tokens as one sequence [1, H, nblocks*block, D] (a view,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """torch scaled_dot_product_attention with one backend forced (FlashAttention-2,
 cuDNN, memory-efficient), on blocks as a dense batch [nblocks, H, block, D].
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A plain Triton block-diagonal forward, written for this benchmark: the
 baseline a user would write in an afternoon.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """torch.nn.attention.varlen.varlen_attn (FlashAttention-2 underneath) with
 one cu_seqlens entry per block, and the same call after activating
 FlashAttention-3 through torch.nn.attention.activate_flash_attention_impl.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """A stand-in for `bench.py --worker NAME` that needs no torch and no GPU:
 it reads the task file and reports made-up records in the worker protocol
 (@@-prefixed JSON lines), so the orchestrator's process handling, task

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """CPU tests of bench/broadcast_bench.py's pure-Python side: lengths,
 visible query-key pairs (against brute force), FLOPs, the shape lists and
 their flags, the bar and the budget, the flex block lists (against brute

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """CPU tests of bench.py's orchestration (no torch, no GPU): tasks of a
 shape and a pass, worker crashes and restarts, unavailable peers and rows,
 the reports of each pass, and the pure-Python pieces of peers/common.py.

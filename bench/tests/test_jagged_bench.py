@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """CPU tests of bench/jagged_bench.py's pure-Python side: lengths, visible
 query-key pairs (against brute force), FLOPs, the shape lists, the report,
 and that the module imports without torch.

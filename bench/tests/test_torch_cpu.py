@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """CPU tests of the harness's torch side (skipped without torch): the float64
 reference of the output and the gradients (with and without rotary) against
 an independent implementation, the autograd plumbing of the backward and

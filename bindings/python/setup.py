@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """setup.py: `pip install ./bindings/python` builds libattngen.so with the
 repository's Makefile and bundles it in the package (attngen/libattngen.so),
 so that the installed package needs no ATTNGEN_LIB; the version comes from

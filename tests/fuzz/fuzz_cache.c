@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* fuzz_cache.c: libFuzzer target over the disk cache's reader
  * (ag_cache_load) with arbitrary entry bytes. The first byte picks what
  * lands at the entry's path: the bytes as they are; a valid entry (written

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* fuzz_names.c: libFuzzer target over the C API's spec-from-string entry
  * with arbitrary source names: the first byte gives the name's length (up
  * to 63 bytes, cut at a NUL), the name follows, the rest is the spec. Every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* fuzz_spec.c: libFuzzer target over the spec front end: any bytes go through
  * ag_spec_load_string (parser and validator); a spec that loads is planned
  * and emitted too, and both must succeed (validation refuses what the plan

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Matrix-level simulation of block_bwd.cu's control flow for one tile and head:
 # zero-filled rows past the end, NaN (stale) P/dS rows for skipped jobs, the
 # phase-2 loop bounds, the causal bounds; against the float64 definitions.

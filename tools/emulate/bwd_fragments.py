@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Emulate the warp-level fragment math of templates/block_bwd.cu (ldmatrix,
 # ldmatrix.trans, mma.m16n8k16 row.col, C-layout stores) per PTX ISA semantics,
 # with the template's exact index formulas, against numpy products.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Emulate the index math of the rotary embeddings in templates/rotary.cuh and
 # templates/rotary_load.cuh with numpy: the swizzled placement of Q, K, V and
 # table rows in shared memory (load_tile, load_table), the prologue's units of

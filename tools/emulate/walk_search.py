@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Emulate walk_begin's 32-way warp search (templates/block_walk.cuh) lane by
 # lane, with the ballot, against the plain binary search it replaced: the
 # same sequence for non-decreasing offsets (empty sequences, partial blocks,

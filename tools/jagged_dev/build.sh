@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # build.sh OUTDIR NAME [expand.py options...]: expand the template and build
 # the harness for one variant as OUTDIR/NAME (and OUTDIR/NAME.cuh).
 set -e

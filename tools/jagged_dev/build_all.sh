@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # build_all.sh OUTDIR [PATTERN]: build every variant of variants.txt (whose
 # name matches PATTERN, a grep regex) into OUTDIR, two at a time.
 here=$(cd "$(dirname "$0")" && pwd)

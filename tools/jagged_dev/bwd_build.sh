@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # bwd_build.sh: build the jagged backward dev harness into build/jagged_bwd/
 # (run from the repository root; NVCC may name the compiler).
 set -e

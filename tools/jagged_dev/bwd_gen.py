@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """bwd_gen.py: expand templates/jagged_bwd.cu for the jagged backward dev
 harness (tools/jagged_dev/bwd_test.cu). A dev tool, not the generator: it
 mimics expand.c's rules (@NAME@, '@include name@' lines, '@#' lines dropped,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // bwd_test.cu: standalone GPU test and timing harness for the jagged
 // attention backward (templates/jagged_bwd.cu). A dev tool: the variants
 // come from tools/jagged_dev/bwd_gen.py (build/jagged_bwd/variants.cuh).

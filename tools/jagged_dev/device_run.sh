@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # device_run.sh BIN [tests] [bench] [san]: run on the GPU machine what
 # build_all.sh built into BIN; logs under $OUT (or /tmp). A short table last.
 bin=$1; shift

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """expand.py: dev-only expansion of a template of templates/ into plain CUDA C,
 mirroring the generator's engine for what the jagged templates use: lines
 `@include NAME@` inline templates/NAME, lines starting with `@#` are dropped,

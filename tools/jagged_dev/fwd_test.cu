@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // fwd_test.cu: dev harness for templates/jagged_fwd.cu. Build with the
 // expanded kernel (expand.py -o K.cuh) named by JV_KERNEL_FILE:
 //   nvcc -O3 -arch=sm_90a -std=c++17 -Iinclude -Ireference -DJV_KERNEL_FILE='"K.cuh"' \

@@ -1,3 +1,4 @@
+@# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_bwd_fast.cu: the "fast" jagged attention backward: everything of
 @# jagged_bwd.cu (included, so its _dq and _dkv are there too, unused) plus
 @# three kernels, launched in this order on one stream:

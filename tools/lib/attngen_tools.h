@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* attngen_tools.h: what the command line needs beyond the public API (the
  * disk cache's warning, the kernel's entry names, the device's name, atomic
  * file writes), from the tools library build/libattngen_tools.a. Includes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* selfcheck.c: random inputs (and a rotary table of real sines and cosines
  * for kernels that take one), NaN-poisoned outputs, the float64 reference
  * on a sample of sequences, and CUDA-event timing; see selfcheck.h. Part

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* selfcheck.h: run a generated kernel on fresh random data, check it against
  * the float64 CPU reference and time it. Used by `attngen run`, the GPU
  * tests and the benchmark; sized for tensors past 2^31 elements (inputs are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* selfcheck_jagged.c: the jagged pattern's self-check (selfcheck_jagged.h):
  * device buffers through the runtime's driver table, NaN poison, the
  * launches through the public API, the float64 reference on a capped

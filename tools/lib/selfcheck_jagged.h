@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* selfcheck_jagged.h: runs a jagged kernel on random data and checks it
  * against the float64 reference (reference/jagged_reference.h,
  * jagged_bwd_reference.h): outputs poisoned with NaN first, every real

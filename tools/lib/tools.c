@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* tools.c: the command line's window onto the runtime's internals (see
  * attngen_tools.h), kept here so that cli/ includes only public and tools
  * headers. Each function is a thin wrapper; the internals stay hidden in

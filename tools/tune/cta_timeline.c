@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* cta_timeline.c: where a block-diagonal forward launch spends its time, CTA
  * by CTA. Emits the forward for an ads shape, patches four %globaltimer
  * stamps into the emitted source (a CTA's start, the end of walk_begin, its

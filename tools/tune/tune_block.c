@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* tune_block.c: times plan variants of the block-diagonal forward (tiles
  * resident per CTA, grid shape, register cap) and of the backward (heads
  * per tile, stages, grid shape, CTAs per SM) on ads shapes, next to a

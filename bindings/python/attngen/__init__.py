@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """attngen: specialized attention kernels from YAML specs, for PyTorch.
 
     import attngen

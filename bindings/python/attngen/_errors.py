@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Python exceptions for attngen's C status codes.
 
 Pure Python (no ctypes, no torch), so the mapping is testable anywhere. The

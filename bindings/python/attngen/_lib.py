@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ctypes access to libattngen.so: finding it, the structs of
 include/attngen.h and one checked-call helper.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Spec text for the Python side: a tiny YAML writer for spec dicts, and the
 spec that `block_attention` generates for a set of arguments.
 

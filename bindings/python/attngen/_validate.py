@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Argument checks for block_attention, written against duck types so they
 run (and are tested) without torch.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The binding's version, from its one source: include/attngen.h's
 AG_VERSION_STRING. An installed package carries it in _version.py (written
 by setup.py from the header); in a checkout it is read from the header."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """broadcast_attention: one dense set of queries shared by every sequence
 (broadcast-Q, "PMA" attention) over jagged keys and values, with its
 autograd Function.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """jagged_attention: attention over jagged (variable-length) sequences
 packed back to back, named and ordered like FlashAttention's
 flash_attn_varlen_func, with its autograd Function.

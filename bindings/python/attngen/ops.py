@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """attngen for PyTorch: spec loading, per-device contexts, kernels and
 block_attention with its autograd Function.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Test setup: import attngen from this checkout (no install needed) and
 the torch stub from this directory."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The binding's torch.autograd.Function under REAL torch autograd, on the
 CPU: a stand-in kernel computes the block attention and its gradients with
 torch ops, so the Function's contract with the autograd engine is checked

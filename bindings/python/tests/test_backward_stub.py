@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The backward's and rotary embeddings' wiring in attngen.ops, on the torch
 STUB (torch_stub.py): which kernel a call takes (forward alone, or both
 passes when an input requires grad; rotary options in the spec), what

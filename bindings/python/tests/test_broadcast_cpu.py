@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """CPU tests of attngen.broadcast_attention (one dense Q shared by every
 sequence over jagged K and V): the spec text for each option combination
 (and, when libattngen.so is built, what the C parser reads back from it),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """GPU tests of attngen.jagged_attention against a float64 reference.
 
 Need torch with CUDA, a GPU and libattngen.so with the jagged pattern

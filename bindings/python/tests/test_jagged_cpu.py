@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """CPU tests of attngen.jagged_attention: FlashAttention's window_size
 mapped onto the spec (and the refusals), the spec text for each option
 combination (and, when libattngen.so is built, what the C parser reads back

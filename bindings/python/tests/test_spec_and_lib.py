@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """CPU tests of the spec side: YAML writing, generated spec names, error
 mapping, library discovery, and (when libattngen.so is built) parsing
 through the C parser. No torch, no GPU."""

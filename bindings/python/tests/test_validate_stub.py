@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Argument checks of block_attention, run on the torch STUB (torch_stub.py):
 pure-Python validation only; no torch, no GPU, no libattngen.so needed."""
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A STUB of the few torch.Tensor attributes attngen's argument checks read
 (.dtype, .shape, .device, .is_contiguous(), .data_ptr(), .tolist()), and of
 the few torch functions attngen.ops and attngen.jagged call around a launch
