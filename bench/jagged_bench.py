@@ -30,10 +30,14 @@ sampled sequences with a float64 reference; a row whose error exceeds
 --rotary: rotary embeddings on q and k (half layout, each token at its
 index in its sequence, base 10000) in every pass. attngen fuses them (a
 spec with `rotary: {layout: half, positions: sequence}`); FA2 and FA4 run
-after a torch.compile'd rotary (fp32 math from cos/sin tables of the
-tokens' positions, built once per shape outside the timed region, as a
-framework caches them), autograd differentiating through both. FLOPs and
-TFLOP/s count the attention alone; the float64 reference rotates too.
+after a separate rotary pass (fp32 math from cos/sin tables of the tokens'
+positions, built once per shape outside the timed region, as a framework
+caches them), autograd differentiating through both. The pass is a
+bandwidth-bound Triton kernel (bench/peers/rope_triton.py; its own time
+and TB/s on q and k are reported per shape, so the table says how near its
+ceiling it runs), or with --rotary-peer compile a torch.compile'd one.
+FLOPs and TFLOP/s count the attention alone; the float64 reference
+rotates too.
 
 The pure-Python helpers (lengths, visible_pairs, flops, shapes) import
 without torch (bench/tests/test_jagged_bench.py tests them on the CPU).
@@ -273,20 +277,36 @@ def _rope_half(x, cos, sin):
 
 
 class Roped:
-    """A peer after a torch.compile'd rotary on q and k (set_tables per
-    shape)."""
+    """A peer after a separate rotary pass on q and k: the Triton kernel of
+    bench/peers/rope_triton.py (kind "triton") or a torch.compile'd one
+    ("compile"); tables set per shape."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, kind="triton"):
         import torch
         self.inner = inner
-        self.name = "torch.compile'd rotary, then " + inner.name
+        self.kind = kind
         self.context = inner.context
-        self.rope = torch.compile(_rope_half, dynamic=True)
+        if kind == "triton":
+            from peers import rope_triton
+            self.rope = lambda x, cos, sin: rope_triton.function().apply(
+                x, cos.view(cos.shape[0], -1), sin.view(sin.shape[0], -1))
+            self.name = "Triton rotary (bench/peers/rope_triton.py), then " + inner.name
+        else:
+            self.rope = torch.compile(_rope_half, dynamic=True)
+            self.name = "torch.compile'd rotary, then " + inner.name
         self.tables = None
 
     def __call__(self, q, k, v, cu, max_len, causal):
         cos, sin = self.tables
         return self.inner(self.rope(q, cos, sin), self.rope(k, cos, sin), v, cu, max_len, causal)
+
+    def rotary_alone(self, q, k):
+        """The rotary pass on q and k alone: (ms, TB/s over the bytes it must
+        move: q and k read and written, the tables read)."""
+        cos, sin = self.tables
+        ms = _time(lambda: (self.rope(q, cos, sin), self.rope(k, cos, sin)))
+        moved = 4 * q.numel() * q.element_size() + 2 * 2 * cos.numel() * cos.element_size()
+        return ms, moved / (ms * 1e-3) / 1e12
 
 
 class Attngen:
@@ -435,7 +455,7 @@ def run(args):
             if key == "attngen":
                 peers[key] = cls(args.deterministic, ROPE if args.rotary else None)
             else:
-                peers[key] = Roped(cls()) if args.rotary else cls()
+                peers[key] = Roped(cls(), args.rotary_peer) if args.rotary else cls()
             env["peer_" + key] = peers[key].name
         except Exception as e:
             msg = "%s unavailable: %s: %s" % (key, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
@@ -453,7 +473,9 @@ def run(args):
     os.makedirs(args.out, exist_ok=True)
     if args.rotary:
         env["rotary"] = ("on q and k, half layout, positions in the sequence, base %g; attngen "
-                         "fused, FA2 and FA4 after a torch.compile'd rotary" % ROPE_BASE)
+                         "fused, FA2 and FA4 after a %s rotary pass" %
+                         (ROPE_BASE, "Triton" if args.rotary_peer == "triton" else
+                          "torch.compile'd"))
     env["attngen_compile_s"] = round(precompile(peers["attngen"].attngen, todo,
                                                 args.deterministic,
                                                 ROPE if args.rotary else None), 1)
@@ -487,6 +509,16 @@ def run(args):
             for p in peers.values():
                 if isinstance(p, Roped):
                     p.tables = tables
+            roped = [p for p in peers.values() if isinstance(p, Roped)]
+            if roped:
+                try:
+                    ms, tbs = roped[0].rotary_alone(q, k)
+                    rec["rotary_peer_ms"], rec["rotary_peer_tbs"] = ms, tbs
+                    rec["notes"].append("the peers' rotary pass on q and k alone: %.3f ms, "
+                                        "%.2f TB/s of the bytes it must move" % (ms, tbs))
+                except Exception as e:
+                    rec["notes"].append("rotary pass alone failed: %s: %s" %
+                                        (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
         kept = {}
         for key in ("fa2", "attngen", "fa4"):
             if key not in peers:
@@ -558,6 +590,9 @@ def parse_args(argv):
     p.add_argument("--rotary", action="store_true",
                    help="rotary embeddings on q and k: fused in attngen, a torch.compile'd "
                         "rotary before FA2 and FA4")
+    p.add_argument("--rotary-peer", choices=("triton", "compile"), default="triton",
+                   help="with --rotary: the peers' rotary pass, Triton (bandwidth-bound) or "
+                        "torch.compile'd")
     p.add_argument("--out", default=os.path.join(HERE, "results", "jagged"))
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
