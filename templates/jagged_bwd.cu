@@ -188,12 +188,8 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
 @if ROTARY@
     // Rotate the key tile's K (V) where it landed, and Q with the first
     // tile; every warp reads them after the barrier.
-@if ROTARY_TABLE@
-    const RotaryRows rq = {0, tables.q + (sp.q_start + q0) * kHeadDim};
-    const RotaryRows rk = {0, tables.k + (sp.k_start + k0) * kHeadDim};
-@else@
-    const RotaryRows rq = {q0 + delta, nullptr}, rk = {k0, nullptr};
-@endif@
+    const RotaryRows rq = rotary_rows(tables.q, sp.q_start + q0, q0 + delta);
+    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
     if (kRotateQ && i == 0) rotate_rows(q_s, nullptr, mq, rq);
     if constexpr (kRotateK || kRotateV) {
       unsigned short *slot = ring + (i & 1) * 2 * kKTileElems;
@@ -268,11 +264,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       dq_tile(acc, sp, q0, h, hk, q, k, v, o, dout, lse, di, tables, heads, kv_heads, total_q);
       const int mq = (int)min((long long)kBlockM, sp.q_len - q0);
 @if ROTARY@
-@if ROTARY_TABLE@
-      const RotaryRows rq = {0, tables.q + (sp.q_start + q0) * kHeadDim};
-@else@
-      const RotaryRows rq = {q0 + sp.k_len - sp.q_len, nullptr};
-@endif@
+      const RotaryRows rq = rotary_rows(tables.q, sp.q_start + q0, q0 + sp.k_len - sp.q_len);
       if constexpr (kRotateQ) unrotate_rows(acc, row0, mq, rq);  // dQ of the unrotated Q
 @endif@
       store_rows(acc, kScale, row0, mq, dq + (sp.q_start + q0) * q_stride + (long long)h * kHeadDim,
@@ -390,11 +382,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 
     const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
 @if ROTARY@
-@if ROTARY_TABLE@
-    const RotaryRows rk = {0, tables.k + (sp.k_start + k0) * kHeadDim};
-@else@
-    const RotaryRows rk = {k0, nullptr};
-@endif@
+    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
 @endif@
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
@@ -441,11 +429,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 @if ROTARY@
       // Rotate the step's Q where it landed, and K (V) with the first step;
       // every warp reads them after the barrier.
-@if ROTARY_TABLE@
-      const RotaryRows rq = {0, tables.q + (sp.q_start + i0) * kHeadDim};
-@else@
-      const RotaryRows rq = {i0 + delta, nullptr};
-@endif@
+      const RotaryRows rq = rotary_rows(tables.q, sp.q_start + i0, i0 + delta);
       if constexpr (kRotateQ) rotate_rows(ring + (i & 1) * 2 * kQTileElems, nullptr, mq, rq);
       if ((kRotateK || kRotateV) && i == 0)
         rotate_rows(kRotateK ? k_s : nullptr, kRotateV ? v_s : nullptr, nk, rk);

@@ -286,11 +286,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
     const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
 @if ROTARY@
-@if ROTARY_TABLE@
-    const RotaryRows rk = {0, tables.k + (sp.k_start + k0) * kHeadDim};
-@else@
-    const RotaryRows rk = {k0, nullptr};
-@endif@
+    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
 @endif@
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
@@ -354,11 +350,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       {
         // Rotate the step's Q where it landed, and K (V) with the first
         // step; the writes are fenced for wgmma's reads, and all wait.
-@if ROTARY_TABLE@
-        const RotaryRows rq = {0, tables.q + (sp.q_start + i0) * kHeadDim};
-@else@
-        const RotaryRows rq = {i0 + delta, nullptr};
-@endif@
+        const RotaryRows rq = rotary_rows(tables.q, sp.q_start + i0, i0 + delta);
         char *const bytes = reinterpret_cast<char *>(smem);
         if constexpr (kRotateQ)
           rotate_rows<Sw128Rows<kBlockM>>(

@@ -40,6 +40,20 @@ struct RotaryRows {
   const unsigned short *table;
 };
 
+// The rows of a tile whose row 0 is token `token0` of its tensor at
+// position pos0: that token's row of `table` on, with positions from
+// tables; else positions from pos0 (the table is not read).
+__device__ __forceinline__ RotaryRows rotary_rows(const unsigned short *table, long long token0,
+                                                  long long pos0) {
+@if ROTARY_TABLE@
+  (void)pos0;
+  return {0, table + token0 * kHeadDim};
+@else@
+  (void)table, (void)token0;
+  return {pos0, nullptr};
+@endif@
+}
+
 // sin and cos of unit cc's pairs (see rotary_core.cuh) for tile row `row`.
 __device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int cc,
                                             float (&s)[kUnitPairs], float (&c)[kUnitPairs]) {

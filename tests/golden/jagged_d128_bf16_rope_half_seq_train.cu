@@ -437,6 +437,15 @@ struct RotaryRows {
   const unsigned short *table;
 };
 
+// The rows of a tile whose row 0 is token `token0` of its tensor at
+// position pos0: that token's row of `table` on, with positions from
+// tables; else positions from pos0 (the table is not read).
+__device__ __forceinline__ RotaryRows rotary_rows(const unsigned short *table, long long token0,
+                                                  long long pos0) {
+  (void)table, (void)token0;
+  return {pos0, nullptr};
+}
+
 // sin and cos of unit cc's pairs (see rotary_core.cuh) for tile row `row`.
 __device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int cc,
                                             float (&s)[kUnitPairs], float (&c)[kUnitPairs]) {
@@ -1320,6 +1329,15 @@ struct RotaryRows {
   const unsigned short *table;
 };
 
+// The rows of a tile whose row 0 is token `token0` of its tensor at
+// position pos0: that token's row of `table` on, with positions from
+// tables; else positions from pos0 (the table is not read).
+__device__ __forceinline__ RotaryRows rotary_rows(const unsigned short *table, long long token0,
+                                                  long long pos0) {
+  (void)table, (void)token0;
+  return {pos0, nullptr};
+}
+
 // sin and cos of unit cc's pairs (see rotary_core.cuh) for tile row `row`.
 __device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int cc,
                                             float (&s)[kUnitPairs], float (&c)[kUnitPairs]) {
@@ -1485,7 +1503,8 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
     const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
     // Rotate the key tile's K (V) where it landed, and Q with the first
     // tile; every warp reads them after the barrier.
-    const RotaryRows rq = {q0 + delta, nullptr}, rk = {k0, nullptr};
+    const RotaryRows rq = rotary_rows(tables.q, sp.q_start + q0, q0 + delta);
+    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
     if (kRotateQ && i == 0) rotate_rows(q_s, nullptr, mq, rq);
     if constexpr (kRotateK || kRotateV) {
       unsigned short *slot = ring + (i & 1) * 2 * kKTileElems;
@@ -1550,7 +1569,7 @@ ag_jrope_d128_bf16_causal_rope_bwd_dq(const unsigned short *__restrict__ q, cons
       const long long q0 = tile * kBlockM;
       dq_tile(acc, sp, q0, h, hk, q, k, v, o, dout, lse, di, tables, heads, kv_heads, total_q);
       const int mq = (int)min((long long)kBlockM, sp.q_len - q0);
-      const RotaryRows rq = {q0 + sp.k_len - sp.q_len, nullptr};
+      const RotaryRows rq = rotary_rows(tables.q, sp.q_start + q0, q0 + sp.k_len - sp.q_len);
       if constexpr (kRotateQ) unrotate_rows(acc, row0, mq, rq);  // dQ of the unrotated Q
       store_rows(acc, kScale, row0, mq, dq + (sp.q_start + q0) * q_stride + (long long)h * kHeadDim,
                  q_stride);
@@ -1666,7 +1685,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
     const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
 
     const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
-    const RotaryRows rk = {k0, nullptr};
+    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
     auto load_step = [&](int i) {
@@ -1711,7 +1730,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
       // Rotate the step's Q where it landed, and K (V) with the first step;
       // every warp reads them after the barrier.
-      const RotaryRows rq = {i0 + delta, nullptr};
+      const RotaryRows rq = rotary_rows(tables.q, sp.q_start + i0, i0 + delta);
       if constexpr (kRotateQ) rotate_rows(ring + (i & 1) * 2 * kQTileElems, nullptr, mq, rq);
       if ((kRotateK || kRotateV) && i == 0)
         rotate_rows(kRotateK ? k_s : nullptr, kRotateV ? v_s : nullptr, nk, rk);
