@@ -227,6 +227,11 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined $(SAN
 TSAN_FLAGS := -fsanitize=thread $(SAN_COMMON)
 ASAN_RUN := detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1
 ASAN_RUN := $(ASAN_RUN):protect_shadow_gap=0
+# A sanitizer's report goes to its own file (a forked test's stderr is lost
+# among the suite's output) and is printed after the run; exit code 86 tells
+# a sanitizer's verdict apart from a test that exits 1 itself.
+ASAN_EXIT := 86
+ASAN_LOG := $(CURDIR)/build-asan/reports/san
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -249,11 +254,14 @@ VALGRIND_BAD := tests/spec_errors/alias_bomb.yaml tests/spec_errors/binary_png.y
 asan: deps
 	$(MAKE) B=build-asan CC="$(CC) $(ASAN_FLAGS)" build-asan/check_attngen build-asan/attngen \
 	  build-asan/tune_block build-asan/libattngen.so
+	rm -rf build-asan/reports && mkdir -p build-asan/reports
 	cd tests && CK_FORK=yes ATTNGEN_BIN=../build-asan/attngen TUNE_BLOCK_BIN=../build-asan/tune_block \
 	  ATTNGEN_SO=../build-asan/libattngen.so \
-	  ASAN_OPTIONS=$(ASAN_RUN) \
+	  ASAN_OPTIONS=$(ASAN_RUN):exitcode=$(ASAN_EXIT):log_path=$(ASAN_LOG) \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ../build-asan/check_attngen
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(ASAN_LOG) \
+	  ../build-asan/check_attngen || { tail -n 80 $(ASAN_LOG).* 2>/dev/null; exit 1; }
+	@! ls $(ASAN_LOG).* >/dev/null 2>&1 || { echo "sanitizer reports:"; tail -n 80 $(ASAN_LOG).*; exit 1; }
 
 # The concurrency suite under ThreadSanitizer; tests/tsan.supp ignores only
 # the interceptor calls made from inside libnvrtc (it is not instrumented).
