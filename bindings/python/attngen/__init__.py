@@ -62,6 +62,8 @@ repository's build/ directory or the system loader, and loaded on first use;
 torch is imported on first use too, so this module imports without either.
 """
 
+import sys as _sys
+
 from ._errors import (  # noqa: F401
     AttngenError, AttngenIOError, AttngenMemoryError, CacheError, CompileError, CudaError,
     DriverError, InvalidArgumentError, LibraryNotFoundError, SpecError, UnsupportedError,
@@ -78,6 +80,8 @@ from .ops import (  # noqa: F401
 from .jagged import jagged_attention, jagged_kernel_for  # noqa: F401
 from .broadcast import broadcast_attention, broadcast_kernel_for  # noqa: F401
 
+from . import torch_ops  # noqa: F401
+
 from ._version_of import binding_version as _binding_version
 
 __version__ = _binding_version()
@@ -90,8 +94,21 @@ __all__ = [
     "check_jagged_attention_args", "check_broadcast_attention_args",
     "AttngenError", "SpecError", "UnsupportedError", "InvalidArgumentError", "CompileError",
     "DriverError", "CudaError", "CacheError", "AttngenIOError", "AttngenMemoryError",
-    "LibraryNotFoundError",
+    "LibraryNotFoundError", "register_custom_ops",
 ]
+
+
+def register_custom_ops():
+    """Registers attngen's torch.library custom ops (torch.ops.attngen.*),
+    which torch.compile traces. attngen does it itself when it is imported
+    after torch, or on its first tensor call; call this before compiling a
+    function whose first call of attngen would be the compiled one, in a
+    process that imported attngen before torch."""
+    torch_ops.register()
+
+
+if _sys.modules.get("torch") is not None:
+    register_custom_ops()
 
 
 def library_path():

@@ -14,7 +14,7 @@ batch. torch is imported on first use only.
 import ctypes
 import threading
 
-from . import _errors, _lib, _spec, _validate
+from . import _errors, _lib, _spec, _validate, torch_ops
 from .jagged import _alloc_like, _stream
 from .ops import _Refused, _device_index, _dout_for, _needs_grad, _torch, load
 
@@ -229,6 +229,16 @@ def broadcast_attention(q, k, v, cu_seqlens_k, *, max_seqlen_k=None, window_size
     combination of options compiles a kernel (seconds; cached on disk
     afterwards). Bad arguments raise InvalidArgumentError (a ValueError).
     """
+    torch = _torch()
+    if torch_ops.traced(torch):
+        # traced (torch.compile, a dispatch mode): the custom op, which checks
+        # its arguments when it runs
+        if rotary is not None or rotary_table is not None:
+            raise _errors.UnsupportedError(
+                "attngen: rotary embeddings are not supported with broadcast queries yet")
+        out, lse = torch_ops.broadcast_attention(torch, q, k, v, cu_seqlens_k, causal,
+                                                 window_size, softmax_scale, deterministic)
+        return (out, lse) if return_lse else out
     a = _validate.check_broadcast_attention_args(q, k, v, cu_seqlens_k, causal, window_size,
                                                  softmax_scale, rotary, rotary_table,
                                                  deterministic)
@@ -238,7 +248,6 @@ def broadcast_attention(q, k, v, cu_seqlens_k, *, max_seqlen_k=None, window_size
         out, lse = _forward_raw(broadcast_kernel_for(*opts), q, k, v, cu_seqlens_k, a["batch"],
                                 _poison)
     else:
-        torch = _torch()
         kernel, refused = _grad_kernel(opts, _device_index(torch, q))
         out, lse = _function().apply(q, k, v, cu_seqlens_k, kernel, a["batch"], _poison, refused)
     return (out, lse) if return_lse else out

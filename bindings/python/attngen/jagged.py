@@ -12,7 +12,7 @@ max_seqlen, no recompilation). torch is imported on first use only.
 import ctypes
 import threading
 
-from . import _errors, _lib, _spec, _validate
+from . import _errors, _lib, _spec, _validate, torch_ops
 from .ops import _Refused, _device_index, _dout_for, _needs_grad, _rotary_key, _torch, load
 
 _kernel_lock = threading.Lock()
@@ -265,6 +265,17 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
     kernel (seconds; cached on disk afterwards). Bad arguments raise
     ValueError.
     """
+    torch = _torch()
+    if torch_ops.traced(torch):
+        # traced (torch.compile, a dispatch mode): the custom op, which checks
+        # its arguments when it runs
+        if dropout_p != 0:
+            raise _errors.UnsupportedError("attngen: dropout is not supported (dropout_p must "
+                                           "be 0.0, got %r)" % (dropout_p,))
+        out, lse = torch_ops.jagged_attention(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
+                                              window_size, softmax_scale, deterministic, rotary,
+                                              rotary_table, rotary_table_k)
+        return (out, lse) if return_lse else out
     a = _validate.check_jagged_attention_args(q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
                                               window_size, softmax_scale, rotary, rotary_table,
                                               deterministic, dropout_p, rotary_table_k)
@@ -276,7 +287,6 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
         out, lse = _forward_raw(jagged_kernel_for(*opts, rotary=rotary), q, k, v, cu_seqlens_q,
                                 cu_k, a["batch"], _poison, table, table_k)
     else:
-        torch = _torch()
         kernel, refused = _grad_kernel(opts, rotary, _device_index(torch, q))
         out, lse = _function().apply(q, k, v, cu_seqlens_q, cu_k, kernel, a["batch"], _poison,
                                      refused, table, table_k)

@@ -13,7 +13,7 @@ import os
 import re
 import threading
 
-from . import _errors, _lib, _spec, _validate
+from . import _errors, _lib, _spec, _validate, torch_ops
 
 # ---- contexts ---------------------------------------------------------------
 
@@ -124,10 +124,14 @@ def parse_spec(spec):
 
 
 def _torch():
+    """torch, imported on first use, with attngen's custom ops registered
+    (torch_ops: what torch.compile traces)."""
     try:
         import torch
     except ImportError as e:  # pragma: no cover - exercised only without torch
         raise ImportError("attngen's tensor operations need PyTorch: %s" % e) from e
+    if not torch_ops._registered:
+        torch_ops.register()
     return torch
 
 
@@ -521,6 +525,12 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     compiles a kernel (seconds; cached on disk afterwards). Options after
     cpu_offsets are keyword-only; bad arguments raise ValueError.
     """
+    torch = _torch()
+    if torch_ops.traced(torch):
+        # traced (torch.compile, a dispatch mode): the custom op, which checks
+        # its arguments when it runs (cpu_offsets are not read)
+        return torch_ops.block_attention(torch, query, key, value, offsets, block_size, causal,
+                                         softmax_scale, rotary, rotary_table)
     a = _validate.check_block_attention_args(query, key, value, offsets, cpu_offsets,
                                              block_size, causal, softmax_scale, rotary,
                                              rotary_table)
@@ -531,7 +541,7 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
         # machinery (its overhead is comparable to the launch on small problems).
         return kernel_for(*opts, rotary=rotary)._forward_raw(query, key, value, offsets,
                                                              a["batch"], _poison, table)
-    kernel, refused = _grad_kernel(opts, rotary, _device_index(_torch(), query))
+    kernel, refused = _grad_kernel(opts, rotary, _device_index(torch, query))
     return _function().apply(query, key, value, offsets, kernel, a["batch"], _poison, refused,
                              table)
 

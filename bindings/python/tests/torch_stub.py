@@ -179,6 +179,8 @@ class FakeTorch:
             is_available=lambda: True)
         self.autograd = _Namespace(Function=FakeFunction,
                                    function=_Namespace(once_differentiable=lambda f: f))
+        self.compiler = _Namespace(is_compiling=lambda: False)
+        self._C = _Namespace(_len_torch_dispatch_stack=lambda: 0)
 
     def is_grad_enabled(self):
         return self.grad_enabled

@@ -1,0 +1,426 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""attngen's entry points as torch.library custom ops, for torch.compile.
+
+    torch.ops.attngen.block_attention        (+ block_attention_backward)
+    torch.ops.attngen.jagged_attention       (+ jagged_attention_backward)
+    torch.ops.attngen.broadcast_attention    (+ broadcast_attention_backward)
+
+Each forward op has a fake implementation (output shapes, for tracing), an
+autograd formula that calls its backward op, and a FLOP formula that
+torch.utils.flop_counter.FlopCounterMode uses (the useful FLOPs of
+bench/: 4 * head_dim * heads per visible pair forward, 2.5 times that
+backward; it reads the offsets back to the host, as torch's own formulas
+for varlen attention do).
+
+Under torch.compile, attngen.block_attention, jagged_attention and
+broadcast_attention call these ops, so that `torch.compile(fullgraph=True)`
+traces forward and backward without a graph break. Eager calls keep their
+direct path (an op's dispatch costs host time on small shapes); both launch
+the same kernels. The ops take the public functions' options as plain
+values (rotary as canonical text, see rotary_text) and check every argument
+when they run, as the public functions do; under compilation the host-side
+checks of cpu_offsets are skipped.
+
+The ops are registered on first use of torch by attngen (and when attngen
+is imported after torch); register() does it explicitly, before a
+torch.compile that would otherwise be the first use.
+"""
+
+import importlib.abc
+import importlib.util
+import sys
+import threading
+import warnings
+from typing import Optional, Tuple
+
+from . import _errors, _flops, _validate
+
+_lock = threading.Lock()
+_registered = False
+
+_TENSORS = ("q", "k", "v")
+
+
+def rotary_text(rotary):
+    """The canonical text of a normalized rotary dict (check_rotary's), ""
+    for None: "layout=half;apply_to=q,k;positions=table;base=" (base empty
+    with positions from a table). The ops take it in place of the dict."""
+    if rotary is None:
+        return ""
+    base = "" if rotary["base"] is None else repr(float(rotary["base"]))
+    return "layout=%s;apply_to=%s;positions=%s;base=%s" % (
+        rotary["layout"], ",".join(rotary["apply_to"]), rotary["positions"], base)
+
+
+def rotary_from_text(text):
+    """The rotary dict of rotary_text's text (None for "")."""
+    if not text:
+        return None
+    fields = dict(part.split("=", 1) for part in text.split(";"))
+    try:
+        return {"layout": fields["layout"],
+                "apply_to": tuple(t for t in fields["apply_to"].split(",") if t),
+                "positions": fields["positions"],
+                "base": float(fields["base"]) if fields["base"] else None}
+    except (KeyError, ValueError):
+        raise ValueError("attngen: malformed rotary text %r (expected %r)"
+                         % (text, "layout=...;apply_to=...;positions=...;base=...")) from None
+
+
+def traced(torch):
+    """Whether the public functions should call the custom ops: torch.compile
+    (dynamo) is tracing the caller, or a TorchDispatchMode is active
+    (FlopCounterMode, FakeTensorMode, make_fx, ...), which sees the op as one."""
+    return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+
+
+def register():
+    """Defines the attngen custom ops (idempotent, thread-safe), and their
+    FLOP formulas now if torch.utils.flop_counter is imported, else as soon
+    as it is (importing it costs about 100 ms, which a process that never
+    counts FLOPs should not pay)."""
+    global _registered
+    if _registered:
+        return
+    with _lock:
+        if not _registered:
+            import torch
+            _define(torch)
+            _after_import(_FLOP_MODULE, lambda: _define_flops(torch))
+            _registered = True
+
+
+_FLOP_MODULE = "torch.utils.flop_counter"
+
+
+class _PostImport(importlib.abc.MetaPathFinder):
+    """Runs a callback once `name` has been imported (a finder that wraps
+    that module's loader; it removes itself when it has)."""
+
+    def __init__(self, name, callback):
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, callback = spec.loader, self.callback
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, s):
+                return loader.create_module(s)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                _guarded(callback)
+
+        spec.loader = _Loader()
+        return spec
+
+
+def _guarded(callback):
+    """callback(), its failure a warning (it runs inside someone's import)."""
+    try:
+        callback()
+    except Exception as e:  # pragma: no cover - a torch without what we use
+        warnings.warn("attngen: the FLOP formulas of its custom ops could not be registered: "
+                      "%s: %s" % (type(e).__name__, e))
+
+
+def _after_import(name, callback):
+    if name in sys.modules:
+        _guarded(callback)
+    else:
+        sys.meta_path.insert(0, _PostImport(name, callback))
+
+
+def registered():
+    return _registered
+
+
+def _window(left, right):
+    return (int(left), int(right))
+
+
+def _define(torch):
+    from . import broadcast, jagged, ops
+
+    # ---- block_attention ------------------------------------------------------
+
+    def block_check(q, k, v, offsets, block_size, causal, softmax_scale, rotary, table):
+        a = _validate.check_block_attention_args(q, k, v, offsets, None, block_size, causal,
+                                                 softmax_scale, rotary_from_text(rotary), table)
+        opts = (a["block_size"], a["causal"], a["head_dim"], a["dtype_tag"], a["softmax_scale"])
+        return a, opts
+
+    @torch.library.custom_op("attngen::block_attention", mutates_args=())
+    def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        offsets: torch.Tensor, block_size: int, causal: bool,
+                        softmax_scale: Optional[float], rotary: str,
+                        rotary_table: Optional[torch.Tensor],
+                        with_backward: bool) -> torch.Tensor:
+        a, opts = block_check(q, k, v, offsets, block_size, causal, softmax_scale, rotary,
+                              rotary_table)
+        if with_backward:
+            kernel, _ = ops._grad_kernel(opts, a["rotary"], ops._device_index(torch, q))
+        else:
+            kernel = ops.kernel_for(*opts, rotary=a["rotary"])
+        return kernel._forward_raw(q, k, v, offsets, a["batch"], False, rotary_table)
+
+    @block_attention.register_fake
+    def _(q, k, v, offsets, block_size, causal, softmax_scale, rotary, rotary_table,
+          with_backward):
+        return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+    @torch.library.custom_op("attngen::block_attention_backward", mutates_args=())
+    def block_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                                 v: torch.Tensor, offsets: torch.Tensor, block_size: int,
+                                 causal: bool, softmax_scale: Optional[float], rotary: str,
+                                 rotary_table: Optional[torch.Tensor]
+                                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, opts = block_check(q, k, v, offsets, block_size, causal, softmax_scale, rotary,
+                              rotary_table)
+        _validate.check_dout(ops._dout_for(dout, q), q)
+        try:
+            kernel = ops.kernel_for(*opts, backward=True, rotary=a["rotary"])
+        except _errors.UnsupportedError as e:
+            raise ops._Refused.from_error(e, ops.BACKWARD_LEAD).error() from None
+        return kernel._backward_raw(ops._dout_for(dout, q), q, k, v, offsets, a["batch"], False,
+                                    rotary_table)
+
+    @block_attention_backward.register_fake
+    def _(dout, q, k, v, offsets, block_size, causal, softmax_scale, rotary, rotary_table):
+        return tuple(torch.empty_like(q, memory_format=torch.contiguous_format)
+                     for _ in range(3))
+
+    def block_setup(ctx, inputs, output):
+        q, k, v, offsets, block_size, causal, scale, rotary, table, _ = inputs
+        ctx.save_for_backward(q, k, v, offsets, table)
+        ctx.opts = (block_size, causal, scale, rotary)
+
+    def block_grad(ctx, grad_out):
+        q, k, v, offsets, table = ctx.saved_tensors
+        dq, dk, dv = torch.ops.attngen.block_attention_backward(
+            grad_out.to(q.dtype).contiguous(), q, k, v, offsets, *ctx.opts, table)
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+    block_attention.register_autograd(block_grad, setup_context=block_setup)
+
+    # ---- jagged_attention -----------------------------------------------------
+
+    def jagged_check(q, k, v, cu_q, cu_k, causal, wl, wr, scale, deterministic, rotary, t, tk):
+        a = _validate.check_jagged_attention_args(q, k, v, cu_q, cu_k, causal, _window(wl, wr),
+                                                  scale, rotary_from_text(rotary), t,
+                                                  deterministic, 0.0, tk)
+        opts = (a["head_dim"], a["dtype_tag"], a["causal"], a["window"], a["softmax_scale"],
+                a["deterministic"])
+        return a, opts
+
+    @torch.library.custom_op("attngen::jagged_attention", mutates_args=())
+    def jagged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, causal: bool,
+                         window_left: int, window_right: int, softmax_scale: Optional[float],
+                         deterministic: bool, rotary: str, rotary_table: Optional[torch.Tensor],
+                         rotary_table_k: Optional[torch.Tensor],
+                         with_backward: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        a, opts = jagged_check(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window_left,
+                               window_right, softmax_scale, deterministic, rotary, rotary_table,
+                               rotary_table_k)
+        if with_backward:
+            kernel, _ = jagged._grad_kernel(opts, a["rotary"], ops._device_index(torch, q))
+        else:
+            kernel = jagged.jagged_kernel_for(*opts, rotary=a["rotary"])
+        return jagged._forward_raw(kernel, q, k, v, cu_seqlens_q, cu_seqlens_k, a["batch"],
+                                   False, rotary_table, rotary_table_k)
+
+    @jagged_attention.register_fake
+    def _(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
+          softmax_scale, deterministic, rotary, rotary_table, rotary_table_k, with_backward):
+        total_q, heads, _ = q.shape
+        return (torch.empty_like(q, memory_format=torch.contiguous_format),
+                q.new_empty((heads, total_q), dtype=torch.float32))
+
+    @torch.library.custom_op("attngen::jagged_attention_backward", mutates_args=())
+    def jagged_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                                  v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                                  cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                                  causal: bool, window_left: int, window_right: int,
+                                  softmax_scale: Optional[float], deterministic: bool,
+                                  rotary: str, rotary_table: Optional[torch.Tensor],
+                                  rotary_table_k: Optional[torch.Tensor]
+                                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, opts = jagged_check(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window_left,
+                               window_right, softmax_scale, deterministic, rotary, rotary_table,
+                               rotary_table_k)
+        _validate.check_dout(ops._dout_for(dout, q), q)
+        try:
+            kernel = jagged.jagged_kernel_for(*opts, backward=True, rotary=a["rotary"])
+        except _errors.UnsupportedError as e:
+            raise ops._Refused.from_error(e, jagged.BACKWARD_LEAD).error() from None
+        return jagged._backward_raw(kernel, ops._dout_for(dout, q), q, k, v, out, lse,
+                                    cu_seqlens_q, cu_seqlens_k, a["batch"], False, rotary_table,
+                                    rotary_table_k)
+
+    @jagged_attention_backward.register_fake
+    def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, window_left,
+          window_right, softmax_scale, deterministic, rotary, rotary_table, rotary_table_k):
+        return tuple(torch.empty_like(t, memory_format=torch.contiguous_format)
+                     for t in (q, k, v))
+
+    def jagged_setup(ctx, inputs, output):
+        (q, k, v, cu_q, cu_k, causal, wl, wr, scale, deterministic, rotary, table, table_k,
+         _) = inputs
+        out, lse = output
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, table, table_k)
+        ctx.opts = (causal, wl, wr, scale, deterministic, rotary)
+        ctx.mark_non_differentiable(lse)
+
+    def jagged_grad(ctx, grad_out, grad_lse):
+        q, k, v, out, lse, cu_q, cu_k, table, table_k = ctx.saved_tensors
+        dq, dk, dv = torch.ops.attngen.jagged_attention_backward(
+            grad_out.to(q.dtype).contiguous(), q, k, v, out, lse, cu_q, cu_k, *ctx.opts, table,
+            table_k)
+        return dq, dk, dv, *([None] * 11)
+
+    jagged_attention.register_autograd(jagged_grad, setup_context=jagged_setup)
+
+    # ---- broadcast_attention --------------------------------------------------
+
+    def broadcast_check(q, k, v, cu_k, causal, wl, wr, scale, deterministic):
+        a = _validate.check_broadcast_attention_args(q, k, v, cu_k, causal, _window(wl, wr),
+                                                     scale, None, None, deterministic)
+        opts = (a["head_dim"], a["dtype_tag"], a["causal"], a["window"], a["softmax_scale"],
+                a["deterministic"])
+        return a, opts
+
+    @torch.library.custom_op("attngen::broadcast_attention", mutates_args=())
+    def broadcast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            cu_seqlens_k: torch.Tensor, causal: bool, window_left: int,
+                            window_right: int, softmax_scale: Optional[float],
+                            deterministic: bool,
+                            with_backward: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        a, opts = broadcast_check(q, k, v, cu_seqlens_k, causal, window_left, window_right,
+                                  softmax_scale, deterministic)
+        if with_backward:
+            kernel, _ = broadcast._grad_kernel(opts, ops._device_index(torch, q))
+        else:
+            kernel = broadcast.broadcast_kernel_for(*opts)
+        return broadcast._forward_raw(kernel, q, k, v, cu_seqlens_k, a["batch"], False)
+
+    @broadcast_attention.register_fake
+    def _(q, k, v, cu_seqlens_k, causal, window_left, window_right, softmax_scale,
+          deterministic, with_backward):
+        n_q, heads, dim = q.shape
+        rows = (cu_seqlens_k.shape[0] - 1) * n_q
+        return (q.new_empty((rows, heads, dim)),
+                q.new_empty((heads, rows), dtype=torch.float32))
+
+    @torch.library.custom_op("attngen::broadcast_attention_backward", mutates_args=())
+    def broadcast_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                                     v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                                     cu_seqlens_k: torch.Tensor, causal: bool, window_left: int,
+                                     window_right: int, softmax_scale: Optional[float],
+                                     deterministic: bool
+                                     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, opts = broadcast_check(q, k, v, cu_seqlens_k, causal, window_left, window_right,
+                                  softmax_scale, deterministic)
+        _validate.check_dout(ops._dout_for(dout, out), out)
+        try:
+            kernel = broadcast.broadcast_kernel_for(*opts, backward=True)
+        except _errors.UnsupportedError as e:
+            raise ops._Refused.from_error(e, broadcast.BACKWARD_LEAD).error() from None
+        return broadcast._backward_raw(kernel, ops._dout_for(dout, out), q, k, v, out, lse,
+                                       cu_seqlens_k, a["batch"], False)
+
+    @broadcast_attention_backward.register_fake
+    def _(dout, q, k, v, out, lse, cu_seqlens_k, causal, window_left, window_right,
+          softmax_scale, deterministic):
+        return tuple(torch.empty_like(t, memory_format=torch.contiguous_format)
+                     for t in (q, k, v))
+
+    def broadcast_setup(ctx, inputs, output):
+        q, k, v, cu_k, causal, wl, wr, scale, deterministic, _ = inputs
+        out, lse = output
+        ctx.save_for_backward(q, k, v, out, lse, cu_k)
+        ctx.opts = (causal, wl, wr, scale, deterministic)
+        ctx.mark_non_differentiable(lse)
+
+    def broadcast_grad(ctx, grad_out, grad_lse):
+        q, k, v, out, lse, cu_k = ctx.saved_tensors
+        dq, dk, dv = torch.ops.attngen.broadcast_attention_backward(
+            grad_out.to(q.dtype).contiguous(), q, k, v, out, lse, cu_k, *ctx.opts)
+        return dq, dk, dv, *([None] * 7)
+
+    broadcast_attention.register_autograd(broadcast_grad, setup_context=broadcast_setup)
+
+
+def _define_flops(torch):
+    """The FLOP formulas of the ops, for FlopCounterMode."""
+    from torch.utils.flop_counter import register_flop_formula
+
+    @register_flop_formula(torch.ops.attngen.block_attention, get_raw=True)
+    def _(q, k, v, offsets, block_size, causal, *args, out_val=None, **kwargs):
+        return _flops.block_forward(torch, q, offsets, block_size, causal)
+
+    @register_flop_formula(torch.ops.attngen.block_attention_backward, get_raw=True)
+    def _(dout, q, k, v, offsets, block_size, causal, *args, out_val=None, **kwargs):
+        return _flops.backward(_flops.block_forward(torch, q, offsets, block_size, causal))
+
+    def jagged_fwd_flops(q, cu_q, cu_k, causal, wl, wr):
+        c, window = _validate.check_window_size(_window(wl, wr), causal)
+        return _flops.jagged_forward(torch, q, cu_q, cu_k, c, window)
+
+    @register_flop_formula(torch.ops.attngen.jagged_attention, get_raw=True)
+    def _(q, k, v, cu_q, cu_k, causal, wl, wr, *args, out_val=None, **kwargs):
+        return jagged_fwd_flops(q, cu_q, cu_k, causal, wl, wr)
+
+    @register_flop_formula(torch.ops.attngen.jagged_attention_backward, get_raw=True)
+    def _(dout, q, k, v, out, lse, cu_q, cu_k, causal, wl, wr, *args, out_val=None, **kwargs):
+        return _flops.backward(jagged_fwd_flops(q, cu_q, cu_k, causal, wl, wr))
+
+    def broadcast_fwd_flops(q, cu_k, causal, wl, wr):
+        c, window = _validate.check_window_size(_window(wl, wr), causal)
+        return _flops.broadcast_forward(torch, q, cu_k, c, window)
+
+    @register_flop_formula(torch.ops.attngen.broadcast_attention, get_raw=True)
+    def _(q, k, v, cu_k, causal, wl, wr, *args, out_val=None, **kwargs):
+        return broadcast_fwd_flops(q, cu_k, causal, wl, wr)
+
+    @register_flop_formula(torch.ops.attngen.broadcast_attention_backward, get_raw=True)
+    def _(dout, q, k, v, out, lse, cu_k, causal, wl, wr, *args, out_val=None, **kwargs):
+        return _flops.backward(broadcast_fwd_flops(q, cu_k, causal, wl, wr))
+
+
+# ---- what the public functions call under torch.compile ------------------------------
+
+def _needs_grad(torch, *tensors):
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def block_attention(torch, q, k, v, offsets, block_size, causal, softmax_scale, rotary,
+                    rotary_table):
+    rotary = _validate.check_rotary(rotary)
+    return torch.ops.attngen.block_attention(
+        q, k, v, offsets, int(block_size), bool(causal), softmax_scale, rotary_text(rotary),
+        rotary_table, _needs_grad(torch, q, k, v))
+
+
+def jagged_attention(torch, q, k, v, cu_q, cu_k, causal, window_size, softmax_scale,
+                     deterministic, rotary, rotary_table, rotary_table_k):
+    rotary = _validate.check_jagged_rotary(rotary)
+    left, right = window_size
+    return torch.ops.attngen.jagged_attention(
+        q, k, v, cu_q, cu_q if cu_k is None else cu_k, bool(causal), int(left), int(right),
+        softmax_scale, bool(deterministic), rotary_text(rotary), rotary_table, rotary_table_k,
+        _needs_grad(torch, q, k, v))
+
+
+def broadcast_attention(torch, q, k, v, cu_k, causal, window_size, softmax_scale,
+                        deterministic):
+    left, right = window_size
+    return torch.ops.attngen.broadcast_attention(
+        q, k, v, cu_k, bool(causal), int(left), int(right), softmax_scale, bool(deterministic),
+        _needs_grad(torch, q, k, v))

@@ -1,0 +1,269 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""attngen's torch.library custom ops without a GPU (needs real torch; skips
+without it): their schemas, rotary's canonical text, the FLOP counts
+against brute force, and torch.compile(fullgraph=True) tracing the public
+functions forward and backward through the ops, on fake tensors (nothing
+runs: the graphs are captured, their outputs come from the fake
+implementations). test_gpu_torch_ops.py runs them for real."""
+
+import itertools
+import os
+import subprocess
+import sys
+
+import pytest
+
+from attngen import _flops, torch_ops
+
+torch = pytest.importorskip("torch")
+
+import attngen  # noqa: E402
+
+
+# ---- rotary text --------------------------------------------------------------------
+
+@pytest.mark.parametrize("rotary", [
+    None,
+    {"layout": "half", "apply_to": ("q", "k"), "positions": "table", "base": None},
+    {"layout": "interleaved", "apply_to": ("q", "k", "v"), "positions": "sequence",
+     "base": 500000.0},
+    {"layout": "half", "apply_to": ("v",), "positions": "block", "base": 1e4},
+])
+def test_rotary_text_round_trip(rotary):
+    text = torch_ops.rotary_text(rotary)
+    assert torch_ops.rotary_from_text(text) == rotary
+    assert (text == "") == (rotary is None)
+
+
+def test_rotary_text_malformed():
+    with pytest.raises(ValueError, match="malformed rotary text"):
+        torch_ops.rotary_from_text("layout=half;positions=table")
+
+
+# ---- FLOP counts ------------------------------------------------------------------------
+
+def _brute_jagged(lens_q, lens_k, causal, window):
+    pairs = 0
+    for lq, lk in zip(lens_q, lens_k):
+        d = lk - lq
+        for i in range(lq):
+            for j in range(lk):
+                if causal and j > i + d:
+                    continue
+                if window is not None and not (i + d - window[0] <= j <= i + d + window[1]):
+                    continue
+                pairs += 1
+    return pairs
+
+
+def _offsets(lens):
+    return torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32)
+
+
+@pytest.mark.parametrize("causal,window", [(False, None), (True, None), (True, (5, 0)),
+                                           (False, (3, 7)), (False, (0, 0))])
+def test_jagged_pairs_brute_force(causal, window):
+    lens_q = [0, 1, 17, 5, 30, 2, 0, 9]
+    lens_k = [3, 0, 17, 40, 11, 2, 6, 1]
+    got = _flops.jagged_pairs(torch, torch.tensor(lens_q), torch.tensor(lens_k), causal, window)
+    assert got == _brute_jagged(lens_q, lens_k, causal, window)
+
+
+@pytest.mark.parametrize("block,causal", [(64, False), (64, True), (48, False), (100, True)])
+def test_block_pairs_brute_force(block, causal):
+    lens = [0, 1, 63, 64, 65, 200, 129]
+    want = 0
+    for n in lens:
+        for start in range(0, n, block):
+            b = min(block, n - start)
+            want += b * (b + 1) // 2 if causal else b * b
+    assert _flops.block_pairs(torch, _offsets(lens), block, causal) == want
+
+
+def test_flop_formulas_registered_and_counted():
+    from torch.utils.flop_counter import flop_registry
+    attngen.register_custom_ops()
+    ops = torch.ops.attngen
+    q = torch.empty(50, 4, 64)
+    lens = [10, 0, 40]
+    cu = _offsets(lens)
+    fwd = flop_registry[ops.jagged_attention]
+    n = fwd(q, q, q, cu, cu, True, -1, -1, None, False, "", None, None, False, out_val=None)
+    assert n == 4 * 64 * 4 * _brute_jagged(lens, lens, True, None)
+    bwd = flop_registry[ops.jagged_attention_backward]
+    assert bwd(q, q, q, q, q, q, cu, cu, True, -1, -1, out_val=None) == int(2.5 * n)
+    n = flop_registry[ops.block_attention](q, q, q, cu, 16, False, None, "", None, False,
+                                          out_val=None)
+    assert n == 4 * 64 * 4 * (16 * 16 * 2 + 10 * 10 + 8 * 8)
+    nq = torch.empty(7, 4, 64)
+    n = flop_registry[ops.broadcast_attention](nq, q, q, cu, False, 3, 2, None, False, False,
+                                              out_val=None)
+    assert n == 4 * 64 * 4 * _brute_jagged([7] * 3, lens, False, (3, 2))
+
+
+def test_flop_formulas_registered_when_flop_counter_comes_later():
+    """The formulas wait for torch.utils.flop_counter's import (it costs
+    ~100 ms) and are there once it happens."""
+    code = ("import sys, torch, attngen\n"
+            "assert 'torch.utils.flop_counter' not in sys.modules, 'imported early'\n"
+            "from torch.utils.flop_counter import flop_registry\n"
+            "print(sum('attngen' in str(k) for k in flop_registry))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "6"
+
+
+# ---- schemas ----------------------------------------------------------------------------
+
+def test_ops_and_schemas():
+    attngen.register_custom_ops()
+    attngen.register_custom_ops()  # idempotent
+    s = str(torch.ops.attngen.block_attention.default._schema)
+    assert s.startswith("attngen::block_attention(Tensor q, Tensor k, Tensor v, Tensor offsets")
+    assert s.endswith("Tensor? rotary_table, bool with_backward) -> Tensor")
+    for name in ("jagged_attention", "broadcast_attention"):
+        assert str(getattr(torch.ops.attngen, name).default._schema).endswith(
+            "-> (Tensor, Tensor)")
+    for name in ("block", "jagged", "broadcast"):
+        s = str(getattr(torch.ops.attngen, name + "_attention_backward").default._schema)
+        assert s.endswith("-> (Tensor, Tensor, Tensor)")
+        assert "!" not in s  # nothing mutated
+
+
+# ---- torch.compile(fullgraph=True) over fake tensors ------------------------------------
+
+def _compile_capture(fn):
+    """fn compiled with fullgraph=True by an AOT-autograd backend that keeps
+    the forward and backward graphs (and runs them as they are)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from functorch.compile import make_boxed_func
+    graphs = {"fw": [], "bw": []}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind].append(gm)
+            return make_boxed_func(gm)
+        return compiler
+
+    torch._dynamo.reset()
+    backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
+    return torch.compile(fn, fullgraph=True, backend=backend), graphs
+
+
+def _targets(gms):
+    return [str(n.target) for gm in gms for n in gm.graph.nodes if n.op == "call_function"
+            and "attngen" in str(n.target)]
+
+
+def _fake_inputs(shapes, dtype=torch.bfloat16, grad=True):
+    return [torch.empty(s, dtype=dtype, requires_grad=grad) for s in shapes]
+
+
+def test_compile_block_attention_forward_and_backward():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fn, graphs = _compile_capture(
+        lambda q, k, v, off, table: attngen.block_attention(
+            q, k, v, off, block_size=32, causal=True, rotary={"layout": "half"},
+            rotary_table=table))
+    with FakeTensorMode():
+        q, k, v = _fake_inputs([(300, 4, 128)] * 3)
+        table = torch.empty(300, 128, dtype=torch.bfloat16)
+        off = torch.empty(5, dtype=torch.int32)
+        out = fn(q, k, v, off, table)
+        assert out.shape == (300, 4, 128) and out.dtype == torch.bfloat16
+        (out.float() * 2).sum().backward()
+        assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+    assert _targets(graphs["fw"]) == ["attngen.block_attention.default"]
+    assert _targets(graphs["bw"]) == ["attngen.block_attention_backward.default"]
+    fwd = [n for n in graphs["fw"][0].graph.nodes if "attngen" in str(n.target)][0]
+    # block 32, causal, default scale, the canonical rotary text, the table, with_backward
+    assert fwd.args[4:8] == (32, True, None, "layout=half;apply_to=q,k;positions=table;base=")
+    assert fwd.args[9] is True
+
+
+def test_compile_block_attention_without_grad_has_no_backward():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fn, graphs = _compile_capture(lambda q, k, v, off: attngen.block_attention(q, k, v, off))
+    with FakeTensorMode():
+        q, k, v = _fake_inputs([(100, 2, 64)] * 3, torch.float16, grad=False)
+        out = fn(q, k, v, torch.empty(3, dtype=torch.int32))
+        assert out.shape == (100, 2, 64) and out.dtype == torch.float16
+    fwd = [n for n in graphs["fw"][0].graph.nodes if "attngen" in str(n.target)][0]
+    assert fwd.args[9] is False  # the forward-only kernel
+    assert not graphs["bw"]
+
+
+def test_compile_jagged_attention_forward_and_backward():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fn, graphs = _compile_capture(
+        lambda q, k, v, cq, ck: attngen.jagged_attention(
+            q, k, v, cq, ck, 100, 200, causal=True, window_size=(64, 0), return_lse=True))
+    with FakeTensorMode():
+        q, = _fake_inputs([(300, 8, 128)])
+        k, v = _fake_inputs([(500, 2, 128)] * 2)
+        cq, ck = torch.empty(4, dtype=torch.int32), torch.empty(4, dtype=torch.int32)
+        out, lse = fn(q, k, v, cq, ck)
+        assert out.shape == (300, 8, 128) and lse.shape == (8, 300)
+        assert lse.dtype == torch.float32 and not lse.requires_grad
+        out.float().sum().backward()
+        assert q.grad.shape == q.shape and k.grad.shape == (500, 2, 128)
+    assert _targets(graphs["fw"]) == ["attngen.jagged_attention.default"]
+    assert _targets(graphs["bw"]) == ["attngen.jagged_attention_backward.default"]
+    fwd = [n for n in graphs["fw"][0].graph.nodes if "attngen" in str(n.target)][0]
+    assert fwd.args[5:11] == (True, 64, 0, None, False, "")
+
+
+def test_compile_jagged_self_attention_passes_cu_seqlens_q_twice():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fn, graphs = _compile_capture(
+        lambda q, k, v, cq: attngen.jagged_attention(q, k, v, cq, deterministic=True))
+    with FakeTensorMode():
+        q, k, v = _fake_inputs([(64, 4, 64)] * 3, torch.float16)
+        fn(q, k, v, torch.empty(3, dtype=torch.int32)).sum().backward()
+    fwd = [n for n in graphs["fw"][0].graph.nodes if "attngen" in str(n.target)][0]
+    assert fwd.args[3] is fwd.args[4]
+    assert fwd.args[9] is True  # deterministic
+
+
+def test_compile_broadcast_attention_forward_and_backward():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fn, graphs = _compile_capture(
+        lambda q, k, v, ck: attngen.broadcast_attention(q, k, v, ck, causal=True))
+    with FakeTensorMode():
+        q, = _fake_inputs([(32, 4, 128)])
+        k, v = _fake_inputs([(1000, 4, 128)] * 2)
+        out = fn(q, k, v, torch.empty(11, dtype=torch.int32))
+        assert out.shape == (10 * 32, 4, 128)
+        out.float().sum().backward()
+        assert q.grad.shape == (32, 4, 128) and v.grad.shape == (1000, 4, 128)
+    assert _targets(graphs["fw"]) == ["attngen.broadcast_attention.default"]
+    assert _targets(graphs["bw"]) == ["attngen.broadcast_attention_backward.default"]
+
+
+def test_compile_refuses_dropout():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fn, _ = _compile_capture(lambda q, c: attngen.jagged_attention(q, q, q, c, dropout_p=0.1))
+    with FakeTensorMode():
+        q = torch.empty(8, 1, 64, dtype=torch.bfloat16)
+        with pytest.raises(Exception, match="dropout is not supported"):
+            fn(q, torch.empty(2, dtype=torch.int32))
+
+
+def test_dispatch_modes_see_the_op():
+    """Eager calls under a TorchDispatchMode (here FakeTensorMode; on a GPU
+    FlopCounterMode) go through the custom ops, so the mode sees them."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(q, k, v, ck):
+        return attngen.broadcast_attention(q, k, v, ck, return_lse=True)
+
+    with FakeTensorMode():
+        q = torch.empty(16, 2, 64, dtype=torch.float16)
+        k = torch.empty(90, 2, 64, dtype=torch.float16)
+        out, lse = f(q, k, k, torch.empty(4, dtype=torch.int32))
+        assert out.shape == (48, 2, 64) and lse.shape == (2, 48)
+    gm = make_fx(f, tracing_mode="fake")(q, k, k, torch.empty(4, dtype=torch.int32))
+    assert _targets([gm]) == ["attngen.broadcast_attention.default"]
