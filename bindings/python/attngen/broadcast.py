@@ -229,8 +229,8 @@ def broadcast_attention(q, k, v, cu_seqlens_k, *, max_seqlen_k=None, window_size
     combination of options compiles a kernel (seconds; cached on disk
     afterwards). Bad arguments raise InvalidArgumentError (a ValueError).
     """
-    torch = _torch()
-    if torch_ops.traced(torch):
+    torch = torch_ops.traced_torch()
+    if torch is not None:
         # traced (torch.compile, a dispatch mode): the custom op, which checks
         # its arguments when it runs
         if rotary is not None or rotary_table is not None:
@@ -248,6 +248,7 @@ def broadcast_attention(q, k, v, cu_seqlens_k, *, max_seqlen_k=None, window_size
         out, lse = _forward_raw(broadcast_kernel_for(*opts), q, k, v, cu_seqlens_k, a["batch"],
                                 _poison)
     else:
+        torch = _torch()
         kernel, refused = _grad_kernel(opts, _device_index(torch, q))
         out, lse = _function().apply(q, k, v, cu_seqlens_k, kernel, a["batch"], _poison, refused)
     return (out, lse) if return_lse else out

@@ -265,8 +265,8 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
     kernel (seconds; cached on disk afterwards). Bad arguments raise
     ValueError.
     """
-    torch = _torch()
-    if torch_ops.traced(torch):
+    torch = torch_ops.traced_torch()
+    if torch is not None:
         # traced (torch.compile, a dispatch mode): the custom op, which checks
         # its arguments when it runs
         if dropout_p != 0:
@@ -287,6 +287,7 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
         out, lse = _forward_raw(jagged_kernel_for(*opts, rotary=rotary), q, k, v, cu_seqlens_q,
                                 cu_k, a["batch"], _poison, table, table_k)
     else:
+        torch = _torch()
         kernel, refused = _grad_kernel(opts, rotary, _device_index(torch, q))
         out, lse = _function().apply(q, k, v, cu_seqlens_q, cu_k, kernel, a["batch"], _poison,
                                      refused, table, table_k)

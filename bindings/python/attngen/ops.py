@@ -525,8 +525,8 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     compiles a kernel (seconds; cached on disk afterwards). Options after
     cpu_offsets are keyword-only; bad arguments raise ValueError.
     """
-    torch = _torch()
-    if torch_ops.traced(torch):
+    torch = torch_ops.traced_torch()
+    if torch is not None:
         # traced (torch.compile, a dispatch mode): the custom op, which checks
         # its arguments when it runs (cpu_offsets are not read)
         return torch_ops.block_attention(torch, query, key, value, offsets, block_size, causal,
@@ -541,7 +541,7 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
         # machinery (its overhead is comparable to the launch on small problems).
         return kernel_for(*opts, rotary=rotary)._forward_raw(query, key, value, offsets,
                                                              a["batch"], _poison, table)
-    kernel, refused = _grad_kernel(opts, rotary, _device_index(torch, query))
+    kernel, refused = _grad_kernel(opts, rotary, _device_index(_torch(), query))
     return _function().apply(query, key, value, offsets, kernel, a["batch"], _poison, refused,
                              table)
 

@@ -67,6 +67,13 @@ def rotary_from_text(text):
                          % (text, "layout=...;apply_to=...;positions=...;base=...")) from None
 
 
+def traced_torch():
+    """torch when the public functions should call the custom ops (see
+    traced), else None; never imports torch (not imported: nothing traces)."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and traced(torch) else None
+
+
 def traced(torch):
     """Whether the public functions should call the custom ops: torch.compile
     (dynamo) is tracing the caller, or a TorchDispatchMode is active
