@@ -375,13 +375,18 @@ def strerror(code):
 def call(fn_name, *args, context=None):
     """Call a status-returning C function with a fresh ag_error appended as
     its last argument; raise the mapped exception on failure. Returns None.
+    context: the message's lead, or a tuple (format, *values) formatted
+    only on failure (a launch's success path formats nothing).
     """
     L = lib()
     err = AgError()
     status = getattr(L, fn_name)(*args, ctypes.byref(err))
     if status == _errors.AG_OK:
-        L.ag_error_clear(ctypes.byref(err))
+        if err.message:  # a success leaves none today; free one if it ever does
+            L.ag_error_clear(ctypes.byref(err))
         return
     detail = ctypes.string_at(err.message).decode("utf-8", "replace") if err.message else ""
     L.ag_error_clear(ctypes.byref(err))
+    if isinstance(context, tuple):
+        context = context[0] % context[1:]
     raise _errors.make_error(status, detail, code_name=strerror(status), context=context)

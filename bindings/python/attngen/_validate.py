@@ -90,9 +90,76 @@ def check_causal(causal):
     return causal
 
 
+# ---- fast paths ---------------------------------------------------------------
+# Each check_* below first tries a fast path that accepts the usual valid
+# arguments with a few comparisons (host time per call is the cost that
+# shows on small shapes) and returns exactly what the full check would; on
+# anything unusual it returns None and the full check runs, which raises
+# with its message or accepts an odd-but-valid argument (a stub, say).
+
+_dtype_tags = {}  # dtype object -> "bf16" / "fp16" / None (idempotent cache)
+
+
+def _tag_of(dtype):
+    tag = _dtype_tags.get(dtype, False)
+    if tag is False:
+        tag = _dtype_tags[dtype] = HALF_DTYPES.get(dtype_name(dtype))
+    return tag
+
+
+def _fast_tensors(q, k, v, same_shape):
+    """(dtype, tag, device, q.shape, k.shape) when q, k, v are CUDA tensors
+    of one half dtype and device, 3-D, contiguous and aligned (k and v of
+    q's shape when same_shape, else of one shape with q's head_dim), with
+    a supported head_dim; else None."""
+    try:
+        dev, dt, qs, ks = q.device, q.dtype, q.shape, k.shape
+        if (not _is_cuda(dev) or k.device != dev or v.device != dev or k.dtype != dt
+                or v.dtype != dt or len(qs) != 3 or len(ks) != 3 or v.shape != ks
+                or (same_shape and ks != qs) or ks[2] != qs[2] or qs[2] not in HEAD_DIMS
+                or qs[1] < 1 or ks[1] < 1):
+            return None
+        tag = _tag_of(dt)
+        if tag is None or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+            return None
+        if (qs[0] > 0 and q.data_ptr() % ALIGNMENT) or \
+                (ks[0] > 0 and (k.data_ptr() | v.data_ptr()) % ALIGNMENT):
+            return None
+        return dt, tag, dev, qs, ks
+    except Exception:  # not tensors: the full check says what is wrong
+        return None
+
+
+def _fast_offsets(t, device):
+    """batch for int32 1-D contiguous offsets of >= 1 element on device;
+    else None."""
+    try:
+        shape = t.shape
+        if len(shape) != 1 or shape[0] < 1 or t.device != device or \
+                _tag_int32(t.dtype) is not True or not t.is_contiguous():
+            return None
+        return int(shape[0]) - 1
+    except Exception:
+        return None
+
+
+_int32_dtypes = {}
+
+
+def _tag_int32(dtype):
+    ok = _int32_dtypes.get(dtype)
+    if ok is None:
+        ok = _int32_dtypes[dtype] = dtype_name(dtype) == "torch.int32"
+    return ok
+
+
 def check_qkv(q, k, v):
     """Checks q, k, v. Returns (dtype, dtype_tag, device, (tokens, heads, head_dim))
     where dtype_tag is "bf16" or "fp16"."""
+    fast = _fast_tensors(q, k, v, True)
+    if fast is not None:
+        dt, tag, dev, qs, _ = fast
+        return dt, tag, dev, (int(qs[0]), int(qs[1]), int(qs[2]))
     named = (("q", q), ("k", k), ("v", v))
     for name, t in named:
         for attr in ("dtype", "shape", "device", "is_contiguous"):
@@ -142,6 +209,12 @@ def check_qkv(q, k, v):
 def check_dout(dout, q):
     """Checks the output gradient given to a backward: a tensor like q
     (same shape, dtype and device), contiguous and 16-byte aligned."""
+    try:
+        if (dout.device == q.device and dout.dtype == q.dtype and dout.shape == q.shape
+                and dout.is_contiguous() and dout.data_ptr() % ALIGNMENT == 0):
+            return
+    except Exception:
+        pass
     for attr in ("dtype", "shape", "device", "is_contiguous"):
         if not hasattr(dout, attr):
             raise ValueError("dout must be a torch.Tensor, got %s" % type(dout).__name__)
@@ -258,6 +331,9 @@ def check_rotary(rotary):
 
 def check_offsets(offsets, device):
     """Checks the device offsets; returns batch (len(offsets) - 1)."""
+    batch = _fast_offsets(offsets, device)
+    if batch is not None:
+        return batch
     for attr in ("dtype", "shape", "device"):
         if not hasattr(offsets, attr):
             raise ValueError("offsets must be a torch.Tensor, got %s" % type(offsets).__name__)
@@ -417,6 +493,11 @@ def check_jagged_qkv(q, k, v, q_rows="total_q"):
     (dtype, dtype_tag, device, total_q, heads, head_dim, total_k, kv_heads).
     q_rows names q's first dimension in messages ("n_q" for broadcast_attention,
     whose q is one dense [n_q, heads, D])."""
+    fast = _fast_tensors(q, k, v, False)
+    if fast is not None:
+        dt, tag, dev, qs, ks = fast
+        if qs[1] % ks[1] == 0:
+            return (dt, tag, dev, int(qs[0]), int(qs[1]), int(qs[2]), int(ks[0]), int(ks[1]))
     named = (("q", q), ("k", k), ("v", v))
     for name, t in named:
         for attr in ("dtype", "shape", "device", "is_contiguous"):
@@ -477,6 +558,9 @@ def check_jagged_qkv(q, k, v, q_rows="total_q"):
 def check_cu_seqlens(cu, device, name="cu_seqlens_q"):
     """Checks jagged offsets: int32 [batch + 1], contiguous, on q's device.
     Returns batch. The values are not read (no synchronization)."""
+    batch = _fast_offsets(cu, device)
+    if batch is not None:
+        return batch
     for attr in ("dtype", "shape", "device"):
         if not hasattr(cu, attr):
             raise ValueError("%s must be a torch.Tensor, got %s" % (name, type(cu).__name__))

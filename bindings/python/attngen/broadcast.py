@@ -100,7 +100,7 @@ def _forward_raw(kernel, q, k, v, cu_k, batch, poison=False):
         cu_seqlens_k=cu_k.data_ptr(), batch=batch, n_q=n_q, heads=heads, kv_heads=kv_heads,
         total_k=total_k)
     _lib.call("ag_broadcast_forward", h, ctypes.byref(args), _stream(torch, q),
-              context="attngen: broadcast forward '%s'" % kernel.spec.name)
+              context=("attngen: broadcast forward '%s'", kernel.spec.name))
     return out, lse
 
 
@@ -141,7 +141,7 @@ def _backward_raw(kernel, dout, q, k, v, out, lse, cu_k, batch, poison=False):
         workspace=workspace.data_ptr(), cu_seqlens_k=cu_k.data_ptr(), batch=batch, n_q=n_q,
         heads=heads, kv_heads=kv_heads, total_k=total_k)
     _lib.call("ag_broadcast_backward", h, ctypes.byref(args), _stream(torch, q),
-              context="attngen: broadcast backward '%s'" % kernel.spec.name)
+              context=("attngen: broadcast backward '%s'", kernel.spec.name))
     return dq, dk, dv
 
 

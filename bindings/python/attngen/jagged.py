@@ -13,7 +13,8 @@ import ctypes
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
-from .ops import _Refused, _device_index, _dout_for, _needs_grad, _rotary_key, _torch, load
+from .ops import (_Refused, _device_index, _dout_for, _needs_grad, _rotary_key, _stream_handle,
+                  _torch, load)
 
 _kernel_lock = threading.Lock()
 # (head_dim, dtype_tag, causal, window, scale, deterministic, backward, rotary) -> Kernel,
@@ -76,8 +77,8 @@ def _alloc_like(torch, like, poison):
 
 
 def _stream(torch, q):
-    s = torch.cuda.current_stream(q.device).cuda_stream
-    return ctypes.c_void_p(s or None)
+    """torch's current stream on q's device, as the C launchers take it."""
+    return ctypes.c_void_p(_stream_handle(torch, q) or None)
 
 
 def _ptr(t):
@@ -114,7 +115,7 @@ def _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison=False, rotary_table=
         kv_heads=kv_heads, total_q=total_q, total_k=total_k, rotary_table=_ptr(rotary_table),
         rotary_table_k=_ptr(rotary_table_k))
     _lib.call("ag_jagged_forward", h, ctypes.byref(args), _stream(torch, q),
-              context="attngen: jagged forward '%s'" % kernel.spec.name)
+              context=("attngen: jagged forward '%s'", kernel.spec.name))
     return out, lse
 
 
@@ -157,7 +158,7 @@ def _backward_raw(kernel, dout, q, k, v, out, lse, cu_q, cu_k, batch, poison=Fal
         total_q=total_q, total_k=total_k, rotary_table=_ptr(rotary_table),
         rotary_table_k=_ptr(rotary_table_k))
     _lib.call("ag_jagged_backward", h, ctypes.byref(args), _stream(torch, q),
-              context="attngen: jagged backward '%s'" % kernel.spec.name)
+              context=("attngen: jagged backward '%s'", kernel.spec.name))
     return dq, dk, dv
 
 
