@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""Host overhead of attngen's Python entry points, side by side with a plain
+Triton kernel and torch's varlen_attn (FlashAttention-2), in one process;
+and how long a fresh process takes to have a cached kernel ready.
+
+Run from the repository root after `make build/libattngen.so`:
+
+    PYTHONPATH=bindings/python python3 bench/overhead.py --out bench/results/overhead
+
+Per call: a host-bound shape (batch 2 sequences of 64 tokens, 1 head,
+head_dim 64, bf16; every kernel here runs a few microseconds), N calls back
+to back after a warm-up, wall time by time.perf_counter_ns around the loop
+and one synchronize at its end, divided by N. When the host is the
+bottleneck that is the host time per call; the device time per call (CUDA
+events around one call, median) is printed beside it so a row where the
+GPU is the bottleneck shows. Rows:
+
+- attngen.block_attention, Kernel.__call__, torch.ops.attngen.block_attention
+  (the custom op that torch.compile traces), jagged_attention,
+  broadcast_attention: forward, no grad;
+- Kernel.backward (the backward kernel alone) and block / jagged
+  forward + backward through autograd (`out.backward(dout)`);
+- the same shape through a plain Triton block-diagonal kernel (bench/peers/
+  triton_block.py; launch alone, and forward + backward through a minimal
+  autograd.Function), varlen_attn forward and forward + backward, and
+  torch.empty_like alone (the allocator's share of every row).
+
+Fresh process: a subprocess imports torch and initializes CUDA (timed
+apart), then imports attngen and runs the first block_attention call with
+its kernel in the on-disk cache (warm: a second process after one that
+compiled it) and with an empty cache directory (cold).
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+N_CALLS = 3000
+LENS = (64, 64)
+HEADS, DIM = 1, 64
+
+
+def per_call_us(fn, n=N_CALLS, warmup=50):
+    """Wall microseconds per fn() over n back-to-back calls."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    best = None
+    for _ in range(3):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        us = (time.perf_counter_ns() - t0) / n / 1e3
+        best = us if best is None else min(best, us)
+    return best
+
+
+def device_us(fn, n=50):
+    """Median device microseconds of one fn() (CUDA events)."""
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(n):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1e3)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def rows(torch, attngen):
+    dev = "cuda"
+    total = sum(LENS)
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def rand(*shape, grad=False):
+        t = torch.randn(shape, device=dev, dtype=torch.bfloat16, generator=g)
+        return t.requires_grad_(grad)
+
+    q, k, v = (rand(total, HEADS, DIM) for _ in range(3))
+    qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    dout = rand(total, HEADS, DIM)
+    cu = torch.tensor([0, LENS[0], total], dtype=torch.int32, device=dev)
+    qb = rand(16, HEADS, DIM)
+    kernel = attngen.kernel_for(64, False, DIM, "bf16", None, backward=True)
+    attngen.register_custom_ops()
+    op = torch.ops.attngen.block_attention
+
+    def fwd_bwd(f):
+        def run():
+            out = f()
+            out.backward(dout)
+        return run
+
+    out = [
+        ("attngen.block_attention (forward)", lambda: attngen.block_attention(q, k, v, cu)),
+        ("Kernel.__call__ (forward)", lambda: kernel(q, k, v, cu)),
+        ("torch.ops.attngen.block_attention (forward)",
+         lambda: op(q, k, v, cu, 64, False, None, "", None, False)),
+        ("attngen.jagged_attention (forward)", lambda: attngen.jagged_attention(q, k, v, cu)),
+        ("attngen.broadcast_attention (forward, n_q 16)",
+         lambda: attngen.broadcast_attention(qb, k, v, cu)),
+        ("Kernel.backward (backward kernel alone)", lambda: kernel.backward(q, k, v, dout, cu)),
+        ("attngen.block_attention forward + backward (autograd)",
+         fwd_bwd(lambda: attngen.block_attention(qg, kg, vg, cu))),
+        ("attngen.jagged_attention forward + backward (autograd)",
+         fwd_bwd(lambda: attngen.jagged_attention(qg, kg, vg, cu))),
+        ("torch.empty_like alone", lambda: torch.empty_like(q)),
+    ]
+    out += triton_rows(torch, q, k, v, qg, kg, vg, dout, fwd_bwd)
+    out += varlen_rows(torch, q, k, v, qg, kg, vg, cu, fwd_bwd)
+    return out
+
+
+def triton_rows(torch, q, k, v, qg, kg, vg, dout, fwd_bwd):
+    try:
+        from peers.triton_block import bwd_kernel, kernel
+        fwd_k, bwd_k = kernel(), bwd_kernel()
+    except Exception as e:
+        return [("plain Triton kernel", "unavailable: %s" % e)]
+    starts = torch.tensor([0, LENS[0]], dtype=torch.int64, device="cuda")
+    lens = torch.tensor(LENS, dtype=torch.int32, device="cuda")
+    scale = 1.0 / math.sqrt(DIM)
+    grid = (len(LENS), HEADS)
+
+    def forward(q_, k_, v_):
+        o = torch.empty_like(q_)
+        fwd_k[grid](q_, k_, v_, o, starts, lens, HEADS * DIM, scale * 1.4426950408889634, D=DIM,
+                    BLOCK=64, CAUSAL=False, num_warps=4, num_stages=1)
+        return o
+
+    class TritonBlock(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q_, k_, v_):
+            ctx.save_for_backward(q_, k_, v_)
+            return forward(q_, k_, v_)
+
+        @staticmethod
+        def backward(ctx, do):
+            q_, k_, v_ = ctx.saved_tensors
+            dq, dk, dv = torch.empty_like(q_), torch.empty_like(k_), torch.empty_like(v_)
+            bwd_k[grid](q_, k_, v_, do.contiguous(), dq, dk, dv, starts, lens, HEADS * DIM,
+                        scale, scale * 1.4426950408889634, D=DIM, BLOCK=64, CAUSAL=False,
+                        num_warps=4, num_stages=1)
+            return dq, dk, dv
+
+    rows = [("plain Triton kernel (forward launch)", lambda: forward(q, k, v))]
+    try:
+        TritonBlock.apply(qg, kg, vg).backward(dout)
+        rows.append(("plain Triton kernel forward + backward (autograd)",
+                     fwd_bwd(lambda: TritonBlock.apply(qg, kg, vg))))
+    except Exception as e:  # the backward kernel's signature moved
+        rows.append(("plain Triton kernel forward + backward (autograd)",
+                     "unavailable: %s" % str(e).splitlines()[0][:100]))
+    return rows
+
+
+def varlen_rows(torch, q, k, v, qg, kg, vg, cu, fwd_bwd):
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except Exception as e:
+        return [("torch varlen_attn (FA2)", "unavailable: %s" % e)]
+    m = max(LENS)
+    return [("torch varlen_attn (FA2, forward)", lambda: varlen_attn(q, k, v, cu, cu, m, m)),
+            ("torch varlen_attn (FA2) forward + backward (autograd)",
+             fwd_bwd(lambda: varlen_attn(qg, kg, vg, cu, cu, m, m)))]
+
+
+FIRST_CALL = r"""
+import os, sys, time
+t0 = time.perf_counter()
+import torch
+torch.cuda.init(); torch.empty(1, device="cuda"); torch.cuda.synchronize()
+t1 = time.perf_counter()
+import attngen
+q = torch.randn(128, 1, 64, device="cuda", dtype=torch.bfloat16)
+cu = torch.tensor([0, 64, 128], dtype=torch.int32, device="cuda")
+attngen.block_attention(q, q, q, cu)
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+print("%.3f %.3f" % ((t1 - t0) * 1e3, (t2 - t1) * 1e3))
+"""
+
+
+def first_call_ms(cache_dir):
+    env = dict(os.environ, ATTNGEN_CACHE_DIR=cache_dir)
+    r = subprocess.run([sys.executable, "-c", FIRST_CALL], capture_output=True, text=True,
+                       env=env, timeout=300)
+    if r.returncode:
+        raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed")
+    torch_ms, attngen_ms = map(float, r.stdout.split())
+    return torch_ms, attngen_ms
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.path.join(HERE, "results", "overhead"))
+    p.add_argument("--calls", type=int, default=N_CALLS)
+    args = p.parse_args(argv)
+    import torch
+    import attngen
+    results = []
+    for name, fn in rows(torch, attngen):
+        if isinstance(fn, str):
+            results.append({"name": name, "error": fn})
+            print("%-58s %s" % (name, fn), flush=True)
+            continue
+        try:
+            host = per_call_us(fn, args.calls)
+            devt = device_us(fn)
+            results.append({"name": name, "us_per_call": host, "device_us": devt})
+            print("%-58s %7.1f us per call (device %6.1f us)" % (name, host, devt), flush=True)
+        except Exception as e:
+            results.append({"name": name, "error": str(e).splitlines()[0][:200]})
+            print("%-58s ERROR %s" % (name, results[-1]["error"]), flush=True)
+    starts = {}
+    with tempfile.TemporaryDirectory() as cold:
+        try:
+            tm, cold_ms = first_call_ms(cold)
+            _, warm_ms = first_call_ms(cold)  # the first run left the cubin there
+            starts = {"torch_and_cuda_init_ms": tm, "cold_first_call_ms": cold_ms,
+                      "warm_first_call_ms": warm_ms}
+            print("fresh process: torch import + CUDA init %.1f ms; then attngen import + first "
+                  "call %.1f ms cold (compiles), %.1f ms warm (cubin on disk)"
+                  % (tm, cold_ms, warm_ms), flush=True)
+        except Exception as e:
+            starts = {"error": str(e)}
+            print("fresh process: ERROR %s" % e)
+    os.makedirs(args.out, exist_ok=True)
+    meta = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "python": sys.version.split()[0],
+            "shape": {"lens": LENS, "heads": HEADS, "head_dim": DIM, "dtype": "bf16"},
+            "calls": args.calls, "command": " ".join(["bench/overhead.py"] + (argv or sys.argv[1:]))}
+    with open(os.path.join(args.out, "overhead.json"), "w") as f:
+        json.dump({"meta": meta, "rows": results, "fresh_process": starts}, f, indent=1)
+    with open(os.path.join(args.out, "overhead.md"), "w") as f:
+        f.write("# Host overhead per call (%s, %s, torch %s)\n\n" % (meta["date"], meta["gpu"],
+                                                                   meta["torch"]))
+        f.write("`%s`; shape %s\n\n| call | us per call | device us |\n|---|---|---|\n"
+                % (meta["command"], meta["shape"]))
+        for r in results:
+            if "error" in r:
+                f.write("| %s | %s | |\n" % (r["name"], r["error"]))
+            else:
+                f.write("| %s | %.1f | %.1f |\n" % (r["name"], r["us_per_call"], r["device_us"]))
+        f.write("\nFresh process: %s\n" % json.dumps(starts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
