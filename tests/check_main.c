@@ -25,7 +25,7 @@ static bool selected(const char *list, const char *name) {
 #define SUITES(X) \
   X(error) X(spec) X(expand) X(plan) X(emit) X(compile) X(nvrtc) X(cache) X(runtime) X(cli) X(gpu) \
   X(hostile) X(args) X(concurrency) X(reference) X(backward) X(rotary) X(exports) X(jagged) \
-  X(schedule) X(reliability) X(broadcast)
+  X(schedule) X(reliability) X(broadcast) X(selfcheck)
 
 #define DECLARE(name) Suite *name##_suite(void) __attribute__((weak));
 SUITES(DECLARE)

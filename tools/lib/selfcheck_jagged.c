@@ -59,21 +59,60 @@ static bool is_nan16(uint16_t h, ag_dtype dt) {
 }
 
 /* Sum of squared differences and of squared references of one (sequence,
- * head)'s rows, counting NaNs as unwritten. */
+ * head)'s rows (at row `row0` of the kernel's tensor, `ref_row0` of the
+ * reference's compact one), counting NaNs as unwritten. */
 static void accumulate(ag_dtype dt, const uint16_t *got, const double *ref, int64_t row0,
-                       int64_t rows, int64_t heads, int64_t h, int dim, double *num, double *den,
-                       int64_t *unwritten) {
-  for (int64_t r = row0; r < row0 + rows; r++) {
-    const int64_t base = (r * heads + h) * dim;
+                       int64_t ref_row0, int64_t rows, int64_t heads, int64_t h, int dim,
+                       double *num, double *den, int64_t *unwritten) {
+  for (int64_t r = 0; r < rows; r++) {
+    const uint16_t *gr = got + ((row0 + r) * heads + h) * dim;
+    const double *rr = ref + ((ref_row0 + r) * heads + h) * dim;
     for (int c = 0; c < dim; c++) {
-      const uint16_t g = got[base + c];
-      if (is_nan16(g, dt)) {
+      if (is_nan16(gr[c], dt)) {
         (*unwritten)++;
         continue;
       }
-      const double e = ag_half_to_float(dt, g) - ref[base + c];
+      const double e = ag_half_to_float(dt, gr[c]) - rr[c];
       *num += e * e;
-      *den += ref[base + c] * ref[base + c];
+      *den += rr[c] * rr[c];
+    }
+  }
+}
+
+/* Rows [row0, row0 + rows) of a 16-bit tensor of `width` elements a row,
+ * as doubles at row `to_row0` of dst. */
+static void gather(ag_dtype dt, const uint16_t *src, double *dst, int64_t row0, int64_t to_row0,
+                   int64_t rows, int64_t width) {
+  const uint16_t *s = src + row0 * width;
+  double *d = dst + to_row0 * width;
+  for (int64_t i = 0; i < rows * width; i++) d[i] = ag_half_to_float(dt, s[i]);
+}
+
+/* The sequences the reference recomputes, per pass (pick[b]: PICK_FWD,
+ * PICK_BWD bits): in order while the pass's budget of multiply-adds lasts
+ * (heads 0 and H - 1 forward, key heads 0 and G - 1 with their groups
+ * backward), and always the first, the longest and the last (whose rows
+ * lie furthest into the tensors); every sequence when `all`. */
+enum { PICK_FWD = 1, PICK_BWD = 2 };
+
+static void pick_sequences(const int32_t *lq, const int32_t *lk, int64_t batch, int dim,
+                           int64_t H, int64_t G, double budget, bool fwd, bool bwd, bool all,
+                           uint8_t *pick) {
+  int64_t longest = 0;
+  for (int64_t b = 1; b < batch; b++)
+    if ((int64_t)lq[b] * lk[b] > (int64_t)lq[longest] * lk[longest]) longest = b;
+  for (int pass = 0; pass < 2; pass++) {
+    if (!(pass ? bwd : fwd || bwd)) continue; /* the forward's pairs also serve a backward check */
+    const uint8_t bit = pass ? PICK_BWD : PICK_FWD;
+    const double per_head = pass ? 8.0 * dim * (double)(H / G) : 2.0 * dim * (bwd ? 4 : 1);
+    const int heads = (pass ? G : H) > 1 ? 2 : 1;
+    double spent = 0;
+    for (int64_t b = 0; b < batch; b++) {
+      const double macs = per_head * lq[b] * lk[b];
+      const bool always = all || b == 0 || b == longest || b == batch - 1;
+      if (!always && spent + macs * 2 > budget) continue;
+      spent += macs * heads;
+      pick[b] |= bit;
     }
   }
 }
@@ -142,18 +181,16 @@ static ag_status time_pass(state *s, ag_kernel *k, const pass_call *c, int iters
   return st;
 }
 
-/* The reference's (sequence, head) pairs, shared between threads: each
- * pair writes its own elements. */
+/* The reference's (sequence, head) pairs over the picked sequences'
+ * compact double copies, shared between threads: each pair writes its own
+ * elements. */
 typedef struct ref_job {
   const ag_ref_jagged_params *p;
-  ag_dtype dt;
-  const uint16_t *q, *k, *v;
   const double *rq, *rk, *rv, *rdo;
   const int32_t *cu_q, *cu_k;
-  const int64_t *pairs; /* (b, head) */
+  const int64_t *pairs; /* (compact sequence, head) */
   int64_t npairs;
   bool backward;
-  bool f64; /* the forward from the double copies (rotated), not the 16-bit inputs */
   double *ro, *rlse, *rdq, *rdk, *rdv;
   int64_t next;
   pthread_mutex_t lock;
@@ -170,12 +207,9 @@ static void *ref_worker(void *arg) {
     if (j->backward)
       ag_ref_jagged_bwd_part(j->p, j->rq, j->rk, j->rv, j->rdo, j->cu_q, j->cu_k, b, h, j->rdq,
                              j->rdk, j->rdv, NULL, NULL);
-    else if (j->f64)
+    else
       ag_ref_jagged_forward_part_f64(j->p, j->rq, j->rk, j->rv, j->cu_q, j->cu_k, b, h, j->ro,
                                      j->rlse);
-    else
-      ag_ref_jagged_forward_part(j->dt, j->p, j->q, j->k, j->v, j->cu_q, j->cu_k, b, h, j->ro,
-                                 j->rlse);
   }
 }
 
@@ -237,36 +271,66 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
                              .head_dim = dim, .scale = ag_spec_scale(spec),
                              .causal = spec->causal, .window = spec->has_window,
                              .window_left = spec->window_left, .window_right = spec->window_right};
-  /* Rotary embeddings: the reference rotates double copies of the inputs
-   * (queries at positions Lk - Lq on) and rotates its gradients back; with
-   * positions from tables, random angles per token, a table for the
-   * queries and one for the keys (self-attention: one for both, passed as
-   * rotary_table alone). */
+  /* Rotary embeddings: the reference rotates its double copies of the
+   * inputs (queries at positions Lk - Lq on) and rotates its gradients
+   * back; with positions from tables, random angles per token, a table for
+   * the queries and one for the keys (self-attention: one for both, passed
+   * as rotary_table alone). */
   const bool rot = spec->rotary.layout != AG_ROTARY_NONE;
   const bool tables = rot && spec->rotary.positions == AG_POSITIONS_TABLE;
-  const bool dbl = bwd || rot; /* double copies of q, k, v */
   const size_t ntq = tables ? (size_t)tq * dim : 0, ntk = tables && !self ? (size_t)tk * dim : 0;
+  /* Which sequences the reference recomputes (pick_sequences); their rows
+   * alone are copied to doubles, so a run past 2^31 elements needs host
+   * memory for its 16-bit tensors and a sample, not for float64 copies of
+   * everything. */
+  uint8_t *pick = calloc((size_t)batch + 1, 1);
+  int64_t *cidx = malloc(sizeof(int64_t) * (size_t)(batch + 1)); /* sequence -> compact index */
+  if (!pick || !cidx) {
+    free(pick);
+    free(cidx);
+    free(cu_q);
+    free(cu_k);
+    return ag_fail(err, AG_ERR_NOMEM, "out of memory");
+  }
+  const double budget = opt->max_ref_macs > 0 ? opt->max_ref_macs : 4e9;
+  pick_sequences(lq, lk, batch, dim, H, G, budget, fwd_pass, bwd,
+                 (bcast && bwd) || (bwd && !fwd_pass), pick);
+  int64_t nc = 0;
+  for (int64_t b = 0; b < batch; b++) cidx[b] = pick[b] ? nc++ : -1;
+  int32_t *ccu_q = malloc(sizeof(int32_t) * (size_t)(nc + 1));
+  int32_t *ccu_k = malloc(sizeof(int32_t) * (size_t)(nc + 1));
+  int64_t *cshift = malloc(sizeof(int64_t) * (size_t)(nc + 1));
+  if (ccu_q && ccu_k && cshift) {
+    ccu_q[0] = ccu_k[0] = 0;
+    for (int64_t b = 0; b < batch; b++)
+      if (pick[b]) {
+        const int64_t c = cidx[b];
+        ccu_q[c + 1] = ccu_q[c] + lq[b];
+        ccu_k[c + 1] = ccu_k[c] + lk[b];
+        cshift[c] = (int64_t)lk[b] - lq[b];
+      }
+  }
+  const int64_t ctq = ccu_q ? ccu_q[nc] : 0, ctk = ccu_k ? ccu_k[nc] : 0;
+  const size_t cnq = (size_t)(ctq * H * dim), cnk = (size_t)(ctk * G * dim);
   uint16_t *htq = malloc(2 * ntq + 2), *htk = malloc(2 * ntk + 2);
-  double *dtq = malloc(8 * ntq + 8), *dtk = malloc(8 * ntk + 8);
-  int64_t *shift = malloc(sizeof(int64_t) * (size_t)(batch + 1));
-  /* Host buffers: 16-bit inputs and outputs, double copies for the reference. */
+  double *dtq = malloc(8 * (size_t)ctq * (tables ? dim : 0) + 8);
+  double *dtk = malloc(8 * (size_t)ctk * (tables && !self ? dim : 0) + 8);
+  /* Host buffers: 16-bit inputs and outputs, double copies of the picked rows. */
   uint16_t *hq = malloc(2 * nq + 1), *hk = malloc(2 * nk + 1), *hv = malloc(2 * nk + 1),
            *hdo = malloc(2 * nq + 1), *ho = malloc(2 * nq + 1), *hdq = malloc(bwd ? 2 * nq + 1 : 1),
            *hdk = malloc(bwd ? 2 * nk + 1 : 1), *hdv = malloc(bwd ? 2 * nk + 1 : 1),
-           *rep = malloc(bwd ? 2 * (nq + 2 * nk) + 1 : 1);
+           *rep = malloc(bwd && opt->repeat_backward > 0 ? 2 * (nq + 2 * nk) + 1 : 1);
   float *hlse = malloc(4 * (size_t)(H * tq) + 4);
-  /* Double copies of the inputs only for the backward's reference. */
-  double *rq = dbl ? calloc(nq + 1, 8) : NULL, *rk = dbl ? calloc(nk + 1, 8) : NULL,
-         *rv = dbl ? calloc(nk + 1, 8) : NULL, *rdo = bwd ? calloc(nq + 1, 8) : NULL,
-         *ro = calloc(nq + 1, 8), *rlse = calloc((size_t)(H * tq) + 1, 8),
-         *rdq = bwd ? calloc(nq + 1, 8) : NULL, *rdk = bwd ? calloc(nk + 1, 8) : NULL,
-         *rdv = bwd ? calloc(nk + 1, 8) : NULL;
+  double *rq = calloc(cnq + 1, 8), *rk = calloc(cnk + 1, 8), *rv = calloc(cnk + 1, 8),
+         *rdo = bwd ? calloc(cnq + 1, 8) : NULL, *ro = calloc(cnq + 1, 8),
+         *rlse = calloc((size_t)(H * ctq) + 1, 8), *rdq = bwd ? calloc(cnq + 1, 8) : NULL,
+         *rdk = bwd ? calloc(cnk + 1, 8) : NULL, *rdv = bwd ? calloc(cnk + 1, 8) : NULL;
   state s = {.drv = kernel->ctx->drv, .ctx = kernel->ctx};
   ag_status st = AG_OK;
   int64_t *pairs = NULL; /* the (sequence, head) pairs the reference checks */
   if (!hq || !hk || !hv || !hdo || !ho || !hdq || !hdk || !hdv || !rep || !hlse || !ro ||
-      !rlse || (bwd && (!rdo || !rdq || !rdk || !rdv)) || (dbl && (!rq || !rk || !rv)) ||
-      !htq || !htk || !dtq || !dtk || !shift) {
+      !rlse || (bwd && (!rdo || !rdq || !rdk || !rdv)) || !rq || !rk || !rv || !htq || !htk ||
+      !dtq || !dtk || !ccu_q || !ccu_k || !cshift) {
     st = ag_fail(err, AG_ERR_NOMEM, "out of memory for the self-check's host buffers");
     goto done;
   }
@@ -279,35 +343,45 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
       /* a broadcast Q: the first n_q rows drawn, then copied to every sequence */
       if (bcast && t == 0 && i >= nqd) srcs[t][i] = srcs[t][i % nqd];
       else srcs[t][i] = ag_float_to_half(dt, (float)ag_rand_uniform(&rng, -1.0, 1.0));
-      if (dsts[t]) dsts[t][i] = ag_half_to_float(dt, srcs[t][i]);
     }
   /* sin, then cos, of a random angle per (token, pair), rounded to dtype */
   for (int t = 0; t < 2; t++) {
     uint16_t *h16 = t ? htk : htq;
-    double *h64 = t ? dtk : dtq;
     const size_t rows = (t ? ntk : ntq) / (size_t)(dim > 0 ? dim : 1);
     for (size_t r = 0; r < rows; r++)
       for (int i = 0; i < dim / 2; i++) {
         const double a = ag_rand_uniform(&rng, -3.14159265358979, 3.14159265358979);
         h16[r * dim + i] = ag_float_to_half(dt, (float)sin(a));
         h16[r * dim + dim / 2 + i] = ag_float_to_half(dt, (float)cos(a));
-        h64[r * dim + i] = ag_half_to_float(dt, h16[r * dim + i]);
-        h64[r * dim + dim / 2 + i] = ag_half_to_float(dt, h16[r * dim + dim / 2 + i]);
       }
   }
-  for (int64_t b = 0; b < batch; b++) shift[b] = (int64_t)lk[b] - lq[b];
+  /* The picked rows in doubles: q, k, v, dO and the tables. */
+  for (int64_t b = 0; b < batch; b++) {
+    if (!pick[b]) continue;
+    const int64_t c = cidx[b];
+    gather(dt, hq, rq, cu_q[b], ccu_q[c], lq[b], H * dim);
+    gather(dt, hk, rk, cu_k[b], ccu_k[c], lk[b], G * dim);
+    gather(dt, hv, rv, cu_k[b], ccu_k[c], lk[b], G * dim);
+    if (bwd) gather(dt, hdo, rdo, cu_q[b], ccu_q[c], lq[b], H * dim);
+    if (tables) gather(dt, htq, dtq, cu_q[b], ccu_q[c], lq[b], dim);
+    if (tables && !self) gather(dt, htk, dtk, cu_k[b], ccu_k[c], lk[b], dim);
+  }
+  ag_ref_jagged_params rc = rp; /* the reference's problem: the picked sequences */
+  rc.batch = nc;
+  rc.total_q = ctq;
   const ag_ref_rotary rot_q = {.layout = spec->rotary.layout, .positions = spec->rotary.positions,
                                .base = spec->rotary.base, .table = dtq};
   const ag_ref_rotary rot_k = {.layout = spec->rotary.layout, .positions = spec->rotary.positions,
                                .base = spec->rotary.base, .table = self ? dtq : dtk};
   const unsigned apply = rot ? spec->rotary.apply_to : 0;
-  if (apply & AG_APPLY_Q) ag_ref_rotary_apply_shifted(&rot_q, false, cu_q, shift, batch, H, dim, rq);
-  if (apply & AG_APPLY_K) ag_ref_rotary_apply(&rot_k, false, cu_k, batch, G, dim, rk);
-  if (apply & AG_APPLY_V) ag_ref_rotary_apply(&rot_k, false, cu_k, batch, G, dim, rv);
+  if (apply & AG_APPLY_Q) ag_ref_rotary_apply_shifted(&rot_q, false, ccu_q, cshift, nc, H, dim, rq);
+  if (apply & AG_APPLY_K) ag_ref_rotary_apply(&rot_k, false, ccu_k, nc, G, dim, rk);
+  if (apply & AG_APPLY_V) ag_ref_rotary_apply(&rot_k, false, ccu_k, nc, G, dim, rv);
   /* The kernels round each rotated value to the dtype once; so does the
    * reference, and its error measures the attention alone. */
+  const size_t ccounts[3] = {cnq, cnk, cnk};
   for (int t = 0; t < 3; t++)
-    for (size_t i = 0; (apply & (AG_APPLY_Q << t)) && i < counts[t]; i++)
+    for (size_t i = 0; (apply & (AG_APPLY_Q << t)) && i < ccounts[t]; i++)
       dsts[t][i] = ag_half_to_float(dt, ag_float_to_half(dt, (float)dsts[t][i]));
   if ((st = ag_cuda_check(err, s.drv->cuCtxPushCurrent(s.ctx->cu), "cuCtxPushCurrent"))) goto done;
   const size_t ws = bcast ? ag_broadcast_backward_workspace_bytes(kernel, batch, n_q, H)
@@ -346,46 +420,37 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   if (st == AG_OK) st = download(&s, B_LSE, hlse, err);
   if (st != AG_OK) goto pop;
 
-  /* Which (sequence, head) pairs the reference recomputes: heads 0 and
-   * H - 1 of sequences in order until the budget is spent, and always the
-   * longest sequence. */
-  const double budget = opt->max_ref_macs > 0 ? opt->max_ref_macs : 4e9;
-  int64_t longest = 0;
-  for (int64_t b = 1; b < batch; b++)
-    if ((int64_t)lq[b] * lk[b] > (int64_t)lq[longest] * lk[longest]) longest = b;
-  double spent = 0;
   double num = 0, den = 0, gnum[3] = {0}, gden[3] = {0};
-  pairs = malloc(sizeof(int64_t) * 4 * (size_t)(batch + 1));
+  pairs = malloc(sizeof(int64_t) * 4 * (size_t)(nc + 1));
   if (!pairs) {
     st = ag_fail(err, AG_ERR_NOMEM, "out of memory");
     goto pop;
   }
+  /* The forward's pairs: heads 0 and H - 1 of its picked sequences. */
   int64_t npairs = 0;
-  for (int64_t b = 0; b < batch; b++) {
-    const double macs = 2.0 * lq[b] * lk[b] * dim * (bwd ? 4 : 1);
-    if (b != longest && spent + macs * 2 > budget && b > 0 && !(bcast && bwd)) continue;
-    for (int hi = 0; hi < (H > 1 ? 2 : 1); hi++) {
-      spent += macs;
-      pairs[2 * npairs] = b;
+  for (int64_t b = 0; b < batch; b++)
+    for (int hi = 0; (pick[b] & PICK_FWD) && hi < (H > 1 ? 2 : 1); hi++) {
+      pairs[2 * npairs] = cidx[b];
       pairs[2 * npairs++ + 1] = hi ? H - 1 : 0;
     }
-  }
-  ref_job job = {.p = &rp, .dt = dt, .q = hq, .k = hk, .v = hv, .rq = rq, .rk = rk, .rv = rv,
-                 .rdo = rdo, .cu_q = cu_q, .cu_k = cu_k, .pairs = pairs, .npairs = npairs,
-                 .ro = ro, .rlse = rlse, .rdq = rdq, .rdk = rdk, .rdv = rdv, .f64 = rot};
+  ref_job job = {.p = &rc, .rq = rq, .rk = rk, .rv = rv, .rdo = rdo, .cu_q = ccu_q,
+                 .cu_k = ccu_k, .pairs = pairs, .npairs = npairs, .ro = ro, .rlse = rlse,
+                 .rdq = rdq, .rdk = rdk, .rdv = rdv};
+  if (!fwd_pass) job.npairs = 0; /* the whole forward is computed below instead */
   ref_run(&job);
   out->checked_pairs = npairs;
-  for (int64_t i = 0; i < npairs && fwd_pass; i++) {
-    const int64_t b = pairs[2 * i], h = pairs[2 * i + 1];
-    accumulate(dt, ho, ro, cu_q[b], lq[b], H, h, dim, &num, &den, &out->unwritten);
-    for (int64_t r = cu_q[b]; r < cu_q[b + 1]; r++) {
-      const float g = hlse[h * tq + r];
-      const double want = rlse[h * tq + r];
-      if (isnan(g)) out->unwritten++;
-      else if (isinf(want) || isinf(g)) out->lse_mismatch += isinf(want) != isinf(g);
-      else if (fabs(g - want) > out->lse_abs) out->lse_abs = fabs(g - want);
+  for (int64_t b = 0; b < batch && fwd_pass; b++)
+    for (int hi = 0; (pick[b] & PICK_FWD) && hi < (H > 1 ? 2 : 1); hi++) {
+      const int64_t h = hi ? H - 1 : 0, c = cidx[b];
+      accumulate(dt, ho, ro, cu_q[b], ccu_q[c], lq[b], H, h, dim, &num, &den, &out->unwritten);
+      for (int64_t r = 0; r < lq[b]; r++) {
+        const float g = hlse[h * tq + cu_q[b] + r];
+        const double want = rlse[h * ctq + ccu_q[c] + r];
+        if (isnan(g)) out->unwritten++;
+        else if (isinf(want) || isinf(g)) out->lse_mismatch += isinf(want) != isinf(g);
+        else if (fabs(g - want) > out->lse_abs) out->lse_abs = fabs(g - want);
+      }
     }
-  }
   out->rel_o = den > 0 ? sqrt(num / den) : 0;
   for (int64_t b = 0; b < batch; b++) /* useful FLOPs: 4 D per visible pair */
     for (int64_t i = 0; i < lq[b]; i++) {
@@ -395,9 +460,8 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
     }
 
   if (bwd) {
-    if (!fwd_pass) { /* O and lse from the reference, for every pair */
-      if (rot) ag_ref_jagged_forward_f64(&rp, rq, rk, rv, cu_q, cu_k, ro, rlse);
-      else ag_ref_jagged_forward(dt, &rp, hq, hk, hv, cu_q, cu_k, ro, rlse);
+    if (!fwd_pass) { /* O and lse from the reference (every sequence is picked) */
+      ag_ref_jagged_forward_f64(&rc, rq, rk, rv, ccu_q, ccu_k, ro, rlse);
       for (size_t i = 0; i < nq; i++) ho[i] = ag_float_to_half(dt, (float)ro[i]);
       for (int64_t i = 0; i < H * tq; i++) hlse[i] = (float)rlse[i];
       if ((st = upload(&s, B_O, ho, err)) || (st = upload(&s, B_LSE, hlse, err))) goto pop;
@@ -430,42 +494,41 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
       if (run && memcmp(rep, hdq, 2 * nqd)) out->bitwise_repeatable = false;
     }
     if (st != AG_OK) goto pop;
-    /* The reference gradients of the same pairs (every head of a checked
-     * key head's group contributes to its dK, dV). */
+    /* The reference gradients of the picked sequences' key heads 0 and G
+     * - 1 (every head of a checked key head's group contributes to its
+     * dK, dV). */
     const int64_t group = H / G;
-    spent = 0;
     npairs = 0;
-    for (int64_t b = 0; b < batch; b++) {
-      const double macs = 8.0 * lq[b] * lk[b] * dim * group;
-      /* a broadcast dQ sums every sequence: all of them are checked */
-      if (b != longest && spent + macs * 2 > budget && b > 0 && !bcast) continue;
-      for (int gi = 0; gi < (G > 1 ? 2 : 1); gi++) {
-        spent += macs;
-        pairs[2 * npairs] = b;
+    for (int64_t b = 0; b < batch; b++)
+      for (int gi = 0; (pick[b] & PICK_BWD) && gi < (G > 1 ? 2 : 1); gi++) {
+        pairs[2 * npairs] = cidx[b];
         pairs[2 * npairs++ + 1] = gi ? G - 1 : 0;
       }
-    }
     job.npairs = npairs;
     job.backward = true;
     ref_run(&job);
     /* gradients of the unrotated inputs: R^T of the rotated ones' */
-    if (apply & AG_APPLY_Q) ag_ref_rotary_apply_shifted(&rot_q, true, cu_q, shift, batch, H, dim, rdq);
-    if (apply & AG_APPLY_K) ag_ref_rotary_apply(&rot_k, true, cu_k, batch, G, dim, rdk);
-    if (apply & AG_APPLY_V) ag_ref_rotary_apply(&rot_k, true, cu_k, batch, G, dim, rdv);
-    if (bcast) { /* dQ: the expanded reference summed over the batch, rows 0..n_q */
+    if (apply & AG_APPLY_Q) ag_ref_rotary_apply_shifted(&rot_q, true, ccu_q, cshift, nc, H, dim, rdq);
+    if (apply & AG_APPLY_K) ag_ref_rotary_apply(&rot_k, true, ccu_k, nc, G, dim, rdk);
+    if (apply & AG_APPLY_V) ag_ref_rotary_apply(&rot_k, true, ccu_k, nc, G, dim, rdv);
+    if (bcast) { /* dQ: the expanded reference summed over the batch (all picked), rows 0..n_q */
       for (int64_t b = 1; b < batch; b++)
         for (size_t i = 0; i < nqd; i++) rdq[i] += rdq[(size_t)b * nqd + i];
       for (int gi = 0; gi < (G > 1 ? 2 : 1); gi++)
         for (int64_t h = (gi ? G - 1 : 0) * group; h < ((gi ? G - 1 : 0) + 1) * group; h++)
-          accumulate(dt, hdq, rdq, 0, n_q, H, h, dim, &gnum[0], &gden[0], &out->unwritten);
+          accumulate(dt, hdq, rdq, 0, 0, n_q, H, h, dim, &gnum[0], &gden[0], &out->unwritten);
     }
-    for (int64_t i = 0; i < npairs; i++) {
-      const int64_t b = pairs[2 * i], g = pairs[2 * i + 1];
-      for (int64_t h = g * group; h < (g + 1) * group && !bcast; h++)
-        accumulate(dt, hdq, rdq, cu_q[b], lq[b], H, h, dim, &gnum[0], &gden[0], &out->unwritten);
-      accumulate(dt, hdk, rdk, cu_k[b], lk[b], G, g, dim, &gnum[1], &gden[1], &out->unwritten);
-      accumulate(dt, hdv, rdv, cu_k[b], lk[b], G, g, dim, &gnum[2], &gden[2], &out->unwritten);
-    }
+    for (int64_t b = 0; b < batch; b++)
+      for (int gi = 0; (pick[b] & PICK_BWD) && gi < (G > 1 ? 2 : 1); gi++) {
+        const int64_t g = gi ? G - 1 : 0, c = cidx[b];
+        for (int64_t h = g * group; h < (g + 1) * group && !bcast; h++)
+          accumulate(dt, hdq, rdq, cu_q[b], ccu_q[c], lq[b], H, h, dim, &gnum[0], &gden[0],
+                     &out->unwritten);
+        accumulate(dt, hdk, rdk, cu_k[b], ccu_k[c], lk[b], G, g, dim, &gnum[1], &gden[1],
+                   &out->unwritten);
+        accumulate(dt, hdv, rdv, cu_k[b], ccu_k[c], lk[b], G, g, dim, &gnum[2], &gden[2],
+                   &out->unwritten);
+      }
     out->rel_dq = gden[0] > 0 ? sqrt(gnum[0] / gden[0]) : 0;
     out->rel_dk = gden[1] > 0 ? sqrt(gnum[1] / gden[1]) : 0;
     out->rel_dv = gden[2] > 0 ? sqrt(gnum[2] / gden[2]) : 0;
@@ -505,6 +568,10 @@ done:
   free(htk);
   free(dtq);
   free(dtk);
-  free(shift);
+  free(pick);
+  free(cidx);
+  free(ccu_q);
+  free(ccu_k);
+  free(cshift);
   return st;
 }

@@ -22,7 +22,10 @@ typedef struct ag_jagged_check_options {
   int iters;                /* timed launches of each pass after the check (0: none) */
   /* The reference's work is capped: sequences are checked in order, head 0
    * and the last head of each, until this many multiply-adds are spent
-   * (0: 4e9); the first sequences and the longest are always checked. */
+   * (0: 4e9); the first, the longest and the last sequence are always
+   * checked. Only the checked sequences' rows are copied to float64, so the
+   * host needs memory for the 16-bit tensors and a sample: a run past 2^31
+   * elements fits. */
   double max_ref_macs;
 } ag_jagged_check_options;
 
