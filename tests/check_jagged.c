@@ -658,6 +658,50 @@ START_TEST(gpu_jagged) {
 }
 END_TEST
 
+/* Past 2^31 elements per tensor, forward and backward: 131,072 sequences
+ * of 17 or 18 tokens with 8 query and 8 key heads of 128 (2,348,810,240
+ * elements in each of q, k, v, O, dO, dQ, dK, dV), causal, bf16. The
+ * self-check always compares the last sequence, whose rows lie past 2^31
+ * elements, and copies only its sample to float64 (host memory: the 16-bit
+ * tensors, about 38 GB). Skipped with ATTNGEN_TEST_SKIP_HUGE. */
+START_TEST(jagged_huge) {
+  if (getenv("ATTNGEN_TEST_SKIP_HUGE")) {
+    printf("SKIP jagged_huge: ATTNGEN_TEST_SKIP_HUGE is set\n");
+    return;
+  }
+  ag_context *ctx = ag_test_gpu_or_skip("jagged_huge");
+  if (!ctx) return;
+  enum { BATCH = 131072, HEADS = 8 };
+  int32_t *lengths = malloc(sizeof(int32_t) * BATCH);
+  ck_assert_ptr_nonnull(lengths);
+  int64_t total = 0;
+  for (int64_t i = 0; i < BATCH; i++) total += lengths[i] = 17 + (int32_t)(i % 2);
+  ck_assert_int_gt(total * HEADS * 128, (int64_t)1 << 31);
+  char y[512];
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "", true);
+  ag_kernel *k;
+  ag_error err = {0};
+  ck_assert_msg(ag_kernel_get_string(ctx, y, strlen(y), &k, &err) == AG_OK, "%s", err.message);
+  ag_jagged_check_options opt = {.seed = (uint64_t)getpid(), .heads = HEADS, .kv_heads = HEADS,
+                                 .backward = true, .max_ref_macs = 2e8};
+  ag_jagged_check_result r;
+  ag_status st = ag_selfcheck_jagged(k, lengths, NULL, BATCH, &opt, &r, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message);
+  printf("gpu jagged huge: %lld tokens x %d heads x 128: o %.2e lse %.1e dq %.2e dk %.2e dv %.2e "
+         "(%lld pairs)\n",
+         (long long)total, HEADS, r.rel_o, r.lse_abs, r.rel_dq, r.rel_dk, r.rel_dv,
+         (long long)r.checked_pairs);
+  ck_assert_int_eq(r.unwritten, 0);
+  ck_assert_int_eq(r.lse_mismatch, 0);
+  ck_assert_double_le(r.rel_o, ag_jagged_tolerance(AG_DTYPE_BF16, false));
+  ck_assert_double_le(r.lse_abs, 2e-3);
+  const double tol = ag_jagged_tolerance(AG_DTYPE_BF16, true);
+  ck_assert(r.rel_dq <= tol && r.rel_dk <= tol && r.rel_dv <= tol);
+  free(lengths);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
 Suite *jagged_suite(void) {
   Suite *s = suite_create("jagged");
   TCase *tc = tcase_create("jagged");
@@ -676,5 +720,9 @@ Suite *jagged_suite(void) {
   tcase_set_timeout(gpu, 1200);
   tcase_add_loop_test(gpu, gpu_jagged, 0, NGPU);
   suite_add_tcase(s, gpu);
+  TCase *huge = tcase_create("jagged_huge");
+  tcase_set_timeout(huge, 1200);
+  tcase_add_test(huge, jagged_huge);
+  suite_add_tcase(s, huge);
   return s;
 }

@@ -5,13 +5,15 @@
 # and compute-sanitizer over small runs. Logs go to $OUT (or build/gpu).
 # Usage: tools/gpu_session.sh [build] [test] [demo] [tune] [sanitize] [sanitize-tests]
 #                             [gpu-forward] [gpu-backward] [gpu-rotary] [gpu-rotary-chunked]
-#                             [tune-bwd] [gpu-jagged] [gpu-broadcast] [sanitize-jagged]
+#                             [tune-bwd] [gpu-jagged] [gpu-jagged-huge] [gpu-broadcast]
+#                             [sanitize-jagged]
 #   sanitize-tests: the GPU suite (but its tests past 2^31 elements) under
 #   compute-sanitizer memcheck and racecheck; minutes.
 #   gpu-forward, gpu-backward, gpu-rotary, gpu-rotary-chunked: one test case
 #   of the GPU suite (the last: rotary in the backward walked in chunks).
 #   gpu-jagged: the jagged suite's GPU case (every jagged variant against
-#   float64, the backward five times bit for bit); sanitize-jagged: the
+#   float64, the backward five times bit for bit); gpu-jagged-huge: its
+#   forward and backward past 2^31 elements per tensor; sanitize-jagged: the
 #   jagged specs of specs/ under memcheck and racecheck.
 #   The GPU suite runs in parts that each fit one device call: gpu-forward,
 #   gpu-backward, gpu-rotary, gpu-rotary-chunked, gpu-jagged (with
@@ -40,11 +42,12 @@ for step in $steps; do
       grep -E "huge|SKIP|Failure|Error" "$out/$step.log" | head -20
       grep -E "^gpu " "$out/$step.log" | awk '{for(i=1;i<=NF;i++) if($i ~ /^[0-9.]+e-0[0-9]$/) print $i}' | sort -g | tail -1 | sed 's/^/  largest error printed: /'
       [ $r -eq 0 ] || rc=1 ;;
-    gpu-jagged|gpu-broadcast)
-      suite=${step#gpu-}
-      (cd tests && CK_RUN_SUITE=$suite CK_RUN_CASE=${suite}_gpu ../build/check_attngen) >"$out/$step.log" 2>&1
+    gpu-jagged|gpu-broadcast|gpu-jagged-huge)
+      suite=${step#gpu-}; suite=${suite%-huge}
+      case=${suite}_gpu; [ "$step" = gpu-jagged-huge ] && case=jagged_huge
+      (cd tests && CK_RUN_SUITE=$suite CK_RUN_CASE=$case ../build/check_attngen) >"$out/$step.log" 2>&1
       r=$?; echo "$step: exit $r; $(grep -E '^[0-9]+%: Checks' "$out/$step.log")"
-      grep -E "SKIP|Failure|Error|NOT REPEATABLE" "$out/$step.log" | head -20
+      grep -E "SKIP|Failure|Error|NOT REPEATABLE|^gpu jagged huge" "$out/$step.log" | head -20
       [ $r -eq 0 ] || rc=1 ;;
     sanitize-jagged)
       # the jagged specs (rotary from the sequence, and from tables on Q, K
