@@ -581,12 +581,18 @@ static const gpu_case gpu_cases[] = {
     {{AG_DTYPE_BF16, 64, false,
       "window: [100, 0]\nrotary:\n  layout: interleaved\n  positions: sequence\n"}, 8, 2},
     {{AG_DTYPE_FP16, 128, true, "rotary:\n  layout: half\n  apply_to: [k]\n"}, 2, 1},
+    /* the mma.sync kernels with rotary, named by arch: they stay checked on
+     * an sm_90 device once the cases above take the wgmma ones
+     * (plan_jagged.c, sm90_rotary_checked) */
+    {{AG_DTYPE_BF16, 128, true, "arch: sm_80\nrotary:\n  layout: half\n  positions: sequence\n"}, 4, 2},
+    {{AG_DTYPE_FP16, 64, false, "arch: sm_80\nrotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n"},
+     4, 4},
 };
 enum { NGPU = sizeof gpu_cases / sizeof gpu_cases[0] };
 
 static const char *name_of(const gpu_case *c) {
   static char buf[128];
-  snprintf(buf, sizeof buf, "%s d%d%s%s%s h%lld/%lld",
+  snprintf(buf, sizeof buf, "%s d%d%s%s%s%s h%lld/%lld",
            c->k.dtype == AG_DTYPE_FP16 ? "fp16" : "bf16", c->k.dim, c->k.causal ? " causal" : "",
            strstr(c->k.extra, "window: [100") ? " w[100,0]"
            : strstr(c->k.extra, "window: [64") ? " w[64,32]"
@@ -594,6 +600,7 @@ static const char *name_of(const gpu_case *c) {
            !strstr(c->k.extra, "rotary") ? ""
            : strstr(c->k.extra, "sequence") ? (strstr(c->k.extra, "half") ? " rope-h-seq" : " rope-i-seq")
            : (strstr(c->k.extra, "half") ? " rope-h-tab" : " rope-i-tab"),
+           strstr(c->k.extra, "sm_80") ? " sm_80" : "",
            (long long)c->heads, (long long)c->kv_heads);
   return buf;
 }
