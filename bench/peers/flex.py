@@ -18,7 +18,9 @@ block lists; for a block-diagonal mask they equal the key-side ones, so they
 are set directly instead of computed (from_kv_blocks would transpose a dense
 nblocks^2 matrix). The backward's tiles are asked to divide the block
 (BLOCK_M1 = BLOCK_N2 = min(32, block), BLOCK_N1 = BLOCK_M2 = min(64, block));
-if the compiler rejects them, its own choice is used (noted).
+if the compiler rejects them, the forward's tiles alone, then no
+kernel_options at all (the compiler's choice; noted with why).
+torch.compile runs in its default mode.
 torch._functorch.config.donated_buffer is turned off so that the compiled
 backward accepts retain_graph=True.
 """
@@ -53,7 +55,11 @@ class FlexPeer(Peer):
                 setattr(cfg, knob, max(getattr(cfg, knob), 256))
         self.flex = torch.compile(flex_attention)
         self.compiled_for = set()
-        self.bwd_opts_rejected = None
+        self.rejected_opts = {}  # _opts_key -> why the compiler refused those kernel_options
+
+    @staticmethod
+    def _opts_key(opts):
+        return ",".join("%s=%d" % kv for kv in sorted(opts.items())) or "none"
 
     def _block_mask(self, data):
         """The block-diagonal BlockMask of data's padded layout, built from
@@ -154,7 +160,18 @@ class FlexPeer(Peer):
         fwd_opts = {"BLOCK_M": bs, "BLOCK_N": bs}
         m, n = min(32, bs), min(64, bs)
         bwd_opts = dict(fwd_opts, BLOCK_M1=m, BLOCK_N1=n, BLOCK_M2=n, BLOCK_N2=m)
-        chosen = {"opts": fwd_opts if self.bwd_opts_rejected else bwd_opts}
+        # Tried in order until one compiles: the tiles above, the forward's
+        # alone, then none (the compiler's own choice, as a user who passes
+        # no kernel_options gets; the forward and backward tiles it picks
+        # for 64-token blocks at head_dim 128 are not always the ones above:
+        # NoValidChoicesError in earlier runs). Options rejected for one
+        # shape are not tried again.
+        candidates = [o for o in (bwd_opts, fwd_opts, {})
+                      if self._opts_key(o) not in self.rejected_opts]
+        if not candidates:
+            raise RuntimeError("flex: every kernel_options set was rejected on an earlier shape: %s"
+                               % "; ".join("%s (%s)" % kv for kv in sorted(self.rejected_opts.items())))
+        chosen = {"opts": candidates[0]}
 
         def view(x):  # padded [S, H, D] -> [1, H, S, D]
             v = x.view(S, H, D).permute(1, 0, 2).unsqueeze(0)
@@ -174,17 +191,20 @@ class FlexPeer(Peer):
             out = attention(*leaves)
             torch.autograd.grad(out, leaves, torch.ones_like(out))
 
-        try:
-            probe()
-        except Exception as e:
-            if is_cuda_failure(e) or chosen["opts"] is fwd_opts:
-                raise
-            chosen["opts"] = fwd_opts
+        first_error = None
+        for opts in candidates:
+            chosen["opts"] = opts
             try:
                 probe()
-            except Exception:
-                raise e from None  # not the tiles: report the first error
-            self.bwd_opts_rejected = "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:100])
+                break
+            except Exception as e:
+                if is_cuda_failure(e):
+                    raise
+                first_error = first_error or e
+                self.rejected_opts[self._opts_key(opts)] = "%s: %s" % (
+                    type(e).__name__, str(e).splitlines()[0][:100])
+        else:
+            raise first_error  # no options compiled: not the tiles, report the first error
         torch.cuda.synchronize()
         first_s = time.perf_counter() - t0
 
@@ -193,10 +213,12 @@ class FlexPeer(Peer):
         def rows(out, idx_):  # out: [1, H, S, D] -> [len(idx_), H, D]
             return out[0].index_select(1, pmap[idx_]).transpose(0, 1)
 
-        note = "padded one sequence; block mask from block lists; autograd"
-        if self.bwd_opts_rejected:
-            note += "; backward tiles left to the compiler (%s)" % self.bwd_opts_rejected
-        cfg = ", ".join("%s=%d" % kv for kv in sorted(chosen["opts"].items()))
+        note = "padded one sequence; block mask from block lists; autograd; torch.compile default mode"
+        if self.rejected_opts:
+            note += "; rejected kernel_options: %s" % "; ".join(
+                "%s (%s)" % kv for kv in sorted(self.rejected_opts.items()))
+        cfg = ", ".join("%s=%d" % kv for kv in sorted(chosen["opts"].items())) or \
+            "kernel_options left to the compiler"
         return Differentiable(attention, "padded", rows, dout_view=view, config=cfg, note=note,
                               extra={"block_mask_ms": round(mask_ms, 2),
                                      "first_call_s": round(first_s, 2)})
