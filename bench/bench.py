@@ -40,8 +40,8 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 from peers import ORDER as PEER_ORDER  # noqa: E402
-from peers.common import (ERR_FLAG, Task, ads_shapes, quick_shapes,  # noqa: E402
-                          smoke_shapes)
+from peers.common import (ERR_FLAG, ROTARY_PEER_ENV, Task, ads_shapes,  # noqa: E402
+                          quick_shapes, rotary_peer_kind, smoke_shapes)
 
 T0 = time.perf_counter()
 
@@ -685,13 +685,17 @@ def write_markdown(state, final=False):
     if "rot" in state.passes:
         lines += ["Rotary pipeline (rows `rot`, EXPERIMENTAL): forward and backward of attention "
                   "with rotary embeddings on Q and K (interleaved pairs, a per-token sin/cos table "
-                  "[total, D]), timed together. Peers apply a PyTorch rotary (torch.compile'd, "
-                  "fp32 math; eager if compiling fails) before their attention and autograd "
-                  "differentiates through both; attngen uses a spec with `rotary: {layout: "
+                  "[total, D]), timed together. Peers apply %s before their attention and "
+                  "autograd differentiates through both; attngen uses a spec with `rotary: {layout: "
                   "interleaved, apply_to: [q, k], positions: table}` (fused into both kernels). "
                   "TB/s counts 11 tensors and the table twice; "
-                  "TFLOP/s 3.5x the forward's; %BW ceil against read-4-write-3. Errors: output "
-                  "and each gradient against float64 with the same rotary.", ""]
+                  "TFLOP/s 3.5x the forward's; %%BW ceil against read-4-write-3. Errors: output "
+                  "and each gradient against float64 with the same rotary." % (
+                      "a bandwidth-bound Triton rotary (peers/rope_triton.py, fp32 math; "
+                      "--rotary-peer compile: a torch.compile'd PyTorch one)"
+                      if rotary_peer_kind() == "triton" else
+                      "a PyTorch rotary (torch.compile'd, fp32 math; eager if compiling fails)"),
+                  ""]
     lines += ["## Summary", "", md_table(head_sum(state), summary_rows(state)), ""]
     if os.path.exists(os.path.join(state.args.out, stem + ".png")):
         lines += ["![attngen speedup over the fastest peer](%s.png)" % stem, ""]
@@ -819,6 +823,9 @@ def parse_args(argv):
                     help="EXPERIMENTAL: time forward+backward with rotary embeddings on q and k "
                          "(peers: a PyTorch rotary before their attention; attngen: a fused "
                          "rotary spec); replaces --pass")
+    ap.add_argument("--rotary-peer", choices=("triton", "compile"), default=None,
+                    help="with --rotary: the peers' rotary pass, a bandwidth-bound Triton kernel "
+                         "(peers/rope_triton.py; default) or a torch.compile'd PyTorch one")
     ap.add_argument("--peers", help="comma-separated subset of: ceilings," + ",".join(PEER_ORDER))
     ap.add_argument("--skip", help="comma-separated peers to leave out")
     ap.add_argument("--shapes", help="only shapes whose label contains each comma-separated "
@@ -937,6 +944,8 @@ def orchestrate(args):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.rotary_peer:  # read by peers/common.py here and in the workers, which inherit it
+        os.environ[ROTARY_PEER_ENV] = args.rotary_peer
     if args.worker:
         return worker_main(args)
     return orchestrate(args)

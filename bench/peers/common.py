@@ -10,6 +10,7 @@ orchestrator (bench.py without --worker) can import this module without
 paying for torch.
 """
 
+import os
 import math
 import time
 import zlib
@@ -481,16 +482,39 @@ def make_rotary():
 
 _rotary_fn = None
 
+# Which rotary the peers' pipelines apply (bench.py --rotary-peer sets it
+# for its workers): "triton", a bandwidth-bound Triton pass
+# (peers/rope_triton.py, the fair unfused peer), or "compile", a
+# torch.compile'd PyTorch one.
+ROTARY_PEER_ENV = "ATTNGEN_BENCH_ROTARY_PEER"
+
+
+def rotary_peer_kind():
+    kind = os.environ.get(ROTARY_PEER_ENV, "triton")
+    if kind not in ("triton", "compile"):
+        raise ValueError("%s must be triton or compile, got %r" % (ROTARY_PEER_ENV, kind))
+    return kind
+
 
 def rotary_function(compiled=True):
-    """(function, description): the PyTorch rotary compiled with
+    """(function, description): rotary(x, sin, cos) as rotary_peer_kind()
+    says: the Triton pass (interleaved pairs, fp32 math, sin and cos read
+    from the 16-bit table's halves), or the PyTorch rotary compiled with
     torch.compile (one fused kernel each way: the fastest PyTorch rotary a
-    user would write), or eager when compiling fails or compiled=False."""
+    user would write); eager PyTorch when compiling fails or
+    compiled=False."""
     global _rotary_fn
     if not compiled:
         return make_rotary(), "rotary: eager PyTorch (interleaved pairs, fp32 math)"
     if _rotary_fn is None:
         import torch
+        if rotary_peer_kind() == "triton":
+            from . import rope_triton
+            rope = rope_triton.function()
+            _rotary_fn = (lambda x, sin, cos: rope.apply(x, cos, sin, "interleaved"),
+                          "rotary: a bandwidth-bound Triton pass (peers/rope_triton.py; "
+                          "interleaved pairs, fp32 math)")
+            return _rotary_fn
         try:
             _rotary_fn = (torch.compile(make_rotary(), dynamic=True),
                           "rotary: torch.compile'd PyTorch (interleaved pairs, fp32 math)")

@@ -1,14 +1,17 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """A bandwidth-bound rotary pass in Triton, the fair unfused peer of a fused
-rotary: x [T, H, D] rotated in the half layout (pairs i, i + D/2) by the
-angles of per-token cos/sin tables [T, D/2] fp32, in fp32, rounded back
-once; one read and one write of x, the tables read once per head (from
-L2). Differentiable: the backward is the inverse rotation of the gradient
-(sin negated). What a user would write in twenty lines; how near its own
-stream ceiling it runs is measured by the caller (bytes moved over time).
+rotary: x [T, H, D] rotated by the angles of per-token cos/sin tables
+[T, D/2] (fp32, or 16-bit views into a sin | cos table [T, D] with its row
+stride), in fp32, rounded back once; the half layout pairs (i, i + D/2),
+the interleaved one (2i, 2i + 1). One read and one write of x, the tables
+read once per head (from L2). Differentiable: the backward is the inverse
+rotation of the gradient (sin negated). What a user would write in twenty
+lines; how near its own stream ceiling it runs is measured by the caller
+(bytes moved over time).
 
 Imports torch and triton only when called (the bench's CPU tests import
-this module without them)."""
+this module without them; with TRITON_INTERPRET=1 they run it on CPU
+tensors)."""
 
 _kernel = None
 BLOCK_ROWS = 16  # (token, head) rows per program
@@ -22,39 +25,48 @@ def kernel():
     import triton.language as tl
 
     @triton.jit
-    def rope_half(x_ptr, y_ptr, cos_ptr, sin_ptr, n_rows, heads, sign,
-                  D: tl.constexpr, BLOCK_R: tl.constexpr):
+    def rope(x_ptr, y_ptr, cos_ptr, sin_ptr, tab_stride, n_rows, heads, sign,
+             D: tl.constexpr, INTERLEAVED: tl.constexpr, BLOCK_R: tl.constexpr):
         pid = tl.program_id(0)
         rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)  # (token, head) rows
         live = rows < n_rows
         tok = rows // heads
-        half = tl.arange(0, D // 2)
-        at = rows[:, None].to(tl.int64) * D + half[None, :]
-        ang = tok[:, None].to(tl.int64) * (D // 2) + half[None, :]
+        pair = tl.arange(0, D // 2)
+        base = rows[:, None].to(tl.int64) * D
+        if INTERLEAVED:
+            at1 = base + 2 * pair[None, :]
+            at2 = at1 + 1
+        else:
+            at1 = base + pair[None, :]
+            at2 = at1 + D // 2
+        ang = tok[:, None].to(tl.int64) * tab_stride + pair[None, :]
         m = live[:, None]
-        x1 = tl.load(x_ptr + at, mask=m, other=0.0).to(tl.float32)
-        x2 = tl.load(x_ptr + at + D // 2, mask=m, other=0.0).to(tl.float32)
-        c = tl.load(cos_ptr + ang, mask=m, other=0.0)
-        s = tl.load(sin_ptr + ang, mask=m, other=0.0) * sign
-        tl.store(y_ptr + at, (x1 * c - x2 * s).to(y_ptr.dtype.element_ty), mask=m)
-        tl.store(y_ptr + at + D // 2, (x1 * s + x2 * c).to(y_ptr.dtype.element_ty), mask=m)
+        x1 = tl.load(x_ptr + at1, mask=m, other=0.0).to(tl.float32)
+        x2 = tl.load(x_ptr + at2, mask=m, other=0.0).to(tl.float32)
+        c = tl.load(cos_ptr + ang, mask=m, other=0.0).to(tl.float32)
+        s = tl.load(sin_ptr + ang, mask=m, other=0.0).to(tl.float32) * sign
+        tl.store(y_ptr + at1, (x1 * c - x2 * s).to(y_ptr.dtype.element_ty), mask=m)
+        tl.store(y_ptr + at2, (x1 * s + x2 * c).to(y_ptr.dtype.element_ty), mask=m)
 
-    _kernel = rope_half
+    _kernel = rope
     return _kernel
 
 
-def rotate(x, cos, sin, inverse=False):
-    """x [T, H, D] (contiguous, 16-bit) rotated by cos, sin [T, D/2] (fp32,
-    contiguous); inverse: by the negated angles."""
+def rotate(x, cos, sin, inverse=False, layout="half"):
+    """x [T, H, D] (contiguous, 16-bit) rotated by cos, sin [T, D/2] (fp32
+    or 16-bit; rows may be strided, columns contiguous: e.g. the two halves
+    of a sin | cos table [T, D]), pairs as `layout` ("half" or
+    "interleaved"); inverse: by the negated angles."""
     import torch
     import triton
     t, h, d = x.shape
+    assert cos.stride() == sin.stride() and cos.stride(-1) == 1, "tables: contiguous columns"
     y = torch.empty_like(x)
     rows = t * h
     if rows:
         grid = (triton.cdiv(rows, BLOCK_ROWS),)
-        kernel()[grid](x, y, cos, sin, rows, h, -1.0 if inverse else 1.0, D=d,
-                       BLOCK_R=BLOCK_ROWS)
+        kernel()[grid](x, y, cos, sin, cos.stride(0), rows, h, -1.0 if inverse else 1.0, D=d,
+                       INTERLEAVED=layout == "interleaved", BLOCK_R=BLOCK_ROWS)
     return y
 
 
@@ -62,24 +74,27 @@ _function = None
 
 
 def function():
-    """An autograd.Function: apply(x, cos, sin)."""
+    """An autograd.Function: apply(x, cos, sin[, layout]) (layout "half" by
+    default, or "interleaved")."""
     global _function
     if _function is not None:
         return _function
     import torch
 
-    class RopeHalf(torch.autograd.Function):
+    class Rope(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, cos, sin):
+        def forward(ctx, x, cos, sin, layout="half"):
             ctx.save_for_backward(cos, sin)
-            return rotate(x.contiguous(), cos, sin)
+            ctx.layout = layout
+            return rotate(x.contiguous(), cos, sin, layout=layout)
 
         @staticmethod
         def backward(ctx, dy):
             cos, sin = ctx.saved_tensors
-            return rotate(dy.contiguous(), cos, sin, inverse=True), None, None
+            return (rotate(dy.contiguous(), cos, sin, inverse=True, layout=ctx.layout), None, None,
+                    None)
 
-    _function = RopeHalf
+    _function = Rope
     return _function
 
 

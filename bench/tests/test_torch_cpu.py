@@ -262,3 +262,52 @@ print("WORST %%.3e" %% worst)
     assert r.returncode == 0, r.stderr[-3000:]
     worst = float(r.stdout.split("WORST")[1])
     assert worst < 2e-3, r.stdout
+
+
+def test_triton_rotary_in_the_interpreter():
+    """The Triton rotary peer (peers/rope_triton.py), in Triton's interpreter
+    on the CPU: both layouts, fp32 tables and the 16-bit halves of a sin |
+    cos table [T, D] (strided rows), forward equal to the PyTorch rotary's
+    fp32 math to one rounding, the inverse undoing it, and autograd's
+    gradient the inverse rotation of the output gradient."""
+    pytest.importorskip("triton", reason="triton is not installed")
+    code = r'''
+import sys
+sys.path.insert(0, %r)
+import torch
+from peers import rope_triton as R
+from peers.common import make_rotary
+torch.manual_seed(0)
+T, H, D = 37, 3, 64
+x = torch.randn(T, H, D).half()
+ang = torch.rand(T, D // 2) * 6.283
+tab = torch.cat([ang.sin(), ang.cos()], 1).half()          # [T, D]: sin | cos
+sin16, cos16 = tab[:, :D // 2], tab[:, D // 2:]           # strided views
+worst = 0.0
+def check(a, b):
+    global worst
+    worst = max(worst, (a.float() - b.float()).abs().max().item())
+# interleaved, 16-bit strided tables: as the PyTorch rotary
+check(R.rotate(x, cos16, sin16, layout="interleaved"), make_rotary()(x, sin16, cos16))
+# half layout, fp32 tables
+c, s = ang.cos(), ang.sin()
+x1, x2 = x.float()[..., :D // 2], x.float()[..., D // 2:]
+want = torch.cat([x1 * c[:, None] - x2 * s[:, None], x1 * s[:, None] + x2 * c[:, None]], -1)
+check(R.rotate(x, c, s), want.half())
+# inverse undoes, both layouts (two roundings)
+for layout in ("half", "interleaved"):
+    y = R.rotate(x, c, s, layout=layout)
+    check(R.rotate(y, c, s, inverse=True, layout=layout) * 0.5, x * 0.5)
+# autograd: the gradient is the inverse rotation of dy
+xg = x.clone().requires_grad_()
+dy = torch.randn(T, H, D).half()
+R.function().apply(xg, cos16, sin16, "interleaved").backward(dy)
+check(xg.grad, R.rotate(dy, cos16, sin16, inverse=True, layout="interleaved"))
+print("WORST %%.3e" %% worst)
+''' % BENCH
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    worst = float(r.stdout.split("WORST")[1])
+    assert worst < 8e-3, r.stdout
