@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# cubins.sh: every golden spec (tests/golden/*.yaml) compiled by NVRTC for
-# sm_90a and sm_80 into DIR, the cache bypassed. A template refactor that
+# cubins.sh: every golden spec (tests/golden/*.yaml) and bundled spec
+# (specs/*.yaml) compiled by NVRTC for sm_90a and sm_80 into DIR, the cache
+# bypassed. A template refactor that
 # claims to change no kernel is checked by running this before and after
 # and comparing the two directories (`cmp` each pair; `tools/cubins.sh
 # --same A B` does it).
@@ -23,8 +24,8 @@ bin=${2:-build/attngen}
 mkdir -p "$out"
 export ATTNGEN_CACHE_DISABLE=1
 pids=()
-for spec in tests/golden/*.yaml; do
-  name=$(basename "$spec" .yaml)
+for spec in tests/golden/*.yaml specs/*.yaml; do
+  name=$(basename "$(dirname "$spec")")_$(basename "$spec" .yaml)
   for arch in sm_90a sm_80; do
     # a spec that names its arch compiles for that one alone
     "$bin" compile "$spec" -o "$out/$name.$arch.cubin" --arch "$arch" 2>/dev/null &
