@@ -262,6 +262,9 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
  * wgmma kernels (plan_jagged.c says why the default is no); for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, bool sm90_rotary, ag_plan *out,
                                    ag_error *err);
+/* Whether ag_plan_jagged_make lets rotary specs take them (for tests that
+ * hold either way). */
+bool ag_plan_jagged_sm90_rotary(void);
 void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan);
 void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, struct ag_buf *b);
 int ag_plan_jagged_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int64_t heads,

@@ -151,12 +151,16 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, bool sm90_rotary
  * _dq) compile, and tests/check_jagged.c compiles them, but they have not
  * run on a GPU yet: until they are checked there (tools/gpu_session.sh
  * gpu-jagged sanitize-jagged with this set), rotary specs keep the
- * mma.sync kernels, which were. */
+ * mma.sync kernels, which were. Setting it is the whole switch: the tests
+ * follow it (ag_plan_jagged_sm90_rotary), and one golden changes
+ * (jagged_d128_bf16_rope_half_seq_train: AG_UPDATE_GOLDENS=1). */
 static const bool sm90_rotary_checked = false;
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   return ag_plan_jagged_make_with(spec, sm90_rotary_checked, out, err);
 }
+
+bool ag_plan_jagged_sm90_rotary(void) { return sm90_rotary_checked; }
 
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, bool sm90_rotary, ag_plan *out,
                                    ag_error *err) {

@@ -134,9 +134,10 @@ START_TEST(plan_kernels) {
   ck_assert_str_eq(p.kernels[0].name, "ag_jag_d64_fp16_w100_0_bwd_dq");
   ck_assert_ptr_null(p.kernels[0].namespace_name);
   ck_assert_str_eq(ag_plan_first_kernel(&p), "ag_jag_d64_fp16_w100_0_bwd_dq");
-  /* Rotary embeddings from tables: the mma.sync kernels on every arch (the
-   * wgmma ones do not rotate), both tables after the pass's tensors. */
-  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "rotary:\n  layout: half\narch: sm_90a\n", true);
+  /* Rotary embeddings from tables in the mma.sync kernels (sm_80; the
+   * wgmma ones are sm90_rotary_compiles'), both tables after the pass's
+   * tensors. */
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "rotary:\n  layout: half\narch: sm_80\n", true);
   s = load_ok(y);
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   ck_assert(p.takes_table && p.jagged.rotary && !p.jagged.fwd_sm90);
@@ -218,14 +219,16 @@ START_TEST(compiles) {
   const char *archs[] = {"sm_90a", "sm_80"};
   for (int a = 0; a < 2; a++) {
     /* the plan the arch resolves to: on sm_90a the fast backward unless
-     * the spec is deterministic */
+     * the spec is deterministic (or has rotary embeddings while the wgmma
+     * kernels' rotation is not enabled: plan_jagged.c) */
     ag_spec r;
     ck_assert_int_eq(ag_spec_for_arch(&s, archs[a], &r, &err), AG_OK);
     ck_assert_int_eq(r.arch, a ? AG_ARCH_SM80 : AG_ARCH_SM90A);
     ag_plan p;
     ck_assert_int_eq(ag_plan_make(&r, &p, &err), AG_OK);
     ck_assert_int_eq(p.jagged.fast_block_m > 0,
-                     !a && !s.deterministic && s.rotary.layout == AG_ROTARY_NONE);
+                     !a && !s.deterministic &&
+                         (s.rotary.layout == AG_ROTARY_NONE || ag_plan_jagged_sm90_rotary()));
     void *cubin = NULL;
     size_t size = 0;
     ag_status st = ag_compile(&s, archs[a], &cubin, &size, &err);
@@ -238,10 +241,10 @@ START_TEST(compiles) {
 }
 END_TEST
 
-/* The sm_90a wgmma kernels with rotary embeddings, which the plan does not
- * pick yet (plan_jagged.c: not run on a GPU): their source emits and
- * compiles for sm_90a with the rotation in, both position modes and
- * layouts, head dims 128 and 64 (the backward). */
+/* The sm_90a wgmma kernels with rotary embeddings (which the plan picks
+ * once plan_jagged.c's sm90_rotary_checked says they ran on a GPU): their
+ * source emits and compiles for sm_90a with the rotation in, both position
+ * modes and layouts, head dims 128 and 64 (the backward). */
 START_TEST(sm90_rotary_compiles) {
   const char *extras[] = {"rotary:\n  layout: half\n  positions: sequence\narch: sm_90a\n",
                           "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\narch: sm_90a\n",
@@ -253,7 +256,7 @@ START_TEST(sm90_rotary_compiles) {
     ag_plan p;
     ag_error err = {0};
     ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-    ck_assert(!p.jagged.fwd_sm90); /* not picked by default */
+    ck_assert(p.jagged.fwd_sm90 == (ag_plan_jagged_sm90_rotary() && i < 2));
     ck_assert_int_eq(ag_plan_jagged_make_with(&s, true, &p, &err), AG_OK);
     ag_plan_kernels(&s, &p);
     ck_assert(p.jagged.fwd_sm90 == (i < 2)); /* head dim 64 keeps the mma.sync forward */
