@@ -190,13 +190,13 @@ def _define(torch):
                                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a, opts = block_check(q, k, v, offsets, block_size, causal, softmax_scale, rotary,
                               rotary_table)
-        _validate.check_dout(ops._dout_for(dout, q), q)
+        dout = ops._dout_for(dout, q)
+        _validate.check_dout(dout, q)
         try:
             kernel = ops.kernel_for(*opts, backward=True, rotary=a["rotary"])
         except _errors.UnsupportedError as e:
             raise ops._Refused.from_error(e, ops.BACKWARD_LEAD).error() from None
-        return kernel._backward_raw(ops._dout_for(dout, q), q, k, v, offsets, a["batch"], False,
-                                    rotary_table)
+        return kernel._backward_raw(dout, q, k, v, offsets, a["batch"], False, rotary_table)
 
     @block_attention_backward.register_fake
     def _(dout, q, k, v, offsets, block_size, causal, softmax_scale, rotary, rotary_table):
@@ -262,12 +262,13 @@ def _define(torch):
         a, opts = jagged_check(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window_left,
                                window_right, softmax_scale, deterministic, rotary, rotary_table,
                                rotary_table_k)
-        _validate.check_dout(ops._dout_for(dout, q), q)
+        dout = ops._dout_for(dout, q)
+        _validate.check_dout(dout, q)
         try:
             kernel = jagged.jagged_kernel_for(*opts, backward=True, rotary=a["rotary"])
         except _errors.UnsupportedError as e:
             raise ops._Refused.from_error(e, jagged.BACKWARD_LEAD).error() from None
-        return jagged._backward_raw(kernel, ops._dout_for(dout, q), q, k, v, out, lse,
+        return jagged._backward_raw(kernel, dout, q, k, v, out, lse,
                                     cu_seqlens_q, cu_seqlens_k, a["batch"], False, rotary_table,
                                     rotary_table_k)
 
@@ -334,12 +335,13 @@ def _define(torch):
                                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a, opts = broadcast_check(q, k, v, cu_seqlens_k, causal, window_left, window_right,
                                   softmax_scale, deterministic)
-        _validate.check_dout(ops._dout_for(dout, out), out)
+        dout = ops._dout_for(dout, out)
+        _validate.check_dout(dout, out)
         try:
             kernel = broadcast.broadcast_kernel_for(*opts, backward=True)
         except _errors.UnsupportedError as e:
             raise ops._Refused.from_error(e, broadcast.BACKWARD_LEAD).error() from None
-        return broadcast._backward_raw(kernel, ops._dout_for(dout, out), q, k, v, out, lse,
+        return broadcast._backward_raw(kernel, dout, q, k, v, out, lse,
                                        cu_seqlens_k, a["batch"], False)
 
     @broadcast_attention_backward.register_fake
@@ -419,6 +421,11 @@ def jagged_attention(torch, q, k, v, cu_q, cu_k, causal, window_size, softmax_sc
                      deterministic, rotary, rotary_table, rotary_table_k):
     rotary = _validate.check_jagged_rotary(rotary)
     left, right = window_size
+    if cu_k is None and k.shape[0] != q.shape[0]:
+        # the op takes cu_seqlens_q for both then, and would read k by it
+        raise ValueError("cu_seqlens_k is None (self-attention, cu_seqlens_q for both) but k has "
+                         "%d tokens and q %d; pass cu_seqlens_k for cross-attention"
+                         % (k.shape[0], q.shape[0]))
     return torch.ops.attngen.jagged_attention(
         q, k, v, cu_q, cu_q if cu_k is None else cu_k, bool(causal), int(left), int(right),
         softmax_scale, bool(deterministic), rotary_text(rotary), rotary_table, rotary_table_k,

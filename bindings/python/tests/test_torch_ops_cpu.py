@@ -267,3 +267,15 @@ def test_dispatch_modes_see_the_op():
         assert out.shape == (48, 2, 64) and lse.shape == (2, 48)
     gm = make_fx(f, tracing_mode="fake")(q, k, k, torch.empty(4, dtype=torch.int32))
     assert _targets([gm]) == ["attngen.broadcast_attention.default"]
+
+
+def test_compile_self_attention_needs_equal_token_counts():
+    """cu_seqlens_k None under tracing: the op would get cu_seqlens_q for the
+    keys too, so k with another token count is refused as in eager."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fn, _ = _compile_capture(lambda q, k, c: attngen.jagged_attention(q, k, k, c))
+    with FakeTensorMode():
+        q = torch.empty(8, 1, 64, dtype=torch.bfloat16)
+        k = torch.empty(9, 1, 64, dtype=torch.bfloat16)
+        with pytest.raises(Exception, match="cu_seqlens_k is None"):
+            fn(q, k, torch.empty(2, dtype=torch.int32))
