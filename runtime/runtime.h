@@ -316,27 +316,41 @@ typedef struct ag_schedule_shape {
   int64_t window_left, window_right; /* with window; negative: unbounded side */
 } ag_schedule_shape;
 
-/* One work item: query tile `tile` of sequence `seq`, head `head`, and the
- * key tiles it visits. */
+/* One tile of the sorted order: query tile `tile` of sequence `seq`. */
+typedef struct ag_schedule_tile {
+  int32_t seq, tile;
+} ag_schedule_tile;
+
+/* One work item: query tile `tile` of sequence `seq`, head `head`. */
 typedef struct ag_schedule_item {
-  int32_t seq, tile, head, work;
+  int32_t seq, tile, head;
 } ag_schedule_item;
 
-/* Items per CTA: CTA c takes items[cta_start[c] .. cta_start[c + 1]). */
+/* The tiles sorted by key-tile work, longest first; item i is tile
+ * i / heads with head i % heads, dealt to the CTAs in zigzag order
+ * (ag_schedule_item_of). */
 typedef struct ag_schedule {
-  ag_schedule_item *items;
-  int64_t *cta_start; /* ctas + 1 entries */
-  int64_t nitems;
+  ag_schedule_tile *tiles;
+  int32_t *work;          /* scratch: each tile's work in sequence order */
+  int64_t capacity;       /* room of tiles and work */
+  int64_t ntiles, nitems; /* nitems = ntiles * heads */
+  int64_t heads;
   int ctas;
 } ag_schedule;
 
-/* Every (sequence, query tile, head) of the batch, sorted by key-tile
- * work (longest first, a bucket sort) and dealt to `ctas` CTAs in zigzag
- * order; from host offsets (cu_k NULL: self-attention). O(items) time; the
- * arrays are malloc()ed and freed by ag_schedule_free. */
+/* Every (sequence, query tile) of the batch, sorted by key-tile work
+ * (longest first, a counting sort, stable), from host offsets (cu_k NULL:
+ * self-attention); `ctas` CTAs will share the (tile, head) items. O(tiles)
+ * time. `out` is zeroed or a previous schedule, whose buffers are reused
+ * when they have room (a fresh buffer per call costs page faults); they are
+ * malloc()ed and freed by ag_schedule_free. */
 ag_status ag_schedule_build(const ag_schedule_shape *shape, const int32_t *cu_q,
                             const int32_t *cu_k, int64_t batch, int64_t heads, int ctas,
                             ag_schedule *out, ag_error *err);
+/* How many items CTA `cta` takes, and its k-th (k below that): item
+ * i = k * ctas + (k odd ? ctas - 1 - cta : cta) of the sorted order. */
+int64_t ag_schedule_cta_items(const ag_schedule *s, int cta);
+ag_schedule_item ag_schedule_item_of(const ag_schedule *s, int cta, int64_t k);
 void ag_schedule_free(ag_schedule *s);
 
 /* ---- context.c: devices, modules, the in-memory kernel cache ------------ */

@@ -1,21 +1,40 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /* schedule.c: the host half of a persistent jagged schedule: every
- * (sequence, query tile, head) item with its key-tile work, sorted longest
- * first and dealt to a fixed number of CTAs in boustrophedon (zigzag)
- * order, so that each CTA's total work is near the average and the last
- * wave is short. Pure host code, O(items): a bucket sort by work (work is
- * bounded by the longest sequence's key tiles) and one dealing pass. The
- * kernel side (a walk that reads the list) is not built yet; see
+ * (sequence, query tile) with its key-tile work, sorted longest first; the
+ * (tile, head) items that follow from it are dealt to a fixed number of
+ * CTAs in boustrophedon (zigzag) order, so that each CTA's total work is
+ * near the average and the last wave is short.
+ *
+ * The dealing is arithmetic, not a list: item i (tile i / heads, head
+ * i % heads of the sorted order) goes to CTA i mod ctas in even rounds
+ * (round = i / ctas) and ctas - 1 - (i mod ctas) in odd ones, so CTA c's
+ * k-th item is i = k * ctas + (k odd ? ctas - 1 - c : c) while i < items
+ * (ag_schedule_item_of; a kernel's walk computes the same). The host
+ * writes only the sorted tiles, 8 bytes each: O(tiles) time, two passes
+ * over the tiles (a counting sort by work, whose range is bounded by the
+ * longest sequence's key tiles) and no division in them when the tile
+ * sizes are powers of two. The kernel side is not built yet; see
  * bench/NOTES.md. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime.h"
 
+/* x / d for d = 1 << shift when shift >= 0, else by division. */
+static inline int64_t div_by(int64_t x, int64_t d, int shift) {
+  return shift >= 0 ? x >> shift : x / d;
+}
+
+static int log2_exact(int64_t d) {
+  for (int s = 0; s < 62; s++)
+    if ((int64_t)1 << s == d) return s;
+  return -1;
+}
+
 /* Key tiles a query tile visits: the union of its rows' key ranges
  * (bottom-right causal and window, as the kernels and the reference). */
-static int64_t tile_work(const ag_schedule_shape *s, int64_t lq, int64_t lk, int64_t m0,
-                         int64_t rows) {
+static int64_t tile_work(const ag_schedule_shape *s, int shift_n, int64_t lq, int64_t lk,
+                         int64_t m0, int64_t rows) {
   const int64_t d = lk - lq;
   int64_t lo = 0, hi = lk; /* [lo, hi) over all rows of the tile */
   if (s->causal || s->window) {
@@ -27,89 +46,129 @@ static int64_t tile_work(const ag_schedule_shape *s, int64_t lq, int64_t lk, int
     if (hi > lk) hi = lk;
   }
   if (hi <= lo) return 0;
-  return (hi + s->block_n - 1) / s->block_n - lo / s->block_n;
+  return div_by(hi + s->block_n - 1, s->block_n, shift_n) - div_by(lo, s->block_n, shift_n);
+}
+
+/* The work of sequence b's tiles into w[0..n): without a mask one value
+ * for all (every tile sees every key), under the causal mask alone a
+ * closed form, else tile_work per tile. */
+static void sequence_work(const ag_schedule_shape *s, int shift_n, int64_t lq, int64_t lk,
+                          int64_t n, int32_t *w) {
+  if (!s->causal && !s->window) {
+    const int32_t all = lk > 0 ? (int32_t)div_by(lk + s->block_n - 1, s->block_n, shift_n) : 0;
+    for (int64_t t = 0; t < n; t++) w[t] = all;
+    return;
+  }
+  if (s->causal && !s->window) { /* keys [0, min(lk, end + lk - lq)) for rows ending at `end` */
+    for (int64_t t = 0, end = s->block_m; t < n; t++, end += s->block_m) {
+      int64_t hi = (end < lq ? end : lq) + lk - lq;
+      if (hi > lk) hi = lk;
+      w[t] = hi > 0 ? (int32_t)div_by(hi + s->block_n - 1, s->block_n, shift_n) : 0;
+    }
+    return;
+  }
+  for (int64_t t = 0, m0 = 0; t < n; t++, m0 += s->block_m)
+    w[t] = (int32_t)tile_work(s, shift_n, lq, lk, m0, lq - m0 < s->block_m ? lq - m0 : s->block_m);
 }
 
 ag_status ag_schedule_build(const ag_schedule_shape *s, const int32_t *cu_q, const int32_t *cu_k,
                             int64_t batch, int64_t heads, int ctas, ag_schedule *out,
                             ag_error *err) {
+  /* a previous schedule's buffers are reused when they have room */
+  ag_schedule_tile *keep = out->tiles;
+  int32_t *keep_work = out->work;
+  const int64_t kept = out->capacity;
   memset(out, 0, sizeof *out);
+  out->tiles = keep;
+  out->work = keep_work;
+  out->capacity = kept;
   if (!s || !cu_q || batch < 0 || heads < 1 || ctas < 1 || s->block_m < 1 || s->block_n < 1)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "ag_schedule_build: bad arguments");
   if (!cu_k) cu_k = cu_q;
-  /* Pass 1: count the (sequence, tile) pairs. */
-  int64_t pairs = 0;
+  const int shift_m = log2_exact(s->block_m), shift_n = log2_exact(s->block_n);
+  /* Pass 1: count the tiles; the longest key range bounds the work. */
+  int64_t ntiles = 0, max_lk = 0;
   for (int64_t b = 0; b < batch; b++) {
     const int64_t lq = (int64_t)cu_q[b + 1] - cu_q[b], lk = (int64_t)cu_k[b + 1] - cu_k[b];
     if (lq < 0 || lk < 0)
       return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets decrease at sequence %lld",
                      (long long)b);
-    pairs += (lq + s->block_m - 1) / s->block_m;
+    ntiles += div_by(lq + s->block_m - 1, s->block_m, shift_m);
+    if (lk > max_lk) max_lk = lk;
   }
-  if (pairs > INT32_MAX / heads)
+  if (ntiles > INT32_MAX / heads)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%lld tiles by %lld heads exceed 2^31 items",
-                   (long long)pairs, (long long)heads);
-  const int64_t nitems = pairs * heads;
-  ag_schedule_item *unsorted = malloc(sizeof *unsorted * (size_t)(pairs ? pairs : 1));
-  ag_schedule_item *sorted = malloc(sizeof *sorted * (size_t)(pairs ? pairs : 1));
-  out->items = malloc(sizeof *out->items * (size_t)(nitems ? nitems : 1));
-  out->cta_start = calloc((size_t)ctas + 1, sizeof *out->cta_start);
-  int64_t *cursor = malloc(sizeof *cursor * (size_t)ctas);
-  int64_t *bucket = NULL;
-  if (!unsorted || !sorted || !out->items || !out->cta_start || !cursor) goto nomem;
-  /* Pass 2: each pair's work, once. */
-  int64_t max_work = 0, n = 0;
-  for (int64_t b = 0; b < batch; b++) {
+                   (long long)ntiles, (long long)heads);
+  /* work is at most the key tiles of the longest key range, plus one for a
+   * range that starts inside a tile */
+  const int64_t max_work = div_by(max_lk + s->block_n - 1, s->block_n, shift_n) + 1;
+  if (!out->tiles || !out->work || out->capacity < ntiles) {
+    free(out->tiles);
+    free(out->work);
+    out->capacity = 0;
+    out->tiles = malloc(sizeof *out->tiles * (size_t)(ntiles ? ntiles : 1));
+    out->work = malloc(sizeof *out->work * (size_t)(ntiles ? ntiles : 1));
+    if (out->tiles && out->work) out->capacity = ntiles ? ntiles : 1;
+  }
+  int64_t *bucket = calloc((size_t)max_work + 2, sizeof *bucket);
+  if (!out->capacity || !bucket) {
+    free(bucket);
+    ag_schedule_free(out);
+    return ag_fail(err, AG_ERR_NOMEM, "out of memory for the schedule");
+  }
+  /* Pass 2: each tile's work, and a histogram of it (bucket max_work - w + 1:
+   * longest first). */
+  int32_t *work = out->work;
+  const bool unmasked = !s->causal && !s->window; /* one work for all of a sequence's tiles */
+  for (int64_t b = 0, at = 0; b < batch; b++) {
     const int64_t lq = (int64_t)cu_q[b + 1] - cu_q[b], lk = (int64_t)cu_k[b + 1] - cu_k[b];
-    for (int64_t m0 = 0; m0 < lq; m0 += s->block_m) {
-      const int64_t w = tile_work(s, lq, lk, m0, lq - m0 < s->block_m ? lq - m0 : s->block_m);
-      if (w > max_work) max_work = w;
-      unsorted[n++] = (ag_schedule_item){(int32_t)b, (int32_t)(m0 / s->block_m), 0, (int32_t)w};
-    }
+    const int64_t n = div_by(lq + s->block_m - 1, s->block_m, shift_m);
+    sequence_work(s, shift_n, lq, lk, n, work + at);
+    if (unmasked) /* one add, not a chain of increments of one counter */
+      bucket[max_work - (n ? work[at] : 0) + 1] += n;
+    else
+      for (int64_t t = 0; t < n; t++) bucket[max_work - work[at + t] + 1]++;
+    at += n;
   }
-  /* A bucket sort by work, longest first (stable: sequence order within a
-   * bucket). */
-  bucket = calloc((size_t)max_work + 2, sizeof *bucket);
-  if (!bucket) goto nomem;
-  for (int64_t p = 0; p < pairs; p++) bucket[max_work - unsorted[p].work + 1]++;
   for (int64_t w = 1; w <= max_work + 1; w++) bucket[w] += bucket[w - 1]; /* starts */
-  for (int64_t p = 0; p < pairs; p++) sorted[bucket[max_work - unsorted[p].work]++] = unsorted[p];
-  /* Deal: item i of the sorted order (heads of one tile adjacent) goes to
-   * CTA i mod ctas on even rounds and ctas - 1 - (i mod ctas) on odd ones.
-   * Counting first gives each CTA a contiguous range of the output. */
-  for (int64_t i = 0, r = 0, odd = 0; i < nitems; i++) {
-    out->cta_start[(odd ? ctas - 1 - r : r) + 1]++;
-    if (++r == ctas) r = 0, odd ^= 1;
-  }
-  for (int c = 0; c < ctas; c++) out->cta_start[c + 1] += out->cta_start[c];
-  for (int c = 0; c < ctas; c++) cursor[c] = out->cta_start[c];
-  int64_t r = 0, odd = 0;
-  for (int64_t p = 0; p < pairs; p++)
-    for (int64_t h = 0; h < heads; h++) {
-      ag_schedule_item it = sorted[p];
-      it.head = (int32_t)h;
-      out->items[cursor[odd ? ctas - 1 - r : r]++] = it;
-      if (++r == ctas) r = 0, odd ^= 1;
+  /* Pass 3: each tile at its bucket's next place (stable: sequence order
+   * within a bucket). */
+  for (int64_t b = 0, at = 0; b < batch; b++) {
+    const int64_t n = div_by((int64_t)cu_q[b + 1] - cu_q[b] + s->block_m - 1, s->block_m, shift_m);
+    if (unmasked && n) { /* the sequence's tiles side by side in one bucket */
+      ag_schedule_tile *dst = out->tiles + bucket[max_work - work[at]];
+      bucket[max_work - work[at]] += n;
+      for (int64_t t = 0; t < n; t++) dst[t] = (ag_schedule_tile){(int32_t)b, (int32_t)t};
+    } else {
+      for (int64_t t = 0; t < n; t++)
+        out->tiles[bucket[max_work - work[at + t]]++] = (ag_schedule_tile){(int32_t)b, (int32_t)t};
     }
-  out->nitems = nitems;
+    at += n;
+  }
+  free(bucket);
+  out->ntiles = ntiles;
+  out->nitems = ntiles * heads;
+  out->heads = heads;
   out->ctas = ctas;
-  free(unsorted);
-  free(sorted);
-  free(cursor);
-  free(bucket);
   return AG_OK;
-nomem:
-  free(unsorted);
-  free(sorted);
-  free(cursor);
-  free(bucket);
-  ag_schedule_free(out);
-  return ag_fail(err, AG_ERR_NOMEM, "out of memory for the schedule");
+}
+
+int64_t ag_schedule_cta_items(const ag_schedule *s, int cta) {
+  const int64_t rounds = s->nitems / s->ctas, rest = s->nitems % s->ctas;
+  /* the last, partial round reaches CTAs 0..rest-1 when even, else the last rest */
+  const int64_t r = rounds & 1 ? s->ctas - 1 - cta : cta;
+  return rounds + (r < rest);
+}
+
+ag_schedule_item ag_schedule_item_of(const ag_schedule *s, int cta, int64_t k) {
+  const int64_t i = k * s->ctas + (k & 1 ? s->ctas - 1 - cta : cta);
+  const ag_schedule_tile t = s->tiles[i / s->heads];
+  return (ag_schedule_item){t.seq, t.tile, (int32_t)(i % s->heads)};
 }
 
 void ag_schedule_free(ag_schedule *s) {
   if (!s) return;
-  free(s->items);
-  free(s->cta_start);
+  free(s->tiles);
+  free(s->work);
   memset(s, 0, sizeof *s);
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /* check_schedule.c: the host-built persistent schedule (runtime/schedule.c):
- * every (sequence, query tile, head) exactly once, each item's work equal
- * to the key tiles the float64 reference's key ranges touch, the CTAs'
+ * every (sequence, query tile, head) dealt exactly once, the tiles sorted
+ * by the key tiles the float64 reference's key ranges touch, the CTAs'
  * loads balanced (makespan against the lower bound max(largest item,
  * total / CTAs)) on random and adversarial batches, and its cost per call
  * at ads scale. CPU only. */
@@ -42,7 +42,7 @@ static int64_t ref_work(const ag_schedule_shape *s, int64_t lq, int64_t lk, int6
 static double check_one(const ag_schedule_shape *s, const int32_t *lq, const int32_t *lk,
                         int64_t batch, int64_t heads, int ctas, const char *what) {
   int32_t *cu_q = offsets(lq, batch), *cu_k = lk ? offsets(lk, batch) : NULL;
-  ag_schedule sch;
+  ag_schedule sch = {0};
   ag_error err = {0};
   ck_assert_msg(ag_schedule_build(s, cu_q, cu_k, batch, heads, ctas, &sch, &err) == AG_OK, "%s",
                 err.message);
@@ -54,27 +54,34 @@ static double check_one(const ag_schedule_shape *s, const int32_t *lq, const int
     tiles += (lq[b] + s->block_m - 1) / s->block_m;
   }
   ck_assert_int_eq(sch.nitems, tiles * heads);
-  ck_assert_int_eq(sch.cta_start[0], 0);
-  ck_assert_int_eq(sch.cta_start[ctas], sch.nitems);
+  ck_assert_int_eq(sch.ntiles, tiles);
+  /* the tiles longest first */
+  for (int64_t t = 1; t < sch.ntiles; t++) {
+    const ag_schedule_tile a = sch.tiles[t - 1], b = sch.tiles[t];
+    ck_assert_int_ge(ref_work(s, lq[a.seq], lk ? lk[a.seq] : lq[a.seq], a.tile),
+                     ref_work(s, lq[b.seq], lk ? lk[b.seq] : lq[b.seq], b.tile));
+  }
   unsigned char *seen = calloc((size_t)(tiles * heads + 1), 1);
   int64_t *load = calloc((size_t)ctas, sizeof *load);
-  int64_t total = 0, largest = 0;
+  int64_t total = 0, largest = 0, dealt = 0;
   for (int c = 0; c < ctas; c++) {
-    ck_assert_int_le(sch.cta_start[c], sch.cta_start[c + 1]);
-    for (int64_t i = sch.cta_start[c]; i < sch.cta_start[c + 1]; i++) {
-      const ag_schedule_item *it = &sch.items[i];
-      ck_assert(it->seq >= 0 && it->seq < batch && it->head >= 0 && it->head < heads);
-      const int64_t lkb = lk ? lk[it->seq] : lq[it->seq];
-      ck_assert_int_lt((int64_t)it->tile * s->block_m, lq[it->seq]);
-      const int64_t slot = (first[it->seq] + it->tile) * heads + it->head;
-      ck_assert_msg(!seen[slot], "%s: item (%d, %d, %d) twice", what, it->seq, it->tile, it->head);
+    const int64_t n = ag_schedule_cta_items(&sch, c);
+    dealt += n;
+    for (int64_t k = 0; k < n; k++) {
+      const ag_schedule_item it = ag_schedule_item_of(&sch, c, k);
+      ck_assert(it.seq >= 0 && it.seq < batch && it.head >= 0 && it.head < heads);
+      const int64_t lkb = lk ? lk[it.seq] : lq[it.seq];
+      ck_assert_int_lt((int64_t)it.tile * s->block_m, lq[it.seq]);
+      const int64_t slot = (first[it.seq] + it.tile) * heads + it.head;
+      ck_assert_msg(!seen[slot], "%s: item (%d, %d, %d) twice", what, it.seq, it.tile, it.head);
       seen[slot] = 1;
-      ck_assert_int_eq(it->work, ref_work(s, lq[it->seq], lkb, it->tile));
-      load[c] += it->work;
-      total += it->work;
-      if (it->work > largest) largest = it->work;
+      const int64_t w = ref_work(s, lq[it.seq], lkb, it.tile);
+      load[c] += w;
+      total += w;
+      if (w > largest) largest = w;
     }
   }
+  ck_assert_int_eq(dealt, sch.nitems); /* all dealt, none twice: each exactly once */
   int64_t makespan = 0;
   for (int c = 0; c < ctas; c++)
     if (load[c] > makespan) makespan = load[c];
@@ -133,20 +140,19 @@ START_TEST(cost_per_call) {
   for (int i = 0; i < 1152; i++) len[i] = 1 + (int32_t)(ag_rand_next(&rng) % 4096);
   int32_t *cu = offsets(len, 1152);
   ag_schedule_shape causal = {.block_m = 128, .block_n = 64, .causal = true};
-  ag_schedule sch;
+  ag_schedule sch = {0};
   ag_error err = {0};
   double best = 1e9;
-  for (int rep = 0; rep < 20; rep++) {
+  for (int rep = 0; rep < 20; rep++) { /* each call reuses the last one's tiles */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     ck_assert_int_eq(ag_schedule_build(&causal, cu, NULL, 1152, 4, 264, &sch, &err), AG_OK);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const double us = (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) / 1e3;
     if (us < best) best = us;
-    if (rep < 19) ag_schedule_free(&sch);
   }
-  printf("schedule cost: %lld items for 1152 sequences uniform in [1, 4096]: %.1f us (best of 20)\n",
-         (long long)sch.nitems, best);
+  printf("schedule cost: %lld tiles (%lld items) for 1152 sequences uniform in [1, 4096]: "
+         "%.1f us (best of 20)\n", (long long)sch.ntiles, (long long)sch.nitems, best);
   ag_schedule_free(&sch);
   free(cu);
   /* Generous for sanitizer builds and loaded CI machines; the figure
@@ -156,7 +162,7 @@ START_TEST(cost_per_call) {
 END_TEST
 
 START_TEST(bad_arguments) {
-  ag_schedule sch;
+  ag_schedule sch = {0};
   ag_error err = {0};
   int32_t cu[3] = {0, 10, 5};
   ag_schedule_shape s = {.block_m = 64, .block_n = 64};
@@ -165,7 +171,7 @@ START_TEST(bad_arguments) {
   ag_error_clear(&err);
   ck_assert_int_eq(ag_schedule_build(&s, cu, NULL, 1, 1, 0, &sch, &err), AG_ERR_INVALID_ARGUMENT);
   ag_error_clear(&err);
-  ck_assert_ptr_null(sch.items);
+  ck_assert_ptr_null(sch.tiles);
   ag_schedule_free(NULL);
 }
 END_TEST
