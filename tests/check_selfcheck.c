@@ -309,6 +309,24 @@ START_TEST(emulated_passes_are_correct) {
 }
 END_TEST
 
+/* A kernel of the backward alone gets O and lse from the reference for
+ * every sequence, but its gradients are checked within the budget. */
+START_TEST(backward_alone_keeps_its_budget) {
+  emu_kernel e;
+  emu_kernel_init(&e, "name: emu\npattern: jagged\nhead_dim: 64\ndtype: bf16\narch: sm_80\n"
+                      "causal: true\npasses: [backward]\n");
+  const emu_case c = {NULL, 4, 2, false};
+  ag_jagged_check_result r = run(&c, 2e6);
+  ck_assert_int_eq(r.unwritten, 0);
+  ck_assert_int_ge(r.checked_grad_pairs, 6);
+  ck_assert_int_lt(r.checked_grad_pairs, 2 * N - 2);
+  const double tol = ag_jagged_tolerance(AG_DTYPE_BF16, true) / 4;
+  ck_assert(r.rel_dq > 0 && r.rel_dq <= tol && r.rel_dk <= tol && r.rel_dv <= tol);
+  r = run(&c, 1e12);
+  ck_assert_int_ge(r.checked_grad_pairs, 2 * N - 2);
+}
+END_TEST
+
 /* The last sequence is always checked: its last row left unwritten, in O
  * and in dK, is found even when the budget checks only a few sequences. */
 START_TEST(last_sequence_is_checked) {
@@ -326,6 +344,7 @@ Suite *selfcheck_suite(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, emulated_passes_are_correct, 0, (int)(sizeof cases / sizeof cases[0]));
   tcase_add_test(tc, last_sequence_is_checked);
+  tcase_add_test(tc, backward_alone_keeps_its_budget);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -92,11 +92,12 @@ static void gather(ag_dtype dt, const uint16_t *src, double *dst, int64_t row0, 
  * PICK_BWD bits): in order while the pass's budget of multiply-adds lasts
  * (heads 0 and H - 1 forward, key heads 0 and G - 1 with their groups
  * backward), and always the first, the longest and the last (whose rows
- * lie furthest into the tensors); every sequence when `all`. */
+ * lie furthest into the tensors); every sequence of a pass whose bit is in
+ * `all`. */
 enum { PICK_FWD = 1, PICK_BWD = 2 };
 
 static void pick_sequences(const int32_t *lq, const int32_t *lk, int64_t batch, int dim,
-                           int64_t H, int64_t G, double budget, bool fwd, bool bwd, bool all,
+                           int64_t H, int64_t G, double budget, bool fwd, bool bwd, uint8_t all,
                            uint8_t *pick) {
   int64_t longest = 0;
   for (int64_t b = 1; b < batch; b++)
@@ -109,7 +110,7 @@ static void pick_sequences(const int32_t *lq, const int32_t *lk, int64_t batch, 
     double spent = 0;
     for (int64_t b = 0; b < batch; b++) {
       const double macs = per_head * lq[b] * lk[b];
-      const bool always = all || b == 0 || b == longest || b == batch - 1;
+      const bool always = (all & bit) || b == 0 || b == longest || b == batch - 1;
       if (!always && spent + macs * 2 > budget) continue;
       spent += macs * heads;
       pick[b] |= bit;
@@ -293,8 +294,12 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
     return ag_fail(err, AG_ERR_NOMEM, "out of memory");
   }
   const double budget = opt->max_ref_macs > 0 ? opt->max_ref_macs : 4e9;
-  pick_sequences(lq, lk, batch, dim, H, G, budget, fwd_pass, bwd,
-                 (bcast && bwd) || (bwd && !fwd_pass), pick);
+  /* every sequence: the forward's when a backward-only kernel needs every
+   * O and lse from the reference, and both passes' for a broadcast Q's
+   * backward, whose dQ sums the batch */
+  const uint8_t all = (uint8_t)(((bcast && bwd) || (bwd && !fwd_pass) ? PICK_FWD : 0) |
+                                (bcast && bwd ? PICK_BWD : 0));
+  pick_sequences(lq, lk, batch, dim, H, G, budget, fwd_pass, bwd, all, pick);
   int64_t nc = 0;
   for (int64_t b = 0; b < batch; b++) cidx[b] = pick[b] ? nc++ : -1;
   int32_t *ccu_q = malloc(sizeof(int32_t) * (size_t)(nc + 1));
@@ -310,7 +315,8 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
         cshift[c] = (int64_t)lk[b] - lq[b];
       }
   }
-  const int64_t ctq = ccu_q ? ccu_q[nc] : 0, ctk = ccu_k ? ccu_k[nc] : 0;
+  const bool compact_ok = ccu_q && ccu_k && cshift;
+  const int64_t ctq = compact_ok ? ccu_q[nc] : 0, ctk = compact_ok ? ccu_k[nc] : 0;
   const size_t cnq = (size_t)(ctq * H * dim), cnk = (size_t)(ctk * G * dim);
   uint16_t *htq = malloc(2 * ntq + 2), *htk = malloc(2 * ntk + 2);
   double *dtq = malloc(8 * (size_t)ctq * (tables ? dim : 0) + 8);
@@ -506,6 +512,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
       }
     job.npairs = npairs;
     job.backward = true;
+    out->checked_grad_pairs = npairs;
     ref_run(&job);
     /* gradients of the unrotated inputs: R^T of the rotated ones' */
     if (apply & AG_APPLY_Q) ag_ref_rotary_apply_shifted(&rot_q, true, ccu_q, cshift, nc, H, dim, rdq);

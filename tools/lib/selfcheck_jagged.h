@@ -25,7 +25,9 @@ typedef struct ag_jagged_check_options {
    * (0: 4e9); the first, the longest and the last sequence are always
    * checked. Only the checked sequences' rows are copied to float64, so the
    * host needs memory for the 16-bit tensors and a sample: a run past 2^31
-   * elements fits. */
+   * elements fits (not for a kernel of the backward alone, whose O and lse
+   * come from the reference for every sequence, nor for a broadcast Q's
+   * backward, whose dQ sums every sequence). */
   double max_ref_macs;
 } ag_jagged_check_options;
 
@@ -40,6 +42,7 @@ typedef struct ag_jagged_check_result {
   bool dq_by_atomics;       /* the kernel adds dQ with atomics (the fast sm_90a backward):
                              * only dK and dV need repeat bit for bit */
   int64_t checked_pairs;    /* (sequence, head) pairs compared */
+  int64_t checked_grad_pairs; /* (sequence, key head) pairs whose gradients were compared */
   double fwd_ms, bwd_ms;    /* median of `iters` launches (0 when not timed) */
   double fwd_flops;         /* useful FLOPs of the forward: 4 D per visible (query, key) pair */
 } ag_jagged_check_result;
