@@ -130,7 +130,7 @@ def _torch():
         import torch
     except ImportError as e:  # pragma: no cover - exercised only without torch
         raise ImportError("attngen's tensor operations need PyTorch: %s" % e) from e
-    if not torch_ops._registered:
+    if not torch_ops._registered and torch_ops._failed is None:
         torch_ops.register()
     return torch
 

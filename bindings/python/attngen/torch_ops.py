@@ -37,6 +37,7 @@ from . import _errors, _flops, _validate
 
 _lock = threading.Lock()
 _registered = False
+_failed = None  # why registering failed (then it is not tried again)
 
 _TENSORS = ("q", "k", "v")
 
@@ -69,52 +70,88 @@ def rotary_from_text(text):
 
 def traced_torch():
     """torch when the public functions should call the custom ops (see
-    traced), else None; never imports torch (not imported: nothing traces)."""
+    traced), else None; never imports torch (not imported: nothing traces).
+    Outside torch.compile (a dispatch mode) the ops are registered here if
+    they were not yet; under it they must be already (register())."""
     torch = sys.modules.get("torch")
-    return torch if torch is not None and traced(torch) else None
+    if torch is None or not traced(torch):
+        return None
+    if not _registered:
+        if _compiling(torch):
+            raise RuntimeError(
+                "attngen: torch.compile reached attngen before its custom ops were registered "
+                "(attngen was imported before torch and has not run yet): call "
+                "attngen.register_custom_ops() before compiling")
+        if not register():
+            return None  # no custom ops on this torch: the direct path (warned once)
+    return torch
+
+
+def _compiling(torch):
+    compiler = getattr(torch, "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", None)
+    return bool(is_compiling and is_compiling())
 
 
 def traced(torch):
     """Whether the public functions should call the custom ops: torch.compile
     (dynamo) is tracing the caller, or a TorchDispatchMode is active
     (FlopCounterMode, FakeTensorMode, make_fx, ...), which sees the op as one."""
-    return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+    if _compiling(torch):
+        return True
+    depth = getattr(torch._C, "_len_torch_dispatch_stack", None)
+    return bool(depth and depth() > 0)
 
 
 def register():
     """Defines the attngen custom ops (idempotent, thread-safe), and their
     FLOP formulas now if torch.utils.flop_counter is imported, else as soon
     as it is (importing it costs about 100 ms, which a process that never
-    counts FLOPs should not pay)."""
-    global _registered
-    if _registered:
-        return
+    counts FLOPs should not pay). Returns whether the ops exist: a torch
+    without torch.library.custom_op (before 2.4) gets a warning, once, and
+    attngen's direct (eager) paths alone."""
+    global _registered, _failed
+    if _registered or _failed:
+        return _registered
     with _lock:
-        if not _registered:
+        if not _registered and not _failed:
             import torch
-            _define(torch)
+            try:
+                _define(torch)
+            except Exception as e:
+                _failed = "%s: %s" % (type(e).__name__, e)
+                warnings.warn("attngen: its torch.library custom ops could not be registered "
+                              "(%s); torch.compile will not trace attngen's functions, eager "
+                              "calls are unaffected" % _failed)
+                return False
             _after_import(_FLOP_MODULE, lambda: _define_flops(torch))
             _registered = True
+    return _registered
 
 
 _FLOP_MODULE = "torch.utils.flop_counter"
 
 
 class _PostImport(importlib.abc.MetaPathFinder):
-    """Runs a callback once `name` has been imported (a finder that wraps
-    that module's loader; it removes itself when it has)."""
+    """Runs a callback once `name` has been imported: a finder that wraps
+    that module's loader, and leaves sys.meta_path once the module has run
+    (a mere find_spec probe does not disarm it)."""
 
     def __init__(self, name, callback):
         self.name, self.callback = name, callback
+        self.busy = self.done = False
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
+        if fullname != self.name or self.busy or self.done:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        self.busy = True  # the lookup below asks the finders again, this one included
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self.busy = False
         if spec is None or spec.loader is None:
             return spec
-        loader, callback = spec.loader, self.callback
+        loader, finder = spec.loader, self
 
         class _Loader(importlib.abc.Loader):
             def create_module(self, s):
@@ -122,7 +159,13 @@ class _PostImport(importlib.abc.MetaPathFinder):
 
             def exec_module(self, module):
                 loader.exec_module(module)
-                _guarded(callback)
+                if not finder.done:
+                    finder.done = True
+                    try:
+                        sys.meta_path.remove(finder)
+                    except ValueError:
+                        pass
+                    _guarded(finder.callback)
 
         spec.loader = _Loader()
         return spec
@@ -196,6 +239,9 @@ def _define(torch):
             kernel = ops.kernel_for(*opts, backward=True, rotary=a["rotary"])
         except _errors.UnsupportedError as e:
             raise ops._Refused.from_error(e, ops.BACKWARD_LEAD).error() from None
+        refused = kernel._backward_refusal()
+        if refused is not None:
+            raise refused.error()
         return kernel._backward_raw(dout, q, k, v, offsets, a["batch"], False, rotary_table)
 
     @block_attention_backward.register_fake
@@ -413,28 +459,37 @@ def block_attention(torch, q, k, v, offsets, block_size, causal, softmax_scale, 
                     rotary_table):
     rotary = _validate.check_rotary(rotary)
     return torch.ops.attngen.block_attention(
-        q, k, v, offsets, int(block_size), bool(causal), softmax_scale, rotary_text(rotary),
-        rotary_table, _needs_grad(torch, q, k, v))
+        q, k, v, offsets, _validate.check_block_size(block_size), _validate.check_causal(causal),
+        _validate.check_softmax_scale(softmax_scale), rotary_text(rotary), rotary_table,
+        _needs_grad(torch, q, k, v))
+
+
+def _checked_window(window_size, causal, deterministic):
+    """The options the eager functions check first, checked the same way."""
+    _validate.check_window_size(window_size, causal)
+    if not isinstance(deterministic, bool):
+        raise ValueError("deterministic must be True or False, got %r" % (deterministic,))
+    return int(window_size[0]), int(window_size[1])
 
 
 def jagged_attention(torch, q, k, v, cu_q, cu_k, causal, window_size, softmax_scale,
                      deterministic, rotary, rotary_table, rotary_table_k):
     rotary = _validate.check_jagged_rotary(rotary)
-    left, right = window_size
+    left, right = _checked_window(window_size, causal, deterministic)
     if cu_k is None and k.shape[0] != q.shape[0]:
         # the op takes cu_seqlens_q for both then, and would read k by it
         raise ValueError("cu_seqlens_k is None (self-attention, cu_seqlens_q for both) but k has "
                          "%d tokens and q %d; pass cu_seqlens_k for cross-attention"
                          % (k.shape[0], q.shape[0]))
     return torch.ops.attngen.jagged_attention(
-        q, k, v, cu_q, cu_q if cu_k is None else cu_k, bool(causal), int(left), int(right),
-        softmax_scale, bool(deterministic), rotary_text(rotary), rotary_table, rotary_table_k,
-        _needs_grad(torch, q, k, v))
+        q, k, v, cu_q, cu_q if cu_k is None else cu_k, causal, left, right,
+        _validate.check_softmax_scale(softmax_scale), deterministic, rotary_text(rotary),
+        rotary_table, rotary_table_k, _needs_grad(torch, q, k, v))
 
 
 def broadcast_attention(torch, q, k, v, cu_k, causal, window_size, softmax_scale,
                         deterministic):
-    left, right = window_size
+    left, right = _checked_window(window_size, causal, deterministic)
     return torch.ops.attngen.broadcast_attention(
-        q, k, v, cu_k, bool(causal), int(left), int(right), softmax_scale, bool(deterministic),
-        _needs_grad(torch, q, k, v))
+        q, k, v, cu_k, causal, left, right, _validate.check_softmax_scale(softmax_scale),
+        deterministic, _needs_grad(torch, q, k, v))

@@ -279,3 +279,62 @@ def test_compile_self_attention_needs_equal_token_counts():
         k = torch.empty(9, 1, 64, dtype=torch.bfloat16)
         with pytest.raises(Exception, match="cu_seqlens_k is None"):
             fn(q, k, torch.empty(2, dtype=torch.int32))
+
+
+def _python(code):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_flop_formulas_survive_a_probe_of_flop_counter():
+    """A find_spec probe before the real import does not disarm the hook."""
+    out = _python("import importlib.util, sys, torch, attngen\n"
+                  "assert importlib.util.find_spec('torch.utils.flop_counter') is not None\n"
+                  "from torch.utils.flop_counter import flop_registry\n"
+                  "print(sum('attngen' in str(k) for k in flop_registry))\n"
+                  "assert not any(type(f).__name__ == '_PostImport' for f in sys.meta_path)\n")
+    assert out == "6"
+
+
+def test_dispatch_mode_registers_ops_when_attngen_came_first():
+    """attngen imported before torch: the first call under a dispatch mode
+    registers the ops itself."""
+    out = _python("import attngen, torch\n"
+                  "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+                  "with FakeTensorMode():\n"
+                  "    q = torch.empty(64, 2, 64, dtype=torch.bfloat16)\n"
+                  "    out = attngen.jagged_attention(q, q, q, torch.empty(3, dtype=torch.int32))\n"
+                  "print(tuple(out.shape), attngen.torch_ops.registered())\n")
+    assert out == "(64, 2, 64) True"
+
+
+def test_a_torch_without_custom_ops_leaves_eager_alone():
+    """torch before 2.4 (no torch.library.custom_op): importing attngen warns
+    once instead of failing, and nothing tries again."""
+    out = _python("import warnings, torch\n"
+                  "del torch.library.custom_op\n"
+                  "with warnings.catch_warnings(record=True) as w:\n"
+                  "    warnings.simplefilter('always')\n"
+                  "    import attngen\n"
+                  "    attngen.register_custom_ops()\n"
+                  "print(len([x for x in w if 'custom ops could not be registered' in str(x.message)]),\n"
+                  "      attngen.torch_ops.registered())\n")
+    assert out == "1 False"
+
+
+def test_traced_options_are_checked_as_in_eager():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q = torch.empty(16, 1, 64, dtype=torch.bfloat16)
+        cu = torch.empty(2, dtype=torch.int32)
+        with pytest.raises(ValueError, match="causal must be True or False"):
+            attngen.jagged_attention(q, q, q, cu, causal=1)
+        with pytest.raises(ValueError, match="window_size must be a pair"):
+            attngen.jagged_attention(q, q, q, cu, window_size=(3.9, 0))
+        with pytest.raises(ValueError, match="deterministic must be True or False"):
+            attngen.broadcast_attention(q, q, q, cu, deterministic="x")
+        with pytest.raises(ValueError, match="block_size must be"):
+            attngen.block_attention(q, q, q, cu, block_size=40)
