@@ -99,9 +99,16 @@ ag_status ag_schedule_build(const ag_schedule_shape *s, const int32_t *cu_q, con
   if (ntiles > INT32_MAX / heads)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "%lld tiles by %lld heads exceed 2^31 items",
                    (long long)ntiles, (long long)heads);
-  /* work is at most the key tiles of the longest key range, plus one for a
-   * range that starts inside a tile */
-  const int64_t max_work = div_by(max_lk + s->block_n - 1, s->block_n, shift_n) + 1;
+  /* work is at most the key tiles of the longest key range, or under a
+   * window bounded on both sides (the causal mask bounds the right) of
+   * its span over a tile's rows, plus one for a range that starts inside a
+   * tile: the counting sort's range */
+  int64_t max_work = div_by(max_lk + s->block_n - 1, s->block_n, shift_n) + 1;
+  if (s->window && s->window_left >= 0 && (s->causal || s->window_right >= 0)) {
+    const int64_t span = s->window_left + (s->causal ? 0 : s->window_right) + s->block_m;
+    const int64_t bound = div_by(span + s->block_n - 1, s->block_n, shift_n) + 1;
+    if (bound < max_work) max_work = bound;
+  }
   if (!out->tiles || !out->work || out->capacity < ntiles) {
     free(out->tiles);
     free(out->work);
