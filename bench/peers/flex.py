@@ -55,7 +55,8 @@ class FlexPeer(Peer):
                 setattr(cfg, knob, max(getattr(cfg, knob), 256))
         self.flex = torch.compile(flex_attention)
         self.compiled_for = set()
-        self.rejected_opts = {}  # _opts_key -> why the compiler refused those kernel_options
+        # (shape key, _opts_key) -> why the compiler refused those kernel_options there
+        self.rejected_opts = {}
 
     @staticmethod
     def _opts_key(opts):
@@ -166,11 +167,13 @@ class FlexPeer(Peer):
         # for 64-token blocks at head_dim 128 are not always the ones above:
         # NoValidChoicesError in earlier runs). Options rejected for one
         # shape are not tried again.
+        shape_key = "D%d/block%d" % (D, bs)  # refusals depend on the tile shapes' fit
         candidates = [o for o in (bwd_opts, fwd_opts, {})
-                      if self._opts_key(o) not in self.rejected_opts]
+                      if (shape_key, self._opts_key(o)) not in self.rejected_opts]
+        mine = sorted((k[1], why) for k, why in self.rejected_opts.items() if k[0] == shape_key)
         if not candidates:
-            raise RuntimeError("flex: every kernel_options set was rejected on an earlier shape: %s"
-                               % "; ".join("%s (%s)" % kv for kv in sorted(self.rejected_opts.items())))
+            raise RuntimeError("flex: every kernel_options set was rejected at %s: %s"
+                               % (shape_key, "; ".join("%s (%s)" % kv for kv in mine)))
         chosen = {"opts": candidates[0]}
 
         def view(x):  # padded [S, H, D] -> [1, H, S, D]
@@ -201,7 +204,7 @@ class FlexPeer(Peer):
                 if is_cuda_failure(e):
                     raise
                 first_error = first_error or e
-                self.rejected_opts[self._opts_key(opts)] = "%s: %s" % (
+                self.rejected_opts[(shape_key, self._opts_key(opts))] = "%s: %s" % (
                     type(e).__name__, str(e).splitlines()[0][:100])
         else:
             raise first_error  # no options compiled: not the tiles, report the first error
@@ -214,9 +217,9 @@ class FlexPeer(Peer):
             return out[0].index_select(1, pmap[idx_]).transpose(0, 1)
 
         note = "padded one sequence; block mask from block lists; autograd; torch.compile default mode"
-        if self.rejected_opts:
-            note += "; rejected kernel_options: %s" % "; ".join(
-                "%s (%s)" % kv for kv in sorted(self.rejected_opts.items()))
+        mine = sorted((k[1], why) for k, why in self.rejected_opts.items() if k[0] == shape_key)
+        if mine:
+            note += "; rejected kernel_options: %s" % "; ".join("%s (%s)" % kv for kv in mine)
         cfg = ", ".join("%s=%d" % kv for kv in sorted(chosen["opts"].items())) or \
             "kernel_options left to the compiler"
         return Differentiable(attention, "padded", rows, dout_view=view, config=cfg, note=note,
