@@ -48,13 +48,11 @@ ag_status ag_fail_take(ag_error *err, ag_status code, char *message) {
 
 ag_status ag_fail(ag_error *err, ag_status code, const char *fmt, ...) {
   if (!err) return code;
-  ag_buf b;
-  ag_buf_init(&b);
   va_list ap;
   va_start(ap, fmt);
-  ag_buf_vprintf(&b, fmt, ap);
+  char *message = ag_vformat(fmt, ap);
   va_end(ap);
-  return ag_fail_take(err, code, ag_buf_take(&b));
+  return ag_fail_take(err, code, message);
 }
 
 /* ---- ag_buf ------------------------------------------------------------- */
@@ -142,6 +140,13 @@ void ag_buf_printf(ag_buf *b, const char *fmt, ...) {
   va_start(ap, fmt);
   ag_buf_vprintf(b, fmt, ap);
   va_end(ap);
+}
+
+char *ag_vformat(const char *fmt, va_list ap) {
+  ag_buf b;
+  ag_buf_init(&b);
+  ag_buf_vprintf(&b, fmt, ap);
+  return ag_buf_take(&b);
 }
 
 char *ag_buf_take(ag_buf *b) {

@@ -36,6 +36,8 @@ void ag_buf_vprintf(ag_buf *b, const char *fmt, va_list ap);
 /* Hand the string over (caller frees); NULL if an append failed, in which
  * case the buffer is freed. Leaves the buffer empty. */
 char *ag_buf_take(ag_buf *b);
+/* A new string from a format (caller frees); NULL when out of memory. */
+char *ag_vformat(const char *fmt, va_list ap);
 /* Append a file name as it may be printed: control characters (C0, DEL,
  * C1) and bytes that are not valid UTF-8 become \xNN, so no escape
  * sequence in a name reaches a terminal; other characters are kept. */

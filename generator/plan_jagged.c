@@ -34,16 +34,20 @@ static void kernel_name(char *out, const ag_spec *spec, const char *pass) {
  * L]) this measured fastest of the layouts tried at both head dims: 8
  * warps of 16 rows, 64-row tiles and 128-key tiles were slower
  * (tools/jagged_dev/fwd_notes.md). */
-static void plan_forward(ag_plan *p) {
+/* The forward's tile shape; shared memory holds the Q tile and `stages`
+ * K, V tiles. */
+static void set_forward(ag_plan *p, int block_m, int block_n, int warps, int stages,
+                        int min_ctas) {
   ag_plan_jagged *j = &p->jagged;
-  j->fwd_block_m = 128;
-  j->fwd_block_n = 64;
-  j->fwd_warps = 4;
-  j->fwd_stages = 2;
-  j->fwd_smem_bytes =
-      (j->fwd_block_m + 2 * j->fwd_stages * j->fwd_block_n) * p->head_dim * p->elem_bytes;
-  j->fwd_min_ctas = 2;
+  j->fwd_block_m = block_m;
+  j->fwd_block_n = block_n;
+  j->fwd_warps = warps;
+  j->fwd_stages = stages;
+  j->fwd_smem_bytes = (block_m + 2 * stages * block_n) * p->head_dim * p->elem_bytes;
+  j->fwd_min_ctas = min_ctas;
 }
+
+static void plan_forward(ag_plan *p) { set_forward(p, 128, 64, 4, 2, 2); }
 
 /* Forward on sm_90a at head dim 128 (not broadcast): both products on
  * wgmma (templates/jagged_fwd_sm90.cu), two warpgroups of 64 query rows
@@ -59,15 +63,8 @@ static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p, bool sm90_rotary)
   if (spec->arch != AG_ARCH_SM90A || p->head_dim != 128 || p->jagged.broadcast ||
       (spec->rotary.layout != AG_ROTARY_NONE && !sm90_rotary))
     return false;
-  ag_plan_jagged *j = &p->jagged;
-  j->fwd_sm90 = true;
-  j->fwd_block_m = 128;
-  j->fwd_block_n = 128;
-  j->fwd_warps = 8;
-  j->fwd_stages = 3;
-  j->fwd_smem_bytes =
-      (j->fwd_block_m + 2 * j->fwd_stages * j->fwd_block_n) * p->head_dim * p->elem_bytes;
-  j->fwd_min_ctas = 1;
+  p->jagged.fwd_sm90 = true;
+  set_forward(p, 128, 128, 8, 3, 1);
   return true;
 }
 

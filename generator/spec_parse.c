@@ -165,13 +165,10 @@ void spec_diag_add(spec_diags *d, ag_pos pos, bool unsupported, const char *fmt,
       if (diag_before(&d->items[slot], &d->items[i])) slot = i;
     if (!diag_before(&nd, &d->items[slot])) return;
   }
-  ag_buf b;
-  ag_buf_init(&b);
   va_list ap;
   va_start(ap, fmt);
-  ag_buf_vprintf(&b, fmt, ap);
+  nd.message = ag_vformat(fmt, ap);
   va_end(ap);
-  nd.message = ag_buf_take(&b);
   if (!nd.message) {
     d->nomem = true;
     return;
