@@ -18,7 +18,8 @@ GPU is the bottleneck shows. Rows:
 
 - attngen.block_attention, Kernel.__call__, torch.ops.attngen.block_attention
   (the custom op that torch.compile traces), jagged_attention,
-  broadcast_attention: forward, no grad;
+  broadcast_attention: forward, no grad; block and jagged through
+  torch.compile(fullgraph=True) too;
 - Kernel.backward (the backward kernel alone) and block / jagged
   forward + backward through autograd (`out.backward(dout)`);
 - the same shape through a plain Triton block-diagonal kernel (bench/peers/
@@ -123,6 +124,21 @@ def rows(torch, attngen):
          fwd_bwd(lambda: attngen.jagged_attention(qg, kg, vg, cu))),
         ("torch.empty_like alone", lambda: torch.empty_like(q)),
     ]
+    # the same calls through torch.compile (the custom ops; Inductor's
+    # default mode): what a compiled model pays per call
+    try:
+        cblock = torch.compile(lambda a, b, c, d: attngen.block_attention(a, b, c, d),
+                               fullgraph=True)
+        cjag = torch.compile(lambda a, b, c, d: attngen.jagged_attention(a, b, c, d),
+                             fullgraph=True)
+        out += [
+            ("torch.compile'd block_attention (forward)", lambda: cblock(q, k, v, cu)),
+            ("torch.compile'd block_attention forward + backward",
+             fwd_bwd(lambda: cblock(qg, kg, vg, cu))),
+            ("torch.compile'd jagged_attention (forward)", lambda: cjag(q, k, v, cu)),
+        ]
+    except Exception as e:  # an older torch
+        out.append(("torch.compile'd calls", "unavailable: %s" % str(e).splitlines()[0][:100]))
     out += triton_rows(torch, q, k, v, qg, kg, vg, dout, fwd_bwd)
     out += varlen_rows(torch, q, k, v, qg, kg, vg, cu, fwd_bwd)
     return out
