@@ -234,6 +234,17 @@ def test_attngen_rows_for_shapes_validation_refuses(cpu_cuda):
 
 @pytest.mark.skipif(not os.environ.get("ATTNGEN_TRITON_INTERPRET_TEST", "1") == "1",
                     reason="disabled")
+def _interpreted_worst(code):
+    """(the WORST figure it prints, its stdout) of `code` run in a subprocess
+    under Triton's interpreter (TRITON_INTERPRET must be set before the
+    kernels are defined)."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return float(r.stdout.split("WORST")[1]), r.stdout
+
+
 def test_triton_kernels_in_the_interpreter():
     """The plain Triton forward and backward kernels, run by Triton's
     interpreter on the CPU (fp16: the interpreter's bf16 is not faithful),
@@ -256,12 +267,8 @@ for causal in (False, True):
     worst = max([worst, e] + list(errs.values()))
 print("WORST %%.3e" %% worst)
 ''' % BENCH
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    worst = float(r.stdout.split("WORST")[1])
-    assert worst < 2e-3, r.stdout
+    worst, stdout = _interpreted_worst(code)
+    assert worst < 2e-3, stdout
 
 
 def test_triton_rotary_in_the_interpreter():
@@ -305,9 +312,5 @@ R.function().apply(xg, cos16, sin16, "interleaved").backward(dy)
 check(xg.grad, R.rotate(dy, cos16, sin16, inverse=True, layout="interleaved"))
 print("WORST %%.3e" %% worst)
 ''' % BENCH
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    worst = float(r.stdout.split("WORST")[1])
-    assert worst < 8e-3, r.stdout
+    worst, stdout = _interpreted_worst(code)
+    assert worst < 8e-3, stdout
