@@ -397,6 +397,14 @@ def check_cpu_offsets(cpu_offsets, batch, total_tokens):
     return values
 
 
+def check_block_options(block_size, causal, softmax_scale, rotary):
+    """block_attention's options, before any tensor is looked at (the check
+    torch.compile's traced calls make too): (block_size, causal,
+    softmax_scale, rotary) normalized."""
+    return (check_block_size(block_size), check_causal(causal),
+            check_softmax_scale(softmax_scale), check_rotary(rotary))
+
+
 def check_block_attention_args(q, k, v, offsets, cpu_offsets=None, block_size=64,
                                causal=False, softmax_scale=None, rotary=None,
                                rotary_table=None):
@@ -404,10 +412,8 @@ def check_block_attention_args(q, k, v, offsets, cpu_offsets=None, block_size=64
     dtype, dtype_tag, device, tokens, heads, head_dim, batch, block_size,
     causal, softmax_scale, rotary (normalized) and rotary_table. A table is
     required with rotary positions 'table' and refused otherwise."""
-    block_size = check_block_size(block_size)
-    causal = check_causal(causal)
-    softmax_scale = check_softmax_scale(softmax_scale)
-    rotary = check_rotary(rotary)
+    block_size, causal, softmax_scale, rotary = check_block_options(block_size, causal,
+                                                                   softmax_scale, rotary)
     dtype, tag, device, (tokens, heads, head_dim) = check_qkv(q, k, v)
     batch = check_offsets(offsets, device)
     if cpu_offsets is not None:
@@ -619,6 +625,26 @@ def check_jagged_rotary_tables(rotary, rotary_table, rotary_table_k, q, total_q,
         check_rotary_table(rotary_table_k, q, "rotary_table_k", total_k, "total_k")
 
 
+def check_deterministic(deterministic):
+    if not isinstance(deterministic, bool):
+        raise ValueError("deterministic must be True or False, got %r" % (deterministic,))
+    return deterministic
+
+
+def check_jagged_options(causal, window_size, softmax_scale, rotary, deterministic, dropout_p):
+    """jagged_attention's options, before any tensor is looked at (the check
+    torch.compile's traced calls make too): (causal, window, softmax_scale,
+    rotary, deterministic), window and causal as check_window_size gives
+    them. Dropout raises UnsupportedError."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
+        raise _errors.UnsupportedError("attngen: dropout is not supported (dropout_p must be "
+                                       "0.0, got %r)" % (dropout_p,))
+    check_deterministic(deterministic)
+    causal, window = check_window_size(window_size, causal)
+    return causal, window, check_softmax_scale(softmax_scale), check_jagged_rotary(rotary), \
+        deterministic
+
+
 def check_jagged_attention_args(q, k, v, cu_seqlens_q, cu_seqlens_k=None, causal=False,
                                 window_size=(-1, -1), softmax_scale=None, rotary=None,
                                 rotary_table=None, deterministic=False, dropout_p=0.0,
@@ -629,14 +655,8 @@ def check_jagged_attention_args(q, k, v, cu_seqlens_q, cu_seqlens_k=None, causal
     deterministic, cu_seqlens_k (cu_seqlens_q when None was given), rotary
     (check_jagged_rotary's), rotary_table and rotary_table_k (as given,
     checked by check_jagged_rotary_tables)."""
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
-        raise _errors.UnsupportedError("attngen: dropout is not supported (dropout_p must be "
-                                       "0.0, got %r)" % (dropout_p,))
-    if not isinstance(deterministic, bool):
-        raise ValueError("deterministic must be True or False, got %r" % (deterministic,))
-    causal, window = check_window_size(window_size, causal)
-    softmax_scale = check_softmax_scale(softmax_scale)
-    rotary = check_jagged_rotary(rotary)
+    causal, window, softmax_scale, rotary, deterministic = check_jagged_options(
+        causal, window_size, softmax_scale, rotary, deterministic, dropout_p)
     dtype, tag, device, total_q, heads, head_dim, total_k, kv_heads = check_jagged_qkv(q, k, v)
     batch = check_cu_seqlens(cu_seqlens_q, device, "cu_seqlens_q")
     if cu_seqlens_k is None:
@@ -670,6 +690,27 @@ def _invalid(message):
                                         code_name="invalid argument")
 
 
+def check_broadcast_options(causal, window_size, softmax_scale, rotary, rotary_table,
+                            deterministic):
+    """broadcast_attention's options, before any tensor is looked at (the
+    check torch.compile's traced calls make too): (causal, window,
+    softmax_scale, deterministic). Bad values raise InvalidArgumentError;
+    rotary embeddings and windows the kernel cannot express,
+    UnsupportedError."""
+    if rotary is not None or rotary_table is not None:
+        raise _errors.UnsupportedError(
+            "attngen: rotary embeddings are not supported with broadcast queries yet "
+            "(pass rotary=None, rotary_table=None; block_attention has them)")
+    try:
+        check_deterministic(deterministic)
+        causal, window = check_window_size(window_size, causal)
+        return causal, window, check_softmax_scale(softmax_scale), deterministic
+    except _errors.AttngenError:
+        raise
+    except ValueError as e:
+        raise _invalid(str(e)) from None
+
+
 def check_broadcast_attention_args(q, k, v, cu_seqlens_k, causal=False, window_size=(-1, -1),
                                    softmax_scale=None, rotary=None, rotary_table=None,
                                    deterministic=False):
@@ -686,15 +727,9 @@ def check_broadcast_attention_args(q, k, v, cu_seqlens_k, causal=False, window_s
     Bad arguments raise InvalidArgumentError (a ValueError, as the C
     launcher's refusals); rotary embeddings and one-sided windows without
     causal raise UnsupportedError."""
-    if rotary is not None or rotary_table is not None:
-        raise _errors.UnsupportedError(
-            "attngen: rotary embeddings are not supported with broadcast queries yet "
-            "(pass rotary=None, rotary_table=None; block_attention has them)")
+    causal, window, softmax_scale, deterministic = check_broadcast_options(
+        causal, window_size, softmax_scale, rotary, rotary_table, deterministic)
     try:
-        if not isinstance(deterministic, bool):
-            raise ValueError("deterministic must be True or False, got %r" % (deterministic,))
-        causal, window = check_window_size(window_size, causal)
-        softmax_scale = check_softmax_scale(softmax_scale)
         dtype, tag, device, n_q, heads, head_dim, total_k, kv_heads = check_jagged_qkv(
             q, k, v, q_rows="n_q")
         batch = check_cu_seqlens(cu_seqlens_k, device, "cu_seqlens_k")

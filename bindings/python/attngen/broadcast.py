@@ -232,12 +232,10 @@ def broadcast_attention(q, k, v, cu_seqlens_k, *, max_seqlen_k=None, window_size
     torch = torch_ops.traced_torch()
     if torch is not None:
         # traced (torch.compile, a dispatch mode): the custom op, which checks
-        # its arguments when it runs
-        if rotary is not None or rotary_table is not None:
-            raise _errors.UnsupportedError(
-                "attngen: rotary embeddings are not supported with broadcast queries yet")
+        # its tensors when it runs
         out, lse = torch_ops.broadcast_attention(torch, q, k, v, cu_seqlens_k, causal,
-                                                 window_size, softmax_scale, deterministic)
+                                                 window_size, softmax_scale, deterministic,
+                                                 rotary, rotary_table)
         return (out, lse) if return_lse else out
     a = _validate.check_broadcast_attention_args(q, k, v, cu_seqlens_k, causal, window_size,
                                                  softmax_scale, rotary, rotary_table,

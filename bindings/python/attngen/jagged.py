@@ -269,13 +269,10 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
     torch = torch_ops.traced_torch()
     if torch is not None:
         # traced (torch.compile, a dispatch mode): the custom op, which checks
-        # its arguments when it runs
-        if dropout_p != 0:
-            raise _errors.UnsupportedError("attngen: dropout is not supported (dropout_p must "
-                                           "be 0.0, got %r)" % (dropout_p,))
+        # its tensors when it runs
         out, lse = torch_ops.jagged_attention(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
                                               window_size, softmax_scale, deterministic, rotary,
-                                              rotary_table, rotary_table_k)
+                                              rotary_table, rotary_table_k, dropout_p)
         return (out, lse) if return_lse else out
     a = _validate.check_jagged_attention_args(q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
                                               window_size, softmax_scale, rotary, rotary_table,

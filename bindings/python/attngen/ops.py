@@ -539,7 +539,7 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     torch = torch_ops.traced_torch()
     if torch is not None:
         # traced (torch.compile, a dispatch mode): the custom op, which checks
-        # its arguments when it runs (cpu_offsets are not read)
+        # its tensors when it runs (cpu_offsets are not read)
         return torch_ops.block_attention(torch, query, key, value, offsets, block_size, causal,
                                          softmax_scale, rotary, rotary_table)
     a = _validate.check_block_attention_args(query, key, value, offsets, cpu_offsets,

@@ -33,7 +33,7 @@ import threading
 import warnings
 from typing import Optional, Tuple
 
-from . import _errors, _flops, _validate
+from . import _flops, _validate
 
 _lock = threading.Lock()
 _registered = False
@@ -198,6 +198,22 @@ def _window(left, right):
 def _define(torch):
     from . import broadcast, jagged, ops
 
+    def backward_kernel(grad_kernel):
+        """The kernel of a backward op: the pattern's _grad_kernel pair, its
+        refusal (options the backward does not fit, a library without the
+        backward) raised as the eager backward raises it."""
+        kernel, refused = grad_kernel
+        if refused is not None:
+            raise refused.error()
+        return kernel
+
+    def dout_like(dout, t):
+        """dout as the backward kernels take it (t's dtype, contiguous,
+        aligned), checked against t."""
+        dout = ops._dout_for(dout, t)
+        _validate.check_dout(dout, t)
+        return dout
+
     # ---- block_attention ------------------------------------------------------
 
     def block_check(q, k, v, offsets, block_size, causal, softmax_scale, rotary, table):
@@ -233,16 +249,9 @@ def _define(torch):
                                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a, opts = block_check(q, k, v, offsets, block_size, causal, softmax_scale, rotary,
                               rotary_table)
-        dout = ops._dout_for(dout, q)
-        _validate.check_dout(dout, q)
-        try:
-            kernel = ops.kernel_for(*opts, backward=True, rotary=a["rotary"])
-        except _errors.UnsupportedError as e:
-            raise ops._Refused.from_error(e, ops.BACKWARD_LEAD).error() from None
-        refused = kernel._backward_refusal()
-        if refused is not None:
-            raise refused.error()
-        return kernel._backward_raw(dout, q, k, v, offsets, a["batch"], False, rotary_table)
+        kernel = backward_kernel(ops._grad_kernel(opts, a["rotary"], ops._device_index(torch, q)))
+        return kernel._backward_raw(dout_like(dout, q), q, k, v, offsets, a["batch"], False,
+                                    rotary_table)
 
     @block_attention_backward.register_fake
     def _(dout, q, k, v, offsets, block_size, causal, softmax_scale, rotary, rotary_table):
@@ -308,13 +317,9 @@ def _define(torch):
         a, opts = jagged_check(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window_left,
                                window_right, softmax_scale, deterministic, rotary, rotary_table,
                                rotary_table_k)
-        dout = ops._dout_for(dout, q)
-        _validate.check_dout(dout, q)
-        try:
-            kernel = jagged.jagged_kernel_for(*opts, backward=True, rotary=a["rotary"])
-        except _errors.UnsupportedError as e:
-            raise ops._Refused.from_error(e, jagged.BACKWARD_LEAD).error() from None
-        return jagged._backward_raw(kernel, dout, q, k, v, out, lse,
+        kernel = backward_kernel(jagged._grad_kernel(opts, a["rotary"],
+                                                     ops._device_index(torch, q)))
+        return jagged._backward_raw(kernel, dout_like(dout, q), q, k, v, out, lse,
                                     cu_seqlens_q, cu_seqlens_k, a["batch"], False, rotary_table,
                                     rotary_table_k)
 
@@ -381,13 +386,8 @@ def _define(torch):
                                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a, opts = broadcast_check(q, k, v, cu_seqlens_k, causal, window_left, window_right,
                                   softmax_scale, deterministic)
-        dout = ops._dout_for(dout, out)
-        _validate.check_dout(dout, out)
-        try:
-            kernel = broadcast.broadcast_kernel_for(*opts, backward=True)
-        except _errors.UnsupportedError as e:
-            raise ops._Refused.from_error(e, broadcast.BACKWARD_LEAD).error() from None
-        return broadcast._backward_raw(kernel, dout, q, k, v, out, lse,
+        kernel = backward_kernel(broadcast._grad_kernel(opts, ops._device_index(torch, q)))
+        return broadcast._backward_raw(kernel, dout_like(dout, out), q, k, v, out, lse,
                                        cu_seqlens_k, a["batch"], False)
 
     @broadcast_attention_backward.register_fake
@@ -457,39 +457,34 @@ def _needs_grad(torch, *tensors):
 
 def block_attention(torch, q, k, v, offsets, block_size, causal, softmax_scale, rotary,
                     rotary_table):
-    rotary = _validate.check_rotary(rotary)
+    block_size, causal, softmax_scale, rotary = _validate.check_block_options(
+        block_size, causal, softmax_scale, rotary)
     return torch.ops.attngen.block_attention(
-        q, k, v, offsets, _validate.check_block_size(block_size), _validate.check_causal(causal),
-        _validate.check_softmax_scale(softmax_scale), rotary_text(rotary), rotary_table,
+        q, k, v, offsets, block_size, causal, softmax_scale, rotary_text(rotary), rotary_table,
         _needs_grad(torch, q, k, v))
 
 
-def _checked_window(window_size, causal, deterministic):
-    """The options the eager functions check first, checked the same way."""
-    _validate.check_window_size(window_size, causal)
-    if not isinstance(deterministic, bool):
-        raise ValueError("deterministic must be True or False, got %r" % (deterministic,))
-    return int(window_size[0]), int(window_size[1])
-
-
 def jagged_attention(torch, q, k, v, cu_q, cu_k, causal, window_size, softmax_scale,
-                     deterministic, rotary, rotary_table, rotary_table_k):
-    rotary = _validate.check_jagged_rotary(rotary)
-    left, right = _checked_window(window_size, causal, deterministic)
+                     deterministic, rotary, rotary_table, rotary_table_k, dropout_p):
+    # the options checked as eager calls check them; the raw window sides
+    # go to the op, which maps them again when it runs
+    _, _, softmax_scale, rotary, _ = _validate.check_jagged_options(
+        causal, window_size, softmax_scale, rotary, deterministic, dropout_p)
     if cu_k is None and k.shape[0] != q.shape[0]:
         # the op takes cu_seqlens_q for both then, and would read k by it
         raise ValueError("cu_seqlens_k is None (self-attention, cu_seqlens_q for both) but k has "
                          "%d tokens and q %d; pass cu_seqlens_k for cross-attention"
                          % (k.shape[0], q.shape[0]))
     return torch.ops.attngen.jagged_attention(
-        q, k, v, cu_q, cu_q if cu_k is None else cu_k, causal, left, right,
-        _validate.check_softmax_scale(softmax_scale), deterministic, rotary_text(rotary),
-        rotary_table, rotary_table_k, _needs_grad(torch, q, k, v))
+        q, k, v, cu_q, cu_q if cu_k is None else cu_k, causal, int(window_size[0]),
+        int(window_size[1]), softmax_scale, deterministic, rotary_text(rotary), rotary_table,
+        rotary_table_k, _needs_grad(torch, q, k, v))
 
 
 def broadcast_attention(torch, q, k, v, cu_k, causal, window_size, softmax_scale,
-                        deterministic):
-    left, right = _checked_window(window_size, causal, deterministic)
+                        deterministic, rotary, rotary_table):
+    _, _, softmax_scale, _ = _validate.check_broadcast_options(
+        causal, window_size, softmax_scale, rotary, rotary_table, deterministic)
     return torch.ops.attngen.broadcast_attention(
-        q, k, v, cu_k, causal, left, right, _validate.check_softmax_scale(softmax_scale),
+        q, k, v, cu_k, causal, int(window_size[0]), int(window_size[1]), softmax_scale,
         deterministic, _needs_grad(torch, q, k, v))
