@@ -15,8 +15,8 @@ import ctypes
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
-from .jagged import _alloc_like, _stream
-from .ops import _Refused, _device_index, _dout_for, _needs_grad, _torch, load
+from .jagged import _alloc_like
+from .ops import _Refused, _device_index, _dout_for, _needs_grad, _stream, _torch, load
 
 _kernel_lock = threading.Lock()
 # (head_dim, dtype_tag, causal, window, scale, deterministic, backward) -> Kernel,

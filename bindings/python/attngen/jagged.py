@@ -13,8 +13,8 @@ import ctypes
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
-from .ops import (_Refused, _device_index, _dout_for, _needs_grad, _rotary_key, _stream_handle,
-                  _torch, load)
+from .ops import (_Refused, _device_index, _dout_for, _needs_grad, _rotary_key, _stream, _torch,
+                  load)
 
 _kernel_lock = threading.Lock()
 # (head_dim, dtype_tag, causal, window, scale, deterministic, backward, rotary) -> Kernel,
@@ -74,11 +74,6 @@ def _alloc_like(torch, like, poison):
     if poison:
         return torch.full_like(like, float("nan"), memory_format=torch.contiguous_format)
     return torch.empty_like(like, memory_format=torch.contiguous_format)
-
-
-def _stream(torch, q):
-    """torch's current stream on q's device, as the C launchers take it."""
-    return ctypes.c_void_p(_stream_handle(torch, q) or None)
 
 
 def _ptr(t):

@@ -309,8 +309,7 @@ class Kernel:
             q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(),
             offsets=offsets.data_ptr(), batch=batch, heads=heads, total_tokens=tokens,
             rotary_table=rotary_table.data_ptr() if rotary_table is not None else None)
-        stream = _stream_handle(torch, q)
-        _lib.call("ag_block_forward", h, ctypes.byref(args), ctypes.c_void_p(stream or None),
+        _lib.call("ag_block_forward", h, ctypes.byref(args), _stream(torch, q),
                   context=("attngen: block forward '%s'", self.spec.name))
         return out
 
@@ -327,8 +326,7 @@ class Kernel:
             dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
             offsets=offsets.data_ptr(), batch=batch, heads=heads, total_tokens=tokens,
             rotary_table=rotary_table.data_ptr() if rotary_table is not None else None)
-        stream = _stream_handle(torch, q)
-        _lib.call("ag_block_backward", h, ctypes.byref(args), ctypes.c_void_p(stream or None),
+        _lib.call("ag_block_backward", h, ctypes.byref(args), _stream(torch, q),
                   context=("attngen: block backward '%s'", self.spec.name))
         return dq, dk, dv
 
@@ -343,15 +341,15 @@ def _alloc(torch, like, poison):
     return torch.empty_like(like, memory_format=torch.contiguous_format)
 
 
-def _stream_handle(torch, t):
-    """The raw handle (an int, 0 for the legacy default stream) of torch's
-    current CUDA stream on t's device: through torch._C's raw getter where
-    torch has it (what Inductor's generated code calls; a fraction of a
-    microsecond), else through a Stream object."""
+def _stream(torch, t):
+    """torch's current CUDA stream on t's device, as the C launchers take it
+    (NULL for the legacy default stream): its raw handle through torch._C's
+    getter where torch has it (what Inductor's generated code calls; a
+    fraction of a microsecond), else through a Stream object."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) if hasattr(torch, "_C") else None
-    if raw is not None:
-        return raw(_device_index(torch, t))
-    return torch.cuda.current_stream(t.device).cuda_stream
+    handle = raw(_device_index(torch, t)) if raw is not None else \
+        torch.cuda.current_stream(t.device).cuda_stream
+    return ctypes.c_void_p(handle or None)
 
 
 def _device_index(torch, t):
