@@ -17,6 +17,7 @@ import os
 import pytest
 
 import attngen
+from gpu_env import need_gpu_and_lib
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
@@ -30,12 +31,7 @@ GRAD_TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
 @pytest.fixture(scope="module", autouse=True)
 def _need_gpu_and_lib():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device visible to torch")
-    try:
-        attngen._lib.lib()
-    except attngen.LibraryNotFoundError as e:
-        pytest.skip(str(e))
+    need_gpu_and_lib(torch, attngen)
 
 
 @pytest.fixture(scope="module", autouse=True)

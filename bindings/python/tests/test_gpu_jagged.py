@@ -23,6 +23,7 @@ import math
 import pytest
 
 import attngen
+from gpu_env import need_gpu_and_lib
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
@@ -35,14 +36,7 @@ LSE_TOL = 1e-2  # absolute, natural-log units
 
 @pytest.fixture(scope="module", autouse=True)
 def _need_gpu_and_lib():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device visible to torch")
-    try:
-        attngen._lib.lib()
-    except attngen.LibraryNotFoundError as e:
-        pytest.skip(str(e))
-    if not attngen._lib.has("ag_jagged_forward"):
-        pytest.skip("libattngen.so predates the jagged pattern")
+    need_gpu_and_lib(torch, attngen, "ag_jagged_forward", "the jagged pattern")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -15,6 +15,7 @@ import itertools
 import pytest
 
 import attngen
+from gpu_env import need_gpu_and_lib
 from attngen import _flops
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
@@ -24,12 +25,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module", autouse=True)
 def _need_gpu_and_lib():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device visible to torch")
-    try:
-        attngen._lib.lib()
-    except attngen.LibraryNotFoundError as e:
-        pytest.skip(str(e))
+    need_gpu_and_lib(torch, attngen)
     attngen.register_custom_ops()
 
 
