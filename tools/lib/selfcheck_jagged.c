@@ -96,6 +96,19 @@ static void gather(ag_dtype dt, const uint16_t *src, double *dst, int64_t row0, 
  * `all`. */
 enum { PICK_FWD = 1, PICK_BWD = 2 };
 
+/* The (sequence, head) pairs of a pass into pairs[]: heads 0 and
+ * nheads - 1 of each sequence picked for it (pick[b] & bit). Their count. */
+static int64_t list_pairs(const uint8_t *pick, uint8_t bit, int64_t batch, int64_t nheads,
+                          int64_t *pairs) {
+  int64_t n = 0;
+  for (int64_t b = 0; b < batch; b++)
+    for (int i = 0; (pick[b] & bit) && i < (nheads > 1 ? 2 : 1); i++) {
+      pairs[2 * n] = b;
+      pairs[2 * n++ + 1] = i ? nheads - 1 : 0;
+    }
+  return n;
+}
+
 static void pick_sequences(const int32_t *lq, const int32_t *lk, int64_t batch, int dim,
                            int64_t H, int64_t G, double budget, bool fwd, bool bwd, uint8_t all,
                            uint8_t *pick) {
@@ -189,7 +202,8 @@ typedef struct ref_job {
   const ag_ref_jagged_params *p;
   const double *rq, *rk, *rv, *rdo;
   const int32_t *cu_q, *cu_k;
-  const int64_t *pairs; /* (compact sequence, head) */
+  const int64_t *pairs; /* (sequence, head) */
+  const int64_t *cidx;  /* sequence -> its index in the compact copies */
   int64_t npairs;
   bool backward;
   double *ro, *rlse, *rdq, *rdk, *rdv;
@@ -204,7 +218,7 @@ static void *ref_worker(void *arg) {
     const int64_t i = j->next++;
     pthread_mutex_unlock(&j->lock);
     if (i >= j->npairs) return NULL;
-    const int64_t b = j->pairs[2 * i], h = j->pairs[2 * i + 1];
+    const int64_t b = j->cidx[j->pairs[2 * i]], h = j->pairs[2 * i + 1];
     if (j->backward)
       ag_ref_jagged_bwd_part(j->p, j->rq, j->rk, j->rv, j->rdo, j->cu_q, j->cu_k, b, h, j->rdq,
                              j->rdk, j->rdv, NULL, NULL);
@@ -433,30 +447,24 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
     goto pop;
   }
   /* The forward's pairs: heads 0 and H - 1 of its picked sequences. */
-  int64_t npairs = 0;
-  for (int64_t b = 0; b < batch; b++)
-    for (int hi = 0; (pick[b] & PICK_FWD) && hi < (H > 1 ? 2 : 1); hi++) {
-      pairs[2 * npairs] = cidx[b];
-      pairs[2 * npairs++ + 1] = hi ? H - 1 : 0;
-    }
+  int64_t npairs = list_pairs(pick, PICK_FWD, batch, H, pairs);
   ref_job job = {.p = &rc, .rq = rq, .rk = rk, .rv = rv, .rdo = rdo, .cu_q = ccu_q,
-                 .cu_k = ccu_k, .pairs = pairs, .npairs = npairs, .ro = ro, .rlse = rlse,
-                 .rdq = rdq, .rdk = rdk, .rdv = rdv};
+                 .cu_k = ccu_k, .pairs = pairs, .cidx = cidx, .npairs = npairs, .ro = ro,
+                 .rlse = rlse, .rdq = rdq, .rdk = rdk, .rdv = rdv};
   if (!fwd_pass) job.npairs = 0; /* the whole forward is computed below instead */
   ref_run(&job);
   out->checked_pairs = npairs;
-  for (int64_t b = 0; b < batch && fwd_pass; b++)
-    for (int hi = 0; (pick[b] & PICK_FWD) && hi < (H > 1 ? 2 : 1); hi++) {
-      const int64_t h = hi ? H - 1 : 0, c = cidx[b];
-      accumulate(dt, ho, ro, cu_q[b], ccu_q[c], lq[b], H, h, dim, &num, &den, &out->unwritten);
-      for (int64_t r = 0; r < lq[b]; r++) {
-        const float g = hlse[h * tq + cu_q[b] + r];
-        const double want = rlse[h * ctq + ccu_q[c] + r];
-        if (isnan(g)) out->unwritten++;
-        else if (isinf(want) || isinf(g)) out->lse_mismatch += isinf(want) != isinf(g);
-        else if (fabs(g - want) > out->lse_abs) out->lse_abs = fabs(g - want);
-      }
+  for (int64_t i = 0; i < npairs && fwd_pass; i++) {
+    const int64_t b = pairs[2 * i], h = pairs[2 * i + 1], c = cidx[b];
+    accumulate(dt, ho, ro, cu_q[b], ccu_q[c], lq[b], H, h, dim, &num, &den, &out->unwritten);
+    for (int64_t r = 0; r < lq[b]; r++) {
+      const float g = hlse[h * tq + cu_q[b] + r];
+      const double want = rlse[h * ctq + ccu_q[c] + r];
+      if (isnan(g)) out->unwritten++;
+      else if (isinf(want) || isinf(g)) out->lse_mismatch += isinf(want) != isinf(g);
+      else if (fabs(g - want) > out->lse_abs) out->lse_abs = fabs(g - want);
     }
+  }
   out->rel_o = den > 0 ? sqrt(num / den) : 0;
   for (int64_t b = 0; b < batch; b++) /* useful FLOPs: 4 D per visible pair */
     for (int64_t i = 0; i < lq[b]; i++) {
@@ -504,12 +512,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
      * - 1 (every head of a checked key head's group contributes to its
      * dK, dV). */
     const int64_t group = H / G;
-    npairs = 0;
-    for (int64_t b = 0; b < batch; b++)
-      for (int gi = 0; (pick[b] & PICK_BWD) && gi < (G > 1 ? 2 : 1); gi++) {
-        pairs[2 * npairs] = cidx[b];
-        pairs[2 * npairs++ + 1] = gi ? G - 1 : 0;
-      }
+    npairs = list_pairs(pick, PICK_BWD, batch, G, pairs);
     job.npairs = npairs;
     job.backward = true;
     out->checked_grad_pairs = npairs;
@@ -525,17 +528,16 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
         for (int64_t h = (gi ? G - 1 : 0) * group; h < ((gi ? G - 1 : 0) + 1) * group; h++)
           accumulate(dt, hdq, rdq, 0, 0, n_q, H, h, dim, &gnum[0], &gden[0], &out->unwritten);
     }
-    for (int64_t b = 0; b < batch; b++)
-      for (int gi = 0; (pick[b] & PICK_BWD) && gi < (G > 1 ? 2 : 1); gi++) {
-        const int64_t g = gi ? G - 1 : 0, c = cidx[b];
-        for (int64_t h = g * group; h < (g + 1) * group && !bcast; h++)
-          accumulate(dt, hdq, rdq, cu_q[b], ccu_q[c], lq[b], H, h, dim, &gnum[0], &gden[0],
-                     &out->unwritten);
-        accumulate(dt, hdk, rdk, cu_k[b], ccu_k[c], lk[b], G, g, dim, &gnum[1], &gden[1],
+    for (int64_t i = 0; i < npairs; i++) {
+      const int64_t b = pairs[2 * i], g = pairs[2 * i + 1], c = cidx[b];
+      for (int64_t h = g * group; h < (g + 1) * group && !bcast; h++)
+        accumulate(dt, hdq, rdq, cu_q[b], ccu_q[c], lq[b], H, h, dim, &gnum[0], &gden[0],
                    &out->unwritten);
-        accumulate(dt, hdv, rdv, cu_k[b], ccu_k[c], lk[b], G, g, dim, &gnum[2], &gden[2],
-                   &out->unwritten);
-      }
+      accumulate(dt, hdk, rdk, cu_k[b], ccu_k[c], lk[b], G, g, dim, &gnum[1], &gden[1],
+                 &out->unwritten);
+      accumulate(dt, hdv, rdv, cu_k[b], ccu_k[c], lk[b], G, g, dim, &gnum[2], &gden[2],
+                 &out->unwritten);
+    }
     out->rel_dq = gden[0] > 0 ? sqrt(gnum[0] / gden[0]) : 0;
     out->rel_dk = gden[1] > 0 ? sqrt(gnum[1] / gden[1]) : 0;
     out->rel_dv = gden[2] > 0 ? sqrt(gnum[2] / gden[2]) : 0;
