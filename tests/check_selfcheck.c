@@ -77,8 +77,12 @@ static double *to_doubles(ag_dtype dt, const uint16_t *h, size_t n) {
   return d;
 }
 
-static void to_halves(ag_dtype dt, const double *d, uint16_t *h, size_t n) {
-  for (size_t i = 0; i < n; i++) h[i] = ag_float_to_half(dt, (float)d[i]);
+/* d[0..n) rounded into h, but for the `skip` elements from `from` (left as
+ * the poison found them). */
+static void to_halves(ag_dtype dt, const double *d, uint16_t *h, size_t n, size_t from,
+                      size_t skip) {
+  for (size_t i = 0; i < n; i++)
+    if (i < from || i >= from + skip) h[i] = ag_float_to_half(dt, (float)d[i]);
 }
 
 /* Rotates x (or, inverse, rotates a gradient back) as the spec says: the
@@ -135,9 +139,7 @@ static void emulate(unsigned pass) {
     double *o = calloc(nq + 1, 8), *lse = calloc((size_t)(H * tq) + 1, 8);
     ck_assert(o && lse);
     ag_ref_jagged_forward_f64(&p, q, k, v, cu_q, cu_k, o, lse);
-    uint16_t *ho = a->ptr[AG_PARAM_O];
-    for (size_t i = 0; i < nq; i++)
-      if (i < skip_q || i >= skip_q + (size_t)dim) ho[i] = ag_float_to_half(dt, (float)o[i]);
+    to_halves(dt, o, a->ptr[AG_PARAM_O], nq, skip_q, (size_t)dim);
     float *hl = a->ptr[AG_PARAM_LSE];
     for (int64_t i = 0; i < H * tq; i++) hl[i] = (float)lse[i];
     free(o);
@@ -150,11 +152,9 @@ static void emulate(unsigned pass) {
     rotate(s, a, 0, true, dq, tab_q, tab_k);
     rotate(s, a, 1, true, dk, tab_q, tab_k);
     rotate(s, a, 2, true, dv, tab_q, tab_k);
-    uint16_t *hdq = a->ptr[AG_PARAM_DQ], *hdk = a->ptr[AG_PARAM_DK], *hdv = a->ptr[AG_PARAM_DV];
-    to_halves(dt, dq, hdq, nq);
-    to_halves(dt, dv, hdv, nk);
-    for (size_t i = 0; i < nk; i++)
-      if (i < skip_k || i >= skip_k + (size_t)dim) hdk[i] = ag_float_to_half(dt, (float)dk[i]);
+    to_halves(dt, dq, a->ptr[AG_PARAM_DQ], nq, 0, 0);
+    to_halves(dt, dk, a->ptr[AG_PARAM_DK], nk, skip_k, (size_t)dim);
+    to_halves(dt, dv, a->ptr[AG_PARAM_DV], nk, 0, 0);
     free(dout);
     free(dq);
     free(dk);
