@@ -20,6 +20,16 @@ torch = pytest.importorskip("torch")
 import attngen  # noqa: E402
 
 
+def _python(code):
+    """stdout of `code` in a fresh interpreter (this one's import path), which
+    must succeed."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
 # ---- rotary text --------------------------------------------------------------------
 
 @pytest.mark.parametrize("rotary", [
@@ -104,15 +114,11 @@ def test_flop_formulas_registered_and_counted():
 def test_flop_formulas_registered_when_flop_counter_comes_later():
     """The formulas wait for torch.utils.flop_counter's import (it costs
     ~100 ms) and are there once it happens."""
-    code = ("import sys, torch, attngen\n"
-            "assert 'torch.utils.flop_counter' not in sys.modules, 'imported early'\n"
-            "from torch.utils.flop_counter import flop_registry\n"
-            "print(sum('attngen' in str(k) for k in flop_registry))\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "6"
+    out = _python("import sys, torch, attngen\n"
+                  "assert 'torch.utils.flop_counter' not in sys.modules, 'imported early'\n"
+                  "from torch.utils.flop_counter import flop_registry\n"
+                  "print(sum('attngen' in str(k) for k in flop_registry))\n")
+    assert out == "6"
 
 
 # ---- schemas ----------------------------------------------------------------------------
@@ -279,14 +285,6 @@ def test_compile_self_attention_needs_equal_token_counts():
         k = torch.empty(9, 1, 64, dtype=torch.bfloat16)
         with pytest.raises(Exception, match="cu_seqlens_k is None"):
             fn(q, k, torch.empty(2, dtype=torch.int32))
-
-
-def _python(code):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
 
 
 def test_flop_formulas_survive_a_probe_of_flop_counter():
