@@ -224,10 +224,18 @@ def first_call_ms(cache_dir):
     return torch_ms, attngen_ms
 
 
+def _positive(text):
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1, got %d" % n)
+    return n
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.join(HERE, "results", "overhead"))
-    p.add_argument("--calls", type=int, default=N_CALLS)
+    p.add_argument("--calls", type=_positive, default=N_CALLS,
+                   help="calls per timing (default %d)" % N_CALLS)
     args = p.parse_args(argv)
     import torch
     import attngen

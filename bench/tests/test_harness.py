@@ -178,3 +178,12 @@ def test_peer_profile_rejects_bad_arguments(args, why):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert why in r.stderr and "usage: peer_profile.py" in r.stderr
+
+
+def test_overhead_refuses_a_call_count_below_one(capsys):
+    import overhead
+    for bad in ("0", "-3", "x"):
+        with pytest.raises(SystemExit) as e:
+            overhead.main(["--calls", bad])
+        assert e.value.code == 2
+        assert "--calls" in capsys.readouterr().err
