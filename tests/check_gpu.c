@@ -106,22 +106,7 @@ END_TEST
  * The huge shape of every kernel: 131,072 sequences of 17 or 18 tokens (one
  * block each) with 8 heads of 128: 2,348,810,240 elements per tensor, so
  * 64-bit indexing and a grid that does not grow with the batch are checked.
- * Skipped with ATTNGEN_TEST_SKIP_HUGE (under compute-sanitizer: hours). */
-enum { HUGE_BATCH = 131072, HUGE_HEADS = 8 };
-
-/* The huge shape's lengths (malloc()ed), or NULL after printing the skip. */
-static int32_t *huge_lengths(const char *test) {
-  if (getenv("ATTNGEN_TEST_SKIP_HUGE")) {
-    printf("SKIP %s: ATTNGEN_TEST_SKIP_HUGE is set\n", test);
-    return NULL;
-  }
-  int32_t *lengths = malloc(sizeof(int32_t) * HUGE_BATCH);
-  ck_assert_ptr_nonnull(lengths);
-  int64_t total = 0;
-  for (int64_t i = 0; i < HUGE_BATCH; i++) total += lengths[i] = 17 + (int32_t)(i % 2);
-  ck_assert_int_gt(total * HUGE_HEADS * 128, (int64_t)1 << 31);
-  return lengths;
-}
+ * Skipped with ATTNGEN_TEST_SKIP_HUGE (ag_test_huge_lengths). */
 
 /* The forward of `k` (bf16, head_dim 128) on the huge shape. */
 static void check_huge_forward(ag_kernel *k, const int32_t *lengths, const char *what,
@@ -129,7 +114,8 @@ static void check_huge_forward(ag_kernel *k, const int32_t *lengths, const char 
   ag_check_options opt = {.seed = seed, .max_ref_macs = 200000000};
   ag_check_result r;
   ag_error err = {0};
-  ag_status st = ag_selfcheck_block_forward(k, lengths, HUGE_BATCH, HUGE_HEADS, &opt, &r, &err);
+  ag_status st =
+      ag_selfcheck_block_forward(k, lengths, AG_HUGE_BATCH, AG_HUGE_HEADS, &opt, &r, &err);
   ck_assert_msg(st == AG_OK, "%s: %s", what, err.message);
   printf("gpu %s: %lld blocks: rel error %.2e over %lld sequences\n", what, (long long)r.blocks,
          r.rel_error, (long long)r.sampled_seqs);
@@ -140,7 +126,7 @@ static void check_huge_forward(ag_kernel *k, const int32_t *lengths, const char 
 }
 
 START_TEST(test_block_forward_huge) {
-  int32_t *lengths = huge_lengths("block_forward_huge");
+  int32_t *lengths = ag_test_huge_lengths("block_forward_huge");
   if (!lengths) return;
   ag_context *ctx = ag_test_gpu_or_skip("block_forward_huge");
   if (ctx) {
@@ -333,14 +319,15 @@ END_TEST
 /* The backward on the huge shape: seven tensors of 4.7 GB at head_dim 128,
  * then at 64 with twice the heads (on sm_90a that kernel runs on wgmma). */
 START_TEST(test_block_backward_huge) {
-  int32_t *lengths = huge_lengths("block_backward_huge");
+  int32_t *lengths = ag_test_huge_lengths("block_backward_huge");
   if (!lengths) return;
   ag_context *ctx = ag_test_gpu_or_skip("block_backward_huge");
   if (ctx) {
     for (int dim = 128; dim >= 64; dim -= 64) {
       const kernel_case c = {AG_DTYPE_BF16, dim, 64, 0};
-      run_bwd_shape(bwd_kernel_for(ctx, &c), &c, "huge: 131072 sequences", lengths, HUGE_BATCH,
-                    HUGE_HEADS * 128 / dim, (uint64_t)getpid() + (uint64_t)dim, 200000000);
+      run_bwd_shape(bwd_kernel_for(ctx, &c), &c, "huge: 131072 sequences", lengths,
+                    AG_HUGE_BATCH, AG_HUGE_HEADS * 128 / dim, (uint64_t)getpid() + (uint64_t)dim,
+                    200000000);
     }
     ag_context_destroy(ctx);
   }
@@ -513,7 +500,7 @@ END_TEST
  * tensor and 131,072 blocks: the table's rows are indexed by token, so its
  * addressing is checked at scale too. */
 START_TEST(test_rotary_huge) {
-  int32_t *lengths = huge_lengths("rotary_huge");
+  int32_t *lengths = ag_test_huge_lengths("rotary_huge");
   if (!lengths) return;
   ag_context *ctx = ag_test_gpu_or_skip("rotary_huge");
   if (ctx) {
@@ -521,7 +508,7 @@ START_TEST(test_rotary_huge) {
                            AG_POSITIONS_TABLE, QKV};
     ag_kernel *k = rotary_kernel_for(ctx, &c, AG_PASS_FORWARD | AG_PASS_BACKWARD);
     check_huge_forward(k, lengths, "rotary huge forward", (uint64_t)getpid() + 1);
-    run_bwd_shape(k, &c.k, "rope huge: 131072 sequences", lengths, HUGE_BATCH, HUGE_HEADS,
+    run_bwd_shape(k, &c.k, "rope huge: 131072 sequences", lengths, AG_HUGE_BATCH, AG_HUGE_HEADS,
                   (uint64_t)getpid() + 2, 200000000);
     ag_context_destroy(ctx);
   }

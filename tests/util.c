@@ -74,3 +74,16 @@ ag_context *ag_test_gpu_or_skip(const char *test) {
   ck_assert_msg(st == AG_OK, "context: %s", err.message);
   return ctx;
 }
+
+int32_t *ag_test_huge_lengths(const char *test) {
+  if (getenv("ATTNGEN_TEST_SKIP_HUGE")) {
+    printf("SKIP %s: ATTNGEN_TEST_SKIP_HUGE is set\n", test);
+    return NULL;
+  }
+  int32_t *lengths = malloc(sizeof(int32_t) * AG_HUGE_BATCH);
+  ck_assert_ptr_nonnull(lengths);
+  int64_t total = 0;
+  for (int64_t i = 0; i < AG_HUGE_BATCH; i++) total += lengths[i] = 17 + (int32_t)(i % 2);
+  ck_assert_int_gt(total * AG_HUGE_HEADS * 128, (int64_t)1 << 31);
+  return lengths;
+}

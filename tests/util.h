@@ -5,6 +5,7 @@
 #define AG_TEST_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "attngen.h"
 
@@ -22,6 +23,14 @@ void ag_test_remove_tree(const char *dir);
 int ag_test_count(const char *hay, const char *needle);
 /* True when AG_UPDATE_GOLDENS=1: golden tests rewrite their files. */
 int ag_test_update_goldens(void);
+
+/* Past 2^31 elements per tensor: AG_HUGE_BATCH sequences of 17 or 18
+ * tokens, which with AG_HUGE_HEADS heads of 128 make 2,348,810,240
+ * elements. The lengths (malloc()ed), or NULL after printing "SKIP test:
+ * ..." when ATTNGEN_TEST_SKIP_HUGE is set (under compute-sanitizer such a
+ * run takes hours). */
+enum { AG_HUGE_BATCH = 131072, AG_HUGE_HEADS = 8 };
+int32_t *ag_test_huge_lengths(const char *test);
 
 /* A context on device 0, or NULL after printing "SKIP test: why" when no
  * driver or device is present; any other failure fails the test. */
