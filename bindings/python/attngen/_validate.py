@@ -631,6 +631,15 @@ def check_deterministic(deterministic):
     return deterministic
 
 
+def check_self_attention_tokens(total_q, total_k):
+    """cu_seqlens_k None means cu_seqlens_q for the keys too, which needs as
+    many key tokens as query tokens."""
+    if total_k != total_q:
+        raise ValueError("cu_seqlens_k is None (self-attention, cu_seqlens_q for both) but "
+                         "k has %d tokens and q %d; pass cu_seqlens_k for cross-attention"
+                         % (total_k, total_q))
+
+
 def check_jagged_options(causal, window_size, softmax_scale, rotary, deterministic, dropout_p):
     """jagged_attention's options, before any tensor is looked at (the check
     torch.compile's traced calls make too): (causal, window, softmax_scale,
@@ -660,10 +669,7 @@ def check_jagged_attention_args(q, k, v, cu_seqlens_q, cu_seqlens_k=None, causal
     dtype, tag, device, total_q, heads, head_dim, total_k, kv_heads = check_jagged_qkv(q, k, v)
     batch = check_cu_seqlens(cu_seqlens_q, device, "cu_seqlens_q")
     if cu_seqlens_k is None:
-        if total_k != total_q:
-            raise ValueError("cu_seqlens_k is None (self-attention, cu_seqlens_q for both) but "
-                             "k has %d tokens and q %d; pass cu_seqlens_k for cross-attention"
-                             % (total_k, total_q))
+        check_self_attention_tokens(total_q, total_k)
         cu_seqlens_k = cu_seqlens_q
     else:
         batch_k = check_cu_seqlens(cu_seqlens_k, device, "cu_seqlens_k")

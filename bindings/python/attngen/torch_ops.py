@@ -470,11 +470,8 @@ def jagged_attention(torch, q, k, v, cu_q, cu_k, causal, window_size, softmax_sc
     # go to the op, which maps them again when it runs
     _, _, softmax_scale, rotary, _ = _validate.check_jagged_options(
         causal, window_size, softmax_scale, rotary, deterministic, dropout_p)
-    if cu_k is None and k.shape[0] != q.shape[0]:
-        # the op takes cu_seqlens_q for both then, and would read k by it
-        raise ValueError("cu_seqlens_k is None (self-attention, cu_seqlens_q for both) but k has "
-                         "%d tokens and q %d; pass cu_seqlens_k for cross-attention"
-                         % (k.shape[0], q.shape[0]))
+    if cu_k is None:  # the op takes cu_seqlens_q for both then, and would read k by it
+        _validate.check_self_attention_tokens(q.shape[0], k.shape[0])
     return torch.ops.attngen.jagged_attention(
         q, k, v, cu_q, cu_q if cu_k is None else cu_k, causal, int(window_size[0]),
         int(window_size[1]), softmax_scale, deterministic, rotary_text(rotary), rotary_table,
