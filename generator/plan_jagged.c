@@ -145,13 +145,11 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, bool sm90_rotary
 /* Rotary embeddings in the sm_90a wgmma kernels (jagged_fwd_sm90.cu and
  * jagged_bwd_sm90.cu rotate tiles in shared memory as jagged_rotary.cuh
  * does for the mma.sync kernels, dK, dV back in registers and dQ back in
- * _dq) compile, and tests/check_jagged.c compiles them, but they have not
- * run on a GPU yet: until they are checked there (tools/gpu_session.sh
- * gpu-jagged sanitize-jagged with this set), rotary specs keep the
- * mma.sync kernels, which were. Setting it is the whole switch: the tests
- * follow it (ag_plan_jagged_sm90_rotary), and one golden changes
- * (jagged_d128_bf16_rope_half_seq_train: AG_UPDATE_GOLDENS=1). */
-static const bool sm90_rotary_checked = false;
+ * _dq). Checked on the H200 on 2026-12-02 (tools/gpu_session.sh gpu-jagged
+ * sanitize-jagged), so rotary specs take them on sm_90a; false routes
+ * rotary to the mma.sync kernels there, as tests/check_jagged.c does for
+ * two GPU cases (ag_plan_jagged_make_with) to keep those checked. */
+static const bool sm90_rotary_checked = true;
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   return ag_plan_jagged_make_with(spec, sm90_rotary_checked, out, err);

@@ -567,31 +567,31 @@ END_TEST
 typedef struct gpu_case {
   jcase k;
   int64_t heads, kv_heads;
+  bool mma_sync; /* the mma.sync kernels even where the plan would take wgmma */
 } gpu_case;
 
 static const gpu_case gpu_cases[] = {
-    {{AG_DTYPE_BF16, 128, false, ""}, 8, 2},
-    {{AG_DTYPE_BF16, 128, true, ""}, 4, 4},
-    {{AG_DTYPE_FP16, 64, true, ""}, 8, 1},
-    {{AG_DTYPE_BF16, 64, false, "window: [100, 0]\n"}, 4, 4},
-    {{AG_DTYPE_FP16, 128, false, "window: [64, 32]\n"}, 4, 2},
-    {{AG_DTYPE_BF16, 128, true, "window: [128, 0]\ndeterministic: true\n"}, 2, 1},
-    {{AG_DTYPE_FP16, 64, false, ""}, 2, 2},
-    {{AG_DTYPE_BF16, 64, true, "deterministic: true\n"}, 8, 4},
+    {{AG_DTYPE_BF16, 128, false, ""}, 8, 2, false},
+    {{AG_DTYPE_BF16, 128, true, ""}, 4, 4, false},
+    {{AG_DTYPE_FP16, 64, true, ""}, 8, 1, false},
+    {{AG_DTYPE_BF16, 64, false, "window: [100, 0]\n"}, 4, 4, false},
+    {{AG_DTYPE_FP16, 128, false, "window: [64, 32]\n"}, 4, 2, false},
+    {{AG_DTYPE_BF16, 128, true, "window: [128, 0]\ndeterministic: true\n"}, 2, 1, false},
+    {{AG_DTYPE_FP16, 64, false, ""}, 2, 2, false},
+    {{AG_DTYPE_BF16, 64, true, "deterministic: true\n"}, 8, 4, false},
     /* rotary embeddings: both layouts, both position modes, V too */
-    {{AG_DTYPE_BF16, 128, true, "rotary:\n  layout: half\n  positions: sequence\n"}, 4, 2},
-    {{AG_DTYPE_FP16, 64, false, "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n"}, 4, 4},
+    {{AG_DTYPE_BF16, 128, true, "rotary:\n  layout: half\n  positions: sequence\n"}, 4, 2, false},
+    {{AG_DTYPE_FP16, 64, false, "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n"}, 4, 4, false},
     {{AG_DTYPE_BF16, 64, false,
-      "window: [100, 0]\nrotary:\n  layout: interleaved\n  positions: sequence\n"}, 8, 2},
-    {{AG_DTYPE_FP16, 128, true, "rotary:\n  layout: half\n  apply_to: [k]\n"}, 2, 1},
-    /* the mma.sync kernels with rotary, named by arch: they stay checked on
-     * an sm_90 device once the cases above take the wgmma ones
-     * (plan_jagged.c, sm90_rotary_checked) */
-    {{AG_DTYPE_BF16, 128, true, "arch: sm_80\nrotary:\n  layout: half\n  positions: sequence\n"},
-     4, 2},
-    {{AG_DTYPE_FP16, 64, false,
-      "arch: sm_80\nrotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n"},
-     4, 4},
+      "window: [100, 0]\nrotary:\n  layout: interleaved\n  positions: sequence\n"}, 8, 2, false},
+    {{AG_DTYPE_FP16, 128, true, "rotary:\n  layout: half\n  apply_to: [k]\n"}, 2, 1, false},
+    /* the mma.sync kernels with rotary: on an sm_90a device the plan
+     * takes the wgmma ones (plan_jagged.c, sm90_rotary_checked), so these
+     * two are planned without them (case_kernel below) to stay checked on
+     * the H200. An sm_80 cubin does not run on sm_90. */
+    {{AG_DTYPE_BF16, 128, true, "rotary:\n  layout: half\n  positions: sequence\n"}, 4, 2, true},
+    {{AG_DTYPE_FP16, 64, false, "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n"},
+     4, 4, true},
 };
 enum { NGPU = sizeof gpu_cases / sizeof gpu_cases[0] };
 
@@ -605,9 +605,28 @@ static const char *name_of(const gpu_case *c) {
            !strstr(c->k.extra, "rotary") ? ""
            : strstr(c->k.extra, "sequence") ? (strstr(c->k.extra, "half") ? " rope-h-seq" : " rope-i-seq")
            : (strstr(c->k.extra, "half") ? " rope-h-tab" : " rope-i-tab"),
-           strstr(c->k.extra, "sm_80") ? " sm_80" : "",
+           c->mma_sync ? " mma.sync" : "",
            (long long)c->heads, (long long)c->kv_heads);
   return buf;
+}
+
+/* The kernel of `yaml` on ctx's device; with mma_sync, planned as if the
+ * sm_90a rotary kernels were not taken (ag_plan_jagged_make_with), then
+ * emitted and loaded as ag_kernel_get does. */
+static ag_status case_kernel(ag_context *ctx, const char *yaml, bool mma_sync, ag_kernel **k,
+                             ag_error *err) {
+  if (!mma_sync || strcmp(ctx->arch, "sm_90a") != 0)
+    return ag_kernel_get_string(ctx, yaml, strlen(yaml), k, err);
+  ag_spec s, resolved;
+  ag_plan plan;
+  char *source = NULL;
+  ag_status st = ag_spec_load_string(yaml, strlen(yaml), NULL, &s, err);
+  if (st == AG_OK) st = ag_spec_for_arch(&s, ctx->arch, &resolved, err);
+  if (st == AG_OK) st = ag_plan_jagged_make_with(&resolved, false, &plan, err);
+  if (st == AG_OK) st = ag_emit_plan(&resolved, &plan, &source, err);
+  if (st == AG_OK) st = ag_context_kernel(ctx, &resolved, &plan, source, ctx->arch, NULL, k, err);
+  free(source);
+  return st;
 }
 
 static void run_case(ag_kernel *k, const gpu_case *c, const char *what, const int32_t *lq,
@@ -651,7 +670,9 @@ START_TEST(gpu_jagged) {
   yaml_for(y, sizeof y, c->k.dim, c->k.dtype, c->k.causal, c->k.extra, true);
   ag_kernel *k;
   ag_error err = {0};
-  ck_assert_msg(ag_kernel_get_string(ctx, y, strlen(y), &k, &err) == AG_OK, "%s", err.message);
+  ck_assert_msg(case_kernel(ctx, y, c->mma_sync, &k, &err) == AG_OK, "%s", err.message);
+  /* the mma.sync cases really run the mma.sync kernels */
+  if (c->mma_sync) ck_assert(!k->plan.jagged.fwd_sm90 && k->plan.jagged.fast_block_m == 0);
   uint64_t seed = (uint64_t)getpid() * 1000003u + 7919u * (uint64_t)_i;
   /* 4096 in two cases (its float64 backward alone takes seconds), 1500 in
    * the others. */

@@ -23,31 +23,39 @@
  *
  * Plan:
  *   forward kernel: ag_jrope_d128_bf16_causal_rope_fwd
- *     tile: 128 query rows of one head, key tiles of 64, 2 in flight
+ *     tile: 128 query rows of one head, key tiles of 128, 3 in flight
+ *     both products on wgmma (sm_90a): 2 warpgroups of 64 rows
  *     rotary: tiles rotated in shared memory as they land
- *     threads: 128, shared memory: 98304 bytes, registers capped for 2 CTAs per SM
+ *     threads: 256, shared memory: 229376 bytes
  *     grid: (batch + total_q / 128, heads)
- *   backward kernel: ag_jrope_d128_bf16_causal_rope_bwd_dq
- *     query-stationary: D and dQ of 64 query rows, key tiles of 64
- *     rotary: tiles rotated in shared memory as they land, dQ rotated back before it is stored
- *     threads: 128, shared memory: 98816 bytes, registers capped for 2 CTAs per SM
- *     grid: (batch + total_q / 64, heads)
- *   backward kernel: ag_jrope_d128_bf16_causal_rope_bwd_dkv
- *     key-stationary: dK and dV of 64 key rows over the group's heads, query tiles of 64
+ *   backward kernel: ag_jrope_d128_bf16_causal_rope_bwd_pre
+ *     D = rowsum(dO * O) of each query row; the fp32 dQ accumulator zeroed
+ *     threads: 256, shared memory: 0 bytes
+ *     grid: (ceil(total_q * heads / 16), 1)
+ *   backward kernel: ag_jrope_d128_bf16_causal_rope_bwd_kv
+ *     key-stationary on wgmma (sm_90a): dK and dV of 128 key rows (64 a
+ *     warpgroup) over the group's heads, query tiles of 64; each tile's dQ
+ *     added to the fp32 accumulator by bulk adds (its bits vary run to run)
  *     rotary: tiles rotated in shared memory as they land, dK (dV) rotated back before stored
- *     threads: 128, shared memory: 99328 bytes, registers capped for 2 CTAs per SM
- *     grid: (batch + total_k / 64, kv_heads)
+ *     threads: 256, shared memory: 222208 bytes
+ *     grid: (batch + total_k / 128, kv_heads)
+ *   backward kernel: ag_jrope_d128_bf16_causal_rope_bwd_dq
+ *     dQ: the fp32 accumulator scaled and rounded
+ *     threads: 256, shared memory: 0 bytes
+ *     grid: (ceil(total_q * heads / 16), 1)
  */
 
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this forward is planned for sm_90a only (wgmma)"
+#endif
 /* ---- begin constants ---- */
 constexpr int kHeadDim = 128;  // elements per head
 constexpr int kBlockM = 128;  // query rows per CTA
-constexpr int kBlockN = 64;  // keys per KV tile
-constexpr int kWarps = 4;  // warps per CTA
-constexpr int kThreads = kWarps * 32;
-constexpr int kStages = 2;  // KV tiles resident (one computed, the rest in flight)
-constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
-constexpr int kSmemBytes = 98304;  // dynamic shared memory, as planned
+constexpr int kBlockN = 128;  // keys per KV tile
+constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kStages = 3;  // KV tiles resident
+constexpr int kSmemBytes = 229376;  // dynamic shared memory, as planned
 constexpr float kScaleLog2 = 1.275174308e-01f;  // softmax scale 1/sqrt(128) times log2(e)
 constexpr bool kCausal = 1;  // bottom-right aligned: key j <= query i + Lk - Lq
 constexpr bool kWindow = 0;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
@@ -55,33 +63,25 @@ constexpr int kWindowLeft = 0;
 constexpr int kWindowRight = 0;
 constexpr bool kBroadcast = 0;  // one Q shared by every sequence
 
-constexpr int kWarpRows = kBlockM / kWarps;  // query rows per warp
-constexpr int kMTiles = kWarpRows / 16;  // 16-row m-tiles per warp
 constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S = Q K^T
-constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
-constexpr int kQElems = kBlockM * kHeadDim;  // the Q tile (and the O staging)
-constexpr int kKvElems = kBlockN * kHeadDim;  // one K or V tile
-constexpr int kStageElems = 2 * kKvElems;  // K then V
+constexpr int kHalves = kHeadDim / 64;  // 64-column matrices of a tile
+constexpr int kKeyHalves = kBlockN / 64;  // 64-key parts of S
+constexpr int kRowBytes = 128;  // a matrix row: 64 elements
+constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O staging)
+constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
+constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 // Which sides of the band bound the keys a query sees.
 constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
 constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
 constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
 constexpr long long kLeft = (long long)kWindowLeft;
-// Warps skip KV tiles none of their real rows sees (rows past the sequence
-// end, the band's far side). At head_dim 128 the skip's registers made
-// ptxas spill and cost 8-10% on the H200 (measured), so only at 64.
-constexpr bool kWarpSkip = kHeadDim <= 64;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(kWarpRows * kWarps == kBlockM && kMTiles * 16 == kWarpRows && kMTiles >= 1,
-              "each warp owns whole 16-row m-tiles");
-static_assert(kBlockN % 16 == 0 && kStages >= 2, "KV tiles of 16-key slices, double buffered");
-static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0 &&
-                  kBlockM % (kThreads / kChunks) == 0,
-              "a pass of the CTA's loads covers whole rows of a tile");
-static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
+static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
+              "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
+static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
 static_assert(!(kBroadcast && 1), "rotary embeddings with a broadcast Q are not planned");
-static_assert((kQElems + kStages * kStageElems) * 2 == kSmemBytes,
+static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
+static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
 /* ---- end constants ---- */
 
@@ -148,6 +148,106 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 /* ---- end device helpers ---- */
+
+/* ---- begin device helpers (wgmma, sm_90a) ----
+ * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
+ * 64x64 fp32 result; warp w of the group holds rows 16w..16w+15 in the same
+ * registers as 8 mma.sync m16n8 accumulator tiles (d[n][e]: row g + 8(e / 2),
+ * column 8n + 2tq + e % 2), so code written around mma.sync fragments reads
+ * the result unchanged. Every thread of the group must execute these. */
+
+// Descriptor of a 64-row operand laid out as the tiles are: rows of 128
+// bytes (64 elements), the 16-byte chunk c of row r at c ^ (r % 8), the
+// tile 1024-byte aligned. That is the 128-byte swizzle: 8-row atoms of
+// 1024 bytes, stride (SBO) 1024 between atoms. Read K-major (rows run over
+// M or N, the 64 elements over k) or MN-major (rows run over k); either way
+// one 64-element block, so the leading offset (LBO) is never used. `tile`
+// is the tile's shared address, `offset` the bytes from there to the first
+// element the MMA reads: for K-major operands 32 per k16 step into the row,
+// for MN-major 16 rows. The offset is added to the finished descriptor's
+// start-address field (16-byte units), so the tile's part is worked out
+// once for every step; shared addresses stay below 2^18, so the sum never
+// carries out of the field.
+__device__ __forceinline__ unsigned long long sw128_desc(unsigned tile, unsigned offset) {
+  return ((unsigned long long)((tile & 0x3FFFFu) >> 4) |  // start address, 16-byte units
+          (unsigned long long)1 << 16 |                   // LBO (unused)
+          (unsigned long long)(1024 >> 4) << 32 |         // SBO: the next 8 rows
+          (unsigned long long)1 << 62) +                  // 128-byte swizzle
+         (offset >> 4);
+}
+
+// Order this thread's earlier register and shared-memory writes before the
+// wgmma that follow (accumulators, A fragments).
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+// Close the wgmma issued since the last commit into a group.
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still running.
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory");
+}
+// After wgmma_wait: pin the accumulators there, so that no read of them is
+// moved above the wait (to the compiler the wgmma asm wrote them already).
+__device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+}
+// Make this thread's generic-proxy shared-memory writes (st.shared,
+// cp.async) visible to the async proxy that wgmma reads through; a barrier
+// must follow before another thread's wgmma reads them.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The 64x64 fp32 result d as the asm operands %0..%31 of both MMAs below,
+// and the list of those registers.
+#define WGMMA_D_LIST                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_D_OPERANDS(d)                                                      \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),                     \
+  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),                     \
+  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),                     \
+  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),                     \
+  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),                     \
+  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),                     \
+  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),                     \
+  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+// d (+)= A B, 64x64x16, A and B from shared memory. kTransA / kTransB: 0
+// for K-major operands, 1 for MN-major (16-bit types only). `accumulate` 0
+// overwrites d.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[8][4], unsigned long long a,
+                                         unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               WGMMA_D_LIST ", %32, %33, p, 1, 1, %35, %36; }\n"
+               : WGMMA_D_OPERANDS(d)
+               : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+
+// d (+)= A B, 64x64x16, A from registers (this warp's 16 rows in the
+// mma.sync A fragment layout), B from shared memory (kTransB as above).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4],
+                                         unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               WGMMA_D_LIST ", {%32, %33, %34, %35}, %36, p, 1, 1, %38; }\n"
+               : WGMMA_D_OPERANDS(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
+                 "n"(kTransB));
+}
+#undef WGMMA_D_LIST
+#undef WGMMA_D_OPERANDS
+
+/* ---- end device helpers (wgmma) ---- */
 
 /* ---- begin jagged walk ----
  * Virtual tile numbers need no prefix sum over tile counts: sequence i,
@@ -308,11 +408,11 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
 /* ---- end query tile span ---- */
 
 /* ---- begin tile layout and loads ----
- * Tiles are row-major, kHeadDim elements a row, with 16-byte chunks
- * XOR-swizzled by the row (chunk c of row r sits at c ^ (r % 8)), so the 8
- * row addresses of an ldmatrix hit 8 different bank groups. */
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
+ * A tile of R rows is kHalves matrices of R rows of 64 elements (128
+ * bytes) in the 128-byte swizzle that wgmma reads: 16-byte chunk c of row
+ * r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of its row. */
+__device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
+  return (chunk >> 3) * (rows * kRowBytes) + row * kRowBytes + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
 // log2 on the special-function unit.
@@ -322,21 +422,21 @@ __device__ __forceinline__ float fast_log2(float x) {
   return y;
 }
 
-// Start the copy of `rows` tile rows (of kRows) from src (row stride
-// `stride` elements) into `tile`; rows past `valid` are zero-filled, never
-// read. Each thread keeps one chunk column and steps down the rows.
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into the tile at shared address `dst`; rows past `valid` are
+// zero-filled, never read.
 template <int kRows>
-__device__ __forceinline__ void load_rows(unsigned short *tile, const unsigned short *src,
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long stride, int valid) {
   constexpr int kRowStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
   const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned dst = smem_addr(tile);
   const unsigned short *g = src + row0 * stride + chunk * 8;
 #pragma unroll
   for (int i = 0; i < kRows / kRowStep; i++) {
     const int row = row0 + i * kRowStep;
     const bool real = row < valid;
-    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : src, real ? 16 : 0);
+    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
     g += kRowStep * stride;
   }
 }
@@ -347,6 +447,13 @@ __device__ __forceinline__ void load_rows(unsigned short *tile, const unsigned s
 __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
   asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.bf16 %0, l; cvt.f32.bf16 %1, h; }"
       : "=f"(lo), "=f"(hi) : "r"(pair));
+}
+
+// Element offset of chunk `chunk` of tile row `row` (the rotation's view
+// of chunk_at: the Q tile and the K, V tiles have the same rows).
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  static_assert(kBlockM == kBlockN, "one layout for the Q and the K, V tiles");
+  return (int)(chunk_at(kBlockN, row, chunk) / 2);
 }
 
 /* ---- begin rotary embeddings ----
@@ -511,153 +618,49 @@ __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int
 }
 /* ---- end rotary embeddings ---- */
 
-/* ---- begin one KV tile ----
- * S = Q K^T for this warp's kMTiles x 16 rows and the tile's kBlockN keys,
- * then the online softmax (running row max m in raw S units, running row
- * sum l per thread, reduced over the quad at the end), then O += P V with P
- * reused from registers as the A operand. This thread holds rows
- * r_lo = g and r_hi = g + 8 of each m-tile, key columns 8n + 2tq, +1.
- * kMask: the tile needs the length or band mask; `diag_lo` / `diag_hi`
- * bound the visible keys: key column c of tile row r is visible when
- * r + diag_lo <= c <= r + diag_hi and c < kv_valid. */
-template <bool kMask>
-__device__ __forceinline__ void kv_tile(unsigned q_s, unsigned k_s, unsigned v_s, int wrow0,
-                                        float (&acc)[kMTiles][kDimTiles][4],
-                                        float (&m)[kMTiles][2], float (&l)[kMTiles][2],
-                                        int kv_valid, int diag_lo, int diag_hi) {
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-  float s[kMTiles][kKeyTiles][4];
+// Keep the registers a running wgmma reads (P, its A operand) live until
+// here: placed after the wait, so the compiler cannot reuse them earlier.
+__device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; mt++)
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; kk++) {
-    unsigned a[kMTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; mt++)
-      ldmatrix_x4(a[mt], q_s + swizzle(wrow0 + 16 * mt + (lane & 15), 2 * kk + (lane >> 4)) * 2);
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; n += 2) {
-      unsigned b[4];
-      ldmatrix_x4(b, k_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
-                                2 * kk + ((lane >> 3) & 1)) * 2);
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; mt++) {
-        mma_16816(s[mt][n], a[mt], b[0], b[1]);
-        mma_16816(s[mt][n + 1], a[mt], b[2], b[3]);
-      }
-    }
-  }
-
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; mt++) {
-    if constexpr (kMask) {
-#pragma unroll
-      for (int n = 0; n < kKeyTiles; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int r = wrow0 + 16 * mt + g + (e >= 2 ? 8 : 0);
-          const int col = n * 8 + 2 * tq + (e & 1);
-          bool hide = col >= kv_valid;
-          if constexpr (kHasRight) hide = hide || col > r + diag_hi;
-          if constexpr (kHasLeft) hide = hide || col < r + diag_lo;
-          if (hide) s[mt][n][e] = neg_inf();
-        }
-    }
-    // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
-    float mx[2] = {m[mt][0], m[mt][1]};
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; n++) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[mt][n][0], s[mt][n][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[mt][n][2], s[mt][n][3]));
-    }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-    }
-    float off[2], alpha[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      // A row that has seen no key yet keeps max -inf: offset 0 then, so
-      // that exp2(-inf - offset) is 0, never NaN. Unmasked tiles are finite.
-      off[h] = (kMask && mx[h] == neg_inf()) ? 0.f : mx[h] * kScaleLog2;
-      alpha[h] = fast_exp2(m[mt][h] * kScaleLog2 - off[h]); // m = -inf: 0
-      m[mt][h] = mx[h];
-    }
-    float rs[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; n++) {
-      s[mt][n][0] = fast_exp2(fmaf(s[mt][n][0], kScaleLog2, -off[0]));
-      s[mt][n][1] = fast_exp2(fmaf(s[mt][n][1], kScaleLog2, -off[0]));
-      s[mt][n][2] = fast_exp2(fmaf(s[mt][n][2], kScaleLog2, -off[1]));
-      s[mt][n][3] = fast_exp2(fmaf(s[mt][n][3], kScaleLog2, -off[1]));
-      rs[0] += s[mt][n][0] + s[mt][n][1];
-      rs[1] += s[mt][n][2] + s[mt][n][3];
-    }
-    l[mt][0] = l[mt][0] * alpha[0] + rs[0];
-    l[mt][1] = l[mt][1] * alpha[1] + rs[1];
-#pragma unroll
-    for (int n = 0; n < kDimTiles; n++) {
-      acc[mt][n][0] *= alpha[0];
-      acc[mt][n][1] *= alpha[0];
-      acc[mt][n][2] *= alpha[1];
-      acc[mt][n][3] *= alpha[1];
-    }
-  }
-
-  // O += P V: the accumulators of key tiles 2j, 2j+1 are the A fragment of
-  // key slice j.
-#pragma unroll
-  for (int j = 0; j < kBlockN / 16; j++) {
-    unsigned a[kMTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; mt++) {
-      a[mt][0] = pack2(s[mt][2 * j][0], s[mt][2 * j][1]);
-      a[mt][1] = pack2(s[mt][2 * j][2], s[mt][2 * j][3]);
-      a[mt][2] = pack2(s[mt][2 * j + 1][0], s[mt][2 * j + 1][1]);
-      a[mt][3] = pack2(s[mt][2 * j + 1][2], s[mt][2 * j + 1][3]);
-    }
-#pragma unroll
-    for (int n = 0; n < kDimTiles; n += 2) {
-      unsigned b[4];
-      ldmatrix_x4_trans(b, v_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                      n + (lane >> 4)) * 2);
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; mt++) {
-        mma_16816(acc[mt][n], a[mt], b[0], b[1]);
-        mma_16816(acc[mt][n + 1], a[mt], b[2], b[3]);
-      }
-    }
-  }
+  for (int j = 0; j < kBlockN / 16; j++)
+    asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
 }
-/* ---- end one KV tile ---- */
+
+// Wait for this warpgroup's running P V (O += P V of the last tile).
+__device__ __forceinline__ void retire_pv(float (&acc)[kHalves][8][4],
+                                          const unsigned (&p16)[kBlockN / 16][4]) {
+  wgmma_wait<0>();
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+  keep(p16);
+}
+
+// 1024-byte aligned: the swizzle's 8-row atoms start at multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
 
 /* ---- begin kernel ----
- * One CTA per (virtual q tile, head): grid (batch + total_q / kBlockM,
- * heads). Virtual tiles are taken in reverse, so a sequence's last q tile
- * (the most keys under a causal mask) starts first. The CTA works out the
- * tile's key range up front (the band's keys for its first and last rows),
- * walks its KV tiles from the last to the first with kStages resident.
- * Each warp masks only tiles where one of its real rows misses a key (the
- * sequence end, the band's edges) and skips tiles where none of its real
- * rows sees one (rows past the sequence end, the far side of the band). */
-extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+ * One CTA per (virtual q tile, head), taken in reverse as jagged_fwd.cu
+ * does. Warpgroup w owns query rows 64w..64w+63 of the tile. Per KV tile
+ * (last first, one barrier each): S = Q K^T on wgmma (both operands in
+ * shared memory), the wait for it also retires the previous tile's P V;
+ * the online softmax in registers (this thread holds rows 16 (warp % 4) +
+ * g and + 8 of its warpgroup's, key columns 64 h + 8n + 2tq, +1); O
+ * rescaled; then O += P V issued (P from registers) and left running into
+ * the next tile's barrier and S. The stage a tile's load refills is the
+ * one of two tiles back, whose products every warpgroup has retired. */
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
 ag_jrope_d128_bf16_causal_rope_fwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
               const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
               float *__restrict__ lse,
               const int *__restrict__ cu_seqlens_q,
               const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
               long long total_q, long long total_k, long long num_tiles) {
-  extern __shared__ __align__(128) unsigned short smem[];
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
   const JaggedTile jt =
       kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
                  : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
-  if (!jt.valid) return; // the same answer in every warp
+  if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
   const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
   const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
@@ -666,136 +669,239 @@ ag_jrope_d128_bf16_causal_rope_fwd(const unsigned short *__restrict__ q, const u
   const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
   const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
   const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
-  unsigned short *q_tile = smem;
-  unsigned short *kv = smem + kQElems;
+  const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
   // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
   auto load_kv = [&](int i) {
     const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
     const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
-    unsigned short *st = kv + (i % kStages) * kStageElems;
+    const unsigned st = kv_a + (i % kStages) * 2 * kKvBytes;
     load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
-    load_rows<kBlockN>(st + kKvElems, v_src + n0 * kv_stride, kv_stride, valid);
+    load_rows<kBlockN>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
   };
-  if (n_tiles > 0) load_rows<kBlockM>(q_tile, q_src, q_stride, rows);
-#pragma unroll
-  for (int i = 0; i < kStages - 1; i++) {
-    if (i < n_tiles) load_kv(i);
-    cp_async_commit();
+  if (n_tiles > 0) {
+    load_rows<kBlockM>(q_a, q_src, q_stride, rows);
+    load_kv(0);
   }
+  cp_async_commit();
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
-  const int wrow0 = warp * kWarpRows;
-  float acc[kMTiles][kDimTiles][4];
-  float m[kMTiles][2], l[kMTiles][2];
+  const int wrow0 = 64 * wg;  // this warpgroup's first row of the tile
+  const int r_lo = wrow0 + 16 * warp + g;  // this thread's rows: r_lo, r_lo + 8
+  float acc[kHalves][8][4];
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; mt++) {
-    m[mt][0] = m[mt][1] = neg_inf();
-    l[mt][0] = l[mt][1] = 0.f;
+  for (int hh = 0; hh < kHalves; hh++)
 #pragma unroll
-    for (int n = 0; n < kDimTiles; n++) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
-  }
-  const unsigned q_s = smem_addr(q_tile);
+    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
+  unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is running, as A fragments
 
 #pragma unroll 1
   for (int i = 0; i < n_tiles; i++) {
-    __syncthreads(); // every warp is done with the stage the next load refills
-    if (i + kStages - 1 < n_tiles) load_kv(i + kStages - 1);
+    cp_async_wait<0>();  // this tile (and, first, Q) has landed
+    fence_proxy_async();  // it is read by wgmma (the async proxy)
+    __syncthreads();  // for every thread; and every warpgroup has retired tile i - 2
+    if (i + 1 < n_tiles) load_kv(i + 1);
     cp_async_commit();
-    cp_async_wait<kStages - 1>();
-    __syncthreads();
+    const unsigned k_s = kv_a + (i % kStages) * 2 * kKvBytes, v_s = k_s + kKvBytes;
     const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
     const int kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
-    // Rotate the tile's keys (values) where they landed, and the queries
-    // with the first tile; every warp reads them after the barrier.
-    const RotaryRows rq = {m0 + shift, nullptr}, rk = {n0, nullptr};
-    if (kRotateQ && i == 0) rotate_rows(q_tile, nullptr, rows, rq);
-    if constexpr (kRotateK || kRotateV) {
-      unsigned short *st = kv + (i % kStages) * kStageElems;
-      rotate_rows(kRotateK ? st : nullptr, kRotateV ? st + kKvElems : nullptr, kv_valid, rk);
+    {
+      // Rotate the tile's keys (values) where they landed, and the queries
+      // with the first tile (the running P V reads another stage); the
+      // writes are fenced for wgmma's reads, and every warpgroup waits.
+      const RotaryRows rq = {m0 + shift, nullptr}, rk = {n0, nullptr};
+      unsigned short *const tile = smem + (kQBytes + (i % kStages) * 2 * kKvBytes) / 2;
+      if (kRotateQ && i == 0) rotate_rows(smem, nullptr, rows, rq);
+      if constexpr (kRotateK || kRotateV)
+        rotate_rows(kRotateK ? tile : nullptr, kRotateV ? tile + kKvBytes / 2 : nullptr, kv_valid,
+                    rk);
+      fence_proxy_async();
+      __syncthreads();
     }
-    __syncthreads();
-    const unsigned k_s = smem_addr(kv + (i % kStages) * kStageElems);
-    const unsigned v_s = k_s + kKvElems * 2;
     // Key column c of tile row r is visible when r + diag_lo <= c <= r +
     // diag_hi; both clamped to where they change nothing inside a tile.
     constexpr long long kFar = kBlockM + kBlockN + 1;
     const long long dhi = m0 + shift + kRight - n0, dlo = m0 + shift - kLeft - n0;
     const int diag_hi = (int)(dhi > kFar ? kFar : (dhi < -kFar ? -kFar : dhi));
     const int diag_lo = (int)(dlo > kFar ? kFar : (dlo < -kFar ? -kFar : dlo));
-    // The CTA masks a tile where some real row misses a key. A warp skips a
-    // tile none of its real rows sees a key of (the same as a tile all
-    // masked: m, l and O unchanged): rows past the end, the band's far side.
     bool mask = kv_valid < kBlockN;
-    if constexpr (kHasRight) mask = mask || diag_hi < kBlockN - 1; // row 0 misses a key
-    if constexpr (kHasLeft) mask = mask || (rows - 1) + diag_lo > 0; // last row misses key 0
-    bool skip = kWarpSkip && wrow0 >= rows;
-    if constexpr (kWarpSkip && kHasRight) skip = skip || wrow0 + kWarpRows - 1 + diag_hi < 0;
-    if constexpr (kWarpSkip && kHasLeft) skip = skip || wrow0 + diag_lo > kBlockN - 1;
-    if (skip) continue; // warp-uniform; the barriers above are outside
-    if (mask)
-      kv_tile<true>(q_s, k_s, v_s, wrow0, acc, m, l, kv_valid, diag_lo, diag_hi);
-    else
-      kv_tile<false>(q_s, k_s, v_s, wrow0, acc, m, l, kv_valid, diag_lo, diag_hi);
-  }
-  cp_async_wait<0>();
+    if constexpr (kHasRight) mask = mask || diag_hi < kBlockN - 1;  // row 0 misses a key
+    if constexpr (kHasLeft) mask = mask || (rows - 1) + diag_lo > 0;  // last row misses key 0
+    // A warpgroup skips a tile none of its real rows sees a key of (as a
+    // tile all masked would leave m, l and O): rows past the end, the
+    // band's far side. Warpgroup-uniform; it still retires its running
+    // P V, whose stage the next tile's load refills.
+    bool skip = wrow0 >= rows;
+    if constexpr (kHasRight) skip = skip || wrow0 + 63 + diag_hi < 0;
+    if constexpr (kHasLeft) skip = skip || wrow0 + diag_lo > kBlockN - 1;
+    if (skip) {
+      retire_pv(acc, p16);
+      continue;
+    }
 
-  // Normalise; stage this warp's rows in its own rows of the Q tile (read by
-  // no other warp) so that the global stores are 16-byte and coalesced. The
-  // warp's lanes read Q above: order those reads first.
-  unsigned *stage32 = reinterpret_cast<unsigned *>(q_tile);
-  __syncwarp();
+    // S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys.
+    float s[kKeyHalves][8][4];
+    wgmma_fence();
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; mt++) {
-    const int r_lo = wrow0 + 16 * mt + g, r_hi = r_lo + 8;
-    float inv[2], lrow[2];
+    for (int kk = 0; kk < kHeadDim / 16; kk++) {
+      const unsigned along = kk % 4 * 32;
+      const unsigned a = q_a + kk / 4 * (kBlockM * kRowBytes) + wrow0 * kRowBytes;
+#pragma unroll
+      for (int nh = 0; nh < kKeyHalves; nh++)
+        wgmma_ss<0, 0>(s[nh], sw128_desc(a, along),
+                       sw128_desc(k_s + kk / 4 * (kBlockN * kRowBytes) + nh * 64 * kRowBytes, along),
+                       kk);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();  // S, and the last tile's P V
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(s[nh]);
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+    if (i > 0) keep(p16);
+
+    if (mask) {
+#pragma unroll
+      for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int r = r_lo + (e >= 2 ? 8 : 0);
+            const int col = 64 * nh + n * 8 + 2 * tq + (e & 1);
+            bool hide = col >= kv_valid;
+            if constexpr (kHasRight) hide = hide || col > r + diag_hi;
+            if constexpr (kHasLeft) hide = hide || col < r + diag_lo;
+            if (hide) s[nh][n][e] = neg_inf();
+          }
+    }
+    // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[nh][n][0], s[nh][n][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[nh][n][2], s[nh][n][3]));
+      }
+    float off[2], alpha[2];
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
-      float t = l[mt][hh];
-      t += __shfl_xor_sync(0xffffffffu, t, 1);
-      t += __shfl_xor_sync(0xffffffffu, t, 2);
-      lrow[hh] = t;
-      inv[hh] = t > 0.f ? 1.f / t : 0.f; // no key: O = 0
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+      // A row that has seen no key yet keeps max -inf: offset 0 then, so
+      // that exp2(-inf - offset) is 0, never NaN.
+      off[hh] = mx[hh] == neg_inf() ? 0.f : mx[hh] * kScaleLog2;
+      alpha[hh] = fast_exp2(m[hh] * kScaleLog2 - off[hh]);  // m = -inf: 0
+      m[hh] = mx[hh];
     }
+    float rs[2] = {0.f, 0.f};
 #pragma unroll
-    for (int n = 0; n < kDimTiles; n++) {
-      stage32[(swizzle(r_lo, n) + 2 * tq) / 2] = pack2(acc[mt][n][0] * inv[0], acc[mt][n][1] * inv[0]);
-      stage32[(swizzle(r_hi, n) + 2 * tq) / 2] = pack2(acc[mt][n][2] * inv[1], acc[mt][n][3] * inv[1]);
+    for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        s[nh][n][0] = fast_exp2(fmaf(s[nh][n][0], kScaleLog2, -off[0]));
+        s[nh][n][1] = fast_exp2(fmaf(s[nh][n][1], kScaleLog2, -off[0]));
+        s[nh][n][2] = fast_exp2(fmaf(s[nh][n][2], kScaleLog2, -off[1]));
+        s[nh][n][3] = fast_exp2(fmaf(s[nh][n][3], kScaleLog2, -off[1]));
+        rs[0] += s[nh][n][0] + s[nh][n][1];
+        rs[1] += s[nh][n][2] + s[nh][n][3];
+      }
+    l[0] = l[0] * alpha[0] + rs[0];
+    l[1] = l[1] * alpha[1] + rs[1];
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        acc[hh][n][0] *= alpha[0];
+        acc[hh][n][1] *= alpha[0];
+        acc[hh][n][2] *= alpha[1];
+        acc[hh][n][3] *= alpha[1];
+      }
+    // O += P V: the S accumulators of keys 16j.. are the A fragment of key
+    // slice j; V's rows are read MN-major, 64 columns of the head at a time.
+#pragma unroll
+    for (int j = 0; j < kBlockN / 16; j++) {
+      const int nh = j / 4, n = 2 * (j % 4);
+      p16[j][0] = pack2(s[nh][n][0], s[nh][n][1]);
+      p16[j][1] = pack2(s[nh][n][2], s[nh][n][3]);
+      p16[j][2] = pack2(s[nh][n + 1][0], s[nh][n + 1][1]);
+      p16[j][3] = pack2(s[nh][n + 1][2], s[nh][n + 1][3]);
     }
-    if (tq == 0 && lse != nullptr) { // lse is optional (inference)
-      // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e + log2 l) * ln 2.
-      constexpr float kLn2 = 0.693147180559945309f;
-      float *lse_row = lse + (long long)h * total_q + jt.start + m0;
-      if (r_lo < rows)
-        lse_row[r_lo] = lrow[0] > 0.f ? (m[mt][0] * kScaleLog2 + fast_log2(lrow[0])) * kLn2 : neg_inf();
-      if (r_hi < rows)
-        lse_row[r_hi] = lrow[1] > 0.f ? (m[mt][1] * kScaleLog2 + fast_log2(lrow[1])) * kLn2 : neg_inf();
-    }
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < kBlockN / 16; j++)
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++)
+        wgmma_rs<1>(acc[hh], p16[j], sw128_desc(v_s + hh * (kBlockN * kRowBytes), j * kStepOverRows),
+                    1);
+    wgmma_commit();
   }
-  __syncwarp();
+  retire_pv(acc, p16);
+  cp_async_wait<0>();
+
+  // Normalise; stage the rows in the Q tile's place (every warpgroup is
+  // done with Q after the barrier) as plain rows, 16-byte chunks swizzled
+  // by the row, so that the global stores are 16-byte and coalesced.
+  __syncthreads();
+  unsigned short *const stage = smem;
+  unsigned *const stage32 = reinterpret_cast<unsigned *>(stage);
+  float inv[2], lrow[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    float t = l[hh];
+    t += __shfl_xor_sync(0xffffffffu, t, 1);
+    t += __shfl_xor_sync(0xffffffffu, t, 2);
+    lrow[hh] = t;
+    inv[hh] = t > 0.f ? 1.f / t : 0.f;  // no key: O = 0
+  }
+  const int r_hi = r_lo + 8;
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      const int c = 8 * hh + n;  // the 16-byte chunk of the row
+      stage32[(r_lo * kHeadDim + ((c ^ (r_lo & 7)) * 8) + 2 * tq) / 2] =
+          pack2(acc[hh][n][0] * inv[0], acc[hh][n][1] * inv[0]);
+      stage32[(r_hi * kHeadDim + ((c ^ (r_hi & 7)) * 8) + 2 * tq) / 2] =
+          pack2(acc[hh][n][2] * inv[1], acc[hh][n][3] * inv[1]);
+    }
+  if (tq == 0 && lse != nullptr) {  // lse is optional (inference)
+    // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e + log2 l) * ln 2.
+    constexpr float kLn2 = 0.693147180559945309f;
+    float *lse_row = lse + (long long)h * total_q + jt.start + m0;
+    if (r_lo < rows)
+      lse_row[r_lo] = lrow[0] > 0.f ? (m[0] * kScaleLog2 + fast_log2(lrow[0])) * kLn2 : neg_inf();
+    if (r_hi < rows)
+      lse_row[r_hi] = lrow[1] > 0.f ? (m[1] * kScaleLog2 + fast_log2(lrow[1])) * kLn2 : neg_inf();
+  }
+  __syncthreads();
   unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
 #pragma unroll
-  for (int it = 0; it < kWarpRows * kChunks / 32; it++) {
-    const int i = lane + it * 32;
-    const int row = wrow0 + i / kChunks, chunk = i % kChunks;
+  for (int it = 0; it < kBlockM * kChunks / kThreads; it++) {
+    const int idx = threadIdx.x + it * kThreads;
+    const int row = idx / kChunks, chunk = idx % kChunks;
     if (row < rows)
       *reinterpret_cast<uint4 *>(out + row * q_stride + chunk * 8) =
-          *reinterpret_cast<const uint4 *>(q_tile + swizzle(row, chunk));
+          *reinterpret_cast<const uint4 *>(stage + row * kHeadDim + ((chunk ^ (row & 7)) * 8));
   }
 }
 /* ---- end kernel ---- */
 
 namespace bwd {
 
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this backward is planned for sm_90a only (wgmma)"
+#endif
 /* ---- begin jagged backward constants ---- */
 constexpr int kHeadDim = 128;  // elements per head
-constexpr int kBlockM = 64;  // query rows of a tile
-constexpr int kBlockN = 64;  // key rows of a tile
-constexpr int kWarps = 4;  // warps per CTA: 16 stationary rows each
-constexpr int kThreads = kWarps * 32;
-constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
-constexpr int kSmemBytesDq = 98816;  // dynamic shared memory of _dq, as planned
-constexpr int kSmemBytesDkv = 99328;  // dynamic shared memory of _dkv, as planned
+constexpr int kBlockM = 64;  // query rows of a step
+constexpr int kBlockN = 128;  // key rows of a CTA
+constexpr int kWarpgroups = kBlockN / 64;  // each owns 64 key rows
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kRowsThreads = 256;  // threads of _pre and _dq
+constexpr int kSmemBytes = 222208;  // dynamic shared memory of _kv, as planned
 constexpr float kScale = 8.838834765e-02f;  // softmax scale 1/sqrt(128)
 constexpr float kScaleLog2 = 1.275174308e-01f;  // the scale times log2(e)
 constexpr float kLog2e = 1.4426950408889634f;
@@ -806,25 +912,39 @@ constexpr int kWindowRight = 0;  // keys after it
 constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
 constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
 constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
-constexpr bool kBroadcast = 0;  // one dense Q shared by every sequence
-constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
-constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile (_dq)
-constexpr int kQueryTiles = kBlockM / 8;  // n-tiles of S^T and dP^T over a query tile (_dkv)
+constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(!(kBroadcast && 1), "rotary embeddings with a broadcast Q are not planned");
-static_assert(kBlockM == 16 * kWarps && kBlockN == 16 * kWarps,
-              "each warp owns 16 stationary rows; tiles of both kinds are 16 * WARPS rows");
-// _dq: Q and dO of the query tile, then two K, V slots (a ring: the next
-// key tile loads while this one is computed), then each query row's
-// LSE * log2(e) and D, in floats.
-constexpr int kQTileElems = kBlockM * kHeadDim;
-constexpr int kKTileElems = kBlockN * kHeadDim;
-static_assert(2 * (2 * kQTileElems + 4 * kKTileElems) + 2 * 4 * kBlockM == kSmemBytesDq,
-              "the plan's _dq shared memory is Q, dO, two K, V slots and two floats a row");
-// _dkv: K and V of the key tile, then two Q, dO slots, then two slots of
-// LSE * log2(e) and D for the query rows of a Q, dO slot.
-static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == kSmemBytesDkv,
-              "the plan's _dkv shared memory is K, V, two Q, dO slots and their row floats");
+static_assert(kBlockM == 64 && kBlockN % 64 == 0 && kWarpgroups <= 2,
+              "64-row query steps, 64 key rows per warpgroup");
+static_assert(kHeadDim == 64 || kWarpgroups == 2,
+              "head dim 128 splits dQ's columns between two warpgroups");
+// Every operand is made of 64-column matrices of 128-byte rows in the
+// 128-byte swizzle (wgmma_sm90.cuh): a tile of R rows is kHalves such
+// R-row matrices, one per 64 columns of the head.
+constexpr int kHalves = kHeadDim / 64;
+constexpr int kRowBytes = 128;
+constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
+constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
+constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
+constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
+// Shared memory: K, V, kSlots slots of Q and dO, dS^T, kSlots slots of
+// LSE and D for the step's query rows, then the dQ staging rows.
+// Slots of the ring: with three, a step's copies go to the slot of step
+// i - 1, free once the step's one barrier is passed; two (head dim 128,
+// for shared memory) take a second barrier a step.
+constexpr int kSlots = kHeadDim == 64 ? 3 : 2;
+// With head dim 64 each warpgroup's dQ reads only its own dS^T rows.
+constexpr bool kOwnDs = kHalves == 1;
+constexpr int kRingAt = 2 * kKBytes;
+constexpr int kDsAt = kRingAt + kSlots * 2 * kQBytes;
+constexpr int kRowsAt = kDsAt + kDsBytes;
+// Two slots of dQ staging rows per warpgroup: 64 rows of 64 fp32 a step,
+// padded to 72 so that the quads' float2 stores of a warp fill the banks.
+constexpr int kStageStride = 72;
+constexpr int kStageAt = kRowsAt + kSlots * 2 * 4 * kBlockM;
+static_assert(kStageAt + 2 * kWarpgroups * 64 * kStageStride * 4 == kSmemBytes,
+              "the plan's shared memory is K, V, two Q, dO slots, dS^T, the row floats and "
+              "the dQ staging rows");
 /* ---- end jagged backward constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
@@ -897,6 +1017,143 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
   asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.bf16 %0, l; cvt.f32.bf16 %1, h; }"
       : "=f"(lo), "=f"(hi) : "r"(pair));
 }
+
+/* ---- begin device helpers (wgmma, sm_90a) ----
+ * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
+ * 64x64 fp32 result; warp w of the group holds rows 16w..16w+15 in the same
+ * registers as 8 mma.sync m16n8 accumulator tiles (d[n][e]: row g + 8(e / 2),
+ * column 8n + 2tq + e % 2), so code written around mma.sync fragments reads
+ * the result unchanged. Every thread of the group must execute these. */
+
+// Descriptor of a 64-row operand laid out as the tiles are: rows of 128
+// bytes (64 elements), the 16-byte chunk c of row r at c ^ (r % 8), the
+// tile 1024-byte aligned. That is the 128-byte swizzle: 8-row atoms of
+// 1024 bytes, stride (SBO) 1024 between atoms. Read K-major (rows run over
+// M or N, the 64 elements over k) or MN-major (rows run over k); either way
+// one 64-element block, so the leading offset (LBO) is never used. `tile`
+// is the tile's shared address, `offset` the bytes from there to the first
+// element the MMA reads: for K-major operands 32 per k16 step into the row,
+// for MN-major 16 rows. The offset is added to the finished descriptor's
+// start-address field (16-byte units), so the tile's part is worked out
+// once for every step; shared addresses stay below 2^18, so the sum never
+// carries out of the field.
+__device__ __forceinline__ unsigned long long sw128_desc(unsigned tile, unsigned offset) {
+  return ((unsigned long long)((tile & 0x3FFFFu) >> 4) |  // start address, 16-byte units
+          (unsigned long long)1 << 16 |                   // LBO (unused)
+          (unsigned long long)(1024 >> 4) << 32 |         // SBO: the next 8 rows
+          (unsigned long long)1 << 62) +                  // 128-byte swizzle
+         (offset >> 4);
+}
+
+// Order this thread's earlier register and shared-memory writes before the
+// wgmma that follow (accumulators, A fragments).
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+// Close the wgmma issued since the last commit into a group.
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still running.
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory");
+}
+// After wgmma_wait: pin the accumulators there, so that no read of them is
+// moved above the wait (to the compiler the wgmma asm wrote them already).
+__device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+}
+// Make this thread's generic-proxy shared-memory writes (st.shared,
+// cp.async) visible to the async proxy that wgmma reads through; a barrier
+// must follow before another thread's wgmma reads them.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The 64x64 fp32 result d as the asm operands %0..%31 of both MMAs below,
+// and the list of those registers.
+#define WGMMA_D_LIST                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_D_OPERANDS(d)                                                      \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),                     \
+  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),                     \
+  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),                     \
+  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),                     \
+  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),                     \
+  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),                     \
+  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),                     \
+  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+// d (+)= A B, 64x64x16, A and B from shared memory. kTransA / kTransB: 0
+// for K-major operands, 1 for MN-major (16-bit types only). `accumulate` 0
+// overwrites d.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[8][4], unsigned long long a,
+                                         unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               WGMMA_D_LIST ", %32, %33, p, 1, 1, %35, %36; }\n"
+               : WGMMA_D_OPERANDS(d)
+               : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+
+// d (+)= A B, 64x64x16, A from registers (this warp's 16 rows in the
+// mma.sync A fragment layout), B from shared memory (kTransB as above).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4],
+                                         unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               WGMMA_D_LIST ", {%32, %33, %34, %35}, %36, p, 1, 1, %38; }\n"
+               : WGMMA_D_OPERANDS(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
+                 "n"(kTransB));
+}
+#undef WGMMA_D_LIST
+#undef WGMMA_D_OPERANDS
+
+/* ---- end device helpers (wgmma) ---- */
+
+/* ---- begin device helpers (stmatrix, bulk copies, sm_90) ---- */
+
+// Four 8x8 16-bit matrices to shared memory (ldmatrix_x4's inverse): lanes
+// 8i..8i+7 give the row addresses of matrix i, and r[i] holds this lane's
+// pair of it in the mma C layout (row lane / 4, columns 2 (lane % 4) + 0, 1).
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2,
+                                            unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+// Make this thread's shared-memory writes visible to the bulk copies (the
+// async proxy); a barrier must follow before another thread issues them.
+__device__ __forceinline__ void fence_to_bulk() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from
+// shared to global memory in the background; closed into a group by
+// bulk_commit.
+__device__ __forceinline__ void bulk_store(void *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Wait until at most `pending` of this thread's committed groups have yet
+// to finish reading their shared-memory source (the writes to global
+// memory may still be on their way).
+template <int pending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(pending) : "memory");
+}
+
+/* ---- end device helpers (stmatrix, bulk copies) ---- */
 
 /* ---- begin jagged tiles ----
  * Sequence i of a jagged tensor of `total` tokens starts at token
@@ -1241,6 +1498,15 @@ __device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][
 }
 /* ---- end jagged tiles ---- */
 
+// The rotation's views of load_rows' layout (element offsets): a Q, dO
+// slot of kBlockM rows and the K, V tiles of kBlockN rows.
+template <int kRows>
+struct Sw128Rows {
+  static __device__ __forceinline__ int at(int row, int chunk) {
+    return (chunk >> 3) * (kRows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+  }
+};
+
 /* ---- begin rotary embeddings ----
  * Pair i (0 <= i < kHeadDim / 2) of a head, (x[2i], x[2i + 1]) in the
  * interleaved layout or (x[i], x[i + kHeadDim / 2]) in the half layout, of
@@ -1409,125 +1675,71 @@ struct RotaryTables {
   const unsigned short *q, *k;
 };
 
-// The CTA's dynamic shared memory (layouts above).
-extern __shared__ __align__(128) unsigned short smem[];
+// 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
+// multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
 
-/* ---- begin the math ----
- * Per (sequence, q head h, kv head h / (heads / kv_heads)), with
- * P = exp(scale * S - LSE) recomputed from the forward's LSE, S = Q K^T
- * over the keys each query sees, and dO given:
- *   D = rowsum(dO (.) O),  dP = dO V^T,  dS = P (.) (dP - D),
- *   dQ = scale * dS K,     dK = scale * dS^T Q,   dV = P^T dO
- * (dK, dV summed over the q heads of a kv head). dS is rounded unscaled and
- * the scale is applied in fp32 as dQ and dK are stored. Rows whose LSE is
- * -inf (no key) and rows past a sequence's end take LSE = +inf, so P = 0;
- * their D is 0. Both kernels keep every gradient row in one CTA and walk
- * their tiles in a fixed order: bit-identical results, no atomics.
- * ---- end the math ---- */
-
-/* ---- begin kernel _dq ----
- * Q-stationary: a CTA owns one query tile of one head; it computes D for
- * its rows (from O and dO in memory) and writes it to `di` [heads,
- * total_q], then walks the key tiles of the band, K and V streaming
- * through two slots, and stores dQ. With a broadcast Q a CTA owns one
- * query tile of one head over a slab of sequences (slab_start): it adds
- * every sequence's dQ in order in registers and stores the slab's fp32
- * partial after D, [slabs, n_q, heads, kHeadDim] (num_tiles = q_tiles *
- * slabs), for _dq_sum. */
-
-// One sequence's part of a query tile's dQ (rows q0.., mq of them real),
-// added to acc; writes D of those rows. Starts with a barrier (the last
-// tile's shared memory is free) and ends with no copy in flight.
-__device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpan &sp,
-    long long q0, int h, int hk, const unsigned short *__restrict__ q,
-    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
-    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
-    const float *__restrict__ lse, float *__restrict__ di, const RotaryTables &tables, int heads,
-    int kv_heads, long long total_q) {
-  (void)tables;
-  const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
-  unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
-  unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
-  float *const lse_s = reinterpret_cast<float *>(smem + 2 * kQTileElems + 4 * kKTileElems);
-  float *const di_s = lse_s + kBlockM;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2;
-  const int row0 = 16 * warp;  // this warp's rows of the query tile
-  const int mq = (int)min((long long)kBlockM, sp.q_len - q0);  // real query rows
-  const long long delta = sp.k_len - sp.q_len;
-  long long j_first, j_last;
-  keys_seen(q0, q0 + mq - 1, sp.q_len, sp.k_len, j_first, j_last);
-  const long long kt0 = j_first / kBlockN;
-  const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
-
-  const long long q_row = (sp.q_src + q0) * q_stride + (long long)h * kHeadDim;
-  const long long o_row = (sp.q_start + q0) * q_stride + (long long)h * kHeadDim;
-  const unsigned short *const k_head = k + sp.k_start * k_stride + (long long)hk * kHeadDim;
-  const unsigned short *const v_head = v + sp.k_start * k_stride + (long long)hk * kHeadDim;
-
-  __syncthreads();  // nobody reads the last tile's shared memory any more
-  if (n_steps > 0) {
-    const long long k0 = kt0 * kBlockN;
-    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-    load_tile<kBlockM>(q_s, q + q_row, q_stride, mq);
-    load_tile<kBlockM>(do_s, dout + o_row, q_stride, mq);
-    load_tile<kBlockN>(ring, k_head + k0 * k_stride, k_stride, nk);
-    load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * k_stride, k_stride, nk);
-  }
-  cp_async_commit();
-
-  // D of this warp's rows from memory while the tiles land.
-  row_stats(o, dout, lse, di, o_row, q_stride, (long long)h * total_q + sp.q_start + q0, mq, row0,
-            lse_s, di_s);
-  __syncwarp();
-  const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
-  const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
-  const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s);
-
-#pragma unroll 1
-  for (int i = 0; i < n_steps; i++) {
-    // Refill the other slot with the next key tile once every warp is
-    // done with it, then wait for this one.
-    __syncthreads();
-    if (i + 1 < n_steps) {
-      const long long k1 = (kt0 + i + 1) * kBlockN;
-      const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
-      unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
-      load_tile<kBlockN>(slot, k_head + k1 * k_stride, k_stride, nk1);
-      load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * k_stride, k_stride, nk1);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    const long long k0 = (kt0 + i) * kBlockN;
-    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-    // Rotate the key tile's K (V) where it landed, and Q with the first
-    // tile; every warp reads them after the barrier.
-    const RotaryRows rq = rotary_rows(tables.q, sp.q_start + q0, q0 + delta);
-    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
-    if (kRotateQ && i == 0) rotate_rows(q_s, nullptr, mq, rq);
-    if constexpr (kRotateK || kRotateV) {
-      unsigned short *slot = ring + (i & 1) * 2 * kKTileElems;
-      rotate_rows(kRotateK ? slot : nullptr, kRotateV ? slot + kKTileElems : nullptr, nk, rk);
-    }
-    __syncthreads();
-    const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
-    const unsigned v_a = k_a + 2 * kKTileElems;
-    float s[kKeyTiles][4], dp[kKeyTiles][4];
-    rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
-    rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
-    const Band band = tile_band(q0, k0, delta);
-    const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
-    unsigned p16[kKeyTiles][2], ds[kKeyTiles][2];
-    probs_and_ds<kKeyTiles, false>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nk, band, row0, p16,
-                                   ds);
-    accumulate<kKeyTiles>(acc, ds, k_a);
-  }
-  cp_async_wait<0>();  // no copy outlives the tile (none is pending with steps)
+// Where the fp32 dQ accumulator starts in `di` (16-byte aligned).
+__device__ __forceinline__ long long dq_accumulator_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_jrope_d128_bf16_causal_rope_bwd_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+/* ---- begin the math ----
+ * As jagged_bwd.cu: P = exp(scale * S - LSE), dP = dO V^T, dS = P (.) (dP
+ * - D), dV = P^T dO, dK = scale * dS^T Q, dQ = scale * dS K, D =
+ * rowsum(dO (.) O). Here dQ is added tile pair by tile pair with fp32
+ * atomics, so its bits depend on the order the CTAs run in; dK and dV are
+ * each written by one CTA, in a fixed order.
+ * ---- end the math ---- */
+
+// Start the copy of kRows rows of one head (`src` is row 0, this head)
+// into the matrices at `dst` (shared address), the first `rows` real and
+// the rest zero-filled; the caller commits. Piece c (16 bytes) of row r
+// sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of the row.
+template <int kRows>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
+  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
+  const unsigned base = dst + (c >> 3) * (kRows * kRowBytes);
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < rows;
+    cp_async_16(base + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4),
+                real ? src + row * row_stride + c * 8 : src, real ? 16 : 0);
+  }
+}
+
+// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
+// engine in the background (both 16-byte aligned, bytes a multiple of 16);
+// closed into a group by bulk_commit (bulk_sm90.cuh). PTX ISA:
+// cp.reduce.async.bulk.
+__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+// Barrier `id` over `threads` threads (a warpgroup: 128), not the CTA.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// Keep registers an asynchronous wgmma reads (its A operand) live until
+// here: placed after the wait, so the compiler cannot reuse them earlier.
+template <int kN>
+__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
+#pragma unroll
+  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
+}
+
+/* ---- begin kernel _pre ----
+ * One (token, head) row of kPieces lanes: D = rowsum(dO (.) O) to `di`
+ * (0 for a row with no key, whose LSE is -inf), and the row's dQ
+ * accumulator zeroed. */
+constexpr int kRowsPerCta = kRowsThreads * 8 / kHeadDim;
+extern "C" __global__ void __launch_bounds__(kRowsThreads)
+ag_jrope_d128_bf16_causal_rope_bwd_pre(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
@@ -1535,139 +1747,72 @@ ag_jrope_d128_bf16_causal_rope_bwd_dq(const unsigned short *__restrict__ q, cons
     const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
     long long batch, int heads, int kv_heads, long long total_q, long long total_k,
     long long num_tiles) {
-  (void)dk;
-  (void)dv;
-  if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
-  const int h = blockIdx.y, hk = h / (heads / kv_heads);
-  const long long q_stride = (long long)heads * kHeadDim;
-  const int row0 = 16 * (threadIdx.x >> 5);  // this warp's rows of the query tile
-  const RotaryTables tables = {nullptr, nullptr};
-  float acc[kDimTiles][4];
-
-#pragma unroll 1
-  for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
+  (void)q, (void)k, (void)v, (void)dq, (void)dk, (void)dv, (void)cu_seqlens_q;
+  (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k, (void)num_tiles;
+  const long long rows = total_q * heads;
+  const long long row = blockIdx.x * (long long)kRowsPerCta + threadIdx.x / kPieces;
+  const int piece = threadIdx.x % kPieces;
+  float a = 0.f;
+  if (row < rows) {
+    const long long at = row * kHeadDim + piece * 8;
+    const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+    const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+    const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
-    for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    if constexpr (kBroadcast) {
-      (void)dq;
-      const long long n_q = total_q / batch, q_tiles = (n_q + kBlockM - 1) / kBlockM;
-      const long long slabs = num_tiles / q_tiles, slab = vt / q_tiles;
-      const long long q0 = (vt - slab * q_tiles) * kBlockM;
-      const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
-#pragma unroll 1
-      for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++)
-        dq_tile(acc, seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k), q0, h, hk,
-                q, k, v, o, dout, lse, di, tables, heads, kv_heads, total_q);
-      float *const part = di + broadcast_partials_at(heads, total_q) + slab * n_q * q_stride;
-      store_rows_f32(acc, kScale, row0, (int)min((long long)kBlockM, n_q - q0),
-                     part + q0 * q_stride + (long long)h * kHeadDim, q_stride);
-    } else {
-      const long long seq = find_sequence(cu_seqlens_q, batch, total_q, vt, kBlockM);
-      const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
-      const long long tile = vt - (seq + sp.q_start / kBlockM);
-      if (tile < 0 || tile * kBlockM >= sp.q_len) continue;  // an unused number
-      const long long q0 = tile * kBlockM;
-      dq_tile(acc, sp, q0, h, hk, q, k, v, o, dout, lse, di, tables, heads, kv_heads, total_q);
-      const int mq = (int)min((long long)kBlockM, sp.q_len - q0);
-      const RotaryRows rq = rotary_rows(tables.q, sp.q_start + q0, q0 + sp.k_len - sp.q_len);
-      if constexpr (kRotateQ) unrotate_rows(acc, row0, mq, rq);  // dQ of the unrotated Q
-      store_rows(acc, kScale, row0, mq, dq + (sp.q_start + q0) * q_stride + (long long)h * kHeadDim,
-                 q_stride);
+    for (int e = 0; e < 4; e++) {
+      float x0, x1, y0, y1;
+      unpack2(xs[e], x0, x1);
+      unpack2(ys[e], y0, y1);
+      a = fmaf(x0, y0, a);
+      a = fmaf(x1, y1, a);
     }
+    float4 *acc = reinterpret_cast<float4 *>(di + dq_accumulator_at(heads, total_q) + at);
+    acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+  if (piece == 0 && row < rows) {
+    const long long t = row / heads, h = row - t * heads;
+    di[h * total_q + t] = lse[h * total_q + t] == neg_inf() ? 0.f : a;
   }
 }
-/* ---- end kernel _dq ---- */
+/* ---- end kernel _pre ---- */
 
-/* ---- begin fast dQ helpers ----
- * Used only by jagged_bwd_fast.cu's key-stationary kernel (compiled away
- * here): dS^T of a tile pair in shared memory, [kBlockN keys][kBlockM
- * queries], 16-byte pieces XOR-swizzled by the key row. */
-constexpr int kDsElems = kBlockN * kBlockM;
-static_assert(kBlockM % 64 == 0, "dS^T rows are whole 8-piece swizzle groups");
-__device__ __forceinline__ int ds_swizzle(int row, int piece) {
-  return row * kBlockM + ((piece ^ (row & 7)) * 8);
-}
-
-// Two fp32 adds to global memory, one vector op on sm_90.
-__device__ __forceinline__ void red_add2(float *p, float a, float b) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(a), "f"(b) : "memory");
-#else
-  atomicAdd(p, a);
-  atomicAdd(p + 1, b);
-#endif
-}
-
-// dQ += dS K for this warp's 16 query rows (row0..) of the tile pair, added
-// to `acc` (row 0 of the query tile, this head; rows before `rows`), in two
-// halves of the head so that few registers are live: A is dS read from
-// dS^T with ldmatrix.trans, B is K read as columns.
-__device__ __forceinline__ void add_dq(const unsigned short *ds_s, unsigned k_a, float *acc,
-                                       long long at, long long row_stride, int row0, int rows) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  const unsigned ds_a = smem_addr(ds_s);
-  constexpr int kHalf = kDimTiles / 2;
-#pragma unroll 1
-  for (int half = 0; half < 2; half++) {
-    float c[kHalf][4];
-#pragma unroll
-    for (int n = 0; n < kHalf; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; kk++) {
-      // matrix m = lane / 8: keys 16kk + 8 (m / 2).., queries row0 + 8 (m % 2)..
-      const int m = lane >> 3;
-      unsigned a[4];
-      ldmatrix_x4_trans(a, ds_a + ds_swizzle(16 * kk + (lane & 7) + ((m >> 1) << 3),
-                                             row0 / 8 + (m & 1)) * 2);
-#pragma unroll
-      for (int n = 0; n < kHalf; n += 2) {
-        unsigned b[4];
-        ldmatrix_x4_trans(b, k_a + swizzle(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                           half * kHalf + n + (lane >> 4)) * 2);
-        mma_16816(c[n], a, b[0], b[1]);
-        mma_16816(c[n + 1], a, b[2], b[3]);
-      }
-    }
-#pragma unroll
-    for (int hi = 0; hi < 2; hi++) {
-      const int row = row0 + g + 8 * hi;
-      if (row >= rows) continue;
-      float *dst = acc + at + row * row_stride + half * kHalf * 8 + 2 * tq;
-#pragma unroll
-      for (int n = 0; n < kHalf; n++) red_add2(dst + 8 * n, c[n][2 * hi], c[n][2 * hi + 1]);
-    }
-  }
-}
-/* ---- end fast dQ helpers ---- */
-
-/* ---- begin kernel _dkv ----
- * KV-stationary: a CTA owns one key tile of one kv head; it walks the
- * group's q heads in order and, for each, the query tiles of the band, Q,
- * dO and their rows' LSE and D streaming through two slots, and stores dK
- * and dV. Reads the `di` that _dq wrote. With kFastDq (jagged_bwd_fast.cu)
- * it also writes dS of each tile pair to shared memory and adds dQ = dS K
- * to the fp32 accumulator `dq_acc` with atomics (not deterministic). */
-template <bool kFastDq>
-__device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
-    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+/* ---- begin kernel _kv ----
+ * KV-stationary: a CTA owns kBlockN keys of one kv head (warpgroup w the
+ * 64 from 64w) and walks the group's q heads in order and, for each, the
+ * query tiles of the band; Q, dO and their rows' LSE and D stream through
+ * two slots. Per step each warpgroup computes S^T = K Q^T and dP^T = V dO^T
+ * (A and B from shared memory), P^T and dS^T in registers, dV += P^T dO
+ * and dK += dS^T Q (A from registers), writes dS^T to shared memory, and
+ * after a barrier dQ = dS K over all kBlockN keys for its 64 columns of
+ * the head (head_dim 128), or over its own 64 keys (head_dim 64), which
+ * it adds to the accumulator. */
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dk, unsigned short *__restrict__ dv,
-    const float *__restrict__ di, float *__restrict__ dq_acc, const RotaryTables &tables,
+    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di,
     const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
     long long batch, int heads, int kv_heads, long long total_q, long long total_k,
     long long num_tiles) {
+  (void)o;
+  (void)dq;
+  const RotaryTables tables = {nullptr, nullptr};
   (void)tables;
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
   const int hk = blockIdx.y, group = heads / kv_heads;
   const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
-  unsigned short *const k_s = smem, *const v_s = smem + kKTileElems;
-  unsigned short *const ring = smem + 2 * kKTileElems;  // slot i: Q at 2i tiles, dO after it
-  float *const rows_s = reinterpret_cast<float *>(smem + 2 * kKTileElems + 4 * kQTileElems);
-  unsigned short *const ds_s = reinterpret_cast<unsigned short *>(rows_s + 4 * kBlockM);  // fast only
-  // slot i's LSE * log2(e) at rows_s + 2i * kBlockM, its D kBlockM on
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, tq = lane & 3;
-  const int row0 = 16 * warp;  // this warp's rows of the key tile
+  const unsigned base = smem_addr(smem);
+  const unsigned k_a = base, v_a = base + kKBytes, ring_a = base + kRingAt, ds_a = base + kDsAt;
+  float *const rows_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kRowsAt);
+  float *const stage_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kStageAt);
+  float *const dq_acc = di + dq_accumulator_at(heads, total_q);
+  const int wg = threadIdx.x >> 7;  // this warpgroup's keys: 64 wg..
+  const int warp = (threadIdx.x >> 5) & 3;  // its rows in them: 16 warp..
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int key0 = 64 * wg + 16 * warp + g;  // this thread's first key row of the tile (+8)
 
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
@@ -1683,7 +1828,6 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
     const long long qt0 = i_first / kBlockM;
     const int q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - qt0 + 1);
     const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
-
     const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
     const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
 
@@ -1693,114 +1837,307 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       const long long i0 = (qt0 + i % q_tiles) * kBlockM;
       const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
       const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
-      unsigned short *slot = ring + (i & 1) * 2 * kQTileElems;
-      load_tile<kBlockM>(slot, q + (at - (sp.q_start - sp.q_src) * q_stride), q_stride, mq);
-      load_tile<kBlockM>(slot + kQTileElems, dout + at, q_stride, mq);
-      if (threadIdx.x < kBlockM) {
-        const int r = threadIdx.x;
+      const unsigned slot = ring_a + (i % kSlots) * 2 * kQBytes;
+      load_rows<kBlockM>(slot, q + at, q_stride, mq);
+      load_rows<kBlockM>(slot + kQBytes, dout + at, q_stride, mq);
+      if (threadIdx.x < 2 * kBlockM) {
+        const int r = threadIdx.x % kBlockM;
         const long long row = (long long)h * total_q + sp.q_start + i0 + (r < mq ? r : 0);
-        float *f = rows_s + (i & 1) * 2 * kBlockM;
-        cp_async_4(smem_addr(f + r), lse + row, r < mq ? 4 : 0);
-        cp_async_4(smem_addr(f + kBlockM + r), di + row, r < mq ? 4 : 0);
+        float *f = rows_s + (i % kSlots) * 2 * kBlockM + threadIdx.x;  // LSE, then D
+        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
       }
     };
 
     __syncthreads();  // nobody reads the last tile's shared memory any more
-    load_tile<kBlockN>(k_s, k + k_row, k_stride, nk);
-    load_tile<kBlockN>(v_s, v + k_row, k_stride, nk);
+    load_rows<kBlockN>(k_a, k + k_row, k_stride, nk);
+    load_rows<kBlockN>(v_a, v + k_row, k_stride, nk);
     if (n_steps > 0) load_step(0);
     cp_async_commit();
-
-    float acc_v[kDimTiles][4], acc_k[kDimTiles][4];
-#pragma unroll
-    for (int n = 0; n < kDimTiles; n++) {
-      acc_v[n][0] = acc_v[n][1] = acc_v[n][2] = acc_v[n][3] = 0.f;
-      acc_k[n][0] = acc_k[n][1] = acc_k[n][2] = acc_k[n][3] = 0.f;
+    if constexpr (kSlots == 3) {
+      if (n_steps > 1) load_step(1);
+      cp_async_commit();
     }
-    const unsigned k_a = smem_addr(k_s), v_a = smem_addr(v_s);
+
+    float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc_v[hh][n][e] = acc_k[hh][n][e] = 0.f;
 
 #pragma unroll 1
     for (int i = 0; i < n_steps; i++) {
-      __syncthreads();
-      if (i + 1 < n_steps) load_step(i + 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-      __syncthreads();
+      bulk_wait_read<1>();  // step i - 2's staging rows are read: this step may write them
+      if constexpr (kSlots == 3) {
+        cp_async_wait<1>();  // this step's copies have landed (the next step's may not)
+        fence_proxy_async();  // they are read by wgmma (the async proxy)
+        __syncthreads();  // for every thread; and step i - 1 is done, so its slot is free
+        if (i + 2 < n_steps) load_step(i + 2);
+        cp_async_commit();
+      } else {
+        __syncthreads();  // the other slot and dS^T are free (step i - 1 is done)
+        if (i + 1 < n_steps) load_step(i + 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+        fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+        __syncthreads();
+      }
+      const int h = hk * group + i / q_tiles;
       const long long i0 = (qt0 + i % q_tiles) * kBlockM;
       const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
-      // Rotate the step's Q where it landed, and K (V) with the first step;
-      // every warp reads them after the barrier.
-      const RotaryRows rq = rotary_rows(tables.q, sp.q_start + i0, i0 + delta);
-      if constexpr (kRotateQ) rotate_rows(ring + (i & 1) * 2 * kQTileElems, nullptr, mq, rq);
-      if ((kRotateK || kRotateV) && i == 0)
-        rotate_rows(kRotateK ? k_s : nullptr, kRotateV ? v_s : nullptr, nk, rk);
-      __syncthreads();
-      const unsigned q_a = smem_addr(ring + (i & 1) * 2 * kQTileElems);
-      const unsigned do_a = q_a + 2 * kQTileElems;
-      const float *const lse_r = rows_s + (i & 1) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
-      // S^T: this thread's rows are keys row0 + g (+ 8), its columns queries.
-      float s[kQueryTiles][4];
-      rows_times_rows<kQueryTiles>(s, k_a, q_a, row0);
-      const Band band = tile_band(i0, k0, delta);
-      const bool full = mq == kBlockM && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
-      unsigned p16[kQueryTiles][2];
+      const unsigned q_a = ring_a + (i % kSlots) * 2 * kQBytes, do_a = q_a + kQBytes;
+      const float *const lse_r = rows_s + (i % kSlots) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
+      {
+        // Rotate the step's Q where it landed, and K (V) with the first
+        // step; the writes are fenced for wgmma's reads, and all wait.
+        const RotaryRows rq = rotary_rows(tables.q, sp.q_start + i0, i0 + delta);
+        char *const bytes = reinterpret_cast<char *>(smem);
+        if constexpr (kRotateQ)
+          rotate_rows<Sw128Rows<kBlockM>>(
+              reinterpret_cast<unsigned short *>(bytes + kRingAt + (i % kSlots) * 2 * kQBytes),
+              nullptr, mq, rq);
+        if ((kRotateK || kRotateV) && i == 0)
+          rotate_rows<Sw128Rows<kBlockN>>(kRotateK ? smem : nullptr,
+                                          kRotateV ? smem + kKBytes / 2 : nullptr, nk, rk);
+        fence_proxy_async();
+        __syncthreads();
+      }
+
+      // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys: rows
+      // are keys (key0, key0 + 8), columns the step's queries.
+      float s[8][4], dp[8][4];
+      wgmma_fence();
 #pragma unroll
-      for (int n = 0; n < kQueryTiles; n++) {
+      for (int kk = 0; kk < kHeadDim / 16; kk++) {
+        const unsigned along = kk % 4 * 32;
+        wgmma_ss<0, 0>(s, sw128_desc(k_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
+                       sw128_desc(q_a + kk / 4 * kQBytes / kHalves, along), kk);
+      }
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; kk++) {
+        const unsigned along = kk % 4 * 32;
+        wgmma_ss<0, 0>(dp, sw128_desc(v_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
+                       sw128_desc(do_a + kk / 4 * kQBytes / kHalves, along), kk);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_hold(s);
+      wgmma_hold(dp);
+
+      // P^T and dS^T as 16-bit pairs (the A operand of dV and dK); dS^T
+      // also to shared memory for dQ.
+      const Band band = tile_band(i0, k0, delta);
+      // A key row past the sequence end (zero-filled) is masked too: its
+      // S is 0, and exp2(-LSE) of a row with a very negative LSE would be
+      // inf, which dQ = dS K would turn into NaN (inf times K's zero row).
+      const bool full = mq == kBlockM && nk == kBlockN && band.lo <= -(kBlockM - 1) &&
+                        band.hi >= kBlockN - 1;
+      unsigned p16[8][2], ds16[8][2];
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
         const int col = 8 * n + 2 * tq;
         const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
+        const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
+        float p[4], x[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const int c = col + (e & 1), row = row0 + g + (e < 2 ? 0 : 8);
+          const int c = col + (e & 1), row = key0 + (e < 2 ? 0 : 8);
           float m = (e & 1) ? lr.y : lr.x;
           m = m == neg_inf() ? __int_as_float(0x7f800000) : m * kLog2e;  // no key: P = 0
-          float p = fast_exp2(fmaf(s[n][e], kScaleLog2, -m));
+          p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -m));
           if (!full) {
             const int xd = row - c;
-            if (c >= mq || xd < band.lo || xd > band.hi) p = 0.f;
+            if (c >= mq || row >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;
           }
-          s[n][e] = p;
+          x[e] = p[e] * (dp[n][e] - ((e & 1) ? dd.y : dd.x));
         }
-        p16[n][0] = pack2(s[n][0], s[n][1]);
-        p16[n][1] = pack2(s[n][2], s[n][3]);
+        p16[n][0] = pack2(p[0], p[1]);
+        p16[n][1] = pack2(p[2], p[3]);
+        ds16[n][0] = pack2(x[0], x[1]);
+        ds16[n][1] = pack2(x[2], x[3]);
+        // dS^T [key][query]: row key0 (+ 8) of the step's matrix, chunk n
+        const int r = key0;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + r * kRowBytes + ((n ^ (r & 7)) << 4) + 4 * tq),
+                     "r"(ds16[n][0]) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +
+                                                        ((n ^ ((r + 8) & 7)) << 4) + 4 * tq),
+                     "r"(ds16[n][1]) : "memory");
       }
-      accumulate<kQueryTiles>(acc_v, p16, do_a);  // dV += P^T dO
-      float dp[kQueryTiles][4];
-      rows_times_rows<kQueryTiles>(dp, v_a, do_a, row0);  // dP^T = V dO^T
-      unsigned ds[kQueryTiles][2];
+
+      // dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the
+      // rows of dO and Q (read MN-major), 64 columns of the head at a time.
+      wgmma_fence();
 #pragma unroll
-      for (int n = 0; n < kQueryTiles; n++) {
-        const float2 d = *reinterpret_cast<const float2 *>(d_r + 8 * n + 2 * tq);
-        ds[n][0] = pack2(s[n][0] * (dp[n][0] - d.x), s[n][1] * (dp[n][1] - d.y));
-        ds[n][1] = pack2(s[n][2] * (dp[n][2] - d.x), s[n][3] * (dp[n][3] - d.y));
-      }
-      if constexpr (kFastDq) {
-        // dS^T [key][query] to shared memory, pieces swizzled by the key row
+      for (int j = 0; j < kBlockM / 16; j++) {
+        const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
 #pragma unroll
-        for (int n = 0; n < kQueryTiles; n++) {
-          const int r = row0 + g;
-          *reinterpret_cast<unsigned *>(ds_s + ds_swizzle(r, n) + 2 * tq) = ds[n][0];
-          *reinterpret_cast<unsigned *>(ds_s + ds_swizzle(r + 8, n) + 2 * tq) = ds[n][1];
-        }
+        for (int hh = 0; hh < kHalves; hh++)
+          wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
       }
-      accumulate<kQueryTiles>(acc_k, ds, q_a);  // dK += dS^T Q
-      if constexpr (kFastDq) {
-        __syncthreads();  // dS^T complete; the next step's first barrier ends its reads
-        const int h = hk * group + i / q_tiles;
-        add_dq(ds_s, k_a, dq_acc, (sp.q_src + i0) * q_stride + (long long)h * kHeadDim, q_stride,
-               row0, mq);
+#pragma unroll
+      for (int j = 0; j < kBlockM / 16; j++) {
+        const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
+                               ds16[2 * j + 1][1]};
+#pragma unroll
+        for (int hh = 0; hh < kHalves; hh++)
+          wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
       }
+      wgmma_commit();
+
+      // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
+      // MN-major. Head dim 128: every key, this warpgroup's 64 columns;
+      // head dim 64: this warpgroup's keys, every column.
+      fence_proxy_async();  // dS^T is read by wgmma
+      if constexpr (kOwnDs) named_barrier_sync(1 + wg, 128);
+      else __syncthreads();
+      float c[8][4];
+      wgmma_fence();
+      if constexpr (kHalves == 2) {
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; kk++)
+          wgmma_ss<1, 1>(c, sw128_desc(ds_a, kk * kStepOverRows),
+                         sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+          wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * 64 * kRowBytes, kk * kStepOverRows),
+                         sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_hold(c);
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++) {
+        wgmma_hold(acc_v[hh]);
+        wgmma_hold(acc_k[hh]);
+      }
+      keep(p16);
+      keep(ds16);
+
+      // c's rows are the step's queries 16 warp + g (+ 8), its columns
+      // 8n + 2tq of this warpgroup's 64 (head dim 128) or of the head: to
+      // the warpgroup's staging rows, then a bulk fp32 add of each real
+      // row to the accumulator (the copy engine adds whole rows).
+      float *const stage = stage_s + ((i & 1) * kWarpgroups + wg) * 64 * kStageStride;
+#pragma unroll
+      for (int hi = 0; hi < 2; hi++) {
+        float *const srow = stage + (16 * warp + g + 8 * hi) * kStageStride + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+          *reinterpret_cast<float2 *>(srow + 8 * n) = make_float2(c[n][2 * hi], c[n][2 * hi + 1]);
+      }
+      fence_proxy_async();  // the staging rows are read by the copy engine
+      named_barrier_sync(1 + wg, 128);
+      const int r = threadIdx.x & 127;  // the row this thread hands over
+      if (r < mq) {
+        const int col0 = kHalves == 2 ? 64 * wg : 0;
+        bulk_reduce_add(dq_acc + (sp.q_src + i0 + r) * q_stride + (long long)h * kHeadDim + col0,
+                        smem_addr(stage + r * kStageStride), 64 * 4);
+      }
+      bulk_commit();
     }
+    bulk_wait_read<0>();  // the staging rows may be written again
     cp_async_wait<0>();
-    // dK and dV of the unrotated K and V
-    if constexpr (kRotateK) unrotate_rows(acc_k, row0, nk, rk);
-    if constexpr (kRotateV) unrotate_rows(acc_v, row0, nk, rk);
-    store_rows(acc_v, 1.f, row0, nk, dv + k_row, k_stride);
-    store_rows(acc_k, kScale, row0, nk, dk + k_row, k_stride);
+    // dK and dV of the unrotated K and V: acc_k[hh][n] is n-tile 8 hh + n
+    // of this warpgroup's rows 16 warp.. of its keys.
+    if constexpr (kRotateK)
+      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_k), 64 * wg + 16 * warp, nk,
+                    rk);
+    if constexpr (kRotateV)
+      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_v), 64 * wg + 16 * warp, nk,
+                    rk);
+
+    // dV, and dK with the scale, of this thread's key rows.
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+      const int row = key0 + 8 * hi;
+      if (row >= nk) continue;
+      unsigned *const v_out = reinterpret_cast<unsigned *>(dv + k_row + row * k_stride + 2 * tq);
+      unsigned *const k_out = reinterpret_cast<unsigned *>(dk + k_row + row * k_stride + 2 * tq);
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+          v_out[32 * hh + 4 * n] = pack2(acc_v[hh][n][2 * hi], acc_v[hh][n][2 * hi + 1]);
+          k_out[32 * hh + 4 * n] =
+              pack2(acc_k[hh][n][2 * hi] * kScale, acc_k[hh][n][2 * hi + 1] * kScale);
+        }
+    }
   }
 }
+/* ---- end kernel _kv ---- */
 
-extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_jrope_d128_bf16_causal_rope_bwd_dkv(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+/* ---- begin dQ rotated back ----
+ * Group i (8 elements) of the accumulator's [total_q * heads, kHeadDim]
+ * rows: dQ = R^T (scale * accumulator), rounded, for the row's token t at
+ * its position (t - its sequence's start + Lk - Lq: the sequence found by
+ * a binary search over the clamped offsets), or with its table row. */
+__device__ __forceinline__ void unrotate_dq(const float4 *acc, long long i,
+    unsigned short *__restrict__ dq, const RotaryTables &tables,
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k, long long batch,
+    int heads, long long total_q, long long total_k) {
+  constexpr int kChunks = kHeadDim / 8;
+  const long long row = i / kChunks, t = row / heads;
+  const int c = (int)(i - row * kChunks);
+  if (c >= kChunks / 2) return;  // the partner chunk's thread does it
+  RotaryRows rr;
+  (void)tables;
+  long long lo = 0, hi = batch - 1;  // the last sequence whose start is <= t
+  while (lo < hi) {
+    const long long mid = (lo + hi + 1) / 2;
+    if (clamp_offset(__ldg(cu_seqlens_q + mid), 0, total_q) <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  const long long qs = clamp_offset(__ldg(cu_seqlens_q + lo), 0, total_q);
+  const long long qe = clamp_offset(__ldg(cu_seqlens_q + lo + 1), qs, total_q);
+  const long long ks = clamp_offset(__ldg(cu_seqlens_k + lo), 0, total_k);
+  const long long ke = clamp_offset(__ldg(cu_seqlens_k + lo + 1), ks, total_k);
+  rr.pos0 = t - qs + (ke - ks) - (qe - qs);
+  rr.table = nullptr;
+  float g[2][8];  // the group (and, half layout, its partner), scaled
+  {
+    const float4 x = acc[0], y = acc[1];
+    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) g[0][e] = v[e] * kScale;
+  }
+  {
+    const float4 *const p = acc + 2 * (kChunks / 2);
+    const float4 x = p[0], y = p[1];
+    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) g[1][e] = v[e] * kScale;
+  }
+  // pair 8c + e is (element e of this group, element e of the partner)
+#pragma unroll
+  for (int e = 0; e < 8; e++) {
+    float s, co;
+    pair_angle(rr, 0, 8 * c + e, s, co);
+    const float x0 = g[0][e], x1 = g[1][e];
+    g[0][e] = x0 * co + x1 * s;
+    g[1][e] = x1 * co - x0 * s;
+  }
+  constexpr int kParts = 2;  // the group, and its partner
+#pragma unroll
+  for (int part = 0; part < kParts; part++) {
+    uint4 r;
+    r.x = pack2(g[part][0], g[part][1]);
+    r.y = pack2(g[part][2], g[part][3]);
+    r.z = pack2(g[part][4], g[part][5]);
+    r.w = pack2(g[part][6], g[part][7]);
+    reinterpret_cast<uint4 *>(dq)[i + part * (kChunks / 2)] = r;
+  }
+}
+/* ---- end dQ rotated back ---- */
+
+/* ---- begin kernel _dq ----
+ * dQ = scale * accumulator, rounded: 8 elements a thread. With Q rotated,
+ * rotated back first: in the half layout the thread of a row's chunk c <
+ * kChunks / 2 also takes chunk c + kChunks / 2 (its pairs' partners), and
+ * that chunk's thread has nothing to do. */
+extern "C" __global__ void __launch_bounds__(kRowsThreads)
+ag_jrope_d128_bf16_causal_rope_bwd_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
     unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
@@ -1808,12 +2145,26 @@ ag_jrope_d128_bf16_causal_rope_bwd_dkv(const unsigned short *__restrict__ q, con
     const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
     long long batch, int heads, int kv_heads, long long total_q, long long total_k,
     long long num_tiles) {
-  (void)o;
-  (void)dq;
-  const RotaryTables tables = {nullptr, nullptr};
-  key_tiles<false>(q, k, v, dout, lse, dk, dv, di, nullptr, tables, cu_seqlens_q, cu_seqlens_k,
-                   batch, heads, kv_heads, total_q, total_k, num_tiles);
+  (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
+  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k;
+  (void)num_tiles;
+  const long long i = blockIdx.x * (long long)kRowsThreads + threadIdx.x;  // 8-element group
+  if (i >= total_q * heads * (kHeadDim / 8)) return;
+  const float4 *const acc =
+      reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) + 2 * i;
+  if constexpr (kRotateQ) {
+    const RotaryTables tables = {nullptr, nullptr};
+    unrotate_dq(acc, i, dq, tables, cu_seqlens_q, cu_seqlens_k, batch, heads, total_q, total_k);
+    return;
+  }
+  const float4 x = acc[0], y = acc[1];
+  uint4 r;
+  r.x = pack2(x.x * kScale, x.y * kScale);
+  r.y = pack2(x.z * kScale, x.w * kScale);
+  r.z = pack2(y.x * kScale, y.y * kScale);
+  r.w = pack2(y.z * kScale, y.w * kScale);
+  reinterpret_cast<uint4 *>(dq)[i] = r;
 }
-/* ---- end kernel _dkv ---- */
+/* ---- end kernel _dq ---- */
 
 }  // namespace bwd
