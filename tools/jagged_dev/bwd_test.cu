@@ -452,9 +452,12 @@ int main(int argc, char **argv) {
   if (mode == "check") {
     run_checks();
     printf("checks: %d failed\n", failures);
-  } else if (mode == "checksm90") {  // the sm_90a variants only
+  } else if (mode == "checksm90") {  // the sm_90a variants only (argv[3..]: these alone)
+    std::vector<int> only;
+    for (int i = 3; i < argc; i++) only.push_back(find_variant(argv[i]));
     for (int vi = 0; vi < kNumVariants; vi++) {
       if (kVariants[vi].fast != 2) continue;
+      if (!only.empty() && std::find(only.begin(), only.end(), vi) == only.end()) continue;
       std::vector<int> l = shuffled(std::vector<int>{0, 1, 63, 64, 65, 127, 129, 1000, 4096, 200});
       check(vi, l, l, 4, vi % 2 ? 2 : 4, 2, "self mixed");
       std::vector<int> l2 = shuffled(std::vector<int>{129, 0, 300, 64, 1, 65, 63, 127, 3, 200});
@@ -471,8 +474,13 @@ int main(int argc, char **argv) {
     if (vs.empty())
       for (int i = 0; i < kNumVariants; i++)
         if (kVariants[i].bf16 && !kVariants[i].window && kVariants[i].block == 64) vs.push_back(i);
+    // the same lengths for every variant of an L, so rows compare
+    const uint64_t start = rng_state;
     for (int L : {1024, 4096})
-      for (int vi : vs) time_one(vi, L, 1152, 4);
+      for (int vi : vs) {
+        rng_state = start ^ (uint64_t)L;
+        time_one(vi, L, 1152, 4);
+      }
   } else if (mode == "small") {
     // a small batch of every shape class for the sanitizers
     for (int i = 3; i < argc; i++) {
