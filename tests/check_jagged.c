@@ -623,6 +623,7 @@ static ag_status case_kernel(ag_context *ctx, const char *yaml, bool mma_sync, a
   ag_status st = ag_spec_load_string(yaml, strlen(yaml), NULL, &s, err);
   if (st == AG_OK) st = ag_spec_for_arch(&s, ctx->arch, &resolved, err);
   if (st == AG_OK) st = ag_plan_jagged_make_with(&resolved, false, &plan, err);
+  if (st == AG_OK) ag_plan_kernels(&resolved, &plan); /* as ag_plan_make does */
   if (st == AG_OK) st = ag_emit_plan(&resolved, &plan, &source, err);
   if (st == AG_OK) st = ag_context_kernel(ctx, &resolved, &plan, source, ctx->arch, NULL, k, err);
   free(source);
