@@ -1866,8 +1866,23 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q, cons
 #pragma unroll
         for (int e = 0; e < 4; e++) acc_v[hh][n][e] = acc_k[hh][n][e] = 0.f;
 
+    // P^T and dS^T of the step before: dV and dK read them (wgmma's A from
+    // registers) until the wait at the next step's start.
+    unsigned p16[8][2], ds16[8][2];
 #pragma unroll 1
     for (int i = 0; i < n_steps; i++) {
+      // the step before's dV and dK are done: its Q, dO slot may be
+      // reloaded and its P^T, dS^T registers rewritten
+      wgmma_wait<0>();
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++) {
+        wgmma_hold(acc_v[hh]);
+        wgmma_hold(acc_k[hh]);
+      }
+      if (i > 0) {
+        keep(p16);
+        keep(ds16);
+      }
       bulk_wait_read<1>();  // step i - 2's staging rows are read: this step may write them
       if constexpr (kSlots == 3) {
         cp_async_wait<1>();  // this step's copies have landed (the next step's may not)
@@ -1933,7 +1948,6 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q, cons
       // inf, which dQ = dS K would turn into NaN (inf times K's zero row).
       const bool full = mq == kBlockM && nk == kBlockN && band.lo <= -(kBlockM - 1) &&
                         band.hi >= kBlockN - 1;
-      unsigned p16[8][2], ds16[8][2];
 #pragma unroll
       for (int n = 0; n < 8; n++) {
         const int col = 8 * n + 2 * tq;
@@ -1965,26 +1979,6 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q, cons
                      "r"(ds16[n][1]) : "memory");
       }
 
-      // dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the
-      // rows of dO and Q (read MN-major), 64 columns of the head at a time.
-      wgmma_fence();
-#pragma unroll
-      for (int j = 0; j < kBlockM / 16; j++) {
-        const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-      }
-#pragma unroll
-      for (int j = 0; j < kBlockM / 16; j++) {
-        const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
-                               ds16[2 * j + 1][1]};
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-      }
-      wgmma_commit();
-
       // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
       // MN-major. Head dim 128: every key, this warpgroup's 64 columns;
       // head dim 64: this warpgroup's keys, every column.
@@ -2005,15 +1999,27 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q, cons
                          sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
       }
       wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_hold(c);
+      // dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the
+      // rows of dO and Q (read MN-major), 64 columns of the head at a time.
 #pragma unroll
-      for (int hh = 0; hh < kHalves; hh++) {
-        wgmma_hold(acc_v[hh]);
-        wgmma_hold(acc_k[hh]);
+      for (int j = 0; j < kBlockM / 16; j++) {
+        const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
+#pragma unroll
+        for (int hh = 0; hh < kHalves; hh++)
+          wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
       }
-      keep(p16);
-      keep(ds16);
+#pragma unroll
+      for (int j = 0; j < kBlockM / 16; j++) {
+        const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
+                               ds16[2 * j + 1][1]};
+#pragma unroll
+        for (int hh = 0; hh < kHalves; hh++)
+          wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+      }
+      wgmma_commit();
+
+      wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging
+      wgmma_hold(c);
 
       // c's rows are the step's queries 16 warp + g (+ 8), its columns
       // 8n + 2tq of this warpgroup's 64 (head dim 128) or of the head: to
@@ -2036,6 +2042,16 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q, cons
                         smem_addr(stage + r * kStageStride), 64 * 4);
       }
       bulk_commit();
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++) {
+      wgmma_hold(acc_v[hh]);
+      wgmma_hold(acc_k[hh]);
+    }
+    if (n_steps > 0) {
+      keep(p16);
+      keep(ds16);
     }
     bulk_wait_read<0>();  // the staging rows may be written again
     cp_async_wait<0>();

@@ -92,13 +92,10 @@ SM90.append(("bf16", 64, True, True, 128, 0, 128, 2))
 for causal in (False, True):
     SM90.append(("bf16", 64, causal, False, -1, -1, 64, 2))
 SM90.append(("f16", 64, False, True, 64, 32, 64, 2))
-# dQ's product before dV's and dK's, which run on under dQ's staging
-# (tools/jagged_dev/jagged_bwd_sm90_dqfirst.cu): named "sm90q ..."
-DQFIRST = "../tools/jagged_dev/jagged_bwd_sm90_dqfirst.cu"
-for d, blk in ((64, 64), (128, 128)):
-    for causal in (False, True):
-        SM90.append(("bf16", d, causal, False, -1, -1, blk, 2, DQFIRST))
-SM90.append(("f16", 64, False, True, 64, 32, 64, 2, DQFIRST))
+# A 9th field names another template (relative to templates/) to time
+# against the shipped one: such variants are named "sm90q ...". The
+# dQ-first order of templates/jagged_bwd_sm90.cu was measured this way
+# (bench/RESULTS-jagged.md, 2026-12-02).
 # ATTNGEN_DEV_ALL=1 keeps every variant; by default the bf16 split ones
 # (to time against) and the sm_90a ones
 if not os.environ.get("ATTNGEN_DEV_ALL"):
