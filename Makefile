@@ -186,6 +186,10 @@ examples: all
 	  ATTNGEN=$(STAGE)/usr/local/bin/attngen \
 	  PKG_CONFIG_PATH=$(STAGE)/usr/local/lib/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH)) \
 	  PKG_CONFIG_SYSROOT_DIR=$(STAGE)
+	@deps=$$(LD_LIBRARY_PATH=$(STAGE)/usr/local/lib ldd $(B)/examples/attention 2>&1); \
+	  if echo "$$deps" | grep -q nvrtc; then \
+	    echo "examples: FAIL: the example links libnvrtc:"; echo "$$deps"; exit 1; fi; \
+	  echo "examples: the binary needs no libnvrtc (ldd)"
 	@rc=0; cd examples && LD_LIBRARY_PATH=$(STAGE)/usr/local/lib$(if $(LD_LIBRARY_PATH),:$(LD_LIBRARY_PATH)) \
 	  ATTNGEN_CACHE_DIR=$(CURDIR)/$(B)/examples/cache $(CURDIR)/$(B)/examples/attention \
 	  specs/ex_block64_d64.yaml specs/ex_block32_d128_causal.yaml || rc=$$?; \
