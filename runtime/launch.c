@@ -34,7 +34,13 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
   }
   if (st != AG_OK) return st;
   const ag_driver *drv = ctx->drv;
-  if ((st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent"))) return st;
+  /* The context is the device's primary one, which torch's runtime calls
+   * make current too: pushed (and popped) only when another is current,
+   * two driver calls fewer on the common path. */
+  CUcontext current = NULL;
+  const bool push = drv->cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != ctx->cu;
+  if (push && (st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent")))
+    return st;
   for (int i = 0; i < plan->nkernels && st == AG_OK; i++) {
     const ag_plan_kernel *d = &plan->kernels[i];
     if (!launched(d, pass, a) || !grids[i][0] || !grids[i][1]) continue;
@@ -63,7 +69,7 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
                        "cuLaunchKernel");
   }
   CUcontext popped;
-  drv->cuCtxPopCurrent(&popped);
+  if (push) drv->cuCtxPopCurrent(&popped);
   return st;
 }
 

@@ -68,6 +68,7 @@ ag_status ag_write_output(const char *path, const void *data, size_t len, ag_err
   X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetAttribute) X(cuDeviceGetName)         \
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                              \
   X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxSetCurrent) X(cuCtxSynchronize)         \
+  X(cuCtxGetCurrent)                                                                    \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                          \
   X(cuFuncSetAttribute) X(cuFuncGetAttribute)                                           \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernel)                      \

@@ -102,6 +102,30 @@ static void expect_launch(fake *f, const ag_block_fwd_args *a) {
   ck_assert_uint_le(ag_fake_seen.grid, (unsigned long long)ag_fake_seen.items);
 }
 
+/* The device's primary context already current (as torch leaves it): the
+ * launch neither pushes nor pops it; another current context is pushed
+ * over and restored. */
+START_TEST(current_context_not_pushed) {
+  fake f;
+  fake_init(&f);
+  give_driver(&f);
+  ag_block_fwd_args a = valid_args();
+  ag_fake_seen.current = f.ctx.cu;
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, NULL), AG_OK);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ck_assert_int_eq(ag_fake_seen.pushes, 0);
+  ck_assert_int_eq(ag_fake_seen.pops, 0);
+  ck_assert_ptr_eq(ag_fake_seen.current, f.ctx.cu);
+  CUcontext other = (CUcontext)(uintptr_t)0xD0;
+  ag_fake_seen.current = other;
+  ck_assert_int_eq(ag_block_forward(&f.kernel, &a, NULL, NULL), AG_OK);
+  ck_assert_int_eq(ag_fake_seen.count, 2);
+  ck_assert_int_eq(ag_fake_seen.pushes, 1);
+  ck_assert_int_eq(ag_fake_seen.pops, 1);
+  ck_assert_ptr_eq(ag_fake_seen.current, other);
+}
+END_TEST
+
 /* ---- handles and kernel kind ------------------------------------------------------- */
 
 START_TEST(null_handles) {
@@ -484,6 +508,7 @@ Suite *args_suite(void) {
   Suite *s = suite_create("args");
   TCase *tc = tcase_create("block_forward");
   tcase_add_test(tc, null_handles);
+  tcase_add_test(tc, current_context_not_pushed);
   tcase_add_test(tc, kernel_from_images_refusals);
   tcase_add_test(tc, wrong_kernel_kind);
   tcase_add_test(tc, negative_and_zero_sizes);

@@ -130,7 +130,7 @@ END_TEST
 START_TEST(versioned_symbols) {
   size_t n = 0;
   const char *const *names = ag_driver_symbols(&n);
-  ck_assert_uint_eq(n, 39);
+  ck_assert_uint_eq(n, 40);
   const char *want[] = {"cuInit",
                         "cuLaunchKernel",
                         "cuMemAlloc_v2",

@@ -32,6 +32,10 @@ static CUresult CUDAAPI emu_pop(CUcontext *c) {
   if (c) *c = NULL;
   return CUDA_SUCCESS;
 }
+static CUresult CUDAAPI emu_get_current(CUcontext *c) {
+  *c = NULL; /* none: every launch pushes */
+  return CUDA_SUCCESS;
+}
 static CUresult CUDAAPI emu_sync(void) { return CUDA_SUCCESS; }
 static CUresult CUDAAPI emu_alloc(CUdeviceptr *p, size_t n) {
   void *m = malloc(n ? n : 1);
@@ -215,6 +219,7 @@ static void emu_kernel_init(emu_kernel *e, const char *yaml) {
   memset(&emu_driver, 0, sizeof emu_driver);
   emu_driver.cuCtxPushCurrent = emu_push;
   emu_driver.cuCtxPopCurrent = emu_pop;
+  emu_driver.cuCtxGetCurrent = emu_get_current;
   emu_driver.cuCtxSynchronize = emu_sync;
   emu_driver.cuMemAlloc = emu_alloc;
   emu_driver.cuMemFree = emu_free;

@@ -9,15 +9,25 @@
 ag_fake_launch ag_fake_seen;
 static ag_driver fake_driver;
 
+static CUcontext fake_below; /* one level of the context stack is enough here */
+
 static CUresult CUDAAPI fake_push(CUcontext c) {
-  (void)c;
+  fake_below = ag_fake_seen.current;
+  ag_fake_seen.current = c;
   ag_fake_seen.pushes++;
   return CUDA_SUCCESS;
 }
 
 static CUresult CUDAAPI fake_pop(CUcontext *c) {
-  *c = NULL;
+  *c = ag_fake_seen.current;
+  ag_fake_seen.current = fake_below;
+  fake_below = NULL;
   ag_fake_seen.pops++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_get_current(CUcontext *c) {
+  *c = ag_fake_seen.current;
   return CUDA_SUCCESS;
 }
 
@@ -55,10 +65,13 @@ void ag_fake_driver_attach(ag_context *ctx, int ptrs) {
   memset(&fake_driver, 0, sizeof fake_driver);
   fake_driver.cuCtxPushCurrent = fake_push;
   fake_driver.cuCtxPopCurrent = fake_pop;
+  fake_driver.cuCtxGetCurrent = fake_get_current;
   fake_driver.cuLaunchKernel = fake_launch;
   ctx->drv = &fake_driver;
+  ctx->cu = (CUcontext)(uintptr_t)0xC0; /* not current until pushed */
   ctx->sm_count = 132;
   memset(&ag_fake_seen, 0, sizeof ag_fake_seen);
+  fake_below = NULL;
   ag_fake_seen.ptrs = ptrs;
 }
 

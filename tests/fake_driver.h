@@ -11,6 +11,7 @@
 /* The record of the launches since ag_fake_driver_attach. */
 typedef struct ag_fake_launch {
   int count, pushes, pops;  /* launches, context pushes and pops */
+  CUcontext current;        /* what cuCtxGetCurrent reports: pushes and pops move it */
   int ptrs;                 /* device pointers before `batch` in the parameters: set by the test */
   CUfunction fn;            /* of the last launch, and its shape */
   unsigned grid, block, smem;
