@@ -15,8 +15,7 @@ import ctypes
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
-from .jagged import _alloc_like
-from .ops import _Refused, _device_index, _dout_for, _needs_grad, _stream, _torch, load
+from .ops import _Refused, _alloc, _device_index, _dout_for, _needs_grad, _stream, _torch, load
 
 _kernel_lock = threading.Lock()
 # (head_dim, dtype_tag, causal, window, scale, deterministic, backward) -> Kernel,
@@ -120,7 +119,7 @@ def _backward_raw(kernel, dout, q, k, v, out, lse, cu_k, batch, poison=False):
     torch = _torch()
     n_q, heads, _ = q.shape
     total_k, kv_heads, _ = k.shape
-    dq, dk, dv = (_alloc_like(torch, t, poison) for t in (q, k, v))
+    dq, dk, dv = (_alloc(torch, t, poison) for t in (q, k, v))
     if batch * n_q == 0 or total_k == 0:
         # Nothing attends to anything: every gradient is 0.
         for t in (dq, dk, dv):

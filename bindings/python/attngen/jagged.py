@@ -13,8 +13,8 @@ import ctypes
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
-from .ops import (_Refused, _device_index, _dout_for, _needs_grad, _rotary_key, _stream, _torch,
-                  load)
+from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _rotary_key, _stream,
+                  _torch, load)
 
 _kernel_lock = threading.Lock()
 # (head_dim, dtype_tag, causal, window, scale, deterministic, backward, rotary) -> Kernel,
@@ -70,12 +70,6 @@ def _grad_kernel(opts, rotary, device_index):
         return jagged_kernel_for(*opts, rotary=rotary), _Refused.from_error(e, BACKWARD_LEAD)
 
 
-def _alloc_like(torch, like, poison):
-    if poison:
-        return torch.full_like(like, float("nan"), memory_format=torch.contiguous_format)
-    return torch.empty_like(like, memory_format=torch.contiguous_format)
-
-
 def _ptr(t):
     return None if t is None else t.data_ptr()
 
@@ -89,7 +83,7 @@ def _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison=False, rotary_table=
     torch = _torch()
     total_q, heads, _ = q.shape
     total_k, kv_heads, _ = k.shape
-    out = _alloc_like(torch, q, poison)
+    out = _alloc(torch, q, poison)
     if poison:
         lse = torch.full((heads, total_q), float("nan"), dtype=torch.float32, device=q.device)
     else:
@@ -132,7 +126,7 @@ def _backward_raw(kernel, dout, q, k, v, out, lse, cu_q, cu_k, batch, poison=Fal
     torch = _torch()
     total_q, heads, _ = q.shape
     total_k, kv_heads, _ = k.shape
-    dq, dk, dv = (_alloc_like(torch, t, poison) for t in (q, k, v))
+    dq, dk, dv = (_alloc(torch, t, poison) for t in (q, k, v))
     if total_q == 0 or total_k == 0 or batch == 0:
         # Nothing attends to anything: every gradient is 0.
         for t in (dq, dk, dv):

@@ -336,8 +336,14 @@ _PASS_ENTRY = {"forward": "ag_block_forward", "backward": "ag_block_backward"}
 
 
 def _alloc(torch, like, poison):
+    """A new contiguous tensor like `like` (NaNs with poison). The inputs
+    are checked contiguous before any launch, and empty_like keeps a
+    contiguous tensor's layout; naming the memory format costs about as
+    much again in argument parsing, so it is passed only when needed."""
     if poison:
         return torch.full_like(like, float("nan"), memory_format=torch.contiguous_format)
+    if like.is_contiguous():
+        return torch.empty_like(like)
     return torch.empty_like(like, memory_format=torch.contiguous_format)
 
 

@@ -186,7 +186,8 @@ class FakeTorch:
         return self.grad_enabled
 
     def empty_like(self, t, memory_format=None):
-        assert memory_format == self.contiguous_format
+        # torch's default (preserve_format) keeps a contiguous tensor's layout
+        assert memory_format == self.contiguous_format or t.is_contiguous()
         return t._like(contiguous=True)
 
     def empty(self, shape, dtype=None, device=None):
