@@ -75,6 +75,7 @@ void ag_cache_key(const ag_cache_key_fields *f, uint8_t out_key[AG_SHA256_BYTES]
   hash_u32(&s, (uint32_t)f->nvrtc_minor);
   hash_str(&s, f->generator_version);
   hash_u32(&s, f->format_version);
+  hash_str(&s, f->nvrtc_lib ? f->nvrtc_lib : "");
   ag_sha256_final(&s, out_key);
 }
 

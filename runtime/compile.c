@@ -4,6 +4,8 @@
  * the compile still succeeds, and the reason is returned as a warning. */
 #include <stdlib.h>
 
+#include <cuda.h> /* CUDA_VERSION */
+
 #include "runtime.h"
 
 /* Move a failure's message into *out_warning (when wanted), prefixed. */
@@ -15,6 +17,34 @@ static void warn(char **out_warning, const char *what, ag_error *why) {
     *out_warning = ag_buf_take(&b); /* NULL when out of memory: the warning is lost */
   }
   ag_error_clear(why);
+}
+
+/* The toolkit attngen was built with: its NVRTC version names the cache's
+ * entries. Loading NVRTC to ask its own version costs 10-20 ms (a 100 MB
+ * library) on every cache hit of a fresh process; a cubin an update of the
+ * same toolkit would compile differently is still a correct cubin, so
+ * entries survive a minor NVRTC update (clear the cache, or set
+ * ATTNGEN_CACHE_DISABLE, to recompile them). ATTNGEN_LIBNVRTC, when set,
+ * is part of the key: another NVRTC named there compiles its own entries. */
+enum { BUILD_NVRTC_MAJOR = CUDA_VERSION / 1000, BUILD_NVRTC_MINOR = CUDA_VERSION % 1000 / 10 };
+
+ag_status ag_compile_cache_entry(const char *source, const char *arch, const char *dir,
+                                 uint8_t out_key[AG_SHA256_BYTES], char **out_path,
+                                 ag_error *err) {
+  *out_path = NULL;
+  ag_nvrtc_options opts;
+  ag_status st = ag_nvrtc_options_make(arch, &opts, err);
+  if (st != AG_OK) return st;
+  ag_cache_key_fields fields = {source,
+                                &opts,
+                                arch,
+                                BUILD_NVRTC_MAJOR,
+                                BUILD_NVRTC_MINOR,
+                                AG_VERSION_STRING,
+                                AG_CACHE_FORMAT_VERSION,
+                                ag_env_str(AG_ENV_LIBNVRTC)};
+  ag_cache_key(&fields, out_key);
+  return ag_cache_path(dir, out_key, arch, BUILD_NVRTC_MAJOR, BUILD_NVRTC_MINOR, out_path, err);
 }
 
 ag_status ag_compile_source_ex(const char *source, const char *name, const char *arch,
@@ -33,21 +63,12 @@ ag_status ag_compile_source_ex(const char *source, const char *name, const char 
     st = ag_fail(err, AG_ERR_INVALID_ARGUMENT, "compile: source and name are required");
     goto fail;
   }
-  ag_nvrtc_options opts;
-  int major, minor;
-  st = ag_nvrtc_options_make(arch, &opts, err);
-  if (st == AG_OK) st = ag_nvrtc_version(&major, &minor, err);
-  if (st != AG_OK) goto fail;
-
   uint8_t key[AG_SHA256_BYTES];
   if (!ag_cache_disabled()) {
-    ag_cache_key_fields fields = {
-        source, &opts, arch, major, minor, AG_VERSION_STRING, AG_CACHE_FORMAT_VERSION};
-    ag_cache_key(&fields, key);
     if (ag_cache_dir(&dir, &why) != AG_OK) {
       warn(out_warning, "cubin cache not used", &why);
     } else {
-      st = ag_cache_path(dir, key, arch, major, minor, &path, err);
+      st = ag_compile_cache_entry(source, arch, dir, key, &path, err);
       if (st == AG_OK) st = ag_cache_load(path, key, &cubin, &size, err);
       if (st != AG_OK) goto fail;
       if (cubin) {

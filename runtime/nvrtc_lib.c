@@ -25,7 +25,7 @@
 /* Written only inside pthread_once, read-only afterwards. */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static ag_nvrtc_table table;
-static bool loaded;
+static bool loaded; /* also read by ag_nvrtc_lib_loaded, atomically */
 static char load_message[640];
 
 static void load(void) {
@@ -63,8 +63,10 @@ static void load(void) {
     return;
   }
   table = t; /* the library stays loaded for the life of the process */
-  loaded = true;
+  __atomic_store_n(&loaded, true, __ATOMIC_RELEASE);
 }
+
+bool ag_nvrtc_lib_loaded(void) { return __atomic_load_n(&loaded, __ATOMIC_ACQUIRE); }
 
 ag_status ag_nvrtc_lib(const ag_nvrtc_table **out, ag_error *err) {
   pthread_once(&once, load);

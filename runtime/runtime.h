@@ -161,6 +161,8 @@ typedef struct ag_nvrtc_table {
 /* The loaded table (once per process; thread-safe), or AG_ERR_NVRTC saying
  * which library could not be loaded and how to name another. */
 ag_status ag_nvrtc_lib(const ag_nvrtc_table **out, ag_error *err);
+/* Whether this process has loaded NVRTC (for tests: a cache hit must not). */
+bool ag_nvrtc_lib_loaded(void);
 
 /* The options ag_nvrtc_compile passes for `arch` (checked as above):
  * --gpu-architecture=<arch> (a real arch, so NVRTC emits a cubin, never
@@ -206,9 +208,10 @@ typedef struct ag_cache_key_fields {
   const char *source; /* the emitted CUDA C */
   const ag_nvrtc_options *options;
   const char *arch;
-  int nvrtc_major, nvrtc_minor;
+  int nvrtc_major, nvrtc_minor;  /* of the toolkit attngen was built with */
   const char *generator_version; /* AG_VERSION_STRING */
   uint32_t format_version;       /* AG_CACHE_FORMAT_VERSION */
+  const char *nvrtc_lib;         /* ATTNGEN_LIBNVRTC when set; NULL hashes as "" */
 } ag_cache_key_fields;
 
 void ag_cache_key(const ag_cache_key_fields *fields, uint8_t out_key[AG_SHA256_BYTES]);
@@ -221,6 +224,13 @@ bool ag_cache_disabled(void);
  * group or others (it is then not used at all). */
 ag_status ag_cache_dir(char **out_dir, ag_error *err);
 /* "<dir>/<64 hex key>-<arch>-nvrtc<maj>.<min>.cubin", from malloc(). */
+/* The entry of `source` compiled for `arch` as ag_compile_source keys it:
+ * its key and its path in the cache directory `dir`. Needs no NVRTC: the
+ * key names the toolkit attngen was built with (and ATTNGEN_LIBNVRTC when
+ * set), not the library a compile would load, so a hit never loads it. */
+ag_status ag_compile_cache_entry(const char *source, const char *arch, const char *dir,
+                                 uint8_t out_key[AG_SHA256_BYTES], char **out_path,
+                                 ag_error *err);
 ag_status ag_cache_path(const char *dir, const uint8_t key[AG_SHA256_BYTES], const char *arch,
                         int nvrtc_major, int nvrtc_minor, char **out_path, ag_error *err);
 /* Read and verify an entry. A missing, short, corrupt or foreign file is a

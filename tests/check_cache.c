@@ -172,9 +172,9 @@ START_TEST(key_covers_every_field) {
   ag_nvrtc_options split1 = two_options("ab", "c"), split2 = two_options("a", "bc");
   ag_nvrtc_options fewer = opts;
   fewer.count = 1;
-  ag_cache_key_fields base = {"src", &opts, "sm_80", 13, 0, "0.1.0", 1};
+  ag_cache_key_fields base = {"src", &opts, "sm_80", 13, 0, "0.1.0", 1, NULL};
   ag_cache_key_fields v[] = {base, base, base, base, base, base, base,
-                             base, base, base, base, base, base};
+                             base, base, base, base, base, base, base};
   v[1].source = "src ";
   v[2].options = &other_opts;
   v[3].options = &fewer;
@@ -189,6 +189,7 @@ START_TEST(key_covers_every_field) {
   v[11].arch = "srcsm_80";
   v[12].source = "srcsm";
   v[12].arch = "_80";
+  v[13].nvrtc_lib = "/opt/other/libnvrtc.so.13";
   size_t n = sizeof v / sizeof v[0];
   uint8_t keys[sizeof v / sizeof v[0]][AG_SHA256_BYTES];
   for (size_t i = 0; i < n; i++) ag_cache_key(&v[i], keys[i]);
@@ -424,6 +425,42 @@ START_TEST(miss_then_hit) {
 }
 END_TEST
 
+/* A hit loads no NVRTC: the key names the build's toolkit, not the
+ * library a compile would load (a fresh process saves its 10-20 ms load).
+ * ATTNGEN_LIBNVRTC, when set, keys entries of their own. */
+START_TEST(hit_loads_no_nvrtc) {
+  char *dir = fresh_cache();
+  if (ag_nvrtc_lib_loaded()) { /* only in a process that compiled before (CK_FORK=no) */
+    printf("SKIP hit_loads_no_nvrtc: NVRTC was loaded before this test\n");
+    remove_tree(dir);
+    return;
+  }
+  uint8_t key[AG_SHA256_BYTES], key2[AG_SHA256_BYTES];
+  char *path = NULL, *path2 = NULL;
+  ck_assert_int_eq(ag_compile_cache_entry(tiny_source, "sm_90a", dir, key, &path, NULL), AG_OK);
+  static const char fake_cubin[] = "not really a cubin";
+  ck_assert_int_eq(ag_cache_store(path, key, fake_cubin, sizeof fake_cubin, NULL), AG_OK);
+  void *cubin = NULL;
+  size_t size = 0;
+  ag_cache_origin origin;
+  ck_assert_int_eq(ag_compile_source(tiny_source, "tiny", "sm_90a", &cubin, &size, &origin, NULL),
+                   AG_OK);
+  ck_assert_int_eq(origin, AG_FROM_DISK);
+  ck_assert_uint_eq(size, sizeof fake_cubin);
+  ck_assert_mem_eq(cubin, fake_cubin, size);
+  ck_assert(!ag_nvrtc_lib_loaded());
+  setenv(AG_ENV_LIBNVRTC, "/opt/other/libnvrtc.so.13", 1);
+  ck_assert_int_eq(ag_compile_cache_entry(tiny_source, "sm_90a", dir, key2, &path2, NULL), AG_OK);
+  unsetenv(AG_ENV_LIBNVRTC);
+  ck_assert(memcmp(key, key2, sizeof key) != 0);
+  ck_assert_str_ne(path, path2);
+  free(cubin);
+  free(path);
+  free(path2);
+  remove_tree(dir);
+}
+END_TEST
+
 /* Damage the single entry, then: a miss, recompiled, file replaced, a hit. */
 static void damaged_entry_is_replaced(void (*damage)(const char *path)) {
   char *dir = fresh_cache();
@@ -636,6 +673,7 @@ Suite *cache_suite(void) {
   tc = tcase_create("compile");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, miss_then_hit);
+  tcase_add_test(tc, hit_loads_no_nvrtc);
   tcase_add_test(tc, corrupt_payload);
   tcase_add_test(tc, truncated);
   tcase_add_test(tc, zero_length);
