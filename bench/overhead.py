@@ -27,10 +27,11 @@ GPU is the bottleneck shows. Rows:
   autograd.Function), varlen_attn forward and forward + backward, and
   torch.empty_like alone (the allocator's share of every row).
 
-Fresh process: a subprocess imports torch and initializes CUDA (timed
-apart), then imports attngen and runs the first block_attention call with
-its kernel in the on-disk cache (warm: a second process after one that
-compiled it) and with an empty cache directory (cold).
+Fresh process: a subprocess imports torch, initializes CUDA and makes
+the inputs (timed apart), then imports attngen and runs the first
+block_attention call (each timed), with its kernel in the on-disk cache
+(warm: a second process after one that compiled it) and with an empty
+cache directory (cold).
 """
 
 import argparse
@@ -202,15 +203,17 @@ FIRST_CALL = r"""
 import os, sys, time
 t0 = time.perf_counter()
 import torch
-torch.cuda.init(); torch.empty(1, device="cuda"); torch.cuda.synchronize()
-t1 = time.perf_counter()
-import attngen
+torch.cuda.init()
 q = torch.randn(128, 1, 64, device="cuda", dtype=torch.bfloat16)
 cu = torch.tensor([0, 64, 128], dtype=torch.int32, device="cuda")
+torch.cuda.synchronize()
+t1 = time.perf_counter()
+import attngen
+t2 = time.perf_counter()
 attngen.block_attention(q, q, q, cu)
 torch.cuda.synchronize()
-t2 = time.perf_counter()
-print("%.3f %.3f" % ((t1 - t0) * 1e3, (t2 - t1) * 1e3))
+t3 = time.perf_counter()
+print("%.3f %.3f %.3f" % ((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3))
 """
 
 
@@ -220,8 +223,8 @@ def first_call_ms(cache_dir):
                        env=env, timeout=300)
     if r.returncode:
         raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed")
-    torch_ms, attngen_ms = map(float, r.stdout.split())
-    return torch_ms, attngen_ms
+    torch_ms, import_ms, call_ms = map(float, r.stdout.split())
+    return torch_ms, import_ms, call_ms
 
 
 def _positive(text):
@@ -256,13 +259,16 @@ def main(argv=None):
     starts = {}
     with tempfile.TemporaryDirectory() as cold:
         try:
-            tm, cold_ms = first_call_ms(cold)
-            _, warm_ms = first_call_ms(cold)  # the first run left the cubin there
-            starts = {"torch_and_cuda_init_ms": tm, "cold_first_call_ms": cold_ms,
-                      "warm_first_call_ms": warm_ms}
-            print("fresh process: torch import + CUDA init %.1f ms; then attngen import + first "
-                  "call %.1f ms cold (compiles), %.1f ms warm (cubin on disk)"
-                  % (tm, cold_ms, warm_ms), flush=True)
+            tm, cold_import, cold_call = first_call_ms(cold)
+            # the first run left the cubin there
+            _, warm_import, warm_call = first_call_ms(cold)
+            starts = {"torch_and_cuda_init_ms": tm,
+                      "cold_import_ms": cold_import, "cold_first_call_ms": cold_call,
+                      "warm_import_ms": warm_import, "warm_first_call_ms": warm_call}
+            print("fresh process: torch import + CUDA init + inputs %.1f ms; then import attngen "
+                  "%.1f ms and its first call %.1f ms cold (compiles); %.1f + %.1f ms warm "
+                  "(cubin on disk)" % (tm, cold_import, cold_call, warm_import, warm_call),
+                  flush=True)
         except Exception as e:
             starts = {"error": str(e)}
             print("fresh process: ERROR %s" % e)

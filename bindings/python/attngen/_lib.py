@@ -277,18 +277,17 @@ _lib = None
 
 def candidate_paths():
     """Where the library is looked for, in order (the last is a bare name
-    for the system loader)."""
+    for the system loader), yielded lazily: the system's search
+    (ctypes.util.find_library runs ldconfig and gcc, about 20 ms) happens
+    only when no earlier place has the library."""
     here = os.path.dirname(os.path.abspath(__file__))
-    out = []
     env = os.environ.get("ATTNGEN_LIB")
     if env:
-        out.append(env)
-    out.append(os.path.join(here, "libattngen.so"))  # bundled by setup.py
-    out.append(os.path.normpath(os.path.join(here, "..", "..", "..", "build", "libattngen.so")))
-    out.append(os.path.normpath(os.path.join(here, "..", "..", "build", "libattngen.so")))
-    found = ctypes.util.find_library("attngen")
-    out.append(found or "libattngen.so")
-    return out
+        yield env
+    yield os.path.join(here, "libattngen.so")  # bundled by setup.py
+    yield os.path.normpath(os.path.join(here, "..", "..", "..", "build", "libattngen.so"))
+    yield os.path.normpath(os.path.join(here, "..", "..", "build", "libattngen.so"))
+    yield ctypes.util.find_library("attngen") or "libattngen.so"
 
 
 def _bind(lib):

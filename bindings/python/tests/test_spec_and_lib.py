@@ -100,7 +100,7 @@ def test_missing_library_is_reported(monkeypatch):
 
 def test_candidate_paths(monkeypatch):
     monkeypatch.setenv("ATTNGEN_LIB", "/x/lib.so")
-    paths = _lib.candidate_paths()
+    paths = list(_lib.candidate_paths())
     assert paths[0] == "/x/lib.so"
     assert os.path.join(REPO, "build", "libattngen.so") in paths
 
@@ -109,10 +109,26 @@ def test_candidate_paths_bundled_copy_second(monkeypatch):
     """pip install bundles the library in the package: tried after
     ATTNGEN_LIB, before the checkout's build/."""
     monkeypatch.setenv("ATTNGEN_LIB", "/x/libattngen.so")
-    paths = _lib.candidate_paths()
+    paths = list(_lib.candidate_paths())
     pkg = os.path.dirname(os.path.abspath(_lib.__file__))
     assert paths[0] == "/x/libattngen.so"
     assert paths[1] == os.path.join(pkg, "libattngen.so")
+
+
+def test_system_search_only_when_needed(monkeypatch):
+    """ctypes.util.find_library (ldconfig and gcc in subprocesses, tens of
+    ms) runs only after every other place has been tried."""
+    calls = []
+    monkeypatch.setattr(_lib.ctypes.util, "find_library",
+                        lambda name: calls.append(name) or "/sys/libattngen.so")
+    monkeypatch.setenv("ATTNGEN_LIB", "/x/libattngen.so")
+    paths = _lib.candidate_paths()
+    assert next(paths) == "/x/libattngen.so"
+    for _ in range(3):
+        next(paths)
+    assert calls == []
+    assert next(paths) == "/sys/libattngen.so"
+    assert calls == ["attngen"]
 
 
 class _FakeVersion:
