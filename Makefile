@@ -264,8 +264,8 @@ asan: deps
 	  ASAN_OPTIONS=$(ASAN_RUN):exitcode=$(ASAN_EXIT):log_path=$(ASAN_LOG) \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(ASAN_LOG) \
-	  ../build-asan/check_attngen || { tail -n 80 $(ASAN_LOG).* 2>/dev/null; exit 1; }
-	@! ls $(ASAN_LOG).* >/dev/null 2>&1 || { echo "sanitizer reports:"; tail -n 80 $(ASAN_LOG).*; exit 1; }
+	  ASAN_REPORTS=$(CURDIR)/build-asan/reports ASAN_EXIT=$(ASAN_EXIT) \
+	  ../tools/asan_run.sh ../build-asan/check_attngen
 
 # The concurrency suite under ThreadSanitizer; tests/tsan.supp ignores only
 # the interceptor calls made from inside libnvrtc (it is not instrumented).
