@@ -112,12 +112,20 @@ def _fast_tensors(q, k, v, same_shape):
     of one half dtype and device, 3-D, contiguous and aligned (k and v of
     q's shape when same_shape, else of one shape with q's head_dim), with
     a supported head_dim; else None."""
+    # Each tensor attribute costs a call into torch (~0.1 us): read each
+    # once, compare dtypes (singletons) by identity, devices by index.
     try:
-        dev, dt, qs, ks = q.device, q.dtype, q.shape, k.shape
-        if (not _is_cuda(dev) or k.device != dev or v.device != dev or k.dtype != dt
-                or v.dtype != dt or len(qs) != 3 or len(ks) != 3 or v.shape != ks
-                or (same_shape and ks != qs) or ks[2] != qs[2] or qs[2] not in HEAD_DIMS
-                or qs[1] < 1 or ks[1] < 1):
+        dev, dt = q.device, q.dtype
+        if not _is_cuda(dev):
+            return None
+        di = q.get_device()
+        if k.get_device() != di or v.get_device() != di or k.dtype is not dt \
+                or v.dtype is not dt:
+            return None
+        qs = q.shape
+        ks = qs if same_shape and k.shape == qs else k.shape
+        if len(qs) != 3 or len(ks) != 3 or v.shape != ks or (same_shape and ks is not qs) \
+                or ks[2] != qs[2] or qs[2] not in HEAD_DIMS or qs[1] < 1 or ks[1] < 1:
             return None
         tag = _tag_of(dt)
         if tag is None or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):

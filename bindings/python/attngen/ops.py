@@ -365,9 +365,10 @@ def _device_index(torch, t):
 def _needs_grad(*tensors):
     """Whether autograd must record this call: grad mode is on and an input
     requires grad (only then is the backward pass asked for)."""
-    if not any(getattr(t, "requires_grad", False) for t in tensors):
-        return False
-    return _torch().is_grad_enabled()
+    for t in tensors:
+        if getattr(t, "requires_grad", False):
+            return _torch().is_grad_enabled()
+    return False
 
 
 def _dout_for(grad_out, q):

@@ -197,3 +197,48 @@ def test_cpu_offsets_negative_batch_issue22():
     with pytest.raises(ValueError, match="at least one element"):
         V.check_cpu_offsets([], 0, 0)
     assert V.check_cpu_offsets([0], 0, 0) == [0]
+
+
+def _fast_vs_full_cases():
+    """q, k, v triples around every condition of _validate._fast_tensors."""
+    dev = {"cuda:0": "cuda:0", "cuda:1": "cuda:1", "cpu": "cpu"}
+    out = []
+    for kdev in dev:
+        for kdt in (ts.bfloat16, ts.float16, ts.float32):
+            for kshape in ((100, 4, 64), (100, 2, 64), (80, 4, 64), (100, 4, 128), (100, 4),
+                           (0, 4, 64), (100, 0, 64)):
+                for contiguous in (True, False):
+                    for ptr in (0x7F0000000000, 0x7F0000000008):
+                        q = ts.StubTensor((100, 4, 64))
+                        k = ts.StubTensor(kshape, kdt, kdev, contiguous, ptr)
+                        v = ts.StubTensor(kshape, kdt, kdev, True, 0x7F0000100000)
+                        out.append((q, k, v))
+    # q itself odd: on the CPU, fp32, head_dim 96, no heads, unaligned
+    for qkw in (dict(device="cpu"), dict(dtype=ts.float32), dict(shape=(10, 4, 96)),
+                dict(shape=(10, 0, 64)), dict(ptr=0x7F0000000004)):
+        kw = dict(shape=(10, 4, 64))
+        kw.update(qkw)
+        out.append((ts.StubTensor(**kw), ts.StubTensor((10, 4, 64)), ts.StubTensor((10, 4, 64))))
+    return out
+
+
+@pytest.mark.parametrize("full_check, same", [(V.check_qkv, True), (V.check_jagged_qkv, False)])
+def test_fast_path_agrees_with_the_full_check(monkeypatch, full_check, same):
+    """Where the fast path answers, the full check accepts and returns the
+    same; where the full check refuses, the fast path does not answer."""
+    answered = 0
+    for q, k, v in _fast_vs_full_cases():
+        fast = V._fast_tensors(q, k, v, same)
+        with monkeypatch.context() as m:
+            m.setattr(V, "_fast_tensors", lambda *a: None)
+            try:
+                full = full_check(q, k, v)
+            except ValueError:
+                full = None
+        if fast is None:
+            continue
+        answered += 1
+        assert full is not None, (q.shape, k.shape, k.dtype, k.device)
+        assert fast[0] == full[0] and fast[1] == full[1] and fast[2] == full[2]
+        assert tuple(fast[3]) == tuple(q.shape)
+    assert answered > 0

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """A STUB of the few torch.Tensor attributes attngen's argument checks read
-(.dtype, .shape, .device, .is_contiguous(), .data_ptr(), .tolist()), and of
+(.dtype, .shape, .device, .get_device(), .is_contiguous(), .data_ptr(),
+.tolist()), and of
 the few torch functions attngen.ops and attngen.jagged call around a launch
 (FakeTorch: empty_like, full_like, empty, full, is_grad_enabled,
 cuda.current_stream, and a minimal autograd.Function that records the ctx
@@ -74,6 +75,9 @@ class StubTensor:
 
     def is_contiguous(self):
         return self._contiguous
+
+    def get_device(self):
+        return self.device.index if self.device.type == "cuda" else -1
 
     def data_ptr(self):
         return self._ptr
