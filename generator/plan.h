@@ -161,6 +161,7 @@ typedef struct ag_plan_jagged {
    * dQ kernel (templates/jagged_bwd_sm90.cu) instead of _dq and _dkv;
    * 0 rows where not */
   int fast_block_m, fast_block_n, fast_threads, fast_smem_bytes, fast_rows_threads;
+  int fast_min_ctas; /* CTAs of _kv an SM: 3 at head dim 64 takes one slot of staging rows */
 } ag_plan_jagged;
 
 /* The variants of the broadcast kernels (ag_plan_kernel.variant): the

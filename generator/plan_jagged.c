@@ -118,26 +118,30 @@ static void plan_backward(ag_plan *p) {
  * _kv is key-stationary on wgmma with query steps of 64 rows; it adds
  * each step's dQ to an fp32 accumulator in the workspace with the copy
  * engine's bulk adds (cp.reduce.async.bulk). _pre writes D and zeroes the
- * accumulator, _dq rounds it. Head dim 128: two warpgroups of 64 keys a
- * CTA, which split dQ's columns (so a step adds one 64 x 128 tile), a
- * ring of two Q, dO slots. Head dim 64: one warpgroup of 64 keys a CTA
- * and two CTAs an SM, which run out of step so that one's softmax
- * overlaps the other's products (measured 1.06-1.14x two warpgroups of
- * one CTA), three slots. Shared memory: K, V, the slots, dS^T, the slots'
- * row floats, two slots of dQ staging rows of 72 floats per warpgroup. On
- * the H200 it runs 0.92-1.10x FlashAttention-2's backward
- * (bench/RESULTS-jagged.md). */
+ * accumulator, _dq rounds it. A ring of two Q, dO slots. Head dim 128:
+ * two warpgroups of 64 keys a CTA, which split dQ's columns (so a step
+ * adds one 64 x 128 tile), two slots of staging rows of 72 floats per
+ * warpgroup. Head dim 64: one warpgroup of 64 keys a CTA and three CTAs
+ * an SM (launch bounds cap registers at 168), which run out of step so
+ * that one's softmax and staging overlap the others' products, one slot
+ * of staging rows of 68 floats (75 KB a CTA); measured 1.15-1.20x two
+ * CTAs an SM with three slots. Shared memory: K, V, the slots, dS^T, the
+ * slots' row floats, the staging rows. On the H200 it runs 1.06-1.14x
+ * FlashAttention-2's backward (bench/RESULTS-jagged.md). */
 static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, bool sm90_rotary) {
   if (spec->arch != AG_ARCH_SM90A || spec->deterministic || p->jagged.broadcast ||
       (spec->rotary.layout != AG_ROTARY_NONE && !sm90_rotary)) /* as the forward */
     return false;
   ag_plan_jagged *j = &p->jagged;
-  const int m = 64, n = p->head_dim == 64 ? 64 : 128, slots = p->head_dim == 64 ? 3 : 2;
+  const bool d64 = p->head_dim == 64;
+  const int m = 64, n = d64 ? 64 : 128, slots = 2;
+  const int stages = d64 ? 1 : 2, stride = d64 ? 68 : 72; /* staging rows */
   j->fast_block_m = m;
   j->fast_block_n = n;
   j->fast_threads = 128 * (n / 64);
+  j->fast_min_ctas = d64 ? 3 : 1;
   j->fast_smem_bytes = 4 * p->head_dim * (n + slots * m) + 2 * n * m + 8 * slots * m +
-                       2 * (n / 64) * 64 * 72 * 4;
+                       stages * (n / 64) * 64 * stride * 4;
   j->fast_rows_threads = 256;
   return true;
 }
@@ -258,7 +262,7 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
       k->walk = (ag_walk){AG_WALK_JAGGED_K, j->fast_block_n, 1, 1};
       k->threads = j->fast_threads;
       k->smem_bytes = j->fast_smem_bytes;
-      k->min_ctas_per_sm = 1;
+      k->min_ctas_per_sm = j->fast_min_ctas;
     } else {
       k->walk = (ag_walk){AG_WALK_JAGGED_ROWS, rows, 1, 1};
       k->threads = j->fast_rows_threads;
@@ -270,6 +274,7 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
       ag_plan_set(k, "BLOCK_N", j->fast_block_n);
       ag_plan_set(k, "SMEM_BYTES", j->fast_smem_bytes);
       ag_plan_set(k, "ROWS_THREADS", j->fast_rows_threads);
+      ag_plan_set(k, "MIN_CTAS", j->fast_min_ctas);
     }
   }
 }

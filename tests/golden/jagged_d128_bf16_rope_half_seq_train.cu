@@ -927,22 +927,28 @@ constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
 constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
 constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
-// Shared memory: K, V, kSlots slots of Q and dO, dS^T, kSlots slots of
-// LSE and D for the step's query rows, then the dQ staging rows.
-// Slots of the ring: with three, a step's copies go to the slot of step
-// i - 1, free once the step's one barrier is passed; two (head dim 128,
-// for shared memory) take a second barrier a step.
-constexpr int kSlots = kHeadDim == 64 ? 3 : 2;
+// Shared memory: K, V, two slots of Q and dO, dS^T, two slots of LSE and
+// D for the step's query rows, then the dQ staging rows. A step's copies
+// go to the other slot, free once the step's first barrier is passed.
+constexpr int kSlots = 2;
+// CTAs an SM, as planned: 3 at head dim 64 (one warpgroup a CTA, 168
+// registers a thread, 75 KB of shared memory), whose CTAs run out of step
+// so that one's softmax and staging overlap the others' products, and
+// leave room for one slot of dQ staging rows; 1 at head dim 128 (two
+// warpgroups), with two slots.
+constexpr int kMinCtas = 1;
+constexpr int kStageSlots = kMinCtas >= 3 ? 1 : 2;
 // With head dim 64 each warpgroup's dQ reads only its own dS^T rows.
 constexpr bool kOwnDs = kHalves == 1;
 constexpr int kRingAt = 2 * kKBytes;
 constexpr int kDsAt = kRingAt + kSlots * 2 * kQBytes;
 constexpr int kRowsAt = kDsAt + kDsBytes;
-// Two slots of dQ staging rows per warpgroup: 64 rows of 64 fp32 a step,
-// padded to 72 so that the quads' float2 stores of a warp fill the banks.
-constexpr int kStageStride = 72;
+// The dQ staging rows of a warpgroup: 64 rows of 64 fp32 a step, padded
+// to 72 (68 where shared memory is short) so that a warp's float2 stores
+// (8 rows x 4 quads) take the two wavefronts their 256 bytes need.
+constexpr int kStageStride = kStageSlots == 1 ? 68 : 72;
 constexpr int kStageAt = kRowsAt + kSlots * 2 * 4 * kBlockM;
-static_assert(kStageAt + 2 * kWarpgroups * 64 * kStageStride * 4 == kSmemBytes,
+static_assert(kStageAt + kStageSlots * kWarpgroups * 64 * kStageStride * 4 == kSmemBytes,
               "the plan's shared memory is K, V, two Q, dO slots, dS^T, the row floats and "
               "the dQ staging rows");
 /* ---- end jagged backward constants ---- */
@@ -1788,7 +1794,7 @@ ag_jrope_d128_bf16_causal_rope_bwd_pre(const unsigned short *__restrict__ q, con
  * after a barrier dQ = dS K over all kBlockN keys for its 64 columns of
  * the head (head_dim 128), or over its own 64 keys (head_dim 64), which
  * it adds to the accumulator. */
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
+extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
 ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
     const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
@@ -1853,10 +1859,6 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q, cons
     load_rows<kBlockN>(v_a, v + k_row, k_stride, nk);
     if (n_steps > 0) load_step(0);
     cp_async_commit();
-    if constexpr (kSlots == 3) {
-      if (n_steps > 1) load_step(1);
-      cp_async_commit();
-    }
 
     float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
 #pragma unroll
@@ -1883,21 +1885,14 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q, cons
         keep(p16);
         keep(ds16);
       }
-      bulk_wait_read<1>();  // step i - 2's staging rows are read: this step may write them
-      if constexpr (kSlots == 3) {
-        cp_async_wait<1>();  // this step's copies have landed (the next step's may not)
-        fence_proxy_async();  // they are read by wgmma (the async proxy)
-        __syncthreads();  // for every thread; and step i - 1 is done, so its slot is free
-        if (i + 2 < n_steps) load_step(i + 2);
-        cp_async_commit();
-      } else {
-        __syncthreads();  // the other slot and dS^T are free (step i - 1 is done)
-        if (i + 1 < n_steps) load_step(i + 1);
-        cp_async_commit();
-        cp_async_wait<1>();
-        fence_proxy_async();  // the copies are read by wgmma (the async proxy)
-        __syncthreads();
-      }
+      if constexpr (kStageSlots == 2)
+        bulk_wait_read<1>();  // step i - 2's staging rows are read: this step may write them
+      __syncthreads();  // the other slot and dS^T are free (step i - 1 is done)
+      if (i + 1 < n_steps) load_step(i + 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+      fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+      __syncthreads();
       const int h = hk * group + i / q_tiles;
       const long long i0 = (qt0 + i % q_tiles) * kBlockM;
       const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
@@ -1982,6 +1977,8 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q, cons
       // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
       // MN-major. Head dim 128: every key, this warpgroup's 64 columns;
       // head dim 64: this warpgroup's keys, every column.
+      if constexpr (kStageSlots == 1)
+        bulk_wait_read<0>();  // the step before's staging rows are read (by all: the barrier)
       fence_proxy_async();  // dS^T is read by wgmma
       if constexpr (kOwnDs) named_barrier_sync(1 + wg, 128);
       else __syncthreads();
@@ -2025,7 +2022,7 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q, cons
       // 8n + 2tq of this warpgroup's 64 (head dim 128) or of the head: to
       // the warpgroup's staging rows, then a bulk fp32 add of each real
       // row to the accumulator (the copy engine adds whole rows).
-      float *const stage = stage_s + ((i & 1) * kWarpgroups + wg) * 64 * kStageStride;
+      float *const stage = stage_s + ((kStageSlots == 2 ? i & 1 : 0) * kWarpgroups + wg) * 64 * kStageStride;
 #pragma unroll
       for (int hi = 0; hi < 2; hi++) {
         float *const srow = stage + (16 * warp + g + 8 * hi) * kStageStride + 2 * tq;

@@ -96,6 +96,24 @@ SM90.append(("f16", 64, False, True, 64, 32, 64, 2))
 # against the shipped one: such variants are named "sm90q ...". The
 # dQ-first order of templates/jagged_bwd_sm90.cu was measured this way
 # (bench/RESULTS-jagged.md, 2026-12-02).
+# A 10th field (a dict) gives jagged_bwd_sm90_x.cu's knobs: TAG names the
+# variant ("sm90x-TAG ..."), SLOTS, MIN_CTAS, DQ_RED (0: bulk adds of staged
+# rows; 2, 4: red.global.add.vN.f32 from registers), STAGE_SLOTS, STAGE_STRIDE,
+# SPLIT_WAIT.
+X = "../tools/jagged_dev/jagged_bwd_sm90_x.cu"
+for tag, knobs in (
+        ("split", dict(SLOTS=3, MIN_CTAS=1, DQ_RED=0, STAGE_SLOTS=2, STAGE_STRIDE=72, SPLIT_WAIT="true")),
+        ("occ3bulk", dict(SLOTS=2, MIN_CTAS=3, DQ_RED=0, STAGE_SLOTS=1, STAGE_STRIDE=68, SPLIT_WAIT="false")),
+        ("occ3bulks", dict(SLOTS=2, MIN_CTAS=3, DQ_RED=0, STAGE_SLOTS=1, STAGE_STRIDE=68, SPLIT_WAIT="true")),
+        ("red4", dict(SLOTS=3, MIN_CTAS=1, DQ_RED=4, STAGE_SLOTS=0, STAGE_STRIDE=72, SPLIT_WAIT="false")),
+        ("occ3red4", dict(SLOTS=3, MIN_CTAS=3, DQ_RED=4, STAGE_SLOTS=0, STAGE_STRIDE=72, SPLIT_WAIT="false")),
+        ("occ3red4s", dict(SLOTS=3, MIN_CTAS=3, DQ_RED=4, STAGE_SLOTS=0, STAGE_STRIDE=72, SPLIT_WAIT="true")),
+        ("occ3red2", dict(SLOTS=3, MIN_CTAS=3, DQ_RED=2, STAGE_SLOTS=0, STAGE_STRIDE=72, SPLIT_WAIT="false"))):
+    for causal in (False, True):
+        SM90.append(("bf16", 64, causal, False, -1, -1, 64, 2, X, dict(knobs, TAG=tag)))
+    if tag in ("occ3bulk", "occ3red4"):
+        SM90.append(("f16", 64, False, True, 64, 32, 64, 2, X, dict(knobs, TAG=tag)))
+        SM90.append(("bf16", 64, True, True, 128, 0, 64, 2, X, dict(knobs, TAG=tag)))
 # ATTNGEN_DEV_ALL=1 keeps every variant; by default the bf16 split ones
 # (to time against) and the sm_90a ones
 if not os.environ.get("ATTNGEN_DEV_ALL"):
@@ -103,9 +121,17 @@ if not os.environ.get("ATTNGEN_DEV_ALL"):
 VARIANTS += SM90
 
 
-def smem_sm90(d, bn, bm=64):
-    sl = 3 if d == 64 else 2
-    return 4 * d * (bn + sl * bm) + 2 * bn * bm + 8 * sl * bm + 2 * (bn // 64) * 64 * 72 * 4
+def sm90_min_ctas(d, bn):
+    return 3 if d == 64 and bn == 64 else 1  # as plan_jagged.c
+
+
+def smem_sm90(d, bn, bm=64, knobs=None):
+    sl = 2
+    stage, stride = (1, 68) if sm90_min_ctas(d, bn) == 3 else (2, 72)
+    if knobs:
+        sl, stride = knobs["SLOTS"], knobs["STAGE_STRIDE"]
+        stage = 0 if knobs["DQ_RED"] else knobs["STAGE_SLOTS"]
+    return 4 * d * (bn + sl * bm) + 2 * bn * bm + 8 * sl * bm + stage * (bn // 64) * 64 * stride * 4
 
 
 def main():
@@ -115,6 +141,7 @@ def main():
     for i, v in enumerate(VARIANTS):
         dt, d, causal, window, left, right, blk, fast = v[:8]
         tpl = v[8] if len(v) > 8 else None
+        knobs = v[9] if len(v) > 9 else None
         warps = blk // 16
         sd, sk = smem_dq(d, blk, blk), smem_dkv(d, blk, blk)
         min_ctas = 1 if blk > 64 else max(1, min(2, (227 * 1024) // (max(sd, sk) + 2 * blk * blk)))
@@ -127,15 +154,18 @@ def main():
                     WINDOW="true" if window else "false", WINDOW_LEFT=left, WINDOW_RIGHT=right,
                     BROADCAST=0, SUM_THREADS=256, ROTARY="false", ROTARY_TABLE="false")
         if fast == 2:
-            sk = smem_sm90(d, blk)
-            vals.update(BLOCK_M=64, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256)
+            sk = smem_sm90(d, blk, knobs=knobs)
+            vals.update(BLOCK_M=64, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256,
+                        MIN_CTAS=sm90_min_ctas(d, blk))
             for key in ("WARPS", "MIN_CTAS", "SMEM_BYTES_DQ", "SMEM_BYTES_DKV", "BROADCAST",
                         "SUM_THREADS"):
                 del vals[key]
+            if knobs:
+                vals.update({k: x for k, x in knobs.items() if k != "TAG"})
             sd = 0
             warps = blk // 16  # 128 * blk / 64 threads
         parts.append(f"namespace v{i} {{\n" + expand(tpl or {0: "jagged_bwd.cu", 1: "../tools/jagged_dev/jagged_bwd_fast.cu", 2: "jagged_bwd_sm90.cu"}[int(fast)], vals) + f"\n}}  // namespace v{i}\n")
-        prefix = "sm90q " if tpl else {0: "", 1: "fast ", 2: "sm90 "}[int(fast)]
+        prefix = f"sm90x-{knobs['TAG']} " if knobs else "sm90q " if tpl else {0: "", 1: "fast ", 2: "sm90 "}[int(fast)]
         table.append(f'  {{"{prefix}{dt} d{d} {"causal" if causal else "full"}'
                      f'{f" win[{left},{right}]" if window else ""} blk{blk}", {int(dt == "bf16")}, {d}, '
                      f'{int(causal)}, {int(window)}, {left}, {right}, {blk}, {warps * 32}, {sd}, {sk}, ' +

@@ -1,0 +1,744 @@
+@# SPDX-License-Identifier: BSD-3-Clause
+@# jagged_bwd_sm90.cu: jagged (varlen) attention backward on sm_90a, the
+@# fast (not bit-identical) path: one key-stationary kernel on wgmma that
+@# computes dK, dV and adds every tile pair's dQ to an fp32 accumulator
+@# with atomics, between a kernel that writes D and zeroes the accumulator
+@# and one that rounds it. Compiled for sm_90a only (the plan picks it
+@# there; deterministic specs keep jagged_bwd.cu's two kernels).
+@# Includes: mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh, bulk_sm90.cuh,
+@#   jagged_bwd_tile.cuh.
+@# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows
+@#   of a step: 64) @BLOCK_N@ (key rows of a CTA, 64 per warpgroup: 64 at
+@#   head dim 64, 128 at 128)
+@#   @SMEM_BYTES@ (the plan's dynamic shared memory of _kv, checked against
+@#   the layout below: 4 * HEAD_DIM * (BLOCK_N + SLOTS * BLOCK_M) + 2 *
+@#   BLOCK_N * BLOCK_M + 8 * SLOTS * BLOCK_M + 2 * (BLOCK_N / 64) * 64 * 72 *
+@#   4, SLOTS = 3 at head dim 64, else 2) @ROWS_THREADS@ (threads of _pre and _dq)
+@#   @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@
+@#   @WINDOW@ @WINDOW_LEFT@ @WINDOW_RIGHT@ (as in jagged_bwd.cu).
+@# Kernels, in this order on one stream, all with jagged_bwd.cu's
+@# parameters; `di` is [heads, total_q] D, then from float
+@# dq_accumulator_at(heads, total_q) the [total_q, heads, HEAD_DIM] fp32
+@# accumulator:
+@#   @KERNEL_NAME@_pre: D = rowsum(dO (.) O), the accumulator zeroed; grid
+@#     (ceil(total_q * heads / ROWS), 1), ROWS = ROWS_THREADS * 8 / HEAD_DIM
+@#     (token, head) rows a CTA, ROWS_THREADS threads, no shared memory.
+@#   @KERNEL_NAME@_kv: grid (batch + total_k / BLOCK_N, kv_heads),
+@#     num_tiles = batch + total_k / BLOCK_N; 128 * BLOCK_N / 64 threads.
+@#   @KERNEL_NAME@_dq: dQ = scale * accumulator, rounded; grid as _pre.
+@# Conditions: ROTARY, ROTARY_TABLE (as in jagged_bwd.cu: with tables
+@#   every kernel takes rotary_table and rotary_table_k after `di`): _kv
+@#   rotates K (V) once and each step's Q in shared memory and dK (dV) back
+@#   in registers, _dq rotates dQ back as it rounds it. Other features are
+@#   selected with constexpr.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this backward is planned for sm_90a only (wgmma)"
+#endif
+/* ---- begin jagged backward constants ---- */
+constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
+constexpr int kBlockM = @BLOCK_M@;  // query rows of a step
+constexpr int kBlockN = @BLOCK_N@;  // key rows of a CTA
+constexpr int kWarpgroups = kBlockN / 64;  // each owns 64 key rows
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kRowsThreads = @ROWS_THREADS@;  // threads of _pre and _dq
+constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory of _kv, as planned
+constexpr float kScale = @SCALE@;  // softmax scale @SCALE_TEXT@
+constexpr float kScaleLog2 = @SCALE_LOG2@;  // the scale times log2(e)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr bool kCausal = @CAUSAL@;
+constexpr bool kWindow = @WINDOW@;
+constexpr int kWindowLeft = @WINDOW_LEFT@;  // keys before the diagonal a query sees
+constexpr int kWindowRight = @WINDOW_RIGHT@;  // keys after it
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
+constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockM == 64 && kBlockN % 64 == 0 && kWarpgroups <= 2,
+              "64-row query steps, 64 key rows per warpgroup");
+static_assert(kHeadDim == 64 || kWarpgroups == 2,
+              "head dim 128 splits dQ's columns between two warpgroups");
+// Every operand is made of 64-column matrices of 128-byte rows in the
+// 128-byte swizzle (wgmma_sm90.cuh): a tile of R rows is kHalves such
+// R-row matrices, one per 64 columns of the head.
+constexpr int kHalves = kHeadDim / 64;
+constexpr int kRowBytes = 128;
+constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
+constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
+constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
+constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
+// Shared memory: K, V, kSlots slots of Q and dO, dS^T, kSlots slots of
+// LSE and D for the step's query rows, then the dQ staging rows.
+// Slots of the ring: with three, a step's copies go to the slot of step
+// i - 1, free once the step's one barrier is passed; two (head dim 128,
+// for shared memory) take a second barrier a step.
+constexpr int kSlots = @SLOTS@;
+// dev knobs: CTAs an SM (launch bounds), dQ by red.global from registers
+// (no staging rows) or by bulk adds of 0..2 slots of staging rows, S^T's
+// and dP^T's waits apart
+constexpr int kMinCtas = @MIN_CTAS@;
+constexpr int kDqRedWidth = @DQ_RED@;  // 0: bulk adds; 2 or 4: red.global.add.vN.f32
+constexpr bool kDqRed = kDqRedWidth != 0;
+constexpr int kStageSlots = kDqRed ? 0 : @STAGE_SLOTS@;
+constexpr bool kSplitWait = @SPLIT_WAIT@;
+// With head dim 64 each warpgroup's dQ reads only its own dS^T rows.
+constexpr bool kOwnDs = kHalves == 1;
+constexpr int kRingAt = 2 * kKBytes;
+constexpr int kDsAt = kRingAt + kSlots * 2 * kQBytes;
+constexpr int kRowsAt = kDsAt + kDsBytes;
+// Two slots of dQ staging rows per warpgroup: 64 rows of 64 fp32 a step,
+// padded to 72 so that the quads' float2 stores of a warp fill the banks.
+constexpr int kStageStride = @STAGE_STRIDE@;
+constexpr int kStageAt = kRowsAt + kSlots * 2 * 4 * kBlockM;
+static_assert(kStageAt + kStageSlots * kWarpgroups * 64 * kStageStride * 4 == kSmemBytes,
+              "the plan's shared memory is K, V, two Q, dO slots, dS^T, the row floats and "
+              "the dQ staging rows");
+/* ---- end jagged backward constants ---- */
+
+@include mma_sm80.cuh@
+
+@include unpack2.cuh@
+
+@include wgmma_sm90.cuh@
+
+@include bulk_sm90.cuh@
+
+@include jagged_bwd_tile.cuh@
+@if ROTARY@
+
+// The rotation's views of load_rows' layout (element offsets): a Q, dO
+// slot of kBlockM rows and the K, V tiles of kBlockN rows.
+template <int kRows>
+struct Sw128Rows {
+  static __device__ __forceinline__ int at(int row, int chunk) {
+    return (chunk >> 3) * (kRows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+  }
+};
+
+@include jagged_rotary.cuh@
+@endif@
+
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
+// 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
+// multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
+
+// Where the fp32 dQ accumulator starts in `di` (16-byte aligned).
+__device__ __forceinline__ long long dq_accumulator_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
+
+/* ---- begin the math ----
+ * As jagged_bwd.cu: P = exp(scale * S - LSE), dP = dO V^T, dS = P (.) (dP
+ * - D), dV = P^T dO, dK = scale * dS^T Q, dQ = scale * dS K, D =
+ * rowsum(dO (.) O). Here dQ is added tile pair by tile pair with fp32
+ * atomics, so its bits depend on the order the CTAs run in; dK and dV are
+ * each written by one CTA, in a fixed order.
+ * ---- end the math ---- */
+
+// Start the copy of kRows rows of one head (`src` is row 0, this head)
+// into the matrices at `dst` (shared address), the first `rows` real and
+// the rest zero-filled; the caller commits. Piece c (16 bytes) of row r
+// sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of the row.
+template <int kRows>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
+  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
+  const unsigned base = dst + (c >> 3) * (kRows * kRowBytes);
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < rows;
+    cp_async_16(base + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4),
+                real ? src + row * row_stride + c * 8 : src, real ? 16 : 0);
+  }
+}
+
+// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
+// engine in the background (both 16-byte aligned, bytes a multiple of 16);
+// closed into a group by bulk_commit (bulk_sm90.cuh). PTX ISA:
+// cp.reduce.async.bulk.
+__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+// Barrier `id` over `threads` threads (a warpgroup: 128), not the CTA.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// Keep registers an asynchronous wgmma reads (its A operand) live until
+// here: placed after the wait, so the compiler cannot reuse them earlier.
+template <int kN>
+__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
+#pragma unroll
+  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
+}
+
+/* ---- begin kernel _pre ----
+ * One (token, head) row of kPieces lanes: D = rowsum(dO (.) O) to `di`
+ * (0 for a row with no key, whose LSE is -inf), and the row's dQ
+ * accumulator zeroed. */
+constexpr int kRowsPerCta = kRowsThreads * 8 / kHeadDim;
+extern "C" __global__ void __launch_bounds__(kRowsThreads)
+@KERNEL_NAME@_pre(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di,
+@if ROTARY_TABLE@
+    const unsigned short *__restrict__ rotary_table,
+    const unsigned short *__restrict__ rotary_table_k,
+@endif@
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
+    long long num_tiles) {
+  (void)q, (void)k, (void)v, (void)dq, (void)dk, (void)dv, (void)cu_seqlens_q;
+  (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k, (void)num_tiles;
+@if ROTARY_TABLE@
+  (void)rotary_table, (void)rotary_table_k;
+@endif@
+  const long long rows = total_q * heads;
+  const long long row = blockIdx.x * (long long)kRowsPerCta + threadIdx.x / kPieces;
+  const int piece = threadIdx.x % kPieces;
+  float a = 0.f;
+  if (row < rows) {
+    const long long at = row * kHeadDim + piece * 8;
+    const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+    const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+    const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float x0, x1, y0, y1;
+      unpack2(xs[e], x0, x1);
+      unpack2(ys[e], y0, y1);
+      a = fmaf(x0, y0, a);
+      a = fmaf(x1, y1, a);
+    }
+    float4 *acc = reinterpret_cast<float4 *>(di + dq_accumulator_at(heads, total_q) + at);
+    acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+  if (piece == 0 && row < rows) {
+    const long long t = row / heads, h = row - t * heads;
+    di[h * total_q + t] = lse[h * total_q + t] == neg_inf() ? 0.f : a;
+  }
+}
+/* ---- end kernel _pre ---- */
+
+/* ---- begin kernel _kv ----
+ * KV-stationary: a CTA owns kBlockN keys of one kv head (warpgroup w the
+ * 64 from 64w) and walks the group's q heads in order and, for each, the
+ * query tiles of the band; Q, dO and their rows' LSE and D stream through
+ * two slots. Per step each warpgroup computes S^T = K Q^T and dP^T = V dO^T
+ * (A and B from shared memory), P^T and dS^T in registers, dV += P^T dO
+ * and dK += dS^T Q (A from registers), writes dS^T to shared memory, and
+ * after a barrier dQ = dS K over all kBlockN keys for its 64 columns of
+ * the head (head_dim 128), or over its own 64 keys (head_dim 64), which
+ * it adds to the accumulator. */
+extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
+@KERNEL_NAME@_kv(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di,
+@if ROTARY_TABLE@
+    const unsigned short *__restrict__ rotary_table,
+    const unsigned short *__restrict__ rotary_table_k,
+@endif@
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
+    long long num_tiles) {
+  (void)o;
+  (void)dq;
+@if ROTARY_TABLE@
+  const RotaryTables tables = {rotary_table, rotary_table_k};
+@else@
+  const RotaryTables tables = {nullptr, nullptr};
+@endif@
+  (void)tables;
+  if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
+  const int hk = blockIdx.y, group = heads / kv_heads;
+  const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
+  const unsigned base = smem_addr(smem);
+  const unsigned k_a = base, v_a = base + kKBytes, ring_a = base + kRingAt, ds_a = base + kDsAt;
+  float *const rows_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kRowsAt);
+  float *const stage_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kStageAt);
+  float *const dq_acc = di + dq_accumulator_at(heads, total_q);
+  const int wg = threadIdx.x >> 7;  // this warpgroup's keys: 64 wg..
+  const int warp = (threadIdx.x >> 5) & 3;  // its rows in them: 16 warp..
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int key0 = 64 * wg + 16 * warp + g;  // this thread's first key row of the tile (+8)
+
+#pragma unroll 1
+  for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
+    const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+    const long long tile = vt - (seq + sp.k_start / kBlockN);
+    if (tile < 0 || tile * kBlockN >= sp.k_len) continue;  // an unused number
+    const long long k0 = tile * kBlockN;
+    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);  // real key rows
+    const long long delta = sp.k_len - sp.q_len;
+    long long i_first, i_last;
+    queries_seeing(k0, k0 + nk - 1, sp.q_len, sp.k_len, i_first, i_last);
+    const long long qt0 = i_first / kBlockM;
+    const int q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - qt0 + 1);
+    const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
+    const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
+@if ROTARY@
+    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+@endif@
+
+    // Start the copies of step i's Q, dO and row floats into slot i & 1.
+    auto load_step = [&](int i) {
+      const int h = hk * group + i / q_tiles;
+      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
+      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
+      const unsigned slot = ring_a + (i % kSlots) * 2 * kQBytes;
+      load_rows<kBlockM>(slot, q + at, q_stride, mq);
+      load_rows<kBlockM>(slot + kQBytes, dout + at, q_stride, mq);
+      if (threadIdx.x < 2 * kBlockM) {
+        const int r = threadIdx.x % kBlockM;
+        const long long row = (long long)h * total_q + sp.q_start + i0 + (r < mq ? r : 0);
+        float *f = rows_s + (i % kSlots) * 2 * kBlockM + threadIdx.x;  // LSE, then D
+        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+      }
+    };
+
+    __syncthreads();  // nobody reads the last tile's shared memory any more
+    load_rows<kBlockN>(k_a, k + k_row, k_stride, nk);
+    load_rows<kBlockN>(v_a, v + k_row, k_stride, nk);
+    if (n_steps > 0) load_step(0);
+    cp_async_commit();
+    if constexpr (kSlots == 3) {
+      if (n_steps > 1) load_step(1);
+      cp_async_commit();
+    }
+
+    float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc_v[hh][n][e] = acc_k[hh][n][e] = 0.f;
+
+    // P^T and dS^T of the step before: dV and dK read them (wgmma's A from
+    // registers) until the wait at the next step's start.
+    unsigned p16[8][2], ds16[8][2];
+#pragma unroll 1
+    for (int i = 0; i < n_steps; i++) {
+      // the step before's dV and dK are done: its Q, dO slot may be
+      // reloaded and its P^T, dS^T registers rewritten
+      wgmma_wait<0>();
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++) {
+        wgmma_hold(acc_v[hh]);
+        wgmma_hold(acc_k[hh]);
+      }
+      if (i > 0) {
+        keep(p16);
+        keep(ds16);
+      }
+      if constexpr (kStageSlots == 2)
+        bulk_wait_read<1>();  // step i - 2's staging rows are read: this step may write them
+      if constexpr (kSlots == 3) {
+        cp_async_wait<1>();  // this step's copies have landed (the next step's may not)
+        fence_proxy_async();  // they are read by wgmma (the async proxy)
+        __syncthreads();  // for every thread; and step i - 1 is done, so its slot is free
+        if (i + 2 < n_steps) load_step(i + 2);
+        cp_async_commit();
+      } else {
+        __syncthreads();  // the other slot and dS^T are free (step i - 1 is done)
+        if (i + 1 < n_steps) load_step(i + 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+        fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+        __syncthreads();
+      }
+      const int h = hk * group + i / q_tiles;
+      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
+      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const unsigned q_a = ring_a + (i % kSlots) * 2 * kQBytes, do_a = q_a + kQBytes;
+      const float *const lse_r = rows_s + (i % kSlots) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
+@if ROTARY@
+      {
+        // Rotate the step's Q where it landed, and K (V) with the first
+        // step; the writes are fenced for wgmma's reads, and all wait.
+        const RotaryRows rq = rotary_rows(tables.q, sp.q_start + i0, i0 + delta);
+        char *const bytes = reinterpret_cast<char *>(smem);
+        if constexpr (kRotateQ)
+          rotate_rows<Sw128Rows<kBlockM>>(
+              reinterpret_cast<unsigned short *>(bytes + kRingAt + (i % kSlots) * 2 * kQBytes),
+              nullptr, mq, rq);
+        if ((kRotateK || kRotateV) && i == 0)
+          rotate_rows<Sw128Rows<kBlockN>>(kRotateK ? smem : nullptr,
+                                          kRotateV ? smem + kKBytes / 2 : nullptr, nk, rk);
+        fence_proxy_async();
+        __syncthreads();
+      }
+@endif@
+
+      // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys: rows
+      // are keys (key0, key0 + 8), columns the step's queries.
+      float s[8][4], dp[8][4];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; kk++) {
+        const unsigned along = kk % 4 * 32;
+        wgmma_ss<0, 0>(s, sw128_desc(k_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
+                       sw128_desc(q_a + kk / 4 * kQBytes / kHalves, along), kk);
+      }
+      if constexpr (kSplitWait) wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; kk++) {
+        const unsigned along = kk % 4 * 32;
+        wgmma_ss<0, 0>(dp, sw128_desc(v_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
+                       sw128_desc(do_a + kk / 4 * kQBytes / kHalves, along), kk);
+      }
+      wgmma_commit();
+      if constexpr (kSplitWait) {
+        wgmma_wait<1>();
+        wgmma_hold(s);
+      } else {
+        wgmma_wait<0>();
+        wgmma_hold(s);
+        wgmma_hold(dp);
+      }
+
+      // P^T and dS^T as 16-bit pairs (the A operand of dV and dK); dS^T
+      // also to shared memory for dQ.
+      const Band band = tile_band(i0, k0, delta);
+      // A key row past the sequence end (zero-filled) is masked too: its
+      // S is 0, and exp2(-LSE) of a row with a very negative LSE would be
+      // inf, which dQ = dS K would turn into NaN (inf times K's zero row).
+      const bool full = mq == kBlockM && nk == kBlockN && band.lo <= -(kBlockM - 1) &&
+                        band.hi >= kBlockN - 1;
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        const int col = 8 * n + 2 * tq;
+        const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int c = col + (e & 1), row = key0 + (e < 2 ? 0 : 8);
+          float m = (e & 1) ? lr.y : lr.x;
+          m = m == neg_inf() ? __int_as_float(0x7f800000) : m * kLog2e;  // no key: P = 0
+          float p = fast_exp2(fmaf(s[n][e], kScaleLog2, -m));
+          if (!full) {
+            const int xd = row - c;
+            if (c >= mq || row >= nk || xd < band.lo || xd > band.hi) p = 0.f;
+          }
+          s[n][e] = p;  // s holds P^T from here
+        }
+      }
+      if constexpr (kSplitWait) {
+        wgmma_wait<0>();
+        wgmma_hold(dp);
+      }
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        const int col = 8 * n + 2 * tq;
+        const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
+        float x[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) x[e] = s[n][e] * (dp[n][e] - ((e & 1) ? dd.y : dd.x));
+        p16[n][0] = pack2(s[n][0], s[n][1]);
+        p16[n][1] = pack2(s[n][2], s[n][3]);
+        ds16[n][0] = pack2(x[0], x[1]);
+        ds16[n][1] = pack2(x[2], x[3]);
+        // dS^T [key][query]: row key0 (+ 8) of the step's matrix, chunk n
+        const int r = key0;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + r * kRowBytes + ((n ^ (r & 7)) << 4) + 4 * tq),
+                     "r"(ds16[n][0]) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +
+                                                        ((n ^ ((r + 8) & 7)) << 4) + 4 * tq),
+                     "r"(ds16[n][1]) : "memory");
+      }
+
+      // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
+      // MN-major. Head dim 128: every key, this warpgroup's 64 columns;
+      // head dim 64: this warpgroup's keys, every column.
+      if constexpr (kStageSlots == 1)
+        bulk_wait_read<0>();  // the step before's staging rows are read (the barrier below: by all)
+      fence_proxy_async();  // dS^T is read by wgmma
+      if constexpr (kOwnDs) named_barrier_sync(1 + wg, 128);
+      else __syncthreads();
+      float c[8][4];
+      wgmma_fence();
+      if constexpr (kHalves == 2) {
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; kk++)
+          wgmma_ss<1, 1>(c, sw128_desc(ds_a, kk * kStepOverRows),
+                         sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+          wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * 64 * kRowBytes, kk * kStepOverRows),
+                         sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
+      }
+      wgmma_commit();
+      // dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the
+      // rows of dO and Q (read MN-major), 64 columns of the head at a time.
+#pragma unroll
+      for (int j = 0; j < kBlockM / 16; j++) {
+        const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
+#pragma unroll
+        for (int hh = 0; hh < kHalves; hh++)
+          wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+      }
+#pragma unroll
+      for (int j = 0; j < kBlockM / 16; j++) {
+        const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
+                               ds16[2 * j + 1][1]};
+#pragma unroll
+        for (int hh = 0; hh < kHalves; hh++)
+          wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+      }
+      wgmma_commit();
+
+      wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging
+      wgmma_hold(c);
+
+      // c's rows are the step's queries 16 warp + g (+ 8), its columns
+      // 8n + 2tq of this warpgroup's 64 (head dim 128) or of the head: to
+      // the warpgroup's staging rows, then a bulk fp32 add of each real
+      // row to the accumulator (the copy engine adds whole rows).
+      if constexpr (kDqRed) {
+        const int col0 = kHalves == 2 ? 64 * wg : 0;
+        if constexpr (kDqRedWidth == 2) {
+#pragma unroll
+          for (int hi = 0; hi < 2; hi++) {
+            const int row = 16 * warp + g + 8 * hi;
+            if (row < mq) {
+              float *const dst = dq_acc + (sp.q_src + i0 + row) * q_stride +
+                                 (long long)h * kHeadDim + col0 + 2 * tq;
+#pragma unroll
+              for (int n = 0; n < 8; n++)
+                asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst + 8 * n),
+                             "f"(c[n][2 * hi]), "f"(c[n][2 * hi + 1]) : "memory");
+            }
+          }
+        } else {
+          // quad pairs swap halves: an even tq takes row g's four columns
+          // 8n + 4(tq / 2).., an odd one row g + 8's
+          const bool odd = tq & 1;
+          const int row = 16 * warp + g + (odd ? 8 : 0);
+          float *const dst = dq_acc + (sp.q_src + i0 + row) * q_stride + (long long)h * kHeadDim +
+                             col0 + 4 * (tq >> 1);
+#pragma unroll
+          for (int n = 0; n < 8; n++) {
+            const float r0 = __shfl_xor_sync(0xffffffffu, odd ? c[n][0] : c[n][2], 1);
+            const float r1 = __shfl_xor_sync(0xffffffffu, odd ? c[n][1] : c[n][3], 1);
+            const float v0 = odd ? r0 : c[n][0], v1 = odd ? r1 : c[n][1];
+            const float v2 = odd ? c[n][2] : r0, v3 = odd ? c[n][3] : r1;
+            if (row < mq)
+              asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst + 8 * n),
+                           "f"(v0), "f"(v1), "f"(v2), "f"(v3) : "memory");
+          }
+        }
+      } else {
+        float *const stage = stage_s + ((kStageSlots == 2 ? (i & 1) : 0) * kWarpgroups + wg) * 64 * kStageStride;
+  #pragma unroll
+        for (int hi = 0; hi < 2; hi++) {
+          float *const srow = stage + (16 * warp + g + 8 * hi) * kStageStride + 2 * tq;
+  #pragma unroll
+          for (int n = 0; n < 8; n++)
+            *reinterpret_cast<float2 *>(srow + 8 * n) = make_float2(c[n][2 * hi], c[n][2 * hi + 1]);
+        }
+        fence_proxy_async();  // the staging rows are read by the copy engine
+        named_barrier_sync(1 + wg, 128);
+        const int r = threadIdx.x & 127;  // the row this thread hands over
+        if (r < mq) {
+          const int col0 = kHalves == 2 ? 64 * wg : 0;
+          bulk_reduce_add(dq_acc + (sp.q_src + i0 + r) * q_stride + (long long)h * kHeadDim + col0,
+                          smem_addr(stage + r * kStageStride), 64 * 4);
+        }
+        bulk_commit();
+      }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++) {
+      wgmma_hold(acc_v[hh]);
+      wgmma_hold(acc_k[hh]);
+    }
+    if (n_steps > 0) {
+      keep(p16);
+      keep(ds16);
+    }
+    bulk_wait_read<0>();  // the staging rows may be written again
+    cp_async_wait<0>();
+@if ROTARY@
+    // dK and dV of the unrotated K and V: acc_k[hh][n] is n-tile 8 hh + n
+    // of this warpgroup's rows 16 warp.. of its keys.
+    if constexpr (kRotateK)
+      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_k), 64 * wg + 16 * warp, nk,
+                    rk);
+    if constexpr (kRotateV)
+      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_v), 64 * wg + 16 * warp, nk,
+                    rk);
+@endif@
+
+    // dV, and dK with the scale, of this thread's key rows.
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+      const int row = key0 + 8 * hi;
+      if (row >= nk) continue;
+      unsigned *const v_out = reinterpret_cast<unsigned *>(dv + k_row + row * k_stride + 2 * tq);
+      unsigned *const k_out = reinterpret_cast<unsigned *>(dk + k_row + row * k_stride + 2 * tq);
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+          v_out[32 * hh + 4 * n] = pack2(acc_v[hh][n][2 * hi], acc_v[hh][n][2 * hi + 1]);
+          k_out[32 * hh + 4 * n] =
+              pack2(acc_k[hh][n][2 * hi] * kScale, acc_k[hh][n][2 * hi + 1] * kScale);
+        }
+    }
+  }
+}
+/* ---- end kernel _kv ---- */
+
+@if ROTARY@
+/* ---- begin dQ rotated back ----
+ * Group i (8 elements) of the accumulator's [total_q * heads, kHeadDim]
+ * rows: dQ = R^T (scale * accumulator), rounded, for the row's token t at
+ * its position (t - its sequence's start + Lk - Lq: the sequence found by
+ * a binary search over the clamped offsets), or with its table row. */
+__device__ __forceinline__ void unrotate_dq(const float4 *acc, long long i,
+    unsigned short *__restrict__ dq, const RotaryTables &tables,
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k, long long batch,
+    int heads, long long total_q, long long total_k) {
+  constexpr int kChunks = kHeadDim / 8;
+  const long long row = i / kChunks, t = row / heads;
+  const int c = (int)(i - row * kChunks);
+@if ROTARY_HALF@
+  if (c >= kChunks / 2) return;  // the partner chunk's thread does it
+@endif@
+  RotaryRows rr;
+@if ROTARY_TABLE@
+  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)total_q, (void)total_k;
+  rr.pos0 = 0;
+  rr.table = tables.q + t * kHeadDim;
+@else@
+  (void)tables;
+  long long lo = 0, hi = batch - 1;  // the last sequence whose start is <= t
+  while (lo < hi) {
+    const long long mid = (lo + hi + 1) / 2;
+    if (clamp_offset(__ldg(cu_seqlens_q + mid), 0, total_q) <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  const long long qs = clamp_offset(__ldg(cu_seqlens_q + lo), 0, total_q);
+  const long long qe = clamp_offset(__ldg(cu_seqlens_q + lo + 1), qs, total_q);
+  const long long ks = clamp_offset(__ldg(cu_seqlens_k + lo), 0, total_k);
+  const long long ke = clamp_offset(__ldg(cu_seqlens_k + lo + 1), ks, total_k);
+  rr.pos0 = t - qs + (ke - ks) - (qe - qs);
+  rr.table = nullptr;
+@endif@
+  float g[2][8];  // the group (and, half layout, its partner), scaled
+  {
+    const float4 x = acc[0], y = acc[1];
+    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) g[0][e] = v[e] * kScale;
+  }
+@if ROTARY_HALF@
+  {
+    const float4 *const p = acc + 2 * (kChunks / 2);
+    const float4 x = p[0], y = p[1];
+    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) g[1][e] = v[e] * kScale;
+  }
+  // pair 8c + e is (element e of this group, element e of the partner)
+#pragma unroll
+  for (int e = 0; e < 8; e++) {
+    float s, co;
+    pair_angle(rr, 0, 8 * c + e, s, co);
+    const float x0 = g[0][e], x1 = g[1][e];
+    g[0][e] = x0 * co + x1 * s;
+    g[1][e] = x1 * co - x0 * s;
+  }
+@else@
+  // pair 4c + j is elements 2j, 2j + 1 of this group
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    float s, co;
+    pair_angle(rr, 0, 4 * c + j, s, co);
+    const float x0 = g[0][2 * j], x1 = g[0][2 * j + 1];
+    g[0][2 * j] = x0 * co + x1 * s;
+    g[0][2 * j + 1] = x1 * co - x0 * s;
+  }
+@endif@
+@if ROTARY_HALF@
+  constexpr int kParts = 2;  // the group, and its partner
+@else@
+  constexpr int kParts = 1;  // the group
+@endif@
+#pragma unroll
+  for (int part = 0; part < kParts; part++) {
+    uint4 r;
+    r.x = pack2(g[part][0], g[part][1]);
+    r.y = pack2(g[part][2], g[part][3]);
+    r.z = pack2(g[part][4], g[part][5]);
+    r.w = pack2(g[part][6], g[part][7]);
+    reinterpret_cast<uint4 *>(dq)[i + part * (kChunks / 2)] = r;
+  }
+}
+/* ---- end dQ rotated back ---- */
+
+@endif@
+/* ---- begin kernel _dq ----
+ * dQ = scale * accumulator, rounded: 8 elements a thread. With Q rotated,
+ * rotated back first: in the half layout the thread of a row's chunk c <
+ * kChunks / 2 also takes chunk c + kChunks / 2 (its pairs' partners), and
+ * that chunk's thread has nothing to do. */
+extern "C" __global__ void __launch_bounds__(kRowsThreads)
+@KERNEL_NAME@_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di,
+@if ROTARY_TABLE@
+    const unsigned short *__restrict__ rotary_table,
+    const unsigned short *__restrict__ rotary_table_k,
+@endif@
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
+    long long num_tiles) {
+  (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
+  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k;
+  (void)num_tiles;
+  const long long i = blockIdx.x * (long long)kRowsThreads + threadIdx.x;  // 8-element group
+  if (i >= total_q * heads * (kHeadDim / 8)) return;
+  const float4 *const acc =
+      reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) + 2 * i;
+@if ROTARY@
+  if constexpr (kRotateQ) {
+@if ROTARY_TABLE@
+    const RotaryTables tables = {rotary_table, rotary_table_k};
+@else@
+    const RotaryTables tables = {nullptr, nullptr};
+@endif@
+    unrotate_dq(acc, i, dq, tables, cu_seqlens_q, cu_seqlens_k, batch, heads, total_q, total_k);
+    return;
+  }
+@endif@
+  const float4 x = acc[0], y = acc[1];
+  uint4 r;
+  r.x = pack2(x.x * kScale, x.y * kScale);
+  r.y = pack2(x.z * kScale, x.w * kScale);
+  r.z = pack2(y.x * kScale, y.y * kScale);
+  r.w = pack2(y.z * kScale, y.w * kScale);
+  reinterpret_cast<uint4 *>(dq)[i] = r;
+}
+/* ---- end kernel _dq ---- */
