@@ -3,7 +3,8 @@
 """expand.py: dev-only expansion of a template of templates/ into plain CUDA C,
 mirroring the generator's engine for what the jagged templates use: lines
 `@include NAME@` inline templates/NAME, lines starting with `@#` are dropped,
-`@NAME@` is substituted; a placeholder without a value is an error.
+`@if NAME@` blocks kept or dropped, `@NAME@` is substituted; a placeholder
+without a value is an error (bwd_gen.py's expand).
 
   expand.py --dtype bf16 --head-dim 128 --block-m 128 --block-n 64 --warps 4 \
       --stages 2 --min-ctas 2 --causal 0 --window 0 --left -1 --right -1 \
@@ -16,28 +17,11 @@ import argparse, math, os, re, sys
 TDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "templates")
 
 
-def expand(name, values, seen=()):
-    if name in seen:
-        sys.exit(f"include cycle at {name}")
-    out = []
-    with open(os.path.join(TDIR, name)) as f:
-        for line in f:
-            if line.startswith("@#"):
-                continue
-            m = re.fullmatch(r"@include ([A-Za-z0-9_.]+)@\n?", line)
-            if m:
-                out.append(expand(m.group(1), values, seen + (name,)))
-                continue
-            def sub(mm):
-                key = mm.group(1)
-                if key not in values:
-                    sys.exit(f"{name}: no value for @{key}@")
-                return str(values[key])
-            line = re.sub(r"@([A-Z0-9_]+)@", sub, line)
-            if "@" in line:
-                sys.exit(f"{name}: stray @ in: {line!r}")
-            out.append(line)
-    return "".join(out)
+def expand(name, values):
+    """bwd_gen.py's expansion (with @if NAME@ / @else@ / @endif@)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bwd_gen
+    return bwd_gen.expand(name, values) + "\n"
 
 
 def main():
@@ -70,6 +54,7 @@ def main():
         "SCALE_TEXT": "%.9g" % scale, "MMA_TYPE": mma, "PAIR_TYPE": pair,
         "CAUSAL": "true" if a.causal else "false", "WINDOW": "true" if a.window else "false",
         "WINDOW_LEFT": a.left, "WINDOW_RIGHT": a.right, "BROADCAST": "false",
+        "ROTARY": "false", "ROTARY_TABLE": "false", "ROTARY_HALF": "false",
     }
     body = expand(a.template, values)
     if a.no_skip:
