@@ -1503,20 +1503,26 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q, const unsigned sho
     // P^T and dS^T of the step before: dV and dK read them (wgmma's A from
     // registers) until the wait at the next step's start.
     unsigned p16[8][2], ds16[8][2];
-#pragma unroll 1
-    for (int i = 0; i < n_steps; i++) {
-      // the step before's dV and dK are done: its Q, dO slot may be
-      // reloaded and its P^T, dS^T registers rewritten
+    // Wait for the last step's dV and dK: their accumulators pinned after
+    // the wait, and (after a step) the P^T, dS^T registers they read kept
+    // live to it.
+    auto retire = [&](bool after_a_step) {
       wgmma_wait<0>();
 #pragma unroll
       for (int hh = 0; hh < kHalves; hh++) {
         wgmma_hold(acc_v[hh]);
         wgmma_hold(acc_k[hh]);
       }
-      if (i > 0) {
+      if (after_a_step) {
         keep(p16);
         keep(ds16);
       }
+    };
+#pragma unroll 1
+    for (int i = 0; i < n_steps; i++) {
+      // the step before's dV and dK are done: its Q, dO slot may be
+      // reloaded and its P^T, dS^T registers rewritten
+      retire(i > 0);
       if constexpr (kStageSlots == 2)
         bulk_wait_read<1>();  // step i - 2's staging rows are read: this step may write them
       __syncthreads();  // the other slot and dS^T are free (step i - 1 is done)
@@ -1657,16 +1663,7 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q, const unsigned sho
       }
       bulk_commit();
     }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++) {
-      wgmma_hold(acc_v[hh]);
-      wgmma_hold(acc_k[hh]);
-    }
-    if (n_steps > 0) {
-      keep(p16);
-      keep(ds16);
-    }
+    retire(n_steps > 0);
     bulk_wait_read<0>();  // the staging rows may be written again
     cp_async_wait<0>();
 
