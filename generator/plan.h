@@ -100,7 +100,8 @@ typedef struct ag_plan_kernel {
   ag_plan_const consts[AG_PLAN_MAX_CONSTS];
   /* 0: launched with every run of its pass; else launched only when the
    * plan picks this variant for the run's sizes (ag_plan_variant): kernels
-   * of one pass that are alternatives (tile shapes by the run-time n_q) */
+   * of one pass that are alternatives (tile shapes by the run-time n_q,
+   * or by the mean query length) */
   int variant;
 } ag_plan_kernel;
 
@@ -149,9 +150,10 @@ typedef struct ag_plan_jagged {
   bool broadcast;   /* query: broadcast: one dense Q shared by every sequence */
   bool rotary;      /* rotary embeddings (the mma.sync kernels rotate the tiles) */
   int sum_threads;  /* broadcast: threads of the dQ sum kernel */
-  /* broadcast: the forward for few queries (n_q <= small_max_n_q), tiles of
-   * small_block_m rows */
-  int small_max_n_q, small_block_m, small_warps, small_smem_bytes, small_min_ctas;
+  /* the forward for few query rows a sequence (broadcast: n_q, else the
+   * mean query length, ceil(total_q / batch), <= small_max_n_q): tiles of
+   * small_block_m rows and small_block_n keys; 0 rows where not planned */
+  int small_max_n_q, small_block_m, small_block_n, small_warps, small_smem_bytes, small_min_ctas;
   /* broadcast, heads == kv_heads: the one-pass backward for n_q <= the
    * tile's rows (templates/broadcast_bwd.cu), one per row count */
   int fused_block_m[AG_FUSED_VARIANTS], fused_warps[AG_FUSED_VARIANTS];
@@ -228,7 +230,9 @@ ag_status ag_spec_check_fields(const ag_spec *spec, ag_error *err);
 void ag_plan_kernels(const ag_spec *spec, ag_plan *plan);
 
 /* Which variant of `pass` a run launches (0 when the plan has none): the
- * policy that picks tile shapes by the run-time sizes. */
+ * policy that picks tile shapes by the run-time sizes. `n_q`: the query
+ * rows of a sequence, n_q with a broadcast Q, else the mean query length
+ * (ceil(total_q / batch), 0 for an empty batch). */
 int ag_plan_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int64_t heads,
                     int64_t kv_heads);
 
@@ -259,13 +263,17 @@ ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err);
 void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan);
 void ag_plan_block_describe(const ag_plan *plan, const char *prefix, struct ag_buf *b);
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
-/* ag_plan_jagged_make, choosing whether rotary specs may take the sm_90a
- * wgmma kernels (plan_jagged.c says why the default is no); for tests. */
-ag_status ag_plan_jagged_make_with(const ag_spec *spec, bool sm90_rotary, ag_plan *out,
-                                   ag_error *err);
-/* Whether ag_plan_jagged_make lets rotary specs take them (for tests that
- * hold either way). */
-bool ag_plan_jagged_sm90_rotary(void);
+/* Kernels the jagged plan may take only once they have run on a GPU
+ * (plan_jagged.c says which have): rotary specs on the sm_90a wgmma
+ * kernels, the sm_90a forward's short-sequence variant. */
+typedef struct ag_plan_jagged_choices {
+  bool sm90_rotary, sm90_short;
+} ag_plan_jagged_choices;
+/* ag_plan_jagged_make with other choices; for tests. */
+ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,
+                                   ag_plan *out, ag_error *err);
+/* The choices ag_plan_jagged_make takes (for tests that hold either way). */
+ag_plan_jagged_choices ag_plan_jagged_checked(void);
 void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan);
 void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, struct ag_buf *b);
 int ag_plan_jagged_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int64_t heads,

@@ -68,6 +68,25 @@ static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p, bool sm90_rotary)
   return true;
 }
 
+/* Short sequences on the sm_90a forward: with the tiles above one CTA an
+ * SM (229,376 bytes) sits idle through every tile's prologue and
+ * epilogue, which short sequences make most of the work. Runs whose mean
+ * query length is at most SHORT_MEAN_ROWS take one warpgroup of 64 rows
+ * and K/V tiles of 64 keys, three stages (114,688 bytes, two CTAs an SM).
+ * Without rotary embeddings (not yet checked with these tiles). */
+enum { SHORT_MEAN_ROWS = 384 };
+static void plan_forward_short(const ag_spec *spec, ag_plan *p) {
+  ag_plan_jagged *j = &p->jagged;
+  if (!j->fwd_sm90 || spec->rotary.layout != AG_ROTARY_NONE) return;
+  j->small_max_n_q = SHORT_MEAN_ROWS;
+  j->small_block_m = 64;
+  j->small_block_n = 64;
+  j->small_warps = 4;
+  j->small_smem_bytes = (j->small_block_m + 2 * j->fwd_stages * j->small_block_n) * p->head_dim *
+                        p->elem_bytes;
+  j->small_min_ctas = 2;
+}
+
 /* Broadcast queries: n_q is often small (candidate or learned queries, 1 to
  * 64), where 128-row tiles would compute mostly padding; runs of n_q <= 64
  * take 32-row tiles of 2 warps (three CTAs per SM at head_dim 128, a
@@ -76,6 +95,7 @@ static void plan_forward_small(ag_plan *p) {
   ag_plan_jagged *j = &p->jagged;
   j->small_max_n_q = 64;
   j->small_block_m = 32;
+  j->small_block_n = j->fwd_block_n;
   j->small_warps = 2;
   j->small_smem_bytes = (j->small_block_m + 2 * j->fwd_stages * j->fwd_block_n) * p->head_dim *
                         p->elem_bytes;
@@ -154,15 +174,21 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, bool sm90_rotary
  * rotary to the mma.sync kernels there, as tests/check_jagged.c does for
  * two GPU cases (ag_plan_jagged_make_with) to keep those checked. */
 static const bool sm90_rotary_checked = true;
+/* The sm_90a forward's short-sequence variant (plan_forward_short): taken
+ * once it has run on a GPU (gpu-jagged, compute-sanitizer, jagged_huge). */
+static const bool sm90_short_checked = false;
 
-ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
-  return ag_plan_jagged_make_with(spec, sm90_rotary_checked, out, err);
+ag_plan_jagged_choices ag_plan_jagged_checked(void) {
+  return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked};
 }
 
-bool ag_plan_jagged_sm90_rotary(void) { return sm90_rotary_checked; }
+ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
+  return ag_plan_jagged_make_with(spec, ag_plan_jagged_checked(), out, err);
+}
 
-ag_status ag_plan_jagged_make_with(const ag_spec *spec, bool sm90_rotary, ag_plan *out,
-                                   ag_error *err) {
+ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,
+                                   ag_plan *out, ag_error *err) {
+  const bool sm90_rotary = choices.sm90_rotary;
   memset(out, 0, sizeof *out);
   if (spec->head_dim != 64 && spec->head_dim != 128)
     return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
@@ -188,6 +214,8 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, bool sm90_rotary, ag_pla
   if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, sm90_rotary))
     plan_backward(out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
+  if (choices.sm90_short && !out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD))
+    plan_forward_short(spec, out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD)) plan_backward_fused(out);
   return AG_OK;
 }
@@ -217,10 +245,11 @@ static void add_params(const ag_plan *plan, ag_plan_kernel *k, const ag_param *t
   ag_plan_params(k, m, all);
 }
 
-/* One forward kernel of jagged_fwd.cu with `block_m` query rows a CTA. */
+/* One forward kernel of jagged_fwd.cu (jagged_fwd_sm90.cu) with `block_m`
+ * query rows a CTA and key tiles of `block_n`. */
 static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
-                        const char *namespace_name, int block_m, int warps, int smem_bytes,
-                        int min_ctas, int variant) {
+                        const char *namespace_name, int block_m, int block_n, int warps,
+                        int smem_bytes, int min_ctas, int variant) {
   const ag_plan_jagged *j = &plan->jagged;
   ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, AG_PASS_FORWARD, name,
                                          j->fwd_sm90 ? "jagged_fwd_sm90.cu" : "jagged_fwd.cu");
@@ -232,7 +261,7 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
   k->min_ctas_per_sm = min_ctas;
   static const ag_param head[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_LSE};
   add_params(plan, k, head, (int)(sizeof head / sizeof head[0]));
-  set_common(k, block_m, j->fwd_block_n, warps, min_ctas);
+  set_common(k, block_m, block_n, warps, min_ctas);
   ag_plan_set(k, "STAGES", j->fwd_stages);
   ag_plan_set(k, "BROADCAST", j->broadcast);
   ag_plan_set(k, "SMEM_BYTES", smem_bytes);
@@ -285,15 +314,16 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
   const bool fwd = j->fwd_block_m > 0;
   if (fwd) {
     kernel_name(name, spec, "fwd");
-    add_forward(spec, plan, name, NULL, j->fwd_block_m, j->fwd_warps, j->fwd_smem_bytes,
-                j->fwd_min_ctas, j->broadcast ? AG_VARIANT_FWD_LARGE : 0);
+    add_forward(spec, plan, name, NULL, j->fwd_block_m, j->fwd_block_n, j->fwd_warps,
+                j->fwd_smem_bytes, j->fwd_min_ctas,
+                j->small_block_m > 0 ? AG_VARIANT_FWD_LARGE : 0);
   }
   if (fwd && j->small_block_m > 0) {
     char stem[AG_KERNEL_NAME_MAX];
     kernel_name(stem, spec, "fwd");
     snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->small_block_m);
-    add_forward(spec, plan, name, "fwd_small", j->small_block_m, j->small_warps,
-                j->small_smem_bytes, j->small_min_ctas, AG_VARIANT_FWD_SMALL);
+    add_forward(spec, plan, name, "fwd_small", j->small_block_m, j->small_block_n,
+                j->small_warps, j->small_smem_bytes, j->small_min_ctas, AG_VARIANT_FWD_SMALL);
   }
   if (j->fast_block_m > 0) add_backward_fast(spec, plan);
   if (j->bwd_block_m > 0) {
@@ -369,12 +399,15 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                   k->pass == AG_PASS_FORWARD ? "forward" : "backward", k->name);
     if (k->pass == AG_PASS_FORWARD) {
       ag_buf_printf(b, "%s  tile: %d query rows of one head, key tiles of %d, %d in flight\n",
-                    prefix, k->walk.rows, j->fwd_block_n, j->fwd_stages);
+                    prefix, k->walk.rows,
+                    k->variant == AG_VARIANT_FWD_SMALL ? j->small_block_n : j->fwd_block_n,
+                    j->fwd_stages);
       if (j->fwd_sm90)
         ag_buf_printf(b, "%s  both products on wgmma (sm_90a): %d warpgroups of 64 rows\n", prefix,
                       k->threads / 128);
       if (k->variant)
-        ag_buf_printf(b, "%s  runs when n_q %s %d\n", prefix,
+        ag_buf_printf(b, "%s  runs when %s %s %d\n", prefix,
+                      j->broadcast ? "n_q" : "the mean query length",
                       k->variant == AG_VARIANT_FWD_SMALL ? "<=" : ">", j->small_max_n_q);
     } else if (k->variant >= AG_VARIANT_BWD_FUSED_0) {
       ag_buf_printf(b,
@@ -446,10 +479,9 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
 int ag_plan_jagged_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int64_t heads,
                            int64_t kv_heads) {
   const ag_plan_jagged *j = &plan->jagged;
-  if (!j->broadcast) return 0;
-  if (pass == AG_PASS_FORWARD)
-    return j->small_block_m > 0 && n_q <= j->small_max_n_q ? AG_VARIANT_FWD_SMALL
-                                                            : AG_VARIANT_FWD_LARGE;
+  if (pass == AG_PASS_FORWARD && j->small_block_m > 0)
+    return n_q <= j->small_max_n_q ? AG_VARIANT_FWD_SMALL : AG_VARIANT_FWD_LARGE;
+  if (!j->broadcast || pass == AG_PASS_FORWARD) return 0;
   /* The one-pass backward holds every query in one CTA and writes dK, dV
    * of a key head once: n_q within its rows, no grouped heads. n_q = 0
    * takes the split kernels, which write dK = dV = 0. */

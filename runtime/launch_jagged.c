@@ -98,7 +98,10 @@ static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
                      (long long)c->n_q, (long long)c->batch);
     a.total_q = c->batch * c->n_q;
   }
-  a.variant = ag_plan_variant(&kernel->plan, c->pass, c->n_q, a.heads, a.kv_heads);
+  /* the query rows of a sequence: n_q, or the mean query length */
+  const int64_t rows = broadcast ? c->n_q
+                       : a.batch > 0 && a.total_q > 0 ? (a.total_q + a.batch - 1) / a.batch : 0;
+  a.variant = ag_plan_variant(&kernel->plan, c->pass, rows, a.heads, a.kv_heads);
   if (a.batch < 0 || a.heads < 1 || a.kv_heads < 1 || a.total_q < 0 || a.total_k < 0)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "need batch >= 0, heads >= 1, kv_heads >= 1, total_q >= 0, total_k >= 0 "

@@ -228,7 +228,7 @@ START_TEST(compiles) {
     ck_assert_int_eq(ag_plan_make(&r, &p, &err), AG_OK);
     ck_assert_int_eq(p.jagged.fast_block_m > 0,
                      !a && !s.deterministic &&
-                         (s.rotary.layout == AG_ROTARY_NONE || ag_plan_jagged_sm90_rotary()));
+                         (s.rotary.layout == AG_ROTARY_NONE || ag_plan_jagged_checked().sm90_rotary));
     void *cubin = NULL;
     size_t size = 0;
     ag_status st = ag_compile(&s, archs[a], &cubin, &size, &err);
@@ -256,8 +256,10 @@ START_TEST(sm90_rotary_compiles) {
     ag_plan p;
     ag_error err = {0};
     ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-    ck_assert(p.jagged.fwd_sm90 == (ag_plan_jagged_sm90_rotary() && i < 2));
-    ck_assert_int_eq(ag_plan_jagged_make_with(&s, true, &p, &err), AG_OK);
+    ck_assert(p.jagged.fwd_sm90 == (ag_plan_jagged_checked().sm90_rotary && i < 2));
+    ag_plan_jagged_choices with = ag_plan_jagged_checked();
+    with.sm90_rotary = true;
+    ck_assert_int_eq(ag_plan_jagged_make_with(&s, with, &p, &err), AG_OK);
     ag_plan_kernels(&s, &p);
     ck_assert(p.jagged.fwd_sm90 == (i < 2)); /* head dim 64 keeps the mma.sync forward */
     ck_assert_int_gt(p.jagged.fast_block_m, 0);
@@ -370,18 +372,22 @@ START_TEST(fast_backward_plan) {
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "arch: sm_90a\n", true);
   ag_fake_jagged_kernel(&f, y, 12);
   const ag_plan *p = &f.kernel.plan;
-  ck_assert_int_eq(p->nkernels, 4);
-  ck_assert(strstr(p->kernels[1].name, "_bwd_pre") && strstr(p->kernels[2].name, "_bwd_kv") &&
-            strstr(p->kernels[3].name, "_bwd_dq"));
-  ck_assert_str_eq(p->kernels[1].template_file, "jagged_bwd_sm90.cu");
-  ck_assert_ptr_null(p->kernels[2].template_file);
-  ck_assert_int_eq(p->kernels[2].threads, 256);
-  ck_assert_int_eq(p->kernels[2].walk.rows, 128);
+  /* the forward (two with the short variant, short_forward below), then
+   * the backward's three */
+  const int nf = ag_plan_jagged_checked().sm90_short ? 2 : 1;
+  ck_assert_int_eq(p->nkernels, nf + 3);
+  ck_assert(strstr(p->kernels[nf].name, "_bwd_pre") &&
+            strstr(p->kernels[nf + 1].name, "_bwd_kv") &&
+            strstr(p->kernels[nf + 2].name, "_bwd_dq"));
+  ck_assert_str_eq(p->kernels[nf].template_file, "jagged_bwd_sm90.cu");
+  ck_assert_ptr_null(p->kernels[nf + 1].template_file);
+  ck_assert_int_eq(p->kernels[nf + 1].threads, 256);
+  ck_assert_int_eq(p->kernels[nf + 1].walk.rows, 128);
   ag_jagged_bwd_args b = bwd_args();
   ag_error err = {0};
   ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
   ck_assert_int_eq(ag_fake_seen.count, 3);
-  const int rows = p->kernels[1].walk.rows; /* (token, head) rows a CTA: 256 * 8 / 128 */
+  const int rows = p->kernels[nf].walk.rows; /* (token, head) rows a CTA: 256 * 8 / 128 */
   ck_assert_int_eq(rows, 16);
   ck_assert_uint_eq(ag_fake_seen.grids_x[0], (300 * 8 + rows - 1) / rows);
   ck_assert_uint_eq(ag_fake_seen.grids_y[0], 1);
@@ -408,9 +414,9 @@ START_TEST(fast_backward_plan) {
 
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "arch: sm_90a\ndeterministic: true\n", true);
   ag_fake_jagged_kernel(&f, y, 12);
-  ck_assert_int_eq(f.kernel.plan.nkernels, 3);
-  ck_assert(strstr(f.kernel.plan.kernels[1].name, "_bwd_dq") &&
-            strstr(f.kernel.plan.kernels[2].name, "_bwd_dkv"));
+  ck_assert_int_eq(f.kernel.plan.nkernels, nf + 2);
+  ck_assert(strstr(f.kernel.plan.kernels[nf].name, "_bwd_dq") &&
+            strstr(f.kernel.plan.kernels[nf + 1].name, "_bwd_dkv"));
   ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300), 4 * 8 * 300);
   /* head dim 64: one warpgroup of 64 keys a CTA */
   yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, false, "arch: sm_90a\n", true);
@@ -423,6 +429,78 @@ START_TEST(fast_backward_plan) {
   ag_fake_jagged_kernel(&f, y, 12);
   ck_assert_int_eq(f.kernel.plan.nkernels, 3);
   ck_assert_int_eq(f.kernel.plan.jagged.fast_block_m, 0);
+}
+END_TEST
+
+/* The sm_90a forward at head dim 128 has two variants: 128-row tiles with
+ * 128-key tiles (one CTA an SM) and, for runs whose mean query length is
+ * at most 384 (ceil(total_q / batch)), 64-row tiles with 64-key tiles (two
+ * CTAs an SM). Each run launches exactly one of them; rotary specs,
+ * head dim 64 and sm_80 plan no short one. Planned with the variant
+ * chosen whether or not plan_jagged.c's sm90_short_checked takes it yet. */
+static void fake_with_short(fake *f, const char *yaml) {
+  ag_fake_jagged_kernel(f, yaml, 7);
+  ag_plan_jagged_choices with = ag_plan_jagged_checked();
+  with.sm90_short = true;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_jagged_make_with(&f->kernel.spec, with, &f->kernel.plan, &err), AG_OK);
+  ag_plan_kernels(&f->kernel.spec, &f->kernel.plan);
+  for (int i = 0; i < f->kernel.plan.nkernels; i++) {
+    f->kernel.fn[i] = (CUfunction)(uintptr_t)(0x100 + i);
+    f->kernel.ctas_per_sm[i] = 1;
+  }
+}
+
+START_TEST(short_forward) {
+  fake f;
+  char y[512];
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "arch: sm_90a\n", false);
+  fake_with_short(&f, y);
+  const ag_plan *p = &f.kernel.plan;
+  ck_assert_int_eq(p->nkernels, 2);
+  const ag_plan_kernel *big = &p->kernels[0], *small = &p->kernels[1];
+  ck_assert(strstr(small->name, "_fwd_m64") && !strstr(big->name, "_m64"));
+  ck_assert_int_eq(big->walk.rows, 128);
+  ck_assert_int_eq(small->walk.rows, 64);
+  ck_assert_int_eq(small->threads, 128);
+  ck_assert_int_eq(small->smem_bytes, (64 + 2 * 3 * 64) * 128 * 2);
+  ck_assert_int_eq(small->min_ctas_per_sm, 2);
+  ck_assert_int_eq(big->variant, AG_VARIANT_FWD_LARGE);
+  ck_assert_int_eq(small->variant, AG_VARIANT_FWD_SMALL);
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_FORWARD, 384, 8, 8), AG_VARIANT_FWD_SMALL);
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_FORWARD, 385, 8, 8), AG_VARIANT_FWD_LARGE);
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_BACKWARD, 1, 8, 8), 0);
+  ag_error err = {0};
+  /* mean 100: the 64-row tiles, grid batch + total_q / 64 */
+  ag_jagged_fwd_args a = fwd_args();
+  ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[0], 3 + 300 / 64);
+  /* mean ceil(1153 / 3) = 385: the 128-row tiles */
+  fake_with_short(&f, y);
+  a = fwd_args();
+  a.total_q = 1153;
+  ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[0], 3 + 1153 / 128);
+  /* mean exactly 384 (1152 / 3): still the short one */
+  fake_with_short(&f, y);
+  a = fwd_args();
+  a.total_q = 1152;
+  ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[0], 3 + 1152 / 64);
+  /* no short variant: rotary, head dim 64, sm_80 */
+  const struct { int dim; const char *extra; } others[] = {
+      {128, "arch: sm_90a\nrotary:\n  layout: half\n"}, {64, "arch: sm_90a\n"},
+      {128, "arch: sm_80\n"}};
+  for (int i = 0; i < 3; i++) {
+    yaml_for(y, sizeof y, others[i].dim, AG_DTYPE_BF16, false, others[i].extra, false);
+    fake_with_short(&f, y);
+    ck_assert_int_eq(f.kernel.plan.nkernels, 1);
+    ck_assert_int_eq(f.kernel.plan.kernels[0].variant, 0);
+    ck_assert_int_eq(ag_plan_variant(&f.kernel.plan, AG_PASS_FORWARD, 1, 8, 8), 0);
+  }
 }
 END_TEST
 
@@ -622,7 +700,9 @@ static ag_status case_kernel(ag_context *ctx, const char *yaml, bool mma_sync, a
   char *source = NULL;
   ag_status st = ag_spec_load_string(yaml, strlen(yaml), NULL, &s, err);
   if (st == AG_OK) st = ag_spec_for_arch(&s, ctx->arch, &resolved, err);
-  if (st == AG_OK) st = ag_plan_jagged_make_with(&resolved, false, &plan, err);
+  ag_plan_jagged_choices without = ag_plan_jagged_checked();
+  without.sm90_rotary = false;
+  if (st == AG_OK) st = ag_plan_jagged_make_with(&resolved, without, &plan, err);
   if (st == AG_OK) ag_plan_kernels(&resolved, &plan); /* as ag_plan_make does */
   if (st == AG_OK) st = ag_emit_plan(&resolved, &plan, &source, err);
   if (st == AG_OK) st = ag_context_kernel(ctx, &resolved, &plan, source, ctx->arch, NULL, k, err);
@@ -743,6 +823,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, source_shape);
   tcase_add_test(tc, launch_parameters);
   tcase_add_test(tc, fast_backward_plan);
+  tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);
   tcase_add_test(tc, rotary_tables);
   tcase_add_loop_test(tc, compiles, 0, (int)(sizeof compile_cases / sizeof compile_cases[0]));
