@@ -144,8 +144,9 @@ END_TEST
  * largest batch, 2^31 - 1); the one token's output is its V (softmax over
  * one key), bit for bit, and nothing else is written. The offsets are set
  * on the device. Every empty sequence still costs its virtual block's
- * search, so the time grows with the batch: 2^31 - 1 sequences ran past
- * 6.5 minutes on the H200, and the suite takes 2^24 unless
+ * search, so the time grows with the batch: 2^31 - 1 sequences take 8.2
+ * s on the H200 (2026-12-02 and 2026-12-03; past 6.5 minutes before
+ * settle()'s fix), and the suite takes 2^24 (0.11 s) unless
  * ATTNGEN_TEST_MAX_BATCH is set (then 2^31 - 1, the issue's case).
  * Skipped with ATTNGEN_TEST_SKIP_HUGE. */
 START_TEST(test_block_forward_max_batch) {
