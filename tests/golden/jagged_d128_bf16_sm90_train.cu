@@ -20,8 +20,15 @@
  *   forward kernel: ag_gem_d128_bf16_fwd
  *     tile: 128 query rows of one head, key tiles of 128, 3 in flight
  *     both products on wgmma (sm_90a): 2 warpgroups of 64 rows
+ *     runs when the mean query length > 384
  *     threads: 256, shared memory: 229376 bytes
  *     grid: (batch + total_q / 128, heads)
+ *   forward kernel: ag_gem_d128_bf16_fwd_m64
+ *     tile: 64 query rows of one head, key tiles of 64, 3 in flight
+ *     both products on wgmma (sm_90a): 1 warpgroups of 64 rows
+ *     runs when the mean query length <= 384
+ *     threads: 128, shared memory: 114688 bytes, registers capped for 2 CTAs per SM
+ *     grid: (batch + total_q / 64, heads)
  *   backward kernel: ag_gem_d128_bf16_bwd_pre
  *     D = rowsum(dO * O) of each query row; the fp32 dQ accumulator zeroed
  *     threads: 256, shared memory: 0 bytes
@@ -692,6 +699,665 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q, const unsigned short 
   }
 }
 /* ---- end kernel ---- */
+
+namespace fwd_small {
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this forward is planned for sm_90a only (wgmma)"
+#endif
+/* ---- begin constants ---- */
+constexpr int kHeadDim = 128;  // elements per head
+constexpr int kBlockM = 64;  // query rows per CTA
+constexpr int kBlockN = 64;  // keys per KV tile
+constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kStages = 3;  // KV tiles resident
+constexpr int kSmemBytes = 114688;  // dynamic shared memory, as planned
+constexpr float kScaleLog2 = 1.275174308e-01f;  // softmax scale 1/sqrt(128) times log2(e)
+constexpr bool kCausal = 0;  // bottom-right aligned: key j <= query i + Lk - Lq
+constexpr bool kWindow = 0;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
+constexpr int kWindowLeft = 0;
+constexpr int kWindowRight = 0;
+constexpr bool kBroadcast = 0;  // one Q shared by every sequence
+
+constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+constexpr int kHalves = kHeadDim / 64;  // 64-column matrices of a tile
+constexpr int kKeyHalves = kBlockN / 64;  // 64-key parts of S
+constexpr int kRowBytes = 128;  // a matrix row: 64 elements
+constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O staging)
+constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
+constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
+// Which sides of the band bound the keys a query sees.
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
+constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
+constexpr long long kLeft = (long long)kWindowLeft;
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
+              "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
+static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
+static_assert(!(kBroadcast && 0), "rotary embeddings with a broadcast Q are not planned");
+static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
+static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
+              "the plan's shared memory is the Q tile and the K/V stages");
+/* ---- end constants ---- */
+
+/* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
+
+// 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// Copy 16 bytes global -> shared without touching registers. With
+// src_bytes == 0 nothing is read and the 16 bytes are zero-filled.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
+}
+
+// Four 8x8 16-bit matrices from shared memory; lanes 8i..8i+7 give the row
+// addresses of matrix i. The .trans form hands out columns instead of rows.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// d += a * b for one 16x8x16 tile: a 16x16 (4 regs), b 16x8 (2 regs), d fp32.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Round two floats to a packed pair, `lo` in the low half.
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// -infinity (no constexpr spelling exists without headers).
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
+
+// 2^x on the special-function unit.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* ---- end device helpers ---- */
+
+/* ---- begin device helpers (wgmma, sm_90a) ----
+ * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
+ * 64x64 fp32 result; warp w of the group holds rows 16w..16w+15 in the same
+ * registers as 8 mma.sync m16n8 accumulator tiles (d[n][e]: row g + 8(e / 2),
+ * column 8n + 2tq + e % 2), so code written around mma.sync fragments reads
+ * the result unchanged. Every thread of the group must execute these. */
+
+// Descriptor of a 64-row operand laid out as the tiles are: rows of 128
+// bytes (64 elements), the 16-byte chunk c of row r at c ^ (r % 8), the
+// tile 1024-byte aligned. That is the 128-byte swizzle: 8-row atoms of
+// 1024 bytes, stride (SBO) 1024 between atoms. Read K-major (rows run over
+// M or N, the 64 elements over k) or MN-major (rows run over k); either way
+// one 64-element block, so the leading offset (LBO) is never used. `tile`
+// is the tile's shared address, `offset` the bytes from there to the first
+// element the MMA reads: for K-major operands 32 per k16 step into the row,
+// for MN-major 16 rows. The offset is added to the finished descriptor's
+// start-address field (16-byte units), so the tile's part is worked out
+// once for every step; shared addresses stay below 2^18, so the sum never
+// carries out of the field.
+__device__ __forceinline__ unsigned long long sw128_desc(unsigned tile, unsigned offset) {
+  return ((unsigned long long)((tile & 0x3FFFFu) >> 4) |  // start address, 16-byte units
+          (unsigned long long)1 << 16 |                   // LBO (unused)
+          (unsigned long long)(1024 >> 4) << 32 |         // SBO: the next 8 rows
+          (unsigned long long)1 << 62) +                  // 128-byte swizzle
+         (offset >> 4);
+}
+
+// Order this thread's earlier register and shared-memory writes before the
+// wgmma that follow (accumulators, A fragments).
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+// Close the wgmma issued since the last commit into a group.
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still running.
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory");
+}
+// After wgmma_wait: pin the accumulators there, so that no read of them is
+// moved above the wait (to the compiler the wgmma asm wrote them already).
+__device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+}
+// Make this thread's generic-proxy shared-memory writes (st.shared,
+// cp.async) visible to the async proxy that wgmma reads through; a barrier
+// must follow before another thread's wgmma reads them.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The 64x64 fp32 result d as the asm operands %0..%31 of both MMAs below,
+// and the list of those registers.
+#define WGMMA_D_LIST                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_D_OPERANDS(d)                                                      \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),                     \
+  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),                     \
+  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),                     \
+  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),                     \
+  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),                     \
+  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),                     \
+  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),                     \
+  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+// d (+)= A B, 64x64x16, A and B from shared memory. kTransA / kTransB: 0
+// for K-major operands, 1 for MN-major (16-bit types only). `accumulate` 0
+// overwrites d.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[8][4], unsigned long long a,
+                                         unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               WGMMA_D_LIST ", %32, %33, p, 1, 1, %35, %36; }\n"
+               : WGMMA_D_OPERANDS(d)
+               : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+
+// d (+)= A B, 64x64x16, A from registers (this warp's 16 rows in the
+// mma.sync A fragment layout), B from shared memory (kTransB as above).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4],
+                                         unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               WGMMA_D_LIST ", {%32, %33, %34, %35}, %36, p, 1, 1, %38; }\n"
+               : WGMMA_D_OPERANDS(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
+                 "n"(kTransB));
+}
+#undef WGMMA_D_LIST
+#undef WGMMA_D_OPERANDS
+
+/* ---- end device helpers (wgmma) ---- */
+
+/* ---- begin jagged walk ----
+ * Virtual tile numbers need no prefix sum over tile counts: sequence i,
+ * whose rows start at s_i = offs[i], numbers its row tiles from
+ * i + floor(s_i / kTileRows). Those numbers increase with i and leave at
+ * most one unused number per sequence, so there are
+ *   batch + floor(total / kTileRows)
+ * virtual tiles, known on the host from batch and total alone; a CTA whose
+ * number is unused exits. Offsets are clamped to [0, total] (and each end
+ * to at least its start) as read, so malformed offsets can never send a
+ * load or store out of bounds.
+ * jagged_find is called by every lane of a warp (all 32 take part in the
+ * search and all get the same answer); each warp may search on its own. */
+struct JaggedTile {
+  long long seq;      // sequence index
+  long long start;    // its first row (clamped offs[seq])
+  long long len;      // its rows
+  long long tile;     // this tile's index in the sequence: rows tile*kTileRows..
+  int raw_start_b, raw_end_b; // offs_b[seq], offs_b[seq + 1] as read (second offsets)
+  bool valid;         // false: unused virtual number, nothing to do
+};
+
+__device__ __forceinline__ long long jagged_clamp(long long x, long long lo, long long total) {
+  return x < lo ? lo : (x > total ? total : x);
+}
+
+// Find the sequence of virtual tile vt over offsets offs [batch + 1] of
+// `total` rows; also reads offs_b[seq], offs_b[seq + 1] (the other side's
+// offsets, e.g. cu_seqlens_k; may equal offs) in the same round of loads.
+template <int kTileRows>
+__device__ __forceinline__ JaggedTile jagged_find(const int *offs, const int *offs_b,
+                                                  long long batch, long long total,
+                                                  long long vt) {
+  JaggedTile t;
+  t.valid = false;
+  t.seq = 0; t.start = 0; t.len = 0; t.tile = 0; t.raw_start_b = 0; t.raw_end_b = 0;
+  if (batch <= 0) return t;
+  const int lane = threadIdx.x & 31;
+  // The last sequence c with c + floor(offs[c] / kTileRows) <= vt. Were all
+  // sequences of one length it would be about vt * batch / span: the 32
+  // lanes test the 32 sequences around that guess with one load each (and
+  // read the second offsets beside them). The test passes for a prefix of
+  // the sequences (non-decreasing offsets), so the window holds the answer
+  // when its first lane passes (or it starts at 0) and its last fails (or
+  // it reaches the last sequence). Otherwise a 32-way search (3 rounds for
+  // 1152 sequences); with malformed offsets it still ends in range.
+  const long long span = batch + total / kTileRows;
+  long long lo = vt * batch / span - 15;
+  if (lo > batch - 32) lo = batch - 32;
+  if (lo < 0) lo = 0;
+  const long long c = lo + lane;
+  const int raw = c <= batch ? __ldg(offs + c) : 0;
+  const int raw_b = c <= batch ? __ldg(offs_b + c) : 0;
+  const bool pass = c < batch && c + jagged_clamp(raw, 0, total) / kTileRows <= vt;
+  unsigned ballot = __ballot_sync(0xffffffffu, pass);
+  if (!ballot && lo == 0) return t; // below sequence 0's first tile
+  int last = ballot ? 31 - __clz(ballot) : 0;
+  int raw_start = __shfl_sync(0xffffffffu, raw, last);
+  int raw_end = __shfl_sync(0xffffffffu, raw, last < 31 ? last + 1 : 31);
+  t.raw_start_b = __shfl_sync(0xffffffffu, raw_b, last);
+  t.raw_end_b = __shfl_sync(0xffffffffu, raw_b, last < 31 ? last + 1 : 31);
+  if ((ballot & 1) && (!(ballot >> 31) || lo + 31 >= batch - 1)) {
+    lo += last;
+    if (last == 31) {
+      raw_end = __ldg(offs + lo + 1);
+      t.raw_end_b = __ldg(offs_b + lo + 1);
+    }
+  } else {
+    long long hi = batch - 1;
+    lo = 0;
+    while (lo < hi) {
+      const long long step = (hi - lo + 32) / 32; // candidates lo + step * lane
+      const long long cand = lo + step * lane;
+      bool ok = false;
+      if (cand <= hi) ok = cand + jagged_clamp(__ldg(offs + cand), 0, total) / kTileRows <= vt;
+      ballot = __ballot_sync(0xffffffffu, ok);
+      if (!ballot) return t; // only when sequence 0 fails: below its first tile
+      last = 31 - __clz(ballot);
+      lo += step * last;
+      hi = min(hi, lo + step - 1);
+    }
+    raw_start = __ldg(offs + lo);
+    raw_end = __ldg(offs + lo + 1);
+    t.raw_start_b = __ldg(offs_b + lo);
+    t.raw_end_b = __ldg(offs_b + lo + 1);
+  }
+  const long long s = jagged_clamp(raw_start, 0, total);
+  const long long e = jagged_clamp(raw_end, s, total);
+  t.seq = lo;
+  t.start = s;
+  t.len = e - s;
+  t.tile = vt - (lo + s / kTileRows);
+  t.valid = t.tile >= 0 && t.tile * kTileRows < t.len;
+  return t;
+}
+
+// The broadcast walk: every sequence has the same n_q = total / batch
+// query rows (one dense Q), so virtual tile vt is query tile vt % q_tiles
+// of sequence vt / q_tiles, with no search; its rows in the output start
+// at seq * n_q. Reads only the second offsets (cu_seqlens_k).
+template <int kTileRows>
+__device__ __forceinline__ JaggedTile broadcast_tile(const int *offs_b, long long batch,
+                                                     long long total, long long vt) {
+  JaggedTile t;
+  t.valid = false;
+  t.seq = 0; t.start = 0; t.len = 0; t.tile = 0; t.raw_start_b = 0; t.raw_end_b = 0;
+  if (batch <= 0 || vt < 0) return t;
+  // batch, total and vt are below 2^31 (the launcher's checks): 32-bit division
+  const unsigned n_q = (unsigned)total / (unsigned)batch;
+  const unsigned q_tiles = (n_q + kTileRows - 1) / kTileRows;
+  if (q_tiles == 0 || vt >= batch * (long long)q_tiles) return t;
+  const unsigned seq = (unsigned)vt / q_tiles;
+  t.seq = seq;
+  t.tile = (unsigned)vt - seq * q_tiles;
+  t.start = (long long)seq * n_q;
+  t.len = n_q;
+  t.raw_start_b = __ldg(offs_b + t.seq);
+  t.raw_end_b = __ldg(offs_b + t.seq + 1);
+  t.valid = true;
+  return t;
+}
+/* ---- end jagged walk ---- */
+
+/* ---- begin query tile span ---- */
+struct QuerySpan {
+  long long k_start;     // the sequence's first key
+  long long lk;          // its keys
+  long long m0;          // the tile's first query row, in its sequence
+  int rows;              // the tile's real query rows
+  int kvh;               // the key head of query head h
+  long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
+  long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
+  int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
+  long long q_row0;      // the tile's first row in Q (a broadcast Q's rows are every sequence's)
+};
+
+__device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long total_k, int h,
+                                                int heads, int kv_heads) {
+  QuerySpan t;
+  t.k_start = jagged_clamp(jt.raw_start_b, 0, total_k);
+  t.lk = jagged_clamp(jt.raw_end_b, t.k_start, total_k) - t.k_start;
+  const long long lq = jt.len;
+  t.m0 = jt.tile * kBlockM;
+  t.rows = (int)(lq - t.m0 < kBlockM ? lq - t.m0 : kBlockM);
+  t.kvh = h / (heads / kv_heads);
+  t.q_stride = (long long)heads * kHeadDim;
+  t.kv_stride = (long long)kv_heads * kHeadDim;
+  t.shift = t.lk - lq;
+  // Keys any real row of the tile sees: [key_lo, key_hi).
+  long long key_lo = 0, key_hi = t.lk;
+  if constexpr (kHasLeft) key_lo = max(0ll, t.m0 + t.shift - kLeft);
+  if constexpr (kHasRight) key_hi = min(t.lk, t.m0 + t.rows - 1 + t.shift + kRight + 1);
+  t.n_first = (int)(key_lo / kBlockN);
+  t.n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - t.n_first + 1 : 0;
+  t.q_row0 = (kBroadcast ? 0 : jt.start) + t.m0;
+  return t;
+}
+/* ---- end query tile span ---- */
+
+/* ---- begin tile layout and loads ----
+ * A tile of R rows is kHalves matrices of R rows of 64 elements (128
+ * bytes) in the 128-byte swizzle that wgmma reads: 16-byte chunk c of row
+ * r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of its row. */
+__device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
+  return (chunk >> 3) * (rows * kRowBytes) + row * kRowBytes + (((chunk & 7) ^ (row & 7)) << 4);
+}
+
+// log2 on the special-function unit.
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into the tile at shared address `dst`; rows past `valid` are
+// zero-filled, never read.
+template <int kRows>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid) {
+  constexpr int kRowStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const unsigned short *g = src + row0 * stride + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end tile layout and loads ---- */
+
+// Keep the registers a running wgmma reads (P, its A operand) live until
+// here: placed after the wait, so the compiler cannot reuse them earlier.
+__device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++)
+    asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
+}
+
+// Wait for this warpgroup's running P V (O += P V of the last tile).
+__device__ __forceinline__ void retire_pv(float (&acc)[kHalves][8][4],
+                                          const unsigned (&p16)[kBlockN / 16][4]) {
+  wgmma_wait<0>();
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+  keep(p16);
+}
+
+// 1024-byte aligned: the swizzle's 8-row atoms start at multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
+
+/* ---- begin kernel ----
+ * One CTA per (virtual q tile, head), taken in reverse as jagged_fwd.cu
+ * does. Warpgroup w owns query rows 64w..64w+63 of the tile. Per KV tile
+ * (last first, one barrier each): S = Q K^T on wgmma (both operands in
+ * shared memory), the wait for it also retires the previous tile's P V;
+ * the online softmax in registers (this thread holds rows 16 (warp % 4) +
+ * g and + 8 of its warpgroup's, key columns 64 h + 8n + 2tq, +1); O
+ * rescaled; then O += P V issued (P from registers) and left running into
+ * the next tile's barrier and S. The stage a tile's load refills is the
+ * one of two tiles back, whose products every warpgroup has retired. */
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+ag_gem_d128_bf16_fwd_m64(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
+              const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
+              float *__restrict__ lse,
+              const int *__restrict__ cu_seqlens_q,
+              const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+              long long total_q, long long total_k, long long num_tiles) {
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  const int h = blockIdx.y;
+  const JaggedTile jt =
+      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+  if (!jt.valid) return;  // the same answer in every warp
+  const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
+  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
+  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
+  const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
+
+  const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
+  const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
+  // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
+  auto load_kv = [&](int i) {
+    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
+    const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+    const unsigned st = kv_a + (i % kStages) * 2 * kKvBytes;
+    load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
+    load_rows<kBlockN>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
+  };
+  if (n_tiles > 0) {
+    load_rows<kBlockM>(q_a, q_src, q_stride, rows);
+    load_kv(0);
+  }
+  cp_async_commit();
+
+  const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  const int wrow0 = 64 * wg;  // this warpgroup's first row of the tile
+  const int r_lo = wrow0 + 16 * warp + g;  // this thread's rows: r_lo, r_lo + 8
+  float acc[kHalves][8][4];
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
+  unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is running, as A fragments
+
+#pragma unroll 1
+  for (int i = 0; i < n_tiles; i++) {
+    cp_async_wait<0>();  // this tile (and, first, Q) has landed
+    fence_proxy_async();  // it is read by wgmma (the async proxy)
+    __syncthreads();  // for every thread; and every warpgroup has retired tile i - 2
+    if (i + 1 < n_tiles) load_kv(i + 1);
+    cp_async_commit();
+    const unsigned k_s = kv_a + (i % kStages) * 2 * kKvBytes, v_s = k_s + kKvBytes;
+    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
+    const int kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+    // Key column c of tile row r is visible when r + diag_lo <= c <= r +
+    // diag_hi; both clamped to where they change nothing inside a tile.
+    constexpr long long kFar = kBlockM + kBlockN + 1;
+    const long long dhi = m0 + shift + kRight - n0, dlo = m0 + shift - kLeft - n0;
+    const int diag_hi = (int)(dhi > kFar ? kFar : (dhi < -kFar ? -kFar : dhi));
+    const int diag_lo = (int)(dlo > kFar ? kFar : (dlo < -kFar ? -kFar : dlo));
+    bool mask = kv_valid < kBlockN;
+    if constexpr (kHasRight) mask = mask || diag_hi < kBlockN - 1;  // row 0 misses a key
+    if constexpr (kHasLeft) mask = mask || (rows - 1) + diag_lo > 0;  // last row misses key 0
+    // A warpgroup skips a tile none of its real rows sees a key of (as a
+    // tile all masked would leave m, l and O): rows past the end, the
+    // band's far side. Warpgroup-uniform; it still retires its running
+    // P V, whose stage the next tile's load refills.
+    bool skip = wrow0 >= rows;
+    if constexpr (kHasRight) skip = skip || wrow0 + 63 + diag_hi < 0;
+    if constexpr (kHasLeft) skip = skip || wrow0 + diag_lo > kBlockN - 1;
+    if (skip) {
+      retire_pv(acc, p16);
+      continue;
+    }
+
+    // S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys.
+    float s[kKeyHalves][8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; kk++) {
+      const unsigned along = kk % 4 * 32;
+      const unsigned a = q_a + kk / 4 * (kBlockM * kRowBytes) + wrow0 * kRowBytes;
+#pragma unroll
+      for (int nh = 0; nh < kKeyHalves; nh++)
+        wgmma_ss<0, 0>(s[nh], sw128_desc(a, along),
+                       sw128_desc(k_s + kk / 4 * (kBlockN * kRowBytes) + nh * 64 * kRowBytes, along),
+                       kk);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();  // S, and the last tile's P V
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(s[nh]);
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+    if (i > 0) keep(p16);
+
+    if (mask) {
+#pragma unroll
+      for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int r = r_lo + (e >= 2 ? 8 : 0);
+            const int col = 64 * nh + n * 8 + 2 * tq + (e & 1);
+            bool hide = col >= kv_valid;
+            if constexpr (kHasRight) hide = hide || col > r + diag_hi;
+            if constexpr (kHasLeft) hide = hide || col < r + diag_lo;
+            if (hide) s[nh][n][e] = neg_inf();
+          }
+    }
+    // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[nh][n][0], s[nh][n][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[nh][n][2], s[nh][n][3]));
+      }
+    float off[2], alpha[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+      // A row that has seen no key yet keeps max -inf: offset 0 then, so
+      // that exp2(-inf - offset) is 0, never NaN.
+      off[hh] = mx[hh] == neg_inf() ? 0.f : mx[hh] * kScaleLog2;
+      alpha[hh] = fast_exp2(m[hh] * kScaleLog2 - off[hh]);  // m = -inf: 0
+      m[hh] = mx[hh];
+    }
+    float rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        s[nh][n][0] = fast_exp2(fmaf(s[nh][n][0], kScaleLog2, -off[0]));
+        s[nh][n][1] = fast_exp2(fmaf(s[nh][n][1], kScaleLog2, -off[0]));
+        s[nh][n][2] = fast_exp2(fmaf(s[nh][n][2], kScaleLog2, -off[1]));
+        s[nh][n][3] = fast_exp2(fmaf(s[nh][n][3], kScaleLog2, -off[1]));
+        rs[0] += s[nh][n][0] + s[nh][n][1];
+        rs[1] += s[nh][n][2] + s[nh][n][3];
+      }
+    l[0] = l[0] * alpha[0] + rs[0];
+    l[1] = l[1] * alpha[1] + rs[1];
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        acc[hh][n][0] *= alpha[0];
+        acc[hh][n][1] *= alpha[0];
+        acc[hh][n][2] *= alpha[1];
+        acc[hh][n][3] *= alpha[1];
+      }
+    // O += P V: the S accumulators of keys 16j.. are the A fragment of key
+    // slice j; V's rows are read MN-major, 64 columns of the head at a time.
+#pragma unroll
+    for (int j = 0; j < kBlockN / 16; j++) {
+      const int nh = j / 4, n = 2 * (j % 4);
+      p16[j][0] = pack2(s[nh][n][0], s[nh][n][1]);
+      p16[j][1] = pack2(s[nh][n][2], s[nh][n][3]);
+      p16[j][2] = pack2(s[nh][n + 1][0], s[nh][n + 1][1]);
+      p16[j][3] = pack2(s[nh][n + 1][2], s[nh][n + 1][3]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < kBlockN / 16; j++)
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++)
+        wgmma_rs<1>(acc[hh], p16[j], sw128_desc(v_s + hh * (kBlockN * kRowBytes), j * kStepOverRows),
+                    1);
+    wgmma_commit();
+  }
+  retire_pv(acc, p16);
+  cp_async_wait<0>();
+
+  // Normalise; stage the rows in the Q tile's place (every warpgroup is
+  // done with Q after the barrier) as plain rows, 16-byte chunks swizzled
+  // by the row, so that the global stores are 16-byte and coalesced.
+  __syncthreads();
+  unsigned short *const stage = smem;
+  unsigned *const stage32 = reinterpret_cast<unsigned *>(stage);
+  float inv[2], lrow[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    float t = l[hh];
+    t += __shfl_xor_sync(0xffffffffu, t, 1);
+    t += __shfl_xor_sync(0xffffffffu, t, 2);
+    lrow[hh] = t;
+    inv[hh] = t > 0.f ? 1.f / t : 0.f;  // no key: O = 0
+  }
+  const int r_hi = r_lo + 8;
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      const int c = 8 * hh + n;  // the 16-byte chunk of the row
+      stage32[(r_lo * kHeadDim + ((c ^ (r_lo & 7)) * 8) + 2 * tq) / 2] =
+          pack2(acc[hh][n][0] * inv[0], acc[hh][n][1] * inv[0]);
+      stage32[(r_hi * kHeadDim + ((c ^ (r_hi & 7)) * 8) + 2 * tq) / 2] =
+          pack2(acc[hh][n][2] * inv[1], acc[hh][n][3] * inv[1]);
+    }
+  if (tq == 0 && lse != nullptr) {  // lse is optional (inference)
+    // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e + log2 l) * ln 2.
+    constexpr float kLn2 = 0.693147180559945309f;
+    float *lse_row = lse + (long long)h * total_q + jt.start + m0;
+    if (r_lo < rows)
+      lse_row[r_lo] = lrow[0] > 0.f ? (m[0] * kScaleLog2 + fast_log2(lrow[0])) * kLn2 : neg_inf();
+    if (r_hi < rows)
+      lse_row[r_hi] = lrow[1] > 0.f ? (m[1] * kScaleLog2 + fast_log2(lrow[1])) * kLn2 : neg_inf();
+  }
+  __syncthreads();
+  unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
+#pragma unroll
+  for (int it = 0; it < kBlockM * kChunks / kThreads; it++) {
+    const int idx = threadIdx.x + it * kThreads;
+    const int row = idx / kChunks, chunk = idx % kChunks;
+    if (row < rows)
+      *reinterpret_cast<uint4 *>(out + row * q_stride + chunk * 8) =
+          *reinterpret_cast<const uint4 *>(stage + row * kHeadDim + ((chunk ^ (row & 7)) * 8));
+  }
+}
+/* ---- end kernel ---- */
+
+}  // namespace fwd_small
 
 namespace bwd {
 
