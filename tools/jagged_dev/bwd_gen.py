@@ -96,24 +96,10 @@ SM90.append(("f16", 64, False, True, 64, 32, 64, 2))
 # against the shipped one: such variants are named "sm90q ...". The
 # dQ-first order of templates/jagged_bwd_sm90.cu was measured this way
 # (bench/RESULTS-jagged.md, 2026-12-02).
-# A 10th field (a dict) gives jagged_bwd_sm90_x.cu's knobs: TAG names the
-# variant ("sm90x-TAG ..."), SLOTS, MIN_CTAS, DQ_RED (0: bulk adds of staged
-# rows; 2, 4: red.global.add.vN.f32 from registers), STAGE_SLOTS, STAGE_STRIDE,
-# SPLIT_WAIT.
-X = "../tools/jagged_dev/jagged_bwd_sm90_x.cu"
-for tag, knobs in (
-        ("split", dict(SLOTS=3, MIN_CTAS=1, DQ_RED=0, STAGE_SLOTS=2, STAGE_STRIDE=72, SPLIT_WAIT="true")),
-        ("occ3bulk", dict(SLOTS=2, MIN_CTAS=3, DQ_RED=0, STAGE_SLOTS=1, STAGE_STRIDE=68, SPLIT_WAIT="false")),
-        ("occ3bulks", dict(SLOTS=2, MIN_CTAS=3, DQ_RED=0, STAGE_SLOTS=1, STAGE_STRIDE=68, SPLIT_WAIT="true")),
-        ("red4", dict(SLOTS=3, MIN_CTAS=1, DQ_RED=4, STAGE_SLOTS=0, STAGE_STRIDE=72, SPLIT_WAIT="false")),
-        ("occ3red4", dict(SLOTS=3, MIN_CTAS=3, DQ_RED=4, STAGE_SLOTS=0, STAGE_STRIDE=72, SPLIT_WAIT="false")),
-        ("occ3red4s", dict(SLOTS=3, MIN_CTAS=3, DQ_RED=4, STAGE_SLOTS=0, STAGE_STRIDE=72, SPLIT_WAIT="true")),
-        ("occ3red2", dict(SLOTS=3, MIN_CTAS=3, DQ_RED=2, STAGE_SLOTS=0, STAGE_STRIDE=72, SPLIT_WAIT="false"))):
-    for causal in (False, True):
-        SM90.append(("bf16", 64, causal, False, -1, -1, 64, 2, X, dict(knobs, TAG=tag)))
-    if tag in ("occ3bulk", "occ3red4"):
-        SM90.append(("f16", 64, False, True, 64, 32, 64, 2, X, dict(knobs, TAG=tag)))
-        SM90.append(("bf16", 64, True, True, 128, 0, 64, 2, X, dict(knobs, TAG=tag)))
+# A 10th field (a dict of knobs with TAG) named variants of a copy of the
+# template with knobs, tools/jagged_dev/jagged_bwd_sm90_x.cu (removed once
+# its winner, three CTAs an SM at head dim 64, moved into the template;
+# it is in git at cc065d5): bench/results/2026-12-03-h200-jagged-bwd-d64-occupancy.md.
 # ATTNGEN_DEV_ALL=1 keeps every variant; by default the bf16 split ones
 # (to time against) and the sm_90a ones
 if not os.environ.get("ATTNGEN_DEV_ALL"):
@@ -155,11 +141,11 @@ def main():
                     BROADCAST=0, SUM_THREADS=256, ROTARY="false", ROTARY_TABLE="false")
         if fast == 2:
             sk = smem_sm90(d, blk, knobs=knobs)
-            vals.update(BLOCK_M=64, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256,
-                        MIN_CTAS=sm90_min_ctas(d, blk))
+            vals.update(BLOCK_M=64, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256)
             for key in ("WARPS", "MIN_CTAS", "SMEM_BYTES_DQ", "SMEM_BYTES_DKV", "BROADCAST",
                         "SUM_THREADS"):
                 del vals[key]
+            vals["MIN_CTAS"] = sm90_min_ctas(d, blk)  # the template's (not the split kernels')
             if knobs:
                 vals.update({k: x for k, x in knobs.items() if k != "TAG"})
             sd = 0
