@@ -62,7 +62,6 @@ repository's build/ directory or the system loader, and loaded on first use;
 torch is imported on first use too, so this module imports without either.
 """
 
-import sys as _sys
 
 from ._errors import (  # noqa: F401
     AttngenError, AttngenIOError, AttngenMemoryError, CacheError, CompileError, CudaError,
@@ -100,15 +99,14 @@ __all__ = [
 
 def register_custom_ops():
     """Registers attngen's torch.library custom ops (torch.ops.attngen.*),
-    which torch.compile traces. attngen does it itself when it is imported
-    after torch, or on its first tensor call; call this before compiling a
-    function whose first call of attngen would be the compiled one, in a
-    process that imported attngen before torch."""
+    which torch.compile traces. attngen does it itself when torch.compile's
+    machinery (torch._dynamo) or torch.utils.flop_counter is imported, and
+    when a dispatch mode reaches its functions; call this to use
+    torch.ops.attngen.* directly. Idempotent."""
     torch_ops.register()
 
 
-if _sys.modules.get("torch") is not None:
-    register_custom_ops()
+torch_ops.arm()
 
 
 def library_path():

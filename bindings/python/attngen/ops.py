@@ -124,14 +124,12 @@ def parse_spec(spec):
 
 
 def _torch():
-    """torch, imported on first use, with attngen's custom ops registered
-    (torch_ops: what torch.compile traces)."""
+    """torch, imported on first use (the custom ops are registered apart:
+    torch_ops.arm)."""
     try:
         import torch
     except ImportError as e:  # pragma: no cover - exercised only without torch
         raise ImportError("attngen's tensor operations need PyTorch: %s" % e) from e
-    if not torch_ops._registered and torch_ops._failed is None:
-        torch_ops.register()
     return torch
 
 

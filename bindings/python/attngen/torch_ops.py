@@ -21,9 +21,13 @@ values (rotary as canonical text, see rotary_text) and check every argument
 when they run, as the public functions do; under compilation the host-side
 checks of cpu_offsets are skipped.
 
-The ops are registered on first use of torch by attngen (and when attngen
-is imported after torch); register() does it explicitly, before a
-torch.compile that would otherwise be the first use.
+The ops are registered when torch.compile's machinery (torch._dynamo) or
+torch.utils.flop_counter is imported, before or after attngen (arm()), and
+when a dispatch mode reaches attngen's functions; register() does it
+explicitly, for a process that calls torch.ops.attngen.* directly.
+Registering costs about 15 ms of host time (torch builds each op's fake and
+autograd wrappers), which a process that only runs eager calls, the eager
+path needing none of it, does not pay at import.
 """
 
 import importlib.abc
@@ -77,11 +81,13 @@ def traced_torch():
     if torch is None or not traced(torch):
         return None
     if not _registered:
-        if _compiling(torch):
+        if _compiling(torch) and not _failed:
+            # arm()'s hook on torch._dynamo's import did not run (it was
+            # imported past sys.meta_path): registering inside dynamo's trace
+            # cannot work
             raise RuntimeError(
-                "attngen: torch.compile reached attngen before its custom ops were registered "
-                "(attngen was imported before torch and has not run yet): call "
-                "attngen.register_custom_ops() before compiling")
+                "attngen: torch.compile reached attngen before its custom ops were registered: "
+                "call attngen.register_custom_ops() before compiling")
         if not register():
             return None  # no custom ops on this torch: the direct path (warned once)
     return torch
@@ -126,6 +132,7 @@ def register():
                 return False
             _after_import(_FLOP_MODULE, lambda: _define_flops(torch))
             _registered = True
+            _disarm()
     return _registered
 
 
@@ -181,14 +188,43 @@ def _guarded(callback):
 
 
 def _after_import(name, callback):
+    """callback() now if `name` is imported, else after its import; returns
+    the finder that waits for it (None if it ran now)."""
     if name in sys.modules:
         _guarded(callback)
-    else:
-        sys.meta_path.insert(0, _PostImport(name, callback))
+        return None
+    finder = _PostImport(name, callback)
+    sys.meta_path.insert(0, finder)
+    return finder
 
 
 def registered():
     return _registered
+
+
+# The modules whose import means the ops will be wanted: torch.compile and
+# torch.export load torch._dynamo before they trace; FlopCounterMode users
+# load torch.utils.flop_counter.
+_TRIGGERS = ("torch._dynamo", _FLOP_MODULE)
+
+
+def arm():
+    """Registers the ops now if a trigger module is already imported, else
+    as soon as one is (attngen's import calls this)."""
+    if any(name in sys.modules for name in _TRIGGERS):
+        register()
+        return
+    _armed.extend(_after_import(name, register) for name in _TRIGGERS)
+
+
+_armed = []  # arm()'s finders, which leave sys.meta_path once the ops exist
+
+
+def _disarm():
+    while _armed:
+        finder = _armed.pop()
+        if finder in sys.meta_path:  # not the one that fired (it has left)
+            sys.meta_path.remove(finder)
 
 
 def _window(left, right):

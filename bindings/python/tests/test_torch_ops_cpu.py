@@ -309,6 +309,37 @@ def test_dispatch_mode_registers_ops_when_attngen_came_first():
     assert out == "(64, 2, 64) True"
 
 
+def test_import_leaves_registration_to_compile():
+    """Importing attngen after torch registers nothing (about 15 ms that an
+    eager process does not need); importing torch._dynamo, as torch.compile
+    does, registers the ops."""
+    out = _python("import torch, attngen\n"
+                  "print(attngen.torch_ops.registered(), hasattr(torch.ops.attngen, 'jagged_attention'))\n"
+                  "import torch._dynamo\n"
+                  "print(attngen.torch_ops.registered(), hasattr(torch.ops.attngen, 'jagged_attention'))\n")
+    assert out == "False False\nTrue True"
+
+
+def test_import_after_dynamo_registers():
+    out = _python("import torch._dynamo, attngen\n"
+                  "print(attngen.torch_ops.registered())\n")
+    assert out == "True"
+
+
+def test_compile_with_attngen_imported_before_torch():
+    """attngen imported first, torch.compile its first use: the ops are
+    there when dynamo traces (fullgraph, fake tensors)."""
+    out = _python("import attngen, torch\n"
+                  "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+                  "fn = torch.compile(lambda q, c: attngen.jagged_attention(q, q, q, c),\n"
+                  "                   fullgraph=True, backend='aot_eager')\n"
+                  "with FakeTensorMode():\n"
+                  "    q = torch.empty(64, 2, 64, dtype=torch.bfloat16)\n"
+                  "    out = fn(q, torch.empty(3, dtype=torch.int32))\n"
+                  "print(tuple(out.shape), attngen.torch_ops.registered())\n")
+    assert out == "(64, 2, 64) True"
+
+
 def test_a_torch_without_custom_ops_leaves_eager_alone():
     """torch before 2.4 (no torch.library.custom_op): importing attngen warns
     once instead of failing, and nothing tries again."""
