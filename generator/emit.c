@@ -200,7 +200,11 @@ static void rotary_fill(const ag_spec *s, rotary_vars *r, ag_tpl_var *v) {
  * (the spec's, formatted) and the constants its descriptor bakes in. */
 static ag_status expand_kernel(const ag_spec *spec, const ag_plan *plan, const ag_plan_kernel *k,
                                ag_buf *b, ag_error *err) {
-  enum { COMMON_VARS = 11 };
+  enum { COMMON_VARS = 12 };
+  char params[2048];
+  if (!ag_emit_params(plan, k, params, sizeof params))
+    return ag_fail(err, AG_ERR_TEMPLATE, "kernel %s: its parameter list cannot be written",
+                   k->name);
   char dim[16], scale[48], scale_log2[48], scale_text[48], wleft[16], wright[16];
   char values[AG_PLAN_MAX_CONSTS][16];
   snprintf(dim, sizeof dim, "%d", plan->head_dim);
@@ -214,6 +218,7 @@ static ag_status expand_kernel(const ag_spec *spec, const ag_plan *plan, const a
   rotary_vars rv;
   ag_tpl_var vars[COMMON_VARS + 3 + ROTARY_VARS + AG_PLAN_MAX_CONSTS] = {
       {"KERNEL_NAME", k->template_name},
+      {"PARAMS", params},
       {"HEAD_DIM", dim},
       {"SCALE", scale},
       {"SCALE_LOG2", scale_log2},
@@ -242,9 +247,17 @@ ag_status ag_emit_plan(const ag_spec *spec, const ag_plan *plan, char **out_sour
   ag_buf b;
   ag_buf_init(&b);
   banner(&b, spec, plan);
-  for (int i = 0; i < plan->nkernels && st == AG_OK; i++) {
+  for (int i = 0, defining = 0; i < plan->nkernels && st == AG_OK; i++) {
     const ag_plan_kernel *k = &plan->kernels[i];
-    if (!k->template_file) continue; /* defined by the template before it */
+    if (!k->template_file) { /* defined by the template before it, with its @PARAMS@ */
+      const ag_plan_kernel *d = &plan->kernels[defining];
+      if (k->nparams != d->nparams ||
+          memcmp(k->params, d->params, (size_t)k->nparams * sizeof *k->params) != 0)
+        st = ag_fail(err, AG_ERR_TEMPLATE, "kernel %s: its parameters differ from %s's, whose "
+                     "template defines it", k->name, d->name);
+      continue;
+    }
+    defining = i;
     if (i) ag_buf_puts(&b, "\n");
     if (k->namespace_name) ag_buf_printf(&b, "namespace %s {\n\n", k->namespace_name);
     st = expand_kernel(spec, plan, k, &b, err);

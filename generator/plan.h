@@ -249,6 +249,11 @@ bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages,
 /* The name of the source's first kernel: the one ag_emit reports. */
 const char *ag_plan_first_kernel(const ag_plan *plan);
 
+/* Kernel k's parameter list as CUDA C, one declaration per role in its
+ * order (emit_params.c): the text of a template's @PARAMS@. False when
+ * it does not fit in `cap` or a role has no declaration. */
+bool ag_emit_params(const ag_plan *plan, const ag_plan_kernel *k, char *out, size_t cap);
+
 /* Emit the CUDA C for a spec under a given plan (ag_emit uses the plan from
  * ag_plan_make; tuning tools pass variants). Same ownership as ag_emit. */
 ag_status ag_emit_plan(const ag_spec *spec, const ag_plan *plan, char **out_source,

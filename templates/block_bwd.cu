@@ -618,16 +618,7 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
 @endif@
  */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-@KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-@if ROTARY_TABLE@
-    unsigned short *__restrict__ dv, const unsigned short *__restrict__ rotary_table,
-    const int *__restrict__ offsets, long long batch,
-@else@
-    unsigned short *__restrict__ dv, const int *__restrict__ offsets, long long batch,
-@endif@
-    int heads, long long total_tokens, long long num_items) {
+@KERNEL_NAME@(@PARAMS@) {
 @if WGMMA@
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
   if (smem_addr(smem) % 1024) __trap(); // never seen; wrong gradients would be worse

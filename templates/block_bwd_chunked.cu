@@ -552,16 +552,7 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
  * launcher sizes the grid): A over the block's query chunks, then B over
  * its key chunks. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-@KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-@if ROTARY_TABLE@
-    unsigned short *__restrict__ dv, const unsigned short *__restrict__ rotary_table,
-    const int *__restrict__ offsets, long long batch,
-@else@
-    unsigned short *__restrict__ dv, const int *__restrict__ offsets, long long batch,
-@endif@
-    int heads, long long total_tokens, long long num_items) {
+@KERNEL_NAME@(@PARAMS@) {
   const long long row_stride = (long long)heads * kHeadDim;
   float *const stats = reinterpret_cast<float *>(smem + kSlots * kChunkElems);
   const RowStats st = {stats, stats + kStatRows, stats + 2 * kStatRows};

@@ -149,13 +149,7 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
  * current.
  * Warps take (head, 16-row query tile) jobs of the resident tile in turn. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-@KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-@if ROTARY_TABLE@
-    const unsigned short *__restrict__ rotary_table,
-@endif@
-    const int *__restrict__ offsets, long long batch, int heads, long long total_tokens,
-    long long num_items) {
+@KERNEL_NAME@(@PARAMS@) {
   extern __shared__ __align__(128) unsigned short smem[];
   const long long row_stride = (long long)heads * kHeadDim;
 

@@ -143,14 +143,7 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
  * dP (seven). dQ, summed over the slab in registers, goes to the slab's
  * fp32 partial for _dq_sum. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-@KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+@KERNEL_NAME@(@PARAMS@) {
   (void)dq;
   if (batch <= 0 || kv_heads != heads) return;
   const int h = blockIdx.y;

@@ -213,18 +213,7 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-@KERNEL_NAME@_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-@if ROTARY_TABLE@
-    const unsigned short *__restrict__ rotary_table,
-    const unsigned short *__restrict__ rotary_table_k,
-@endif@
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+@KERNEL_NAME@_dq(@PARAMS@) {
   (void)dk;
   (void)dv;
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
@@ -502,18 +491,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-@KERNEL_NAME@_dkv(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-@if ROTARY_TABLE@
-    const unsigned short *__restrict__ rotary_table,
-    const unsigned short *__restrict__ rotary_table_k,
-@endif@
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+@KERNEL_NAME@_dkv(@PARAMS@) {
   (void)o;
   (void)dq;
 @if ROTARY_TABLE@
@@ -533,20 +511,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
  * Each thread adds 4 adjacent floats of every slab. */
 constexpr int kSumThreads = @SUM_THREADS@;
 extern "C" __global__ void __launch_bounds__(kSumThreads)
-@KERNEL_NAME@_dq_sum(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-@if ROTARY_TABLE@
-    const unsigned short *__restrict__ rotary_table,
-    const unsigned short *__restrict__ rotary_table_k,
-@endif@
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long slabs) {
+@KERNEL_NAME@_dq_sum(@PARAMS@) {
   (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
   (void)cu_seqlens_q, (void)cu_seqlens_k, (void)kv_heads, (void)total_k;
+  const long long slabs = num_tiles;  // this kernel's items are the slabs
   if (batch <= 0) return;
   const long long n = total_q / batch * heads * kHeadDim;  // floats of one partial
   const long long e = ((long long)blockIdx.x * kSumThreads + threadIdx.x) * 4;

@@ -188,18 +188,7 @@ __device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
  * accumulator zeroed. */
 constexpr int kRowsPerCta = kRowsThreads * 8 / kHeadDim;
 extern "C" __global__ void __launch_bounds__(kRowsThreads)
-@KERNEL_NAME@_pre(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-@if ROTARY_TABLE@
-    const unsigned short *__restrict__ rotary_table,
-    const unsigned short *__restrict__ rotary_table_k,
-@endif@
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+@KERNEL_NAME@_pre(@PARAMS@) {
   (void)q, (void)k, (void)v, (void)dq, (void)dk, (void)dv, (void)cu_seqlens_q;
   (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k, (void)num_tiles;
 @if ROTARY_TABLE@
@@ -245,18 +234,7 @@ extern "C" __global__ void __launch_bounds__(kRowsThreads)
  * the head (head_dim 128), or over its own 64 keys (head_dim 64), which
  * it adds to the accumulator. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
-@KERNEL_NAME@_kv(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-@if ROTARY_TABLE@
-    const unsigned short *__restrict__ rotary_table,
-    const unsigned short *__restrict__ rotary_table_k,
-@endif@
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+@KERNEL_NAME@_kv(@PARAMS@) {
   (void)o;
   (void)dq;
 @if ROTARY_TABLE@
@@ -637,18 +615,7 @@ __device__ __forceinline__ void unrotate_dq(const float4 *acc, long long i,
  * kChunks / 2 also takes chunk c + kChunks / 2 (its pairs' partners), and
  * that chunk's thread has nothing to do. */
 extern "C" __global__ void __launch_bounds__(kRowsThreads)
-@KERNEL_NAME@_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-@if ROTARY_TABLE@
-    const unsigned short *__restrict__ rotary_table,
-    const unsigned short *__restrict__ rotary_table_k,
-@endif@
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+@KERNEL_NAME@_dq(@PARAMS@) {
   (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
   (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k;
   (void)num_tiles;

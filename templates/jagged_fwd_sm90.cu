@@ -144,16 +144,7 @@ extern __shared__ __align__(1024) unsigned short smem[];
  * the next tile's barrier and S. The stage a tile's load refills is the
  * one of two tiles back, whose products every warpgroup has retired. */
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
-@KERNEL_NAME@(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-              const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-              float *__restrict__ lse,
-@if ROTARY_TABLE@
-              const unsigned short *__restrict__ rotary_table,
-              const unsigned short *__restrict__ rotary_table_k,
-@endif@
-              const int *__restrict__ cu_seqlens_q,
-              const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-              long long total_q, long long total_k, long long num_tiles) {
+@KERNEL_NAME@(@PARAMS@) {
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
   const JaggedTile jt =

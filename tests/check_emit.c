@@ -66,6 +66,94 @@ START_TEST(test_golden) {
 }
 END_TEST
 
+/* The launcher packs a kernel's arguments in its descriptor's role order
+ * (runtime/launch.c: 64-bit sizes for batch, totals and items, 32-bit for
+ * heads); the emitted declaration of every kernel of every golden names and
+ * types them in that order. */
+static const char *role_declaration(ag_param r, bool block) {
+  switch (r) {
+    case AG_PARAM_Q: return "*q";
+    case AG_PARAM_K: return "*k";
+    case AG_PARAM_V: return "*v";
+    case AG_PARAM_O: return "*o";
+    case AG_PARAM_DOUT: return "*dout";
+    case AG_PARAM_DQ: return "*dq";
+    case AG_PARAM_DK: return "*dk";
+    case AG_PARAM_DV: return "*dv";
+    case AG_PARAM_LSE: return "float*lse";
+    case AG_PARAM_DI: return "float*di";
+    case AG_PARAM_ROTARY_TABLE: return "*rotary_table";
+    case AG_PARAM_ROTARY_TABLE_K: return "*rotary_table_k";
+    case AG_PARAM_OFFSETS_Q: return block ? "int*offsets" : "int*cu_seqlens_q";
+    case AG_PARAM_OFFSETS_K: return "int*cu_seqlens_k";
+    case AG_PARAM_BATCH: return "long long batch";
+    case AG_PARAM_HEADS: return "int heads";
+    case AG_PARAM_KV_HEADS: return "int kv_heads";
+    case AG_PARAM_TOTAL_Q: return block ? "long long total_tokens" : "long long total_q";
+    case AG_PARAM_TOTAL_K: return "long long total_k";
+    case AG_PARAM_ITEMS: return block ? "long long num_items" : "long long num_tiles";
+    default: return "?";
+  }
+}
+
+START_TEST(test_params_follow_the_plan) {
+  char yaml_path[256];
+  snprintf(yaml_path, sizeof yaml_path, "golden/%s.yaml", goldens[_i]);
+  ag_spec spec;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_spec_load_file(yaml_path, &spec, &err), AG_OK);
+  ag_plan plan;
+  ck_assert_int_eq(ag_plan_make(&spec, &plan, &err), AG_OK);
+  char *src;
+  ck_assert_int_eq(ag_emit_plan(&spec, &plan, &src, &err), AG_OK);
+  const bool block = plan.pattern == AG_PATTERN_BLOCK_DIAGONAL;
+  for (int i = 0; i < plan.nkernels; i++) {
+    const ag_plan_kernel *k = &plan.kernels[i];
+    char def[AG_KERNEL_NAME_MAX + 4];
+    snprintf(def, sizeof def, "\n%s(", k->name);
+    const char *at = strstr(src, def);
+    ck_assert_msg(at != NULL, "%s: no definition of %s", goldens[_i], k->name);
+    at += strlen(def);
+    for (int p = 0; p < k->nparams; p++) {
+      /* one declaration, up to ',' or ')', without const, __restrict__ or
+       * the 16-bit type's words, one blank between words but none at a star */
+      const size_t n = strcspn(at, ",)");
+      char decl[160], got[160];
+      ck_assert_uint_lt(n, sizeof decl);
+      memcpy(decl, at, n);
+      decl[n] = '\0';
+      for (char *r; (r = strstr(decl, "__restrict__"));) memset(r, ' ', strlen("__restrict__"));
+      size_t g = 0;
+      got[0] = '\0';
+      for (char *w = strtok(decl, " \n"); w; w = strtok(NULL, " \n")) {
+        if (!strcmp(w, "const") || !strcmp(w, "unsigned") || !strcmp(w, "short")) continue;
+        g += (size_t)snprintf(got + g, sizeof got - g, "%s%s", g ? " " : "", w);
+      }
+      /* "int *x", "*x", "float *x": no blank beside a star */
+      for (char *r; (r = strstr(got, " *")) || (r = strstr(got, "* "));)
+        memmove(r + (r[0] == ' ' ? 0 : 1), r + (r[0] == ' ' ? 1 : 2),
+                strlen(r + (r[0] == ' ' ? 1 : 2)) + 1);
+      ck_assert_msg(strcmp(got, role_declaration(k->params[p], block)) == 0,
+                    "%s: %s's parameter %d is \"%s\", its role wants \"%s\"", goldens[_i],
+                    k->name, p, got, role_declaration(k->params[p], block));
+      at += n + 1;
+      ck_assert_int_eq(at[-1], p + 1 < k->nparams ? ',' : ')');
+    }
+  }
+  free(src);
+  /* a kernel that a template before it defines shares that one's parameters */
+  for (int i = 1; i < plan.nkernels; i++) {
+    if (plan.kernels[i].template_file) continue;
+    plan.kernels[i].nparams--;
+    ck_assert_int_eq(ag_emit_plan(&spec, &plan, &src, &err), AG_ERR_TEMPLATE);
+    ck_assert_ptr_nonnull(strstr(err.message, "parameters differ"));
+    ck_assert_ptr_null(src);
+    ag_error_clear(&err);
+    break;
+  }
+}
+END_TEST
+
 START_TEST(test_deterministic) {
   ag_spec spec = spec_of("name: d\npattern: block_diagonal\nhead_dim: 64\ndtype: bf16\n");
   char *a, *b;
@@ -172,6 +260,7 @@ Suite *emit_suite(void) {
   Suite *s = suite_create("emit");
   TCase *tc = tcase_create("emit");
   tcase_add_loop_test(tc, test_golden, 0, NGOLDENS);
+  tcase_add_loop_test(tc, test_params_follow_the_plan, 0, NGOLDENS);
   tcase_add_test(tc, test_deterministic);
   tcase_add_test(tc, test_only_what_is_needed);
   tcase_add_test(tc, test_plan_decisions);

@@ -451,10 +451,10 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
  * current.
  * Warps take (head, 16-row query tile) jobs of the resident tile in turn. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_golden_big_b256_d128_bf16_fwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-    const int *__restrict__ offsets, long long batch, int heads, long long total_tokens,
-    long long num_items) {
+ag_golden_big_b256_d128_bf16_fwd(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    unsigned short *__restrict__ o, const int *__restrict__ offsets, long long batch, int heads,
+    long long total_tokens, long long num_items) {
   extern __shared__ __align__(128) unsigned short smem[];
   const long long row_stride = (long long)heads * kHeadDim;
 

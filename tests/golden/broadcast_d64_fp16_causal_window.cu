@@ -489,12 +489,11 @@ __device__ __forceinline__ void kv_tile(unsigned q_s, unsigned k_s, unsigned v_s
  * sequence end, the band's edges) and skips tiles where none of its real
  * rows sees one (rows past the sequence end, the far side of the band). */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_pma_window_d64_fp16_bq_causal_w512_0_fwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-              const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-              float *__restrict__ lse,
-              const int *__restrict__ cu_seqlens_q,
-              const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-              long long total_q, long long total_k, long long num_tiles) {
+ag_pma_window_d64_fp16_bq_causal_w512_0_fwd(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    unsigned short *__restrict__ o, float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   extern __shared__ __align__(128) unsigned short smem[];
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
@@ -1059,12 +1058,11 @@ __device__ __forceinline__ void kv_tile(unsigned q_s, unsigned k_s, unsigned v_s
  * sequence end, the band's edges) and skips tiles where none of its real
  * rows sees one (rows past the sequence end, the far side of the band). */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_pma_window_d64_fp16_bq_causal_w512_0_fwd_m32(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-              const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-              float *__restrict__ lse,
-              const int *__restrict__ cu_seqlens_q,
-              const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-              long long total_q, long long total_k, long long num_tiles) {
+ag_pma_window_d64_fp16_bq_causal_w512_0_fwd_m32(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    unsigned short *__restrict__ o, float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   extern __shared__ __align__(128) unsigned short smem[];
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
@@ -1731,14 +1729,13 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
  * dP (seven). dQ, summed over the slab in registers, goes to the slab's
  * fp32 partial for _dq_sum. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)dq;
   if (batch <= 0 || kv_heads != heads) return;
   const int h = blockIdx.y;
@@ -2390,14 +2387,13 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
  * dP (seven). dQ, summed over the slab in registers, goes to the slab's
  * fp32 partial for _dq_sum. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)dq;
   if (batch <= 0 || kv_heads != heads) return;
   const int h = blockIdx.y;
@@ -3080,14 +3076,13 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_dq(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)dk;
   (void)dv;
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
@@ -3340,14 +3335,13 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_dkv(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_dkv(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)o;
   (void)dq;
   const RotaryTables tables = {nullptr, nullptr};
@@ -3362,16 +3356,16 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_dkv(const unsigned short *__restrict
  * Each thread adds 4 adjacent floats of every slab. */
 constexpr int kSumThreads = 256;
 extern "C" __global__ void __launch_bounds__(kSumThreads)
-ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_dq_sum(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long slabs) {
+ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_dq_sum(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
   (void)cu_seqlens_q, (void)cu_seqlens_k, (void)kv_heads, (void)total_k;
+  const long long slabs = num_tiles;  // this kernel's items are the slabs
   if (batch <= 0) return;
   const long long n = total_q / batch * heads * kHeadDim;  // floats of one partial
   const long long e = ((long long)blockIdx.x * kSumThreads + threadIdx.x) * 4;

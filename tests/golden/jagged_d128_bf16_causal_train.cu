@@ -469,12 +469,11 @@ __device__ __forceinline__ void kv_tile(unsigned q_s, unsigned k_s, unsigned v_s
  * sequence end, the band's edges) and skips tiles where none of its real
  * rows sees one (rows past the sequence end, the far side of the band). */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_gem_d128_bf16_causal_fwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-              const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-              float *__restrict__ lse,
-              const int *__restrict__ cu_seqlens_q,
-              const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-              long long total_q, long long total_k, long long num_tiles) {
+ag_gem_d128_bf16_causal_fwd(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    unsigned short *__restrict__ o, float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   extern __shared__ __align__(128) unsigned short smem[];
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
@@ -1170,14 +1169,13 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_gem_d128_bf16_causal_bwd_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+ag_gem_d128_bf16_causal_bwd_dq(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)dk;
   (void)dv;
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
@@ -1430,14 +1428,13 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_gem_d128_bf16_causal_bwd_dkv(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+ag_gem_d128_bf16_causal_bwd_dkv(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)o;
   (void)dq;
   const RotaryTables tables = {nullptr, nullptr};

@@ -473,12 +473,11 @@ extern __shared__ __align__(1024) unsigned short smem[];
  * the next tile's barrier and S. The stage a tile's load refills is the
  * one of two tiles back, whose products every warpgroup has retired. */
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
-ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-              const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-              float *__restrict__ lse,
-              const int *__restrict__ cu_seqlens_q,
-              const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-              long long total_q, long long total_k, long long num_tiles) {
+ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    unsigned short *__restrict__ o, float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
   const JaggedTile jt =
@@ -1130,12 +1129,11 @@ extern __shared__ __align__(1024) unsigned short smem[];
  * the next tile's barrier and S. The stage a tile's load refills is the
  * one of two tiles back, whose products every warpgroup has retired. */
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
-ag_gem_d128_bf16_fwd_m64(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-              const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-              float *__restrict__ lse,
-              const int *__restrict__ cu_seqlens_q,
-              const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-              long long total_q, long long total_k, long long num_tiles) {
+ag_gem_d128_bf16_fwd_m64(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    unsigned short *__restrict__ o, float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
   const JaggedTile jt =
@@ -2044,14 +2042,13 @@ __device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
  * accumulator zeroed. */
 constexpr int kRowsPerCta = kRowsThreads * 8 / kHeadDim;
 extern "C" __global__ void __launch_bounds__(kRowsThreads)
-ag_gem_d128_bf16_bwd_pre(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+ag_gem_d128_bf16_bwd_pre(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)q, (void)k, (void)v, (void)dq, (void)dk, (void)dv, (void)cu_seqlens_q;
   (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k, (void)num_tiles;
   const long long rows = total_q * heads;
@@ -2094,14 +2091,13 @@ ag_gem_d128_bf16_bwd_pre(const unsigned short *__restrict__ q, const unsigned sh
  * the head (head_dim 128), or over its own 64 keys (head_dim 64), which
  * it adds to the accumulator. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
-ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)o;
   (void)dq;
   const RotaryTables tables = {nullptr, nullptr};
@@ -2359,14 +2355,13 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q, const unsigned sho
  * kChunks / 2 also takes chunk c + kChunks / 2 (its pairs' partners), and
  * that chunk's thread has nothing to do. */
 extern "C" __global__ void __launch_bounds__(kRowsThreads)
-ag_gem_d128_bf16_bwd_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+ag_gem_d128_bf16_bwd_dq(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
   (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k;
   (void)num_tiles;

@@ -745,16 +745,15 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_jrope_tab_d64_fp16_w128_16_rope_bwd_dq(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+ag_jrope_tab_d64_fp16_w128_16_rope_bwd_dq(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, float *__restrict__ di,
     const unsigned short *__restrict__ rotary_table,
-    const unsigned short *__restrict__ rotary_table_k,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+    const unsigned short *__restrict__ rotary_table_k, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)dk;
   (void)dv;
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
@@ -1020,16 +1019,15 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_jrope_tab_d64_fp16_w128_16_rope_bwd_dkv(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+ag_jrope_tab_d64_fp16_w128_16_rope_bwd_dkv(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, float *__restrict__ di,
     const unsigned short *__restrict__ rotary_table,
-    const unsigned short *__restrict__ rotary_table_k,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
-    long long batch, int heads, int kv_heads, long long total_q, long long total_k,
-    long long num_tiles) {
+    const unsigned short *__restrict__ rotary_table_k, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   (void)o;
   (void)dq;
   const RotaryTables tables = {rotary_table, rotary_table_k};

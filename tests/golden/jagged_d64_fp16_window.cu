@@ -460,12 +460,11 @@ __device__ __forceinline__ void kv_tile(unsigned q_s, unsigned k_s, unsigned v_s
  * sequence end, the band's edges) and skips tiles where none of its real
  * rows sees one (rows past the sequence end, the far side of the band). */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_win_d64_fp16_w64_32_fwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-              const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-              float *__restrict__ lse,
-              const int *__restrict__ cu_seqlens_q,
-              const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-              long long total_q, long long total_k, long long num_tiles) {
+ag_win_d64_fp16_w64_32_fwd(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    unsigned short *__restrict__ o, float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
   extern __shared__ __align__(128) unsigned short smem[];
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;

@@ -592,10 +592,10 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
  * current.
  * Warps take (head, 16-row query tile) jobs of the resident tile in turn. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_golden_rope_chunked_b256_d128_bf16_rope_fwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-    const int *__restrict__ offsets, long long batch, int heads, long long total_tokens,
-    long long num_items) {
+ag_golden_rope_chunked_b256_d128_bf16_rope_fwd(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    unsigned short *__restrict__ o, const int *__restrict__ offsets, long long batch, int heads,
+    long long total_tokens, long long num_items) {
   extern __shared__ __align__(128) unsigned short smem[];
   const long long row_stride = (long long)heads * kHeadDim;
 
@@ -1419,11 +1419,12 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
  * launcher sizes the grid): A over the block's query chunks, then B over
  * its key chunks. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_golden_rope_chunked_b256_d128_bf16_rope_bwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, const int *__restrict__ offsets, long long batch,
-    int heads, long long total_tokens, long long num_items) {
+ag_golden_rope_chunked_b256_d128_bf16_rope_bwd(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ dout, unsigned short *__restrict__ dq,
+    unsigned short *__restrict__ dk, unsigned short *__restrict__ dv,
+    const int *__restrict__ offsets, long long batch, int heads, long long total_tokens,
+    long long num_items) {
   const long long row_stride = (long long)heads * kHeadDim;
   float *const stats = reinterpret_cast<float *>(smem + kSlots * kChunkElems);
   const RowStats st = {stats, stats + kStatRows, stats + 2 * kStatRows};

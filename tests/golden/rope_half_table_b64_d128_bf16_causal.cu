@@ -595,9 +595,9 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
  * current.
  * Warps take (head, 16-row query tile) jobs of the resident tile in turn. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_golden_rope_ht_b64_d128_bf16_causal_rope_fwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ rotary_table,
+ag_golden_rope_ht_b64_d128_bf16_causal_rope_fwd(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    unsigned short *__restrict__ o, const unsigned short *__restrict__ rotary_table,
     const int *__restrict__ offsets, long long batch, int heads, long long total_tokens,
     long long num_items) {
   extern __shared__ __align__(128) unsigned short smem[];
@@ -1630,12 +1630,12 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
  * V, then take their place in the stage.
  */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, const unsigned short *__restrict__ rotary_table,
-    const int *__restrict__ offsets, long long batch,
-    int heads, long long total_tokens, long long num_items) {
+ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ dout, unsigned short *__restrict__ dq,
+    unsigned short *__restrict__ dk, unsigned short *__restrict__ dv,
+    const unsigned short *__restrict__ rotary_table, const int *__restrict__ offsets,
+    long long batch, int heads, long long total_tokens, long long num_items) {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
   if (smem_addr(smem) % 1024) __trap(); // never seen; wrong gradients would be worse
 #endif

@@ -843,12 +843,12 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
  * launcher sizes the grid): A over the block's query chunks, then B over
  * its key chunks. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_golden_rope_table_chunked_b192_d64_fp16_causal_rope_bwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, const unsigned short *__restrict__ dout,
-    unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, const unsigned short *__restrict__ rotary_table,
-    const int *__restrict__ offsets, long long batch,
-    int heads, long long total_tokens, long long num_items) {
+ag_golden_rope_table_chunked_b192_d64_fp16_causal_rope_bwd(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ dout, unsigned short *__restrict__ dq,
+    unsigned short *__restrict__ dk, unsigned short *__restrict__ dv,
+    const unsigned short *__restrict__ rotary_table, const int *__restrict__ offsets,
+    long long batch, int heads, long long total_tokens, long long num_items) {
   const long long row_stride = (long long)heads * kHeadDim;
   float *const stats = reinterpret_cast<float *>(smem + kSlots * kChunkElems);
   const RowStats st = {stats, stats + kStatRows, stats + 2 * kStatRows};

@@ -574,9 +574,9 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
  * current.
  * Warps take (head, 16-row query tile) jobs of the resident tile in turn. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-ag_golden_rope_b64_d128_bf16_rope_fwd(const unsigned short *__restrict__ q, const unsigned short *__restrict__ k,
-    const unsigned short *__restrict__ v, unsigned short *__restrict__ o,
-    const unsigned short *__restrict__ rotary_table,
+ag_golden_rope_b64_d128_bf16_rope_fwd(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    unsigned short *__restrict__ o, const unsigned short *__restrict__ rotary_table,
     const int *__restrict__ offsets, long long batch, int heads, long long total_tokens,
     long long num_items) {
   extern __shared__ __align__(128) unsigned short smem[];

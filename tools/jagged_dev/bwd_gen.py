@@ -14,7 +14,26 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TPL = os.path.join(ROOT, "templates")
 
 
+def jagged_params(forward, rotary_table):
+    """A jagged kernel's @PARAMS@, as generator/emit_params.c writes them
+    for plan_jagged.c's role order."""
+    t = "const unsigned short *__restrict__ "
+    heads = ([t + "q", t + "k", t + "v", "unsigned short *__restrict__ o",
+              "float *__restrict__ lse"] if forward else
+             [t + "q", t + "k", t + "v", t + "o", t + "dout", "const float *__restrict__ lse",
+              "unsigned short *__restrict__ dq", "unsigned short *__restrict__ dk",
+              "unsigned short *__restrict__ dv", "float *__restrict__ di"])
+    tables = [t + "rotary_table", t + "rotary_table_k"] if rotary_table else []
+    tail = ["const int *__restrict__ cu_seqlens_q", "const int *__restrict__ cu_seqlens_k",
+            "long long batch", "int heads", "int kv_heads", "long long total_q",
+            "long long total_k", "long long num_tiles"]
+    return ",\n    ".join(heads + tables + tail)
+
+
 def expand(name, vals, seen=()):
+    if "PARAMS" not in vals:
+        on = vals.get("ROTARY_TABLE") not in (None, False, 0, "", "false", "0")
+        vals = dict(vals, PARAMS=jagged_params(name.startswith("jagged_fwd"), on))
     out = []
     stack = []  # one entry per open @if@: is its text kept
     for line in open(os.path.join(TPL, name)).read().split("\n"):
