@@ -12,7 +12,8 @@
 @# Parameters: those of jagged_bwd.cu's kernels (q [n_q, heads, D]; `di`
 @#   the workspace: the slabs' dQ partials at broadcast_partials_at(heads,
 @#   total_q) floats; num_tiles = slabs).
-@# Includes mma_sm80.cuh, unpack2.cuh and jagged_bwd_tile.cuh: emitted in a
+@# Includes jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh and jagged_bwd_tile.cuh:
+@#   emitted in a
 @#   namespace of its own.
 /* ---- begin broadcast backward constants ---- */
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
@@ -22,16 +23,7 @@ constexpr int kWarps = @WARPS@;  // warps per CTA: 16 query rows each
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound: registers fit this many CTAs
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
-constexpr float kScale = @SCALE@;  // softmax scale @SCALE_TEXT@
-constexpr float kScaleLog2 = @SCALE_LOG2@;  // the scale times log2(e)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr bool kCausal = @CAUSAL@;
-constexpr bool kWindow = @WINDOW@;
-constexpr int kWindowLeft = @WINDOW_LEFT@;  // keys before the diagonal a query sees
-constexpr int kWindowRight = @WINDOW_RIGHT@;  // keys after it
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
-constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+@include jagged_bwd_band.cuh@
 constexpr bool kBroadcast = true;  // one dense Q shared by every sequence
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile

@@ -34,7 +34,8 @@
 @# (gridDim.x may be smaller or larger than num_tiles: each CTA strides;
 @#  blockIdx.y is the q head, resp. the kv head.) `di` is [heads, total_q]
 @#  fp32 scratch that _dq writes and _dkv reads.
-@# Includes mma_sm80.cuh, unpack2.cuh and jagged_bwd_tile.cuh unconditionally
+@# Includes jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh and jagged_bwd_tile.cuh
+@#  unconditionally
 @#  (and jagged_rotary.cuh with ROTARY):
 @#  a source that also holds another kernel needs these in a namespace.
 /* ---- begin jagged backward constants ---- */
@@ -46,16 +47,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound: registers fit this many CTAs
 constexpr int kSmemBytesDq = @SMEM_BYTES_DQ@;  // dynamic shared memory of _dq, as planned
 constexpr int kSmemBytesDkv = @SMEM_BYTES_DKV@;  // dynamic shared memory of _dkv, as planned
-constexpr float kScale = @SCALE@;  // softmax scale @SCALE_TEXT@
-constexpr float kScaleLog2 = @SCALE_LOG2@;  // the scale times log2(e)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr bool kCausal = @CAUSAL@;
-constexpr bool kWindow = @WINDOW@;
-constexpr int kWindowLeft = @WINDOW_LEFT@;  // keys before the diagonal a query sees
-constexpr int kWindowRight = @WINDOW_RIGHT@;  // keys after it
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
-constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+@include jagged_bwd_band.cuh@
 constexpr bool kBroadcast = @BROADCAST@;  // one dense Q shared by every sequence
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile (_dq)

@@ -5,8 +5,8 @@
 @# with atomics, between a kernel that writes D and zeroes the accumulator
 @# and one that rounds it. Compiled for sm_90a only (the plan picks it
 @# there; deterministic specs keep jagged_bwd.cu's two kernels).
-@# Includes: mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh, bulk_sm90.cuh,
-@#   jagged_bwd_tile.cuh.
+@# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
+@#   bulk_sm90.cuh, jagged_bwd_tile.cuh.
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows
 @#   of a step: 64) @BLOCK_N@ (key rows of a CTA, 64 per warpgroup: 64 at
 @#   head dim 64, 128 at 128)
@@ -44,16 +44,7 @@ constexpr int kWarpgroups = kBlockN / 64;  // each owns 64 key rows
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kRowsThreads = @ROWS_THREADS@;  // threads of _pre and _dq
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory of _kv, as planned
-constexpr float kScale = @SCALE@;  // softmax scale @SCALE_TEXT@
-constexpr float kScaleLog2 = @SCALE_LOG2@;  // the scale times log2(e)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr bool kCausal = @CAUSAL@;
-constexpr bool kWindow = @WINDOW@;
-constexpr int kWindowLeft = @WINDOW_LEFT@;  // keys before the diagonal a query sees
-constexpr int kWindowRight = @WINDOW_RIGHT@;  // keys after it
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
-constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+@include jagged_bwd_band.cuh@
 constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM == 64 && kBlockN % 64 == 0 && kWarpgroups <= 2,
