@@ -100,9 +100,9 @@ __all__ = [
 def register_custom_ops():
     """Registers attngen's torch.library custom ops (torch.ops.attngen.*),
     which torch.compile traces. attngen does it itself when torch.compile's
-    machinery (torch._dynamo) or torch.utils.flop_counter is imported, and
-    when a dispatch mode reaches its functions; call this to use
-    torch.ops.attngen.* directly. Idempotent."""
+    machinery (torch._dynamo) or torch.utils.flop_counter is imported, when
+    a dispatch mode reaches its functions, and on the first lookup in
+    torch.ops.attngen; this does it now. Idempotent."""
     torch_ops.register()
 
 

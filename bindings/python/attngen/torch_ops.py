@@ -22,9 +22,9 @@ when they run, as the public functions do; under compilation the host-side
 checks of cpu_offsets are skipped.
 
 The ops are registered when torch.compile's machinery (torch._dynamo) or
-torch.utils.flop_counter is imported, before or after attngen (arm()), and
-when a dispatch mode reaches attngen's functions; register() does it
-explicitly, for a process that calls torch.ops.attngen.* directly.
+torch.utils.flop_counter is imported, before or after attngen (arm()),
+when a dispatch mode reaches attngen's functions, and on the first lookup
+in torch.ops.attngen (lazy_namespace); register() does it at once.
 Registering costs about 15 ms of host time (torch builds each op's fake and
 autograd wrappers), which a process that only runs eager calls, the eager
 path needing none of it, does not pay at import.
@@ -42,6 +42,7 @@ from . import _flops, _validate
 _lock = threading.Lock()
 _registered = False
 _failed = None  # why registering failed (then it is not tried again)
+_defining = None  # the thread inside _define (torch looks into torch.ops.attngen there)
 
 _TENSORS = ("q", "k", "v")
 
@@ -116,12 +117,13 @@ def register():
     counts FLOPs should not pay). Returns whether the ops exist: a torch
     without torch.library.custom_op (before 2.4) gets a warning, once, and
     attngen's direct (eager) paths alone."""
-    global _registered, _failed
+    global _registered, _failed, _defining
     if _registered or _failed:
         return _registered
     with _lock:
         if not _registered and not _failed:
             import torch
+            _defining = threading.get_ident()
             try:
                 _define(torch)
             except Exception as e:
@@ -130,10 +132,38 @@ def register():
                               "(%s); torch.compile will not trace attngen's functions, eager "
                               "calls are unaffected" % _failed)
                 return False
-            _after_import(_FLOP_MODULE, lambda: _define_flops(torch))
+            finally:
+                _defining = None
             _registered = True
             _disarm()
+    # Outside the lock: importing flop_counter waits for its module lock,
+    # which a thread importing it holds while its hook waits for _lock.
+    _flops_when_ready()
     return _registered
+
+
+_flops_lock = threading.Lock()
+_flops_state = {"armed": False, "done": False}
+
+
+def _flops_when_ready():
+    """The ops' FLOP formulas now if torch.utils.flop_counter is imported
+    (or being imported: then once its module runs), else after its import."""
+    with _flops_lock:
+        if _flops_state["armed"]:
+            return
+        _flops_state["armed"] = True
+    _after_import(_FLOP_MODULE, _define_flops_once)
+
+
+def _define_flops_once():
+    import torch
+    from torch.utils.flop_counter import register_flop_formula  # no lock of ours held
+    with _flops_lock:
+        if _flops_state["done"]:
+            return
+        _define_flops(torch, register_flop_formula)
+        _flops_state["done"] = True
 
 
 _FLOP_MODULE = "torch.utils.flop_counter"
@@ -158,24 +188,37 @@ class _PostImport(importlib.abc.MetaPathFinder):
             self.busy = False
         if spec is None or spec.loader is None:
             return spec
-        loader, finder = spec.loader, self
-
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, s):
-                return loader.create_module(s)
-
-            def exec_module(self, module):
-                loader.exec_module(module)
-                if not finder.done:
-                    finder.done = True
-                    try:
-                        sys.meta_path.remove(finder)
-                    except ValueError:
-                        pass
-                    _guarded(finder.callback)
-
-        spec.loader = _Loader()
+        if not hasattr(spec.loader, "exec_module"):
+            return spec  # an old-style loader: left alone (no hook for this import)
+        spec.loader = _HookedLoader(spec.loader, self)
         return spec
+
+
+class _HookedLoader:
+    """A module's loader that runs a _PostImport's callback once the module
+    has run; every other attribute (get_source, is_package, the resource
+    reader, ...) is the wrapped loader's."""
+
+    def __init__(self, loader, finder):
+        self._loader, self._finder = loader, finder
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        finder = self._finder
+        if not finder.done:
+            finder.done = True
+            try:
+                sys.meta_path.remove(finder)
+            except ValueError:
+                pass
+            _guarded(finder.callback)
 
 
 def _guarded(callback):
@@ -210,11 +253,48 @@ _TRIGGERS = ("torch._dynamo", _FLOP_MODULE)
 
 def arm():
     """Registers the ops now if a trigger module is already imported, else
-    as soon as one is (attngen's import calls this)."""
+    as soon as one is, or as soon as torch.ops.attngen is looked into
+    (attngen's import calls this)."""
     if any(name in sys.modules for name in _TRIGGERS):
         register()
         return
     _armed.extend(_after_import(name, register) for name in _TRIGGERS)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        lazy_namespace(torch)
+    else:
+        _armed.append(_after_import("torch", lambda: lazy_namespace(sys.modules["torch"])))
+
+
+def lazy_namespace(torch):
+    """torch.ops.attngen as a namespace that registers the ops on its first
+    lookup (a script naming torch.ops.attngen.*, a saved graph that
+    torch.load resolves), so that deferring the registration breaks none
+    of them. Without torch's _OpNamespace (a torch that moved it), the ops
+    are registered now instead."""
+    if _registered or _failed:
+        return
+    base = getattr(getattr(torch, "_ops", None), "_OpNamespace", None)
+    ops = getattr(torch, "ops", None)
+    if base is None or ops is None:
+        register()
+        return
+
+    class _AttngenNamespace(base):
+        # the ops' packets take their __module__ from the namespace's; pickled
+        # graphs find them there (torch._ops.attngen)
+        __module__ = base.__module__
+
+        def __getattr__(self, name):
+            if not name.startswith("__") and not _registered and not _failed and \
+                    _defining != threading.get_ident():
+                register()
+            return super().__getattr__(name)
+
+    try:
+        setattr(ops, "attngen", _AttngenNamespace("attngen"))
+    except Exception:  # pragma: no cover - a torch.ops that refuses it
+        register()
 
 
 _armed = []  # arm()'s finders, which leave sys.meta_path once the ops exist
@@ -448,9 +528,8 @@ def _define(torch):
     broadcast_attention.register_autograd(broadcast_grad, setup_context=broadcast_setup)
 
 
-def _define_flops(torch):
+def _define_flops(torch, register_flop_formula):
     """The FLOP formulas of the ops, for FlopCounterMode."""
-    from torch.utils.flop_counter import register_flop_formula
 
     @register_flop_formula(torch.ops.attngen.block_attention, get_raw=True)
     def _(q, k, v, offsets, block_size, causal, *args, out_val=None, **kwargs):

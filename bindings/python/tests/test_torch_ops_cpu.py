@@ -314,10 +314,83 @@ def test_import_leaves_registration_to_compile():
     eager process does not need); importing torch._dynamo, as torch.compile
     does, registers the ops."""
     out = _python("import torch, attngen\n"
-                  "print(attngen.torch_ops.registered(), hasattr(torch.ops.attngen, 'jagged_attention'))\n"
+                  "print(attngen.torch_ops.registered())\n"
                   "import torch._dynamo\n"
                   "print(attngen.torch_ops.registered(), hasattr(torch.ops.attngen, 'jagged_attention'))\n")
-    assert out == "False False\nTrue True"
+    assert out == "False\nTrue True"
+
+
+@pytest.mark.parametrize("order", ["torch, attngen", "attngen, torch"])
+def test_ops_namespace_registers_on_lookup(order):
+    """A script that names torch.ops.attngen.* finds the ops, whichever of
+    torch and attngen came first."""
+    out = _python("import %s\n"
+                  "print(attngen.torch_ops.registered())\n"
+                  "print(hasattr(torch.ops.attngen, 'block_attention'), "
+                  "attngen.torch_ops.registered())\n" % order)
+    assert out == "False\nTrue True"
+
+
+def test_saved_graph_loads_in_a_fresh_process(tmp_path):
+    """A graph with attngen's ops, saved with torch.save, loads and runs
+    (on fake tensors) in a process that only imported torch and attngen."""
+    path = str(tmp_path / "gm.pt")
+    _python("import torch, attngen\n"
+            "from torch.fx.experimental.proxy_tensor import make_fx\n"
+            "q = torch.randn(64, 2, 64, dtype=torch.bfloat16)\n"
+            "c = torch.tensor([0, 32, 64], dtype=torch.int32)\n"
+            "gm = make_fx(lambda q, c: attngen.jagged_attention(q, q, q, c),\n"
+            "             tracing_mode='fake')(q, c)\n"
+            "torch.save(gm, %r)\n" % path)
+    # (torch's unpickling of a GraphModule needs triton_kernel_wrap imported,
+    # attngen or not)
+    out = _python("import torch, attngen\n"
+                  "import torch._higher_order_ops.triton_kernel_wrap\n"
+                  "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+                  "gm = torch.load(%r, weights_only=False)\n"
+                  "with FakeTensorMode():\n"
+                  "    q = torch.empty(64, 2, 64, dtype=torch.bfloat16)\n"
+                  "    out = gm(q, torch.empty(3, dtype=torch.int32))\n"
+                  "print(tuple(out.shape))\n" % path)
+    assert out == "(64, 2, 64)"
+
+
+def test_registration_racing_an_import_does_not_deadlock():
+    """One thread registers (its torch._dynamo import, as torch.compile's)
+    while another imports torch.utils.flop_counter: the registering thread
+    must not wait for that module while it holds attngen's lock, whose
+    hook the importing thread runs (this hung every time before)."""
+    out = _python("import os, sys, threading\n"
+                  "import torch, attngen\n"
+                  "from attngen import torch_ops\n"
+                  "entered = threading.Event()\n"
+                  "orig = torch_ops._define\n"
+                  "def define(t):\n"
+                  "    entered.set(); orig(t)\n"
+                  "torch_ops._define = define\n"
+                  "def a():\n"
+                  "    entered.wait()\n"
+                  "    import torch.utils.flop_counter\n"
+                  "def b():\n"
+                  "    import torch._dynamo\n"
+                  "ta = threading.Thread(target=a, daemon=True)\n"
+                  "tb = threading.Thread(target=b, daemon=True)\n"
+                  "ta.start(); tb.start(); ta.join(60); tb.join(60)\n"
+                  "from torch.utils.flop_counter import flop_registry\n"
+                  "print('HANG' if ta.is_alive() or tb.is_alive() else\n"
+                  "      sum('attngen' in str(k) for k in flop_registry))\n"
+                  "sys.stdout.flush(); os._exit(0)\n")
+    assert out == "6"
+
+
+def test_hooked_modules_keep_their_loader():
+    """The import hooks leave torch._dynamo's loader whole: its resources
+    and sources are still there."""
+    out = _python("import importlib.resources, torch, attngen\n"
+                  "import torch._dynamo\n"
+                  "print(any(True for _ in importlib.resources.files('torch._dynamo').iterdir()),\n"
+                  "      torch._dynamo.__loader__.is_package('torch._dynamo'))\n")
+    assert out == "True True"
 
 
 def test_import_after_dynamo_registers():
