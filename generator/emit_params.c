@@ -18,7 +18,8 @@ static const char *declaration(ag_param r, bool block, unsigned pass) {
     case AG_PARAM_Q: return "const unsigned short *__restrict__ q";
     case AG_PARAM_K: return "const unsigned short *__restrict__ k";
     case AG_PARAM_V: return "const unsigned short *__restrict__ v";
-    case AG_PARAM_O: return fwd ? "unsigned short *__restrict__ o" : "const unsigned short *__restrict__ o";
+    case AG_PARAM_O:
+      return fwd ? "unsigned short *__restrict__ o" : "const unsigned short *__restrict__ o";
     case AG_PARAM_DOUT: return "const unsigned short *__restrict__ dout";
     case AG_PARAM_DQ: return "unsigned short *__restrict__ dq";
     case AG_PARAM_DK: return "unsigned short *__restrict__ dk";

@@ -47,6 +47,19 @@ static void set_forward(ag_plan *p, int block_m, int block_n, int warps, int sta
   j->fwd_min_ctas = min_ctas;
 }
 
+/* The forward variant for few query rows a sequence (at most max_rows):
+ * its tile shape, with the main forward's stages. */
+static void set_small_forward(ag_plan *p, int max_rows, int block_m, int block_n, int warps,
+                              int min_ctas) {
+  ag_plan_jagged *j = &p->jagged;
+  j->small_max_n_q = max_rows;
+  j->small_block_m = block_m;
+  j->small_block_n = block_n;
+  j->small_warps = warps;
+  j->small_smem_bytes = (block_m + 2 * j->fwd_stages * block_n) * p->head_dim * p->elem_bytes;
+  j->small_min_ctas = min_ctas;
+}
+
 static void plan_forward(ag_plan *p) { set_forward(p, 128, 64, 4, 2, 2); }
 
 /* Forward on sm_90a at head dim 128 (not broadcast): both products on
@@ -76,15 +89,8 @@ static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p, bool sm90_rotary)
  * Without rotary embeddings (not yet checked with these tiles). */
 enum { SHORT_MEAN_ROWS = 384 };
 static void plan_forward_short(const ag_spec *spec, ag_plan *p) {
-  ag_plan_jagged *j = &p->jagged;
-  if (!j->fwd_sm90 || spec->rotary.layout != AG_ROTARY_NONE) return;
-  j->small_max_n_q = SHORT_MEAN_ROWS;
-  j->small_block_m = 64;
-  j->small_block_n = 64;
-  j->small_warps = 4;
-  j->small_smem_bytes = (j->small_block_m + 2 * j->fwd_stages * j->small_block_n) * p->head_dim *
-                        p->elem_bytes;
-  j->small_min_ctas = 2;
+  if (!p->jagged.fwd_sm90 || spec->rotary.layout != AG_ROTARY_NONE) return;
+  set_small_forward(p, SHORT_MEAN_ROWS, 64, 64, 4, 2);
 }
 
 /* Broadcast queries: n_q is often small (candidate or learned queries, 1 to
@@ -92,14 +98,7 @@ static void plan_forward_short(const ag_spec *spec, ag_plan *p) {
  * take 32-row tiles of 2 warps (three CTAs per SM at head_dim 128, a
  * sequence's keys read once per 32 queries, the rest from L2). */
 static void plan_forward_small(ag_plan *p) {
-  ag_plan_jagged *j = &p->jagged;
-  j->small_max_n_q = 64;
-  j->small_block_m = 32;
-  j->small_block_n = j->fwd_block_n;
-  j->small_warps = 2;
-  j->small_smem_bytes = (j->small_block_m + 2 * j->fwd_stages * j->fwd_block_n) * p->head_dim *
-                        p->elem_bytes;
-  j->small_min_ctas = p->head_dim == 128 ? 3 : 4;
+  set_small_forward(p, 64, 32, p->jagged.fwd_block_n, 2, p->head_dim == 128 ? 3 : 4);
 }
 
 /* Broadcast queries, heads == kv_heads, n_q <= 64 or <= 128: one kernel in

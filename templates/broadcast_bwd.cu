@@ -13,8 +13,7 @@
 @#   the workspace: the slabs' dQ partials at broadcast_partials_at(heads,
 @#   total_q) floats; num_tiles = slabs).
 @# Includes jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh and jagged_bwd_tile.cuh:
-@#   emitted in a
-@#   namespace of its own.
+@#   emitted in a namespace of its own.
 /* ---- begin broadcast backward constants ---- */
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
 constexpr int kBlockM = @BLOCK_M@;  // query rows: every shared query (n_q <= kBlockM)
