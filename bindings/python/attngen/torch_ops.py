@@ -258,12 +258,21 @@ def arm():
     if any(name in sys.modules for name in _TRIGGERS):
         register()
         return
-    _armed.extend(_after_import(name, register) for name in _TRIGGERS)
+    _armed.extend(_after_import(name, _register_with_flops if name == _FLOP_MODULE else register)
+                  for name in _TRIGGERS)
     torch = sys.modules.get("torch")
     if torch is not None:
         lazy_namespace(torch)
     else:
         _armed.append(_after_import("torch", lambda: lazy_namespace(sys.modules["torch"])))
+
+
+def _register_with_flops():
+    """The hook of flop_counter's import: the ops and, at once, their FLOP
+    formulas (the module is whole now; a finder that register() set for it
+    meanwhile would come too late for this import)."""
+    if register():
+        _define_flops_once()
 
 
 def lazy_namespace(torch):

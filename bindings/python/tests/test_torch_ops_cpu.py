@@ -383,6 +383,32 @@ def test_registration_racing_an_import_does_not_deadlock():
     assert out == "6"
 
 
+def test_flop_formulas_when_registration_meets_a_flop_counter_import():
+    """Registration lands while another thread's import of
+    torch.utils.flop_counter has found the module but not yet run it: the
+    formulas are still registered once it has (they were lost before)."""
+    out = _python("import os, sys, threading\n"
+                  "import torch, attngen\n"
+                  "from attngen import torch_ops\n"
+                  "found, go = threading.Event(), threading.Event()\n"
+                  "orig = torch_ops._HookedLoader.create_module\n"
+                  "def create_module(self, spec):\n"
+                  "    if spec.name == 'torch.utils.flop_counter':\n"
+                  "        found.set(); go.wait(30)\n"
+                  "    return orig(self, spec)\n"
+                  "torch_ops._HookedLoader.create_module = create_module\n"
+                  "def b():\n"
+                  "    import torch.utils.flop_counter\n"
+                  "tb = threading.Thread(target=b, daemon=True); tb.start()\n"
+                  "found.wait(30)\n"
+                  "attngen.register_custom_ops()  # the module found, not yet in sys.modules\n"
+                  "go.set(); tb.join(60)\n"
+                  "from torch.utils.flop_counter import flop_registry\n"
+                  "print(sum('attngen' in str(k) for k in flop_registry))\n"
+                  "sys.stdout.flush(); os._exit(0)\n")
+    assert out == "6"
+
+
 def test_hooked_modules_keep_their_loader():
     """The import hooks leave torch._dynamo's loader whole: its resources
     and sources are still there."""
