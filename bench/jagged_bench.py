@@ -39,7 +39,16 @@ ceiling it runs), or with --rotary-peer compile a torch.compile'd one.
 FLOPs and TFLOP/s count the attention alone; the float64 reference
 rotates too.
 
-The pure-Python helpers (lengths, visible_pairs, flops, shapes) import
+--peers (default fa2,fa4) adds cuDNN and FlexAttention, the issue's other
+peers: cudnn is SDPA's cuDNN backend on q, k, v padded to [batch, L] (the
+pad and gather timed; no varlen cuDNN path exists on sm90), flex is
+torch.compile(flex_attention) with a document BlockMask built from the
+offsets (doc_block_lists), its compile time noted per shape. Each is
+checked against FA2 (out and gradients, in the row's notes). --fwd-only
+times the forward alone (tuning runs).
+
+The pure-Python helpers (lengths, visible_pairs, flops, shapes, the flex
+block lists) import
 without torch (bench/tests/test_jagged_bench.py tests them on the CPU).
 """
 
@@ -67,6 +76,9 @@ ERR_FLAG = 2e-2
 ROPE_BASE = 10000.0
 ROPE = {"layout": "half", "apply_to": ["q", "k"], "positions": "sequence", "base": ROPE_BASE}
 BWD_FACTOR = 2.5
+PEERS = ("fa2", "fa4", "cudnn", "flex")     # --peers picks among these
+EXTRA_PEERS = ("cudnn", "flex")              # columns only when they ran
+NAMES = {"fa2": "FA2", "fa4": "FA4", "cudnn": "cuDNN", "flex": "flex"}
 WARMUP, ITERS = 3, 10
 
 
@@ -138,6 +150,58 @@ def tflops(flops, ms):
     return None if not ms else flops / (ms * 1e-3) / 1e12
 
 
+# ---- FlexAttention document block lists (pure Python) --------------------------
+
+FLEX_BLOCK = 128
+
+
+def doc_block_lists(cu, block=FLEX_BLOCK, causal=False):
+    """The BlockMask lists of a document mask over packed self-attention
+    (queries and keys share the offsets cu), in blocks of `block` tokens:
+    for each query block the key blocks it must visit, split into full
+    blocks (every pair visible: both blocks whole inside one sequence and,
+    when causal, the key block wholly at or before the query block's first
+    row; no mask_mod evaluated) and partial ones; and the transposed lists
+    (for each key block the query blocks that visit it), which the backward
+    reads. Built from the offsets in O(blocks visited), not from the
+    total^2 pairs create_block_mask would evaluate."""
+    import bisect
+    cu = [int(x) for x in cu]
+    total = cu[-1] if cu else 0
+    nb = -(-total // block)
+    kv_full = [[] for _ in range(nb)]
+    kv_partial = [[] for _ in range(nb)]
+    q_full = [[] for _ in range(nb)]
+    q_partial = [[] for _ in range(nb)]
+    for i in range(nb):
+        qs, qe = i * block, min((i + 1) * block, total)
+        d0 = bisect.bisect_right(cu, qs) - 1
+        d1 = bisect.bisect_right(cu, qe - 1) - 1
+        seen = {}
+        for d in range(d0, d1 + 1):
+            s, e = cu[d], cu[d + 1]
+            if e <= s:
+                continue
+            kend = min(e, qe) if causal else e
+            whole_q = d0 == d1 and qe - qs == block
+            for j in range(s // block, (kend - 1) // block + 1):
+                ks, ke = j * block, (j + 1) * block
+                full = whole_q and ks >= s and ke <= e and (not causal or ke - 1 <= qs)
+                seen[j] = full and j not in seen
+        for j in sorted(seen):
+            (kv_full if seen[j] else kv_partial)[i].append(j)
+            (q_full if seen[j] else q_partial)[j].append(i)
+    return {"kv_full": kv_full, "kv_partial": kv_partial, "q_full": q_full,
+            "q_partial": q_partial, "num_blocks": nb}
+
+
+def pad_lists(lists):
+    """(counts, rows): each list's length and the lists padded with 0 to
+    one width (at least 1), as BlockMask's num_blocks / indices want."""
+    width = max([1] + [len(x) for x in lists])
+    return [len(x) for x in lists], [list(x) + [0] * (width - len(x)) for x in lists]
+
+
 # ---- report (pure Python) -------------------------------------------------------
 
 def _cell(ms, fl):
@@ -171,14 +235,17 @@ def markdown(records, env, command):
               "out vs a float64 reference on sampled sequences; ! flags > %g." % ERR_FLAG, ""]
     if rope:
         lines += ["Rotary: %s" % rope, ""]
+    extra = [p for p in EXTRA_PEERS if any(p in r["times"] for r in records)]
     head = ["shape", "attngen fwd", "FA2 fwd", "ratio", "attngen bwd", "FA2 bwd", "ratio",
             "attngen fwd+bwd", "FA2 fwd+bwd", "ratio", "FA4 fwd", "FA4 bwd",
             "err out", "err grads", "err ref64"]
+    for p in extra:
+        head += ["%s fwd" % NAMES[p], "%s bwd" % NAMES[p]]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for r in records:
         f, b = r["flops_fwd"], r["flops_bwd"]
-        t = {p: r["times"].get(p, {}) for p in ("attngen", "fa2", "fa4")}
+        t = {p: r["times"].get(p, {}) for p in ("attngen", "fa2", "fa4") + EXTRA_PEERS}
         row = [r["label"],
                _cell(t["attngen"].get("fwd"), f), _cell(t["fa2"].get("fwd"), f),
                _ratio(t["fa2"].get("fwd"), t["attngen"].get("fwd")),
@@ -188,6 +255,8 @@ def markdown(records, env, command):
                _ratio(t["fa2"].get("fwdbwd"), t["attngen"].get("fwdbwd")),
                _cell(t["fa4"].get("fwd"), f), _cell(t["fa4"].get("bwd"), b),
                _err(r.get("err_out")), _err(r.get("err_grads")), _err(r.get("err_ref64"))]
+        for p in extra:
+            row += [_cell(t[p].get("fwd"), f), _cell(t[p].get("bwd"), b)]
         lines.append("| " + " | ".join(row) + " |")
     notes = [(r["label"], n) for r in records for n in r.get("notes", [])]
     if notes:
@@ -253,6 +322,178 @@ class Fa4:
         out = self.fn(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max_len,
                       max_seqlen_k=max_len, causal=causal)
         return out[0] if isinstance(out, tuple) else out
+
+
+def _first_line(e):
+    text = str(e).strip()
+    return "%s: %s" % (type(e).__name__, text.splitlines()[0][:200] if text else "")
+
+
+def _is_cuda_failure(e):
+    text = str(e)
+    return "CUDA error" in text or "illegal" in text or "CUDA_ERROR" in text
+
+
+class Cudnn:
+    """SDPA's cuDNN backend on q, k, v padded to [batch, H, max_len, D]
+    (torch reaches cuDNN's varlen path on sm100+ only): the pad copies and
+    the gather of the output rows are inside the timed calls, autograd
+    differentiates through them. Non-causal: a key-padding mask (boolean,
+    else additive -inf if cuDNN refuses it); causal: SDPA's top-left
+    is_causal, exact for self-attention (a valid query never sees a padded
+    key). With equal lengths the tensors are views (no copy, no mask)."""
+
+    def __init__(self):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        import torch.nn.functional as F
+        self.sdpa_kernel, self.be, self.F = sdpa_kernel, SDPBackend.CUDNN_ATTENTION, F
+        self.name = ("SDPA CUDNN_ATTENTION on q, k, v padded to [batch, max_len] (pad and "
+                     "gather timed; no varlen cuDNN path on sm90)")
+
+    def context(self):
+        return self.sdpa_kernel([self.be])
+
+    def prepare(self, q, cu_list, lens, max_len, causal):
+        import torch
+        B, L, dev = len(lens), max_len, q.device
+        self.B, self.L = B, L
+        self.uniform = all(n == L for n in lens)
+        self.mask = self.idx = None
+        self.causal = causal
+        if self.uniform:
+            return ["cudnn: equal lengths: viewed as [batch, %d] (no copy, no mask)" % L]
+        lt = torch.tensor(lens, dtype=torch.int64, device=dev)
+        starts = torch.tensor(cu_list[:-1], dtype=torch.int64, device=dev)
+        pos = torch.arange(cu_list[-1], device=dev) - torch.repeat_interleave(starts, lt)
+        self.idx = torch.repeat_interleave(torch.arange(B, device=dev) * L, lt) + pos
+        note = "cudnn: padded to %d (copies timed)" % L
+        if causal:
+            return [note + ", is_causal (top left; exact for self-attention)"]
+        self.mask = (torch.arange(L, device=dev)[None, :] < lt[:, None]).view(B, 1, 1, L)
+        try:
+            with self.context():
+                self(q, q, q, None, L, causal)
+                torch.cuda.synchronize()
+            return [note + ", boolean key-padding mask"]
+        except RuntimeError as e:
+            if _is_cuda_failure(e):
+                raise
+            self.mask = torch.zeros(B, 1, 1, L, dtype=q.dtype, device=dev).masked_fill(
+                ~self.mask, float("-inf"))
+            return [note + ", additive -inf mask (boolean refused: %s)" % _first_line(e)[:120]]
+
+    def release(self):
+        self.mask = self.idx = None
+
+    def _pad(self, t):
+        B, L = self.B, self.L
+        if self.uniform:
+            return t.view(B, L, *t.shape[1:]).transpose(1, 2)
+        p = t.new_zeros(B * L, *t.shape[1:]).index_copy(0, self.idx, t)
+        return p.view(B, L, *t.shape[1:]).transpose(1, 2)
+
+    def __call__(self, q, k, v, cu, max_len, causal):
+        o = self.F.scaled_dot_product_attention(self._pad(q), self._pad(k), self._pad(v),
+                                                attn_mask=self.mask,
+                                                is_causal=causal and self.mask is None)
+        o = o.transpose(1, 2).reshape(self.B * self.L, *q.shape[1:])
+        return o if self.uniform else o.index_select(0, self.idx)
+
+
+class Flex:
+    """torch.compile(flex_attention) (default mode) on the packed tokens as
+    one sequence [1, H, total, D] (a view), with a document BlockMask of
+    128 x 128 blocks built from the offsets (doc_block_lists) instead of
+    create_block_mask (which would evaluate total^2 pairs): full blocks
+    skip the mask_mod, partial ones compare document ids (and positions,
+    causal). Compiled once per shape (the first forward + backward, time
+    noted); kernel tiles are the compiler's choice."""
+
+    def __init__(self):
+        import torch
+        from torch.nn.attention.flex_attention import BlockMask, flex_attention
+        self.BlockMask = BlockMask
+        cfg = torch._dynamo.config
+        for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                     "accumulated_cache_size_limit"):
+            if hasattr(cfg, knob):
+                setattr(cfg, knob, max(getattr(cfg, knob), 256))
+        try:  # the compiled backward must accept retain_graph=True
+            torch._functorch.config.donated_buffer = False
+        except AttributeError:
+            pass
+        self.flex = torch.compile(flex_attention)
+        self.name = "torch.compile(flex_attention), document BlockMask (128 x 128 blocks)"
+        self.bm = None
+
+    def context(self):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def prepare(self, q, cu_list, lens, max_len, causal):
+        import torch
+        notes = [self.build_mask(q.device, cu_list, lens, causal)]
+        t1 = time.perf_counter()
+        leaves = [t.detach().requires_grad_() for t in (q, q, q)]
+        out = self(*leaves, None, max_len, causal)
+        torch.autograd.grad(out, leaves, torch.ones_like(out))
+        torch.cuda.synchronize()
+        notes.append("flex: first fwd+bwd (compile) %.1f s" % (time.perf_counter() - t1))
+        return notes
+
+    def build_mask(self, dev, cu_list, lens, causal):
+        """Sets self.bm for the shape; returns a note."""
+        import torch
+        t0 = time.perf_counter()
+        lists = doc_block_lists(cu_list, FLEX_BLOCK, causal)
+        nb = lists["num_blocks"]
+
+        def tensors(key):
+            counts, padded = pad_lists(lists[key])
+            num = torch.tensor(counts, dtype=torch.int32, device=dev).view(1, 1, nb)
+            small = torch.tensor(padded, dtype=torch.int32, device=dev).view(nb, -1)
+            idx = torch.zeros(nb, max(nb, small.shape[1]), dtype=torch.int32, device=dev)
+            idx[:, :small.shape[1]] = small
+            return num, idx.view(1, 1, nb, -1)
+
+        kv_num, kv_idx = tensors("kv_partial")
+        fkv_num, fkv_idx = tensors("kv_full")
+        q_num, q_idx = tensors("q_partial")
+        fq_num, fq_idx = tensors("q_full")
+        doc = torch.full((nb * FLEX_BLOCK,), -1, dtype=torch.int32, device=dev)
+        lt = torch.tensor(lens, dtype=torch.int64, device=dev)
+        doc[:cu_list[-1]] = torch.repeat_interleave(
+            torch.arange(len(lens), dtype=torch.int32, device=dev), lt)
+
+        def mask_mod(b, h, q_i, kv_i):
+            ok = (doc[q_i] == doc[kv_i]) & (doc[q_i] >= 0)
+            return ok & (kv_i <= q_i) if causal else ok
+
+        bm = self.BlockMask.from_kv_blocks(kv_num, kv_idx, fkv_num, fkv_idx,
+                                           BLOCK_SIZE=(FLEX_BLOCK, FLEX_BLOCK),
+                                           mask_mod=mask_mod,
+                                           seq_lengths=(cu_list[-1], cu_list[-1]),
+                                           compute_q_blocks=False)
+        bm.q_num_blocks, bm.q_indices = q_num, q_idx
+        bm.full_q_num_blocks, bm.full_q_indices = fq_num, fq_idx
+        self.bm = bm
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return ("flex: block mask built in %.0f ms (%d blocks of %d, %d full and %d partial "
+                "block pairs)" % ((time.perf_counter() - t0) * 1e3, nb, FLEX_BLOCK,
+                                  sum(map(len, lists["kv_full"])),
+                                  sum(map(len, lists["kv_partial"]))))
+
+    def release(self):
+        self.bm = None
+
+    @staticmethod
+    def _view(x):
+        return x.permute(1, 0, 2).unsqueeze(0)
+
+    def __call__(self, q, k, v, cu, max_len, causal):
+        out = self.flex(self._view(q), self._view(k), self._view(v), block_mask=self.bm)
+        return out[0].permute(1, 0, 2)
 
 
 def rope_tables(cu_list, head_dim, device):
@@ -330,7 +571,7 @@ class Attngen:
                                              deterministic=self.deterministic, **kw)
 
 
-def measure(peer, q, k, v, cu, max_len, causal, dout, res, keep=False):
+def measure(peer, q, k, v, cu, max_len, causal, dout, res, keep=False, fwd_only=False):
     """Fills res with the median ms of fwd, bwd (autograd.grad of one
     recorded forward, retain_graph) and fwdbwd for one peer, in that order,
     so a pass that fails leaves the earlier ones; returns (when keep) its
@@ -342,6 +583,8 @@ def measure(peer, q, k, v, cu, max_len, causal, dout, res, keep=False):
             res["fwd"] = _time(lambda: peer(q, k, v, cu, max_len, causal))
             if keep:
                 kept["out"] = peer(q, k, v, cu, max_len, causal)
+        if fwd_only:
+            return kept
         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
         out = peer(qg, kg, vg, cu, max_len, causal)
 
@@ -447,13 +690,15 @@ def run(args):
     t_start = time.perf_counter()
     env = environment()
     peers = {}
-    for key, cls in (("attngen", Attngen), ("fa2", Fa2), ("fa4", Fa4)):
-        if key == "fa4" and args.no_fa4:
-            print("note: FA4 skipped (--no-fa4)")
+    for key, cls in (("attngen", Attngen), ("fa2", Fa2), ("fa4", Fa4), ("cudnn", Cudnn),
+                     ("flex", Flex)):
+        if key != "attngen" and key not in args.peers:
             continue
         try:
             if key == "attngen":
                 peers[key] = cls(args.deterministic, ROPE if args.rotary else None)
+            elif args.rotary and key in EXTRA_PEERS:
+                raise RuntimeError("not run with --rotary")
             else:
                 peers[key] = Roped(cls(), args.rotary_peer) if args.rotary else cls()
             env["peer_" + key] = peers[key].name
@@ -520,13 +765,26 @@ def run(args):
                     rec["notes"].append("rotary pass alone failed: %s: %s" %
                                         (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
         kept = {}
-        for key in ("fa2", "attngen", "fa4"):
+        for key in ("fa2", "attngen", "fa4") + EXTRA_PEERS:
             if key not in peers:
                 continue
             res = rec["times"].setdefault(key, {})
             try:
+                if hasattr(peers[key], "prepare"):
+                    rec["notes"] += peers[key].prepare(q, cu_list, lens, L, causal)
                 kept[key] = measure(peers[key], q, k, v, cu, L, causal, dout, res,
-                                    keep=key in ("fa2", "attngen"))
+                                    keep=key in ("fa2", "attngen") + EXTRA_PEERS,
+                                    fwd_only=args.fwd_only)
+                if key in EXTRA_PEERS:  # checked against FA2 now, not kept (memory)
+                    x, f2 = kept.pop(key), kept.get("fa2", {})
+                    if "out" in x and "out" in f2:
+                        e = {"out": _rel(x["out"], f2["out"])}
+                        if "grads" in x and "grads" in f2:
+                            e["grads"] = max(_rel(a, b) for a, b in zip(x["grads"], f2["grads"]))
+                        rec.setdefault("peer_err", {})[key] = e
+                        rec["notes"].append("%s vs FA2: err out %s grads %s" % (
+                            key, _err(e["out"]), _err(e.get("grads"))))
+                    del x
             except Exception as e:
                 text = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0]
                                    if str(e).strip() else "")
@@ -537,6 +795,9 @@ def run(args):
                 if key == "fa4":
                     peers.pop("fa4")
                     rec["notes"].append("FA4 dropped for the remaining shapes")
+            finally:
+                if hasattr(peers.get(key), "release"):
+                    peers[key].release()
                 if "CUDA error" in str(e) or "illegal" in str(e):
                     records.append(rec)
                     write()
@@ -552,6 +813,7 @@ def run(args):
                 rec["err_grads"] = max(_rel(x, y) for x, y in zip(a["grads"], f2["grads"]))
             if "out" in a:
                 rec["err_ref64"] = ref64_error(a["out"], q, k, v, lens, causal, rope=args.rotary)
+
         except Exception as e:
             rec["notes"].append("error check failed: %s: %s" % (type(e).__name__, e))
         del kept, a, f2, q, k, v, dout
@@ -584,6 +846,10 @@ def parse_args(argv):
     p.add_argument("--shapes", default="", help="comma-separated words the shape label must contain")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-fa4", action="store_true", help="skip FlashAttention-4")
+    p.add_argument("--peers", default="fa2,fa4",
+                   help="comma-separated peers among %s (cuDNN and flex: not with --rotary)"
+                        % ",".join(PEERS))
+    p.add_argument("--fwd-only", action="store_true", help="time the forward alone")
     p.add_argument("--deterministic", action="store_true",
                    help="time attngen's deterministic backward (two kernels, no atomics) "
                         "instead of the fast one")
@@ -596,6 +862,12 @@ def parse_args(argv):
     p.add_argument("--out", default=os.path.join(HERE, "results", "jagged"))
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
+    args.peers = [x for x in args.peers.split(",") if x]
+    bad = [x for x in args.peers if x not in PEERS]
+    if bad:
+        p.error("--peers: unknown %s (choose among %s)" % (",".join(bad), ",".join(PEERS)))
+    if args.no_fa4 and "fa4" in args.peers:
+        args.peers.remove("fa4")
     args.argv = list(argv)
     return args
 

@@ -108,3 +108,73 @@ def test_imports_without_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["8", "10"]
+
+
+def brute_block_lists(lens, block, causal):
+    """Per (query block, key block): None (no visible pair), True (every
+    pair of two whole blocks visible) or False (some)."""
+    doc, pos = [], []
+    for d, n in enumerate(lens):
+        doc += [d] * n
+        pos += list(range(n))
+    total = len(doc)
+    nb = -(-total // block)
+    out = {}
+    for i in range(nb):
+        for j in range(nb):
+            rows = range(i * block, min((i + 1) * block, total))
+            cols = range(j * block, min((j + 1) * block, total))
+            vis = [doc[r] == doc[c] and (not causal or c <= r) for r in rows for c in cols]
+            if any(vis):
+                out[(i, j)] = all(vis) and len(rows) == block and len(cols) == block
+    return out
+
+
+def test_doc_block_lists_against_brute_force():
+    rng = random.Random(7)
+    cases = [[300, 0, 1, 128, 256, 5, 77], [16] * 9, [0, 0], [64], [33, 0, 31, 1, 95]]
+    cases += [[rng.choice([0, 1, 15, 16, 17, rng.randint(0, 70)]) for _ in range(rng.randint(1, 9))]
+              for _ in range(60)]
+    for lens in cases:
+        cu = [0]
+        for n in lens:
+            cu.append(cu[-1] + n)
+        for causal in (False, True):
+            got = J.doc_block_lists(cu, 16, causal)
+            want = brute_block_lists(lens, 16, causal)
+            nb = got["num_blocks"]
+            assert nb == -(-cu[-1] // 16)
+            have = {}
+            for i in range(nb):
+                for key, full in (("kv_full", True), ("kv_partial", False)):
+                    for j in got[key][i]:
+                        assert (i, j) not in have, (lens, causal, i, j)
+                        have[(i, j)] = full
+                        # the transposed lists hold the same pair
+                        assert i in got["q_full" if full else "q_partial"][j]
+            assert have == want, (lens, causal)
+            assert sum(map(len, got["q_full"] + got["q_partial"])) == len(want)
+
+
+def test_pad_lists_and_peers_arg():
+    assert J.pad_lists([[1, 2], [], [3]]) == ([2, 0, 1], [[1, 2], [0, 0], [3, 0]])
+    assert J.pad_lists([[], []]) == ([0, 0], [[0], [0]])
+    assert J.parse_args([]).peers == ["fa2", "fa4"]
+    assert J.parse_args(["--no-fa4"]).peers == ["fa2"]
+    a = J.parse_args(["--peers", "fa2,cudnn,flex", "--fwd-only"])
+    assert a.peers == ["fa2", "cudnn", "flex"] and a.fwd_only
+    with pytest.raises(SystemExit):
+        J.parse_args(["--peers", "fa2,nope"])
+
+
+def test_markdown_extra_peer_columns():
+    lens = J.lengths(8, 64)
+    f = J.fwd_flops(lens, 128, 4, False)
+    rec = {"label": "B8 H4 D128 L64", "flops_fwd": f, "flops_bwd": 2.5 * f,
+           "times": {"attngen": {"fwd": 1.0}, "flex": {"fwd": 2.0, "bwd": 4.0}}}
+    md = J.markdown([rec], {}, "cmd")
+    head = [x for x in md.splitlines() if x.startswith("| shape")][0]
+    assert head.rstrip(" |").endswith("flex fwd | flex bwd") and "cuDNN" not in head
+    row = [x for x in md.splitlines() if x.startswith("| B8")][0]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[-2].startswith("2.000 (") and cells[-1].startswith("4.000 (")
