@@ -713,7 +713,8 @@ def run(args):
     todo = shapes(args.quick, args.more_lengths, args.spread)
     if args.shapes:
         words = args.shapes.split(",")
-        todo = [s for s in todo if all(w in label(s) for w in words)]
+        todo = [s for s in todo if all(any(alt in label(s) for alt in w.split("|"))
+                                       for w in words)]
     records = []
     os.makedirs(args.out, exist_ok=True)
     if args.rotary:
@@ -843,7 +844,9 @@ def parse_args(argv):
     p.add_argument("--more-lengths", action="store_true", help="add L 512 and 2048")
     p.add_argument("--spread", type=float, default=None,
                    help="lengths uniform in [(2s-1)L, L] instead of [1, L]")
-    p.add_argument("--shapes", default="", help="comma-separated words the shape label must contain")
+    p.add_argument("--shapes", default="",
+                   help="comma-separated words the shape label must contain; a word may "
+                        "list alternatives separated by | (D128,L512|L1024)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-fa4", action="store_true", help="skip FlashAttention-4")
     p.add_argument("--peers", default="fa2,fa4",
