@@ -33,7 +33,7 @@ def jagged_params(forward, rotary_table):
 def expand(name, vals, seen=()):
     if "PARAMS" not in vals:
         on = vals.get("ROTARY_TABLE") not in (None, False, 0, "", "false", "0")
-        vals = dict(vals, PARAMS=jagged_params(name.startswith("jagged_fwd"), on))
+        vals = dict(vals, PARAMS=jagged_params(os.path.basename(name).startswith("jagged_fwd"), on))
     out = []
     stack = []  # one entry per open @if@: is its text kept
     for line in open(os.path.join(TPL, name)).read().split("\n"):

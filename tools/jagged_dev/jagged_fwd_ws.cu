@@ -1,0 +1,483 @@
+@# SPDX-License-Identifier: BSD-3-Clause
+@# jagged_fwd_ws.cu (dev, tools/jagged_dev): the sm_90a forward warp
+@# specialized: warpgroup 0 loads (cp.async, completion on mbarriers),
+@# warpgroups 1.. compute 64 query rows each (wgmma), S of a tile
+@# overlapped with the P V of the last. Not yet a template of templates/.
+@# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows
+@#   per CTA, 64 per warpgroup) @BLOCK_N@ (keys per KV tile, a multiple of
+@#   64) @STAGES@ (KV tiles resident, >= 3: a tile's stage is refilled two
+@#   tiles later, once both products that read it are done) @SMEM_BYTES@
+@#   (= (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2) @SCALE_LOG2@
+@#   @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@ @WINDOW_LEFT@
+@#   @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu).
+@# Conditions: ROTARY, ROTARY_TABLE (as in jagged_fwd.cu; not with
+@#   BROADCAST, and BLOCK_M == BLOCK_N: the Q and K/V tiles share one layout
+@#   for the rotation). Includes: mma_sm80.cuh, wgmma_sm90.cuh,
+@#   jagged_walk.cuh, jagged_fwd_span.cuh; with ROTARY unpack2.cuh and
+@#   jagged_rotary.cuh.
+@# Host rule and parameters: as jagged_fwd.cu's, with 128 * BLOCK_M / 64
+@#   threads.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this forward is planned for sm_90a only (wgmma)"
+#endif
+/* ---- begin constants ---- */
+constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
+constexpr int kBlockM = @BLOCK_M@;  // query rows per CTA
+constexpr int kBlockN = @BLOCK_N@;  // keys per KV tile
+constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
+constexpr int kThreads = 128 * (kWarpgroups + 1);  // warpgroup 0 loads
+constexpr int kMathThreads = 128 * kWarpgroups;
+constexpr int kStages = @STAGES@;  // KV tiles resident
+constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
+constexpr float kScaleLog2 = @SCALE_LOG2@;  // softmax scale @SCALE_TEXT@ times log2(e)
+constexpr bool kCausal = @CAUSAL@;  // bottom-right aligned: key j <= query i + Lk - Lq
+constexpr bool kWindow = @WINDOW@;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
+constexpr int kWindowLeft = @WINDOW_LEFT@;
+constexpr int kWindowRight = @WINDOW_RIGHT@;
+constexpr bool kBroadcast = @BROADCAST@;  // one Q shared by every sequence
+
+constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+constexpr int kHalves = kHeadDim / 64;  // 64-column matrices of a tile
+constexpr int kKeyHalves = kBlockN / 64;  // 64-key parts of S
+constexpr int kRowBytes = 128;  // a matrix row: 64 elements
+constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O staging)
+constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
+constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
+// Which sides of the band bound the keys a query sees.
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
+constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
+constexpr long long kLeft = (long long)kWindowLeft;
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
+              "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
+static_assert(kStages >= 2, "a stage is refilled once its P V has run");
+static_assert(!@ROTARY@, "rotary embeddings: not in this variant yet");
+static_assert(!(kBroadcast && @ROTARY@), "rotary embeddings with a broadcast Q are not planned");
+static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
+static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
+              "the plan's shared memory is the Q tile and the K/V stages");
+/* ---- end constants ---- */
+
+@include mma_sm80.cuh@
+
+@include wgmma_sm90.cuh@
+
+@include jagged_walk.cuh@
+
+@include jagged_fwd_span.cuh@
+
+/* ---- begin tile layout and loads ----
+ * A tile of R rows is kHalves matrices of R rows of 64 elements (128
+ * bytes) in the 128-byte swizzle that wgmma reads: 16-byte chunk c of row
+ * r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of its row. */
+__device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
+  return (chunk >> 3) * (rows * kRowBytes) + row * kRowBytes + (((chunk & 7) ^ (row & 7)) << 4);
+}
+
+// log2 on the special-function unit.
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into the tile at shared address `dst`; rows past `valid` are
+// zero-filled, never read.
+template <int kRows>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid) {
+  constexpr int kRowStep = 128 / kChunks;  // the loading warpgroup
+  static_assert(kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const unsigned short *g = src + row0 * stride + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+// Keep the registers a running wgmma reads (P, its A operand) live until
+// here: placed after the wait, so the compiler cannot reuse them earlier.
+__device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++)
+    asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
+}
+
+/* ---- end tile layout and loads ---- */
+
+/* ---- begin mbarriers ----
+ * PTX ISA 9.7.13.15 (mbarrier). A stage's "full" barrier completes a
+ * phase when every loading thread's copies into it have landed; its
+ * "empty" barrier when every computing warp is done reading it. */
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+// PTX 9.7.9.25.3.3 (cp.async.mbarrier.arrive): arrive on `bar` once this
+// thread's earlier cp.async have landed; .noinc: the arrival is one of the
+// count the barrier was initialised with.
+__device__ __forceinline__ void mbar_arrive_on_copies(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+// Wait for the completion of the phase of parity `parity` (try_wait loops).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+// PTX 9.7.17.1 (setmaxnreg): the executing warpgroup's register budget.
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+// PTX 9.7.13.1 (bar.sync): the computing warpgroups alone.
+__device__ __forceinline__ void math_sync() {
+  asm volatile("bar.sync 1, %0;\n" :: "n"(kMathThreads) : "memory");
+}
+/* ---- end mbarriers ---- */
+
+// What a warpgroup does with one KV tile (first key n0): which columns
+// are real, the band's diagonals (key column c of tile row r is visible
+// when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
+// nothing inside a tile), whether any element is masked, and whether none
+// of the warpgroup's real rows sees a key of it (skip: as a tile all
+// masked would leave m, l and O).
+struct TileView {
+  int kv_valid, diag_lo, diag_hi;
+  bool mask, skip;
+};
+__device__ __forceinline__ TileView tile_view(long long n0, long long lk, long long row_diag,
+                                              int rows, int wrow0) {
+  TileView t;
+  t.kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+  constexpr long long kFar = kBlockM + kBlockN + 1;
+  const long long dhi = row_diag + kRight - n0, dlo = row_diag - kLeft - n0;
+  t.diag_hi = (int)(dhi > kFar ? kFar : (dhi < -kFar ? -kFar : dhi));
+  t.diag_lo = (int)(dlo > kFar ? kFar : (dlo < -kFar ? -kFar : dlo));
+  t.mask = t.kv_valid < kBlockN;
+  if constexpr (kHasRight) t.mask = t.mask || t.diag_hi < kBlockN - 1;  // row 0 misses a key
+  if constexpr (kHasLeft) t.mask = t.mask || (rows - 1) + t.diag_lo > 0;  // last row misses key 0
+  t.skip = wrow0 >= rows;
+  if constexpr (kHasRight) t.skip = t.skip || wrow0 + 63 + t.diag_hi < 0;
+  if constexpr (kHasLeft) t.skip = t.skip || wrow0 + t.diag_lo > kBlockN - 1;
+  return t;
+}
+
+// S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys; committed.
+__device__ __forceinline__ void issue_s(float (&sc)[kKeyHalves][8][4], unsigned q_a, unsigned k_s,
+                                        int wrow0) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk % 4 * 32;
+    const unsigned a = q_a + kk / 4 * (kBlockM * kRowBytes) + wrow0 * kRowBytes;
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++)
+      wgmma_ss<0, 0>(sc[nh], sw128_desc(a, along),
+                     sw128_desc(k_s + kk / 4 * (kBlockN * kRowBytes) + nh * 64 * kRowBytes, along),
+                     kk);
+  }
+  wgmma_commit();
+}
+
+// O += P V (P from registers; V's rows read MN-major, 64 head columns at a
+// time); committed.
+__device__ __forceinline__ void issue_pv(float (&acc)[kHalves][8][4],
+                                         const unsigned (&p16)[kBlockN / 16][4], unsigned v_s) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++)
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc[hh], p16[j], sw128_desc(v_s + hh * (kBlockN * kRowBytes), j * kStepOverRows),
+                  1);
+  wgmma_commit();
+}
+
+// The online softmax of one tile's S in place (masked, exponentiated), the
+// running maxima m and sums l updated, alpha the factor O must be rescaled by.
+__device__ __forceinline__ void softmax_step(float (&sc)[kKeyHalves][8][4], float (&m)[2],
+                                             float (&l)[2], float (&alpha)[2], const TileView &t,
+                                             int r_lo, int tq) {
+  if (t.mask) {
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int r = r_lo + (e >= 2 ? 8 : 0);
+          const int col = 64 * nh + n * 8 + 2 * tq + (e & 1);
+          bool hide = col >= t.kv_valid;
+          if constexpr (kHasRight) hide = hide || col > r + t.diag_hi;
+          if constexpr (kHasLeft) hide = hide || col < r + t.diag_lo;
+          if (hide) sc[nh][n][e] = neg_inf();
+        }
+  }
+  // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
+  float mx[2] = {m[0], m[1]};
+#pragma unroll
+  for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      mx[0] = fmaxf(mx[0], fmaxf(sc[nh][n][0], sc[nh][n][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(sc[nh][n][2], sc[nh][n][3]));
+    }
+  float off[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+    // A row that has seen no key yet keeps max -inf: offset 0 then, so
+    // that exp2(-inf - offset) is 0, never NaN.
+    off[hh] = mx[hh] == neg_inf() ? 0.f : mx[hh] * kScaleLog2;
+    alpha[hh] = fast_exp2(m[hh] * kScaleLog2 - off[hh]);  // m = -inf: 0
+    m[hh] = mx[hh];
+  }
+  float rs[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      sc[nh][n][0] = fast_exp2(fmaf(sc[nh][n][0], kScaleLog2, -off[0]));
+      sc[nh][n][1] = fast_exp2(fmaf(sc[nh][n][1], kScaleLog2, -off[0]));
+      sc[nh][n][2] = fast_exp2(fmaf(sc[nh][n][2], kScaleLog2, -off[1]));
+      sc[nh][n][3] = fast_exp2(fmaf(sc[nh][n][3], kScaleLog2, -off[1]));
+      rs[0] += sc[nh][n][0] + sc[nh][n][1];
+      rs[1] += sc[nh][n][2] + sc[nh][n][3];
+    }
+  l[0] = l[0] * alpha[0] + rs[0];
+  l[1] = l[1] * alpha[1] + rs[1];
+}
+
+__device__ __forceinline__ void rescale(float (&acc)[kHalves][8][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      acc[hh][n][0] *= alpha[0];
+      acc[hh][n][1] *= alpha[0];
+      acc[hh][n][2] *= alpha[1];
+      acc[hh][n][3] *= alpha[1];
+    }
+}
+
+// The S accumulators of keys 16j.. are the A fragment of key slice j.
+__device__ __forceinline__ void pack_p(unsigned (&p16)[kBlockN / 16][4],
+                                       const float (&sc)[kKeyHalves][8][4]) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++) {
+    const int nh = j / 4, n = 2 * (j % 4);
+    p16[j][0] = pack2(sc[nh][n][0], sc[nh][n][1]);
+    p16[j][1] = pack2(sc[nh][n][2], sc[nh][n][3]);
+    p16[j][2] = pack2(sc[nh][n + 1][0], sc[nh][n + 1][1]);
+    p16[j][3] = pack2(sc[nh][n + 1][2], sc[nh][n + 1][3]);
+  }
+}
+
+// 1024-byte aligned: the swizzle's 8-row atoms start at multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
+
+/* ---- begin kernel ----
+ * One CTA per (virtual q tile, head), taken in reverse as jagged_fwd.cu
+ * does. Warpgroup 0 copies Q once and the K/V tiles of the walk (last
+ * first) into a ring of kStages stages, each refilled once both computing
+ * warpgroups released it. Warpgroup 1 + w owns query rows 64w..64w+63.
+ * Per KV tile: S = Q K^T issued, then the last tile's O += P V, and the
+ * wait for S alone; the softmax of S runs while that P V does; then the
+ * wait for P V, its stage released, O rescaled, P packed. */
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+@KERNEL_NAME@(@PARAMS@) {
+  __shared__ __align__(8) unsigned long long bars[1 + 2 * kStages];  // Q full, full[s], empty[s]
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  const int h = blockIdx.y;
+  const JaggedTile jt =
+      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+  if (!jt.valid) return;  // the same answer in every warp
+  const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
+  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
+  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
+  const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
+  const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
+  const unsigned q_full = smem_addr(bars), full0 = q_full + 8, empty0 = full0 + 8 * kStages;
+  if (threadIdx.x == 0) {
+    mbar_init(q_full, 128);
+    for (int s = 0; s < kStages; s++) {
+      mbar_init(full0 + 8 * s, 128);
+      mbar_init(empty0 + 8 * s, kMathThreads / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);  // warp-uniform, as the compiler sees
+
+  if (wgi == 0) {
+    // ---- the loading warpgroup ----
+    regs_dec<56>();
+    if (n_tiles > 0) {
+      const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
+      load_rows<kBlockM>(q_a, q_src, q_stride, rows);
+      mbar_arrive_on_copies(q_full);
+    }
+    const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
+    const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+#pragma unroll 1
+    for (int i = 0; i < n_tiles; i++) {
+      const int s = i % kStages;
+      if (i >= kStages) mbar_wait(empty0 + 8 * s, (i / kStages - 1) & 1);
+      const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
+      const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+      const unsigned st = kv_a + s * 2 * kKvBytes;
+      load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
+      load_rows<kBlockN>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
+      mbar_arrive_on_copies(full0 + 8 * s);
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ---- the computing warpgroups ----
+  regs_inc<224>();
+  const int mt = threadIdx.x - 128;  // thread index among the computing ones
+  const int wg = mt >> 7, warp = (mt >> 5) & 3, lane = mt & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  const int wrow0 = 64 * wg;  // this warpgroup's first row of the tile
+  const int r_lo = wrow0 + 16 * warp + g;  // this thread's rows: r_lo, r_lo + 8
+  float acc[kHalves][8][4];
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
+  unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is next, as A fragments
+  float sc[kKeyHalves][8][4];      // S of the tile in hand
+  float alpha[2];
+  const long long key_last = (long long)(n_first + n_tiles - 1) * kBlockN;  // tile 0's first key
+  auto view = [&](int i) { return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows, wrow0); };
+  auto wait_full = [&](int i) {
+    mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);
+    fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+  };
+  auto release = [&](int i) {
+    if (lane == 0) mbar_arrive(empty0 + 8 * (i % kStages));
+  };
+  auto stage_k = [&](int i) { return kv_a + (i % kStages) * 2 * kKvBytes; };
+
+  int i = 0;
+  // Leading tiles none of this warpgroup's rows sees (past the causal
+  // diagonal; every tile for a warpgroup past the real rows): released as
+  // they land, so that the ring moves on.
+  for (; i < n_tiles && view(i).skip; i++) {
+    wait_full(i);
+    release(i);
+  }
+  if (i < n_tiles) {
+    mbar_wait(q_full, 0);
+    // The first tile this warpgroup computes: S and its softmax alone.
+    TileView t = view(i);
+    wait_full(i);
+    wgmma_fence();
+    issue_s(sc, q_a, stage_k(i), wrow0);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(sc[nh]);
+    softmax_step(sc, m, l, alpha, t, r_lo, tq);
+    pack_p(p16, sc);
+    int last = i;  // the tile whose P V is next
+    // The run: S of tile i, then P V of the last tile, overlapped with S's softmax.
+#pragma unroll 1
+    for (i++; i < n_tiles; i++) {
+      t = view(i);
+      if (t.skip) break;  // the window's far side: every later tile too
+      wait_full(i);
+      wgmma_fence();
+      issue_s(sc, q_a, stage_k(i), wrow0);
+      issue_pv(acc, p16, stage_k(last) + kKvBytes);
+      wgmma_wait<1>();  // S; the P V runs on
+#pragma unroll
+      for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(sc[nh]);
+      softmax_step(sc, m, l, alpha, t, r_lo, tq);
+      wgmma_wait<0>();  // the P V
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+      keep(p16);
+      release(last);
+      rescale(acc, alpha);
+      pack_p(p16, sc);
+      last = i;
+    }
+    wgmma_fence();
+    issue_pv(acc, p16, stage_k(last) + kKvBytes);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+    keep(p16);
+    release(last);
+  }
+  for (; i < n_tiles; i++) {  // trailing tiles none of its rows sees
+    wait_full(i);
+    release(i);
+  }
+
+  // Normalise; stage the rows in the Q tile's place (every computing
+  // warpgroup is done with Q after the barrier) as plain rows, 16-byte
+  // chunks swizzled by the row, so that the global stores are 16-byte and
+  // coalesced.
+  math_sync();
+  unsigned short *const stage = smem;
+  unsigned *const stage32 = reinterpret_cast<unsigned *>(stage);
+  float inv[2], lrow[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    float t = l[hh];
+    t += __shfl_xor_sync(0xffffffffu, t, 1);
+    t += __shfl_xor_sync(0xffffffffu, t, 2);
+    lrow[hh] = t;
+    inv[hh] = t > 0.f ? 1.f / t : 0.f;  // no key: O = 0
+  }
+  const int r_hi = r_lo + 8;
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      const int c = 8 * hh + n;  // the 16-byte chunk of the row
+      stage32[(r_lo * kHeadDim + ((c ^ (r_lo & 7)) * 8) + 2 * tq) / 2] =
+          pack2(acc[hh][n][0] * inv[0], acc[hh][n][1] * inv[0]);
+      stage32[(r_hi * kHeadDim + ((c ^ (r_hi & 7)) * 8) + 2 * tq) / 2] =
+          pack2(acc[hh][n][2] * inv[1], acc[hh][n][3] * inv[1]);
+    }
+  if (tq == 0 && lse != nullptr) {  // lse is optional (inference)
+    // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e + log2 l) * ln 2.
+    constexpr float kLn2 = 0.693147180559945309f;
+    float *lse_row = lse + (long long)h * total_q + jt.start + m0;
+    if (r_lo < rows)
+      lse_row[r_lo] = lrow[0] > 0.f ? (m[0] * kScaleLog2 + fast_log2(lrow[0])) * kLn2 : neg_inf();
+    if (r_hi < rows)
+      lse_row[r_hi] = lrow[1] > 0.f ? (m[1] * kScaleLog2 + fast_log2(lrow[1])) * kLn2 : neg_inf();
+  }
+  math_sync();
+  unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
+#pragma unroll
+  for (int it = 0; it < kBlockM * kChunks / kMathThreads; it++) {
+    const int idx = mt + it * kMathThreads;
+    const int row = idx / kChunks, chunk = idx % kChunks;
+    if (row < rows)
+      *reinterpret_cast<uint4 *>(out + row * q_stride + chunk * 8) =
+          *reinterpret_cast<const uint4 *>(stage + row * kHeadDim + ((chunk ^ (row & 7)) * 8));
+  }
+}
+/* ---- end kernel ---- */
