@@ -27,6 +27,13 @@ constexpr int kBlockN = @BLOCK_N@;  // keys per KV tile
 constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
 constexpr int kThreads = 128 * (kWarpgroups + 1);  // warpgroup 0 loads
 constexpr int kMathThreads = 128 * kWarpgroups;
+#ifndef JV_PINGPONG
+#define JV_PINGPONG 0
+#endif
+// The computing warpgroups take turns issuing their products (named
+// barriers), so that one's softmax runs under the other's products; every
+// warpgroup then computes every tile (no skipping), so that the turns match.
+constexpr bool kPingpong = JV_PINGPONG && kWarpgroups == 2;
 constexpr int kStages = @STAGES@;  // KV tiles resident
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
 constexpr float kScaleLog2 = @SCALE_LOG2@;  // softmax scale @SCALE_TEXT@ times log2(e)
@@ -149,6 +156,14 @@ __device__ __forceinline__ void regs_inc() {
 __device__ __forceinline__ void math_sync() {
   asm volatile("bar.sync 1, %0;\n" :: "n"(kMathThreads) : "memory");
 }
+// Turns (kPingpong): warpgroup w waits at barrier 2 + w for its turn to
+// issue, and gives the turn to the other at 2 + (1 - w) after issuing.
+__device__ __forceinline__ void turn_wait(int wg) {
+  if constexpr (kPingpong) asm volatile("bar.sync %0, 256;\n" :: "r"(2 + wg) : "memory");
+}
+__device__ __forceinline__ void turn_pass(int wg) {
+  if constexpr (kPingpong) asm volatile("bar.arrive %0, 256;\n" :: "r"(3 - wg) : "memory");
+}
 /* ---- end mbarriers ---- */
 
 // What a warpgroup does with one KV tile (first key n0): which columns
@@ -175,6 +190,7 @@ __device__ __forceinline__ TileView tile_view(long long n0, long long lk, long l
   t.skip = wrow0 >= rows;
   if constexpr (kHasRight) t.skip = t.skip || wrow0 + 63 + t.diag_hi < 0;
   if constexpr (kHasLeft) t.skip = t.skip || wrow0 + t.diag_lo > kBlockN - 1;
+  if constexpr (kPingpong) t.skip = false;
   return t;
 }
 
@@ -377,6 +393,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   };
   auto stage_k = [&](int i) { return kv_a + (i % kStages) * 2 * kKvBytes; };
 
+  if (wg == 1) turn_pass(wg);  // warpgroup 0 issues first
   int i = 0;
   // Leading tiles none of this warpgroup's rows sees (past the causal
   // diagonal; every tile for a warpgroup past the real rows): released as
@@ -391,7 +408,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     TileView t = view(i);
     wait_full(i);
     wgmma_fence();
+    turn_wait(wg);
     issue_s(sc, q_a, stage_k(i), wrow0);
+    turn_pass(wg);
     wgmma_wait<0>();
 #pragma unroll
     for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(sc[nh]);
@@ -405,8 +424,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       if (t.skip) break;  // the window's far side: every later tile too
       wait_full(i);
       wgmma_fence();
+      turn_wait(wg);
       issue_s(sc, q_a, stage_k(i), wrow0);
       issue_pv(acc, p16, stage_k(last) + kKvBytes);
+      turn_pass(wg);
       wgmma_wait<1>();  // S; the P V runs on
 #pragma unroll
       for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(sc[nh]);
@@ -421,7 +442,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       last = i;
     }
     wgmma_fence();
+    turn_wait(wg);
     issue_pv(acc, p16, stage_k(last) + kKvBytes);
+    if (wg == 0) turn_pass(wg);  // (warpgroup 1 issues last: no turn to give)
     wgmma_wait<0>();
 #pragma unroll
     for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
