@@ -796,14 +796,14 @@ def run(args):
                 if key == "fa4":
                     peers.pop("fa4")
                     rec["notes"].append("FA4 dropped for the remaining shapes")
-            finally:
-                if hasattr(peers.get(key), "release"):
-                    peers[key].release()
                 if "CUDA error" in str(e) or "illegal" in str(e):
                     records.append(rec)
                     write()
                     print("jagged_bench: CUDA context may be gone; stopping", file=sys.stderr)
                     return 1
+            finally:
+                if hasattr(peers.get(key), "release"):
+                    peers[key].release()
             torch.cuda.empty_cache()
         a = kept.get("attngen", {})
         f2 = kept.get("fa2", {})
