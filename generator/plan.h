@@ -146,6 +146,10 @@ typedef struct ag_plan_jagged {
    * 128, not broadcast), fwd_warps / 4 warpgroups of 64 rows; else
    * jagged_fwd.cu */
   bool fwd_sm90;
+  /* with fwd_sm90: the main forward (not the small variant) is
+   * templates/jagged_fwd_ws.cu instead (warp specialized: a loading
+   * warpgroup beside fwd_warps / 4 - 1 computing ones) */
+  bool fwd_ws;
   int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
   bool broadcast;   /* query: broadcast: one dense Q shared by every sequence */
   bool rotary;      /* rotary embeddings (the mma.sync kernels rotate the tiles) */
@@ -272,7 +276,7 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
  * (plan_jagged.c says which have): rotary specs on the sm_90a wgmma
  * kernels, the sm_90a forward's short-sequence variant. */
 typedef struct ag_plan_jagged_choices {
-  bool sm90_rotary, sm90_short;
+  bool sm90_rotary, sm90_short, sm90_ws;
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

@@ -62,6 +62,21 @@ static void set_small_forward(ag_plan *p, int max_rows, int block_m, int block_n
 
 static void plan_forward(ag_plan *p) { set_forward(p, 128, 64, 4, 2, 2); }
 
+/* The main sm_90a forward warp specialized (templates/jagged_fwd_ws.cu):
+ * a loading warpgroup copies Q and a ring of three K/V stages (cp.async,
+ * completion on mbarriers) while two computing warpgroups of 64 rows take
+ * turns issuing S of a tile and the last tile's P V, each running S's
+ * softmax under the products; the same tiles and shared memory, 384
+ * threads. In the dev harness on the H200 (bf16, batch 1152, 4 heads,
+ * lengths uniform in [1, L]) it ran 385 / 514 TFLOP/s at L 1024 / 4096
+ * against the kernel below's 313 / 405 (causal 262 / 439 against 228 /
+ * 367): bench/results/2026-12-03-h200-jagged-fwd-ws-harness.log. Not yet
+ * with rotary embeddings (the kernel below rotates tiles in place). */
+static void plan_forward_ws(ag_plan *p) {
+  p->jagged.fwd_ws = true;
+  set_forward(p, 128, 128, 12, 3, 1);
+}
+
 /* Forward on sm_90a at head dim 128 (not broadcast): both products on
  * wgmma (templates/jagged_fwd_sm90.cu), two warpgroups of 64 query rows
  * sharing K, V tiles of 128 keys, three stages (229,376 bytes of shared
@@ -71,13 +86,14 @@ static void plan_forward(ag_plan *p) { set_forward(p, 128, 64, 4, 2, 2); }
  * mma.sync forward's 280 / 321 (causal 230 / 369 against 208 / 287); tiles
  * of 64 keys were 2-5% slower. At head dim 64 it lost at L 1024 (221
  * against 245), so head dim 64 keeps the mma.sync forward. */
-static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p, bool sm90_rotary) {
+static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p, ag_plan_jagged_choices choices) {
   /* With rotary embeddings only when sm90_rotary (see ag_plan_jagged_make). */
   if (spec->arch != AG_ARCH_SM90A || p->head_dim != 128 || p->jagged.broadcast ||
-      (spec->rotary.layout != AG_ROTARY_NONE && !sm90_rotary))
+      (spec->rotary.layout != AG_ROTARY_NONE && !choices.sm90_rotary))
     return false;
   p->jagged.fwd_sm90 = true;
   set_forward(p, 128, 128, 8, 3, 1);
+  if (choices.sm90_ws && spec->rotary.layout == AG_ROTARY_NONE) plan_forward_ws(p);
   return true;
 }
 
@@ -178,9 +194,11 @@ static const bool sm90_rotary_checked = true;
  * memcheck and racecheck clean; D128 L512 forward 0.919 -> 0.821 ms
  * (1.06x FlashAttention-2, causal 1.83x). */
 static const bool sm90_short_checked = true;
+/* The warp-specialized main forward (plan_forward_ws). */
+static const bool sm90_ws_checked = true;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
-  return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked};
+  return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked};
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -210,7 +228,7 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
   out->head_dim = spec->head_dim;
   out->elem_bytes = 2;
   out->scale = ag_spec_scale(spec);
-  if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out, sm90_rotary))
+  if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out, choices))
     plan_forward(out);
   if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, sm90_rotary))
     plan_backward(out);
@@ -252,8 +270,10 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
                         const char *namespace_name, int block_m, int block_n, int warps,
                         int smem_bytes, int min_ctas, int variant) {
   const ag_plan_jagged *j = &plan->jagged;
-  ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, AG_PASS_FORWARD, name,
-                                         j->fwd_sm90 ? "jagged_fwd_sm90.cu" : "jagged_fwd.cu");
+  const bool ws = j->fwd_ws && variant != AG_VARIANT_FWD_SMALL;
+  ag_plan_kernel *k = ag_plan_add_kernel(
+      spec, plan, AG_PASS_FORWARD, name,
+      ws ? "jagged_fwd_ws.cu" : j->fwd_sm90 ? "jagged_fwd_sm90.cu" : "jagged_fwd.cu");
   k->namespace_name = namespace_name;
   k->variant = variant;
   k->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_Q : AG_WALK_JAGGED_Q, block_m, 1, 1};
@@ -403,7 +423,12 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                     prefix, k->walk.rows,
                     k->variant == AG_VARIANT_FWD_SMALL ? j->small_block_n : j->fwd_block_n,
                     j->fwd_stages);
-      if (j->fwd_sm90)
+      if (j->fwd_ws && k->variant != AG_VARIANT_FWD_SMALL)
+        ag_buf_printf(b,
+                      "%s  warp specialized (sm_90a): one warpgroup loads, %d of 64 rows take\n"
+                      "%s  turns on wgmma, each tile's softmax under the products\n",
+                      prefix, k->threads / 128 - 1, prefix);
+      else if (j->fwd_sm90)
         ag_buf_printf(b, "%s  both products on wgmma (sm_90a): %d warpgroups of 64 rows\n", prefix,
                       k->threads / 128);
       if (k->variant)

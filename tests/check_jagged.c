@@ -768,6 +768,12 @@ START_TEST(gpu_jagged) {
   uint64_t rng = seed;
   for (int i = 0; i < 48; i++) many[i] = (int32_t)(ag_rand_next(&rng) % 400);
   run_case(k, c, "48 random lengths 0..399", many, NULL, 48, seed + 2);
+  /* Mean query length 410, past the short-sequence variant's 384: the main
+   * forward (on sm_90a the warp-specialized one) with cross lengths, empty
+   * sides and a partial last tile. */
+  int32_t lq2[] = {700, 5, 640, 0, 1200, 129, 1, 600};
+  int32_t lk2[] = {300, 900, 640, 50, 0, 257, 1, 1000};
+  run_case(k, c, "long cross lq != lk", lq2, lk2, 8, seed + 3);
   ag_context_destroy(ctx);
 }
 END_TEST

@@ -19,9 +19,10 @@
  * Plan:
  *   forward kernel: ag_gem_d128_bf16_fwd
  *     tile: 128 query rows of one head, key tiles of 128, 3 in flight
- *     both products on wgmma (sm_90a): 2 warpgroups of 64 rows
+ *     warp specialized (sm_90a): one warpgroup loads, 2 of 64 rows take
+ *     turns on wgmma, each tile's softmax under the products
  *     runs when the mean query length > 384
- *     threads: 256, shared memory: 229376 bytes
+ *     threads: 384, shared memory: 229376 bytes
  *     grid: (batch + total_q / 128, heads)
  *   forward kernel: ag_gem_d128_bf16_fwd_m64
  *     tile: 64 query rows of one head, key tiles of 64, 3 in flight
@@ -53,7 +54,16 @@ constexpr int kHeadDim = 128;  // elements per head
 constexpr int kBlockM = 128;  // query rows per CTA
 constexpr int kBlockN = 128;  // keys per KV tile
 constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
-constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kThreads = 128 * (kWarpgroups + 1);  // warpgroup 0 loads
+constexpr int kMathThreads = 128 * kWarpgroups;
+// Two computing warpgroups take turns issuing their products (named
+// barriers), so that one's softmax runs under the other's products; each
+// then computes every tile (no skipping), so that the turns match. On the
+// H200 (D128, L 1024 / 4096) turns ran 385 / 514 TFLOP/s against 336 / 439
+// without (bench/results/2026-12-03-h200-jagged-fwd-ws-harness.log).
+constexpr bool kPingpong = kWarpgroups == 2;
+constexpr int kLoadRegs = 56, kMathRegs = 224;  // setmaxnreg budgets
+static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
 constexpr int kStages = 3;  // KV tiles resident
 constexpr int kSmemBytes = 229376;  // dynamic shared memory, as planned
 constexpr float kScaleLog2 = 1.275174308e-01f;  // softmax scale 1/sqrt(128) times log2(e)
@@ -78,8 +88,8 @@ constexpr long long kLeft = (long long)kWindowLeft;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
-static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
-static_assert(!(kBroadcast && 0), "rotary embeddings with a broadcast Q are not planned");
+static_assert(kStages >= 2, "a stage is refilled once its P V has run");
+static_assert(!0, "rotary embeddings take jagged_fwd_sm90.cu");
 static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
@@ -428,8 +438,8 @@ __device__ __forceinline__ float fast_log2(float x) {
 template <int kRows>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long stride, int valid) {
-  constexpr int kRowStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  constexpr int kRowStep = 128 / kChunks;  // the loading warpgroup
+  static_assert(kRows % kRowStep == 0, "passes cover whole rows");
   const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
   const unsigned short *g = src + row0 * stride + chunk * 8;
 #pragma unroll
@@ -450,13 +460,215 @@ __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
     asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
 }
 
-// Wait for this warpgroup's running P V (O += P V of the last tile).
-__device__ __forceinline__ void retire_pv(float (&acc)[kHalves][8][4],
-                                          const unsigned (&p16)[kBlockN / 16][4]) {
-  wgmma_wait<0>();
+/* ---- begin device helpers (mbarrier pipeline, sm_90a) ----
+ * Each comment names the PTX ISA instruction it wraps (PTX ISA 8.x,
+ * "Parallel Synchronization and Communication Instructions" for mbarrier,
+ * "Data Movement and Conversion Instructions" for cp.async, "Miscellaneous
+ * Instructions" for setmaxnreg). A barrier's phase completes when its
+ * pending arrivals reach zero; its parity alternates 0, 1, 0, ... */
+
+// mbarrier.init: a barrier in shared memory (8 bytes, 8-byte aligned)
+// expecting `count` arrivals a phase. One thread initializes, then a
+// fence (below) and a CTA barrier before any use.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+// fence.mbarrier_init: the initializations above, visible to the async
+// operations (cp.async's arrivals) that follow.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// cp.async.mbarrier.arrive.noinc: arrive on `bar` once every cp.async
+// this thread issued before has landed; .noinc: the arrival is one of the
+// count the barrier was initialized with.
+__device__ __forceinline__ void mbar_arrive_on_copies(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+// mbarrier.arrive: one arrival (release semantics: this thread's earlier
+// reads and writes of the stage are done before the phase can complete).
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+// mbarrier.try_wait.parity: whether the phase of parity `parity` has
+// completed, after waiting a while for it (acquire semantics).
+__device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0;
+}
+// Wait for the phase of parity `parity` to complete.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+// setmaxnreg.dec / .inc: the executing warpgroup's registers a thread
+// lowered (given back to the SM) or raised (taken from it, waiting until
+// they are free); the whole warpgroup executes it. A multiple of 8 in
+// [24, 256]; the CTA's budgets must add up to what it was launched with.
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+/* ---- end device helpers (mbarrier pipeline, sm_90a) ---- */
+
+// bar.sync on named barrier 1: the computing warpgroups alone.
+__device__ __forceinline__ void math_sync() {
+  asm volatile("bar.sync 1, %0;\n" :: "n"(kMathThreads) : "memory");
+}
+// Turns (kPingpong): warpgroup w waits at barrier 2 + w for its turn to
+// issue, and gives the turn to the other at 2 + (1 - w) after issuing.
+__device__ __forceinline__ void turn_wait(int wg) {
+  if constexpr (kPingpong) asm volatile("bar.sync %0, 256;\n" :: "r"(2 + wg) : "memory");
+}
+__device__ __forceinline__ void turn_pass(int wg) {
+  if constexpr (kPingpong) asm volatile("bar.arrive %0, 256;\n" :: "r"(3 - wg) : "memory");
+}
+
+// What a warpgroup does with one KV tile (first key n0): which columns
+// are real, the band's diagonals (key column c of tile row r is visible
+// when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
+// nothing inside a tile), whether any element is masked, and whether none
+// of the warpgroup's real rows sees a key of it (skip: as a tile all
+// masked would leave m, l and O).
+struct TileView {
+  int kv_valid, diag_lo, diag_hi;
+  bool mask, skip;
+};
+__device__ __forceinline__ TileView tile_view(long long n0, long long lk, long long row_diag,
+                                              int rows, int wrow0) {
+  TileView t;
+  t.kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+  constexpr long long kFar = kBlockM + kBlockN + 1;
+  const long long dhi = row_diag + kRight - n0, dlo = row_diag - kLeft - n0;
+  t.diag_hi = (int)(dhi > kFar ? kFar : (dhi < -kFar ? -kFar : dhi));
+  t.diag_lo = (int)(dlo > kFar ? kFar : (dlo < -kFar ? -kFar : dlo));
+  t.mask = t.kv_valid < kBlockN;
+  if constexpr (kHasRight) t.mask = t.mask || t.diag_hi < kBlockN - 1;  // row 0 misses a key
+  if constexpr (kHasLeft) t.mask = t.mask || (rows - 1) + t.diag_lo > 0;  // last row misses key 0
+  t.skip = wrow0 >= rows;
+  if constexpr (kHasRight) t.skip = t.skip || wrow0 + 63 + t.diag_hi < 0;
+  if constexpr (kHasLeft) t.skip = t.skip || wrow0 + t.diag_lo > kBlockN - 1;
+  if constexpr (kPingpong) t.skip = false;
+  return t;
+}
+
+// S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys; committed.
+__device__ __forceinline__ void issue_s(float (&sc)[kKeyHalves][8][4], unsigned q_a, unsigned k_s,
+                                        int wrow0) {
 #pragma unroll
-  for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
-  keep(p16);
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk % 4 * 32;
+    const unsigned a = q_a + kk / 4 * (kBlockM * kRowBytes) + wrow0 * kRowBytes;
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++)
+      wgmma_ss<0, 0>(sc[nh], sw128_desc(a, along),
+                     sw128_desc(k_s + kk / 4 * (kBlockN * kRowBytes) + nh * 64 * kRowBytes, along),
+                     kk);
+  }
+  wgmma_commit();
+}
+
+// O += P V (P from registers; V's rows read MN-major, 64 head columns at a
+// time); committed.
+__device__ __forceinline__ void issue_pv(float (&acc)[kHalves][8][4],
+                                         const unsigned (&p16)[kBlockN / 16][4], unsigned v_s) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++)
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc[hh], p16[j], sw128_desc(v_s + hh * (kBlockN * kRowBytes), j * kStepOverRows),
+                  1);
+  wgmma_commit();
+}
+
+// The online softmax of one tile's S in place (masked, exponentiated), the
+// running maxima m and sums l updated, alpha the factor O must be rescaled by.
+__device__ __forceinline__ void softmax_step(float (&sc)[kKeyHalves][8][4], float (&m)[2],
+                                             float (&l)[2], float (&alpha)[2], const TileView &t,
+                                             int r_lo, int tq) {
+  if (t.mask) {
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int r = r_lo + (e >= 2 ? 8 : 0);
+          const int col = 64 * nh + n * 8 + 2 * tq + (e & 1);
+          bool hide = col >= t.kv_valid;
+          if constexpr (kHasRight) hide = hide || col > r + t.diag_hi;
+          if constexpr (kHasLeft) hide = hide || col < r + t.diag_lo;
+          if (hide) sc[nh][n][e] = neg_inf();
+        }
+  }
+  // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
+  float mx[2] = {m[0], m[1]};
+#pragma unroll
+  for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      mx[0] = fmaxf(mx[0], fmaxf(sc[nh][n][0], sc[nh][n][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(sc[nh][n][2], sc[nh][n][3]));
+    }
+  float off[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+    // A row that has seen no key yet keeps max -inf: offset 0 then, so
+    // that exp2(-inf - offset) is 0, never NaN.
+    off[hh] = mx[hh] == neg_inf() ? 0.f : mx[hh] * kScaleLog2;
+    alpha[hh] = fast_exp2(m[hh] * kScaleLog2 - off[hh]);  // m = -inf: 0
+    m[hh] = mx[hh];
+  }
+  float rs[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      sc[nh][n][0] = fast_exp2(fmaf(sc[nh][n][0], kScaleLog2, -off[0]));
+      sc[nh][n][1] = fast_exp2(fmaf(sc[nh][n][1], kScaleLog2, -off[0]));
+      sc[nh][n][2] = fast_exp2(fmaf(sc[nh][n][2], kScaleLog2, -off[1]));
+      sc[nh][n][3] = fast_exp2(fmaf(sc[nh][n][3], kScaleLog2, -off[1]));
+      rs[0] += sc[nh][n][0] + sc[nh][n][1];
+      rs[1] += sc[nh][n][2] + sc[nh][n][3];
+    }
+  l[0] = l[0] * alpha[0] + rs[0];
+  l[1] = l[1] * alpha[1] + rs[1];
+}
+
+__device__ __forceinline__ void rescale(float (&acc)[kHalves][8][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      acc[hh][n][0] *= alpha[0];
+      acc[hh][n][1] *= alpha[0];
+      acc[hh][n][2] *= alpha[1];
+      acc[hh][n][3] *= alpha[1];
+    }
+}
+
+// The S accumulators of keys 16j.. are the A fragment of key slice j.
+__device__ __forceinline__ void pack_p(unsigned (&p16)[kBlockN / 16][4],
+                                       const float (&sc)[kKeyHalves][8][4]) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++) {
+    const int nh = j / 4, n = 2 * (j % 4);
+    p16[j][0] = pack2(sc[nh][n][0], sc[nh][n][1]);
+    p16[j][1] = pack2(sc[nh][n][2], sc[nh][n][3]);
+    p16[j][2] = pack2(sc[nh][n + 1][0], sc[nh][n + 1][1]);
+    p16[j][3] = pack2(sc[nh][n + 1][2], sc[nh][n + 1][3]);
+  }
 }
 
 // 1024-byte aligned: the swizzle's 8-row atoms start at multiples of 1024.
@@ -464,20 +676,19 @@ extern __shared__ __align__(1024) unsigned short smem[];
 
 /* ---- begin kernel ----
  * One CTA per (virtual q tile, head), taken in reverse as jagged_fwd.cu
- * does. Warpgroup w owns query rows 64w..64w+63 of the tile. Per KV tile
- * (last first, one barrier each): S = Q K^T on wgmma (both operands in
- * shared memory), the wait for it also retires the previous tile's P V;
- * the online softmax in registers (this thread holds rows 16 (warp % 4) +
- * g and + 8 of its warpgroup's, key columns 64 h + 8n + 2tq, +1); O
- * rescaled; then O += P V issued (P from registers) and left running into
- * the next tile's barrier and S. The stage a tile's load refills is the
- * one of two tiles back, whose products every warpgroup has retired. */
+ * does. Warpgroup 0 copies Q once and the K/V tiles of the walk (last
+ * first) into a ring of kStages stages, each refilled once both computing
+ * warpgroups released it. Warpgroup 1 + w owns query rows 64w..64w+63.
+ * Per KV tile: S = Q K^T issued, then the last tile's O += P V, and the
+ * wait for S alone; the softmax of S runs while that P V does; then the
+ * wait for P V, its stage released, O rescaled, P packed. */
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
     unsigned short *__restrict__ o, float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
     const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
     long long total_q, long long total_k, long long num_tiles) {
+  __shared__ __align__(8) unsigned long long bars[1 + 2 * kStages];  // Q full, full[s], empty[s]
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
   const JaggedTile jt =
@@ -488,26 +699,50 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
   const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
   const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
   const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
-
-  const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-  const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
-  const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
   const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
-  // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
-  auto load_kv = [&](int i) {
-    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
-    const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
-    const unsigned st = kv_a + (i % kStages) * 2 * kKvBytes;
-    load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
-    load_rows<kBlockN>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
-  };
-  if (n_tiles > 0) {
-    load_rows<kBlockM>(q_a, q_src, q_stride, rows);
-    load_kv(0);
+  const unsigned q_full = smem_addr(bars), full0 = q_full + 8, empty0 = full0 + 8 * kStages;
+  if (threadIdx.x == 0) {
+    mbar_init(q_full, 128);
+    for (int s = 0; s < kStages; s++) {
+      mbar_init(full0 + 8 * s, 128);
+      mbar_init(empty0 + 8 * s, kMathThreads / 32);
+    }
+    mbar_init_fence();
   }
-  cp_async_commit();
+  __syncthreads();
+  // The warpgroup, broadcast from lane 0 so that the compiler sees it
+  // warp-uniform (wgmma under a branch it cannot prove uniform serializes).
+  const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
 
-  const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  if (wgi == 0) {
+    // ---- the loading warpgroup ----
+    regs_dec<kLoadRegs>();
+    if (n_tiles > 0) {
+      const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
+      load_rows<kBlockM>(q_a, q_src, q_stride, rows);
+      mbar_arrive_on_copies(q_full);
+    }
+    const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
+    const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+#pragma unroll 1
+    for (int i = 0; i < n_tiles; i++) {
+      const int s = i % kStages;
+      if (i >= kStages) mbar_wait(empty0 + 8 * s, (i / kStages - 1) & 1);
+      const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
+      const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+      const unsigned st = kv_a + s * 2 * kKvBytes;
+      load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
+      load_rows<kBlockN>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
+      mbar_arrive_on_copies(full0 + 8 * s);
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ---- the computing warpgroups ----
+  regs_inc<kMathRegs>();
+  const int mt = threadIdx.x - 128;  // thread index among the computing ones
+  const int wg = mt >> 7, warp = (mt >> 5) & 3, lane = mt & 31;
   const int g = lane >> 2, tq = lane & 3;
   const int wrow0 = 64 * wg;  // this warpgroup's first row of the tile
   const int r_lo = wrow0 + 16 * warp + g;  // this thread's rows: r_lo, r_lo + 8
@@ -517,144 +752,90 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
   for (int hh = 0; hh < kHalves; hh++)
 #pragma unroll
     for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
-  unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is running, as A fragments
+  unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is next, as A fragments
+  float sc[kKeyHalves][8][4];      // S of the tile in hand
+  float alpha[2];
+  const long long key_last = (long long)(n_first + n_tiles - 1) * kBlockN;  // tile 0's first key
+  auto view = [&](int i) {
+    return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows, wrow0);
+  };
+  auto wait_full = [&](int i) {
+    mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);
+    fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+  };
+  auto release = [&](int i) {
+    if (lane == 0) mbar_arrive(empty0 + 8 * (i % kStages));
+  };
+  auto stage_k = [&](int i) { return kv_a + (i % kStages) * 2 * kKvBytes; };
 
-#pragma unroll 1
-  for (int i = 0; i < n_tiles; i++) {
-    cp_async_wait<0>();  // this tile (and, first, Q) has landed
-    fence_proxy_async();  // it is read by wgmma (the async proxy)
-    __syncthreads();  // for every thread; and every warpgroup has retired tile i - 2
-    if (i + 1 < n_tiles) load_kv(i + 1);
-    cp_async_commit();
-    const unsigned k_s = kv_a + (i % kStages) * 2 * kKvBytes, v_s = k_s + kKvBytes;
-    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
-    const int kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
-    // Key column c of tile row r is visible when r + diag_lo <= c <= r +
-    // diag_hi; both clamped to where they change nothing inside a tile.
-    constexpr long long kFar = kBlockM + kBlockN + 1;
-    const long long dhi = m0 + shift + kRight - n0, dlo = m0 + shift - kLeft - n0;
-    const int diag_hi = (int)(dhi > kFar ? kFar : (dhi < -kFar ? -kFar : dhi));
-    const int diag_lo = (int)(dlo > kFar ? kFar : (dlo < -kFar ? -kFar : dlo));
-    bool mask = kv_valid < kBlockN;
-    if constexpr (kHasRight) mask = mask || diag_hi < kBlockN - 1;  // row 0 misses a key
-    if constexpr (kHasLeft) mask = mask || (rows - 1) + diag_lo > 0;  // last row misses key 0
-    // A warpgroup skips a tile none of its real rows sees a key of (as a
-    // tile all masked would leave m, l and O): rows past the end, the
-    // band's far side. Warpgroup-uniform; it still retires its running
-    // P V, whose stage the next tile's load refills.
-    bool skip = wrow0 >= rows;
-    if constexpr (kHasRight) skip = skip || wrow0 + 63 + diag_hi < 0;
-    if constexpr (kHasLeft) skip = skip || wrow0 + diag_lo > kBlockN - 1;
-    if (skip) {
-      retire_pv(acc, p16);
-      continue;
-    }
-
-    // S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys.
-    float s[kKeyHalves][8][4];
+  if (wg == 1) turn_pass(wg);  // warpgroup 0 issues first
+  int i = 0;
+  // Leading tiles none of this warpgroup's rows sees (past the causal
+  // diagonal; every tile for a warpgroup past the real rows): released as
+  // they land, so that the ring moves on.
+  for (; i < n_tiles && view(i).skip; i++) {
+    wait_full(i);
+    release(i);
+  }
+  if (i < n_tiles) {
+    mbar_wait(q_full, 0);
+    // The first tile this warpgroup computes: S and its softmax alone.
+    TileView t = view(i);
+    wait_full(i);
     wgmma_fence();
+    turn_wait(wg);
+    issue_s(sc, q_a, stage_k(i), wrow0);
+    turn_pass(wg);
+    wgmma_wait<0>();
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; kk++) {
-      const unsigned along = kk % 4 * 32;
-      const unsigned a = q_a + kk / 4 * (kBlockM * kRowBytes) + wrow0 * kRowBytes;
+    for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(sc[nh]);
+    softmax_step(sc, m, l, alpha, t, r_lo, tq);
+    pack_p(p16, sc);
+    int last = i;  // the tile whose P V is next
+    // The run: S of tile i, then P V of the last tile, overlapped with S's softmax.
+#pragma unroll 1
+    for (i++; i < n_tiles; i++) {
+      t = view(i);
+      if (t.skip) break;  // the window's far side: every later tile too
+      wait_full(i);
+      wgmma_fence();
+      turn_wait(wg);
+      issue_s(sc, q_a, stage_k(i), wrow0);
+      issue_pv(acc, p16, stage_k(last) + kKvBytes);
+      turn_pass(wg);
+      wgmma_wait<1>();  // S; the P V runs on
 #pragma unroll
-      for (int nh = 0; nh < kKeyHalves; nh++)
-        wgmma_ss<0, 0>(s[nh], sw128_desc(a, along),
-                       sw128_desc(k_s + kk / 4 * (kBlockN * kRowBytes) + nh * 64 * kRowBytes, along),
-                       kk);
+      for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(sc[nh]);
+      softmax_step(sc, m, l, alpha, t, r_lo, tq);
+      wgmma_wait<0>();  // the P V
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+      keep(p16);
+      release(last);
+      rescale(acc, alpha);
+      pack_p(p16, sc);
+      last = i;
     }
-    wgmma_commit();
-    wgmma_wait<0>();  // S, and the last tile's P V
-#pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(s[nh]);
+    wgmma_fence();
+    turn_wait(wg);
+    issue_pv(acc, p16, stage_k(last) + kKvBytes);
+    if (wg == 0) turn_pass(wg);  // (warpgroup 1 issues last: no turn to give)
+    wgmma_wait<0>();
 #pragma unroll
     for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
-    if (i > 0) keep(p16);
-
-    if (mask) {
-#pragma unroll
-      for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int r = r_lo + (e >= 2 ? 8 : 0);
-            const int col = 64 * nh + n * 8 + 2 * tq + (e & 1);
-            bool hide = col >= kv_valid;
-            if constexpr (kHasRight) hide = hide || col > r + diag_hi;
-            if constexpr (kHasLeft) hide = hide || col < r + diag_lo;
-            if (hide) s[nh][n][e] = neg_inf();
-          }
-    }
-    // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[nh][n][0], s[nh][n][1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[nh][n][2], s[nh][n][3]));
-      }
-    float off[2], alpha[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
-      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-      // A row that has seen no key yet keeps max -inf: offset 0 then, so
-      // that exp2(-inf - offset) is 0, never NaN.
-      off[hh] = mx[hh] == neg_inf() ? 0.f : mx[hh] * kScaleLog2;
-      alpha[hh] = fast_exp2(m[hh] * kScaleLog2 - off[hh]);  // m = -inf: 0
-      m[hh] = mx[hh];
-    }
-    float rs[2] = {0.f, 0.f};
-#pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        s[nh][n][0] = fast_exp2(fmaf(s[nh][n][0], kScaleLog2, -off[0]));
-        s[nh][n][1] = fast_exp2(fmaf(s[nh][n][1], kScaleLog2, -off[0]));
-        s[nh][n][2] = fast_exp2(fmaf(s[nh][n][2], kScaleLog2, -off[1]));
-        s[nh][n][3] = fast_exp2(fmaf(s[nh][n][3], kScaleLog2, -off[1]));
-        rs[0] += s[nh][n][0] + s[nh][n][1];
-        rs[1] += s[nh][n][2] + s[nh][n][3];
-      }
-    l[0] = l[0] * alpha[0] + rs[0];
-    l[1] = l[1] * alpha[1] + rs[1];
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        acc[hh][n][0] *= alpha[0];
-        acc[hh][n][1] *= alpha[0];
-        acc[hh][n][2] *= alpha[1];
-        acc[hh][n][3] *= alpha[1];
-      }
-    // O += P V: the S accumulators of keys 16j.. are the A fragment of key
-    // slice j; V's rows are read MN-major, 64 columns of the head at a time.
-#pragma unroll
-    for (int j = 0; j < kBlockN / 16; j++) {
-      const int nh = j / 4, n = 2 * (j % 4);
-      p16[j][0] = pack2(s[nh][n][0], s[nh][n][1]);
-      p16[j][1] = pack2(s[nh][n][2], s[nh][n][3]);
-      p16[j][2] = pack2(s[nh][n + 1][0], s[nh][n + 1][1]);
-      p16[j][3] = pack2(s[nh][n + 1][2], s[nh][n + 1][3]);
-    }
-    wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < kBlockN / 16; j++)
-#pragma unroll
-      for (int hh = 0; hh < kHalves; hh++)
-        wgmma_rs<1>(acc[hh], p16[j], sw128_desc(v_s + hh * (kBlockN * kRowBytes), j * kStepOverRows),
-                    1);
-    wgmma_commit();
+    keep(p16);
+    release(last);
   }
-  retire_pv(acc, p16);
-  cp_async_wait<0>();
+  for (; i < n_tiles; i++) {  // trailing tiles none of its rows sees
+    wait_full(i);
+    release(i);
+  }
 
-  // Normalise; stage the rows in the Q tile's place (every warpgroup is
-  // done with Q after the barrier) as plain rows, 16-byte chunks swizzled
-  // by the row, so that the global stores are 16-byte and coalesced.
-  __syncthreads();
+  // Normalise; stage the rows in the Q tile's place (every computing
+  // warpgroup is done with Q after the barrier) as plain rows, 16-byte
+  // chunks swizzled by the row, so that the global stores are 16-byte and
+  // coalesced.
+  math_sync();
   unsigned short *const stage = smem;
   unsigned *const stage32 = reinterpret_cast<unsigned *>(stage);
   float inv[2], lrow[2];
@@ -686,11 +867,11 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
     if (r_hi < rows)
       lse_row[r_hi] = lrow[1] > 0.f ? (m[1] * kScaleLog2 + fast_log2(lrow[1])) * kLn2 : neg_inf();
   }
-  __syncthreads();
+  math_sync();
   unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
 #pragma unroll
-  for (int it = 0; it < kBlockM * kChunks / kThreads; it++) {
-    const int idx = threadIdx.x + it * kThreads;
+  for (int it = 0; it < kBlockM * kChunks / kMathThreads; it++) {
+    const int idx = mt + it * kMathThreads;
     const int row = idx / kChunks, chunk = idx % kChunks;
     if (row < rows)
       *reinterpret_cast<uint4 *>(out + row * q_stride + chunk * 8) =

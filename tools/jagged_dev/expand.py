@@ -42,8 +42,6 @@ def main():
     ap.add_argument("--name", default="jagged_fwd_kernel")
     ap.add_argument("--no-skip", action="store_true",
                     help="experiment: turn off the warps' tile skipping (text edit)")
-    ap.add_argument("--pingpong", action="store_true",
-                    help="jagged_fwd_ws.cu: the computing warpgroups take turns issuing")
     ap.add_argument("-o", "--output", required=True)
     a = ap.parse_args()
     scale = a.scale if a.scale > 0 else 1.0 / math.sqrt(a.head_dim)
@@ -70,8 +68,7 @@ def main():
             f"#define JV_WINDOW {a.window}\n#define JV_LEFT {a.left}\n#define JV_RIGHT {a.right}\n"
             f"#define JV_KERNEL {a.name}\n#define JV_DESC \"{a.dtype} d{a.head_dim} m{a.block_m} "
             f"n{a.block_n} w{a.warps} s{a.stages} c{a.min_ctas} causal{a.causal} "
-            f"win{a.window}[{a.left},{a.right}]{' pingpong' if a.pingpong else ''}\"\n"
-            f"#define JV_PINGPONG {1 if a.pingpong else 0}\n")
+            f"win{a.window}[{a.left},{a.right}]\"\n")
     with open(a.output, "w") as f:
         f.write(head + body)
 

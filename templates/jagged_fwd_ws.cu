@@ -1,22 +1,24 @@
 @# SPDX-License-Identifier: BSD-3-Clause
-@# jagged_fwd_ws.cu (dev, tools/jagged_dev): the sm_90a forward warp
-@# specialized: warpgroup 0 loads (cp.async, completion on mbarriers),
-@# warpgroups 1.. compute 64 query rows each (wgmma), S of a tile
-@# overlapped with the P V of the last. Not yet a template of templates/.
-@# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows
-@#   per CTA, 64 per warpgroup) @BLOCK_N@ (keys per KV tile, a multiple of
-@#   64) @STAGES@ (KV tiles resident, >= 3: a tile's stage is refilled two
-@#   tiles later, once both products that read it are done) @SMEM_BYTES@
-@#   (= (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2) @SCALE_LOG2@
-@#   @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@ @WINDOW_LEFT@
-@#   @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu).
-@# Conditions: ROTARY, ROTARY_TABLE (as in jagged_fwd.cu; not with
-@#   BROADCAST, and BLOCK_M == BLOCK_N: the Q and K/V tiles share one layout
-@#   for the rotation). Includes: mma_sm80.cuh, wgmma_sm90.cuh,
-@#   jagged_walk.cuh, jagged_fwd_span.cuh; with ROTARY unpack2.cuh and
-@#   jagged_rotary.cuh.
-@# Host rule and parameters: as jagged_fwd.cu's, with 128 * BLOCK_M / 64
-@#   threads.
+@# jagged_fwd_ws.cu: jagged (varlen) attention forward on sm_90a, warp
+@# specialized: warpgroup 0 copies Q and a ring of K/V tiles (cp.async,
+@# completion on mbarriers), each further warpgroup computes 64 query rows
+@# on wgmma, issuing S of a tile and then the last tile's P V and running
+@# S's softmax while that P V does; two computing warpgroups take turns
+@# issuing, so that one's softmax runs under the other's products. The plan
+@# picks it on sm_90a for the main forward without rotary embeddings
+@# (jagged_fwd_sm90.cu keeps rotary and the short-sequence tiles).
+@# Placeholders: @KERNEL_NAME@ @PARAMS@ @HEAD_DIM@ (64 | 128) @BLOCK_M@
+@#   (query rows per CTA, 64 per computing warpgroup, at most 128)
+@#   @BLOCK_N@ (keys per KV tile, 64 or 128) @STAGES@ (KV tiles resident,
+@#   >= 2) @SMEM_BYTES@ (= (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2)
+@#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
+@#   @WINDOW_LEFT@ @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu) @ROTARY@
+@#   (false: not planned with rotary embeddings).
+@# Includes: mma_sm80.cuh, wgmma_sm90.cuh, pipeline_sm90.cuh,
+@#   jagged_walk.cuh, jagged_fwd_span.cuh.
+@# Host rule and parameters: as jagged_fwd.cu's, with 128 * (BLOCK_M / 64
+@#   + 1) threads and 1 CTA an SM (the registers: 56 a loading thread, 224
+@#   a computing one).
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this forward is planned for sm_90a only (wgmma)"
 #endif
@@ -27,13 +29,14 @@ constexpr int kBlockN = @BLOCK_N@;  // keys per KV tile
 constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
 constexpr int kThreads = 128 * (kWarpgroups + 1);  // warpgroup 0 loads
 constexpr int kMathThreads = 128 * kWarpgroups;
-#ifndef JV_PINGPONG
-#define JV_PINGPONG 0
-#endif
-// The computing warpgroups take turns issuing their products (named
-// barriers), so that one's softmax runs under the other's products; every
-// warpgroup then computes every tile (no skipping), so that the turns match.
-constexpr bool kPingpong = JV_PINGPONG && kWarpgroups == 2;
+// Two computing warpgroups take turns issuing their products (named
+// barriers), so that one's softmax runs under the other's products; each
+// then computes every tile (no skipping), so that the turns match. On the
+// H200 (D128, L 1024 / 4096) turns ran 385 / 514 TFLOP/s against 336 / 439
+// without (bench/results/2026-12-03-h200-jagged-fwd-ws-harness.log).
+constexpr bool kPingpong = kWarpgroups == 2;
+constexpr int kLoadRegs = 56, kMathRegs = 224;  // setmaxnreg budgets
+static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
 constexpr int kStages = @STAGES@;  // KV tiles resident
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
 constexpr float kScaleLog2 = @SCALE_LOG2@;  // softmax scale @SCALE_TEXT@ times log2(e)
@@ -59,8 +62,7 @@ static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
 static_assert(kStages >= 2, "a stage is refilled once its P V has run");
-static_assert(!@ROTARY@, "rotary embeddings: not in this variant yet");
-static_assert(!(kBroadcast && @ROTARY@), "rotary embeddings with a broadcast Q are not planned");
+static_assert(!@ROTARY@, "rotary embeddings take jagged_fwd_sm90.cu");
 static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
@@ -107,6 +109,8 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
     g += kRowStep * stride;
   }
 }
+/* ---- end tile layout and loads ---- */
+
 // Keep the registers a running wgmma reads (P, its A operand) live until
 // here: placed after the wait, so the compiler cannot reuse them earlier.
 __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
@@ -115,44 +119,9 @@ __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
     asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
 }
 
-/* ---- end tile layout and loads ---- */
+@include pipeline_sm90.cuh@
 
-/* ---- begin mbarriers ----
- * PTX ISA 9.7.13.15 (mbarrier). A stage's "full" barrier completes a
- * phase when every loading thread's copies into it have landed; its
- * "empty" barrier when every computing warp is done reading it. */
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
-}
-// PTX 9.7.9.25.3.3 (cp.async.mbarrier.arrive): arrive on `bar` once this
-// thread's earlier cp.async have landed; .noinc: the arrival is one of the
-// count the barrier was initialised with.
-__device__ __forceinline__ void mbar_arrive_on_copies(unsigned bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
-}
-// Wait for the completion of the phase of parity `parity` (try_wait loops).
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" :: "r"(bar), "r"(parity) : "memory");
-}
-// PTX 9.7.17.1 (setmaxnreg): the executing warpgroup's register budget.
-template <int kRegs>
-__device__ __forceinline__ void regs_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void regs_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegs));
-}
-// PTX 9.7.13.1 (bar.sync): the computing warpgroups alone.
+// bar.sync on named barrier 1: the computing warpgroups alone.
 __device__ __forceinline__ void math_sync() {
   asm volatile("bar.sync 1, %0;\n" :: "n"(kMathThreads) : "memory");
 }
@@ -164,7 +133,6 @@ __device__ __forceinline__ void turn_wait(int wg) {
 __device__ __forceinline__ void turn_pass(int wg) {
   if constexpr (kPingpong) asm volatile("bar.arrive %0, 256;\n" :: "r"(3 - wg) : "memory");
 }
-/* ---- end mbarriers ---- */
 
 // What a warpgroup does with one KV tile (first key n0): which columns
 // are real, the band's diagonals (key column c of tile row r is visible
@@ -336,14 +304,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(full0 + 8 * s, 128);
       mbar_init(empty0 + 8 * s, kMathThreads / 32);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
-  const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);  // warp-uniform, as the compiler sees
+  // The warpgroup, broadcast from lane 0 so that the compiler sees it
+  // warp-uniform (wgmma under a branch it cannot prove uniform serializes).
+  const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
 
   if (wgi == 0) {
     // ---- the loading warpgroup ----
-    regs_dec<56>();
+    regs_dec<kLoadRegs>();
     if (n_tiles > 0) {
       const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
       load_rows<kBlockM>(q_a, q_src, q_stride, rows);
@@ -367,7 +337,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- the computing warpgroups ----
-  regs_inc<224>();
+  regs_inc<kMathRegs>();
   const int mt = threadIdx.x - 128;  // thread index among the computing ones
   const int wg = mt >> 7, warp = (mt >> 5) & 3, lane = mt & 31;
   const int g = lane >> 2, tq = lane & 3;
@@ -383,7 +353,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   float sc[kKeyHalves][8][4];      // S of the tile in hand
   float alpha[2];
   const long long key_last = (long long)(n_first + n_tiles - 1) * kBlockN;  // tile 0's first key
-  auto view = [&](int i) { return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows, wrow0); };
+  auto view = [&](int i) {
+    return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows, wrow0);
+  };
   auto wait_full = [&](int i) {
     mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);
     fence_proxy_async();  // the copies are read by wgmma (the async proxy)
