@@ -146,9 +146,10 @@ typedef struct ag_plan_jagged {
    * 128, not broadcast), fwd_warps / 4 warpgroups of 64 rows; else
    * jagged_fwd.cu */
   bool fwd_sm90;
-  /* with fwd_sm90: the main forward (not the small variant) is
-   * templates/jagged_fwd_ws.cu instead (warp specialized: a loading
-   * warpgroup beside fwd_warps / 4 - 1 computing ones) */
+  /* the main forward (not the small variant) is templates/jagged_fwd_ws.cu
+   * (warp specialized, sm_90a: a loading warpgroup beside fwd_warps / 4 - 1
+   * computing ones); the small variant is then jagged_fwd_sm90.cu with
+   * fwd_sm90 (head dim 128), else jagged_fwd.cu */
   bool fwd_ws;
   int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
   bool broadcast;   /* query: broadcast: one dense Q shared by every sequence */
@@ -157,7 +158,8 @@ typedef struct ag_plan_jagged {
   /* the forward for few query rows a sequence (broadcast: n_q, else the
    * mean query length, ceil(total_q / batch), <= small_max_n_q): tiles of
    * small_block_m rows and small_block_n keys; 0 rows where not planned */
-  int small_max_n_q, small_block_m, small_block_n, small_warps, small_smem_bytes, small_min_ctas;
+  int small_max_n_q, small_block_m, small_block_n, small_warps, small_stages, small_smem_bytes;
+  int small_min_ctas;
   /* broadcast, heads == kv_heads: the one-pass backward for n_q <= the
    * tile's rows (templates/broadcast_bwd.cu), one per row count */
   int fused_block_m[AG_FUSED_VARIANTS], fused_warps[AG_FUSED_VARIANTS];
@@ -276,7 +278,7 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
  * (plan_jagged.c says which have): rotary specs on the sm_90a wgmma
  * kernels, the sm_90a forward's short-sequence variant. */
 typedef struct ag_plan_jagged_choices {
-  bool sm90_rotary, sm90_short, sm90_ws;
+  bool sm90_rotary, sm90_short, sm90_ws, sm90_ws64;
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

@@ -48,15 +48,16 @@ static void set_forward(ag_plan *p, int block_m, int block_n, int warps, int sta
 }
 
 /* The forward variant for few query rows a sequence (at most max_rows):
- * its tile shape, with the main forward's stages. */
+ * its tile shape. */
 static void set_small_forward(ag_plan *p, int max_rows, int block_m, int block_n, int warps,
-                              int min_ctas) {
+                              int stages, int min_ctas) {
   ag_plan_jagged *j = &p->jagged;
   j->small_max_n_q = max_rows;
   j->small_block_m = block_m;
   j->small_block_n = block_n;
   j->small_warps = warps;
-  j->small_smem_bytes = (block_m + 2 * j->fwd_stages * block_n) * p->head_dim * p->elem_bytes;
+  j->small_stages = stages;
+  j->small_smem_bytes = (block_m + 2 * stages * block_n) * p->head_dim * p->elem_bytes;
   j->small_min_ctas = min_ctas;
 }
 
@@ -75,6 +76,29 @@ static void plan_forward(ag_plan *p) { set_forward(p, 128, 64, 4, 2, 2); }
 static void plan_forward_ws(ag_plan *p) {
   p->jagged.fwd_ws = true;
   set_forward(p, 128, 128, 12, 3, 1);
+}
+
+/* Runs whose mean query length is at most SHORT_MEAN_ROWS take the short
+ * variant of the forward where one is planned (plan_forward_ws64,
+ * plan_forward_short). */
+enum { SHORT_MEAN_ROWS = 384 };
+
+/* Head dim 64 on sm_90a without a causal mask (not broadcast, no rotary
+ * embeddings): the warp-specialized forward too, for runs whose mean query
+ * length passes SHORT_MEAN_ROWS; shorter runs keep the mma.sync forward's
+ * tiles (plan_forward below) as the short variant. In the dev harness on
+ * the H200 (bf16, batch 1152, 4 heads, lengths uniform in [1, L]) it ran
+ * 255 / 382 TFLOP/s at L 1024 / 4096 against mma.sync's 244 / 296, while
+ * causal it lost at L 1024 (167 against 181), and at spread 1.0 the
+ * mma.sync forward was 0.98-1.01x FlashAttention-2 without the mask
+ * (bench/results/2026-12-03-h200-jagged-d64-s1.md). */
+static bool plan_forward_ws64(const ag_spec *spec, ag_plan *p) {
+  if (spec->arch != AG_ARCH_SM90A || p->head_dim != 64 || p->jagged.broadcast || spec->causal ||
+      spec->rotary.layout != AG_ROTARY_NONE)
+    return false;
+  plan_forward_ws(p);
+  set_small_forward(p, SHORT_MEAN_ROWS, 128, 64, 4, 2, 2);
+  return true;
 }
 
 /* Forward on sm_90a at head dim 128 (not broadcast): both products on
@@ -103,10 +127,9 @@ static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p, ag_plan_jagged_ch
  * query length is at most SHORT_MEAN_ROWS take one warpgroup of 64 rows
  * and K/V tiles of 64 keys, three stages (114,688 bytes, two CTAs an SM).
  * Without rotary embeddings (not yet checked with these tiles). */
-enum { SHORT_MEAN_ROWS = 384 };
 static void plan_forward_short(const ag_spec *spec, ag_plan *p) {
   if (!p->jagged.fwd_sm90 || spec->rotary.layout != AG_ROTARY_NONE) return;
-  set_small_forward(p, SHORT_MEAN_ROWS, 64, 64, 4, 2);
+  set_small_forward(p, SHORT_MEAN_ROWS, 64, 64, 4, p->jagged.fwd_stages, 2);
 }
 
 /* Broadcast queries: n_q is often small (candidate or learned queries, 1 to
@@ -114,7 +137,8 @@ static void plan_forward_short(const ag_spec *spec, ag_plan *p) {
  * take 32-row tiles of 2 warps (three CTAs per SM at head_dim 128, a
  * sequence's keys read once per 32 queries, the rest from L2). */
 static void plan_forward_small(ag_plan *p) {
-  set_small_forward(p, 64, 32, p->jagged.fwd_block_n, 2, p->head_dim == 128 ? 3 : 4);
+  set_small_forward(p, 64, 32, p->jagged.fwd_block_n, 2, p->jagged.fwd_stages,
+                    p->head_dim == 128 ? 3 : 4);
 }
 
 /* Broadcast queries, heads == kv_heads, n_q <= 64 or <= 128: one kernel in
@@ -194,11 +218,16 @@ static const bool sm90_rotary_checked = true;
  * memcheck and racecheck clean; D128 L512 forward 0.919 -> 0.821 ms
  * (1.06x FlashAttention-2, causal 1.83x). */
 static const bool sm90_short_checked = true;
-/* The warp-specialized main forward (plan_forward_ws). */
+/* The warp-specialized main forward (plan_forward_ws). Checked on the
+ * H200 on 2026-12-03 (gpu-jagged 14/14, memcheck and racecheck clean):
+ * bench/results/2026-12-03-h200-jagged-ws-gpu-suite.log. */
 static const bool sm90_ws_checked = true;
+/* ... and at head dim 64 (plan_forward_ws64). */
+static const bool sm90_ws64_checked = true;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
-  return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked};
+  return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked,
+                                  sm90_ws64_checked};
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -228,7 +257,8 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
   out->head_dim = spec->head_dim;
   out->elem_bytes = 2;
   out->scale = ag_spec_scale(spec);
-  if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out, choices))
+  if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out, choices) &&
+      !(choices.sm90_ws64 && plan_forward_ws64(spec, out)))
     plan_forward(out);
   if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, sm90_rotary))
     plan_backward(out);
@@ -268,7 +298,7 @@ static void add_params(const ag_plan *plan, ag_plan_kernel *k, const ag_param *t
  * query rows a CTA and key tiles of `block_n`. */
 static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
                         const char *namespace_name, int block_m, int block_n, int warps,
-                        int smem_bytes, int min_ctas, int variant) {
+                        int stages, int smem_bytes, int min_ctas, int variant) {
   const ag_plan_jagged *j = &plan->jagged;
   const bool ws = j->fwd_ws && variant != AG_VARIANT_FWD_SMALL;
   ag_plan_kernel *k = ag_plan_add_kernel(
@@ -283,7 +313,7 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
   static const ag_param head[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_LSE};
   add_params(plan, k, head, (int)(sizeof head / sizeof head[0]));
   set_common(k, block_m, block_n, warps, min_ctas);
-  ag_plan_set(k, "STAGES", j->fwd_stages);
+  ag_plan_set(k, "STAGES", stages);
   ag_plan_set(k, "BROADCAST", j->broadcast);
   ag_plan_set(k, "SMEM_BYTES", smem_bytes);
 }
@@ -336,7 +366,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
   if (fwd) {
     kernel_name(name, spec, "fwd");
     add_forward(spec, plan, name, NULL, j->fwd_block_m, j->fwd_block_n, j->fwd_warps,
-                j->fwd_smem_bytes, j->fwd_min_ctas,
+                j->fwd_stages, j->fwd_smem_bytes, j->fwd_min_ctas,
                 j->small_block_m > 0 ? AG_VARIANT_FWD_LARGE : 0);
   }
   if (fwd && j->small_block_m > 0) {
@@ -344,7 +374,8 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     kernel_name(stem, spec, "fwd");
     snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->small_block_m);
     add_forward(spec, plan, name, "fwd_small", j->small_block_m, j->small_block_n,
-                j->small_warps, j->small_smem_bytes, j->small_min_ctas, AG_VARIANT_FWD_SMALL);
+                j->small_warps, j->small_stages, j->small_smem_bytes, j->small_min_ctas,
+                AG_VARIANT_FWD_SMALL);
   }
   if (j->fast_block_m > 0) add_backward_fast(spec, plan);
   if (j->bwd_block_m > 0) {
@@ -422,7 +453,7 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
       ag_buf_printf(b, "%s  tile: %d query rows of one head, key tiles of %d, %d in flight\n",
                     prefix, k->walk.rows,
                     k->variant == AG_VARIANT_FWD_SMALL ? j->small_block_n : j->fwd_block_n,
-                    j->fwd_stages);
+                    k->variant == AG_VARIANT_FWD_SMALL ? j->small_stages : j->fwd_stages);
       if (j->fwd_ws && k->variant != AG_VARIANT_FWD_SMALL)
         ag_buf_printf(b,
                       "%s  warp specialized (sm_90a): one warpgroup loads, %d of 64 rows take\n"

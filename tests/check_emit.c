@@ -25,8 +25,9 @@ static const char *const goldens[] = {
      * namespace bwd), and a two-sided window with a given scale */
     "jagged_d128_bf16_causal_train", "jagged_d64_fp16_window", "broadcast_d128_bf16_train",
     "broadcast_d64_fp16_causal_window",
-    /* sm_90a: the wgmma forward (head dim 128) and the fast backward */
-    "jagged_d128_bf16_sm90_train", "jagged_d64_bf16_sm90_bwd",
+    /* sm_90a: the warp-specialized forward with the short variant (wgmma
+     * at head dim 128, mma.sync at 64) and the fast backward */
+    "jagged_d128_bf16_sm90_train", "jagged_d64_bf16_sm90_bwd", "jagged_d64_bf16_sm90_fwd",
     /* rotary embeddings on the jagged mma.sync kernels (every arch) */
     "jagged_d128_bf16_rope_half_seq_train", "jagged_d64_fp16_rope_table_qkv_bwd",
 };

@@ -418,12 +418,14 @@ START_TEST(fast_backward_plan) {
   ck_assert(strstr(f.kernel.plan.kernels[nf].name, "_bwd_dq") &&
             strstr(f.kernel.plan.kernels[nf + 1].name, "_bwd_dkv"));
   ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300), 4 * 8 * 300);
-  /* head dim 64: one warpgroup of 64 keys a CTA */
+  /* head dim 64: one warpgroup of 64 keys a CTA (after the forward and,
+   * warp specialized, its short variant) */
   yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, false, "arch: sm_90a\n", true);
   ag_fake_jagged_kernel(&f, y, 12);
-  ck_assert_int_eq(f.kernel.plan.kernels[2].threads, 128);
-  ck_assert_int_eq(f.kernel.plan.kernels[2].walk.rows, 64);
-  ck_assert_int_eq(f.kernel.plan.kernels[1].walk.rows, 32);
+  const int nf64 = ag_plan_jagged_checked().sm90_ws64 ? 2 : 1;
+  ck_assert_int_eq(f.kernel.plan.kernels[nf64 + 1].threads, 128);
+  ck_assert_int_eq(f.kernel.plan.kernels[nf64 + 1].walk.rows, 64);
+  ck_assert_int_eq(f.kernel.plan.kernels[nf64].walk.rows, 32);
   /* sm_80: the same two kernels */
   yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, false, "arch: sm_80\n", true);
   ag_fake_jagged_kernel(&f, y, 12);
@@ -490,12 +492,35 @@ START_TEST(short_forward) {
   ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
   ck_assert_int_eq(ag_fake_seen.count, 1);
   ck_assert_uint_eq(ag_fake_seen.grids_x[0], 3 + 1152 / 64);
-  /* no short variant: rotary, head dim 64, sm_80 */
-  const struct { int dim; const char *extra; } others[] = {
-      {128, "arch: sm_90a\nrotary:\n  layout: half\n"}, {64, "arch: sm_90a\n"},
-      {128, "arch: sm_80\n"}};
+  /* head dim 64 on sm_90a without a causal mask: the warp-specialized
+   * forward, and the mma.sync one's 128-row tiles as the short variant */
+  if (ag_plan_jagged_checked().sm90_ws64) {
+    yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, false, "arch: sm_90a\n", false);
+    fake_with_short(&f, y);
+    const ag_plan *q = &f.kernel.plan;
+    ck_assert_int_eq(q->nkernels, 2);
+    ck_assert_str_eq(q->kernels[0].template_file, "jagged_fwd_ws.cu");
+    ck_assert_int_eq(q->kernels[0].threads, 384);
+    ck_assert_int_eq(q->kernels[0].variant, AG_VARIANT_FWD_LARGE);
+    ck_assert_str_eq(q->kernels[1].template_file, "jagged_fwd.cu");
+    ck_assert_int_eq(q->kernels[1].variant, AG_VARIANT_FWD_SMALL);
+    ck_assert_int_eq(q->kernels[1].threads, 128);
+    ck_assert_int_eq(q->jagged.small_stages, 2);
+    ck_assert_int_eq(q->kernels[1].smem_bytes, (128 + 2 * 2 * 64) * 64 * 2);
+    a = fwd_args(); /* mean 100: the mma.sync tiles of 128 rows */
+    ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+    ck_assert_int_eq(ag_fake_seen.count, 1);
+    ck_assert_uint_eq(ag_fake_seen.grids_x[0], 3 + 300 / 128);
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, q, &src, &err), AG_OK);
+    free(src);
+  }
+  /* no short variant: rotary, head dim 64 causal, sm_80 */
+  const struct { int dim; bool causal; const char *extra; } others[] = {
+      {128, false, "arch: sm_90a\nrotary:\n  layout: half\n"}, {64, true, "arch: sm_90a\n"},
+      {128, false, "arch: sm_80\n"}};
   for (int i = 0; i < 3; i++) {
-    yaml_for(y, sizeof y, others[i].dim, AG_DTYPE_BF16, false, others[i].extra, false);
+    yaml_for(y, sizeof y, others[i].dim, AG_DTYPE_BF16, others[i].causal, others[i].extra, false);
     fake_with_short(&f, y);
     ck_assert_int_eq(f.kernel.plan.nkernels, 1);
     ck_assert_int_eq(f.kernel.plan.kernels[0].variant, 0);
