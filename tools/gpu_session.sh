@@ -56,7 +56,12 @@ for step in $steps; do
       # (one and two tiles) with the 64-row one-pass backward, the 128-row
       # ones, the split backward. SANITIZE_ONLY=broadcast: those alone;
       # SANITIZE_ONLY=jagged: the others alone.
+      # Runs of mean length about 800 (the last two fields: longest and
+      # shortest sequence) reach the main, warp-specialized forward; the
+      # others (0..300) the short variants.
       for run in "gem_jagged_d128_causal.yaml 0" "jagged_window_d64_fp16.yaml 0" \
+                 "gem_jagged_d128_causal.yaml 0 1300 300" \
+                 "../tests/golden/jagged_d64_bf16_sm90_fwd.yaml 0 1300 300" \
                  "gem_jagged_d128_rope.yaml 0" "../tests/golden/jagged_d64_fp16_rope_table_qkv_bwd.yaml 0" \
                  "pma_broadcast_d128.yaml 32" "pma_broadcast_d128.yaml 64" "pma_broadcast_d128.yaml 100" \
                  "pma_broadcast_d128.yaml 200"; do
@@ -65,10 +70,10 @@ for step in $steps; do
         [ "${SANITIZE_ONLY:-}" = jagged ] && [ "$2" != 0 ] && continue
         spec=specs/$1
         for tool in memcheck racecheck; do
-          log="$out/sanitize-$tool-$(basename "$spec" .yaml)-$2.log"
+          log="$out/sanitize-$tool-$(basename "$spec" .yaml)-$2-${3:-300}.log"
           compute-sanitizer --tool $tool --error-exitcode 9 build/attngen run "$spec" --batch 6 \
-            --seqlen 300 --min-seqlen 0 --n-q $2 --iters 0 >"$log" 2>&1
-          r=$?; echo "$tool $spec n_q $2: exit $r; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check:' "$log" | tr '\n' ' ')"
+            --seqlen ${3:-300} --min-seqlen ${4:-0} --n-q $2 --iters 0 >"$log" 2>&1
+          r=$?; echo "$tool $spec n_q $2 lengths ${4:-0}..${3:-300}: exit $r; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check:' "$log" | tr '\n' ' ')"
           [ $r -eq 0 ] || rc=1
         done
       done ;;
