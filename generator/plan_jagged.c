@@ -222,7 +222,9 @@ static const bool sm90_short_checked = true;
  * H200 on 2026-12-03 (gpu-jagged 14/14, memcheck and racecheck clean):
  * bench/results/2026-12-03-h200-jagged-ws-gpu-suite.log. */
 static const bool sm90_ws_checked = true;
-/* ... and at head dim 64 (plan_forward_ws64). */
+/* ... and at head dim 64 (plan_forward_ws64): checked the same day, the
+ * same way, with the short mma.sync variant beside it:
+ * bench/results/2026-12-03-h200-jagged-ws64-gpu-suite.log. */
 static const bool sm90_ws64_checked = true;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
