@@ -350,7 +350,7 @@ typedef struct ag_schedule {
 } ag_schedule;
 
 /* Every (sequence, query tile) of the batch, sorted by key-tile work
- * (longest first, a counting sort, stable), from host offsets (cu_k NULL:
+ * (longest first, counting sorts; ties in no promised order), from host offsets (cu_k NULL:
  * self-attention); `ctas` CTAs will share the (tile, head) items. O(tiles)
  * time. `out` is zeroed or a previous schedule, whose buffers are reused
  * when they have room (a fresh buffer per call costs page faults); they are

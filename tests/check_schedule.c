@@ -127,6 +127,24 @@ START_TEST(every_item_once_and_balanced) {
   check_one(&causal, len, lk, 300, 2, 17, "300 random, cross, causal");
   check_one(&window, len, lk, 300, 3, 1000, "300 random, cross, window");
   check_one(&full, len, NULL, 300, 1, 1, "one CTA");
+  /* The two fast paths and their fallbacks: tile shapes where the works
+   * form other series (r = 1, 4), block sizes that are not powers of two,
+   * zero and one-token sequences, unmasked cross-attention. */
+  for (int i = 0; i < 300; i++)
+    len[i] = ag_rand_next(&rng) % 5 == 0 ? i % 2 : (int32_t)(ag_rand_next(&rng) % 700);
+  const ag_schedule_shape shapes[] = {{.block_m = 64, .block_n = 64, .causal = true},
+                                      {.block_m = 128, .block_n = 32, .causal = true},
+                                      {.block_m = 96, .block_n = 64, .causal = true},
+                                      {.block_m = 64, .block_n = 128, .causal = true},
+                                      {.block_m = 96, .block_n = 48},
+                                      {.block_m = 64, .block_n = 64}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "300 mixed, m%d n%d%s", shapes[i].block_m, shapes[i].block_n,
+             shapes[i].causal ? " causal" : "");
+    check_one(&shapes[i], len, NULL, 300, 2, 37, what);
+  }
+  check_one(&full, len, lk, 300, 2, 37, "300 mixed, cross");
   int32_t none[1] = {0};
   check_one(&full, none, NULL, 1, 4, 8, "one empty sequence");
 }
