@@ -65,21 +65,9 @@ static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
 
 @include jagged_fwd_span.cuh@
 
-/* ---- begin tile layout and loads ----
- * A tile of R rows is kHalves matrices of R rows of 64 elements (128
- * bytes) in the 128-byte swizzle that wgmma reads: 16-byte chunk c of row
- * r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of its row. */
-__device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
-  return (chunk >> 3) * (rows * kRowBytes) + row * kRowBytes + (((chunk & 7) ^ (row & 7)) << 4);
-}
+@include jagged_fwd_wgmma.cuh@
 
-// log2 on the special-function unit.
-__device__ __forceinline__ float fast_log2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
+/* ---- begin tile loads ---- */
 // Start the copy of kRows tile rows from src (row stride `stride`
 // elements) into the tile at shared address `dst`; rows past `valid` are
 // zero-filled, never read.
@@ -98,7 +86,7 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
     g += kRowStep * stride;
   }
 }
-/* ---- end tile layout and loads ---- */
+/* ---- end tile loads ---- */
 @if ROTARY@
 
 @include unpack2.cuh@
@@ -112,14 +100,6 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 
 @include jagged_rotary.cuh@
 @endif@
-
-// Keep the registers a running wgmma reads (P, its A operand) live until
-// here: placed after the wait, so the compiler cannot reuse them earlier.
-__device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
-#pragma unroll
-  for (int j = 0; j < kBlockN / 16; j++)
-    asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
-}
 
 // Wait for this warpgroup's running P V (O += P V of the last tile).
 __device__ __forceinline__ void retire_pv(float (&acc)[kHalves][8][4],

@@ -407,7 +407,7 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
 }
 /* ---- end query tile span ---- */
 
-/* ---- begin tile layout and loads ----
+/* ---- begin wgmma forward pieces ----
  * A tile of R rows is kHalves matrices of R rows of 64 elements (128
  * bytes) in the 128-byte swizzle that wgmma reads: 16-byte chunk c of row
  * r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of its row. */
@@ -422,6 +422,154 @@ __device__ __forceinline__ float fast_log2(float x) {
   return y;
 }
 
+// Keep the registers a running wgmma reads (P, its A operand) live until
+// here: placed after the wait, so the compiler cannot reuse them earlier.
+__device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++)
+    asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
+}
+
+// What a warpgroup does with one KV tile (first key n0): which columns
+// are real, the band's diagonals (key column c of tile row r is visible
+// when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
+// nothing inside a tile), whether any element is masked, and whether none
+// of the warpgroup's real rows sees a key of it (skip: as a tile all
+// masked would leave m, l and O; never when !may_skip).
+struct TileView {
+  int kv_valid, diag_lo, diag_hi;
+  bool mask, skip;
+};
+__device__ __forceinline__ TileView tile_view(long long n0, long long lk, long long row_diag,
+                                              int rows, int wrow0, bool may_skip) {
+  TileView t;
+  t.kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+  constexpr long long kFar = kBlockM + kBlockN + 1;
+  const long long dhi = row_diag + kRight - n0, dlo = row_diag - kLeft - n0;
+  t.diag_hi = (int)(dhi > kFar ? kFar : (dhi < -kFar ? -kFar : dhi));
+  t.diag_lo = (int)(dlo > kFar ? kFar : (dlo < -kFar ? -kFar : dlo));
+  t.mask = t.kv_valid < kBlockN;
+  if constexpr (kHasRight) t.mask = t.mask || t.diag_hi < kBlockN - 1;  // row 0 misses a key
+  if constexpr (kHasLeft) t.mask = t.mask || (rows - 1) + t.diag_lo > 0;  // last row misses key 0
+  t.skip = wrow0 >= rows;
+  if constexpr (kHasRight) t.skip = t.skip || wrow0 + 63 + t.diag_hi < 0;
+  if constexpr (kHasLeft) t.skip = t.skip || wrow0 + t.diag_lo > kBlockN - 1;
+  t.skip = t.skip && may_skip;
+  return t;
+}
+
+// S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys; committed.
+__device__ __forceinline__ void issue_s(float (&sc)[kKeyHalves][8][4], unsigned q_a, unsigned k_s,
+                                        int wrow0) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk % 4 * 32;
+    const unsigned a = q_a + kk / 4 * (kBlockM * kRowBytes) + wrow0 * kRowBytes;
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++)
+      wgmma_ss<0, 0>(sc[nh], sw128_desc(a, along),
+                     sw128_desc(k_s + kk / 4 * (kBlockN * kRowBytes) + nh * 64 * kRowBytes, along),
+                     kk);
+  }
+  wgmma_commit();
+}
+
+// O += P V (P from registers; V's rows read MN-major, 64 head columns at a
+// time); committed.
+__device__ __forceinline__ void issue_pv(float (&acc)[kHalves][8][4],
+                                         const unsigned (&p16)[kBlockN / 16][4], unsigned v_s) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++)
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc[hh], p16[j], sw128_desc(v_s + hh * (kBlockN * kRowBytes), j * kStepOverRows),
+                  1);
+  wgmma_commit();
+}
+
+// The online softmax of one tile's S in place (masked, exponentiated), the
+// running maxima m and sums l updated, alpha the factor O must be rescaled by.
+__device__ __forceinline__ void softmax_step(float (&sc)[kKeyHalves][8][4], float (&m)[2],
+                                             float (&l)[2], float (&alpha)[2], const TileView &t,
+                                             int r_lo, int tq) {
+  if (t.mask) {
+#pragma unroll
+    for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int r = r_lo + (e >= 2 ? 8 : 0);
+          const int col = 64 * nh + n * 8 + 2 * tq + (e & 1);
+          bool hide = col >= t.kv_valid;
+          if constexpr (kHasRight) hide = hide || col > r + t.diag_hi;
+          if constexpr (kHasLeft) hide = hide || col < r + t.diag_lo;
+          if (hide) sc[nh][n][e] = neg_inf();
+        }
+  }
+  // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
+  float mx[2] = {m[0], m[1]};
+#pragma unroll
+  for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      mx[0] = fmaxf(mx[0], fmaxf(sc[nh][n][0], sc[nh][n][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(sc[nh][n][2], sc[nh][n][3]));
+    }
+  float off[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+    // A row that has seen no key yet keeps max -inf: offset 0 then, so
+    // that exp2(-inf - offset) is 0, never NaN.
+    off[hh] = mx[hh] == neg_inf() ? 0.f : mx[hh] * kScaleLog2;
+    alpha[hh] = fast_exp2(m[hh] * kScaleLog2 - off[hh]);  // m = -inf: 0
+    m[hh] = mx[hh];
+  }
+  float rs[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nh = 0; nh < kKeyHalves; nh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      sc[nh][n][0] = fast_exp2(fmaf(sc[nh][n][0], kScaleLog2, -off[0]));
+      sc[nh][n][1] = fast_exp2(fmaf(sc[nh][n][1], kScaleLog2, -off[0]));
+      sc[nh][n][2] = fast_exp2(fmaf(sc[nh][n][2], kScaleLog2, -off[1]));
+      sc[nh][n][3] = fast_exp2(fmaf(sc[nh][n][3], kScaleLog2, -off[1]));
+      rs[0] += sc[nh][n][0] + sc[nh][n][1];
+      rs[1] += sc[nh][n][2] + sc[nh][n][3];
+    }
+  l[0] = l[0] * alpha[0] + rs[0];
+  l[1] = l[1] * alpha[1] + rs[1];
+}
+
+__device__ __forceinline__ void rescale(float (&acc)[kHalves][8][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      acc[hh][n][0] *= alpha[0];
+      acc[hh][n][1] *= alpha[0];
+      acc[hh][n][2] *= alpha[1];
+      acc[hh][n][3] *= alpha[1];
+    }
+}
+
+// The S accumulators of keys 16j.. are the A fragment of key slice j.
+__device__ __forceinline__ void pack_p(unsigned (&p16)[kBlockN / 16][4],
+                                       const float (&sc)[kKeyHalves][8][4]) {
+#pragma unroll
+  for (int j = 0; j < kBlockN / 16; j++) {
+    const int nh = j / 4, n = 2 * (j % 4);
+    p16[j][0] = pack2(sc[nh][n][0], sc[nh][n][1]);
+    p16[j][1] = pack2(sc[nh][n][2], sc[nh][n][3]);
+    p16[j][2] = pack2(sc[nh][n + 1][0], sc[nh][n + 1][1]);
+    p16[j][3] = pack2(sc[nh][n + 1][2], sc[nh][n + 1][3]);
+  }
+}
+/* ---- end wgmma forward pieces ---- */
+
+/* ---- begin tile loads ---- */
 // Start the copy of kRows tile rows from src (row stride `stride`
 // elements) into the tile at shared address `dst`; rows past `valid` are
 // zero-filled, never read.
@@ -440,7 +588,7 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
     g += kRowStep * stride;
   }
 }
-/* ---- end tile layout and loads ---- */
+/* ---- end tile loads ---- */
 
 // The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
 // low half.
@@ -617,14 +765,6 @@ __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int
   }
 }
 /* ---- end rotary embeddings ---- */
-
-// Keep the registers a running wgmma reads (P, its A operand) live until
-// here: placed after the wait, so the compiler cannot reuse them earlier.
-__device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
-#pragma unroll
-  for (int j = 0; j < kBlockN / 16; j++)
-    asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
-}
 
 // Wait for this warpgroup's running P V (O += P V of the last tile).
 __device__ __forceinline__ void retire_pv(float (&acc)[kHalves][8][4],

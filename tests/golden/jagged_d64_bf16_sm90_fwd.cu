@@ -401,7 +401,7 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
 }
 /* ---- end query tile span ---- */
 
-/* ---- begin tile layout and loads ----
+/* ---- begin wgmma forward pieces ----
  * A tile of R rows is kHalves matrices of R rows of 64 elements (128
  * bytes) in the 128-byte swizzle that wgmma reads: 16-byte chunk c of row
  * r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of its row. */
@@ -416,26 +416,6 @@ __device__ __forceinline__ float fast_log2(float x) {
   return y;
 }
 
-// Start the copy of kRows tile rows from src (row stride `stride`
-// elements) into the tile at shared address `dst`; rows past `valid` are
-// zero-filled, never read.
-template <int kRows>
-__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
-                                          long long stride, int valid) {
-  constexpr int kRowStep = 128 / kChunks;  // the loading warpgroup
-  static_assert(kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
-}
-/* ---- end tile layout and loads ---- */
-
 // Keep the registers a running wgmma reads (P, its A operand) live until
 // here: placed after the wait, so the compiler cannot reuse them earlier.
 __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
@@ -444,91 +424,18 @@ __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
     asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
 }
 
-/* ---- begin device helpers (mbarrier pipeline, sm_90a) ----
- * Each comment names the PTX ISA instruction it wraps (PTX ISA 8.x,
- * "Parallel Synchronization and Communication Instructions" for mbarrier,
- * "Data Movement and Conversion Instructions" for cp.async, "Miscellaneous
- * Instructions" for setmaxnreg). A barrier's phase completes when its
- * pending arrivals reach zero; its parity alternates 0, 1, 0, ... */
-
-// mbarrier.init: a barrier in shared memory (8 bytes, 8-byte aligned)
-// expecting `count` arrivals a phase. One thread initializes, then a
-// fence (below) and a CTA barrier before any use.
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
-}
-// fence.mbarrier_init: the initializations above, visible to the async
-// operations (cp.async's arrivals) that follow.
-__device__ __forceinline__ void mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-// cp.async.mbarrier.arrive.noinc: arrive on `bar` once every cp.async
-// this thread issued before has landed; .noinc: the arrival is one of the
-// count the barrier was initialized with.
-__device__ __forceinline__ void mbar_arrive_on_copies(unsigned bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
-}
-// mbarrier.arrive: one arrival (release semantics: this thread's earlier
-// reads and writes of the stage are done before the phase can complete).
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
-}
-// mbarrier.try_wait.parity: whether the phase of parity `parity` has
-// completed, after waiting a while for it (acquire semantics).
-__device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
-  unsigned done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  return done != 0;
-}
-// Wait for the phase of parity `parity` to complete.
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-  while (!mbar_try_wait(bar, parity)) {
-  }
-}
-// setmaxnreg.dec / .inc: the executing warpgroup's registers a thread
-// lowered (given back to the SM) or raised (taken from it, waiting until
-// they are free); the whole warpgroup executes it. A multiple of 8 in
-// [24, 256]; the CTA's budgets must add up to what it was launched with.
-template <int kRegs>
-__device__ __forceinline__ void regs_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void regs_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegs));
-}
-/* ---- end device helpers (mbarrier pipeline, sm_90a) ---- */
-
-// bar.sync on named barrier 1: the computing warpgroups alone.
-__device__ __forceinline__ void math_sync() {
-  asm volatile("bar.sync 1, %0;\n" :: "n"(kMathThreads) : "memory");
-}
-// Turns (kPingpong): warpgroup w waits at barrier 2 + w for its turn to
-// issue, and gives the turn to the other at 2 + (1 - w) after issuing.
-__device__ __forceinline__ void turn_wait(int wg) {
-  if constexpr (kPingpong) asm volatile("bar.sync %0, 256;\n" :: "r"(2 + wg) : "memory");
-}
-__device__ __forceinline__ void turn_pass(int wg) {
-  if constexpr (kPingpong) asm volatile("bar.arrive %0, 256;\n" :: "r"(3 - wg) : "memory");
-}
-
 // What a warpgroup does with one KV tile (first key n0): which columns
 // are real, the band's diagonals (key column c of tile row r is visible
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
 // nothing inside a tile), whether any element is masked, and whether none
 // of the warpgroup's real rows sees a key of it (skip: as a tile all
-// masked would leave m, l and O).
+// masked would leave m, l and O; never when !may_skip).
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
   bool mask, skip;
 };
 __device__ __forceinline__ TileView tile_view(long long n0, long long lk, long long row_diag,
-                                              int rows, int wrow0) {
+                                              int rows, int wrow0, bool may_skip) {
   TileView t;
   t.kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
   constexpr long long kFar = kBlockM + kBlockN + 1;
@@ -541,7 +448,7 @@ __device__ __forceinline__ TileView tile_view(long long n0, long long lk, long l
   t.skip = wrow0 >= rows;
   if constexpr (kHasRight) t.skip = t.skip || wrow0 + 63 + t.diag_hi < 0;
   if constexpr (kHasLeft) t.skip = t.skip || wrow0 + t.diag_lo > kBlockN - 1;
-  if constexpr (kPingpong) t.skip = false;
+  t.skip = t.skip && may_skip;
   return t;
 }
 
@@ -654,6 +561,101 @@ __device__ __forceinline__ void pack_p(unsigned (&p16)[kBlockN / 16][4],
     p16[j][3] = pack2(sc[nh][n + 1][2], sc[nh][n + 1][3]);
   }
 }
+/* ---- end wgmma forward pieces ---- */
+
+/* ---- begin tile loads ---- */
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into the tile at shared address `dst`; rows past `valid` are
+// zero-filled, never read.
+template <int kRows>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid) {
+  constexpr int kRowStep = 128 / kChunks;  // the loading warpgroup
+  static_assert(kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const unsigned short *g = src + row0 * stride + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end tile loads ---- */
+
+/* ---- begin device helpers (mbarrier pipeline, sm_90a) ----
+ * Each comment names the PTX ISA instruction it wraps (PTX ISA 8.x,
+ * "Parallel Synchronization and Communication Instructions" for mbarrier,
+ * "Data Movement and Conversion Instructions" for cp.async, "Miscellaneous
+ * Instructions" for setmaxnreg). A barrier's phase completes when its
+ * pending arrivals reach zero; its parity alternates 0, 1, 0, ... */
+
+// mbarrier.init: a barrier in shared memory (8 bytes, 8-byte aligned)
+// expecting `count` arrivals a phase. One thread initializes, then a
+// fence (below) and a CTA barrier before any use.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+// fence.mbarrier_init: the initializations above, visible to the async
+// operations (cp.async's arrivals) that follow.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// cp.async.mbarrier.arrive.noinc: arrive on `bar` once every cp.async
+// this thread issued before has landed; .noinc: the arrival is one of the
+// count the barrier was initialized with.
+__device__ __forceinline__ void mbar_arrive_on_copies(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+// mbarrier.arrive: one arrival (release semantics: this thread's earlier
+// reads and writes of the stage are done before the phase can complete).
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+// mbarrier.try_wait.parity: whether the phase of parity `parity` has
+// completed, after waiting a while for it (acquire semantics).
+__device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0;
+}
+// Wait for the phase of parity `parity` to complete.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+// setmaxnreg.dec / .inc: the executing warpgroup's registers a thread
+// lowered (given back to the SM) or raised (taken from it, waiting until
+// they are free); the whole warpgroup executes it. A multiple of 8 in
+// [24, 256]; the CTA's budgets must add up to what it was launched with.
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+/* ---- end device helpers (mbarrier pipeline, sm_90a) ---- */
+
+// bar.sync on named barrier 1: the computing warpgroups alone.
+__device__ __forceinline__ void math_sync() {
+  asm volatile("bar.sync 1, %0;\n" :: "n"(kMathThreads) : "memory");
+}
+// Turns (kPingpong): warpgroup w waits at barrier 2 + w for its turn to
+// issue, and gives the turn to the other at 2 + (1 - w) after issuing.
+__device__ __forceinline__ void turn_wait(int wg) {
+  if constexpr (kPingpong) asm volatile("bar.sync %0, 256;\n" :: "r"(2 + wg) : "memory");
+}
+__device__ __forceinline__ void turn_pass(int wg) {
+  if constexpr (kPingpong) asm volatile("bar.arrive %0, 256;\n" :: "r"(3 - wg) : "memory");
+}
 
 // 1024-byte aligned: the swizzle's 8-row atoms start at multiples of 1024.
 extern __shared__ __align__(1024) unsigned short smem[];
@@ -741,7 +743,7 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
   float alpha[2];
   const long long key_last = (long long)(n_first + n_tiles - 1) * kBlockN;  // tile 0's first key
   auto view = [&](int i) {
-    return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows, wrow0);
+    return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows, wrow0, !kPingpong);
   };
   auto wait_full = [&](int i) {
     mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);
