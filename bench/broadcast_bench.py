@@ -261,11 +261,7 @@ def flex_block_lists(cu_k, kv_block=FLEX_KV_BLOCK, causal=False):
             "q_full": q_full, "num_kv_blocks": nkv}
 
 
-def pad_lists(lists):
-    """(counts, rows): each list's length and the lists padded with 0 to
-    one width (at least 1), as BlockMask's num_blocks / indices want."""
-    width = max([1] + [len(x) for x in lists])
-    return [len(x) for x in lists], [list(x) + [0] * (width - len(x)) for x in lists]
+pad_lists = J.pad_lists  # BlockMask's (num_blocks, indices) rows, shared with jagged_bench
 
 
 # ---- report (pure Python) -------------------------------------------------------
@@ -372,14 +368,7 @@ def _rel(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-def _first_line(e):
-    text = str(e).strip()
-    return "%s: %s" % (type(e).__name__, text.splitlines()[0][:300] if text else "")
-
-
-def _is_cuda_failure(e):
-    text = str(e)
-    return "CUDA error" in text or "illegal" in text or "CUDA_ERROR" in text
+_first_line, _is_cuda_failure = J._first_line, J._is_cuda_failure
 
 
 class Skip(Exception):

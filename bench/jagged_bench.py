@@ -326,7 +326,7 @@ class Fa4:
 
 def _first_line(e):
     text = str(e).strip()
-    return "%s: %s" % (type(e).__name__, text.splitlines()[0][:200] if text else "")
+    return "%s: %s" % (type(e).__name__, text.splitlines()[0][:300] if text else "")
 
 
 def _is_cuda_failure(e):
