@@ -22,8 +22,8 @@
  * longest sequence's key tiles) and no division in them when the tile
  * sizes are powers of two. The kernel side is not built yet; see
  * bench/NOTES.md. Cost for 1152 sequences uniform in [1, 4096], causal:
- * 108 us on the H200's host before the two fast paths (2026-12-03), 15 us
- * after them on the development container (tests/check_schedule.c). */
+ * 108 us on the H200's host before the two fast paths (2026-12-03), 15-27
+ * us after them on the development container (tests/check_schedule.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +32,21 @@
 /* x / d for d = 1 << shift when shift >= 0, else by division. */
 static inline int64_t div_by(int64_t x, int64_t d, int shift) {
   return shift >= 0 ? x >> shift : x / d;
+}
+
+/* ceil(x / d), as div_by. */
+static inline int64_t ceil_by(int64_t x, int64_t d, int shift) {
+  return div_by(x + d - 1, d, shift);
+}
+
+/* Counts c[0..top] into the starts of their runs, the largest index first
+ * (c[i] = the count above i): a descending counting sort's first half. */
+static void starts_from_top(int64_t *c, int64_t top) {
+  for (int64_t i = top, acc = 0; i >= 0; i--) {
+    const int64_t n = c[i];
+    c[i] = acc;
+    acc += n;
+  }
 }
 
 static int log2_exact(int64_t d) {
@@ -55,7 +70,7 @@ static int64_t tile_work(const ag_schedule_shape *s, int shift_n, int64_t lq, in
     if (hi > lk) hi = lk;
   }
   if (hi <= lo) return 0;
-  return div_by(hi + s->block_n - 1, s->block_n, shift_n) - div_by(lo, s->block_n, shift_n);
+  return ceil_by(hi, s->block_n, shift_n) - div_by(lo, s->block_n, shift_n);
 }
 
 /* The work of sequence b's tiles into w[0..n): without a mask one value
@@ -64,7 +79,7 @@ static int64_t tile_work(const ag_schedule_shape *s, int shift_n, int64_t lq, in
 static void sequence_work(const ag_schedule_shape *s, int shift_n, int64_t lq, int64_t lk,
                           int64_t n, int32_t *w) {
   if (!s->causal && !s->window) {
-    const int32_t all = lk > 0 ? (int32_t)div_by(lk + s->block_n - 1, s->block_n, shift_n) : 0;
+    const int32_t all = lk > 0 ? (int32_t)ceil_by(lk, s->block_n, shift_n) : 0;
     for (int64_t t = 0; t < n; t++) w[t] = all;
     return;
   }
@@ -72,7 +87,7 @@ static void sequence_work(const ag_schedule_shape *s, int shift_n, int64_t lq, i
     for (int64_t t = 0, end = s->block_m; t < n; t++, end += s->block_m) {
       int64_t hi = (end < lq ? end : lq) + lk - lq;
       if (hi > lk) hi = lk;
-      w[t] = hi > 0 ? (int32_t)div_by(hi + s->block_n - 1, s->block_n, shift_n) : 0;
+      w[t] = hi > 0 ? (int32_t)ceil_by(hi, s->block_n, shift_n) : 0;
     }
     return;
   }
@@ -106,25 +121,16 @@ static bool build_causal_self(const ag_schedule_shape *s, const int32_t *cu, int
   for (int64_t b = 0; b < batch; b++) {
     const int64_t l = (int64_t)cu[b + 1] - cu[b];
     if (l <= 0) continue;
-    count[div_by(l + s->block_m - 1, s->block_m, shift_m)]++;
-    last[div_by(l + s->block_n - 1, s->block_n, shift_n)]++;
+    count[ceil_by(l, s->block_m, shift_m)]++;
+    last[ceil_by(l, s->block_n, shift_n)]++;
   }
-  /* starts, longest first: count[n] = sequences with more than n tiles */
-  for (int64_t n = max_n, acc = 0; n >= 0; n--) {
-    const int64_t c = count[n];
-    count[n] = acc;
-    acc += c;
-  }
-  for (int64_t w = max_work, acc = 0; w >= 0; w--) {
-    const int64_t c = last[w];
-    last[w] = acc;
-    acc += c;
-  }
+  starts_from_top(count, max_n); /* count[n] = sequences with more than n tiles */
+  starts_from_top(last, max_work);
   for (int64_t b = 0; b < batch; b++) {
     const int64_t l = (int64_t)cu[b + 1] - cu[b];
     if (l <= 0) continue;
-    by_n[count[div_by(l + s->block_m - 1, s->block_m, shift_m)]++] = (int32_t)b;
-    by_last[last[div_by(l + s->block_n - 1, s->block_n, shift_n)]++] = (int32_t)b;
+    by_n[count[ceil_by(l, s->block_m, shift_m)]++] = (int32_t)b;
+    by_last[last[ceil_by(l, s->block_n, shift_n)]++] = (int32_t)b;
   }
   /* after the loop count[n] ends run n: count[n] = sequences with >= n tiles;
    * last[w] ends run w (run w starts at last[w + 1]) */
@@ -133,12 +139,13 @@ static bool build_causal_self(const ag_schedule_shape *s, const int32_t *cu, int
     if (w % r == 0 && w / r + 1 <= max_n) { /* tile k - 1 of sequences with > k tiles */
       const int64_t k = w / r;
       const int64_t with = count[k + 1]; /* sequences of at least k + 1 tiles */
-      for (int64_t i = 0; i < with; i++) tiles[at++] = (ag_schedule_tile){by_n[i], (int32_t)(k - 1)};
+      for (int64_t i = 0; i < with; i++)
+        tiles[at++] = (ag_schedule_tile){by_n[i], (int32_t)(k - 1)};
     }
     for (int64_t i = last[w + 1]; i < last[w]; i++) { /* last tiles of work w */
       const int32_t b = by_last[i];
-      const int64_t n = div_by((int64_t)cu[b + 1] - cu[b] + s->block_m - 1, s->block_m, shift_m);
-      tiles[at++] = (ag_schedule_tile){b, (int32_t)(n - 1)};
+      tiles[at++] = (ag_schedule_tile){b, (int32_t)(ceil_by((int64_t)cu[b + 1] - cu[b], s->block_m,
+                                                            shift_m) - 1)};
     }
   }
   free(count), free(last), free(by_n), free(by_last);
@@ -161,23 +168,18 @@ static bool build_unmasked(const ag_schedule_shape *s, const int32_t *cu_q, cons
   }
   for (int64_t b = 0; b < batch; b++)
     if (cu_q[b + 1] > cu_q[b])
-      start[div_by((int64_t)cu_k[b + 1] - cu_k[b] + s->block_n - 1, s->block_n, shift_n)]++;
-  for (int64_t w = max_work, acc = 0; w >= 0; w--) { /* longest first */
-    const int64_t c = start[w];
-    start[w] = acc;
-    acc += c;
-  }
+      start[ceil_by((int64_t)cu_k[b + 1] - cu_k[b], s->block_n, shift_n)]++;
+  starts_from_top(start, max_work); /* longest first */
   int64_t used = 0;
   for (int64_t b = 0; b < batch; b++)
     if (cu_q[b + 1] > cu_q[b]) {
-      order[start[div_by((int64_t)cu_k[b + 1] - cu_k[b] + s->block_n - 1, s->block_n,
-                         shift_n)]++] = (int32_t)b;
+      order[start[ceil_by((int64_t)cu_k[b + 1] - cu_k[b], s->block_n, shift_n)]++] = (int32_t)b;
       used++;
     }
   int64_t at = 0;
   for (int64_t i = 0; i < used; i++) {
     const int32_t b = order[i];
-    const int64_t n = div_by((int64_t)cu_q[b + 1] - cu_q[b] + s->block_m - 1, s->block_m, shift_m);
+    const int64_t n = ceil_by((int64_t)cu_q[b + 1] - cu_q[b], s->block_m, shift_m);
     for (int64_t t = 0; t < n; t++) tiles[at++] = (ag_schedule_tile){b, (int32_t)t};
   }
   free(start), free(order);
@@ -206,7 +208,7 @@ ag_status ag_schedule_build(const ag_schedule_shape *s, const int32_t *cu_q, con
     if (lq < 0 || lk < 0)
       return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "offsets decrease at sequence %lld",
                      (long long)b);
-    const int64_t n = div_by(lq + s->block_m - 1, s->block_m, shift_m);
+    const int64_t n = ceil_by(lq, s->block_m, shift_m);
     ntiles += n;
     if (n > max_n) max_n = n;
     if (lk > max_lk) max_lk = lk;
@@ -218,10 +220,10 @@ ag_status ag_schedule_build(const ag_schedule_shape *s, const int32_t *cu_q, con
    * window bounded on both sides (the causal mask bounds the right) of
    * its span over a tile's rows, plus one for a range that starts inside a
    * tile: the counting sort's range */
-  int64_t max_work = div_by(max_lk + s->block_n - 1, s->block_n, shift_n) + 1;
+  int64_t max_work = ceil_by(max_lk, s->block_n, shift_n) + 1;
   if (s->window && s->window_left >= 0 && (s->causal || s->window_right >= 0)) {
     const int64_t span = s->window_left + (s->causal ? 0 : s->window_right) + s->block_m;
-    const int64_t bound = div_by(span + s->block_n - 1, s->block_n, shift_n) + 1;
+    const int64_t bound = ceil_by(span, s->block_n, shift_n) + 1;
     if (bound < max_work) max_work = bound;
   }
   if (!out->tiles || !out->work || out->capacity < ntiles) {
@@ -257,7 +259,7 @@ ag_status ag_schedule_build(const ag_schedule_shape *s, const int32_t *cu_q, con
   int32_t *work = out->work;
   for (int64_t b = 0, at = 0; b < batch; b++) {
     const int64_t lq = (int64_t)cu_q[b + 1] - cu_q[b], lk = (int64_t)cu_k[b + 1] - cu_k[b];
-    const int64_t n = div_by(lq + s->block_m - 1, s->block_m, shift_m);
+    const int64_t n = ceil_by(lq, s->block_m, shift_m);
     sequence_work(s, shift_n, lq, lk, n, work + at);
     for (int64_t t = 0; t < n; t++) bucket[max_work - work[at + t] + 1]++;
     at += n;
@@ -266,7 +268,7 @@ ag_status ag_schedule_build(const ag_schedule_shape *s, const int32_t *cu_q, con
   /* Pass 3: each tile at its bucket's next place (stable: sequence order
    * within a bucket). */
   for (int64_t b = 0, at = 0; b < batch; b++) {
-    const int64_t n = div_by((int64_t)cu_q[b + 1] - cu_q[b] + s->block_m - 1, s->block_m, shift_m);
+    const int64_t n = ceil_by((int64_t)cu_q[b + 1] - cu_q[b], s->block_m, shift_m);
     for (int64_t t = 0; t < n; t++)
       out->tiles[bucket[max_work - work[at + t]]++] = (ag_schedule_tile){(int32_t)b, (int32_t)t};
     at += n;
