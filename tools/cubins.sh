@@ -7,6 +7,8 @@
 # and comparing the two directories (`cmp` each pair; `tools/cubins.sh
 # --same A B` does it).
 # Usage: tools/cubins.sh DIR [ATTNGEN]   |   tools/cubins.sh --same DIR_A DIR_B
+# (kernels moved within a source change the symbol order alone: then
+# tools/cubin_code.py DIR_A DIR_B compares the code kernel by kernel)
 set -eu
 if [ "${1:-}" = --same ]; then
   a=$2 b=$3 rc=0

@@ -1814,20 +1814,9 @@ __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int
 }
 /* ---- end rotary embeddings ---- */
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 // 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
 // multiples of 1024.
 extern __shared__ __align__(1024) unsigned short smem[];
-
-// Where the fp32 dQ accumulator starts in `di` (16-byte aligned).
-__device__ __forceinline__ long long dq_accumulator_at(long long heads, long long total_q) {
-  return (heads * total_q + 3) / 4 * 4;
-}
 
 /* ---- begin the math ----
  * As jagged_bwd.cu: P = exp(scale * S - LSE), dP = dO V^T, dS = P (.) (dP
@@ -1878,6 +1867,17 @@ __device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
   for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
+// Where the fp32 dQ accumulator starts in `di` (16-byte aligned).
+__device__ __forceinline__ long long dq_accumulator_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
+
 /* ---- begin kernel _pre ----
  * One (token, head) row of kPieces lanes: D = rowsum(dO (.) O) to `di`
  * (0 for a row with no key, whose LSE is -inf), and the row's dQ
@@ -1921,6 +1921,104 @@ ag_jrope_d128_bf16_causal_rope_bwd_pre(const unsigned short *__restrict__ q,
   }
 }
 /* ---- end kernel _pre ---- */
+
+/* ---- begin dQ rotated back ----
+ * Group i (8 elements) of the accumulator's [total_q * heads, kHeadDim]
+ * rows: dQ = R^T (scale * accumulator), rounded, for the row's token t at
+ * its position (t - its sequence's start + Lk - Lq: the sequence found by
+ * a binary search over the clamped offsets), or with its table row. */
+__device__ __forceinline__ void unrotate_dq(const float4 *acc, long long i,
+    unsigned short *__restrict__ dq, const RotaryTables &tables,
+    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k, long long batch,
+    int heads, long long total_q, long long total_k) {
+  constexpr int kChunks = kHeadDim / 8;
+  const long long row = i / kChunks, t = row / heads;
+  const int c = (int)(i - row * kChunks);
+  if (c >= kChunks / 2) return;  // the partner chunk's thread does it
+  RotaryRows rr;
+  (void)tables;
+  long long lo = 0, hi = batch - 1;  // the last sequence whose start is <= t
+  while (lo < hi) {
+    const long long mid = (lo + hi + 1) / 2;
+    if (clamp_offset(__ldg(cu_seqlens_q + mid), 0, total_q) <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  const long long qs = clamp_offset(__ldg(cu_seqlens_q + lo), 0, total_q);
+  const long long qe = clamp_offset(__ldg(cu_seqlens_q + lo + 1), qs, total_q);
+  const long long ks = clamp_offset(__ldg(cu_seqlens_k + lo), 0, total_k);
+  const long long ke = clamp_offset(__ldg(cu_seqlens_k + lo + 1), ks, total_k);
+  rr.pos0 = t - qs + (ke - ks) - (qe - qs);
+  rr.table = nullptr;
+  float g[2][8];  // the group (and, half layout, its partner), scaled
+  {
+    const float4 x = acc[0], y = acc[1];
+    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) g[0][e] = v[e] * kScale;
+  }
+  {
+    const float4 *const p = acc + 2 * (kChunks / 2);
+    const float4 x = p[0], y = p[1];
+    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) g[1][e] = v[e] * kScale;
+  }
+  // pair 8c + e is (element e of this group, element e of the partner)
+#pragma unroll
+  for (int e = 0; e < 8; e++) {
+    float s, co;
+    pair_angle(rr, 0, 8 * c + e, s, co);
+    const float x0 = g[0][e], x1 = g[1][e];
+    g[0][e] = x0 * co + x1 * s;
+    g[1][e] = x1 * co - x0 * s;
+  }
+  constexpr int kParts = 2;  // the group, and its partner
+#pragma unroll
+  for (int part = 0; part < kParts; part++) {
+    uint4 r;
+    r.x = pack2(g[part][0], g[part][1]);
+    r.y = pack2(g[part][2], g[part][3]);
+    r.z = pack2(g[part][4], g[part][5]);
+    r.w = pack2(g[part][6], g[part][7]);
+    reinterpret_cast<uint4 *>(dq)[i + part * (kChunks / 2)] = r;
+  }
+}
+/* ---- end dQ rotated back ---- */
+
+/* ---- begin kernel _dq ----
+ * dQ = scale * accumulator, rounded: 8 elements a thread. With Q rotated,
+ * rotated back first: in the half layout the thread of a row's chunk c <
+ * kChunks / 2 also takes chunk c + kChunks / 2 (its pairs' partners), and
+ * that chunk's thread has nothing to do. */
+extern "C" __global__ void __launch_bounds__(kRowsThreads)
+ag_jrope_d128_bf16_causal_rope_bwd_dq(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
+  (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
+  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k;
+  (void)num_tiles;
+  const long long i = blockIdx.x * (long long)kRowsThreads + threadIdx.x;  // 8-element group
+  if (i >= total_q * heads * (kHeadDim / 8)) return;
+  const float4 *const acc =
+      reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) + 2 * i;
+  if constexpr (kRotateQ) {
+    const RotaryTables tables = {nullptr, nullptr};
+    unrotate_dq(acc, i, dq, tables, cu_seqlens_q, cu_seqlens_k, batch, heads, total_q, total_k);
+    return;
+  }
+  const float4 x = acc[0], y = acc[1];
+  uint4 r;
+  r.x = pack2(x.x * kScale, x.y * kScale);
+  r.y = pack2(x.z * kScale, x.w * kScale);
+  r.z = pack2(y.x * kScale, y.y * kScale);
+  r.w = pack2(y.z * kScale, y.w * kScale);
+  reinterpret_cast<uint4 *>(dq)[i] = r;
+}
+/* ---- end kernel _dq ---- */
 
 /* ---- begin kernel _kv ----
  * KV-stationary: a CTA owns kBlockN keys of one kv head (warpgroup w the
@@ -2215,102 +2313,5 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
 }
 /* ---- end kernel _kv ---- */
 
-/* ---- begin dQ rotated back ----
- * Group i (8 elements) of the accumulator's [total_q * heads, kHeadDim]
- * rows: dQ = R^T (scale * accumulator), rounded, for the row's token t at
- * its position (t - its sequence's start + Lk - Lq: the sequence found by
- * a binary search over the clamped offsets), or with its table row. */
-__device__ __forceinline__ void unrotate_dq(const float4 *acc, long long i,
-    unsigned short *__restrict__ dq, const RotaryTables &tables,
-    const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k, long long batch,
-    int heads, long long total_q, long long total_k) {
-  constexpr int kChunks = kHeadDim / 8;
-  const long long row = i / kChunks, t = row / heads;
-  const int c = (int)(i - row * kChunks);
-  if (c >= kChunks / 2) return;  // the partner chunk's thread does it
-  RotaryRows rr;
-  (void)tables;
-  long long lo = 0, hi = batch - 1;  // the last sequence whose start is <= t
-  while (lo < hi) {
-    const long long mid = (lo + hi + 1) / 2;
-    if (clamp_offset(__ldg(cu_seqlens_q + mid), 0, total_q) <= t) lo = mid;
-    else hi = mid - 1;
-  }
-  const long long qs = clamp_offset(__ldg(cu_seqlens_q + lo), 0, total_q);
-  const long long qe = clamp_offset(__ldg(cu_seqlens_q + lo + 1), qs, total_q);
-  const long long ks = clamp_offset(__ldg(cu_seqlens_k + lo), 0, total_k);
-  const long long ke = clamp_offset(__ldg(cu_seqlens_k + lo + 1), ks, total_k);
-  rr.pos0 = t - qs + (ke - ks) - (qe - qs);
-  rr.table = nullptr;
-  float g[2][8];  // the group (and, half layout, its partner), scaled
-  {
-    const float4 x = acc[0], y = acc[1];
-    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
-#pragma unroll
-    for (int e = 0; e < 8; e++) g[0][e] = v[e] * kScale;
-  }
-  {
-    const float4 *const p = acc + 2 * (kChunks / 2);
-    const float4 x = p[0], y = p[1];
-    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
-#pragma unroll
-    for (int e = 0; e < 8; e++) g[1][e] = v[e] * kScale;
-  }
-  // pair 8c + e is (element e of this group, element e of the partner)
-#pragma unroll
-  for (int e = 0; e < 8; e++) {
-    float s, co;
-    pair_angle(rr, 0, 8 * c + e, s, co);
-    const float x0 = g[0][e], x1 = g[1][e];
-    g[0][e] = x0 * co + x1 * s;
-    g[1][e] = x1 * co - x0 * s;
-  }
-  constexpr int kParts = 2;  // the group, and its partner
-#pragma unroll
-  for (int part = 0; part < kParts; part++) {
-    uint4 r;
-    r.x = pack2(g[part][0], g[part][1]);
-    r.y = pack2(g[part][2], g[part][3]);
-    r.z = pack2(g[part][4], g[part][5]);
-    r.w = pack2(g[part][6], g[part][7]);
-    reinterpret_cast<uint4 *>(dq)[i + part * (kChunks / 2)] = r;
-  }
-}
-/* ---- end dQ rotated back ---- */
-
-/* ---- begin kernel _dq ----
- * dQ = scale * accumulator, rounded: 8 elements a thread. With Q rotated,
- * rotated back first: in the half layout the thread of a row's chunk c <
- * kChunks / 2 also takes chunk c + kChunks / 2 (its pairs' partners), and
- * that chunk's thread has nothing to do. */
-extern "C" __global__ void __launch_bounds__(kRowsThreads)
-ag_jrope_d128_bf16_causal_rope_bwd_dq(const unsigned short *__restrict__ q,
-    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
-    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
-    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
-    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-    long long total_q, long long total_k, long long num_tiles) {
-  (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
-  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k;
-  (void)num_tiles;
-  const long long i = blockIdx.x * (long long)kRowsThreads + threadIdx.x;  // 8-element group
-  if (i >= total_q * heads * (kHeadDim / 8)) return;
-  const float4 *const acc =
-      reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) + 2 * i;
-  if constexpr (kRotateQ) {
-    const RotaryTables tables = {nullptr, nullptr};
-    unrotate_dq(acc, i, dq, tables, cu_seqlens_q, cu_seqlens_k, batch, heads, total_q, total_k);
-    return;
-  }
-  const float4 x = acc[0], y = acc[1];
-  uint4 r;
-  r.x = pack2(x.x * kScale, x.y * kScale);
-  r.y = pack2(x.z * kScale, x.w * kScale);
-  r.z = pack2(y.x * kScale, y.y * kScale);
-  r.w = pack2(y.z * kScale, y.w * kScale);
-  reinterpret_cast<uint4 *>(dq)[i] = r;
-}
-/* ---- end kernel _dq ---- */
 
 }  // namespace bwd

@@ -2295,20 +2295,9 @@ __device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][
 }
 /* ---- end jagged tiles ---- */
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 // 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
 // multiples of 1024.
 extern __shared__ __align__(1024) unsigned short smem[];
-
-// Where the fp32 dQ accumulator starts in `di` (16-byte aligned).
-__device__ __forceinline__ long long dq_accumulator_at(long long heads, long long total_q) {
-  return (heads * total_q + 3) / 4 * 4;
-}
 
 /* ---- begin the math ----
  * As jagged_bwd.cu: P = exp(scale * S - LSE), dP = dO V^T, dS = P (.) (dP
@@ -2359,6 +2348,17 @@ __device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
   for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
+// Where the fp32 dQ accumulator starts in `di` (16-byte aligned).
+__device__ __forceinline__ long long dq_accumulator_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
+
 /* ---- begin kernel _pre ----
  * One (token, head) row of kPieces lanes: D = rowsum(dO (.) O) to `di`
  * (0 for a row with no key, whose LSE is -inf), and the row's dQ
@@ -2402,6 +2402,36 @@ ag_gem_d128_bf16_bwd_pre(const unsigned short *__restrict__ q,
   }
 }
 /* ---- end kernel _pre ---- */
+
+/* ---- begin kernel _dq ----
+ * dQ = scale * accumulator, rounded: 8 elements a thread. With Q rotated,
+ * rotated back first: in the half layout the thread of a row's chunk c <
+ * kChunks / 2 also takes chunk c + kChunks / 2 (its pairs' partners), and
+ * that chunk's thread has nothing to do. */
+extern "C" __global__ void __launch_bounds__(kRowsThreads)
+ag_gem_d128_bf16_bwd_dq(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
+  (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
+  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k;
+  (void)num_tiles;
+  const long long i = blockIdx.x * (long long)kRowsThreads + threadIdx.x;  // 8-element group
+  if (i >= total_q * heads * (kHeadDim / 8)) return;
+  const float4 *const acc =
+      reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) + 2 * i;
+  const float4 x = acc[0], y = acc[1];
+  uint4 r;
+  r.x = pack2(x.x * kScale, x.y * kScale);
+  r.y = pack2(x.z * kScale, x.w * kScale);
+  r.z = pack2(y.x * kScale, y.y * kScale);
+  r.w = pack2(y.z * kScale, y.w * kScale);
+  reinterpret_cast<uint4 *>(dq)[i] = r;
+}
+/* ---- end kernel _dq ---- */
 
 /* ---- begin kernel _kv ----
  * KV-stationary: a CTA owns kBlockN keys of one kv head (warpgroup w the
@@ -2672,34 +2702,5 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
 }
 /* ---- end kernel _kv ---- */
 
-/* ---- begin kernel _dq ----
- * dQ = scale * accumulator, rounded: 8 elements a thread. With Q rotated,
- * rotated back first: in the half layout the thread of a row's chunk c <
- * kChunks / 2 also takes chunk c + kChunks / 2 (its pairs' partners), and
- * that chunk's thread has nothing to do. */
-extern "C" __global__ void __launch_bounds__(kRowsThreads)
-ag_gem_d128_bf16_bwd_dq(const unsigned short *__restrict__ q,
-    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
-    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
-    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
-    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
-    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-    long long total_q, long long total_k, long long num_tiles) {
-  (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
-  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k;
-  (void)num_tiles;
-  const long long i = blockIdx.x * (long long)kRowsThreads + threadIdx.x;  // 8-element group
-  if (i >= total_q * heads * (kHeadDim / 8)) return;
-  const float4 *const acc =
-      reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) + 2 * i;
-  const float4 x = acc[0], y = acc[1];
-  uint4 r;
-  r.x = pack2(x.x * kScale, x.y * kScale);
-  r.y = pack2(x.z * kScale, x.w * kScale);
-  r.z = pack2(y.x * kScale, y.y * kScale);
-  r.w = pack2(y.z * kScale, y.w * kScale);
-  reinterpret_cast<uint4 *>(dq)[i] = r;
-}
-/* ---- end kernel _dq ---- */
 
 }  // namespace bwd
