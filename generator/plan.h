@@ -170,6 +170,10 @@ typedef struct ag_plan_jagged {
    * 0 rows where not */
   int fast_block_m, fast_block_n, fast_threads, fast_smem_bytes, fast_rows_threads;
   int fast_min_ctas; /* CTAs of _kv an SM: 3 at head dim 64 takes one slot of staging rows */
+  /* _kv warp specialized (templates/jagged_bwd_ws.cu): a loading
+   * warpgroup and fast_stages Q, dO stages */
+  bool fast_ws;
+  int fast_stages;
 } ag_plan_jagged;
 
 /* The variants of the broadcast kernels (ag_plan_kernel.variant): the
@@ -278,7 +282,7 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
  * (plan_jagged.c says which have): rotary specs on the sm_90a wgmma
  * kernels, the sm_90a forward's short-sequence variant. */
 typedef struct ag_plan_jagged_choices {
-  bool sm90_rotary, sm90_short, sm90_ws, sm90_ws64;
+  bool sm90_rotary, sm90_short, sm90_ws, sm90_ws64, sm90_bwd_ws;
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

@@ -172,6 +172,30 @@ static void plan_backward(ag_plan *p) {
   j->sum_threads = 256;
 }
 
+/* The fast backward's _kv warp specialized (templates/jagged_bwd_ws.cu),
+ * at both head dims without rotary embeddings: a loading warpgroup copies
+ * K and V once a tile and streams Q, dO and the row floats through two
+ * stages (cp.async completing on mbarriers), and two computing warpgroups
+ * of 64 keys (128 keys a CTA, one CTA an SM) work with no CTA barrier:
+ * they meet once a step at head dim 128, where dQ's columns are split
+ * between them and both read the step's whole dS^T (two dS^T buffers, so
+ * that a step's writes never wait for the other warpgroup's last dQ), and
+ * never at head dim 64, where each adds its own keys' dQ. One set of dQ
+ * staging rows of 68 floats a warpgroup. Shared memory: K, V, the stages,
+ * two dS^T, the stages' row floats, the staging rows: 199,680 bytes at
+ * head dim 128, 134,144 at 64. */
+static void plan_backward_ws(ag_plan *p) {
+  ag_plan_jagged *j = &p->jagged;
+  const int m = 64, n = 128, stages = 2;
+  j->fast_ws = true;
+  j->fast_stages = stages;
+  j->fast_block_n = n;
+  j->fast_threads = 128 + 128 * (n / 64);
+  j->fast_min_ctas = 1;
+  j->fast_smem_bytes =
+      4 * p->head_dim * (n + stages * m) + 4 * n * m + 8 * stages * m + n * 68 * 4;
+}
+
 /* Backward on sm_90a where the spec lets dQ's bits vary (not
  * deterministic; not broadcast, whose staged dQ sum is already fast):
  * _kv is key-stationary on wgmma with query steps of 64 rows; it adds
@@ -187,21 +211,25 @@ static void plan_backward(ag_plan *p) {
  * CTAs an SM with three slots. Shared memory: K, V, the slots, dS^T, the
  * slots' row floats, the staging rows. On the H200 it runs 1.06-1.14x
  * FlashAttention-2's backward (bench/RESULTS-jagged.md). */
-static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, bool sm90_rotary) {
+static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, ag_plan_jagged_choices choices) {
   if (spec->arch != AG_ARCH_SM90A || spec->deterministic || p->jagged.broadcast ||
-      (spec->rotary.layout != AG_ROTARY_NONE && !sm90_rotary)) /* as the forward */
+      (spec->rotary.layout != AG_ROTARY_NONE && !choices.sm90_rotary)) /* as the forward */
     return false;
   ag_plan_jagged *j = &p->jagged;
+  j->fast_rows_threads = 256;
+  j->fast_block_m = 64;
+  if (choices.sm90_bwd_ws && spec->rotary.layout == AG_ROTARY_NONE) {
+    plan_backward_ws(p);
+    return true;
+  }
   const bool d64 = p->head_dim == 64;
   const int m = 64, n = d64 ? 64 : 128, slots = 2;
   const int stages = d64 ? 1 : 2, stride = d64 ? 68 : 72; /* staging rows */
-  j->fast_block_m = m;
   j->fast_block_n = n;
   j->fast_threads = 128 * (n / 64);
   j->fast_min_ctas = d64 ? 3 : 1;
   j->fast_smem_bytes = 4 * p->head_dim * (n + slots * m) + 2 * n * m + 8 * slots * m +
                        stages * (n / 64) * 64 * stride * 4;
-  j->fast_rows_threads = 256;
   return true;
 }
 
@@ -226,10 +254,12 @@ static const bool sm90_ws_checked = true;
  * same way, with the short mma.sync variant beside it:
  * bench/results/2026-12-03-h200-jagged-ws64-gpu-suite.log. */
 static const bool sm90_ws64_checked = true;
+/* The warp-specialized backward (plan_backward_ws). */
+static const bool sm90_bwd_ws_checked = false;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
   return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked,
-                                  sm90_ws64_checked};
+                                  sm90_ws64_checked, sm90_bwd_ws_checked};
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -238,7 +268,6 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) 
 
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,
                                    ag_plan *out, ag_error *err) {
-  const bool sm90_rotary = choices.sm90_rotary;
   memset(out, 0, sizeof *out);
   if (spec->head_dim != 64 && spec->head_dim != 128)
     return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
@@ -262,7 +291,7 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
   if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out, choices) &&
       !(choices.sm90_ws64 && plan_forward_ws64(spec, out)))
     plan_forward(out);
-  if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, sm90_rotary))
+  if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, choices))
     plan_backward(out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
   if (choices.sm90_short && !out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD))
@@ -326,7 +355,8 @@ static const ag_param bwd_params[] = {
     AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,   AG_PARAM_DV,      AG_PARAM_DI};
 enum { BWD_NPARAMS = (int)(sizeof bwd_params / sizeof bwd_params[0]) };
 
-/* The fast sm_90a backward: _pre, _kv, _dq of jagged_bwd_sm90.cu. */
+/* The fast sm_90a backward: _pre, _kv, _dq of jagged_bwd_sm90.cu (or
+ * jagged_bwd_ws.cu). */
 static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
   const ag_plan_jagged *j = &plan->jagged;
   char stem[AG_KERNEL_NAME_MAX], name[AG_KERNEL_NAME_MAX];
@@ -335,8 +365,9 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
   static const char *const suffix[3] = {"_pre", "_kv", "_dq"};
   for (int i = 0; i < 3; i++) {
     snprintf(name, sizeof name, "%.*s%s", AG_KERNEL_NAME_MAX - 4, stem, suffix[i]);
-    ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name,
-                                           i == 0 ? "jagged_bwd_sm90.cu" : NULL);
+    ag_plan_kernel *k = ag_plan_add_kernel(
+        spec, plan, AG_PASS_BACKWARD, name,
+        i > 0 ? NULL : j->fast_ws ? "jagged_bwd_ws.cu" : "jagged_bwd_sm90.cu");
     snprintf(k->template_name, sizeof k->template_name, "%s", stem);
     if (j->fwd_block_m > 0) k->namespace_name = "bwd";
     add_params(plan, k, bwd_params, BWD_NPARAMS);
@@ -356,7 +387,8 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
       ag_plan_set(k, "BLOCK_N", j->fast_block_n);
       ag_plan_set(k, "SMEM_BYTES", j->fast_smem_bytes);
       ag_plan_set(k, "ROWS_THREADS", j->fast_rows_threads);
-      ag_plan_set(k, "MIN_CTAS", j->fast_min_ctas);
+      if (j->fast_ws) ag_plan_set(k, "STAGES", j->fast_stages);
+      else ag_plan_set(k, "MIN_CTAS", j->fast_min_ctas);
     }
   }
 }
@@ -491,6 +523,13 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                     "%s  warpgroup) over the group's heads, query tiles of %d; each tile's dQ\n"
                     "%s  added to the fp32 accumulator by bulk adds (its bits vary run to run)\n",
                     prefix, j->fast_block_n, prefix, j->fast_block_m, prefix);
+      if (j->fast_ws)
+        ag_buf_printf(b,
+                      "%s  warp specialized: one warpgroup loads K, V and %d stages of Q, dO;\n"
+                      "%s  the computing warpgroups meet %s\n",
+                      prefix, j->fast_stages, prefix,
+                      plan->head_dim == 128 ? "once a step (dQ reads both halves of dS^T)"
+                                            : "never (each adds its own keys' dQ)");
     } else if (k->walk.kind == AG_WALK_JAGGED_Q) {
       ag_buf_printf(b, "%s  query-stationary: D and dQ of %d query rows, key tiles of %d\n",
                     prefix, j->bwd_block_m, j->bwd_block_n);

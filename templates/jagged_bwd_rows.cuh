@@ -4,7 +4,7 @@
 @# jagged_bwd_ws.cu's _kv): _pre writes D = rowsum(dO (.) O) and zeroes the
 @# fp32 dQ accumulator, _dq rounds the accumulator into dQ (rotating it
 @# back first when Q is rotated).
-@# Needs: kHeadDim, kRowsThreads, kPieces, kScale, @PARAMS@'s names,
+@# Needs: kHeadDim, kRowsThreads, kPieces, kScale, kDqTiled, @PARAMS@'s names,
 @#   neg_inf(), unpack2(), pack2(), and with ROTARY: kRotateQ,
 @#   RotaryRows, pair_angle(), clamp_offset().
 @# Placeholders: @KERNEL_NAME@ @PARAMS@. Conditions: ROTARY, ROTARY_TABLE,
@@ -18,6 +18,25 @@ struct RotaryTables {
 // Where the fp32 dQ accumulator starts in `di` (16-byte aligned).
 __device__ __forceinline__ long long dq_accumulator_at(long long heads, long long total_q) {
   return (heads * total_q + 3) / 4 * 4;
+}
+
+// Where group i of dQ (8 elements: chunk i % kChunks of row i / kChunks of
+// the [total_q * heads, kHeadDim] tensor) sits in the accumulator, in
+// floats: at 8 i, or with kDqTiled in [heads][kHeadDim / 64][total_q][64]
+// order, the 8-float chunks of token t's row XOR-swizzled by t % 8, so
+// that a step's rows of one head and 64 columns are one contiguous run
+// (one bulk add) and the staging stores that fill them are conflict-free.
+__device__ __forceinline__ long long dq_group_at(long long i, int heads, long long total_q) {
+  if constexpr (!kDqTiled) {
+    (void)heads, (void)total_q;
+    return 8 * i;
+  } else {
+    constexpr int kChunks = kHeadDim / 8;
+    const long long row = i / kChunks, t = row / heads;
+    const int h = (int)(row - t * heads), c = (int)(i - row * kChunks);
+    return ((long long)(h * (kHeadDim / 64) + c / 8) * total_q + t) * 64 +
+           ((c % 8) ^ (int)(t & 7)) * 8;
+  }
 }
 
 /* ---- begin kernel _pre ----
@@ -162,10 +181,11 @@ extern "C" __global__ void __launch_bounds__(kRowsThreads)
   (void)num_tiles;
   const long long i = blockIdx.x * (long long)kRowsThreads + threadIdx.x;  // 8-element group
   if (i >= total_q * heads * (kHeadDim / 8)) return;
-  const float4 *const acc =
-      reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) + 2 * i;
+  const float4 *const acc = reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) +
+                            dq_group_at(i, heads, total_q) / 4;
 @if ROTARY@
   if constexpr (kRotateQ) {
+    static_assert(!kDqTiled, "unrotate_dq reads the partner chunk of a row-major row");
 @if ROTARY_TABLE@
     const RotaryTables tables = {rotary_table, rotary_table_k};
 @else@

@@ -366,11 +366,32 @@ END_TEST
  * of 128 and key heads, _dq over the rows again; its workspace holds D
  * and the fp32 dQ accumulator after it, 16-byte aligned. A deterministic
  * spec keeps _dq and _dkv. */
+/* A fake kernel of `yaml` planned with `choices` (ag_plan_jagged_make_with). */
+static void fake_with(fake *f, const char *yaml, int sms, ag_plan_jagged_choices choices) {
+  ag_fake_jagged_kernel(f, yaml, sms);
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_jagged_make_with(&f->kernel.spec, choices, &f->kernel.plan, &err),
+                   AG_OK);
+  ag_plan_kernels(&f->kernel.spec, &f->kernel.plan);
+  for (int i = 0; i < f->kernel.plan.nkernels; i++) {
+    f->kernel.fn[i] = (CUfunction)(uintptr_t)(0x100 + i);
+    f->kernel.ctas_per_sm[i] = 1;
+  }
+}
+
+/* The checked choices without the warp-specialized backward: the
+ * jagged_bwd_sm90.cu kernel stays planned for rotary specs and by choice. */
+static ag_plan_jagged_choices without_bwd_ws(void) {
+  ag_plan_jagged_choices c = ag_plan_jagged_checked();
+  c.sm90_bwd_ws = false;
+  return c;
+}
+
 START_TEST(fast_backward_plan) {
   fake f;
   char y[512];
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "arch: sm_90a\n", true);
-  ag_fake_jagged_kernel(&f, y, 12);
+  fake_with(&f, y, 12, without_bwd_ws());
   const ag_plan *p = &f.kernel.plan;
   /* the forward (two with the short variant, short_forward below), then
    * the backward's three */
@@ -403,7 +424,7 @@ START_TEST(fast_backward_plan) {
   ck_assert_msg(strstr(err.message, "workspace"), "%s", err.message);
   ag_error_clear(&err);
   /* no query: only _kv runs (dK = dV = 0) */
-  ag_fake_jagged_kernel(&f, y, 12);
+  fake_with(&f, y, 12, without_bwd_ws());
   b = bwd_args();
   b.total_q = 0;
   int32_t hq[4] = {0, 0, 0, 0}, hk[4] = {0, 100, 300, 500};
@@ -421,7 +442,7 @@ START_TEST(fast_backward_plan) {
   /* head dim 64: one warpgroup of 64 keys a CTA (after the forward and,
    * warp specialized, its short variant) */
   yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, false, "arch: sm_90a\n", true);
-  ag_fake_jagged_kernel(&f, y, 12);
+  fake_with(&f, y, 12, without_bwd_ws());
   const int nf64 = ag_plan_jagged_checked().sm90_ws64 ? 2 : 1;
   ck_assert_int_eq(f.kernel.plan.kernels[nf64 + 1].threads, 128);
   ck_assert_int_eq(f.kernel.plan.kernels[nf64 + 1].walk.rows, 64);
@@ -431,6 +452,58 @@ START_TEST(fast_backward_plan) {
   ag_fake_jagged_kernel(&f, y, 12);
   ck_assert_int_eq(f.kernel.plan.nkernels, 3);
   ck_assert_int_eq(f.kernel.plan.jagged.fast_block_m, 0);
+}
+END_TEST
+
+/* The warp-specialized backward (jagged_bwd_ws.cu): at both head dims 128
+ * keys a CTA, 384 threads (a loading warpgroup), the shared memory the
+ * template's static_assert checks; rotary specs keep jagged_bwd_sm90.cu.
+ * The emitted source compiles for sm_90a with every kernel in the cubin. */
+START_TEST(ws_backward_plan) {
+  ag_plan_jagged_choices with = ag_plan_jagged_checked();
+  with.sm90_bwd_ws = true;
+  const struct { int dim; ag_dtype dt; bool causal; int smem; } cases[] = {
+      {128, AG_DTYPE_BF16, true, 199680}, {64, AG_DTYPE_FP16, false, 134144}};
+  for (int c = 0; c < 2; c++) {
+    fake f;
+    char y[512];
+    yaml_for(y, sizeof y, cases[c].dim, cases[c].dt, cases[c].causal, "arch: sm_90a\n", true);
+    fake_with(&f, y, 12, with);
+    const ag_plan *p = &f.kernel.plan;
+    const int nb = p->nkernels - 3; /* the backward's three come last */
+    ck_assert(p->jagged.fast_ws);
+    ck_assert_str_eq(p->kernels[nb].template_file, "jagged_bwd_ws.cu");
+    ck_assert_int_eq(p->kernels[nb + 1].threads, 384);
+    ck_assert_int_eq(p->kernels[nb + 1].walk.rows, 128);
+    ck_assert_int_eq(p->kernels[nb + 1].smem_bytes, cases[c].smem);
+    ck_assert_int_eq(p->kernels[nb + 1].min_ctas_per_sm, 1);
+    ag_jagged_bwd_args b = bwd_args();
+    ag_error err = {0};
+    ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+    ck_assert_int_eq(ag_fake_seen.count, 3);
+    ck_assert_uint_eq(ag_fake_seen.grids_x[1], 3 + 500 / 128);
+    ck_assert_uint_eq(ag_fake_seen.grids_y[1], 2);
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+    ck_assert_ptr_nonnull(strstr(src, "constexpr int kStages = 2;"));
+    void *cubin = NULL;
+    size_t size = 0;
+    ag_status st = ag_compile_source(src, "ws_backward.cu", "sm_90a", &cubin, &size, NULL, &err);
+    ck_assert_msg(st == AG_OK, "%s", err.message);
+    for (int k = 0; k < p->nkernels; k++)
+      ck_assert(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1));
+    free(cubin);
+    free(src);
+  }
+  /* rotary: the wgmma kernel that rotates tiles */
+  fake f;
+  char y[512];
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "arch: sm_90a\nrotary:\n  layout: half\n",
+           true);
+  fake_with(&f, y, 12, with);
+  ck_assert(!f.kernel.plan.jagged.fast_ws);
+  ck_assert_str_eq(f.kernel.plan.kernels[f.kernel.plan.nkernels - 3].template_file,
+                   "jagged_bwd_sm90.cu");
 }
 END_TEST
 
@@ -854,6 +927,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, source_shape);
   tcase_add_test(tc, launch_parameters);
   tcase_add_test(tc, fast_backward_plan);
+  tcase_add_test(tc, ws_backward_plan);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);
   tcase_add_test(tc, rotary_tables);

@@ -1704,6 +1704,7 @@ constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower 
 constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
 constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
 constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
+constexpr bool kDqTiled = false;  // the dQ accumulator row-major (jagged_bwd_rows.cuh)
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM == 64 && kBlockN % 64 == 0 && kWarpgroups <= 2,
               "64-row query steps, 64 key rows per warpgroup");
@@ -2359,6 +2360,25 @@ __device__ __forceinline__ long long dq_accumulator_at(long long heads, long lon
   return (heads * total_q + 3) / 4 * 4;
 }
 
+// Where group i of dQ (8 elements: chunk i % kChunks of row i / kChunks of
+// the [total_q * heads, kHeadDim] tensor) sits in the accumulator, in
+// floats: at 8 i, or with kDqTiled in [heads][kHeadDim / 64][total_q][64]
+// order, the 8-float chunks of token t's row XOR-swizzled by t % 8, so
+// that a step's rows of one head and 64 columns are one contiguous run
+// (one bulk add) and the staging stores that fill them are conflict-free.
+__device__ __forceinline__ long long dq_group_at(long long i, int heads, long long total_q) {
+  if constexpr (!kDqTiled) {
+    (void)heads, (void)total_q;
+    return 8 * i;
+  } else {
+    constexpr int kChunks = kHeadDim / 8;
+    const long long row = i / kChunks, t = row / heads;
+    const int h = (int)(row - t * heads), c = (int)(i - row * kChunks);
+    return ((long long)(h * (kHeadDim / 64) + c / 8) * total_q + t) * 64 +
+           ((c % 8) ^ (int)(t & 7)) * 8;
+  }
+}
+
 /* ---- begin kernel _pre ----
  * One (token, head) row of kPieces lanes: D = rowsum(dO (.) O) to `di`
  * (0 for a row with no key, whose LSE is -inf), and the row's dQ
@@ -2421,8 +2441,8 @@ ag_gem_d128_bf16_bwd_dq(const unsigned short *__restrict__ q,
   (void)num_tiles;
   const long long i = blockIdx.x * (long long)kRowsThreads + threadIdx.x;  // 8-element group
   if (i >= total_q * heads * (kHeadDim / 8)) return;
-  const float4 *const acc =
-      reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) + 2 * i;
+  const float4 *const acc = reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) +
+                            dq_group_at(i, heads, total_q) / 4;
   const float4 x = acc[0], y = acc[1];
   uint4 r;
   r.x = pack2(x.x * kScale, x.y * kScale);

@@ -4,7 +4,7 @@
 # (run from the repository root; NVCC may name the compiler).
 set -e
 NVCC=${NVCC:-nvcc}
-B=build/jagged_bwd
+B=${B:-build/jagged_bwd}  # BWD_ONLY (a regex on variant names) builds a subset
 mkdir -p $B
 python3 tools/jagged_dev/bwd_gen.py $B/variants.cuh
 for f in reference jagged_reference jagged_bwd_reference; do

@@ -1,0 +1,457 @@
+@# SPDX-License-Identifier: BSD-3-Clause
+@# jagged_bwd_ws.cu: jagged (varlen) attention backward on sm_90a, warp
+@# specialized: the key-stationary kernel of jagged_bwd_sm90.cu with its
+@# copies taken off the computing warps. Warpgroup 0 copies K and V once a
+@# tile and streams each step's Q, dO, LSE and D through a ring of stages
+@# (cp.async, completion on mbarriers); warpgroups 1.. each own 64 keys and
+@# compute on wgmma, meeting only where head dim 128 reads both halves of
+@# dS^T for dQ. Between the same _pre and _dq kernels (jagged_bwd_rows.cuh).
+@# The plan picks it on sm_90a without rotary embeddings.
+@# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
+@#   bulk_sm90.cuh, pipeline_sm90.cuh, jagged_bwd_tile.cuh, jagged_bwd_rows.cuh.
+@# Placeholders: @KERNEL_NAME@ @PARAMS@ @HEAD_DIM@ (64 | 128) @BLOCK_M@
+@#   (query rows of a step: 64) @BLOCK_N@ (keys of a CTA: 128, 64 per
+@#   computing warpgroup) @STAGES@ (Q/dO stages, >= 2) @SMEM_BYTES@ (= 4 *
+@#   HEAD_DIM * (BLOCK_N + STAGES * BLOCK_M) + 4 * BLOCK_N * BLOCK_M + 8 *
+@#   STAGES * BLOCK_M + BLOCK_N * 68 * 4) @ROWS_THREADS@ @SCALE@
+@#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
+@#   @WINDOW_LEFT@ @WINDOW_RIGHT@ (as in jagged_bwd_sm90.cu).
+@# Kernels and host rule: jagged_bwd_sm90.cu's (_pre, _kv, _dq on one
+@#   stream; _kv with 128 * (BLOCK_N / 64 + 1) threads, 1 CTA an SM).
+@# Conditions: ROTARY (false: not planned with rotary embeddings).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this backward is planned for sm_90a only (wgmma)"
+#endif
+/* ---- begin jagged backward constants ---- */
+constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
+constexpr int kBlockM = @BLOCK_M@;  // query rows of a step
+constexpr int kBlockN = @BLOCK_N@;  // key rows of a CTA
+constexpr int kMathWgs = kBlockN / 64;  // computing warpgroups, each owns 64 key rows
+constexpr int kMathThreads = 128 * kMathWgs;
+constexpr int kThreads = 128 + kMathThreads;  // warpgroup 0 loads
+constexpr int kRowsThreads = @ROWS_THREADS@;  // threads of _pre and _dq
+constexpr int kStages = @STAGES@;  // Q, dO stages
+constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory of _kv, as planned
+// setmaxnreg budgets (no spills at these: ptxas -v).
+constexpr int kLoadRegs = 40, kMathRegs = 232;
+static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
+@include jagged_bwd_band.cuh@
+constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
+// The dQ accumulator in tiles (jagged_bwd_rows.cuh): a step's 64 columns
+// of its rows are one contiguous run, added by one bulk copy.
+constexpr bool kDqTiled = false;
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockM == 64 && kBlockN == 128, "64-row query steps, two warpgroups of 64 keys");
+static_assert(kStages >= 2, "a stage is refilled once its step's products are done");
+static_assert(!@ROTARY@, "rotary embeddings take jagged_bwd_sm90.cu");
+// Every operand is made of 64-column matrices of 128-byte rows in the
+// 128-byte swizzle (wgmma_sm90.cuh), as in jagged_bwd_sm90.cu.
+constexpr int kHalves = kHeadDim / 64;
+constexpr int kRowBytes = 128;
+constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
+constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
+constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
+constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
+// With head dim 64 each warpgroup's dQ reads only its own dS^T rows (and
+// adds its own partial); with 128 each reads both halves, for its 64
+// columns of the head.
+constexpr bool kOwnDs = kHalves == 1;
+// Shared memory: K, V; the stages' Q and dO; two dS^T buffers (a step
+// writes one while the other warpgroup's dQ may still read the last);
+// the stages' LSE and D; one set of dQ staging rows per warpgroup (64 rows
+// of 64 fp32, padded to 68 so that a warp's float2 stores take the two
+// wavefronts their 256 bytes need).
+constexpr int kRingAt = 2 * kKBytes;
+constexpr int kDsAt = kRingAt + kStages * 2 * kQBytes;
+constexpr int kRowsAt = kDsAt + 2 * kDsBytes;
+constexpr int kStageStride = kDqTiled ? 64 : 68;
+constexpr int kStageAt = kRowsAt + kStages * 2 * 4 * kBlockM;
+static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
+              "the plan's shared memory is K, V, the Q, dO stages, two dS^T, the row floats and "
+              "the dQ staging rows");
+/* ---- end jagged backward constants ---- */
+
+@include mma_sm80.cuh@
+
+@include unpack2.cuh@
+
+@include wgmma_sm90.cuh@
+
+@include bulk_sm90.cuh@
+
+@include pipeline_sm90.cuh@
+
+@include jagged_bwd_tile.cuh@
+
+// 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
+// multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
+
+@include jagged_bwd_rows.cuh@
+
+/* ---- begin the math ----
+ * As jagged_bwd_sm90.cu: P = exp(scale * S - LSE), dP = dO V^T, dS = P
+ * (.) (dP - D), dV = P^T dO, dK = scale * dS^T Q, dQ = scale * dS K, D =
+ * rowsum(dO (.) O); dQ is added to an fp32 accumulator tile pair by tile
+ * pair, so its bits depend on the order the CTAs run in.
+ * ---- end the math ---- */
+
+// Start the copy of kRows rows of one head (`src` is row 0, this head)
+// into the matrices at `dst` (shared address) by the loading warpgroup,
+// the first `rows` real and the rest zero-filled. Piece c (16 bytes) of
+// row r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of the row.
+template <int kRows>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = 128 / kPieces;  // rows one pass of the warpgroup covers
+  static_assert(kRows % kRowStep == 0 && kRowStep % 8 == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
+  // kRowStep is a multiple of 8, so a thread's rows share their swizzle
+  unsigned at = dst + (c >> 3) * (kRows * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
+  const unsigned short *from = src + row0 * row_stride + c * 8;
+#pragma unroll 4
+  for (int row = row0; row < kRows; row += kRowStep) {
+    const bool real = row < rows;
+    cp_async_16(at, real ? from : src, real ? 16 : 0);
+    at += kRowStep * kRowBytes;
+    from += kRowStep * row_stride;
+  }
+}
+
+// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
+// engine in the background (both 16-byte aligned, bytes a multiple of 16);
+// closed into a group by bulk_commit (bulk_sm90.cuh). PTX ISA:
+// cp.reduce.async.bulk.
+__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+// Barrier `id` over `threads` threads, not the CTA (bar.sync).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// Keep registers an asynchronous wgmma reads (its A operand) live until
+// here: placed after the wait, so the compiler cannot reuse them earlier.
+template <int kN>
+__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
+#pragma unroll
+  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
+}
+
+// One CTA tile of keys: its sequence, its keys and the steps that reach
+// them (q head hk * group + i / q_tiles, query tile qt0 + i % q_tiles).
+// Both roles walk the same tiles and steps.
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
+/* ---- begin kernel _kv ----
+ * KV-stationary: a CTA owns kBlockN keys of one kv head and walks the
+ * group's q heads in order and, for each, the query tiles of the band.
+ * Warpgroup 0 copies K and V (once both computing warpgroups released the
+ * last tile's) and each step's Q, dO, LSE and D into a ring of kStages
+ * stages (each refilled once both released it). Computing warpgroup w owns
+ * keys 64w..: per step S^T = K Q^T and dP^T = V dO^T, P^T and dS^T in
+ * registers, dS^T to shared memory, dQ = dS K (head dim 128: its 64
+ * columns over all keys, after a barrier of the computing warpgroups;
+ * head dim 64: over its own keys), dV += P^T dO and dK += dS^T Q, and dQ
+ * staged and bulk-added to the accumulator while dV and dK run. */
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+@KERNEL_NAME@_kv(@PARAMS@) {
+  (void)o;
+  (void)dq;
+  __shared__ __align__(8) unsigned long long bars[2 + 2 * kStages];  // kv full, kv empty, full[s], empty[s]
+  if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
+  const int hk = blockIdx.y, group = heads / kv_heads;
+  const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
+  const unsigned base = smem_addr(smem);
+  const unsigned k_a = base, v_a = base + kKBytes, ring_a = base + kRingAt, ds_a = base + kDsAt;
+  float *const rows_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kRowsAt);
+  const unsigned kv_full = smem_addr(bars), kv_empty = kv_full + 8, full0 = kv_full + 16,
+                 empty0 = full0 + 8 * kStages;
+  if (threadIdx.x == 0) {
+    mbar_init(kv_full, 128);
+    mbar_init(kv_empty, kMathThreads / 32);
+    for (int s = 0; s < kStages; s++) {
+      mbar_init(full0 + 8 * s, 128);
+      mbar_init(empty0 + 8 * s, kMathThreads / 32);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  // The warpgroup, broadcast from lane 0 so that the compiler sees it
+  // warp-uniform (wgmma under a branch it cannot prove uniform serializes).
+  const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+
+  if (wgi == 0) {
+    // ---- the loading warpgroup ----
+    regs_dec<kLoadRegs>();
+    int n = 0, t = 0;  // steps and tiles loaded so far
+#pragma unroll 1
+    for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
+      const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk,
+                                  group, k_stride);
+      if (!kt.used) continue;
+      if (t > 0) mbar_wait(kv_empty, (t - 1) & 1);
+      load_rows<kBlockN>(k_a, k + kt.k_row, k_stride, kt.nk);
+      load_rows<kBlockN>(v_a, v + kt.k_row, k_stride, kt.nk);
+      mbar_arrive_on_copies(kv_full);
+#pragma unroll 1
+      for (int i = 0; i < kt.n_steps; i++, n++) {
+        const int s = n % kStages;
+        if (n >= kStages) mbar_wait(empty0 + 8 * s, (n / kStages - 1) & 1);
+        const int h = hk * group + i / kt.q_tiles;
+        const long long i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+        const int mq = (int)min((long long)kBlockM, kt.sp.q_len - i0);
+        const long long at = (kt.sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
+        const unsigned slot = ring_a + s * 2 * kQBytes;
+        load_rows<kBlockM>(slot, q + at, q_stride, mq);
+        load_rows<kBlockM>(slot + kQBytes, dout + at, q_stride, mq);
+        const int r = threadIdx.x % kBlockM;  // LSE of row r (threads < 64), then D
+        const long long row = (long long)h * total_q + kt.sp.q_start + i0 + (r < mq ? r : 0);
+        float *f = rows_s + s * 2 * kBlockM + threadIdx.x;
+        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+        mbar_arrive_on_copies(full0 + 8 * s);
+      }
+      t++;
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ---- the computing warpgroups ----
+  regs_inc<kMathRegs>();
+  float *const stage_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kStageAt);
+  float *const dq_acc = di + dq_accumulator_at(heads, total_q);
+  const int mt = threadIdx.x - 128;  // thread index among the computing ones
+  const int wg = mt >> 7;  // this warpgroup's keys: 64 wg..
+  const int warp = (mt >> 5) & 3;  // its rows in them: 16 warp..
+  const int lane = mt & 31, g = lane >> 2, tq = lane & 3;
+  const int key0 = 64 * wg + 16 * warp + g;  // this thread's first key row of the tile (+8)
+  int n = 0, t = 0;  // steps and tiles computed so far
+#pragma unroll 1
+  for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
+    const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk,
+                                group, k_stride);
+    if (!kt.used) continue;
+    const SeqSpan &sp = kt.sp;
+    const long long delta = sp.k_len - sp.q_len;
+    float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc_v[hh][j][e] = acc_k[hh][j][e] = 0.f;
+    mbar_wait(kv_full, t & 1);
+
+#pragma unroll 1
+    for (int i = 0; i < kt.n_steps; i++, n++) {
+      const int s = n % kStages;
+      mbar_wait(full0 + 8 * s, (n / kStages) & 1);
+      fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+      const int h = hk * group + i / kt.q_tiles;
+      const long long i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const unsigned q_a = ring_a + s * 2 * kQBytes, do_a = q_a + kQBytes;
+      const float *const lse_r = rows_s + s * 2 * kBlockM, *const d_r = lse_r + kBlockM;
+      const unsigned dst_a = ds_a + (n & 1) * kDsBytes;  // this step's dS^T buffer
+
+      // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys: rows
+      // are keys (key0, key0 + 8), columns the step's queries. Committed
+      // apart, so that P^T is computed while dP^T runs.
+      float sp_t[8][4], dp[8][4];  // S^T, then P^T in place
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; kk++) {
+        const unsigned along = kk % 4 * 32;
+        wgmma_ss<0, 0>(sp_t, sw128_desc(k_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
+                       sw128_desc(q_a + kk / 4 * kQBytes / kHalves, along), kk);
+      }
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; kk++) {
+        const unsigned along = kk % 4 * 32;
+        wgmma_ss<0, 0>(dp, sw128_desc(v_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
+                       sw128_desc(do_a + kk / 4 * kQBytes / kHalves, along), kk);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // S^T; dP^T runs on
+      wgmma_hold(sp_t);
+
+      // P^T, and its 16-bit pairs (the A operand of dV). Masks as
+      // jagged_bwd_sm90.cu's: a key row past the sequence end is masked too.
+      const Band band = tile_band(i0, kt.k0, delta);
+      const bool full = mq == kBlockM && kt.nk == kBlockN && band.lo <= -(kBlockM - 1) &&
+                        band.hi >= kBlockN - 1;
+      unsigned p16[8][2], ds16[8][2];
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const int col = 8 * j + 2 * tq;
+        const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int c = col + (e & 1), row = key0 + (e < 2 ? 0 : 8);
+          float m = (e & 1) ? lr.y : lr.x;
+          m = m == neg_inf() ? __int_as_float(0x7f800000) : m * kLog2e;  // no key: P = 0
+          float p = fast_exp2(fmaf(sp_t[j][e], kScaleLog2, -m));
+          if (!full) {
+            const int xd = row - c;
+            if (c >= mq || row >= kt.nk || xd < band.lo || xd > band.hi) p = 0.f;
+          }
+          sp_t[j][e] = p;
+        }
+        p16[j][0] = pack2(sp_t[j][0], sp_t[j][1]);
+        p16[j][1] = pack2(sp_t[j][2], sp_t[j][3]);
+      }
+      wgmma_wait<0>();  // dP^T
+      wgmma_hold(dp);
+      // dS^T = P^T (.) (dP^T - D) as 16-bit pairs (the A operand of dK),
+      // and to shared memory for dQ: row key0 (+ 8) of the step's
+      // [key][query] matrix, chunk j.
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const int col = 8 * j + 2 * tq;
+        const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
+        ds16[j][0] = pack2(sp_t[j][0] * (dp[j][0] - dd.x), sp_t[j][1] * (dp[j][1] - dd.y));
+        ds16[j][1] = pack2(sp_t[j][2] * (dp[j][2] - dd.x), sp_t[j][3] * (dp[j][3] - dd.y));
+        const int r = key0;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst_a + r * kRowBytes + ((j ^ (r & 7)) << 4) + 4 * tq),
+                     "r"(ds16[j][0]) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst_a + (r + 8) * kRowBytes +
+                                                        ((j ^ ((r + 8) & 7)) << 4) + 4 * tq),
+                     "r"(ds16[j][1]) : "memory");
+      }
+
+      // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
+      // MN-major. The staging rows are free once every thread of the
+      // warpgroup saw the last step's bulk adds read them (the barrier).
+      bulk_wait_read<0>();
+      fence_proxy_async();  // dS^T is read by wgmma
+      if constexpr (kOwnDs) named_barrier_sync(2 + wg, 128);
+      else named_barrier_sync(1, kMathThreads);
+      float c[8][4];
+      wgmma_fence();
+      if constexpr (kHalves == 2) {
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; kk++)
+          wgmma_ss<1, 1>(c, sw128_desc(dst_a, kk * kStepOverRows),
+                         sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+          wgmma_ss<1, 1>(c, sw128_desc(dst_a + wg * 64 * kRowBytes, kk * kStepOverRows),
+                         sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
+      }
+      wgmma_commit();
+      // dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the
+      // rows of dO and Q (read MN-major), 64 columns of the head at a time.
+#pragma unroll
+      for (int j = 0; j < kBlockM / 16; j++) {
+        const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
+#pragma unroll
+        for (int hh = 0; hh < kHalves; hh++)
+          wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+      }
+#pragma unroll
+      for (int j = 0; j < kBlockM / 16; j++) {
+        const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
+                               ds16[2 * j + 1][1]};
+#pragma unroll
+        for (int hh = 0; hh < kHalves; hh++)
+          wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+      }
+      wgmma_commit();
+
+      wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging
+      wgmma_hold(c);
+
+      // c's rows are the step's queries 16 warp + g (+ 8), its columns
+      // 8j + 2tq of this warpgroup's 64 (head dim 128) or of the head: to
+      // the warpgroup's staging rows, then a bulk fp32 add of each real
+      // row to the accumulator (the copy engine adds whole rows).
+      float *const stage = stage_s + wg * 64 * kStageStride;
+      const long long t0 = sp.q_src + i0;  // the step's first token
+#pragma unroll
+      for (int hi = 0; hi < 2; hi++) {
+        const int r = 16 * warp + g + 8 * hi;
+        float *const srow = stage + r * kStageStride + 2 * tq;
+        const int swz = kDqTiled ? (int)((t0 + r) & 7) : 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+          *reinterpret_cast<float2 *>(srow + 8 * (j ^ swz)) =
+              make_float2(c[j][2 * hi], c[j][2 * hi + 1]);
+      }
+      fence_proxy_async();  // the staging rows are read by the copy engine
+      named_barrier_sync(2 + wg, 128);
+      const int half = kHalves == 2 ? wg : 0;  // the 64 columns of the head c holds
+      if constexpr (kDqTiled) {
+        if ((mt & 127) == 0)
+          bulk_reduce_add(dq_acc + ((long long)(h * kHalves + half) * total_q + t0) * 64,
+                          smem_addr(stage), mq * 64 * 4);
+      } else {
+        const int r = mt & 127;  // the row this thread hands over
+        if (r < mq)
+          bulk_reduce_add(dq_acc + (t0 + r) * q_stride + (long long)h * kHeadDim + 64 * half,
+                          smem_addr(stage + r * kStageStride), 64 * 4);
+      }
+      bulk_commit();
+
+      // dV and dK are done: the stage may be refilled.
+      wgmma_wait<0>();
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++) {
+        wgmma_hold(acc_v[hh]);
+        wgmma_hold(acc_k[hh]);
+      }
+      keep(p16);
+      keep(ds16);
+      if (lane == 0) mbar_arrive(empty0 + 8 * s);
+    }
+    // Every product reading K and V is done: the next tile's may land.
+    if (lane == 0) mbar_arrive(kv_empty);
+    t++;
+
+    // dV, and dK with the scale, of this thread's key rows.
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+      const int row = key0 + 8 * hi;
+      if (row >= kt.nk) continue;
+      unsigned *const v_out = reinterpret_cast<unsigned *>(dv + kt.k_row + row * k_stride + 2 * tq);
+      unsigned *const k_out = reinterpret_cast<unsigned *>(dk + kt.k_row + row * k_stride + 2 * tq);
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          v_out[32 * hh + 4 * j] = pack2(acc_v[hh][j][2 * hi], acc_v[hh][j][2 * hi + 1]);
+          k_out[32 * hh + 4 * j] =
+              pack2(acc_k[hh][j][2 * hi] * kScale, acc_k[hh][j][2 * hi + 1] * kScale);
+        }
+    }
+  }
+  bulk_wait_read<0>();  // the staging rows are read before the CTA's memory goes
+}
+/* ---- end kernel _kv ---- */
