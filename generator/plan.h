@@ -282,7 +282,7 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
  * (plan_jagged.c says which have): rotary specs on the sm_90a wgmma
  * kernels, the sm_90a forward's short-sequence variant. */
 typedef struct ag_plan_jagged_choices {
-  bool sm90_rotary, sm90_short, sm90_ws, sm90_ws64, sm90_bwd_ws;
+  bool sm90_rotary, sm90_short, sm90_ws, sm90_ws64, sm90_bwd_ws, sm90_ws_broadcast;
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

@@ -137,8 +137,19 @@ static void plan_forward_short(const ag_spec *spec, ag_plan *p) {
  * take 32-row tiles of 2 warps (three CTAs per SM at head_dim 128, a
  * sequence's keys read once per 32 queries, the rest from L2). */
 static void plan_forward_small(ag_plan *p) {
-  set_small_forward(p, 64, 32, p->jagged.fwd_block_n, 2, p->jagged.fwd_stages,
-                    p->head_dim == 128 ? 3 : 4);
+  set_small_forward(p, 64, 32, 64, 2, 2, p->head_dim == 128 ? 3 : 4);
+}
+
+/* Broadcast queries on sm_90a: runs of n_q > 64 take the warp-specialized
+ * forward (128 shared query rows a CTA, each sequence's keys streamed
+ * once per 128 queries), where the mma.sync forward computed at 240-300
+ * TFLOP/s under a memory floor (bench/RESULTS-broadcast.md); n_q <= 64
+ * keeps the 32-row tiles (plan_forward_small). */
+static bool plan_forward_ws_broadcast(const ag_spec *spec, ag_plan *p) {
+  if (spec->arch != AG_ARCH_SM90A || !p->jagged.broadcast || spec->rotary.layout != AG_ROTARY_NONE)
+    return false;
+  plan_forward_ws(p);
+  return true;
 }
 
 /* Broadcast queries, heads == kv_heads, n_q <= 64 or <= 128: one kernel in
@@ -256,10 +267,13 @@ static const bool sm90_ws_checked = true;
 static const bool sm90_ws64_checked = true;
 /* The warp-specialized backward (plan_backward_ws). */
 static const bool sm90_bwd_ws_checked = false;
+/* The warp-specialized forward for broadcast queries (plan_forward_ws_broadcast). */
+static const bool sm90_ws_broadcast_checked = false;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
   return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked,
-                                  sm90_ws64_checked, sm90_bwd_ws_checked};
+                                  sm90_ws64_checked, sm90_bwd_ws_checked,
+                                  sm90_ws_broadcast_checked};
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -289,7 +303,8 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
   out->elem_bytes = 2;
   out->scale = ag_spec_scale(spec);
   if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out, choices) &&
-      !(choices.sm90_ws64 && plan_forward_ws64(spec, out)))
+      !(choices.sm90_ws64 && plan_forward_ws64(spec, out)) &&
+      !(choices.sm90_ws_broadcast && plan_forward_ws_broadcast(spec, out)))
     plan_forward(out);
   if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, choices))
     plan_backward(out);
