@@ -184,17 +184,24 @@ static void plan_backward(ag_plan *p) {
 }
 
 /* The fast backward's _kv warp specialized (templates/jagged_bwd_ws.cu),
- * at both head dims without rotary embeddings: a loading warpgroup copies
- * K and V once a tile and streams Q, dO and the row floats through two
- * stages (cp.async completing on mbarriers), and two computing warpgroups
- * of 64 keys (128 keys a CTA, one CTA an SM) work with no CTA barrier:
- * they meet once a step at head dim 128, where dQ's columns are split
- * between them and both read the step's whole dS^T (two dS^T buffers, so
- * that a step's writes never wait for the other warpgroup's last dQ), and
- * never at head dim 64, where each adds its own keys' dQ. One set of dQ
- * staging rows of 68 floats a warpgroup. Shared memory: K, V, the stages,
- * two dS^T, the stages' row floats, the staging rows: 199,680 bytes at
- * head dim 128, 134,144 at 64. */
+ * at both head dims without a mask or rotary embeddings: a loading
+ * warpgroup copies K and V once a tile and streams Q, dO and the row
+ * floats through two stages (cp.async completing on mbarriers), and two
+ * computing warpgroups of 64 keys (128 keys a CTA, one CTA an SM) work
+ * with no CTA barrier: they meet once a step at head dim 128, where dQ's
+ * columns are split between them and both read the step's whole dS^T (two
+ * dS^T buffers), and never at head dim 64, where each adds its own keys'
+ * dQ. The dQ accumulator is laid out in tiles, so that a step's dQ is one
+ * bulk add a warpgroup. Shared memory: K, V, the stages, two dS^T, the
+ * stages' row floats, the staging rows: 197,632 bytes at head dim 128,
+ * 132,096 at 64. In the dev harness on the H200 (bf16, batch 1152, 4
+ * heads, lengths uniform in [1, L]) it ran 265 / 376 TFLOP/s at head dim
+ * 128, L 1024 / 4096, against jagged_bwd_sm90.cu's 244 / 330, and 225 /
+ * 315 against 222 / 271 at 64; causal it lost at L 1024 (173 against 181
+ * at 128, 143 against 173 at 64: one CTA an SM of 128 keys leaves the
+ * triangle's short tiles' loads and stores unhidden) and won 1.04x at L
+ * 4096, so masked specs keep jagged_bwd_sm90.cu
+ * (bench/results/2026-12-03-h200-jagged-bwd-ws-harness.log). */
 static void plan_backward_ws(ag_plan *p) {
   ag_plan_jagged *j = &p->jagged;
   const int m = 64, n = 128, stages = 2;
@@ -204,7 +211,7 @@ static void plan_backward_ws(ag_plan *p) {
   j->fast_threads = 128 + 128 * (n / 64);
   j->fast_min_ctas = 1;
   j->fast_smem_bytes =
-      4 * p->head_dim * (n + stages * m) + 4 * n * m + 8 * stages * m + n * 68 * 4;
+      4 * p->head_dim * (n + stages * m) + 4 * n * m + 8 * stages * m + n * 64 * 4;
 }
 
 /* Backward on sm_90a where the spec lets dQ's bits vary (not
@@ -229,7 +236,8 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, ag_plan_jagged_c
   ag_plan_jagged *j = &p->jagged;
   j->fast_rows_threads = 256;
   j->fast_block_m = 64;
-  if (choices.sm90_bwd_ws && spec->rotary.layout == AG_ROTARY_NONE) {
+  if (choices.sm90_bwd_ws && spec->rotary.layout == AG_ROTARY_NONE && !spec->causal &&
+      !spec->has_window) {
     plan_backward_ws(p);
     return true;
   }
@@ -265,10 +273,17 @@ static const bool sm90_ws_checked = true;
  * same way, with the short mma.sync variant beside it:
  * bench/results/2026-12-03-h200-jagged-ws64-gpu-suite.log. */
 static const bool sm90_ws64_checked = true;
-/* The warp-specialized backward (plan_backward_ws). */
-static const bool sm90_bwd_ws_checked = false;
-/* The warp-specialized forward for broadcast queries (plan_forward_ws_broadcast). */
-static const bool sm90_ws_broadcast_checked = false;
+/* The warp-specialized backward (plan_backward_ws). Checked on the H200
+ * on 2026-12-03: gpu-jagged 14/14, compute-sanitizer memcheck and
+ * racecheck clean at both head dims, short and long runs
+ * (bench/results/2026-12-03-h200-jagged-bwd-ws-gpu-suite.log). */
+static const bool sm90_bwd_ws_checked = true;
+/* The warp-specialized forward for broadcast queries
+ * (plan_forward_ws_broadcast). Checked on the H200 on 2026-12-03:
+ * gpu-broadcast 6/6, memcheck and racecheck clean at n_q 100 and 200; the
+ * n_q 128 forward 1.28-1.63x faster than the mma.sync one
+ * (bench/results/2026-12-03-broadcast-ws/). */
+static const bool sm90_ws_broadcast_checked = true;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
   return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked,

@@ -13,7 +13,7 @@
 @#   (query rows of a step: 64) @BLOCK_N@ (keys of a CTA: 128, 64 per
 @#   computing warpgroup) @STAGES@ (Q/dO stages, >= 2) @SMEM_BYTES@ (= 4 *
 @#   HEAD_DIM * (BLOCK_N + STAGES * BLOCK_M) + 4 * BLOCK_N * BLOCK_M + 8 *
-@#   STAGES * BLOCK_M + BLOCK_N * 68 * 4) @ROWS_THREADS@ @SCALE@
+@#   STAGES * BLOCK_M + BLOCK_N * 64 * 4) @ROWS_THREADS@ @SCALE@
 @#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ (as in jagged_bwd_sm90.cu).
 @# Kernels and host rule: jagged_bwd_sm90.cu's (_pre, _kv, _dq on one
@@ -38,8 +38,13 @@ static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's reg
 @include jagged_bwd_band.cuh@
 constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
 // The dQ accumulator in tiles (jagged_bwd_rows.cuh): a step's 64 columns
-// of its rows are one contiguous run, added by one bulk copy.
-constexpr bool kDqTiled = false;
+// of its rows are one contiguous run, added by one bulk copy. On the H200
+// (bf16, batch 1152, 4 heads, lengths uniform in [1, L], L 1024 / 4096)
+// this kernel ran 265 / 376 TFLOP/s at head dim 128 with it and 220 / 296
+// with a bulk add a row (64 a step), jagged_bwd_sm90.cu's way; 225 / 315
+// against 166 / 220 at head dim 64
+// (bench/results/2026-12-03-h200-jagged-bwd-ws-harness.log).
+constexpr bool kDqTiled = true;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM == 64 && kBlockN == 128, "64-row query steps, two warpgroups of 64 keys");
 static_assert(kStages >= 2, "a stage is refilled once its step's products are done");
@@ -59,12 +64,13 @@ constexpr bool kOwnDs = kHalves == 1;
 // Shared memory: K, V; the stages' Q and dO; two dS^T buffers (a step
 // writes one while the other warpgroup's dQ may still read the last);
 // the stages' LSE and D; one set of dQ staging rows per warpgroup (64 rows
-// of 64 fp32, padded to 68 so that a warp's float2 stores take the two
+// of 64 fp32 as the accumulator's tiles lay them out: the 8-float chunks
+// swizzled by the token, so that a warp's float2 stores take the two
 // wavefronts their 256 bytes need).
 constexpr int kRingAt = 2 * kKBytes;
 constexpr int kDsAt = kRingAt + kStages * 2 * kQBytes;
 constexpr int kRowsAt = kDsAt + 2 * kDsBytes;
-constexpr int kStageStride = kDqTiled ? 64 : 68;
+constexpr int kStageStride = 64;
 constexpr int kStageAt = kRowsAt + kStages * 2 * 4 * kBlockM;
 static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
               "the plan's shared memory is K, V, the Q, dO stages, two dS^T, the row floats and "
@@ -194,10 +200,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                  empty0 = full0 + 8 * kStages;
   if (threadIdx.x == 0) {
     mbar_init(kv_full, 128);
-    mbar_init(kv_empty, kMathThreads / 32);
+    // Every computing thread releases what it read (its reads of the row
+    // floats are plain loads): one arrival each.
+    mbar_init(kv_empty, kMathThreads);
     for (int s = 0; s < kStages; s++) {
       mbar_init(full0 + 8 * s, 128);
-      mbar_init(empty0 + 8 * s, kMathThreads / 32);
+      mbar_init(empty0 + 8 * s, kMathThreads);
     }
     mbar_init_fence();
   }
@@ -391,15 +399,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 
       // c's rows are the step's queries 16 warp + g (+ 8), its columns
       // 8j + 2tq of this warpgroup's 64 (head dim 128) or of the head: to
-      // the warpgroup's staging rows, then a bulk fp32 add of each real
-      // row to the accumulator (the copy engine adds whole rows).
+      // the warpgroup's staging rows in the accumulator's tile layout,
+      // then one bulk fp32 add of the real rows (the copy engine adds).
       float *const stage = stage_s + wg * 64 * kStageStride;
       const long long t0 = sp.q_src + i0;  // the step's first token
 #pragma unroll
       for (int hi = 0; hi < 2; hi++) {
         const int r = 16 * warp + g + 8 * hi;
         float *const srow = stage + r * kStageStride + 2 * tq;
-        const int swz = kDqTiled ? (int)((t0 + r) & 7) : 0;
+        const int swz = (int)((t0 + r) & 7);  // jagged_bwd_rows.cuh's dq_group_at
 #pragma unroll
         for (int j = 0; j < 8; j++)
           *reinterpret_cast<float2 *>(srow + 8 * (j ^ swz)) =
@@ -408,17 +416,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       fence_proxy_async();  // the staging rows are read by the copy engine
       named_barrier_sync(2 + wg, 128);
       const int half = kHalves == 2 ? wg : 0;  // the 64 columns of the head c holds
-      if constexpr (kDqTiled) {
-        if ((mt & 127) == 0)
-          bulk_reduce_add(dq_acc + ((long long)(h * kHalves + half) * total_q + t0) * 64,
-                          smem_addr(stage), mq * 64 * 4);
-      } else {
-        const int r = mt & 127;  // the row this thread hands over
-        if (r < mq)
-          bulk_reduce_add(dq_acc + (t0 + r) * q_stride + (long long)h * kHeadDim + 64 * half,
-                          smem_addr(stage + r * kStageStride), 64 * 4);
+      if ((mt & 127) == 0) {
+        bulk_reduce_add(dq_acc + ((long long)(h * kHalves + half) * total_q + t0) * 64,
+                        smem_addr(stage), mq * 64 * 4);
+        bulk_commit();
       }
-      bulk_commit();
 
       // dV and dK are done: the stage may be refilled.
       wgmma_wait<0>();
@@ -429,10 +431,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       }
       keep(p16);
       keep(ds16);
-      if (lane == 0) mbar_arrive(empty0 + 8 * s);
+      mbar_arrive(empty0 + 8 * s);
     }
     // Every product reading K and V is done: the next tile's may land.
-    if (lane == 0) mbar_arrive(kv_empty);
+    mbar_arrive(kv_empty);
     t++;
 
     // dV, and dK with the scale, of this thread's key rows.

@@ -26,8 +26,10 @@ static const char *const goldens[] = {
     "jagged_d128_bf16_causal_train", "jagged_d64_fp16_window", "broadcast_d128_bf16_train",
     "broadcast_d64_fp16_causal_window",
     /* sm_90a: the warp-specialized forward with the short variant (wgmma
-     * at head dim 128, mma.sync at 64) and the fast backward */
+     * at head dim 128, mma.sync at 64) and the fast backward (warp
+     * specialized without a mask, at both head dims) */
     "jagged_d128_bf16_sm90_train", "jagged_d64_bf16_sm90_bwd", "jagged_d64_bf16_sm90_fwd",
+    "jagged_d64_fp16_sm90_bwd",
     /* rotary embeddings on the jagged mma.sync kernels (every arch) */
     "jagged_d128_bf16_rope_half_seq_train", "jagged_d64_fp16_rope_table_qkv_bwd",
 };

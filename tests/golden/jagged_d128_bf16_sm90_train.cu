@@ -38,7 +38,9 @@
  *     key-stationary on wgmma (sm_90a): dK and dV of 128 key rows (64 a
  *     warpgroup) over the group's heads, query tiles of 64; each tile's dQ
  *     added to the fp32 accumulator by bulk adds (its bits vary run to run)
- *     threads: 256, shared memory: 222208 bytes
+ *     warp specialized: one warpgroup loads K, V and 2 stages of Q, dO;
+ *     the computing warpgroups meet once a step (dQ reads both halves of dS^T)
+ *     threads: 384, shared memory: 197632 bytes
  *     grid: (batch + total_k / 128, kv_heads)
  *   backward kernel: ag_gem_d128_bf16_bwd_dq
  *     dQ: the fp32 accumulator scaled and rounded
@@ -1689,10 +1691,15 @@ namespace bwd {
 constexpr int kHeadDim = 128;  // elements per head
 constexpr int kBlockM = 64;  // query rows of a step
 constexpr int kBlockN = 128;  // key rows of a CTA
-constexpr int kWarpgroups = kBlockN / 64;  // each owns 64 key rows
-constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kMathWgs = kBlockN / 64;  // computing warpgroups, each owns 64 key rows
+constexpr int kMathThreads = 128 * kMathWgs;
+constexpr int kThreads = 128 + kMathThreads;  // warpgroup 0 loads
 constexpr int kRowsThreads = 256;  // threads of _pre and _dq
-constexpr int kSmemBytes = 222208;  // dynamic shared memory of _kv, as planned
+constexpr int kStages = 2;  // Q, dO stages
+constexpr int kSmemBytes = 197632;  // dynamic shared memory of _kv, as planned
+// setmaxnreg budgets (no spills at these: ptxas -v).
+constexpr int kLoadRegs = 40, kMathRegs = 232;
+static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
 constexpr float kScale = 8.838834765e-02f;  // softmax scale 1/sqrt(128)
 constexpr float kScaleLog2 = 1.275174308e-01f;  // the scale times log2(e)
 constexpr float kLog2e = 1.4426950408889634f;
@@ -1704,44 +1711,43 @@ constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower 
 constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
 constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
 constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
-constexpr bool kDqTiled = false;  // the dQ accumulator row-major (jagged_bwd_rows.cuh)
+// The dQ accumulator in tiles (jagged_bwd_rows.cuh): a step's 64 columns
+// of its rows are one contiguous run, added by one bulk copy. On the H200
+// (bf16, batch 1152, 4 heads, lengths uniform in [1, L], L 1024 / 4096)
+// this kernel ran 265 / 376 TFLOP/s at head dim 128 with it and 220 / 296
+// with a bulk add a row (64 a step), jagged_bwd_sm90.cu's way; 225 / 315
+// against 166 / 220 at head dim 64
+// (bench/results/2026-12-03-h200-jagged-bwd-ws-harness.log).
+constexpr bool kDqTiled = true;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(kBlockM == 64 && kBlockN % 64 == 0 && kWarpgroups <= 2,
-              "64-row query steps, 64 key rows per warpgroup");
-static_assert(kHeadDim == 64 || kWarpgroups == 2,
-              "head dim 128 splits dQ's columns between two warpgroups");
+static_assert(kBlockM == 64 && kBlockN == 128, "64-row query steps, two warpgroups of 64 keys");
+static_assert(kStages >= 2, "a stage is refilled once its step's products are done");
+static_assert(!0, "rotary embeddings take jagged_bwd_sm90.cu");
 // Every operand is made of 64-column matrices of 128-byte rows in the
-// 128-byte swizzle (wgmma_sm90.cuh): a tile of R rows is kHalves such
-// R-row matrices, one per 64 columns of the head.
+// 128-byte swizzle (wgmma_sm90.cuh), as in jagged_bwd_sm90.cu.
 constexpr int kHalves = kHeadDim / 64;
 constexpr int kRowBytes = 128;
 constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
 constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
 constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
-// Shared memory: K, V, two slots of Q and dO, dS^T, two slots of LSE and
-// D for the step's query rows, then the dQ staging rows. A step's copies
-// go to the other slot, free once the step's first barrier is passed.
-constexpr int kSlots = 2;
-// CTAs an SM, as planned: 3 at head dim 64 (one warpgroup a CTA, 168
-// registers a thread, 75 KB of shared memory), whose CTAs run out of step
-// so that one's softmax and staging overlap the others' products, and
-// leave room for one slot of dQ staging rows; 1 at head dim 128 (two
-// warpgroups), with two slots.
-constexpr int kMinCtas = 1;
-constexpr int kStageSlots = kMinCtas >= 3 ? 1 : 2;
-// With head dim 64 each warpgroup's dQ reads only its own dS^T rows.
+// With head dim 64 each warpgroup's dQ reads only its own dS^T rows (and
+// adds its own partial); with 128 each reads both halves, for its 64
+// columns of the head.
 constexpr bool kOwnDs = kHalves == 1;
+// Shared memory: K, V; the stages' Q and dO; two dS^T buffers (a step
+// writes one while the other warpgroup's dQ may still read the last);
+// the stages' LSE and D; one set of dQ staging rows per warpgroup (64 rows
+// of 64 fp32 as the accumulator's tiles lay them out: the 8-float chunks
+// swizzled by the token, so that a warp's float2 stores take the two
+// wavefronts their 256 bytes need).
 constexpr int kRingAt = 2 * kKBytes;
-constexpr int kDsAt = kRingAt + kSlots * 2 * kQBytes;
-constexpr int kRowsAt = kDsAt + kDsBytes;
-// The dQ staging rows of a warpgroup: 64 rows of 64 fp32 a step, padded
-// to 72 (68 where shared memory is short) so that a warp's float2 stores
-// (8 rows x 4 quads) take the two wavefronts their 256 bytes need.
-constexpr int kStageStride = kStageSlots == 1 ? 68 : 72;
-constexpr int kStageAt = kRowsAt + kSlots * 2 * 4 * kBlockM;
-static_assert(kStageAt + kStageSlots * kWarpgroups * 64 * kStageStride * 4 == kSmemBytes,
-              "the plan's shared memory is K, V, two Q, dO slots, dS^T, the row floats and "
+constexpr int kDsAt = kRingAt + kStages * 2 * kQBytes;
+constexpr int kRowsAt = kDsAt + 2 * kDsBytes;
+constexpr int kStageStride = 64;
+constexpr int kStageAt = kRowsAt + kStages * 2 * 4 * kBlockM;
+static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
+              "the plan's shared memory is K, V, the Q, dO stages, two dS^T, the row floats and "
               "the dQ staging rows");
 /* ---- end jagged backward constants ---- */
 
@@ -1952,6 +1958,66 @@ __device__ __forceinline__ void bulk_wait_read() {
 }
 
 /* ---- end device helpers (stmatrix, bulk copies) ---- */
+
+/* ---- begin device helpers (mbarrier pipeline, sm_90a) ----
+ * Each comment names the PTX ISA instruction it wraps (PTX ISA 8.x,
+ * "Parallel Synchronization and Communication Instructions" for mbarrier,
+ * "Data Movement and Conversion Instructions" for cp.async, "Miscellaneous
+ * Instructions" for setmaxnreg). A barrier's phase completes when its
+ * pending arrivals reach zero; its parity alternates 0, 1, 0, ... */
+
+// mbarrier.init: a barrier in shared memory (8 bytes, 8-byte aligned)
+// expecting `count` arrivals a phase. One thread initializes, then a
+// fence (below) and a CTA barrier before any use.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+// fence.mbarrier_init: the initializations above, visible to the async
+// operations (cp.async's arrivals) that follow.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// cp.async.mbarrier.arrive.noinc: arrive on `bar` once every cp.async
+// this thread issued before has landed; .noinc: the arrival is one of the
+// count the barrier was initialized with.
+__device__ __forceinline__ void mbar_arrive_on_copies(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+// mbarrier.arrive: one arrival (release semantics: this thread's earlier
+// reads and writes of the stage are done before the phase can complete).
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+// mbarrier.try_wait.parity: whether the phase of parity `parity` has
+// completed, after waiting a while for it (acquire semantics).
+__device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0;
+}
+// Wait for the phase of parity `parity` to complete.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+// setmaxnreg.dec / .inc: the executing warpgroup's registers a thread
+// lowered (given back to the SM) or raised (taken from it, waiting until
+// they are free); the whole warpgroup executes it. A multiple of 8 in
+// [24, 256]; the CTA's budgets must add up to what it was launched with.
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+/* ---- end device helpers (mbarrier pipeline, sm_90a) ---- */
 
 /* ---- begin jagged tiles ----
  * Sequence i of a jagged tensor of `total` tokens starts at token
@@ -2300,55 +2366,6 @@ __device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][
 // multiples of 1024.
 extern __shared__ __align__(1024) unsigned short smem[];
 
-/* ---- begin the math ----
- * As jagged_bwd.cu: P = exp(scale * S - LSE), dP = dO V^T, dS = P (.) (dP
- * - D), dV = P^T dO, dK = scale * dS^T Q, dQ = scale * dS K, D =
- * rowsum(dO (.) O). Here dQ is added tile pair by tile pair with fp32
- * atomics, so its bits depend on the order the CTAs run in; dK and dV are
- * each written by one CTA, in a fixed order.
- * ---- end the math ---- */
-
-// Start the copy of kRows rows of one head (`src` is row 0, this head)
-// into the matrices at `dst` (shared address), the first `rows` real and
-// the rest zero-filled; the caller commits. Piece c (16 bytes) of row r
-// sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of the row.
-template <int kRows>
-__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
-                                          long long row_stride, int rows) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
-  const unsigned base = dst + (c >> 3) * (kRows * kRowBytes);
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < rows;
-    cp_async_16(base + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4),
-                real ? src + row * row_stride + c * 8 : src, real ? 16 : 0);
-  }
-}
-
-// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
-// engine in the background (both 16-byte aligned, bytes a multiple of 16);
-// closed into a group by bulk_commit (bulk_sm90.cuh). PTX ISA:
-// cp.reduce.async.bulk.
-__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-// Barrier `id` over `threads` threads (a warpgroup: 128), not the CTA.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
-}
-
-// Keep registers an asynchronous wgmma reads (its A operand) live until
-// here: placed after the wait, so the compiler cannot reuse them earlier.
-template <int kN>
-__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
-#pragma unroll
-  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
-}
-
 // The rotary tables of the queries and the keys (positions from tables;
 // both null otherwise).
 struct RotaryTables {
@@ -2453,17 +2470,97 @@ ag_gem_d128_bf16_bwd_dq(const unsigned short *__restrict__ q,
 }
 /* ---- end kernel _dq ---- */
 
+/* ---- begin the math ----
+ * As jagged_bwd_sm90.cu: P = exp(scale * S - LSE), dP = dO V^T, dS = P
+ * (.) (dP - D), dV = P^T dO, dK = scale * dS^T Q, dQ = scale * dS K, D =
+ * rowsum(dO (.) O); dQ is added to an fp32 accumulator tile pair by tile
+ * pair, so its bits depend on the order the CTAs run in.
+ * ---- end the math ---- */
+
+// Start the copy of kRows rows of one head (`src` is row 0, this head)
+// into the matrices at `dst` (shared address) by the loading warpgroup,
+// the first `rows` real and the rest zero-filled. Piece c (16 bytes) of
+// row r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of the row.
+template <int kRows>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = 128 / kPieces;  // rows one pass of the warpgroup covers
+  static_assert(kRows % kRowStep == 0 && kRowStep % 8 == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
+  // kRowStep is a multiple of 8, so a thread's rows share their swizzle
+  unsigned at = dst + (c >> 3) * (kRows * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
+  const unsigned short *from = src + row0 * row_stride + c * 8;
+#pragma unroll 4
+  for (int row = row0; row < kRows; row += kRowStep) {
+    const bool real = row < rows;
+    cp_async_16(at, real ? from : src, real ? 16 : 0);
+    at += kRowStep * kRowBytes;
+    from += kRowStep * row_stride;
+  }
+}
+
+// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
+// engine in the background (both 16-byte aligned, bytes a multiple of 16);
+// closed into a group by bulk_commit (bulk_sm90.cuh). PTX ISA:
+// cp.reduce.async.bulk.
+__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+// Barrier `id` over `threads` threads, not the CTA (bar.sync).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// Keep registers an asynchronous wgmma reads (its A operand) live until
+// here: placed after the wait, so the compiler cannot reuse them earlier.
+template <int kN>
+__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
+#pragma unroll
+  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
+}
+
+// One CTA tile of keys: its sequence, its keys and the steps that reach
+// them (q head hk * group + i / q_tiles, query tile qt0 + i % q_tiles).
+// Both roles walk the same tiles and steps.
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
 /* ---- begin kernel _kv ----
- * KV-stationary: a CTA owns kBlockN keys of one kv head (warpgroup w the
- * 64 from 64w) and walks the group's q heads in order and, for each, the
- * query tiles of the band; Q, dO and their rows' LSE and D stream through
- * two slots. Per step each warpgroup computes S^T = K Q^T and dP^T = V dO^T
- * (A and B from shared memory), P^T and dS^T in registers, dV += P^T dO
- * and dK += dS^T Q (A from registers), writes dS^T to shared memory, and
- * after a barrier dQ = dS K over all kBlockN keys for its 64 columns of
- * the head (head_dim 128), or over its own 64 keys (head_dim 64), which
- * it adds to the accumulator. */
-extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
+ * KV-stationary: a CTA owns kBlockN keys of one kv head and walks the
+ * group's q heads in order and, for each, the query tiles of the band.
+ * Warpgroup 0 copies K and V (once both computing warpgroups released the
+ * last tile's) and each step's Q, dO, LSE and D into a ring of kStages
+ * stages (each refilled once both released it). Computing warpgroup w owns
+ * keys 64w..: per step S^T = K Q^T and dP^T = V dO^T, P^T and dS^T in
+ * registers, dS^T to shared memory, dQ = dS K (head dim 128: its 64
+ * columns over all keys, after a barrier of the computing warpgroups;
+ * head dim 64: over its own keys), dV += P^T dO and dK += dS^T Q, and dQ
+ * staged and bulk-added to the accumulator while dV and dK run. */
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
 ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
     const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
@@ -2473,115 +2570,117 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
     long long total_q, long long total_k, long long num_tiles) {
   (void)o;
   (void)dq;
-  const RotaryTables tables = {nullptr, nullptr};
-  (void)tables;
+  __shared__ __align__(8) unsigned long long bars[2 + 2 * kStages];  // kv full, kv empty, full[s], empty[s]
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
   const int hk = blockIdx.y, group = heads / kv_heads;
   const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
   const unsigned base = smem_addr(smem);
   const unsigned k_a = base, v_a = base + kKBytes, ring_a = base + kRingAt, ds_a = base + kDsAt;
   float *const rows_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kRowsAt);
+  const unsigned kv_full = smem_addr(bars), kv_empty = kv_full + 8, full0 = kv_full + 16,
+                 empty0 = full0 + 8 * kStages;
+  if (threadIdx.x == 0) {
+    mbar_init(kv_full, 128);
+    // Every computing thread releases what it read (its reads of the row
+    // floats are plain loads): one arrival each.
+    mbar_init(kv_empty, kMathThreads);
+    for (int s = 0; s < kStages; s++) {
+      mbar_init(full0 + 8 * s, 128);
+      mbar_init(empty0 + 8 * s, kMathThreads);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  // The warpgroup, broadcast from lane 0 so that the compiler sees it
+  // warp-uniform (wgmma under a branch it cannot prove uniform serializes).
+  const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+
+  if (wgi == 0) {
+    // ---- the loading warpgroup ----
+    regs_dec<kLoadRegs>();
+    int n = 0, t = 0;  // steps and tiles loaded so far
+#pragma unroll 1
+    for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
+      const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk,
+                                  group, k_stride);
+      if (!kt.used) continue;
+      if (t > 0) mbar_wait(kv_empty, (t - 1) & 1);
+      load_rows<kBlockN>(k_a, k + kt.k_row, k_stride, kt.nk);
+      load_rows<kBlockN>(v_a, v + kt.k_row, k_stride, kt.nk);
+      mbar_arrive_on_copies(kv_full);
+#pragma unroll 1
+      for (int i = 0; i < kt.n_steps; i++, n++) {
+        const int s = n % kStages;
+        if (n >= kStages) mbar_wait(empty0 + 8 * s, (n / kStages - 1) & 1);
+        const int h = hk * group + i / kt.q_tiles;
+        const long long i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+        const int mq = (int)min((long long)kBlockM, kt.sp.q_len - i0);
+        const long long at = (kt.sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
+        const unsigned slot = ring_a + s * 2 * kQBytes;
+        load_rows<kBlockM>(slot, q + at, q_stride, mq);
+        load_rows<kBlockM>(slot + kQBytes, dout + at, q_stride, mq);
+        const int r = threadIdx.x % kBlockM;  // LSE of row r (threads < 64), then D
+        const long long row = (long long)h * total_q + kt.sp.q_start + i0 + (r < mq ? r : 0);
+        float *f = rows_s + s * 2 * kBlockM + threadIdx.x;
+        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+        mbar_arrive_on_copies(full0 + 8 * s);
+      }
+      t++;
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ---- the computing warpgroups ----
+  regs_inc<kMathRegs>();
   float *const stage_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kStageAt);
   float *const dq_acc = di + dq_accumulator_at(heads, total_q);
-  const int wg = threadIdx.x >> 7;  // this warpgroup's keys: 64 wg..
-  const int warp = (threadIdx.x >> 5) & 3;  // its rows in them: 16 warp..
-  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int mt = threadIdx.x - 128;  // thread index among the computing ones
+  const int wg = mt >> 7;  // this warpgroup's keys: 64 wg..
+  const int warp = (mt >> 5) & 3;  // its rows in them: 16 warp..
+  const int lane = mt & 31, g = lane >> 2, tq = lane & 3;
   const int key0 = 64 * wg + 16 * warp + g;  // this thread's first key row of the tile (+8)
-
+  int n = 0, t = 0;  // steps and tiles computed so far
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
-    const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
-    const long long tile = vt - (seq + sp.k_start / kBlockN);
-    if (tile < 0 || tile * kBlockN >= sp.k_len) continue;  // an unused number
-    const long long k0 = tile * kBlockN;
-    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);  // real key rows
+    const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk,
+                                group, k_stride);
+    if (!kt.used) continue;
+    const SeqSpan &sp = kt.sp;
     const long long delta = sp.k_len - sp.q_len;
-    long long i_first, i_last;
-    queries_seeing(k0, k0 + nk - 1, sp.q_len, sp.k_len, i_first, i_last);
-    const long long qt0 = i_first / kBlockM;
-    const int q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - qt0 + 1);
-    const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
-    const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
-
-    // Start the copies of step i's Q, dO and row floats into slot i & 1.
-    auto load_step = [&](int i) {
-      const int h = hk * group + i / q_tiles;
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
-      const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
-      const unsigned slot = ring_a + (i % kSlots) * 2 * kQBytes;
-      load_rows<kBlockM>(slot, q + at, q_stride, mq);
-      load_rows<kBlockM>(slot + kQBytes, dout + at, q_stride, mq);
-      if (threadIdx.x < 2 * kBlockM) {
-        const int r = threadIdx.x % kBlockM;
-        const long long row = (long long)h * total_q + sp.q_start + i0 + (r < mq ? r : 0);
-        float *f = rows_s + (i % kSlots) * 2 * kBlockM + threadIdx.x;  // LSE, then D
-        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
-      }
-    };
-
-    __syncthreads();  // nobody reads the last tile's shared memory any more
-    load_rows<kBlockN>(k_a, k + k_row, k_stride, nk);
-    load_rows<kBlockN>(v_a, v + k_row, k_stride, nk);
-    if (n_steps > 0) load_step(0);
-    cp_async_commit();
-
     float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
 #pragma unroll
     for (int hh = 0; hh < kHalves; hh++)
 #pragma unroll
-      for (int n = 0; n < 8; n++)
+      for (int j = 0; j < 8; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc_v[hh][n][e] = acc_k[hh][n][e] = 0.f;
+        for (int e = 0; e < 4; e++) acc_v[hh][j][e] = acc_k[hh][j][e] = 0.f;
+    mbar_wait(kv_full, t & 1);
 
-    // P^T and dS^T of the step before: dV and dK read them (wgmma's A from
-    // registers) until the wait at the next step's start.
-    unsigned p16[8][2], ds16[8][2];
-    // Wait for the last step's dV and dK: their accumulators pinned after
-    // the wait, and (after a step) the P^T, dS^T registers they read kept
-    // live to it.
-    auto retire = [&](bool after_a_step) {
-      wgmma_wait<0>();
-#pragma unroll
-      for (int hh = 0; hh < kHalves; hh++) {
-        wgmma_hold(acc_v[hh]);
-        wgmma_hold(acc_k[hh]);
-      }
-      if (after_a_step) {
-        keep(p16);
-        keep(ds16);
-      }
-    };
 #pragma unroll 1
-    for (int i = 0; i < n_steps; i++) {
-      // the step before's dV and dK are done: its Q, dO slot may be
-      // reloaded and its P^T, dS^T registers rewritten
-      retire(i > 0);
-      if constexpr (kStageSlots == 2)
-        bulk_wait_read<1>();  // step i - 2's staging rows are read: this step may write them
-      __syncthreads();  // the other slot and dS^T are free (step i - 1 is done)
-      if (i + 1 < n_steps) load_step(i + 1);
-      cp_async_commit();
-      cp_async_wait<1>();
+    for (int i = 0; i < kt.n_steps; i++, n++) {
+      const int s = n % kStages;
+      mbar_wait(full0 + 8 * s, (n / kStages) & 1);
       fence_proxy_async();  // the copies are read by wgmma (the async proxy)
-      __syncthreads();
-      const int h = hk * group + i / q_tiles;
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
+      const int h = hk * group + i / kt.q_tiles;
+      const long long i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
       const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
-      const unsigned q_a = ring_a + (i % kSlots) * 2 * kQBytes, do_a = q_a + kQBytes;
-      const float *const lse_r = rows_s + (i % kSlots) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
+      const unsigned q_a = ring_a + s * 2 * kQBytes, do_a = q_a + kQBytes;
+      const float *const lse_r = rows_s + s * 2 * kBlockM, *const d_r = lse_r + kBlockM;
+      const unsigned dst_a = ds_a + (n & 1) * kDsBytes;  // this step's dS^T buffer
 
       // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys: rows
-      // are keys (key0, key0 + 8), columns the step's queries.
-      float s[8][4], dp[8][4];
+      // are keys (key0, key0 + 8), columns the step's queries. Committed
+      // apart, so that P^T is computed while dP^T runs.
+      float sp_t[8][4], dp[8][4];  // S^T, then P^T in place
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kHeadDim / 16; kk++) {
         const unsigned along = kk % 4 * 32;
-        wgmma_ss<0, 0>(s, sw128_desc(k_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
+        wgmma_ss<0, 0>(sp_t, sw128_desc(k_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
                        sw128_desc(q_a + kk / 4 * kQBytes / kHalves, along), kk);
       }
+      wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < kHeadDim / 16; kk++) {
         const unsigned along = kk % 4 * 32;
@@ -2589,68 +2688,71 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
                        sw128_desc(do_a + kk / 4 * kQBytes / kHalves, along), kk);
       }
       wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_hold(s);
-      wgmma_hold(dp);
+      wgmma_wait<1>();  // S^T; dP^T runs on
+      wgmma_hold(sp_t);
 
-      // P^T and dS^T as 16-bit pairs (the A operand of dV and dK); dS^T
-      // also to shared memory for dQ.
-      const Band band = tile_band(i0, k0, delta);
-      // A key row past the sequence end (zero-filled) is masked too: its
-      // S is 0, and exp2(-LSE) of a row with a very negative LSE would be
-      // inf, which dQ = dS K would turn into NaN (inf times K's zero row).
-      const bool full = mq == kBlockM && nk == kBlockN && band.lo <= -(kBlockM - 1) &&
+      // P^T, and its 16-bit pairs (the A operand of dV). Masks as
+      // jagged_bwd_sm90.cu's: a key row past the sequence end is masked too.
+      const Band band = tile_band(i0, kt.k0, delta);
+      const bool full = mq == kBlockM && kt.nk == kBlockN && band.lo <= -(kBlockM - 1) &&
                         band.hi >= kBlockN - 1;
+      unsigned p16[8][2], ds16[8][2];
 #pragma unroll
-      for (int n = 0; n < 8; n++) {
-        const int col = 8 * n + 2 * tq;
+      for (int j = 0; j < 8; j++) {
+        const int col = 8 * j + 2 * tq;
         const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
-        const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
-        float p[4], x[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int c = col + (e & 1), row = key0 + (e < 2 ? 0 : 8);
           float m = (e & 1) ? lr.y : lr.x;
           m = m == neg_inf() ? __int_as_float(0x7f800000) : m * kLog2e;  // no key: P = 0
-          p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -m));
+          float p = fast_exp2(fmaf(sp_t[j][e], kScaleLog2, -m));
           if (!full) {
             const int xd = row - c;
-            if (c >= mq || row >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;
+            if (c >= mq || row >= kt.nk || xd < band.lo || xd > band.hi) p = 0.f;
           }
-          x[e] = p[e] * (dp[n][e] - ((e & 1) ? dd.y : dd.x));
+          sp_t[j][e] = p;
         }
-        p16[n][0] = pack2(p[0], p[1]);
-        p16[n][1] = pack2(p[2], p[3]);
-        ds16[n][0] = pack2(x[0], x[1]);
-        ds16[n][1] = pack2(x[2], x[3]);
-        // dS^T [key][query]: row key0 (+ 8) of the step's matrix, chunk n
+        p16[j][0] = pack2(sp_t[j][0], sp_t[j][1]);
+        p16[j][1] = pack2(sp_t[j][2], sp_t[j][3]);
+      }
+      wgmma_wait<0>();  // dP^T
+      wgmma_hold(dp);
+      // dS^T = P^T (.) (dP^T - D) as 16-bit pairs (the A operand of dK),
+      // and to shared memory for dQ: row key0 (+ 8) of the step's
+      // [key][query] matrix, chunk j.
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const int col = 8 * j + 2 * tq;
+        const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
+        ds16[j][0] = pack2(sp_t[j][0] * (dp[j][0] - dd.x), sp_t[j][1] * (dp[j][1] - dd.y));
+        ds16[j][1] = pack2(sp_t[j][2] * (dp[j][2] - dd.x), sp_t[j][3] * (dp[j][3] - dd.y));
         const int r = key0;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + r * kRowBytes + ((n ^ (r & 7)) << 4) + 4 * tq),
-                     "r"(ds16[n][0]) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +
-                                                        ((n ^ ((r + 8) & 7)) << 4) + 4 * tq),
-                     "r"(ds16[n][1]) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst_a + r * kRowBytes + ((j ^ (r & 7)) << 4) + 4 * tq),
+                     "r"(ds16[j][0]) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst_a + (r + 8) * kRowBytes +
+                                                        ((j ^ ((r + 8) & 7)) << 4) + 4 * tq),
+                     "r"(ds16[j][1]) : "memory");
       }
 
       // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
-      // MN-major. Head dim 128: every key, this warpgroup's 64 columns;
-      // head dim 64: this warpgroup's keys, every column.
-      if constexpr (kStageSlots == 1)
-        bulk_wait_read<0>();  // the step before's staging rows are read (by all: the barrier)
+      // MN-major. The staging rows are free once every thread of the
+      // warpgroup saw the last step's bulk adds read them (the barrier).
+      bulk_wait_read<0>();
       fence_proxy_async();  // dS^T is read by wgmma
-      if constexpr (kOwnDs) named_barrier_sync(1 + wg, 128);
-      else __syncthreads();
+      if constexpr (kOwnDs) named_barrier_sync(2 + wg, 128);
+      else named_barrier_sync(1, kMathThreads);
       float c[8][4];
       wgmma_fence();
       if constexpr (kHalves == 2) {
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; kk++)
-          wgmma_ss<1, 1>(c, sw128_desc(ds_a, kk * kStepOverRows),
+          wgmma_ss<1, 1>(c, sw128_desc(dst_a, kk * kStepOverRows),
                          sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
       } else {
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-          wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * 64 * kRowBytes, kk * kStepOverRows),
+          wgmma_ss<1, 1>(c, sw128_desc(dst_a + wg * 64 * kRowBytes, kk * kStepOverRows),
                          sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
       }
       wgmma_commit();
@@ -2677,50 +2779,64 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
       wgmma_hold(c);
 
       // c's rows are the step's queries 16 warp + g (+ 8), its columns
-      // 8n + 2tq of this warpgroup's 64 (head dim 128) or of the head: to
-      // the warpgroup's staging rows, then a bulk fp32 add of each real
-      // row to the accumulator (the copy engine adds whole rows).
-      float *const stage = stage_s + ((kStageSlots == 2 ? i & 1 : 0) * kWarpgroups + wg) * 64 * kStageStride;
+      // 8j + 2tq of this warpgroup's 64 (head dim 128) or of the head: to
+      // the warpgroup's staging rows in the accumulator's tile layout,
+      // then one bulk fp32 add of the real rows (the copy engine adds).
+      float *const stage = stage_s + wg * 64 * kStageStride;
+      const long long t0 = sp.q_src + i0;  // the step's first token
 #pragma unroll
       for (int hi = 0; hi < 2; hi++) {
-        float *const srow = stage + (16 * warp + g + 8 * hi) * kStageStride + 2 * tq;
+        const int r = 16 * warp + g + 8 * hi;
+        float *const srow = stage + r * kStageStride + 2 * tq;
+        const int swz = (int)((t0 + r) & 7);  // jagged_bwd_rows.cuh's dq_group_at
 #pragma unroll
-        for (int n = 0; n < 8; n++)
-          *reinterpret_cast<float2 *>(srow + 8 * n) = make_float2(c[n][2 * hi], c[n][2 * hi + 1]);
+        for (int j = 0; j < 8; j++)
+          *reinterpret_cast<float2 *>(srow + 8 * (j ^ swz)) =
+              make_float2(c[j][2 * hi], c[j][2 * hi + 1]);
       }
       fence_proxy_async();  // the staging rows are read by the copy engine
-      named_barrier_sync(1 + wg, 128);
-      const int r = threadIdx.x & 127;  // the row this thread hands over
-      if (r < mq) {
-        const int col0 = kHalves == 2 ? 64 * wg : 0;
-        bulk_reduce_add(dq_acc + (sp.q_src + i0 + r) * q_stride + (long long)h * kHeadDim + col0,
-                        smem_addr(stage + r * kStageStride), 64 * 4);
+      named_barrier_sync(2 + wg, 128);
+      const int half = kHalves == 2 ? wg : 0;  // the 64 columns of the head c holds
+      if ((mt & 127) == 0) {
+        bulk_reduce_add(dq_acc + ((long long)(h * kHalves + half) * total_q + t0) * 64,
+                        smem_addr(stage), mq * 64 * 4);
+        bulk_commit();
       }
-      bulk_commit();
+
+      // dV and dK are done: the stage may be refilled.
+      wgmma_wait<0>();
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++) {
+        wgmma_hold(acc_v[hh]);
+        wgmma_hold(acc_k[hh]);
+      }
+      keep(p16);
+      keep(ds16);
+      mbar_arrive(empty0 + 8 * s);
     }
-    retire(n_steps > 0);
-    bulk_wait_read<0>();  // the staging rows may be written again
-    cp_async_wait<0>();
+    // Every product reading K and V is done: the next tile's may land.
+    mbar_arrive(kv_empty);
+    t++;
 
     // dV, and dK with the scale, of this thread's key rows.
 #pragma unroll
     for (int hi = 0; hi < 2; hi++) {
       const int row = key0 + 8 * hi;
-      if (row >= nk) continue;
-      unsigned *const v_out = reinterpret_cast<unsigned *>(dv + k_row + row * k_stride + 2 * tq);
-      unsigned *const k_out = reinterpret_cast<unsigned *>(dk + k_row + row * k_stride + 2 * tq);
+      if (row >= kt.nk) continue;
+      unsigned *const v_out = reinterpret_cast<unsigned *>(dv + kt.k_row + row * k_stride + 2 * tq);
+      unsigned *const k_out = reinterpret_cast<unsigned *>(dk + kt.k_row + row * k_stride + 2 * tq);
 #pragma unroll
       for (int hh = 0; hh < kHalves; hh++)
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
-          v_out[32 * hh + 4 * n] = pack2(acc_v[hh][n][2 * hi], acc_v[hh][n][2 * hi + 1]);
-          k_out[32 * hh + 4 * n] =
-              pack2(acc_k[hh][n][2 * hi] * kScale, acc_k[hh][n][2 * hi + 1] * kScale);
+        for (int j = 0; j < 8; j++) {
+          v_out[32 * hh + 4 * j] = pack2(acc_v[hh][j][2 * hi], acc_v[hh][j][2 * hi + 1]);
+          k_out[32 * hh + 4 * j] =
+              pack2(acc_k[hh][j][2 * hi] * kScale, acc_k[hh][j][2 * hi + 1] * kScale);
         }
     }
   }
+  bulk_wait_read<0>();  // the staging rows are read before the CTA's memory goes
 }
 /* ---- end kernel _kv ---- */
-
 
 }  // namespace bwd

@@ -124,9 +124,12 @@ SM90.append(("f16", 64, False, True, 64, 32, 64, 2))
 if not os.environ.get("ATTNGEN_DEV_ALL"):
     VARIANTS = [v for v in VARIANTS if v[0] == "bf16" and not v[3] and v[6] == 64 and not v[7]]
 VARIANTS += SM90
-# The warp-specialized backward (templates/jagged_bwd_ws.cu), named "ws ...":
+# The warp-specialized backward (templates/jagged_bwd_ws.cu), named "ws-s2 ...":
 # 128 keys a CTA, two computing warpgroups and a loading one; STAGES Q/dO
-# stages (the 9th field, a template, and the 10th, its knobs).
+# stages (the 9th field, a template, and the 10th, its knobs). Its dQ
+# accumulator in tiles won over a bulk add a row (the s2t against s2 rows
+# of bench/results/2026-12-03-h200-jagged-bwd-ws-harness.log); three stages
+# at head dim 64 (s3) gained nothing.
 WS = "jagged_bwd_ws.cu"
 for dt in ("bf16", "f16"):
     for d in (64, 128):
@@ -135,23 +138,11 @@ for dt in ("bf16", "f16"):
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
-for causal in (False, True):  # three stages fit at head dim 64 alone (227 KB)
-    VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, {"STAGES": 3, "TAG": "s3"}))
-# "t": the dQ accumulator in tiles (the template's kDqTiled set true)
-for dt in ("bf16", "f16"):
-    for d in (64, 128):
-        for causal in (False, True):
-            VARIANTS.append((dt, d, causal, False, -1, -1, 128, 2, WS,
-                             {"STAGES": 2, "TAG": "s2t", "TILED": True}))
-VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS,
-                 {"STAGES": 2, "TAG": "s2t", "TILED": True}))
-VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS,
-                 {"STAGES": 2, "TAG": "s2t", "TILED": True}))
 
 
-def smem_ws(d, bn, stages, bm=64, tiled=False):
+def smem_ws(d, bn, stages, bm=64):
     """jagged_bwd_ws.cu's @SMEM_BYTES@."""
-    return 4 * d * (bn + stages * bm) + 4 * bn * bm + 8 * stages * bm + bn * (64 if tiled else 68) * 4
+    return 4 * d * (bn + stages * bm) + 4 * bn * bm + 8 * stages * bm + bn * 64 * 4
 
 
 def sm90_min_ctas(d, bn):
@@ -194,7 +185,7 @@ def main():
                     WINDOW="true" if window else "false", WINDOW_LEFT=left, WINDOW_RIGHT=right,
                     BROADCAST=0, SUM_THREADS=256, ROTARY="false", ROTARY_TABLE="false")
         if tpl == WS:
-            sk = smem_ws(d, blk, knobs["STAGES"], tiled=knobs.get("TILED", False))
+            sk = smem_ws(d, blk, knobs["STAGES"])
             vals.update(BLOCK_M=64, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256,
                         STAGES=knobs["STAGES"], ROTARY_HALF="false")
             for key in ("WARPS", "MIN_CTAS", "SMEM_BYTES_DQ", "SMEM_BYTES_DKV", "BROADCAST",
@@ -214,9 +205,6 @@ def main():
             sd = 0
             warps = blk // 16  # 128 * blk / 64 threads
         text = expand(tpl or {0: "jagged_bwd.cu", 1: "../tools/jagged_dev/jagged_bwd_fast.cu", 2: "jagged_bwd_sm90.cu"}[int(fast)], vals)
-        if knobs and knobs.get("TILED"):
-            assert "constexpr bool kDqTiled = false;" in text
-            text = text.replace("constexpr bool kDqTiled = false;", "constexpr bool kDqTiled = true;")
         parts.append(f"namespace v{i} {{\n" + text + f"\n}}  // namespace v{i}\n")
         table.append(f'  {{"{label}", {int(dt == "bf16")}, {d}, '
                      f'{int(causal)}, {int(window)}, {left}, {right}, {blk}, {warps * 32}, {sd}, {sk}, ' +
