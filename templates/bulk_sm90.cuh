@@ -38,4 +38,12 @@ __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(pending) : "memory");
 }
 
+// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
+// engine in the background (both 16-byte aligned, bytes a multiple of 16);
+// closed into a group by bulk_commit. PTX ISA: cp.reduce.async.bulk.
+__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+
 /* ---- end device helpers (stmatrix, bulk copies) ---- */

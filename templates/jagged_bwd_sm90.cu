@@ -6,8 +6,8 @@
 @# and one that rounds it. Compiled for sm_90a only (the plan picks it
 @# there; deterministic specs keep jagged_bwd.cu's two kernels).
 @# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
-@#   bulk_sm90.cuh, jagged_bwd_tile.cuh, jagged_bwd_rows.cuh (the kernels _pre and
-@#   _dq).
+@#   bulk_sm90.cuh, pipeline_sm90.cuh (named barriers), jagged_bwd_tile.cuh,
+@#   jagged_bwd_rows.cuh (the kernels _pre and _dq).
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows
 @#   of a step: 64) @BLOCK_N@ (key rows of a CTA, 64 per warpgroup: 64 at
 @#   head dim 64, 128 at 128)
@@ -96,6 +96,8 @@ static_assert(kStageAt + kStageSlots * kWarpgroups * 64 * kStageStride * 4 == kS
 
 @include bulk_sm90.cuh@
 
+@include pipeline_sm90.cuh@
+
 @include jagged_bwd_tile.cuh@
 @if ROTARY@
 
@@ -141,27 +143,6 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
     cp_async_16(base + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4),
                 real ? src + row * row_stride + c * 8 : src, real ? 16 : 0);
   }
-}
-
-// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
-// engine in the background (both 16-byte aligned, bytes a multiple of 16);
-// closed into a group by bulk_commit (bulk_sm90.cuh). PTX ISA:
-// cp.reduce.async.bulk.
-__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-// Barrier `id` over `threads` threads (a warpgroup: 128), not the CTA.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
-}
-
-// Keep registers an asynchronous wgmma reads (its A operand) live until
-// here: placed after the wait, so the compiler cannot reuse them earlier.
-template <int kN>
-__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
-#pragma unroll
-  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
 }
 
 @include jagged_bwd_rows.cuh@

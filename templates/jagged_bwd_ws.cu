@@ -124,27 +124,6 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
   }
 }
 
-// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
-// engine in the background (both 16-byte aligned, bytes a multiple of 16);
-// closed into a group by bulk_commit (bulk_sm90.cuh). PTX ISA:
-// cp.reduce.async.bulk.
-__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-// Barrier `id` over `threads` threads, not the CTA (bar.sync).
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
-}
-
-// Keep registers an asynchronous wgmma reads (its A operand) live until
-// here: placed after the wait, so the compiler cannot reuse them earlier.
-template <int kN>
-__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
-#pragma unroll
-  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
-}
-
 // One CTA tile of keys: its sequence, its keys and the steps that reach
 // them (q head hk * group + i / q_tiles, query tile qt0 + i % q_tiles).
 // Both roles walk the same tiles and steps.

@@ -1,9 +1,10 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# pipeline_sm90.cuh: device helpers for warp-specialized kernels on
 @# sm_90a: mbarriers that stages of shared memory fill and drain through
-@# (completed by the copies themselves or by arrivals), and the warpgroup
+@# (completed by the copies themselves or by arrivals), the warpgroup
 @# register budgets that let loading warps give registers to computing
-@# ones. No placeholders, no conditions; sm_90a only.
+@# ones, and named barriers over some of a CTA's warps. No placeholders, no
+@# conditions; sm_90a only.
 /* ---- begin device helpers (mbarrier pipeline, sm_90a) ----
  * Each comment names the PTX ISA instruction it wraps (PTX ISA 8.x,
  * "Parallel Synchronization and Communication Instructions" for mbarrier,
@@ -61,5 +62,10 @@ __device__ __forceinline__ void regs_dec() {
 template <int kRegs>
 __device__ __forceinline__ void regs_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+// bar.sync: named barrier `id` (1..15; 0 is __syncthreads') over
+// `threads` threads (a multiple of 32), not the CTA.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 /* ---- end device helpers (mbarrier pipeline, sm_90a) ---- */

@@ -241,6 +241,15 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
 #undef WGMMA_D_LIST
 #undef WGMMA_D_OPERANDS
 
+// Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
+// pairs) live until here: placed after the wait, so the compiler cannot
+// reuse them earlier.
+template <int kN>
+__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
+#pragma unroll
+  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
+}
+
 /* ---- end device helpers (wgmma) ---- */
 
 /* ---- begin jagged walk ----
@@ -641,6 +650,11 @@ __device__ __forceinline__ void regs_dec() {
 template <int kRegs>
 __device__ __forceinline__ void regs_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+// bar.sync: named barrier `id` (1..15; 0 is __syncthreads') over
+// `threads` threads (a multiple of 32), not the CTA.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 /* ---- end device helpers (mbarrier pipeline, sm_90a) ---- */
 

@@ -271,6 +271,15 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
 #undef WGMMA_D_LIST
 #undef WGMMA_D_OPERANDS
 
+// Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
+// pairs) live until here: placed after the wait, so the compiler cannot
+// reuse them earlier.
+template <int kN>
+__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
+#pragma unroll
+  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
+}
+
 /* ---- end device helpers (wgmma) ---- */
 
 /* ---- begin device helpers (stmatrix, bulk copies, sm_90) ---- */
@@ -306,6 +315,14 @@ __device__ __forceinline__ void bulk_commit() {
 template <int pending>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(pending) : "memory");
+}
+
+// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
+// engine in the background (both 16-byte aligned, bytes a multiple of 16);
+// closed into a group by bulk_commit. PTX ISA: cp.reduce.async.bulk.
+__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
 }
 
 /* ---- end device helpers (stmatrix, bulk copies) ---- */
@@ -367,6 +384,11 @@ __device__ __forceinline__ void regs_dec() {
 template <int kRegs>
 __device__ __forceinline__ void regs_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+// bar.sync: named barrier `id` (1..15; 0 is __syncthreads') over
+// `threads` threads (a multiple of 32), not the CTA.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 /* ---- end device helpers (mbarrier pipeline, sm_90a) ---- */
 
@@ -848,27 +870,6 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
     at += kRowStep * kRowBytes;
     from += kRowStep * row_stride;
   }
-}
-
-// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
-// engine in the background (both 16-byte aligned, bytes a multiple of 16);
-// closed into a group by bulk_commit (bulk_sm90.cuh). PTX ISA:
-// cp.reduce.async.bulk.
-__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-// Barrier `id` over `threads` threads, not the CTA (bar.sync).
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
-}
-
-// Keep registers an asynchronous wgmma reads (its A operand) live until
-// here: placed after the wait, so the compiler cannot reuse them earlier.
-template <int kN>
-__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
-#pragma unroll
-  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
 }
 
 // One CTA tile of keys: its sequence, its keys and the steps that reach

@@ -803,6 +803,15 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
 #undef WGMMA_D_LIST
 #undef WGMMA_D_OPERANDS
 
+// Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
+// pairs) live until here: placed after the wait, so the compiler cannot
+// reuse them earlier.
+template <int kN>
+__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
+#pragma unroll
+  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
+}
+
 /* ---- end device helpers (wgmma) ---- */
 #endif
 
@@ -840,6 +849,14 @@ __device__ __forceinline__ void bulk_commit() {
 template <int pending>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(pending) : "memory");
+}
+
+// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
+// engine in the background (both 16-byte aligned, bytes a multiple of 16);
+// closed into a group by bulk_commit. PTX ISA: cp.reduce.async.bulk.
+__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
 }
 
 /* ---- end device helpers (stmatrix, bulk copies) ---- */

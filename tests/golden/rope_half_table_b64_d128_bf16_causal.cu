@@ -809,6 +809,15 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
 #undef WGMMA_D_LIST
 #undef WGMMA_D_OPERANDS
 
+// Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
+// pairs) live until here: placed after the wait, so the compiler cannot
+// reuse them earlier.
+template <int kN>
+__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
+#pragma unroll
+  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
+}
+
 /* ---- end device helpers (wgmma) ---- */
 #endif
 
