@@ -7,7 +7,8 @@
 @# there; deterministic specs keep jagged_bwd.cu's two kernels).
 @# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
 @#   bulk_sm90.cuh, pipeline_sm90.cuh (named barriers), jagged_bwd_tile.cuh,
-@#   jagged_bwd_rows.cuh (the kernels _pre and _dq).
+@#   jagged_bwd_wgmma.cuh (the step's products), jagged_bwd_rows.cuh (the
+@#   kernels _pre and _dq).
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows
 @#   of a step: 64) @BLOCK_N@ (key rows of a CTA, 64 per warpgroup: 64 at
 @#   head dim 64, 128 at 128)
@@ -99,6 +100,8 @@ static_assert(kStageAt + kStageSlots * kWarpgroups * 64 * kStageStride * 4 == kS
 @include pipeline_sm90.cuh@
 
 @include jagged_bwd_tile.cuh@
+
+@include jagged_bwd_wgmma.cuh@
 @if ROTARY@
 
 // The rotation's views of load_rows' layout (element offsets): a Q, dO
@@ -288,18 +291,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
       // are keys (key0, key0 + 8), columns the step's queries.
       float s[8][4], dp[8][4];
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; kk++) {
-        const unsigned along = kk % 4 * 32;
-        wgmma_ss<0, 0>(s, sw128_desc(k_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
-                       sw128_desc(q_a + kk / 4 * kQBytes / kHalves, along), kk);
-      }
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; kk++) {
-        const unsigned along = kk % 4 * 32;
-        wgmma_ss<0, 0>(dp, sw128_desc(v_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
-                       sw128_desc(do_a + kk / 4 * kQBytes / kHalves, along), kk);
-      }
+      keys_times_queries(s, k_a, q_a, wg);
+      keys_times_queries(dp, v_a, do_a, wg);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_hold(s);
@@ -336,12 +329,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
         ds16[n][0] = pack2(x[0], x[1]);
         ds16[n][1] = pack2(x[2], x[3]);
         // dS^T [key][query]: row key0 (+ 8) of the step's matrix, chunk n
-        const int r = key0;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + r * kRowBytes + ((n ^ (r & 7)) << 4) + 4 * tq),
-                     "r"(ds16[n][0]) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +
-                                                        ((n ^ ((r + 8) & 7)) << 4) + 4 * tq),
-                     "r"(ds16[n][1]) : "memory");
+        store_ds_t(ds_a, key0, n, tq, ds16[n][0], ds16[n][1]);
       }
 
       // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
@@ -354,35 +342,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
       else __syncthreads();
       float c[8][4];
       wgmma_fence();
-      if constexpr (kHalves == 2) {
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; kk++)
-          wgmma_ss<1, 1>(c, sw128_desc(ds_a, kk * kStepOverRows),
-                         sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-          wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * 64 * kRowBytes, kk * kStepOverRows),
-                         sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
-      }
+      issue_dq(c, ds_a, k_a, wg);
       wgmma_commit();
-      // dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the
-      // rows of dO and Q (read MN-major), 64 columns of the head at a time.
-#pragma unroll
-      for (int j = 0; j < kBlockM / 16; j++) {
-        const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-      }
-#pragma unroll
-      for (int j = 0; j < kBlockM / 16; j++) {
-        const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
-                               ds16[2 * j + 1][1]};
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-      }
+      issue_dkv(acc_v, acc_k, p16, ds16, q_a, do_a);
       wgmma_commit();
 
       wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging
@@ -425,21 +387,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
 @endif@
 
     // dV, and dK with the scale, of this thread's key rows.
-#pragma unroll
-    for (int hi = 0; hi < 2; hi++) {
-      const int row = key0 + 8 * hi;
-      if (row >= nk) continue;
-      unsigned *const v_out = reinterpret_cast<unsigned *>(dv + k_row + row * k_stride + 2 * tq);
-      unsigned *const k_out = reinterpret_cast<unsigned *>(dk + k_row + row * k_stride + 2 * tq);
-#pragma unroll
-      for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-          v_out[32 * hh + 4 * n] = pack2(acc_v[hh][n][2 * hi], acc_v[hh][n][2 * hi + 1]);
-          k_out[32 * hh + 4 * n] =
-              pack2(acc_k[hh][n][2 * hi] * kScale, acc_k[hh][n][2 * hi + 1] * kScale);
-        }
-    }
+    store_dkv(acc_v, acc_k, dk, dv, k_row, k_stride, key0, nk, tq);
   }
 }
 /* ---- end kernel _kv ---- */

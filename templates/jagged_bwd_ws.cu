@@ -8,7 +8,8 @@
 @# dS^T for dQ. Between the same _pre and _dq kernels (jagged_bwd_rows.cuh).
 @# The plan picks it on sm_90a without rotary embeddings.
 @# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
-@#   bulk_sm90.cuh, pipeline_sm90.cuh, jagged_bwd_tile.cuh, jagged_bwd_rows.cuh.
+@#   bulk_sm90.cuh, pipeline_sm90.cuh, jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh,
+@#   jagged_bwd_rows.cuh.
 @# Placeholders: @KERNEL_NAME@ @PARAMS@ @HEAD_DIM@ (64 | 128) @BLOCK_M@
 @#   (query rows of a step: 64) @BLOCK_N@ (keys of a CTA: 128, 64 per
 @#   computing warpgroup) @STAGES@ (Q/dO stages, >= 2) @SMEM_BYTES@ (= 4 *
@@ -88,6 +89,8 @@ static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
 @include pipeline_sm90.cuh@
 
 @include jagged_bwd_tile.cuh@
+
+@include jagged_bwd_wgmma.cuh@
 
 // 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
 // multiples of 1024.
@@ -272,19 +275,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       // apart, so that P^T is computed while dP^T runs.
       float sp_t[8][4], dp[8][4];  // S^T, then P^T in place
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; kk++) {
-        const unsigned along = kk % 4 * 32;
-        wgmma_ss<0, 0>(sp_t, sw128_desc(k_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
-                       sw128_desc(q_a + kk / 4 * kQBytes / kHalves, along), kk);
-      }
+      keys_times_queries(sp_t, k_a, q_a, wg);
       wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; kk++) {
-        const unsigned along = kk % 4 * 32;
-        wgmma_ss<0, 0>(dp, sw128_desc(v_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
-                       sw128_desc(do_a + kk / 4 * kQBytes / kHalves, along), kk);
-      }
+      keys_times_queries(dp, v_a, do_a, wg);
       wgmma_commit();
       wgmma_wait<1>();  // S^T; dP^T runs on
       wgmma_hold(sp_t);
@@ -325,12 +318,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
         ds16[j][0] = pack2(sp_t[j][0] * (dp[j][0] - dd.x), sp_t[j][1] * (dp[j][1] - dd.y));
         ds16[j][1] = pack2(sp_t[j][2] * (dp[j][2] - dd.x), sp_t[j][3] * (dp[j][3] - dd.y));
-        const int r = key0;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst_a + r * kRowBytes + ((j ^ (r & 7)) << 4) + 4 * tq),
-                     "r"(ds16[j][0]) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst_a + (r + 8) * kRowBytes +
-                                                        ((j ^ ((r + 8) & 7)) << 4) + 4 * tq),
-                     "r"(ds16[j][1]) : "memory");
+        store_ds_t(dst_a, key0, j, tq, ds16[j][0], ds16[j][1]);
       }
 
       // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
@@ -342,35 +330,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       else named_barrier_sync(1, kMathThreads);
       float c[8][4];
       wgmma_fence();
-      if constexpr (kHalves == 2) {
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; kk++)
-          wgmma_ss<1, 1>(c, sw128_desc(dst_a, kk * kStepOverRows),
-                         sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-          wgmma_ss<1, 1>(c, sw128_desc(dst_a + wg * 64 * kRowBytes, kk * kStepOverRows),
-                         sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
-      }
+      issue_dq(c, dst_a, k_a, wg);
       wgmma_commit();
-      // dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the
-      // rows of dO and Q (read MN-major), 64 columns of the head at a time.
-#pragma unroll
-      for (int j = 0; j < kBlockM / 16; j++) {
-        const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-      }
-#pragma unroll
-      for (int j = 0; j < kBlockM / 16; j++) {
-        const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
-                               ds16[2 * j + 1][1]};
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-      }
+      issue_dkv(acc_v, acc_k, p16, ds16, q_a, do_a);
       wgmma_commit();
 
       wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging
@@ -417,21 +379,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     t++;
 
     // dV, and dK with the scale, of this thread's key rows.
-#pragma unroll
-    for (int hi = 0; hi < 2; hi++) {
-      const int row = key0 + 8 * hi;
-      if (row >= kt.nk) continue;
-      unsigned *const v_out = reinterpret_cast<unsigned *>(dv + kt.k_row + row * k_stride + 2 * tq);
-      unsigned *const k_out = reinterpret_cast<unsigned *>(dk + kt.k_row + row * k_stride + 2 * tq);
-#pragma unroll
-      for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-          v_out[32 * hh + 4 * j] = pack2(acc_v[hh][j][2 * hi], acc_v[hh][j][2 * hi + 1]);
-          k_out[32 * hh + 4 * j] =
-              pack2(acc_k[hh][j][2 * hi] * kScale, acc_k[hh][j][2 * hi + 1] * kScale);
-        }
-    }
+    store_dkv(acc_v, acc_k, dk, dv, kt.k_row, k_stride, key0, kt.nk, tq);
   }
   bulk_wait_read<0>();  // the staging rows are read before the CTA's memory goes
 }

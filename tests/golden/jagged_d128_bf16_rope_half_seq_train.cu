@@ -1735,6 +1735,98 @@ __device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][
 }
 /* ---- end jagged tiles ---- */
 
+/* ---- begin key-stationary step (wgmma) ---- */
+// d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
+// CTA's kBlockN-row tile at x_a (K or V), Y the step's kBlockM rows at y_a
+// (Q or dO); S^T or dP^T, rows keys and columns queries.
+__device__ __forceinline__ void keys_times_queries(float (&d)[8][4], unsigned x_a, unsigned y_a,
+                                                   int wg) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk % 4 * 32;
+    wgmma_ss<0, 0>(d, sw128_desc(x_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
+                   sw128_desc(y_a + kk / 4 * kQBytes / kHalves, along), kk);
+  }
+}
+
+// dQ = dS K: A is dS^T at ds_a read MN-major (k over keys), B K's rows
+// read MN-major. Head dim 128: every key, this warpgroup's 64 columns;
+// head dim 64: this warpgroup's keys, every column.
+__device__ __forceinline__ void issue_dq(float (&c)[8][4], unsigned ds_a, unsigned k_a, int wg) {
+  if constexpr (kHalves == 2) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; kk++)
+      wgmma_ss<1, 1>(c, sw128_desc(ds_a, kk * kStepOverRows),
+                     sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+      wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * 64 * kRowBytes, kk * kStepOverRows),
+                     sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the rows
+// of dO and Q (read MN-major), 64 columns of the head at a time; A from
+// registers (P^T, dS^T as 16-bit pairs).
+__device__ __forceinline__ void issue_dkv(float (&acc_v)[kHalves][8][4],
+                                          float (&acc_k)[kHalves][8][4],
+                                          const unsigned (&p16)[8][2],
+                                          const unsigned (&ds16)[8][2], unsigned q_a,
+                                          unsigned do_a) {
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; j++) {
+    const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+  }
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; j++) {
+    const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
+                           ds16[2 * j + 1][1]};
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+  }
+}
+
+// A thread's pairs of dS^T [key][query] into the matrix at ds_a: rows r and
+// r + 8, chunk n, lane quad tq.
+__device__ __forceinline__ void store_ds_t(unsigned ds_a, int r, int n, int tq, unsigned lo,
+                                           unsigned hi) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + r * kRowBytes + ((n ^ (r & 7)) << 4) + 4 * tq),
+               "r"(lo) : "memory");
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +
+                                                  ((n ^ ((r + 8) & 7)) << 4) + 4 * tq),
+               "r"(hi) : "memory");
+}
+
+// dV, and dK with the scale, of this thread's key rows key0 and key0 + 8
+// (of nk real ones) to the tiles at dk, dv + k_row (row stride k_stride).
+__device__ __forceinline__ void store_dkv(const float (&acc_v)[kHalves][8][4],
+                                          const float (&acc_k)[kHalves][8][4],
+                                          unsigned short *dk, unsigned short *dv,
+                                          long long k_row, long long k_stride, int key0, int nk,
+                                          int tq) {
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = key0 + 8 * hi;
+    if (row >= nk) continue;
+    unsigned *const v_out = reinterpret_cast<unsigned *>(dv + k_row + row * k_stride + 2 * tq);
+    unsigned *const k_out = reinterpret_cast<unsigned *>(dk + k_row + row * k_stride + 2 * tq);
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        v_out[32 * hh + 4 * n] = pack2(acc_v[hh][n][2 * hi], acc_v[hh][n][2 * hi + 1]);
+        k_out[32 * hh + 4 * n] =
+            pack2(acc_k[hh][n][2 * hi] * kScale, acc_k[hh][n][2 * hi + 1] * kScale);
+      }
+  }
+}
+/* ---- end key-stationary step (wgmma) ---- */
+
 // The rotation's views of load_rows' layout (element offsets): a Q, dO
 // slot of kBlockM rows and the K, V tiles of kBlockN rows.
 template <int kRows>
@@ -2250,18 +2342,8 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
       // are keys (key0, key0 + 8), columns the step's queries.
       float s[8][4], dp[8][4];
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; kk++) {
-        const unsigned along = kk % 4 * 32;
-        wgmma_ss<0, 0>(s, sw128_desc(k_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
-                       sw128_desc(q_a + kk / 4 * kQBytes / kHalves, along), kk);
-      }
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; kk++) {
-        const unsigned along = kk % 4 * 32;
-        wgmma_ss<0, 0>(dp, sw128_desc(v_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
-                       sw128_desc(do_a + kk / 4 * kQBytes / kHalves, along), kk);
-      }
+      keys_times_queries(s, k_a, q_a, wg);
+      keys_times_queries(dp, v_a, do_a, wg);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_hold(s);
@@ -2298,12 +2380,7 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
         ds16[n][0] = pack2(x[0], x[1]);
         ds16[n][1] = pack2(x[2], x[3]);
         // dS^T [key][query]: row key0 (+ 8) of the step's matrix, chunk n
-        const int r = key0;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + r * kRowBytes + ((n ^ (r & 7)) << 4) + 4 * tq),
-                     "r"(ds16[n][0]) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +
-                                                        ((n ^ ((r + 8) & 7)) << 4) + 4 * tq),
-                     "r"(ds16[n][1]) : "memory");
+        store_ds_t(ds_a, key0, n, tq, ds16[n][0], ds16[n][1]);
       }
 
       // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
@@ -2316,35 +2393,9 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
       else __syncthreads();
       float c[8][4];
       wgmma_fence();
-      if constexpr (kHalves == 2) {
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; kk++)
-          wgmma_ss<1, 1>(c, sw128_desc(ds_a, kk * kStepOverRows),
-                         sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-          wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * 64 * kRowBytes, kk * kStepOverRows),
-                         sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
-      }
+      issue_dq(c, ds_a, k_a, wg);
       wgmma_commit();
-      // dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the
-      // rows of dO and Q (read MN-major), 64 columns of the head at a time.
-#pragma unroll
-      for (int j = 0; j < kBlockM / 16; j++) {
-        const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-      }
-#pragma unroll
-      for (int j = 0; j < kBlockM / 16; j++) {
-        const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
-                               ds16[2 * j + 1][1]};
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-      }
+      issue_dkv(acc_v, acc_k, p16, ds16, q_a, do_a);
       wgmma_commit();
 
       wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging
@@ -2385,21 +2436,7 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
                     rk);
 
     // dV, and dK with the scale, of this thread's key rows.
-#pragma unroll
-    for (int hi = 0; hi < 2; hi++) {
-      const int row = key0 + 8 * hi;
-      if (row >= nk) continue;
-      unsigned *const v_out = reinterpret_cast<unsigned *>(dv + k_row + row * k_stride + 2 * tq);
-      unsigned *const k_out = reinterpret_cast<unsigned *>(dk + k_row + row * k_stride + 2 * tq);
-#pragma unroll
-      for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-          v_out[32 * hh + 4 * n] = pack2(acc_v[hh][n][2 * hi], acc_v[hh][n][2 * hi + 1]);
-          k_out[32 * hh + 4 * n] =
-              pack2(acc_k[hh][n][2 * hi] * kScale, acc_k[hh][n][2 * hi + 1] * kScale);
-        }
-    }
+    store_dkv(acc_v, acc_k, dk, dv, k_row, k_stride, key0, nk, tq);
   }
 }
 /* ---- end kernel _kv ---- */

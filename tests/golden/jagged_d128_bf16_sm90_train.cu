@@ -2407,6 +2407,98 @@ __device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][
 }
 /* ---- end jagged tiles ---- */
 
+/* ---- begin key-stationary step (wgmma) ---- */
+// d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
+// CTA's kBlockN-row tile at x_a (K or V), Y the step's kBlockM rows at y_a
+// (Q or dO); S^T or dP^T, rows keys and columns queries.
+__device__ __forceinline__ void keys_times_queries(float (&d)[8][4], unsigned x_a, unsigned y_a,
+                                                   int wg) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk % 4 * 32;
+    wgmma_ss<0, 0>(d, sw128_desc(x_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
+                   sw128_desc(y_a + kk / 4 * kQBytes / kHalves, along), kk);
+  }
+}
+
+// dQ = dS K: A is dS^T at ds_a read MN-major (k over keys), B K's rows
+// read MN-major. Head dim 128: every key, this warpgroup's 64 columns;
+// head dim 64: this warpgroup's keys, every column.
+__device__ __forceinline__ void issue_dq(float (&c)[8][4], unsigned ds_a, unsigned k_a, int wg) {
+  if constexpr (kHalves == 2) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; kk++)
+      wgmma_ss<1, 1>(c, sw128_desc(ds_a, kk * kStepOverRows),
+                     sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+      wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * 64 * kRowBytes, kk * kStepOverRows),
+                     sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the rows
+// of dO and Q (read MN-major), 64 columns of the head at a time; A from
+// registers (P^T, dS^T as 16-bit pairs).
+__device__ __forceinline__ void issue_dkv(float (&acc_v)[kHalves][8][4],
+                                          float (&acc_k)[kHalves][8][4],
+                                          const unsigned (&p16)[8][2],
+                                          const unsigned (&ds16)[8][2], unsigned q_a,
+                                          unsigned do_a) {
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; j++) {
+    const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+  }
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; j++) {
+    const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
+                           ds16[2 * j + 1][1]};
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+  }
+}
+
+// A thread's pairs of dS^T [key][query] into the matrix at ds_a: rows r and
+// r + 8, chunk n, lane quad tq.
+__device__ __forceinline__ void store_ds_t(unsigned ds_a, int r, int n, int tq, unsigned lo,
+                                           unsigned hi) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + r * kRowBytes + ((n ^ (r & 7)) << 4) + 4 * tq),
+               "r"(lo) : "memory");
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +
+                                                  ((n ^ ((r + 8) & 7)) << 4) + 4 * tq),
+               "r"(hi) : "memory");
+}
+
+// dV, and dK with the scale, of this thread's key rows key0 and key0 + 8
+// (of nk real ones) to the tiles at dk, dv + k_row (row stride k_stride).
+__device__ __forceinline__ void store_dkv(const float (&acc_v)[kHalves][8][4],
+                                          const float (&acc_k)[kHalves][8][4],
+                                          unsigned short *dk, unsigned short *dv,
+                                          long long k_row, long long k_stride, int key0, int nk,
+                                          int tq) {
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = key0 + 8 * hi;
+    if (row >= nk) continue;
+    unsigned *const v_out = reinterpret_cast<unsigned *>(dv + k_row + row * k_stride + 2 * tq);
+    unsigned *const k_out = reinterpret_cast<unsigned *>(dk + k_row + row * k_stride + 2 * tq);
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        v_out[32 * hh + 4 * n] = pack2(acc_v[hh][n][2 * hi], acc_v[hh][n][2 * hi + 1]);
+        k_out[32 * hh + 4 * n] =
+            pack2(acc_k[hh][n][2 * hi] * kScale, acc_k[hh][n][2 * hi + 1] * kScale);
+      }
+  }
+}
+/* ---- end key-stationary step (wgmma) ---- */
+
 // 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
 // multiples of 1024.
 extern __shared__ __align__(1024) unsigned short smem[];
@@ -2698,19 +2790,9 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
       // apart, so that P^T is computed while dP^T runs.
       float sp_t[8][4], dp[8][4];  // S^T, then P^T in place
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; kk++) {
-        const unsigned along = kk % 4 * 32;
-        wgmma_ss<0, 0>(sp_t, sw128_desc(k_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
-                       sw128_desc(q_a + kk / 4 * kQBytes / kHalves, along), kk);
-      }
+      keys_times_queries(sp_t, k_a, q_a, wg);
       wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; kk++) {
-        const unsigned along = kk % 4 * 32;
-        wgmma_ss<0, 0>(dp, sw128_desc(v_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
-                       sw128_desc(do_a + kk / 4 * kQBytes / kHalves, along), kk);
-      }
+      keys_times_queries(dp, v_a, do_a, wg);
       wgmma_commit();
       wgmma_wait<1>();  // S^T; dP^T runs on
       wgmma_hold(sp_t);
@@ -2751,12 +2833,7 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
         const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
         ds16[j][0] = pack2(sp_t[j][0] * (dp[j][0] - dd.x), sp_t[j][1] * (dp[j][1] - dd.y));
         ds16[j][1] = pack2(sp_t[j][2] * (dp[j][2] - dd.x), sp_t[j][3] * (dp[j][3] - dd.y));
-        const int r = key0;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst_a + r * kRowBytes + ((j ^ (r & 7)) << 4) + 4 * tq),
-                     "r"(ds16[j][0]) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst_a + (r + 8) * kRowBytes +
-                                                        ((j ^ ((r + 8) & 7)) << 4) + 4 * tq),
-                     "r"(ds16[j][1]) : "memory");
+        store_ds_t(dst_a, key0, j, tq, ds16[j][0], ds16[j][1]);
       }
 
       // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
@@ -2768,35 +2845,9 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
       else named_barrier_sync(1, kMathThreads);
       float c[8][4];
       wgmma_fence();
-      if constexpr (kHalves == 2) {
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; kk++)
-          wgmma_ss<1, 1>(c, sw128_desc(dst_a, kk * kStepOverRows),
-                         sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-          wgmma_ss<1, 1>(c, sw128_desc(dst_a + wg * 64 * kRowBytes, kk * kStepOverRows),
-                         sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
-      }
+      issue_dq(c, dst_a, k_a, wg);
       wgmma_commit();
-      // dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the
-      // rows of dO and Q (read MN-major), 64 columns of the head at a time.
-#pragma unroll
-      for (int j = 0; j < kBlockM / 16; j++) {
-        const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-      }
-#pragma unroll
-      for (int j = 0; j < kBlockM / 16; j++) {
-        const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
-                               ds16[2 * j + 1][1]};
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-      }
+      issue_dkv(acc_v, acc_k, p16, ds16, q_a, do_a);
       wgmma_commit();
 
       wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging
@@ -2843,21 +2894,7 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
     t++;
 
     // dV, and dK with the scale, of this thread's key rows.
-#pragma unroll
-    for (int hi = 0; hi < 2; hi++) {
-      const int row = key0 + 8 * hi;
-      if (row >= kt.nk) continue;
-      unsigned *const v_out = reinterpret_cast<unsigned *>(dv + kt.k_row + row * k_stride + 2 * tq);
-      unsigned *const k_out = reinterpret_cast<unsigned *>(dk + kt.k_row + row * k_stride + 2 * tq);
-#pragma unroll
-      for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-          v_out[32 * hh + 4 * j] = pack2(acc_v[hh][j][2 * hi], acc_v[hh][j][2 * hi + 1]);
-          k_out[32 * hh + 4 * j] =
-              pack2(acc_k[hh][j][2 * hi] * kScale, acc_k[hh][j][2 * hi + 1] * kScale);
-        }
-    }
+    store_dkv(acc_v, acc_k, dk, dv, kt.k_row, k_stride, key0, kt.nk, tq);
   }
   bulk_wait_read<0>();  // the staging rows are read before the CTA's memory goes
 }

@@ -1,0 +1,100 @@
+@# SPDX-License-Identifier: BSD-3-Clause
+@# jagged_bwd_wgmma.cuh: the wgmma products of a key-stationary step that
+@# both sm_90a jagged backwards issue (jagged_bwd_sm90.cu, jagged_bwd_ws.cu),
+@# and the stores of dS^T and of dK, dV. Operands are 64-column matrices of
+@# 128-byte rows in the 128-byte swizzle (wgmma_sm90.cuh). Issued, not
+@# committed: the caller fences, commits and waits.
+@# Needs: kHeadDim, kHalves, kBlockM, kBlockN, kKBytes, kQBytes, kRowBytes,
+@#   kStepOverRows, kScale, sw128_desc(), wgmma_ss(), wgmma_rs(), pack2().
+@#   No placeholders, no conditions.
+/* ---- begin key-stationary step (wgmma) ---- */
+// d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
+// CTA's kBlockN-row tile at x_a (K or V), Y the step's kBlockM rows at y_a
+// (Q or dO); S^T or dP^T, rows keys and columns queries.
+__device__ __forceinline__ void keys_times_queries(float (&d)[8][4], unsigned x_a, unsigned y_a,
+                                                   int wg) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk % 4 * 32;
+    wgmma_ss<0, 0>(d, sw128_desc(x_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
+                   sw128_desc(y_a + kk / 4 * kQBytes / kHalves, along), kk);
+  }
+}
+
+// dQ = dS K: A is dS^T at ds_a read MN-major (k over keys), B K's rows
+// read MN-major. Head dim 128: every key, this warpgroup's 64 columns;
+// head dim 64: this warpgroup's keys, every column.
+__device__ __forceinline__ void issue_dq(float (&c)[8][4], unsigned ds_a, unsigned k_a, int wg) {
+  if constexpr (kHalves == 2) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; kk++)
+      wgmma_ss<1, 1>(c, sw128_desc(ds_a, kk * kStepOverRows),
+                     sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+      wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * 64 * kRowBytes, kk * kStepOverRows),
+                     sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the rows
+// of dO and Q (read MN-major), 64 columns of the head at a time; A from
+// registers (P^T, dS^T as 16-bit pairs).
+__device__ __forceinline__ void issue_dkv(float (&acc_v)[kHalves][8][4],
+                                          float (&acc_k)[kHalves][8][4],
+                                          const unsigned (&p16)[8][2],
+                                          const unsigned (&ds16)[8][2], unsigned q_a,
+                                          unsigned do_a) {
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; j++) {
+    const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+  }
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; j++) {
+    const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
+                           ds16[2 * j + 1][1]};
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+  }
+}
+
+// A thread's pairs of dS^T [key][query] into the matrix at ds_a: rows r and
+// r + 8, chunk n, lane quad tq.
+__device__ __forceinline__ void store_ds_t(unsigned ds_a, int r, int n, int tq, unsigned lo,
+                                           unsigned hi) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + r * kRowBytes + ((n ^ (r & 7)) << 4) + 4 * tq),
+               "r"(lo) : "memory");
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +
+                                                  ((n ^ ((r + 8) & 7)) << 4) + 4 * tq),
+               "r"(hi) : "memory");
+}
+
+// dV, and dK with the scale, of this thread's key rows key0 and key0 + 8
+// (of nk real ones) to the tiles at dk, dv + k_row (row stride k_stride).
+__device__ __forceinline__ void store_dkv(const float (&acc_v)[kHalves][8][4],
+                                          const float (&acc_k)[kHalves][8][4],
+                                          unsigned short *dk, unsigned short *dv,
+                                          long long k_row, long long k_stride, int key0, int nk,
+                                          int tq) {
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = key0 + 8 * hi;
+    if (row >= nk) continue;
+    unsigned *const v_out = reinterpret_cast<unsigned *>(dv + k_row + row * k_stride + 2 * tq);
+    unsigned *const k_out = reinterpret_cast<unsigned *>(dk + k_row + row * k_stride + 2 * tq);
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        v_out[32 * hh + 4 * n] = pack2(acc_v[hh][n][2 * hi], acc_v[hh][n][2 * hi + 1]);
+        k_out[32 * hh + 4 * n] =
+            pack2(acc_k[hh][n][2 * hi] * kScale, acc_k[hh][n][2 * hi + 1] * kScale);
+      }
+  }
+}
+/* ---- end key-stationary step (wgmma) ---- */
