@@ -141,6 +141,27 @@ START_TEST(plan_kernels) {
   ck_assert_ptr_null(strstr(src, "_dq_sum("));
   ck_assert_ptr_null(strstr(src, "kBroadcast = 1"));
   free(src);
+  /* sm_90a: runs of n_q > 64 take the warp-specialized forward (128 rows,
+   * a loading warpgroup), n_q <= 64 the 32-row mma.sync tiles with their
+   * own 64-key tiles and two stages, at both head dims */
+  for (int d = 0; d < 2; d++) {
+    yaml_for(y, sizeof y, d ? 64 : 128, AG_DTYPE_BF16, false, "arch: sm_90a\n", true);
+    ag_spec s9 = load_ok(y);
+    ag_plan p9;
+    ck_assert_int_eq(ag_plan_make(&s9, &p9, &err), AG_OK);
+    const ag_plan_kernel *big = &p9.kernels[0], *small = &p9.kernels[1];
+    ck_assert_int_eq(p9.jagged.fwd_ws, ag_plan_jagged_checked().sm90_ws_broadcast);
+    if (!p9.jagged.fwd_ws) continue;
+    ck_assert_str_eq(big->template_file, "jagged_fwd_ws.cu");
+    ck_assert_int_eq(big->threads, 384);
+    ck_assert_int_eq(big->walk.rows, 128);
+    ck_assert_int_eq(big->variant, AG_VARIANT_FWD_LARGE);
+    ck_assert_str_eq(small->template_file, "jagged_fwd.cu");
+    ck_assert_int_eq(small->walk.rows, 32);
+    ck_assert_int_eq(small->smem_bytes, (32 + 2 * 2 * 64) * (d ? 64 : 128) * 2);
+    ck_assert_int_eq(small->min_ctas_per_sm, d ? 4 : 3);
+    ck_assert_int_eq(ag_plan_variant(&p9, AG_PASS_FORWARD, 65, 4, 4), big->variant);
+  }
 }
 END_TEST
 
