@@ -5,8 +5,9 @@
 @# tile and streams each step's Q, dO, LSE and D through a ring of stages
 @# (cp.async, completion on mbarriers); warpgroups 1.. each own 64 keys and
 @# compute on wgmma, meeting only where head dim 128 reads both halves of
-@# dS^T for dQ. Between the same _pre and _dq kernels (jagged_bwd_rows.cuh).
-@# The plan picks it on sm_90a without rotary embeddings.
+@# dS^T for dQ. Between the same _pre and _dq kernels (jagged_bwd_rows.cuh),
+@# with the dQ accumulator in tiles. The plan picks it on sm_90a for specs
+@# without a mask or rotary embeddings (the others keep jagged_bwd_sm90.cu).
 @# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
 @#   bulk_sm90.cuh, pipeline_sm90.cuh, jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh,
 @#   jagged_bwd_rows.cuh.
