@@ -518,16 +518,9 @@ END_TEST
  * head dim 64 and sm_80 plan no short one. Planned with the variant
  * chosen whether or not plan_jagged.c's sm90_short_checked takes it yet. */
 static void fake_with_short(fake *f, const char *yaml) {
-  ag_fake_jagged_kernel(f, yaml, 7);
   ag_plan_jagged_choices with = ag_plan_jagged_checked();
   with.sm90_short = true;
-  ag_error err = {0};
-  ck_assert_int_eq(ag_plan_jagged_make_with(&f->kernel.spec, with, &f->kernel.plan, &err), AG_OK);
-  ag_plan_kernels(&f->kernel.spec, &f->kernel.plan);
-  for (int i = 0; i < f->kernel.plan.nkernels; i++) {
-    f->kernel.fn[i] = (CUfunction)(uintptr_t)(0x100 + i);
-    f->kernel.ctas_per_sm[i] = 1;
-  }
+  fake_with(f, yaml, 7, with);
 }
 
 START_TEST(short_forward) {
