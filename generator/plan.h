@@ -41,9 +41,15 @@ typedef enum ag_walk_kind {
   AG_WALK_BROADCAST_SLABS,
   AG_WALK_BROADCAST_SUM,
   /* one CTA per `rows` (token, head) rows of the queries: grid
-   * ceil(total_q * heads / rows), ITEMS = the grid (the fast jagged
-   * backward's D and dQ kernels) */
+   * ceil(total_q * heads / rows), at least 1, ITEMS = the grid (the fast
+   * jagged backward's D and dQ kernels; the first also zeroes the next
+   * walk's counter, so it runs when there are no queries too) */
   AG_WALK_JAGGED_ROWS,
+  /* persistent over the key tokens: the numbers of AG_WALK_JAGGED_K
+   * ((virtual tile, kv head), ITEMS = the tiles) taken from a counter in
+   * the workspace by min(SMs * CTAs an SM, numbers) CTAs (the
+   * warp-specialized jagged backward's _kv) */
+  AG_WALK_JAGGED_K_COUNTER,
 } ag_walk_kind;
 
 typedef struct ag_walk {

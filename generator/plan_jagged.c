@@ -184,24 +184,25 @@ static void plan_backward(ag_plan *p) {
 }
 
 /* The fast backward's _kv warp specialized (templates/jagged_bwd_ws.cu),
- * at both head dims without a mask or rotary embeddings: a loading
- * warpgroup copies K and V once a tile and streams Q, dO and the row
- * floats through two stages (cp.async completing on mbarriers), and two
- * computing warpgroups of 64 keys (128 keys a CTA, one CTA an SM) work
- * with no CTA barrier: they meet once a step at head dim 128, where dQ's
- * columns are split between them and both read the step's whole dS^T (two
- * dS^T buffers), and never at head dim 64, where each adds its own keys'
- * dQ. The dQ accumulator is laid out in tiles, so that a step's dQ is one
- * bulk add a warpgroup. Shared memory: K, V, the stages, two dS^T, the
- * stages' row floats, the staging rows: 197,632 bytes at head dim 128,
- * 132,096 at 64. In the dev harness on the H200 (bf16, batch 1152, 4
- * heads, lengths uniform in [1, L]) it ran 265 / 376 TFLOP/s at head dim
- * 128, L 1024 / 4096, against jagged_bwd_sm90.cu's 244 / 330, and 225 /
- * 315 against 222 / 271 at 64; causal it lost at L 1024 (173 against 181
- * at 128, 143 against 173 at 64: one CTA an SM of 128 keys leaves the
- * triangle's short tiles' loads and stores unhidden) and won 1.04x at L
- * 4096, so masked specs keep jagged_bwd_sm90.cu
- * (bench/results/2026-12-03-h200-jagged-bwd-ws-harness.log). */
+ * at head dim 128 and, without a mask, 64; no rotary embeddings: a
+ * loading warpgroup copies K and V once a tile and streams Q, dO and the
+ * row floats through two stages (cp.async completing on mbarriers), and
+ * two computing warpgroups of 64 keys (128 keys a CTA, one CTA an SM)
+ * work with no CTA barrier: they meet once a step at head dim 128, where
+ * dQ's columns are split between them and both read the step's whole
+ * dS^T (two dS^T buffers), and never at head dim 64, where each adds its
+ * own keys' dQ. The dQ accumulator is laid out in tiles, so that a step's
+ * dQ is one bulk add a warpgroup. Persistent: a CTA an SM takes (key
+ * tile, kv head) numbers from a counter in the workspace, which _pre
+ * zeroes (AG_WALK_JAGGED_K_COUNTER). Shared memory: K, V, the stages, two
+ * dS^T, the stages' row floats, the staging rows: 197,632 bytes at head
+ * dim 128, 132,096 at 64. In the dev harness on the H200 (bf16, batch
+ * 1152, 4 heads, lengths uniform in [1, L], L 1024 / 4096) it ran 306 /
+ * 426 TFLOP/s at head dim 128 against jagged_bwd_sm90.cu's 244 / 329, 205
+ * / 362 causal against 181 / 295 (session 17's run); at head dim 64, 229 /
+ * 306 against 222 / 271, but causal 144 / 252 against 173 / 250, so masked
+ * specs at head dim 64 keep jagged_bwd_sm90.cu
+ * (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log). */
 static void plan_backward_ws(ag_plan *p) {
   ag_plan_jagged *j = &p->jagged;
   const int m = 64, n = 128, stages = 2;
@@ -236,8 +237,8 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, ag_plan_jagged_c
   ag_plan_jagged *j = &p->jagged;
   j->fast_rows_threads = 256;
   j->fast_block_m = 64;
-  if (choices.sm90_bwd_ws && spec->rotary.layout == AG_ROTARY_NONE && !spec->causal &&
-      !spec->has_window) {
+  if (choices.sm90_bwd_ws && spec->rotary.layout == AG_ROTARY_NONE &&
+      (p->head_dim == 128 || (!spec->causal && !spec->has_window))) {
     plan_backward_ws(p);
     return true;
   }
@@ -276,7 +277,9 @@ static const bool sm90_ws64_checked = true;
 /* The warp-specialized backward (plan_backward_ws). Checked on the H200
  * on 2026-12-03: gpu-jagged 14/14, compute-sanitizer memcheck and
  * racecheck clean at both head dims, short and long runs
- * (bench/results/2026-12-03-h200-jagged-bwd-ws-gpu-suite.log). */
+ * (bench/results/2026-12-03-h200-jagged-bwd-ws-gpu-suite.log); persistent
+ * and with head dim 128's masked specs, the same checks the same day
+ * (bench/results/2026-12-03-h200-jagged-bwd-persistent-gpu-suite.log). */
 static const bool sm90_bwd_ws_checked = true;
 /* The warp-specialized forward for broadcast queries
  * (plan_forward_ws_broadcast). Checked on the H200 on 2026-12-03:
@@ -402,7 +405,8 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
     if (j->fwd_block_m > 0) k->namespace_name = "bwd";
     add_params(plan, k, bwd_params, BWD_NPARAMS);
     if (i == 1) {
-      k->walk = (ag_walk){AG_WALK_JAGGED_K, j->fast_block_n, 1, 1};
+      k->walk = (ag_walk){j->fast_ws ? AG_WALK_JAGGED_K_COUNTER : AG_WALK_JAGGED_K,
+                          j->fast_block_n, 1, 1};
       k->threads = j->fast_threads;
       k->smem_bytes = j->fast_smem_bytes;
       k->min_ctas_per_sm = j->fast_min_ctas;
@@ -547,7 +551,8 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                     k->template_file ? "D = rowsum(dO * O) of each query row; the fp32 dQ "
                                        "accumulator zeroed"
                                      : "dQ: the fp32 accumulator scaled and rounded");
-    } else if (k->walk.kind == AG_WALK_JAGGED_K && j->fast_block_m > 0) {
+    } else if ((k->walk.kind == AG_WALK_JAGGED_K || k->walk.kind == AG_WALK_JAGGED_K_COUNTER) &&
+               j->fast_block_m > 0) {
       ag_buf_printf(b,
                     "%s  key-stationary on wgmma (sm_90a): dK and dV of %d key rows (64 a\n"
                     "%s  warpgroup) over the group's heads, query tiles of %d; each tile's dQ\n"
@@ -595,6 +600,12 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
         break;
       case AG_WALK_BROADCAST_SUM:
         ag_buf_printf(b, "%s  grid: (ceil(n_q * heads / %d), 1)\n", prefix, k->walk.rows);
+        break;
+      case AG_WALK_JAGGED_K_COUNTER:
+        ag_buf_printf(b,
+                      "%s  grid: one CTA an SM (persistent), taking the (batch + total_k / %d)\n"
+                      "%s  * kv_heads tiles from a counter, whichever CTA is free\n",
+                      prefix, k->walk.rows, prefix);
         break;
       default:
         ag_buf_printf(b, "%s  grid: (batch + total_%s / %d, %s)\n", prefix,

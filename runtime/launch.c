@@ -30,7 +30,8 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
     st = d->walk.kind == AG_WALK_BLOCK
              ? ag_walk_block_grid(&d->walk, a, ctx->sm_count, kernel->ctas_per_sm[i], grids[i],
                                   &items[i], err)
-             : ag_walk_jagged_grid(&d->walk, a, grids[i], &items[i], err);
+             : ag_walk_jagged_grid(&d->walk, a, ctx->sm_count, kernel->ctas_per_sm[i],
+                                   grids[i], &items[i], err);
   }
   if (st != AG_OK) return st;
   const ag_driver *drv = ctx->drv;

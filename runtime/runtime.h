@@ -297,8 +297,9 @@ typedef struct ag_launch {
  * runtime/walk_jagged.c. */
 ag_status ag_walk_block_grid(const ag_walk *w, const ag_launch *a, int sm_count, int ctas_per_sm,
                              unsigned out_grid[3], int64_t *out_items, ag_error *err);
-ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, unsigned out_grid[3],
-                              int64_t *out_items, ag_error *err);
+ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, int sm_count,
+                              int ctas_per_sm, unsigned out_grid[3], int64_t *out_items,
+                              ag_error *err);
 /* The slabs a broadcast Q's dQ is summed over (walk_jagged.c): sequences
  * are cut into this many runs of about equal work, each (query tile of
  * block_m rows, slab, head) one CTA; at most batch, 0 when nothing runs. */

@@ -7,7 +7,8 @@
  * CTA per (sequence, query tile, head) of the forward, per (query tile,
  * slab of sequences, head) of the backward's dQ (the slabs cut on the
  * device, jagged_bwd_tile.cuh's slab_start), and the slabs' sum. The row
- * walk: `rows` (token, head) rows of the queries a CTA. */
+ * walk: `rows` (token, head) rows of the queries a CTA. The counter walk:
+ * the key walk's numbers, taken by a grid of SMs (persistent). */
 #include <stdint.h>
 
 #include "runtime.h"
@@ -50,23 +51,26 @@ static ag_status broadcast_grid(const ag_walk *w, const ag_launch *a, unsigned o
   return AG_OK;
 }
 
-ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, unsigned out_grid[3],
-                              int64_t *out_items, ag_error *err) {
+ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, int sm_count,
+                              int ctas_per_sm, unsigned out_grid[3], int64_t *out_items,
+                              ag_error *err) {
   if (w->kind == AG_WALK_JAGGED_ROWS) {
     /* total_q < 2^31 and heads < 2^16 (checked by the caller): no overflow */
-    const int64_t x = (a->total_q * a->heads + w->rows - 1) / w->rows;
+    int64_t x = (a->total_q * a->heads + w->rows - 1) / w->rows;
     if (x > INT32_MAX)
       return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                      "%lld query rows by %lld heads exceed the grid's limits",
                      (long long)a->total_q, (long long)a->heads);
-    out_grid[0] = (unsigned)x; /* 0 (no query): not launched */
+    if (x < 1) x = 1; /* no query: one CTA, which zeroes the tile counter */
+    out_grid[0] = (unsigned)x;
     out_grid[1] = out_grid[2] = 1;
     *out_items = x;
     return AG_OK;
   }
-  if (w->kind != AG_WALK_JAGGED_Q && w->kind != AG_WALK_JAGGED_K)
+  if (w->kind != AG_WALK_JAGGED_Q && w->kind != AG_WALK_JAGGED_K &&
+      w->kind != AG_WALK_JAGGED_K_COUNTER)
     return broadcast_grid(w, a, out_grid, out_items, err);
-  const bool keys = w->kind == AG_WALK_JAGGED_K;
+  const bool keys = w->kind != AG_WALK_JAGGED_Q;
   const int64_t total = keys ? a->total_k : a->total_q;
   const int64_t heads = keys ? a->kv_heads : a->heads;
   const int64_t tiles = a->batch + total / w->rows; /* both below 2^31: checked by the caller */
@@ -74,9 +78,16 @@ ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, unsigned out
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "%lld tiles of %d tokens by %lld heads exceed the grid's limits",
                    (long long)tiles, w->rows, (long long)heads);
+  *out_items = tiles;
+  if (w->kind == AG_WALK_JAGGED_K_COUNTER) {
+    /* persistent: CTAs for every SM, no more than there are numbers */
+    const int64_t numbers = tiles * heads, ctas = (int64_t)sm_count * ctas_per_sm;
+    out_grid[0] = (unsigned)(ctas < numbers ? ctas : numbers);
+    out_grid[1] = out_grid[2] = 1;
+    return AG_OK;
+  }
   out_grid[0] = (unsigned)tiles;
   out_grid[1] = (unsigned)heads;
   out_grid[2] = 1;
-  *out_items = tiles;
   return AG_OK;
 }

@@ -2,9 +2,10 @@
 @# jagged_bwd_rows.cuh: the two row kernels around the sm_90a jagged
 @# backward's key-stationary kernel (jagged_bwd_sm90.cu's and
 @# jagged_bwd_ws.cu's _kv): _pre writes D = rowsum(dO (.) O) and zeroes the
-@# fp32 dQ accumulator, _dq rounds the accumulator into dQ (rotating it
-@# back first when Q is rotated).
-@# Needs: kHeadDim, kRowsThreads, kPieces, kScale, kDqTiled, @PARAMS@'s names,
+@# fp32 dQ accumulator (and the persistent _kv's tile counter), _dq rounds
+@# the accumulator into dQ (rotating it back first when Q is rotated).
+@# Needs: kHeadDim, kRowsThreads, kPieces, kScale, kDqTiled, kTileCounter,
+@#   @PARAMS@'s names,
 @#   neg_inf(), unpack2(), pack2(), and with ROTARY: kRotateQ,
 @#   RotaryRows, pair_angle(), clamp_offset().
 @# Placeholders: @KERNEL_NAME@ @PARAMS@. Conditions: ROTARY, ROTARY_TABLE,
@@ -18,6 +19,15 @@ struct RotaryTables {
 // Where the fp32 dQ accumulator starts in `di` (16-byte aligned).
 __device__ __forceinline__ long long dq_accumulator_at(long long heads, long long total_q) {
   return (heads * total_q + 3) / 4 * 4;
+}
+
+// The persistent backward's tile counter (kTileCounter): after the
+// accumulator, 8-byte aligned (the accumulator's size is a multiple of 64
+// floats).
+__device__ __forceinline__ unsigned long long *tile_counter(float *di, long long heads,
+                                                            long long total_q) {
+  return reinterpret_cast<unsigned long long *>(di + dq_accumulator_at(heads, total_q) +
+                                                heads * total_q * kHeadDim);
 }
 
 // Where group i of dQ (8 elements: chunk i % kChunks of row i / kChunks of
@@ -54,6 +64,8 @@ extern "C" __global__ void __launch_bounds__(kRowsThreads)
   const long long rows = total_q * heads;
   const long long row = blockIdx.x * (long long)kRowsPerCta + threadIdx.x / kPieces;
   const int piece = threadIdx.x % kPieces;
+  if constexpr (kTileCounter)
+    if (blockIdx.x == 0 && threadIdx.x == 0) *tile_counter(di, heads, total_q) = 0;
   float a = 0.f;
   if (row < rows) {
     const long long at = row * kHeadDim + piece * 8;

@@ -49,6 +49,7 @@ constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory of _kv, as pl
 @include jagged_bwd_band.cuh@
 constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
 constexpr bool kDqTiled = false;  // the dQ accumulator row-major (jagged_bwd_rows.cuh)
+constexpr bool kTileCounter = false;  // one CTA a tile (jagged_bwd_rows.cuh's _pre)
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM == 64 && kBlockN % 64 == 0 && kWarpgroups <= 2,
               "64-row query steps, 64 key rows per warpgroup");

@@ -423,7 +423,9 @@ START_TEST(fast_backward_plan) {
   ck_assert_int_eq(ag_jagged_backward(&f.kernel, &b, NULL, &err), AG_ERR_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.message, "workspace"), "%s", err.message);
   ag_error_clear(&err);
-  /* no query: only _kv runs (dK = dV = 0) */
+  /* no query: _kv writes dK = dV = 0; the row kernels run one CTA each
+   * (the rows walk's least grid: the persistent _kv's _pre zeroes its
+   * counter) with no row to do */
   fake_with(&f, y, 12, without_bwd_ws());
   b = bwd_args();
   b.total_q = 0;
@@ -431,7 +433,9 @@ START_TEST(fast_backward_plan) {
   b.host_cu_seqlens_q = hq;
   b.host_cu_seqlens_k = hk;
   ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
-  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ck_assert_int_eq(ag_fake_seen.count, 3);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[0], 1);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[2], 1);
 
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "arch: sm_90a\ndeterministic: true\n", true);
   ag_fake_jagged_kernel(&f, y, 12);
@@ -457,15 +461,20 @@ END_TEST
 
 /* The warp-specialized backward (jagged_bwd_ws.cu): at both head dims 128
  * keys a CTA, 384 threads (a loading warpgroup), the shared memory the
- * template's static_assert checks; rotary and masked specs keep
- * jagged_bwd_sm90.cu.
+ * template's static_assert checks; persistent: a CTA an SM (132 in the
+ * fake context) but no more than the (tile, kv head) numbers, and 16
+ * workspace bytes more for its tile counter, which _pre zeroes, so _pre
+ * runs (one CTA) even with no query. Masked specs take it at head dim 128
+ * (and the causal one compiles); rotary specs, and masked ones at head dim
+ * 64, keep jagged_bwd_sm90.cu.
  * The emitted source compiles for sm_90a with every kernel in the cubin. */
 START_TEST(ws_backward_plan) {
   ag_plan_jagged_choices with = ag_plan_jagged_checked();
   with.sm90_bwd_ws = true;
   const struct { int dim; ag_dtype dt; bool causal; int smem; } cases[] = {
-      {128, AG_DTYPE_BF16, false, 197632}, {64, AG_DTYPE_FP16, false, 132096}};
-  for (int c = 0; c < 2; c++) {
+      {128, AG_DTYPE_BF16, false, 197632}, {64, AG_DTYPE_FP16, false, 132096},
+      {128, AG_DTYPE_FP16, true, 197632}};
+  for (int c = 0; c < 3; c++) {
     fake f;
     char y[512];
     yaml_for(y, sizeof y, cases[c].dim, cases[c].dt, cases[c].causal, "arch: sm_90a\n", true);
@@ -482,8 +491,24 @@ START_TEST(ws_backward_plan) {
     ag_error err = {0};
     ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
     ck_assert_int_eq(ag_fake_seen.count, 3);
-    ck_assert_uint_eq(ag_fake_seen.grids_x[1], 3 + 500 / 128);
-    ck_assert_uint_eq(ag_fake_seen.grids_y[1], 2);
+    ck_assert_int_eq(p->kernels[nb + 1].walk.kind, AG_WALK_JAGGED_K_COUNTER);
+    ck_assert_uint_eq(ag_fake_seen.grids_x[1], (3 + 500 / 128) * 2);
+    ck_assert_uint_eq(ag_fake_seen.grids_y[1], 1);
+    ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300),
+                      4 * (8 * 300 + 8 * 300 * cases[c].dim) + 16);
+    /* more numbers than SMs: one CTA an SM */
+    b.batch = 1;
+    b.total_q = 100;
+    b.total_k = 100000;
+    ag_fake_seen.count = 0;
+    ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+    ck_assert_uint_eq(ag_fake_seen.grids_x[1], 132);
+    /* no query, keys: _pre still runs, one CTA (it zeroes the counter) */
+    b.total_q = 0;
+    ag_fake_seen.count = 0;
+    ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+    ck_assert_int_eq(ag_fake_seen.count, 3);
+    ck_assert_uint_eq(ag_fake_seen.grids_x[0], 1);
     char *src = NULL;
     ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
     ck_assert_ptr_nonnull(strstr(src, "constexpr int kStages = 2;"));
@@ -496,13 +521,13 @@ START_TEST(ws_backward_plan) {
     free(cubin);
     free(src);
   }
-  /* rotary, a causal mask, a window: the kernel of jagged_bwd_sm90.cu */
+  /* rotary; a causal mask, a window at head dim 64: jagged_bwd_sm90.cu */
   const char *const others[] = {"arch: sm_90a\nrotary:\n  layout: half\n", "arch: sm_90a\n",
                                 "arch: sm_90a\nwindow: [100, 0]\n"};
   for (int o = 0; o < 3; o++) {
     fake f;
     char y[512];
-    yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, o == 1, others[o], true);
+    yaml_for(y, sizeof y, o == 0 ? 128 : 64, AG_DTYPE_BF16, o == 1, others[o], true);
     fake_with(&f, y, 12, with);
     ck_assert(!f.kernel.plan.jagged.fast_ws);
     ck_assert_str_eq(f.kernel.plan.kernels[f.kernel.plan.nkernels - 3].template_file,

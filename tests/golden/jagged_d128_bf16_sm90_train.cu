@@ -41,7 +41,8 @@
  *     warp specialized: one warpgroup loads K, V and 2 stages of Q, dO;
  *     the computing warpgroups meet once a step (dQ reads both halves of dS^T)
  *     threads: 384, shared memory: 197632 bytes
- *     grid: (batch + total_k / 128, kv_heads)
+ *     grid: one CTA an SM (persistent), taking the (batch + total_k / 128)
+ *     * kv_heads tiles from a counter, whichever CTA is free
  *   backward kernel: ag_gem_d128_bf16_bwd_dq
  *     dQ: the fp32 accumulator scaled and rounded
  *     threads: 256, shared memory: 0 bytes
@@ -1720,8 +1721,13 @@ constexpr int kThreads = 128 + kMathThreads;  // warpgroup 0 loads
 constexpr int kRowsThreads = 256;  // threads of _pre and _dq
 constexpr int kStages = 2;  // Q, dO stages
 constexpr int kSmemBytes = 197632;  // dynamic shared memory of _kv, as planned
-// setmaxnreg budgets (no spills at these: ptxas -v).
-constexpr int kLoadRegs = 40, kMathRegs = 232;
+// setmaxnreg budgets. At head dim 128 the computing warpgroups need 240
+// (at 232 ptxas serialized every wgmma: 267 / 376 TFLOP/s at L 1024 / 4096
+// then, 306 / 426 now), which leaves the loading one 24: its loops count
+// instead of dividing and keep few 64-bit values (ptxas -v: 8 bytes
+// spilled, the loader's).
+constexpr int kLoadRegs = kHeadDim == 128 ? 24 : 40, kMathRegs = kHeadDim == 128 ? 240 : 232;
+constexpr int kLoadUnroll = kHeadDim == 128 ? 1 : 4;  // the loader's copy loops (registers)
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
 constexpr float kScale = 8.838834765e-02f;  // softmax scale 1/sqrt(128)
 constexpr float kScaleLog2 = 1.275174308e-01f;  // the scale times log2(e)
@@ -1742,6 +1748,13 @@ constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row pe
 // against 166 / 220 at head dim 64
 // (bench/results/2026-12-03-h200-jagged-bwd-ws-harness.log).
 constexpr bool kDqTiled = true;
+// Persistent: one CTA an SM, taking (key tile, kv head) numbers from a
+// counter in the workspace (after the dQ accumulator; _pre zeroes it), so
+// that a tile's start (K and V loads) overlaps the last tile's end, and
+// whichever CTA is free takes the next tile. On the H200 (the harness as
+// above) this ran 1.01-1.06x one CTA a tile, 1.09x at head dim 64 causal
+// (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
+constexpr bool kTileCounter = true;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM == 64 && kBlockN == 128, "64-row query steps, two warpgroups of 64 keys");
 static_assert(kStages >= 2, "a stage is refilled once its step's products are done");
@@ -2514,6 +2527,15 @@ __device__ __forceinline__ long long dq_accumulator_at(long long heads, long lon
   return (heads * total_q + 3) / 4 * 4;
 }
 
+// The persistent backward's tile counter (kTileCounter): after the
+// accumulator, 8-byte aligned (the accumulator's size is a multiple of 64
+// floats).
+__device__ __forceinline__ unsigned long long *tile_counter(float *di, long long heads,
+                                                            long long total_q) {
+  return reinterpret_cast<unsigned long long *>(di + dq_accumulator_at(heads, total_q) +
+                                                heads * total_q * kHeadDim);
+}
+
 // Where group i of dQ (8 elements: chunk i % kChunks of row i / kChunks of
 // the [total_q * heads, kHeadDim] tensor) sits in the accumulator, in
 // floats: at 8 i, or with kDqTiled in [heads][kHeadDim / 64][total_q][64]
@@ -2551,6 +2573,8 @@ ag_gem_d128_bf16_bwd_pre(const unsigned short *__restrict__ q,
   const long long rows = total_q * heads;
   const long long row = blockIdx.x * (long long)kRowsPerCta + threadIdx.x / kPieces;
   const int piece = threadIdx.x % kPieces;
+  if constexpr (kTileCounter)
+    if (blockIdx.x == 0 && threadIdx.x == 0) *tile_counter(di, heads, total_q) = 0;
   float a = 0.f;
   if (row < rows) {
     const long long at = row * kHeadDim + piece * 8;
@@ -2627,12 +2651,35 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
   // kRowStep is a multiple of 8, so a thread's rows share their swizzle
   unsigned at = dst + (c >> 3) * (kRows * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
   const unsigned short *from = src + row0 * row_stride + c * 8;
-#pragma unroll 4
+#pragma unroll kLoadUnroll
   for (int row = row0; row < kRows; row += kRowStep) {
     const bool real = row < rows;
     cp_async_16(at, real ? from : src, real ? 16 : 0);
     at += kRowStep * kRowBytes;
     from += kRowStep * row_stride;
+  }
+}
+
+// Start the copy of a step's Q and dO rows (kBlockM of them, the first
+// `rows` real, the rest zero-filled) at element `at` of q and dout into
+// the stage at `slot` (Q, then dO), laid out as load_rows lays them. One
+// loop for both, its index math shared, so that the loading warpgroup's
+// registers stay few.
+__device__ __forceinline__ void load_step(unsigned slot, const unsigned short *q,
+                                          const unsigned short *dout, long long at,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = 128 / kPieces;
+  static_assert(kBlockM % kRowStep == 0 && kRowStep % 8 == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
+  unsigned dst = slot + (c >> 3) * (kBlockM * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
+  long long off = at + row0 * row_stride + c * 8;
+#pragma unroll kLoadUnroll
+  for (int row = row0; row < kBlockM; row += kRowStep) {
+    const bool real = row < rows;
+    cp_async_16(dst, q + (real ? off : 0), real ? 16 : 0);
+    cp_async_16(dst + kQBytes, dout + (real ? off : 0), real ? 16 : 0);
+    dst += kRowStep * kRowBytes;
+    off += kRowStep * row_stride;
   }
 }
 
@@ -2687,8 +2734,11 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
   (void)o;
   (void)dq;
   __shared__ __align__(8) unsigned long long bars[2 + 2 * kStages];  // kv full, kv empty, full[s], empty[s]
+  __shared__ long long tile_s;      // the loader's tile for the computing warpgroups; -1: the end
+  __shared__ long long picks_s[2];  // the counter's numbers, for the loading warpgroup
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
-  const int hk = blockIdx.y, group = heads / kv_heads;
+  const int group = heads / kv_heads;
+  const long long numbers = num_tiles * kv_heads;  // number i: key tile i / kv_heads, kv head i % kv_heads
   const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
   const unsigned base = smem_addr(smem);
   const unsigned k_a = base, v_a = base + kKBytes, ring_a = base + kRingAt, ds_a = base + kDsAt;
@@ -2696,7 +2746,7 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
   const unsigned kv_full = smem_addr(bars), kv_empty = kv_full + 8, full0 = kv_full + 16,
                  empty0 = full0 + 8 * kStages;
   if (threadIdx.x == 0) {
-    mbar_init(kv_full, 128);
+    mbar_init(kv_full, 128 + 1);  // the copies' arrivals and thread 0's, which wrote tile_s
     // Every computing thread releases what it read (its reads of the row
     // floats are plain loads): one arrival each.
     mbar_init(kv_empty, kMathThreads);
@@ -2716,33 +2766,57 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
     regs_dec<kLoadRegs>();
     int n = 0, t = 0;  // steps and tiles loaded so far
 #pragma unroll 1
-    for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
-      const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk,
-                                  group, k_stride);
+    for (long long j = 0;; j++) {
+      // The next number, for the whole warpgroup (barrier 4: 1..3 are the
+      // computing warpgroups'); two slots, as a slot is rewritten only
+      // after the next barrier, which every reader of it passed.
+      if (threadIdx.x == 0)
+        picks_s[j & 1] = (long long)atomicAdd(tile_counter(di, heads, total_q), 1ull);
+      named_barrier_sync(4, 128);
+      const long long id = picks_s[j & 1];
+      if (id >= numbers) break;
+      const int hk = (int)(id % kv_heads);
+      const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k,
+                                  id / kv_heads, hk, group, k_stride);
       if (!kt.used) continue;
       if (t > 0) mbar_wait(kv_empty, (t - 1) & 1);
+      if (threadIdx.x == 0) tile_s = id;
       load_rows<kBlockN>(k_a, k + kt.k_row, k_stride, kt.nk);
       load_rows<kBlockN>(v_a, v + kt.k_row, k_stride, kt.nk);
       mbar_arrive_on_copies(kv_full);
+      if (threadIdx.x == 0) mbar_arrive(kv_full);
+      // Step i reads query tile qt0 + jq of q head h: both advance by
+      // counting (no division), the tokens and rows as 32-bit where they
+      // fit, so that the loop stays inside kLoadRegs.
+      const long long tok0 = kt.sp.q_start + kt.qt0 * kBlockM;  // the first step's first token
+      const int rows0 = (int)(kt.sp.q_len - kt.qt0 * kBlockM);  // its rows to the sequence end
+      int jq = 0, h = hk * group;
 #pragma unroll 1
       for (int i = 0; i < kt.n_steps; i++, n++) {
         const int s = n % kStages;
         if (n >= kStages) mbar_wait(empty0 + 8 * s, (n / kStages - 1) & 1);
-        const int h = hk * group + i / kt.q_tiles;
-        const long long i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
-        const int mq = (int)min((long long)kBlockM, kt.sp.q_len - i0);
-        const long long at = (kt.sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
+        const int mq = min(kBlockM, rows0 - kBlockM * jq);
+        const long long tok = tok0 + kBlockM * jq;
         const unsigned slot = ring_a + s * 2 * kQBytes;
-        load_rows<kBlockM>(slot, q + at, q_stride, mq);
-        load_rows<kBlockM>(slot + kQBytes, dout + at, q_stride, mq);
+        load_step(slot, q, dout, tok * q_stride + (long long)h * kHeadDim, q_stride, mq);
         const int r = threadIdx.x % kBlockM;  // LSE of row r (threads < 64), then D
-        const long long row = (long long)h * total_q + kt.sp.q_start + i0 + (r < mq ? r : 0);
+        const long long row = (long long)h * total_q + tok + (r < mq ? r : 0);
         float *f = rows_s + s * 2 * kBlockM + threadIdx.x;
         cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
         mbar_arrive_on_copies(full0 + 8 * s);
+        if (++jq == kt.q_tiles) {
+          jq = 0;
+          h++;
+        }
       }
       t++;
     }
+    // No tile left: the computing warpgroups, done with the last one, read
+    // the end.
+    if (t > 0) mbar_wait(kv_empty, (t - 1) & 1);
+    if (threadIdx.x == 0) tile_s = -1;
+    mbar_arrive(kv_full);
+    if (threadIdx.x == 0) mbar_arrive(kv_full);
     cp_async_wait<0>();
     return;
   }
@@ -2756,12 +2830,15 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
   const int warp = (mt >> 5) & 3;  // its rows in them: 16 warp..
   const int lane = mt & 31, g = lane >> 2, tq = lane & 3;
   const int key0 = 64 * wg + 16 * warp + g;  // this thread's first key row of the tile (+8)
-  int n = 0, t = 0;  // steps and tiles computed so far
+  int n = 0;  // steps computed so far
 #pragma unroll 1
-  for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
-    const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk,
-                                group, k_stride);
-    if (!kt.used) continue;
+  for (int t = 0;; t++) {
+    mbar_wait(kv_full, t & 1);
+    const long long id = *static_cast<volatile long long *>(&tile_s);
+    if (id < 0) break;
+    const int hk = (int)(id % kv_heads);
+    const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k,
+                                id / kv_heads, hk, group, k_stride);
     const SeqSpan &sp = kt.sp;
     const long long delta = sp.k_len - sp.q_len;
     float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
@@ -2771,7 +2848,6 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
       for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc_v[hh][j][e] = acc_k[hh][j][e] = 0.f;
-    mbar_wait(kv_full, t & 1);
 
 #pragma unroll 1
     for (int i = 0; i < kt.n_steps; i++, n++) {
@@ -2819,8 +2895,6 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
           }
           sp_t[j][e] = p;
         }
-        p16[j][0] = pack2(sp_t[j][0], sp_t[j][1]);
-        p16[j][1] = pack2(sp_t[j][2], sp_t[j][3]);
       }
       wgmma_wait<0>();  // dP^T
       wgmma_hold(dp);
@@ -2833,6 +2907,8 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
         const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
         ds16[j][0] = pack2(sp_t[j][0] * (dp[j][0] - dd.x), sp_t[j][1] * (dp[j][1] - dd.y));
         ds16[j][1] = pack2(sp_t[j][2] * (dp[j][2] - dd.x), sp_t[j][3] * (dp[j][3] - dd.y));
+        p16[j][0] = pack2(sp_t[j][0], sp_t[j][1]);
+        p16[j][1] = pack2(sp_t[j][2], sp_t[j][3]);
         store_ds_t(dst_a, key0, j, tq, ds16[j][0], ds16[j][1]);
       }
 
@@ -2891,7 +2967,6 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
     }
     // Every product reading K and V is done: the next tile's may land.
     mbar_arrive(kv_empty);
-    t++;
 
     // dV, and dK with the scale, of this thread's key rows.
     store_dkv(acc_v, acc_k, dk, dv, kt.k_row, k_stride, key0, kt.nk, tq);

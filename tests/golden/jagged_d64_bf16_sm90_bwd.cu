@@ -57,6 +57,7 @@ constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an
 constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
 constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
 constexpr bool kDqTiled = false;  // the dQ accumulator row-major (jagged_bwd_rows.cuh)
+constexpr bool kTileCounter = false;  // one CTA a tile (jagged_bwd_rows.cuh's _pre)
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM == 64 && kBlockN % 64 == 0 && kWarpgroups <= 2,
               "64-row query steps, 64 key rows per warpgroup");
@@ -865,6 +866,15 @@ __device__ __forceinline__ long long dq_accumulator_at(long long heads, long lon
   return (heads * total_q + 3) / 4 * 4;
 }
 
+// The persistent backward's tile counter (kTileCounter): after the
+// accumulator, 8-byte aligned (the accumulator's size is a multiple of 64
+// floats).
+__device__ __forceinline__ unsigned long long *tile_counter(float *di, long long heads,
+                                                            long long total_q) {
+  return reinterpret_cast<unsigned long long *>(di + dq_accumulator_at(heads, total_q) +
+                                                heads * total_q * kHeadDim);
+}
+
 // Where group i of dQ (8 elements: chunk i % kChunks of row i / kChunks of
 // the [total_q * heads, kHeadDim] tensor) sits in the accumulator, in
 // floats: at 8 i, or with kDqTiled in [heads][kHeadDim / 64][total_q][64]
@@ -902,6 +912,8 @@ ag_gem_d64_bf16_causal_w256_0_bwd_pre(const unsigned short *__restrict__ q,
   const long long rows = total_q * heads;
   const long long row = blockIdx.x * (long long)kRowsPerCta + threadIdx.x / kPieces;
   const int piece = threadIdx.x % kPieces;
+  if constexpr (kTileCounter)
+    if (blockIdx.x == 0 && threadIdx.x == 0) *tile_counter(di, heads, total_q) = 0;
   float a = 0.f;
   if (row < rows) {
     const long long at = row * kHeadDim + piece * 8;

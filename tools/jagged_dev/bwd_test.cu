@@ -104,8 +104,15 @@ static void launch(const Variant &V, const Dev &d, long long batch, int heads, i
           heads, kv_heads, tq, tk, 0);
       CK(cudaGetLastError());
     }
+    // "ws-" variants are persistent (jagged_bwd_ws.cu's kTileCounter): a
+    // CTA an SM, the counter zeroed by _pre (here too when _pre is not run)
+    const bool persistent = !strncmp(V.name, "ws-", 3);
+    if ((which & 2) && persistent && !(which & 1))
+      CK(cudaMemsetAsync(d.di + (tq * heads + 3) / 4 * 4 + tq * heads * V.dim, 0, 8, st));
     if (which & 2) {
-      V.fdkv<<<dim3((unsigned)nk, kv_heads), V.threads, V.smem_dkv, st>>>(
+      static int sms = 0;
+      if (!sms) CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+      V.fdkv<<<persistent ? dim3((unsigned)sms) : dim3((unsigned)nk, kv_heads), V.threads, V.smem_dkv, st>>>(
           d.q, d.k, d.v, d.o, d.dout, d.lse, d.dq, d.dk, d.dv, d.di, d.cu_q, d.cu_k, batch,
           heads, kv_heads, tq, tk, nk);
       CK(cudaGetLastError());
@@ -272,7 +279,7 @@ static void check(int vi, const std::vector<int> &lq, const std::vector<int> &lk
   d.dk = dalloc<unsigned short>(nk);
   d.dv = dalloc<unsigned short>(nk);
   d.lse = dalloc<float>(hlse.size());
-  const size_t di_n = V.fast ? (hlse.size() + 31) / 32 * 32 + nq : hlse.size();
+  const size_t di_n = V.fast ? (hlse.size() + 31) / 32 * 32 + nq + 16 : hlse.size();  // + the tile counter
   d.di = dalloc<float>(di_n);
   d.cu_q = dalloc<int>(batch + 1);
   d.cu_k = dalloc<int>(batch + 1);
@@ -397,7 +404,7 @@ static void time_one(int vi, int L, long long batch, int heads) {
   d.o = dalloc<unsigned short>(n); d.dout = dalloc<unsigned short>(n);
   d.dq = dalloc<unsigned short>(n); d.dk = dalloc<unsigned short>(n); d.dv = dalloc<unsigned short>(n);
   d.lse = dalloc<float>((size_t)heads * t);
-  d.di = dalloc<float>(((size_t)heads * t + 31) / 32 * 32 + (V.fast ? n : 0));
+  d.di = dalloc<float>(((size_t)heads * t + 31) / 32 * 32 + (V.fast ? n + 16 : 0));
   d.cu_q = dalloc<int>(batch + 1);
   d.cu_k = d.cu_q;
   CK(cudaMemcpy(d.cu_q, cu.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
