@@ -188,25 +188,29 @@ static void plan_backward(ag_plan *p) {
  * loading warpgroup copies K and V once a tile and streams Q, dO and the
  * row floats through two stages (cp.async completing on mbarriers), and
  * two computing warpgroups of 64 keys (128 keys a CTA, one CTA an SM)
- * work with no CTA barrier: they meet once a step at head dim 128, where
- * dQ's columns are split between them and both read the step's whole
- * dS^T (two dS^T buffers), and never at head dim 64, where each adds its
- * own keys' dQ. The dQ accumulator is laid out in tiles, so that a step's
- * dQ is one bulk add a warpgroup. Persistent: a CTA an SM takes (key
- * tile, kv head) numbers from a counter in the workspace, which _pre
- * zeroes (AG_WALK_JAGGED_K_COUNTER). Shared memory: K, V, the stages, two
- * dS^T, the stages' row floats, the staging rows: 197,632 bytes at head
- * dim 128, 132,096 at 64. In the dev harness on the H200 (bf16, batch
- * 1152, 4 heads, lengths uniform in [1, L], L 1024 / 4096) it ran 306 /
- * 426 TFLOP/s at head dim 128 against jagged_bwd_sm90.cu's 244 / 329, 205
- * / 362 causal against 181 / 295 (session 17's run); at head dim 64, 229 /
- * 306 against 222 / 271, but causal 144 / 252 against 173 / 250, so masked
- * specs at head dim 64 keep jagged_bwd_sm90.cu
- * (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log). */
+ * work with no CTA barrier; they meet once a step, where dQ reads both
+ * halves of dS^T (two dS^T buffers): at head dim 128 each adds its 64 of
+ * dQ's columns for a step of 64 query rows; at head dim 64 a step has 128
+ * query rows (S^T and dP^T as 64 x 128 products) and each adds the dQ of
+ * its 64. The dQ accumulator is laid out in tiles, so that a step's dQ is
+ * one bulk add a warpgroup. Persistent: a CTA an SM takes (key tile, kv
+ * head) numbers from a counter in the workspace, which _pre zeroes
+ * (AG_WALK_JAGGED_K_COUNTER). Shared memory: K, V, the stages, two dS^T,
+ * the stages' row floats, the staging rows: 197,632 bytes at head dim
+ * 128, 198,656 at 64. In the dev harness on the H200 (bf16, batch 1152, 4
+ * heads, lengths uniform in [1, L], L 1024 / 4096) it ran 305 / 433
+ * TFLOP/s at head dim 128 against jagged_bwd_sm90.cu's 244 / 329, 205 /
+ * 362 causal against 181 / 295 (session 17's run); at head dim 64, 256 /
+ * 368 against 222 / 271. Causal at head dim 64 it ran 151 / 280 in the
+ * product against jagged_bwd_sm90.cu's 174 / 243 (a loss at L 1024), so
+ * masked specs at head dim 64 keep jagged_bwd_sm90.cu
+ * (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log,
+ * bench/results/2026-12-03-h200-jagged-ws-bwd-d64-steps128.md). */
 static void plan_backward_ws(ag_plan *p) {
   ag_plan_jagged *j = &p->jagged;
-  const int m = 64, n = 128, stages = 2;
+  const int m = p->head_dim == 64 ? 128 : 64, n = 128, stages = 2;
   j->fast_ws = true;
+  j->fast_block_m = m;
   j->fast_stages = stages;
   j->fast_block_n = n;
   j->fast_threads = 128 + 128 * (n / 64);
@@ -563,8 +567,9 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                       "%s  warp specialized: one warpgroup loads K, V and %d stages of Q, dO;\n"
                       "%s  the computing warpgroups meet %s\n",
                       prefix, j->fast_stages, prefix,
-                      plan->head_dim == 128 ? "once a step (dQ reads both halves of dS^T)"
-                                            : "never (each adds its own keys' dQ)");
+                      plan->head_dim == 128 || j->fast_block_m == 128
+                          ? "once a step (dQ reads both halves of dS^T)"
+                          : "never (each adds its own keys' dQ)");
     } else if (k->walk.kind == AG_WALK_JAGGED_Q) {
       ag_buf_printf(b, "%s  query-stationary: D and dQ of %d query rows, key tiles of %d\n",
                     prefix, j->bwd_block_m, j->bwd_block_n);

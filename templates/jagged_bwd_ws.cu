@@ -4,16 +4,17 @@
 @# copies taken off the computing warps. Warpgroup 0 copies K and V once a
 @# tile and streams each step's Q, dO, LSE and D through a ring of stages
 @# (cp.async, completion on mbarriers); warpgroups 1.. each own 64 keys and
-@# compute on wgmma, meeting only where head dim 128 reads both halves of
-@# dS^T for dQ. Between the same _pre and _dq kernels (jagged_bwd_rows.cuh),
+@# compute on wgmma, meeting once a step where dQ reads both halves of dS^T
+@# (head dim 128: each adds its 64 columns; head dim 64 with 128-row steps:
+@# its 64 queries). Between the same _pre and _dq kernels (jagged_bwd_rows.cuh),
 @# with the dQ accumulator in tiles. The plan picks it on sm_90a for specs
 @# without rotary embeddings, at head dim 64 without a mask either (the
 @# others keep jagged_bwd_sm90.cu).
 @# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
-@#   bulk_sm90.cuh, pipeline_sm90.cuh, jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh,
+@#   wgmma_n128_sm90.cuh, bulk_sm90.cuh, pipeline_sm90.cuh, jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh,
 @#   jagged_bwd_rows.cuh.
 @# Placeholders: @KERNEL_NAME@ @PARAMS@ @HEAD_DIM@ (64 | 128) @BLOCK_M@
-@#   (query rows of a step: 64) @BLOCK_N@ (keys of a CTA: 128, 64 per
+@#   (query rows of a step: 64, or 128 at head dim 64) @BLOCK_N@ (keys of a CTA: 128, 64 per
 @#   computing warpgroup) @STAGES@ (Q/dO stages, >= 2) @SMEM_BYTES@ (= 4 *
 @#   HEAD_DIM * (BLOCK_N + STAGES * BLOCK_M) + 4 * BLOCK_N * BLOCK_M + 8 *
 @#   STAGES * BLOCK_M + BLOCK_N * 64 * 4) @ROWS_THREADS@ @SCALE@
@@ -43,8 +44,9 @@ constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory of _kv, as pl
 // then, 306 / 426 now), which leaves the loading one 24: its loops count
 // instead of dividing and keep few 64-bit values (ptxas -v: 8 bytes
 // spilled, the loader's).
-constexpr int kLoadRegs = kHeadDim == 128 ? 24 : 40, kMathRegs = kHeadDim == 128 ? 240 : 232;
-constexpr int kLoadUnroll = kHeadDim == 128 ? 1 : 4;  // the loader's copy loops (registers)
+constexpr bool kWide = kHeadDim == 128 || kBlockM == 128;  // the computing warpgroups need 240
+constexpr int kLoadRegs = kWide ? 24 : 40, kMathRegs = kWide ? 240 : 232;
+constexpr int kLoadUnroll = kWide ? 1 : 4;  // the loader's copy loops (registers)
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
 @include jagged_bwd_band.cuh@
 constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
@@ -64,7 +66,8 @@ constexpr bool kDqTiled = true;
 // (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
 constexpr bool kTileCounter = true;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(kBlockM == 64 && kBlockN == 128, "64-row query steps, two warpgroups of 64 keys");
+static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),
+              "two warpgroups of 64 keys; query steps of 64 rows, or 128 at head dim 64");
 static_assert(kStages >= 2, "a stage is refilled once its step's products are done");
 static_assert(!@ROTARY@, "rotary embeddings take jagged_bwd_sm90.cu");
 // Every operand is made of 64-column matrices of 128-byte rows in the
@@ -75,10 +78,15 @@ constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
 constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
 constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
-// With head dim 64 each warpgroup's dQ reads only its own dS^T rows (and
-// adds its own partial); with 128 each reads both halves, for its 64
-// columns of the head.
-constexpr bool kOwnDs = kHalves == 1;
+// Head dim 128: each warpgroup's dQ reads both halves of dS^T, for its 64
+// columns of the head. Head dim 64 with 128-row steps: warpgroup w's dQ is
+// that of queries 64w.. over every key, so it reads both halves too. On
+// the H200 (the harness as above) 128-row steps ran 256 / 368 TFLOP/s
+// against 232 / 318 with 64-row ones (each warpgroup adding its own keys'
+// dQ: kOwnDs), 148 / 284 causal against 144 / 246
+// (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
+constexpr bool kOwnDs = kHalves == 1 && kBlockM == 64;
+constexpr int kChunks = kBlockM / 8;  // 8-column chunks of S^T's queries
 // Shared memory: K, V; the stages' Q and dO; two dS^T buffers (a step
 // writes one while the other warpgroup's dQ may still read the last);
 // the stages' LSE and D; one set of dQ staging rows per warpgroup (64 rows
@@ -100,6 +108,8 @@ static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
 @include unpack2.cuh@
 
 @include wgmma_sm90.cuh@
+
+@include wgmma_n128_sm90.cuh@
 
 @include bulk_sm90.cuh@
 
@@ -277,10 +287,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         const long long tok = tok0 + kBlockM * jq;
         const unsigned slot = ring_a + s * 2 * kQBytes;
         load_step(slot, q, dout, tok * q_stride + (long long)h * kHeadDim, q_stride, mq);
-        const int r = threadIdx.x % kBlockM;  // LSE of row r (threads < 64), then D
+        // LSE of the step's rows, then D: float x of the 2 kBlockM is row x
+        // % kBlockM's, thread x copies it (and with 128-row steps x + 128).
+        const int r = threadIdx.x % kBlockM;
         const long long row = (long long)h * total_q + tok + (r < mq ? r : 0);
         float *f = rows_s + s * 2 * kBlockM + threadIdx.x;
         cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+        if constexpr (kBlockM == 128) cp_async_4(smem_addr(f + 128), di + row, r < mq ? 4 : 0);
         mbar_arrive_on_copies(full0 + 8 * s);
         if (++jq == kt.q_tiles) {
           jq = 0;
@@ -342,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys: rows
       // are keys (key0, key0 + 8), columns the step's queries. Committed
       // apart, so that P^T is computed while dP^T runs.
-      float sp_t[8][4], dp[8][4];  // S^T, then P^T in place
+      float sp_t[kChunks][4], dp[kChunks][4];  // S^T, then P^T in place
       wgmma_fence();
       keys_times_queries(sp_t, k_a, q_a, wg);
       wgmma_commit();
@@ -356,9 +369,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       const Band band = tile_band(i0, kt.k0, delta);
       const bool full = mq == kBlockM && kt.nk == kBlockN && band.lo <= -(kBlockM - 1) &&
                         band.hi >= kBlockN - 1;
-      unsigned p16[8][2], ds16[8][2];
+      unsigned p16[kChunks][2], ds16[kChunks][2];
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
+      for (int j = 0; j < kChunks; j++) {
         const int col = 8 * j + 2 * tq;
         const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
 #pragma unroll
@@ -378,9 +391,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       wgmma_hold(dp);
       // dS^T = P^T (.) (dP^T - D) as 16-bit pairs (the A operand of dK),
       // and to shared memory for dQ: row key0 (+ 8) of the step's
-      // [key][query] matrix, chunk j.
+      // [key][query] matrices (64 queries each), chunk j.
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
+      for (int j = 0; j < kChunks; j++) {
         const int col = 8 * j + 2 * tq;
         const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
         ds16[j][0] = pack2(sp_t[j][0] * (dp[j][0] - dd.x), sp_t[j][1] * (dp[j][1] - dd.y));
@@ -407,12 +420,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging
       wgmma_hold(c);
 
-      // c's rows are the step's queries 16 warp + g (+ 8), its columns
-      // 8j + 2tq of this warpgroup's 64 (head dim 128) or of the head: to
-      // the warpgroup's staging rows in the accumulator's tile layout,
-      // then one bulk fp32 add of the real rows (the copy engine adds).
+      // c's rows are the step's queries 16 warp + g (+ 8) (of 64 wg.. with
+      // 128-row steps), its columns 8j + 2tq of this warpgroup's 64 (head
+      // dim 128) or of the head: to the warpgroup's staging rows in the
+      // accumulator's tile layout, then one bulk fp32 add of the real rows
+      // (the copy engine adds).
       float *const stage = stage_s + wg * 64 * kStageStride;
-      const long long t0 = sp.q_src + i0;  // the step's first token
+      const int q_off = kBlockM == 128 ? 64 * wg : 0;  // c's first query row of the step
+      const long long t0 = sp.q_src + i0 + q_off;  // c's first token
+      const int mc = min(64, mq - q_off);  // c's real rows (none: no add)
 #pragma unroll
       for (int hi = 0; hi < 2; hi++) {
         const int r = 16 * warp + g + 8 * hi;
@@ -426,9 +442,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       fence_proxy_async();  // the staging rows are read by the copy engine
       named_barrier_sync(2 + wg, 128);
       const int half = kHalves == 2 ? wg : 0;  // the 64 columns of the head c holds
-      if ((mt & 127) == 0) {
+      if ((mt & 127) == 0 && mc > 0) {
         bulk_reduce_add(dq_acc + ((long long)(h * kHalves + half) * total_q + t0) * 64,
-                        smem_addr(stage), mq * 64 * 4);
+                        smem_addr(stage), mc * 64 * 4);
         bulk_commit();
       }
 

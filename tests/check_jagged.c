@@ -460,19 +460,20 @@ START_TEST(fast_backward_plan) {
 END_TEST
 
 /* The warp-specialized backward (jagged_bwd_ws.cu): at both head dims 128
- * keys a CTA, 384 threads (a loading warpgroup), the shared memory the
- * template's static_assert checks; persistent: a CTA an SM (132 in the
+ * keys a CTA, 384 threads (a loading warpgroup), query steps of 64 rows
+ * (128 at head dim 64), the shared memory the template's static_assert
+ * checks; persistent: a CTA an SM (132 in the
  * fake context) but no more than the (tile, kv head) numbers, and 16
  * workspace bytes more for its tile counter, which _pre zeroes, so _pre
  * runs (one CTA) even with no query. Masked specs take it at head dim 128
- * (and the causal one compiles); rotary specs, and masked ones at head dim
- * 64, keep jagged_bwd_sm90.cu.
+ * (the causal one compiles); rotary specs, and masked ones at head dim 64,
+ * keep jagged_bwd_sm90.cu.
  * The emitted source compiles for sm_90a with every kernel in the cubin. */
 START_TEST(ws_backward_plan) {
   ag_plan_jagged_choices with = ag_plan_jagged_checked();
   with.sm90_bwd_ws = true;
   const struct { int dim; ag_dtype dt; bool causal; int smem; } cases[] = {
-      {128, AG_DTYPE_BF16, false, 197632}, {64, AG_DTYPE_FP16, false, 132096},
+      {128, AG_DTYPE_BF16, false, 197632}, {64, AG_DTYPE_FP16, false, 198656},
       {128, AG_DTYPE_FP16, true, 197632}};
   for (int c = 0; c < 3; c++) {
     fake f;
@@ -512,6 +513,9 @@ START_TEST(ws_backward_plan) {
     char *src = NULL;
     ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
     ck_assert_ptr_nonnull(strstr(src, "constexpr int kStages = 2;"));
+    /* query steps of 64 rows, 128 at head dim 64 */
+    ck_assert_ptr_nonnull(strstr(src, cases[c].dim == 64 ? "constexpr int kBlockM = 128;"
+                                                        : "constexpr int kBlockM = 64;"));
     void *cubin = NULL;
     size_t size = 0;
     ag_status st = ag_compile_source(src, "ws_backward.cu", "sm_90a", &cubin, &size, NULL, &err);

@@ -1739,22 +1739,35 @@ __device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][
 /* ---- begin key-stationary step (wgmma) ---- */
 // d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
 // CTA's kBlockN-row tile at x_a (K or V), Y the step's kBlockM rows at y_a
-// (Q or dO); S^T or dP^T, rows keys and columns queries.
-__device__ __forceinline__ void keys_times_queries(float (&d)[8][4], unsigned x_a, unsigned y_a,
-                                                   int wg) {
+// (Q or dO); S^T or dP^T, rows keys and columns queries (64 or, with
+// 128-row steps, 128: wgmma_n128_sm90.cuh, which only those includers
+// include; a template, so that the other branch is never looked up).
+template <int kChunks>
+__device__ __forceinline__ void keys_times_queries(float (&d)[kChunks][4], unsigned x_a,
+                                                   unsigned y_a, int wg) {
+  static_assert(kChunks == kBlockM / 8, "a chunk of 8 query columns");
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     const unsigned along = kk % 4 * 32;
-    wgmma_ss<0, 0>(d, sw128_desc(x_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
-                   sw128_desc(y_a + kk / 4 * kQBytes / kHalves, along), kk);
+    const unsigned long long a =
+        sw128_desc(x_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along);
+    const unsigned long long b = sw128_desc(y_a + kk / 4 * kQBytes / kHalves, along);
+    if constexpr (kChunks == 16) wgmma_ss_n128(d, a, b, kk);
+    else wgmma_ss<0, 0>(d, a, b, kk);
   }
 }
 
 // dQ = dS K: A is dS^T at ds_a read MN-major (k over keys), B K's rows
 // read MN-major. Head dim 128: every key, this warpgroup's 64 columns;
-// head dim 64: this warpgroup's keys, every column.
+// head dim 64: this warpgroup's keys, every column, or with 128-row steps
+// every key for this warpgroup's 64 queries (dS^T's matrix wg).
 __device__ __forceinline__ void issue_dq(float (&c)[8][4], unsigned ds_a, unsigned k_a, int wg) {
-  if constexpr (kHalves == 2) {
+  if constexpr (kBlockM == 128) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; kk++)
+      wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * kBlockN * kRowBytes, kk * kStepOverRows),
+                     sw128_desc(k_a, kk * kStepOverRows), kk);
+  } else if constexpr (kHalves == 2) {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; kk++)
       wgmma_ss<1, 1>(c, sw128_desc(ds_a, kk * kStepOverRows),
@@ -1772,8 +1785,8 @@ __device__ __forceinline__ void issue_dq(float (&c)[8][4], unsigned ds_a, unsign
 // registers (P^T, dS^T as 16-bit pairs).
 __device__ __forceinline__ void issue_dkv(float (&acc_v)[kHalves][8][4],
                                           float (&acc_k)[kHalves][8][4],
-                                          const unsigned (&p16)[8][2],
-                                          const unsigned (&ds16)[8][2], unsigned q_a,
+                                          const unsigned (&p16)[kBlockM / 8][2],
+                                          const unsigned (&ds16)[kBlockM / 8][2], unsigned q_a,
                                           unsigned do_a) {
 #pragma unroll
   for (int j = 0; j < kBlockM / 16; j++) {
@@ -1792,10 +1805,13 @@ __device__ __forceinline__ void issue_dkv(float (&acc_v)[kHalves][8][4],
   }
 }
 
-// A thread's pairs of dS^T [key][query] into the matrix at ds_a: rows r and
-// r + 8, chunk n, lane quad tq.
+// A thread's pairs of dS^T [key][query] into the matrices at ds_a (64
+// query columns each, kBlockN rows): rows r and r + 8, chunk n (matrix n /
+// 8), lane quad tq.
 __device__ __forceinline__ void store_ds_t(unsigned ds_a, int r, int n, int tq, unsigned lo,
                                            unsigned hi) {
+  ds_a += (n >> 3) * (kBlockN * kRowBytes);
+  n &= 7;
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + r * kRowBytes + ((n ^ (r & 7)) << 4) + 4 * tq),
                "r"(lo) : "memory");
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +

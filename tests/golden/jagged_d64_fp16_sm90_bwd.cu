@@ -23,11 +23,11 @@
  *     grid: (ceil(total_q * heads / 32), 1)
  *   backward kernel: ag_gem_d64_fp16_bwd_kv
  *     key-stationary on wgmma (sm_90a): dK and dV of 128 key rows (64 a
- *     warpgroup) over the group's heads, query tiles of 64; each tile's dQ
+ *     warpgroup) over the group's heads, query tiles of 128; each tile's dQ
  *     added to the fp32 accumulator by bulk adds (its bits vary run to run)
  *     warp specialized: one warpgroup loads K, V and 2 stages of Q, dO;
- *     the computing warpgroups meet never (each adds its own keys' dQ)
- *     threads: 384, shared memory: 132096 bytes
+ *     the computing warpgroups meet once a step (dQ reads both halves of dS^T)
+ *     threads: 384, shared memory: 198656 bytes
  *     grid: one CTA an SM (persistent), taking the (batch + total_k / 128)
  *     * kv_heads tiles from a counter, whichever CTA is free
  *   backward kernel: ag_gem_d64_fp16_bwd_dq
@@ -41,21 +41,22 @@
 #endif
 /* ---- begin jagged backward constants ---- */
 constexpr int kHeadDim = 64;  // elements per head
-constexpr int kBlockM = 64;  // query rows of a step
+constexpr int kBlockM = 128;  // query rows of a step
 constexpr int kBlockN = 128;  // key rows of a CTA
 constexpr int kMathWgs = kBlockN / 64;  // computing warpgroups, each owns 64 key rows
 constexpr int kMathThreads = 128 * kMathWgs;
 constexpr int kThreads = 128 + kMathThreads;  // warpgroup 0 loads
 constexpr int kRowsThreads = 256;  // threads of _pre and _dq
 constexpr int kStages = 2;  // Q, dO stages
-constexpr int kSmemBytes = 132096;  // dynamic shared memory of _kv, as planned
+constexpr int kSmemBytes = 198656;  // dynamic shared memory of _kv, as planned
 // setmaxnreg budgets. At head dim 128 the computing warpgroups need 240
 // (at 232 ptxas serialized every wgmma: 267 / 376 TFLOP/s at L 1024 / 4096
 // then, 306 / 426 now), which leaves the loading one 24: its loops count
 // instead of dividing and keep few 64-bit values (ptxas -v: 8 bytes
 // spilled, the loader's).
-constexpr int kLoadRegs = kHeadDim == 128 ? 24 : 40, kMathRegs = kHeadDim == 128 ? 240 : 232;
-constexpr int kLoadUnroll = kHeadDim == 128 ? 1 : 4;  // the loader's copy loops (registers)
+constexpr bool kWide = kHeadDim == 128 || kBlockM == 128;  // the computing warpgroups need 240
+constexpr int kLoadRegs = kWide ? 24 : 40, kMathRegs = kWide ? 240 : 232;
+constexpr int kLoadUnroll = kWide ? 1 : 4;  // the loader's copy loops (registers)
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
 constexpr float kScale = 1.250000000e-01f;  // softmax scale 1/sqrt(64)
 constexpr float kScaleLog2 = 1.803368801e-01f;  // the scale times log2(e)
@@ -84,7 +85,8 @@ constexpr bool kDqTiled = true;
 // (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
 constexpr bool kTileCounter = true;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(kBlockM == 64 && kBlockN == 128, "64-row query steps, two warpgroups of 64 keys");
+static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),
+              "two warpgroups of 64 keys; query steps of 64 rows, or 128 at head dim 64");
 static_assert(kStages >= 2, "a stage is refilled once its step's products are done");
 static_assert(!0, "rotary embeddings take jagged_bwd_sm90.cu");
 // Every operand is made of 64-column matrices of 128-byte rows in the
@@ -98,7 +100,10 @@ constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-ma
 // With head dim 64 each warpgroup's dQ reads only its own dS^T rows (and
 // adds its own partial); with 128 each reads both halves, for its 64
 // columns of the head.
-constexpr bool kOwnDs = kHalves == 1;
+constexpr bool kOwnDs = kHalves == 1 && kBlockM == 64;
+// With 128-row steps (head dim 64) warpgroup w adds the dQ of queries
+// 64w.. over every key, after a barrier of the computing warpgroups.
+constexpr int kChunks = kBlockM / 8;  // 8-column chunks of S^T's queries
 // Shared memory: K, V; the stages' Q and dO; two dS^T buffers (a step
 // writes one while the other warpgroup's dQ may still read the last);
 // the stages' LSE and D; one set of dQ staging rows per warpgroup (64 rows
@@ -294,6 +299,43 @@ __device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
 }
 
 /* ---- end device helpers (wgmma) ---- */
+
+/* ---- begin device helpers (wgmma 64x128, sm_90a) ---- */
+// d (+)= A B, 64x128x16, A and B from shared memory, both K-major (the
+// 128-row step's S^T and dP^T): d[n][e] as above for n < 16.
+#define WGMMA_D128_OPERANDS(d) \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),\
+  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),\
+  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),\
+  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),\
+  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),\
+  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),\
+  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),\
+  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),\
+  "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),\
+  "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),\
+  "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),\
+  "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),\
+  "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),\
+  "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),\
+  "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),\
+  "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], unsigned long long a,
+                                              unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0; }\n"
+               : WGMMA_D128_OPERANDS(d)
+               : "l"(a), "l"(b), "r"(accumulate));
+}
+#undef WGMMA_D128_OPERANDS
+// wgmma_hold for the 64x128 result.
+__device__ __forceinline__ void wgmma_hold(float (&d)[16][4]) {
+#pragma unroll
+  for (int n = 0; n < 16; n++)
+    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+}
+/* ---- end device helpers (wgmma 64x128) ---- */
 
 /* ---- begin device helpers (stmatrix, bulk copies, sm_90) ---- */
 
@@ -751,22 +793,35 @@ __device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][
 /* ---- begin key-stationary step (wgmma) ---- */
 // d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
 // CTA's kBlockN-row tile at x_a (K or V), Y the step's kBlockM rows at y_a
-// (Q or dO); S^T or dP^T, rows keys and columns queries.
-__device__ __forceinline__ void keys_times_queries(float (&d)[8][4], unsigned x_a, unsigned y_a,
-                                                   int wg) {
+// (Q or dO); S^T or dP^T, rows keys and columns queries (64 or, with
+// 128-row steps, 128: wgmma_n128_sm90.cuh, which only those includers
+// include; a template, so that the other branch is never looked up).
+template <int kChunks>
+__device__ __forceinline__ void keys_times_queries(float (&d)[kChunks][4], unsigned x_a,
+                                                   unsigned y_a, int wg) {
+  static_assert(kChunks == kBlockM / 8, "a chunk of 8 query columns");
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     const unsigned along = kk % 4 * 32;
-    wgmma_ss<0, 0>(d, sw128_desc(x_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along),
-                   sw128_desc(y_a + kk / 4 * kQBytes / kHalves, along), kk);
+    const unsigned long long a =
+        sw128_desc(x_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along);
+    const unsigned long long b = sw128_desc(y_a + kk / 4 * kQBytes / kHalves, along);
+    if constexpr (kChunks == 16) wgmma_ss_n128(d, a, b, kk);
+    else wgmma_ss<0, 0>(d, a, b, kk);
   }
 }
 
 // dQ = dS K: A is dS^T at ds_a read MN-major (k over keys), B K's rows
 // read MN-major. Head dim 128: every key, this warpgroup's 64 columns;
-// head dim 64: this warpgroup's keys, every column.
+// head dim 64: this warpgroup's keys, every column, or with 128-row steps
+// every key for this warpgroup's 64 queries (dS^T's matrix wg).
 __device__ __forceinline__ void issue_dq(float (&c)[8][4], unsigned ds_a, unsigned k_a, int wg) {
-  if constexpr (kHalves == 2) {
+  if constexpr (kBlockM == 128) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; kk++)
+      wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * kBlockN * kRowBytes, kk * kStepOverRows),
+                     sw128_desc(k_a, kk * kStepOverRows), kk);
+  } else if constexpr (kHalves == 2) {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; kk++)
       wgmma_ss<1, 1>(c, sw128_desc(ds_a, kk * kStepOverRows),
@@ -784,8 +839,8 @@ __device__ __forceinline__ void issue_dq(float (&c)[8][4], unsigned ds_a, unsign
 // registers (P^T, dS^T as 16-bit pairs).
 __device__ __forceinline__ void issue_dkv(float (&acc_v)[kHalves][8][4],
                                           float (&acc_k)[kHalves][8][4],
-                                          const unsigned (&p16)[8][2],
-                                          const unsigned (&ds16)[8][2], unsigned q_a,
+                                          const unsigned (&p16)[kBlockM / 8][2],
+                                          const unsigned (&ds16)[kBlockM / 8][2], unsigned q_a,
                                           unsigned do_a) {
 #pragma unroll
   for (int j = 0; j < kBlockM / 16; j++) {
@@ -804,10 +859,13 @@ __device__ __forceinline__ void issue_dkv(float (&acc_v)[kHalves][8][4],
   }
 }
 
-// A thread's pairs of dS^T [key][query] into the matrix at ds_a: rows r and
-// r + 8, chunk n, lane quad tq.
+// A thread's pairs of dS^T [key][query] into the matrices at ds_a (64
+// query columns each, kBlockN rows): rows r and r + 8, chunk n (matrix n /
+// 8), lane quad tq.
 __device__ __forceinline__ void store_ds_t(unsigned ds_a, int r, int n, int tq, unsigned lo,
                                            unsigned hi) {
+  ds_a += (n >> 3) * (kBlockN * kRowBytes);
+  n &= 7;
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + r * kRowBytes + ((n ^ (r & 7)) << 4) + 4 * tq),
                "r"(lo) : "memory");
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +
@@ -1127,10 +1185,13 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
         const long long tok = tok0 + kBlockM * jq;
         const unsigned slot = ring_a + s * 2 * kQBytes;
         load_step(slot, q, dout, tok * q_stride + (long long)h * kHeadDim, q_stride, mq);
-        const int r = threadIdx.x % kBlockM;  // LSE of row r (threads < 64), then D
+        // LSE of the step's rows, then D: float x of the 2 kBlockM is row x
+        // % kBlockM's, thread x copies it (and with 128-row steps x + 128).
+        const int r = threadIdx.x % kBlockM;
         const long long row = (long long)h * total_q + tok + (r < mq ? r : 0);
         float *f = rows_s + s * 2 * kBlockM + threadIdx.x;
         cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+        if constexpr (kBlockM == 128) cp_async_4(smem_addr(f + 128), di + row, r < mq ? 4 : 0);
         mbar_arrive_on_copies(full0 + 8 * s);
         if (++jq == kt.q_tiles) {
           jq = 0;
@@ -1192,7 +1253,7 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
       // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys: rows
       // are keys (key0, key0 + 8), columns the step's queries. Committed
       // apart, so that P^T is computed while dP^T runs.
-      float sp_t[8][4], dp[8][4];  // S^T, then P^T in place
+      float sp_t[kChunks][4], dp[kChunks][4];  // S^T, then P^T in place
       wgmma_fence();
       keys_times_queries(sp_t, k_a, q_a, wg);
       wgmma_commit();
@@ -1206,9 +1267,9 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
       const Band band = tile_band(i0, kt.k0, delta);
       const bool full = mq == kBlockM && kt.nk == kBlockN && band.lo <= -(kBlockM - 1) &&
                         band.hi >= kBlockN - 1;
-      unsigned p16[8][2], ds16[8][2];
+      unsigned p16[kChunks][2], ds16[kChunks][2];
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
+      for (int j = 0; j < kChunks; j++) {
         const int col = 8 * j + 2 * tq;
         const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
 #pragma unroll
@@ -1228,9 +1289,9 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
       wgmma_hold(dp);
       // dS^T = P^T (.) (dP^T - D) as 16-bit pairs (the A operand of dK),
       // and to shared memory for dQ: row key0 (+ 8) of the step's
-      // [key][query] matrix, chunk j.
+      // [key][query] matrices (64 queries each), chunk j.
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
+      for (int j = 0; j < kChunks; j++) {
         const int col = 8 * j + 2 * tq;
         const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
         ds16[j][0] = pack2(sp_t[j][0] * (dp[j][0] - dd.x), sp_t[j][1] * (dp[j][1] - dd.y));
@@ -1257,12 +1318,15 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
       wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging
       wgmma_hold(c);
 
-      // c's rows are the step's queries 16 warp + g (+ 8), its columns
-      // 8j + 2tq of this warpgroup's 64 (head dim 128) or of the head: to
-      // the warpgroup's staging rows in the accumulator's tile layout,
-      // then one bulk fp32 add of the real rows (the copy engine adds).
+      // c's rows are the step's queries 16 warp + g (+ 8) (of 64 wg.. with
+      // 128-row steps), its columns 8j + 2tq of this warpgroup's 64 (head
+      // dim 128) or of the head: to the warpgroup's staging rows in the
+      // accumulator's tile layout, then one bulk fp32 add of the real rows
+      // (the copy engine adds).
       float *const stage = stage_s + wg * 64 * kStageStride;
-      const long long t0 = sp.q_src + i0;  // the step's first token
+      const int q_off = kBlockM == 128 ? 64 * wg : 0;  // c's first query row of the step
+      const long long t0 = sp.q_src + i0 + q_off;  // c's first token
+      const int mc = min(64, mq - q_off);  // c's real rows (none: no add)
 #pragma unroll
       for (int hi = 0; hi < 2; hi++) {
         const int r = 16 * warp + g + 8 * hi;
@@ -1276,9 +1340,9 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
       fence_proxy_async();  // the staging rows are read by the copy engine
       named_barrier_sync(2 + wg, 128);
       const int half = kHalves == 2 ? wg : 0;  // the 64 columns of the head c holds
-      if ((mt & 127) == 0) {
+      if ((mt & 127) == 0 && mc > 0) {
         bulk_reduce_add(dq_acc + ((long long)(h * kHalves + half) * total_q + t0) * 64,
-                        smem_addr(stage), mq * 64 * 4);
+                        smem_addr(stage), mc * 64 * 4);
         bulk_commit();
       }
 

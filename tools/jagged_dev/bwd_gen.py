@@ -135,6 +135,13 @@ for dt in ("bf16", "f16"):
     for d in (64, 128):
         for causal in (False, True):
             VARIANTS.append((dt, d, causal, False, -1, -1, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
+# head dim 64 with 128-row query steps (BLOCK_M 128), named "ws-m128 ..."
+M128 = {"STAGES": 2, "TAG": "m128", "BLOCK_M": 128}
+for dt in ("bf16", "f16"):
+    for causal in (False, True):
+        VARIANTS.append((dt, 64, causal, False, -1, -1, 128, 2, WS, M128))
+VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, M128))
+VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, M128))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
@@ -185,8 +192,9 @@ def main():
                     WINDOW="true" if window else "false", WINDOW_LEFT=left, WINDOW_RIGHT=right,
                     BROADCAST=0, SUM_THREADS=256, ROTARY="false", ROTARY_TABLE="false")
         if tpl == WS:
-            sk = smem_ws(d, blk, knobs["STAGES"])
-            vals.update(BLOCK_M=64, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256,
+            bm = knobs.get("BLOCK_M", 64)
+            sk = smem_ws(d, blk, knobs["STAGES"], bm)
+            vals.update(BLOCK_M=bm, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256,
                         STAGES=knobs["STAGES"], ROTARY_HALF="false")
             for key in ("WARPS", "MIN_CTAS", "SMEM_BYTES_DQ", "SMEM_BYTES_DKV", "BROADCAST",
                         "SUM_THREADS"):
