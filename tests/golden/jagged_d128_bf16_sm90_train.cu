@@ -1769,12 +1769,14 @@ constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
 constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
 constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
-// With head dim 64 each warpgroup's dQ reads only its own dS^T rows (and
-// adds its own partial); with 128 each reads both halves, for its 64
-// columns of the head.
+// Head dim 128: each warpgroup's dQ reads both halves of dS^T, for its 64
+// columns of the head. Head dim 64 with 128-row steps: warpgroup w's dQ is
+// that of queries 64w.. over every key, so it reads both halves too. On
+// the H200 (the harness as above) 128-row steps ran 256 / 368 TFLOP/s
+// against 232 / 318 with 64-row ones (each warpgroup adding its own keys'
+// dQ: kOwnDs), 148 / 284 causal against 144 / 246
+// (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
 constexpr bool kOwnDs = kHalves == 1 && kBlockM == 64;
-// With 128-row steps (head dim 64) warpgroup w adds the dQ of queries
-// 64w.. over every key, after a barrier of the computing warpgroups.
 constexpr int kChunks = kBlockM / 8;  // 8-column chunks of S^T's queries
 // Shared memory: K, V; the stages' Q and dO; two dS^T buffers (a step
 // writes one while the other warpgroup's dQ may still read the last);
