@@ -13,4 +13,4 @@ done
 $NVCC -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -I$B -Iinclude -Ireference -Xptxas -v \
   tools/jagged_dev/bwd_test.cu $B/reference.o $B/jagged_reference.o $B/jagged_bwd_reference.o \
   -o $B/bwd_test -lm 2> $B/ptxas.log || { cat $B/ptxas.log; exit 1; }
-grep -E "error|spill" $B/ptxas.log | grep -v " 0 bytes spill stores, 0 bytes spill loads" || true
+grep -E "error|spill|C7512" $B/ptxas.log | grep -v " 0 bytes spill stores, 0 bytes spill loads" || true  # C7512: wgmma serialized
