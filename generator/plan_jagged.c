@@ -425,7 +425,10 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
       ag_plan_set(k, "BLOCK_N", j->fast_block_n);
       ag_plan_set(k, "SMEM_BYTES", j->fast_smem_bytes);
       ag_plan_set(k, "ROWS_THREADS", j->fast_rows_threads);
-      if (j->fast_ws) ag_plan_set(k, "STAGES", j->fast_stages);
+      if (j->fast_ws) {
+        ag_plan_set(k, "STAGES", j->fast_stages);
+        ag_plan_set(k, "WGMMA_N128", j->fast_block_m == 128);
+      }
       else ag_plan_set(k, "MIN_CTAS", j->fast_min_ctas);
     }
   }

@@ -11,7 +11,7 @@
 @# without rotary embeddings, at head dim 64 without a mask either (the
 @# others keep jagged_bwd_sm90.cu).
 @# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
-@#   wgmma_n128_sm90.cuh, bulk_sm90.cuh, pipeline_sm90.cuh, jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh,
+@#   wgmma_n128_sm90.cuh (WGMMA_N128), bulk_sm90.cuh, pipeline_sm90.cuh, jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh,
 @#   jagged_bwd_rows.cuh.
 @# Placeholders: @KERNEL_NAME@ @PARAMS@ @HEAD_DIM@ (64 | 128) @BLOCK_M@
 @#   (query rows of a step: 64, or 128 at head dim 64) @BLOCK_N@ (keys of a CTA: 128, 64 per
@@ -25,7 +25,8 @@
 @#   CTA an SM (the walk AG_WALK_JAGGED_K_COUNTER: a grid of SMs), each
 @#   taking (key tile, kv head) numbers from a counter that _pre zeroes, 8
 @#   bytes after the dQ accumulator in the workspace.
-@# Conditions: ROTARY (false: not planned with rotary embeddings).
+@# Conditions: ROTARY (false: not planned with rotary embeddings),
+@#   WGMMA_N128 (BLOCK_M is 128: the 64x128 product's helpers included).
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this backward is planned for sm_90a only (wgmma)"
 #endif
@@ -109,8 +110,10 @@ static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
 
 @include wgmma_sm90.cuh@
 
+@if WGMMA_N128@
 @include wgmma_n128_sm90.cuh@
 
+@endif@
 @include bulk_sm90.cuh@
 
 @include pipeline_sm90.cuh@

@@ -1974,43 +1974,6 @@ __device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
 
 /* ---- end device helpers (wgmma) ---- */
 
-/* ---- begin device helpers (wgmma 64x128, sm_90a) ---- */
-// d (+)= A B, 64x128x16, A and B from shared memory, both K-major (the
-// 128-row step's S^T and dP^T): d[n][e] as above for n < 16.
-#define WGMMA_D128_OPERANDS(d) \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),\
-  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),\
-  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),\
-  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),\
-  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),\
-  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),\
-  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),\
-  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),\
-  "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),\
-  "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),\
-  "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),\
-  "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),\
-  "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),\
-  "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),\
-  "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),\
-  "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-__device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], unsigned long long a,
-                                              unsigned long long b, int accumulate) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0; }\n"
-               : WGMMA_D128_OPERANDS(d)
-               : "l"(a), "l"(b), "r"(accumulate));
-}
-#undef WGMMA_D128_OPERANDS
-// wgmma_hold for the 64x128 result.
-__device__ __forceinline__ void wgmma_hold(float (&d)[16][4]) {
-#pragma unroll
-  for (int n = 0; n < 16; n++)
-    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
-}
-/* ---- end device helpers (wgmma 64x128) ---- */
-
 /* ---- begin device helpers (stmatrix, bulk copies, sm_90) ---- */
 
 // Four 8x8 16-bit matrices to shared memory (ldmatrix_x4's inverse): lanes

@@ -194,7 +194,7 @@ def main():
         if tpl == WS:
             bm = knobs.get("BLOCK_M", 64)
             sk = smem_ws(d, blk, knobs["STAGES"], bm)
-            vals.update(BLOCK_M=bm, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256,
+            vals.update(BLOCK_M=bm, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256, WGMMA_N128=bm == 128,
                         STAGES=knobs["STAGES"], ROTARY_HALF="false")
             for key in ("WARPS", "MIN_CTAS", "SMEM_BYTES_DQ", "SMEM_BYTES_DKV", "BROADCAST",
                         "SUM_THREADS"):
