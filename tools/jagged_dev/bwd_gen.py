@@ -142,14 +142,24 @@ for dt in ("bf16", "f16"):
         VARIANTS.append((dt, 64, causal, False, -1, -1, 128, 2, WS, M128))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, M128))
 VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, M128))
+# head dim 128 with 80-row steps: a dev copy (tools/jagged_dev/jagged_bwd_ws80.cu),
+# named "ws-m80 ..."; written 2026-12-03, not yet run
+WS80 = "../tools/jagged_dev/jagged_bwd_ws80.cu"
+M80 = {"STAGES": 2, "TAG": "m80", "BLOCK_M": 80}
+for dt in ("bf16", "f16"):
+    for causal in (False, True):
+        VARIANTS.append((dt, 128, causal, False, -1, -1, 128, 2, WS80, M80))
+VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS80, M80))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 
 
 def smem_ws(d, bn, stages, bm=64):
-    """jagged_bwd_ws.cu's @SMEM_BYTES@."""
-    return 4 * d * (bn + stages * bm) + 4 * bn * bm + 8 * stages * bm + bn * 64 * 4
+    """jagged_bwd_ws.cu's @SMEM_BYTES@ (jagged_bwd_ws80.cu's with bm 80:
+    a warpgroup stages 80 rows)."""
+    stage_rows = 80 if bm == 80 else 64
+    return 4 * d * (bn + stages * bm) + 4 * bn * bm + 8 * stages * bm + bn // 64 * stage_rows * 64 * 4
 
 
 def sm90_min_ctas(d, bn):
@@ -174,7 +184,7 @@ def main():
         dt, d, causal, window, left, right, blk, fast = v[:8]
         tpl = v[8] if len(v) > 8 else None
         knobs = v[9] if len(v) > 9 else None
-        prefix = (f"ws-{knobs['TAG']} " if tpl == WS else f"sm90x-{knobs['TAG']} " if knobs else
+        prefix = (f"ws-{knobs['TAG']} " if tpl in (WS, WS80) else f"sm90x-{knobs['TAG']} " if knobs else
                   "sm90q " if tpl else {0: "", 1: "fast ", 2: "sm90 "}[int(fast)])
         label = (f'{prefix}{dt} d{d} {"causal" if causal else "full"}'
                  f'{f" win[{left},{right}]" if window else ""} blk{blk}')
@@ -191,7 +201,7 @@ def main():
                     MMA_TYPE=dt, PAIR_TYPE=dt + "x2", CAUSAL="true" if causal else "false",
                     WINDOW="true" if window else "false", WINDOW_LEFT=left, WINDOW_RIGHT=right,
                     BROADCAST=0, SUM_THREADS=256, ROTARY="false", ROTARY_TABLE="false")
-        if tpl == WS:
+        if tpl in (WS, WS80):
             bm = knobs.get("BLOCK_M", 64)
             sk = smem_ws(d, blk, knobs["STAGES"], bm)
             vals.update(BLOCK_M=bm, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256, WGMMA_N128=bm == 128,
