@@ -332,12 +332,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         load_step(slot, q, dout, tok * q_stride + (long long)h * kHeadDim, q_stride, mq);
         // LSE of the step's 80 rows, then D: thread x copies float x (and
         // x + 128 below 160).
-#pragma unroll
-        for (int x = threadIdx.x; x < 2 * kBlockM; x += 128) {
-          const int r = x < kBlockM ? x : x - kBlockM;
-          const long long row = (long long)h * total_q + tok + (r < mq ? r : 0);
-          cp_async_4(smem_addr(rows_s + s * 2 * kBlockM + x), (x < kBlockM ? lse : di) + row,
-                     r < mq ? 4 : 0);
+        {
+          const float *const lse_t = lse + ((long long)h * total_q + tok);
+          const float *const di_t = di + ((long long)h * total_q + tok);
+          float *const f = rows_s + s * 2 * kBlockM;
+          const int x = threadIdx.x, r = x < kBlockM ? x : x - kBlockM;
+          cp_async_4(smem_addr(f + x), (x < kBlockM ? lse_t : di_t) + (r < mq ? r : 0), r < mq ? 4 : 0);
+          if (x < 2 * kBlockM - 128) {  // D of rows 48..79
+            const int r2 = x + 128 - kBlockM;
+            cp_async_4(smem_addr(f + x + 128), di_t + (r2 < mq ? r2 : 0), r2 < mq ? 4 : 0);
+          }
         }
         mbar_arrive_on_copies(full0 + 8 * s);
         if (++jq == kt.q_tiles) {
