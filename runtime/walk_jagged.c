@@ -81,7 +81,9 @@ ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, int sm_count
   *out_items = tiles;
   if (w->kind == AG_WALK_JAGGED_K_COUNTER) {
     /* persistent: CTAs for every SM, no more than there are numbers */
-    const int64_t numbers = tiles * heads, ctas = (int64_t)sm_count * ctas_per_sm;
+    const int64_t numbers = tiles * heads;
+    int64_t ctas = (int64_t)sm_count * ctas_per_sm;
+    if (ctas < 1) ctas = 1; /* never no CTA: dK and dV would stay unwritten */
     out_grid[0] = (unsigned)(ctas < numbers ? ctas : numbers);
     out_grid[1] = out_grid[2] = 1;
     return AG_OK;

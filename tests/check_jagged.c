@@ -504,6 +504,14 @@ START_TEST(ws_backward_plan) {
     ag_fake_seen.count = 0;
     ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
     ck_assert_uint_eq(ag_fake_seen.grids_x[1], 132);
+    /* the walk's host half never gives no CTA, whatever the context says */
+    unsigned grid[3];
+    int64_t items = 0;
+    ag_launch la = {.batch = 1, .heads = 8, .kv_heads = 2, .total_q = 100, .total_k = 100000};
+    ck_assert_int_eq(ag_walk_jagged_grid(&p->kernels[nb + 1].walk, &la, 0, 1, grid, &items, &err),
+                     AG_OK);
+    ck_assert_uint_eq(grid[0], 1);
+    ck_assert_int_eq(items, 1 + 100000 / 128);
     /* no query, keys: _pre still runs, one CTA (it zeroes the counter) */
     b.total_q = 0;
     ag_fake_seen.count = 0;
