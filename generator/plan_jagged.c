@@ -240,7 +240,6 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, ag_plan_jagged_c
     return false;
   ag_plan_jagged *j = &p->jagged;
   j->fast_rows_threads = 256;
-  j->fast_block_m = 64;
   if (choices.sm90_bwd_ws && spec->rotary.layout == AG_ROTARY_NONE &&
       (p->head_dim == 128 || (!spec->causal && !spec->has_window))) {
     plan_backward_ws(p);
@@ -249,6 +248,7 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, ag_plan_jagged_c
   const bool d64 = p->head_dim == 64;
   const int m = 64, n = d64 ? 64 : 128, slots = 2;
   const int stages = d64 ? 1 : 2, stride = d64 ? 68 : 72; /* staging rows */
+  j->fast_block_m = m;
   j->fast_block_n = n;
   j->fast_threads = 128 * (n / 64);
   j->fast_min_ctas = d64 ? 3 : 1;
@@ -283,7 +283,9 @@ static const bool sm90_ws64_checked = true;
  * racecheck clean at both head dims, short and long runs
  * (bench/results/2026-12-03-h200-jagged-bwd-ws-gpu-suite.log); persistent
  * and with head dim 128's masked specs, the same checks the same day
- * (bench/results/2026-12-03-h200-jagged-bwd-persistent-gpu-suite.log). */
+ * (bench/results/2026-12-03-h200-jagged-bwd-persistent-gpu-suite.log);
+ * on 128-row steps at head dim 64, again the same day
+ * (bench/results/2026-12-03-h200-jagged-bwd-d64-steps128-gpu-suite.log). */
 static const bool sm90_bwd_ws_checked = true;
 /* The warp-specialized forward for broadcast queries
  * (plan_forward_ws_broadcast). Checked on the H200 on 2026-12-03:
@@ -428,8 +430,9 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
       if (j->fast_ws) {
         ag_plan_set(k, "STAGES", j->fast_stages);
         ag_plan_set(k, "WGMMA_N128", j->fast_block_m == 128);
+      } else {
+        ag_plan_set(k, "MIN_CTAS", j->fast_min_ctas);
       }
-      else ag_plan_set(k, "MIN_CTAS", j->fast_min_ctas);
     }
   }
 }

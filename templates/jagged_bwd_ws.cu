@@ -11,11 +11,11 @@
 @# without rotary embeddings, at head dim 64 without a mask either (the
 @# others keep jagged_bwd_sm90.cu).
 @# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
-@#   wgmma_n128_sm90.cuh (WGMMA_N128), bulk_sm90.cuh, pipeline_sm90.cuh, jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh,
-@#   jagged_bwd_rows.cuh.
+@#   wgmma_n128_sm90.cuh (WGMMA_N128), bulk_sm90.cuh, pipeline_sm90.cuh,
+@#   jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh, jagged_bwd_rows.cuh.
 @# Placeholders: @KERNEL_NAME@ @PARAMS@ @HEAD_DIM@ (64 | 128) @BLOCK_M@
-@#   (query rows of a step: 64, or 128 at head dim 64) @BLOCK_N@ (keys of a CTA: 128, 64 per
-@#   computing warpgroup) @STAGES@ (Q/dO stages, >= 2) @SMEM_BYTES@ (= 4 *
+@#   (query rows of a step: 64, or 128 at head dim 64) @BLOCK_N@ (keys of
+@#   a CTA: 128, 64 per computing warpgroup) @STAGES@ (Q/dO stages, >= 2) @SMEM_BYTES@ (= 4 *
 @#   HEAD_DIM * (BLOCK_N + STAGES * BLOCK_M) + 4 * BLOCK_N * BLOCK_M + 8 *
 @#   STAGES * BLOCK_M + BLOCK_N * 64 * 4) @ROWS_THREADS@ @SCALE@
 @#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
