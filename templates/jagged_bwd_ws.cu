@@ -209,6 +209,55 @@ __device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *
   return t;
 }
 
+// dV, and dK with the scale, of this warp's 16 key rows (tile rows key0 -
+// g + 0..15) through its 16 of its warpgroup's dQ staging rows at `st`
+// (shared address; free: the last bulk add read them): 16-byte chunks,
+// swizzled by the row so that the quads' 4-byte stores take one wavefront
+// a row, then 16 bytes a lane to global memory. The 4-byte stores straight
+// from the accumulators that jagged_bwd_sm90.cu makes (store_dkv) held up
+// the computing warps at every tile's end: on the H200 (the harness as
+// above) this ran 1.02-1.06x them, but 0.98x at L 4096 causal
+// (bench/results/2026-12-04-h200-jagged-bwd-ws-staged-stores.log).
+__device__ __forceinline__ void store_dkv_staged(const float (&acc_v)[kHalves][8][4],
+                                                 const float (&acc_k)[kHalves][8][4],
+                                                 unsigned short *dk, unsigned short *dv,
+                                                 long long k_row, long long k_stride, int key0,
+                                                 int nk, int tq, int lane, unsigned st) {
+  constexpr int kRowChunks = kHeadDim / 8;  // 16-byte chunks of a row
+  static_assert(16 * kRowChunks * 16 <= 16 * kStageStride * 4, "16 rows fit the warp's staging rows");
+  const int g = lane >> 2, row0 = key0 - g;  // the warp's first key row of the tile
+#pragma unroll
+  for (int which = 0; which < 2; which++) {  // dV, then dK
+    const float (&acc)[kHalves][8][4] = which ? acc_k : acc_v;
+    const float scale = which ? kScale : 1.f;
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+      const int r = g + 8 * hi;
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(st + r * (kRowChunks * 16) +
+                                                        (((hh * 8 + n) ^ (r & 7)) << 4) + 4 * tq),
+                       "r"(pack2(acc[hh][n][2 * hi] * scale, acc[hh][n][2 * hi + 1] * scale))
+                       : "memory");
+    }
+    __syncwarp();
+    unsigned short *const out = (which ? dk : dv) + k_row;
+#pragma unroll
+    for (int x = lane; x < 16 * kRowChunks; x += 32) {
+      const int r = x / kRowChunks, c = x % kRowChunks;
+      uint4 v4;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v4.x), "=r"(v4.y), "=r"(v4.z), "=r"(v4.w)
+                   : "r"(st + r * (kRowChunks * 16) + ((c ^ (r & 7)) << 4)) : "memory");
+      if (row0 + r < nk)
+        *reinterpret_cast<uint4 *>(out + (row0 + r) * k_stride + 8 * c) = v4;
+    }
+    __syncwarp();  // read before dK (or the next tile's dQ) is staged
+  }
+}
+
 /* ---- begin kernel _kv ----
  * KV-stationary: a CTA owns kBlockN keys of one kv head and walks the
  * group's q heads in order and, for each, the query tiles of the band.
@@ -465,8 +514,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     // Every product reading K and V is done: the next tile's may land.
     mbar_arrive(kv_empty);
 
-    // dV, and dK with the scale, of this thread's key rows.
-    store_dkv(acc_v, acc_k, dk, dv, kt.k_row, k_stride, key0, kt.nk, tq);
+    // dV, and dK with the scale, of the warp's key rows, once the
+    // warpgroup's last bulk add read the staging rows.
+    if ((mt & 127) == 0) bulk_wait_read<0>();
+    named_barrier_sync(2 + wg, 128);
+    store_dkv_staged(acc_v, acc_k, dk, dv, kt.k_row, k_stride, key0, kt.nk, tq, lane,
+                     smem_addr(stage_s + (wg * 64 + 16 * warp) * kStageStride));
   }
   bulk_wait_read<0>();  // the staging rows are read before the CTA's memory goes
 }
