@@ -180,13 +180,22 @@ typedef struct ag_plan_jagged {
    * warpgroup and fast_stages Q, dO stages */
   bool fast_ws;
   int fast_stages;
+  /* sm_90a, head dim 64 with a mask (fast_* then jagged_bwd_sm90.cu): for
+   * runs whose mean query length (ceil(total_q / batch)) exceeds
+   * long_min_rows, the backward is a second set of _pre, _kv, _dq, the
+   * warp-specialized jagged_bwd_ws.cu on query steps of long_block_m rows
+   * (one CTA an SM, a loading warpgroup, long_stages Q, dO stages);
+   * long_min_rows 0 where not planned */
+  int long_min_rows, long_block_m, long_block_n, long_threads, long_smem_bytes, long_stages;
 } ag_plan_jagged;
 
 /* The variants of the broadcast kernels (ag_plan_kernel.variant): the
  * one-pass backwards are AG_VARIANT_BWD_FUSED_0 + i, i < AG_FUSED_VARIANTS,
  * by rows, and come last. */
 enum {
-  AG_VARIANT_FWD_SMALL = 1, AG_VARIANT_FWD_LARGE, AG_VARIANT_BWD_SPLIT, AG_VARIANT_BWD_FUSED_0
+  AG_VARIANT_FWD_SMALL = 1, AG_VARIANT_FWD_LARGE, AG_VARIANT_BWD_SPLIT,
+  AG_VARIANT_BWD_SHORT, AG_VARIANT_BWD_LONG, /* jagged: ag_plan_jagged.long_min_rows */
+  AG_VARIANT_BWD_FUSED_0
 };
 
 /* Why a valid spec was refused: the key that asks for what does not exist
@@ -288,7 +297,7 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
  * (plan_jagged.c says which have): rotary specs on the sm_90a wgmma
  * kernels, the sm_90a forward's short-sequence variant. */
 typedef struct ag_plan_jagged_choices {
-  bool sm90_rotary, sm90_short, sm90_ws, sm90_ws64, sm90_bwd_ws, sm90_ws_broadcast;
+  bool sm90_rotary, sm90_short, sm90_ws, sm90_ws64, sm90_bwd_ws, sm90_ws_broadcast, sm90_bwd_long;
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

@@ -183,6 +183,13 @@ static void plan_backward(ag_plan *p) {
   j->sum_threads = 256;
 }
 
+/* jagged_bwd_ws.cu's shared memory (its static_assert): K and V, the
+ * stages' Q and dO, two dS^T, the stages' row floats, a warpgroup's 64
+ * staging rows of 64 fp32 each. */
+static int ws_smem_bytes(int head_dim, int m, int n, int stages) {
+  return 4 * head_dim * (n + stages * m) + 4 * n * m + 8 * stages * m + n * 64 * 4;
+}
+
 /* The fast backward's _kv warp specialized (templates/jagged_bwd_ws.cu),
  * at head dim 128 and, without a mask, 64; no rotary embeddings: a
  * loading warpgroup copies K and V once a tile and streams Q, dO and the
@@ -215,8 +222,26 @@ static void plan_backward_ws(ag_plan *p) {
   j->fast_block_n = n;
   j->fast_threads = 128 + 128 * (n / 64);
   j->fast_min_ctas = 1;
-  j->fast_smem_bytes =
-      4 * p->head_dim * (n + stages * m) + 4 * n * m + 8 * stages * m + n * 64 * 4;
+  j->fast_smem_bytes = ws_smem_bytes(p->head_dim, m, n, stages);
+}
+
+/* Head dim 64 with a mask: jagged_bwd_sm90.cu (three CTAs an SM of 64
+ * keys, plan_backward_fast) for runs of short sequences, and the
+ * warp-specialized kernel above on 128-row steps for runs whose mean query
+ * length passes 1024. In the dev harness on the H200 (bf16, batch 1152, 4
+ * heads, causal, lengths uniform in [1, L]) the warp-specialized one ran
+ * 156 TFLOP/s at L 1024 (mean 512) against 174, and 274 at L 4096 (mean
+ * 2048) against 243 (bench/results/2026-12-04-h200-jagged-bwd-ws-staged-stores.log,
+ * bench/results/2026-12-04-h200-jagged-fa4.md). */
+static void plan_backward_long(ag_plan *p) {
+  ag_plan_jagged *j = &p->jagged;
+  const int m = 128, n = 128, stages = 2;
+  j->long_min_rows = 1024;
+  j->long_block_m = m;
+  j->long_block_n = n;
+  j->long_stages = stages;
+  j->long_threads = 128 + 128 * (n / 64);
+  j->long_smem_bytes = ws_smem_bytes(p->head_dim, m, n, stages);
 }
 
 /* Backward on sm_90a where the spec lets dQ's bits vary (not
@@ -246,6 +271,8 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, ag_plan_jagged_c
     return true;
   }
   const bool d64 = p->head_dim == 64;
+  if (d64 && choices.sm90_bwd_ws && choices.sm90_bwd_long && spec->rotary.layout == AG_ROTARY_NONE)
+    plan_backward_long(p);
   const int m = 64, n = d64 ? 64 : 128, slots = 2;
   const int stages = d64 ? 1 : 2, stride = d64 ? 68 : 72; /* staging rows */
   j->fast_block_m = m;
@@ -293,11 +320,18 @@ static const bool sm90_bwd_ws_checked = true;
  * n_q 128 forward 1.28-1.63x faster than the mma.sync one
  * (bench/results/2026-12-03-broadcast-ws/). */
 static const bool sm90_ws_broadcast_checked = true;
+/* The warp-specialized backward for long runs at head dim 64 with a mask
+ * (plan_backward_long). Checked on the H200 on 2026-12-04: the kernel is
+ * the one sm90_bwd_ws_checked covers (there at head dim 64 without a
+ * mask, in the dev harness causal and windowed too); the variant's
+ * gpu-jagged runs and sanitizers in
+ * bench/results/2026-12-04-h200-jagged-bwd-long-gpu-suite.log. */
+static const bool sm90_bwd_long_checked = true;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
   return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked,
                                   sm90_ws64_checked, sm90_bwd_ws_checked,
-                                  sm90_ws_broadcast_checked};
+                                  sm90_ws_broadcast_checked, sm90_bwd_long_checked};
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -394,28 +428,34 @@ static const ag_param bwd_params[] = {
     AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,   AG_PARAM_DV,      AG_PARAM_DI};
 enum { BWD_NPARAMS = (int)(sizeof bwd_params / sizeof bwd_params[0]) };
 
-/* The fast sm_90a backward: _pre, _kv, _dq of jagged_bwd_sm90.cu (or
- * jagged_bwd_ws.cu). */
-static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
+/* One fast sm_90a backward: _pre, _kv, _dq of jagged_bwd_sm90.cu, or of
+ * jagged_bwd_ws.cu with `ws` (kernel names and @KERNEL_NAME@ from `stem`). */
+typedef struct fast_kv {
+  bool ws;
+  int block_m, block_n, threads, smem_bytes, min_ctas, stages, variant;
+  const char *namespace_name;
+} fast_kv;
+
+static void add_backward_fast(const ag_spec *spec, ag_plan *plan, const char *stem,
+                              const fast_kv *c) {
   const ag_plan_jagged *j = &plan->jagged;
-  char stem[AG_KERNEL_NAME_MAX], name[AG_KERNEL_NAME_MAX];
-  kernel_name(stem, spec, "bwd");
+  char name[AG_KERNEL_NAME_MAX];
   const int rows = j->fast_rows_threads * 8 / plan->head_dim; /* (token, head) rows a CTA */
   static const char *const suffix[3] = {"_pre", "_kv", "_dq"};
   for (int i = 0; i < 3; i++) {
     snprintf(name, sizeof name, "%.*s%s", AG_KERNEL_NAME_MAX - 4, stem, suffix[i]);
     ag_plan_kernel *k = ag_plan_add_kernel(
         spec, plan, AG_PASS_BACKWARD, name,
-        i > 0 ? NULL : j->fast_ws ? "jagged_bwd_ws.cu" : "jagged_bwd_sm90.cu");
+        i > 0 ? NULL : c->ws ? "jagged_bwd_ws.cu" : "jagged_bwd_sm90.cu");
     snprintf(k->template_name, sizeof k->template_name, "%s", stem);
-    if (j->fwd_block_m > 0) k->namespace_name = "bwd";
+    k->namespace_name = c->namespace_name;
+    k->variant = c->variant;
     add_params(plan, k, bwd_params, BWD_NPARAMS);
     if (i == 1) {
-      k->walk = (ag_walk){j->fast_ws ? AG_WALK_JAGGED_K_COUNTER : AG_WALK_JAGGED_K,
-                          j->fast_block_n, 1, 1};
-      k->threads = j->fast_threads;
-      k->smem_bytes = j->fast_smem_bytes;
-      k->min_ctas_per_sm = j->fast_min_ctas;
+      k->walk = (ag_walk){c->ws ? AG_WALK_JAGGED_K_COUNTER : AG_WALK_JAGGED_K, c->block_n, 1, 1};
+      k->threads = c->threads;
+      k->smem_bytes = c->smem_bytes;
+      k->min_ctas_per_sm = c->min_ctas;
     } else {
       k->walk = (ag_walk){AG_WALK_JAGGED_ROWS, rows, 1, 1};
       k->threads = j->fast_rows_threads;
@@ -423,18 +463,39 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan) {
       k->min_ctas_per_sm = 1;
     }
     if (i == 0) {
-      ag_plan_set(k, "BLOCK_M", j->fast_block_m);
-      ag_plan_set(k, "BLOCK_N", j->fast_block_n);
-      ag_plan_set(k, "SMEM_BYTES", j->fast_smem_bytes);
+      ag_plan_set(k, "BLOCK_M", c->block_m);
+      ag_plan_set(k, "BLOCK_N", c->block_n);
+      ag_plan_set(k, "SMEM_BYTES", c->smem_bytes);
       ag_plan_set(k, "ROWS_THREADS", j->fast_rows_threads);
-      if (j->fast_ws) {
-        ag_plan_set(k, "STAGES", j->fast_stages);
-        ag_plan_set(k, "WGMMA_N128", j->fast_block_m == 128);
+      if (c->ws) {
+        ag_plan_set(k, "STAGES", c->stages);
+        ag_plan_set(k, "WGMMA_N128", c->block_m == 128);
       } else {
-        ag_plan_set(k, "MIN_CTAS", j->fast_min_ctas);
+        ag_plan_set(k, "MIN_CTAS", c->min_ctas);
       }
     }
   }
+}
+
+/* The fast backward's kernels: one set, or with a long variant two, the
+ * short one's names ..._bwd_*, the long one's ..._bwd_long_*, each in a
+ * namespace of its own. */
+static void add_backward_fast_sets(const ag_spec *spec, ag_plan *plan) {
+  const ag_plan_jagged *j = &plan->jagged;
+  const bool two = j->long_min_rows > 0;
+  char stem[AG_KERNEL_NAME_MAX];
+  kernel_name(stem, spec, "bwd");
+  const fast_kv main = {j->fast_ws, j->fast_block_m, j->fast_block_n, j->fast_threads,
+                        j->fast_smem_bytes, j->fast_min_ctas, j->fast_stages,
+                        two ? AG_VARIANT_BWD_SHORT : 0,
+                        two || j->fwd_block_m > 0 ? "bwd" : NULL};
+  add_backward_fast(spec, plan, stem, &main);
+  if (!two) return;
+  char long_stem[AG_KERNEL_NAME_MAX];
+  snprintf(long_stem, sizeof long_stem, "%.*s_long", AG_KERNEL_NAME_MAX - 16, stem);
+  const fast_kv lng = {true, j->long_block_m, j->long_block_n, j->long_threads,
+                       j->long_smem_bytes, 1, j->long_stages, AG_VARIANT_BWD_LONG, "bwd_long"};
+  add_backward_fast(spec, plan, long_stem, &lng);
 }
 
 void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
@@ -455,7 +516,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
                 j->small_warps, j->small_stages, j->small_smem_bytes, j->small_min_ctas,
                 AG_VARIANT_FWD_SMALL);
   }
-  if (j->fast_block_m > 0) add_backward_fast(spec, plan);
+  if (j->fast_block_m > 0) add_backward_fast_sets(spec, plan);
   if (j->bwd_block_m > 0) {
     const ag_param *const params = bwd_params;
     const int nparams = BWD_NPARAMS;
@@ -563,17 +624,19 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                                      : "dQ: the fp32 accumulator scaled and rounded");
     } else if ((k->walk.kind == AG_WALK_JAGGED_K || k->walk.kind == AG_WALK_JAGGED_K_COUNTER) &&
                j->fast_block_m > 0) {
+      const bool lng = k->variant == AG_VARIANT_BWD_LONG;
+      const int block_m = lng ? j->long_block_m : j->fast_block_m;
       ag_buf_printf(b,
                     "%s  key-stationary on wgmma (sm_90a): dK and dV of %d key rows (64 a\n"
                     "%s  warpgroup) over the group's heads, query tiles of %d; each tile's dQ\n"
                     "%s  added to the fp32 accumulator by bulk adds (its bits vary run to run)\n",
-                    prefix, j->fast_block_n, prefix, j->fast_block_m, prefix);
-      if (j->fast_ws)
+                    prefix, lng ? j->long_block_n : j->fast_block_n, prefix, block_m, prefix);
+      if (lng || j->fast_ws)
         ag_buf_printf(b,
                       "%s  warp specialized: one warpgroup loads K, V and %d stages of Q, dO;\n"
                       "%s  the computing warpgroups meet %s\n",
-                      prefix, j->fast_stages, prefix,
-                      plan->head_dim == 128 || j->fast_block_m == 128
+                      prefix, lng ? j->long_stages : j->fast_stages, prefix,
+                      plan->head_dim == 128 || block_m == 128
                           ? "once a step (dQ reads both halves of dS^T)"
                           : "never (each adds its own keys' dQ)");
     } else if (k->walk.kind == AG_WALK_JAGGED_Q) {
@@ -585,6 +648,9 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                     "query tiles of %d\n",
                     prefix, j->bwd_block_n, j->bwd_block_m);
     }
+    if (k->variant == AG_VARIANT_BWD_SHORT || k->variant == AG_VARIANT_BWD_LONG)
+      ag_buf_printf(b, "%s  runs when the mean query length %s %d\n", prefix,
+                    k->variant == AG_VARIANT_BWD_SHORT ? "<=" : ">", j->long_min_rows);
     if (j->rotary && k->walk.kind == AG_WALK_JAGGED_Q)
       ag_buf_printf(b, "%s  rotary: tiles rotated in shared memory as they land%s%s\n", prefix,
                     k->pass == AG_PASS_BACKWARD ? ", dQ rotated back before it is stored" : "",
@@ -631,6 +697,8 @@ int ag_plan_jagged_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int6
   const ag_plan_jagged *j = &plan->jagged;
   if (pass == AG_PASS_FORWARD && j->small_block_m > 0)
     return n_q <= j->small_max_n_q ? AG_VARIANT_FWD_SMALL : AG_VARIANT_FWD_LARGE;
+  if (pass == AG_PASS_BACKWARD && j->long_min_rows > 0)
+    return n_q > j->long_min_rows ? AG_VARIANT_BWD_LONG : AG_VARIANT_BWD_SHORT;
   if (!j->broadcast || pass == AG_PASS_FORWARD) return 0;
   /* The one-pass backward holds every query in one CTA and writes dK, dV
    * of a key head once: n_q within its rows, no grouped heads. n_q = 0

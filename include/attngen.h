@@ -333,8 +333,9 @@ typedef struct ag_jagged_bwd_args {
  * spec's with the backward; 0 for any other kernel or a negative size):
  * 4 * heads * total_q for the deterministic kernels, and the fp32 dQ
  * accumulator, 4 * heads * total_q * head_dim, more for the fast one
- * (and 16 bytes more where its wgmma kernel is persistent: a counter of
- * the tiles taken, which the pass zeroes itself). */
+ * (and 16 bytes more where a persistent wgmma kernel may run, whatever
+ * the run's lengths: a counter of the tiles taken, which the pass zeroes
+ * itself). */
 AG_API size_t ag_jagged_backward_workspace_bytes(const ag_kernel *kernel, int64_t heads,
                                                  int64_t total_q);
 AG_API ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *args,

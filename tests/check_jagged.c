@@ -533,9 +533,11 @@ START_TEST(ws_backward_plan) {
     free(cubin);
     free(src);
   }
-  /* rotary; a causal mask, a window at head dim 64: jagged_bwd_sm90.cu */
+  /* rotary; a causal mask, a window at head dim 64: jagged_bwd_sm90.cu
+   * (the masked ones with a long variant beside it: long_backward_plan) */
   const char *const others[] = {"arch: sm_90a\nrotary:\n  layout: half\n", "arch: sm_90a\n",
                                 "arch: sm_90a\nwindow: [100, 0]\n"};
+  with.sm90_bwd_long = false;
   for (int o = 0; o < 3; o++) {
     fake f;
     char y[512];
@@ -545,6 +547,95 @@ START_TEST(ws_backward_plan) {
     ck_assert_str_eq(f.kernel.plan.kernels[f.kernel.plan.nkernels - 3].template_file,
                      "jagged_bwd_sm90.cu");
   }
+}
+END_TEST
+
+/* Head dim 64 with a mask on sm_90a: two fast backwards, each run
+ * launching one by its mean query length (ceil(total_q / batch)):
+ * jagged_bwd_sm90.cu's _pre, _kv, _dq (namespace bwd) up to
+ * long_min_rows, the warp-specialized jagged_bwd_ws.cu on 128-row steps
+ * (..._bwd_long_*, namespace bwd_long) past it. The workspace holds the
+ * warp-specialized one's tile counter either way. Without the choice, or
+ * at head dim 128, or with rotary, one set as before. */
+START_TEST(long_backward_plan) {
+  fake f;
+  char y[512];
+  yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, true, "arch: sm_90a\n", true);
+  ag_plan_jagged_choices with = ag_plan_jagged_checked();
+  with.sm90_bwd_ws = with.sm90_bwd_long = true;
+  fake_with(&f, y, 12, with);
+  const ag_plan *p = &f.kernel.plan;
+  const int nb = p->nkernels - 6; /* the backward's six come last */
+  ck_assert_int_eq(p->jagged.long_min_rows, 1024);
+  ck_assert(!p->jagged.fast_ws);
+  static const char *const names[6] = {"_bwd_pre",      "_bwd_kv",      "_bwd_dq",
+                                       "_bwd_long_pre", "_bwd_long_kv", "_bwd_long_dq"};
+  for (int i = 0; i < 6; i++) {
+    const ag_plan_kernel *k = &p->kernels[nb + i];
+    ck_assert_msg(strstr(k->name, names[i]), "%s", k->name);
+    ck_assert_int_eq(k->pass, AG_PASS_BACKWARD);
+    ck_assert_int_eq(k->variant, i < 3 ? AG_VARIANT_BWD_SHORT : AG_VARIANT_BWD_LONG);
+    ck_assert_str_eq(k->namespace_name, i < 3 ? "bwd" : "bwd_long");
+  }
+  ck_assert_str_eq(p->kernels[nb].template_file, "jagged_bwd_sm90.cu");
+  ck_assert_str_eq(p->kernels[nb + 3].template_file, "jagged_bwd_ws.cu");
+  ck_assert_int_eq(p->kernels[nb + 1].threads, 128);
+  ck_assert_int_eq(p->kernels[nb + 1].min_ctas_per_sm, 3);
+  ck_assert_int_eq(p->kernels[nb + 1].walk.kind, AG_WALK_JAGGED_K);
+  ck_assert_int_eq(p->kernels[nb + 4].threads, 384);
+  ck_assert_int_eq(p->kernels[nb + 4].smem_bytes, 198656);
+  ck_assert_int_eq(p->kernels[nb + 4].walk.kind, AG_WALK_JAGGED_K_COUNTER);
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_BACKWARD, 0, 8, 2), AG_VARIANT_BWD_SHORT);
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_BACKWARD, 1024, 8, 2), AG_VARIANT_BWD_SHORT);
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_BACKWARD, 1025, 8, 2), AG_VARIANT_BWD_LONG);
+  ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300),
+                    4 * (8 * 300 + 8 * 300 * 64) + 16);
+  /* mean 100 query rows: the short set, _kv one CTA a (64-key tile, kv head) */
+  ag_jagged_bwd_args b = bwd_args();
+  ag_error err = {0};
+  ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 3);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[nb + 2]);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[1], 3 + 500 / 64);
+  ck_assert_uint_eq(ag_fake_seen.grids_y[1], 2);
+  /* mean ceil(3076 / 3) = 1026: the long set, persistent: a CTA an SM
+   * (132 in the fake context) but no more than the (128-key tile, kv
+   * head) numbers */
+  b.total_q = 3076;
+  b.total_k = 3076;
+  ag_fake_seen.count = 0;
+  ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 3);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[nb + 5]);
+  ck_assert_uint_eq(ag_fake_seen.grids_x[1], (3 + 3076 / 128) * 2);
+  ck_assert_uint_eq(ag_fake_seen.grids_y[1], 1);
+  /* exactly 3 * 1024 rows: mean 1024, the short set */
+  b.total_q = 3072;
+  ag_fake_seen.count = 0;
+  ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[nb + 2]);
+  /* the emitted source holds both sets, each in its namespace */
+  char *src = NULL;
+  ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+  ck_assert_ptr_nonnull(strstr(src, "namespace bwd {"));
+  ck_assert_ptr_nonnull(strstr(src, "namespace bwd_long {"));
+  ck_assert_ptr_nonnull(strstr(src, "runs when the mean query length > 1024"));
+  free(src);
+
+  /* without the choice, at head dim 128, with rotary: one set, no variant */
+  with.sm90_bwd_long = false;
+  fake_with(&f, y, 12, with);
+  ck_assert_int_eq(f.kernel.plan.jagged.long_min_rows, 0);
+  ck_assert_int_eq(f.kernel.plan.kernels[f.kernel.plan.nkernels - 1].variant, 0);
+  ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300),
+                    4 * (8 * 300 + 8 * 300 * 64));
+  with.sm90_bwd_long = true;
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "arch: sm_90a\n", true);
+  fake_with(&f, y, 12, with);
+  ck_assert_int_eq(f.kernel.plan.jagged.long_min_rows, 0);
+  yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, true, "arch: sm_90a\nrotary:\n  layout: half\n", true);
+  fake_with(&f, y, 12, with);
+  ck_assert_int_eq(f.kernel.plan.jagged.long_min_rows, 0);
 }
 END_TEST
 
@@ -906,6 +997,15 @@ START_TEST(gpu_jagged) {
   int32_t lq2[] = {700, 5, 640, 0, 1200, 129, 1, 600};
   int32_t lk2[] = {300, 900, 640, 50, 0, 257, 1, 1000};
   run_case(k, c, "long cross lq != lk", lq2, lk2, 8, seed + 3);
+  /* Head dim 64 with a mask on sm_90a: a run of mean query length 2603,
+   * past long_min_rows, takes the long backward (jagged_bwd_ws.cu). */
+  if (k->plan.jagged.long_min_rows > 0) {
+    int32_t lq3[] = {4096, 3000, 0, 1, 129, 4000, 3100, 6500};
+    ck_assert_int_eq(ag_plan_variant(&k->plan, AG_PASS_BACKWARD, (20826 + 7) / 8, c->heads,
+                                     c->kv_heads),
+                     AG_VARIANT_BWD_LONG);
+    run_case(k, c, "long run (mean 2603)", lq3, NULL, 8, seed + 4);
+  }
   ag_context_destroy(ctx);
 }
 END_TEST
@@ -961,6 +1061,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, source_shape);
   tcase_add_test(tc, launch_parameters);
   tcase_add_test(tc, fast_backward_plan);
+  tcase_add_test(tc, long_backward_plan);
   tcase_add_test(tc, ws_backward_plan);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);

@@ -59,13 +59,17 @@ for step in $steps; do
       # Runs of mean length about 800 (the last two fields: longest and
       # shortest sequence) reach the main, warp-specialized forward; the
       # others (0..300) the short variants. The sm90 train and bwd goldens
-      # (no mask) reach the warp-specialized backward.
+      # (no mask) reach the warp-specialized backward; the head-dim-64
+      # masked one (jagged_d64_bf16_sm90_bwd) jagged_bwd_sm90.cu at mean
+      # 800 and the long warp-specialized variant at mean 1900.
       for run in "gem_jagged_d128_causal.yaml 0" "jagged_window_d64_fp16.yaml 0" \
                  "gem_jagged_d128_causal.yaml 0 1300 300" \
                  "../tests/golden/jagged_d64_bf16_sm90_fwd.yaml 0 1300 300" \
                  "../tests/golden/jagged_d128_bf16_sm90_train.yaml 0" \
                  "../tests/golden/jagged_d128_bf16_sm90_train.yaml 0 1300 300" \
                  "../tests/golden/jagged_d64_fp16_sm90_bwd.yaml 0 1300 300" \
+                 "../tests/golden/jagged_d64_bf16_sm90_bwd.yaml 0 1300 300" \
+                 "../tests/golden/jagged_d64_bf16_sm90_bwd.yaml 0 2600 1200" \
                  "gem_jagged_d128_rope.yaml 0" "../tests/golden/jagged_d64_fp16_rope_table_qkv_bwd.yaml 0" \
                  "pma_broadcast_d128.yaml 32" "pma_broadcast_d128.yaml 64" "pma_broadcast_d128.yaml 100" \
                  "pma_broadcast_d128.yaml 200"; do

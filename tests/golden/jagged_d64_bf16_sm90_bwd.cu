@@ -20,19 +20,44 @@
  * Plan:
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_pre
  *     D = rowsum(dO * O) of each query row; the fp32 dQ accumulator zeroed
+ *     runs when the mean query length <= 1024
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_kv
  *     key-stationary on wgmma (sm_90a): dK and dV of 64 key rows (64 a
  *     warpgroup) over the group's heads, query tiles of 64; each tile's dQ
  *     added to the fp32 accumulator by bulk adds (its bits vary run to run)
+ *     runs when the mean query length <= 1024
  *     threads: 128, shared memory: 75776 bytes, registers capped for 3 CTAs per SM
  *     grid: (batch + total_k / 64, kv_heads)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_dq
  *     dQ: the fp32 accumulator scaled and rounded
+ *     runs when the mean query length <= 1024
+ *     threads: 256, shared memory: 0 bytes
+ *     grid: (ceil(total_q * heads / 32), 1)
+ *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_pre
+ *     D = rowsum(dO * O) of each query row; the fp32 dQ accumulator zeroed
+ *     runs when the mean query length > 1024
+ *     threads: 256, shared memory: 0 bytes
+ *     grid: (ceil(total_q * heads / 32), 1)
+ *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_kv
+ *     key-stationary on wgmma (sm_90a): dK and dV of 128 key rows (64 a
+ *     warpgroup) over the group's heads, query tiles of 128; each tile's dQ
+ *     added to the fp32 accumulator by bulk adds (its bits vary run to run)
+ *     warp specialized: one warpgroup loads K, V and 2 stages of Q, dO;
+ *     the computing warpgroups meet once a step (dQ reads both halves of dS^T)
+ *     runs when the mean query length > 1024
+ *     threads: 384, shared memory: 198656 bytes
+ *     grid: one CTA an SM (persistent), taking the (batch + total_k / 128)
+ *     * kv_heads tiles from a counter, whichever CTA is free
+ *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_dq
+ *     dQ: the fp32 accumulator scaled and rounded
+ *     runs when the mean query length > 1024
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  */
+
+namespace bwd {
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this backward is planned for sm_90a only (wgmma)"
@@ -1200,3 +1225,1395 @@ ag_gem_d64_bf16_causal_w256_0_bwd_kv(const unsigned short *__restrict__ q,
 }
 /* ---- end kernel _kv ---- */
 
+
+}  // namespace bwd
+
+namespace bwd_long {
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this backward is planned for sm_90a only (wgmma)"
+#endif
+/* ---- begin jagged backward constants ---- */
+constexpr int kHeadDim = 64;  // elements per head
+constexpr int kBlockM = 128;  // query rows of a step
+constexpr int kBlockN = 128;  // key rows of a CTA
+constexpr int kMathWgs = kBlockN / 64;  // computing warpgroups, each owns 64 key rows
+constexpr int kMathThreads = 128 * kMathWgs;
+constexpr int kThreads = 128 + kMathThreads;  // warpgroup 0 loads
+constexpr int kRowsThreads = 256;  // threads of _pre and _dq
+constexpr int kStages = 2;  // Q, dO stages
+constexpr int kSmemBytes = 198656;  // dynamic shared memory of _kv, as planned
+// setmaxnreg budgets. At head dim 128 the computing warpgroups need 240
+// (at 232 ptxas serialized every wgmma: 267 / 376 TFLOP/s at L 1024 / 4096
+// then, 306 / 426 now), which leaves the loading one 24: its loops count
+// instead of dividing and keep few 64-bit values (ptxas -v: 8 bytes
+// spilled, the loader's).
+constexpr bool kWide = kHeadDim == 128 || kBlockM == 128;  // the computing warpgroups need 240
+constexpr int kLoadRegs = kWide ? 24 : 40, kMathRegs = kWide ? 240 : 232;
+constexpr int kLoadUnroll = kWide ? 1 : 4;  // the loader's copy loops (registers)
+static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
+constexpr float kScale = 1.250000000e-01f;  // softmax scale 1/sqrt(64)
+constexpr float kScaleLog2 = 1.803368801e-01f;  // the scale times log2(e)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr bool kCausal = 1;
+constexpr bool kWindow = 1;
+constexpr int kWindowLeft = 256;  // keys before the diagonal a query sees
+constexpr int kWindowRight = 0;  // keys after it
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
+constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
+// The dQ accumulator in tiles (jagged_bwd_rows.cuh): a step's 64 columns
+// of its rows are one contiguous run, added by one bulk copy. On the H200
+// (bf16, batch 1152, 4 heads, lengths uniform in [1, L], L 1024 / 4096)
+// this kernel ran 265 / 376 TFLOP/s at head dim 128 with it and 220 / 296
+// with a bulk add a row (64 a step), jagged_bwd_sm90.cu's way; 225 / 315
+// against 166 / 220 at head dim 64
+// (bench/results/2026-12-03-h200-jagged-bwd-ws-harness.log).
+constexpr bool kDqTiled = true;
+// Persistent: one CTA an SM, taking (key tile, kv head) numbers from a
+// counter in the workspace (after the dQ accumulator; _pre zeroes it), so
+// that a tile's start (K and V loads) overlaps the last tile's end, and
+// whichever CTA is free takes the next tile. On the H200 (the harness as
+// above) this ran 1.01-1.06x one CTA a tile, 1.09x at head dim 64 causal
+// (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
+constexpr bool kTileCounter = true;
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),
+              "two warpgroups of 64 keys; query steps of 64 rows, or 128 at head dim 64");
+static_assert(kStages >= 2, "a stage is refilled once its step's products are done");
+static_assert(!0, "rotary embeddings take jagged_bwd_sm90.cu");
+// Every operand is made of 64-column matrices of 128-byte rows in the
+// 128-byte swizzle (wgmma_sm90.cuh), as in jagged_bwd_sm90.cu.
+constexpr int kHalves = kHeadDim / 64;
+constexpr int kRowBytes = 128;
+constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
+constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
+constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
+constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
+// Head dim 128: each warpgroup's dQ reads both halves of dS^T, for its 64
+// columns of the head. Head dim 64 with 128-row steps: warpgroup w's dQ is
+// that of queries 64w.. over every key, so it reads both halves too. On
+// the H200 (the harness as above) 128-row steps ran 256 / 368 TFLOP/s
+// against 232 / 318 with 64-row ones (each warpgroup adding its own keys'
+// dQ: kOwnDs), 148 / 284 causal against 144 / 246
+// (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
+constexpr bool kOwnDs = kHalves == 1 && kBlockM == 64;
+constexpr int kChunks = kBlockM / 8;  // 8-column chunks of S^T's queries
+// Shared memory: K, V; the stages' Q and dO; two dS^T buffers (a step
+// writes one while the other warpgroup's dQ may still read the last);
+// the stages' LSE and D; one set of dQ staging rows per warpgroup (64 rows
+// of 64 fp32 as the accumulator's tiles lay them out: the 8-float chunks
+// swizzled by the token, so that a warp's float2 stores take the two
+// wavefronts their 256 bytes need).
+constexpr int kRingAt = 2 * kKBytes;
+constexpr int kDsAt = kRingAt + kStages * 2 * kQBytes;
+constexpr int kRowsAt = kDsAt + 2 * kDsBytes;
+constexpr int kStageStride = 64;
+constexpr int kStageAt = kRowsAt + kStages * 2 * 4 * kBlockM;
+static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
+              "the plan's shared memory is K, V, the Q, dO stages, two dS^T, the row floats and "
+              "the dQ staging rows");
+/* ---- end jagged backward constants ---- */
+
+/* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
+
+// 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// Copy 16 bytes global -> shared without touching registers. With
+// src_bytes == 0 nothing is read and the 16 bytes are zero-filled.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
+}
+
+// Four 8x8 16-bit matrices from shared memory; lanes 8i..8i+7 give the row
+// addresses of matrix i. The .trans form hands out columns instead of rows.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// d += a * b for one 16x8x16 tile: a 16x16 (4 regs), b 16x8 (2 regs), d fp32.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Round two floats to a packed pair, `lo` in the low half.
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// -infinity (no constexpr spelling exists without headers).
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
+
+// 2^x on the special-function unit.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* ---- end device helpers ---- */
+
+// The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
+// low half.
+__device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.bf16 %0, l; cvt.f32.bf16 %1, h; }"
+      : "=f"(lo), "=f"(hi) : "r"(pair));
+}
+
+/* ---- begin device helpers (wgmma, sm_90a) ----
+ * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
+ * 64x64 fp32 result; warp w of the group holds rows 16w..16w+15 in the same
+ * registers as 8 mma.sync m16n8 accumulator tiles (d[n][e]: row g + 8(e / 2),
+ * column 8n + 2tq + e % 2), so code written around mma.sync fragments reads
+ * the result unchanged. Every thread of the group must execute these. */
+
+// Descriptor of a 64-row operand laid out as the tiles are: rows of 128
+// bytes (64 elements), the 16-byte chunk c of row r at c ^ (r % 8), the
+// tile 1024-byte aligned. That is the 128-byte swizzle: 8-row atoms of
+// 1024 bytes, stride (SBO) 1024 between atoms. Read K-major (rows run over
+// M or N, the 64 elements over k) or MN-major (rows run over k); either way
+// one 64-element block, so the leading offset (LBO) is never used. `tile`
+// is the tile's shared address, `offset` the bytes from there to the first
+// element the MMA reads: for K-major operands 32 per k16 step into the row,
+// for MN-major 16 rows. The offset is added to the finished descriptor's
+// start-address field (16-byte units), so the tile's part is worked out
+// once for every step; shared addresses stay below 2^18, so the sum never
+// carries out of the field.
+__device__ __forceinline__ unsigned long long sw128_desc(unsigned tile, unsigned offset) {
+  return ((unsigned long long)((tile & 0x3FFFFu) >> 4) |  // start address, 16-byte units
+          (unsigned long long)1 << 16 |                   // LBO (unused)
+          (unsigned long long)(1024 >> 4) << 32 |         // SBO: the next 8 rows
+          (unsigned long long)1 << 62) +                  // 128-byte swizzle
+         (offset >> 4);
+}
+
+// Order this thread's earlier register and shared-memory writes before the
+// wgmma that follow (accumulators, A fragments).
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+// Close the wgmma issued since the last commit into a group.
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still running.
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory");
+}
+// After wgmma_wait: pin the accumulators there, so that no read of them is
+// moved above the wait (to the compiler the wgmma asm wrote them already).
+__device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+}
+// Make this thread's generic-proxy shared-memory writes (st.shared,
+// cp.async) visible to the async proxy that wgmma reads through; a barrier
+// must follow before another thread's wgmma reads them.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The 64x64 fp32 result d as the asm operands %0..%31 of both MMAs below,
+// and the list of those registers.
+#define WGMMA_D_LIST                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_D_OPERANDS(d)                                                      \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),                     \
+  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),                     \
+  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),                     \
+  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),                     \
+  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),                     \
+  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),                     \
+  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),                     \
+  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+// d (+)= A B, 64x64x16, A and B from shared memory. kTransA / kTransB: 0
+// for K-major operands, 1 for MN-major (16-bit types only). `accumulate` 0
+// overwrites d.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[8][4], unsigned long long a,
+                                         unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               WGMMA_D_LIST ", %32, %33, p, 1, 1, %35, %36; }\n"
+               : WGMMA_D_OPERANDS(d)
+               : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+
+// d (+)= A B, 64x64x16, A from registers (this warp's 16 rows in the
+// mma.sync A fragment layout), B from shared memory (kTransB as above).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4],
+                                         unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               WGMMA_D_LIST ", {%32, %33, %34, %35}, %36, p, 1, 1, %38; }\n"
+               : WGMMA_D_OPERANDS(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
+                 "n"(kTransB));
+}
+#undef WGMMA_D_LIST
+#undef WGMMA_D_OPERANDS
+
+// Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
+// pairs) live until here: placed after the wait, so the compiler cannot
+// reuse them earlier.
+template <int kN>
+__device__ __forceinline__ void keep(const unsigned (&x)[kN][2]) {
+#pragma unroll
+  for (int n = 0; n < kN; n++) asm volatile("" :: "r"(x[n][0]), "r"(x[n][1]));
+}
+
+/* ---- end device helpers (wgmma) ---- */
+
+/* ---- begin device helpers (wgmma 64x128, sm_90a) ---- */
+// d (+)= A B, 64x128x16, A and B from shared memory, both K-major (the
+// 128-row step's S^T and dP^T): d[n][e] as above for n < 16.
+#define WGMMA_D128_OPERANDS(d) \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),\
+  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),\
+  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),\
+  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),\
+  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),\
+  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),\
+  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),\
+  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),\
+  "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),\
+  "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),\
+  "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),\
+  "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),\
+  "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),\
+  "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),\
+  "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),\
+  "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], unsigned long long a,
+                                              unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0; }\n"
+               : WGMMA_D128_OPERANDS(d)
+               : "l"(a), "l"(b), "r"(accumulate));
+}
+#undef WGMMA_D128_OPERANDS
+// wgmma_hold for the 64x128 result.
+__device__ __forceinline__ void wgmma_hold(float (&d)[16][4]) {
+#pragma unroll
+  for (int n = 0; n < 16; n++)
+    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+}
+/* ---- end device helpers (wgmma 64x128) ---- */
+
+/* ---- begin device helpers (stmatrix, bulk copies, sm_90) ---- */
+
+// Four 8x8 16-bit matrices to shared memory (ldmatrix_x4's inverse): lanes
+// 8i..8i+7 give the row addresses of matrix i, and r[i] holds this lane's
+// pair of it in the mma C layout (row lane / 4, columns 2 (lane % 4) + 0, 1).
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2,
+                                            unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+// Make this thread's shared-memory writes visible to the bulk copies (the
+// async proxy); a barrier must follow before another thread issues them.
+__device__ __forceinline__ void fence_to_bulk() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from
+// shared to global memory in the background; closed into a group by
+// bulk_commit.
+__device__ __forceinline__ void bulk_store(void *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Wait until at most `pending` of this thread's committed groups have yet
+// to finish reading their shared-memory source (the writes to global
+// memory may still be on their way).
+template <int pending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(pending) : "memory");
+}
+
+// dst[0, bytes / 4) += the fp32 values at shared address src, by the copy
+// engine in the background (both 16-byte aligned, bytes a multiple of 16);
+// closed into a group by bulk_commit. PTX ISA: cp.reduce.async.bulk.
+__device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+
+/* ---- end device helpers (stmatrix, bulk copies) ---- */
+
+/* ---- begin device helpers (mbarrier pipeline, sm_90a) ----
+ * Each comment names the PTX ISA instruction it wraps (PTX ISA 8.x,
+ * "Parallel Synchronization and Communication Instructions" for mbarrier,
+ * "Data Movement and Conversion Instructions" for cp.async, "Miscellaneous
+ * Instructions" for setmaxnreg). A barrier's phase completes when its
+ * pending arrivals reach zero; its parity alternates 0, 1, 0, ... */
+
+// mbarrier.init: a barrier in shared memory (8 bytes, 8-byte aligned)
+// expecting `count` arrivals a phase. One thread initializes, then a
+// fence (below) and a CTA barrier before any use.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+// fence.mbarrier_init: the initializations above, visible to the async
+// operations (cp.async's arrivals) that follow.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// cp.async.mbarrier.arrive.noinc: arrive on `bar` once every cp.async
+// this thread issued before has landed; .noinc: the arrival is one of the
+// count the barrier was initialized with.
+__device__ __forceinline__ void mbar_arrive_on_copies(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+// mbarrier.arrive: one arrival (release semantics: this thread's earlier
+// reads and writes of the stage are done before the phase can complete).
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+// mbarrier.try_wait.parity: whether the phase of parity `parity` has
+// completed, after waiting a while for it (acquire semantics).
+__device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0;
+}
+// Wait for the phase of parity `parity` to complete.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+// setmaxnreg.dec / .inc: the executing warpgroup's registers a thread
+// lowered (given back to the SM) or raised (taken from it, waiting until
+// they are free); the whole warpgroup executes it. A multiple of 8 in
+// [24, 256]; the CTA's budgets must add up to what it was launched with.
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+// bar.sync: named barrier `id` (1..15; 0 is __syncthreads') over
+// `threads` threads (a multiple of 32), not the CTA.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+/* ---- end device helpers (mbarrier pipeline, sm_90a) ---- */
+
+/* ---- begin jagged tiles ----
+ * Sequence i of a jagged tensor of `total` tokens starts at token
+ * offsets[i] and numbers its tiles of kTile tokens from the "virtual"
+ * number i + offsets[i] / kTile (as block_walk.cuh numbers blocks): the
+ * numbers increase with i and leave at most one unused number per sequence,
+ * so batch + total / kTile numbers cover every tile, known on the host
+ * without reading the offsets. A CTA takes one number, finds its sequence
+ * with a 32-way warp search over the offsets (every warp searches on its
+ * own, so no barrier is needed) and leaves if the number is unused. */
+
+// An offset clamped to [lo, total], so that malformed offsets can never
+// send a load or store out of bounds.
+__device__ __forceinline__ long long clamp_offset(long long x, long long lo, long long total) {
+  return x < lo ? lo : (x > total ? total : x);
+}
+
+// The last sequence c in [0, batch) with c + offsets[c] / tile <= vt (the
+// answer for sorted offsets; some sequence in range for any offsets). Each
+// round tests 32 evenly spaced candidates, so 1152 sequences take 3 rounds.
+// Warp-uniform: every lane returns the same.
+__device__ __forceinline__ long long find_sequence(const int *offsets, long long batch,
+                                                   long long total, long long vt, int tile) {
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const long long step = (hi - lo + 32) / 32;  // candidates lo + step * lane
+    const long long cand = lo + step * lane;
+    bool ok = false;
+    if (cand <= hi) ok = cand + clamp_offset(__ldg(offsets + cand), 0, total) / tile <= vt;
+    const unsigned ballot = __ballot_sync(0xffffffffu, ok);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo;
+}
+
+// One sequence's tokens in both tensors, clamped. A broadcast Q (one
+// dense Q of n_q = total_q / batch rows shared by every sequence) has its
+// rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
+struct SeqSpan {
+  long long q_start, k_start;  // first token in O, dO, lse, D and in K (V, dK, dV)
+  long long q_src;             // first row in Q (dQ): q_start, or 0 for a broadcast Q
+  long long q_len, k_len;      // tokens: Lq, Lk
+};
+
+__device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_k, long long seq,
+                                            long long batch, long long total_q,
+                                            long long total_k) {
+  SeqSpan s;
+  if constexpr (kBroadcast) {
+    s.q_len = total_q / batch;
+    s.q_start = seq * s.q_len;
+    s.q_src = 0;
+  } else {
+    s.q_start = clamp_offset(__ldg(cu_q + seq), 0, total_q);
+    s.q_len = clamp_offset(__ldg(cu_q + seq + 1), s.q_start, total_q) - s.q_start;
+    s.q_src = s.q_start;
+  }
+  s.k_start = clamp_offset(__ldg(cu_k + seq), 0, total_k);
+  s.k_len = clamp_offset(__ldg(cu_k + seq + 1), s.k_start, total_k) - s.k_start;
+  return s;
+}
+
+// A broadcast Q's dQ is the sum over the batch: _dq cuts the batch into
+// `slabs` runs of consecutive sequences of about equal work (keys, plus
+// kSeqCost a sequence for its own loads) and writes one fp32 partial per
+// slab, which _dq_sum adds in slab order. Slab c starts at the first
+// sequence b with (offsets[b] + kSeqCost * b) * slabs >= c * W, W the
+// whole batch's work; slab `slabs` starts at batch. A 32-way warp search,
+// warp-uniform; any offsets give a start in [0, batch].
+constexpr long long kSeqCost = 64;
+// The slabs' dQ partials follow D ([heads, total_q] floats) in the
+// workspace, 16-byte aligned: [slabs, n_q, heads, kHeadDim] fp32.
+__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
+__device__ __forceinline__ long long slab_start(const int *cu_k, long long batch,
+                                                long long total_k, long long c, long long slabs) {
+  if (c <= 0) return 0;
+  if (c >= slabs) return batch;
+  const long long goal = c * (total_k + kSeqCost * batch);
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = batch;  // sequence lo is before the start (it holds for 0)
+  while (lo < hi) {
+    const long long step = (hi - lo + 32) / 32;  // candidates lo + step * lane
+    const long long cand = lo + step * lane;
+    bool before = false;
+    if (cand <= hi)
+      before = (clamp_offset(__ldg(cu_k + cand), 0, total_k) + kSeqCost * cand) * slabs < goal;
+    const unsigned ballot = __ballot_sync(0xffffffffu, before);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo + 1 < batch ? lo + 1 : batch;
+}
+
+/* The band: query i (of Lq) sees key j (of Lk) iff 0 <= j < Lk and
+ *   j - i - (Lk - Lq) in [-kWindowLeft, kRight]
+ * each side only where it is bounded (kHasLeft, kHasRight): causal is
+ * bottom-right aligned. Inside a tile pair (queries q0.., keys k0..) the
+ * test is on x = (key row) - (query row) of the tiles against bounds made
+ * small ints (tiles are far shorter than the clamp). */
+struct Band {
+  int lo, hi;  // x in [lo, hi] is visible
+};
+
+__device__ __forceinline__ Band tile_band(long long q0, long long k0, long long delta) {
+  const long long base = k0 - q0 - delta;  // j - i - delta = x + base
+  long long lo = kHasLeft ? -(long long)kWindowLeft - base : -4096;
+  long long hi = kHasRight ? (long long)kRight - base : 4096;
+  lo = lo < -4096 ? -4096 : (lo > 4096 ? 4096 : lo);
+  hi = hi < -4096 ? -4096 : (hi > 4096 ? 4096 : hi);
+  Band b;
+  b.lo = (int)lo;
+  b.hi = (int)hi;
+  return b;
+}
+
+// Keys [*first, *last] some query of [i0, i1] (0 <= i0 <= i1 < Lq) sees;
+// none if *last < *first.
+__device__ __forceinline__ void keys_seen(long long i0, long long i1, long long lq, long long lk,
+                                          long long &first, long long &last) {
+  const long long delta = lk - lq;
+  first = kHasLeft ? i0 + delta - kWindowLeft : 0;
+  last = kHasRight ? i1 + delta + kRight : lk - 1;
+  if (first < 0) first = 0;
+  if (last > lk - 1) last = lk - 1;
+}
+
+// Queries [*first, *last] that see some key of [j0, j1] (0 <= j0 <= j1 < Lk).
+__device__ __forceinline__ void queries_seeing(long long j0, long long j1, long long lq,
+                                               long long lk, long long &first, long long &last) {
+  const long long delta = lk - lq;
+  first = kHasRight ? j0 - delta - kRight : 0;
+  last = kHasLeft ? j1 - delta + kWindowLeft : lq - 1;
+  if (first < 0) first = 0;
+  if (last > lq - 1) last = lq - 1;
+}
+
+/* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
+ * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
+ * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
+ * zero-filled, never read from memory. */
+constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces per row
+
+__device__ __forceinline__ int swizzle(int row, int piece) {
+  return row * kHeadDim + ((piece ^ (row & 7)) * 8);
+}
+
+// Start the copy of kRows rows of one head (`src` is row 0 of the tile, this
+// head) into `tile`, the first `rows` real; the caller commits.
+template <int kRows>
+__device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
+  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const unsigned dst = smem_addr(tile);
+  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+  const unsigned short *g = src + row0 * row_stride + piece * 8;
+#pragma unroll
+  for (int k = 0; k < kRows / kRowStep; k++) {
+    const int row = row0 + k * kRowStep;
+    const bool real = row < rows;
+    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : src, real ? 16 : 0);
+    g += kRowStep * row_stride;
+  }
+}
+
+// Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).
+__device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
+// and the kNT * 8 rows of tile b, as kNT 16x8 accumulator tiles:
+// S = Q K^T, dP = dO V^T, or with keys as rows S^T = K Q^T, dP^T = V dO^T.
+template <int kNT>
+__device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
+                                                int row0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
+#pragma unroll 1
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
+    // the same rows at dims 16kk+8..
+    unsigned a[4];
+    ldmatrix_x4(a, a_s + swizzle(row0 + (lane & 15), 2 * kk + (lane >> 4)) * 2);
+#pragma unroll
+    for (int n = 0; n < kNT; n += 2) {
+      // B (k = dim, n = row of b): matrices 0, 1 are rows 8n..8n+7 at dims
+      // 16kk.. and 16kk+8.., matrices 2, 3 the next 8 rows.
+      unsigned b[4];
+      ldmatrix_x4(b, b_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
+                                   2 * kk + ((lane >> 3) & 1)) * 2);
+      mma_16816(c[n], a, b[0], b[1]);
+      mma_16816(c[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc += x b: x is 16 rows by the kNT * 8 rows of tile b as 16-bit pairs in
+// C positions ([n][0] row g, [n][1] row g + 8, columns 8n + 2tq and + 1),
+// which make the A fragment of each 16-row slice of b; b's rows are read as
+// columns with ldmatrix.trans. dQ = dS K, dV = P^T dO, dK = dS^T Q.
+template <int kNT>
+__device__ __forceinline__ void accumulate(float (&acc)[kHeadDim / 8][4],
+                                           const unsigned (&x)[kNT][2], unsigned b_s) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < kNT / 2; j++) {
+    const unsigned a[4] = {x[2 * j][0], x[2 * j][1], x[2 * j + 1][0], x[2 * j + 1][1]};
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, b_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Store 16 result rows (C layout) times `mul`, those before `rows`, to `out`
+// (row 0 of the tile, this head): each lane writes its pairs.
+__device__ __forceinline__ void store_rows(const float (&acc)[kHeadDim / 8][4], float mul,
+                                           int row0, int rows, unsigned short *out,
+                                           long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n++)
+      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+// D = rowsum(dO (.) O) of a warp's 16 query rows row0.. (of `rows` real;
+// row r of O and dO at o_row + r * row_stride) from memory, kPieces lanes a
+// row, one 16-byte piece of each; with each row's LSE * log2(e) (+inf for
+// rows past the end or with no key, so that P = 0; their D is 0) into
+// lse_s[r], di_s[r]. `di`, when not null, gets D at di[lse_at + r] (lse's
+// index of row r). The warp's lanes read lse_s, di_s after a __syncwarp.
+__device__ __forceinline__ void row_stats(const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    float *__restrict__ di, long long o_row, long long row_stride, long long lse_at, int rows,
+    int row0, float *lse_s, float *di_s) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kRowsPerPass = 32 / kPieces;
+  const int piece = lane % kPieces;
+#pragma unroll
+  for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
+    const int r = row0 + pass * kRowsPerPass + lane / kPieces;
+    float a = 0.f;
+    if (r < rows) {
+      const long long at = o_row + r * row_stride + piece * 8;
+      const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+      const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+      const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x0, x1, y0, y1;
+        unpack2(xs[e], x0, x1);
+        unpack2(ys[e], y0, y1);
+        a = fmaf(x0, y0, a);
+        a = fmaf(x1, y1, a);
+      }
+    }
+#pragma unroll
+    for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+    if (piece == 0) {
+      float l = __int_as_float(0x7f800000);  // +inf: P = 0
+      if (r < rows) {
+        const float x = lse[lse_at + r];
+        if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
+        else l = x * kLog2e;
+        if (di) di[lse_at + r] = a;
+      } else {
+        a = 0.f;
+      }
+      lse_s[r] = l;
+      di_s[r] = a;
+    }
+  }
+}
+
+// P = exp(scale * S - LSE) and dS = P (.) (dP - D) of a warp's 16 query
+// rows row0.. against a key tile (C layout, kNT n-tiles of 8 keys), as
+// 16-bit pairs; P masked to 0 outside the band and past nk keys unless the
+// tile is `full`. lse_lo/hi are LSE * log2(e) of rows g and g + 8, d_lo/hi
+// their D. With kKeepP, P's pairs also go to p16.
+template <int kNT, bool kKeepP>
+__device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const float (&dp)[kNT][4],
+    float lse_lo, float lse_hi, float d_lo, float d_hi, bool full, int nk, Band band, int row0,
+    unsigned (&p16)[kNT][2], unsigned (&ds)[kNT][2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) {
+    float p[4], x[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const bool lo = e < 2;
+      const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
+      p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
+      if (!full) {
+        const int xd = col - row;
+        if (col >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;
+      }
+      x[e] = p[e] * (dp[n][e] - (lo ? d_lo : d_hi));
+    }
+    if constexpr (kKeepP) {
+      p16[n][0] = pack2(p[0], p[1]);
+      p16[n][1] = pack2(p[2], p[3]);
+    }
+    ds[n][0] = pack2(x[0], x[1]);
+    ds[n][1] = pack2(x[2], x[3]);
+  }
+}
+
+// Store 16 result rows (C layout) times `mul` in fp32, those before `rows`.
+__device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][4], float mul,
+                                               int row0, int rows, float *out,
+                                               long long row_stride) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row >= rows) continue;
+    float2 *dst = reinterpret_cast<float2 *>(out + row * row_stride + 2 * tq);
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n++)
+      dst[4 * n] = make_float2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  }
+}
+/* ---- end jagged tiles ---- */
+
+/* ---- begin key-stationary step (wgmma) ---- */
+// d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
+// CTA's kBlockN-row tile at x_a (K or V), Y the step's kBlockM rows at y_a
+// (Q or dO); S^T or dP^T, rows keys and columns queries (64 or, with
+// 128-row steps, 128: wgmma_n128_sm90.cuh, which only those includers
+// include; a template, so that the other branch is never looked up).
+template <int kChunks>
+__device__ __forceinline__ void keys_times_queries(float (&d)[kChunks][4], unsigned x_a,
+                                                   unsigned y_a, int wg) {
+  static_assert(kChunks == kBlockM / 8, "a chunk of 8 query columns");
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk % 4 * 32;
+    const unsigned long long a =
+        sw128_desc(x_a + kk / 4 * kKBytes / kHalves + wg * 64 * kRowBytes, along);
+    const unsigned long long b = sw128_desc(y_a + kk / 4 * kQBytes / kHalves, along);
+    if constexpr (kChunks == 16) wgmma_ss_n128(d, a, b, kk);
+    else wgmma_ss<0, 0>(d, a, b, kk);
+  }
+}
+
+// dQ = dS K: A is dS^T at ds_a read MN-major (k over keys), B K's rows
+// read MN-major. Head dim 128: every key, this warpgroup's 64 columns;
+// head dim 64: this warpgroup's keys, every column, or with 128-row steps
+// every key for this warpgroup's 64 queries (dS^T's matrix wg).
+__device__ __forceinline__ void issue_dq(float (&c)[8][4], unsigned ds_a, unsigned k_a, int wg) {
+  if constexpr (kBlockM == 128) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; kk++)
+      wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * kBlockN * kRowBytes, kk * kStepOverRows),
+                     sw128_desc(k_a, kk * kStepOverRows), kk);
+  } else if constexpr (kHalves == 2) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; kk++)
+      wgmma_ss<1, 1>(c, sw128_desc(ds_a, kk * kStepOverRows),
+                     sw128_desc(k_a + wg * (kKBytes / kHalves), kk * kStepOverRows), kk);
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+      wgmma_ss<1, 1>(c, sw128_desc(ds_a + wg * 64 * kRowBytes, kk * kStepOverRows),
+                     sw128_desc(k_a + wg * 64 * kRowBytes, kk * kStepOverRows), kk);
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the rows
+// of dO and Q (read MN-major), 64 columns of the head at a time; A from
+// registers (P^T, dS^T as 16-bit pairs).
+__device__ __forceinline__ void issue_dkv(float (&acc_v)[kHalves][8][4],
+                                          float (&acc_k)[kHalves][8][4],
+                                          const unsigned (&p16)[kBlockM / 8][2],
+                                          const unsigned (&ds16)[kBlockM / 8][2], unsigned q_a,
+                                          unsigned do_a) {
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; j++) {
+    const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+  }
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; j++) {
+    const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
+                           ds16[2 * j + 1][1]};
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+  }
+}
+
+// A thread's pairs of dS^T [key][query] into the matrices at ds_a (64
+// query columns each, kBlockN rows): rows r and r + 8, chunk n (matrix n /
+// 8), lane quad tq.
+__device__ __forceinline__ void store_ds_t(unsigned ds_a, int r, int n, int tq, unsigned lo,
+                                           unsigned hi) {
+  ds_a += (n >> 3) * (kBlockN * kRowBytes);
+  n &= 7;
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + r * kRowBytes + ((n ^ (r & 7)) << 4) + 4 * tq),
+               "r"(lo) : "memory");
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +
+                                                  ((n ^ ((r + 8) & 7)) << 4) + 4 * tq),
+               "r"(hi) : "memory");
+}
+
+// dV, and dK with the scale, of this thread's key rows key0 and key0 + 8
+// (of nk real ones) to the tiles at dk, dv + k_row (row stride k_stride).
+__device__ __forceinline__ void store_dkv(const float (&acc_v)[kHalves][8][4],
+                                          const float (&acc_k)[kHalves][8][4],
+                                          unsigned short *dk, unsigned short *dv,
+                                          long long k_row, long long k_stride, int key0, int nk,
+                                          int tq) {
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = key0 + 8 * hi;
+    if (row >= nk) continue;
+    unsigned *const v_out = reinterpret_cast<unsigned *>(dv + k_row + row * k_stride + 2 * tq);
+    unsigned *const k_out = reinterpret_cast<unsigned *>(dk + k_row + row * k_stride + 2 * tq);
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        v_out[32 * hh + 4 * n] = pack2(acc_v[hh][n][2 * hi], acc_v[hh][n][2 * hi + 1]);
+        k_out[32 * hh + 4 * n] =
+            pack2(acc_k[hh][n][2 * hi] * kScale, acc_k[hh][n][2 * hi + 1] * kScale);
+      }
+  }
+}
+/* ---- end key-stationary step (wgmma) ---- */
+
+// 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
+// multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
+
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
+// Where the fp32 dQ accumulator starts in `di` (16-byte aligned).
+__device__ __forceinline__ long long dq_accumulator_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
+
+// The persistent backward's tile counter (kTileCounter): after the
+// accumulator, 8-byte aligned (the accumulator's size is a multiple of 64
+// floats).
+__device__ __forceinline__ unsigned long long *tile_counter(float *di, long long heads,
+                                                            long long total_q) {
+  return reinterpret_cast<unsigned long long *>(di + dq_accumulator_at(heads, total_q) +
+                                                heads * total_q * kHeadDim);
+}
+
+// Where group i of dQ (8 elements: chunk i % kChunks of row i / kChunks of
+// the [total_q * heads, kHeadDim] tensor) sits in the accumulator, in
+// floats: at 8 i, or with kDqTiled in [heads][kHeadDim / 64][total_q][64]
+// order, the 8-float chunks of token t's row XOR-swizzled by t % 8, so
+// that a step's rows of one head and 64 columns are one contiguous run
+// (one bulk add) and the staging stores that fill them are conflict-free.
+__device__ __forceinline__ long long dq_group_at(long long i, int heads, long long total_q) {
+  if constexpr (!kDqTiled) {
+    (void)heads, (void)total_q;
+    return 8 * i;
+  } else {
+    constexpr int kChunks = kHeadDim / 8;
+    const long long row = i / kChunks, t = row / heads;
+    const int h = (int)(row - t * heads), c = (int)(i - row * kChunks);
+    return ((long long)(h * (kHeadDim / 64) + c / 8) * total_q + t) * 64 +
+           ((c % 8) ^ (int)(t & 7)) * 8;
+  }
+}
+
+/* ---- begin kernel _pre ----
+ * One (token, head) row of kPieces lanes: D = rowsum(dO (.) O) to `di`
+ * (0 for a row with no key, whose LSE is -inf), and the row's dQ
+ * accumulator zeroed. */
+constexpr int kRowsPerCta = kRowsThreads * 8 / kHeadDim;
+extern "C" __global__ void __launch_bounds__(kRowsThreads)
+ag_gem_d64_bf16_causal_w256_0_bwd_long_pre(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
+  (void)q, (void)k, (void)v, (void)dq, (void)dk, (void)dv, (void)cu_seqlens_q;
+  (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k, (void)num_tiles;
+  const long long rows = total_q * heads;
+  const long long row = blockIdx.x * (long long)kRowsPerCta + threadIdx.x / kPieces;
+  const int piece = threadIdx.x % kPieces;
+  if constexpr (kTileCounter)
+    if (blockIdx.x == 0 && threadIdx.x == 0) *tile_counter(di, heads, total_q) = 0;
+  float a = 0.f;
+  if (row < rows) {
+    const long long at = row * kHeadDim + piece * 8;
+    const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
+    const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
+    const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float x0, x1, y0, y1;
+      unpack2(xs[e], x0, x1);
+      unpack2(ys[e], y0, y1);
+      a = fmaf(x0, y0, a);
+      a = fmaf(x1, y1, a);
+    }
+    float4 *acc = reinterpret_cast<float4 *>(di + dq_accumulator_at(heads, total_q) + at);
+    acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+  if (piece == 0 && row < rows) {
+    const long long t = row / heads, h = row - t * heads;
+    di[h * total_q + t] = lse[h * total_q + t] == neg_inf() ? 0.f : a;
+  }
+}
+/* ---- end kernel _pre ---- */
+
+/* ---- begin kernel _dq ----
+ * dQ = scale * accumulator, rounded: 8 elements a thread. With Q rotated,
+ * rotated back first: in the half layout the thread of a row's chunk c <
+ * kChunks / 2 also takes chunk c + kChunks / 2 (its pairs' partners), and
+ * that chunk's thread has nothing to do. */
+extern "C" __global__ void __launch_bounds__(kRowsThreads)
+ag_gem_d64_bf16_causal_w256_0_bwd_long_dq(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
+  (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
+  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k;
+  (void)num_tiles;
+  const long long i = blockIdx.x * (long long)kRowsThreads + threadIdx.x;  // 8-element group
+  if (i >= total_q * heads * (kHeadDim / 8)) return;
+  const float4 *const acc = reinterpret_cast<const float4 *>(di + dq_accumulator_at(heads, total_q)) +
+                            dq_group_at(i, heads, total_q) / 4;
+  const float4 x = acc[0], y = acc[1];
+  uint4 r;
+  r.x = pack2(x.x * kScale, x.y * kScale);
+  r.y = pack2(x.z * kScale, x.w * kScale);
+  r.z = pack2(y.x * kScale, y.y * kScale);
+  r.w = pack2(y.z * kScale, y.w * kScale);
+  reinterpret_cast<uint4 *>(dq)[i] = r;
+}
+/* ---- end kernel _dq ---- */
+
+/* ---- begin the math ----
+ * As jagged_bwd_sm90.cu: P = exp(scale * S - LSE), dP = dO V^T, dS = P
+ * (.) (dP - D), dV = P^T dO, dK = scale * dS^T Q, dQ = scale * dS K, D =
+ * rowsum(dO (.) O); dQ is added to an fp32 accumulator tile pair by tile
+ * pair, so its bits depend on the order the CTAs run in.
+ * ---- end the math ---- */
+
+// Start the copy of kRows rows of one head (`src` is row 0, this head)
+// into the matrices at `dst` (shared address) by the loading warpgroup,
+// the first `rows` real and the rest zero-filled. Piece c (16 bytes) of
+// row r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of the row.
+template <int kRows>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = 128 / kPieces;  // rows one pass of the warpgroup covers
+  static_assert(kRows % kRowStep == 0 && kRowStep % 8 == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
+  // kRowStep is a multiple of 8, so a thread's rows share their swizzle
+  unsigned at = dst + (c >> 3) * (kRows * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
+  const unsigned short *from = src + row0 * row_stride + c * 8;
+#pragma unroll kLoadUnroll
+  for (int row = row0; row < kRows; row += kRowStep) {
+    const bool real = row < rows;
+    cp_async_16(at, real ? from : src, real ? 16 : 0);
+    at += kRowStep * kRowBytes;
+    from += kRowStep * row_stride;
+  }
+}
+
+// Start the copy of a step's Q and dO rows (kBlockM of them, the first
+// `rows` real, the rest zero-filled) at element `at` of q and dout into
+// the stage at `slot` (Q, then dO), laid out as load_rows lays them. One
+// loop for both, its index math shared, so that the loading warpgroup's
+// registers stay few.
+__device__ __forceinline__ void load_step(unsigned slot, const unsigned short *q,
+                                          const unsigned short *dout, long long at,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = 128 / kPieces;
+  static_assert(kBlockM % kRowStep == 0 && kRowStep % 8 == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
+  unsigned dst = slot + (c >> 3) * (kBlockM * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
+  long long off = at + row0 * row_stride + c * 8;
+#pragma unroll kLoadUnroll
+  for (int row = row0; row < kBlockM; row += kRowStep) {
+    const bool real = row < rows;
+    cp_async_16(dst, q + (real ? off : 0), real ? 16 : 0);
+    cp_async_16(dst + kQBytes, dout + (real ? off : 0), real ? 16 : 0);
+    dst += kRowStep * kRowBytes;
+    off += kRowStep * row_stride;
+  }
+}
+
+// One CTA tile of keys: its sequence, its keys and the steps that reach
+// them (q head hk * group + i / q_tiles, query tile qt0 + i % q_tiles).
+// Both roles walk the same tiles and steps.
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
+// dV, and dK with the scale, of this warp's 16 key rows (tile rows key0 -
+// g + 0..15) through its 16 of its warpgroup's dQ staging rows at `st`
+// (shared address; free: the last bulk add read them): 16-byte chunks,
+// swizzled by the row so that the quads' 4-byte stores take one wavefront
+// a row, then 16 bytes a lane to global memory. The 4-byte stores straight
+// from the accumulators that jagged_bwd_sm90.cu makes (store_dkv) held up
+// the computing warps at every tile's end: on the H200 (the harness as
+// above) this ran 1.02-1.06x them, but 0.98x at L 4096 causal
+// (bench/results/2026-12-04-h200-jagged-bwd-ws-staged-stores.log).
+__device__ __forceinline__ void store_dkv_staged(const float (&acc_v)[kHalves][8][4],
+                                                 const float (&acc_k)[kHalves][8][4],
+                                                 unsigned short *dk, unsigned short *dv,
+                                                 long long k_row, long long k_stride, int key0,
+                                                 int nk, int tq, int lane, unsigned st) {
+  constexpr int kRowChunks = kHeadDim / 8;  // 16-byte chunks of a row
+  static_assert(16 * kRowChunks * 16 <= 16 * kStageStride * 4, "16 rows fit the warp's staging rows");
+  const int g = lane >> 2, row0 = key0 - g;  // the warp's first key row of the tile
+#pragma unroll
+  for (int which = 0; which < 2; which++) {  // dV, then dK
+    const float (&acc)[kHalves][8][4] = which ? acc_k : acc_v;
+    const float scale = which ? kScale : 1.f;
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+      const int r = g + 8 * hi;
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(st + r * (kRowChunks * 16) +
+                                                        (((hh * 8 + n) ^ (r & 7)) << 4) + 4 * tq),
+                       "r"(pack2(acc[hh][n][2 * hi] * scale, acc[hh][n][2 * hi + 1] * scale))
+                       : "memory");
+    }
+    __syncwarp();
+    unsigned short *const out = (which ? dk : dv) + k_row;
+#pragma unroll
+    for (int x = lane; x < 16 * kRowChunks; x += 32) {
+      const int r = x / kRowChunks, c = x % kRowChunks;
+      uint4 v4;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v4.x), "=r"(v4.y), "=r"(v4.z), "=r"(v4.w)
+                   : "r"(st + r * (kRowChunks * 16) + ((c ^ (r & 7)) << 4)) : "memory");
+      if (row0 + r < nk)
+        *reinterpret_cast<uint4 *>(out + (row0 + r) * k_stride + 8 * c) = v4;
+    }
+    __syncwarp();  // read before dK (or the next tile's dQ) is staged
+  }
+}
+
+/* ---- begin kernel _kv ----
+ * KV-stationary: a CTA owns kBlockN keys of one kv head and walks the
+ * group's q heads in order and, for each, the query tiles of the band.
+ * Warpgroup 0 copies K and V (once both computing warpgroups released the
+ * last tile's) and each step's Q, dO, LSE and D into a ring of kStages
+ * stages (each refilled once both released it). Computing warpgroup w owns
+ * keys 64w..: per step S^T = K Q^T and dP^T = V dO^T, P^T and dS^T in
+ * registers, dS^T to shared memory, dQ = dS K (head dim 128: its 64
+ * columns over all keys, after a barrier of the computing warpgroups;
+ * head dim 64: over its own keys), dV += P^T dO and dK += dS^T Q, and dQ
+ * staged and bulk-added to the accumulator while dV and dK run. */
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+ag_gem_d64_bf16_causal_w256_0_bwd_long_kv(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
+  (void)o;
+  (void)dq;
+  __shared__ __align__(8) unsigned long long bars[2 + 2 * kStages];  // kv full, kv empty, full[s], empty[s]
+  __shared__ long long tile_s;      // the loader's tile for the computing warpgroups; -1: the end
+  __shared__ long long picks_s[2];  // the counter's numbers, for the loading warpgroup
+  if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
+  const int group = heads / kv_heads;
+  const long long numbers = num_tiles * kv_heads;  // number i: key tile i / kv_heads, kv head i % kv_heads
+  const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
+  const unsigned base = smem_addr(smem);
+  const unsigned k_a = base, v_a = base + kKBytes, ring_a = base + kRingAt, ds_a = base + kDsAt;
+  float *const rows_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kRowsAt);
+  const unsigned kv_full = smem_addr(bars), kv_empty = kv_full + 8, full0 = kv_full + 16,
+                 empty0 = full0 + 8 * kStages;
+  if (threadIdx.x == 0) {
+    mbar_init(kv_full, 128 + 1);  // the copies' arrivals and thread 0's, which wrote tile_s
+    // Every computing thread releases what it read (its reads of the row
+    // floats are plain loads): one arrival each.
+    mbar_init(kv_empty, kMathThreads);
+    for (int s = 0; s < kStages; s++) {
+      mbar_init(full0 + 8 * s, 128);
+      mbar_init(empty0 + 8 * s, kMathThreads);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  // The warpgroup, broadcast from lane 0 so that the compiler sees it
+  // warp-uniform (wgmma under a branch it cannot prove uniform serializes).
+  const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+
+  if (wgi == 0) {
+    // ---- the loading warpgroup ----
+    regs_dec<kLoadRegs>();
+    int n = 0, t = 0;  // steps and tiles loaded so far
+#pragma unroll 1
+    for (long long j = 0;; j++) {
+      // The next number, for the whole warpgroup (barrier 4: 1..3 are the
+      // computing warpgroups'); two slots, as a slot is rewritten only
+      // after the next barrier, which every reader of it passed.
+      if (threadIdx.x == 0)
+        picks_s[j & 1] = (long long)atomicAdd(tile_counter(di, heads, total_q), 1ull);
+      named_barrier_sync(4, 128);
+      const long long id = picks_s[j & 1];
+      if (id >= numbers) break;
+      const int hk = (int)(id % kv_heads);
+      const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k,
+                                  id / kv_heads, hk, group, k_stride);
+      if (!kt.used) continue;
+      if (t > 0) mbar_wait(kv_empty, (t - 1) & 1);
+      if (threadIdx.x == 0) tile_s = id;
+      load_rows<kBlockN>(k_a, k + kt.k_row, k_stride, kt.nk);
+      load_rows<kBlockN>(v_a, v + kt.k_row, k_stride, kt.nk);
+      mbar_arrive_on_copies(kv_full);
+      if (threadIdx.x == 0) mbar_arrive(kv_full);
+      // Step i reads query tile qt0 + jq of q head h: both advance by
+      // counting (no division), the tokens and rows as 32-bit where they
+      // fit, so that the loop stays inside kLoadRegs.
+      const long long tok0 = kt.sp.q_start + kt.qt0 * kBlockM;  // the first step's first token
+      const int rows0 = (int)(kt.sp.q_len - kt.qt0 * kBlockM);  // its rows to the sequence end
+      int jq = 0, h = hk * group;
+#pragma unroll 1
+      for (int i = 0; i < kt.n_steps; i++, n++) {
+        const int s = n % kStages;
+        if (n >= kStages) mbar_wait(empty0 + 8 * s, (n / kStages - 1) & 1);
+        const int mq = min(kBlockM, rows0 - kBlockM * jq);
+        const long long tok = tok0 + kBlockM * jq;
+        const unsigned slot = ring_a + s * 2 * kQBytes;
+        load_step(slot, q, dout, tok * q_stride + (long long)h * kHeadDim, q_stride, mq);
+        // LSE of the step's rows, then D: float x of the 2 kBlockM is row x
+        // % kBlockM's, thread x copies it (and with 128-row steps x + 128).
+        const int r = threadIdx.x % kBlockM;
+        const long long row = (long long)h * total_q + tok + (r < mq ? r : 0);
+        float *f = rows_s + s * 2 * kBlockM + threadIdx.x;
+        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+        if constexpr (kBlockM == 128) cp_async_4(smem_addr(f + 128), di + row, r < mq ? 4 : 0);
+        mbar_arrive_on_copies(full0 + 8 * s);
+        if (++jq == kt.q_tiles) {
+          jq = 0;
+          h++;
+        }
+      }
+      t++;
+    }
+    // No tile left: the computing warpgroups, done with the last one, read
+    // the end.
+    if (t > 0) mbar_wait(kv_empty, (t - 1) & 1);
+    if (threadIdx.x == 0) tile_s = -1;
+    mbar_arrive(kv_full);
+    if (threadIdx.x == 0) mbar_arrive(kv_full);
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ---- the computing warpgroups ----
+  regs_inc<kMathRegs>();
+  float *const stage_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kStageAt);
+  float *const dq_acc = di + dq_accumulator_at(heads, total_q);
+  const int mt = threadIdx.x - 128;  // thread index among the computing ones
+  const int wg = mt >> 7;  // this warpgroup's keys: 64 wg..
+  const int warp = (mt >> 5) & 3;  // its rows in them: 16 warp..
+  const int lane = mt & 31, g = lane >> 2, tq = lane & 3;
+  const int key0 = 64 * wg + 16 * warp + g;  // this thread's first key row of the tile (+8)
+  int n = 0;  // steps computed so far
+#pragma unroll 1
+  for (int t = 0;; t++) {
+    mbar_wait(kv_full, t & 1);
+    const long long id = *static_cast<volatile long long *>(&tile_s);
+    if (id < 0) break;
+    const int hk = (int)(id % kv_heads);
+    const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k,
+                                id / kv_heads, hk, group, k_stride);
+    const SeqSpan &sp = kt.sp;
+    const long long delta = sp.k_len - sp.q_len;
+    float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc_v[hh][j][e] = acc_k[hh][j][e] = 0.f;
+
+#pragma unroll 1
+    for (int i = 0; i < kt.n_steps; i++, n++) {
+      const int s = n % kStages;
+      mbar_wait(full0 + 8 * s, (n / kStages) & 1);
+      fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+      const int h = hk * group + i / kt.q_tiles;
+      const long long i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const unsigned q_a = ring_a + s * 2 * kQBytes, do_a = q_a + kQBytes;
+      const float *const lse_r = rows_s + s * 2 * kBlockM, *const d_r = lse_r + kBlockM;
+      const unsigned dst_a = ds_a + (n & 1) * kDsBytes;  // this step's dS^T buffer
+
+      // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys: rows
+      // are keys (key0, key0 + 8), columns the step's queries. Committed
+      // apart, so that P^T is computed while dP^T runs.
+      float sp_t[kChunks][4], dp[kChunks][4];  // S^T, then P^T in place
+      wgmma_fence();
+      keys_times_queries(sp_t, k_a, q_a, wg);
+      wgmma_commit();
+      keys_times_queries(dp, v_a, do_a, wg);
+      wgmma_commit();
+      wgmma_wait<1>();  // S^T; dP^T runs on
+      wgmma_hold(sp_t);
+
+      // P^T, and its 16-bit pairs (the A operand of dV). Masks as
+      // jagged_bwd_sm90.cu's: a key row past the sequence end is masked too.
+      const Band band = tile_band(i0, kt.k0, delta);
+      const bool full = mq == kBlockM && kt.nk == kBlockN && band.lo <= -(kBlockM - 1) &&
+                        band.hi >= kBlockN - 1;
+      unsigned p16[kChunks][2], ds16[kChunks][2];
+#pragma unroll
+      for (int j = 0; j < kChunks; j++) {
+        const int col = 8 * j + 2 * tq;
+        const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int c = col + (e & 1), row = key0 + (e < 2 ? 0 : 8);
+          float m = (e & 1) ? lr.y : lr.x;
+          m = m == neg_inf() ? __int_as_float(0x7f800000) : m * kLog2e;  // no key: P = 0
+          float p = fast_exp2(fmaf(sp_t[j][e], kScaleLog2, -m));
+          if (!full) {
+            const int xd = row - c;
+            if (c >= mq || row >= kt.nk || xd < band.lo || xd > band.hi) p = 0.f;
+          }
+          sp_t[j][e] = p;
+        }
+      }
+      wgmma_wait<0>();  // dP^T
+      wgmma_hold(dp);
+      // dS^T = P^T (.) (dP^T - D) as 16-bit pairs (the A operand of dK),
+      // and to shared memory for dQ: row key0 (+ 8) of the step's
+      // [key][query] matrices (64 queries each), chunk j.
+#pragma unroll
+      for (int j = 0; j < kChunks; j++) {
+        const int col = 8 * j + 2 * tq;
+        const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
+        ds16[j][0] = pack2(sp_t[j][0] * (dp[j][0] - dd.x), sp_t[j][1] * (dp[j][1] - dd.y));
+        ds16[j][1] = pack2(sp_t[j][2] * (dp[j][2] - dd.x), sp_t[j][3] * (dp[j][3] - dd.y));
+        p16[j][0] = pack2(sp_t[j][0], sp_t[j][1]);
+        p16[j][1] = pack2(sp_t[j][2], sp_t[j][3]);
+        store_ds_t(dst_a, key0, j, tq, ds16[j][0], ds16[j][1]);
+      }
+
+      // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
+      // MN-major. The staging rows are free once every thread of the
+      // warpgroup saw the last step's bulk adds read them (the barrier).
+      bulk_wait_read<0>();
+      fence_proxy_async();  // dS^T is read by wgmma
+      if constexpr (kOwnDs) named_barrier_sync(2 + wg, 128);
+      else named_barrier_sync(1, kMathThreads);
+      float c[8][4];
+      wgmma_fence();
+      issue_dq(c, dst_a, k_a, wg);
+      wgmma_commit();
+      issue_dkv(acc_v, acc_k, p16, ds16, q_a, do_a);
+      wgmma_commit();
+
+      wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging
+      wgmma_hold(c);
+
+      // c's rows are the step's queries 16 warp + g (+ 8) (of 64 wg.. with
+      // 128-row steps), its columns 8j + 2tq of this warpgroup's 64 (head
+      // dim 128) or of the head: to the warpgroup's staging rows in the
+      // accumulator's tile layout, then one bulk fp32 add of the real rows
+      // (the copy engine adds).
+      float *const stage = stage_s + wg * 64 * kStageStride;
+      const int q_off = kBlockM == 128 ? 64 * wg : 0;  // c's first query row of the step
+      const long long t0 = sp.q_src + i0 + q_off;  // c's first token
+      const int mc = min(64, mq - q_off);  // c's real rows (none: no add)
+#pragma unroll
+      for (int hi = 0; hi < 2; hi++) {
+        const int r = 16 * warp + g + 8 * hi;
+        float *const srow = stage + r * kStageStride + 2 * tq;
+        const int swz = (int)((t0 + r) & 7);  // jagged_bwd_rows.cuh's dq_group_at
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+          *reinterpret_cast<float2 *>(srow + 8 * (j ^ swz)) =
+              make_float2(c[j][2 * hi], c[j][2 * hi + 1]);
+      }
+      fence_proxy_async();  // the staging rows are read by the copy engine
+      named_barrier_sync(2 + wg, 128);
+      const int half = kHalves == 2 ? wg : 0;  // the 64 columns of the head c holds
+      if ((mt & 127) == 0 && mc > 0) {
+        bulk_reduce_add(dq_acc + ((long long)(h * kHalves + half) * total_q + t0) * 64,
+                        smem_addr(stage), mc * 64 * 4);
+        bulk_commit();
+      }
+
+      // dV and dK are done: the stage may be refilled.
+      wgmma_wait<0>();
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++) {
+        wgmma_hold(acc_v[hh]);
+        wgmma_hold(acc_k[hh]);
+      }
+      keep(p16);
+      keep(ds16);
+      mbar_arrive(empty0 + 8 * s);
+    }
+    // Every product reading K and V is done: the next tile's may land.
+    mbar_arrive(kv_empty);
+
+    // dV, and dK with the scale, of the warp's key rows, once the
+    // warpgroup's last bulk add read the staging rows.
+    if ((mt & 127) == 0) bulk_wait_read<0>();
+    named_barrier_sync(2 + wg, 128);
+    store_dkv_staged(acc_v, acc_k, dk, dv, kt.k_row, k_stride, key0, kt.nk, tq, lane,
+                     smem_addr(stage_s + (wg * 64 + 16 * warp) * kStageStride));
+  }
+  bulk_wait_read<0>();  // the staging rows are read before the CTA's memory goes
+}
+/* ---- end kernel _kv ---- */
+
+}  // namespace bwd_long

@@ -483,7 +483,16 @@ int main(int argc, char **argv) {
         if (kVariants[i].bf16 && !kVariants[i].window && kVariants[i].block == 64) vs.push_back(i);
     // the same lengths for every variant of an L, so rows compare
     const uint64_t start = rng_state;
-    for (int L : {1024, 4096})
+    // BWD_LENGTHS: the maximum lengths L (default "1024 4096")
+    std::vector<int> lens;
+    if (const char *e = getenv("BWD_LENGTHS"))
+      for (char *end; *e; e = end) {
+        const long L = strtol(e, &end, 10);
+        if (end == e) break;
+        lens.push_back((int)L);
+      }
+    if (lens.empty()) lens = {1024, 4096};
+    for (int L : lens)
       for (int vi : vs) {
         rng_state = start ^ (uint64_t)L;
         time_one(vi, L, 1152, 4);
