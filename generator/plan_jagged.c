@@ -183,11 +183,14 @@ static void plan_backward(ag_plan *p) {
   j->sum_threads = 256;
 }
 
-/* jagged_bwd_ws.cu's shared memory (its static_assert): K and V, the
- * stages' Q and dO, two dS^T, the stages' row floats, a warpgroup's 64
- * staging rows of 64 fp32 each. */
+/* jagged_bwd_ws.cu's shared memory (its static_assert): the K, V slots
+ * (two at head dim 64, where the next tile's land during this one's last
+ * steps: 231,424 bytes in all, the most a CTA may take beside its 1 KB of
+ * static barriers; one at 128), the stages' Q and dO, two dS^T, the
+ * stages' row floats, a warpgroup's 64 staging rows of 64 fp32 each. */
 static int ws_smem_bytes(int head_dim, int m, int n, int stages) {
-  return 4 * head_dim * (n + stages * m) + 4 * n * m + 8 * stages * m + n * 64 * 4;
+  const int kv_slots = head_dim == 64 ? 2 : 1;
+  return 4 * head_dim * (kv_slots * n + stages * m) + 4 * n * m + 8 * stages * m + n * 64 * 4;
 }
 
 /* The fast backward's _kv warp specialized (templates/jagged_bwd_ws.cu),
@@ -204,7 +207,7 @@ static int ws_smem_bytes(int head_dim, int m, int n, int stages) {
  * head) numbers from a counter in the workspace, which _pre zeroes
  * (AG_WALK_JAGGED_K_COUNTER). Shared memory: K, V, the stages, two dS^T,
  * the stages' row floats, the staging rows: 197,632 bytes at head dim
- * 128, 198,656 at 64. In the dev harness on the H200 (bf16, batch 1152, 4
+ * 128, 231,424 at 64 (two K, V slots). In the dev harness on the H200 (bf16, batch 1152, 4
  * heads, lengths uniform in [1, L], L 1024 / 4096) it ran 305 / 433
  * TFLOP/s at head dim 128 against jagged_bwd_sm90.cu's 244 / 329, 205 /
  * 362 causal against 181 / 295 (session 17's run); at head dim 64, 256 /

@@ -88,19 +88,25 @@ constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-ma
 // (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
 constexpr bool kOwnDs = kHalves == 1 && kBlockM == 64;
 constexpr int kChunks = kBlockM / 8;  // 8-column chunks of S^T's queries
-// Shared memory: K, V; the stages' Q and dO; two dS^T buffers (a step
+// K and V slots: at head dim 64 two (the next tile's K, V land while the
+// last steps of this one run; they take the 32 KB the SM has left), at 128
+// one (no room). On the H200 two ran 1.00-1.02x one, in the harness and
+// the product (bench/results/2026-12-04-h200-jagged-bwd-kv-slots.log).
+constexpr int kKvSlots = kHeadDim == 64 ? 2 : 1;
+// Shared memory: the K, V slots; the stages' Q and dO; two dS^T buffers (a step
 // writes one while the other warpgroup's dQ may still read the last);
 // the stages' LSE and D; one set of dQ staging rows per warpgroup (64 rows
 // of 64 fp32 as the accumulator's tiles lay them out: the 8-float chunks
 // swizzled by the token, so that a warp's float2 stores take the two
 // wavefronts their 256 bytes need).
-constexpr int kRingAt = 2 * kKBytes;
+constexpr int kRingAt = kKvSlots * 2 * kKBytes;
 constexpr int kDsAt = kRingAt + kStages * 2 * kQBytes;
 constexpr int kRowsAt = kDsAt + 2 * kDsBytes;
 constexpr int kStageStride = 64;
 constexpr int kStageAt = kRowsAt + kStages * 2 * 4 * kBlockM;
 static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
-              "the plan's shared memory is K, V, the Q, dO stages, two dS^T, the row floats and "
+              "the plan's shared memory is the K, V slots, the Q, dO stages, two dS^T, the row "
+              "floats and "
               "the dQ staging rows");
 /* ---- end jagged backward constants ---- */
 
@@ -273,23 +279,27 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 @KERNEL_NAME@_kv(@PARAMS@) {
   (void)o;
   (void)dq;
-  __shared__ __align__(8) unsigned long long bars[2 + 2 * kStages];  // kv full, kv empty, full[s], empty[s]
-  __shared__ long long tile_s;      // the loader's tile for the computing warpgroups; -1: the end
+  // kv full[slot], kv empty[slot], full[stage], empty[stage]
+  __shared__ __align__(8) unsigned long long bars[2 * kKvSlots + 2 * kStages];
+  __shared__ long long tile_s[kKvSlots];  // the loader's tile for the computing warpgroups; -1: the end
   __shared__ long long picks_s[2];  // the counter's numbers, for the loading warpgroup
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
   const int group = heads / kv_heads;
   const long long numbers = num_tiles * kv_heads;  // number i: key tile i / kv_heads, kv head i % kv_heads
   const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
   const unsigned base = smem_addr(smem);
-  const unsigned k_a = base, v_a = base + kKBytes, ring_a = base + kRingAt, ds_a = base + kDsAt;
+  const unsigned ring_a = base + kRingAt, ds_a = base + kDsAt;  // K, V of slot x at base + 2 kKBytes x
   float *const rows_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kRowsAt);
-  const unsigned kv_full = smem_addr(bars), kv_empty = kv_full + 8, full0 = kv_full + 16,
-                 empty0 = full0 + 8 * kStages;
+  const unsigned kv_full0 = smem_addr(bars), kv_empty0 = kv_full0 + 8 * kKvSlots,
+                 full0 = kv_empty0 + 8 * kKvSlots, empty0 = full0 + 8 * kStages;
   if (threadIdx.x == 0) {
-    mbar_init(kv_full, 128 + 1);  // the copies' arrivals and thread 0's, which wrote tile_s
-    // Every computing thread releases what it read (its reads of the row
-    // floats are plain loads): one arrival each.
-    mbar_init(kv_empty, kMathThreads);
+    for (int x = 0; x < kKvSlots; x++) {
+      // the copies' arrivals and thread 0's, which wrote tile_s[x]
+      mbar_init(kv_full0 + 8 * x, 128 + 1);
+      // Every computing thread releases what it read (its reads of the
+      // row floats are plain loads): one arrival each.
+      mbar_init(kv_empty0 + 8 * x, kMathThreads);
+    }
     for (int s = 0; s < kStages; s++) {
       mbar_init(full0 + 8 * s, 128);
       mbar_init(empty0 + 8 * s, kMathThreads);
@@ -319,10 +329,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k,
                                   id / kv_heads, hk, group, k_stride);
       if (!kt.used) continue;
-      if (t > 0) mbar_wait(kv_empty, (t - 1) & 1);
-      if (threadIdx.x == 0) tile_s = id;
+      // Tile t takes slot t % kKvSlots, once its tile before was done.
+      const int x = t % kKvSlots;
+      const unsigned kv_full = kv_full0 + 8 * x, k_a = base + x * 2 * kKBytes;
+      if (t >= kKvSlots) mbar_wait(kv_empty0 + 8 * x, (t / kKvSlots - 1) & 1);
+      if (threadIdx.x == 0) tile_s[x] = id;
       load_rows<kBlockN>(k_a, k + kt.k_row, k_stride, kt.nk);
-      load_rows<kBlockN>(v_a, v + kt.k_row, k_stride, kt.nk);
+      load_rows<kBlockN>(k_a + kKBytes, v + kt.k_row, k_stride, kt.nk);
       mbar_arrive_on_copies(kv_full);
       if (threadIdx.x == 0) mbar_arrive(kv_full);
       // Step i reads query tile qt0 + jq of q head h: both advance by
@@ -356,10 +369,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
     // No tile left: the computing warpgroups, done with the last one, read
     // the end.
-    if (t > 0) mbar_wait(kv_empty, (t - 1) & 1);
-    if (threadIdx.x == 0) tile_s = -1;
-    mbar_arrive(kv_full);
-    if (threadIdx.x == 0) mbar_arrive(kv_full);
+    const int x = t % kKvSlots;
+    if (t >= kKvSlots) mbar_wait(kv_empty0 + 8 * x, (t / kKvSlots - 1) & 1);
+    if (threadIdx.x == 0) tile_s[x] = -1;
+    mbar_arrive(kv_full0 + 8 * x);
+    if (threadIdx.x == 0) mbar_arrive(kv_full0 + 8 * x);
     cp_async_wait<0>();
     return;
   }
@@ -376,8 +390,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   int n = 0;  // steps computed so far
 #pragma unroll 1
   for (int t = 0;; t++) {
-    mbar_wait(kv_full, t & 1);
-    const long long id = *static_cast<volatile long long *>(&tile_s);
+    const int x = t % kKvSlots;
+    const unsigned k_a = base + x * 2 * kKBytes, v_a = k_a + kKBytes;
+    mbar_wait(kv_full0 + 8 * x, (t / kKvSlots) & 1);
+    const long long id = *static_cast<volatile long long *>(&tile_s[x]);
     if (id < 0) break;
     const int hk = (int)(id % kv_heads);
     const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k,
@@ -512,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       mbar_arrive(empty0 + 8 * s);
     }
     // Every product reading K and V is done: the next tile's may land.
-    mbar_arrive(kv_empty);
+    mbar_arrive(kv_empty0 + 8 * x);
 
     // dV, and dK with the scale, of the warp's key rows, once the
     // warpgroup's last bulk add read the staging rows.

@@ -160,8 +160,9 @@ VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, {"STAGES": 2, "TAG"
 
 
 def smem_ws(d, bn, stages, bm=64):
-    """jagged_bwd_ws.cu's @SMEM_BYTES@."""
-    return 4 * d * (bn + stages * bm) + 4 * bn * bm + 8 * stages * bm + bn // 64 * 64 * 64 * 4
+    """jagged_bwd_ws.cu's @SMEM_BYTES@ (plan_jagged.c's ws_smem_bytes)."""
+    kv_slots = 2 if d == 64 else 1
+    return 4 * d * (kv_slots * bn + stages * bm) + 4 * bn * bm + 8 * stages * bm + bn // 64 * 64 * 64 * 4
 
 
 def sm90_min_ctas(d, bn):
