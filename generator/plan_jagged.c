@@ -232,10 +232,10 @@ static void plan_backward_ws(ag_plan *p) {
  * keys, plan_backward_fast) for runs of short sequences, and the
  * warp-specialized kernel above on 128-row steps for runs whose mean query
  * length passes 1024. In the dev harness on the H200 (bf16, batch 1152, 4
- * heads, causal, lengths uniform in [1, L]) the warp-specialized one ran
- * 156 TFLOP/s at L 1024 (mean 512) against 174, and 274 at L 4096 (mean
- * 2048) against 243 (bench/results/2026-12-04-h200-jagged-bwd-ws-staged-stores.log,
- * bench/results/2026-12-04-h200-jagged-fa4.md). */
+ * heads, causal, lengths uniform in [1, L], mean about L / 2), TFLOP/s of
+ * the warp-specialized one against jagged_bwd_sm90.cu: L 1024 156 / 176,
+ * 1536 193 / 203, 2048 223 / 222, 3072 255 / 239, 4096 273 / 246
+ * (bench/results/2026-12-04-h200-jagged-bwd-long-gpu-suite.log). */
 static void plan_backward_long(ag_plan *p) {
   ag_plan_jagged *j = &p->jagged;
   const int m = 128, n = 128, stages = 2;
