@@ -15,9 +15,10 @@
 @#   jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh, jagged_bwd_rows.cuh.
 @# Placeholders: @KERNEL_NAME@ @PARAMS@ @HEAD_DIM@ (64 | 128) @BLOCK_M@
 @#   (query rows of a step: 64, or 128 at head dim 64) @BLOCK_N@ (keys of
-@#   a CTA: 128, 64 per computing warpgroup) @STAGES@ (Q/dO stages, >= 2) @SMEM_BYTES@ (= 4 *
-@#   HEAD_DIM * (BLOCK_N + STAGES * BLOCK_M) + 4 * BLOCK_N * BLOCK_M + 8 *
-@#   STAGES * BLOCK_M + BLOCK_N * 64 * 4) @ROWS_THREADS@ @SCALE@
+@#   a CTA: 128, 64 per computing warpgroup) @STAGES@ (Q/dO stages, >= 2)
+@#   @SMEM_BYTES@ (= 4 * HEAD_DIM * (KV_SLOTS * BLOCK_N + STAGES * BLOCK_M)
+@#   + 4 * BLOCK_N * BLOCK_M + 8 * STAGES * BLOCK_M + BLOCK_N * 64 * 4,
+@#   KV_SLOTS 2 at head dim 64, else 1) @ROWS_THREADS@ @SCALE@
 @#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ (as in jagged_bwd_sm90.cu).
 @# Kernels and host rule: jagged_bwd_sm90.cu's (_pre, _kv, _dq on one
