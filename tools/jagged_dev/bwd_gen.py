@@ -154,6 +154,14 @@ VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, M128))
 # - a bulk dQ add a warp instead of a warpgroup: 0.96-1.03x.
 # - dK, dV stored 16 bytes a lane through the staging rows: 1.02-1.06x,
 #   0.98x at L 4096 causal; now in the template.
+# dV and dK as one m64n128k16 a k-step at head dim 128 (a dev copy,
+# tools/jagged_dev/jagged_bwd_wsn.cu), named "ws-n128 ..."; written
+# 2026-12-04 from bench/NOTES-fa3-backward.md item 1, not yet run.
+WSN = "../tools/jagged_dev/jagged_bwd_wsn.cu"
+for dt in ("bf16", "f16"):
+    for causal in (False, True):
+        VARIANTS.append((dt, 128, causal, False, -1, -1, 128, 2, WSN, {"STAGES": 2, "TAG": "n128"}))
+VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WSN, {"STAGES": 2, "TAG": "n128"}))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
@@ -187,7 +195,7 @@ def main():
         dt, d, causal, window, left, right, blk, fast = v[:8]
         tpl = v[8] if len(v) > 8 else None
         knobs = v[9] if len(v) > 9 else None
-        prefix = (f"ws-{knobs['TAG']} " if tpl == WS else f"sm90x-{knobs['TAG']} " if knobs else
+        prefix = (f"ws-{knobs['TAG']} " if tpl in (WS, WSN) else f"sm90x-{knobs['TAG']} " if knobs else
                   "sm90q " if tpl else {0: "", 1: "fast ", 2: "sm90 "}[int(fast)])
         label = (f'{prefix}{dt} d{d} {"causal" if causal else "full"}'
                  f'{f" win[{left},{right}]" if window else ""} blk{blk}')
@@ -204,7 +212,7 @@ def main():
                     MMA_TYPE=dt, PAIR_TYPE=dt + "x2", CAUSAL="true" if causal else "false",
                     WINDOW="true" if window else "false", WINDOW_LEFT=left, WINDOW_RIGHT=right,
                     BROADCAST=0, SUM_THREADS=256, ROTARY="false", ROTARY_TABLE="false")
-        if tpl == WS:
+        if tpl in (WS, WSN):
             bm = knobs.get("BLOCK_M", 64)
             sk = smem_ws(d, blk, knobs["STAGES"], bm)
             vals.update(BLOCK_M=bm, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256, WGMMA_N128=bm == 128,
