@@ -5,7 +5,9 @@
 @# one m64n128k16 wgmma a k-step (B read MN-major across both 64-column
 @# halves: the descriptor's leading byte offset is the halves' distance)
 @# instead of two m64n64k16, as FlashAttention-3 issues them
-@# (bench/NOTES-fa3-backward.md, item 1).
+@# (bench/NOTES-fa3-backward.md, item 1). Knobs: @N128@ (that) and
+@# @EARLY@ (the step's LSE and D read into registers right after S^T and
+@# dP^T are issued, before the waits: item 4).
 @# jagged_bwd_ws.cu: jagged (varlen) attention backward on sm_90a, warp
 @# specialized: the key-stationary kernel of jagged_bwd_sm90.cu with its
 @# copies taken off the computing warps. Warpgroup 0 copies K and V once a
@@ -47,6 +49,7 @@ constexpr int kMathThreads = 128 * kMathWgs;
 constexpr int kThreads = 128 + kMathThreads;  // warpgroup 0 loads
 constexpr int kRowsThreads = @ROWS_THREADS@;  // threads of _pre and _dq
 constexpr int kStages = @STAGES@;  // Q, dO stages
+constexpr bool kN128 = @N128@, kEarly = @EARLY@;
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory of _kv, as planned
 // setmaxnreg budgets. At head dim 128 the computing warpgroups need 240
 // (at 232 ptxas serialized every wgmma: 267 / 376 TFLOP/s at L 1024 / 4096
@@ -309,13 +312,15 @@ __device__ __forceinline__ unsigned long long sw128_desc_lbo(unsigned tile, unsi
   return sw128_desc(tile, offset) - ((unsigned long long)1 << 16) +
          ((unsigned long long)(lbo >> 4) << 16);
 }
-// issue_dkv at head dim 128 with one 64x128 product a k-step for each.
-__device__ __forceinline__ void issue_dkv_n128(float (&acc_v)[kHalves][8][4],
-                                               float (&acc_k)[kHalves][8][4],
+// issue_dkv at head dim 128 with one 64x128 product a k-step for each (a
+// template, so that head dim 64 never instantiates it).
+template <int kH>
+__device__ __forceinline__ void issue_dkv_n128(float (&acc_v)[kH][8][4],
+                                               float (&acc_k)[kH][8][4],
                                                const unsigned (&p16)[kBlockM / 8][2],
                                                const unsigned (&ds16)[kBlockM / 8][2],
                                                unsigned q_a, unsigned do_a) {
-  static_assert(kHalves == 2, "head dim 128");
+  static_assert(kH == 2, "head dim 128");
 #pragma unroll
   for (int j = 0; j < kBlockM / 16; j++) {
     const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
@@ -494,6 +499,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
       keys_times_queries(dp, v_a, do_a, wg);
       wgmma_commit();
+      float2 lr_e[kEarly ? kChunks : 1], dd_e[kEarly ? kChunks : 1];
+      if constexpr (kEarly) {
+#pragma unroll
+        for (int j = 0; j < kChunks; j++) {
+          lr_e[j] = *reinterpret_cast<const float2 *>(lse_r + 8 * j + 2 * tq);
+          dd_e[j] = *reinterpret_cast<const float2 *>(d_r + 8 * j + 2 * tq);
+        }
+      }
       wgmma_wait<1>();  // S^T; dP^T runs on
       wgmma_hold(sp_t);
 
@@ -506,7 +519,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int j = 0; j < kChunks; j++) {
         const int col = 8 * j + 2 * tq;
-        const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
+        const float2 lr = kEarly ? lr_e[kEarly ? j : 0] : *reinterpret_cast<const float2 *>(lse_r + col);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int c = col + (e & 1), row = key0 + (e < 2 ? 0 : 8);
@@ -528,7 +541,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int j = 0; j < kChunks; j++) {
         const int col = 8 * j + 2 * tq;
-        const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
+        const float2 dd = kEarly ? dd_e[kEarly ? j : 0] : *reinterpret_cast<const float2 *>(d_r + col);
         ds16[j][0] = pack2(sp_t[j][0] * (dp[j][0] - dd.x), sp_t[j][1] * (dp[j][1] - dd.y));
         ds16[j][1] = pack2(sp_t[j][2] * (dp[j][2] - dd.x), sp_t[j][3] * (dp[j][3] - dd.y));
         p16[j][0] = pack2(sp_t[j][0], sp_t[j][1]);
@@ -547,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
       issue_dq(c, dst_a, k_a, wg);
       wgmma_commit();
-      if constexpr (kHalves == 2) issue_dkv_n128(acc_v, acc_k, p16, ds16, q_a, do_a);
+      if constexpr (kN128 && kHalves == 2) issue_dkv_n128(acc_v, acc_k, p16, ds16, q_a, do_a);
       else issue_dkv(acc_v, acc_k, p16, ds16, q_a, do_a);
       wgmma_commit();
 
