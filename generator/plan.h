@@ -146,6 +146,16 @@ typedef struct ag_plan_bwd {
 
 /* ---- the jagged pattern's shapes (plan_jagged.c) ------------------------- */
 enum { AG_FUSED_VARIANTS = 2 }; /* one-pass broadcast backwards: 64 and 128 rows */
+/* One fast sm_90a backward's key-stationary _kv (beside its _pre and _dq):
+ * templates/jagged_bwd_ws.cu when ws (a loading warpgroup and `stages` Q,
+ * dO stages), else jagged_bwd_sm90.cu. */
+typedef struct ag_plan_jagged_kv {
+  int block_m, block_n, threads, smem_bytes;
+  int min_ctas; /* CTAs an SM: 3 at head dim 64 takes one slot of staging rows */
+  bool ws;
+  int stages;
+} ag_plan_jagged_kv;
+
 typedef struct ag_plan_jagged {
   int fwd_block_m, fwd_block_n, fwd_warps, fwd_stages, fwd_smem_bytes, fwd_min_ctas;
   /* the forward is templates/jagged_fwd_sm90.cu (wgmma, sm_90a, head dim
@@ -172,21 +182,16 @@ typedef struct ag_plan_jagged {
   int fused_smem_bytes[AG_FUSED_VARIANTS], fused_min_ctas[AG_FUSED_VARIANTS];
   /* sm_90a, not deterministic, not broadcast: the backward is one
    * key-stationary wgmma kernel with atomic dQ between a D kernel and a
-   * dQ kernel (templates/jagged_bwd_sm90.cu) instead of _dq and _dkv;
-   * 0 rows where not */
-  int fast_block_m, fast_block_n, fast_threads, fast_smem_bytes, fast_rows_threads;
-  int fast_min_ctas; /* CTAs of _kv an SM: 3 at head dim 64 takes one slot of staging rows */
-  /* _kv warp specialized (templates/jagged_bwd_ws.cu): a loading
-   * warpgroup and fast_stages Q, dO stages */
-  bool fast_ws;
-  int fast_stages;
-  /* sm_90a, head dim 64 with a mask (fast_* then jagged_bwd_sm90.cu): for
+   * dQ kernel (fast) instead of _dq and _dkv; fast.block_m 0 where not.
+   * fast_rows_threads: threads of the D and dQ kernels. */
+  ag_plan_jagged_kv fast;
+  int fast_rows_threads;
+  /* sm_90a, head dim 64 with a mask (fast then jagged_bwd_sm90.cu): for
    * runs whose mean query length (ceil(total_q / batch)) exceeds
-   * long_min_rows, the backward is a second set of _pre, _kv, _dq, the
-   * warp-specialized jagged_bwd_ws.cu on query steps of long_block_m rows
-   * (one CTA an SM, a loading warpgroup, long_stages Q, dO stages);
-   * long_min_rows 0 where not planned */
-  int long_min_rows, long_block_m, long_block_n, long_threads, long_smem_bytes, long_stages;
+   * long_min_rows, the backward is a second set of _pre, _kv, _dq,
+   * fast_long (warp specialized); long_min_rows 0 where not planned */
+  int long_min_rows;
+  ag_plan_jagged_kv fast_long;
 } ag_plan_jagged;
 
 /* The variants of the broadcast kernels (ag_plan_kernel.variant): the

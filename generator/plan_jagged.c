@@ -183,14 +183,20 @@ static void plan_backward(ag_plan *p) {
   j->sum_threads = 256;
 }
 
-/* jagged_bwd_ws.cu's shared memory (its static_assert): the K, V slots
+/* jagged_bwd_ws.cu on query steps of m rows: 128 keys a CTA (two
+ * computing warpgroups and a loading one), two Q, dO stages, one CTA an
+ * SM. Its shared memory (the template's static_assert): the K, V slots
  * (two at head dim 64, where the next tile's land during this one's last
  * steps: 231,424 bytes in all, the most a CTA may take beside its 1 KB of
  * static barriers; one at 128), the stages' Q and dO, two dS^T, the
  * stages' row floats, a warpgroup's 64 staging rows of 64 fp32 each. */
-static int ws_smem_bytes(int head_dim, int m, int n, int stages) {
-  const int kv_slots = head_dim == 64 ? 2 : 1;
-  return 4 * head_dim * (kv_slots * n + stages * m) + 4 * n * m + 8 * stages * m + n * 64 * 4;
+static ag_plan_jagged_kv ws_kv(int head_dim, int m) {
+  const int n = 128, stages = 2, kv_slots = head_dim == 64 ? 2 : 1;
+  return (ag_plan_jagged_kv){
+      .block_m = m, .block_n = n, .threads = 128 + 128 * (n / 64),
+      .smem_bytes = 4 * head_dim * (kv_slots * n + stages * m) + 4 * n * m + 8 * stages * m +
+                    n * 64 * 4,
+      .min_ctas = 1, .ws = true, .stages = stages};
 }
 
 /* The fast backward's _kv warp specialized (templates/jagged_bwd_ws.cu),
@@ -217,15 +223,7 @@ static int ws_smem_bytes(int head_dim, int m, int n, int stages) {
  * (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log,
  * bench/results/2026-12-03-h200-jagged-ws-bwd-d64-steps128.md). */
 static void plan_backward_ws(ag_plan *p) {
-  ag_plan_jagged *j = &p->jagged;
-  const int m = p->head_dim == 64 ? 128 : 64, n = 128, stages = 2;
-  j->fast_ws = true;
-  j->fast_block_m = m;
-  j->fast_stages = stages;
-  j->fast_block_n = n;
-  j->fast_threads = 128 + 128 * (n / 64);
-  j->fast_min_ctas = 1;
-  j->fast_smem_bytes = ws_smem_bytes(p->head_dim, m, n, stages);
+  p->jagged.fast = ws_kv(p->head_dim, p->head_dim == 64 ? 128 : 64);
 }
 
 /* Head dim 64 with a mask: jagged_bwd_sm90.cu (three CTAs an SM of 64
@@ -237,14 +235,8 @@ static void plan_backward_ws(ag_plan *p) {
  * 1536 193 / 203, 2048 223 / 222, 3072 255 / 239, 4096 273 / 246
  * (bench/results/2026-12-04-h200-jagged-bwd-long-gpu-suite.log). */
 static void plan_backward_long(ag_plan *p) {
-  ag_plan_jagged *j = &p->jagged;
-  const int m = 128, n = 128, stages = 2;
-  j->long_min_rows = 1024;
-  j->long_block_m = m;
-  j->long_block_n = n;
-  j->long_stages = stages;
-  j->long_threads = 128 + 128 * (n / 64);
-  j->long_smem_bytes = ws_smem_bytes(p->head_dim, m, n, stages);
+  p->jagged.long_min_rows = 1024;
+  p->jagged.fast_long = ws_kv(p->head_dim, 128);
 }
 
 /* Backward on sm_90a where the spec lets dQ's bits vary (not
@@ -278,12 +270,10 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, ag_plan_jagged_c
     plan_backward_long(p);
   const int m = 64, n = d64 ? 64 : 128, slots = 2;
   const int stages = d64 ? 1 : 2, stride = d64 ? 68 : 72; /* staging rows */
-  j->fast_block_m = m;
-  j->fast_block_n = n;
-  j->fast_threads = 128 * (n / 64);
-  j->fast_min_ctas = d64 ? 3 : 1;
-  j->fast_smem_bytes = 4 * p->head_dim * (n + slots * m) + 2 * n * m + 8 * slots * m +
-                       stages * (n / 64) * 64 * stride * 4;
+  j->fast = (ag_plan_jagged_kv){
+      .block_m = m, .block_n = n, .threads = 128 * (n / 64), .min_ctas = d64 ? 3 : 1,
+      .smem_bytes = 4 * p->head_dim * (n + slots * m) + 2 * n * m + 8 * slots * m +
+                    stages * (n / 64) * 64 * stride * 4};
   return true;
 }
 
@@ -431,16 +421,12 @@ static const ag_param bwd_params[] = {
     AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,   AG_PARAM_DV,      AG_PARAM_DI};
 enum { BWD_NPARAMS = (int)(sizeof bwd_params / sizeof bwd_params[0]) };
 
-/* One fast sm_90a backward: _pre, _kv, _dq of jagged_bwd_sm90.cu, or of
- * jagged_bwd_ws.cu with `ws` (kernel names and @KERNEL_NAME@ from `stem`). */
-typedef struct fast_kv {
-  bool ws;
-  int block_m, block_n, threads, smem_bytes, min_ctas, stages, variant;
-  const char *namespace_name;
-} fast_kv;
-
+/* One fast sm_90a backward: _pre, _kv, _dq of c's template (kernel names
+ * and @KERNEL_NAME@ from `stem`), as `variant` of the pass, in namespace
+ * `namespace_name` (or none). */
 static void add_backward_fast(const ag_spec *spec, ag_plan *plan, const char *stem,
-                              const fast_kv *c) {
+                              const ag_plan_jagged_kv *c, int variant,
+                              const char *namespace_name) {
   const ag_plan_jagged *j = &plan->jagged;
   char name[AG_KERNEL_NAME_MAX];
   const int rows = j->fast_rows_threads * 8 / plan->head_dim; /* (token, head) rows a CTA */
@@ -451,8 +437,8 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan, const char *st
         spec, plan, AG_PASS_BACKWARD, name,
         i > 0 ? NULL : c->ws ? "jagged_bwd_ws.cu" : "jagged_bwd_sm90.cu");
     snprintf(k->template_name, sizeof k->template_name, "%s", stem);
-    k->namespace_name = c->namespace_name;
-    k->variant = c->variant;
+    k->namespace_name = namespace_name;
+    k->variant = variant;
     add_params(plan, k, bwd_params, BWD_NPARAMS);
     if (i == 1) {
       k->walk = (ag_walk){c->ws ? AG_WALK_JAGGED_K_COUNTER : AG_WALK_JAGGED_K, c->block_n, 1, 1};
@@ -488,17 +474,12 @@ static void add_backward_fast_sets(const ag_spec *spec, ag_plan *plan) {
   const bool two = j->long_min_rows > 0;
   char stem[AG_KERNEL_NAME_MAX];
   kernel_name(stem, spec, "bwd");
-  const fast_kv main = {j->fast_ws, j->fast_block_m, j->fast_block_n, j->fast_threads,
-                        j->fast_smem_bytes, j->fast_min_ctas, j->fast_stages,
-                        two ? AG_VARIANT_BWD_SHORT : 0,
-                        two || j->fwd_block_m > 0 ? "bwd" : NULL};
-  add_backward_fast(spec, plan, stem, &main);
+  add_backward_fast(spec, plan, stem, &j->fast, two ? AG_VARIANT_BWD_SHORT : 0,
+                    two || j->fwd_block_m > 0 ? "bwd" : NULL);
   if (!two) return;
   char long_stem[AG_KERNEL_NAME_MAX];
   snprintf(long_stem, sizeof long_stem, "%.*s_long", AG_KERNEL_NAME_MAX - 16, stem);
-  const fast_kv lng = {true, j->long_block_m, j->long_block_n, j->long_threads,
-                       j->long_smem_bytes, 1, j->long_stages, AG_VARIANT_BWD_LONG, "bwd_long"};
-  add_backward_fast(spec, plan, long_stem, &lng);
+  add_backward_fast(spec, plan, long_stem, &j->fast_long, AG_VARIANT_BWD_LONG, "bwd_long");
 }
 
 void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
@@ -519,7 +500,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
                 j->small_warps, j->small_stages, j->small_smem_bytes, j->small_min_ctas,
                 AG_VARIANT_FWD_SMALL);
   }
-  if (j->fast_block_m > 0) add_backward_fast_sets(spec, plan);
+  if (j->fast.block_m > 0) add_backward_fast_sets(spec, plan);
   if (j->bwd_block_m > 0) {
     const ag_param *const params = bwd_params;
     const int nparams = BWD_NPARAMS;
@@ -626,20 +607,19 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                                        "accumulator zeroed"
                                      : "dQ: the fp32 accumulator scaled and rounded");
     } else if ((k->walk.kind == AG_WALK_JAGGED_K || k->walk.kind == AG_WALK_JAGGED_K_COUNTER) &&
-               j->fast_block_m > 0) {
-      const bool lng = k->variant == AG_VARIANT_BWD_LONG;
-      const int block_m = lng ? j->long_block_m : j->fast_block_m;
+               j->fast.block_m > 0) {
+      const ag_plan_jagged_kv *c = k->variant == AG_VARIANT_BWD_LONG ? &j->fast_long : &j->fast;
       ag_buf_printf(b,
                     "%s  key-stationary on wgmma (sm_90a): dK and dV of %d key rows (64 a\n"
                     "%s  warpgroup) over the group's heads, query tiles of %d; each tile's dQ\n"
                     "%s  added to the fp32 accumulator by bulk adds (its bits vary run to run)\n",
-                    prefix, lng ? j->long_block_n : j->fast_block_n, prefix, block_m, prefix);
-      if (lng || j->fast_ws)
+                    prefix, c->block_n, prefix, c->block_m, prefix);
+      if (c->ws)
         ag_buf_printf(b,
                       "%s  warp specialized: one warpgroup loads K, V and %d stages of Q, dO;\n"
                       "%s  the computing warpgroups meet %s\n",
-                      prefix, lng ? j->long_stages : j->fast_stages, prefix,
-                      plan->head_dim == 128 || block_m == 128
+                      prefix, c->stages, prefix,
+                      plan->head_dim == 128 || c->block_m == 128
                           ? "once a step (dQ reads both halves of dS^T)"
                           : "never (each adds its own keys' dQ)");
     } else if (k->walk.kind == AG_WALK_JAGGED_Q) {

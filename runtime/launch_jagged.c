@@ -162,12 +162,12 @@ size_t ag_jagged_backward_workspace_bytes(const ag_kernel *kernel, int64_t heads
       heads < 0 || total_q < 0)
     return 0;
   const size_t rows = (size_t)heads * (size_t)total_q;
-  if (!kernel->plan.jagged.fast_block_m) return 4 * rows; /* D */
+  if (!kernel->plan.jagged.fast.block_m) return 4 * rows; /* D */
   /* D, then (16-byte aligned) the fp32 dQ accumulator, then the
    * warp-specialized _kv's tile counter (8 bytes, 16 kept; with a long
    * variant whichever variant runs) */
   return 4 * ((rows + 3) / 4 * 4 + rows * (size_t)kernel->plan.head_dim) +
-         (kernel->plan.jagged.fast_ws || kernel->plan.jagged.long_min_rows > 0 ? 16 : 0);
+         (kernel->plan.jagged.fast.ws || kernel->plan.jagged.long_min_rows > 0 ? 16 : 0);
 }
 
 ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *a,

@@ -141,7 +141,7 @@ START_TEST(plan_kernels) {
   s = load_ok(y);
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   ck_assert(p.takes_table && p.jagged.rotary && !p.jagged.fwd_sm90);
-  ck_assert_int_eq(p.jagged.fast_block_m, 0);
+  ck_assert_int_eq(p.jagged.fast.block_m, 0);
   ck_assert_int_eq(p.nkernels, 3);
   ck_assert_str_eq(p.kernels[0].name, "ag_jag_d128_bf16_causal_rope_fwd");
   ck_assert_str_eq(p.kernels[0].template_file, "jagged_fwd.cu");
@@ -226,7 +226,7 @@ START_TEST(compiles) {
     ck_assert_int_eq(r.arch, a ? AG_ARCH_SM80 : AG_ARCH_SM90A);
     ag_plan p;
     ck_assert_int_eq(ag_plan_make(&r, &p, &err), AG_OK);
-    ck_assert_int_eq(p.jagged.fast_block_m > 0,
+    ck_assert_int_eq(p.jagged.fast.block_m > 0,
                      !a && !s.deterministic &&
                          (s.rotary.layout == AG_ROTARY_NONE || ag_plan_jagged_checked().sm90_rotary));
     void *cubin = NULL;
@@ -262,7 +262,7 @@ START_TEST(sm90_rotary_compiles) {
     ck_assert_int_eq(ag_plan_jagged_make_with(&s, with, &p, &err), AG_OK);
     ag_plan_kernels(&s, &p);
     ck_assert(p.jagged.fwd_sm90 == (i < 2)); /* head dim 64 keeps the mma.sync forward */
-    ck_assert_int_gt(p.jagged.fast_block_m, 0);
+    ck_assert_int_gt(p.jagged.fast.block_m, 0);
     ck_assert_int_eq(p.nkernels, 4);
     ck_assert_str_eq(p.kernels[1].template_file, "jagged_bwd_sm90.cu");
     ck_assert_int_eq(p.kernels[2].nparams, i == 0 ? 18 : 20); /* tables but in mode 0 */
@@ -455,7 +455,7 @@ START_TEST(fast_backward_plan) {
   yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, false, "arch: sm_80\n", true);
   ag_fake_jagged_kernel(&f, y, 12);
   ck_assert_int_eq(f.kernel.plan.nkernels, 3);
-  ck_assert_int_eq(f.kernel.plan.jagged.fast_block_m, 0);
+  ck_assert_int_eq(f.kernel.plan.jagged.fast.block_m, 0);
 }
 END_TEST
 
@@ -482,7 +482,7 @@ START_TEST(ws_backward_plan) {
     fake_with(&f, y, 12, with);
     const ag_plan *p = &f.kernel.plan;
     const int nb = p->nkernels - 3; /* the backward's three come last */
-    ck_assert(p->jagged.fast_ws);
+    ck_assert(p->jagged.fast.ws);
     ck_assert_str_eq(p->kernels[nb].template_file, "jagged_bwd_ws.cu");
     ck_assert_int_eq(p->kernels[nb + 1].threads, 384);
     ck_assert_int_eq(p->kernels[nb + 1].walk.rows, 128);
@@ -543,7 +543,7 @@ START_TEST(ws_backward_plan) {
     char y[512];
     yaml_for(y, sizeof y, o == 0 ? 128 : 64, AG_DTYPE_BF16, o == 1, others[o], true);
     fake_with(&f, y, 12, with);
-    ck_assert(!f.kernel.plan.jagged.fast_ws);
+    ck_assert(!f.kernel.plan.jagged.fast.ws);
     ck_assert_str_eq(f.kernel.plan.kernels[f.kernel.plan.nkernels - 3].template_file,
                      "jagged_bwd_sm90.cu");
   }
@@ -567,7 +567,7 @@ START_TEST(long_backward_plan) {
   const ag_plan *p = &f.kernel.plan;
   const int nb = p->nkernels - 6; /* the backward's six come last */
   ck_assert_int_eq(p->jagged.long_min_rows, 1024);
-  ck_assert(!p->jagged.fast_ws);
+  ck_assert(!p->jagged.fast.ws);
   static const char *const names[6] = {"_bwd_pre",      "_bwd_kv",      "_bwd_dq",
                                        "_bwd_long_pre", "_bwd_long_kv", "_bwd_long_dq"};
   for (int i = 0; i < 6; i++) {
@@ -945,7 +945,7 @@ static void run_case(ag_kernel *k, const gpu_case *c, const char *what, const in
   printf("gpu jagged %-26s %-30s o %.2e lse %.1e dq %.2e dk %.2e dv %.2e%s (%lld pairs)\n",
          name_of(c), what, r.rel_o, r.lse_abs, r.rel_dq, r.rel_dk, r.rel_dv,
          r.bitwise_repeatable ? ""
-         : r.dkv_repeatable && k->plan.jagged.fast_block_m ? " (dQ by atomics: its bits vary)"
+         : r.dkv_repeatable && k->plan.jagged.fast.block_m ? " (dQ by atomics: its bits vary)"
                                                            : " NOT REPEATABLE",
          (long long)r.checked_pairs);
   ck_assert_msg(r.unwritten == 0, "%s: %lld elements never written", what, (long long)r.unwritten);
@@ -959,7 +959,7 @@ static void run_case(ag_kernel *k, const gpu_case *c, const char *what, const in
   /* Deterministic kernels (the spec says so, or no fast backward was
    * planned) repeat bit for bit; the fast one's dQ takes atomic adds in
    * any order, but its dK and dV are each written by one CTA in order. */
-  ck_assert(r.dq_by_atomics == (k->plan.jagged.fast_block_m > 0));
+  ck_assert(r.dq_by_atomics == (k->plan.jagged.fast.block_m > 0));
   if (k->spec.deterministic || !r.dq_by_atomics)
     ck_assert_msg(r.bitwise_repeatable, "%s: the backward differs between runs", what);
   else
@@ -976,7 +976,7 @@ START_TEST(gpu_jagged) {
   ag_error err = {0};
   ck_assert_msg(case_kernel(ctx, y, c->mma_sync, &k, &err) == AG_OK, "%s", err.message);
   /* the mma.sync cases really run the mma.sync kernels */
-  if (c->mma_sync) ck_assert(!k->plan.jagged.fwd_sm90 && k->plan.jagged.fast_block_m == 0);
+  if (c->mma_sync) ck_assert(!k->plan.jagged.fwd_sm90 && k->plan.jagged.fast.block_m == 0);
   uint64_t seed = (uint64_t)getpid() * 1000003u + 7919u * (uint64_t)_i;
   /* 4096 in two cases (its float64 backward alone takes seconds), 1500 in
    * the others. */

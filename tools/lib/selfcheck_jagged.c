@@ -492,7 +492,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
                              .rotary_table = table_q, .rotary_table_k = table_k};
     const pass_call bcall = {bcast, n_q, NULL, &ba};
     out->bitwise_repeatable = out->dkv_repeatable = true;
-    out->dq_by_atomics = kernel->plan.jagged.fast_block_m > 0;
+    out->dq_by_atomics = kernel->plan.jagged.fast.block_m > 0;
     for (int run = 0; run <= opt->repeat_backward && st == AG_OK; run++) {
       if ((st = poison(&s, B_DQ, false, err)) || (st = poison(&s, B_DK, false, err)) ||
           (st = poison(&s, B_DV, false, err)) || (st = poison(&s, B_WS, true, err)))
