@@ -154,6 +154,7 @@ typedef struct ag_plan_jagged_kv {
   int min_ctas; /* CTAs an SM: 3 at head dim 64 takes one slot of staging rows */
   bool ws;
   int stages;
+  bool dkv_n128; /* ws, head dim 128: dV and dK as one 64x128 product a k-step */
 } ag_plan_jagged_kv;
 
 typedef struct ag_plan_jagged {
@@ -303,6 +304,7 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
  * kernels, the sm_90a forward's short-sequence variant. */
 typedef struct ag_plan_jagged_choices {
   bool sm90_rotary, sm90_short, sm90_ws, sm90_ws64, sm90_bwd_ws, sm90_ws_broadcast, sm90_bwd_long;
+  bool sm90_ws64_causal; /* head dim 64, causal: the warp-specialized forward for long runs */
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

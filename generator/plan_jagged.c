@@ -83,21 +83,31 @@ static void plan_forward_ws(ag_plan *p) {
  * plan_forward_short). */
 enum { SHORT_MEAN_ROWS = 384 };
 
-/* Head dim 64 on sm_90a without a causal mask (not broadcast, no rotary
- * embeddings): the warp-specialized forward too, for runs whose mean query
- * length passes SHORT_MEAN_ROWS; shorter runs keep the mma.sync forward's
- * tiles (plan_forward below) as the short variant. In the dev harness on
+/* Head dim 64 with a causal mask: runs whose mean query length is at most
+ * CAUSAL64_MEAN_ROWS keep the mma.sync forward (plan_forward_ws64). In the
+ * dev harness on the H200 (bf16, batch 1152, 4 heads, causal, lengths
+ * uniform in [1, L], mean about L / 2), TFLOP/s of the warp-specialized
+ * forward against the mma.sync one: L 1024 167 / 180, 1536 218 / 213,
+ * 2048 254 / 233, 3072 305 / 257, 4096 340 / 272
+ * (bench/results/2026-12-04-h200-jagged-fwd-d64-causal.log). */
+enum { CAUSAL64_MEAN_ROWS = 640 };
+
+/* Head dim 64 on sm_90a (not broadcast, no rotary embeddings): the
+ * warp-specialized forward too, for runs whose mean query length passes
+ * SHORT_MEAN_ROWS (with a causal mask CAUSAL64_MEAN_ROWS); shorter runs
+ * keep the mma.sync forward's tiles (plan_forward below) as the short
+ * variant. In the dev harness on
  * the H200 (bf16, batch 1152, 4 heads, lengths uniform in [1, L]) it ran
  * 255 / 382 TFLOP/s at L 1024 / 4096 against mma.sync's 244 / 296, while
  * causal it lost at L 1024 (167 against 181), and at spread 1.0 the
  * mma.sync forward was 0.98-1.01x FlashAttention-2 without the mask
  * (bench/results/2026-12-03-h200-jagged-d64-s1.md). */
-static bool plan_forward_ws64(const ag_spec *spec, ag_plan *p) {
-  if (spec->arch != AG_ARCH_SM90A || p->head_dim != 64 || p->jagged.broadcast || spec->causal ||
-      spec->rotary.layout != AG_ROTARY_NONE)
+static bool plan_forward_ws64(const ag_spec *spec, ag_plan *p, ag_plan_jagged_choices choices) {
+  if (spec->arch != AG_ARCH_SM90A || p->head_dim != 64 || p->jagged.broadcast ||
+      (spec->causal && !choices.sm90_ws64_causal) || spec->rotary.layout != AG_ROTARY_NONE)
     return false;
   plan_forward_ws(p);
-  set_small_forward(p, SHORT_MEAN_ROWS, 128, 64, 4, 2, 2);
+  set_small_forward(p, spec->causal ? CAUSAL64_MEAN_ROWS : SHORT_MEAN_ROWS, 128, 64, 4, 2, 2);
   return true;
 }
 
@@ -221,9 +231,16 @@ static ag_plan_jagged_kv ws_kv(int head_dim, int m) {
  * product against jagged_bwd_sm90.cu's 174 / 243 (a loss at L 1024), so
  * masked specs at head dim 64 keep jagged_bwd_sm90.cu
  * (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log,
- * bench/results/2026-12-03-h200-jagged-ws-bwd-d64-steps128.md). */
-static void plan_backward_ws(ag_plan *p) {
+ * bench/results/2026-12-03-h200-jagged-ws-bwd-d64-steps128.md).
+ * At head dim 128 with a mask, dV and dK run as one 64x128 product a
+ * k-step (jagged_bwd_dkv_n128.cuh): in the dev harness on the H200 (as
+ * above, three seeds) causal 219-225 TFLOP/s against 192-215 at L 1024,
+ * 359-364 against 363-366 at L 4096; without a mask it lost (323-335
+ * against 336-349 at L 1024), so unmasked specs keep two 64x64 products
+ * (bench/results/2026-12-04-h200-jagged-bwd-ws-n128.log). */
+static void plan_backward_ws(const ag_spec *spec, ag_plan *p) {
   p->jagged.fast = ws_kv(p->head_dim, p->head_dim == 64 ? 128 : 64);
+  p->jagged.fast.dkv_n128 = p->head_dim == 128 && (spec->causal || spec->has_window);
 }
 
 /* Head dim 64 with a mask: jagged_bwd_sm90.cu (three CTAs an SM of 64
@@ -262,7 +279,7 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, ag_plan_jagged_c
   j->fast_rows_threads = 256;
   if (choices.sm90_bwd_ws && spec->rotary.layout == AG_ROTARY_NONE &&
       (p->head_dim == 128 || (!spec->causal && !spec->has_window))) {
-    plan_backward_ws(p);
+    plan_backward_ws(spec, p);
     return true;
   }
   const bool d64 = p->head_dim == 64;
@@ -320,11 +337,19 @@ static const bool sm90_ws_broadcast_checked = true;
  * gpu-jagged runs and sanitizers in
  * bench/results/2026-12-04-h200-jagged-bwd-long-gpu-suite.log. */
 static const bool sm90_bwd_long_checked = true;
+/* The warp-specialized forward for long runs at head dim 64 with a causal
+ * mask (plan_forward_ws64): the kernel sm90_ws64_checked and, causal,
+ * sm90_ws_checked cover. Checked on the H200 on 2026-12-04: the harness
+ * against float64 (causal, and causal with a window of 128), gpu-jagged
+ * 14/14 with its mean-2603 runs on this variant, and sanitize-jagged
+ * (bench/results/2026-12-04-h200-jagged-fwd-d64-causal.log). */
+static const bool sm90_ws64_causal_checked = true;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
   return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked,
                                   sm90_ws64_checked, sm90_bwd_ws_checked,
-                                  sm90_ws_broadcast_checked, sm90_bwd_long_checked};
+                                  sm90_ws_broadcast_checked, sm90_bwd_long_checked,
+                                  sm90_ws64_causal_checked};
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -354,7 +379,7 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
   out->elem_bytes = 2;
   out->scale = ag_spec_scale(spec);
   if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out, choices) &&
-      !(choices.sm90_ws64 && plan_forward_ws64(spec, out)) &&
+      !(choices.sm90_ws64 && plan_forward_ws64(spec, out, choices)) &&
       !(choices.sm90_ws_broadcast && plan_forward_ws_broadcast(spec, out)))
     plan_forward(out);
   if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, choices))
@@ -456,6 +481,7 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan, const char *st
       ag_plan_set(k, "BLOCK_N", c->block_n);
       ag_plan_set(k, "SMEM_BYTES", c->smem_bytes);
       ag_plan_set(k, "ROWS_THREADS", j->fast_rows_threads);
+      ag_plan_set(k, "DKV_N128", c->dkv_n128);
       if (c->ws) {
         ag_plan_set(k, "STAGES", c->stages);
         ag_plan_set(k, "WGMMA_N128", c->block_m == 128);
@@ -622,6 +648,8 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                       plan->head_dim == 128 || c->block_m == 128
                           ? "once a step (dQ reads both halves of dS^T)"
                           : "never (each adds its own keys' dQ)");
+      if (c->dkv_n128)
+        ag_buf_printf(b, "%s  dV and dK as one 64x128 product a k-step\n", prefix);
     } else if (k->walk.kind == AG_WALK_JAGGED_Q) {
       ag_buf_printf(b, "%s  query-stationary: D and dQ of %d query rows, key tiles of %d\n",
                     prefix, j->bwd_block_m, j->bwd_block_n);

@@ -33,8 +33,9 @@
 @# Conditions: ROTARY, ROTARY_TABLE (as in jagged_bwd.cu: with tables
 @#   every kernel takes rotary_table and rotary_table_k after `di`): _kv
 @#   rotates K (V) once and each step's Q in shared memory and dK (dV) back
-@#   in registers, _dq rotates dQ back as it rounds it. Other features are
-@#   selected with constexpr.
+@#   in registers, _dq rotates dQ back as it rounds it; DKV_N128 (false:
+@#   jagged_bwd_wgmma.cuh's condition, planned for jagged_bwd_ws.cu only).
+@#   Other features are selected with constexpr.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this backward is planned for sm_90a only (wgmma)"
 #endif

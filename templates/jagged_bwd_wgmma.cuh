@@ -7,7 +7,9 @@
 @# Needs: kHeadDim, kHalves, kBlockM (64, or 128 at head dim 64), kBlockN,
 @#   kKBytes, kQBytes, kRowBytes, kStepOverRows, kScale, sw128_desc(),
 @#   wgmma_ss(), wgmma_rs(), pack2(), and for kBlockM 128 wgmma_ss_n128().
-@#   No placeholders, no conditions.
+@# Placeholders: @MMA_TYPE@ (DKV_N128 only). Conditions: DKV_N128 (head
+@#   dim 128: issue_dkv_n128 of jagged_bwd_dkv_n128.cuh instead of
+@#   issue_dkv).
 /* ---- begin key-stationary step (wgmma) ---- */
 // d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
 // CTA's kBlockN-row tile at x_a (K or V), Y the step's kBlockM rows at y_a
@@ -52,6 +54,10 @@ __device__ __forceinline__ void issue_dq(float (&c)[8][4], unsigned ds_a, unsign
   }
 }
 
+@if DKV_N128@
+@include jagged_bwd_dkv_n128.cuh@
+
+@else@
 // dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the rows
 // of dO and Q (read MN-major), 64 columns of the head at a time; A from
 // registers (P^T, dS^T as 16-bit pairs).
@@ -76,6 +82,7 @@ __device__ __forceinline__ void issue_dkv(float (&acc_v)[kHalves][8][4],
       wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
   }
 }
+@endif@
 
 // A thread's pairs of dS^T [key][query] into the matrices at ds_a (64
 // query columns each, kBlockN rows): rows r and r + 8, chunk n (matrix n /

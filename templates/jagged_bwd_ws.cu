@@ -12,7 +12,8 @@
 @# others keep jagged_bwd_sm90.cu).
 @# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
 @#   wgmma_n128_sm90.cuh (WGMMA_N128), bulk_sm90.cuh, pipeline_sm90.cuh,
-@#   jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh, jagged_bwd_rows.cuh.
+@#   jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh (with jagged_bwd_dkv_n128.cuh
+@#   under DKV_N128), jagged_bwd_rows.cuh.
 @# Placeholders: @KERNEL_NAME@ @PARAMS@ @HEAD_DIM@ (64 | 128) @BLOCK_M@
 @#   (query rows of a step: 64, or 128 at head dim 64) @BLOCK_N@ (keys of
 @#   a CTA: 128, 64 per computing warpgroup) @STAGES@ (Q/dO stages, >= 2)
@@ -27,7 +28,8 @@
 @#   taking (key tile, kv head) numbers from a counter that _pre zeroes, 8
 @#   bytes after the dQ accumulator in the workspace.
 @# Conditions: ROTARY (false: not planned with rotary embeddings),
-@#   WGMMA_N128 (BLOCK_M is 128: the 64x128 product's helpers included).
+@#   WGMMA_N128 (BLOCK_M is 128: the 64x128 product's helpers included),
+@#   DKV_N128 (head dim 128: dV and dK as one 64x128 product a k-step).
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this backward is planned for sm_90a only (wgmma)"
 #endif
@@ -483,7 +485,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
       issue_dq(c, dst_a, k_a, wg);
       wgmma_commit();
+@if DKV_N128@
+      issue_dkv_n128(acc_v, acc_k, p16, ds16, q_a, do_a);
+@else@
       issue_dkv(acc_v, acc_k, p16, ds16, q_a, do_a);
+@endif@
       wgmma_commit();
 
       wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging

@@ -27,9 +27,10 @@ static const char *const goldens[] = {
     "broadcast_d64_fp16_causal_window",
     /* sm_90a: the warp-specialized forward with the short variant (wgmma
      * at head dim 128, mma.sync at 64) and the fast backward (warp
-     * specialized without a mask, at both head dims) */
+     * specialized without a mask, at both head dims; with one at head dim
+     * 128, where dV and dK are 64x128 products) */
     "jagged_d128_bf16_sm90_train", "jagged_d64_bf16_sm90_bwd", "jagged_d64_bf16_sm90_fwd",
-    "jagged_d64_fp16_sm90_bwd",
+    "jagged_d64_fp16_sm90_bwd", "jagged_d128_fp16_sm90_causal_bwd",
     /* rotary embeddings on the jagged mma.sync kernels (every arch) */
     "jagged_d128_bf16_rope_half_seq_train", "jagged_d64_fp16_rope_table_qkv_bwd",
 };

@@ -483,6 +483,8 @@ START_TEST(ws_backward_plan) {
     const ag_plan *p = &f.kernel.plan;
     const int nb = p->nkernels - 3; /* the backward's three come last */
     ck_assert(p->jagged.fast.ws);
+    /* dV, dK as 64x128 products at head dim 128 with a mask only */
+    ck_assert(p->jagged.fast.dkv_n128 == (cases[c].dim == 128 && cases[c].causal));
     ck_assert_str_eq(p->kernels[nb].template_file, "jagged_bwd_ws.cu");
     ck_assert_int_eq(p->kernels[nb + 1].threads, 384);
     ck_assert_int_eq(p->kernels[nb + 1].walk.rows, 128);
@@ -713,16 +715,66 @@ START_TEST(short_forward) {
     ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, q, &src, &err), AG_OK);
     free(src);
   }
-  /* no short variant: rotary, head dim 64 causal, sm_80 */
+  /* no short variant: rotary, head dim 64 causal without
+   * sm90_ws64_causal (causal64_forward), sm_80 */
   const struct { int dim; bool causal; const char *extra; } others[] = {
       {128, false, "arch: sm_90a\nrotary:\n  layout: half\n"}, {64, true, "arch: sm_90a\n"},
       {128, false, "arch: sm_80\n"}};
+  ag_plan_jagged_choices no_causal64 = ag_plan_jagged_checked();
+  no_causal64.sm90_short = true;
+  no_causal64.sm90_ws64_causal = false;
   for (int i = 0; i < 3; i++) {
     yaml_for(y, sizeof y, others[i].dim, AG_DTYPE_BF16, others[i].causal, others[i].extra, false);
-    fake_with_short(&f, y);
+    fake_with(&f, y, 7, no_causal64);
     ck_assert_int_eq(f.kernel.plan.nkernels, 1);
     ck_assert_int_eq(f.kernel.plan.kernels[0].variant, 0);
     ck_assert_int_eq(ag_plan_variant(&f.kernel.plan, AG_PASS_FORWARD, 1, 8, 8), 0);
+  }
+}
+END_TEST
+
+/* Head dim 64 with a causal mask on sm_90a (sm90_ws64_causal): the
+ * warp-specialized forward for runs of mean query length past 640, the
+ * mma.sync forward's 128-row tiles up to it; with a window too. The
+ * emitted source holds both kernels. */
+START_TEST(causal64_forward) {
+  ag_plan_jagged_choices with = ag_plan_jagged_checked();
+  with.sm90_ws64_causal = true;
+  const char *extras[] = {"arch: sm_90a\n", "arch: sm_90a\nwindow: [128, 0]\n"};
+  for (int i = 0; i < 2; i++) {
+    fake f;
+    char y[512];
+    yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, true, extras[i], false);
+    fake_with(&f, y, 7, with);
+    const ag_plan *q = &f.kernel.plan;
+    ck_assert_int_eq(q->nkernels, 2);
+    ck_assert_str_eq(q->kernels[0].template_file, "jagged_fwd_ws.cu");
+    ck_assert_int_eq(q->kernels[0].variant, AG_VARIANT_FWD_LARGE);
+    ck_assert_str_eq(q->kernels[1].template_file, "jagged_fwd.cu");
+    ck_assert_int_eq(q->kernels[1].variant, AG_VARIANT_FWD_SMALL);
+    ck_assert_int_eq(q->kernels[1].walk.rows, 128);
+    ck_assert_int_eq(ag_plan_variant(q, AG_PASS_FORWARD, 640, 8, 8), AG_VARIANT_FWD_SMALL);
+    ck_assert_int_eq(ag_plan_variant(q, AG_PASS_FORWARD, 641, 8, 8), AG_VARIANT_FWD_LARGE);
+    ag_error err = {0};
+    /* mean ceil(1921 / 3) = 641: the warp-specialized one */
+    ag_jagged_fwd_args a = fwd_args();
+    a.total_q = 1921;
+    ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+    ck_assert_int_eq(ag_fake_seen.count, 1);
+    ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[0]);
+    /* mean exactly 640: the mma.sync tiles */
+    fake_with(&f, y, 7, with);
+    a = fwd_args();
+    a.total_q = 1920;
+    ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+    ck_assert_int_eq(ag_fake_seen.count, 1);
+    ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[1]);
+    ck_assert_uint_eq(ag_fake_seen.grids_x[0], 3 + 1920 / 128);
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, q, &src, &err), AG_OK);
+    const char *first = strstr(src, "constexpr bool kCausal = 1;");
+    ck_assert(first && strstr(first + 1, "constexpr bool kCausal = 1;")); /* both kernels */
+    free(src);
   }
 }
 END_TEST
@@ -999,7 +1051,7 @@ START_TEST(gpu_jagged) {
   run_case(k, c, "long cross lq != lk", lq2, lk2, 8, seed + 3);
   /* Head dim 64 with a mask on sm_90a: a run of mean query length 2603.25
    * (ceil 2604), past long_min_rows, takes the long backward
-   * (jagged_bwd_ws.cu). */
+   * (jagged_bwd_ws.cu) ... */
   if (k->plan.jagged.long_min_rows > 0) {
     int32_t lq3[] = {4096, 3000, 0, 1, 129, 4000, 3100, 6500};
     int64_t total = 0;
@@ -1007,6 +1059,12 @@ START_TEST(gpu_jagged) {
     ck_assert_int_eq(ag_plan_variant(&k->plan, AG_PASS_BACKWARD, (total + 7) / 8, c->heads,
                                      c->kv_heads),
                      AG_VARIANT_BWD_LONG);
+    /* ... and, where the forward has a short variant (causal: the
+     * warp-specialized one past 640), the main forward */
+    if (k->plan.jagged.small_block_m > 0)
+      ck_assert_int_eq(ag_plan_variant(&k->plan, AG_PASS_FORWARD, (total + 7) / 8, c->heads,
+                                       c->kv_heads),
+                       AG_VARIANT_FWD_LARGE);
     run_case(k, c, "long run (mean 2603)", lq3, NULL, 8, seed + 4);
   }
   ag_context_destroy(ctx);
@@ -1066,6 +1124,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, fast_backward_plan);
   tcase_add_test(tc, long_backward_plan);
   tcase_add_test(tc, ws_backward_plan);
+  tcase_add_test(tc, causal64_forward);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);
   tcase_add_test(tc, rotary_tables);

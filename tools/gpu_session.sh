@@ -62,8 +62,14 @@ for step in $steps; do
       # others (0..300) the short variants. The sm90 train and bwd goldens
       # (no mask) reach the warp-specialized backward; the head-dim-64
       # masked one (jagged_d64_bf16_sm90_bwd) jagged_bwd_sm90.cu at mean
-      # 800 and the long warp-specialized variant at mean 1900.
+      # 800 and the long warp-specialized variant at mean 1900; the
+      # head-dim-128 causal one (jagged_d128_fp16_sm90_causal_bwd) the
+      # warp-specialized backward with 64x128 dK, dV products. The window
+      # spec at mean 1900 reaches the warp-specialized forward at head dim
+      # 64 with a causal mask.
       for run in "gem_jagged_d128_causal.yaml 0" "jagged_window_d64_fp16.yaml 0" \
+                 "jagged_window_d64_fp16.yaml 0 2600 1200" \
+                 "../tests/golden/jagged_d128_fp16_sm90_causal_bwd.yaml 0 1300 300" \
                  "gem_jagged_d128_causal.yaml 0 1300 300" \
                  "../tests/golden/jagged_d64_bf16_sm90_fwd.yaml 0 1300 300" \
                  "../tests/golden/jagged_d128_bf16_sm90_train.yaml 0" \

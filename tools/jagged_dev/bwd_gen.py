@@ -154,19 +154,11 @@ VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, M128))
 # - a bulk dQ add a warp instead of a warpgroup: 0.96-1.03x.
 # - dK, dV stored 16 bytes a lane through the staging rows: 1.02-1.06x,
 #   0.98x at L 4096 causal; now in the template.
-# dV and dK as one m64n128k16 a k-step at head dim 128 (a dev copy,
-# tools/jagged_dev/jagged_bwd_wsn.cu), named "ws-n128 ..."; written
-# 2026-12-04 from bench/NOTES-fa3-backward.md item 1, not yet run.
-WSN = "../tools/jagged_dev/jagged_bwd_wsn.cu"
-# Knob EARLY: the row floats read before the waits ("ws-early", "ws-ne" both).
-for tag, n128, early in (("n128", 1, 0), ("early", 0, 1), ("ne", 1, 1)):
-    kn = {"STAGES": 2, "TAG": tag, "N128": "true" if n128 else "false",
-          "EARLY": "true" if early else "false"}
-    for dt in ("bf16", "f16"):
-        for causal in (False, True):
-            VARIANTS.append((dt, 128, causal, False, -1, -1, 128, 2, WSN, kn))
-    VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WSN, kn))
-    # (EARLY at head dim 64 on 128-row steps spills 104-164 bytes: not built)
+# - dV and dK as one m64n128k16 a k-step at head dim 128 (0961eb0's
+#   jagged_bwd_wsn.cu, "ws-n128"): causal 1.05-1.15x at L 1024, 0.97-1.0x
+#   without a mask; now in the template for masked specs (DKV_N128).
+# - the step's LSE and D read before the waits ("ws-early"): 0.95-0.98x
+#   (bench/results/2026-12-04-h200-jagged-bwd-ws-n128.log).
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
@@ -200,7 +192,7 @@ def main():
         dt, d, causal, window, left, right, blk, fast = v[:8]
         tpl = v[8] if len(v) > 8 else None
         knobs = v[9] if len(v) > 9 else None
-        prefix = (f"ws-{knobs['TAG']} " if tpl in (WS, WSN) else f"sm90x-{knobs['TAG']} " if knobs else
+        prefix = (f"ws-{knobs['TAG']} " if tpl == WS else f"sm90x-{knobs['TAG']} " if knobs else
                   "sm90q " if tpl else {0: "", 1: "fast ", 2: "sm90 "}[int(fast)])
         label = (f'{prefix}{dt} d{d} {"causal" if causal else "full"}'
                  f'{f" win[{left},{right}]" if window else ""} blk{blk}')
@@ -217,12 +209,12 @@ def main():
                     MMA_TYPE=dt, PAIR_TYPE=dt + "x2", CAUSAL="true" if causal else "false",
                     WINDOW="true" if window else "false", WINDOW_LEFT=left, WINDOW_RIGHT=right,
                     BROADCAST=0, SUM_THREADS=256, ROTARY="false", ROTARY_TABLE="false")
-        if tpl in (WS, WSN):
+        if tpl == WS:
             bm = knobs.get("BLOCK_M", 64)
             sk = smem_ws(d, blk, knobs["STAGES"], bm)
             vals.update(BLOCK_M=bm, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256, WGMMA_N128=bm == 128,
                         STAGES=knobs["STAGES"], ROTARY_HALF="false")
-            vals.update({k: knobs[k] for k in ("N128", "EARLY") if k in knobs})
+            vals["DKV_N128"] = d == 128 and (causal or window)  # as plan_backward_ws
             for key in ("WARPS", "MIN_CTAS", "SMEM_BYTES_DQ", "SMEM_BYTES_DKV", "BROADCAST",
                         "SUM_THREADS"):
                 del vals[key]
@@ -230,7 +222,7 @@ def main():
             warps = blk // 16 + 4  # a loading warpgroup and 128 * blk / 64 computing threads
         elif fast == 2:
             sk = smem_sm90(d, blk, knobs=knobs)
-            vals.update(BLOCK_M=64, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256)
+            vals.update(BLOCK_M=64, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256, DKV_N128=False)
             for key in ("WARPS", "MIN_CTAS", "SMEM_BYTES_DQ", "SMEM_BYTES_DKV", "BROADCAST",
                         "SUM_THREADS"):
                 del vals[key]
