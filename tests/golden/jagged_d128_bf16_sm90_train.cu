@@ -63,8 +63,9 @@ constexpr int kMathThreads = 128 * kWarpgroups;
 // barriers), so that one's softmax runs under the other's products; each
 // then computes every tile (no skipping), so that the turns match. On the
 // H200 (D128, L 1024 / 4096) turns ran 385 / 514 TFLOP/s against 336 / 439
-// without (bench/results/2026-12-03-h200-jagged-fwd-ws-harness.log).
-constexpr bool kPingpong = kWarpgroups == 2;
+// without (bench/results/2026-12-03-h200-jagged-fwd-ws-harness.log), so
+// the plan's tiles are 128 rows, two warpgroups, always.
+static_assert(kWarpgroups == 2, "two computing warpgroups of 64 rows, taking turns");
 constexpr int kLoadRegs = 56, kMathRegs = 224;  // setmaxnreg budgets
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
 constexpr int kStages = 3;  // KV tiles resident
@@ -89,8 +90,7 @@ constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
 constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
 constexpr long long kLeft = (long long)kWindowLeft;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
-              "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
+static_assert(kBlockN % 64 == 0 && kBlockN <= 128, "KV tiles of 64 or 128 keys");
 static_assert(kStages >= 2, "a stage is refilled once its P V has run");
 static_assert(!0, "rotary embeddings take jagged_fwd_sm90.cu");
 static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
@@ -681,13 +681,13 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 __device__ __forceinline__ void math_sync() {
   asm volatile("bar.sync 1, %0;\n" :: "n"(kMathThreads) : "memory");
 }
-// Turns (kPingpong): warpgroup w waits at barrier 2 + w for its turn to
-// issue, and gives the turn to the other at 2 + (1 - w) after issuing.
+// Turns: warpgroup w waits at barrier 2 + w for its turn to issue, and
+// gives the turn to the other at 2 + (1 - w) after issuing.
 __device__ __forceinline__ void turn_wait(int wg) {
-  if constexpr (kPingpong) asm volatile("bar.sync %0, 256;\n" :: "r"(2 + wg) : "memory");
+  asm volatile("bar.sync %0, 256;\n" :: "r"(2 + wg) : "memory");
 }
 __device__ __forceinline__ void turn_pass(int wg) {
-  if constexpr (kPingpong) asm volatile("bar.arrive %0, 256;\n" :: "r"(3 - wg) : "memory");
+  asm volatile("bar.arrive %0, 256;\n" :: "r"(3 - wg) : "memory");
 }
 
 // 1024-byte aligned: the swizzle's 8-row atoms start at multiples of 1024.
@@ -776,7 +776,8 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
   float alpha[2];
   const long long key_last = (long long)(n_first + n_tiles - 1) * kBlockN;  // tile 0's first key
   auto view = [&](int i) {
-    return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows, wrow0, !kPingpong);
+    // every tile computed (none skipped), so that the turns match
+    return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows, wrow0, false);
   };
   auto wait_full = [&](int i) {
     mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);
@@ -789,14 +790,7 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
 
   if (wg == 1) turn_pass(wg);  // warpgroup 0 issues first
   int i = 0;
-  // Leading tiles none of this warpgroup's rows sees (past the causal
-  // diagonal; every tile for a warpgroup past the real rows): released as
-  // they land, so that the ring moves on.
-  for (; i < n_tiles && view(i).skip; i++) {
-    wait_full(i);
-    release(i);
-  }
-  if (i < n_tiles) {
+  if (n_tiles > 0) {
     mbar_wait(q_full, 0);
     // The first tile this warpgroup computes: S and its softmax alone.
     TileView t = view(i);
@@ -815,7 +809,6 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
 #pragma unroll 1
     for (i++; i < n_tiles; i++) {
       t = view(i);
-      if (t.skip) break;  // the window's far side: every later tile too
       wait_full(i);
       wgmma_fence();
       turn_wait(wg);
@@ -844,10 +837,6 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
     for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
     keep(p16);
     release(last);
-  }
-  for (; i < n_tiles; i++) {  // trailing tiles none of its rows sees
-    wait_full(i);
-    release(i);
   }
 
   // Normalise; stage the rows in the Q tile's place (every computing
