@@ -7,6 +7,7 @@
 //        gcc -O2 -std=c11 -Iinclude -Ireference -c reference/{reference,jagged_reference,jagged_bwd_reference}.c
 //        nvcc -O3 -arch=sm_90a -Ibuild/jagged_bwd -Iinclude -Ireference tools/jagged_dev/bwd_test.cu *.o
 // run:   bwd_test check | time | small VARIANT
+#include <cuda.h>  // CUtensorMap and its encoder's types (the encoder comes through the runtime)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -31,14 +32,17 @@ typedef void (*KFn)(const unsigned short *, const unsigned short *, const unsign
                     const unsigned short *, const unsigned short *, const float *,
                     unsigned short *, unsigned short *, unsigned short *, float *, const int *,
                     const int *, long long, int, int, long long, long long, long long);
+// set_tmaps(q, dout, total_q, heads): writes a TMA variant's tensor maps
+// (jagged_bwd_wst.cu's g_tmap_q, g_tmap_do) before its _kv runs.
+typedef void (*SetTmaps)(const void *, const void *, long long, int);
 struct Variant {
   const char *name;
   int bf16, dim, causal, window, left, right, block, threads, smem_dq, smem_dkv;
   KFn dq, dkv;
   int fast;
   KFn pre, fdkv, post;  // the fast variant's kernels
+  SetTmaps set_tmaps;  // TMA variants only
 };
-#include "variants.cuh"
 
 #define CK(x)                                                                      \
   do {                                                                             \
@@ -48,6 +52,42 @@ struct Variant {
       exit(2);                                                                     \
     }                                                                              \
   } while (0)
+
+// The tensor map of a [total_q, heads, dim] 16-bit tensor at `ptr` (rows of
+// heads * dim elements) as jagged_bwd_wst.cu reads it: dimensions {dim,
+// heads, total_q}, box {64, 1, box_rows}, 128-byte swizzle, zeros out of
+// bounds; copied to the device variable `symbol`.
+static void set_rows_map(const void *ptr, long long tq, int heads, int dim, int box_rows,
+                         const void *symbol) {
+  typedef CUresult (*Encode)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                             const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                             const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                             CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static Encode encode = nullptr;
+  if (!encode) {
+    cudaDriverEntryPointQueryResult qr;
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000,
+                                        cudaEnableDefault, &qr));
+    if (!encode || qr != cudaDriverEntryPointSuccess) {
+      fprintf(stderr, "cuTensorMapEncodeTiled not found (%d)\n", (int)qr);
+      exit(2);
+    }
+  }
+  CUtensorMap m;
+  const cuuint64_t dims[3] = {(cuuint64_t)dim, (cuuint64_t)heads, (cuuint64_t)std::max(tq, 1LL)};
+  const cuuint64_t strides[2] = {(cuuint64_t)dim * 2, (cuuint64_t)heads * dim * 2};  // bytes
+  const cuuint32_t box[3] = {64, 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
+  const CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(ptr), dims,
+                            strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
+    exit(2);
+  }
+  CK(cudaMemcpyToSymbol(symbol, &m, sizeof m));
+}
+#include "variants.cuh"
 
 static uint64_t rng_state = 88172645463325252ull;
 static uint64_t rnd() {
@@ -112,6 +152,7 @@ static void launch(const Variant &V, const Dev &d, long long batch, int heads, i
     if (which & 2) {
       static int sms = 0;
       if (!sms) CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+      if (V.set_tmaps) V.set_tmaps(d.q, d.dout, tq, heads);
       V.fdkv<<<persistent ? dim3((unsigned)sms) : dim3((unsigned)nk, kv_heads), V.threads, V.smem_dkv, st>>>(
           d.q, d.k, d.v, d.o, d.dout, d.lse, d.dq, d.dk, d.dv, d.di, d.cu_q, d.cu_k, batch,
           heads, kv_heads, tq, tk, nk);

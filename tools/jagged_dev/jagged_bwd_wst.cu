@@ -1,0 +1,585 @@
+@# SPDX-License-Identifier: BSD-3-Clause
+@# jagged_bwd_wst.cu: a dev copy of templates/jagged_bwd_ws.cu (harness
+@# variants "ws-tma ...", tools/jagged_dev/bwd_gen.py; written 2026-12-04 in
+@# session 20, compiled, NOT yet run on a GPU): each step's Q and dO come
+@# by TMA (cp.async.bulk.tensor, one thread issues four boxes of 64 columns
+@# by BLOCK_M rows, completing on the stage's full barrier by its
+@# transaction count) instead of 2 x 16 cp.async a loading thread, as
+@# FlashAttention-3's backward loads them (bench/NOTES-fa3-backward.md,
+@# item 2); LSE and D stay on cp.async. The tensor maps are in global
+@# memory (g_tmap_q, g_tmap_do), written by the harness before a launch;
+@# the product would pass them as __grid_constant__ parameters. Rows past
+@# a sequence's end are the next sequence's (or zeros past the tensor),
+@# not zeros: the mask already zeroes P and dS there and dQ's rows >= mq
+@# are not added.
+@#
+@# jagged_bwd_ws.cu: jagged (varlen) attention backward on sm_90a, warp
+@# specialized: the key-stationary kernel of jagged_bwd_sm90.cu with its
+@# copies taken off the computing warps. Warpgroup 0 copies K and V once a
+@# tile and streams each step's Q, dO, LSE and D through a ring of stages
+@# (cp.async, completion on mbarriers); warpgroups 1.. each own 64 keys and
+@# compute on wgmma, meeting once a step where dQ reads both halves of dS^T
+@# (head dim 128: each adds its 64 columns; head dim 64 with 128-row steps:
+@# its 64 queries). Between the same _pre and _dq kernels (jagged_bwd_rows.cuh),
+@# with the dQ accumulator in tiles. The plan picks it on sm_90a for specs
+@# without rotary embeddings, at head dim 64 without a mask either (the
+@# others keep jagged_bwd_sm90.cu).
+@# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
+@#   wgmma_n128_sm90.cuh (WGMMA_N128), bulk_sm90.cuh, pipeline_sm90.cuh,
+@#   jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh (with jagged_bwd_dkv_n128.cuh
+@#   under DKV_N128), jagged_bwd_rows.cuh.
+@# Placeholders: @KERNEL_NAME@ @PARAMS@ @HEAD_DIM@ (64 | 128) @BLOCK_M@
+@#   (query rows of a step: 64, or 128 at head dim 64) @BLOCK_N@ (keys of
+@#   a CTA: 128, 64 per computing warpgroup) @STAGES@ (Q/dO stages, >= 2)
+@#   @SMEM_BYTES@ (= 4 * HEAD_DIM * (KV_SLOTS * BLOCK_N + STAGES * BLOCK_M)
+@#   + 4 * BLOCK_N * BLOCK_M + 8 * STAGES * BLOCK_M + BLOCK_N * 64 * 4,
+@#   KV_SLOTS 2 at head dim 64, else 1) @ROWS_THREADS@ @SCALE@
+@#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
+@#   @WINDOW_LEFT@ @WINDOW_RIGHT@ (as in jagged_bwd_sm90.cu).
+@# Kernels and host rule: jagged_bwd_sm90.cu's (_pre, _kv, _dq on one
+@#   stream), but _kv is persistent: 128 * (BLOCK_N / 64 + 1) threads, one
+@#   CTA an SM (the walk AG_WALK_JAGGED_K_COUNTER: a grid of SMs), each
+@#   taking (key tile, kv head) numbers from a counter that _pre zeroes, 8
+@#   bytes after the dQ accumulator in the workspace.
+@# Conditions: ROTARY (false: not planned with rotary embeddings),
+@#   WGMMA_N128 (BLOCK_M is 128: the 64x128 product's helpers included),
+@#   DKV_N128 (head dim 128: dV and dK as one 64x128 product a k-step).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this backward is planned for sm_90a only (wgmma)"
+#endif
+/* ---- begin jagged backward constants ---- */
+constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
+constexpr int kBlockM = @BLOCK_M@;  // query rows of a step
+constexpr int kBlockN = @BLOCK_N@;  // key rows of a CTA
+constexpr int kMathWgs = kBlockN / 64;  // computing warpgroups, each owns 64 key rows
+constexpr int kMathThreads = 128 * kMathWgs;
+constexpr int kThreads = 128 + kMathThreads;  // warpgroup 0 loads
+constexpr int kRowsThreads = @ROWS_THREADS@;  // threads of _pre and _dq
+constexpr int kStages = @STAGES@;  // Q, dO stages
+constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory of _kv, as planned
+// setmaxnreg budgets. At head dim 128 the computing warpgroups need 240
+// (at 232 ptxas serialized every wgmma: 267 / 376 TFLOP/s at L 1024 / 4096
+// then, 306 / 426 now), which leaves the loading one 24: its loops count
+// instead of dividing and keep few 64-bit values (ptxas -v: 8 bytes
+// spilled, the loader's).
+constexpr bool kWide = kHeadDim == 128 || kBlockM == 128;  // the computing warpgroups need 240
+constexpr int kLoadRegs = kWide ? 24 : 40, kMathRegs = kWide ? 240 : 232;
+constexpr int kLoadUnroll = kWide ? 1 : 4;  // the loader's copy loops (registers)
+static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
+@include jagged_bwd_band.cuh@
+constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
+// The dQ accumulator in tiles (jagged_bwd_rows.cuh): a step's 64 columns
+// of its rows are one contiguous run, added by one bulk copy. On the H200
+// (bf16, batch 1152, 4 heads, lengths uniform in [1, L], L 1024 / 4096)
+// this kernel ran 265 / 376 TFLOP/s at head dim 128 with it and 220 / 296
+// with a bulk add a row (64 a step), jagged_bwd_sm90.cu's way; 225 / 315
+// against 166 / 220 at head dim 64
+// (bench/results/2026-12-03-h200-jagged-bwd-ws-harness.log).
+constexpr bool kDqTiled = true;
+// Persistent: one CTA an SM, taking (key tile, kv head) numbers from a
+// counter in the workspace (after the dQ accumulator; _pre zeroes it), so
+// that a tile's start (K and V loads) overlaps the last tile's end, and
+// whichever CTA is free takes the next tile. On the H200 (the harness as
+// above) this ran 1.01-1.06x one CTA a tile, 1.09x at head dim 64 causal
+// (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
+constexpr bool kTileCounter = true;
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),
+              "two warpgroups of 64 keys; query steps of 64 rows, or 128 at head dim 64");
+static_assert(kStages >= 2, "a stage is refilled once its step's products are done");
+static_assert(!@ROTARY@, "rotary embeddings take jagged_bwd_sm90.cu");
+// Every operand is made of 64-column matrices of 128-byte rows in the
+// 128-byte swizzle (wgmma_sm90.cuh), as in jagged_bwd_sm90.cu.
+constexpr int kHalves = kHeadDim / 64;
+constexpr int kRowBytes = 128;
+constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
+constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
+constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
+constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
+// Head dim 128: each warpgroup's dQ reads both halves of dS^T, for its 64
+// columns of the head. Head dim 64 with 128-row steps: warpgroup w's dQ is
+// that of queries 64w.. over every key, so it reads both halves too. On
+// the H200 (the harness as above) 128-row steps ran 256 / 368 TFLOP/s
+// against 232 / 318 with 64-row ones (each warpgroup adding its own keys'
+// dQ: kOwnDs), 148 / 284 causal against 144 / 246
+// (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
+constexpr bool kOwnDs = kHalves == 1 && kBlockM == 64;
+constexpr int kChunks = kBlockM / 8;  // 8-column chunks of S^T's queries
+// K and V slots: at head dim 64 two (the next tile's K, V land while the
+// last steps of this one run; they take the 32 KB the SM has left), at 128
+// one (no room). On the H200 two ran 1.00-1.02x one, in the harness and
+// the product (bench/results/2026-12-04-h200-jagged-bwd-kv-slots.log).
+constexpr int kKvSlots = kHeadDim == 64 ? 2 : 1;
+// Shared memory: the K, V slots; the stages' Q and dO; two dS^T buffers (a step
+// writes one while the other warpgroup's dQ may still read the last);
+// the stages' LSE and D; one set of dQ staging rows per warpgroup (64 rows
+// of 64 fp32 as the accumulator's tiles lay them out: the 8-float chunks
+// swizzled by the token, so that a warp's float2 stores take the two
+// wavefronts their 256 bytes need).
+constexpr int kRingAt = kKvSlots * 2 * kKBytes;
+constexpr int kDsAt = kRingAt + kStages * 2 * kQBytes;
+constexpr int kRowsAt = kDsAt + 2 * kDsBytes;
+constexpr int kStageStride = 64;
+constexpr int kStageAt = kRowsAt + kStages * 2 * 4 * kBlockM;
+static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
+              "the plan's shared memory is the K, V slots, the Q, dO stages, two dS^T, the row "
+              "floats and "
+              "the dQ staging rows");
+/* ---- end jagged backward constants ---- */
+
+@include mma_sm80.cuh@
+
+@include unpack2.cuh@
+
+@include wgmma_sm90.cuh@
+
+@if WGMMA_N128@
+@include wgmma_n128_sm90.cuh@
+
+@endif@
+@include bulk_sm90.cuh@
+
+@include pipeline_sm90.cuh@
+
+// A CUtensorMap (128 bytes, 64-byte aligned), opaque here. The maps of q
+// and dout: dimensions {head_dim, heads, total_q} (innermost first), box
+// {64, 1, kBlockM}, 128-byte swizzle (the layout of the stages' 64-column
+// matrices), out-of-bounds elements zero.
+struct __align__(64) TmaDesc {
+  unsigned long long v[16];
+};
+__device__ TmaDesc g_tmap_q, g_tmap_do;
+// fence.proxy.tensormap::generic.acquire: the maps, written to global
+// memory by a copy from the host, as the tensor-map proxy reads them.
+__device__ __forceinline__ void tmap_acquire(const TmaDesc *map) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" :: "l"(map) : "memory");
+}
+// mbarrier.arrive.expect_tx: one arrival that also expects `bytes` of
+// asynchronous writes (complete_tx) in this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes)
+               : "memory");
+}
+// cp.async.bulk.tensor.3d (tile mode): the box at coordinates {c0, c1, c2}
+// (innermost first) of `map` into shared memory at dst, counted against
+// bar's transaction bytes.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDesc *map, unsigned bar, int c0,
+                                            int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
+      "[%1, {%3, %4, %5}], [%2];\n"
+      :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+
+@include jagged_bwd_tile.cuh@
+
+@include jagged_bwd_wgmma.cuh@
+
+// 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
+// multiples of 1024.
+extern __shared__ __align__(1024) unsigned short smem[];
+
+@include jagged_bwd_rows.cuh@
+
+/* ---- begin the math ----
+ * As jagged_bwd_sm90.cu: P = exp(scale * S - LSE), dP = dO V^T, dS = P
+ * (.) (dP - D), dV = P^T dO, dK = scale * dS^T Q, dQ = scale * dS K, D =
+ * rowsum(dO (.) O); dQ is added to an fp32 accumulator tile pair by tile
+ * pair, so its bits depend on the order the CTAs run in.
+ * ---- end the math ---- */
+
+// Start the copy of kRows rows of one head (`src` is row 0, this head)
+// into the matrices at `dst` (shared address) by the loading warpgroup,
+// the first `rows` real and the rest zero-filled. Piece c (16 bytes) of
+// row r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of the row.
+template <int kRows>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long row_stride, int rows) {
+  constexpr int kRowStep = 128 / kPieces;  // rows one pass of the warpgroup covers
+  static_assert(kRows % kRowStep == 0 && kRowStep % 8 == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
+  // kRowStep is a multiple of 8, so a thread's rows share their swizzle
+  unsigned at = dst + (c >> 3) * (kRows * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
+  const unsigned short *from = src + row0 * row_stride + c * 8;
+#pragma unroll kLoadUnroll
+  for (int row = row0; row < kRows; row += kRowStep) {
+    const bool real = row < rows;
+    cp_async_16(at, real ? from : src, real ? 16 : 0);
+    at += kRowStep * kRowBytes;
+    from += kRowStep * row_stride;
+  }
+}
+
+// One CTA tile of keys: its sequence, its keys and the steps that reach
+// them (q head hk * group + i / q_tiles, query tile qt0 + i % q_tiles).
+// Both roles walk the same tiles and steps.
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
+// dV, and dK with the scale, of this warp's 16 key rows (tile rows key0 -
+// g + 0..15) through its 16 of its warpgroup's dQ staging rows at `st`
+// (shared address; free: the last bulk add read them): 16-byte chunks,
+// swizzled by the row so that the quads' 4-byte stores take one wavefront
+// a row, then 16 bytes a lane to global memory. The 4-byte stores straight
+// from the accumulators that jagged_bwd_sm90.cu makes (store_dkv) held up
+// the computing warps at every tile's end: on the H200 (the harness as
+// above) this ran 1.02-1.06x them, but 0.98x at L 4096 causal
+// (bench/results/2026-12-04-h200-jagged-bwd-ws-staged-stores.log).
+__device__ __forceinline__ void store_dkv_staged(const float (&acc_v)[kHalves][8][4],
+                                                 const float (&acc_k)[kHalves][8][4],
+                                                 unsigned short *dk, unsigned short *dv,
+                                                 long long k_row, long long k_stride, int key0,
+                                                 int nk, int tq, int lane, unsigned st) {
+  constexpr int kRowChunks = kHeadDim / 8;  // 16-byte chunks of a row
+  static_assert(16 * kRowChunks * 16 <= 16 * kStageStride * 4, "16 rows fit the warp's staging rows");
+  const int g = lane >> 2, row0 = key0 - g;  // the warp's first key row of the tile
+#pragma unroll
+  for (int which = 0; which < 2; which++) {  // dV, then dK
+    const float (&acc)[kHalves][8][4] = which ? acc_k : acc_v;
+    const float scale = which ? kScale : 1.f;
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+      const int r = g + 8 * hi;
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(st + r * (kRowChunks * 16) +
+                                                        (((hh * 8 + n) ^ (r & 7)) << 4) + 4 * tq),
+                       "r"(pack2(acc[hh][n][2 * hi] * scale, acc[hh][n][2 * hi + 1] * scale))
+                       : "memory");
+    }
+    __syncwarp();
+    unsigned short *const out = (which ? dk : dv) + k_row;
+#pragma unroll
+    for (int x = lane; x < 16 * kRowChunks; x += 32) {
+      const int r = x / kRowChunks, c = x % kRowChunks;
+      uint4 v4;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v4.x), "=r"(v4.y), "=r"(v4.z), "=r"(v4.w)
+                   : "r"(st + r * (kRowChunks * 16) + ((c ^ (r & 7)) << 4)) : "memory");
+      if (row0 + r < nk)
+        *reinterpret_cast<uint4 *>(out + (row0 + r) * k_stride + 8 * c) = v4;
+    }
+    __syncwarp();  // read before dK (or the next tile's dQ) is staged
+  }
+}
+
+/* ---- begin kernel _kv ----
+ * KV-stationary: a CTA owns kBlockN keys of one kv head and walks the
+ * group's q heads in order and, for each, the query tiles of the band.
+ * Warpgroup 0 copies K and V (once both computing warpgroups released the
+ * last tile's) and each step's Q, dO, LSE and D into a ring of kStages
+ * stages (each refilled once both released it). Computing warpgroup w owns
+ * keys 64w..: per step S^T = K Q^T and dP^T = V dO^T, P^T and dS^T in
+ * registers, dS^T to shared memory, dQ = dS K (head dim 128: its 64
+ * columns over all keys, after a barrier of the computing warpgroups;
+ * head dim 64: over its own keys), dV += P^T dO and dK += dS^T Q, and dQ
+ * staged and bulk-added to the accumulator while dV and dK run. */
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+@KERNEL_NAME@_kv(@PARAMS@) {
+  (void)o;
+  (void)dq;
+  // kv full[slot], kv empty[slot], full[stage], empty[stage]
+  __shared__ __align__(8) unsigned long long bars[2 * kKvSlots + 2 * kStages];
+  __shared__ long long tile_s[kKvSlots];  // the loader's tile for the computing warpgroups; -1: the end
+  __shared__ long long picks_s[2];  // the counter's numbers, for the loading warpgroup
+  if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
+  const int group = heads / kv_heads;
+  const long long numbers = num_tiles * kv_heads;  // number i: key tile i / kv_heads, kv head i % kv_heads
+  const long long q_stride = (long long)heads * kHeadDim, k_stride = (long long)kv_heads * kHeadDim;
+  const unsigned base = smem_addr(smem);
+  const unsigned ring_a = base + kRingAt, ds_a = base + kDsAt;  // K, V of slot x at base + 2 kKBytes x
+  float *const rows_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kRowsAt);
+  const unsigned kv_full0 = smem_addr(bars), kv_empty0 = kv_full0 + 8 * kKvSlots,
+                 full0 = kv_empty0 + 8 * kKvSlots, empty0 = full0 + 8 * kStages;
+  if (threadIdx.x == 0) {
+    for (int x = 0; x < kKvSlots; x++) {
+      // the copies' arrivals and thread 0's, which wrote tile_s[x]
+      mbar_init(kv_full0 + 8 * x, 128 + 1);
+      // Every computing thread releases what it read (its reads of the
+      // row floats are plain loads): one arrival each.
+      mbar_init(kv_empty0 + 8 * x, kMathThreads);
+    }
+    for (int s = 0; s < kStages; s++) {
+      // the loading threads' LSE, D copies and thread 0's expect_tx arrival
+      mbar_init(full0 + 8 * s, 128 + 1);
+      mbar_init(empty0 + 8 * s, kMathThreads);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  // The warpgroup, broadcast from lane 0 so that the compiler sees it
+  // warp-uniform (wgmma under a branch it cannot prove uniform serializes).
+  const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+
+  if (wgi == 0) {
+    // ---- the loading warpgroup ----
+    regs_dec<kLoadRegs>();
+    if (threadIdx.x == 0) {
+      tmap_acquire(&g_tmap_q);
+      tmap_acquire(&g_tmap_do);
+    }
+    int n = 0, t = 0;  // steps and tiles loaded so far
+#pragma unroll 1
+    for (long long j = 0;; j++) {
+      // The next number, for the whole warpgroup (barrier 4: 1..3 are the
+      // computing warpgroups'); two slots, as a slot is rewritten only
+      // after the next barrier, which every reader of it passed.
+      if (threadIdx.x == 0)
+        picks_s[j & 1] = (long long)atomicAdd(tile_counter(di, heads, total_q), 1ull);
+      named_barrier_sync(4, 128);
+      const long long id = picks_s[j & 1];
+      if (id >= numbers) break;
+      const int hk = (int)(id % kv_heads);
+      const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k,
+                                  id / kv_heads, hk, group, k_stride);
+      if (!kt.used) continue;
+      // Tile t takes slot t % kKvSlots, once its tile before was done.
+      const int x = t % kKvSlots;
+      const unsigned kv_full = kv_full0 + 8 * x, k_a = base + x * 2 * kKBytes;
+      if (t >= kKvSlots) mbar_wait(kv_empty0 + 8 * x, (t / kKvSlots - 1) & 1);
+      if (threadIdx.x == 0) tile_s[x] = id;
+      load_rows<kBlockN>(k_a, k + kt.k_row, k_stride, kt.nk);
+      load_rows<kBlockN>(k_a + kKBytes, v + kt.k_row, k_stride, kt.nk);
+      mbar_arrive_on_copies(kv_full);
+      if (threadIdx.x == 0) mbar_arrive(kv_full);
+      // Step i reads query tile qt0 + jq of q head h: both advance by
+      // counting (no division), the tokens and rows as 32-bit where they
+      // fit, so that the loop stays inside kLoadRegs.
+      const long long tok0 = kt.sp.q_start + kt.qt0 * kBlockM;  // the first step's first token
+      const int rows0 = (int)(kt.sp.q_len - kt.qt0 * kBlockM);  // its rows to the sequence end
+      int jq = 0, h = hk * group;
+#pragma unroll 1
+      for (int i = 0; i < kt.n_steps; i++, n++) {
+        const int s = n % kStages;
+        if (n >= kStages) mbar_wait(empty0 + 8 * s, (n / kStages - 1) & 1);
+        const int mq = min(kBlockM, rows0 - kBlockM * jq);
+        const long long tok = tok0 + kBlockM * jq;
+        const unsigned slot = ring_a + s * 2 * kQBytes;
+        if (threadIdx.x == 0) {  // Q, then dO: kHalves boxes of 64 columns each
+          mbar_arrive_expect_tx(full0 + 8 * s, 2 * kQBytes);
+#pragma unroll
+          for (int hh = 0; hh < kHalves; hh++) {
+            tma_load_3d(slot + hh * (kQBytes / kHalves), &g_tmap_q, full0 + 8 * s, 64 * hh, h,
+                        (int)tok);
+            tma_load_3d(slot + kQBytes + hh * (kQBytes / kHalves), &g_tmap_do, full0 + 8 * s,
+                        64 * hh, h, (int)tok);
+          }
+        }
+        // LSE of the step's rows, then D: float x of the 2 kBlockM is row x
+        // % kBlockM's, thread x copies it (and with 128-row steps x + 128).
+        const int r = threadIdx.x % kBlockM;
+        const long long row = (long long)h * total_q + tok + (r < mq ? r : 0);
+        float *f = rows_s + s * 2 * kBlockM + threadIdx.x;
+        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+        if constexpr (kBlockM == 128) cp_async_4(smem_addr(f + 128), di + row, r < mq ? 4 : 0);
+        mbar_arrive_on_copies(full0 + 8 * s);
+        if (++jq == kt.q_tiles) {
+          jq = 0;
+          h++;
+        }
+      }
+      t++;
+    }
+    // No tile left: the computing warpgroups, done with the last one, read
+    // the end.
+    const int x = t % kKvSlots;
+    if (t >= kKvSlots) mbar_wait(kv_empty0 + 8 * x, (t / kKvSlots - 1) & 1);
+    if (threadIdx.x == 0) tile_s[x] = -1;
+    mbar_arrive(kv_full0 + 8 * x);
+    if (threadIdx.x == 0) mbar_arrive(kv_full0 + 8 * x);
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ---- the computing warpgroups ----
+  regs_inc<kMathRegs>();
+  float *const stage_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kStageAt);
+  float *const dq_acc = di + dq_accumulator_at(heads, total_q);
+  const int mt = threadIdx.x - 128;  // thread index among the computing ones
+  const int wg = mt >> 7;  // this warpgroup's keys: 64 wg..
+  const int warp = (mt >> 5) & 3;  // its rows in them: 16 warp..
+  const int lane = mt & 31, g = lane >> 2, tq = lane & 3;
+  const int key0 = 64 * wg + 16 * warp + g;  // this thread's first key row of the tile (+8)
+  int n = 0;  // steps computed so far
+#pragma unroll 1
+  for (int t = 0;; t++) {
+    const int x = t % kKvSlots;
+    const unsigned k_a = base + x * 2 * kKBytes, v_a = k_a + kKBytes;
+    mbar_wait(kv_full0 + 8 * x, (t / kKvSlots) & 1);
+    fence_proxy_async();  // K, V (cp.async) are read by wgmma (the async proxy)
+    const long long id = *static_cast<volatile long long *>(&tile_s[x]);
+    if (id < 0) break;
+    const int hk = (int)(id % kv_heads);
+    const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k,
+                                id / kv_heads, hk, group, k_stride);
+    const SeqSpan &sp = kt.sp;
+    const long long delta = sp.k_len - sp.q_len;
+    float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc_v[hh][j][e] = acc_k[hh][j][e] = 0.f;
+
+#pragma unroll 1
+    for (int i = 0; i < kt.n_steps; i++, n++) {
+      const int s = n % kStages;
+      mbar_wait(full0 + 8 * s, (n / kStages) & 1);
+      // (Q and dO came by TMA, through the async proxy: no fence)
+      const int h = hk * group + i / kt.q_tiles;
+      const long long i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const unsigned q_a = ring_a + s * 2 * kQBytes, do_a = q_a + kQBytes;
+      const float *const lse_r = rows_s + s * 2 * kBlockM, *const d_r = lse_r + kBlockM;
+      const unsigned dst_a = ds_a + (n & 1) * kDsBytes;  // this step's dS^T buffer
+
+      // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys: rows
+      // are keys (key0, key0 + 8), columns the step's queries. Committed
+      // apart, so that P^T is computed while dP^T runs.
+      float sp_t[kChunks][4], dp[kChunks][4];  // S^T, then P^T in place
+      wgmma_fence();
+      keys_times_queries(sp_t, k_a, q_a, wg);
+      wgmma_commit();
+      keys_times_queries(dp, v_a, do_a, wg);
+      wgmma_commit();
+      wgmma_wait<1>();  // S^T; dP^T runs on
+      wgmma_hold(sp_t);
+
+      // P^T, and its 16-bit pairs (the A operand of dV). Masks as
+      // jagged_bwd_sm90.cu's: a key row past the sequence end is masked too.
+      const Band band = tile_band(i0, kt.k0, delta);
+      const bool full = mq == kBlockM && kt.nk == kBlockN && band.lo <= -(kBlockM - 1) &&
+                        band.hi >= kBlockN - 1;
+      unsigned p16[kChunks][2], ds16[kChunks][2];
+#pragma unroll
+      for (int j = 0; j < kChunks; j++) {
+        const int col = 8 * j + 2 * tq;
+        const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int c = col + (e & 1), row = key0 + (e < 2 ? 0 : 8);
+          float m = (e & 1) ? lr.y : lr.x;
+          m = m == neg_inf() ? __int_as_float(0x7f800000) : m * kLog2e;  // no key: P = 0
+          float p = fast_exp2(fmaf(sp_t[j][e], kScaleLog2, -m));
+          if (!full) {
+            const int xd = row - c;
+            if (c >= mq || row >= kt.nk || xd < band.lo || xd > band.hi) p = 0.f;
+          }
+          sp_t[j][e] = p;
+        }
+      }
+      wgmma_wait<0>();  // dP^T
+      wgmma_hold(dp);
+      // dS^T = P^T (.) (dP^T - D) as 16-bit pairs (the A operand of dK),
+      // and to shared memory for dQ: row key0 (+ 8) of the step's
+      // [key][query] matrices (64 queries each), chunk j.
+#pragma unroll
+      for (int j = 0; j < kChunks; j++) {
+        const int col = 8 * j + 2 * tq;
+        const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
+        ds16[j][0] = pack2(sp_t[j][0] * (dp[j][0] - dd.x), sp_t[j][1] * (dp[j][1] - dd.y));
+        ds16[j][1] = pack2(sp_t[j][2] * (dp[j][2] - dd.x), sp_t[j][3] * (dp[j][3] - dd.y));
+        p16[j][0] = pack2(sp_t[j][0], sp_t[j][1]);
+        p16[j][1] = pack2(sp_t[j][2], sp_t[j][3]);
+        store_ds_t(dst_a, key0, j, tq, ds16[j][0], ds16[j][1]);
+      }
+
+      // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
+      // MN-major. The staging rows are free once every thread of the
+      // warpgroup saw the last step's bulk adds read them (the barrier).
+      bulk_wait_read<0>();
+      fence_proxy_async();  // dS^T is read by wgmma
+      if constexpr (kOwnDs) named_barrier_sync(2 + wg, 128);
+      else named_barrier_sync(1, kMathThreads);
+      float c[8][4];
+      wgmma_fence();
+      issue_dq(c, dst_a, k_a, wg);
+      wgmma_commit();
+@if DKV_N128@
+      issue_dkv_n128(acc_v, acc_k, p16, ds16, q_a, do_a);
+@else@
+      issue_dkv(acc_v, acc_k, p16, ds16, q_a, do_a);
+@endif@
+      wgmma_commit();
+
+      wgmma_wait<1>();  // dQ is done; dV and dK run on under the staging
+      wgmma_hold(c);
+
+      // c's rows are the step's queries 16 warp + g (+ 8) (of 64 wg.. with
+      // 128-row steps), its columns 8j + 2tq of this warpgroup's 64 (head
+      // dim 128) or of the head: to the warpgroup's staging rows in the
+      // accumulator's tile layout, then one bulk fp32 add of the real rows
+      // (the copy engine adds).
+      float *const stage = stage_s + wg * 64 * kStageStride;
+      const int q_off = kBlockM == 128 ? 64 * wg : 0;  // c's first query row of the step
+      const long long t0 = sp.q_src + i0 + q_off;  // c's first token
+      const int mc = min(64, mq - q_off);  // c's real rows (none: no add)
+#pragma unroll
+      for (int hi = 0; hi < 2; hi++) {
+        const int r = 16 * warp + g + 8 * hi;
+        float *const srow = stage + r * kStageStride + 2 * tq;
+        const int swz = (int)((t0 + r) & 7);  // jagged_bwd_rows.cuh's dq_group_at
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+          *reinterpret_cast<float2 *>(srow + 8 * (j ^ swz)) =
+              make_float2(c[j][2 * hi], c[j][2 * hi + 1]);
+      }
+      fence_proxy_async();  // the staging rows are read by the copy engine
+      named_barrier_sync(2 + wg, 128);
+      const int half = kHalves == 2 ? wg : 0;  // the 64 columns of the head c holds
+      if ((mt & 127) == 0 && mc > 0) {
+        bulk_reduce_add(dq_acc + ((long long)(h * kHalves + half) * total_q + t0) * 64,
+                        smem_addr(stage), mc * 64 * 4);
+        bulk_commit();
+      }
+
+      // dV and dK are done: the stage may be refilled.
+      wgmma_wait<0>();
+#pragma unroll
+      for (int hh = 0; hh < kHalves; hh++) {
+        wgmma_hold(acc_v[hh]);
+        wgmma_hold(acc_k[hh]);
+      }
+      keep(p16);
+      keep(ds16);
+      mbar_arrive(empty0 + 8 * s);
+    }
+    // Every product reading K and V is done: the next tile's may land.
+    mbar_arrive(kv_empty0 + 8 * x);
+
+    // dV, and dK with the scale, of the warp's key rows, once the
+    // warpgroup's last bulk add read the staging rows.
+    if ((mt & 127) == 0) bulk_wait_read<0>();
+    named_barrier_sync(2 + wg, 128);
+    store_dkv_staged(acc_v, acc_k, dk, dv, kt.k_row, k_stride, key0, kt.nk, tq, lane,
+                     smem_addr(stage_s + (wg * 64 + 16 * warp) * kStageStride));
+  }
+  bulk_wait_read<0>();  // the staging rows are read before the CTA's memory goes
+}
+/* ---- end kernel _kv ---- */

@@ -1,0 +1,36 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# next_gpu_call.sh: the first device call prepared for the next session
+# (written 2026-12-04, session 20): check the dev harness's "ws-tma"
+# variants (tools/jagged_dev/jagged_bwd_wst.cu: Q and dO by TMA), never run
+# yet, against float64; then time them beside the template ("ws-s2") and
+# run the sanitizers on them. Build here first and carry the binary:
+#   B=build/jagged_bwd BWD_ONLY='^ws-(tma|s2) (bf16|f16) d(128|64)' sh tools/jagged_dev/bwd_build.sh
+#   mkdir -p .devrun && cp build/jagged_bwd/bwd_test .devrun/
+#   device: carry [".devrun"], command: bash tools/jagged_dev/next_gpu_call.sh
+# A hang (a transaction count that never completes) shows as the check's
+# 200 s timeout: then look at the expect_tx bytes against the boxes.
+# Fold what wins into templates/jagged_bwd_ws.cu (the tensor maps as
+# __grid_constant__ parameters encoded by the runtime through the driver
+# table) and run the product's GPU suite; delete the rest.
+B=${BWD_TEST:-.devrun/bwd_test}
+out=${OUT:-/tmp}
+V=("ws-tma bf16 d128 full blk128" "ws-tma bf16 d128 causal blk128" "ws-tma f16 d128 full blk128"
+   "ws-tma bf16 d128 full win[100,0] blk128" "ws-tma bf16 d64 full blk128"
+   "ws-tma bf16 d64 causal blk128" "ws-tma f16 d64 causal blk128")
+echo "=== check $(date +%T)"
+timeout 200 "$B" checksm90 31 "${V[@]}" > "$out/check.log" 2>&1
+echo "check rc $?"; grep -v "^ok" "$out/check.log" | tail -5
+grep -q "checks: 0 failed" "$out/check.log" || exit 3
+echo "=== time $(date +%T)"
+for seed in 7 8; do
+  timeout 120 "$B" time $seed "ws-s2 bf16 d128 full blk128" "ws-tma bf16 d128 full blk128" \
+    "ws-s2 bf16 d128 causal blk128" "ws-tma bf16 d128 causal blk128" \
+    "ws-s2 bf16 d64 full blk128" "ws-tma bf16 d64 full blk128" >> "$out/time.log" 2>&1
+done
+grep "^time" "$out/time.log" | sed 's/ *tokens [0-9]* *//; s/(dq.*//'
+S=/usr/local/cuda/bin/compute-sanitizer
+timeout 60 $S --tool memcheck --error-exitcode 9 "$B" small 3 "${V[0]}" "${V[1]}" "${V[4]}" > "$out/memcheck.log" 2>&1
+echo "memcheck rc $?"
+timeout 60 $S --tool racecheck --error-exitcode 9 "$B" small 3 "${V[0]}" "${V[5]}" > "$out/racecheck.log" 2>&1
+echo "racecheck rc $?"
