@@ -73,6 +73,10 @@ typedef enum ag_param {
   AG_PARAM_TOTAL_Q,    /* long long: the block pattern's total_tokens */
   AG_PARAM_TOTAL_K,    /* long long */
   AG_PARAM_ITEMS,      /* long long: the walk's work count */
+  /* The tensor maps of q and dout (const __grid_constant__ ag_tmap) for
+   * kernels that load them by TMA: boxes of ag_plan_kernel.tma_rows rows
+   * (runtime/tma.c) */
+  AG_PARAM_TMAP_Q, AG_PARAM_TMAP_DOUT,
   AG_PARAM_COUNT
 } ag_param;
 
@@ -109,6 +113,7 @@ typedef struct ag_plan_kernel {
    * of one pass that are alternatives (tile shapes by the run-time n_q,
    * or by the mean query length) */
   int variant;
+  int tma_rows; /* the rows of the TMA roles' boxes; 0: no TMA role */
 } ag_plan_kernel;
 
 /* ---- the block pattern's shapes (plan_block.c) --------------------------- */
@@ -155,6 +160,7 @@ typedef struct ag_plan_jagged_kv {
   bool ws;
   int stages;
   bool dkv_n128; /* ws, head dim 128: dV and dK as one 64x128 product a k-step */
+  bool tma_qdo;  /* ws: each step's Q and dO by TMA (the AG_PARAM_TMAP_* roles) */
 } ag_plan_jagged_kv;
 
 typedef struct ag_plan_jagged {
@@ -305,6 +311,7 @@ ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);
 typedef struct ag_plan_jagged_choices {
   bool sm90_rotary, sm90_short, sm90_ws, sm90_ws64, sm90_bwd_ws, sm90_ws_broadcast, sm90_bwd_long;
   bool sm90_ws64_causal; /* head dim 64, causal: the warp-specialized forward for long runs */
+  bool sm90_bwd_tma;     /* the warp-specialized backward loads Q and dO by TMA */
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

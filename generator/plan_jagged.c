@@ -238,9 +238,10 @@ static ag_plan_jagged_kv ws_kv(int head_dim, int m) {
  * 359-364 against 363-366 at L 4096; without a mask it lost (323-335
  * against 336-349 at L 1024), so unmasked specs keep two 64x64 products
  * (bench/results/2026-12-04-h200-jagged-bwd-ws-n128.log). */
-static void plan_backward_ws(const ag_spec *spec, ag_plan *p) {
+static void plan_backward_ws(const ag_spec *spec, ag_plan *p, ag_plan_jagged_choices choices) {
   p->jagged.fast = ws_kv(p->head_dim, p->head_dim == 64 ? 128 : 64);
   p->jagged.fast.dkv_n128 = p->head_dim == 128 && (spec->causal || spec->has_window);
+  p->jagged.fast.tma_qdo = choices.sm90_bwd_tma;
 }
 
 /* Head dim 64 with a mask: jagged_bwd_sm90.cu (three CTAs an SM of 64
@@ -251,9 +252,10 @@ static void plan_backward_ws(const ag_spec *spec, ag_plan *p) {
  * the warp-specialized one against jagged_bwd_sm90.cu: L 1024 156 / 176,
  * 1536 193 / 203, 2048 223 / 222, 3072 255 / 239, 4096 273 / 246
  * (bench/results/2026-12-04-h200-jagged-bwd-long-gpu-suite.log). */
-static void plan_backward_long(ag_plan *p) {
+static void plan_backward_long(ag_plan *p, ag_plan_jagged_choices choices) {
   p->jagged.long_min_rows = 1024;
   p->jagged.fast_long = ws_kv(p->head_dim, 128);
+  p->jagged.fast_long.tma_qdo = choices.sm90_bwd_tma;
 }
 
 /* Backward on sm_90a where the spec lets dQ's bits vary (not
@@ -279,12 +281,12 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, ag_plan_jagged_c
   j->fast_rows_threads = 256;
   if (choices.sm90_bwd_ws && spec->rotary.layout == AG_ROTARY_NONE &&
       (p->head_dim == 128 || (!spec->causal && !spec->has_window))) {
-    plan_backward_ws(spec, p);
+    plan_backward_ws(spec, p, choices);
     return true;
   }
   const bool d64 = p->head_dim == 64;
   if (d64 && choices.sm90_bwd_ws && choices.sm90_bwd_long && spec->rotary.layout == AG_ROTARY_NONE)
-    plan_backward_long(p);
+    plan_backward_long(p, choices);
   const int m = 64, n = d64 ? 64 : 128, slots = 2;
   const int stages = d64 ? 1 : 2, stride = d64 ? 68 : 72; /* staging rows */
   j->fast = (ag_plan_jagged_kv){
@@ -344,12 +346,16 @@ static const bool sm90_bwd_long_checked = true;
  * 14/14 with its mean-2603 runs on this variant, and sanitize-jagged
  * (bench/results/2026-12-04-h200-jagged-fwd-d64-causal.log). */
 static const bool sm90_ws64_causal_checked = true;
+/* Q and dO by TMA in the warp-specialized backward (plan_backward_ws,
+ * TMA_QDO): written 2026-12-04 after the dev harness's jagged_bwd_wst.cu,
+ * neither run on a GPU yet. */
+static const bool sm90_bwd_tma_checked = false;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
   return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked,
                                   sm90_ws64_checked, sm90_bwd_ws_checked,
                                   sm90_ws_broadcast_checked, sm90_bwd_long_checked,
-                                  sm90_ws64_causal_checked};
+                                  sm90_ws64_causal_checked, sm90_bwd_tma_checked};
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -465,6 +471,11 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan, const char *st
     k->namespace_name = namespace_name;
     k->variant = variant;
     add_params(plan, k, bwd_params, BWD_NPARAMS);
+    if (c->tma_qdo) { /* the maps last, for every kernel of the set (one list) */
+      k->params[k->nparams++] = AG_PARAM_TMAP_Q;
+      k->params[k->nparams++] = AG_PARAM_TMAP_DOUT;
+      k->tma_rows = c->block_m;
+    }
     if (i == 1) {
       k->walk = (ag_walk){c->ws ? AG_WALK_JAGGED_K_COUNTER : AG_WALK_JAGGED_K, c->block_n, 1, 1};
       k->threads = c->threads;
@@ -485,6 +496,7 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan, const char *st
       if (c->ws) {
         ag_plan_set(k, "STAGES", c->stages);
         ag_plan_set(k, "WGMMA_N128", c->block_m == 128);
+        ag_plan_set(k, "TMA_QDO", c->tma_qdo);
       } else {
         ag_plan_set(k, "MIN_CTAS", c->min_ctas);
       }
@@ -650,6 +662,8 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                           : "never (each adds its own keys' dQ)");
       if (c->dkv_n128)
         ag_buf_printf(b, "%s  dV and dK as one 64x128 product a k-step\n", prefix);
+      if (c->tma_qdo)
+        ag_buf_printf(b, "%s  Q and dO by TMA (tensor maps as parameters)\n", prefix);
     } else if (k->walk.kind == AG_WALK_JAGGED_Q) {
       ag_buf_printf(b, "%s  query-stationary: D and dQ of %d query rows, key tiles of %d\n",
                     prefix, j->bwd_block_m, j->bwd_block_n);

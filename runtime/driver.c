@@ -63,6 +63,8 @@ static void load(void) {
     dlclose(lib);
     return;
   }
+  d.cuTensorMapEncodeTiled =
+      (__typeof__(d.cuTensorMapEncodeTiled))dlsym(lib, AG_STR_(cuTensorMapEncodeTiled));
   CUresult r = d.cuInit(0);
   if (r == CUDA_SUCCESS) r = d.cuDriverGetVersion(&d.version);
   if (r != CUDA_SUCCESS) {

@@ -42,6 +42,10 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
   const bool push = drv->cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != ctx->cu;
   if (push && (st = ag_cuda_check(err, drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent")))
     return st;
+  /* The tensor maps of the TMA roles: encoded on first use, once a pass
+   * (the kernels of a set share their parameters). */
+  CUtensorMap maps[2];
+  bool mapped[2] = {false, false};
   for (int i = 0; i < plan->nkernels && st == AG_OK; i++) {
     const ag_plan_kernel *d = &plan->kernels[i];
     if (!launched(d, pass, a) || !grids[i][0] || !grids[i][1]) continue;
@@ -49,9 +53,19 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
     long long wide[AG_PLAN_MAX_PARAMS];
     int narrow[AG_PLAN_MAX_PARAMS];
     void *params[AG_PLAN_MAX_PARAMS];
-    for (int p = 0; p < d->nparams; p++) {
+    for (int p = 0; p < d->nparams && st == AG_OK; p++) {
       const ag_param r = d->params[p];
       switch (r) {
+        case AG_PARAM_TMAP_Q:
+        case AG_PARAM_TMAP_DOUT: {
+          const int m = r == AG_PARAM_TMAP_Q ? 0 : 1;
+          if (!mapped[m])
+            st = ag_tma_rows_map(drv, &maps[m], a->ptr[m ? AG_PARAM_DOUT : AG_PARAM_Q],
+                                 a->total_q, a->heads, plan->head_dim, d->tma_rows, err);
+          mapped[m] = st == AG_OK;
+          params[p] = &maps[m];
+          break;
+        }
         case AG_PARAM_BATCH: wide[p] = a->batch; params[p] = &wide[p]; break;
         case AG_PARAM_TOTAL_Q: wide[p] = a->total_q; params[p] = &wide[p]; break;
         case AG_PARAM_TOTAL_K: wide[p] = a->total_k; params[p] = &wide[p]; break;
@@ -63,6 +77,7 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
           params[p] = &ptrs[p];
       }
     }
+    if (st != AG_OK) break;
     st = ag_cuda_check(err,
                        drv->cuLaunchKernel(kernel->fn[i], grids[i][0], grids[i][1], grids[i][2],
                                            (unsigned)d->threads, 1, 1, (unsigned)d->smem_bytes,

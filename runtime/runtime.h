@@ -84,6 +84,9 @@ ag_status ag_write_output(const char *path, const void *data, size_t len, ag_err
 /* Filled once, then read-only for the life of the process. */
 typedef struct ag_driver {
   AG_DRIVER_FUNCS(AG_DRIVER_FIELD_)
+  /* Optional (NULL where the driver lacks it, before CUDA 12): only the
+   * kernels that load by TMA need it, and their launch says so. */
+  __typeof__(cuTensorMapEncodeTiled) *cuTensorMapEncodeTiled;
   int version; /* cuDriverGetVersion: 13000 for CUDA 13.0 */
 } ag_driver;
 
@@ -289,6 +292,14 @@ typedef struct ag_launch {
   int slab_rows; /* broadcast: the query tile the slab count is sized with (ag_broadcast_slabs) */
   int variant;   /* the kernels of this variant run, and those of variant 0 (ag_plan_variant) */
 } ag_launch;
+
+/* The tensor map of a [rows, heads, head_dim] 16-bit tensor at `ptr` (a
+ * row is heads * head_dim elements) in boxes of 64 elements by one head by
+ * box_rows rows with the 128-byte swizzle, zeros past its end: what the
+ * TMA roles (AG_PARAM_TMAP_*) pass. AG_ERR_NO_DRIVER when the driver
+ * cannot encode one, AG_ERR_CUDA when it refuses (runtime/tma.c). */
+ag_status ag_tma_rows_map(const ag_driver *drv, CUtensorMap *out, const void *ptr, int64_t rows,
+                          int64_t heads, int head_dim, int box_rows, ag_error *err);
 
 /* The grid of a kernel and the work count its walk takes (the ITEMS
  * parameter), from the run-time sizes alone; AG_ERR_INVALID_ARGUMENT when

@@ -29,7 +29,9 @@
 @#   bytes after the dQ accumulator in the workspace.
 @# Conditions: ROTARY (false: not planned with rotary embeddings),
 @#   WGMMA_N128 (BLOCK_M is 128: the 64x128 product's helpers included),
-@#   DKV_N128 (head dim 128: dV and dK as one 64x128 product a k-step).
+@#   DKV_N128 (head dim 128: dV and dK as one 64x128 product a k-step),
+@#   TMA_QDO (Q and dO by TMA: tma_sm90.cuh, and the kernels take tmap_q,
+@#   tmap_dout last).
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this backward is planned for sm_90a only (wgmma)"
 #endif
@@ -69,6 +71,12 @@ constexpr bool kDqTiled = true;
 // above) this ran 1.01-1.06x one CTA a tile, 1.09x at head dim 64 causal
 // (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
 constexpr bool kTileCounter = true;
+// Each step's Q and dO by TMA (tmap_q, tmap_dout: boxes of 64 columns by
+// kBlockM rows, issued by one loading thread on the stage's full barrier)
+// instead of 2 x 16 cp.async a loading thread. Rows past a sequence's end
+// are then the next sequence's (zeros past the tensor), not zeros: the
+// mask zeroes P and dS there and dQ's rows >= mq are not added.
+constexpr bool kTmaQdo = @TMA_QDO@;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),
               "two warpgroups of 64 keys; query steps of 64 rows, or 128 at head dim 64");
@@ -127,6 +135,10 @@ static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
 
 @include pipeline_sm90.cuh@
 
+@if TMA_QDO@
+@include tma_sm90.cuh@
+
+@endif@
 @include jagged_bwd_tile.cuh@
 
 @include jagged_bwd_wgmma.cuh@
@@ -166,6 +178,8 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
   }
 }
 
+@if TMA_QDO@
+@else@
 // Start the copy of a step's Q and dO rows (kBlockM of them, the first
 // `rows` real, the rest zero-filled) at element `at` of q and dout into
 // the stage at `slot` (Q, then dO), laid out as load_rows lays them. One
@@ -189,6 +203,7 @@ __device__ __forceinline__ void load_step(unsigned slot, const unsigned short *q
   }
 }
 
+@endif@
 // One CTA tile of keys: its sequence, its keys and the steps that reach
 // them (q head hk * group + i / q_tiles, query tile qt0 + i % q_tiles).
 // Both roles walk the same tiles and steps.
@@ -304,7 +319,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(kv_empty0 + 8 * x, kMathThreads);
     }
     for (int s = 0; s < kStages; s++) {
-      mbar_init(full0 + 8 * s, 128);
+      // the loading threads' copies, and with TMA thread 0's expect_tx
+      mbar_init(full0 + 8 * s, 128 + (kTmaQdo ? 1 : 0));
       mbar_init(empty0 + 8 * s, kMathThreads);
     }
     mbar_init_fence();
@@ -354,7 +370,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         const int mq = min(kBlockM, rows0 - kBlockM * jq);
         const long long tok = tok0 + kBlockM * jq;
         const unsigned slot = ring_a + s * 2 * kQBytes;
+@if TMA_QDO@
+        if (threadIdx.x == 0) {  // Q, then dO: kHalves boxes of 64 columns each
+          mbar_arrive_expect_tx(full0 + 8 * s, 2 * kQBytes);
+#pragma unroll
+          for (int hh = 0; hh < kHalves; hh++) {
+            tma_load_3d(slot + hh * (kQBytes / kHalves), &tmap_q, full0 + 8 * s, 64 * hh, h,
+                        (int)tok);
+            tma_load_3d(slot + kQBytes + hh * (kQBytes / kHalves), &tmap_dout, full0 + 8 * s,
+                        64 * hh, h, (int)tok);
+          }
+        }
+@else@
         load_step(slot, q, dout, tok * q_stride + (long long)h * kHeadDim, q_stride, mq);
+@endif@
         // LSE of the step's rows, then D: float x of the 2 kBlockM is row x
         // % kBlockM's, thread x copies it (and with 128-row steps x + 128).
         const int r = threadIdx.x % kBlockM;
@@ -396,6 +425,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const int x = t % kKvSlots;
     const unsigned k_a = base + x * 2 * kKBytes, v_a = k_a + kKBytes;
     mbar_wait(kv_full0 + 8 * x, (t / kKvSlots) & 1);
+    if constexpr (kTmaQdo) fence_proxy_async();  // K, V (cp.async) are read by wgmma
     const long long id = *static_cast<volatile long long *>(&tile_s[x]);
     if (id < 0) break;
     const int hk = (int)(id % kv_heads);
@@ -415,7 +445,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kt.n_steps; i++, n++) {
       const int s = n % kStages;
       mbar_wait(full0 + 8 * s, (n / kStages) & 1);
-      fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+      // the copies are read by wgmma (the async proxy); TMA's already are
+      if constexpr (!kTmaQdo) fence_proxy_async();
       const int h = hk * group + i / kt.q_tiles;
       const long long i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
       const int mq = (int)min((long long)kBlockM, sp.q_len - i0);

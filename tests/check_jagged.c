@@ -733,6 +733,76 @@ START_TEST(short_forward) {
 }
 END_TEST
 
+/* Q and dO by TMA in the warp-specialized backward (sm90_bwd_tma, not yet
+ * checked on a GPU, so off in ag_plan_jagged_checked): every kernel of the
+ * set takes the two tensor maps last; the launcher encodes each once a
+ * backward (boxes of 64 elements x 1 head x the step's rows, rows of heads
+ * x head_dim, 128-byte swizzle) and passes it aligned; the source compiles
+ * for sm_90a. A driver without cuTensorMapEncodeTiled is refused with a
+ * message. */
+START_TEST(tma_backward_plan) {
+  ck_assert(!ag_plan_jagged_checked().sm90_bwd_tma);
+  ag_plan_jagged_choices with = ag_plan_jagged_checked();
+  with.sm90_bwd_tma = true;
+  const struct { int dim; bool causal; int rows; } cases[] = {{128, true, 64}, {64, false, 128}};
+  for (int c = 0; c < 2; c++) {
+    fake f;
+    char y[512];
+    yaml_for(y, sizeof y, cases[c].dim, AG_DTYPE_BF16, cases[c].causal, "arch: sm_90a\n", true);
+    fake_with(&f, y, 12, with);
+    const ag_plan *p = &f.kernel.plan;
+    const int nb = p->nkernels - 3;
+    ck_assert(p->jagged.fast.tma_qdo);
+    for (int i = nb; i < nb + 3; i++) {
+      const ag_plan_kernel *k = &p->kernels[i];
+      ck_assert_int_eq(k->params[k->nparams - 2], AG_PARAM_TMAP_Q);
+      ck_assert_int_eq(k->params[k->nparams - 1], AG_PARAM_TMAP_DOUT);
+      ck_assert_int_eq(k->tma_rows, cases[c].rows);
+    }
+    ag_fake_seen.tmaps = 2;
+    ag_jagged_bwd_args b = bwd_args();
+    ag_error err = {0};
+    ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+    ck_assert_int_eq(ag_fake_seen.count, 3);
+    ck_assert_int_eq(ag_fake_seen.encodes, 2); /* once each a backward, not a kernel */
+    ck_assert_uint_eq(ag_fake_seen.enc_rank, 3);
+    ck_assert_int_eq(ag_fake_seen.enc_type, CU_TENSOR_MAP_DATA_TYPE_UINT16);
+    ck_assert_int_eq(ag_fake_seen.enc_swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+    ck_assert_uint_eq(ag_fake_seen.enc_dims[0], (unsigned long long)cases[c].dim);
+    ck_assert_uint_eq(ag_fake_seen.enc_dims[1], 8); /* heads */
+    ck_assert_uint_eq(ag_fake_seen.enc_dims[2], 300); /* total_q */
+    ck_assert_uint_eq(ag_fake_seen.enc_strides[0], 2ull * cases[c].dim);
+    ck_assert_uint_eq(ag_fake_seen.enc_strides[1], 2ull * 8 * cases[c].dim);
+    ck_assert_uint_eq(ag_fake_seen.enc_box[0], 64);
+    ck_assert_uint_eq(ag_fake_seen.enc_box[1], 1);
+    ck_assert_uint_eq(ag_fake_seen.enc_box[2], (unsigned)cases[c].rows);
+    /* the last launch's maps: q's, then dout's */
+    ck_assert_uint_eq(ag_fake_seen.map_words[0][0], (unsigned long long)(uintptr_t)b.q);
+    ck_assert_uint_eq(ag_fake_seen.map_words[1][0], (unsigned long long)(uintptr_t)b.dout);
+    ck_assert_uint_eq(ag_fake_seen.map_words[1][1], 300);
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+    ck_assert_ptr_nonnull(strstr(src, "const __grid_constant__ ag_tmap tmap_dout) {"));
+    ck_assert_ptr_nonnull(strstr(src, "constexpr bool kTmaQdo = 1;"));
+    ck_assert_ptr_null(strstr(src, "load_step("));
+    void *cubin = NULL;
+    size_t size = 0;
+    ag_status st = ag_compile_source(src, "tma_backward.cu", "sm_90a", &cubin, &size, NULL, &err);
+    ck_assert_msg(st == AG_OK, "%s", err.message);
+    for (int k = 0; k < p->nkernels; k++)
+      ck_assert(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1));
+    free(cubin);
+    free(src);
+    /* a driver that cannot encode a map: refused, nothing launched */
+    fake_with(&f, y, 12, with);
+    ((ag_driver *)f.kernel.ctx->drv)->cuTensorMapEncodeTiled = NULL;
+    ck_assert_int_eq(ag_jagged_backward(&f.kernel, &b, NULL, &err), AG_ERR_NO_DRIVER);
+    ck_assert_ptr_nonnull(strstr(err.message, "cuTensorMapEncodeTiled"));
+    ag_error_clear(&err);
+  }
+}
+END_TEST
+
 /* Head dim 64 with a causal mask on sm_90a (sm90_ws64_causal): the
  * warp-specialized forward for runs of mean query length past 640, the
  * mma.sync forward's 128-row tiles up to it; with a window too. The
@@ -1125,6 +1195,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, long_backward_plan);
   tcase_add_test(tc, ws_backward_plan);
   tcase_add_test(tc, causal64_forward);
+  tcase_add_test(tc, tma_backward_plan);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);
   tcase_add_test(tc, rotary_tables);

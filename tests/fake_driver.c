@@ -54,10 +54,33 @@ static CUresult CUDAAPI fake_launch(CUfunction f, unsigned gx, unsigned gy, unsi
     s->total = *(long long *)params[n + 3];
     s->total_k = *(long long *)params[n + 4];
     s->items = *(long long *)params[n + 5];
+    for (int m = 0; m < s->tmaps && m < 2; m++) {
+      const CUtensorMap *map = params[n + 6 + m];
+      ck_assert_uint_eq((uintptr_t)map % 64, 0); /* a map's alignment */
+      memcpy(s->map_words[m], map, sizeof s->map_words[m]);
+    }
     return CUDA_SUCCESS;
   }
   s->total = *(long long *)params[n + 2];
   s->items = *(long long *)params[n + 3];
+  return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_encode(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
+                                    void *global, const cuuint64_t *dims,
+                                    const cuuint64_t *strides, const cuuint32_t *box,
+                                    const cuuint32_t *steps, CUtensorMapInterleave interleave,
+                                    CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                    CUtensorMapFloatOOBfill fill) {
+  (void)steps, (void)interleave, (void)l2, (void)fill;
+  ag_fake_launch *s = &ag_fake_seen;
+  s->encodes++;
+  s->enc_type = (int)type, s->enc_rank = rank, s->enc_swizzle = (int)swizzle;
+  for (unsigned i = 0; i < 3 && i < rank; i++) s->enc_dims[i] = dims[i], s->enc_box[i] = box[i];
+  for (unsigned i = 0; i + 1 < rank && i < 2; i++) s->enc_strides[i] = strides[i];
+  memset(map, 0, sizeof *map);
+  unsigned long long words[2] = {(unsigned long long)(uintptr_t)global, dims[rank - 1]};
+  memcpy(map, words, sizeof words);
   return CUDA_SUCCESS;
 }
 
@@ -67,6 +90,7 @@ void ag_fake_driver_attach(ag_context *ctx, int ptrs) {
   fake_driver.cuCtxPopCurrent = fake_pop;
   fake_driver.cuCtxGetCurrent = fake_get_current;
   fake_driver.cuLaunchKernel = fake_launch;
+  fake_driver.cuTensorMapEncodeTiled = fake_encode;
   ctx->drv = &fake_driver;
   ctx->cu = (CUcontext)(uintptr_t)0xC0; /* not current until pushed */
   ctx->sm_count = 132;

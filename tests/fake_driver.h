@@ -26,6 +26,15 @@ typedef struct ag_fake_launch {
   long long total_k;
   unsigned grid_y;
   unsigned grids_x[4], grids_y[4]; /* of the first four launches */
+  /* cuTensorMapEncodeTiled (set by the test: tmaps, the tensor-map
+   * parameters after `items`): its calls, the last one's arguments, and
+   * the last launch's maps (the fake writes the global address and the row
+   * count into a map's first two words) */
+  int tmaps, encodes;
+  unsigned long long enc_dims[3], enc_strides[2];
+  unsigned enc_box[3], enc_rank;
+  int enc_swizzle, enc_type;
+  unsigned long long map_words[2][2];
 } ag_fake_launch;
 
 extern ag_fake_launch ag_fake_seen;

@@ -1278,6 +1278,12 @@ constexpr bool kDqTiled = true;
 // above) this ran 1.01-1.06x one CTA a tile, 1.09x at head dim 64 causal
 // (bench/results/2026-12-03-h200-jagged-bwd-ws-persistent.log).
 constexpr bool kTileCounter = true;
+// Each step's Q and dO by TMA (tmap_q, tmap_dout: boxes of 64 columns by
+// kBlockM rows, issued by one loading thread on the stage's full barrier)
+// instead of 2 x 16 cp.async a loading thread. Rows past a sequence's end
+// are then the next sequence's (zeros past the tensor), not zeros: the
+// mask zeroes P and dS there and dQ's rows >= mq are not added.
+constexpr bool kTmaQdo = 0;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),
               "two warpgroups of 64 keys; query steps of 64 rows, or 128 at head dim 64");
@@ -2392,7 +2398,8 @@ ag_gem_d64_bf16_causal_w256_0_bwd_long_kv(const unsigned short *__restrict__ q,
       mbar_init(kv_empty0 + 8 * x, kMathThreads);
     }
     for (int s = 0; s < kStages; s++) {
-      mbar_init(full0 + 8 * s, 128);
+      // the loading threads' copies, and with TMA thread 0's expect_tx
+      mbar_init(full0 + 8 * s, 128 + (kTmaQdo ? 1 : 0));
       mbar_init(empty0 + 8 * s, kMathThreads);
     }
     mbar_init_fence();
@@ -2484,6 +2491,7 @@ ag_gem_d64_bf16_causal_w256_0_bwd_long_kv(const unsigned short *__restrict__ q,
     const int x = t % kKvSlots;
     const unsigned k_a = base + x * 2 * kKBytes, v_a = k_a + kKBytes;
     mbar_wait(kv_full0 + 8 * x, (t / kKvSlots) & 1);
+    if constexpr (kTmaQdo) fence_proxy_async();  // K, V (cp.async) are read by wgmma
     const long long id = *static_cast<volatile long long *>(&tile_s[x]);
     if (id < 0) break;
     const int hk = (int)(id % kv_heads);
@@ -2503,7 +2511,8 @@ ag_gem_d64_bf16_causal_w256_0_bwd_long_kv(const unsigned short *__restrict__ q,
     for (int i = 0; i < kt.n_steps; i++, n++) {
       const int s = n % kStages;
       mbar_wait(full0 + 8 * s, (n / kStages) & 1);
-      fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+      // the copies are read by wgmma (the async proxy); TMA's already are
+      if constexpr (!kTmaQdo) fence_proxy_async();
       const int h = hk * group + i / kt.q_tiles;
       const long long i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
       const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
