@@ -98,6 +98,13 @@ ag_status ag_plan_refuse(ag_plan *out, ag_refusal_key key, ag_error *err, const 
 ag_plan_kernel *ag_plan_add_kernel(const ag_spec *spec, ag_plan *plan, unsigned pass,
                                    const char *name_tag, const char *template_file) {
   (void)spec;
+  /* The planners' kernel counts are fixed by their code, not by a spec:
+   * past the array is a planner bug, stopped here rather than written. */
+  if (plan->nkernels >= AG_PLAN_MAX_KERNELS) {
+    fprintf(stderr, "attngen: a plan of more than %d kernels (%s): raise AG_PLAN_MAX_KERNELS\n",
+            AG_PLAN_MAX_KERNELS, name_tag);
+    abort();
+  }
   ag_plan_kernel *k = &plan->kernels[plan->nkernels++];
   memset(k, 0, sizeof *k);
   snprintf(k->name, sizeof k->name, "%s", name_tag);

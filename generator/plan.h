@@ -14,7 +14,9 @@
 struct ag_buf; /* internal.h */
 
 enum {
-  AG_PLAN_MAX_KERNELS = 8, /* kernels of one source */
+  /* kernels of one source: 8 today (head dim 64, masked, sm_90a, both
+   * passes: two forward variants and two backward sets of three) */
+  AG_PLAN_MAX_KERNELS = 12,
   AG_PLAN_MAX_PARAMS = 20,
   AG_PLAN_MAX_CONSTS = 24,
   AG_REFUSAL_MAX = 320,

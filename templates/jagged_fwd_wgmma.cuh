@@ -1,7 +1,7 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_fwd_wgmma.cuh: what the two sm_90a jagged forwards
 @# (jagged_fwd_sm90.cu, jagged_fwd_ws.cu) share: the tiles' swizzled
-@# layout, a KV tile's view (real keys, band diagonals, mask, skip), the
+@# layout, a KV tile's view (real keys, band diagonals, mask), the
 @# two products on wgmma and the online softmax between them.
 @# Needs the includer's kHeadDim, kBlockM, kBlockN, kHalves, kKeyHalves,
 @#   kRowBytes, kStepOverRows, kHasLeft, kHasRight, kLeft, kRight,
@@ -33,15 +33,15 @@ __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
 // What a warpgroup does with one KV tile (first key n0): which columns
 // are real, the band's diagonals (key column c of tile row r is visible
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
-// nothing inside a tile), whether any element is masked, and whether none
-// of the warpgroup's real rows sees a key of it (skip: as a tile all
-// masked would leave m, l and O; never when !may_skip).
+// nothing inside a tile), and whether any element of its `rows` is masked.
+// Every tile is computed, even one none of a warpgroup's rows sees: the
+// two warpgroups take turns, tile by tile (jagged_fwd_ws.cu).
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
-  bool mask, skip;
+  bool mask;
 };
 __device__ __forceinline__ TileView tile_view(long long n0, long long lk, long long row_diag,
-                                              int rows, int wrow0, bool may_skip) {
+                                              int rows) {
   TileView t;
   t.kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
   constexpr long long kFar = kBlockM + kBlockN + 1;
@@ -51,10 +51,6 @@ __device__ __forceinline__ TileView tile_view(long long n0, long long lk, long l
   t.mask = t.kv_valid < kBlockN;
   if constexpr (kHasRight) t.mask = t.mask || t.diag_hi < kBlockN - 1;  // row 0 misses a key
   if constexpr (kHasLeft) t.mask = t.mask || (rows - 1) + t.diag_lo > 0;  // last row misses key 0
-  t.skip = wrow0 >= rows;
-  if constexpr (kHasRight) t.skip = t.skip || wrow0 + 63 + t.diag_hi < 0;
-  if constexpr (kHasLeft) t.skip = t.skip || wrow0 + t.diag_lo > kBlockN - 1;
-  t.skip = t.skip && may_skip;
   return t;
 }
 

@@ -6,7 +6,8 @@
 @# S's softmax while that P V does; the two computing warpgroups take turns
 @# issuing, so that one's softmax runs under the other's products. The plan
 @# picks it on sm_90a for the main forward without rotary embeddings
-@# (jagged_fwd_sm90.cu keeps rotary and the short-sequence tiles).
+@# (the short-sequence tiles are jagged_fwd_sm90.cu's at head dim 128,
+@# jagged_fwd.cu's at 64; rotary takes jagged_fwd_sm90.cu or jagged_fwd.cu).
 @# Placeholders: @KERNEL_NAME@ @PARAMS@ @HEAD_DIM@ (64 | 128) @BLOCK_M@
 @#   (query rows per CTA: 128, two computing warpgroups of 64)
 @#   @BLOCK_N@ (keys per KV tile, 64 or 128) @STAGES@ (KV tiles resident,
@@ -197,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const long long key_last = (long long)(n_first + n_tiles - 1) * kBlockN;  // tile 0's first key
   auto view = [&](int i) {
     // every tile computed (none skipped), so that the turns match
-    return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows, wrow0, false);
+    return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows);
   };
   auto wait_full = [&](int i) {
     mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);

@@ -16,7 +16,9 @@
 // tile 1024-byte aligned. That is the 128-byte swizzle: 8-row atoms of
 // 1024 bytes, stride (SBO) 1024 between atoms. Read K-major (rows run over
 // M or N, the 64 elements over k) or MN-major (rows run over k); either way
-// one 64-element block, so the leading offset (LBO) is never used. `tile`
+// one 64-element block, so the leading offset (LBO) is not needed: it is
+// set to 1, which jagged_bwd_dkv_n128.cuh's sw128_desc_lbo subtracts to put
+// its own (keep the two in step). `tile`
 // is the tile's shared address, `offset` the bytes from there to the first
 // element the MMA reads: for K-major operands 32 per k16 step into the row,
 // for MN-major 16 rows. The offset is added to the finished descriptor's
@@ -25,7 +27,7 @@
 // carries out of the field.
 __device__ __forceinline__ unsigned long long sw128_desc(unsigned tile, unsigned offset) {
   return ((unsigned long long)((tile & 0x3FFFFu) >> 4) |  // start address, 16-byte units
-          (unsigned long long)1 << 16 |                   // LBO (unused)
+          (unsigned long long)1 << 16 |                   // LBO: 1 (sw128_desc_lbo's)
           (unsigned long long)(1024 >> 4) << 32 |         // SBO: the next 8 rows
           (unsigned long long)1 << 62) +                  // 128-byte swizzle
          (offset >> 4);

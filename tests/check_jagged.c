@@ -483,7 +483,8 @@ START_TEST(ws_backward_plan) {
     const ag_plan *p = &f.kernel.plan;
     const int nb = p->nkernels - 3; /* the backward's three come last */
     ck_assert(p->jagged.fast.ws);
-    /* dV, dK as 64x128 products at head dim 128 with a mask only */
+    /* dV, dK as 64x128 products at head dim 128 with a mask only (a
+     * window alone counts: below) */
     ck_assert(p->jagged.fast.dkv_n128 == (cases[c].dim == 128 && cases[c].causal));
     ck_assert_str_eq(p->kernels[nb].template_file, "jagged_bwd_ws.cu");
     ck_assert_int_eq(p->kernels[nb + 1].threads, 384);
@@ -549,6 +550,13 @@ START_TEST(ws_backward_plan) {
     ck_assert_str_eq(f.kernel.plan.kernels[f.kernel.plan.nkernels - 3].template_file,
                      "jagged_bwd_sm90.cu");
   }
+  /* head dim 128 with a window alone: warp specialized, dV and dK as
+   * 64x128 products too */
+  fake f;
+  char y[512];
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "arch: sm_90a\nwindow: [100, 0]\n", true);
+  fake_with(&f, y, 12, with);
+  ck_assert(f.kernel.plan.jagged.fast.ws && f.kernel.plan.jagged.fast.dkv_n128);
 }
 END_TEST
 
@@ -644,9 +652,11 @@ END_TEST
 /* The sm_90a forward at head dim 128 has two variants: 128-row tiles with
  * 128-key tiles (one CTA an SM) and, for runs whose mean query length is
  * at most 384 (ceil(total_q / batch)), 64-row tiles with 64-key tiles (two
- * CTAs an SM). Each run launches exactly one of them; rotary specs,
- * head dim 64 and sm_80 plan no short one. Planned with the variant
- * chosen whether or not plan_jagged.c's sm90_short_checked takes it yet. */
+ * CTAs an SM). Each run launches exactly one of them; at head dim 64 the
+ * short one is the mma.sync forward's 128-row tiles (causal: up to a mean
+ * of 640, causal64_forward); rotary specs and sm_80 plan no short one.
+ * Planned with the variant chosen whether or not plan_jagged.c's
+ * sm90_short_checked takes it yet. */
 static void fake_with_short(fake *f, const char *yaml) {
   ag_plan_jagged_choices with = ag_plan_jagged_checked();
   with.sm90_short = true;

@@ -161,7 +161,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // tile 1024-byte aligned. That is the 128-byte swizzle: 8-row atoms of
 // 1024 bytes, stride (SBO) 1024 between atoms. Read K-major (rows run over
 // M or N, the 64 elements over k) or MN-major (rows run over k); either way
-// one 64-element block, so the leading offset (LBO) is never used. `tile`
+// one 64-element block, so the leading offset (LBO) is not needed: it is
+// set to 1, which jagged_bwd_dkv_n128.cuh's sw128_desc_lbo subtracts to put
+// its own (keep the two in step). `tile`
 // is the tile's shared address, `offset` the bytes from there to the first
 // element the MMA reads: for K-major operands 32 per k16 step into the row,
 // for MN-major 16 rows. The offset is added to the finished descriptor's
@@ -170,7 +172,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // carries out of the field.
 __device__ __forceinline__ unsigned long long sw128_desc(unsigned tile, unsigned offset) {
   return ((unsigned long long)((tile & 0x3FFFFu) >> 4) |  // start address, 16-byte units
-          (unsigned long long)1 << 16 |                   // LBO (unused)
+          (unsigned long long)1 << 16 |                   // LBO: 1 (sw128_desc_lbo's)
           (unsigned long long)(1024 >> 4) << 32 |         // SBO: the next 8 rows
           (unsigned long long)1 << 62) +                  // 128-byte swizzle
          (offset >> 4);
@@ -442,15 +444,15 @@ __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
 // What a warpgroup does with one KV tile (first key n0): which columns
 // are real, the band's diagonals (key column c of tile row r is visible
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
-// nothing inside a tile), whether any element is masked, and whether none
-// of the warpgroup's real rows sees a key of it (skip: as a tile all
-// masked would leave m, l and O; never when !may_skip).
+// nothing inside a tile), and whether any element of its `rows` is masked.
+// Every tile is computed, even one none of a warpgroup's rows sees: the
+// two warpgroups take turns, tile by tile (jagged_fwd_ws.cu).
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
-  bool mask, skip;
+  bool mask;
 };
 __device__ __forceinline__ TileView tile_view(long long n0, long long lk, long long row_diag,
-                                              int rows, int wrow0, bool may_skip) {
+                                              int rows) {
   TileView t;
   t.kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
   constexpr long long kFar = kBlockM + kBlockN + 1;
@@ -460,10 +462,6 @@ __device__ __forceinline__ TileView tile_view(long long n0, long long lk, long l
   t.mask = t.kv_valid < kBlockN;
   if constexpr (kHasRight) t.mask = t.mask || t.diag_hi < kBlockN - 1;  // row 0 misses a key
   if constexpr (kHasLeft) t.mask = t.mask || (rows - 1) + t.diag_lo > 0;  // last row misses key 0
-  t.skip = wrow0 >= rows;
-  if constexpr (kHasRight) t.skip = t.skip || wrow0 + 63 + t.diag_hi < 0;
-  if constexpr (kHasLeft) t.skip = t.skip || wrow0 + t.diag_lo > kBlockN - 1;
-  t.skip = t.skip && may_skip;
   return t;
 }
 
@@ -1186,7 +1184,9 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
 // tile 1024-byte aligned. That is the 128-byte swizzle: 8-row atoms of
 // 1024 bytes, stride (SBO) 1024 between atoms. Read K-major (rows run over
 // M or N, the 64 elements over k) or MN-major (rows run over k); either way
-// one 64-element block, so the leading offset (LBO) is never used. `tile`
+// one 64-element block, so the leading offset (LBO) is not needed: it is
+// set to 1, which jagged_bwd_dkv_n128.cuh's sw128_desc_lbo subtracts to put
+// its own (keep the two in step). `tile`
 // is the tile's shared address, `offset` the bytes from there to the first
 // element the MMA reads: for K-major operands 32 per k16 step into the row,
 // for MN-major 16 rows. The offset is added to the finished descriptor's
@@ -1195,7 +1195,7 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
 // carries out of the field.
 __device__ __forceinline__ unsigned long long sw128_desc(unsigned tile, unsigned offset) {
   return ((unsigned long long)((tile & 0x3FFFFu) >> 4) |  // start address, 16-byte units
-          (unsigned long long)1 << 16 |                   // LBO (unused)
+          (unsigned long long)1 << 16 |                   // LBO: 1 (sw128_desc_lbo's)
           (unsigned long long)(1024 >> 4) << 32 |         // SBO: the next 8 rows
           (unsigned long long)1 << 62) +                  // 128-byte swizzle
          (offset >> 4);

@@ -155,9 +155,11 @@ VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, M128))
 # - dK, dV stored 16 bytes a lane through the staging rows: 1.02-1.06x,
 #   0.98x at L 4096 causal; now in the template.
 # - dV and dK as one m64n128k16 a k-step at head dim 128 (0961eb0's
-#   jagged_bwd_wsn.cu, "ws-n128"): causal 1.05-1.15x at L 1024, 0.97-1.0x
-#   without a mask; now in the template for masked specs (DKV_N128).
-# - the step's LSE and D read before the waits ("ws-early"): 0.95-0.98x
+#   jagged_bwd_wsn.cu, "ws-n128"): causal 1.05-1.15x at L 1024 (0.98-1.0x
+#   at 4096), 0.96-0.98x without a mask at L 1024 (0.98-1.01x at 4096); now
+#   in the template for masked specs (DKV_N128).
+# - the step's LSE and D read before the waits ("ws-early"): 0.94-0.99x
+#   without a mask, causal 1.00-1.11x at L 1024 but 0.97x at 4096
 #   (bench/results/2026-12-04-h200-jagged-bwd-ws-n128.log).
 # Q and dO by TMA (a dev copy, tools/jagged_dev/jagged_bwd_wst.cu, named
 # "ws-tma ..."; written 2026-12-04 from bench/NOTES-fa3-backward.md item 2,
