@@ -227,7 +227,7 @@ def main():
             vals.update(BLOCK_M=bm, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256, WGMMA_N128=bm == 128,
                         STAGES=knobs["STAGES"], ROTARY_HALF="false")
             vals["DKV_N128"] = d == 128 and (causal or window)  # as plan_backward_ws
-            vals["TMA_QDO"] = False  # the template's TMA path is the product's; ws-tma is the dev copy's
+            vals["TMA_QDO"] = "false"  # the template's TMA path is the product's; ws-tma is the dev copy's
             for key in ("WARPS", "MIN_CTAS", "SMEM_BYTES_DQ", "SMEM_BYTES_DKV", "BROADCAST",
                         "SUM_THREADS"):
                 del vals[key]

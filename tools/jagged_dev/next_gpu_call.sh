@@ -10,9 +10,12 @@
 #   device: carry [".devrun"], command: bash tools/jagged_dev/next_gpu_call.sh
 # A hang (a transaction count that never completes) shows as the check's
 # 200 s timeout: then look at the expect_tx bytes against the boxes.
-# Fold what wins into templates/jagged_bwd_ws.cu (the tensor maps as
-# __grid_constant__ parameters encoded by the runtime through the driver
-# table) and run the product's GPU suite; delete the rest.
+# The product has the same change already (templates/jagged_bwd_ws.cu
+# under TMA_QDO, maps as __grid_constant__ parameters encoded by
+# runtime/tma.c), off: if ws-tma passes and wins, set plan_jagged.c's
+# sm90_bwd_tma_checked, run tools/gpu_session.sh build gpu-jagged
+# sanitize-jagged (SANITIZE_ONLY=jagged) on it and time it with
+# bench/jagged_bench.py; then delete the dev copy.
 B=${BWD_TEST:-.devrun/bwd_test}
 out=${OUT:-/tmp}
 V=("ws-tma bf16 d128 full blk128" "ws-tma bf16 d128 causal blk128" "ws-tma f16 d128 full blk128"
