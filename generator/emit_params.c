@@ -39,6 +39,8 @@ static const char *declaration(ag_param r, bool block, unsigned pass) {
     case AG_PARAM_ITEMS: return block ? "long long num_items" : "long long num_tiles";
     case AG_PARAM_TMAP_Q: return "const __grid_constant__ ag_tmap tmap_q";
     case AG_PARAM_TMAP_DOUT: return "const __grid_constant__ ag_tmap tmap_dout";
+    case AG_PARAM_TMAP_K: return "const __grid_constant__ ag_tmap tmap_k";
+    case AG_PARAM_TMAP_V: return "const __grid_constant__ ag_tmap tmap_v";
     case AG_PARAM_COUNT: break;
   }
   return NULL;

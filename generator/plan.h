@@ -79,6 +79,8 @@ typedef enum ag_param {
    * kernels that load them by TMA: boxes of ag_plan_kernel.tma_rows rows
    * (runtime/tma.c) */
   AG_PARAM_TMAP_Q, AG_PARAM_TMAP_DOUT,
+  /* ... and of k and v (rows total_k, kv_heads heads) */
+  AG_PARAM_TMAP_K, AG_PARAM_TMAP_V,
   AG_PARAM_COUNT
 } ag_param;
 
@@ -176,6 +178,7 @@ typedef struct ag_plan_jagged {
    * computing ones); the small variant is then jagged_fwd_sm90.cu with
    * fwd_sm90 (head dim 128), else jagged_fwd.cu */
   bool fwd_ws;
+  bool fwd_tma; /* fwd_ws: its K and V tiles by TMA (the AG_PARAM_TMAP_K, _V roles) */
   int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
   bool broadcast;   /* query: broadcast: one dense Q shared by every sequence */
   bool rotary;      /* rotary embeddings (the mma.sync kernels rotate the tiles) */
@@ -314,6 +317,7 @@ typedef struct ag_plan_jagged_choices {
   bool sm90_rotary, sm90_short, sm90_ws, sm90_ws64, sm90_bwd_ws, sm90_ws_broadcast, sm90_bwd_long;
   bool sm90_ws64_causal; /* head dim 64, causal: the warp-specialized forward for long runs */
   bool sm90_bwd_tma;     /* the warp-specialized backward loads Q and dO by TMA */
+  bool sm90_fwd_tma;     /* the warp-specialized forward loads K and V by TMA */
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

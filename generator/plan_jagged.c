@@ -350,12 +350,16 @@ static const bool sm90_ws64_causal_checked = true;
  * TMA_QDO): written 2026-12-04 after the dev harness's jagged_bwd_wst.cu,
  * neither run on a GPU yet. */
 static const bool sm90_bwd_tma_checked = false;
+/* K and V by TMA in the warp-specialized forward (TMA_KV): written
+ * 2026-12-04, not run on a GPU yet. */
+static const bool sm90_fwd_tma_checked = false;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
   return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked,
                                   sm90_ws64_checked, sm90_bwd_ws_checked,
                                   sm90_ws_broadcast_checked, sm90_bwd_long_checked,
-                                  sm90_ws64_causal_checked, sm90_bwd_tma_checked};
+                                  sm90_ws64_causal_checked, sm90_bwd_tma_checked,
+                                  sm90_fwd_tma_checked};
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -388,6 +392,7 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
       !(choices.sm90_ws64 && plan_forward_ws64(spec, out, choices)) &&
       !(choices.sm90_ws_broadcast && plan_forward_ws_broadcast(spec, out)))
     plan_forward(out);
+  out->jagged.fwd_tma = out->jagged.fwd_ws && choices.sm90_fwd_tma;
   if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, choices))
     plan_backward(out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
@@ -444,6 +449,14 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
   ag_plan_set(k, "STAGES", stages);
   ag_plan_set(k, "BROADCAST", j->broadcast);
   ag_plan_set(k, "SMEM_BYTES", smem_bytes);
+  if (ws) {
+    ag_plan_set(k, "TMA_KV", j->fwd_tma);
+    if (j->fwd_tma) { /* the maps last */
+      k->params[k->nparams++] = AG_PARAM_TMAP_K;
+      k->params[k->nparams++] = AG_PARAM_TMAP_V;
+      k->tma_rows = block_n;
+    }
+  }
 }
 
 /* The backward's tensors, for every kernel of the pass (add_params). */
@@ -618,8 +631,9 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
       if (j->fwd_ws && k->variant != AG_VARIANT_FWD_SMALL)
         ag_buf_printf(b,
                       "%s  warp specialized (sm_90a): one warpgroup loads, %d of 64 rows take\n"
-                      "%s  turns on wgmma, each tile's softmax under the products\n",
-                      prefix, k->threads / 128 - 1, prefix);
+                      "%s  turns on wgmma, each tile's softmax under the products%s\n",
+                      prefix, k->threads / 128 - 1, prefix,
+                      j->fwd_tma ? "; K, V by TMA" : "");
       else if (j->fwd_sm90)
         ag_buf_printf(b, "%s  both products on wgmma (sm_90a): %d warpgroups of 64 rows\n", prefix,
                       k->threads / 128);

@@ -14,9 +14,11 @@
 @#   >= 2) @SMEM_BYTES@ (= (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2)
 @#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu) @ROTARY@
-@#   (false: not planned with rotary embeddings).
-@# Includes: mma_sm80.cuh, wgmma_sm90.cuh, pipeline_sm90.cuh,
-@#   jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh.
+@#   (false: not planned with rotary embeddings) @TMA_KV@ (below).
+@# Includes: mma_sm80.cuh, wgmma_sm90.cuh, pipeline_sm90.cuh, tma_sm90.cuh
+@#   (TMA_KV), jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh.
+@# Conditions: TMA_KV (K and V tiles by TMA: the kernel takes tmap_k,
+@#   tmap_v last).
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * (BLOCK_M / 64
 @#   + 1) threads and 1 CTA an SM (the registers: 56 a loading thread, 224
 @#   a computing one).
@@ -54,6 +56,12 @@ constexpr int kKeyHalves = kBlockN / 64;  // 64-key parts of S
 constexpr int kRowBytes = 128;  // a matrix row: 64 elements
 constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O staging)
 constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
+// K and V tiles by TMA (tmap_k, tmap_v: boxes of 64 columns by kBlockN
+// keys, issued by one loading thread on the stage's full barrier) instead
+// of cp.async by the loading warpgroup. Keys past a sequence's end are then
+// the next sequence's (zeros past the tensor), not zeros: the tile view
+// masks every column past the real keys, so P is 0 there.
+constexpr bool kTmaKv = @TMA_KV@;
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 // Which sides of the band bound the keys a query sees.
 constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
@@ -102,6 +110,10 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
 
 @include pipeline_sm90.cuh@
 
+@if TMA_KV@
+@include tma_sm90.cuh@
+
+@endif@
 // bar.sync on named barrier 1: the computing warpgroups alone.
 __device__ __forceinline__ void math_sync() {
   asm volatile("bar.sync 1, %0;\n" :: "n"(kMathThreads) : "memory");
@@ -144,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     mbar_init(q_full, 128);
     for (int s = 0; s < kStages; s++) {
-      mbar_init(full0 + 8 * s, 128);
+      mbar_init(full0 + 8 * s, kTmaKv ? 1 : 128);  // thread 0's expect_tx, or every copy
       mbar_init(empty0 + 8 * s, kMathThreads / 32);
     }
     mbar_init_fence();
@@ -171,9 +183,23 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
       const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
       const unsigned st = kv_a + s * 2 * kKvBytes;
+@if TMA_KV@
+      (void)valid, (void)k_src, (void)v_src;
+      if (threadIdx.x == 0) {  // K, then V: kHalves boxes of 64 columns each
+        const int key = (int)(k_start + n0);
+        mbar_arrive_expect_tx(full0 + 8 * s, 2 * kKvBytes);
+#pragma unroll
+        for (int hh = 0; hh < kHalves; hh++) {
+          tma_load_3d(st + hh * (kKvBytes / kHalves), &tmap_k, full0 + 8 * s, 64 * hh, kvh, key);
+          tma_load_3d(st + kKvBytes + hh * (kKvBytes / kHalves), &tmap_v, full0 + 8 * s, 64 * hh,
+                      kvh, key);
+        }
+      }
+@else@
       load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
       load_rows<kBlockN>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
       mbar_arrive_on_copies(full0 + 8 * s);
+@endif@
     }
     cp_async_wait<0>();
     return;
@@ -202,7 +228,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   };
   auto wait_full = [&](int i) {
     mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);
-    fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+    // the copies are read by wgmma (the async proxy); TMA's already are
+    if constexpr (!kTmaKv) fence_proxy_async();
   };
   auto release = [&](int i) {
     if (lane == 0) mbar_arrive(empty0 + 8 * (i % kStages));
@@ -213,6 +240,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   int i = 0;
   if (n_tiles > 0) {
     mbar_wait(q_full, 0);
+    if constexpr (kTmaKv) fence_proxy_async();  // Q (cp.async) is read by wgmma
     // The first tile this warpgroup computes: S and its softmax alone.
     TileView t = view(i);
     wait_full(i);

@@ -813,6 +813,63 @@ START_TEST(tma_backward_plan) {
 }
 END_TEST
 
+/* K and V by TMA in the warp-specialized forward (sm90_fwd_tma, not yet
+ * checked on a GPU, so off): its main kernel takes the maps of k and v
+ * last (boxes of 64 elements x 1 kv head x 128 keys, rows of kv_heads x
+ * head_dim, total_k rows), the short variant none; the source compiles. */
+START_TEST(tma_forward_plan) {
+  ck_assert(!ag_plan_jagged_checked().sm90_fwd_tma);
+  ag_plan_jagged_choices with = ag_plan_jagged_checked();
+  with.sm90_fwd_tma = with.sm90_short = true;
+  fake f;
+  char y[512];
+  yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, "arch: sm_90a\n", false);
+  fake_with(&f, y, 7, with);
+  const ag_plan *p = &f.kernel.plan;
+  ck_assert(p->jagged.fwd_ws && p->jagged.fwd_tma);
+  ck_assert_int_eq(p->nkernels, 2);
+  const ag_plan_kernel *main_k = &p->kernels[0], *small = &p->kernels[1];
+  ck_assert_int_eq(main_k->variant, AG_VARIANT_FWD_LARGE);
+  ck_assert_int_eq(main_k->params[main_k->nparams - 2], AG_PARAM_TMAP_K);
+  ck_assert_int_eq(main_k->params[main_k->nparams - 1], AG_PARAM_TMAP_V);
+  ck_assert_int_eq(main_k->tma_rows, 128);
+  ck_assert_int_eq(small->tma_rows, 0);
+  ck_assert_int_ne(small->params[small->nparams - 1], AG_PARAM_TMAP_V);
+  ag_fake_seen.tmaps = 2;
+  ag_jagged_fwd_args a = fwd_args();
+  a.total_q = 1153; /* mean 385: the main forward */
+  ag_error err = {0};
+  ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[0]);
+  ck_assert_int_eq(ag_fake_seen.encodes, 2);
+  ck_assert_uint_eq(ag_fake_seen.enc_dims[0], 128);
+  ck_assert_uint_eq(ag_fake_seen.enc_dims[1], 2);   /* kv_heads */
+  ck_assert_uint_eq(ag_fake_seen.enc_dims[2], 500); /* total_k */
+  ck_assert_uint_eq(ag_fake_seen.enc_strides[1], 2ull * 2 * 128);
+  ck_assert_uint_eq(ag_fake_seen.enc_box[2], 128);
+  ck_assert_uint_eq(ag_fake_seen.map_words[0][0], (unsigned long long)(uintptr_t)a.k);
+  ck_assert_uint_eq(ag_fake_seen.map_words[1][0], (unsigned long long)(uintptr_t)a.v);
+  /* mean 100: the short variant, no map */
+  fake_with(&f, y, 7, with);
+  a = fwd_args();
+  ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.encodes, 0);
+  char *src = NULL;
+  ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+  ck_assert_ptr_nonnull(strstr(src, "const __grid_constant__ ag_tmap tmap_v) {"));
+  ck_assert_ptr_nonnull(strstr(src, "constexpr bool kTmaKv = 1;"));
+  void *cubin = NULL;
+  size_t size = 0;
+  ag_status st = ag_compile_source(src, "tma_forward.cu", "sm_90a", &cubin, &size, NULL, &err);
+  ck_assert_msg(st == AG_OK, "%s", err.message);
+  for (int k = 0; k < p->nkernels; k++)
+    ck_assert(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1));
+  free(cubin);
+  free(src);
+}
+END_TEST
+
 /* Head dim 64 with a causal mask on sm_90a (sm90_ws64_causal): the
  * warp-specialized forward for runs of mean query length past 640, the
  * mma.sync forward's 128-row tiles up to it; with a window too. The
@@ -1206,6 +1263,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, ws_backward_plan);
   tcase_add_test(tc, causal64_forward);
   tcase_add_test(tc, tma_backward_plan);
+  tcase_add_test(tc, tma_forward_plan);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);
   tcase_add_test(tc, rotary_tables);

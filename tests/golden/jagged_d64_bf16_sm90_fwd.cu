@@ -64,6 +64,12 @@ constexpr int kKeyHalves = kBlockN / 64;  // 64-key parts of S
 constexpr int kRowBytes = 128;  // a matrix row: 64 elements
 constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O staging)
 constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
+// K and V tiles by TMA (tmap_k, tmap_v: boxes of 64 columns by kBlockN
+// keys, issued by one loading thread on the stage's full barrier) instead
+// of cp.async by the loading warpgroup. Keys past a sequence's end are then
+// the next sequence's (zeros past the tensor), not zeros: the tile view
+// masks every column past the real keys, so P is 0 there.
+constexpr bool kTmaKv = 0;
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 // Which sides of the band bound the keys a query sees.
 constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
@@ -702,7 +708,7 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
   if (threadIdx.x == 0) {
     mbar_init(q_full, 128);
     for (int s = 0; s < kStages; s++) {
-      mbar_init(full0 + 8 * s, 128);
+      mbar_init(full0 + 8 * s, kTmaKv ? 1 : 128);  // thread 0's expect_tx, or every copy
       mbar_init(empty0 + 8 * s, kMathThreads / 32);
     }
     mbar_init_fence();
@@ -760,7 +766,8 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
   };
   auto wait_full = [&](int i) {
     mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);
-    fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+    // the copies are read by wgmma (the async proxy); TMA's already are
+    if constexpr (!kTmaKv) fence_proxy_async();
   };
   auto release = [&](int i) {
     if (lane == 0) mbar_arrive(empty0 + 8 * (i % kStages));
@@ -771,6 +778,7 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
   int i = 0;
   if (n_tiles > 0) {
     mbar_wait(q_full, 0);
+    if constexpr (kTmaKv) fence_proxy_async();  // Q (cp.async) is read by wgmma
     // The first tile this warpgroup computes: S and its softmax alone.
     TileView t = view(i);
     wait_full(i);

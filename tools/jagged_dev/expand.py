@@ -54,7 +54,7 @@ def main():
         "SCALE_TEXT": "%.9g" % scale, "MMA_TYPE": mma, "PAIR_TYPE": pair,
         "CAUSAL": "true" if a.causal else "false", "WINDOW": "true" if a.window else "false",
         "WINDOW_LEFT": a.left, "WINDOW_RIGHT": a.right, "BROADCAST": "false",
-        "ROTARY": "false", "ROTARY_TABLE": "false", "ROTARY_HALF": "false",
+        "ROTARY": "false", "ROTARY_TABLE": "false", "ROTARY_HALF": "false", "TMA_KV": "false",
     }
     body = expand(a.template, values)
     if a.no_skip:

@@ -15,7 +15,11 @@
 # runtime/tma.c), off: if ws-tma passes and wins, set plan_jagged.c's
 # sm90_bwd_tma_checked, run tools/gpu_session.sh build gpu-jagged
 # sanitize-jagged (SANITIZE_ONLY=jagged) on it and time it with
-# bench/jagged_bench.py; then delete the dev copy.
+# bench/jagged_bench.py; then delete the dev copy. The forward's K and V
+# by TMA (jagged_fwd_ws.cu under TMA_KV, plan_jagged.c's
+# sm90_fwd_tma_checked) has no dev copy: set its flag in a working copy and
+# run gpu-jagged, gpu-broadcast and sanitize-jagged on it, and time it with
+# bench/jagged_bench.py against the same build with the flag off.
 B=${BWD_TEST:-.devrun/bwd_test}
 out=${OUT:-/tmp}
 V=("ws-tma bf16 d128 full blk128" "ws-tma bf16 d128 causal blk128" "ws-tma f16 d128 full blk128"
