@@ -6,6 +6,7 @@
  * them. Every kernel takes one (virtual tile, head) per CTA
  * (templates/jagged_walk.cuh, runtime/walk_jagged.c). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -427,6 +428,18 @@ static void add_params(const ag_plan *plan, ag_plan_kernel *k, const ag_param *t
   ag_plan_params(k, m, all);
 }
 
+/* Append the TMA roles `a`, `b` (boxes of `rows` rows) to k's parameters,
+ * last; past AG_PLAN_MAX_PARAMS is a planner bug, stopped here. */
+static void add_tma_params(ag_plan_kernel *k, ag_param a, ag_param b, int rows) {
+  if (k->nparams + 2 > AG_PLAN_MAX_PARAMS) {
+    fprintf(stderr, "attngen: %s has more than %d parameters\n", k->name, AG_PLAN_MAX_PARAMS);
+    abort();
+  }
+  k->params[k->nparams++] = a;
+  k->params[k->nparams++] = b;
+  k->tma_rows = rows;
+}
+
 /* One forward kernel of jagged_fwd.cu (jagged_fwd_sm90.cu) with `block_m`
  * query rows a CTA and key tiles of `block_n`. */
 static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
@@ -451,11 +464,7 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
   ag_plan_set(k, "SMEM_BYTES", smem_bytes);
   if (ws) {
     ag_plan_set(k, "TMA_KV", j->fwd_tma);
-    if (j->fwd_tma) { /* the maps last */
-      k->params[k->nparams++] = AG_PARAM_TMAP_K;
-      k->params[k->nparams++] = AG_PARAM_TMAP_V;
-      k->tma_rows = block_n;
-    }
+    if (j->fwd_tma) add_tma_params(k, AG_PARAM_TMAP_K, AG_PARAM_TMAP_V, block_n); /* last */
   }
 }
 
@@ -484,11 +493,8 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan, const char *st
     k->namespace_name = namespace_name;
     k->variant = variant;
     add_params(plan, k, bwd_params, BWD_NPARAMS);
-    if (c->tma_qdo) { /* the maps last, for every kernel of the set (one list) */
-      k->params[k->nparams++] = AG_PARAM_TMAP_Q;
-      k->params[k->nparams++] = AG_PARAM_TMAP_DOUT;
-      k->tma_rows = c->block_m;
-    }
+    if (c->tma_qdo) /* the maps last, for every kernel of the set (one list) */
+      add_tma_params(k, AG_PARAM_TMAP_Q, AG_PARAM_TMAP_DOUT, c->block_m);
     if (i == 1) {
       k->walk = (ag_walk){c->ws ? AG_WALK_JAGGED_K_COUNTER : AG_WALK_JAGGED_K, c->block_n, 1, 1};
       k->threads = c->threads;

@@ -44,8 +44,8 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
     return st;
   /* The tensor maps of the TMA roles: encoded on first use, once a pass
    * (the kernels of a set share their parameters). */
-  CUtensorMap maps[4]; /* by role, from AG_PARAM_TMAP_Q */
-  bool mapped[4] = {false, false, false, false};
+  CUtensorMap maps[4]; /* by role, from AG_PARAM_TMAP_Q; boxes of map_rows rows */
+  int map_rows[4] = {0, 0, 0, 0};
   for (int i = 0; i < plan->nkernels && st == AG_OK; i++) {
     const ag_plan_kernel *d = &plan->kernels[i];
     if (!launched(d, pass, a) || !grids[i][0] || !grids[i][1]) continue;
@@ -63,10 +63,12 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
           static const ag_param of[4] = {AG_PARAM_Q, AG_PARAM_DOUT, AG_PARAM_K, AG_PARAM_V};
           const int m = (int)(r - AG_PARAM_TMAP_Q);
           const bool keys = m >= 2; /* k, v: total_k rows of kv_heads heads */
-          if (!mapped[m])
+          /* encoded again where a kernel wants other boxes (its expect_tx
+           * counts its own box's bytes) */
+          if (map_rows[m] != d->tma_rows)
             st = ag_tma_rows_map(drv, &maps[m], a->ptr[of[m]], keys ? a->total_k : a->total_q,
                                  keys ? a->kv_heads : a->heads, plan->head_dim, d->tma_rows, err);
-          mapped[m] = st == AG_OK;
+          map_rows[m] = st == AG_OK ? d->tma_rows : 0;
           params[p] = &maps[m];
           break;
         }

@@ -198,6 +198,10 @@ static CUresult CUDAAPI emu_launch(CUfunction f, unsigned gx, unsigned gy, unsig
       case AG_PARAM_ITEMS: acc.wide[r] = *(long long *)params[p]; break;
       case AG_PARAM_HEADS:
       case AG_PARAM_KV_HEADS: acc.wide[r] = *(int *)params[p]; break;
+      case AG_PARAM_TMAP_Q:
+      case AG_PARAM_TMAP_DOUT:
+      case AG_PARAM_TMAP_K:
+      case AG_PARAM_TMAP_V: break; /* tensor maps: the emulation reads the pointers */
       default: acc.ptr[r] = (void *)(uintptr_t) * (CUdeviceptr *)params[p];
     }
   }

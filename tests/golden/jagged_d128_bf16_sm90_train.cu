@@ -87,7 +87,8 @@ constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
 // keys, issued by one loading thread on the stage's full barrier) instead
 // of cp.async by the loading warpgroup. Keys past a sequence's end are then
 // the next sequence's (zeros past the tensor), not zeros: the tile view
-// masks every column past the real keys, so P is 0 there.
+// masks every column past the real keys, so P is 0 there (but a
+// neighbour's Inf or NaN in V would reach O as 0 x Inf).
 constexpr bool kTmaKv = 0;
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 // Which sides of the band bound the keys a query sees.
@@ -1753,7 +1754,8 @@ constexpr bool kTileCounter = true;
 // kBlockM rows, issued by one loading thread on the stage's full barrier)
 // instead of 2 x 16 cp.async a loading thread. Rows past a sequence's end
 // are then the next sequence's (zeros past the tensor), not zeros: the
-// mask zeroes P and dS there and dQ's rows >= mq are not added.
+// mask zeroes P and dS there and dQ's rows >= mq are not added (but a
+// neighbour's Inf or NaN in dO or Q would reach dV, dK as 0 x Inf).
 constexpr bool kTmaQdo = 0;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),

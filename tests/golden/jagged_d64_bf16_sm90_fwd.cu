@@ -68,7 +68,8 @@ constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
 // keys, issued by one loading thread on the stage's full barrier) instead
 // of cp.async by the loading warpgroup. Keys past a sequence's end are then
 // the next sequence's (zeros past the tensor), not zeros: the tile view
-// masks every column past the real keys, so P is 0 there.
+// masks every column past the real keys, so P is 0 there (but a
+// neighbour's Inf or NaN in V would reach O as 0 x Inf).
 constexpr bool kTmaKv = 0;
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 // Which sides of the band bound the keys a query sees.
