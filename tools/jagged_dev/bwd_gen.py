@@ -161,16 +161,15 @@ VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, M128))
 # - the step's LSE and D read before the waits ("ws-early"): 0.94-0.99x
 #   without a mask, causal 1.00-1.11x at L 1024 but 0.97x at 4096
 #   (bench/results/2026-12-04-h200-jagged-bwd-ws-n128.log).
-# Q and dO by TMA (a dev copy, tools/jagged_dev/jagged_bwd_wst.cu, named
-# "ws-tma ..."; written 2026-12-04 from bench/NOTES-fa3-backward.md item 2,
-# compiled, not yet run): the harness writes its tensor maps (set_tmaps).
-WST = "../tools/jagged_dev/jagged_bwd_wst.cu"
+# Q and dO by TMA: the template's own path (TMA_QDO, off in the product
+# until checked), named "ws-tma ..."; its kernels take the maps of q and
+# dout last, which bwd_test.cu encodes (encode_rows_map) and passes.
+TMA = {"STAGES": 2, "TAG": "tma", "TMA": True}
 for dt in ("bf16", "f16"):
     for causal in (False, True):
-        VARIANTS.append((dt, 128, causal, False, -1, -1, 128, 2, WST, {"STAGES": 2, "TAG": "tma"}))
-        VARIANTS.append((dt, 64, causal, False, -1, -1, 128, 2, WST,
-                         {"STAGES": 2, "TAG": "tma", "BLOCK_M": 128}))
-VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WST, {"STAGES": 2, "TAG": "tma"}))
+        VARIANTS.append((dt, 128, causal, False, -1, -1, 128, 2, WS, TMA))
+        VARIANTS.append((dt, 64, causal, False, -1, -1, 128, 2, WS, dict(TMA, BLOCK_M=128)))
+VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, TMA))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
@@ -204,7 +203,7 @@ def main():
         dt, d, causal, window, left, right, blk, fast = v[:8]
         tpl = v[8] if len(v) > 8 else None
         knobs = v[9] if len(v) > 9 else None
-        prefix = (f"ws-{knobs['TAG']} " if tpl in (WS, WST) else f"sm90x-{knobs['TAG']} " if knobs else
+        prefix = (f"ws-{knobs['TAG']} " if tpl == WS else f"sm90x-{knobs['TAG']} " if knobs else
                   "sm90q " if tpl else {0: "", 1: "fast ", 2: "sm90 "}[int(fast)])
         label = (f'{prefix}{dt} d{d} {"causal" if causal else "full"}'
                  f'{f" win[{left},{right}]" if window else ""} blk{blk}')
@@ -221,13 +220,18 @@ def main():
                     MMA_TYPE=dt, PAIR_TYPE=dt + "x2", CAUSAL="true" if causal else "false",
                     WINDOW="true" if window else "false", WINDOW_LEFT=left, WINDOW_RIGHT=right,
                     BROADCAST=0, SUM_THREADS=256, ROTARY="false", ROTARY_TABLE="false")
-        if tpl in (WS, WST):
+        if tpl == WS:
             bm = knobs.get("BLOCK_M", 64)
             sk = smem_ws(d, blk, knobs["STAGES"], bm)
             vals.update(BLOCK_M=bm, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256, WGMMA_N128=bm == 128,
                         STAGES=knobs["STAGES"], ROTARY_HALF="false")
             vals["DKV_N128"] = d == 128 and (causal or window)  # as plan_backward_ws
-            vals["TMA_QDO"] = "false"  # the template's TMA path is the product's; ws-tma is the dev copy's
+            tma = knobs.get("TMA", False)
+            vals["TMA_QDO"] = "true" if tma else "false"
+            if tma:  # the maps last, as plan_jagged.c's add_tma_params
+                vals["PARAMS"] = (jagged_params(False, False) +
+                                  ",\n    const __grid_constant__ ag_tmap tmap_q"
+                                  ",\n    const __grid_constant__ ag_tmap tmap_dout")
             for key in ("WARPS", "MIN_CTAS", "SMEM_BYTES_DQ", "SMEM_BYTES_DKV", "BROADCAST",
                         "SUM_THREADS"):
                 del vals[key]
@@ -246,19 +250,11 @@ def main():
             warps = blk // 16  # 128 * blk / 64 threads
         text = expand(tpl or {0: "jagged_bwd.cu", 1: "../tools/jagged_dev/jagged_bwd_fast.cu", 2: "jagged_bwd_sm90.cu"}[int(fast)], vals)
         parts.append(f"namespace v{i} {{\n" + text + f"\n}}  // namespace v{i}\n")
-        setter = "nullptr"
-        if tpl == WST:  # the tensor maps of q and dout, rewritten when the tensors change
-            setter = f"set_tmaps_v{i}"
-            parts.append(
-                f"static void {setter}(const void *q, const void *dout, long long tq, int heads) {{\n"
-                f"  static const void *lq, *ld;\n  static long long ltq = -1;\n  static int lh;\n"
-                f"  if (q == lq && dout == ld && tq == ltq && heads == lh) return;\n"
-                f"  set_rows_map(q, tq, heads, {d}, {bm}, &v{i}::g_tmap_q);\n"
-                f"  set_rows_map(dout, tq, heads, {d}, {bm}, &v{i}::g_tmap_do);\n"
-                f"  lq = q, ld = dout, ltq = tq, lh = heads;\n}}\n")
+        tma_rows = bm if tpl == WS and knobs.get("TMA") else 0
+        cast = "(KFn)" if tma_rows else ""  # TMA entry points take two more parameters
         table.append(f'  {{"{label}", {int(dt == "bf16")}, {d}, '
                      f'{int(causal)}, {int(window)}, {left}, {right}, {blk}, {warps * 32}, {sd}, {sk}, ' +
-                     (f'nullptr, nullptr, 2, v{i}::{name}_pre, v{i}::{name}_kv, v{i}::{name}_dq, {setter}}},' if fast == 2 else
+                     (f'nullptr, nullptr, 2, {cast}v{i}::{name}_pre, {cast}v{i}::{name}_kv, {cast}v{i}::{name}_dq, {tma_rows}}},' if fast == 2 else
                       f'v{i}::{name}_dq, v{i}::{name}_dkv, {int(fast)}, ' +
                      (f'v{i}::{name}_fast_pre, v{i}::{name}_fast_dkv, v{i}::{name}_fast_post}},' if fast
                       else 'nullptr, nullptr, nullptr},')))

@@ -32,16 +32,16 @@ typedef void (*KFn)(const unsigned short *, const unsigned short *, const unsign
                     const unsigned short *, const unsigned short *, const float *,
                     unsigned short *, unsigned short *, unsigned short *, float *, const int *,
                     const int *, long long, int, int, long long, long long, long long);
-// set_tmaps(q, dout, total_q, heads): writes a TMA variant's tensor maps
-// (jagged_bwd_wst.cu's g_tmap_q, g_tmap_do) before its _kv runs.
-typedef void (*SetTmaps)(const void *, const void *, long long, int);
 struct Variant {
   const char *name;
   int bf16, dim, causal, window, left, right, block, threads, smem_dq, smem_dkv;
   KFn dq, dkv;
   int fast;
   KFn pre, fdkv, post;  // the fast variant's kernels
-  SetTmaps set_tmaps;  // TMA variants only
+  // TMA variants (templates/jagged_bwd_ws.cu under TMA_QDO): the rows of
+  // the q and dout maps' boxes; their kernels take the two maps last, so
+  // they are launched untyped (launch_tma)
+  int tma_rows;
 };
 
 #define CK(x)                                                                      \
@@ -54,11 +54,11 @@ struct Variant {
   } while (0)
 
 // The tensor map of a [total_q, heads, dim] 16-bit tensor at `ptr` (rows of
-// heads * dim elements) as jagged_bwd_wst.cu reads it: dimensions {dim,
-// heads, total_q}, box {64, 1, box_rows}, 128-byte swizzle, zeros out of
-// bounds; copied to the device variable `symbol`.
-static void set_rows_map(const void *ptr, long long tq, int heads, int dim, int box_rows,
-                         const void *symbol) {
+// heads * dim elements) as jagged_bwd_ws.cu's TMA path reads it, as
+// runtime/tma.c encodes it: dimensions {dim, heads, total_q}, box {64, 1,
+// box_rows}, 128-byte swizzle, zeros out of bounds.
+static void encode_rows_map(CUtensorMap *m, const void *ptr, long long tq, int heads, int dim,
+                            int box_rows) {
   typedef CUresult (*Encode)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
                              const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
                              const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -73,11 +73,10 @@ static void set_rows_map(const void *ptr, long long tq, int heads, int dim, int 
       exit(2);
     }
   }
-  CUtensorMap m;
   const cuuint64_t dims[3] = {(cuuint64_t)dim, (cuuint64_t)heads, (cuuint64_t)std::max(tq, 1LL)};
   const cuuint64_t strides[2] = {(cuuint64_t)dim * 2, (cuuint64_t)heads * dim * 2};  // bytes
   const cuuint32_t box[3] = {64, 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
-  const CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(ptr), dims,
+  const CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(ptr), dims,
                             strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -85,7 +84,6 @@ static void set_rows_map(const void *ptr, long long tq, int heads, int dim, int 
     fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
     exit(2);
   }
-  CK(cudaMemcpyToSymbol(symbol, &m, sizeof m));
 }
 #include "variants.cuh"
 
@@ -132,18 +130,44 @@ struct Dev {
   int *cu_q, *cu_k;
 };
 
+// One kernel of the fast backward with the jagged parameters, and for a
+// TMA variant the maps of q and dout after them (launched untyped: its
+// entry points take two more parameters than KFn says).
+static void launch_one(const Variant &V, KFn f, dim3 grid, int threads, int smem, cudaStream_t st,
+                       const Dev &d, long long batch, int heads, int kv_heads, long long tq,
+                       long long tk, long long items) {
+  if (!V.tma_rows) {
+    f<<<grid, threads, smem, st>>>(d.q, d.k, d.v, d.o, d.dout, d.lse, d.dq, d.dk, d.dv, d.di,
+                                   d.cu_q, d.cu_k, batch, heads, kv_heads, tq, tk, items);
+    CK(cudaGetLastError());
+    return;
+  }
+  static const void *lq, *ld;  // the maps, encoded again when the tensors change
+  static long long ltq = -1;
+  static int lh, lrows;
+  static CUtensorMap mq, md;
+  if (d.q != lq || d.dout != ld || tq != ltq || heads != lh || V.tma_rows != lrows) {
+    encode_rows_map(&mq, d.q, tq, heads, V.dim, V.tma_rows);
+    encode_rows_map(&md, d.dout, tq, heads, V.dim, V.tma_rows);
+    lq = d.q, ld = d.dout, ltq = tq, lh = heads, lrows = V.tma_rows;
+  }
+  void *args[] = {(void *)&d.q,  (void *)&d.k,    (void *)&d.v,        (void *)&d.o,
+                  (void *)&d.dout, (void *)&d.lse, (void *)&d.dq,      (void *)&d.dk,
+                  (void *)&d.dv, (void *)&d.di,   (void *)&d.cu_q,     (void *)&d.cu_k,
+                  &batch,        &heads,          &kv_heads,           &tq,
+                  &tk,           &items,          &mq,                 &md};
+  CK(cudaLaunchKernel((const void *)f, grid, dim3(threads), args, smem, st));
+}
+
 static void launch(const Variant &V, const Dev &d, long long batch, int heads, int kv_heads,
                    long long tq, long long tk, cudaStream_t st, int which = 3) {
   const long long nq = batch + tq / V.block, nk = batch + tk / V.block;
   if (V.fast == 2) {  // jagged_bwd_sm90.cu: _pre, _kv (BLOCK_N keys a CTA), _dq
     const long long rows = tq * heads, per = 256 * 8 / V.dim;
     const long long groups = tq * heads * (V.dim / 8);
-    if (which & 1) {
-      V.pre<<<dim3((unsigned)std::max(1LL, (rows + per - 1) / per)), 256, 0, st>>>(
-          d.q, d.k, d.v, d.o, d.dout, d.lse, d.dq, d.dk, d.dv, d.di, d.cu_q, d.cu_k, batch,
-          heads, kv_heads, tq, tk, 0);
-      CK(cudaGetLastError());
-    }
+    if (which & 1)
+      launch_one(V, V.pre, dim3((unsigned)std::max(1LL, (rows + per - 1) / per)), 256, 0, st, d,
+                 batch, heads, kv_heads, tq, tk, 0);
     // "ws-" variants are persistent (jagged_bwd_ws.cu's kTileCounter): a
     // CTA an SM, the counter zeroed by _pre (here too when _pre is not run)
     const bool persistent = !strncmp(V.name, "ws-", 3);
@@ -152,18 +176,12 @@ static void launch(const Variant &V, const Dev &d, long long batch, int heads, i
     if (which & 2) {
       static int sms = 0;
       if (!sms) CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-      if (V.set_tmaps) V.set_tmaps(d.q, d.dout, tq, heads);
-      V.fdkv<<<persistent ? dim3((unsigned)sms) : dim3((unsigned)nk, kv_heads), V.threads, V.smem_dkv, st>>>(
-          d.q, d.k, d.v, d.o, d.dout, d.lse, d.dq, d.dk, d.dv, d.di, d.cu_q, d.cu_k, batch,
-          heads, kv_heads, tq, tk, nk);
-      CK(cudaGetLastError());
+      launch_one(V, V.fdkv, persistent ? dim3((unsigned)sms) : dim3((unsigned)nk, kv_heads),
+                 V.threads, V.smem_dkv, st, d, batch, heads, kv_heads, tq, tk, nk);
     }
-    if (which & 1) {
-      V.post<<<dim3((unsigned)std::max(1LL, (groups + 255) / 256)), 256, 0, st>>>(
-          d.q, d.k, d.v, d.o, d.dout, d.lse, d.dq, d.dk, d.dv, d.di, d.cu_q, d.cu_k, batch,
-          heads, kv_heads, tq, tk, 0);
-      CK(cudaGetLastError());
-    }
+    if (which & 1)
+      launch_one(V, V.post, dim3((unsigned)std::max(1LL, (groups + 255) / 256)), 256, 0, st, d,
+                 batch, heads, kv_heads, tq, tk, 0);
     return;
   }
   if (V.fast) {
