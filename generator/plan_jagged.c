@@ -348,12 +348,19 @@ static const bool sm90_bwd_long_checked = true;
  * (bench/results/2026-12-04-h200-jagged-fwd-d64-causal.log). */
 static const bool sm90_ws64_causal_checked = true;
 /* Q and dO by TMA in the warp-specialized backward (plan_backward_ws,
- * TMA_QDO): written 2026-12-04 after the dev harness's jagged_bwd_wst.cu,
- * neither run on a GPU yet. */
-static const bool sm90_bwd_tma_checked = false;
-/* K and V by TMA in the warp-specialized forward (TMA_KV): written
- * 2026-12-04, not run on a GPU yet. */
-static const bool sm90_fwd_tma_checked = false;
+ * TMA_QDO). Checked on the H200 on 2026-12-04 (session 21): the harness's
+ * "ws-tma" variants against float64 (bf16 and fp16, head dims 128 and 64,
+ * causal, window, GQA, cross lengths) and under memcheck and racecheck,
+ * 1.00-1.18x the same kernel without TMA; the product's gpu-jagged 14/14,
+ * gpu-broadcast 6/6 and sanitize-jagged clean
+ * (bench/results/2026-12-04-h200-tma-s21.md). */
+static const bool sm90_bwd_tma_checked = true;
+/* K and V by TMA in the warp-specialized forward (TMA_KV). Checked on the
+ * H200 on 2026-12-04 (session 21) with sm90_bwd_tma: gpu-jagged 14/14,
+ * gpu-broadcast 6/6, sanitize-jagged clean; the forward 0.97-1.05x the
+ * same build without it, 1.02-1.05x at L 4096
+ * (bench/results/2026-12-04-h200-tma-s21.md). */
+static const bool sm90_fwd_tma_checked = true;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
   return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked,

@@ -96,6 +96,10 @@ static const char *role_declaration(ag_param r, bool block) {
     case AG_PARAM_TOTAL_Q: return block ? "long long total_tokens" : "long long total_q";
     case AG_PARAM_TOTAL_K: return "long long total_k";
     case AG_PARAM_ITEMS: return block ? "long long num_items" : "long long num_tiles";
+    case AG_PARAM_TMAP_Q: return "__grid_constant__ ag_tmap tmap_q";
+    case AG_PARAM_TMAP_DOUT: return "__grid_constant__ ag_tmap tmap_dout";
+    case AG_PARAM_TMAP_K: return "__grid_constant__ ag_tmap tmap_k";
+    case AG_PARAM_TMAP_V: return "__grid_constant__ ag_tmap tmap_v";
     default: return "?";
   }
 }

@@ -743,15 +743,15 @@ START_TEST(short_forward) {
 }
 END_TEST
 
-/* Q and dO by TMA in the warp-specialized backward (sm90_bwd_tma, not yet
- * checked on a GPU, so off in ag_plan_jagged_checked): every kernel of the
+/* Q and dO by TMA in the warp-specialized backward (sm90_bwd_tma, checked
+ * on the H200, so on in ag_plan_jagged_checked): every kernel of the
  * set takes the two tensor maps last; the launcher encodes each once a
  * backward (boxes of 64 elements x 1 head x the step's rows, rows of heads
  * x head_dim, 128-byte swizzle) and passes it aligned; the source compiles
  * for sm_90a. A driver without cuTensorMapEncodeTiled is refused with a
  * message. */
 START_TEST(tma_backward_plan) {
-  ck_assert(!ag_plan_jagged_checked().sm90_bwd_tma);
+  ck_assert(ag_plan_jagged_checked().sm90_bwd_tma);
   ag_plan_jagged_choices with = ag_plan_jagged_checked();
   with.sm90_bwd_tma = true;
   const struct { int dim; bool causal; int rows; } cases[] = {{128, true, 64}, {64, false, 128}};
@@ -813,12 +813,12 @@ START_TEST(tma_backward_plan) {
 }
 END_TEST
 
-/* K and V by TMA in the warp-specialized forward (sm90_fwd_tma, not yet
- * checked on a GPU, so off): its main kernel takes the maps of k and v
+/* K and V by TMA in the warp-specialized forward (sm90_fwd_tma, checked on
+ * the H200, so on): its main kernel takes the maps of k and v
  * last (boxes of 64 elements x 1 kv head x 128 keys, rows of kv_heads x
  * head_dim, total_k rows), the short variant none; the source compiles. */
 START_TEST(tma_forward_plan) {
-  ck_assert(!ag_plan_jagged_checked().sm90_fwd_tma);
+  ck_assert(ag_plan_jagged_checked().sm90_fwd_tma);
   ag_plan_jagged_choices with = ag_plan_jagged_checked();
   with.sm90_fwd_tma = with.sm90_short = true;
   fake f;

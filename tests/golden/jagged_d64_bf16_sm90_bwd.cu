@@ -46,6 +46,7 @@
  *     added to the fp32 accumulator by bulk adds (its bits vary run to run)
  *     warp specialized: one warpgroup loads K, V and 2 stages of Q, dO;
  *     the computing warpgroups meet once a step (dQ reads both halves of dS^T)
+ *     Q and dO by TMA (tensor maps as parameters)
  *     runs when the mean query length > 1024
  *     threads: 384, shared memory: 231424 bytes
  *     grid: one CTA an SM (persistent), taking the (batch + total_k / 128)
@@ -1286,7 +1287,7 @@ constexpr bool kTileCounter = true;
 // are then the next sequence's (zeros past the tensor), not zeros: the
 // mask zeroes P and dS there and dQ's rows >= mq are not added (but a
 // neighbour's Inf or NaN in dO or Q would reach dV, dK as 0 x Inf).
-constexpr bool kTmaQdo = 0;
+constexpr bool kTmaQdo = 1;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),
               "two warpgroups of 64 keys; query steps of 64 rows, or 128 at head dim 64");
@@ -1659,6 +1660,30 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 /* ---- end device helpers (mbarrier pipeline, sm_90a) ---- */
+
+/* ---- begin device helpers (TMA, sm_90a) ---- */
+// A CUtensorMap: 128 opaque bytes, 64-byte aligned, read by the TMA unit
+// from the kernel's parameter space (const __grid_constant__).
+struct __align__(64) ag_tmap {
+  unsigned long long opaque[16];
+};
+// mbarrier.arrive.expect_tx: one arrival that also expects `bytes` of
+// asynchronous writes (complete_tx) in the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes)
+               : "memory");
+}
+// cp.async.bulk.tensor.3d (tile mode): the box of `map` at coordinates {c0,
+// c1, c2} (innermost first) into shared memory at dst, counted against
+// bar's transaction bytes; elements past the tensor's end arrive as zeros.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const ag_tmap *map, unsigned bar, int c0,
+                                            int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
+      "[%1, {%3, %4, %5}], [%2];\n"
+      :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+/* ---- end device helpers (TMA) ---- */
 
 /* ---- begin jagged tiles ----
  * Sequence i of a jagged tensor of `total` tokens starts at token
@@ -2166,7 +2191,8 @@ ag_gem_d64_bf16_causal_w256_0_bwd_long_pre(const unsigned short *__restrict__ q,
     const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
     const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-    long long total_q, long long total_k, long long num_tiles) {
+    long long total_q, long long total_k, long long num_tiles,
+    const __grid_constant__ ag_tmap tmap_q, const __grid_constant__ ag_tmap tmap_dout) {
   (void)q, (void)k, (void)v, (void)dq, (void)dk, (void)dv, (void)cu_seqlens_q;
   (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k, (void)num_tiles;
   const long long rows = total_q * heads;
@@ -2212,7 +2238,8 @@ ag_gem_d64_bf16_causal_w256_0_bwd_long_dq(const unsigned short *__restrict__ q,
     const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
     const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-    long long total_q, long long total_k, long long num_tiles) {
+    long long total_q, long long total_k, long long num_tiles,
+    const __grid_constant__ ag_tmap tmap_q, const __grid_constant__ ag_tmap tmap_dout) {
   (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
   (void)cu_seqlens_q, (void)cu_seqlens_k, (void)batch, (void)kv_heads, (void)total_k;
   (void)num_tiles;
@@ -2256,29 +2283,6 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
     cp_async_16(at, real ? from : src, real ? 16 : 0);
     at += kRowStep * kRowBytes;
     from += kRowStep * row_stride;
-  }
-}
-
-// Start the copy of a step's Q and dO rows (kBlockM of them, the first
-// `rows` real, the rest zero-filled) at element `at` of q and dout into
-// the stage at `slot` (Q, then dO), laid out as load_rows lays them. One
-// loop for both, its index math shared, so that the loading warpgroup's
-// registers stay few.
-__device__ __forceinline__ void load_step(unsigned slot, const unsigned short *q,
-                                          const unsigned short *dout, long long at,
-                                          long long row_stride, int rows) {
-  constexpr int kRowStep = 128 / kPieces;
-  static_assert(kBlockM % kRowStep == 0 && kRowStep % 8 == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
-  unsigned dst = slot + (c >> 3) * (kBlockM * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
-  long long off = at + row0 * row_stride + c * 8;
-#pragma unroll kLoadUnroll
-  for (int row = row0; row < kBlockM; row += kRowStep) {
-    const bool real = row < rows;
-    cp_async_16(dst, q + (real ? off : 0), real ? 16 : 0);
-    cp_async_16(dst + kQBytes, dout + (real ? off : 0), real ? 16 : 0);
-    dst += kRowStep * kRowBytes;
-    off += kRowStep * row_stride;
   }
 }
 
@@ -2378,7 +2382,8 @@ ag_gem_d64_bf16_causal_w256_0_bwd_long_kv(const unsigned short *__restrict__ q,
     const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
     unsigned short *__restrict__ dv, float *__restrict__ di, const int *__restrict__ cu_seqlens_q,
     const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-    long long total_q, long long total_k, long long num_tiles) {
+    long long total_q, long long total_k, long long num_tiles,
+    const __grid_constant__ ag_tmap tmap_q, const __grid_constant__ ag_tmap tmap_dout) {
   (void)o;
   (void)dq;
   // kv full[slot], kv empty[slot], full[stage], empty[stage]
@@ -2454,7 +2459,16 @@ ag_gem_d64_bf16_causal_w256_0_bwd_long_kv(const unsigned short *__restrict__ q,
         const int mq = min(kBlockM, rows0 - kBlockM * jq);
         const long long tok = tok0 + kBlockM * jq;
         const unsigned slot = ring_a + s * 2 * kQBytes;
-        load_step(slot, q, dout, tok * q_stride + (long long)h * kHeadDim, q_stride, mq);
+        if (threadIdx.x == 0) {  // Q, then dO: kHalves boxes of 64 columns each
+          mbar_arrive_expect_tx(full0 + 8 * s, 2 * kQBytes);
+#pragma unroll
+          for (int hh = 0; hh < kHalves; hh++) {
+            tma_load_3d(slot + hh * (kQBytes / kHalves), &tmap_q, full0 + 8 * s, 64 * hh, h,
+                        (int)tok);
+            tma_load_3d(slot + kQBytes + hh * (kQBytes / kHalves), &tmap_dout, full0 + 8 * s,
+                        64 * hh, h, (int)tok);
+          }
+        }
         // LSE of the step's rows, then D: float x of the 2 kBlockM is row x
         // % kBlockM's, thread x copies it (and with 128-row steps x + 128).
         const int r = threadIdx.x % kBlockM;

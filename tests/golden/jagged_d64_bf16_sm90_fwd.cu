@@ -19,7 +19,7 @@
  *   forward kernel: ag_gem_d64_bf16_fwd
  *     tile: 128 query rows of one head, key tiles of 128, 3 in flight
  *     warp specialized (sm_90a): one warpgroup loads, 2 of 64 rows take
- *     turns on wgmma, each tile's softmax under the products
+ *     turns on wgmma, each tile's softmax under the products; K, V by TMA
  *     runs when the mean query length > 384
  *     threads: 384, shared memory: 114688 bytes
  *     grid: (batch + total_q / 128, heads)
@@ -70,7 +70,7 @@ constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
 // the next sequence's (zeros past the tensor), not zeros: the tile view
 // masks every column past the real keys, so P is 0 there (but a
 // neighbour's Inf or NaN in V would reach O as 0 x Inf).
-constexpr bool kTmaKv = 0;
+constexpr bool kTmaKv = 1;
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 // Which sides of the band bound the keys a query sees.
 constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
@@ -663,6 +663,30 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 }
 /* ---- end device helpers (mbarrier pipeline, sm_90a) ---- */
 
+/* ---- begin device helpers (TMA, sm_90a) ---- */
+// A CUtensorMap: 128 opaque bytes, 64-byte aligned, read by the TMA unit
+// from the kernel's parameter space (const __grid_constant__).
+struct __align__(64) ag_tmap {
+  unsigned long long opaque[16];
+};
+// mbarrier.arrive.expect_tx: one arrival that also expects `bytes` of
+// asynchronous writes (complete_tx) in the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes)
+               : "memory");
+}
+// cp.async.bulk.tensor.3d (tile mode): the box of `map` at coordinates {c0,
+// c1, c2} (innermost first) into shared memory at dst, counted against
+// bar's transaction bytes; elements past the tensor's end arrive as zeros.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const ag_tmap *map, unsigned bar, int c0,
+                                            int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
+      "[%1, {%3, %4, %5}], [%2];\n"
+      :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+/* ---- end device helpers (TMA) ---- */
+
 // bar.sync on named barrier 1: the computing warpgroups alone.
 __device__ __forceinline__ void math_sync() {
   asm volatile("bar.sync 1, %0;\n" :: "n"(kMathThreads) : "memory");
@@ -692,7 +716,8 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
     unsigned short *__restrict__ o, float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
     const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
-    long long total_q, long long total_k, long long num_tiles) {
+    long long total_q, long long total_k, long long num_tiles,
+    const __grid_constant__ ag_tmap tmap_k, const __grid_constant__ ag_tmap tmap_v) {
   __shared__ __align__(8) unsigned long long bars[1 + 2 * kStages];  // Q full, full[s], empty[s]
   const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
@@ -736,9 +761,17 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
       const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
       const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
       const unsigned st = kv_a + s * 2 * kKvBytes;
-      load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
-      load_rows<kBlockN>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
-      mbar_arrive_on_copies(full0 + 8 * s);
+      (void)valid, (void)k_src, (void)v_src;
+      if (threadIdx.x == 0) {  // K, then V: kHalves boxes of 64 columns each
+        const int key = (int)(k_start + n0);
+        mbar_arrive_expect_tx(full0 + 8 * s, 2 * kKvBytes);
+#pragma unroll
+        for (int hh = 0; hh < kHalves; hh++) {
+          tma_load_3d(st + hh * (kKvBytes / kHalves), &tmap_k, full0 + 8 * s, 64 * hh, kvh, key);
+          tma_load_3d(st + kKvBytes + hh * (kKvBytes / kHalves), &tmap_v, full0 + 8 * s, 64 * hh,
+                      kvh, key);
+        }
+      }
     }
     cp_async_wait<0>();
     return;
