@@ -15,6 +15,9 @@ block pairs here) and torch.compile's default mode:
   dyn       sizes marked dynamic, no kernel_options
   static    static sizes (dynamic=False), no kernel_options
   static-opts  static sizes, the harness's kernel_options
+  coarse    sizes marked dynamic, no kernel_options, the mask in blocks of
+            128 tokens (two pattern blocks each, masked by the mask_mod;
+            peers/flex.py's last fallback)
 
 Each way in its own process (a failed compile can leave dynamo's caches in
 a state that changes the next). Prints; writes nothing.
@@ -27,8 +30,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers.common import BlockTable, Shape  # noqa: E402
+from peers.flex import block_lists_mask  # noqa: E402
 
-WAYS = ("harness", "dyn", "static", "static-opts")
+WAYS = ("harness", "dyn", "static", "static-opts", "coarse")
 
 
 def one(way, dim, seqlen):
@@ -42,25 +46,12 @@ def one(way, dim, seqlen):
     nb, bs, H, dev = t.nblocks, shape.block, shape.heads, "cuda"
     S = nb * bs
     blen = torch.from_numpy(t.lens).to(device=dev, dtype=torch.int32)
-    idx = torch.arange(nb, dtype=torch.int32, device=dev).view(1, 1, nb, 1)
-    full = blen == bs
-    kv_num = (~full).to(torch.int32).view(1, 1, nb)
-    full_num = full.to(torch.int32).view(1, 1, nb)
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        blk = q_idx // bs
-        return (kv_idx - blk * bs) < blen[blk]
-
-    bm = BlockMask.from_kv_blocks(kv_num, idx, full_num, idx, BLOCK_SIZE=(bs, bs),
-                                  mask_mod=mask_mod, seq_lengths=(S, S), compute_q_blocks=False)
-    bm.q_num_blocks, bm.q_indices = kv_num, idx
-    bm.full_q_num_blocks, bm.full_q_indices = full_num, idx
-    sized = [(kv_num, 2), (full_num, 2), (idx, 2), (blen, 0)]
+    bm, sized = block_lists_mask(BlockMask, blen, bs, False, 128 if way == "coarse" else None)
     opts = None
     if way in ("harness", "static-opts"):
         opts = dict(BLOCK_M=bs, BLOCK_N=bs, BLOCK_M1=min(32, bs), BLOCK_N1=min(64, bs),
                     BLOCK_M2=min(64, bs), BLOCK_N2=min(32, bs))
-    dynamic = way in ("harness", "dyn")
+    dynamic = way in ("harness", "dyn", "coarse")
     flex = torch.compile(flex_attention, dynamic=None if dynamic else False)
     q, k, v, do = (torch.randn(1, H, S, dim, device=dev, dtype=torch.bfloat16,
                                requires_grad=i < 3) for i in range(4))

@@ -145,6 +145,59 @@ def rows(torch, attngen):
     return out
 
 
+def part_rows(torch, attngen):
+    """--parts: the steps of one eager block_attention forward and one
+    Kernel.backward, each timed alone (what a call's host time is made of):
+    argument checks, the kernel lookup, the allocations, the stream lookup,
+    the ctypes argument struct, and the C entry point with a prebuilt struct
+    (the runtime's launch: cuLaunchKernel and the C checks)."""
+    import ctypes
+
+    from attngen import _lib, _validate, ops, torch_ops
+    dev = "cuda"
+    total = sum(LENS)
+    q, k, v, dout = (torch.randn(total, HEADS, DIM, device=dev, dtype=torch.bfloat16)
+                     for _ in range(4))
+    cu = torch.tensor([0, LENS[0], total], dtype=torch.int32, device=dev)
+    kernel = attngen.kernel_for(64, False, DIM, "bf16", None)
+    bkernel = attngen.kernel_for(64, False, DIM, "bf16", None, backward=True)
+    di = q.get_device()
+    h, bh = kernel.handle(di), bkernel.handle(di)
+    o, dq, dk, dv = (torch.empty_like(q) for _ in range(4))
+    stream = ops._stream(torch, q)
+    fargs = _lib.AgBlockFwdArgs(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+                                offsets=cu.data_ptr(), batch=2, heads=HEADS, total_tokens=total,
+                                rotary_table=None)
+    bargs = _lib.AgBlockBwdArgs(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
+                                dout=dout.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
+                                dv=dv.data_ptr(), offsets=cu.data_ptr(), batch=2, heads=HEADS,
+                                total_tokens=total, rotary_table=None)
+    return [
+        ("part: block_attention (whole forward)", lambda: attngen.block_attention(q, k, v, cu)),
+        ("part: torch_ops.traced_torch()", torch_ops.traced_torch),
+        ("part: check_block_attention_args", lambda: _validate.check_block_attention_args(
+            q, k, v, cu, None, 64, False, None, None, None)),
+        ("part: kernel_for (cached)", lambda: ops.kernel_for(64, False, DIM, "bf16", None,
+                                                             rotary=None)),
+        ("part: _needs_grad", lambda: ops._needs_grad(q, k, v)),
+        ("part: torch.empty_like", lambda: torch.empty_like(q)),
+        ("part: _stream", lambda: ops._stream(torch, q)),
+        ("part: Kernel.handle (cached)", lambda: kernel.handle(di)),
+        ("part: AgBlockFwdArgs(...)", lambda: _lib.AgBlockFwdArgs(
+            q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+            offsets=cu.data_ptr(), batch=2, heads=HEADS, total_tokens=total, rotary_table=None)),
+        ("part: _lib.call ag_block_forward (prebuilt args)", lambda: _lib.call(
+            "ag_block_forward", h, ctypes.byref(fargs), stream)),
+        ("part: Kernel._forward_raw", lambda: kernel._forward_raw(q, k, v, cu, 2)),
+        ("part: Kernel.backward (whole)", lambda: bkernel.backward(q, k, v, dout, cu)),
+        ("part: check_dout", lambda: _validate.check_dout(dout, q)),
+        ("part: Kernel._backward_refusal", bkernel._backward_refusal),
+        ("part: _lib.call ag_block_backward (prebuilt args)", lambda: _lib.call(
+            "ag_block_backward", bh, ctypes.byref(bargs), stream)),
+        ("part: Kernel._backward_raw", lambda: bkernel._backward_raw(dout, q, k, v, cu, 2)),
+    ]
+
+
 def triton_rows(torch, q, k, v, qg, kg, vg, dout, fwd_bwd):
     try:
         from peers.triton_block import bwd_kernel, kernel
@@ -239,11 +292,14 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(HERE, "results", "overhead"))
     p.add_argument("--calls", type=_positive, default=N_CALLS,
                    help="calls per timing (default %d)" % N_CALLS)
+    p.add_argument("--parts", action="store_true",
+                   help="time the steps of the block forward and backward instead (no fresh "
+                        "process runs)")
     args = p.parse_args(argv)
     import torch
     import attngen
     results = []
-    for name, fn in rows(torch, attngen):
+    for name, fn in (part_rows if args.parts else rows)(torch, attngen):
         if isinstance(fn, str):
             results.append({"name": name, "error": fn})
             print("%-58s %s" % (name, fn), flush=True)
@@ -260,6 +316,8 @@ def main(argv=None):
     # install): so has this tree's for the fresh processes, whatever
     # PYTHONDONTWRITEBYTECODE says (compiling attngen's modules on import
     # costs ~10 ms, which no installed copy pays).
+    if args.parts:
+        return 0
     import compileall
     compileall.compile_dir(os.path.dirname(attngen.__file__), quiet=1)
     starts = {}

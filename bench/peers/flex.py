@@ -31,6 +31,53 @@ import time
 from .common import Differentiable, Peer, Prepared, Unavailable, is_cuda_failure
 
 
+def block_lists_mask(BlockMask, blen, bs, causal, gran=None):
+    """A block-diagonal BlockMask over one padded sequence of len(blen)
+    blocks of bs tokens (blen: int32 real tokens of each block, on the
+    device), built from block lists (no dense pass). gran (a multiple of
+    bs; default bs): the mask's block size. At gran == bs query block i
+    sees key block i only, whole blocks in the "full" lists (no mask_mod
+    evaluated), partial or causal ones in the masked lists. At gran > bs
+    (FlexAttention's backward tiles are 128 by default and must divide the
+    mask's blocks; at 64 the compiler found no valid choice for the
+    backward, 2026-12-04) each mask block holds gran / bs pattern blocks and
+    is masked: the mask_mod keeps pairs of one pattern block, so the kernel
+    computes gran / bs times the pairs it keeps. Returns (mask,
+    [(tensor, dim)] whose size changes from shape to shape)."""
+    import torch
+    gran = gran or bs
+    nb = int(blen.shape[0])
+    S = nb * bs
+    ng = -(-S // gran)
+    dev = blen.device
+    idx = torch.arange(ng, dtype=torch.int32, device=dev).view(1, 1, ng, 1)
+    if gran == bs and not causal:
+        full = blen == bs
+    else:
+        full = torch.zeros(ng, dtype=torch.bool, device=dev)
+    kv_num = (~full).to(torch.int32).view(1, 1, ng)
+    full_num = full.to(torch.int32).view(1, 1, ng)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        # the pairs of one pattern block (the block lists alone say so only
+        # at gran == bs, and eager flex_attention reads no block lists)
+        blk = q_idx // bs
+        ok = (kv_idx // bs == blk) & ((kv_idx - blk * bs) < blen[blk])
+        if causal:
+            ok = ok & (kv_idx <= q_idx)
+        return ok
+
+    bm = BlockMask.from_kv_blocks(
+        kv_num, idx, full_num, idx, BLOCK_SIZE=(gran, gran), mask_mod=mask_mod,
+        seq_lengths=(S, S), compute_q_blocks=False)
+    # Block-diagonal: query block i is seen by key block i only, with the
+    # same full/partial split, so the transposed lists (which the backward
+    # reads) are the same tensors.
+    bm.q_num_blocks, bm.q_indices = kv_num, idx
+    bm.full_q_num_blocks, bm.full_q_indices = full_num, idx
+    return bm, [(kv_num, 2), (full_num, 2), (idx, 2), (blen, 0)]
+
+
 class FlexPeer(Peer):
     name = "flex"
     description = "FlexAttention, compiled, block-diagonal BlockMask from block lists"
@@ -62,41 +109,20 @@ class FlexPeer(Peer):
     def _opts_key(opts):
         return ",".join("%s=%d" % kv for kv in sorted(opts.items())) or "none"
 
-    def _block_mask(self, data):
+    def _block_mask(self, data, gran=None):
         """The block-diagonal BlockMask of data's padded layout, built from
         its block lists and timed: (mask, milliseconds, [(tensor, dim)] whose
-        size changes from shape to shape, for maybe_mark_dynamic)."""
+        size changes from shape to shape, for maybe_mark_dynamic). gran: the
+        mask's block size (default: the pattern's block; see
+        block_lists_mask)."""
         import torch
         sh, t = data.shape, data.table
-        nb, bs, dev = t.nblocks, sh.block, data.device
-        S = nb * bs
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        blen = torch.from_numpy(t.lens).to(device=dev, dtype=torch.int32)
-        idx = torch.arange(nb, dtype=torch.int32, device=dev).view(1, 1, nb, 1)
-        full = (blen == bs) if not sh.causal else torch.zeros(nb, dtype=torch.bool, device=dev)
-        kv_num = (~full).to(torch.int32).view(1, 1, nb)
-        full_num = full.to(torch.int32).view(1, 1, nb)
-        causal = sh.causal
-
-        def mask_mod(b, h, q_idx, kv_idx):
-            blk = q_idx // bs
-            ok = (kv_idx - blk * bs) < blen[blk]
-            if causal:
-                ok = ok & (kv_idx <= q_idx)
-            return ok
-
-        bm = self.BlockMask.from_kv_blocks(
-            kv_num, idx, full_num, idx, BLOCK_SIZE=(bs, bs), mask_mod=mask_mod,
-            seq_lengths=(S, S), compute_q_blocks=False)
-        # Block-diagonal: query block i is seen by key block i only, with the
-        # same full/partial split, so the transposed lists (which the
-        # backward reads) are the same tensors.
-        bm.q_num_blocks, bm.q_indices = kv_num, idx
-        bm.full_q_num_blocks, bm.full_q_indices = full_num, idx
+        blen = torch.from_numpy(t.lens).to(device=data.device, dtype=torch.int32)
+        bm, sized = block_lists_mask(self.BlockMask, blen, sh.block, sh.causal, gran)
         torch.cuda.synchronize()
-        mask_ms = (time.perf_counter() - t0) * 1e3
-        return bm, mask_ms, [(kv_num, 2), (full_num, 2), (idx, 2), (blen, 0)]
+        return bm, (time.perf_counter() - t0) * 1e3, sized
 
     def prepare(self, data, mode):
         import torch
@@ -151,30 +177,42 @@ class FlexPeer(Peer):
             torch._functorch.config.donated_buffer = False
         except AttributeError:
             pass
-        bm, mask_ms, sized = self._block_mask(data)
-
         mark = getattr(torch._dynamo, "maybe_mark_dynamic", None)
-        if mark is not None:
-            for x, dim in sized:
-                mark(x, dim)
+        masks = {}  # mask block size -> (mask, milliseconds)
+
+        def mask_for(gran):
+            if gran not in masks:
+                bm_, ms_, sized = self._block_mask(data, gran)
+                if mark is not None:
+                    for x, dim in sized:
+                        mark(x, dim)
+                masks[gran] = (bm_, ms_)
+            return masks[gran][0]
+
         flex = self.flex
         fwd_opts = {"BLOCK_M": bs, "BLOCK_N": bs}
         m, n = min(32, bs), min(64, bs)
         bwd_opts = dict(fwd_opts, BLOCK_M1=m, BLOCK_N1=n, BLOCK_M2=n, BLOCK_N2=m)
         # Tried in order until one compiles: the tiles above, the forward's
         # alone, then none (the compiler's own choice, as a user who passes
-        # no kernel_options gets; the forward and backward tiles it picks
-        # for 64-token blocks at head_dim 128 are not always the ones above:
-        # NoValidChoicesError in earlier runs). Options rejected for one
-        # shape are not tried again.
+        # no kernel_options gets), each over a mask of the pattern's blocks;
+        # last the compiler's choice over a mask of 128-token blocks (its
+        # default backward tiles must divide the mask's blocks: with 64-token
+        # ones every way failed on the H200 on 2026-12-04, bench/flex_probe.py).
+        # Ways rejected for one shape are not tried again.
+        coarse = 128 if bs < 128 and 128 % bs == 0 else None
         shape_key = "D%d/block%d" % (D, bs)  # refusals depend on the tile shapes' fit
-        candidates = [o for o in (bwd_opts, fwd_opts, {})
-                      if (shape_key, self._opts_key(o)) not in self.rejected_opts]
+        ways = [(bwd_opts, None), (fwd_opts, None), ({}, None)] + ([({}, coarse)] if coarse else [])
+
+        def way_key(w):
+            return self._opts_key(w[0]) + ("/mask%d" % w[1] if w[1] else "")
+
+        candidates = [w for w in ways if (shape_key, way_key(w)) not in self.rejected_opts]
         mine = sorted((k[1], why) for k, why in self.rejected_opts.items() if k[0] == shape_key)
         if not candidates:
             raise RuntimeError("flex: every kernel_options set was rejected at %s: %s"
                                % (shape_key, "; ".join("%s (%s)" % kv for kv in mine)))
-        chosen = {"opts": candidates[0]}
+        chosen = {"opts": candidates[0][0], "mask": None}
 
         def view(x):  # padded [S, H, D] -> [1, H, S, D]
             v = x.view(S, H, D).permute(1, 0, 2).unsqueeze(0)
@@ -183,7 +221,8 @@ class FlexPeer(Peer):
             return v
 
         def attention(q, k, v):
-            return flex(view(q), view(k), view(v), block_mask=bm, kernel_options=chosen["opts"])
+            return flex(view(q), view(k), view(v), block_mask=chosen["mask"],
+                        kernel_options=chosen["opts"])
 
         # The first forward + backward compiles both; try the tiles above,
         # else let the compiler choose.
@@ -195,8 +234,8 @@ class FlexPeer(Peer):
             torch.autograd.grad(out, leaves, torch.ones_like(out))
 
         first_error = None
-        for opts in candidates:
-            chosen["opts"] = opts
+        for way in candidates:
+            chosen["opts"], chosen["mask"] = way[0], mask_for(way[1])
             try:
                 probe()
                 break
@@ -204,7 +243,7 @@ class FlexPeer(Peer):
                 if is_cuda_failure(e):
                     raise
                 first_error = first_error or e
-                self.rejected_opts[(shape_key, self._opts_key(opts))] = "%s: %s" % (
+                self.rejected_opts[(shape_key, way_key(way))] = "%s: %s" % (
                     type(e).__name__, str(e).splitlines()[0][:100])
         else:
             raise first_error  # no options compiled: not the tiles, report the first error
@@ -222,6 +261,10 @@ class FlexPeer(Peer):
             note += "; rejected kernel_options: %s" % "; ".join("%s (%s)" % kv for kv in mine)
         cfg = ", ".join("%s=%d" % kv for kv in sorted(chosen["opts"].items())) or \
             "kernel_options left to the compiler"
+        gran = next(g for g, (b, _) in masks.items() if b is chosen["mask"])
+        if gran:
+            cfg += "; mask blocks of %d tokens (%dx the pairs kept)" % (gran, gran // bs)
+        mask_ms = masks[gran][1]
         return Differentiable(attention, "padded", rows, dout_view=view, config=cfg, note=note,
                               extra={"block_mask_ms": round(mask_ms, 2),
                                      "first_call_s": round(first_s, 2)})
