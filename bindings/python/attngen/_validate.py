@@ -151,6 +151,44 @@ def _fast_offsets(t, device):
         return None
 
 
+def fast_block_tensors(q, k, v, offsets):
+    """(dtype tag, device index, tokens, heads, head_dim, batch, whether an
+    input requires grad) when q, k, v and offsets pass every check of
+    check_qkv and check_offsets (q, k, v CUDA tensors of one half dtype,
+    device and 3-D shape, contiguous and aligned, with a supported
+    head_dim; offsets int32, 1-D, non-empty, contiguous, on their device),
+    else None. One pass for the eager fast path (ops._fast_block_forward):
+    each tensor attribute is a call into torch, so each is read once."""
+    try:
+        dt = q.dtype
+        tag = _tag_of(dt)
+        if tag is None or k.dtype is not dt or v.dtype is not dt:
+            return None
+        if not (q.is_cuda and k.is_cuda and v.is_cuda and offsets.is_cuda):
+            return None
+        di = q.get_device()
+        if k.get_device() != di or v.get_device() != di or offsets.get_device() != di:
+            return None
+        qs = q.shape
+        if len(qs) != 3 or k.shape != qs or v.shape != qs:
+            return None
+        tokens, heads, head_dim = qs
+        if head_dim not in HEAD_DIMS or heads < 1:
+            return None
+        if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+            return None
+        if tokens > 0 and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % ALIGNMENT:
+            return None
+        os_ = offsets.shape
+        if len(os_) != 1 or os_[0] < 1 or _tag_int32(offsets.dtype) is not True or \
+                not offsets.is_contiguous():
+            return None
+        grad = q.requires_grad or k.requires_grad or v.requires_grad
+        return tag, di, tokens, heads, head_dim, os_[0] - 1, grad
+    except Exception:  # not tensors: the full checks say what is wrong
+        return None
+
+
 _int32_dtypes = {}
 
 

@@ -225,6 +225,13 @@ class Kernel:
     compile = handle
 
     def _check(self, q, k, v, offsets, cpu_offsets):
+        spec = self.spec
+        t = _validate.fast_block_tensors(q, k, v, offsets)
+        if t is not None and t[0] == spec.dtype and t[4] == spec.head_dim and \
+                spec.pattern == "block_diagonal":
+            if cpu_offsets is not None:
+                _validate.check_cpu_offsets(cpu_offsets, t[5], t[2])
+            return t[5]
         if self.spec.pattern != "block_diagonal":
             raise _errors.UnsupportedError(
                 "kernel '%s' has pattern %s; a Kernel runs block_diagonal specs only "
@@ -302,29 +309,39 @@ class Kernel:
         tokens, heads, _ = q.shape
         if tokens == 0 or batch == 0:
             return out
-        h = self.handle(_device_index(torch, q))
+        di = _device_index(torch, q)
+        h = self._handles.get(di)
+        if h is None:
+            h = self.handle(di)
+        # positional: the header's field order (a third cheaper than keywords)
         args = _lib.AgBlockFwdArgs(
-            q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(),
-            offsets=offsets.data_ptr(), batch=batch, heads=heads, total_tokens=tokens,
-            rotary_table=rotary_table.data_ptr() if rotary_table is not None else None)
-        _lib.call("ag_block_forward", h, ctypes.byref(args), _stream(torch, q),
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), offsets.data_ptr(),
+            batch, heads, tokens, None,
+            rotary_table.data_ptr() if rotary_table is not None else None)
+        _lib.call("ag_block_forward", h, ctypes.byref(args), _stream_of(torch, di),
                   context=("attngen: block forward '%s'", self.spec.name))
         return out
 
     def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None):
         """dq, dk, dv for a contiguous, aligned dout like q (not checked)."""
         torch = _torch()
-        dq, dk, dv = (_alloc(torch, q, poison) for _ in range(3))
+        if poison:
+            dq, dk, dv = (_alloc(torch, q, True) for _ in range(3))
+        else:  # q was checked contiguous: empty_like keeps that layout
+            empty = torch.empty_like
+            dq, dk, dv = empty(q), empty(q), empty(q)
         tokens, heads, _ = q.shape
         if tokens == 0 or batch == 0:
             return dq, dk, dv
-        h = self.handle(_device_index(torch, q))
+        di = _device_index(torch, q)
+        h = self._handles.get(di)
+        if h is None:
+            h = self.handle(di)
         args = _lib.AgBlockBwdArgs(
-            q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), dout=dout.data_ptr(),
-            dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
-            offsets=offsets.data_ptr(), batch=batch, heads=heads, total_tokens=tokens,
-            rotary_table=rotary_table.data_ptr() if rotary_table is not None else None)
-        _lib.call("ag_block_backward", h, ctypes.byref(args), _stream(torch, q),
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), dq.data_ptr(),
+            dk.data_ptr(), dv.data_ptr(), offsets.data_ptr(), batch, heads, tokens, None,
+            rotary_table.data_ptr() if rotary_table is not None else None)
+        _lib.call("ag_block_backward", h, ctypes.byref(args), _stream_of(torch, di),
                   context=("attngen: block backward '%s'", self.spec.name))
         return dq, dk, dv
 
@@ -350,14 +367,29 @@ def _stream(torch, t):
     (NULL for the legacy default stream): its raw handle through torch._C's
     getter where torch has it (what Inductor's generated code calls; a
     fraction of a microsecond), else through a Stream object."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) if hasattr(torch, "_C") else None
-    handle = raw(_device_index(torch, t)) if raw is not None else \
-        torch.cuda.current_stream(t.device).cuda_stream
+    return _stream_of(torch, _device_index(torch, t))
+
+
+# torch's raw current-stream getter, looked up once per torch module: (module, getter)
+_raw_stream_getter = (None, None)
+
+
+def _stream_of(torch, device_index):
+    """_stream for a device by its index (what the hot paths have)."""
+    global _raw_stream_getter
+    mod, raw = _raw_stream_getter
+    if mod is not torch:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) if hasattr(torch, "_C") \
+            else None
+        _raw_stream_getter = (torch, raw)
+    handle = raw(device_index) if raw is not None else \
+        torch.cuda.current_stream(device_index).cuda_stream
     return ctypes.c_void_p(handle or None)
 
 
 def _device_index(torch, t):
-    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+    i = t.get_device()  # a CUDA tensor's ordinal (one call, no device object)
+    return i if i is not None and i >= 0 else torch.cuda.current_device()
 
 
 def _needs_grad(*tensors):
@@ -499,6 +531,61 @@ def _function():
     return _autograd_cls
 
 
+# ---- the eager fast path -----------------------------------------------------
+# On small problems an eager call's host time is the launch's cost (issue
+# 20: at most 15 us a call). A call whose options were already checked once
+# (in exact types: an int block size, a bool causal, None or a float scale;
+# no rotary, no cpu_offsets) and whose inputs need no graph takes
+# _fast_block_forward: its tensors are checked in one pass
+# (_validate.fast_block_tensors) and the forward-only Kernel the full path
+# chose for those options is launched. Anything else, or any tensor the
+# fast check does not pass, takes the full path, which raises with its
+# message. (block_size, causal, softmax_scale, head_dim, dtype tag) -> Kernel
+_fast_kernels = {}
+
+
+def _fast_key(block_size, causal, softmax_scale, head_dim, tag):
+    """The key of _fast_kernels for these options, or None when their types
+    are not the exact ones the key stands for (a numpy int, 1 for True, an
+    int scale: hashes equal to checked values but not checked themselves)."""
+    if type(block_size) is not int or type(causal) is not bool or \
+            (softmax_scale is not None and type(softmax_scale) is not float):
+        return None
+    return (block_size, causal, softmax_scale, head_dim, tag)
+
+
+def _fast_block_forward(q, k, v, offsets, block_size, causal, softmax_scale):
+    """block_attention's output by the fast path, or None when the call
+    must take the full one (see _fast_kernels)."""
+    torch = _torch()
+    # torch.compile or a dispatch mode: the custom op. Tested first, so that
+    # dynamo's trace reads nothing below (no guard on _fast_kernels, which
+    # eager calls fill).
+    if torch_ops.traced(torch) or not _fast_kernels:
+        return None
+    t = _validate.fast_block_tensors(q, k, v, offsets)
+    if t is None:
+        return None
+    tag, di, tokens, heads, head_dim, batch, grad = t
+    if grad and torch.is_grad_enabled():
+        return None  # autograd records this call
+    key = _fast_key(block_size, causal, softmax_scale, head_dim, tag)
+    kernel = _fast_kernels.get(key) if key is not None else None
+    if kernel is None:
+        return None
+    out = torch.empty_like(q)  # q is contiguous: so is out
+    if tokens == 0 or batch == 0:
+        return out
+    h = kernel._handles.get(di)
+    if h is None:
+        h = kernel.handle(di)
+    args = _lib.AgBlockFwdArgs(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                               offsets.data_ptr(), batch, heads, tokens)
+    _lib.call("ag_block_forward", h, ctypes.byref(args), _stream_of(torch, di),
+              context=("attngen: block forward '%s'", kernel.spec.name))
+    return out
+
+
 def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=64,
                     causal=False, softmax_scale=None, rotary=None, rotary_table=None,
                     _poison=False):
@@ -539,6 +626,10 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     compiles a kernel (seconds; cached on disk afterwards). Options after
     cpu_offsets are keyword-only; bad arguments raise ValueError.
     """
+    if cpu_offsets is None and rotary is None and rotary_table is None and not _poison:
+        out = _fast_block_forward(query, key, value, offsets, block_size, causal, softmax_scale)
+        if out is not None:
+            return out
     torch = torch_ops.traced_torch()
     if torch is not None:
         # traced (torch.compile, a dispatch mode): the custom op, which checks
@@ -553,8 +644,11 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     if not _needs_grad(query, key, value):
         # No graph to record: the forward-only kernel, and no autograd.Function
         # machinery (its overhead is comparable to the launch on small problems).
-        return kernel_for(*opts, rotary=rotary)._forward_raw(query, key, value, offsets,
-                                                             a["batch"], _poison, table)
+        kernel = kernel_for(*opts, rotary=rotary)
+        key_ = _fast_key(block_size, causal, softmax_scale, a["head_dim"], a["dtype_tag"])
+        if rotary is None and key_ is not None:
+            _fast_kernels[key_] = kernel  # these options, checked: the fast path's from now
+        return kernel._forward_raw(query, key, value, offsets, a["batch"], _poison, table)
     kernel, refused = _grad_kernel(opts, rotary, _device_index(_torch(), query))
     return _function().apply(query, key, value, offsets, kernel, a["batch"], _poison, refused,
                              table)

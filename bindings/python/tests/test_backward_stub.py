@@ -79,6 +79,7 @@ def env(monkeypatch):
     monkeypatch.setattr(ops, "_torch", lambda: torch)
     monkeypatch.setattr(ops, "_autograd_cls", None)  # rebuilt on FakeTorch
     monkeypatch.setattr(ops, "_kernels", {})
+    monkeypatch.setattr(ops, "_fast_kernels", {})
     monkeypatch.setattr(ops, "parse_spec", parse_spec)
     monkeypatch.setattr(ops.Kernel, "handle", handle)
     monkeypatch.setattr(_lib, "call", launches)
@@ -373,3 +374,98 @@ def test_bwd_args_struct_round_trips_pointers():
     assert (a.batch, a.heads, a.total_tokens) == (1 << 40, 3, (1 << 33) + 5)
     assert a.k is None and a.host_offsets is None and a.rotary_table is None
     assert ctypes.sizeof(a) == 13 * 8
+
+
+# ---- the eager fast path ----------------------------------------------------
+
+def _count_full_checks(monkeypatch):
+    """Counts the full path's argument checks (block_attention's)."""
+    seen = []
+    full = ops._validate.check_block_attention_args
+
+    def counted(*a, **kw):
+        seen.append(1)
+        return full(*a, **kw)
+
+    monkeypatch.setattr(ops._validate, "check_block_attention_args", counted)
+    return seen
+
+
+def test_a_repeated_eager_call_takes_the_fast_path(env, monkeypatch):
+    """The second call with the same options skips the option checks and
+    the kernel lookup, and launches exactly what the first did."""
+    seen = _count_full_checks(monkeypatch)
+    q, k, v, off = tensors(grad=(False, False, False))
+    first = ops.block_attention(q, k, v, off, block_size=32, causal=True)
+    second = ops.block_attention(q, k, v, off, block_size=32, causal=True)
+    assert len(seen) == 1
+    a, b = env.launches.calls
+    assert a["fn"] == b["fn"] == "ag_block_forward"
+    assert a["handle"] == b["handle"] and a["stream"] == b["stream"] == 0x5EED
+    assert a["args"]["o"] == first.data_ptr() and b["args"]["o"] == second.data_ptr()
+    for f in ("q", "k", "v", "offsets", "batch", "heads", "total_tokens", "rotary_table",
+              "host_offsets"):
+        assert a["args"][f] == b["args"][f], f
+    # other options, another head_dim: the full path first, then fast
+    q2, k2, v2, off2 = tensors(head_dim=128, grad=(False, False, False))
+    ops.block_attention(q2, k2, v2, off2, block_size=32, causal=True)
+    ops.block_attention(q2, k2, v2, off2, block_size=32, causal=True)
+    assert len(seen) == 2 and len(env.launches.calls) == 4
+
+
+@pytest.mark.parametrize("change", ["numpy-like block size", "int causal", "int scale",
+                                    "cpu_offsets", "not contiguous", "requires grad",
+                                    "traced", "bad block size"])
+def test_the_fast_path_leaves_what_it_does_not_know_to_the_full_one(env, monkeypatch, change):
+    seen = _count_full_checks(monkeypatch)
+    q, k, v, off = tensors(grad=(False, False, False))
+    ops.block_attention(q, k, v, off, block_size=32, causal=False, softmax_scale=0.5)
+    assert len(seen) == 1
+
+    class Index:  # an integer type that is not int (numpy's, torch's)
+        def __index__(self):
+            return 32
+
+    kw = dict(block_size=32, causal=False, softmax_scale=0.5)
+    args = [q, k, v, off]
+    if change == "numpy-like block size":
+        kw["block_size"] = Index()
+    elif change == "int causal":
+        kw["causal"] = 0
+    elif change == "int scale":
+        kw["softmax_scale"] = 1
+    elif change == "cpu_offsets":
+        args.append([0, 40, 100])
+    elif change == "not contiguous":
+        args[1] = ts.StubTensor(k.shape, ptr=next(ts._ptrs), contiguous=False)
+    elif change == "requires grad":
+        args[2] = ts.StubTensor(v.shape, ptr=next(ts._ptrs), requires_grad=True)
+    elif change == "traced":
+        monkeypatch.setattr(ops.torch_ops, "traced_torch", lambda: None)
+        env.torch._C._len_torch_dispatch_stack = lambda: 1
+    elif change == "bad block size":
+        kw["block_size"] = 33
+    if change in ("int causal", "not contiguous", "bad block size"):
+        with pytest.raises(ValueError):
+            ops.block_attention(*args, **kw)
+    else:
+        ops.block_attention(*args, **kw)
+    assert len(seen) == 2  # the full path ran (and raised where it should)
+
+
+def test_kernel_call_checks_stay_whole_on_the_fast_check(env):
+    """Kernel.__call__ and .backward check their tensors in one pass too;
+    a dtype or head_dim the kernel is not for is still refused."""
+    kernel = ops.kernel_for(32, False, 64, "bf16", None, backward=True)
+    q, k, v, off = tensors(grad=(False, False, False))
+    out = kernel(q, k, v, off)
+    dq, dk, dv = kernel.backward(q, k, v, dout_like(q), off)
+    assert env.launches.names() == ["ag_block_forward", "ag_block_backward"]
+    assert env.launches.calls[1]["args"]["dq"] == dq.data_ptr()
+    assert out.shape == dq.shape == q.shape
+    q2, k2, v2, off2 = tensors(head_dim=128, grad=(False, False, False))
+    with pytest.raises(ValueError, match="head_dim 64"):
+        kernel(q2, k2, v2, off2)
+    h = [ts.StubTensor(q.shape, ts.float16, ptr=next(ts._ptrs)) for _ in range(3)]
+    with pytest.raises(ValueError, match="bf16"):
+        kernel(*h, off)

@@ -73,6 +73,10 @@ class StubTensor:
         self.fill = None       # what full_like filled it with (FakeTorch)
         self.grad_fn = None    # (Function class, ctx) after FakeFunction.apply
 
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
     def is_contiguous(self):
         return self._contiguous
 
