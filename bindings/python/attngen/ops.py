@@ -224,6 +224,12 @@ class Kernel:
 
     compile = handle
 
+    def _handle_of(self, device_index):
+        """handle(device_index), its cached value read without the call (the
+        launches' hot path)."""
+        h = self._handles.get(device_index)
+        return h if h is not None else self.handle(device_index)
+
     def _check(self, q, k, v, offsets, cpu_offsets):
         spec = self.spec
         t = _validate.fast_block_tensors(q, k, v, offsets)
@@ -310,9 +316,7 @@ class Kernel:
         if tokens == 0 or batch == 0:
             return out
         di = _device_index(torch, q)
-        h = self._handles.get(di)
-        if h is None:
-            h = self.handle(di)
+        h = self._handle_of(di)
         # positional: the header's field order (a third cheaper than keywords)
         args = _lib.AgBlockFwdArgs(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), offsets.data_ptr(),
@@ -334,9 +338,7 @@ class Kernel:
         if tokens == 0 or batch == 0:
             return dq, dk, dv
         di = _device_index(torch, q)
-        h = self._handles.get(di)
-        if h is None:
-            h = self.handle(di)
+        h = self._handle_of(di)
         args = _lib.AgBlockBwdArgs(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), dq.data_ptr(),
             dk.data_ptr(), dv.data_ptr(), offsets.data_ptr(), batch, heads, tokens, None,
@@ -576,9 +578,7 @@ def _fast_block_forward(q, k, v, offsets, block_size, causal, softmax_scale):
     out = torch.empty_like(q)  # q is contiguous: so is out
     if tokens == 0 or batch == 0:
         return out
-    h = kernel._handles.get(di)
-    if h is None:
-        h = kernel.handle(di)
+    h = kernel._handle_of(di)
     args = _lib.AgBlockFwdArgs(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                                offsets.data_ptr(), batch, heads, tokens)
     _lib.call("ag_block_forward", h, ctypes.byref(args), _stream_of(torch, di),
