@@ -280,6 +280,33 @@ def first_call_ms(cache_dir):
     return torch_ms, import_ms, call_ms
 
 
+def fresh_process_starts(attngen):
+    """How long fresh processes take to a first call, cold and warm. An
+    installed package has its bytecode compiled (pip does it at install):
+    so has this tree's for the fresh processes, whatever
+    PYTHONDONTWRITEBYTECODE says (compiling attngen's modules on import
+    costs ~10 ms, which no installed copy pays)."""
+    import compileall
+    compileall.compile_dir(os.path.dirname(attngen.__file__), quiet=1)
+    starts = {}
+    with tempfile.TemporaryDirectory() as cold:
+        try:
+            tm, cold_import, cold_call = first_call_ms(cold)
+            # the first run left the cubin there
+            _, warm_import, warm_call = first_call_ms(cold)
+            starts = {"torch_and_cuda_init_ms": tm,
+                      "cold_import_ms": cold_import, "cold_first_call_ms": cold_call,
+                      "warm_import_ms": warm_import, "warm_first_call_ms": warm_call}
+            print("fresh process: torch import + CUDA init + inputs %.1f ms; then import attngen "
+                  "%.1f ms and its first call %.1f ms cold (compiles); %.1f + %.1f ms warm "
+                  "(cubin on disk)" % (tm, cold_import, cold_call, warm_import, warm_call),
+                  flush=True)
+        except Exception as e:
+            starts = {"error": str(e)}
+            print("fresh process: ERROR %s" % e)
+    return starts
+
+
 def _positive(text):
     n = int(text)
     if n < 1:
@@ -312,30 +339,9 @@ def main(argv=None):
         except Exception as e:
             results.append({"name": name, "error": str(e).splitlines()[0][:200]})
             print("%-58s ERROR %s" % (name, results[-1]["error"]), flush=True)
-    # An installed package has its bytecode compiled (pip does it at
-    # install): so has this tree's for the fresh processes, whatever
-    # PYTHONDONTWRITEBYTECODE says (compiling attngen's modules on import
-    # costs ~10 ms, which no installed copy pays).
-    if args.parts:
-        return 0
-    import compileall
-    compileall.compile_dir(os.path.dirname(attngen.__file__), quiet=1)
     starts = {}
-    with tempfile.TemporaryDirectory() as cold:
-        try:
-            tm, cold_import, cold_call = first_call_ms(cold)
-            # the first run left the cubin there
-            _, warm_import, warm_call = first_call_ms(cold)
-            starts = {"torch_and_cuda_init_ms": tm,
-                      "cold_import_ms": cold_import, "cold_first_call_ms": cold_call,
-                      "warm_import_ms": warm_import, "warm_first_call_ms": warm_call}
-            print("fresh process: torch import + CUDA init + inputs %.1f ms; then import attngen "
-                  "%.1f ms and its first call %.1f ms cold (compiles); %.1f + %.1f ms warm "
-                  "(cubin on disk)" % (tm, cold_import, cold_call, warm_import, warm_call),
-                  flush=True)
-        except Exception as e:
-            starts = {"error": str(e)}
-            print("fresh process: ERROR %s" % e)
+    if not args.parts:
+        starts = fresh_process_starts(attngen)
     os.makedirs(args.out, exist_ok=True)
     meta = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__, "python": sys.version.split()[0],
