@@ -175,6 +175,8 @@ def part_rows(torch, attngen):
     return [
         ("part: block_attention (whole forward)", lambda: attngen.block_attention(q, k, v, cu)),
         ("part: torch_ops.traced_torch()", torch_ops.traced_torch),
+        ("part: fast_block_tensors (the fast path's checks)",
+         lambda: _validate.fast_block_tensors(q, k, v, cu)),
         ("part: check_block_attention_args", lambda: _validate.check_block_attention_args(
             q, k, v, cu, None, 64, False, None, None, None)),
         ("part: kernel_for (cached)", lambda: ops.kernel_for(64, False, DIM, "bf16", None,
@@ -182,6 +184,7 @@ def part_rows(torch, attngen):
         ("part: _needs_grad", lambda: ops._needs_grad(q, k, v)),
         ("part: torch.empty_like", lambda: torch.empty_like(q)),
         ("part: _stream", lambda: ops._stream(torch, q)),
+        ("part: _stream_of (by device index)", lambda: ops._stream_of(torch, di)),
         ("part: Kernel.handle (cached)", lambda: kernel.handle(di)),
         ("part: AgBlockFwdArgs(...)", lambda: _lib.AgBlockFwdArgs(
             q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
