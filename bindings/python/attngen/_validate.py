@@ -164,10 +164,10 @@ def fast_block_tensors(q, k, v, offsets):
         tag = _tag_of(dt)
         if tag is None or k.dtype is not dt or v.dtype is not dt:
             return None
-        if not (q.is_cuda and k.is_cuda and v.is_cuda and offsets.is_cuda):
+        if not (q.is_cuda and k.is_cuda and v.is_cuda):
             return None
         di = q.get_device()
-        if k.get_device() != di or v.get_device() != di or offsets.get_device() != di:
+        if k.get_device() != di or v.get_device() != di:
             return None
         qs = q.shape
         if len(qs) != 3 or k.shape != qs or v.shape != qs:
@@ -179,12 +179,64 @@ def fast_block_tensors(q, k, v, offsets):
             return None
         if tokens > 0 and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % ALIGNMENT:
             return None
-        os_ = offsets.shape
-        if len(os_) != 1 or os_[0] < 1 or _tag_int32(offsets.dtype) is not True or \
-                not offsets.is_contiguous():
+        batch = _fast_int32_1d(offsets, di)
+        if batch is None:
             return None
         grad = q.requires_grad or k.requires_grad or v.requires_grad
-        return tag, di, tokens, heads, head_dim, os_[0] - 1, grad
+        return tag, di, tokens, heads, head_dim, batch, grad
+    except Exception:  # not tensors: the full checks say what is wrong
+        return None
+
+
+def _fast_int32_1d(t, di):
+    """len(t) - 1 for int32, 1-D, non-empty, contiguous offsets on CUDA
+    device di; else None (the fast paths' offsets check)."""
+    s = t.shape
+    if len(s) != 1 or s[0] < 1 or not t.is_cuda or t.get_device() != di or \
+            _tag_int32(t.dtype) is not True or not t.is_contiguous():
+        return None
+    return s[0] - 1
+
+
+def fast_jagged_tensors(q, k, v, cu_q, cu_k):
+    """(dtype tag, device index, total_q, heads, head_dim, total_k, kv_heads,
+    batch, whether an input requires grad) when q, k, v, cu_seqlens_q and
+    cu_seqlens_k (None: self-attention) pass every check of
+    check_jagged_attention_args on tensors, else None: jagged_attention's
+    fast path, each tensor attribute read once."""
+    try:
+        dt = q.dtype
+        tag = _tag_of(dt)
+        if tag is None or k.dtype is not dt or v.dtype is not dt:
+            return None
+        if not (q.is_cuda and k.is_cuda and v.is_cuda):
+            return None
+        di = q.get_device()
+        if k.get_device() != di or v.get_device() != di:
+            return None
+        qs, ks = q.shape, k.shape
+        if len(qs) != 3 or len(ks) != 3 or v.shape != ks:
+            return None
+        total_q, heads, head_dim = qs
+        total_k, kv_heads, kdim = ks
+        if kdim != head_dim or head_dim not in HEAD_DIMS or heads < 1 or kv_heads < 1 or \
+                heads % kv_heads:
+            return None
+        if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+            return None
+        if (total_q > 0 and q.data_ptr() % ALIGNMENT) or \
+                (total_k > 0 and (k.data_ptr() | v.data_ptr()) % ALIGNMENT):
+            return None
+        batch = _fast_int32_1d(cu_q, di)
+        if batch is None:
+            return None
+        if cu_k is None:
+            if total_k != total_q:
+                return None
+        elif _fast_int32_1d(cu_k, di) != batch:
+            return None
+        grad = q.requires_grad or k.requires_grad or v.requires_grad
+        return tag, di, total_q, heads, head_dim, total_k, kv_heads, batch, grad
     except Exception:  # not tensors: the full checks say what is wrong
         return None
 

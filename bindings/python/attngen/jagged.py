@@ -14,7 +14,7 @@ import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
 from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _rotary_key, _stream,
-                  _torch, load)
+                  _stream_of, _torch, load)
 
 _kernel_lock = threading.Lock()
 # (head_dim, dtype_tag, causal, window, scale, deterministic, backward, rotary) -> Kernel,
@@ -97,13 +97,14 @@ def _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison=False, rotary_table=
         lse.fill_(float("-inf"))
         return out, lse
     _need_entry("ag_jagged_forward")
-    h = kernel.handle(_device_index(torch, q))
+    di = _device_index(torch, q)
+    h = kernel._handle_of(di)
+    # positional: the header's field order (a third cheaper than keywords)
     args = _lib.AgJaggedFwdArgs(
-        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
-        cu_seqlens_q=cu_q.data_ptr(), cu_seqlens_k=cu_k.data_ptr(), batch=batch, heads=heads,
-        kv_heads=kv_heads, total_q=total_q, total_k=total_k, rotary_table=_ptr(rotary_table),
-        rotary_table_k=_ptr(rotary_table_k))
-    _lib.call("ag_jagged_forward", h, ctypes.byref(args), _stream(torch, q),
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+        cu_q.data_ptr(), cu_k.data_ptr(), batch, heads, kv_heads, total_q, total_k, None, None,
+        _ptr(rotary_table), _ptr(rotary_table_k))
+    _lib.call("ag_jagged_forward", h, ctypes.byref(args), _stream_of(torch, di),
               context=("attngen: jagged forward '%s'", kernel.spec.name))
     return out, lse
 
@@ -198,6 +199,47 @@ def _function():
     return _autograd_cls
 
 
+# ---- the eager fast path (as ops.py's for block_attention) ----------------------
+# (causal, window_size, softmax_scale, deterministic, dropout_p, head_dim,
+# dtype tag) -> the forward-only Kernel the full path chose for options it
+# checked, in exact types; a repeated eager call with them checks its
+# tensors in one pass (_validate.fast_jagged_tensors) and launches it.
+_fast_kernels = {}
+
+
+def _fast_key(causal, window_size, softmax_scale, deterministic, dropout_p, head_dim, tag):
+    """The key of _fast_kernels, or None for options not in the exact types
+    the key stands for (a list window, a numpy int, 1 for True, ...)."""
+    if type(causal) is not bool or type(deterministic) is not bool or \
+            (softmax_scale is not None and type(softmax_scale) is not float) or \
+            type(dropout_p) not in (float, int) or type(window_size) is not tuple or \
+            len(window_size) != 2 or type(window_size[0]) is not int or \
+            type(window_size[1]) is not int:
+        return None
+    return (causal, window_size, softmax_scale, deterministic, dropout_p, head_dim, tag)
+
+
+def _fast_forward(q, k, v, cu_q, cu_k, causal, window_size, softmax_scale, deterministic,
+                  dropout_p):
+    """(out, lse) by the fast path, or None when the call must take the full
+    one."""
+    torch = _torch()
+    # torch.compile or a dispatch mode: the custom op (tested first: dynamo's
+    # trace reads nothing below)
+    if torch_ops.traced(torch) or not _fast_kernels:
+        return None
+    t = _validate.fast_jagged_tensors(q, k, v, cu_q, cu_k)
+    if t is None:
+        return None
+    if t[8] and torch.is_grad_enabled():
+        return None  # autograd records this call
+    key = _fast_key(causal, window_size, softmax_scale, deterministic, dropout_p, t[4], t[0])
+    kernel = _fast_kernels.get(key) if key is not None else None
+    if kernel is None:
+        return None
+    return _forward_raw(kernel, q, k, v, cu_q, cu_q if cu_k is None else cu_k, t[7])
+
+
 def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None,
                      max_seqlen_k=None, *, dropout_p=0.0, causal=False, window_size=(-1, -1),
                      softmax_scale=None, rotary=None, rotary_table=None, rotary_table_k=None,
@@ -255,6 +297,11 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
     kernel (seconds; cached on disk afterwards). Bad arguments raise
     ValueError.
     """
+    if rotary is None and rotary_table is None and rotary_table_k is None and not _poison:
+        r = _fast_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window_size,
+                          softmax_scale, deterministic, dropout_p)
+        if r is not None:
+            return r if return_lse else r[0]
     torch = torch_ops.traced_torch()
     if torch is not None:
         # traced (torch.compile, a dispatch mode): the custom op, which checks
@@ -271,8 +318,13 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
             a["deterministic"])
     rotary, table, table_k = a["rotary"], a["rotary_table"], a["rotary_table_k"]
     if not _needs_grad(q, k, v):
-        out, lse = _forward_raw(jagged_kernel_for(*opts, rotary=rotary), q, k, v, cu_seqlens_q,
-                                cu_k, a["batch"], _poison, table, table_k)
+        kernel = jagged_kernel_for(*opts, rotary=rotary)
+        key = _fast_key(causal, window_size, softmax_scale, deterministic, dropout_p,
+                        a["head_dim"], a["dtype_tag"])
+        if rotary is None and key is not None:
+            _fast_kernels[key] = kernel  # these options, checked: the fast path's from now
+        out, lse = _forward_raw(kernel, q, k, v, cu_seqlens_q, cu_k, a["batch"], _poison, table,
+                                table_k)
     else:
         torch = _torch()
         kernel, refused = _grad_kernel(opts, rotary, _device_index(torch, q))

@@ -348,6 +348,7 @@ def env(monkeypatch):
     monkeypatch.setattr(jagged, "_torch", lambda: torch)
     monkeypatch.setattr(jagged, "_autograd_cls", None)
     monkeypatch.setattr(jagged, "_kernels", {})
+    monkeypatch.setattr(jagged, "_fast_kernels", {})
     monkeypatch.setattr(ops, "parse_spec", parse_spec)
     monkeypatch.setattr(ops.Kernel, "handle", handle)
     monkeypatch.setattr(_lib, "call", launches)
@@ -761,3 +762,74 @@ def test_broadcast_still_refuses_rotary():
                dict(rotary="half", rotary_table=ts.StubTensor((8, 64), ptr=next(ts._ptrs)))):
         with pytest.raises(attngen.UnsupportedError, match="broadcast"):
             attngen.broadcast_attention(q, k, v, ck, **kw)
+
+
+# ---- the eager fast path ----------------------------------------------------
+
+def _count_full_checks(monkeypatch):
+    seen = []
+    full = jagged._validate.check_jagged_attention_args
+
+    def counted(*a, **kw):
+        seen.append(1)
+        return full(*a, **kw)
+
+    monkeypatch.setattr(jagged._validate, "check_jagged_attention_args", counted)
+    return seen
+
+
+def test_a_repeated_eager_jagged_call_takes_the_fast_path(env, monkeypatch):
+    """The second call with the same options skips the option checks and
+    the kernel lookup and launches what the first did (self and cross
+    attention, return_lse both ways)."""
+    seen = _count_full_checks(monkeypatch)
+    q, k, v, cq, ck = jtensors(lq=(3, 1), lk=(0, 6), heads=4, kv_heads=2)
+    kw = dict(causal=True, window_size=(8, 0), softmax_scale=0.25)
+    out1, lse1 = attngen.jagged_attention(q, k, v, cq, ck, return_lse=True, **kw)
+    out2 = attngen.jagged_attention(q, k, v, cq, ck, **kw)
+    assert len(seen) == 1
+    a, b = env.launches.calls
+    assert a["handle"] == b["handle"] and b["stream"] == 0x5EED
+    assert b["args"]["o"] == out2.data_ptr() and b["args"]["lse"] not in (None, lse1.data_ptr())
+    for f in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "batch", "heads", "kv_heads",
+              "total_q", "total_k", "rotary_table", "rotary_table_k"):
+        assert a["args"][f] == b["args"][f], f
+    # self-attention (cu_seqlens_k None) is its own fast call
+    qs, ks, vs, cqs, _ = jtensors(lq=(3, 5), heads=4, kv_heads=2)
+    attngen.jagged_attention(qs, ks, vs, cqs, **kw)
+    out, lse = attngen.jagged_attention(qs, ks, vs, cqs, return_lse=True, **kw)
+    assert len(seen) == 1  # the same options: already checked
+    c = env.launches.calls[-1]["args"]
+    assert c["cu_seqlens_q"] == c["cu_seqlens_k"] == cqs.data_ptr() and c["lse"] == lse.data_ptr()
+
+
+@pytest.mark.parametrize("change", ["list window", "int causal", "cross without cu_k",
+                                    "cu_k of another length", "requires grad", "rotary",
+                                    "int deterministic"])
+def test_the_jagged_fast_path_leaves_the_rest_to_the_full_one(env, monkeypatch, change):
+    seen = _count_full_checks(monkeypatch)
+    q, k, v, cq, ck = jtensors(lq=(3, 1), lk=(2, 6))
+    attngen.jagged_attention(q, k, v, cq, ck)
+    assert len(seen) == 1
+    args, kw = [q, k, v, cq, ck], {}
+    raises = None
+    if change == "list window":
+        kw["window_size"] = [-1, -1]
+    elif change == "int causal":
+        kw["causal"], raises = 1, ValueError
+    elif change == "cross without cu_k":
+        args, raises = args[:4], ValueError  # total_k 8 != total_q 4
+    elif change == "cu_k of another length":
+        args[4], raises = ts.offsets([0, 2, 6, 8]), ValueError
+    elif change == "requires grad":
+        args[0] = ts.StubTensor(q.shape, q.dtype, ptr=next(ts._ptrs), requires_grad=True)
+    elif change == "rotary":
+        kw["rotary"], raises = "half", ValueError  # positions table without a table
+    elif change == "int deterministic":
+        kw["deterministic"], raises = 1, ValueError
+    if raises:
+        with pytest.raises(raises):
+            attngen.jagged_attention(*args, **kw)
+    else:
+        attngen.jagged_attention(*args, **kw)
+    assert len(seen) == 2
