@@ -13,7 +13,7 @@ import ctypes
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
-from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _rotary_key, _stream,
+from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _rotary_key,
                   _stream_of, _torch, load)
 
 _kernel_lock = threading.Lock()
@@ -134,20 +134,20 @@ def _backward_raw(kernel, dout, q, k, v, out, lse, cu_q, cu_k, batch, poison=Fal
             t.zero_()
         return dq, dk, dv
     _need_entry("ag_jagged_backward")
-    h = kernel.handle(_device_index(torch, q))
+    di = _device_index(torch, q)
+    h = kernel._handle_of(di)
     nbytes = workspace_bytes(h, heads, total_q)
     if nbytes <= 0:
         raise RuntimeError("attngen: jagged backward '%s': the library gave no workspace size"
                            % kernel.spec.name)
     workspace = torch.empty((max(nbytes // 4, 1),), dtype=torch.float32, device=q.device)
+    # positional: the header's field order
     args = _lib.AgJaggedBwdArgs(
-        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
-        lse=lse.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
-        workspace=workspace.data_ptr(), cu_seqlens_q=cu_q.data_ptr(),
-        cu_seqlens_k=cu_k.data_ptr(), batch=batch, heads=heads, kv_heads=kv_heads,
-        total_q=total_q, total_k=total_k, rotary_table=_ptr(rotary_table),
-        rotary_table_k=_ptr(rotary_table_k))
-    _lib.call("ag_jagged_backward", h, ctypes.byref(args), _stream(torch, q),
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
+        lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), workspace.data_ptr(),
+        cu_q.data_ptr(), cu_k.data_ptr(), batch, heads, kv_heads, total_q, total_k, None, None,
+        _ptr(rotary_table), _ptr(rotary_table_k))
+    _lib.call("ag_jagged_backward", h, ctypes.byref(args), _stream_of(torch, di),
               context=("attngen: jagged backward '%s'", kernel.spec.name))
     return dq, dk, dv
 
