@@ -165,6 +165,7 @@ typedef struct ag_plan_jagged_kv {
   int stages;
   bool dkv_n128; /* ws, head dim 128: dV and dK as one 64x128 product a k-step */
   bool tma_qdo;  /* ws: each step's Q and dO by TMA (the AG_PARAM_TMAP_* roles) */
+  bool fused_dq; /* ws, TMA, head dim 128: dQ rounded in _kv by dQ warps; no _dq */
 } ag_plan_jagged_kv;
 
 typedef struct ag_plan_jagged {
@@ -318,6 +319,7 @@ typedef struct ag_plan_jagged_choices {
   bool sm90_ws64_causal; /* head dim 64, causal: the warp-specialized forward for long runs */
   bool sm90_bwd_tma;     /* the warp-specialized backward loads Q and dO by TMA */
   bool sm90_fwd_tma;     /* the warp-specialized forward loads K and V by TMA */
+  bool sm90_bwd_fused_dq; /* the warp-specialized backward rounds dQ itself (FUSED_DQ) */
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

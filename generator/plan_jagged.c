@@ -243,6 +243,15 @@ static void plan_backward_ws(const ag_spec *spec, ag_plan *p, ag_plan_jagged_cho
   p->jagged.fast = ws_kv(p->head_dim, p->head_dim == 64 ? 128 : 64);
   p->jagged.fast.dkv_n128 = p->head_dim == 128 && (spec->causal || spec->has_window);
   p->jagged.fast.tma_qdo = choices.sm90_bwd_tma;
+  /* dQ rounded in _kv (FUSED_DQ): two dQ warps of the loading warpgroup
+   * count each tile's adds and round the tile whose count completes, from
+   * a 16 KB buffer each (the room head dim 128 leaves: 230,400 bytes in
+   * all; none at 64), so no _dq pass reads the whole accumulator back. By
+   * the harness's split (bench/NOTES.md) _dq is up to 7% of the backward
+   * at L 1024. */
+  p->jagged.fast.fused_dq = choices.sm90_bwd_fused_dq && p->head_dim == 128 &&
+                            p->jagged.fast.tma_qdo;
+  if (p->jagged.fast.fused_dq) p->jagged.fast.smem_bytes += 2 * 64 * 64 * 4;
 }
 
 /* Head dim 64 with a mask: jagged_bwd_sm90.cu (three CTAs an SM of 64
@@ -355,6 +364,9 @@ static const bool sm90_ws64_causal_checked = true;
  * gpu-broadcast 6/6 and sanitize-jagged clean
  * (bench/results/2026-12-04-h200-tma-s21.md). */
 static const bool sm90_bwd_tma_checked = true;
+/* dQ rounded in the warp-specialized backward (FUSED_DQ): written
+ * 2026-12-04 (session 21) while no GPU was lent; not run yet. */
+static const bool sm90_bwd_fused_dq_checked = false;
 /* K and V by TMA in the warp-specialized forward (TMA_KV). Checked on the
  * H200 on 2026-12-04 (session 21) with sm90_bwd_tma: gpu-jagged 14/14,
  * gpu-broadcast 6/6, sanitize-jagged clean; the forward 0.97-1.05x the
@@ -367,7 +379,7 @@ ag_plan_jagged_choices ag_plan_jagged_checked(void) {
                                   sm90_ws64_checked, sm90_bwd_ws_checked,
                                   sm90_ws_broadcast_checked, sm90_bwd_long_checked,
                                   sm90_ws64_causal_checked, sm90_bwd_tma_checked,
-                                  sm90_fwd_tma_checked};
+                                  sm90_fwd_tma_checked, sm90_bwd_fused_dq_checked};
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -491,7 +503,7 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan, const char *st
   char name[AG_KERNEL_NAME_MAX];
   const int rows = j->fast_rows_threads * 8 / plan->head_dim; /* (token, head) rows a CTA */
   static const char *const suffix[3] = {"_pre", "_kv", "_dq"};
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < (c->fused_dq ? 2 : 3); i++) { /* fused: _kv rounds dQ, no _dq */
     snprintf(name, sizeof name, "%.*s%s", AG_KERNEL_NAME_MAX - 4, stem, suffix[i]);
     ag_plan_kernel *k = ag_plan_add_kernel(
         spec, plan, AG_PASS_BACKWARD, name,
@@ -519,6 +531,7 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan, const char *st
       ag_plan_set(k, "SMEM_BYTES", c->smem_bytes);
       ag_plan_set(k, "ROWS_THREADS", j->fast_rows_threads);
       ag_plan_set(k, "DKV_N128", c->dkv_n128);
+      ag_plan_set(k, "FUSED_DQ", c->fused_dq);
       if (c->ws) {
         ag_plan_set(k, "STAGES", c->stages);
         ag_plan_set(k, "WGMMA_N128", c->block_m == 128);

@@ -165,9 +165,12 @@ size_t ag_jagged_backward_workspace_bytes(const ag_kernel *kernel, int64_t heads
   if (!kernel->plan.jagged.fast.block_m) return 4 * rows; /* D */
   /* D, then (16-byte aligned) the fp32 dQ accumulator, then the
    * warp-specialized _kv's tile counter (8 bytes, 16 kept; with a long
-   * variant whichever variant runs) */
+   * variant whichever variant runs), then with FUSED_DQ the tiles' add
+   * counters (4 bytes a row and 64-column half) */
+  const ag_plan_jagged_kv *f = &kernel->plan.jagged.fast;
   return 4 * ((rows + 3) / 4 * 4 + rows * (size_t)kernel->plan.head_dim) +
-         (kernel->plan.jagged.fast.ws || kernel->plan.jagged.long_min_rows > 0 ? 16 : 0);
+         (f->ws || kernel->plan.jagged.long_min_rows > 0 ? 16 : 0) +
+         (f->fused_dq ? 4 * rows * (size_t)(kernel->plan.head_dim / 64) : 0);
 }
 
 ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *a,

@@ -9,7 +9,9 @@
 @#   neg_inf(), unpack2(), pack2(), and with ROTARY: kRotateQ,
 @#   RotaryRows, pair_angle(), clamp_offset().
 @# Placeholders: @KERNEL_NAME@ @PARAMS@. Conditions: ROTARY, ROTARY_TABLE,
-@#   ROTARY_HALF (as the includer's).
+@#   ROTARY_HALF (as the includer's), FUSED_DQ (jagged_bwd_ws.cu's: _pre also
+@#   zeroes the tiles' add counters and writes dQ 0 for rows that see no
+@#   key; needs kHalves).
 // The rotary tables of the queries and the keys (positions from tables;
 // both null otherwise).
 struct RotaryTables {
@@ -30,6 +32,16 @@ __device__ __forceinline__ unsigned long long *tile_counter(float *di, long long
                                                 heads * total_q * kHeadDim);
 }
 
+@if FUSED_DQ@
+// FUSED_DQ's add counters, one a (head, 64-column half, token): after the
+// tile counter (8 bytes), [heads * kHalves][total_q] of them; the one of
+// a step's first token counts the adds to that step's tile.
+__device__ __forceinline__ unsigned *dq_tile_counters(float *di, long long heads,
+                                                      long long total_q) {
+  return reinterpret_cast<unsigned *>(tile_counter(di, heads, total_q) + 1);
+}
+
+@endif@
 // Where group i of dQ (8 elements: chunk i % kChunks of row i / kChunks of
 // the [total_q * heads, kHeadDim] tensor) sits in the accumulator, in
 // floats: at 8 i, or with kDqTiled in [heads][kHeadDim / 64][total_q][64]
@@ -88,7 +100,21 @@ extern "C" __global__ void __launch_bounds__(kRowsThreads)
   if (piece == 0 && row < rows) {
     const long long t = row / heads, h = row - t * heads;
     di[h * total_q + t] = lse[h * total_q + t] == neg_inf() ? 0.f : a;
+@if FUSED_DQ@
+    unsigned *const counters = dq_tile_counters(di, heads, total_q);
+#pragma unroll
+    for (int half = 0; half < kHalves; half++) counters[(h * kHalves + half) * total_q + t] = 0;
+@endif@
   }
+@if FUSED_DQ@
+  // A row that sees no key: no key tile adds to it, and _kv may round no
+  // tile holding it, so its dQ (0) is written here.
+  if (row < rows) {
+    const long long t = row / heads, h = row - t * heads;
+    if (lse[h * total_q + t] == neg_inf())
+      *reinterpret_cast<uint4 *>(dq + row * kHeadDim + piece * 8) = make_uint4(0, 0, 0, 0);
+  }
+@endif@
 }
 /* ---- end kernel _pre ---- */
 

@@ -31,7 +31,9 @@
 @#   WGMMA_N128 (BLOCK_M is 128: the 64x128 product's helpers included),
 @#   DKV_N128 (head dim 128: dV and dK as one 64x128 product a k-step),
 @#   TMA_QDO (Q and dO by TMA: tma_sm90.cuh, and the kernels take tmap_q,
-@#   tmap_dout last).
+@#   tmap_dout last), FUSED_DQ (below; with TMA_QDO at head dim 128: dQ
+@#   rounded inside _kv, no _dq launched; SMEM_BYTES then holds two 16 KB
+@#   buffers more).
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this backward is planned for sm_90a only (wgmma)"
 #endif
@@ -78,6 +80,31 @@ constexpr bool kTileCounter = true;
 // mask zeroes P and dS there and dQ's rows >= mq are not added (but a
 // neighbour's Inf or NaN in dO or Q would reach dV, dK as 0 x Inf).
 constexpr bool kTmaQdo = @TMA_QDO@;
+// dQ rounded inside _kv (FUSED_DQ), not by a _dq pass over the whole
+// accumulator: warps 2 and 3 of the loading warpgroup are then dQ warps,
+// one a computing warpgroup. The computing warpgroup stages a step's dQ,
+// writes a descriptor and arrives (named barrier kDqFull + wg, no wait);
+// its dQ warp issues the bulk add, frees the staging rows once they are
+// read (kDqEmpty + wg), waits for the add to land and counts it on the
+// tile's counter in the workspace (zeroed by _pre). The add that completes
+// the count (the key tiles whose band covers the step: keys_seen) rounds
+// the tile into dQ from the accumulator's lines, still in L2: a bulk load
+// into the warp's 16 KB buffer, then scale, round and store. Rows that see
+// no key (LSE -inf) get dQ 0 from _pre. The loads are the other two warps'.
+constexpr bool kFusedDq = @FUSED_DQ@;
+static_assert(!kFusedDq || (kTmaQdo && kHeadDim == 128 && kBlockM == 64),
+              "the fused dQ: TMA loads, head dim 128, 64-row steps (its buffers' room)");
+constexpr int kLoadThreads = kFusedDq ? 64 : 128;  // the loading threads of warpgroup 0
+constexpr int kDqFull = 5, kDqEmpty = 7;  // + the computing warpgroup (1..4 are taken)
+constexpr int kConvBytes = kFusedDq ? 64 * 64 * 4 : 0;  // a dQ warp's buffer: one tile
+// A step's add, from a computing warpgroup to its dQ warp (shared memory,
+// ordered by the named barrier): rows < 0 ends the kernel's work.
+struct DqAdd {
+  long long t0;  // the tile's first token
+  int hh;        // its head and half: h * kHalves + half
+  int rows;      // its real rows (0: nothing to add)
+  int expected;  // key tiles that add to it (the count that completes it)
+};
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),
               "two warpgroups of 64 keys; query steps of 64 rows, or 128 at head dim 64");
@@ -116,10 +143,10 @@ constexpr int kDsAt = kRingAt + kStages * 2 * kQBytes;
 constexpr int kRowsAt = kDsAt + 2 * kDsBytes;
 constexpr int kStageStride = 64;
 constexpr int kStageAt = kRowsAt + kStages * 2 * 4 * kBlockM;
-static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
+constexpr int kConvAt = kStageAt + kMathWgs * 64 * kStageStride * 4;  // the dQ warps' buffers
+static_assert(kConvAt + kMathWgs * kConvBytes == kSmemBytes,
               "the plan's shared memory is the K, V slots, the Q, dO stages, two dS^T, the row "
-              "floats and "
-              "the dQ staging rows");
+              "floats, the dQ staging rows and (FUSED_DQ) the dQ warps' buffers");
 /* ---- end jagged backward constants ---- */
 
 @include mma_sm80.cuh@
@@ -164,18 +191,29 @@ extern __shared__ __align__(1024) unsigned short smem[];
 template <int kRows>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = 128 / kPieces;  // rows one pass of the warpgroup covers
-  static_assert(kRows % kRowStep == 0 && kRowStep % 8 == 0, "passes cover whole rows");
+  constexpr int kRowStep = kLoadThreads / kPieces;  // rows one pass of the loading threads covers
+  static_assert(kRows % kRowStep == 0, "passes cover whole rows");
   const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
-  // kRowStep is a multiple of 8, so a thread's rows share their swizzle
-  unsigned at = dst + (c >> 3) * (kRows * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
   const unsigned short *from = src + row0 * row_stride + c * 8;
+  if constexpr (kRowStep % 8 == 0) {
+    // a thread's rows share their swizzle
+    unsigned at = dst + (c >> 3) * (kRows * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
 #pragma unroll kLoadUnroll
-  for (int row = row0; row < kRows; row += kRowStep) {
-    const bool real = row < rows;
-    cp_async_16(at, real ? from : src, real ? 16 : 0);
-    at += kRowStep * kRowBytes;
-    from += kRowStep * row_stride;
+    for (int row = row0; row < kRows; row += kRowStep) {
+      const bool real = row < rows;
+      cp_async_16(at, real ? from : src, real ? 16 : 0);
+      at += kRowStep * kRowBytes;
+      from += kRowStep * row_stride;
+    }
+  } else {  // fewer loading threads (FUSED_DQ): each row its own swizzle
+    const unsigned at = dst + (c >> 3) * (kRows * kRowBytes);
+#pragma unroll kLoadUnroll
+    for (int row = row0; row < kRows; row += kRowStep) {
+      const bool real = row < rows;
+      cp_async_16(at + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4), real ? from : src,
+                  real ? 16 : 0);
+      from += kRowStep * row_stride;
+    }
   }
 }
 
@@ -283,6 +321,126 @@ __device__ __forceinline__ void store_dkv_staged(const float (&acc_v)[kHalves][8
   }
 }
 
+@if FUSED_DQ@
+// ---- FUSED_DQ's helpers (kFusedDq) ----
+// bar.arrive: an arrival at named barrier `id` over `threads` threads,
+// without waiting; this thread's earlier memory accesses are ordered
+// before the barrier's completion for the threads that wait there.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+// cp.async.bulk.wait_group: at most `pending` of this thread's committed
+// bulk groups unfinished, their writes to global memory included.
+template <int pending>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(pending) : "memory");
+}
+// fence.proxy.async.global: this thread's async-proxy accesses to global
+// memory (the bulk add it waited for, the bulk load it is about to issue)
+// ordered with its generic ones (the counter's atomic between them).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+// cp.async.bulk (not a tensor): `bytes` (a multiple of 16, both addresses
+// 16-byte aligned) from global memory into shared memory at dst, counted
+// against bar's transaction bytes.
+__device__ __forceinline__ void bulk_load(unsigned dst, const void *src, unsigned bytes,
+                                          unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// The dQ warps' shared state: each computing warpgroup's add, the
+// buffers' mbarriers, and what the rounding needs (written once by thread
+// 0; read through volatile loads where used, so that the 24 registers a
+// loading thread has are not held by it across the loop).
+struct DqWarpEnv {
+  float *acc;          // the accumulator
+  unsigned *counters;  // the tiles' add counters
+  unsigned short *dq;
+  long long total_q;
+  int heads;
+};
+__shared__ DqAdd dq_desc_s[kMathWgs];
+__shared__ DqWarpEnv dq_env_s;
+__shared__ __align__(8) unsigned long long conv_bars_s[kMathWgs];
+
+// A dQ warp: serves computing warpgroup wg (its add descriptor `desc`, its
+// staging rows at shared address `stage`) until the end descriptor. For
+// each add: the bulk add (lane 0), the staging rows freed once read, the
+// add waited for to land and counted on the tile's counter; the count's
+// last add rounds the tile: a bulk load of its real rows into this warp's
+// buffer `conv` (mbarrier conv_bar), then dQ = scale * accumulator,
+// rounded, 16 bytes a lane, to dq [total_q, heads, kHeadDim].
+__device__ __forceinline__ void dq_warp(int wg) {
+  const int lane = threadIdx.x & 31;
+  int rounded = 0;  // tiles rounded so far: conv_bar's phase
+#pragma unroll 1
+  for (;;) {
+    named_barrier_sync(kDqFull + wg, 128 + 32);
+    const volatile DqAdd *d = dq_desc_s + wg;
+    const int rows = d->rows;
+    if (rows < 0) break;
+    const volatile DqWarpEnv *e = &dq_env_s;
+    const long long t0 = d->t0;
+    const int hh = d->hh;
+    float *const tile = e->acc + ((long long)hh * e->total_q + t0) * 64;
+    if (lane == 0 && rows > 0) {
+      bulk_reduce_add(tile, smem_addr(reinterpret_cast<char *>(smem) + kStageAt) +
+                                wg * 64 * kStageStride * 4,
+                      rows * 64 * 4);
+      bulk_commit();
+      bulk_wait_read<0>();
+    }
+    __syncwarp();
+    named_barrier_arrive(kDqEmpty + wg, 128 + 32);  // the staging rows are free
+    if (rows == 0) continue;
+    const unsigned conv = smem_addr(reinterpret_cast<char *>(smem) + kConvAt) + wg * kConvBytes;
+    const unsigned conv_bar = smem_addr(conv_bars_s + wg);
+    int last = 0;
+    if (lane == 0) {
+      bulk_wait<0>();  // the add landed
+      fence_proxy_async_global();
+      __threadfence();  // released with the count
+      last = atomicAdd(e->counters + (long long)hh * e->total_q + t0, 1u) + 1 ==
+             (unsigned)d->expected;
+      if (last) {
+        __threadfence();  // every add the count saw, acquired
+        fence_proxy_async_global();  // before the bulk load reads them
+        mbar_arrive_expect_tx(conv_bar, rows * 256);
+        bulk_load(conv, tile, rows * 256, conv_bar);
+      }
+    }
+    if (!__shfl_sync(0xffffffffu, last, 0)) continue;
+    mbar_wait(conv_bar, rounded & 1);
+    rounded++;
+    // chunk c (8 floats) of the tile's row r, token t0 + r, sits at chunk
+    // c ^ (t0 + r) % 8 (jagged_bwd_rows.cuh's dq_group_at). Four floats a
+    // lane at a time: lane l takes quarter l % 16 of a row (chunk q / 2,
+    // half q % 2), rows l / 16, + 2, ...
+    const long long row_elems = (long long)e->heads * kHeadDim;
+    unsigned short *const out = e->dq + (long long)(hh / kHalves) * kHeadDim +
+                                (hh % kHalves) * 64 + 4 * (lane & 15);
+    const int q = lane & 15;
+#pragma unroll 1
+    for (int r = lane >> 4; r < rows; r += 2) {
+      const long long t = t0 + r;
+      float v0, v1, v2, v3;
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(v0), "=f"(v1), "=f"(v2), "=f"(v3)
+                   : "r"(conv + r * 256 + (((q >> 1) ^ (int)(t & 7)) << 5) + ((q & 1) << 4))
+                   : "memory");
+      *reinterpret_cast<uint2 *>(out + t * row_elems) =
+          make_uint2(pack2(v0 * kScale, v1 * kScale), pack2(v2 * kScale, v3 * kScale));
+    }
+    // the buffer read before the next bulk load writes it (the async proxy)
+    fence_to_bulk();
+    __syncwarp();
+  }
+}
+
+@endif@
 /* ---- begin kernel _kv ----
  * KV-stationary: a CTA owns kBlockN keys of one kv head and walks the
  * group's q heads in order and, for each, the query tiles of the band.
@@ -314,16 +472,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int x = 0; x < kKvSlots; x++) {
       // the copies' arrivals and thread 0's, which wrote tile_s[x]
-      mbar_init(kv_full0 + 8 * x, 128 + 1);
+      mbar_init(kv_full0 + 8 * x, kLoadThreads + 1);
       // Every computing thread releases what it read (its reads of the
       // row floats are plain loads): one arrival each.
       mbar_init(kv_empty0 + 8 * x, kMathThreads);
     }
     for (int s = 0; s < kStages; s++) {
       // the loading threads' copies, and with TMA thread 0's expect_tx
-      mbar_init(full0 + 8 * s, 128 + (kTmaQdo ? 1 : 0));
+      mbar_init(full0 + 8 * s, kLoadThreads + (kTmaQdo ? 1 : 0));
       mbar_init(empty0 + 8 * s, kMathThreads);
     }
+@if FUSED_DQ@
+    for (int w = 0; w < kMathWgs; w++) mbar_init(smem_addr(conv_bars_s + w), 1);  // lane 0's expect_tx
+    dq_env_s = DqWarpEnv{di + dq_accumulator_at(heads, total_q),
+                         dq_tile_counters(di, heads, total_q), dq, total_q, heads};
+@endif@
     mbar_init_fence();
   }
   __syncthreads();
@@ -334,6 +497,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (wgi == 0) {
     // ---- the loading warpgroup ----
     regs_dec<kLoadRegs>();
+@if FUSED_DQ@
+    if (threadIdx.x >= kLoadThreads) {  // warps 2, 3: the dQ warps of warpgroups 1, 2
+      dq_warp((threadIdx.x - kLoadThreads) >> 5);
+      return;
+    }
+@endif@
     int n = 0, t = 0;  // steps and tiles loaded so far
 #pragma unroll 1
     for (long long j = 0;; j++) {
@@ -342,7 +511,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       // after the next barrier, which every reader of it passed.
       if (threadIdx.x == 0)
         picks_s[j & 1] = (long long)atomicAdd(tile_counter(di, heads, total_q), 1ull);
-      named_barrier_sync(4, 128);
+      named_barrier_sync(4, kLoadThreads);
       const long long id = picks_s[j & 1];
       if (id >= numbers) break;
       const int hk = (int)(id % kv_heads);
@@ -390,8 +559,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         const int r = threadIdx.x % kBlockM;
         const long long row = (long long)h * total_q + tok + (r < mq ? r : 0);
         float *f = rows_s + s * 2 * kBlockM + threadIdx.x;
-        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
-        if constexpr (kBlockM == 128) cp_async_4(smem_addr(f + 128), di + row, r < mq ? 4 : 0);
+        if constexpr (kFusedDq) {  // 64 loading threads (kBlockM): both floats of a row
+          cp_async_4(smem_addr(f), lse + row, r < mq ? 4 : 0);
+          cp_async_4(smem_addr(f + kBlockM), di + row, r < mq ? 4 : 0);
+        } else {
+          cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+          if constexpr (kBlockM == 128) cp_async_4(smem_addr(f + 128), di + row, r < mq ? 4 : 0);
+        }
         mbar_arrive_on_copies(full0 + 8 * s);
         if (++jq == kt.q_tiles) {
           jq = 0;
@@ -421,6 +595,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int lane = mt & 31, g = lane >> 2, tq = lane & 3;
   const int key0 = 64 * wg + 16 * warp + g;  // this thread's first key row of the tile (+8)
   int n = 0;  // steps computed so far
+@if FUSED_DQ@
+  bool dq_pending = false;  // an add handed to the dQ warp that has not freed the staging rows
+@endif@
 #pragma unroll 1
   for (int t = 0;; t++) {
     const int x = t % kKvSlots;
@@ -536,6 +713,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       const int q_off = kBlockM == 128 ? 64 * wg : 0;  // c's first query row of the step
       const long long t0 = sp.q_src + i0 + q_off;  // c's first token
       const int mc = min(64, mq - q_off);  // c's real rows (none: no add)
+@if FUSED_DQ@
+      if (dq_pending) named_barrier_sync(kDqEmpty + wg, 128 + 32);  // the last add read them
+@endif@
 #pragma unroll
       for (int hi = 0; hi < 2; hi++) {
         const int r = 16 * warp + g + 8 * hi;
@@ -547,13 +727,27 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
               make_float2(c[j][2 * hi], c[j][2 * hi + 1]);
       }
       fence_proxy_async();  // the staging rows are read by the copy engine
-      named_barrier_sync(2 + wg, 128);
       const int half = kHalves == 2 ? wg : 0;  // the 64 columns of the head c holds
+@if FUSED_DQ@
+      // the add, to the dQ warp: the tile, its rows and how many key tiles
+      // add to it (those the step's queries see keys of)
+      if ((mt & 127) == 0) {
+        long long kf, kl;
+        keys_seen(i0, i0 + mq - 1, sp.q_len, sp.k_len, kf, kl);
+        dq_desc_s[wg] = DqAdd{t0, h * kHalves + half, mc > 0 ? mc : 0,
+                              kl < kf ? 0 : (int)(kl / kBlockN - kf / kBlockN + 1)};
+      }
+      named_barrier_arrive(kDqFull + wg, 128 + 32);
+      dq_pending = true;
+      (void)dq_acc;
+@else@
+      named_barrier_sync(2 + wg, 128);
       if ((mt & 127) == 0 && mc > 0) {
         bulk_reduce_add(dq_acc + ((long long)(h * kHalves + half) * total_q + t0) * 64,
                         smem_addr(stage), mc * 64 * 4);
         bulk_commit();
       }
+@endif@
 
       // dV and dK are done: the stage may be refilled.
       wgmma_wait<0>();
@@ -571,11 +765,23 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 
     // dV, and dK with the scale, of the warp's key rows, once the
     // warpgroup's last bulk add read the staging rows.
+@if FUSED_DQ@
+    if (dq_pending) named_barrier_sync(kDqEmpty + wg, 128 + 32);
+    dq_pending = false;
+@else@
     if ((mt & 127) == 0) bulk_wait_read<0>();
     named_barrier_sync(2 + wg, 128);
+@endif@
     store_dkv_staged(acc_v, acc_k, dk, dv, kt.k_row, k_stride, key0, kt.nk, tq, lane,
                      smem_addr(stage_s + (wg * 64 + 16 * warp) * kStageStride));
   }
+@if FUSED_DQ@
+  // The end, to the dQ warp (the staging rows are free: the last tile's end
+  // waited for them).
+  if ((mt & 127) == 0) dq_desc_s[wg] = DqAdd{0, 0, -1, 0};
+  named_barrier_arrive(kDqFull + wg, 128 + 32);
+@else@
   bulk_wait_read<0>();  // the staging rows are read before the CTA's memory goes
+@endif@
 }
 /* ---- end kernel _kv ---- */

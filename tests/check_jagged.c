@@ -813,6 +813,67 @@ START_TEST(tma_backward_plan) {
 }
 END_TEST
 
+/* dQ rounded in the warp-specialized backward (sm90_bwd_fused_dq, not yet
+ * run on a GPU, so off): at head dim 128 with TMA the set is _pre and _kv
+ * alone (no _dq), _kv takes the dQ warps' two 16 KB buffers more, the
+ * workspace holds the tiles' add counters after the tile counter, and the
+ * source compiles for sm_90a; at head dim 64 (no room) nothing changes. */
+START_TEST(fused_dq_plan) {
+  ck_assert(!ag_plan_jagged_checked().sm90_bwd_fused_dq);
+  ag_plan_jagged_choices with = ag_plan_jagged_checked();
+  with.sm90_bwd_tma = with.sm90_bwd_fused_dq = true;
+  for (int causal = 0; causal < 2; causal++) {
+    fake f, plain;
+    char y[512];
+    yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, causal, "arch: sm_90a\n", true);
+    fake_with(&f, y, 12, with);
+    fake_with(&plain, y, 12, ag_plan_jagged_checked());
+    const ag_plan *p = &f.kernel.plan, *q = &plain.kernel.plan;
+    ck_assert(p->jagged.fast.fused_dq && !q->jagged.fast.fused_dq);
+    ck_assert_int_eq(p->nkernels, q->nkernels - 1);  /* no _dq */
+    const ag_plan_kernel *kv = &p->kernels[p->nkernels - 1];
+    ck_assert_ptr_nonnull(strstr(kv->name, "_kv"));
+    ck_assert_ptr_nonnull(strstr(p->kernels[p->nkernels - 2].name, "_pre"));
+    ck_assert_int_eq(kv->smem_bytes, 197632 + 2 * 16384);
+    ck_assert_int_le(kv->smem_bytes, 232448 - 256);  /* beside its static barriers */
+    /* D, the accumulator, the tile counter, then 8 heads x 2 halves x 300 counters */
+    const size_t rows = 8 * 300;
+    ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300),
+                      ag_jagged_backward_workspace_bytes(&plain.kernel, 8, 300) + 4 * rows * 2);
+    ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&plain.kernel, 8, 300),
+                      4 * (rows + rows * 128) + 16);
+    ag_fake_seen.tmaps = 2;
+    ag_jagged_bwd_args b = bwd_args();
+    ag_error err = {0};
+    ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+    ck_assert_int_eq(ag_fake_seen.count, 2);  /* _pre, _kv */
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+    ck_assert_ptr_nonnull(strstr(src, "constexpr bool kFusedDq = 1;"));
+    ck_assert_ptr_nonnull(strstr(src, "dq_warp("));
+    void *cubin = NULL;
+    size_t size = 0;
+    ag_status st = ag_compile_source(src, "fused_dq.cu", "sm_90a", &cubin, &size, NULL, &err);
+    ck_assert_msg(st == AG_OK, "%s", err.message);
+    for (int k = 0; k < p->nkernels; k++)
+      ck_assert(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1));
+    free(cubin);
+    free(src);
+    char *plain_src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&plain.kernel.spec, q, &plain_src, &err), AG_OK);
+    ck_assert_ptr_nonnull(strstr(plain_src, "constexpr bool kFusedDq = 0;"));
+    ck_assert_ptr_null(strstr(plain_src, "dq_warp("));
+    free(plain_src);
+  }
+  /* head dim 64: no room for the buffers, so the choice changes nothing */
+  fake f;
+  char y[512];
+  yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, false, "arch: sm_90a\n", true);
+  fake_with(&f, y, 12, with);
+  ck_assert(!f.kernel.plan.jagged.fast.fused_dq);
+}
+END_TEST
+
 /* K and V by TMA in the warp-specialized forward (sm90_fwd_tma, checked on
  * the H200, so on): its main kernel takes the maps of k and v
  * last (boxes of 64 elements x 1 kv head x 128 keys, rows of kv_heads x
@@ -1263,6 +1324,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, ws_backward_plan);
   tcase_add_test(tc, causal64_forward);
   tcase_add_test(tc, tma_backward_plan);
+  tcase_add_test(tc, fused_dq_plan);
   tcase_add_test(tc, tma_forward_plan);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);

@@ -92,6 +92,31 @@ constexpr bool kTileCounter = true;
 // mask zeroes P and dS there and dQ's rows >= mq are not added (but a
 // neighbour's Inf or NaN in dO or Q would reach dV, dK as 0 x Inf).
 constexpr bool kTmaQdo = 1;
+// dQ rounded inside _kv (FUSED_DQ), not by a _dq pass over the whole
+// accumulator: warps 2 and 3 of the loading warpgroup are then dQ warps,
+// one a computing warpgroup. The computing warpgroup stages a step's dQ,
+// writes a descriptor and arrives (named barrier kDqFull + wg, no wait);
+// its dQ warp issues the bulk add, frees the staging rows once they are
+// read (kDqEmpty + wg), waits for the add to land and counts it on the
+// tile's counter in the workspace (zeroed by _pre). The add that completes
+// the count (the key tiles whose band covers the step: keys_seen) rounds
+// the tile into dQ from the accumulator's lines, still in L2: a bulk load
+// into the warp's 16 KB buffer, then scale, round and store. Rows that see
+// no key (LSE -inf) get dQ 0 from _pre. The loads are the other two warps'.
+constexpr bool kFusedDq = 0;
+static_assert(!kFusedDq || (kTmaQdo && kHeadDim == 128 && kBlockM == 64),
+              "the fused dQ: TMA loads, head dim 128, 64-row steps (its buffers' room)");
+constexpr int kLoadThreads = kFusedDq ? 64 : 128;  // the loading threads of warpgroup 0
+constexpr int kDqFull = 5, kDqEmpty = 7;  // + the computing warpgroup (1..4 are taken)
+constexpr int kConvBytes = kFusedDq ? 64 * 64 * 4 : 0;  // a dQ warp's buffer: one tile
+// A step's add, from a computing warpgroup to its dQ warp (shared memory,
+// ordered by the named barrier): rows < 0 ends the kernel's work.
+struct DqAdd {
+  long long t0;  // the tile's first token
+  int hh;        // its head and half: h * kHalves + half
+  int rows;      // its real rows (0: nothing to add)
+  int expected;  // key tiles that add to it (the count that completes it)
+};
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),
               "two warpgroups of 64 keys; query steps of 64 rows, or 128 at head dim 64");
@@ -130,10 +155,10 @@ constexpr int kDsAt = kRingAt + kStages * 2 * kQBytes;
 constexpr int kRowsAt = kDsAt + 2 * kDsBytes;
 constexpr int kStageStride = 64;
 constexpr int kStageAt = kRowsAt + kStages * 2 * 4 * kBlockM;
-static_assert(kStageAt + kMathWgs * 64 * kStageStride * 4 == kSmemBytes,
+constexpr int kConvAt = kStageAt + kMathWgs * 64 * kStageStride * 4;  // the dQ warps' buffers
+static_assert(kConvAt + kMathWgs * kConvBytes == kSmemBytes,
               "the plan's shared memory is the K, V slots, the Q, dO stages, two dS^T, the row "
-              "floats and "
-              "the dQ staging rows");
+              "floats, the dQ staging rows and (FUSED_DQ) the dQ warps' buffers");
 /* ---- end jagged backward constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
@@ -1075,18 +1100,29 @@ ag_gem_d64_fp16_bwd_dq(const unsigned short *__restrict__ q,
 template <int kRows>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = 128 / kPieces;  // rows one pass of the warpgroup covers
-  static_assert(kRows % kRowStep == 0 && kRowStep % 8 == 0, "passes cover whole rows");
+  constexpr int kRowStep = kLoadThreads / kPieces;  // rows one pass of the loading threads covers
+  static_assert(kRows % kRowStep == 0, "passes cover whole rows");
   const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
-  // kRowStep is a multiple of 8, so a thread's rows share their swizzle
-  unsigned at = dst + (c >> 3) * (kRows * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
   const unsigned short *from = src + row0 * row_stride + c * 8;
+  if constexpr (kRowStep % 8 == 0) {
+    // a thread's rows share their swizzle
+    unsigned at = dst + (c >> 3) * (kRows * kRowBytes) + row0 * kRowBytes + (((c & 7) ^ (row0 & 7)) << 4);
 #pragma unroll kLoadUnroll
-  for (int row = row0; row < kRows; row += kRowStep) {
-    const bool real = row < rows;
-    cp_async_16(at, real ? from : src, real ? 16 : 0);
-    at += kRowStep * kRowBytes;
-    from += kRowStep * row_stride;
+    for (int row = row0; row < kRows; row += kRowStep) {
+      const bool real = row < rows;
+      cp_async_16(at, real ? from : src, real ? 16 : 0);
+      at += kRowStep * kRowBytes;
+      from += kRowStep * row_stride;
+    }
+  } else {  // fewer loading threads (FUSED_DQ): each row its own swizzle
+    const unsigned at = dst + (c >> 3) * (kRows * kRowBytes);
+#pragma unroll kLoadUnroll
+    for (int row = row0; row < kRows; row += kRowStep) {
+      const bool real = row < rows;
+      cp_async_16(at + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4), real ? from : src,
+                  real ? 16 : 0);
+      from += kRowStep * row_stride;
+    }
   }
 }
 
@@ -1206,14 +1242,14 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
   if (threadIdx.x == 0) {
     for (int x = 0; x < kKvSlots; x++) {
       // the copies' arrivals and thread 0's, which wrote tile_s[x]
-      mbar_init(kv_full0 + 8 * x, 128 + 1);
+      mbar_init(kv_full0 + 8 * x, kLoadThreads + 1);
       // Every computing thread releases what it read (its reads of the
       // row floats are plain loads): one arrival each.
       mbar_init(kv_empty0 + 8 * x, kMathThreads);
     }
     for (int s = 0; s < kStages; s++) {
       // the loading threads' copies, and with TMA thread 0's expect_tx
-      mbar_init(full0 + 8 * s, 128 + (kTmaQdo ? 1 : 0));
+      mbar_init(full0 + 8 * s, kLoadThreads + (kTmaQdo ? 1 : 0));
       mbar_init(empty0 + 8 * s, kMathThreads);
     }
     mbar_init_fence();
@@ -1234,7 +1270,7 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
       // after the next barrier, which every reader of it passed.
       if (threadIdx.x == 0)
         picks_s[j & 1] = (long long)atomicAdd(tile_counter(di, heads, total_q), 1ull);
-      named_barrier_sync(4, 128);
+      named_barrier_sync(4, kLoadThreads);
       const long long id = picks_s[j & 1];
       if (id >= numbers) break;
       const int hk = (int)(id % kv_heads);
@@ -1278,8 +1314,13 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
         const int r = threadIdx.x % kBlockM;
         const long long row = (long long)h * total_q + tok + (r < mq ? r : 0);
         float *f = rows_s + s * 2 * kBlockM + threadIdx.x;
-        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
-        if constexpr (kBlockM == 128) cp_async_4(smem_addr(f + 128), di + row, r < mq ? 4 : 0);
+        if constexpr (kFusedDq) {  // 64 loading threads (kBlockM): both floats of a row
+          cp_async_4(smem_addr(f), lse + row, r < mq ? 4 : 0);
+          cp_async_4(smem_addr(f + kBlockM), di + row, r < mq ? 4 : 0);
+        } else {
+          cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+          if constexpr (kBlockM == 128) cp_async_4(smem_addr(f + 128), di + row, r < mq ? 4 : 0);
+        }
         mbar_arrive_on_copies(full0 + 8 * s);
         if (++jq == kt.q_tiles) {
           jq = 0;
@@ -1431,8 +1472,8 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
               make_float2(c[j][2 * hi], c[j][2 * hi + 1]);
       }
       fence_proxy_async();  // the staging rows are read by the copy engine
-      named_barrier_sync(2 + wg, 128);
       const int half = kHalves == 2 ? wg : 0;  // the 64 columns of the head c holds
+      named_barrier_sync(2 + wg, 128);
       if ((mt & 127) == 0 && mc > 0) {
         bulk_reduce_add(dq_acc + ((long long)(h * kHalves + half) * total_q + t0) * 64,
                         smem_addr(stage), mc * 64 * 4);

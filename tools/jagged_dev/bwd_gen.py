@@ -170,6 +170,13 @@ for dt in ("bf16", "f16"):
         VARIANTS.append((dt, 128, causal, False, -1, -1, 128, 2, WS, TMA))
         VARIANTS.append((dt, 64, causal, False, -1, -1, 128, 2, WS, dict(TMA, BLOCK_M=128)))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, TMA))
+# dQ rounded in _kv by two dQ warps (FUSED_DQ, off in the product until
+# checked; head dim 128 with TMA), named "ws-fdq ...": no _dq launched.
+FDQ = {"STAGES": 2, "TAG": "fdq", "TMA": True, "FUSED": True}
+for dt in ("bf16", "f16"):
+    for causal in (False, True):
+        VARIANTS.append((dt, 128, causal, False, -1, -1, 128, 2, WS, FDQ))
+VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, FDQ))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
@@ -226,6 +233,10 @@ def main():
             vals.update(BLOCK_M=bm, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256, WGMMA_N128=bm == 128,
                         STAGES=knobs["STAGES"], ROTARY_HALF="false")
             vals["DKV_N128"] = d == 128 and (causal or window)  # as plan_backward_ws
+            vals["FUSED_DQ"] = "true" if knobs.get("FUSED") else "false"
+            if knobs.get("FUSED"):
+                sk += 2 * 64 * 64 * 4  # the dQ warps' buffers
+                vals["SMEM_BYTES"] = sk
             tma = knobs.get("TMA", False)
             vals["TMA_QDO"] = "true" if tma else "false"
             if tma:  # the maps last, as plan_jagged.c's add_tma_params
@@ -239,7 +250,8 @@ def main():
             warps = blk // 16 + 4  # a loading warpgroup and 128 * blk / 64 computing threads
         elif fast == 2:
             sk = smem_sm90(d, blk, knobs=knobs)
-            vals.update(BLOCK_M=64, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256, DKV_N128=False)
+            vals.update(BLOCK_M=64, BLOCK_N=blk, SMEM_BYTES=sk, ROWS_THREADS=256, DKV_N128=False,
+                        FUSED_DQ="false")
             for key in ("WARPS", "MIN_CTAS", "SMEM_BYTES_DQ", "SMEM_BYTES_DKV", "BROADCAST",
                         "SUM_THREADS"):
                 del vals[key]
@@ -254,7 +266,7 @@ def main():
         cast = "(KFn)" if tma_rows else ""  # TMA entry points take two more parameters
         table.append(f'  {{"{label}", {int(dt == "bf16")}, {d}, '
                      f'{int(causal)}, {int(window)}, {left}, {right}, {blk}, {warps * 32}, {sd}, {sk}, ' +
-                     (f'nullptr, nullptr, 2, {cast}v{i}::{name}_pre, {cast}v{i}::{name}_kv, {cast}v{i}::{name}_dq, {tma_rows}}},' if fast == 2 else
+                     (f'nullptr, nullptr, 2, {cast}v{i}::{name}_pre, {cast}v{i}::{name}_kv, {cast}v{i}::{name}_dq, {tma_rows}, {int(bool(knobs and knobs.get("FUSED")))}}},' if fast == 2 else
                       f'v{i}::{name}_dq, v{i}::{name}_dkv, {int(fast)}, ' +
                      (f'v{i}::{name}_fast_pre, v{i}::{name}_fast_dkv, v{i}::{name}_fast_post}},' if fast
                       else 'nullptr, nullptr, nullptr},')))

@@ -42,6 +42,10 @@ struct Variant {
   // the q and dout maps' boxes; their kernels take the two maps last, so
   // they are launched untyped (launch_tma)
   int tma_rows;
+  // FUSED_DQ variants ("ws-fdq"): _kv rounds dQ itself (no _dq launched)
+  // and the workspace holds the tiles' add counters (2 a row at head dim
+  // 128) after the tile counter
+  int fused;
 };
 
 #define CK(x)                                                                      \
@@ -179,7 +183,7 @@ static void launch(const Variant &V, const Dev &d, long long batch, int heads, i
       launch_one(V, V.fdkv, persistent ? dim3((unsigned)sms) : dim3((unsigned)nk, kv_heads),
                  V.threads, V.smem_dkv, st, d, batch, heads, kv_heads, tq, tk, nk);
     }
-    if (which & 1)
+    if ((which & 1) && !V.fused)
       launch_one(V, V.post, dim3((unsigned)std::max(1LL, (groups + 255) / 256)), 256, 0, st, d,
                  batch, heads, kv_heads, tq, tk, 0);
     return;
@@ -338,7 +342,8 @@ static void check(int vi, const std::vector<int> &lq, const std::vector<int> &lk
   d.dk = dalloc<unsigned short>(nk);
   d.dv = dalloc<unsigned short>(nk);
   d.lse = dalloc<float>(hlse.size());
-  const size_t di_n = V.fast ? (hlse.size() + 31) / 32 * 32 + nq + 16 : hlse.size();  // + the tile counter
+  const size_t di_n = V.fast ? (hlse.size() + 31) / 32 * 32 + nq + 16 + (V.fused ? 2 * hlse.size() : 0)
+                            : hlse.size();  // + the tile counter (and the add counters)
   d.di = dalloc<float>(di_n);
   d.cu_q = dalloc<int>(batch + 1);
   d.cu_k = dalloc<int>(batch + 1);
@@ -463,7 +468,8 @@ static void time_one(int vi, int L, long long batch, int heads) {
   d.o = dalloc<unsigned short>(n); d.dout = dalloc<unsigned short>(n);
   d.dq = dalloc<unsigned short>(n); d.dk = dalloc<unsigned short>(n); d.dv = dalloc<unsigned short>(n);
   d.lse = dalloc<float>((size_t)heads * t);
-  d.di = dalloc<float>(((size_t)heads * t + 31) / 32 * 32 + (V.fast ? n + 16 : 0));
+  d.di = dalloc<float>(((size_t)heads * t + 31) / 32 * 32 + (V.fast ? n + 16 : 0) +
+                       (V.fused ? 2 * (size_t)heads * t : 0));
   d.cu_q = dalloc<int>(batch + 1);
   d.cu_k = d.cu_q;
   CK(cudaMemcpy(d.cu_q, cu.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
