@@ -813,6 +813,40 @@ START_TEST(tma_backward_plan) {
 }
 END_TEST
 
+/* The warp-specialized kernels without TMA (sm90_bwd_tma, sm90_fwd_tma off:
+ * cp.async for every tile, as before they were checked) still plan and
+ * compile for sm_90a, both head dims, so that turning a flag off stays a
+ * working fallback. */
+START_TEST(ws_without_tma_compiles) {
+  ag_plan_jagged_choices without = ag_plan_jagged_checked();
+  without.sm90_bwd_tma = without.sm90_fwd_tma = false;
+  const int dims[2] = {128, 64};
+  for (int i = 0; i < 2; i++) {
+    fake f;
+    char y[512];
+    yaml_for(y, sizeof y, dims[i], AG_DTYPE_BF16, false, "arch: sm_90a\n", true);
+    fake_with(&f, y, 12, without);
+    const ag_plan *p = &f.kernel.plan;
+    ck_assert(p->jagged.fwd_ws && !p->jagged.fwd_tma && p->jagged.fast.ws &&
+              !p->jagged.fast.tma_qdo);
+    ag_error err = {0};
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+    ck_assert_ptr_nonnull(strstr(src, "constexpr bool kTmaQdo = 0;"));
+    ck_assert_ptr_nonnull(strstr(src, "constexpr bool kTmaKv = 0;"));
+    ck_assert_ptr_null(strstr(src, "ag_tmap tmap_"));
+    void *cubin = NULL;
+    size_t size = 0;
+    ag_status st = ag_compile_source(src, "no_tma.cu", "sm_90a", &cubin, &size, NULL, &err);
+    ck_assert_msg(st == AG_OK, "%s", err.message);
+    for (int k = 0; k < p->nkernels; k++)
+      ck_assert(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1));
+    free(cubin);
+    free(src);
+  }
+}
+END_TEST
+
 /* dQ rounded in the warp-specialized backward (sm90_bwd_fused_dq, not yet
  * run on a GPU, so off): at head dim 128 with TMA the set is _pre and _kv
  * alone (no _dq), _kv takes the dQ warps' two 16 KB buffers more, the
@@ -1325,6 +1359,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, causal64_forward);
   tcase_add_test(tc, tma_backward_plan);
   tcase_add_test(tc, fused_dq_plan);
+  tcase_add_test(tc, ws_without_tma_compiles);
   tcase_add_test(tc, tma_forward_plan);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);

@@ -342,3 +342,20 @@ def test_flex_block_mask_is_block_diagonal(causal, gran):
     got = fa.flex_attention(q, k, v, block_mask=bm)
     # rows that see no key: flex gives 0, as the reference after nan_to_num
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    # The block lists, as the compiled kernel reads them (eager flex reads
+    # only the mask_mod): masked blocks through the mask_mod, full blocks
+    # whole, nothing else.
+    g = gran or bs
+    dense = torch.zeros(S, S, dtype=torch.bool)
+    qi = torch.arange(S).view(-1, 1)
+    ki = torch.arange(S).view(1, -1)
+    mm = bm.mask_mod(0, 0, qi, ki)
+    nb = -(-S // g)
+    for i in range(nb):
+        rows = slice(i * g, min(S, (i + 1) * g))
+        for j in bm.kv_indices[0, 0, i, :int(bm.kv_num_blocks[0, 0, i])].tolist():
+            cols = slice(j * g, min(S, (j + 1) * g))
+            dense[rows, cols] |= mm[rows, cols]
+        for j in bm.full_kv_indices[0, 0, i, :int(bm.full_kv_num_blocks[0, 0, i])].tolist():
+            dense[rows, slice(j * g, min(S, (j + 1) * g))] = True
+    assert torch.equal(dense, keep)

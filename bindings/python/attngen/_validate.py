@@ -152,12 +152,11 @@ def _fast_offsets(t, device):
 
 
 def fast_block_tensors(q, k, v, offsets):
-    """(dtype tag, device index, tokens, heads, head_dim, batch, whether an
-    input requires grad) when q, k, v and offsets pass every check of
-    check_qkv and check_offsets (q, k, v CUDA tensors of one half dtype,
-    device and 3-D shape, contiguous and aligned, with a supported
-    head_dim; offsets int32, 1-D, non-empty, contiguous, on their device),
-    else None. One pass for the eager fast path (ops._fast_block_forward):
+    """(dtype tag, device index, tokens, heads, head_dim, batch) when q, k,
+    v and offsets pass every check of check_qkv and check_offsets (q, k, v
+    CUDA tensors of one half dtype, device and 3-D shape, contiguous and
+    aligned, with a supported head_dim; offsets int32, 1-D, non-empty,
+    contiguous, on their device), else None. One pass for the eager fast path (ops._fast_block_forward):
     each tensor attribute is a call into torch, so each is read once."""
     try:
         dt = q.dtype
@@ -182,8 +181,7 @@ def fast_block_tensors(q, k, v, offsets):
         batch = _fast_int32_1d(offsets, di)
         if batch is None:
             return None
-        grad = q.requires_grad or k.requires_grad or v.requires_grad
-        return tag, di, tokens, heads, head_dim, batch, grad
+        return tag, di, tokens, heads, head_dim, batch
     except Exception:  # not tensors: the full checks say what is wrong
         return None
 
@@ -200,7 +198,7 @@ def _fast_int32_1d(t, di):
 
 def fast_jagged_tensors(q, k, v, cu_q, cu_k):
     """(dtype tag, device index, total_q, heads, head_dim, total_k, kv_heads,
-    batch, whether an input requires grad) when q, k, v, cu_seqlens_q and
+    batch) when q, k, v, cu_seqlens_q and
     cu_seqlens_k (None: self-attention) pass every check of
     check_jagged_attention_args on tensors, else None: jagged_attention's
     fast path, each tensor attribute read once."""
@@ -235,8 +233,7 @@ def fast_jagged_tensors(q, k, v, cu_q, cu_k):
                 return None
         elif _fast_int32_1d(cu_k, di) != batch:
             return None
-        grad = q.requires_grad or k.requires_grad or v.requires_grad
-        return tag, di, total_q, heads, head_dim, total_k, kv_heads, batch, grad
+        return tag, di, total_q, heads, head_dim, total_k, kv_heads, batch
     except Exception:  # not tensors: the full checks say what is wrong
         return None
 

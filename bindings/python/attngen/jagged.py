@@ -228,11 +228,11 @@ def _fast_forward(q, k, v, cu_q, cu_k, causal, window_size, softmax_scale, deter
     # trace reads nothing below)
     if torch_ops.traced(torch) or not _fast_kernels:
         return None
+    if _needs_grad(q, k, v):  # autograd records this call: at once, before the checks
+        return None
     t = _validate.fast_jagged_tensors(q, k, v, cu_q, cu_k)
     if t is None:
         return None
-    if t[8] and torch.is_grad_enabled():
-        return None  # autograd records this call
     key = _fast_key(causal, window_size, softmax_scale, deterministic, dropout_p, t[4], t[0])
     kernel = _fast_kernels.get(key) if key is not None else None
     if kernel is None:

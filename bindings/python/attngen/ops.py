@@ -565,12 +565,13 @@ def _fast_block_forward(q, k, v, offsets, block_size, causal, softmax_scale):
     # eager calls fill).
     if torch_ops.traced(torch) or not _fast_kernels:
         return None
+    # a call autograd records (training) leaves at once, before the checks
+    if _needs_grad(q, k, v):
+        return None
     t = _validate.fast_block_tensors(q, k, v, offsets)
     if t is None:
         return None
-    tag, di, tokens, heads, head_dim, batch, grad = t
-    if grad and torch.is_grad_enabled():
-        return None  # autograd records this call
+    tag, di, tokens, heads, head_dim, batch = t
     key = _fast_key(block_size, causal, softmax_scale, head_dim, tag)
     kernel = _fast_kernels.get(key) if key is not None else None
     if kernel is None:

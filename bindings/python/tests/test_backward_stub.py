@@ -469,3 +469,85 @@ def test_kernel_call_checks_stay_whole_on_the_fast_check(env):
     h = [ts.StubTensor(q.shape, ts.float16, ptr=next(ts._ptrs)) for _ in range(3)]
     with pytest.raises(ValueError, match="bf16"):
         kernel(*h, off)
+
+
+def _bad_block_inputs(which):
+    """q, k, v, offsets with one thing the fast check must refuse."""
+    q, k, v, off = tensors(grad=(False, False, False))
+    if which == "misaligned k":
+        k = ts.StubTensor(k.shape, ptr=0x7F0000000008)
+    elif which == "v on the host":
+        v = ts.StubTensor(v.shape, ptr=next(ts._ptrs), device="cpu")
+    elif which == "offsets on another device":
+        off = ts.offsets([0, 40, 100], device="cuda:1")
+    elif which == "int64 offsets":
+        off = ts.offsets([0, 40, 100], dtype=ts.int64)
+    elif which == "2-D offsets":
+        off = ts.StubTensor((3, 1), ts.int32, ptr=next(ts._ptrs))
+    elif which == "fp16 k":
+        k = ts.StubTensor(k.shape, ts.float16, ptr=next(ts._ptrs))
+    elif which == "v of another shape":
+        v = ts.StubTensor((100, 4, 128), ptr=next(ts._ptrs))
+    elif which == "head_dim 96":
+        q, k, v = (ts.StubTensor((100, 4, 96), ptr=next(ts._ptrs)) for _ in range(3))
+    elif which == "q not contiguous":
+        q = ts.StubTensor(q.shape, ptr=next(ts._ptrs), contiguous=False)
+    return q, k, v, off
+
+
+@pytest.mark.parametrize("which", ["misaligned k", "v on the host", "offsets on another device",
+                                   "int64 offsets", "2-D offsets", "fp16 k",
+                                   "v of another shape", "head_dim 96", "q not contiguous"])
+def test_every_fast_check_sends_bad_tensors_to_the_full_path(env, monkeypatch, which):
+    """Each tensor check of the fast path refuses what the full checks
+    refuse, so the full path runs and raises (block_attention, and a
+    Kernel's call and backward)."""
+    seen = _count_full_checks(monkeypatch)
+    good = tensors(grad=(False, False, False))
+    ops.block_attention(*good)  # the options checked once: fast from now
+    ops.block_attention(*good)
+    assert len(seen) == 1
+    bad = _bad_block_inputs(which)
+    with pytest.raises(ValueError):
+        ops.block_attention(*bad)
+    assert len(seen) == 2
+    kernel = ops.kernel_for(64, False, 64, "bf16", None, backward=True)
+    with pytest.raises(ValueError):
+        kernel(*bad)
+    with pytest.raises(ValueError):
+        kernel.backward(bad[0], bad[1], bad[2], dout_like(good[0]), bad[3])
+    assert env.launches.names() == ["ag_block_forward"] * 2
+
+
+def test_a_rotary_call_does_not_fill_the_plain_fast_path(env):
+    """The fast key leaves rotary out: a rotary call must not leave its
+    kernel where a plain call with the same options finds it."""
+    q, k, v, off = tensors(grad=(False, False, False))
+    rot = {"layout": "half", "positions": "sequence"}
+    ops.block_attention(q, k, v, off, rotary=rot)
+    ops.block_attention(q, k, v, off)
+    ops.block_attention(q, k, v, off)
+    first, plain, fast = (c["handle"] for c in env.launches.calls)
+    assert plain == fast == "handle:torch_block64_d64_bf16:0" and first != plain
+
+
+def test_option_types_the_fast_key_does_not_stand_for(env, monkeypatch):
+    """A bool scale equal to a cached 1.0 and an int subclass equal to a
+    cached block size hash alike but take the full path: the bool is
+    refused there, the int subclass accepted."""
+    seen = _count_full_checks(monkeypatch)
+    q, k, v, off = tensors(grad=(False, False, False))
+    ops.block_attention(q, k, v, off, block_size=32, softmax_scale=1.0)
+    ops.block_attention(q, k, v, off, block_size=32, softmax_scale=1.0)
+    assert len(seen) == 1
+    with pytest.raises(ValueError):
+        ops.block_attention(q, k, v, off, block_size=32, softmax_scale=True)
+    assert len(seen) == 2
+    ops.block_attention(q, k, v, off, block_size=32, softmax_scale=1)
+    assert len(seen) == 3
+
+    class MyInt(int):
+        pass
+
+    ops.block_attention(q, k, v, off, block_size=MyInt(32), softmax_scale=1.0)
+    assert len(seen) == 4

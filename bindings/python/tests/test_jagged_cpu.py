@@ -833,3 +833,37 @@ def test_the_jagged_fast_path_leaves_the_rest_to_the_full_one(env, monkeypatch, 
     else:
         attngen.jagged_attention(*args, **kw)
     assert len(seen) == 2
+
+
+@pytest.mark.parametrize("which", ["misaligned v", "k on the host", "fp16 v", "kv_heads 4",
+                                   "k's head_dim 128", "v of another shape",
+                                   "int64 cu_seqlens_k", "cu_seqlens_q on another device",
+                                   "k not contiguous"])
+def test_every_jagged_fast_check_sends_bad_tensors_to_the_full_path(env, monkeypatch, which):
+    seen = _count_full_checks(monkeypatch)
+    q, k, v, cq, ck = jtensors(lq=(3, 1), lk=(2, 6), heads=6, kv_heads=2)
+    attngen.jagged_attention(q, k, v, cq, ck)
+    attngen.jagged_attention(q, k, v, cq, ck)
+    assert len(seen) == 1
+    ks, kh = k.shape, k.shape[1]
+    if which == "misaligned v":
+        v = ts.StubTensor(ks, ptr=0x7F0000000004)
+    elif which == "k on the host":
+        k = ts.StubTensor(ks, ptr=next(ts._ptrs), device="cpu")
+    elif which == "fp16 v":
+        v = ts.StubTensor(ks, ts.float16, ptr=next(ts._ptrs))
+    elif which == "kv_heads 4":
+        k, v = (ts.StubTensor((ks[0], 4, 64), ptr=next(ts._ptrs)) for _ in range(2))
+    elif which == "k's head_dim 128":
+        k, v = (ts.StubTensor((ks[0], kh, 128), ptr=next(ts._ptrs)) for _ in range(2))
+    elif which == "v of another shape":
+        v = ts.StubTensor((ks[0] + 1, kh, 64), ptr=next(ts._ptrs))
+    elif which == "int64 cu_seqlens_k":
+        ck = ts.offsets([0, 2, 8], dtype=ts.int64)
+    elif which == "cu_seqlens_q on another device":
+        cq = ts.offsets([0, 3, 4], device="cuda:1")
+    elif which == "k not contiguous":
+        k = ts.StubTensor(ks, ptr=next(ts._ptrs), contiguous=False)
+    with pytest.raises(ValueError):
+        attngen.jagged_attention(q, k, v, cq, ck)
+    assert len(seen) == 2 and len(env.launches.calls) == 2
