@@ -7,7 +7,7 @@
 @# Needs: kHeadDim, kRowsThreads, kPieces, kScale, kDqTiled, kTileCounter,
 @#   @PARAMS@'s names,
 @#   neg_inf(), unpack2(), pack2(), and with ROTARY: kRotateQ,
-@#   RotaryRows, pair_angle(), clamp_offset().
+@#   RotaryRows, pair_angle(), clamp_offset() (and with FUSED_DQ clamp_offset()).
 @# Placeholders: @KERNEL_NAME@ @PARAMS@. Conditions: ROTARY, ROTARY_TABLE,
 @#   ROTARY_HALF (as the includer's), FUSED_DQ (jagged_bwd_ws.cu's: _pre also
 @#   zeroes the tiles' add counters and writes dQ 0 for rows that see no
@@ -107,11 +107,14 @@ extern "C" __global__ void __launch_bounds__(kRowsThreads)
 @endif@
   }
 @if FUSED_DQ@
-  // A row that sees no key: no key tile adds to it, and _kv may round no
-  // tile holding it, so its dQ (0) is written here.
+  // A row that sees no key, or a token outside every sequence: no key tile
+  // adds to it, and _kv may round no tile holding it, so its dQ (0) is
+  // written here.
   if (row < rows) {
     const long long t = row / heads, h = row - t * heads;
-    if (lse[h * total_q + t] == neg_inf())
+    const long long first = clamp_offset(__ldg(cu_seqlens_q), 0, total_q);
+    const long long end = clamp_offset(__ldg(cu_seqlens_q + batch), first, total_q);
+    if (lse[h * total_q + t] == neg_inf() || t < first || t >= end)
       *reinterpret_cast<uint4 *>(dq + row * kHeadDim + piece * 8) = make_uint4(0, 0, 0, 0);
   }
 @endif@

@@ -383,8 +383,10 @@ __device__ __forceinline__ void dq_warp(int wg) {
     const int rows = d->rows;
     if (rows < 0) break;
     const volatile DqWarpEnv *e = &dq_env_s;
+    // every field read before the staging rows are freed: the computing
+    // warpgroup rewrites the descriptor for its next step once they are
     const long long t0 = d->t0;
-    const int hh = d->hh;
+    const int hh = d->hh, expected = d->expected;
     float *const tile = e->acc + ((long long)hh * e->total_q + t0) * 64;
     if (lane == 0 && rows > 0) {
       bulk_reduce_add(tile, smem_addr(reinterpret_cast<char *>(smem) + kStageAt) +
@@ -404,7 +406,7 @@ __device__ __forceinline__ void dq_warp(int wg) {
       fence_proxy_async_global();
       __threadfence();  // released with the count
       last = atomicAdd(e->counters + (long long)hh * e->total_q + t0, 1u) + 1 ==
-             (unsigned)d->expected;
+             (unsigned)expected;
       if (last) {
         __threadfence();  // every add the count saw, acquired
         fence_proxy_async_global();  // before the bulk load reads them

@@ -869,7 +869,7 @@ START_TEST(fused_dq_plan) {
     ck_assert_ptr_nonnull(strstr(kv->name, "_kv"));
     ck_assert_ptr_nonnull(strstr(p->kernels[p->nkernels - 2].name, "_pre"));
     ck_assert_int_eq(kv->smem_bytes, 197632 + 2 * 16384);
-    ck_assert_int_le(kv->smem_bytes, 232448 - 256);  /* beside its static barriers */
+    ck_assert_int_le(kv->smem_bytes, 232448 - 1024);  /* beside its 1 KB static (ptxas) */
     /* D, the accumulator, the tile counter, then 8 heads x 2 halves x 300 counters */
     const size_t rows = 8 * 300;
     ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300),

@@ -175,8 +175,9 @@ static void launch(const Variant &V, const Dev &d, long long batch, int heads, i
     // "ws-" variants are persistent (jagged_bwd_ws.cu's kTileCounter): a
     // CTA an SM, the counter zeroed by _pre (here too when _pre is not run)
     const bool persistent = !strncmp(V.name, "ws-", 3);
-    if ((which & 2) && persistent && !(which & 1))
-      CK(cudaMemsetAsync(d.di + (tq * heads + 3) / 4 * 4 + tq * heads * V.dim, 0, 8, st));
+    if ((which & 2) && persistent && !(which & 1))  // the tile counter (and the add counters)
+      CK(cudaMemsetAsync(d.di + (tq * heads + 3) / 4 * 4 + tq * heads * V.dim, 0,
+                         8 + (V.fused ? 8 * tq * heads : 0), st));
     if (which & 2) {
       static int sms = 0;
       if (!sms) CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
