@@ -90,7 +90,8 @@ constexpr bool kTmaQdo = @TMA_QDO@;
 // the count (the key tiles whose band covers the step: keys_seen) rounds
 // the tile into dQ from the accumulator's lines, still in L2: a bulk load
 // into the warp's 16 KB buffer, then scale, round and store. Rows that see
-// no key (LSE -inf) get dQ 0 from _pre. The loads are the other two warps'.
+// no key (LSE -inf) and tokens outside every sequence get dQ 0 from _pre.
+// The loads are the other two warps'.
 constexpr bool kFusedDq = @FUSED_DQ@;
 static_assert(!kFusedDq || (kTmaQdo && kHeadDim == 128 && kBlockM == 64),
               "the fused dQ: TMA loads, head dim 128, 64-row steps (its buffers' room)");
@@ -366,13 +367,13 @@ __shared__ DqAdd dq_desc_s[kMathWgs];
 __shared__ DqWarpEnv dq_env_s;
 __shared__ __align__(8) unsigned long long conv_bars_s[kMathWgs];
 
-// A dQ warp: serves computing warpgroup wg (its add descriptor `desc`, its
-// staging rows at shared address `stage`) until the end descriptor. For
-// each add: the bulk add (lane 0), the staging rows freed once read, the
-// add waited for to land and counted on the tile's counter; the count's
-// last add rounds the tile: a bulk load of its real rows into this warp's
-// buffer `conv` (mbarrier conv_bar), then dQ = scale * accumulator,
-// rounded, 16 bytes a lane, to dq [total_q, heads, kHeadDim].
+// A dQ warp: serves computing warpgroup wg (its descriptor dq_desc_s[wg],
+// its staging rows) until the end descriptor. For each add: the bulk add
+// (lane 0), the staging rows freed once read, the add waited for to land
+// and counted on the tile's counter; the count's last add rounds the tile:
+// a bulk load of its real rows into this warp's buffer (mbarrier
+// conv_bars_s[wg]), then dQ = scale * accumulator, rounded, 8 bytes a
+// lane, to dq [total_q, heads, kHeadDim].
 __device__ __forceinline__ void dq_warp(int wg) {
   const int lane = threadIdx.x & 31;
   int rounded = 0;  // tiles rounded so far: conv_bar's phase

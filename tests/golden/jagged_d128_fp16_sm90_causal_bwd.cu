@@ -103,7 +103,8 @@ constexpr bool kTmaQdo = 1;
 // the count (the key tiles whose band covers the step: keys_seen) rounds
 // the tile into dQ from the accumulator's lines, still in L2: a bulk load
 // into the warp's 16 KB buffer, then scale, round and store. Rows that see
-// no key (LSE -inf) get dQ 0 from _pre. The loads are the other two warps'.
+// no key (LSE -inf) and tokens outside every sequence get dQ 0 from _pre.
+// The loads are the other two warps'.
 constexpr bool kFusedDq = 0;
 static_assert(!kFusedDq || (kTmaQdo && kHeadDim == 128 && kBlockM == 64),
               "the fused dQ: TMA loads, head dim 128, 64-row steps (its buffers' room)");
