@@ -107,33 +107,42 @@ def _tag_of(dtype):
     return tag
 
 
-def _fast_tensors(q, k, v, same_shape):
-    """(dtype, tag, device, q.shape, k.shape) when q, k, v are CUDA tensors
+def _fast_qkv(q, k, v, same_shape):
+    """(tag, device index, q.shape, k.shape) when q, k, v are CUDA tensors
     of one half dtype and device, 3-D, contiguous and aligned (k and v of
     q's shape when same_shape, else of one shape with q's head_dim), with
-    a supported head_dim; else None."""
+    a supported head_dim; else None. May raise for what is not a tensor
+    (its callers catch that: the full check then says what is wrong)."""
     # Each tensor attribute costs a call into torch (~0.1 us): read each
     # once, compare dtypes (singletons) by identity, devices by index.
+    dt = q.dtype
+    tag = _tag_of(dt)
+    if tag is None or k.dtype is not dt or v.dtype is not dt:
+        return None
+    if not (q.is_cuda and k.is_cuda and v.is_cuda):
+        return None
+    di = q.get_device()
+    if k.get_device() != di or v.get_device() != di:
+        return None
+    qs = q.shape
+    ks = qs if same_shape and k.shape == qs else k.shape
+    if len(qs) != 3 or len(ks) != 3 or v.shape != ks or (same_shape and ks is not qs) \
+            or ks[2] != qs[2] or qs[2] not in HEAD_DIMS or qs[1] < 1 or ks[1] < 1:
+        return None
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        return None
+    if (qs[0] > 0 and q.data_ptr() % ALIGNMENT) or \
+            (ks[0] > 0 and (k.data_ptr() | v.data_ptr()) % ALIGNMENT):
+        return None
+    return tag, di, qs, ks
+
+
+def _fast_tensors(q, k, v, same_shape):
+    """(dtype, tag, device, q.shape, k.shape) when _fast_qkv passes them;
+    else None."""
     try:
-        dev, dt = q.device, q.dtype
-        if not _is_cuda(dev):
-            return None
-        di = q.get_device()
-        if k.get_device() != di or v.get_device() != di or k.dtype is not dt \
-                or v.dtype is not dt:
-            return None
-        qs = q.shape
-        ks = qs if same_shape and k.shape == qs else k.shape
-        if len(qs) != 3 or len(ks) != 3 or v.shape != ks or (same_shape and ks is not qs) \
-                or ks[2] != qs[2] or qs[2] not in HEAD_DIMS or qs[1] < 1 or ks[1] < 1:
-            return None
-        tag = _tag_of(dt)
-        if tag is None or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
-            return None
-        if (qs[0] > 0 and q.data_ptr() % ALIGNMENT) or \
-                (ks[0] > 0 and (k.data_ptr() | v.data_ptr()) % ALIGNMENT):
-            return None
-        return dt, tag, dev, qs, ks
+        f = _fast_qkv(q, k, v, same_shape)
+        return None if f is None else (q.dtype, f[0], q.device, f[2], f[3])
     except Exception:  # not tensors: the full check says what is wrong
         return None
 
@@ -154,34 +163,16 @@ def _fast_offsets(t, device):
 def fast_block_tensors(q, k, v, offsets):
     """(dtype tag, device index, tokens, heads, head_dim, batch) when q, k,
     v and offsets pass every check of check_qkv and check_offsets (q, k, v
-    CUDA tensors of one half dtype, device and 3-D shape, contiguous and
-    aligned, with a supported head_dim; offsets int32, 1-D, non-empty,
-    contiguous, on their device), else None. One pass for the eager fast path (ops._fast_block_forward):
-    each tensor attribute is a call into torch, so each is read once."""
+    as _fast_qkv's with one shape; offsets int32, 1-D, non-empty,
+    contiguous, on their device), else None. One pass for the eager fast
+    path (ops._fast_block_forward)."""
     try:
-        dt = q.dtype
-        tag = _tag_of(dt)
-        if tag is None or k.dtype is not dt or v.dtype is not dt:
+        f = _fast_qkv(q, k, v, True)
+        if f is None:
             return None
-        if not (q.is_cuda and k.is_cuda and v.is_cuda):
-            return None
-        di = q.get_device()
-        if k.get_device() != di or v.get_device() != di:
-            return None
-        qs = q.shape
-        if len(qs) != 3 or k.shape != qs or v.shape != qs:
-            return None
-        tokens, heads, head_dim = qs
-        if head_dim not in HEAD_DIMS or heads < 1:
-            return None
-        if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
-            return None
-        if tokens > 0 and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % ALIGNMENT:
-            return None
+        tag, di, (tokens, heads, head_dim), _ = f
         batch = _fast_int32_1d(offsets, di)
-        if batch is None:
-            return None
-        return tag, di, tokens, heads, head_dim, batch
+        return None if batch is None else (tag, di, tokens, heads, head_dim, batch)
     except Exception:  # not tensors: the full checks say what is wrong
         return None
 
@@ -198,32 +189,15 @@ def _fast_int32_1d(t, di):
 
 def fast_jagged_tensors(q, k, v, cu_q, cu_k):
     """(dtype tag, device index, total_q, heads, head_dim, total_k, kv_heads,
-    batch) when q, k, v, cu_seqlens_q and
-    cu_seqlens_k (None: self-attention) pass every check of
-    check_jagged_attention_args on tensors, else None: jagged_attention's
-    fast path, each tensor attribute read once."""
+    batch) when q, k, v, cu_seqlens_q and cu_seqlens_k (None:
+    self-attention) pass every check of check_jagged_attention_args on
+    tensors, else None: jagged_attention's fast path."""
     try:
-        dt = q.dtype
-        tag = _tag_of(dt)
-        if tag is None or k.dtype is not dt or v.dtype is not dt:
+        f = _fast_qkv(q, k, v, False)
+        if f is None:
             return None
-        if not (q.is_cuda and k.is_cuda and v.is_cuda):
-            return None
-        di = q.get_device()
-        if k.get_device() != di or v.get_device() != di:
-            return None
-        qs, ks = q.shape, k.shape
-        if len(qs) != 3 or len(ks) != 3 or v.shape != ks:
-            return None
-        total_q, heads, head_dim = qs
-        total_k, kv_heads, kdim = ks
-        if kdim != head_dim or head_dim not in HEAD_DIMS or heads < 1 or kv_heads < 1 or \
-                heads % kv_heads:
-            return None
-        if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
-            return None
-        if (total_q > 0 and q.data_ptr() % ALIGNMENT) or \
-                (total_k > 0 and (k.data_ptr() | v.data_ptr()) % ALIGNMENT):
+        tag, di, (total_q, heads, head_dim), (total_k, kv_heads, _) = f
+        if heads % kv_heads:
             return None
         batch = _fast_int32_1d(cu_q, di)
         if batch is None:

@@ -315,16 +315,21 @@ class Kernel:
         tokens, heads, _ = q.shape
         if tokens == 0 or batch == 0:
             return out
-        di = _device_index(torch, q)
-        h = self._handle_of(di)
+        self._launch_forward(torch, q, k, v, offsets, out, batch, heads, tokens,
+                             _device_index(torch, q), rotary_table)
+        return out
+
+    def _launch_forward(self, torch, q, k, v, offsets, out, batch, heads, tokens, di,
+                        rotary_table=None):
+        """ag_block_forward into `out` on device di's current stream (a
+        non-empty call; no checks beyond the C launcher's)."""
         # positional: the header's field order (a third cheaper than keywords)
         args = _lib.AgBlockFwdArgs(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), offsets.data_ptr(),
             batch, heads, tokens, None,
             rotary_table.data_ptr() if rotary_table is not None else None)
-        _lib.call("ag_block_forward", h, ctypes.byref(args), _stream_of(torch, di),
-                  context=("attngen: block forward '%s'", self.spec.name))
-        return out
+        _lib.call("ag_block_forward", self._handle_of(di), ctypes.byref(args),
+                  _stream_of(torch, di), context=("attngen: block forward '%s'", self.spec.name))
 
     def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None):
         """dq, dk, dv for a contiguous, aligned dout like q (not checked)."""
@@ -577,13 +582,8 @@ def _fast_block_forward(q, k, v, offsets, block_size, causal, softmax_scale):
     if kernel is None:
         return None
     out = torch.empty_like(q)  # q is contiguous: so is out
-    if tokens == 0 or batch == 0:
-        return out
-    h = kernel._handle_of(di)
-    args = _lib.AgBlockFwdArgs(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                               offsets.data_ptr(), batch, heads, tokens)
-    _lib.call("ag_block_forward", h, ctypes.byref(args), _stream_of(torch, di),
-              context=("attngen: block forward '%s'", kernel.spec.name))
+    if tokens > 0 and batch > 0:
+        kernel._launch_forward(torch, q, k, v, offsets, out, batch, heads, tokens, di)
     return out
 
 
