@@ -39,6 +39,20 @@ static ag_spec load_ok(const char *yaml) {
   return spec;
 }
 
+/* Compiles an emitted source for sm_90a (`label` names it in NVRTC's
+ * messages) and asserts that the cubin holds every kernel of the plan. */
+static void compile_holds_every_kernel(const char *src, const char *label, const ag_plan *p) {
+  ag_error err = {0};
+  void *cubin = NULL;
+  size_t size = 0;
+  ag_status st = ag_compile_source(src, label, "sm_90a", &cubin, &size, NULL, &err);
+  ck_assert_msg(st == AG_OK, "%s: %s", label, err.message);
+  for (int k = 0; k < p->nkernels; k++)
+    ck_assert_msg(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1),
+                  "%s: no kernel %s in the cubin", label, p->kernels[k].name);
+  free(cubin);
+}
+
 static void expect_error(const char *yaml, ag_status want, const char *text) {
   ag_spec spec;
   ag_error err = {0};
@@ -270,15 +284,9 @@ START_TEST(sm90_rotary_compiles) {
     ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
     if (i < 2) ck_assert_ptr_nonnull(strstr(src, "rotate_rows(smem, nullptr, rows, rq);"));
     ck_assert_ptr_nonnull(strstr(src, "rotate_rows<Sw128Rows<kBlockM>>("));
-    void *cubin = NULL;
-    size_t size = 0;
     char name[32];
     snprintf(name, sizeof name, "sm90_rotary_%d.cu", i);
-    ag_status st = ag_compile_source(src, name, "sm_90a", &cubin, &size, NULL, &err);
-    ck_assert_msg(st == AG_OK, "%s", err.message);
-    for (int k = 0; k < p.nkernels; k++)
-      ck_assert(memmem(cubin, size, p.kernels[k].name, strlen(p.kernels[k].name) + 1));
-    free(cubin);
+    compile_holds_every_kernel(src, name, &p);
     free(src);
   }
 }
@@ -527,13 +535,7 @@ START_TEST(ws_backward_plan) {
     /* query steps of 64 rows, 128 at head dim 64 */
     ck_assert_ptr_nonnull(strstr(src, cases[c].dim == 64 ? "constexpr int kBlockM = 128;"
                                                         : "constexpr int kBlockM = 64;"));
-    void *cubin = NULL;
-    size_t size = 0;
-    ag_status st = ag_compile_source(src, "ws_backward.cu", "sm_90a", &cubin, &size, NULL, &err);
-    ck_assert_msg(st == AG_OK, "%s", err.message);
-    for (int k = 0; k < p->nkernels; k++)
-      ck_assert(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1));
-    free(cubin);
+    compile_holds_every_kernel(src, "ws_backward.cu", p);
     free(src);
   }
   /* rotary; a causal mask, a window at head dim 64: jagged_bwd_sm90.cu
@@ -795,13 +797,7 @@ START_TEST(tma_backward_plan) {
     ck_assert_ptr_nonnull(strstr(src, "const __grid_constant__ ag_tmap tmap_dout) {"));
     ck_assert_ptr_nonnull(strstr(src, "constexpr bool kTmaQdo = 1;"));
     ck_assert_ptr_null(strstr(src, "load_step("));
-    void *cubin = NULL;
-    size_t size = 0;
-    ag_status st = ag_compile_source(src, "tma_backward.cu", "sm_90a", &cubin, &size, NULL, &err);
-    ck_assert_msg(st == AG_OK, "%s", err.message);
-    for (int k = 0; k < p->nkernels; k++)
-      ck_assert(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1));
-    free(cubin);
+    compile_holds_every_kernel(src, "tma_backward.cu", p);
     free(src);
     /* a driver that cannot encode a map: refused, nothing launched */
     fake_with(&f, y, 12, with);
@@ -835,13 +831,7 @@ START_TEST(ws_without_tma_compiles) {
     ck_assert_ptr_nonnull(strstr(src, "constexpr bool kTmaQdo = 0;"));
     ck_assert_ptr_nonnull(strstr(src, "constexpr bool kTmaKv = 0;"));
     ck_assert_ptr_null(strstr(src, "ag_tmap tmap_"));
-    void *cubin = NULL;
-    size_t size = 0;
-    ag_status st = ag_compile_source(src, "no_tma.cu", "sm_90a", &cubin, &size, NULL, &err);
-    ck_assert_msg(st == AG_OK, "%s", err.message);
-    for (int k = 0; k < p->nkernels; k++)
-      ck_assert(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1));
-    free(cubin);
+    compile_holds_every_kernel(src, "no_tma.cu", p);
     free(src);
   }
 }
@@ -885,13 +875,7 @@ START_TEST(fused_dq_plan) {
     ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
     ck_assert_ptr_nonnull(strstr(src, "constexpr bool kFusedDq = 1;"));
     ck_assert_ptr_nonnull(strstr(src, "dq_warp("));
-    void *cubin = NULL;
-    size_t size = 0;
-    ag_status st = ag_compile_source(src, "fused_dq.cu", "sm_90a", &cubin, &size, NULL, &err);
-    ck_assert_msg(st == AG_OK, "%s", err.message);
-    for (int k = 0; k < p->nkernels; k++)
-      ck_assert(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1));
-    free(cubin);
+    compile_holds_every_kernel(src, "fused_dq.cu", p);
     free(src);
     char *plain_src = NULL;
     ck_assert_int_eq(ag_emit_plan(&plain.kernel.spec, q, &plain_src, &err), AG_OK);
@@ -954,13 +938,7 @@ START_TEST(tma_forward_plan) {
   ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
   ck_assert_ptr_nonnull(strstr(src, "const __grid_constant__ ag_tmap tmap_v) {"));
   ck_assert_ptr_nonnull(strstr(src, "constexpr bool kTmaKv = 1;"));
-  void *cubin = NULL;
-  size_t size = 0;
-  ag_status st = ag_compile_source(src, "tma_forward.cu", "sm_90a", &cubin, &size, NULL, &err);
-  ck_assert_msg(st == AG_OK, "%s", err.message);
-  for (int k = 0; k < p->nkernels; k++)
-    ck_assert(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1));
-  free(cubin);
+  compile_holds_every_kernel(src, "tma_forward.cu", p);
   free(src);
 }
 END_TEST
