@@ -132,6 +132,7 @@ typedef struct ag_plan_block_fwd {
   int smem_bytes;       /* dynamic shared memory per CTA */
   int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
   int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
+  bool table_slot;      /* one rotary table slot after the stages, not one per stage */
 } ag_plan_block_fwd;
 
 /* The backward (templates/block_bwd.cu, block_bwd_chunked.cu). */
@@ -308,6 +309,16 @@ char *ag_plan_describe(const ag_plan *plan, const char *prefix);
 
 /* ---- the planners' own entry points (plan.c dispatches) ------------------ */
 ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err);
+/* Layouts the block plan may take only once they have run on a GPU
+ * (plan_block.c says which have). */
+typedef struct ag_plan_block_choices {
+  bool fwd_table_slot; /* the forward's rotary table rows in one slot, not one a stage */
+} ag_plan_block_choices;
+/* ag_plan_block with other choices; for tests. */
+ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices, ag_plan *out,
+                             ag_error *err);
+/* The choices ag_plan_block takes (for tests that hold either way). */
+ag_plan_block_choices ag_plan_block_checked(void);
 void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan);
 void ag_plan_block_describe(const ag_plan *plan, const char *prefix, struct ag_buf *b);
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err);

@@ -137,7 +137,24 @@ static void plan_backward(const ag_spec *spec, ag_plan *out) {
   }
 }
 
+/* The forward's rotary table rows in one slot after the stages, loaded
+ * for the next tile once the resident one is rotated (TABLE_SLOT), where
+ * that fits a second CTA on an SM: at head_dim 128, 64-token blocks, two
+ * stages of Q, K, V and a table slot each take 128 KiB (one CTA an SM, 4
+ * warps), two stages and one slot 112 KiB (two). Written 2026-12-05
+ * (session 22) while no GPU was lent; not run yet. */
+static const bool fwd_table_slot_checked = false;
+
+ag_plan_block_choices ag_plan_block_checked(void) {
+  return (ag_plan_block_choices){fwd_table_slot_checked};
+}
+
 ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
+  return ag_plan_block_with(spec, ag_plan_block_checked(), out, err);
+}
+
+ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices, ag_plan *out,
+                             ag_error *err) {
   memset(out, 0, sizeof *out);
   if (spec->block_size < 16 || spec->block_size > 256 || spec->block_size % 16 ||
       (spec->head_dim != 64 && spec->head_dim != 128))
@@ -193,6 +210,13 @@ ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
                           spec->block_size, spec->head_dim, (stage_bytes + 1023) / 1024);
   f->stages = 2 * stage_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   f->smem_bytes = f->stages * stage_bytes;
+  /* One table slot for both stages where that earns a second CTA. */
+  const int slot_bytes = 2 * (stage_bytes - table) + table;
+  if (choices.fwd_table_slot && table && f->stages == 2 && f->warps <= 4 &&
+      2 * f->smem_bytes > MAX_SMEM_BYTES && 2 * slot_bytes <= MAX_SMEM_BYTES) {
+    f->table_slot = true;
+    f->smem_bytes = slot_bytes;
+  }
   /* The register cap for two CTAs per SM only for CTAs of up to 4 warps:
    * with 8 warps it would be 128 registers, and the 128-token tiles spill. */
   f->min_ctas_per_sm = f->warps <= 4 && 2 * f->smem_bytes <= MAX_SMEM_BYTES ? 2 : 1;
@@ -203,6 +227,7 @@ ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
    * (bench/NOTES.md, tunings of 2026-11-29 and 2026-11-30). */
   if (f->heads_per_tile == 2 && f->warps == 4 && 4 * stage_bytes <= MAX_SMEM_BYTES) {
     f->stages = 1;
+    f->table_slot = false;
     f->smem_bytes = stage_bytes;
     f->min_ctas_per_sm = 4;
     f->items_per_cta = 2;
@@ -264,6 +289,7 @@ void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan) {
     ag_plan_set(k, "ROTARY_GRADS", 0);
     ag_plan_set(k, "ROTARY_CHUNKS", 0);
     ag_plan_set(k, "ROTARY_STAGES", rotary);
+    ag_plan_set(k, "TABLE_SLOT", f->table_slot);
   }
   if (bwd) {
     const ag_plan_bwd *p = &plan->bwd;
@@ -366,7 +392,12 @@ void ag_plan_block_describe(const ag_plan *plan, const char *prefix, ag_buf *b) 
   ag_buf_printf(b, "%sthreads: %d (%d warps, %d job%s of 16 query rows each)\n", prefix,
                 p->threads, p->warps, p->jobs_per_warp, p->jobs_per_warp > 1 ? "s" : "");
   ag_buf_printf(b, "%stiles resident per CTA: %d\n", prefix, p->stages);
-  if (plan->rotary_table_bytes)
+  if (p->table_slot)
+    ag_buf_printf(b,
+                  "%sshared memory: %d bytes (the stages, then one slot of %d bytes of rotary "
+                  "table rows: the next tile's, loaded once the resident tile is rotated)\n",
+                  prefix, p->smem_bytes, plan->rotary_table_bytes);
+  else if (plan->rotary_table_bytes)
     ag_buf_printf(b,
                   "%sshared memory: %d bytes (each stage holds %d bytes of rotary table rows)\n",
                   prefix, p->smem_bytes, plan->rotary_table_bytes);

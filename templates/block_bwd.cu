@@ -187,6 +187,11 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
 }
 @if ROTARY_TABLE@
 
+// A stage's rotary table rows: at its end.
+__device__ __forceinline__ unsigned short *table_rows(unsigned short *stage) {
+  return stage + kStageElems - kTableElems;
+}
+
 @include rotary_load.cuh@
 @endif@
 /* ---- end tile load ---- */

@@ -7,7 +7,9 @@
 @#   memory; checked against the layout with a rotary table)
 @#   With rotary embeddings, those of rotary.cuh.
 @# Conditions: CAUSAL; ROTARY (rotary embeddings; then those of rotary.cuh, and
-@#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work walk).
+@#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work walk);
+@#   TABLE_SLOT (with ROTARY_TABLE and two stages: the table rows in one slot
+@#   after the stages, not one a stage).
 /* ---- begin constants ---- */
 constexpr int kBlock = @BLOCK_SIZE@;  // tokens per diagonal block
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
@@ -25,7 +27,11 @@ constexpr int kHeadChunks = kHeadDim / 8;  // 16-byte chunks per head
 constexpr int kTileElems = kBlock * kRowElems;  // one of Q, K, V for one (block, head group)
 @if ROTARY_TABLE@
 constexpr int kTableElems = kBlock * kHeadDim;  // the rotary table's rows of a block: sin | cos
+@if TABLE_SLOT@
+constexpr int kStageElems = 3 * kTileElems;  // Q, K and V (the table rows: one slot after)
+@else@
 constexpr int kStageElems = 3 * kTileElems + kTableElems;  // Q, K, V and the table rows
+@endif@
 @else@
 constexpr int kStageElems = 3 * kTileElems;  // Q, K and V
 @endif@
@@ -35,7 +41,13 @@ constexpr int kJobs = kHeadsPerTile * kBlock / 16;  // (head, 16-row query tile)
 static_assert(kWarps * kJobsPerWarp >= kJobs, "warps must cover the tile");
 @if ROTARY_TABLE@
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
+@if TABLE_SLOT@
+static_assert(kStages == 2, "the slot takes the next tile's rows while this one is computed");
+static_assert(2 * (kStages * kStageElems + kTableElems) == kSmemBytes,
+              "the plan's shared memory is the stages and the table slot");
+@else@
 static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory is the stages");
+@endif@
 @endif@
 /* ---- end constants ---- */
 
@@ -47,6 +59,8 @@ static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory
 
 @include tile_load.cuh@
 
+extern __shared__ __align__(128) unsigned short smem[];
+
 // Q, K and V of one tile, in that order.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
@@ -56,6 +70,20 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
   for (int m = 0; m < 3; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
 }
 @if ROTARY_TABLE@
+
+@if TABLE_SLOT@
+// The rotary table rows of the tile about to be rotated: one slot after the
+// stages, whichever stage holds the tile (the next tile's rows are loaded
+// into it once this one is rotated).
+__device__ __forceinline__ unsigned short *table_rows(unsigned short *) {
+  return smem + kStages * kStageElems;
+}
+@else@
+// A stage's rotary table rows: at its end.
+__device__ __forceinline__ unsigned short *table_rows(unsigned short *stage) {
+  return stage + kStageElems - kTableElems;
+}
+@endif@
 
 @include rotary_load.cuh@
 @endif@
@@ -150,7 +178,6 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
  * Warps take (head, 16-row query tile) jobs of the resident tile in turn. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(@PARAMS@) {
-  extern __shared__ __align__(128) unsigned short smem[];
   const long long row_stride = (long long)heads * kHeadDim;
 
   Walk w;
@@ -177,9 +204,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       load_tile(smem + ((n + kStages - 1) % kStages) * kStageElems, q, k, v, row_stride,
                 ring[kStages - 1]);
 @if ROTARY_TABLE@
+@if TABLE_SLOT@
+    // (the table slot holds this tile's rows: the next tile's follow its rotation)
+@else@
     if (ring[kStages - 1].rows)
       load_table(smem + ((n + kStages - 1) % kStages) * kStageElems, rotary_table,
                  ring[kStages - 1]);
+@endif@
 @endif@
     cp_async_commit();
     cp_async_wait<kStages - 1>();
@@ -190,6 +221,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     // Rotate the tile in place; every warp then reads rows others rotated.
     rotate_tile(stage, ring[0]);
     __syncthreads();
+@if TABLE_SLOT@
+    // The slot is free: the next tile's table rows, a tile's work ahead of
+    // their use (the next step's wait takes them with the tile).
+    if (ring[1].rows) load_table(stage, rotary_table, ring[1]);
+    cp_async_commit();
+@endif@
 @endif@
     const int warp = threadIdx.x >> 5;
 #pragma unroll 1

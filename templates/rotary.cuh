@@ -7,8 +7,9 @@
 @# stores (both backwards define unpack2 before); uses the including
 @# kernel's kHeadDim, kHeadChunks, kThreads, kDimTiles (backward), swizzle(),
 @# Tile and pack2(), and with positions from a table table_at(); the
-@# whole-block kernels' kHeadsPerTile, kTileElems, kStageElems and
-@# kTableElems too.
+@# whole-block kernels' kHeadsPerTile, kTileElems, kStageElems,
+@# kTableElems and table_rows() (where rotate_tile finds a stage's table
+@# rows) too.
 @# The angles of computed positions and the rotation of one unit come from
 @# rotary_core.cuh, included here.
 @# Placeholders: @MMA_TYPE@ (see mma_sm80.cuh); with computed positions
@@ -133,7 +134,7 @@ __device__ __forceinline__ void unit_angles(const unsigned short *table, int row
 __device__ __forceinline__ void rotate_tile(unsigned short *stage, const Tile &t) {
   const int cc = threadIdx.x % kUnitsPerRow;
 @if ROTARY_TABLE@
-  const unsigned short *table = stage + kStageElems - kTableElems;
+  const unsigned short *table = table_rows(stage);
 @else@
   float turns[kUnitPairs];
 #pragma unroll

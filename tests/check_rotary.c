@@ -611,6 +611,104 @@ START_TEST(rotary_compiles) {
 }
 END_TEST
 
+/* The forward's table rows in one slot after the two stages
+ * (fwd_table_slot; not yet run on a GPU, so the checked plan may leave it
+ * off): taken exactly where it earns a second CTA an SM, head_dim 128 with
+ * 64-token blocks (two stages of Q, K, V and the rows: 128 KiB, one CTA;
+ * with one slot: 112 KiB, two); everywhere else the plan is the plain
+ * one. The slot's source loads the next tile's rows after the rotation
+ * and compiles for sm_90a and sm_80 without spills. */
+START_TEST(table_slot_plan) {
+  ag_error err = {0};
+  ag_plan_block_choices on = ag_plan_block_checked(), off = on;
+  on.fwd_table_slot = true;
+  off.fwd_table_slot = false;
+  for (int dim = 64; dim <= 128; dim += 64)
+    for (int b = 16; b <= 256; b += 16) {
+      ag_status valid;
+      ag_spec s = rope_spec_status("slot", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                                   AG_POSITIONS_TABLE, QK, AG_PASS_FORWARD, &valid);
+      if (valid != AG_OK) continue;
+      ag_plan with, without, checked;
+      ck_assert_int_eq(ag_plan_block_with(&s, on, &with, &err), AG_OK);
+      ck_assert_int_eq(ag_plan_block_with(&s, off, &without, &err), AG_OK);
+      ck_assert_int_eq(ag_plan_make(&s, &checked, &err), AG_OK);
+      /* ag_plan_make takes the checked choice */
+      ck_assert_int_eq(memcmp(&checked.fwd,
+                              ag_plan_block_checked().fwd_table_slot ? &with.fwd : &without.fwd,
+                              sizeof checked.fwd),
+                       0);
+      ck_assert(!without.fwd.table_slot);
+      const bool slot = dim == 128 && b == 64;
+      ck_assert_msg(with.fwd.table_slot == slot, "block %d head_dim %d", b, dim);
+      if (!slot) {
+        ck_assert_int_eq(memcmp(&with.fwd, &without.fwd, sizeof with.fwd), 0);
+        continue;
+      }
+      const int tile = 3 * b * dim * 2, table = b * dim * 2;
+      ck_assert_int_eq(without.fwd.smem_bytes, 2 * (tile + table));
+      ck_assert_int_eq(without.fwd.min_ctas_per_sm, 1);
+      ck_assert_int_eq(with.fwd.stages, 2);
+      ck_assert_int_eq(with.fwd.smem_bytes, 2 * tile + table);
+      ck_assert_int_eq(with.fwd.smem_bytes, 114688);
+      ck_assert_int_eq(with.fwd.min_ctas_per_sm, 2);
+      /* two such CTAs beside their 1 KiB each of reserved shared memory */
+      ck_assert_int_le(2 * (with.fwd.smem_bytes + 1024), 228 * 1024);
+    }
+
+  char *dir = ag_test_mkdtemp("attngen-slot");
+  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
+  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  for (int layout = AG_ROTARY_INTERLEAVED; layout <= AG_ROTARY_HALF; layout++) {
+    ag_spec s = rope_spec("slot", 64, 128, AG_DTYPE_BF16, layout == AG_ROTARY_HALF,
+                          (ag_rotary_layout)layout, AG_POSITIONS_TABLE, QK,
+                          AG_PASS_FORWARD | AG_PASS_BACKWARD);
+    ag_plan p;
+    ck_assert_int_eq(ag_plan_block_with(&s, on, &p, &err), AG_OK);
+    ag_plan_kernels(&s, &p);
+    ck_assert(p.fwd.table_slot);
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
+    ck_assert_ptr_null(strchr(src, '@'));
+    ck_assert_ptr_nonnull(strstr(src, "constexpr int kSmemBytes = 114688;"));
+    ck_assert_ptr_nonnull(strstr(src, "return smem + kStages * kStageElems;"));
+    ck_assert_ptr_nonnull(strstr(src, "if (ring[1].rows) load_table(stage, rotary_table, ring[1]);"));
+    /* the backward keeps its rows at the end of its stage */
+    ck_assert_ptr_nonnull(strstr(src, "return stage + kStageElems - kTableElems;"));
+    const char *archs[] = {"sm_90a", "sm_80"};
+    for (int a = 0; a < 2; a++) {
+      void *cubin = NULL;
+      size_t size = 0;
+      ck_assert_msg(ag_nvrtc_compile(src, p.kernels[0].name, archs[a], &cubin, &size, &err) ==
+                        AG_OK,
+                    "%s: %s", archs[a], err.message);
+      ck_assert_mem_eq(cubin, "\x7f" "ELF", 4);
+      free(cubin);
+      char path[512];
+      snprintf(path, sizeof path, "%s/%s.log", dir, p.kernels[0].name);
+      char *log = ag_test_slurp(path, NULL);
+      ck_assert_ptr_nonnull(log);
+      int regs = 0, stores = 0, loads = 0;
+      if (report(log, p.kernels[0].name, &regs, &stores, &loads)) {
+        printf("nvrtc %s %s (table slot): %d registers, %d bytes spill stores, %d bytes spill "
+               "loads\n", p.kernels[0].name, archs[a], regs, stores, loads);
+        ck_assert_int_eq(stores + loads, 0);
+        ck_assert_int_le(regs * 128 * 2, 65536); /* two CTAs of 128 threads */
+      } else {
+        printf("SKIP spill check for %s %s: no ptxas report in the log\n", p.kernels[0].name,
+               archs[a]);
+      }
+      free(log);
+    }
+    free(src);
+  }
+  unsetenv(AG_ENV_NVRTC_VERBOSE);
+  unsetenv(AG_ENV_DUMP_DIR);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+END_TEST
+
 /* ---- the launch, without a device ---------------------------------------------- */
 
 /* A kernel struct on the stack from a real spec and plan, with the
@@ -751,6 +849,7 @@ Suite *rotary_suite(void) {
   TCase *nv = tcase_create("rotary_nvrtc");
   tcase_set_timeout(nv, 600);
   tcase_add_loop_test(nv, rotary_compiles, 0, NCOMPILE);
+  tcase_add_test(nv, table_slot_plan);
   suite_add_tcase(s, nv);
   return s;
 }

@@ -357,6 +357,8 @@ __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned
   }
 }
 
+extern __shared__ __align__(128) unsigned short smem[];
+
 // Q, K and V of one tile, in that order.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
@@ -455,7 +457,6 @@ ag_golden_big_b256_d128_bf16_fwd(const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
     unsigned short *__restrict__ o, const int *__restrict__ offsets, long long batch, int heads,
     long long total_tokens, long long num_items) {
-  extern __shared__ __align__(128) unsigned short smem[];
   const long long row_stride = (long long)heads * kHeadDim;
 
   Walk w;

@@ -374,6 +374,8 @@ __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned
   }
 }
 
+extern __shared__ __align__(128) unsigned short smem[];
+
 // Q, K and V of one tile, in that order.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
@@ -383,12 +385,17 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
   for (int m = 0; m < 3; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
 }
 
+// A stage's rotary table rows: at its end.
+__device__ __forceinline__ unsigned short *table_rows(unsigned short *stage) {
+  return stage + kStageElems - kTableElems;
+}
+
 /* The rotary table is [tokens, kHeadDim]: sin a(t, i) in column i, cos a(t, i)
  * in column kHeadDim / 2 + i, for pair i of every head of token t. The rows
- * of a block's tokens serve every head of its group and sit at the end of
- * the stage, kTableElems elements, with their 16-byte chunks swizzled by the
- * row as the tensors' are: the backward reads one column of 8 rows at a time,
- * which then hits 8 different bank groups. Rows past the sequence end are
+ * of a block's tokens serve every head of its group and sit where the
+ * kernel's table_rows(stage) says, kTableElems elements, with their 16-byte
+ * chunks swizzled by the row as the tensors' are: the backward reads one
+ * column of 8 rows at a time, which then hits 8 different bank groups. Rows past the sequence end are
  * zero-filled (sin = cos = 0), never read from memory. */
 __device__ __forceinline__ int table_at(int row, int chunk) {
   return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
@@ -398,7 +405,7 @@ __device__ __forceinline__ void load_table(unsigned short *stage,
                                            const unsigned short *rotary_table, const Tile &t) {
   constexpr int kTableLoads = kBlock * kHeadChunks; // 16-byte copies of a block's rows
   const unsigned short *base = rotary_table + t.token0 * kHeadDim;
-  const unsigned dst = smem_addr(stage + kStageElems - kTableElems);
+  const unsigned dst = smem_addr(table_rows(stage));
 #pragma unroll
   for (int it = 0; it < (kTableLoads + kThreads - 1) / kThreads; it++) {
     int i = threadIdx.x + it * kThreads;
@@ -497,7 +504,7 @@ __device__ __forceinline__ void unit_angles(const unsigned short *table, int row
 // The caller waits for the tile before and synchronizes the CTA after.
 __device__ __forceinline__ void rotate_tile(unsigned short *stage, const Tile &t) {
   const int cc = threadIdx.x % kUnitsPerRow;
-  const unsigned short *table = stage + kStageElems - kTableElems;
+  const unsigned short *table = table_rows(stage);
 #pragma unroll 1
   for (int row = threadIdx.x / kUnitsPerRow; row < t.rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
@@ -600,7 +607,6 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_fwd(const unsigned short *__restrict
     unsigned short *__restrict__ o, const unsigned short *__restrict__ rotary_table,
     const int *__restrict__ offsets, long long batch, int heads, long long total_tokens,
     long long num_items) {
-  extern __shared__ __align__(128) unsigned short smem[];
   const long long row_stride = (long long)heads * kHeadDim;
 
   Walk w;
@@ -1113,12 +1119,17 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
   for (int m = 0; m < 4; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
 }
 
+// A stage's rotary table rows: at its end.
+__device__ __forceinline__ unsigned short *table_rows(unsigned short *stage) {
+  return stage + kStageElems - kTableElems;
+}
+
 /* The rotary table is [tokens, kHeadDim]: sin a(t, i) in column i, cos a(t, i)
  * in column kHeadDim / 2 + i, for pair i of every head of token t. The rows
- * of a block's tokens serve every head of its group and sit at the end of
- * the stage, kTableElems elements, with their 16-byte chunks swizzled by the
- * row as the tensors' are: the backward reads one column of 8 rows at a time,
- * which then hits 8 different bank groups. Rows past the sequence end are
+ * of a block's tokens serve every head of its group and sit where the
+ * kernel's table_rows(stage) says, kTableElems elements, with their 16-byte
+ * chunks swizzled by the row as the tensors' are: the backward reads one
+ * column of 8 rows at a time, which then hits 8 different bank groups. Rows past the sequence end are
  * zero-filled (sin = cos = 0), never read from memory. */
 __device__ __forceinline__ int table_at(int row, int chunk) {
   return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
@@ -1128,7 +1139,7 @@ __device__ __forceinline__ void load_table(unsigned short *stage,
                                            const unsigned short *rotary_table, const Tile &t) {
   constexpr int kTableLoads = kBlock * kHeadChunks; // 16-byte copies of a block's rows
   const unsigned short *base = rotary_table + t.token0 * kHeadDim;
-  const unsigned dst = smem_addr(stage + kStageElems - kTableElems);
+  const unsigned dst = smem_addr(table_rows(stage));
 #pragma unroll
   for (int it = 0; it < (kTableLoads + kThreads - 1) / kThreads; it++) {
     int i = threadIdx.x + it * kThreads;
@@ -1230,7 +1241,7 @@ __device__ __forceinline__ void unit_angles(const unsigned short *table, int row
 // The caller waits for the tile before and synchronizes the CTA after.
 __device__ __forceinline__ void rotate_tile(unsigned short *stage, const Tile &t) {
   const int cc = threadIdx.x % kUnitsPerRow;
-  const unsigned short *table = stage + kStageElems - kTableElems;
+  const unsigned short *table = table_rows(stage);
 #pragma unroll 1
   for (int row = threadIdx.x / kUnitsPerRow; row < t.rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
