@@ -152,6 +152,7 @@ typedef struct ag_plan_bwd {
                          * (stmatrix) with bulk copies; where they fit beside the rest */
   bool key_chunks;      /* the block does not fit whole: it is walked in 64-row chunks with
                          * recomputation (templates/block_bwd_chunked.cu) */
+  bool table_global;    /* the rotary table's rows read in global memory, not in the stages */
 } ag_plan_bwd;
 
 /* ---- the jagged pattern's shapes (plan_jagged.c) ------------------------- */
@@ -285,7 +286,8 @@ const ag_plan_kernel *ag_plan_kernel_for(const ag_plan *plan, unsigned pass);
 
 /* The backward's shape for `heads_per_tile`, `stages` and `ctas` CTAs per
  * SM (0: the most that fit, with at most `sm_warps` warps per SM) in *b,
- * from the plan's block_size, head_dim, elem_bytes, rotary_table_bytes;
+ * from the plan's block_size, head_dim, elem_bytes, rotary_table_bytes
+ * (none in the stages where b->table_global, which the caller sets);
  * false when it does not fit. For plan_block.c and tuning tools. */
 bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages, int ctas,
                             int sm_warps, ag_plan_bwd *b);
@@ -313,6 +315,8 @@ ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err);
  * (plan_block.c says which have). */
 typedef struct ag_plan_block_choices {
   bool fwd_table_slot; /* the forward's rotary table rows in one slot, not one a stage */
+  bool bwd_rotary_12_warps; /* head_dim 64 rotary backward: 12 warps an SM (170 registers) */
+  bool bwd_table_global; /* head_dim 128 backward: the table read where it is, 12 warps an SM */
 } ag_plan_block_choices;
 /* ag_plan_block with other choices; for tests. */
 ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices, ag_plan *out,

@@ -54,7 +54,8 @@ bool ag_plan_backward_shape(const ag_plan *plan, int heads_per_tile, int stages,
   const int ps_bytes = 2 * heads_per_tile * block * p_stride(block) * eb; /* P and dS */
   const int jobs = heads_per_tile * block / 16;
   const bool overlay = p_stride(block) <= dim && block <= 64; /* P, dS: <= 32 registers */
-  const int smem = stages * (tile_bytes + plan->rotary_table_bytes) + (overlay ? 0 : ps_bytes);
+  const int table_bytes = b->table_global ? 0 : plan->rotary_table_bytes;
+  const int smem = stages * (tile_bytes + table_bytes) + (overlay ? 0 : ps_bytes);
   const int warps = overlay || jobs < MAX_WARPS ? jobs : MAX_WARPS;
   if (stages < 1 || smem > MAX_SMEM_BYTES) return false;
   if (!ctas)
@@ -110,22 +111,32 @@ static void plan_backward_chunked(const ag_plan *plan, ag_plan_bwd *b) {
 
 /* One head per tile (on the H200 two heads were 10-15% slower,
  * bench/NOTES.md), with 128 registers a thread or, with rotary embeddings
- * (their angles and the rotation back of dQ, dK, dV need more), 255. Two
+ * (their angles and the rotation back of dQ, dK, dV need more), 255 (170
+ * at head_dim 64, blocks up to 64, with the choice bwd_rotary_12_warps). Two
  * stages where three CTAs of two still fit (head_dim 64: 2% faster than
  * four CTAs of one), else one stage and the most CTAs that fit (head_dim
  * 128: three), and a second stage where it costs no CTA. A block that fits
  * in none (rotary or not) is walked in chunks. */
-static void plan_backward(const ag_spec *spec, ag_plan *out) {
+static void plan_backward(const ag_spec *spec, ag_plan_block_choices choices, ag_plan *out) {
   ag_plan_bwd one, two; /* zeroed whole, so the plan compares bytewise (tests do) */
   memset(&one, 0, sizeof one);
   memset(&two, 0, sizeof two);
-  const int sm_warps = spec->rotary.layout != AG_ROTARY_NONE ? MAX_WARPS : 2 * MAX_WARPS;
+  const bool rotary = spec->rotary.layout != AG_ROTARY_NONE;
+  const bool table_global = choices.bwd_table_global && out->takes_table &&
+                            spec->head_dim == 128 && spec->block_size <= 64;
+  one.table_global = two.table_global = table_global;
+  const int sm_warps = !rotary ? 2 * MAX_WARPS
+                       : table_global || (choices.bwd_rotary_12_warps && spec->head_dim == 64 &&
+                                          spec->block_size <= 64)
+                           ? 12
+                           : MAX_WARPS;
   const ag_plan_bwd *pick;
   if (ag_plan_backward_shape(out, 1, 2, 0, sm_warps, &two) && two.min_ctas_per_sm >= 3) {
     pick = &two;
   } else if (ag_plan_backward_shape(out, 1, 1, 0, sm_warps, &one)) {
     pick = ag_plan_backward_shape(out, 1, 2, one.min_ctas_per_sm, sm_warps, &two) ? &two : &one;
   } else {
+    memset(&one, 0, sizeof one);
     plan_backward_chunked(out, &one);
     pick = &one;
   }
@@ -144,9 +155,28 @@ static void plan_backward(const ag_spec *spec, ag_plan *out) {
  * warps), two stages and one slot 112 KiB (two). Written 2026-12-05
  * (session 22) while no GPU was lent; not run yet. */
 static const bool fwd_table_slot_checked = false;
+/* The rotary backward at head_dim 64 and blocks of up to 64 tokens with
+ * up to 12 warps an SM (170 registers a thread) instead of 8 (255): at 64-
+ * token blocks computed positions then take the plain plan (two stages,
+ * three CTAs) and a table one stage, three CTAs, instead of two stages, two
+ * CTAs. ptxas (nvcc 13, sm_90a, every layout, position kind, q k or q k v,
+ * causal or not, blocks 48 and 64): no spill but 12 bytes for block
+ * positions with V rotated; 80- and 96-token blocks would spill up to 56
+ * bytes, so they keep 8 warps. Written 2026-12-05 (session 22) while no
+ * GPU was lent; not run yet. */
+static const bool bwd_rotary_12_warps_checked = false;
+/* The rotary backward at head_dim 128, 64-token blocks and below, with
+ * table positions: the table's rows read where they are (TABLE_GLOBAL, as
+ * the chunked backward reads them) instead of 16 KiB in the stage, and up
+ * to 12 warps an SM: three CTAs of 64 KiB and 168 registers instead of two
+ * of 80 KiB and 255 (ptxas at 64-token blocks, q and k: 124 bytes of
+ * spills for sm_90a from nvcc 13, 156 from NVRTC; 12 for sm_80). Written
+ * 2026-12-05 (session 22) while no GPU was lent; not run yet. */
+static const bool bwd_table_global_checked = false;
 
 ag_plan_block_choices ag_plan_block_checked(void) {
-  return (ag_plan_block_choices){fwd_table_slot_checked};
+  return (ag_plan_block_choices){fwd_table_slot_checked, bwd_rotary_12_warps_checked,
+                                 bwd_table_global_checked};
 }
 
 ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -173,7 +203,7 @@ ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices,
   if (out->takes_table)
     out->rotary_table_bytes = spec->block_size * spec->head_dim * out->elem_bytes;
   if (spec->passes & AG_PASS_BACKWARD) {
-    plan_backward(spec, out);
+    plan_backward(spec, choices, out);
     if (!(spec->passes & AG_PASS_FORWARD)) return AG_OK;
   }
   /* Two adjacent heads per tile at head_dim 64, so each tile row is 256
@@ -290,6 +320,7 @@ void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan) {
     ag_plan_set(k, "ROTARY_CHUNKS", 0);
     ag_plan_set(k, "ROTARY_STAGES", rotary);
     ag_plan_set(k, "TABLE_SLOT", f->table_slot);
+    ag_plan_set(k, "TABLE_IN_GLOBAL", 0);
   }
   if (bwd) {
     const ag_plan_bwd *p = &plan->bwd;
@@ -319,6 +350,9 @@ void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan) {
     ag_plan_set(k, "ROTARY_GRADS", 1);
     ag_plan_set(k, "ROTARY_CHUNKS", rotary && p->key_chunks);
     ag_plan_set(k, "ROTARY_STAGES", rotary && !p->key_chunks);
+    ag_plan_set(k, "TABLE_GLOBAL", p->table_global);
+    ag_plan_set(k, "TABLE_IN_GLOBAL", p->key_chunks || p->table_global);
+    ag_plan_set(k, "TABLE_STAGED", plan->takes_table && !p->key_chunks && !p->table_global);
   }
 }
 
@@ -364,13 +398,16 @@ static void describe_backward(ag_buf *b, const ag_plan_bwd *p, const char *name,
   if (p->wgmma)
     ag_buf_printf(b, "%s  matrix products: wgmma (one warpgroup) on sm_90a, else mma.sync\n",
                   prefix);
-  if (table_bytes)
+  if (table_bytes && !p->table_global)
     ag_buf_printf(b,
                   "%s  shared memory: %d bytes (%s; each stage holds %d bytes of rotary table "
                   "rows)\n",
                   prefix, p->smem_bytes, pds, table_bytes);
   else
     ag_buf_printf(b, "%s  shared memory: %d bytes (%s)\n", prefix, p->smem_bytes, pds);
+  if (table_bytes && p->table_global)
+    ag_buf_printf(b, "%s  rotary table: read in global memory (no rows of it in shared "
+                     "memory)\n", prefix);
   if (p->bulk_store)
     ag_buf_printf(b,
                   "%s  gradient stores: through %d bytes of staging rows per warp, bulk copies "

@@ -19,7 +19,8 @@
 @#   until dV is stored, for registers that computed sines and cosines need);
 @#   ROTARY (rotary embeddings; then those of rotary.cuh, and
 @#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work
-@#   walk); OWN_HELPERS (include mma_sm80.cuh: off when a forward
+@#   walk); with ROTARY_TABLE, TABLE_GLOBAL (the table rows read in global
+@#   memory: TABLE_IN_GLOBAL too) or TABLE_STAGED (loaded with each tile); OWN_HELPERS (include mma_sm80.cuh: off when a forward
 @#   kernel earlier in the same source has emitted it); IN_NAMESPACE (put all of
 @#   this in namespace bwd, apart from that forward's constants and functions).
 @if IN_NAMESPACE@
@@ -57,7 +58,11 @@ constexpr int kHeadChunks = kHeadDim / 8;  // 16-byte chunks per head
 constexpr int kTileElems = kBlock * kRowElems;  // one of Q, K, V, dO for one (block, head group)
 @if ROTARY_TABLE@
 constexpr int kTableElems = kBlock * kHeadDim;  // the rotary table's rows of a block: sin | cos
+@if TABLE_GLOBAL@
+constexpr int kStageElems = 4 * kTileElems;  // Q, K, V and dO (the table: read where it is)
+@else@
 constexpr int kStageElems = 4 * kTileElems + kTableElems;  // Q, K, V, dO and the table rows
+@endif@
 @else@
 constexpr int kStageElems = 4 * kTileElems;  // Q, K, V and dO
 @endif@
@@ -186,6 +191,16 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
   for (int m = 0; m < 4; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
 }
 @if ROTARY_TABLE@
+@if TABLE_GLOBAL@
+
+// Element of the rotary table at block row `row`, 16-byte chunk `chunk`,
+// from the block's rows (Tile::table): read in global memory, row-major
+// [tokens, kHeadDim], unswizzled. Its 16 KiB beside the tiles would cost a
+// CTA per SM at head_dim 128.
+__device__ __forceinline__ int table_at(int row, int chunk) {
+  return row * kHeadDim + chunk * 8;
+}
+@else@
 
 // A stage's rotary table rows: at its end.
 __device__ __forceinline__ unsigned short *table_rows(unsigned short *stage) {
@@ -193,6 +208,7 @@ __device__ __forceinline__ unsigned short *table_rows(unsigned short *stage) {
 }
 
 @include rotary_load.cuh@
+@endif@
 @endif@
 /* ---- end tile load ---- */
 
@@ -642,7 +658,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     ring[s] = walk_take(w);
     if (s == kStages - 1) break;
     if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, dout, row_stride, ring[s]);
-@if ROTARY_TABLE@
+@if TABLE_STAGED@
     if (ring[s].rows) load_table(smem + s * kStageElems, rotary_table, ring[s]);
 @endif@
     cp_async_commit();
@@ -654,7 +670,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     if (ring[kStages - 1].rows)
       load_tile(smem + ((n + kStages - 1) % kStages) * kStageElems, q, k, v, dout, row_stride,
                 ring[kStages - 1]);
-@if ROTARY_TABLE@
+@if TABLE_STAGED@
     if (ring[kStages - 1].rows)
       load_table(smem + ((n + kStages - 1) % kStages) * kStageElems, rotary_table,
                  ring[kStages - 1]);
@@ -671,6 +687,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     unsigned short *stage = smem + (n % kStages) * kStageElems;
 @if ROTARY@
     // Rotate the tile in place; every warp then reads rows others rotated.
+@if TABLE_GLOBAL@
+    ring[0].table = rotary_table + ring[0].token0 * kHeadDim; // the block's rows
+@endif@
     rotate_tile(stage, ring[0]);
 @if WGMMA@
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL

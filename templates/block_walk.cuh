@@ -4,9 +4,10 @@
 @# block_fwd.cu, block_bwd.cu and block_bwd_chunked.cu; uses the including
 @# kernel's kBlock and
 @# kHeadsPerTile. No placeholders. Conditions: ROTARY_SEQUENCE (tiles carry the
-@# position of their first token in its sequence); ROTARY_CHUNKS with
+@# position of their first token in its sequence); TABLE_IN_GLOBAL with
 @# ROTARY_TABLE (tiles carry their block's rows of the rotary table, which the
-@# chunked backward reads in global memory: the kernel sets them).
+@# chunked backward, and the whole-block one with TABLE_GLOBAL, read in
+@# global memory: the kernel sets them).
 /* ---- begin work walk ----
  * Work items are (block, head group) pairs; a head group is kHeadsPerTile
  * adjacent heads, whose rows are contiguous in memory. Blocks get "virtual" numbers that need
@@ -147,7 +148,7 @@ struct Tile {
 @if ROTARY_SEQUENCE@
   int pos0;         // index of the block's first token in its sequence
 @endif@
-@if ROTARY_CHUNKS@
+@if TABLE_IN_GLOBAL@
 @if ROTARY_TABLE@
   const unsigned short *table; // the block's rows of the rotary table (the kernel's)
 @endif@
@@ -156,7 +157,7 @@ struct Tile {
 
 __device__ __forceinline__ Tile walk_tile(const Walk &w) {
   Tile t;
-@if ROTARY_CHUNKS@
+@if TABLE_IN_GLOBAL@
 @if ROTARY_TABLE@
   t.table = nullptr; // the kernel points it at the block's rows of its table
 @endif@

@@ -23,7 +23,9 @@
 @#   inverse rotation of gradients); ROTARY_CHUNKS (the chunked backward:
 @#   no stages and no rotate_tile, the kernel rotates each chunk as it lands;
 @#   table rows are read in global memory, from Tile::table); ROTARY_STAGES
-@#   (its opposite: the whole-block kernels, with rotate_tile).
+@#   (its opposite: the whole-block kernels, with rotate_tile);
+@#   TABLE_IN_GLOBAL (table rows read in global memory, from Tile::table: the
+@#   chunked backward's, and the whole-block backward's with TABLE_GLOBAL).
 /* ---- begin rotary embeddings ----
  * Pair i (0 <= i < kHeadDim / 2) of every head of token t is rotated by the
  * angle a(t, i):
@@ -134,7 +136,11 @@ __device__ __forceinline__ void unit_angles(const unsigned short *table, int row
 __device__ __forceinline__ void rotate_tile(unsigned short *stage, const Tile &t) {
   const int cc = threadIdx.x % kUnitsPerRow;
 @if ROTARY_TABLE@
+@if TABLE_IN_GLOBAL@
+  const unsigned short *table = t.table; // the block's rows, where they are
+@else@
   const unsigned short *table = table_rows(stage);
+@endif@
 @else@
   float turns[kUnitPairs];
 #pragma unroll
@@ -181,10 +187,9 @@ __device__ __forceinline__ float half_to_float(unsigned short x) {
 __device__ __forceinline__ void two_angles(const unsigned short *stage, const Tile &t, int row,
                                            int i, float (&s)[2], float (&c)[2]) {
 @if ROTARY_TABLE@
-@if ROTARY_CHUNKS@
-  // No stages here (`stage` is unused): the block's rows in global memory,
-  // where a row past the sequence end (its gradient is not stored) reads the
-  // last one's.
+@if TABLE_IN_GLOBAL@
+  // The block's rows in global memory (`stage` is unused), where a row past
+  // the sequence end (its gradient is not stored) reads the last one's.
   const unsigned short *table = t.table;
   row = min(row, t.rows - 1);
 @else@
@@ -207,10 +212,9 @@ __device__ __forceinline__ void two_angles(const unsigned short *stage, const Ti
 __device__ __forceinline__ void pair_angle(const unsigned short *stage, const Tile &t, int row,
                                            int i, float &s, float &c) {
 @if ROTARY_TABLE@
-@if ROTARY_CHUNKS@
-  // No stages here (`stage` is unused): the block's rows in global memory,
-  // where a row past the sequence end (its gradient is not stored) reads the
-  // last one's.
+@if TABLE_IN_GLOBAL@
+  // The block's rows in global memory (`stage` is unused), where a row past
+  // the sequence end (its gradient is not stored) reads the last one's.
   const unsigned short *table = t.table;
   row = min(row, t.rows - 1);
 @else@

@@ -611,6 +611,51 @@ START_TEST(rotary_compiles) {
 }
 END_TEST
 
+/* The spec planned with and without a layout choice (`field` of
+ * ag_plan_block_choices set on and off), and ag_plan_make's plan asserted
+ * equal to the one of the checked choice. */
+#define PLAN_BOTH(s, field, with, without)                                                  \
+  do {                                                                                      \
+    ag_plan_block_choices on_ = ag_plan_block_checked(), off_ = on_;                        \
+    on_.field = true;                                                                       \
+    off_.field = false;                                                                     \
+    ag_plan checked_;                                                                       \
+    ag_error e_ = {0};                                                                      \
+    ck_assert_int_eq(ag_plan_block_with(s, on_, with, &e_), AG_OK);                         \
+    ck_assert_int_eq(ag_plan_block_with(s, off_, without, &e_), AG_OK);                     \
+    ck_assert_int_eq(ag_plan_make(s, &checked_, &e_), AG_OK);                               \
+    const ag_plan *want_ = ag_plan_block_checked().field ? (with) : (without);              \
+    ck_assert_int_eq(memcmp(&checked_.fwd, &want_->fwd, sizeof checked_.fwd), 0);           \
+    ck_assert_int_eq(memcmp(&checked_.bwd, &want_->bwd, sizeof checked_.bwd), 0);           \
+  } while (0)
+
+/* Compile `src` (its first kernel `first`) for `arch` with ptxas's report
+ * into `dir`; the report of `kernel` in *regs, *stores, *loads, or false
+ * when NVRTC gave none (it sometimes returns an empty log for -v). */
+static bool compile_report(const char *src, const char *first, const char *arch,
+                           const char *kernel, const char *dir, int *regs, int *stores,
+                           int *loads) {
+  ag_error err = {0};
+  void *cubin = NULL;
+  size_t size = 0;
+  ck_assert_msg(ag_nvrtc_compile(src, first, arch, &cubin, &size, &err) == AG_OK, "%s: %s",
+                arch, err.message);
+  ck_assert_mem_eq(cubin, "\x7f" "ELF", 4);
+  free(cubin);
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s.log", dir, first);
+  char *log = ag_test_slurp(path, NULL);
+  ck_assert_ptr_nonnull(log);
+  const bool ok = report(log, kernel, regs, stores, loads);
+  if (ok)
+    printf("nvrtc %s %s: %d registers, %d bytes spill stores, %d bytes spill loads\n", kernel,
+           arch, *regs, *stores, *loads);
+  else
+    printf("SKIP spill check for %s %s: no ptxas report in the log\n", kernel, arch);
+  free(log);
+  return ok;
+}
+
 /* The forward's table rows in one slot after the two stages
  * (fwd_table_slot; not yet run on a GPU, so the checked plan may leave it
  * off): taken exactly where it earns a second CTA an SM, head_dim 128 with
@@ -620,24 +665,14 @@ END_TEST
  * and compiles for sm_90a and sm_80 without spills. */
 START_TEST(table_slot_plan) {
   ag_error err = {0};
-  ag_plan_block_choices on = ag_plan_block_checked(), off = on;
-  on.fwd_table_slot = true;
-  off.fwd_table_slot = false;
   for (int dim = 64; dim <= 128; dim += 64)
     for (int b = 16; b <= 256; b += 16) {
       ag_status valid;
       ag_spec s = rope_spec_status("slot", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
                                    AG_POSITIONS_TABLE, QK, AG_PASS_FORWARD, &valid);
       if (valid != AG_OK) continue;
-      ag_plan with, without, checked;
-      ck_assert_int_eq(ag_plan_block_with(&s, on, &with, &err), AG_OK);
-      ck_assert_int_eq(ag_plan_block_with(&s, off, &without, &err), AG_OK);
-      ck_assert_int_eq(ag_plan_make(&s, &checked, &err), AG_OK);
-      /* ag_plan_make takes the checked choice */
-      ck_assert_int_eq(memcmp(&checked.fwd,
-                              ag_plan_block_checked().fwd_table_slot ? &with.fwd : &without.fwd,
-                              sizeof checked.fwd),
-                       0);
+      ag_plan with, without;
+      PLAN_BOTH(&s, fwd_table_slot, &with, &without);
       ck_assert(!without.fwd.table_slot);
       const bool slot = dim == 128 && b == 64;
       ck_assert_msg(with.fwd.table_slot == slot, "block %d head_dim %d", b, dim);
@@ -659,6 +694,8 @@ START_TEST(table_slot_plan) {
   char *dir = ag_test_mkdtemp("attngen-slot");
   setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
   setenv(AG_ENV_DUMP_DIR, dir, 1);
+  ag_plan_block_choices on = ag_plan_block_checked();
+  on.fwd_table_slot = true;
   for (int layout = AG_ROTARY_INTERLEAVED; layout <= AG_ROTARY_HALF; layout++) {
     ag_spec s = rope_spec("slot", 64, 128, AG_DTYPE_BF16, layout == AG_ROTARY_HALF,
                           (ag_rotary_layout)layout, AG_POSITIONS_TABLE, QK,
@@ -677,31 +714,157 @@ START_TEST(table_slot_plan) {
     ck_assert_ptr_nonnull(strstr(src, "return stage + kStageElems - kTableElems;"));
     const char *archs[] = {"sm_90a", "sm_80"};
     for (int a = 0; a < 2; a++) {
-      void *cubin = NULL;
-      size_t size = 0;
-      ck_assert_msg(ag_nvrtc_compile(src, p.kernels[0].name, archs[a], &cubin, &size, &err) ==
-                        AG_OK,
-                    "%s: %s", archs[a], err.message);
-      ck_assert_mem_eq(cubin, "\x7f" "ELF", 4);
-      free(cubin);
-      char path[512];
-      snprintf(path, sizeof path, "%s/%s.log", dir, p.kernels[0].name);
-      char *log = ag_test_slurp(path, NULL);
-      ck_assert_ptr_nonnull(log);
       int regs = 0, stores = 0, loads = 0;
-      if (report(log, p.kernels[0].name, &regs, &stores, &loads)) {
-        printf("nvrtc %s %s (table slot): %d registers, %d bytes spill stores, %d bytes spill "
-               "loads\n", p.kernels[0].name, archs[a], regs, stores, loads);
+      if (compile_report(src, p.kernels[0].name, archs[a], p.kernels[0].name, dir, &regs, &stores,
+                         &loads)) {
         ck_assert_int_eq(stores + loads, 0);
         ck_assert_int_le(regs * 128 * 2, 65536); /* two CTAs of 128 threads */
-      } else {
-        printf("SKIP spill check for %s %s: no ptxas report in the log\n", p.kernels[0].name,
-               archs[a]);
       }
-      free(log);
     }
     free(src);
   }
+  unsetenv(AG_ENV_NVRTC_VERBOSE);
+  unsetenv(AG_ENV_DUMP_DIR);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+END_TEST
+
+/* The rotary backward at head_dim 64 with up to 12 warps an SM
+ * (bwd_rotary_12_warps; not yet run on a GPU): at 64-token blocks three
+ * CTAs of 170 registers instead of two of 255: computed positions take
+ * the plain (no rotary) plan, a table one stage of Q, K, V, dO and its
+ * rows; head_dim 128 and blocks past 64 tokens keep their plan. The
+ * sources compile for sm_90a within the cap with at most 12 bytes of
+ * spills (block positions with V rotated). */
+START_TEST(rotary_12_warps_plan) {
+  ag_error err = {0};
+  for (int dim = 64; dim <= 128; dim += 64)
+    for (int b = 16; b <= 256; b += 16)
+      for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_SEQUENCE; pos++) {
+        ag_status valid;
+        ag_spec s = rope_spec_status("w", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                                     (ag_rotary_positions)pos, QK, AG_PASS_BACKWARD, &valid);
+        if (valid != AG_OK) continue;
+        ag_plan with, without;
+        PLAN_BOTH(&s, bwd_rotary_12_warps, &with, &without);
+        if (dim == 128 || b > 64) {
+          ck_assert_int_eq(memcmp(&with.bwd, &without.bwd, sizeof with.bwd), 0);
+          continue;
+        }
+        ck_assert_int_le(with.bwd.min_ctas_per_sm * with.bwd.warps, 12);
+        ck_assert_int_ge(with.bwd.min_ctas_per_sm, without.bwd.min_ctas_per_sm);
+      }
+  /* 64-token blocks, in numbers */
+  ag_plan_block_choices on = ag_plan_block_checked(), off = on;
+  on.bwd_rotary_12_warps = true;
+  off.bwd_rotary_12_warps = false;
+  ag_spec t = rope_spec("w", 64, 64, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                        AG_POSITIONS_TABLE, QK, AG_PASS_BACKWARD);
+  ag_plan p;
+  ck_assert_int_eq(ag_plan_block_with(&t, off, &p, &err), AG_OK);
+  ck_assert_int_eq(p.bwd.stages, 2);
+  ck_assert_int_eq(p.bwd.min_ctas_per_sm, 2);
+  ck_assert_int_eq(ag_plan_block_with(&t, on, &p, &err), AG_OK);
+  ck_assert_int_eq(p.bwd.stages, 1);
+  ck_assert_int_eq(p.bwd.min_ctas_per_sm, 3);
+  ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 128 + 64 * 128 + 4 * 16 * 72 * 2);
+  ag_spec c = rope_spec("w", 64, 64, AG_DTYPE_BF16, false, AG_ROTARY_HALF,
+                        AG_POSITIONS_SEQUENCE, QK, AG_PASS_BACKWARD);
+  ag_spec none = c;
+  none.rotary.layout = AG_ROTARY_NONE;
+  ag_plan plain;
+  ck_assert_int_eq(ag_plan_block_with(&c, on, &p, &err), AG_OK);
+  ck_assert_int_eq(ag_plan_block_with(&none, on, &plain, &err), AG_OK);
+  ck_assert_int_eq(p.bwd.stages, 2);
+  ck_assert_int_eq(p.bwd.min_ctas_per_sm, 3);
+  ck_assert_int_eq(memcmp(&p.bwd, &plain.bwd, sizeof p.bwd), 0);
+
+  char *dir = ag_test_mkdtemp("attngen-12w");
+  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
+  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  for (int i = 0; i < 4; i++) {
+    const ag_rotary_layout layout = i & 1 ? AG_ROTARY_HALF : AG_ROTARY_INTERLEAVED;
+    const ag_rotary_positions pos = i & 2 ? AG_POSITIONS_BLOCK : AG_POSITIONS_TABLE;
+    ag_spec s = rope_spec("w", 64, 64, i & 1 ? AG_DTYPE_FP16 : AG_DTYPE_BF16, i == 1, layout, pos,
+                          i & 2 ? QKV : QK, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+    ck_assert_int_eq(ag_plan_block_with(&s, on, &p, &err), AG_OK);
+    ag_plan_kernels(&s, &p);
+    const ag_plan_kernel *bk = ag_plan_kernel_for(&p, AG_PASS_BACKWARD);
+    ck_assert_int_eq(bk->min_ctas_per_sm, 3);
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
+    ck_assert_ptr_nonnull(strstr(src, "constexpr int kMinCtasPerSm = 3;"));
+    int regs = 0, stores = 0, loads = 0;
+    if (compile_report(src, p.kernels[0].name, "sm_90a", bk->name, dir, &regs, &stores, &loads)) {
+      ck_assert_int_le(regs, 168);
+      ck_assert_int_le(stores, 16);
+      ck_assert_int_le(loads, 16);
+    }
+    free(src);
+  }
+  unsetenv(AG_ENV_NVRTC_VERBOSE);
+  unsetenv(AG_ENV_DUMP_DIR);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+END_TEST
+
+/* The rotary backward at head_dim 128 with the table's rows read where
+ * they are (bwd_table_global; not yet run on a GPU): 64-token blocks and
+ * below with table positions drop the rows from the stage and take up to
+ * 12 warps an SM (64 KiB, three CTAs); computed positions, larger blocks
+ * and head_dim 64 keep their plan. The source reads the rows through
+ * Tile::table, loads none with the tiles, and compiles for sm_90a and
+ * sm_80. */
+START_TEST(table_global_plan) {
+  ag_error err = {0};
+  for (int dim = 64; dim <= 128; dim += 64)
+    for (int b = 16; b <= 256; b += 16)
+      for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_SEQUENCE; pos++) {
+        ag_status valid;
+        ag_spec s = rope_spec_status("g", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                                     (ag_rotary_positions)pos, QK, AG_PASS_BACKWARD, &valid);
+        if (valid != AG_OK) continue;
+        ag_plan with, without;
+        PLAN_BOTH(&s, bwd_table_global, &with, &without);
+        const bool global = dim == 128 && b <= 64 && pos == AG_POSITIONS_TABLE;
+        ck_assert(!without.bwd.table_global);
+        ck_assert_msg(with.bwd.table_global == global, "block %d head_dim %d", b, dim);
+        if (!global) ck_assert_int_eq(memcmp(&with.bwd, &without.bwd, sizeof with.bwd), 0);
+      }
+  ag_plan_block_choices on = ag_plan_block_checked();
+  on.bwd_table_global = true;
+  ag_spec s = rope_spec("g", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                        AG_POSITIONS_TABLE, QK, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ag_plan p;
+  ck_assert_int_eq(ag_plan_block_with(&s, on, &p, &err), AG_OK);
+  ck_assert_int_eq(p.bwd.stages, 1);
+  ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 256);
+  ck_assert_int_eq(p.bwd.min_ctas_per_sm, 3);
+  ag_plan_kernels(&s, &p);
+  char *src = NULL;
+  ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
+  ck_assert_ptr_null(strchr(src, '@'));
+  ck_assert_ptr_nonnull(strstr(src, "ring[0].table = rotary_table + ring[0].token0 * kHeadDim;"));
+  ck_assert_ptr_nonnull(strstr(src, "constexpr int kStageElems = 4 * kTileElems;  // Q, K, V and dO (the table: read where it is)"));
+  ck_assert_ptr_nonnull(strstr(src, "rotary table: read in global memory"));
+  /* the forward still loads its rows with its tiles; the backward none */
+  const char *bwd = strstr(src, "namespace bwd {");
+  ck_assert_ptr_nonnull(bwd);
+  ck_assert_ptr_null(strstr(bwd, "load_table("));
+  ck_assert_ptr_nonnull(strstr(src, "load_table("));
+  char *dir = ag_test_mkdtemp("attngen-global");
+  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
+  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  const char *archs[] = {"sm_90a", "sm_80"};
+  for (int a = 0; a < 2; a++) {
+    int regs = 0, stores = 0, loads = 0;
+    if (compile_report(src, p.kernels[0].name, archs[a], p.kernels[1].name, dir, &regs, &stores,
+                       &loads))
+      ck_assert_int_le(regs, 168); /* three CTAs of 128 threads */
+  }
+  free(src);
   unsetenv(AG_ENV_NVRTC_VERBOSE);
   unsetenv(AG_ENV_DUMP_DIR);
   ag_test_remove_tree(dir);
@@ -850,6 +1013,8 @@ Suite *rotary_suite(void) {
   tcase_set_timeout(nv, 600);
   tcase_add_loop_test(nv, rotary_compiles, 0, NCOMPILE);
   tcase_add_test(nv, table_slot_plan);
+  tcase_add_test(nv, rotary_12_warps_plan);
+  tcase_add_test(nv, table_global_plan);
   suite_add_tcase(s, nv);
   return s;
 }

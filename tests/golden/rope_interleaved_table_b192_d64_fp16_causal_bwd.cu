@@ -538,9 +538,8 @@ __device__ __forceinline__ float half_to_float(unsigned short x) {
 // sin and cos of pair i of block row `row`.
 __device__ __forceinline__ void pair_angle(const unsigned short *stage, const Tile &t, int row,
                                            int i, float &s, float &c) {
-  // No stages here (`stage` is unused): the block's rows in global memory,
-  // where a row past the sequence end (its gradient is not stored) reads the
-  // last one's.
+  // The block's rows in global memory (`stage` is unused), where a row past
+  // the sequence end (its gradient is not stored) reads the last one's.
   const unsigned short *table = t.table;
   row = min(row, t.rows - 1);
   s = half_to_float(table[table_at(row, i >> 3) + (i & 7)]);

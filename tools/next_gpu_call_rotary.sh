@@ -1,0 +1,89 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# next_gpu_call_rotary.sh: the block-diagonal rotary layouts session 22
+# wrote while no device was lent (issue 19: fused rotary costs 25-40% over
+# attention alone, where reading the table twice adds about 5% to the
+# bytes). One device call, about 8 minutes:
+#   run ../shared/device/prepare here first; device: carry [".devdeps"],
+#   command: bash tools/next_gpu_call_rotary.sh
+# The three plan choices of generator/plan_block.c, all off in the tree:
+#   fwd_table_slot       head_dim 128, 64-token blocks, table positions: the
+#                        forward's table rows in one slot (112 KiB, two CTAs
+#                        an SM) instead of one a stage (128 KiB, one CTA);
+#   bwd_rotary_12_warps  head_dim 64, blocks up to 64 tokens: the rotary
+#                        backward capped at 170 registers (three CTAs an SM)
+#                        instead of 255 (two);
+#   bwd_table_global     head_dim 128, blocks up to 64 tokens, table
+#                        positions: the backward reads the table's rows where
+#                        they are (64 KiB, three CTAs of 168 registers, 156
+#                        bytes of spills) instead of 16 KiB of them in its
+#                        stage (80 KiB, two CTAs of 255).
+# `attngen run` times the forward and the backward apart, so r128t's forward
+# shows fwd_table_slot and its backward bwd_table_global.
+# 1. Correct with all three on: the GPU suite's rotary case (every rotary spec
+#    of the suite against float64), then compute-sanitizer memcheck and
+#    racecheck over `attngen run` of the changed specs.
+# 2. Timed off and on, the same process order, `attngen run` (CUDA events,
+#    float64 check on sampled sequences) at batch 1152, 4 heads, lengths
+#    uniform in [0.4 L, L], L 1024 and 4096: the rotary specs the choices
+#    change and the same pattern without rotary.
+# 3. With all three on, the issue's headline: bench.py --quick --rotary (the
+#    fused pipeline against the fair unfused one), if time is left.
+# Keep a choice if it is correct and faster: set its *_checked constant to
+# true, update tests/check_rotary.c's plan_values, regenerate nothing (the
+# goldens hold no such spec), and record the figures in bench/.
+# Logs to $OUT (at most 8 files come back).
+source .devdeps/env.sh || exit 1
+out=${OUT:-/tmp}
+mkdir -p "$out"
+specs=/tmp/rotary_specs
+mkdir -p "$specs"
+spec() { # name dim positions [dtype]
+  { echo "name: $1"; echo "pattern: block_diagonal"; echo "block_size: 64"
+    echo "head_dim: $2"; echo "dtype: ${4:-bf16}"
+    if [ "$3" != none ]; then
+      echo "rotary:"; echo "  layout: interleaved"; echo "  apply_to: [q, k]"
+      echo "  positions: $3"; [ "$3" = table ] || echo "  base: 10000.0"
+    fi
+    echo "passes: [forward, backward]"; } > "$specs/$1.yaml"
+}
+spec r128t 128 table; spec r64t 64 table; spec r64s 64 sequence; spec r128s 128 sequence
+spec p128 128 none; spec p64 64 none
+timed() { # binary label
+  for L in 1024 4096; do
+    for s in r128t r64t r64s r128s p128 p64; do
+      printf '%s L%s %s: ' "$2" "$L" "$s"
+      timeout 60 "$1" run "$specs/$s.yaml" --batch 1152 --seqlen $L --min-seqlen $((L * 2 / 5)) \
+        --heads 4 --iters 20 2>&1 | grep -iE "ms|error|fail" | tr '\n' ' '
+      echo
+    done
+  done
+}
+make -j16 all build/check_attngen > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+cp build/attngen /tmp/attngen_off
+sed -i -e 's/static const bool fwd_table_slot_checked = false;/static const bool fwd_table_slot_checked = true;/' \
+  -e 's/static const bool bwd_rotary_12_warps_checked = false;/static const bool bwd_rotary_12_warps_checked = true;/' \
+  -e 's/static const bool bwd_table_global_checked = false;/static const bool bwd_table_global_checked = true;/' \
+  generator/plan_block.c
+echo "choices on: $(grep -c "_checked = true;" generator/plan_block.c) of 3"
+make -j16 all build/check_attngen > "$out/build-on.log" 2>&1 || { tail -20 "$out/build-on.log"; exit 1; }
+echo "=== plans with the choices on $(date +%T)"
+for s in r128t r64t r64s; do echo "$s:"; build/attngen emit "$specs/$s.yaml" | grep -E "^ \*  .*(shared memory|capped|resident)"; done
+echo "=== gpu-rotary (choices on) $(date +%T)"
+OUT=$out timeout 240 tools/gpu_session.sh gpu-rotary
+echo "=== sanitizers (choices on) $(date +%T)"
+S=/usr/local/cuda/bin/compute-sanitizer
+for s in r128t r64t r64s; do
+  for tool in memcheck racecheck; do
+    timeout 60 $S --tool $tool --error-exitcode 9 build/attngen run "$specs/$s.yaml" --batch 5 \
+      --seqlen 300 --min-seqlen 0 --iters 0 > "$out/san-$s-$tool.log" 2>&1
+    echo "$s $tool rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san-$s-$tool.log")"
+  done
+done
+echo "=== timed, off then on $(date +%T)"
+timed /tmp/attngen_off off
+timed build/attngen on
+echo "=== bench.py --quick --rotary (choices on) $(date +%T)"
+export PYTHONPATH=bindings/python:$PYTHONPATH
+timeout 200 python3 bench/bench.py --quick --rotary --skip flex --budget 180 --no-plot \
+  --out "$out/rotary" 2>&1 | tail -12
