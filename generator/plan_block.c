@@ -169,8 +169,11 @@ static const bool bwd_rotary_12_warps_checked = false;
  * table positions: the table's rows read where they are (TABLE_GLOBAL, as
  * the chunked backward reads them) instead of 16 KiB in the stage, and up
  * to 12 warps an SM: three CTAs of 64 KiB and 168 registers instead of two
- * of 80 KiB and 255 (ptxas at 64-token blocks, q and k: 124 bytes of
- * spills for sm_90a from nvcc 13, 156 from NVRTC; 12 for sm_80). Written
+ * of 80 KiB and 255. dK's products then wait for dV's stores
+ * (SERIAL_KEY_GRADS, as with computed positions): ptxas (nvcc 13, sm_90a,
+ * 64-token blocks) spills 32 bytes for interleaved pairs on q and k, 20
+ * on q, k, v, none for half pairs on q, k, v, but 264 on q and k (124-520
+ * without the serial dK). Written
  * 2026-12-05 (session 22) while no GPU was lent; not run yet. */
 static const bool bwd_table_global_checked = false;
 
@@ -341,10 +344,11 @@ void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan) {
     /* bf16 folds the softmax scale into dS; fp16 applies it to dQ and dK
      * at the store, so small dS values do not sink into its subnormals */
     ag_plan_set(k, "SCALE_IN_DS", spec->dtype == AG_DTYPE_BF16);
-    /* phase 2 unrotating with computed sines holds one accumulator */
+    /* phase 2 unrotating with computed sines, or with the table's rows read
+     * in global memory, holds one accumulator */
     ag_plan_set(k, "SERIAL_KEY_GRADS",
                 p->wgmma && plan->head_dim > 64 && rotary &&
-                    spec->rotary.positions != AG_POSITIONS_TABLE &&
+                    (spec->rotary.positions != AG_POSITIONS_TABLE || p->table_global) &&
                     (spec->rotary.apply_to & (AG_APPLY_K | AG_APPLY_V)));
     ag_plan_set(k, "ROTARY_UNPACK", 0);
     ag_plan_set(k, "ROTARY_GRADS", 1);

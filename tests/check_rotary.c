@@ -849,6 +849,7 @@ START_TEST(table_global_plan) {
   ck_assert_ptr_nonnull(strstr(src, "ring[0].table = rotary_table + ring[0].token0 * kHeadDim;"));
   ck_assert_ptr_nonnull(strstr(src, "constexpr int kStageElems = 4 * kTileElems;  // Q, K, V and dO (the table: read where it is)"));
   ck_assert_ptr_nonnull(strstr(src, "rotary table: read in global memory"));
+  ck_assert_ptr_nonnull(strstr(src, "dK waits until dV is stored")); /* SERIAL_KEY_GRADS */
   /* the forward still loads its rows with its tiles; the backward none */
   const char *bwd = strstr(src, "namespace bwd {");
   ck_assert_ptr_nonnull(bwd);
@@ -861,8 +862,11 @@ START_TEST(table_global_plan) {
   for (int a = 0; a < 2; a++) {
     int regs = 0, stores = 0, loads = 0;
     if (compile_report(src, p.kernels[0].name, archs[a], p.kernels[1].name, dir, &regs, &stores,
-                       &loads))
+                       &loads)) {
       ck_assert_int_le(regs, 168); /* three CTAs of 128 threads */
+      ck_assert_int_le(stores, 64); /* 32 from NVRTC 13 with the serial dK */
+      ck_assert_int_le(loads, 64);
+    }
   }
   free(src);
   unsetenv(AG_ENV_NVRTC_VERBOSE);

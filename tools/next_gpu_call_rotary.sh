@@ -15,7 +15,7 @@
 #                        instead of 255 (two);
 #   bwd_table_global     head_dim 128, blocks up to 64 tokens, table
 #                        positions: the backward reads the table's rows where
-#                        they are (64 KiB, three CTAs of 168 registers, 156
+#                        they are (64 KiB, three CTAs of 168 registers, 32
 #                        bytes of spills) instead of 16 KiB of them in its
 #                        stage (80 KiB, two CTAs of 255).
 # `attngen run` times the forward and the backward apart, so r128t's forward
