@@ -199,23 +199,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4],
   }
 }
 
-// Store 16 result rows (C layout) times `mul`, those before `rows`, to `out`
-// (row 0 of the chunk, this head): each lane writes its pairs.
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
-                                           int row0, int rows, unsigned short *out,
-                                           long long row_stride) {
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = row0 + g + 8 * hi;
-    if (row >= rows) continue;
-    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
-#pragma unroll
-    for (int n = 0; n < kDimTiles; n++)
-      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
-  }
-}
+@include store_rows.cuh@
 
 @include unpack2.cuh@
 @if ROTARY@

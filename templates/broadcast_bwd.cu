@@ -94,21 +94,6 @@ __device__ __forceinline__ void keys_by_queries(float (&acc)[kDimPart][4], unsig
   }
 }
 
-// Store 16 rows (C layout) of kDimPart n-tiles times `mul`, those before `rows`.
-__device__ __forceinline__ void store_part(const float (&acc)[kDimPart][4], float mul, int row0,
-                                           int rows, unsigned short *out, long long row_stride) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = row0 + g + 8 * hi;
-    if (row >= rows) continue;
-    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
-#pragma unroll
-    for (int n = 0; n < kDimPart; n++)
-      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
-  }
-}
-
 // Zero rows [r0, r1) of one head of dK and dV (keys no query sees).
 __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv, long long r0,
                                           long long r1, long long row_stride) {
@@ -233,14 +218,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         __syncthreads();  // P and dS of the tile complete
         float part[kDimPart][4];
         keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
-        store_part(part, 1.f, kr0, nk, dv_head + k0 * stride + nt0 * 8, stride);
+        store_rows(part, 1.f, kr0, nk, dv_head + k0 * stride + nt0 * 8, stride);
         keys_by_queries(part, ds_a, q_a, kr0, nt0, ksteps);  // dK = dS^T Q
-        store_part(part, kScale, kr0, nk, dk_head + k0 * stride + nt0 * 8, stride);
+        store_rows(part, kScale, kr0, nk, dk_head + k0 * stride + nt0 * 8, stride);
       }
       cp_async_wait<0>();
     }
     float *const out = di + broadcast_partials_at(heads, total_q) + slab * n_q * stride;
-    store_rows_f32(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
+    store_rows(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
   }
 }
 /* ---- end kernel ---- */

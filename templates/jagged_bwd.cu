@@ -234,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         dq_tile(acc, seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k), q0, h, hk,
                 q, k, v, o, dout, lse, di, tables, heads, kv_heads, total_q);
       float *const part = di + broadcast_partials_at(heads, total_q) + slab * n_q * q_stride;
-      store_rows_f32(acc, kScale, row0, (int)min((long long)kBlockM, n_q - q0),
+      store_rows(acc, kScale, row0, (int)min((long long)kBlockM, n_q - q0),
                      part + q0 * q_stride + (long long)h * kHeadDim, q_stride);
     } else {
       const long long seq = find_sequence(cu_seqlens_q, batch, total_q, vt, kBlockM);

@@ -1,8 +1,9 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_bwd_tile.cuh: the pieces the two jagged backward kernels share:
 @# which sequence and tile a CTA owns, the band of keys a query sees, the
-@# swizzled tile layout and its 16-byte async load, and the two mma.sync
-@# products (rows times rows, and a register operand times a tile).
+@# swizzled tile layout and its 16-byte async load, the two mma.sync
+@# products (rows times rows, and a register operand times a tile), and
+@# the row stores (store_rows.cuh).
 @# Needs: kHeadDim, kThreads, kHasLeft, kHasRight, kWindowLeft, kRight, kBroadcast, kLog2e,
 @#   kScaleLog2, fast_exp2(), pack2(), neg_inf(),
 @#   unpack2(),
@@ -234,23 +235,8 @@ __device__ __forceinline__ void accumulate(float (&acc)[kHeadDim / 8][4],
   }
 }
 
-// Store 16 result rows (C layout) times `mul`, those before `rows`, to `out`
-// (row 0 of the tile, this head): each lane writes its pairs.
-__device__ __forceinline__ void store_rows(const float (&acc)[kHeadDim / 8][4], float mul,
-                                           int row0, int rows, unsigned short *out,
-                                           long long row_stride) {
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = row0 + g + 8 * hi;
-    if (row >= rows) continue;
-    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
-#pragma unroll
-    for (int n = 0; n < kHeadDim / 8; n++)
-      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
-  }
-}
+@include store_rows.cuh@
+
 // D = rowsum(dO (.) O) of a warp's 16 query rows row0.. (of `rows` real;
 // row r of O and dO at o_row + r * row_stride) from memory, kPieces lanes a
 // row, one 16-byte piece of each; with each row's LSE * log2(e) (+inf for
@@ -330,23 +316,6 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
     }
     ds[n][0] = pack2(x[0], x[1]);
     ds[n][1] = pack2(x[2], x[3]);
-  }
-}
-
-// Store 16 result rows (C layout) times `mul` in fp32, those before `rows`.
-__device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][4], float mul,
-                                               int row0, int rows, float *out,
-                                               long long row_stride) {
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = row0 + g + 8 * hi;
-    if (row >= rows) continue;
-    float2 *dst = reinterpret_cast<float2 *>(out + row * row_stride + 2 * tq);
-#pragma unroll
-    for (int n = 0; n < kHeadDim / 8; n++)
-      dst[4 * n] = make_float2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
   }
 }
 /* ---- end jagged tiles ---- */

@@ -938,23 +938,34 @@ __device__ __forceinline__ void accumulate(float (&acc)[kHeadDim / 8][4],
   }
 }
 
-// Store 16 result rows (C layout) times `mul`, those before `rows`, to `out`
-// (row 0 of the tile, this head): each lane writes its pairs.
-__device__ __forceinline__ void store_rows(const float (&acc)[kHeadDim / 8][4], float mul,
-                                           int row0, int rows, unsigned short *out,
-                                           long long row_stride) {
+// One pair of results: rounded to a 16-bit pair, or as two floats.
+__device__ __forceinline__ void put_pair(unsigned short *at, float lo, float hi) {
+  *reinterpret_cast<unsigned *>(at) = pack2(lo, hi);
+}
+__device__ __forceinline__ void put_pair(float *at, float lo, float hi) {
+  *reinterpret_cast<float2 *>(at) = make_float2(lo, hi);
+}
+
+// Store 16 result rows of kTiles n-tiles (C layout: acc[n][e] is row row0 +
+// g + 8 (e / 2), column 8n + 2tq + e % 2) times `mul`, those before `rows`,
+// to `out` (row 0, rows row_stride elements apart): each lane writes its
+// pairs.
+template <int kTiles, class T>
+__device__ __forceinline__ void store_rows(const float (&acc)[kTiles][4], float mul, int row0,
+                                           int rows, T *out, long long row_stride) {
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int hi = 0; hi < 2; hi++) {
     const int row = row0 + g + 8 * hi;
     if (row >= rows) continue;
-    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
+    T *dst = out + row * row_stride + 2 * tq;
 #pragma unroll
-    for (int n = 0; n < kHeadDim / 8; n++)
-      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+    for (int n = 0; n < kTiles; n++)
+      put_pair(dst + 8 * n, acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
   }
 }
+
 // D = rowsum(dO (.) O) of a warp's 16 query rows row0.. (of `rows` real;
 // row r of O and dO at o_row + r * row_stride) from memory, kPieces lanes a
 // row, one 16-byte piece of each; with each row's LSE * log2(e) (+inf for
@@ -1034,23 +1045,6 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
     }
     ds[n][0] = pack2(x[0], x[1]);
     ds[n][1] = pack2(x[2], x[3]);
-  }
-}
-
-// Store 16 result rows (C layout) times `mul` in fp32, those before `rows`.
-__device__ __forceinline__ void store_rows_f32(const float (&acc)[kHeadDim / 8][4], float mul,
-                                               int row0, int rows, float *out,
-                                               long long row_stride) {
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = row0 + g + 8 * hi;
-    if (row >= rows) continue;
-    float2 *dst = reinterpret_cast<float2 *>(out + row * row_stride + 2 * tq);
-#pragma unroll
-    for (int n = 0; n < kHeadDim / 8; n++)
-      dst[4 * n] = make_float2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
   }
 }
 /* ---- end jagged tiles ---- */
@@ -1200,7 +1194,7 @@ ag_gem_d128_bf16_causal_bwd_dq(const unsigned short *__restrict__ q,
         dq_tile(acc, seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k), q0, h, hk,
                 q, k, v, o, dout, lse, di, tables, heads, kv_heads, total_q);
       float *const part = di + broadcast_partials_at(heads, total_q) + slab * n_q * q_stride;
-      store_rows_f32(acc, kScale, row0, (int)min((long long)kBlockM, n_q - q0),
+      store_rows(acc, kScale, row0, (int)min((long long)kBlockM, n_q - q0),
                      part + q0 * q_stride + (long long)h * kHeadDim, q_stride);
     } else {
       const long long seq = find_sequence(cu_seqlens_q, batch, total_q, vt, kBlockM);

@@ -434,21 +434,31 @@ __device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4],
   }
 }
 
-// Store 16 result rows (C layout) times `mul`, those before `rows`, to `out`
-// (row 0 of the chunk, this head): each lane writes its pairs.
-__device__ __forceinline__ void store_rows(const float (&acc)[kDimTiles][4], float mul,
-                                           int row0, int rows, unsigned short *out,
-                                           long long row_stride) {
+// One pair of results: rounded to a 16-bit pair, or as two floats.
+__device__ __forceinline__ void put_pair(unsigned short *at, float lo, float hi) {
+  *reinterpret_cast<unsigned *>(at) = pack2(lo, hi);
+}
+__device__ __forceinline__ void put_pair(float *at, float lo, float hi) {
+  *reinterpret_cast<float2 *>(at) = make_float2(lo, hi);
+}
+
+// Store 16 result rows of kTiles n-tiles (C layout: acc[n][e] is row row0 +
+// g + 8 (e / 2), column 8n + 2tq + e % 2) times `mul`, those before `rows`,
+// to `out` (row 0, rows row_stride elements apart): each lane writes its
+// pairs.
+template <int kTiles, class T>
+__device__ __forceinline__ void store_rows(const float (&acc)[kTiles][4], float mul, int row0,
+                                           int rows, T *out, long long row_stride) {
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int hi = 0; hi < 2; hi++) {
     const int row = row0 + g + 8 * hi;
     if (row >= rows) continue;
-    unsigned *dst = reinterpret_cast<unsigned *>(out + row * row_stride + 2 * tq);
+    T *dst = out + row * row_stride + 2 * tq;
 #pragma unroll
-    for (int n = 0; n < kDimTiles; n++)
-      dst[4 * n] = pack2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+    for (int n = 0; n < kTiles; n++)
+      put_pair(dst + 8 * n, acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
   }
 }
 
