@@ -178,26 +178,7 @@ __device__ __forceinline__ void ring_wait(unsigned short *slots, int i, const un
 
 @include rows_mma.cuh@
 
-// acc += x b: x is 16 rows by the 64 rows of chunk b as 16-bit pairs in C
-// positions ([n][0] row g, [n][1] row g + 8, columns 8n + 2tq and + 1),
-// which make the A fragment of each 16-row slice j of b; b's rows are read
-// as columns with ldmatrix.trans. dQ = dS K, dV = P^T dO, dK = dS^T Q.
-__device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4],
-                                           const unsigned (&x)[kKeyTiles][2], unsigned b_s) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int j = 0; j < kChunk / 16; j++) {
-    const unsigned a[4] = {x[2 * j][0], x[2 * j][1], x[2 * j + 1][0], x[2 * j + 1][1]};
-#pragma unroll
-    for (int n = 0; n < kDimTiles; n += 2) {
-      unsigned b[4];
-      ldmatrix_x4_trans(b, b_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                         n + (lane >> 4)) * 2);
-      mma_16816(acc[n], a, b[0], b[1]);
-      mma_16816(acc[n + 1], a, b[2], b[3]);
-    }
-  }
-}
+@include rows_accumulate.cuh@
 
 @include store_rows.cuh@
 

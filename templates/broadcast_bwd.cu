@@ -204,8 +204,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         const unsigned v_a = k_a + 2 * kKTileElems;
         if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
           float s[kKeyTiles][4], dp[kKeyTiles][4];
-          rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
-          rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
+          rows_times_rows(s, q_a, k_a, 0, row0);
+          rows_times_rows(dp, do_a, v_a, 0, row0);
           const Band band = tile_band(0, k0, delta);
           const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
           unsigned p16[kKeyTiles][2], ds[kKeyTiles][2];

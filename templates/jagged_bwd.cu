@@ -192,8 +192,8 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
     const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
     const unsigned v_a = k_a + 2 * kKTileElems;
     float s[kKeyTiles][4], dp[kKeyTiles][4];
-    rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
-    rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
+    rows_times_rows(s, q_a, k_a, 0, row0);
+    rows_times_rows(dp, do_a, v_a, 0, row0);
     const Band band = tile_band(q0, k0, delta);
     const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
     unsigned p16[kKeyTiles][2], ds[kKeyTiles][2];
@@ -421,7 +421,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       const float *const lse_r = rows_s + (i & 1) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
       // S^T: this thread's rows are keys row0 + g (+ 8), its columns queries.
       float s[kQueryTiles][4];
-      rows_times_rows<kQueryTiles>(s, k_a, q_a, row0);
+      rows_times_rows(s, k_a, q_a, 0, row0);
       const Band band = tile_band(i0, k0, delta);
       const bool full = mq == kBlockM && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
       unsigned p16[kQueryTiles][2];
@@ -446,7 +446,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       }
       accumulate<kQueryTiles>(acc_v, p16, do_a);  // dV += P^T dO
       float dp[kQueryTiles][4];
-      rows_times_rows<kQueryTiles>(dp, v_a, do_a, row0);  // dP^T = V dO^T
+      rows_times_rows(dp, v_a, do_a, 0, row0);  // dP^T = V dO^T
       unsigned ds[kQueryTiles][2];
 #pragma unroll
       for (int n = 0; n < kQueryTiles; n++) {

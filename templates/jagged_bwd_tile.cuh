@@ -1,9 +1,10 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_bwd_tile.cuh: the pieces the two jagged backward kernels share:
 @# which sequence and tile a CTA owns, the band of keys a query sees, the
-@# swizzled tile layout and its 16-byte async load, the two mma.sync
-@# products (rows times rows, and a register operand times a tile), and
-@# the row stores (store_rows.cuh).
+@# swizzled tile layout and its 16-byte async load, the row statistics and
+@# the softmax gradients; with the two mma.sync products (rows_mma.cuh:
+@# rows times rows; rows_accumulate.cuh: a register operand times a tile)
+@# and the row stores (store_rows.cuh).
 @# Needs: kHeadDim, kThreads, kHasLeft, kHasRight, kWindowLeft, kRight, kBroadcast, kLog2e,
 @#   kScaleLog2, fast_exp2(), pack2(), neg_inf(),
 @#   unpack2(),
@@ -185,55 +186,9 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int sr
                :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
-// c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
-// and the kNT * 8 rows of tile b, as kNT 16x8 accumulator tiles:
-// S = Q K^T, dP = dO V^T, or with keys as rows S^T = K Q^T, dP^T = V dO^T.
-template <int kNT>
-__device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
-                                                int row0) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
-#pragma unroll 1
-  for (int kk = 0; kk < kHeadDim / 16; kk++) {
-    // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
-    // the same rows at dims 16kk+8..
-    unsigned a[4];
-    ldmatrix_x4(a, a_s + swizzle(row0 + (lane & 15), 2 * kk + (lane >> 4)) * 2);
-#pragma unroll
-    for (int n = 0; n < kNT; n += 2) {
-      // B (k = dim, n = row of b): matrices 0, 1 are rows 8n..8n+7 at dims
-      // 16kk.. and 16kk+8.., matrices 2, 3 the next 8 rows.
-      unsigned b[4];
-      ldmatrix_x4(b, b_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
-                                   2 * kk + ((lane >> 3) & 1)) * 2);
-      mma_16816(c[n], a, b[0], b[1]);
-      mma_16816(c[n + 1], a, b[2], b[3]);
-    }
-  }
-}
+@include rows_mma.cuh@
 
-// acc += x b: x is 16 rows by the kNT * 8 rows of tile b as 16-bit pairs in
-// C positions ([n][0] row g, [n][1] row g + 8, columns 8n + 2tq and + 1),
-// which make the A fragment of each 16-row slice of b; b's rows are read as
-// columns with ldmatrix.trans. dQ = dS K, dV = P^T dO, dK = dS^T Q.
-template <int kNT>
-__device__ __forceinline__ void accumulate(float (&acc)[kHeadDim / 8][4],
-                                           const unsigned (&x)[kNT][2], unsigned b_s) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int j = 0; j < kNT / 2; j++) {
-    const unsigned a[4] = {x[2 * j][0], x[2 * j][1], x[2 * j + 1][0], x[2 * j + 1][1]};
-#pragma unroll
-    for (int n = 0; n < kHeadDim / 8; n += 2) {
-      unsigned b[4];
-      ldmatrix_x4_trans(b, b_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                         n + (lane >> 4)) * 2);
-      mma_16816(acc[n], a, b[0], b[1]);
-      mma_16816(acc[n + 1], a, b[2], b[3]);
-    }
-  }
-}
+@include rows_accumulate.cuh@
 
 @include store_rows.cuh@
 

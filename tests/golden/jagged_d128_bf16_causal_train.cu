@@ -889,27 +889,29 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int sr
 }
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
-// and the kNT * 8 rows of tile b, as kNT 16x8 accumulator tiles:
-// S = Q K^T, dP = dO V^T, or with keys as rows S^T = K Q^T, dP^T = V dO^T.
+// and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
+// accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
+// dP^T = V dO^T.
 template <int kNT>
 __device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
-                                                int row0) {
+                                                int c0, int row0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
 #pragma unroll 1
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
-    // the same rows at dims 16kk+8..
+    // the same rows at dims 16kk+8.. (matrices a0..a3).
     unsigned a[4];
-    ldmatrix_x4(a, a_s + swizzle(row0 + (lane & 15), 2 * kk + (lane >> 4)) * 2);
+    ldmatrix_x4(a, a_s + swizzle(row0 + (lane & 15), c0 + 2 * kk + (lane >> 4)) * 2);
 #pragma unroll
     for (int n = 0; n < kNT; n += 2) {
-      // B (k = dim, n = row of b): matrices 0, 1 are rows 8n..8n+7 at dims
-      // 16kk.. and 16kk+8.., matrices 2, 3 the next 8 rows.
+      // B (k = dim, n = row of b) is b's rows read as columns: matrices 0, 1
+      // are rows 8n..8n+7 at dims 16kk.. and 16kk+8.. (b0, b1 of n-tile n),
+      // matrices 2, 3 the next 8 rows (n-tile n+1).
       unsigned b[4];
       ldmatrix_x4(b, b_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
-                                   2 * kk + ((lane >> 3) & 1)) * 2);
+                                   c0 + 2 * kk + ((lane >> 3) & 1)) * 2);
       mma_16816(c[n], a, b[0], b[1]);
       mma_16816(c[n + 1], a, b[2], b[3]);
     }
@@ -1150,8 +1152,8 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
     const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
     const unsigned v_a = k_a + 2 * kKTileElems;
     float s[kKeyTiles][4], dp[kKeyTiles][4];
-    rows_times_rows<kKeyTiles>(s, q_a, k_a, row0);
-    rows_times_rows<kKeyTiles>(dp, do_a, v_a, row0);
+    rows_times_rows(s, q_a, k_a, 0, row0);
+    rows_times_rows(dp, do_a, v_a, 0, row0);
     const Band band = tile_band(q0, k0, delta);
     const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
     unsigned p16[kKeyTiles][2], ds[kKeyTiles][2];
@@ -1365,7 +1367,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       const float *const lse_r = rows_s + (i & 1) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
       // S^T: this thread's rows are keys row0 + g (+ 8), its columns queries.
       float s[kQueryTiles][4];
-      rows_times_rows<kQueryTiles>(s, k_a, q_a, row0);
+      rows_times_rows(s, k_a, q_a, 0, row0);
       const Band band = tile_band(i0, k0, delta);
       const bool full = mq == kBlockM && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
       unsigned p16[kQueryTiles][2];
@@ -1390,7 +1392,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       }
       accumulate<kQueryTiles>(acc_v, p16, do_a);  // dV += P^T dO
       float dp[kQueryTiles][4];
-      rows_times_rows<kQueryTiles>(dp, v_a, do_a, row0);  // dP^T = V dO^T
+      rows_times_rows(dp, v_a, do_a, 0, row0);  // dP^T = V dO^T
       unsigned ds[kQueryTiles][2];
 #pragma unroll
       for (int n = 0; n < kQueryTiles; n++) {
