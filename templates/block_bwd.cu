@@ -37,20 +37,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kHeadsPerTile = @HEADS_PER_TILE@;  // adjacent heads loaded as one tile
 constexpr int kStages = @STAGES@;  // (block, head group) input tiles resident per CTA
 constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound: registers fit this many CTAs
-constexpr float kScale = @SCALE@;  // softmax scale @SCALE_TEXT@
-constexpr float kScaleLog2 = @SCALE_LOG2@;  // the scale times log2(e)
-@if SCALE_IN_DS@
-// dS is rounded with the scale in it: bf16 has fp32's exponent range, so
-// that costs nothing, and no gradient store multiplies.
-constexpr float kDsScale = kScale;
-constexpr float kStoreScale = 1.f;  // what dQ and dK still take when stored
-@else@
-// dS is rounded without the scale, and dQ and dK take it in fp32 as they
-// are stored: scaled first, small dS values would sink into fp16's
-// subnormals (the scale is 1/8 at head_dim 64).
-constexpr float kDsScale = 1.f;
-constexpr float kStoreScale = kScale;  // what dQ and dK still take when stored
-@endif@
+@include block_bwd_scale.cuh@
 
 constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous in memory
 constexpr int kChunks = kRowElems / 8;  // 16-byte chunks per tile row

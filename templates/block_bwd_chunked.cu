@@ -24,19 +24,7 @@ constexpr int kWarps = 4;  // warps per CTA: 16 rows of a chunk each
 constexpr int kThreads = kWarps * 32;
 constexpr int kHeadsPerTile = 1;  // one head per work item
 constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound: registers fit this many CTAs
-constexpr float kScale = @SCALE@;  // softmax scale @SCALE_TEXT@
-constexpr float kScaleLog2 = @SCALE_LOG2@;  // the scale times log2(e)
-@if SCALE_IN_DS@
-// dS is rounded with the scale in it: bf16 has fp32's exponent range.
-constexpr float kDsScale = kScale;
-constexpr float kStoreScale = 1.f;  // what dQ and dK still take when stored
-@else@
-// dS is rounded without the scale, and dQ and dK take it in fp32 as they
-// are stored: scaled first, small dS values would sink into fp16's
-// subnormals.
-constexpr float kDsScale = 1.f;
-constexpr float kStoreScale = kScale;  // what dQ and dK still take when stored
-@endif@
+@include block_bwd_scale.cuh@
 
 constexpr int kChunk = 64;  // rows per chunk: 16 per warp
 // Query rows with statistics: every row of every chunk, those past the
