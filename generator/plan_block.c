@@ -122,12 +122,16 @@ static void plan_backward(const ag_spec *spec, ag_plan_block_choices choices, ag
   memset(&one, 0, sizeof one);
   memset(&two, 0, sizeof two);
   const bool rotary = spec->rotary.layout != AG_ROTARY_NONE;
-  const bool table_global = choices.bwd_table_global && out->takes_table &&
-                            spec->head_dim == 128 && spec->block_size <= 64;
+  /* (neither for sm_80, whose 164 KiB per SM holds no third CTA) */
+  const bool sm80 = spec->arch == AG_ARCH_SM80;
+  const bool table_global = choices.bwd_table_global && !sm80 && out->takes_table &&
+                            spec->head_dim == 128 && spec->block_size == 64 &&
+                            spec->rotary.layout == AG_ROTARY_INTERLEAVED &&
+                            spec->rotary.apply_to == (AG_APPLY_Q | AG_APPLY_K);
   one.table_global = two.table_global = table_global;
   const int sm_warps = !rotary ? 2 * MAX_WARPS
-                       : table_global || (choices.bwd_rotary_12_warps && spec->head_dim == 64 &&
-                                          spec->block_size <= 64)
+                       : table_global || (choices.bwd_rotary_12_warps && !sm80 &&
+                                          spec->head_dim == 64 && spec->block_size <= 64)
                            ? 12
                            : MAX_WARPS;
   const ag_plan_bwd *pick;
@@ -159,21 +163,23 @@ static const bool fwd_table_slot_checked = false;
  * up to 12 warps an SM (170 registers a thread) instead of 8 (255): at 64-
  * token blocks computed positions then take the plain plan (two stages,
  * three CTAs) and a table one stage, three CTAs, instead of two stages, two
- * CTAs. ptxas (nvcc 13, sm_90a, every layout, position kind, q k or q k v,
- * causal or not, blocks 48 and 64): no spill but 12 bytes for block
- * positions with V rotated; 80- and 96-token blocks would spill up to 56
- * bytes, so they keep 8 warps. Written 2026-12-05 (session 22) while no
+ * CTAs. ptxas (sm_90a, every layout, position kind, q k or q k v, causal or
+ * not, bf16 and fp16, blocks 48 and 64): at most 16 bytes of spills (block
+ * positions with V rotated; half pairs from a table on q, or q and k);
+ * 80- and 96-token blocks would spill up to 56 bytes, so they keep 8
+ * warps. Not for sm_80 specs. Written 2026-12-05 (session 22) while no
  * GPU was lent; not run yet. */
 static const bool bwd_rotary_12_warps_checked = false;
-/* The rotary backward at head_dim 128, 64-token blocks and below, with
- * table positions: the table's rows read where they are (TABLE_GLOBAL, as
- * the chunked backward reads them) instead of 16 KiB in the stage, and up
- * to 12 warps an SM: three CTAs of 64 KiB and 168 registers instead of two
- * of 80 KiB and 255. dK's products then wait for dV's stores
- * (SERIAL_KEY_GRADS, as with computed positions): ptxas (nvcc 13, sm_90a,
- * 64-token blocks) spills 32 bytes for interleaved pairs on q and k, 20
- * on q, k, v, none for half pairs on q, k, v, but 264 on q and k (124-520
- * without the serial dK). Written
+/* The rotary backward at head_dim 128, 64-token blocks, table positions,
+ * interleaved pairs on q and k (Meta's layout): the table's rows read where
+ * they are (TABLE_GLOBAL, as the chunked backward reads them) instead of 16
+ * KiB in the stage, and up to 12 warps an SM: three CTAs of 64 KiB and 168
+ * registers instead of two of 80 KiB and 255. dK's products then wait for
+ * dV's stores (SERIAL_KEY_GRADS, as with computed positions): ptxas spills
+ * 32 bytes for sm_90a (12 for sm_80 code). Other layouts are left out: at
+ * 168 registers half pairs on q and k spill 264-280 bytes and serialize
+ * every wgmma (C7512), interleaved pairs on q, k, v serialize them too, q
+ * alone spills 172 bytes; 32-token blocks would lose a CTA. Written
  * 2026-12-05 (session 22) while no GPU was lent; not run yet. */
 static const bool bwd_table_global_checked = false;
 

@@ -43,15 +43,15 @@ constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous
 constexpr int kChunks = kRowElems / 8;  // 16-byte chunks per tile row
 constexpr int kHeadChunks = kHeadDim / 8;  // 16-byte chunks per head
 constexpr int kTileElems = kBlock * kRowElems;  // one of Q, K, V, dO for one (block, head group)
-@if ROTARY_TABLE@
+@if TABLE_STAGED@
 constexpr int kTableElems = kBlock * kHeadDim;  // the rotary table's rows of a block: sin | cos
+constexpr int kStageElems = 4 * kTileElems + kTableElems;  // Q, K, V, dO and the table rows
+@else@
 @if TABLE_GLOBAL@
 constexpr int kStageElems = 4 * kTileElems;  // Q, K, V and dO (the table: read where it is)
 @else@
-constexpr int kStageElems = 4 * kTileElems + kTableElems;  // Q, K, V, dO and the table rows
-@endif@
-@else@
 constexpr int kStageElems = 4 * kTileElems;  // Q, K, V and dO
+@endif@
 @endif@
 constexpr int kRowTiles = kBlock / 16;  // 16-row tiles of a block: query rows or key rows
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T and dP = dO V^T

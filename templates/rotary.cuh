@@ -50,10 +50,10 @@
  * work is chunk cc of a head in one row: its word j is pair 4 cc + j.
 @endif@
 @if ROTARY_TABLE@
-@if ROTARY_CHUNKS@
+@if TABLE_IN_GLOBAL@
  * sin a and cos a are the caller's, read from the block's rows of the table
- * in global memory (Tile::table), where they are: beside six chunks, a
- * chunk's rows would cost a CTA per SM at head_dim 128.
+ * in global memory (Tile::table), where they are: beside the kernel's tiles
+ * they would cost a CTA per SM at head_dim 128.
 @else@
  * sin a and cos a are the caller's, from the table rows loaded with the tile
  * (see the tile load).
@@ -91,7 +91,7 @@ __device__ __forceinline__ int rotary_position(const Tile &t, int row) {
 
 @endif@
 @if ROTARY_TABLE@
-@if ROTARY_CHUNKS@
+@if TABLE_IN_GLOBAL@
 // sin and cos of unit cc's pairs for block row `row`, from the block's table
 // rows `table` (table_at(): in global memory, unswizzled).
 @else@

@@ -710,8 +710,10 @@ START_TEST(table_slot_plan) {
     ck_assert_ptr_nonnull(strstr(src, "constexpr int kSmemBytes = 114688;"));
     ck_assert_ptr_nonnull(strstr(src, "return smem + kStages * kStageElems;"));
     ck_assert_ptr_nonnull(strstr(src, "if (ring[1].rows) load_table(stage, rotary_table, ring[1]);"));
-    /* the backward keeps its rows at the end of its stage */
-    ck_assert_ptr_nonnull(strstr(src, "return stage + kStageElems - kTableElems;"));
+    /* the backward keeps its rows at the end of its stage (unless it reads
+     * them where they are, bwd_table_global) */
+    if (!p.bwd.table_global)
+      ck_assert_ptr_nonnull(strstr(src, "return stage + kStageElems - kTableElems;"));
     const char *archs[] = {"sm_90a", "sm_80"};
     for (int a = 0; a < 2; a++) {
       int regs = 0, stores = 0, loads = 0;
@@ -811,12 +813,13 @@ START_TEST(rotary_12_warps_plan) {
 END_TEST
 
 /* The rotary backward at head_dim 128 with the table's rows read where
- * they are (bwd_table_global; not yet run on a GPU): 64-token blocks and
- * below with table positions drop the rows from the stage and take up to
- * 12 warps an SM (64 KiB, three CTAs); computed positions, larger blocks
- * and head_dim 64 keep their plan. The source reads the rows through
- * Tile::table, loads none with the tiles, and compiles for sm_90a and
- * sm_80. */
+ * they are (bwd_table_global; not yet run on a GPU): 64-token blocks with
+ * table positions and interleaved pairs on q and k drop the rows from the
+ * stage and take up to 12 warps an SM (64 KiB, three CTAs); other layouts
+ * (which spill or serialize their wgmma at 168 registers), computed
+ * positions, other blocks, head_dim 64 and sm_80 specs keep their plan.
+ * The source reads the rows through Tile::table, loads none with the
+ * tiles, and compiles for sm_90a and sm_80. */
 START_TEST(table_global_plan) {
   ag_error err = {0};
   for (int dim = 64; dim <= 128; dim += 64)
@@ -828,11 +831,24 @@ START_TEST(table_global_plan) {
         if (valid != AG_OK) continue;
         ag_plan with, without;
         PLAN_BOTH(&s, bwd_table_global, &with, &without);
-        const bool global = dim == 128 && b <= 64 && pos == AG_POSITIONS_TABLE;
+        const bool global = dim == 128 && b == 64 && pos == AG_POSITIONS_TABLE;
         ck_assert(!without.bwd.table_global);
         ck_assert_msg(with.bwd.table_global == global, "block %d head_dim %d", b, dim);
         if (!global) ck_assert_int_eq(memcmp(&with.bwd, &without.bwd, sizeof with.bwd), 0);
       }
+  /* the layouts left out, and sm_80 specs */
+  static const struct { ag_rotary_layout layout; unsigned apply; } kept[] = {
+      {AG_ROTARY_HALF, QK}, {AG_ROTARY_HALF, QKV}, {AG_ROTARY_INTERLEAVED, QKV},
+      {AG_ROTARY_INTERLEAVED, AG_APPLY_Q}, {AG_ROTARY_INTERLEAVED, QK}};
+  for (int i = 0; i < 5; i++) {
+    ag_spec s = rope_spec("g", 64, 128, AG_DTYPE_BF16, false, kept[i].layout,
+                          AG_POSITIONS_TABLE, kept[i].apply, AG_PASS_BACKWARD);
+    if (i == 4) s.arch = AG_ARCH_SM80;
+    ag_plan with, without;
+    PLAN_BOTH(&s, bwd_table_global, &with, &without);
+    ck_assert_msg(!with.bwd.table_global, "case %d", i);
+    ck_assert_int_eq(memcmp(&with.bwd, &without.bwd, sizeof with.bwd), 0);
+  }
   ag_plan_block_choices on = ag_plan_block_checked();
   on.bwd_table_global = true;
   ag_spec s = rope_spec("g", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,

@@ -13,10 +13,12 @@
 #   bwd_rotary_12_warps  head_dim 64, blocks up to 64 tokens: the rotary
 #                        backward capped at 170 registers (three CTAs an SM)
 #                        instead of 255 (two);
-#   bwd_table_global     head_dim 128, blocks up to 64 tokens, table
-#                        positions: the backward reads the table's rows where
-#                        they are (64 KiB, three CTAs of 168 registers, 32
-#                        bytes of spills) instead of 16 KiB of them in its
+#   bwd_table_global     head_dim 128, 64-token blocks, table positions,
+#                        interleaved pairs on q and k (other layouts spill or
+#                        serialize wgmma at 168 registers): the backward
+#                        reads the table's rows where they are (64 KiB,
+#                        three CTAs of 168 registers, 32 bytes of spills)
+#                        instead of 16 KiB of them in its
 #                        stage (80 KiB, two CTAs of 255).
 # `attngen run` times the forward and the backward apart, so r128t's forward
 # shows fwd_table_slot and its backward bwd_table_global.
@@ -30,8 +32,15 @@
 # 3. With all three on, the issue's headline: bench.py --quick --rotary (the
 #    fused pipeline against the fair unfused one), if time is left.
 # Keep a choice if it is correct and faster: set its *_checked constant to
-# true, update tests/check_rotary.c's plan_values, regenerate nothing (the
-# goldens hold no such spec), and record the figures in bench/.
+# true, update tests/check_rotary.c's plan_values (its head_dim 128 forward
+# figures: 114688 bytes, two CTAs, with fwd_table_slot), regenerate the
+# goldens (cd tests && AG_UPDATE_GOLDENS=1 AG_SUITES=emit
+# ../build/check_attngen: fwd_table_slot changes rope_table_b64_d128_bf16
+# and rope_half_table_b64_d128_bf16_causal, bwd_rotary_12_warps
+# rope_half_sequence_d64_fp16_bwd; bwd_table_global takes only interleaved
+# pairs on q and k, which no golden has), run make test (with all three on
+# it passed on the CPU on 2026-12-05 but for plan_values), and record the
+# figures in bench/.
 # Logs to $OUT (at most 8 files come back).
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
@@ -48,10 +57,11 @@ spec() { # name dim positions [dtype]
     echo "passes: [forward, backward]"; } > "$specs/$1.yaml"
 }
 spec r128t 128 table; spec r64t 64 table; spec r64s 64 sequence; spec r128s 128 sequence
+sed 's/interleaved/half/' "$specs/r128t.yaml" | sed 's/name: r128t/name: r128h/' > "$specs/r128h.yaml"
 spec p128 128 none; spec p64 64 none
 timed() { # binary label
   for L in 1024 4096; do
-    for s in r128t r64t r64s r128s p128 p64; do
+    for s in r128t r128h r64t r64s r128s p128 p64; do
       printf '%s L%s %s: ' "$2" "$L" "$s"
       timeout 60 "$1" run "$specs/$s.yaml" --batch 1152 --seqlen $L --min-seqlen $((L * 2 / 5)) \
         --heads 4 --iters 20 2>&1 | grep -iE "ms|error|fail" | tr '\n' ' '
@@ -68,12 +78,12 @@ sed -i -e 's/static const bool fwd_table_slot_checked = false;/static const bool
 echo "choices on: $(grep -c "_checked = true;" generator/plan_block.c) of 3"
 make -j16 all build/check_attngen > "$out/build-on.log" 2>&1 || { tail -20 "$out/build-on.log"; exit 1; }
 echo "=== plans with the choices on $(date +%T)"
-for s in r128t r64t r64s; do echo "$s:"; build/attngen emit "$specs/$s.yaml" | grep -E "^ \*  .*(shared memory|capped|resident)"; done
+for s in r128t r128h r64t r64s; do echo "$s:"; build/attngen emit "$specs/$s.yaml" | grep -E "^ \*  .*(shared memory|capped|resident)"; done
 echo "=== gpu-rotary (choices on) $(date +%T)"
 OUT=$out timeout 240 tools/gpu_session.sh gpu-rotary
 echo "=== sanitizers (choices on) $(date +%T)"
 S=/usr/local/cuda/bin/compute-sanitizer
-for s in r128t r64t r64s; do
+for s in r128t r128h r64t r64s; do
   for tool in memcheck racecheck; do
     timeout 60 $S --tool $tool --error-exitcode 9 build/attngen run "$specs/$s.yaml" --batch 5 \
       --seqlen 300 --min-seqlen 0 --iters 0 > "$out/san-$s-$tool.log" 2>&1

@@ -487,8 +487,8 @@ __device__ __forceinline__ int table_at(int row, int chunk) {
  * 32-bit word of a 16-byte chunk, which the swizzle moves whole, so a unit of
  * work is chunk cc of a head in one row: its word j is pair 4 cc + j.
  * sin a and cos a are the caller's, read from the block's rows of the table
- * in global memory (Tile::table), where they are: beside six chunks, a
- * chunk's rows would cost a CTA per SM at head_dim 128.
+ * in global memory (Tile::table), where they are: beside the kernel's tiles
+ * they would cost a CTA per SM at head_dim 128.
  * Rows past the sequence end are not rotated (they are zero and stay so).
  */
 constexpr int kUnitsPerRow = kHeadChunks;  // units of work per row and head
