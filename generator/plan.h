@@ -153,6 +153,7 @@ typedef struct ag_plan_bwd {
   bool key_chunks;      /* the block does not fit whole: it is walked in 64-row chunks with
                          * recomputation (templates/block_bwd_chunked.cu) */
   bool table_global;    /* the rotary table's rows read in global memory, not in the stages */
+  bool late_dq;         /* dQ rotated back and stored after P and dS are (LATE_DQ) */
 } ag_plan_bwd;
 
 /* ---- the jagged pattern's shapes (plan_jagged.c) ------------------------- */
@@ -317,6 +318,7 @@ typedef struct ag_plan_block_choices {
   bool fwd_table_slot; /* the forward's rotary table rows in one slot, not one a stage */
   bool bwd_rotary_12_warps; /* head_dim 64 rotary backward: 12 warps an SM (170 registers) */
   bool bwd_table_global; /* head_dim 128 backward: the table read where it is, 12 warps an SM */
+  bool bwd_late_dq; /* rotary backward: dQ rotated back after P and dS are stored */
 } ag_plan_block_choices;
 /* ag_plan_block with other choices; for tests. */
 ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices, ag_plan *out,

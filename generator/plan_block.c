@@ -145,6 +145,8 @@ static void plan_backward(const ag_spec *spec, ag_plan_block_choices choices, ag
     pick = &one;
   }
   memcpy(&out->bwd, pick, sizeof out->bwd);
+  out->bwd.late_dq = choices.bwd_late_dq && out->bwd.pds_overlay && spec->head_dim == 128 &&
+                     (spec->rotary.apply_to & AG_APPLY_Q) && rotary;
   if (spec->arch == AG_ARCH_SM80) { /* never compiled for sm_90 */
     out->bwd.wgmma = false;
     if (out->bwd.bulk_store) out->bwd.smem_bytes -= out->bwd.warps * staging_bytes(out->elem_bytes);
@@ -182,10 +184,21 @@ static const bool bwd_rotary_12_warps_checked = false;
  * alone spills 172 bytes; 32-token blocks would lose a CTA. Written
  * 2026-12-05 (session 22) while no GPU was lent; not run yet. */
 static const bool bwd_table_global_checked = false;
+/* The rotary backward with Q rotated and P, dS in K's and V's place: dQ's
+ * products issued in phase 1 as before, but its rotation back and store
+ * after the barrier and P and dS's stores (LATE_DQ), so P and dS (32
+ * registers) are no longer live through the rotation. At head_dim 128 with
+ * interleaved pairs ptxas serialized the kernel's wgmma (C7511) with every
+ * position kind (and spilled 60 bytes with computed ones); in this order
+ * it does neither, at 202-254 registers, half pairs too (ptxas, sm_90a,
+ * q; q, k; q, k, v). Head_dim 128 only: at 64 nothing is serialized and
+ * computed positions would need more registers. Written 2026-12-05
+ * (session 22) while no GPU was lent; not run yet. */
+static const bool bwd_late_dq_checked = false;
 
 ag_plan_block_choices ag_plan_block_checked(void) {
   return (ag_plan_block_choices){fwd_table_slot_checked, bwd_rotary_12_warps_checked,
-                                 bwd_table_global_checked};
+                                 bwd_table_global_checked, bwd_late_dq_checked};
 }
 
 ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -361,6 +374,7 @@ void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan) {
     ag_plan_set(k, "ROTARY_CHUNKS", rotary && p->key_chunks);
     ag_plan_set(k, "ROTARY_STAGES", rotary && !p->key_chunks);
     ag_plan_set(k, "TABLE_GLOBAL", p->table_global);
+    ag_plan_set(k, "LATE_DQ", p->late_dq);
     ag_plan_set(k, "TABLE_IN_GLOBAL", p->key_chunks || p->table_global);
     ag_plan_set(k, "TABLE_STAGED", plan->takes_table && !p->key_chunks && !p->table_global);
   }

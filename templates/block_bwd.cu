@@ -20,7 +20,8 @@
 @#   ROTARY (rotary embeddings; then those of rotary.cuh, and
 @#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work
 @#   walk); with ROTARY_TABLE, TABLE_GLOBAL (the table rows read in global
-@#   memory: TABLE_IN_GLOBAL too) or TABLE_STAGED (loaded with each tile); OWN_HELPERS (include mma_sm80.cuh: off when a forward
+@#   memory: TABLE_IN_GLOBAL too) or TABLE_STAGED (loaded with each tile);
+@#   LATE_DQ (with PDS_OVERLAY: dQ rotated back and stored after P and dS); OWN_HELPERS (include mma_sm80.cuh: off when a forward
 @#   kernel earlier in the same source has emitted it); IN_NAMESPACE (put all of
 @#   this in namespace bwd, apart from that forward's constants and functions).
 @if IN_NAMESPACE@
@@ -418,14 +419,13 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   }
 }
 
-// Phase 1 of one job, second part: dQ = dS K of its rows, to
-// memory. The dS pairs of key tiles 2j, 2j+1 are the A fragment of key
-// slice j; K's rows 16j.. are B, read as V is in the forward's O = P V.
-__device__ __forceinline__ void query_grads(const unsigned short *stage, const Tile &t, int h,
-                                            int row0, const unsigned (&ds)[kKeyTiles][2],
-                                            unsigned short *dq, long long row_stride) {
+// Phase 1 of one job, second part: dQ = dS K of its rows into acc. The dS
+// pairs of key tiles 2j, 2j+1 are the A fragment of key slice j; K's rows
+// 16j.. are B, read as V is in the forward's O = P V.
+__device__ __forceinline__ void query_products(const unsigned short *stage, int h, int row0,
+                                               const unsigned (&ds)[kKeyTiles][2],
+                                               float (&acc)[kDimTiles][4]) {
   const unsigned k_s = smem_addr(stage + kTileElems);
-  float acc[kDimTiles][4];
 @if WGMMA@
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
   // The warpgroup's 64 rows: A from the dS registers, B = K's rows 16j..
@@ -466,11 +466,26 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
 @if WGMMA@
 #endif
 @endif@
+}
+
+// Phase 1 of one job, third part: its dQ rows to memory.
+__device__ __forceinline__ void query_store(const unsigned short *stage, const Tile &t, int h,
+                                            int row0, float (&acc)[kDimTiles][4],
+                                            unsigned short *dq, long long row_stride) {
 @if ROTATE_Q@
   unrotate_rows(acc, stage, t, row0);
 @endif@
   store_rows(acc, kStoreScale, row0, t.rows,
              dq + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim, row_stride);
+}
+
+// dQ of one job's rows, to memory.
+__device__ __forceinline__ void query_grads(const unsigned short *stage, const Tile &t, int h,
+                                            int row0, const unsigned (&ds)[kKeyTiles][2],
+                                            unsigned short *dq, long long row_stride) {
+  float acc[kDimTiles][4];
+  query_products(stage, h, row0, ds, acc);
+  query_store(stage, t, h, row0, acc, dq, row_stride);
 }
 
 // Store one job's P and dS rows (head h's buffers p, ds) for phase 2.
@@ -705,12 +720,27 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 #endif
 @endif@
       RowGrads rg;
+@if LATE_DQ@
+      // dQ's products now; its rotation back once P and dS are stored, so
+      // that their registers are free by then (else ptxas serializes wgmma).
+      float dq_acc[kDimTiles][4];
+      if (mine) {
+        score_grads(stage, ring[0], h, row0, rg);
+        query_products(stage, h, row0, rg.ds, dq_acc);
+      }
+      __syncthreads();
+      if (mine) {
+        store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
+        query_store(stage, ring[0], h, row0, dq_acc, dq, row_stride);
+      }
+@else@
       if (mine) {
         score_grads(stage, ring[0], h, row0, rg);
         query_grads(stage, ring[0], h, row0, rg.ds, dq, row_stride);
       }
       __syncthreads();
       if (mine) store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
+@endif@
 @if WGMMA@
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
       fence_proxy_async(); // phase 2's wgmma read P and dS

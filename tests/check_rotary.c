@@ -892,6 +892,66 @@ START_TEST(table_global_plan) {
 }
 END_TEST
 
+/* dQ rotated back after P and dS are stored (bwd_late_dq; not yet run on
+ * a GPU): taken by head_dim 128 rotary backwards that rotate Q, with P and
+ * dS in K's and V's place; nothing else changes. With it, the head_dim 128
+ * interleaved backward (Meta's layout) no longer has its wgmma serialized
+ * (C7511 before, with a table and with computed positions) and spills
+ * nothing. */
+START_TEST(late_dq_plan) {
+  for (int dim = 64; dim <= 128; dim += 64)
+    for (int b = 16; b <= 256; b += 48)
+      for (unsigned apply = AG_APPLY_Q; apply <= QKV; apply++) {
+        ag_status valid;
+        ag_spec s = rope_spec_status("l", b, dim, AG_DTYPE_BF16, true, AG_ROTARY_INTERLEAVED,
+                                     AG_POSITIONS_TABLE, apply, AG_PASS_BACKWARD, &valid);
+        if (valid != AG_OK) continue;
+        ag_plan with, without;
+        PLAN_BOTH(&s, bwd_late_dq, &with, &without);
+        const bool late = dim == 128 && (apply & AG_APPLY_Q) && with.bwd.pds_overlay;
+        ck_assert(!without.bwd.late_dq);
+        ck_assert_msg(with.bwd.late_dq == late, "block %d head_dim %d apply %u", b, dim, apply);
+        with.bwd.late_dq = false;
+        ck_assert_int_eq(memcmp(&with.bwd, &without.bwd, sizeof with.bwd), 0);
+      }
+  ag_plan_block_choices on = ag_plan_block_checked();
+  on.bwd_late_dq = true;
+  char *dir = ag_test_mkdtemp("attngen-late");
+  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
+  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_SEQUENCE; pos++) {
+    ag_spec s = rope_spec("l", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                          (ag_rotary_positions)pos, QK, AG_PASS_BACKWARD);
+    ag_plan p;
+    ag_error err = {0};
+    ck_assert_int_eq(ag_plan_block_with(&s, on, &p, &err), AG_OK);
+    ag_plan_kernels(&s, &p);
+    ck_assert(p.bwd.late_dq);
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
+    ck_assert_ptr_null(strchr(src, '@'));
+    ck_assert_ptr_nonnull(strstr(src, "query_products(stage, h, row0, rg.ds, dq_acc);"));
+    ck_assert_ptr_nonnull(strstr(src, "query_store(stage, ring[0], h, row0, dq_acc, dq, row_stride);"));
+    int regs = 0, stores = 0, loads = 0;
+    const char *name = p.kernels[0].name;
+    if (compile_report(src, name, "sm_90a", name, dir, &regs, &stores, &loads)) {
+      char path[512];
+      snprintf(path, sizeof path, "%s/%s.log", dir, name);
+      char *log = ag_test_slurp(path, NULL);
+      ck_assert_ptr_nonnull(log);
+      ck_assert_msg(!strstr(log, "C7511") && !strstr(log, "C7512"), "serialized:\n%s", log);
+      free(log);
+      ck_assert_int_eq(stores + loads, 0);
+    }
+    free(src);
+  }
+  unsetenv(AG_ENV_NVRTC_VERBOSE);
+  unsetenv(AG_ENV_DUMP_DIR);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+END_TEST
+
 /* ---- the launch, without a device ---------------------------------------------- */
 
 /* A kernel struct on the stack from a real spec and plan, with the
@@ -1035,6 +1095,7 @@ Suite *rotary_suite(void) {
   tcase_add_test(nv, table_slot_plan);
   tcase_add_test(nv, rotary_12_warps_plan);
   tcase_add_test(nv, table_global_plan);
+  tcase_add_test(nv, late_dq_plan);
   suite_add_tcase(s, nv);
   return s;
 }

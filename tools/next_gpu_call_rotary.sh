@@ -3,10 +3,12 @@
 # next_gpu_call_rotary.sh: the block-diagonal rotary layouts session 22
 # wrote while no device was lent (issue 19: fused rotary costs 25-40% over
 # attention alone, where reading the table twice adds about 5% to the
-# bytes). One device call, about 8 minutes:
+# bytes). Two device calls of about 8 minutes each (one would pass the
+# 600 s limit):
 #   run ../shared/device/prepare here first; device: carry [".devdeps"],
-#   command: bash tools/next_gpu_call_rotary.sh
-# The three plan choices of generator/plan_block.c, all off in the tree:
+#   commands: bash tools/next_gpu_call_rotary.sh check   (steps 1)
+#             bash tools/next_gpu_call_rotary.sh time    (steps 2 and 3)
+# The four plan choices of generator/plan_block.c, all off in the tree:
 #   fwd_table_slot       head_dim 128, 64-token blocks, table positions: the
 #                        forward's table rows in one slot (112 KiB, two CTAs
 #                        an SM) instead of one a stage (128 KiB, one CTA);
@@ -20,16 +22,20 @@
 #                        three CTAs of 168 registers, 32 bytes of spills)
 #                        instead of 16 KiB of them in its
 #                        stage (80 KiB, two CTAs of 255).
+#   bwd_late_dq          head_dim 128, Q rotated: dQ rotated back and stored
+#                        after P and dS are, which ends the serialized wgmma
+#                        (ptxas C7511) of the shipped interleaved backward.
 # `attngen run` times the forward and the backward apart, so r128t's forward
-# shows fwd_table_slot and its backward bwd_table_global.
-# 1. Correct with all three on: the GPU suite's rotary case (every rotary spec
+# shows fwd_table_slot; its backward is timed three ways: the tree's, with
+# bwd_late_dq alone, and with all four choices.
+# 1. Correct with all four on: the GPU suite's rotary case (every rotary spec
 #    of the suite against float64), then compute-sanitizer memcheck and
 #    racecheck over `attngen run` of the changed specs.
-# 2. Timed off and on, the same process order, `attngen run` (CUDA events,
+# 2. Timed off, late (bwd_late_dq alone) and on, `attngen run` (CUDA events,
 #    float64 check on sampled sequences) at batch 1152, 4 heads, lengths
 #    uniform in [0.4 L, L], L 1024 and 4096: the rotary specs the choices
 #    change and the same pattern without rotary.
-# 3. With all three on, the issue's headline: bench.py --quick --rotary (the
+# 3. With all four on, the issue's headline: bench.py --quick --rotary (the
 #    fused pipeline against the fair unfused one), if time is left.
 # Keep a choice if it is correct and faster: set its *_checked constant to
 # true, update tests/check_rotary.c's plan_values (its head_dim 128 forward
@@ -37,10 +43,12 @@
 # goldens (cd tests && AG_UPDATE_GOLDENS=1 AG_SUITES=emit
 # ../build/check_attngen: fwd_table_slot changes rope_table_b64_d128_bf16
 # and rope_half_table_b64_d128_bf16_causal, bwd_rotary_12_warps
-# rope_half_sequence_d64_fp16_bwd; bwd_table_global takes only interleaved
-# pairs on q and k, which no golden has), run make test (with all three on
-# it passed on the CPU on 2026-12-05 but for plan_values), and record the
-# figures in bench/.
+# rope_half_sequence_d64_fp16_bwd, bwd_late_dq the head_dim 128 rotary
+# backwards; bwd_table_global takes only interleaved pairs on q and k,
+# which no golden has), run make test (with the first three on it passed
+# on the CPU on 2026-12-05 but for plan_values), drop the known C7511 of
+# tests/check_nvrtc.c once bwd_late_dq is on, and record the figures in
+# bench/.
 # Logs to $OUT (at most 8 files come back).
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
@@ -71,27 +79,39 @@ timed() { # binary label
 }
 make -j16 all build/check_attngen > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 cp build/attngen /tmp/attngen_off
+sed -i 's/static const bool bwd_late_dq_checked = false;/static const bool bwd_late_dq_checked = true;/' \
+  generator/plan_block.c
+make -j16 build/attngen > "$out/build-late.log" 2>&1 || { tail -20 "$out/build-late.log"; exit 1; }
+cp build/attngen /tmp/attngen_late
 sed -i -e 's/static const bool fwd_table_slot_checked = false;/static const bool fwd_table_slot_checked = true;/' \
   -e 's/static const bool bwd_rotary_12_warps_checked = false;/static const bool bwd_rotary_12_warps_checked = true;/' \
   -e 's/static const bool bwd_table_global_checked = false;/static const bool bwd_table_global_checked = true;/' \
   generator/plan_block.c
-echo "choices on: $(grep -c "_checked = true;" generator/plan_block.c) of 3"
+echo "choices on: $(grep -c "_checked = true;" generator/plan_block.c) of 4"
 make -j16 all build/check_attngen > "$out/build-on.log" 2>&1 || { tail -20 "$out/build-on.log"; exit 1; }
 echo "=== plans with the choices on $(date +%T)"
 for s in r128t r128h r64t r64s; do echo "$s:"; build/attngen emit "$specs/$s.yaml" | grep -E "^ \*  .*(shared memory|capped|resident)"; done
+part=${1:-check}
+if [ "$part" = check ]; then
 echo "=== gpu-rotary (choices on) $(date +%T)"
 OUT=$out timeout 240 tools/gpu_session.sh gpu-rotary
 echo "=== sanitizers (choices on) $(date +%T)"
 S=/usr/local/cuda/bin/compute-sanitizer
 for s in r128t r128h r64t r64s; do
   for tool in memcheck racecheck; do
+    log=/tmp/san-$s-$tool.log  # kept in $out only when it fails (8 files come back)
     timeout 60 $S --tool $tool --error-exitcode 9 build/attngen run "$specs/$s.yaml" --batch 5 \
-      --seqlen 300 --min-seqlen 0 --iters 0 > "$out/san-$s-$tool.log" 2>&1
-    echo "$s $tool rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san-$s-$tool.log")"
+      --seqlen 300 --min-seqlen 0 --iters 0 > "$log" 2>&1
+    rc=$?
+    echo "$s $tool rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log")"
+    [ $rc -eq 0 ] || cp "$log" "$out/"
   done
 done
-echo "=== timed, off then on $(date +%T)"
+fi
+[ "$part" = time ] || exit 0
+echo "=== timed: off, late, on $(date +%T)"
 timed /tmp/attngen_off off
+timed /tmp/attngen_late late
 timed build/attngen on
 echo "=== bench.py --quick --rotary (choices on) $(date +%T)"
 export PYTHONPATH=bindings/python:$PYTHONPATH

@@ -891,14 +891,13 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   }
 }
 
-// Phase 1 of one job, second part: dQ = dS K of its rows, to
-// memory. The dS pairs of key tiles 2j, 2j+1 are the A fragment of key
-// slice j; K's rows 16j.. are B, read as V is in the forward's O = P V.
-__device__ __forceinline__ void query_grads(const unsigned short *stage, const Tile &t, int h,
-                                            int row0, const unsigned (&ds)[kKeyTiles][2],
-                                            unsigned short *dq, long long row_stride) {
+// Phase 1 of one job, second part: dQ = dS K of its rows into acc. The dS
+// pairs of key tiles 2j, 2j+1 are the A fragment of key slice j; K's rows
+// 16j.. are B, read as V is in the forward's O = P V.
+__device__ __forceinline__ void query_products(const unsigned short *stage, int h, int row0,
+                                               const unsigned (&ds)[kKeyTiles][2],
+                                               float (&acc)[kDimTiles][4]) {
   const unsigned k_s = smem_addr(stage + kTileElems);
-  float acc[kDimTiles][4];
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
   // The warpgroup's 64 rows: A from the dS registers, B = K's rows 16j..
   // read MN-major (the k index j runs over K's rows), one half of K's
@@ -932,9 +931,24 @@ __device__ __forceinline__ void query_grads(const unsigned short *stage, const T
     }
   }
 #endif
+}
+
+// Phase 1 of one job, third part: its dQ rows to memory.
+__device__ __forceinline__ void query_store(const unsigned short *stage, const Tile &t, int h,
+                                            int row0, float (&acc)[kDimTiles][4],
+                                            unsigned short *dq, long long row_stride) {
   unrotate_rows(acc, stage, t, row0);
   store_rows(acc, kStoreScale, row0, t.rows,
              dq + t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim, row_stride);
+}
+
+// dQ of one job's rows, to memory.
+__device__ __forceinline__ void query_grads(const unsigned short *stage, const Tile &t, int h,
+                                            int row0, const unsigned (&ds)[kKeyTiles][2],
+                                            unsigned short *dq, long long row_stride) {
+  float acc[kDimTiles][4];
+  query_products(stage, h, row0, ds, acc);
+  query_store(stage, t, h, row0, acc, dq, row_stride);
 }
 
 // Store one job's P and dS rows (head h's buffers p, ds) for phase 2.
