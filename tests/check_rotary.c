@@ -629,6 +629,43 @@ END_TEST
     ck_assert_int_eq(memcmp(&checked_.bwd, &want_->bwd, sizeof checked_.bwd), 0);           \
   } while (0)
 
+/* A fresh directory where NVRTC dumps its sources and ptxas's -v report
+ * (AG_ENV_DUMP_DIR, AG_ENV_NVRTC_VERBOSE set); dump_end undoes both and
+ * removes it. */
+static char *dump_begin(const char *label) {
+  char *dir = ag_test_mkdtemp(label);
+  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
+  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  return dir;
+}
+
+static void dump_end(char *dir) {
+  unsetenv(AG_ENV_NVRTC_VERBOSE);
+  unsetenv(AG_ENV_DUMP_DIR);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+
+/* Every backward spec of interleaved pairs on q and k, both head dims,
+ * blocks of 16 to 256 tokens and table or sequence positions that
+ * validation accepts, planned with `field` of the choices on and off
+ * (PLAN_BOTH), handed to check(). */
+#define SWEEP_BACKWARD(field, check)                                                         \
+  do {                                                                                      \
+    for (int dim_ = 64; dim_ <= 128; dim_ += 64)                                            \
+      for (int b_ = 16; b_ <= 256; b_ += 16)                                                \
+        for (int pos_ = AG_POSITIONS_TABLE; pos_ <= AG_POSITIONS_SEQUENCE; pos_++) {        \
+          ag_status valid_;                                                                 \
+          ag_spec s_ = rope_spec_status("w", b_, dim_, AG_DTYPE_BF16, false,                \
+                                        AG_ROTARY_INTERLEAVED, (ag_rotary_positions)pos_,   \
+                                        QK, AG_PASS_BACKWARD, &valid_);                     \
+          if (valid_ != AG_OK) continue;                                                    \
+          ag_plan with_, without_;                                                          \
+          PLAN_BOTH(&s_, field, &with_, &without_);                                         \
+          check(dim_, b_, pos_, &with_, &without_);                                         \
+        }                                                                                   \
+  } while (0)
+
 /* Compile `src` (its first kernel `first`) for `arch` with ptxas's report
  * into `dir`; the report of `kernel` in *regs, *stores, *loads, or false
  * when NVRTC gave none (it sometimes returns an empty log for -v). */
@@ -691,9 +728,7 @@ START_TEST(table_slot_plan) {
       ck_assert_int_le(2 * (with.fwd.smem_bytes + 1024), 228 * 1024);
     }
 
-  char *dir = ag_test_mkdtemp("attngen-slot");
-  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
-  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  char *dir = dump_begin("attngen-slot");
   ag_plan_block_choices on = ag_plan_block_checked();
   on.fwd_table_slot = true;
   for (int layout = AG_ROTARY_INTERLEAVED; layout <= AG_ROTARY_HALF; layout++) {
@@ -725,12 +760,20 @@ START_TEST(table_slot_plan) {
     }
     free(src);
   }
-  unsetenv(AG_ENV_NVRTC_VERBOSE);
-  unsetenv(AG_ENV_DUMP_DIR);
-  ag_test_remove_tree(dir);
-  free(dir);
+  dump_end(dir);
 }
 END_TEST
+
+static void check_12_warps(int dim, int b, int pos, const ag_plan *with,
+                           const ag_plan *without) {
+  (void)pos;
+  if (dim == 128 || b > 64) {
+    ck_assert_int_eq(memcmp(&with->bwd, &without->bwd, sizeof with->bwd), 0);
+    return;
+  }
+  ck_assert_int_le(with->bwd.min_ctas_per_sm * with->bwd.warps, 12);
+  ck_assert_int_ge(with->bwd.min_ctas_per_sm, without->bwd.min_ctas_per_sm);
+}
 
 /* The rotary backward at head_dim 64 with up to 12 warps an SM
  * (bwd_rotary_12_warps; not yet run on a GPU): at 64-token blocks three
@@ -741,22 +784,7 @@ END_TEST
  * spills (block positions with V rotated). */
 START_TEST(rotary_12_warps_plan) {
   ag_error err = {0};
-  for (int dim = 64; dim <= 128; dim += 64)
-    for (int b = 16; b <= 256; b += 16)
-      for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_SEQUENCE; pos++) {
-        ag_status valid;
-        ag_spec s = rope_spec_status("w", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
-                                     (ag_rotary_positions)pos, QK, AG_PASS_BACKWARD, &valid);
-        if (valid != AG_OK) continue;
-        ag_plan with, without;
-        PLAN_BOTH(&s, bwd_rotary_12_warps, &with, &without);
-        if (dim == 128 || b > 64) {
-          ck_assert_int_eq(memcmp(&with.bwd, &without.bwd, sizeof with.bwd), 0);
-          continue;
-        }
-        ck_assert_int_le(with.bwd.min_ctas_per_sm * with.bwd.warps, 12);
-        ck_assert_int_ge(with.bwd.min_ctas_per_sm, without.bwd.min_ctas_per_sm);
-      }
+  SWEEP_BACKWARD(bwd_rotary_12_warps, check_12_warps);
   /* 64-token blocks, in numbers */
   ag_plan_block_choices on = ag_plan_block_checked(), off = on;
   on.bwd_rotary_12_warps = true;
@@ -782,9 +810,7 @@ START_TEST(rotary_12_warps_plan) {
   ck_assert_int_eq(p.bwd.min_ctas_per_sm, 3);
   ck_assert_int_eq(memcmp(&p.bwd, &plain.bwd, sizeof p.bwd), 0);
 
-  char *dir = ag_test_mkdtemp("attngen-12w");
-  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
-  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  char *dir = dump_begin("attngen-12w");
   for (int i = 0; i < 4; i++) {
     const ag_rotary_layout layout = i & 1 ? AG_ROTARY_HALF : AG_ROTARY_INTERLEAVED;
     const ag_rotary_positions pos = i & 2 ? AG_POSITIONS_BLOCK : AG_POSITIONS_TABLE;
@@ -805,12 +831,17 @@ START_TEST(rotary_12_warps_plan) {
     }
     free(src);
   }
-  unsetenv(AG_ENV_NVRTC_VERBOSE);
-  unsetenv(AG_ENV_DUMP_DIR);
-  ag_test_remove_tree(dir);
-  free(dir);
+  dump_end(dir);
 }
 END_TEST
+
+static void check_table_global(int dim, int b, int pos, const ag_plan *with,
+                               const ag_plan *without) {
+  const bool global = dim == 128 && b == 64 && pos == AG_POSITIONS_TABLE;
+  ck_assert(!without->bwd.table_global);
+  ck_assert_msg(with->bwd.table_global == global, "block %d head_dim %d", b, dim);
+  if (!global) ck_assert_int_eq(memcmp(&with->bwd, &without->bwd, sizeof with->bwd), 0);
+}
 
 /* The rotary backward at head_dim 128 with the table's rows read where
  * they are (bwd_table_global; not yet run on a GPU): 64-token blocks with
@@ -822,20 +853,7 @@ END_TEST
  * tiles, and compiles for sm_90a and sm_80. */
 START_TEST(table_global_plan) {
   ag_error err = {0};
-  for (int dim = 64; dim <= 128; dim += 64)
-    for (int b = 16; b <= 256; b += 16)
-      for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_SEQUENCE; pos++) {
-        ag_status valid;
-        ag_spec s = rope_spec_status("g", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
-                                     (ag_rotary_positions)pos, QK, AG_PASS_BACKWARD, &valid);
-        if (valid != AG_OK) continue;
-        ag_plan with, without;
-        PLAN_BOTH(&s, bwd_table_global, &with, &without);
-        const bool global = dim == 128 && b == 64 && pos == AG_POSITIONS_TABLE;
-        ck_assert(!without.bwd.table_global);
-        ck_assert_msg(with.bwd.table_global == global, "block %d head_dim %d", b, dim);
-        if (!global) ck_assert_int_eq(memcmp(&with.bwd, &without.bwd, sizeof with.bwd), 0);
-      }
+  SWEEP_BACKWARD(bwd_table_global, check_table_global);
   /* the layouts left out, and sm_80 specs */
   static const struct { ag_rotary_layout layout; unsigned apply; } kept[] = {
       {AG_ROTARY_HALF, QK}, {AG_ROTARY_HALF, QKV}, {AG_ROTARY_INTERLEAVED, QKV},
@@ -871,9 +889,7 @@ START_TEST(table_global_plan) {
   ck_assert_ptr_nonnull(bwd);
   ck_assert_ptr_null(strstr(bwd, "load_table("));
   ck_assert_ptr_nonnull(strstr(src, "load_table("));
-  char *dir = ag_test_mkdtemp("attngen-global");
-  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
-  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  char *dir = dump_begin("attngen-global");
   const char *archs[] = {"sm_90a", "sm_80"};
   for (int a = 0; a < 2; a++) {
     int regs = 0, stores = 0, loads = 0;
@@ -885,10 +901,7 @@ START_TEST(table_global_plan) {
     }
   }
   free(src);
-  unsetenv(AG_ENV_NVRTC_VERBOSE);
-  unsetenv(AG_ENV_DUMP_DIR);
-  ag_test_remove_tree(dir);
-  free(dir);
+  dump_end(dir);
 }
 END_TEST
 
@@ -916,9 +929,7 @@ START_TEST(late_dq_plan) {
       }
   ag_plan_block_choices on = ag_plan_block_checked();
   on.bwd_late_dq = true;
-  char *dir = ag_test_mkdtemp("attngen-late");
-  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
-  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  char *dir = dump_begin("attngen-late");
   for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_SEQUENCE; pos++) {
     ag_spec s = rope_spec("l", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
                           (ag_rotary_positions)pos, QK, AG_PASS_BACKWARD);
@@ -945,10 +956,7 @@ START_TEST(late_dq_plan) {
     }
     free(src);
   }
-  unsetenv(AG_ENV_NVRTC_VERBOSE);
-  unsetenv(AG_ENV_DUMP_DIR);
-  ag_test_remove_tree(dir);
-  free(dir);
+  dump_end(dir);
 }
 END_TEST
 
