@@ -145,13 +145,16 @@ static void plan_backward(const ag_spec *spec, ag_plan_block_choices choices, ag
     pick = &one;
   }
   memcpy(&out->bwd, pick, sizeof out->bwd);
-  out->bwd.late_dq = choices.bwd_late_dq && out->bwd.pds_overlay && spec->head_dim == 128 &&
-                     (spec->rotary.apply_to & AG_APPLY_Q) && rotary;
   if (spec->arch == AG_ARCH_SM80) { /* never compiled for sm_90 */
     out->bwd.wgmma = false;
     if (out->bwd.bulk_store) out->bwd.smem_bytes -= out->bwd.warps * staging_bytes(out->elem_bytes);
     out->bwd.bulk_store = false;
   }
+  /* the wgmma kernels only: in the mma.sync code dQ's accumulators live
+   * across the barrier would cost spills (the template keeps the early
+   * order there) */
+  out->bwd.late_dq = choices.bwd_late_dq && out->bwd.wgmma && spec->head_dim == 128 &&
+                     (spec->rotary.apply_to & AG_APPLY_Q) && rotary;
 }
 
 /* The forward's rotary table rows in one slot after the stages, loaded
@@ -190,9 +193,12 @@ static const bool bwd_table_global_checked = false;
  * registers) are no longer live through the rotation. At head_dim 128 with
  * interleaved pairs ptxas serialized the kernel's wgmma (C7511) with every
  * position kind (and spilled 60 bytes with computed ones); in this order
- * it does neither, at 202-254 registers, half pairs too (ptxas, sm_90a,
- * q; q, k; q, k, v). Head_dim 128 only: at 64 nothing is serialized and
- * computed positions would need more registers. Written 2026-12-05
+ * it does neither, at 195-254 registers, half pairs too (ptxas, sm_90a,
+ * 64-token blocks, q; q, k; q, k, v). The wgmma kernels at head_dim 128
+ * only: at 64 nothing is serialized, and in the mma.sync code (sm_80, and
+ * blocks under 64 tokens) dQ's accumulators held across the barrier spill
+ * up to 136 bytes (a review's sweep), so that code keeps the early order.
+ * Written 2026-12-05
  * (session 22) while no GPU was lent; not run yet. */
 static const bool bwd_late_dq_checked = false;
 

@@ -721,6 +721,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @endif@
       RowGrads rg;
 @if LATE_DQ@
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
       // dQ's products now; its rotation back once P and dS are stored, so
       // that their registers are free by then (else ptxas serializes wgmma).
       float dq_acc[kDimTiles][4];
@@ -733,13 +734,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
         query_store(stage, ring[0], h, row0, dq_acc, dq, row_stride);
       }
-@else@
+#else
+      // (mma.sync: dQ's accumulators held across the barrier would spill)
+@endif@
       if (mine) {
         score_grads(stage, ring[0], h, row0, rg);
         query_grads(stage, ring[0], h, row0, rg.ds, dq, row_stride);
       }
       __syncthreads();
       if (mine) store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
+@if LATE_DQ@
+#endif
 @endif@
 @if WGMMA@
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL

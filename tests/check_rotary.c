@@ -906,11 +906,11 @@ START_TEST(table_global_plan) {
 END_TEST
 
 /* dQ rotated back after P and dS are stored (bwd_late_dq; not yet run on
- * a GPU): taken by head_dim 128 rotary backwards that rotate Q, with P and
- * dS in K's and V's place; nothing else changes. With it, the head_dim 128
- * interleaved backward (Meta's layout) no longer has its wgmma serialized
- * (C7511 before, with a table and with computed positions) and spills
- * nothing. */
+ * a GPU): taken by head_dim 128 rotary backwards on wgmma that rotate Q;
+ * nothing else changes (the mma.sync code keeps the early order). With
+ * it, the head_dim 128 interleaved backward (Meta's layout) no longer has
+ * its wgmma serialized (C7511 before, with a table and with computed
+ * positions) and spills nothing. */
 START_TEST(late_dq_plan) {
   for (int dim = 64; dim <= 128; dim += 64)
     for (int b = 16; b <= 256; b += 48)
@@ -921,7 +921,7 @@ START_TEST(late_dq_plan) {
         if (valid != AG_OK) continue;
         ag_plan with, without;
         PLAN_BOTH(&s, bwd_late_dq, &with, &without);
-        const bool late = dim == 128 && (apply & AG_APPLY_Q) && with.bwd.pds_overlay;
+        const bool late = dim == 128 && (apply & AG_APPLY_Q) && with.bwd.wgmma;
         ck_assert(!without.bwd.late_dq);
         ck_assert_msg(with.bwd.late_dq == late, "block %d head_dim %d apply %u", b, dim, apply);
         with.bwd.late_dq = false;
@@ -929,6 +929,7 @@ START_TEST(late_dq_plan) {
       }
   ag_plan_block_choices on = ag_plan_block_checked();
   on.bwd_late_dq = true;
+  on.bwd_table_global = false; /* late_dq alone (the table rows in the stage) */
   char *dir = dump_begin("attngen-late");
   for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_SEQUENCE; pos++) {
     ag_spec s = rope_spec("l", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,

@@ -6,7 +6,7 @@
 # bytes). Two device calls of about 8 minutes each (one would pass the
 # 600 s limit):
 #   run ../shared/device/prepare here first; device: carry [".devdeps"],
-#   commands: bash tools/next_gpu_call_rotary.sh check   (steps 1)
+#   commands: bash tools/next_gpu_call_rotary.sh check   (step 1)
 #             bash tools/next_gpu_call_rotary.sh time    (steps 2 and 3)
 # The four plan choices of generator/plan_block.c, all off in the tree:
 #   fwd_table_slot       head_dim 128, 64-token blocks, table positions: the
@@ -39,7 +39,9 @@
 #    fused pipeline against the fair unfused one), if time is left.
 # Keep a choice if it is correct and faster: set its *_checked constant to
 # true, update tests/check_rotary.c's plan_values (its head_dim 128 forward
-# figures: 114688 bytes, two CTAs, with fwd_table_slot), regenerate the
+# figures: 114688 bytes, two CTAs, with fwd_table_slot; its comparison of
+# the rotary backward's plan with the plain one, with bwd_late_dq),
+# regenerate the
 # goldens (cd tests && AG_UPDATE_GOLDENS=1 AG_SUITES=emit
 # ../build/check_attngen: fwd_table_slot changes rope_table_b64_d128_bf16
 # and rope_half_table_b64_d128_bf16_causal, bwd_rotary_12_warps
@@ -77,38 +79,56 @@ timed() { # binary label
     done
   done
 }
-make -j16 all build/check_attngen > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-cp build/attngen /tmp/attngen_off
-sed -i 's/static const bool bwd_late_dq_checked = false;/static const bool bwd_late_dq_checked = true;/' \
-  generator/plan_block.c
-make -j16 build/attngen > "$out/build-late.log" 2>&1 || { tail -20 "$out/build-late.log"; exit 1; }
-cp build/attngen /tmp/attngen_late
-sed -i -e 's/static const bool fwd_table_slot_checked = false;/static const bool fwd_table_slot_checked = true;/' \
-  -e 's/static const bool bwd_rotary_12_warps_checked = false;/static const bool bwd_rotary_12_warps_checked = true;/' \
-  -e 's/static const bool bwd_table_global_checked = false;/static const bool bwd_table_global_checked = true;/' \
-  generator/plan_block.c
-echo "choices on: $(grep -c "_checked = true;" generator/plan_block.c) of 4"
-make -j16 all build/check_attngen > "$out/build-on.log" 2>&1 || { tail -20 "$out/build-on.log"; exit 1; }
+part=${1:-}
+case $part in check|time) ;; *) echo "usage: $0 check|time"; exit 2 ;; esac
+# The device keeps ignored build outputs between calls and the copy's files
+# may keep old times: rebuild plan_block.o after every change of the flags.
+tree_plan=/tmp/plan_block.c.tree  # the tree's flags (the device copy has no git history)
+cp generator/plan_block.c "$tree_plan"
+trap 'cp "$tree_plan" generator/plan_block.c' EXIT
+flags() { # off | late (bwd_late_dq alone) | all (the four)
+  cp "$tree_plan" generator/plan_block.c
+  [ "$1" = off ] || sed -i 's/static const bool bwd_late_dq_checked = false;/static const bool bwd_late_dq_checked = true;/' \
+    generator/plan_block.c
+  [ "$1" = all ] && sed -i \
+    -e 's/static const bool fwd_table_slot_checked = false;/static const bool fwd_table_slot_checked = true;/' \
+    -e 's/static const bool bwd_rotary_12_warps_checked = false;/static const bool bwd_rotary_12_warps_checked = true;/' \
+    -e 's/static const bool bwd_table_global_checked = false;/static const bool bwd_table_global_checked = true;/' \
+    generator/plan_block.c
+  rm -f build/generator/plan_block.o
+  echo "flags $1: $(grep -c "_checked = true;" generator/plan_block.c) of 4 block choices on"
+}
+if [ "$part" = time ]; then
+  for f in off late; do
+    flags $f
+    make -j16 build/attngen >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+    cp build/attngen /tmp/attngen_$f
+  done
+  # the off binary must plan the tree's layouts
+  /tmp/attngen_off emit "$specs/r128t.yaml" | grep -q "dq_acc" && { echo "off build is not off"; exit 1; }
+  /tmp/attngen_late emit "$specs/r128t.yaml" | grep -q "dq_acc" || { echo "late build is not late"; exit 1; }
+fi
+flags all
+make -j16 all build/check_attngen >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 echo "=== plans with the choices on $(date +%T)"
 for s in r128t r128h r64t r64s; do echo "$s:"; build/attngen emit "$specs/$s.yaml" | grep -E "^ \*  .*(shared memory|capped|resident)"; done
-part=${1:-check}
 if [ "$part" = check ]; then
-echo "=== gpu-rotary (choices on) $(date +%T)"
-OUT=$out timeout 240 tools/gpu_session.sh gpu-rotary
-echo "=== sanitizers (choices on) $(date +%T)"
-S=/usr/local/cuda/bin/compute-sanitizer
-for s in r128t r128h r64t r64s; do
-  for tool in memcheck racecheck; do
-    log=/tmp/san-$s-$tool.log  # kept in $out only when it fails (8 files come back)
-    timeout 60 $S --tool $tool --error-exitcode 9 build/attngen run "$specs/$s.yaml" --batch 5 \
-      --seqlen 300 --min-seqlen 0 --iters 0 > "$log" 2>&1
-    rc=$?
-    echo "$s $tool rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log")"
-    [ $rc -eq 0 ] || cp "$log" "$out/"
+  echo "=== gpu-rotary (choices on) $(date +%T)"
+  OUT=$out timeout 240 tools/gpu_session.sh gpu-rotary
+  echo "=== sanitizers (choices on) $(date +%T)"
+  S=/usr/local/cuda/bin/compute-sanitizer
+  for s in r128t r128h r64t r64s; do
+    for tool in memcheck racecheck; do
+      log=/tmp/san-$s-$tool.log  # failures appended to one file (8 files come back)
+      timeout 60 $S --tool $tool --error-exitcode 9 build/attngen run "$specs/$s.yaml" --batch 5 \
+        --seqlen 300 --min-seqlen 0 --iters 0 > "$log" 2>&1
+      rc=$?
+      echo "$s $tool rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log")"
+      [ $rc -eq 0 ] || cat "$log" >> "$out/san-failed.log"
+    done
   done
-done
+  exit 0
 fi
-[ "$part" = time ] || exit 0
 echo "=== timed: off, late, on $(date +%T)"
 timed /tmp/attngen_off off
 timed /tmp/attngen_late late
