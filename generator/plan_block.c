@@ -177,10 +177,10 @@ static const bool fwd_table_slot_checked = false;
 static const bool bwd_rotary_12_warps_checked = false;
 /* The rotary backward at head_dim 128, 64-token blocks, table positions,
  * interleaved pairs on q and k (Meta's layout): the table's rows read where
- * they are (TABLE_GLOBAL, as the chunked backward reads them) instead of 16
- * KiB in the stage, and up to 12 warps an SM: three CTAs of 64 KiB and 168
- * registers instead of two of 80 KiB and 255. dK's products then wait for
- * dV's stores (SERIAL_KEY_GRADS, as with computed positions): ptxas spills
+ * they are (TABLE_IN_GLOBAL, as the chunked backward reads them) instead
+ * of 16 KiB in the stage, and up to 12 warps an SM: three CTAs of 64 KiB
+ * and 168 registers instead of two of 80 KiB and 255. dK's products then
+ * wait for dV's stores (SERIAL_KEY_GRADS, as with computed positions): ptxas spills
  * 32 bytes for sm_90a (12 for sm_80 code). Other layouts are left out: at
  * 168 registers half pairs on q and k spill 264-280 bytes and serialize
  * every wgmma (C7512), interleaved pairs on q, k, v serialize them too, q
@@ -198,8 +198,7 @@ static const bool bwd_table_global_checked = false;
  * only: at 64 nothing is serialized, and in the mma.sync code (sm_80, and
  * blocks under 64 tokens) dQ's accumulators held across the barrier spill
  * up to 136 bytes (a review's sweep), so that code keeps the early order.
- * Written 2026-12-05
- * (session 22) while no GPU was lent; not run yet. */
+ * Written 2026-12-05 (session 22) while no GPU was lent; not run yet. */
 static const bool bwd_late_dq_checked = false;
 
 ag_plan_block_choices ag_plan_block_checked(void) {
@@ -379,7 +378,7 @@ void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan) {
     ag_plan_set(k, "ROTARY_GRADS", 1);
     ag_plan_set(k, "ROTARY_CHUNKS", rotary && p->key_chunks);
     ag_plan_set(k, "ROTARY_STAGES", rotary && !p->key_chunks);
-    ag_plan_set(k, "TABLE_GLOBAL", p->table_global);
+    ag_plan_set(k, "TABLE_SLOT", 0);
     ag_plan_set(k, "LATE_DQ", p->late_dq);
     ag_plan_set(k, "TABLE_IN_GLOBAL", p->key_chunks || p->table_global);
     ag_plan_set(k, "TABLE_STAGED", plan->takes_table && !p->key_chunks && !p->table_global);

@@ -19,10 +19,12 @@
 @#   until dV is stored, for registers that computed sines and cosines need);
 @#   ROTARY (rotary embeddings; then those of rotary.cuh, and
 @#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work
-@#   walk); with ROTARY_TABLE, TABLE_GLOBAL (the table rows read in global
-@#   memory: TABLE_IN_GLOBAL too) or TABLE_STAGED (loaded with each tile);
-@#   LATE_DQ (with PDS_OVERLAY: dQ rotated back and stored after P and dS); OWN_HELPERS (include mma_sm80.cuh: off when a forward
-@#   kernel earlier in the same source has emitted it); IN_NAMESPACE (put all of
+@#   walk); with ROTARY_TABLE, TABLE_IN_GLOBAL (the table rows read in
+@#   global memory, from Tile::table) or TABLE_STAGED (loaded with each tile;
+@#   TABLE_SLOT false: see rotary_load.cuh); LATE_DQ (with PDS_OVERLAY: dQ
+@#   rotated back and stored after P and dS); OWN_HELPERS (include
+@#   mma_sm80.cuh: off when a forward kernel earlier in the same source has
+@#   emitted it); IN_NAMESPACE (put all of
 @#   this in namespace bwd, apart from that forward's constants and functions).
 @if IN_NAMESPACE@
 /* The backward kernel. Its constants and functions live in namespace bwd,
@@ -48,7 +50,7 @@ constexpr int kTileElems = kBlock * kRowElems;  // one of Q, K, V, dO for one (b
 constexpr int kTableElems = kBlock * kHeadDim;  // the rotary table's rows of a block: sin | cos
 constexpr int kStageElems = 4 * kTileElems + kTableElems;  // Q, K, V, dO and the table rows
 @else@
-@if TABLE_GLOBAL@
+@if TABLE_IN_GLOBAL@
 constexpr int kStageElems = 4 * kTileElems;  // Q, K, V and dO (the table: read where it is)
 @else@
 constexpr int kStageElems = 4 * kTileElems;  // Q, K, V and dO
@@ -178,25 +180,9 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
 #pragma unroll
   for (int m = 0; m < 4; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
 }
-@if ROTARY_TABLE@
-@if TABLE_GLOBAL@
-
-// Element of the rotary table at block row `row`, 16-byte chunk `chunk`,
-// from the block's rows (Tile::table): read in global memory, row-major
-// [tokens, kHeadDim], unswizzled. Its 16 KiB beside the tiles would cost a
-// CTA per SM at head_dim 128.
-__device__ __forceinline__ int table_at(int row, int chunk) {
-  return row * kHeadDim + chunk * 8;
-}
-@else@
-
-// A stage's rotary table rows: at its end.
-__device__ __forceinline__ unsigned short *table_rows(unsigned short *stage) {
-  return stage + kStageElems - kTableElems;
-}
+@if TABLE_STAGED@
 
 @include rotary_load.cuh@
-@endif@
 @endif@
 /* ---- end tile load ---- */
 
@@ -689,7 +675,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     unsigned short *stage = smem + (n % kStages) * kStageElems;
 @if ROTARY@
     // Rotate the tile in place; every warp then reads rows others rotated.
-@if TABLE_GLOBAL@
+@if TABLE_IN_GLOBAL@
     ring[0].table = rotary_table + ring[0].token0 * kHeadDim; // the block's rows
 @endif@
     rotate_tile(stage, ring[0]);

@@ -172,15 +172,6 @@ __device__ __forceinline__ void ring_wait(unsigned short *slots, int i, const un
 
 @include unpack2.cuh@
 @if ROTARY@
-@if ROTARY_TABLE@
-
-// Element of the rotary table at block row `row`, 16-byte chunk `chunk`,
-// from the block's rows (Tile::table): read in global memory, row-major
-// [tokens, kHeadDim], unswizzled.
-__device__ __forceinline__ int table_at(int row, int chunk) {
-  return row * kHeadDim + chunk * 8;
-}
-@endif@
 
 @include rotary.cuh@
 

@@ -71,20 +71,6 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
 }
 @if ROTARY_TABLE@
 
-@if TABLE_SLOT@
-// The rotary table rows of the tile about to be rotated: one slot after the
-// stages, whichever stage holds the tile (the next tile's rows are loaded
-// into it once this one is rotated).
-__device__ __forceinline__ unsigned short *table_rows(unsigned short *) {
-  return smem + kStages * kStageElems;
-}
-@else@
-// A stage's rotary table rows: at its end.
-__device__ __forceinline__ unsigned short *table_rows(unsigned short *stage) {
-  return stage + kStageElems - kTableElems;
-}
-@endif@
-
 @include rotary_load.cuh@
 @endif@
 /* ---- end tile load ---- */

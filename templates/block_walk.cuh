@@ -6,7 +6,7 @@
 @# kHeadsPerTile. No placeholders. Conditions: ROTARY_SEQUENCE (tiles carry the
 @# position of their first token in its sequence); TABLE_IN_GLOBAL with
 @# ROTARY_TABLE (tiles carry their block's rows of the rotary table, which the
-@# chunked backward, and the whole-block one with TABLE_GLOBAL, read in
+@# chunked backward, and the whole-block one (bwd_table_global), read in
 @# global memory: the kernel sets them).
 /* ---- begin work walk ----
  * Work items are (block, head group) pairs; a head group is kHeadsPerTile

@@ -6,7 +6,8 @@
 @# block_bwd.cu after its phase 1 and by block_bwd_chunked.cu after its
 @# stores (both backwards define unpack2 before); uses the including
 @# kernel's kHeadDim, kHeadChunks, kThreads, kDimTiles (backward), swizzle(),
-@# Tile and pack2(), and with positions from a table table_at(); the
+@# Tile and pack2(), and with positions from a table staged with the tiles
+@# table_at() (rotary_load.cuh; rotary.cuh defines it for TABLE_IN_GLOBAL); the
 @# whole-block kernels' kHeadsPerTile, kTileElems, kStageElems,
 @# kTableElems and table_rows() (where rotate_tile finds a stage's table
 @# rows) too.
@@ -25,7 +26,7 @@
 @#   table rows are read in global memory, from Tile::table); ROTARY_STAGES
 @#   (its opposite: the whole-block kernels, with rotate_tile);
 @#   TABLE_IN_GLOBAL (table rows read in global memory, from Tile::table: the
-@#   chunked backward's, and the whole-block backward's with TABLE_GLOBAL).
+@#   chunked backward's, and the whole-block backward's (bwd_table_global)).
 /* ---- begin rotary embeddings ----
  * Pair i (0 <= i < kHeadDim / 2) of every head of token t is rotated by the
  * angle a(t, i):
@@ -76,6 +77,17 @@
 
 @endif@
 @include rotary_core.cuh@
+@if ROTARY_TABLE@
+@if TABLE_IN_GLOBAL@
+
+// Element of the rotary table at block row `row`, 16-byte chunk `chunk`,
+// from the block's rows (Tile::table): read in global memory, row-major
+// [tokens, kHeadDim], unswizzled.
+__device__ __forceinline__ int table_at(int row, int chunk) {
+  return row * kHeadDim + chunk * 8;
+}
+@endif@
+@endif@
 
 constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
 static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");

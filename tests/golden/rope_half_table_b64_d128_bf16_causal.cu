@@ -385,20 +385,20 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
   for (int m = 0; m < 3; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
 }
 
+/* The rotary table is [tokens, kHeadDim]: sin a(t, i) in column i, cos a(t, i)
+ * in column kHeadDim / 2 + i, for pair i of every head of token t. The rows
+ * of a block's tokens serve every head of its group and sit where
+ * table_rows(stage) says, kTableElems elements, with their 16-byte chunks
+ * swizzled by the row as the tensors' are: the backward reads one column of
+ * 8 rows at a time, which then hits 8 different bank groups. Rows past the
+ * sequence end are zero-filled (sin = cos = 0), never read from memory. */
+__device__ __forceinline__ int table_at(int row, int chunk) {
+  return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
+}
+
 // A stage's rotary table rows: at its end.
 __device__ __forceinline__ unsigned short *table_rows(unsigned short *stage) {
   return stage + kStageElems - kTableElems;
-}
-
-/* The rotary table is [tokens, kHeadDim]: sin a(t, i) in column i, cos a(t, i)
- * in column kHeadDim / 2 + i, for pair i of every head of token t. The rows
- * of a block's tokens serve every head of its group and sit where the
- * kernel's table_rows(stage) says, kTableElems elements, with their 16-byte
- * chunks swizzled by the row as the tensors' are: the backward reads one
- * column of 8 rows at a time, which then hits 8 different bank groups. Rows past the sequence end are
- * zero-filled (sin = cos = 0), never read from memory. */
-__device__ __forceinline__ int table_at(int row, int chunk) {
-  return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
 }
 
 __device__ __forceinline__ void load_table(unsigned short *stage,
@@ -1119,20 +1119,20 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
   for (int m = 0; m < 4; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
 }
 
+/* The rotary table is [tokens, kHeadDim]: sin a(t, i) in column i, cos a(t, i)
+ * in column kHeadDim / 2 + i, for pair i of every head of token t. The rows
+ * of a block's tokens serve every head of its group and sit where
+ * table_rows(stage) says, kTableElems elements, with their 16-byte chunks
+ * swizzled by the row as the tensors' are: the backward reads one column of
+ * 8 rows at a time, which then hits 8 different bank groups. Rows past the
+ * sequence end are zero-filled (sin = cos = 0), never read from memory. */
+__device__ __forceinline__ int table_at(int row, int chunk) {
+  return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
+}
+
 // A stage's rotary table rows: at its end.
 __device__ __forceinline__ unsigned short *table_rows(unsigned short *stage) {
   return stage + kStageElems - kTableElems;
-}
-
-/* The rotary table is [tokens, kHeadDim]: sin a(t, i) in column i, cos a(t, i)
- * in column kHeadDim / 2 + i, for pair i of every head of token t. The rows
- * of a block's tokens serve every head of its group and sit where the
- * kernel's table_rows(stage) says, kTableElems elements, with their 16-byte
- * chunks swizzled by the row as the tensors' are: the backward reads one
- * column of 8 rows at a time, which then hits 8 different bank groups. Rows past the sequence end are
- * zero-filled (sin = cos = 0), never read from memory. */
-__device__ __forceinline__ int table_at(int row, int chunk) {
-  return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
 }
 
 __device__ __forceinline__ void load_table(unsigned short *stage,

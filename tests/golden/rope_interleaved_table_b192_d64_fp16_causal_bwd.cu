@@ -471,13 +471,6 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
       : "=f"(lo), "=f"(hi) : "r"(pair));
 }
 
-// Element of the rotary table at block row `row`, 16-byte chunk `chunk`,
-// from the block's rows (Tile::table): read in global memory, row-major
-// [tokens, kHeadDim], unswizzled.
-__device__ __forceinline__ int table_at(int row, int chunk) {
-  return row * kHeadDim + chunk * 8;
-}
-
 /* ---- begin rotary embeddings ----
  * Pair i (0 <= i < kHeadDim / 2) of every head of token t is rotated by the
  * angle a(t, i):
@@ -519,6 +512,13 @@ __device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chun
   w.z = rotate_pair(w.z, s[2], c[2]);
   w.w = rotate_pair(w.w, s[3], c[3]);
   *p = w;
+}
+
+// Element of the rotary table at block row `row`, 16-byte chunk `chunk`,
+// from the block's rows (Tile::table): read in global memory, row-major
+// [tokens, kHeadDim], unswizzled.
+__device__ __forceinline__ int table_at(int row, int chunk) {
+  return row * kHeadDim + chunk * 8;
 }
 
 constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
