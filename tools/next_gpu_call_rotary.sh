@@ -25,18 +25,19 @@
 #   bwd_late_dq          head_dim 128, Q rotated: dQ rotated back and stored
 #                        after P and dS are, which ends the serialized wgmma
 #                        (ptxas C7511) of the shipped interleaved backward.
-# `attngen run` times the forward and the backward apart, so r128t's forward
-# shows fwd_table_slot; its backward is timed three ways: the tree's, with
-# bwd_late_dq alone, and with all four choices.
+# tools/rotary_choice_time.py times the forward and the backward apart, so
+# r128t's forward shows fwd_table_slot; its backward is timed three ways:
+# the tree's, with bwd_late_dq alone, and with all four choices.
 # 1. Correct with all four on: the GPU suite's rotary case (every rotary spec
 #    of the suite against float64), then compute-sanitizer memcheck and
 #    racecheck over `attngen run` of the changed specs.
-# 2. Timed off, late (bwd_late_dq alone) and on, `attngen run` (CUDA events,
-#    float64 check on sampled sequences) at batch 1152, 4 heads, lengths
-#    uniform in [0.4 L, L], L 1024 and 4096: the rotary specs the choices
-#    change and the same pattern without rotary.
-# 3. With all four on, the headline: bench.py --quick --rotary (the
-#    fused pipeline against the fair unfused one), if time is left.
+# 2. Timed off, late (bwd_late_dq alone) and on, tools/rotary_choice_time.py
+#    (CUDA events, data made on the GPU: `attngen run` fills 3 GB inputs on
+#    the host, which took the whole 600 s call on 2026-12-05) at batch 1152,
+#    4 heads, lengths uniform in [0.4 L, L], L 1024 and 4096: the rotary
+#    specs the choices change and the same pattern without rotary.
+# 3. With all four on and `time bench`, the issue's headline: bench.py
+#    --quick --rotary (the fused pipeline against the fair unfused one).
 # Keep a choice if it is correct and faster: set its *_checked constant to
 # true, update tests/check_rotary.c's plan_values (its head_dim 128 forward
 # figures: 114688 bytes, two CTAs, with fwd_table_slot; its comparison of
@@ -69,18 +70,8 @@ spec() { # name dim positions [dtype]
 spec r128t 128 table; spec r64t 64 table; spec r64s 64 sequence; spec r128s 128 sequence
 sed 's/interleaved/half/' "$specs/r128t.yaml" | sed 's/name: r128t/name: r128h/' > "$specs/r128h.yaml"
 spec p128 128 none; spec p64 64 none
-timed() { # binary label
-  for L in 1024 4096; do
-    for s in r128t r128h r64t r64s r128s p128 p64; do
-      printf '%s L%s %s: ' "$2" "$L" "$s"
-      timeout 60 "$1" run "$specs/$s.yaml" --batch 1152 --seqlen $L --min-seqlen $((L * 2 / 5)) \
-        --heads 4 --iters 20 2>&1 | grep -iE "ms|error|fail" | tr '\n' ' '
-      echo
-    done
-  done
-}
 part=${1:-}
-case $part in check|time) ;; *) echo "usage: $0 check|time"; exit 2 ;; esac
+case $part in check|time) ;; *) echo "usage: $0 check|time [bench]"; exit 2 ;; esac
 # The device keeps ignored build outputs between calls and the copy's files
 # may keep old times: rebuild plan_block.o after every change of the flags.
 tree_plan=/tmp/plan_block.c.tree  # the tree's flags (the device copy has no git history)
@@ -101,8 +92,9 @@ flags() { # off | late (bwd_late_dq alone) | all (the four)
 if [ "$part" = time ]; then
   for f in off late; do
     flags $f
-    make -j16 build/attngen >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+    make -j16 build/attngen build/libattngen.so >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
     cp build/attngen /tmp/attngen_$f
+    cp build/libattngen.so.0.3.0 /tmp/lib_$f.so
   done
   # the off binary must plan the tree's layouts
   /tmp/attngen_off emit "$specs/r128t.yaml" | grep -q "dq_acc" && { echo "off build is not off"; exit 1; }
@@ -129,10 +121,17 @@ if [ "$part" = check ]; then
   done
   exit 0
 fi
-echo "=== timed: off, late, on $(date +%T)"
-timed /tmp/attngen_off off
-timed /tmp/attngen_late late
-timed build/attngen on
+cp build/libattngen.so.0.3.0 /tmp/lib_all.so
+echo "=== compile, three builds at once $(date +%T)"
+for f in off late all; do
+  ATTNGEN_LIB=/tmp/lib_$f.so timeout 300 python3 tools/rotary_choice_time.py $f --compile-only &
+done
+wait
+echo "=== timed: off, late, all $(date +%T)"
+for f in off late all; do
+  ATTNGEN_LIB=/tmp/lib_$f.so timeout 150 python3 tools/rotary_choice_time.py $f 2>&1 | tee -a "$out/timed.log"
+done
+[ "${2:-}" = bench ] || exit 0
 echo "=== bench.py --quick --rotary (choices on) $(date +%T)"
 export PYTHONPATH=bindings/python:$PYTHONPATH
 timeout 200 python3 bench/bench.py --quick --rotary --skip flex --budget 180 --no-plot \
