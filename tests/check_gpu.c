@@ -339,8 +339,11 @@ END_TEST
 /* ---- rotary embeddings ---------------------------------------------------------
  * Both layouts x the three position modes, twice each, with q, k or q, k, v,
  * across dtypes, head dims, blocks of 64 and 16 (and 128 once) and causal
- * masks, each from the spec a user writes. With positions from a table,
- * the self-check passes a table of real sines and cosines of random angles. */
+ * masks, each from the spec a user writes; last, specs/ads_block64_d128_rope.yaml's
+ * layout (interleaved pairs from a table on q, k at head_dim 128, 64-token
+ * blocks), whose backward may read the table in global memory
+ * (bwd_table_global). With positions from a table, the self-check passes a
+ * table of real sines and cosines of random angles. */
 typedef struct rotary_case {
   kernel_case k;
   ag_rotary_layout layout;
@@ -363,6 +366,7 @@ static const rotary_case rotary_cases[] = {
     {{AG_DTYPE_FP16, 128, 64, 0}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_BLOCK, QKV},
     {{AG_DTYPE_BF16, 64, 64, 1}, AG_ROTARY_HALF, AG_POSITIONS_BLOCK, QK},
     {{AG_DTYPE_BF16, 128, 128, 1}, AG_ROTARY_HALF, AG_POSITIONS_SEQUENCE, QKV},
+    {{AG_DTYPE_BF16, 128, 64, 0}, AG_ROTARY_INTERLEAVED, AG_POSITIONS_TABLE, QK},
 };
 enum { NROTARY_CASES = sizeof rotary_cases / sizeof rotary_cases[0] };
 
