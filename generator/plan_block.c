@@ -154,16 +154,19 @@ static void plan_backward(const ag_spec *spec, ag_plan_block_choices choices, ag
    * across the barrier would cost spills (the template keeps the early
    * order there) */
   out->bwd.late_dq = choices.bwd_late_dq && out->bwd.wgmma && spec->head_dim == 128 &&
-                     (spec->rotary.apply_to & AG_APPLY_Q) && rotary;
+                     (spec->rotary.apply_to & AG_APPLY_Q) && rotary &&
+                     spec->rotary.layout == AG_ROTARY_INTERLEAVED;
 }
 
 /* The forward's rotary table rows in one slot after the stages, loaded
  * for the next tile once the resident one is rotated (TABLE_SLOT), where
  * that fits a second CTA on an SM: at head_dim 128, 64-token blocks, two
  * stages of Q, K, V and a table slot each take 128 KiB (one CTA an SM, 4
- * warps), two stages and one slot 112 KiB (two). Written 2026-12-05
- * (session 22) while no GPU was lent; not run yet. */
-static const bool fwd_table_slot_checked = false;
+ * warps), two stages and one slot 112 KiB (two). H200, 2026-12-05
+ * (bench/NOTES.md, batch 1152, 4 heads, L 1024 / 4096): interleaved pairs
+ * on q, k 1.475 / 5.800 ms -> 0.974 / 3.894, half pairs 1.444 / 5.650 ->
+ * 0.968 / 3.993; GPU suite and compute-sanitizer clean. */
+static const bool fwd_table_slot_checked = true;
 /* The rotary backward at head_dim 64 and blocks of up to 64 tokens with
  * up to 12 warps an SM (170 registers a thread) instead of 8 (255): at 64-
  * token blocks computed positions then take the plain plan (two stages,
@@ -172,9 +175,10 @@ static const bool fwd_table_slot_checked = false;
  * not, bf16 and fp16, blocks 48 and 64): at most 16 bytes of spills (block
  * positions with V rotated; half pairs from a table on q, or q and k);
  * 80- and 96-token blocks would spill up to 56 bytes, so they keep 8
- * warps. Not for sm_80 specs. Written 2026-12-05 (session 22) while no
- * GPU was lent; not run yet. */
-static const bool bwd_rotary_12_warps_checked = false;
+ * warps. Not for sm_80 specs. H200, 2026-12-05 (as above): a table
+ * (interleaved, q, k) 1.167 / 4.417 ms -> 1.068 / 4.095; sequence
+ * positions 0.964 / 3.806 -> 0.961 / 3.799 (the same within noise). */
+static const bool bwd_rotary_12_warps_checked = true;
 /* The rotary backward at head_dim 128, 64-token blocks, table positions,
  * interleaved pairs on q and k (Meta's layout): the table's rows read where
  * they are (TABLE_IN_GLOBAL, as the chunked backward reads them) instead
@@ -184,8 +188,11 @@ static const bool bwd_rotary_12_warps_checked = false;
  * 32 bytes for sm_90a (12 for sm_80 code). Other layouts are left out: at
  * 168 registers half pairs on q and k spill 264-280 bytes and serialize
  * every wgmma (C7512), interleaved pairs on q, k, v serialize them too, q
- * alone spills 172 bytes; 32-token blocks would lose a CTA. Written
- * 2026-12-05 (session 22) while no GPU was lent; not run yet. */
+ * alone spills 172 bytes; 32-token blocks would lose a CTA. Correct on
+ * the H200 (GPU suite, compute-sanitizer) but slower, 2026-12-05: 2.905 /
+ * 11.747 ms at L 1024 / 4096 against 1.858 / 7.416 with the table rows
+ * staged (bwd_late_dq on both): the rows' global reads in the rotations
+ * cost more than the third CTA gains. Off. */
 static const bool bwd_table_global_checked = false;
 /* The rotary backward with Q rotated and P, dS in K's and V's place: dQ's
  * products issued in phase 1 as before, but its rotation back and store
@@ -198,7 +205,15 @@ static const bool bwd_table_global_checked = false;
  * only: at 64 nothing is serialized, and in the mma.sync code (sm_80, and
  * blocks under 64 tokens) dQ's accumulators held across the barrier spill
  * up to 136 bytes (a review's sweep), so that code keeps the early order.
- * Written 2026-12-05 (session 22) while no GPU was lent; not run yet. */
+ * Interleaved pairs only: H200, 2026-12-05 (batch 1152, 4 heads, L 1024 /
+ * 4096), a table on q, k 2.102 / 8.153 ms -> 1.858 / 7.416, sequence
+ * positions 2.267 / 8.737 -> 1.872 / 7.508; half pairs from a table, which
+ * the early order does not serialize, 1.853 / 7.372 -> 1.886 / 7.440, so
+ * they keep it. Off until the GPU suite runs the exact kernels: the check
+ * of 2026-12-05 ran the late order with all four choices on, so q, k from
+ * a table (specs/ads_block64_d128_rope.yaml) went through
+ * bwd_table_global's rows instead of the staged ones, and the device time
+ * ran out before another call (tools/next_gpu_call_late_dq.sh). */
 static const bool bwd_late_dq_checked = false;
 
 ag_plan_block_choices ag_plan_block_checked(void) {

@@ -36,7 +36,7 @@
  *     matrix products: wgmma (one warpgroup) on sm_90a, else mma.sync
  *     shared memory: 74752 bytes (P and dS take K's and V's place)
  *     gradient stores: through 2304 bytes of staging rows per warp, bulk copies on sm_90
- *     registers capped for 2 CTAs per SM
+ *     registers capped for 3 CTAs per SM
  *     grid: one CTA per 8 (block, head group) tiles
  */
 
@@ -651,7 +651,7 @@ constexpr int kWarps = 4;  // warps per CTA
 constexpr int kThreads = kWarps * 32;
 constexpr int kHeadsPerTile = 1;  // adjacent heads loaded as one tile
 constexpr int kStages = 2;  // (block, head group) input tiles resident per CTA
-constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
+constexpr int kMinCtasPerSm = 3;  // launch bound: registers fit this many CTAs
 constexpr float kScale = 1.250000000e-01f;  // softmax scale 1/sqrt(64)
 constexpr float kScaleLog2 = 1.803368801e-01f;  // the scale times log2(e)
 // dS is rounded without the scale, and dQ and dK take it in fp32 as they

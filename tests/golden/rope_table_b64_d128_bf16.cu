@@ -23,7 +23,8 @@
  *   heads per tile: 1
  *   threads: 128 (4 warps, 1 job of 16 query rows each)
  *   tiles resident per CTA: 2
- *   shared memory: 131072 bytes (each stage holds 16384 bytes of rotary table rows)
+ *   shared memory: 114688 bytes (the stages, then one slot of 16384 bytes of rotary table rows: the next tile's, loaded once the resident tile is rotated)
+ *   registers capped for 2 CTAs per SM
  *   grid: one CTA per 4 (block, head group) tiles
  */
 
@@ -35,7 +36,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kHeadsPerTile = 1;  // adjacent heads loaded as one tile
 constexpr int kJobsPerWarp = 1;  // (head, 16-row query tile) jobs per warp
 constexpr int kStages = 2;  // (block, head group) tiles resident per CTA
-constexpr int kMinCtasPerSm = 1;  // launch bound: registers fit this many CTAs
+constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
 constexpr float kScaleLog2 = 1.275174308e-01f;  // softmax scale 1/sqrt(128) times log2(e)
 
 constexpr int kRowElems = kHeadsPerTile * kHeadDim;  // one tile row: contiguous in memory
@@ -43,13 +44,15 @@ constexpr int kChunks = kRowElems / 8;  // 16-byte chunks per tile row
 constexpr int kHeadChunks = kHeadDim / 8;  // 16-byte chunks per head
 constexpr int kTileElems = kBlock * kRowElems;  // one of Q, K, V for one (block, head group)
 constexpr int kTableElems = kBlock * kHeadDim;  // the rotary table's rows of a block: sin | cos
-constexpr int kStageElems = 3 * kTileElems + kTableElems;  // Q, K, V and the table rows
+constexpr int kStageElems = 3 * kTileElems;  // Q, K and V (the table rows: one slot after)
 constexpr int kKeyTiles = kBlock / 8;  // n-tiles of S = Q K^T
 constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
 constexpr int kJobs = kHeadsPerTile * kBlock / 16;  // (head, 16-row query tile) jobs per tile
 static_assert(kWarps * kJobsPerWarp >= kJobs, "warps must cover the tile");
-constexpr int kSmemBytes = 131072;  // dynamic shared memory, as planned
-static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory is the stages");
+constexpr int kSmemBytes = 114688;  // dynamic shared memory, as planned
+static_assert(kStages == 2, "the slot takes the next tile's rows while this one is computed");
+static_assert(2 * (kStages * kStageElems + kTableElems) == kSmemBytes,
+              "the plan's shared memory is the stages and the table slot");
 /* ---- end constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
@@ -386,9 +389,11 @@ __device__ __forceinline__ int table_at(int row, int chunk) {
   return row * kHeadDim + ((chunk ^ (row & 7)) * 8);
 }
 
-// A stage's rotary table rows: at its end.
-__device__ __forceinline__ unsigned short *table_rows(unsigned short *stage) {
-  return stage + kStageElems - kTableElems;
+// The rotary table rows of the tile about to be rotated: one slot after the
+// stages, whichever stage holds the tile (the next tile's rows are loaded
+// into it once this one is rotated).
+__device__ __forceinline__ unsigned short *table_rows(unsigned short *) {
+  return smem + kStages * kStageElems;
 }
 
 __device__ __forceinline__ void load_table(unsigned short *stage,
@@ -609,9 +614,7 @@ ag_golden_rope_b64_d128_bf16_rope_fwd(const unsigned short *__restrict__ q,
     if (ring[kStages - 1].rows)
       load_tile(smem + ((n + kStages - 1) % kStages) * kStageElems, q, k, v, row_stride,
                 ring[kStages - 1]);
-    if (ring[kStages - 1].rows)
-      load_table(smem + ((n + kStages - 1) % kStages) * kStageElems, rotary_table,
-                 ring[kStages - 1]);
+    // (the table slot holds this tile's rows: the next tile's follow its rotation)
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     __syncthreads();
@@ -620,6 +623,10 @@ ag_golden_rope_b64_d128_bf16_rope_fwd(const unsigned short *__restrict__ q,
     // Rotate the tile in place; every warp then reads rows others rotated.
     rotate_tile(stage, ring[0]);
     __syncthreads();
+    // The slot is free: the next tile's table rows, a tile's work ahead of
+    // their use (the next step's wait takes them with the tile).
+    if (ring[1].rows) load_table(stage, rotary_table, ring[1]);
+    cp_async_commit();
     const int warp = threadIdx.x >> 5;
 #pragma unroll 1
     for (int job = warp; job < kJobs; job += kWarps) {
