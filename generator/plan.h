@@ -319,6 +319,7 @@ typedef struct ag_plan_block_choices {
   bool bwd_rotary_12_warps; /* head_dim 64 rotary backward: 12 warps an SM (170 registers) */
   bool bwd_table_global; /* head_dim 128 backward: the table read where it is, 12 warps an SM */
   bool bwd_late_dq; /* rotary backward: dQ rotated back after P and dS are stored */
+  bool fwd_rotary_2_stages; /* head_dim 64 rotary forward: two stages, not one a CTA */
 } ag_plan_block_choices;
 /* ag_plan_block with other choices; for tests. */
 ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices, ag_plan *out,

@@ -213,12 +213,25 @@ static const bool bwd_table_global_checked = false;
  * of 2026-12-05 ran the late order with all four choices on, so q, k from
  * a table (specs/ads_block64_d128_rope.yaml) went through
  * bwd_table_global's rows instead of the staged ones, and the device time
- * ran out before another call (tools/next_gpu_call_late_dq.sh). */
+ * ran out before another call (tools/next_gpu_call_block.sh). */
 static const bool bwd_late_dq_checked = false;
+
+/* The rotary forward at head_dim 64 (two heads a tile) with two stages
+ * and two CTAs an SM instead of one stage and four: the plain forward's
+ * tuning (one stage, measured 3% faster) leaves a CTA nothing in flight
+ * while it rotates its tile in place, and on the H200 (2026-12-05, batch
+ * 1152, 4 heads, L 1024) the rotary forward took 0.474 ms with a table and
+ * 0.464 with sequence positions against the plain one's 0.395, where the
+ * table adds 6% to the bytes. With two stages the next tile loads while
+ * this one is rotated. 114,688 bytes with a table (98,304 without), 4
+ * warps of at most 255 registers. Written 2026-12-05 (session 23) after
+ * the device time ran out; not run yet. */
+static const bool fwd_rotary_2_stages_checked = false;
 
 ag_plan_block_choices ag_plan_block_checked(void) {
   return (ag_plan_block_choices){fwd_table_slot_checked, bwd_rotary_12_warps_checked,
-                                 bwd_table_global_checked, bwd_late_dq_checked};
+                                 bwd_table_global_checked, bwd_late_dq_checked,
+                                 fwd_rotary_2_stages_checked};
 }
 
 ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -297,7 +310,8 @@ ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices,
    * one CTA per 2 tiles measured 3% faster at L = 1024 than two tiles per
    * CTA, two CTAs and 8 tiles, and 1% faster than one CTA per 4 tiles
    * (bench/NOTES.md, tunings of 2026-11-29 and 2026-11-30). */
-  if (f->heads_per_tile == 2 && f->warps == 4 && 4 * stage_bytes <= MAX_SMEM_BYTES) {
+  if (f->heads_per_tile == 2 && f->warps == 4 && 4 * stage_bytes <= MAX_SMEM_BYTES &&
+      !(choices.fwd_rotary_2_stages && spec->rotary.layout != AG_ROTARY_NONE)) {
     f->stages = 1;
     f->table_slot = false;
     f->smem_bytes = stage_bytes;

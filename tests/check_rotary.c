@@ -977,6 +977,80 @@ START_TEST(late_dq_plan) {
 }
 END_TEST
 
+/* The head_dim 64 rotary forward with two stages and two CTAs an SM
+ * (fwd_rotary_2_stages; not yet run on a GPU) instead of the plain
+ * forward's one stage and four: 64-token blocks only (two heads a tile,
+ * four warps), every layout and position kind; every other forward, and
+ * the one without rotary, keeps its plan. The sources compile for sm_90a
+ * and sm_80 without spills within two CTAs' registers. */
+START_TEST(rotary_2_stages_plan) {
+  for (int dim = 64; dim <= 128; dim += 64)
+    for (int b = 16; b <= 256; b += 16)
+      for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_BLOCK; pos++) {
+        ag_status valid;
+        ag_spec s = rope_spec_status("two", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_HALF,
+                                     (ag_rotary_positions)pos, QK, AG_PASS_FORWARD, &valid);
+        if (valid != AG_OK) continue;
+        ag_plan with, without;
+        PLAN_BOTH(&s, fwd_rotary_2_stages, &with, &without);
+        if (!(dim == 64 && b == 64)) {
+          ck_assert_int_eq(memcmp(&with.fwd, &without.fwd, sizeof with.fwd), 0);
+          continue;
+        }
+        const int stage = 2 * 3 * b * dim * 2 + (pos == AG_POSITIONS_TABLE ? b * dim * 2 : 0);
+        ck_assert_int_eq(without.fwd.stages, 1);
+        ck_assert_int_eq(without.fwd.min_ctas_per_sm, 4);
+        ck_assert_int_eq(with.fwd.heads_per_tile, 2);
+        ck_assert_int_eq(with.fwd.stages, 2);
+        ck_assert_int_eq(with.fwd.smem_bytes, 2 * stage);
+        ck_assert(!with.fwd.table_slot);
+        ck_assert_int_eq(with.fwd.min_ctas_per_sm, 2);
+        ck_assert_int_eq(with.fwd.items_per_cta, 4);
+        ck_assert_int_le(2 * (with.fwd.smem_bytes + 1024), 228 * 1024);
+        /* without rotary the choice changes nothing */
+        s.rotary.layout = AG_ROTARY_NONE;
+        PLAN_BOTH(&s, fwd_rotary_2_stages, &with, &without);
+        ck_assert_int_eq(memcmp(&with.fwd, &without.fwd, sizeof with.fwd), 0);
+        ck_assert_int_eq(with.fwd.stages, 1);
+      }
+
+  ag_error err = {0};
+  char *dir = dump_begin("attngen-two");
+  ag_plan_block_choices on = ag_plan_block_checked();
+  on.fwd_rotary_2_stages = true;
+  const struct {
+    ag_rotary_layout layout;
+    ag_rotary_positions pos;
+    unsigned apply;
+  } cases[] = {{AG_ROTARY_INTERLEAVED, AG_POSITIONS_TABLE, QK},
+               {AG_ROTARY_HALF, AG_POSITIONS_SEQUENCE, QKV},
+               {AG_ROTARY_INTERLEAVED, AG_POSITIONS_BLOCK, QK}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ag_spec s = rope_spec("two", 64, 64, AG_DTYPE_FP16, i == 1, cases[i].layout, cases[i].pos,
+                          cases[i].apply, AG_PASS_FORWARD);
+    ag_plan p;
+    ck_assert_int_eq(ag_plan_block_with(&s, on, &p, &err), AG_OK);
+    ag_plan_kernels(&s, &p);
+    ck_assert_int_eq(p.fwd.stages, 2);
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
+    ck_assert_ptr_null(strchr(src, '@'));
+    ck_assert_ptr_nonnull(strstr(src, "constexpr int kStages = 2;"));
+    const char *archs[] = {"sm_90a", "sm_80"};
+    for (int a = 0; a < 2; a++) {
+      int regs = 0, stores = 0, loads = 0;
+      if (compile_report(src, p.kernels[0].name, archs[a], p.kernels[0].name, dir, &regs, &stores,
+                         &loads)) {
+        ck_assert_int_eq(stores + loads, 0);
+        ck_assert_int_le(regs * 128 * 2, 65536); /* two CTAs of 128 threads */
+      }
+    }
+    free(src);
+  }
+  dump_end(dir);
+}
+END_TEST
+
 /* ---- the launch, without a device ---------------------------------------------- */
 
 /* A kernel struct on the stack from a real spec and plan, with the
@@ -1121,6 +1195,7 @@ Suite *rotary_suite(void) {
   tcase_add_test(nv, rotary_12_warps_plan);
   tcase_add_test(nv, table_global_plan);
   tcase_add_test(nv, late_dq_plan);
+  tcase_add_test(nv, rotary_2_stages_plan);
   suite_add_tcase(s, nv);
   return s;
 }

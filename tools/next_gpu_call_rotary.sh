@@ -10,7 +10,7 @@
 #             bash tools/next_gpu_call_rotary.sh time    (steps 2 and 3)
 # Run on 2026-12-05 (session 23; bench/results/2026-12-05-h200-rotary-choices.md):
 # fwd_table_slot and bwd_rotary_12_warps are now on in the tree, bwd_table_global
-# off (slower), bwd_late_dq off until tools/next_gpu_call_late_dq.sh checks it;
+# off (slower), bwd_late_dq off until tools/next_gpu_call_block.sh checks it;
 # "off" below means the tree's choices. The four plan choices of
 # generator/plan_block.c:
 #   fwd_table_slot       head_dim 128, 64-token blocks, table positions: the

@@ -1,0 +1,77 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# next_gpu_call_block.sh: the block-diagonal plan choices session 23 left
+# off (generator/plan_block.c), checked and timed in one device call of
+# about 8 minutes, then the owed host-overhead and fused-dQ steps:
+#   run ../shared/device/prepare here first; device: carry [".devdeps", ".devrun"],
+#   command: bash tools/next_gpu_call_block.sh
+# 1. With bwd_late_dq and fwd_rotary_2_stages on: the GPU suite's rotary
+#    case (every rotary spec against float64; its last case is
+#    specs/ads_block64_d128_rope.yaml's layout, and four cases are head_dim
+#    64 forwards of 64-token blocks), then compute-sanitizer on the ads spec
+#    and a head_dim 64 table spec.
+#    - bwd_late_dq was timed faster on 2026-12-05
+#      (bench/results/2026-12-05-h200-rotary-choices.md) but checked only
+#      with bwd_table_global beside it.
+#    - fwd_rotary_2_stages was written after the device time ran out.
+# 2. tools/rotary_choice_time.py, the tree's choices against both on.
+#    Keep what is correct and faster: set its *_checked constant,
+#    regenerate the goldens (cd tests && AG_UPDATE_GOLDENS=1 AG_SUITES=emit
+#    ../build/check_attngen), and with bwd_late_dq drop known_serialized()
+#    in tests/check_nvrtc.c (the ads spec's C7511 ends).
+# 3. Issue 20: bench/overhead.py --parts (the steps of an eager call).
+# 4. Issue 17: the fused dQ harness (.devrun/bwd_test_fdq;
+#    tools/next_gpu_call.sh says how to build it), against float64, then
+#    timed beside ws-tma.
+# Logs to $OUT (at most 8 files come back).
+source .devdeps/env.sh || exit 1
+out=${OUT:-/tmp}
+export PYTHONPATH=bindings/python:$PYTHONPATH
+tree_plan=/tmp/plan_block.c.tree
+cp generator/plan_block.c "$tree_plan"
+trap 'cp "$tree_plan" generator/plan_block.c' EXIT
+# the device keeps build outputs between calls: plan_block.o rebuilt each time
+make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+rm -f build/generator/plan_block.o
+make -j16 build/libattngen.so >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+cp build/libattngen.so.0.3.0 /tmp/lib_tree.so
+sed -i -e 's/static const bool bwd_late_dq_checked = false;/static const bool bwd_late_dq_checked = true;/' \
+  -e 's/static const bool fwd_rotary_2_stages_checked = false;/static const bool fwd_rotary_2_stages_checked = true;/' \
+  generator/plan_block.c
+rm -f build/generator/plan_block.o
+make -j16 all build/check_attngen >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+cp build/libattngen.so.0.3.0 /tmp/lib_on.so
+echo "block choices on: $(grep -c "_checked = true;" generator/plan_block.c)"
+build/attngen emit specs/ads_block64_d128_rope.yaml | grep -q "dq_acc" || { echo "bwd_late_dq is not on"; exit 1; }
+printf 'name: r64t\npattern: block_diagonal\nblock_size: 64\nhead_dim: 64\ndtype: bf16\nrotary:\n  layout: interleaved\n  apply_to: [q, k]\n  positions: table\npasses: [forward, backward]\n' > /tmp/r64t.yaml
+build/attngen emit /tmp/r64t.yaml | grep -q "constexpr int kStages = 2;" || { echo "fwd_rotary_2_stages is not on"; exit 1; }
+echo "=== gpu-rotary (choices on) $(date +%T)"
+OUT=$out timeout 240 tools/gpu_session.sh gpu-rotary
+echo "=== sanitizers (choices on) $(date +%T)"
+S=/usr/local/cuda/bin/compute-sanitizer
+for s in specs/ads_block64_d128_rope.yaml /tmp/r64t.yaml; do
+  for tool in memcheck racecheck; do
+    timeout 60 $S --tool $tool --error-exitcode 9 build/attngen run $s --batch 5 --seqlen 300 \
+      --min-seqlen 0 --iters 0 > /tmp/san.log 2>&1
+    echo "$s $tool rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check' /tmp/san.log | tr '\n' ' ')"
+  done
+done
+echo "=== timed: the tree's choices, then bwd_late_dq and fwd_rotary_2_stages on $(date +%T)"
+for f in tree on; do
+  ATTNGEN_LIB=/tmp/lib_$f.so timeout 200 python3 tools/rotary_choice_time.py $f --compile-only &
+done
+wait
+for f in tree on; do
+  ATTNGEN_LIB=/tmp/lib_$f.so timeout 100 python3 tools/rotary_choice_time.py $f 2>&1 | tee -a "$out/timed.log"
+done
+echo "=== overhead parts $(date +%T)"
+timeout 70 python3 bench/overhead.py --parts --calls 2000 --out "$out/parts" 2>&1 | tail -18
+echo "=== fused dQ harness $(date +%T)"
+F=.devrun/bwd_test_fdq
+[ -x "$F" ] || { echo "no $F (tools/next_gpu_call.sh says how to build it)"; exit 0; }
+V=("ws-fdq bf16 d128 full blk128" "ws-fdq bf16 d128 causal blk128" "ws-fdq f16 d128 full blk128")
+timeout 60 "$F" checksm90 31 "${V[@]}" > "$out/fdq-check.log" 2>&1
+echo "check rc $?"; grep -v "^ok" "$out/fdq-check.log" | tail -5
+timeout 60 "$F" time 7 "ws-tma bf16 d128 full blk128" "ws-fdq bf16 d128 full blk128" \
+  "ws-tma bf16 d128 causal blk128" "ws-fdq bf16 d128 causal blk128" 2>&1 | grep "^time" |
+  sed 's/ *tokens [0-9]* *//'
