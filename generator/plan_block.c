@@ -224,8 +224,9 @@ static const bool bwd_late_dq_checked = false;
  * 0.464 with sequence positions against the plain one's 0.395, where the
  * table adds 6% to the bytes. With two stages the next tile loads while
  * this one is rotated. 114,688 bytes with a table (98,304 without), 4
- * warps of at most 255 registers. Written 2026-12-05 (session 23) after
- * the device time ran out; not run yet. */
+ * warps of at most 255 registers. Not for sm_80 specs (164 KiB an SM: one
+ * such CTA). Written 2026-12-05 (session 23) after the device time ran
+ * out; not run yet. */
 static const bool fwd_rotary_2_stages_checked = false;
 
 ag_plan_block_choices ag_plan_block_checked(void) {
@@ -254,7 +255,9 @@ ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices,
   if (st != AG_OK) return st;
   /* Rotary embeddings rotate the tiles in shared memory, so they cost no
    * memory of their own, except with positions from a table: then each
-   * stage also holds the table's rows for the tile's tokens. */
+   * stage also holds the table's rows for the tile's tokens (the forward's
+   * may share one slot, TABLE_SLOT; the backward may read them in global
+   * memory, TABLE_IN_GLOBAL). */
   if (out->takes_table)
     out->rotary_table_bytes = spec->block_size * spec->head_dim * out->elem_bytes;
   if (spec->passes & AG_PASS_BACKWARD) {
@@ -268,7 +271,7 @@ ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices,
    * tiles each still fit on an SM. */
   int row_bytes = spec->head_dim * out->elem_bytes;
   int tile_bytes = 3 * spec->block_size * row_bytes; /* Q, K, V of one head */
-  int table = out->rotary_table_bytes;               /* per stage, any heads */
+  int table = out->rotary_table_bytes;               /* a stage's (or the slot's), any heads */
   ag_plan_block_fwd *f = &out->fwd;
   f->heads_per_tile =
       row_bytes < 256 && 2 * 2 * (2 * tile_bytes + table) <= MAX_SMEM_BYTES ? 2 : 1;
@@ -311,7 +314,8 @@ ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices,
    * CTA, two CTAs and 8 tiles, and 1% faster than one CTA per 4 tiles
    * (bench/NOTES.md, tunings of 2026-11-29 and 2026-11-30). */
   if (f->heads_per_tile == 2 && f->warps == 4 && 4 * stage_bytes <= MAX_SMEM_BYTES &&
-      !(choices.fwd_rotary_2_stages && spec->rotary.layout != AG_ROTARY_NONE)) {
+      !(choices.fwd_rotary_2_stages && spec->rotary.layout != AG_ROTARY_NONE &&
+        spec->arch != AG_ARCH_SM80)) {
     f->stages = 1;
     f->table_slot = false;
     f->smem_bytes = stage_bytes;

@@ -341,8 +341,8 @@ END_TEST
  * across dtypes, head dims, blocks of 64 and 16 (and 128 once) and causal
  * masks, each from the spec a user writes; last, specs/ads_block64_d128_rope.yaml's
  * layout (interleaved pairs from a table on q, k at head_dim 128, 64-token
- * blocks), whose backward may read the table in global memory
- * (bwd_table_global). With positions from a table, the self-check passes a
+ * blocks), whose backward the plan's choices change most (bwd_late_dq,
+ * bwd_table_global in generator/plan_block.c). With positions from a table, the self-check passes a
  * table of real sines and cosines of random angles. */
 typedef struct rotary_case {
   kernel_case k;

@@ -980,39 +980,49 @@ END_TEST
 /* The head_dim 64 rotary forward with two stages and two CTAs an SM
  * (fwd_rotary_2_stages; not yet run on a GPU) instead of the plain
  * forward's one stage and four: 64-token blocks only (two heads a tile,
- * four warps), every layout and position kind; every other forward, and
- * the one without rotary, keeps its plan. The sources compile for sm_90a
- * and sm_80 without spills within two CTAs' registers. */
+ * four warps), every layout and position kind, not for sm_80 specs; every
+ * other forward, and the one without rotary, keeps its plan. The sources
+ * compile for sm_90a and sm_80 without spills (the launch bound caps
+ * them at two CTAs' registers). */
 START_TEST(rotary_2_stages_plan) {
   for (int dim = 64; dim <= 128; dim += 64)
     for (int b = 16; b <= 256; b += 16)
-      for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_BLOCK; pos++) {
-        ag_status valid;
-        ag_spec s = rope_spec_status("two", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_HALF,
-                                     (ag_rotary_positions)pos, QK, AG_PASS_FORWARD, &valid);
-        if (valid != AG_OK) continue;
-        ag_plan with, without;
-        PLAN_BOTH(&s, fwd_rotary_2_stages, &with, &without);
-        if (!(dim == 64 && b == 64)) {
+      for (int layout = AG_ROTARY_INTERLEAVED; layout <= AG_ROTARY_HALF; layout++)
+        for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_BLOCK; pos++) {
+          ag_status valid;
+          ag_spec s =
+              rope_spec_status("two", b, dim, AG_DTYPE_BF16, false, (ag_rotary_layout)layout,
+                               (ag_rotary_positions)pos, QK, AG_PASS_FORWARD, &valid);
+          if (valid != AG_OK) continue;
+          if (dim == 64 && b == 64) { /* sm_80 (164 KiB an SM) keeps one stage */
+            ag_spec sm80 = s;
+            sm80.arch = AG_ARCH_SM80;
+            ag_plan with80, without80;
+            PLAN_BOTH(&sm80, fwd_rotary_2_stages, &with80, &without80);
+            ck_assert_int_eq(memcmp(&with80.fwd, &without80.fwd, sizeof with80.fwd), 0);
+          }
+          ag_plan with, without;
+          PLAN_BOTH(&s, fwd_rotary_2_stages, &with, &without);
+          if (!(dim == 64 && b == 64)) {
+            ck_assert_int_eq(memcmp(&with.fwd, &without.fwd, sizeof with.fwd), 0);
+            continue;
+          }
+          const int stage = 2 * 3 * b * dim * 2 + (pos == AG_POSITIONS_TABLE ? b * dim * 2 : 0);
+          ck_assert_int_eq(without.fwd.stages, 1);
+          ck_assert_int_eq(without.fwd.min_ctas_per_sm, 4);
+          ck_assert_int_eq(with.fwd.heads_per_tile, 2);
+          ck_assert_int_eq(with.fwd.stages, 2);
+          ck_assert_int_eq(with.fwd.smem_bytes, 2 * stage);
+          ck_assert(!with.fwd.table_slot);
+          ck_assert_int_eq(with.fwd.min_ctas_per_sm, 2);
+          ck_assert_int_eq(with.fwd.items_per_cta, 4);
+          ck_assert_int_le(2 * (with.fwd.smem_bytes + 1024), 228 * 1024);
+          /* without rotary the choice changes nothing */
+          s.rotary.layout = AG_ROTARY_NONE;
+          PLAN_BOTH(&s, fwd_rotary_2_stages, &with, &without);
           ck_assert_int_eq(memcmp(&with.fwd, &without.fwd, sizeof with.fwd), 0);
-          continue;
+          ck_assert_int_eq(with.fwd.stages, 1);
         }
-        const int stage = 2 * 3 * b * dim * 2 + (pos == AG_POSITIONS_TABLE ? b * dim * 2 : 0);
-        ck_assert_int_eq(without.fwd.stages, 1);
-        ck_assert_int_eq(without.fwd.min_ctas_per_sm, 4);
-        ck_assert_int_eq(with.fwd.heads_per_tile, 2);
-        ck_assert_int_eq(with.fwd.stages, 2);
-        ck_assert_int_eq(with.fwd.smem_bytes, 2 * stage);
-        ck_assert(!with.fwd.table_slot);
-        ck_assert_int_eq(with.fwd.min_ctas_per_sm, 2);
-        ck_assert_int_eq(with.fwd.items_per_cta, 4);
-        ck_assert_int_le(2 * (with.fwd.smem_bytes + 1024), 228 * 1024);
-        /* without rotary the choice changes nothing */
-        s.rotary.layout = AG_ROTARY_NONE;
-        PLAN_BOTH(&s, fwd_rotary_2_stages, &with, &without);
-        ck_assert_int_eq(memcmp(&with.fwd, &without.fwd, sizeof with.fwd), 0);
-        ck_assert_int_eq(with.fwd.stages, 1);
-      }
 
   ag_error err = {0};
   char *dir = dump_begin("attngen-two");
@@ -1040,10 +1050,8 @@ START_TEST(rotary_2_stages_plan) {
     for (int a = 0; a < 2; a++) {
       int regs = 0, stores = 0, loads = 0;
       if (compile_report(src, p.kernels[0].name, archs[a], p.kernels[0].name, dir, &regs, &stores,
-                         &loads)) {
+                         &loads))
         ck_assert_int_eq(stores + loads, 0);
-        ck_assert_int_le(regs * 128 * 2, 65536); /* two CTAs of 128 threads */
-      }
     }
     free(src);
   }

@@ -5,7 +5,7 @@
 # about 8 minutes, then the owed host-overhead and fused-dQ steps:
 #   run ../shared/device/prepare here first; device: carry [".devdeps", ".devrun"],
 #   command: bash tools/next_gpu_call_block.sh
-# 1. With bwd_late_dq and fwd_rotary_2_stages on: the GPU suite's rotary
+# 1. With bwd_late_dq and fwd_rotary_2_stages on (after step 2): the GPU suite's rotary
 #    case (every rotary spec against float64; its last case is
 #    specs/ads_block64_d128_rope.yaml's layout, and four cases are head_dim
 #    64 forwards of 64-token blocks), then compute-sanitizer on the ads spec
@@ -15,10 +15,17 @@
 #      with bwd_table_global beside it.
 #    - fwd_rotary_2_stages was written after the device time ran out.
 # 2. tools/rotary_choice_time.py, the tree's choices against both on.
+#    (The timing runs first, before the suite: it is the step that must
+#    not be cut off by the 600 s limit, as on 2026-12-05.)
 #    Keep what is correct and faster: set its *_checked constant,
 #    regenerate the goldens (cd tests && AG_UPDATE_GOLDENS=1 AG_SUITES=emit
-#    ../build/check_attngen), and with bwd_late_dq drop known_serialized()
-#    in tests/check_nvrtc.c (the ads spec's C7511 ends).
+#    ../build/check_attngen: bwd_late_dq changes
+#    rope_interleaved_block_b64_d128_fp16_bwd, fwd_rotary_2_stages
+#    rope_half_sequence_d64_fp16_bwd), update tests/check_rotary.c's
+#    plan_values (with fwd_rotary_2_stages its head_dim 64 forward: two
+#    stages, 2 * (3 * 64 * 256 + 64 * 128) bytes, two CTAs), and with
+#    bwd_late_dq drop known_serialized() in tests/check_nvrtc.c (the ads
+#    spec's C7511 ends).
 # 3. Issue 20: bench/overhead.py --parts (the steps of an eager call).
 # 4. Issue 17: the fused dQ harness (.devrun/bwd_test_fdq;
 #    tools/next_gpu_call.sh says how to build it), against float64, then
@@ -45,6 +52,14 @@ echo "block choices on: $(grep -c "_checked = true;" generator/plan_block.c)"
 build/attngen emit specs/ads_block64_d128_rope.yaml | grep -q "dq_acc" || { echo "bwd_late_dq is not on"; exit 1; }
 printf 'name: r64t\npattern: block_diagonal\nblock_size: 64\nhead_dim: 64\ndtype: bf16\nrotary:\n  layout: interleaved\n  apply_to: [q, k]\n  positions: table\npasses: [forward, backward]\n' > /tmp/r64t.yaml
 build/attngen emit /tmp/r64t.yaml | grep -q "constexpr int kStages = 2;" || { echo "fwd_rotary_2_stages is not on"; exit 1; }
+echo "=== timed: the tree's choices, then bwd_late_dq and fwd_rotary_2_stages on $(date +%T)"
+for f in tree on; do
+  ATTNGEN_LIB=/tmp/lib_$f.so timeout 200 python3 tools/rotary_choice_time.py $f --compile-only &
+done
+wait
+for f in tree on; do
+  ATTNGEN_LIB=/tmp/lib_$f.so timeout 100 python3 tools/rotary_choice_time.py $f 2>&1 | tee -a "$out/timed.log"
+done
 echo "=== gpu-rotary (choices on) $(date +%T)"
 OUT=$out timeout 240 tools/gpu_session.sh gpu-rotary
 echo "=== sanitizers (choices on) $(date +%T)"
@@ -55,14 +70,6 @@ for s in specs/ads_block64_d128_rope.yaml /tmp/r64t.yaml; do
       --min-seqlen 0 --iters 0 > /tmp/san.log 2>&1
     echo "$s $tool rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check' /tmp/san.log | tr '\n' ' ')"
   done
-done
-echo "=== timed: the tree's choices, then bwd_late_dq and fwd_rotary_2_stages on $(date +%T)"
-for f in tree on; do
-  ATTNGEN_LIB=/tmp/lib_$f.so timeout 200 python3 tools/rotary_choice_time.py $f --compile-only &
-done
-wait
-for f in tree on; do
-  ATTNGEN_LIB=/tmp/lib_$f.so timeout 100 python3 tools/rotary_choice_time.py $f 2>&1 | tee -a "$out/timed.log"
 done
 echo "=== overhead parts $(date +%T)"
 timeout 70 python3 bench/overhead.py --parts --calls 2000 --out "$out/parts" 2>&1 | tail -18

@@ -91,7 +91,7 @@ flags() { # off | late (bwd_late_dq alone) | all (the four)
     -e 's/static const bool bwd_table_global_checked = false;/static const bool bwd_table_global_checked = true;/' \
     generator/plan_block.c
   rm -f build/generator/plan_block.o
-  echo "flags $1: $(grep -c "_checked = true;" generator/plan_block.c) of 4 block choices on"
+  echo "flags $1: $(grep -c "_checked = true;" generator/plan_block.c) block choices on"
 }
 if [ "$part" = time ]; then
   for f in off late; do
