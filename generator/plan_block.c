@@ -298,9 +298,11 @@ ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices,
                           spec->block_size, spec->head_dim, (stage_bytes + 1023) / 1024);
   f->stages = 2 * stage_bytes <= MAX_SMEM_BYTES ? 2 : 1;
   f->smem_bytes = f->stages * stage_bytes;
-  /* One table slot for both stages where that earns a second CTA. */
+  /* One table slot for both stages where that earns a second CTA (not on
+   * sm_80, whose 164 KiB an SM holds one CTA either way). */
   const int slot_bytes = 2 * (stage_bytes - table) + table;
-  if (choices.fwd_table_slot && table && f->stages == 2 && f->warps <= 4 &&
+  if (choices.fwd_table_slot && spec->arch != AG_ARCH_SM80 && table && f->stages == 2 &&
+      f->warps <= 4 &&
       2 * f->smem_bytes > MAX_SMEM_BYTES && 2 * slot_bytes <= MAX_SMEM_BYTES) {
     f->table_slot = true;
     f->smem_bytes = slot_bytes;

@@ -708,8 +708,8 @@ static bool compile_report(const char *src, const char *first, const char *arch,
  * (fwd_table_slot; on since the H200 timed it 1.5x faster, 2026-12-05):
  * taken exactly where it earns a second CTA an SM, head_dim 128 with
  * 64-token blocks (two stages of Q, K, V and the rows: 128 KiB, one CTA;
- * with one slot: 112 KiB, two); everywhere else the plan is the plain
- * one. The slot's source loads the next tile's rows after the rotation
+ * with one slot: 112 KiB, two), and not for sm_80 specs; everywhere else
+ * the plan is the plain one. The slot's source loads the next tile's rows after the rotation
  * and compiles for sm_90a and sm_80 without spills. */
 START_TEST(table_slot_plan) {
   ag_error err = {0};
@@ -737,6 +737,11 @@ START_TEST(table_slot_plan) {
       ck_assert_int_eq(with.fwd.min_ctas_per_sm, 2);
       /* two such CTAs beside their 1 KiB each of reserved shared memory */
       ck_assert_int_le(2 * (with.fwd.smem_bytes + 1024), 228 * 1024);
+      /* sm_80 (164 KiB an SM: one CTA either way) keeps a table a stage */
+      s.arch = AG_ARCH_SM80;
+      PLAN_BOTH(&s, fwd_table_slot, &with, &without);
+      ck_assert(!with.fwd.table_slot);
+      ck_assert_int_eq(memcmp(&with.fwd, &without.fwd, sizeof with.fwd), 0);
     }
 
   char *dir = dump_begin("attngen-slot");
