@@ -657,6 +657,18 @@ static void dump_end(char *dir) {
   free(dir);
 }
 
+/* The spec planned with `choices`, its kernels described and emitted: the
+ * source (the caller frees it), every placeholder and condition expanded. */
+static char *emit_with(const ag_spec *s, ag_plan_block_choices choices, ag_plan *p) {
+  ag_error err = {0};
+  ck_assert_msg(ag_plan_block_with(s, choices, p, &err) == AG_OK, "%s", err.message);
+  ag_plan_kernels(s, p);
+  char *src = NULL;
+  ck_assert_msg(ag_emit_plan(s, p, &src, &err) == AG_OK, "%s", err.message);
+  ck_assert_ptr_null(strchr(src, '@'));
+  return src;
+}
+
 /* Every backward spec of interleaved pairs on q and k, both head dims,
  * blocks of 16 to 256 tokens and table or sequence positions that
  * validation accepts, planned with `field` of the choices on and off
@@ -712,7 +724,6 @@ static bool compile_report(const char *src, const char *first, const char *arch,
  * the plan is the plain one. The slot's source loads the next tile's rows after the rotation
  * and compiles for sm_90a and sm_80 without spills. */
 START_TEST(table_slot_plan) {
-  ag_error err = {0};
   for (int dim = 64; dim <= 128; dim += 64)
     for (int b = 16; b <= 256; b += 16) {
       ag_status valid;
@@ -752,12 +763,8 @@ START_TEST(table_slot_plan) {
                           (ag_rotary_layout)layout, AG_POSITIONS_TABLE, QK,
                           AG_PASS_FORWARD | AG_PASS_BACKWARD);
     ag_plan p;
-    ck_assert_int_eq(ag_plan_block_with(&s, on, &p, &err), AG_OK);
-    ag_plan_kernels(&s, &p);
+    char *src = emit_with(&s, on, &p);
     ck_assert(p.fwd.table_slot);
-    char *src = NULL;
-    ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
-    ck_assert_ptr_null(strchr(src, '@'));
     ck_assert_ptr_nonnull(strstr(src, "constexpr int kSmemBytes = 114688;"));
     ck_assert_ptr_nonnull(strstr(src, "return smem + kStages * kStageElems;"));
     ck_assert_ptr_nonnull(strstr(src, "if (ring[1].rows) load_table(stage, rotary_table, ring[1]);"));
@@ -832,12 +839,9 @@ START_TEST(rotary_12_warps_plan) {
     const ag_rotary_positions pos = i & 2 ? AG_POSITIONS_BLOCK : AG_POSITIONS_TABLE;
     ag_spec s = rope_spec("w", 64, 64, i & 1 ? AG_DTYPE_FP16 : AG_DTYPE_BF16, i == 1, layout, pos,
                           i & 2 ? QKV : QK, AG_PASS_FORWARD | AG_PASS_BACKWARD);
-    ck_assert_int_eq(ag_plan_block_with(&s, on, &p, &err), AG_OK);
-    ag_plan_kernels(&s, &p);
+    char *src = emit_with(&s, on, &p);
     const ag_plan_kernel *bk = ag_plan_kernel_for(&p, AG_PASS_BACKWARD);
     ck_assert_int_eq(bk->min_ctas_per_sm, 3);
-    char *src = NULL;
-    ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
     ck_assert_ptr_nonnull(strstr(src, "constexpr int kMinCtasPerSm = 3;"));
     int regs = 0, stores = 0, loads = 0;
     if (compile_report(src, p.kernels[0].name, "sm_90a", bk->name, dir, &regs, &stores, &loads)) {
@@ -868,7 +872,6 @@ static void check_table_global(int dim, int b, int pos, const ag_plan *with,
  * The source reads the rows through Tile::table, loads none with the
  * tiles, and compiles for sm_90a and sm_80. */
 START_TEST(table_global_plan) {
-  ag_error err = {0};
   SWEEP_BACKWARD(bwd_table_global, check_table_global);
   /* the layouts left out, and sm_80 specs */
   static const struct { ag_rotary_layout layout; unsigned apply; } kept[] = {
@@ -888,14 +891,10 @@ START_TEST(table_global_plan) {
   ag_spec s = rope_spec("g", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
                         AG_POSITIONS_TABLE, QK, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ag_plan p;
-  ck_assert_int_eq(ag_plan_block_with(&s, on, &p, &err), AG_OK);
+  char *src = emit_with(&s, on, &p);
   ck_assert_int_eq(p.bwd.stages, 1);
   ck_assert_int_eq(p.bwd.smem_bytes, 4 * 64 * 256);
   ck_assert_int_eq(p.bwd.min_ctas_per_sm, 3);
-  ag_plan_kernels(&s, &p);
-  char *src = NULL;
-  ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
-  ck_assert_ptr_null(strchr(src, '@'));
   ck_assert_ptr_nonnull(strstr(src, "ring[0].table = rotary_table + ring[0].token0 * kHeadDim;"));
   ck_assert_ptr_nonnull(strstr(src, "constexpr int kStageElems = 4 * kTileElems;  // Q, K, V and dO (the table: read where it is)"));
   ck_assert_ptr_nonnull(strstr(src, "rotary table: read in global memory"));
@@ -956,13 +955,8 @@ START_TEST(late_dq_plan) {
     ag_spec s = rope_spec("l", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
                           (ag_rotary_positions)pos, QK, AG_PASS_BACKWARD);
     ag_plan p;
-    ag_error err = {0};
-    ck_assert_int_eq(ag_plan_block_with(&s, on, &p, &err), AG_OK);
-    ag_plan_kernels(&s, &p);
+    char *src = emit_with(&s, on, &p);
     ck_assert(p.bwd.late_dq);
-    char *src = NULL;
-    ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
-    ck_assert_ptr_null(strchr(src, '@'));
     ck_assert_ptr_nonnull(strstr(src, "query_products(stage, h, row0, rg.ds, dq_acc);"));
     ck_assert_ptr_nonnull(strstr(src, "query_store(stage, ring[0], h, row0, dq_acc, dq, row_stride);"));
     int regs = 0, stores = 0, loads = 0;
@@ -1029,7 +1023,6 @@ START_TEST(rotary_2_stages_plan) {
           ck_assert_int_eq(with.fwd.stages, 1);
         }
 
-  ag_error err = {0};
   char *dir = dump_begin("attngen-two");
   ag_plan_block_choices on = ag_plan_block_checked();
   on.fwd_rotary_2_stages = true;
@@ -1044,12 +1037,8 @@ START_TEST(rotary_2_stages_plan) {
     ag_spec s = rope_spec("two", 64, 64, AG_DTYPE_FP16, i == 1, cases[i].layout, cases[i].pos,
                           cases[i].apply, AG_PASS_FORWARD);
     ag_plan p;
-    ck_assert_int_eq(ag_plan_block_with(&s, on, &p, &err), AG_OK);
-    ag_plan_kernels(&s, &p);
+    char *src = emit_with(&s, on, &p);
     ck_assert_int_eq(p.fwd.stages, 2);
-    char *src = NULL;
-    ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
-    ck_assert_ptr_null(strchr(src, '@'));
     ck_assert_ptr_nonnull(strstr(src, "constexpr int kStages = 2;"));
     const char *archs[] = {"sm_90a", "sm_80"};
     for (int a = 0; a < 2; a++) {
