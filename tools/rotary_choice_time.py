@@ -17,8 +17,10 @@ gpu-rotary), not this script's."""
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                "bindings", "python"))
+_root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(_root, "bindings", "python"))
+sys.path.insert(0, os.path.join(_root, "bench"))
+from peers.common import cuda_time  # noqa: E402  (the harness's CUDA-event timing)
 
 SPECS = [  # name, head_dim, positions, layout (None: no rotary)
     ("r128t", 128, "table", "interleaved"), ("r128h", 128, "table", "half"),
@@ -38,18 +40,9 @@ def spec_dict(name, dim, positions, layout):
     return d
 
 
-def timed(torch, fn, iters=20, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(iters)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    return sorted(a.elapsed_time(b) for a, b in ev)[iters // 2]
+def timed(fn):
+    """Median milliseconds of fn() over 20 calls after 3 warm-ups."""
+    return cuda_time(lambda _: fn(), 1, 20)[0]
 
 
 def main():
@@ -79,8 +72,8 @@ def main():
             tb = table.numel() * 2 if table is not None else 0
             x = q.numel() * 2
             with torch.no_grad():
-                f = timed(torch, lambda: kern(q, k, v, offsets, rotary_table=table))
-            b = timed(torch, lambda: kern.backward(q, k, v, do, offsets, rotary_table=table))
+                f = timed(lambda: kern(q, k, v, offsets, rotary_table=table))
+            b = timed(lambda: kern.backward(q, k, v, do, offsets, rotary_table=table))
             print("%s L%d %s: fwd %.4f ms %.2f TB/s  bwd %.4f ms %.2f TB/s" % (
                 label, L, name, f, (4 * x + tb) / f / 1e9, b, (7 * x + tb) / b / 1e9), flush=True)
             del q, k, v, do, table
