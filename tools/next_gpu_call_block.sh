@@ -34,21 +34,14 @@
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 export PYTHONPATH=bindings/python:$PYTHONPATH
-tree_plan=/tmp/plan_block.c.tree
-cp generator/plan_block.c "$tree_plan"
-trap 'cp "$tree_plan" generator/plan_block.c' EXIT
-# the device keeps build outputs between calls: plan_block.o rebuilt each time
+source tools/block_choices.sh
+block_choices_keep
+block_choices || exit 1
 make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-rm -f build/generator/plan_block.o
-make -j16 build/libattngen.so >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 cp build/libattngen.so.0.3.0 /tmp/lib_tree.so
-sed -i -e 's/static const bool bwd_late_dq_checked = false;/static const bool bwd_late_dq_checked = true;/' \
-  -e 's/static const bool fwd_rotary_2_stages_checked = false;/static const bool fwd_rotary_2_stages_checked = true;/' \
-  generator/plan_block.c
-rm -f build/generator/plan_block.o
+block_choices bwd_late_dq fwd_rotary_2_stages || exit 1
 make -j16 all build/check_attngen >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 cp build/libattngen.so.0.3.0 /tmp/lib_on.so
-echo "block choices on: $(grep -c "_checked = true;" generator/plan_block.c)"
 build/attngen emit specs/ads_block64_d128_rope.yaml | grep -q "dq_acc" || { echo "bwd_late_dq is not on"; exit 1; }
 printf 'name: r64t\npattern: block_diagonal\nblock_size: 64\nhead_dim: 64\ndtype: bf16\nrotary:\n  layout: interleaved\n  apply_to: [q, k]\n  positions: table\npasses: [forward, backward]\n' > /tmp/r64t.yaml
 build/attngen emit /tmp/r64t.yaml | grep -q "constexpr int kStages = 2;" || { echo "fwd_rotary_2_stages is not on"; exit 1; }

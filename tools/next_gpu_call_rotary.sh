@@ -76,26 +76,18 @@ sed 's/interleaved/half/' "$specs/r128t.yaml" | sed 's/name: r128t/name: r128h/'
 spec p128 128 none; spec p64 64 none
 part=${1:-}
 case $part in check|time) ;; *) echo "usage: $0 check|time [bench]"; exit 2 ;; esac
-# The device keeps ignored build outputs between calls and the copy's files
-# may keep old times: rebuild plan_block.o after every change of the flags.
-tree_plan=/tmp/plan_block.c.tree  # the tree's flags (the device copy has no git history)
-cp generator/plan_block.c "$tree_plan"
-trap 'cp "$tree_plan" generator/plan_block.c' EXIT
-flags() { # off | late (bwd_late_dq alone) | all (the four)
-  cp "$tree_plan" generator/plan_block.c
-  [ "$1" = off ] || sed -i 's/static const bool bwd_late_dq_checked = false;/static const bool bwd_late_dq_checked = true;/' \
-    generator/plan_block.c
-  [ "$1" = all ] && sed -i \
-    -e 's/static const bool fwd_table_slot_checked = false;/static const bool fwd_table_slot_checked = true;/' \
-    -e 's/static const bool bwd_rotary_12_warps_checked = false;/static const bool bwd_rotary_12_warps_checked = true;/' \
-    -e 's/static const bool bwd_table_global_checked = false;/static const bool bwd_table_global_checked = true;/' \
-    generator/plan_block.c
-  rm -f build/generator/plan_block.o
-  echo "flags $1: $(grep -c "_checked = true;" generator/plan_block.c) block choices on"
+source tools/block_choices.sh
+block_choices_keep
+flags() { # off (the tree's) | late (bwd_late_dq too) | all (the four)
+  case $1 in
+    off) block_choices ;;
+    late) block_choices bwd_late_dq ;;
+    all) block_choices bwd_late_dq fwd_table_slot bwd_rotary_12_warps bwd_table_global ;;
+  esac
 }
 if [ "$part" = time ]; then
   for f in off late; do
-    flags $f
+    flags $f || exit 1
     make -j16 build/attngen build/libattngen.so >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
     cp build/attngen /tmp/attngen_$f
     cp build/libattngen.so.0.3.0 /tmp/lib_$f.so
@@ -104,7 +96,7 @@ if [ "$part" = time ]; then
   /tmp/attngen_off emit "$specs/r128t.yaml" | grep -q "dq_acc" && { echo "off build is not off"; exit 1; }
   /tmp/attngen_late emit "$specs/r128t.yaml" | grep -q "dq_acc" || { echo "late build is not late"; exit 1; }
 fi
-flags all
+flags all || exit 1
 make -j16 all build/check_attngen >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 echo "=== plans with the choices on $(date +%T)"
 for s in r128t r128h r64t r64s; do echo "$s:"; build/attngen emit "$specs/$s.yaml" | grep -E "^ \*  .*(shared memory|capped|resident)"; done
