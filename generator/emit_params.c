@@ -37,6 +37,14 @@ static const char *declaration(ag_param r, bool block, unsigned pass) {
     case AG_PARAM_TOTAL_Q: return block ? "long long total_tokens" : "long long total_q";
     case AG_PARAM_TOTAL_K: return "long long total_k";
     case AG_PARAM_ITEMS: return block ? "long long num_items" : "long long num_tiles";
+    case AG_PARAM_STRIDE_Q: return "int q_stride";
+    case AG_PARAM_STRIDE_K: return "int k_stride";
+    case AG_PARAM_STRIDE_V: return "int v_stride";
+    case AG_PARAM_STRIDE_O: return "int o_stride";
+    case AG_PARAM_STRIDE_DOUT: return "int dout_stride";
+    case AG_PARAM_STRIDE_DQ: return "int dq_stride";
+    case AG_PARAM_STRIDE_DK: return "int dk_stride";
+    case AG_PARAM_STRIDE_DV: return "int dv_stride";
     case AG_PARAM_TMAP_Q: return "const __grid_constant__ ag_tmap tmap_q";
     case AG_PARAM_TMAP_DOUT: return "const __grid_constant__ ag_tmap tmap_dout";
     case AG_PARAM_TMAP_K: return "const __grid_constant__ ag_tmap tmap_k";

@@ -17,7 +17,7 @@ enum {
   /* kernels of one source: 8 today (head dim 64, masked, sm_90a, both
    * passes: two forward variants and two backward sets of three) */
   AG_PLAN_MAX_KERNELS = 12,
-  AG_PLAN_MAX_PARAMS = 20,
+  AG_PLAN_MAX_PARAMS = 24,
   AG_PLAN_MAX_CONSTS = 24,
   AG_REFUSAL_MAX = 320,
 };
@@ -75,6 +75,11 @@ typedef enum ag_param {
   AG_PARAM_TOTAL_Q,    /* long long: the block pattern's total_tokens */
   AG_PARAM_TOTAL_K,    /* long long */
   AG_PARAM_ITEMS,      /* long long: the walk's work count */
+  /* The block pattern's row strides (int: elements from one token's row to
+   * the next, < 2^31), one a tensor, in the order of the tensor roles above
+   * (AG_PARAM_STRIDE_Q + r for tensor role r <= AG_PARAM_DV) */
+  AG_PARAM_STRIDE_Q, AG_PARAM_STRIDE_K, AG_PARAM_STRIDE_V, AG_PARAM_STRIDE_O,
+  AG_PARAM_STRIDE_DOUT, AG_PARAM_STRIDE_DQ, AG_PARAM_STRIDE_DK, AG_PARAM_STRIDE_DV,
   /* The tensor maps of q and dout (const __grid_constant__ ag_tmap) for
    * kernels that load them by TMA: boxes of ag_plan_kernel.tma_rows rows
    * (runtime/tma.c) */
@@ -243,6 +248,9 @@ typedef struct ag_plan {
    * held in every stage of both block kernels beside the tensors; else 0. */
   int rotary_table_bytes;
   bool takes_table;     /* the kernels take a rotary table parameter */
+  /* The block kernels take each tensor's row stride (AG_PARAM_STRIDE_*);
+   * else their tensors are packed, rows heads * head_dim elements apart. */
+  bool row_strides;
   /* The pattern's shapes, from which the kernels below are made; tuning
    * tools edit them and call ag_plan_kernels again. A pass the spec does
    * not name leaves its shape zeroed. */
@@ -320,6 +328,7 @@ typedef struct ag_plan_block_choices {
   bool bwd_table_global; /* head_dim 128 backward: the table read where it is, 12 warps an SM */
   bool bwd_late_dq; /* rotary backward: dQ rotated back after P and dS are stored */
   bool fwd_rotary_2_stages; /* head_dim 64 rotary forward: two stages, not one a CTA */
+  bool row_strides; /* the kernels take each tensor's row stride (views, packed gradients) */
 } ag_plan_block_choices;
 /* ag_plan_block with other choices; for tests. */
 ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices, ag_plan *out,

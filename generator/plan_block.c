@@ -229,10 +229,29 @@ static const bool bwd_late_dq_checked = false;
  * out; not run yet. */
 static const bool fwd_rotary_2_stages_checked = false;
 
+/* Each tensor's row stride as a kernel parameter (ROW_STRIDES: an int a
+ * tensor after the sizes) instead of heads * head_dim: q, k and v may then
+ * be column slices of one projection output ([tokens, 3 heads head_dim],
+ * Meta's qkv layout) and dq, dk, dv slices of one gradient buffer, with no
+ * copies. The index arithmetic is the same per tensor. Not with the
+ * chunked backward (blocks past 128 tokens at head_dim 128, 176 at 64).
+ * Off, the emitted source is what it was, byte for byte. On, ptxas
+ * (sm_90a and sm_80, every block golden and bundled spec) reports the same
+ * registers within 11 and no new spill, except: the sm_80 causal forward
+ * at head_dim 64 spills 12 bytes (at its 128-register cap), and the
+ * head_dim 128 backward with interleaved pairs and block positions
+ * (golden rope_interleaved_block_b64_d128_fp16_bwd) 92 bytes against 20.
+ * int, not long long, strides: with long long the sm_90a head_dim 64
+ * causal forward spilled too. Written 2026-12-05 (session 24, no GPU
+ * lent); not run yet: until the GPU suite's row_strides case, compute-
+ * sanitizer and the harness (within 2% of the packed kernels) have, a
+ * launch with other than packed strides is refused (AG_ERR_UNSUPPORTED). */
+static const bool row_strides_checked = false;
+
 ag_plan_block_choices ag_plan_block_checked(void) {
   return (ag_plan_block_choices){fwd_table_slot_checked, bwd_rotary_12_warps_checked,
                                  bwd_table_global_checked, bwd_late_dq_checked,
-                                 fwd_rotary_2_stages_checked};
+                                 fwd_rotary_2_stages_checked, row_strides_checked};
 }
 
 ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -260,8 +279,13 @@ ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices,
    * memory, TABLE_IN_GLOBAL). */
   if (out->takes_table)
     out->rotary_table_bytes = spec->block_size * spec->head_dim * out->elem_bytes;
+  /* Row strides in both passes or neither: not with the chunked backward
+   * (blocks past 128 tokens at head_dim 128, 176 at 64), whose streamed
+   * pairs share one stride. */
+  out->row_strides = choices.row_strides;
   if (spec->passes & AG_PASS_BACKWARD) {
     plan_backward(spec, choices, out);
+    if (out->bwd.key_chunks) out->row_strides = false;
     if (!(spec->passes & AG_PASS_FORWARD)) return AG_OK;
   }
   /* Two adjacent heads per tile at head_dim 64, so each tile row is 256
@@ -355,6 +379,8 @@ static ag_plan_kernel *block_kernel(const ag_spec *spec, ag_plan *plan, unsigned
   static const ag_param sizes[] = {AG_PARAM_OFFSETS_Q, AG_PARAM_BATCH, AG_PARAM_HEADS,
                                    AG_PARAM_TOTAL_Q, AG_PARAM_ITEMS};
   for (int i = 0; i < 5; i++) params[n++] = sizes[i];
+  if (plan->row_strides)
+    for (int i = 0; i < ntensors; i++) params[n++] = (ag_param)(AG_PARAM_STRIDE_Q + tensors[i]);
   ag_plan_params(k, n, params);
   ag_plan_set(k, "BLOCK_SIZE", plan->block_size);
   ag_plan_set(k, "WARPS", b->warps);
@@ -362,6 +388,7 @@ static ag_plan_kernel *block_kernel(const ag_spec *spec, ag_plan *plan, unsigned
   ag_plan_set(k, "STAGES", b->stages);
   ag_plan_set(k, "MIN_CTAS", b->min_ctas_per_sm);
   ag_plan_set(k, "SMEM_BYTES", b->smem_bytes);
+  ag_plan_set(k, "ROW_STRIDES", plan->row_strides);
   return k;
 }
 

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define AG_VERSION_STRING "0.3.0"
+#define AG_VERSION_STRING "0.4.0"
 
 /* Marks the functions libattngen.so exports. The library is built with
  * -fvisibility=hidden, so this header's declarations are its whole dynamic
@@ -201,6 +201,10 @@ AG_API ag_status ag_kernel_get_file(ag_context *ctx, const char *path, ag_kernel
 AG_API ag_status ag_kernel_get_string(ag_context *ctx, const char *yaml, size_t len,
                                       ag_kernel **out_kernel, ag_error *err);
 AG_API const ag_spec *ag_kernel_spec(const ag_kernel *kernel);
+/* Whether a block-diagonal kernel's launches take row strides other than
+ * the packed heads * head_dim (ag_block_fwd_args.q_stride and the rest);
+ * false for other patterns. */
+AG_API bool ag_kernel_takes_row_strides(const ag_kernel *kernel);
 
 /* A prebuilt cubin of a spec's kernels for one arch ("sm_80", "sm_90a"),
  * as `attngen build` embeds them. */
@@ -245,6 +249,16 @@ typedef struct ag_block_fwd_args {
    * per-token table [total_tokens, head_dim] on the device, sin in columns
    * [0, head_dim/2) and cos in [head_dim/2, head_dim), in the spec's dtype. */
   const void *rotary_table;
+  /* Optional row strides: elements from one token's row of a tensor to the
+   * next token's; 0 (a zeroed struct) means heads * head_dim, the packed
+   * layout. A row's heads stay contiguous (head h at h * head_dim). Each
+   * stride is a multiple of 8 (16 bytes), at least heads * head_dim and
+   * below 2^31, so
+   * q, k and v may be column slices of one projection output [tokens, 3 *
+   * heads * head_dim] with no copy. Kernels that do not take strides
+   * (ag_kernel_takes_row_strides) refuse any other than the packed one with
+   * AG_ERR_UNSUPPORTED. */
+  int64_t q_stride, k_stride, v_stride, o_stride;
 } ag_block_fwd_args;
 AG_API ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *args,
                                   struct CUstream_st *stream, ag_error *err);
@@ -265,6 +279,10 @@ typedef struct ag_block_bwd_args {
   int64_t total_tokens;
   const int32_t *host_offsets; /* optional, as in ag_block_fwd_args */
   const void *rotary_table;    /* as in ag_block_fwd_args */
+  /* Optional row strides, as in ag_block_fwd_args: dq, dk and dv may be
+   * column slices of one gradient buffer [tokens, 3 * heads * head_dim],
+   * which a projection's backward reads with no concatenation. */
+  int64_t q_stride, k_stride, v_stride, dout_stride, dq_stride, dk_stride, dv_stride;
 } ag_block_bwd_args;
 AG_API ag_status ag_block_backward(ag_kernel *kernel, const ag_block_bwd_args *args,
                                    struct CUstream_st *stream, ag_error *err);

@@ -150,3 +150,6 @@ ag_status ag_kernel_get_string(ag_context *ctx, const char *yaml, size_t len,
 }
 
 const ag_spec *ag_kernel_spec(const ag_kernel *kernel) { return kernel ? &kernel->spec : NULL; }
+bool ag_kernel_takes_row_strides(const ag_kernel *kernel) {
+  return kernel && kernel->plan.pattern == AG_PATTERN_BLOCK_DIAGONAL && kernel->plan.row_strides;
+}

@@ -76,6 +76,17 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
         case AG_PARAM_TOTAL_Q: wide[p] = a->total_q; params[p] = &wide[p]; break;
         case AG_PARAM_TOTAL_K: wide[p] = a->total_k; params[p] = &wide[p]; break;
         case AG_PARAM_ITEMS: wide[p] = items[i]; params[p] = &wide[p]; break;
+        case AG_PARAM_STRIDE_Q:
+        case AG_PARAM_STRIDE_K:
+        case AG_PARAM_STRIDE_V:
+        case AG_PARAM_STRIDE_O:
+        case AG_PARAM_STRIDE_DOUT:
+        case AG_PARAM_STRIDE_DQ:
+        case AG_PARAM_STRIDE_DK:
+        case AG_PARAM_STRIDE_DV:
+          narrow[p] = (int)a->stride[r - AG_PARAM_STRIDE_Q];
+          params[p] = &narrow[p];
+          break;
         case AG_PARAM_HEADS: narrow[p] = (int)a->heads; params[p] = &narrow[p]; break;
         case AG_PARAM_KV_HEADS: narrow[p] = (int)a->kv_heads; params[p] = &narrow[p]; break;
         default:
@@ -98,18 +109,40 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
 /* ---- the block-diagonal pattern ------------------------------------------ */
 
 /* What a block-diagonal launch is made of, forward or backward: the
- * tensors to check (inputs, then outputs) by role, the rotary table and
- * offsets, and the sizes. */
+ * tensors to check (inputs, then outputs) by role with their row strides
+ * (0: packed), the rotary table and offsets, and the sizes. */
 typedef struct block_launch {
   unsigned pass;
   int ntensors;
   const ag_param *roles;
   const char *const *names;
   const void *const *tensors;
+  const int64_t *strides;
   const void *table;
   const int32_t *offsets, *host_offsets;
   int64_t batch, heads, total;
 } block_launch;
+
+/* A tensor's row stride: 0 (packed), or a multiple of 8 elements (16
+ * bytes, so every row stays aligned) of at least a row's heads and below
+ * 2^31 (the kernels take it as an int; with total_tokens below 2^31 the
+ * last row's end then fits a 64-bit byte count); other than packed only
+ * where the kernel takes strides. */
+static ag_status check_row_stride(const ag_kernel *kernel, const char *name, int64_t stride,
+                                  int64_t packed, ag_error *err) {
+  if (stride == 0 || stride == packed) return AG_OK;
+  if (stride < packed || stride % 8 || stride > INT32_MAX)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "%s_stride (%lld) must be 0 (packed) or a multiple of 8 elements from "
+                   "heads * head_dim (%lld) to 2^31 - 1",
+                   name, (long long)stride, (long long)packed);
+  if (!kernel->plan.row_strides)
+    return ag_fail(err, AG_ERR_UNSUPPORTED,
+                   "%s_stride %lld: kernel '%s' takes packed tensors only (rows heads * head_dim "
+                   "= %lld elements apart); its row-stride form has not run on a GPU yet",
+                   name, (long long)stride, kernel->spec.name, (long long)packed);
+  return AG_OK;
+}
 
 /* Every check, in order, then the launch; an empty batch or sequence set
  * returns AG_OK before any tensor is looked at. */
@@ -147,9 +180,13 @@ static ag_status launch_block(ag_kernel *kernel, const block_launch *l,
   if (l->batch > INT64_MAX - 1)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "batch is too large");
   ag_launch a = {.batch = l->batch, .heads = l->heads, .total_q = l->total};
+  const int64_t packed = l->heads * p->head_dim;
   for (int i = 0; i < l->ntensors; i++) {
     if ((st = ag_check_pointer(l->tensors[i], l->names[i], 16, err))) return st;
     a.ptr[l->roles[i]] = l->tensors[i];
+    if ((st = check_row_stride(kernel, l->names[i], l->strides[i], packed, err)))
+      return st;
+    a.stride[l->roles[i]] = l->strides[i] ? l->strides[i] : packed;
   }
   if (p->takes_table && !l->table)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
@@ -169,9 +206,10 @@ ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *a,
   static const ag_param roles[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O};
   static const char *const names[] = {"q", "k", "v", "o"};
   const void *tensors[] = {a->q, a->k, a->v, a->o};
+  const int64_t strides[] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride};
   const block_launch l = {AG_PASS_FORWARD, 4,         roles,        names,   tensors,
-                          a->rotary_table, a->offsets, a->host_offsets, a->batch, a->heads,
-                          a->total_tokens};
+                          strides,         a->rotary_table, a->offsets, a->host_offsets,
+                          a->batch,        a->heads,        a->total_tokens};
   return launch_block(kernel, &l, stream, err);
 }
 
@@ -182,8 +220,10 @@ ag_status ag_block_backward(ag_kernel *kernel, const ag_block_bwd_args *a,
                                    AG_PARAM_DQ, AG_PARAM_DK, AG_PARAM_DV};
   static const char *const names[] = {"q", "k", "v", "dout", "dq", "dk", "dv"};
   const void *tensors[] = {a->q, a->k, a->v, a->dout, a->dq, a->dk, a->dv};
+  const int64_t strides[] = {a->q_stride,  a->k_stride,  a->v_stride, a->dout_stride,
+                             a->dq_stride, a->dk_stride, a->dv_stride};
   const block_launch l = {AG_PASS_BACKWARD, 7,         roles,        names,   tensors,
-                          a->rotary_table,  a->offsets, a->host_offsets, a->batch, a->heads,
-                          a->total_tokens};
+                          strides,          a->rotary_table, a->offsets, a->host_offsets,
+                          a->batch,         a->heads,        a->total_tokens};
   return launch_block(kernel, &l, stream, err);
 }

@@ -288,6 +288,8 @@ ag_status ag_compile_spec(const ag_spec *spec, const char *arch, void **out_cubi
  * lists pick from. */
 typedef struct ag_launch {
   const void *ptr[AG_PARAM_COUNT]; /* device pointers of the pointer roles */
+  /* the block pattern's row strides, by tensor role (AG_PARAM_STRIDE_*) */
+  int64_t stride[AG_PARAM_DV + 1];
   int64_t batch, heads, kv_heads, total_q, total_k;
   int slab_rows; /* broadcast: the query tile the slab count is sized with (ag_broadcast_slabs) */
   int variant;   /* the kernels of this variant run, and those of variant 0 (ag_plan_variant) */

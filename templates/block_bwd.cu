@@ -6,7 +6,8 @@
 @#   log2(e)) @SCALE_TEXT@ (the scale as the spec gave it, for a comment)
 @#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh)
 @#   With rotary embeddings, those of rotary.cuh.
-@# Conditions: CAUSAL; PDS_OVERLAY (P and dS take the place of K and V once
+@# Conditions: CAUSAL; ROW_STRIDES (each tensor's row stride is a parameter; else
+@#   heads * head_dim, packed); PDS_OVERLAY (P and dS take the place of K and V once
 @#   phase 1 is done: one job per warp, and P and dS no larger than K and V);
 @#   WGMMA (with PDS_OVERLAY, one head of 64 tokens at head_dim 64 or 128,
 @#   the tiles stored as 64-column halves (SPLIT_ROWS at 128), so every
@@ -174,12 +175,21 @@ extern __shared__ __align__(128) unsigned short smem[];
 // zero: their S is 0 and masked, their dO is 0, so they contribute nothing.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
+@if ROW_STRIDES@
+                                          const unsigned short *dout,
+                                          const long long (&row_stride)[4], const Tile &t) {
+  const unsigned short *src[4] = {q, k, v, dout};
+#pragma unroll
+  for (int m = 0; m < 4; m++) load_tensor(stage + m * kTileElems, src[m], row_stride[m], t);
+}
+@else@
                                           const unsigned short *dout, long long row_stride,
                                           const Tile &t) {
   const unsigned short *src[4] = {q, k, v, dout};
 #pragma unroll
   for (int m = 0; m < 4; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
 }
+@endif@
 @if TABLE_STAGED@
 
 @include rotary_load.cuh@
@@ -543,11 +553,21 @@ __device__ __forceinline__ void issue_key_mma(float (&acc)[kDimTiles][4], unsign
 __device__ __forceinline__ void key_grads(const unsigned short *stage, const unsigned short *p,
                                           const unsigned short *ds, const Tile &t, int h, int r0,
                                           unsigned short *dk, unsigned short *dv,
+@if ROW_STRIDES@
+                                          long long dk_stride, long long dv_stride) {
+@else@
                                           long long row_stride) {
+@endif@
   const int c0 = h * kHeadChunks;
   const unsigned q_s = smem_addr(stage), do_s = smem_addr(stage + 3 * kTileElems),
                  p_s = smem_addr(p), ds_s = smem_addr(ds);
+@if ROW_STRIDES@
+  const long long head = (long long)(t.head0 + h) * kHeadDim;
+  unsigned short *const dk_rows = dk + t.token0 * dk_stride + head;
+  unsigned short *const dv_rows = dv + t.token0 * dv_stride + head;
+@else@
   const long long at = t.token0 * row_stride + (long long)(t.head0 + h) * kHeadDim;
+@endif@
   // 16-row tiles that hold real rows: phase 1 wrote P and dS rows for these.
   const int tiles = (t.rows + 15) / 16;
 @if CAUSAL@
@@ -580,7 +600,11 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
 @if ROTATE_V@
   unrotate_rows(acc, stage, t, r0);
 @endif@
+@if ROW_STRIDES@
+  store_rows(acc, 1.f, r0, t.rows, dv_rows, dv_stride);
+@else@
   store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
+@endif@
 @if SERIAL_KEY_GRADS@
   wgmma_fence();
   issue_key_mma(acc_k, ds_s, q_s); // dK = dS^T Q
@@ -591,7 +615,11 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
 @if ROTATE_K@
   unrotate_rows(acc_k, stage, t, r0);
 @endif@
+@if ROW_STRIDES@
+  store_rows(acc_k, kStoreScale, r0, t.rows, dk_rows, dk_stride);
+@else@
   store_rows(acc_k, kStoreScale, r0, t.rows, dk + at, row_stride);
+@endif@
 #else
 @endif@
   clear(acc); // dV = P^T dO
@@ -599,14 +627,22 @@ __device__ __forceinline__ void key_grads(const unsigned short *stage, const uns
 @if ROTATE_V@
   unrotate_rows(acc, stage, t, r0);
 @endif@
+@if ROW_STRIDES@
+  store_rows(acc, 1.f, r0, t.rows, dv_rows, dv_stride);
+@else@
   store_rows(acc, 1.f, r0, t.rows, dv + at, row_stride);
+@endif@
 
   clear(acc); // dK = dS^T Q
   accumulate(acc, ds_s, r0, q_s, c0, first_query_tile, tiles);
 @if ROTATE_K@
   unrotate_rows(acc, stage, t, r0);
 @endif@
+@if ROW_STRIDES@
+  store_rows(acc, kStoreScale, r0, t.rows, dk_rows, dk_stride);
+@else@
   store_rows(acc, kStoreScale, r0, t.rows, dk + at, row_stride);
+@endif@
 @if WGMMA@
 #endif
 @endif@
@@ -633,7 +669,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   if (smem_addr(smem) % 1024) __trap(); // never seen; wrong gradients would be worse
 #endif
 @endif@
+@if ROW_STRIDES@
+  // Elements from one token's row to the next: Q's, K's, V's and dO's (the
+  // gradients': dq_stride, dk_stride, dv_stride).
+  const long long row_stride[4] = {q_stride, k_stride, v_stride, dout_stride};
+@else@
   const long long row_stride = (long long)heads * kHeadDim;
+@endif@
 
   Walk w;
   walk_begin(w, offsets, batch, heads, total_tokens, num_items);
@@ -718,14 +760,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       __syncthreads();
       if (mine) {
         store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
+@if ROW_STRIDES@
+        query_store(stage, ring[0], h, row0, dq_acc, dq, dq_stride);
+@else@
         query_store(stage, ring[0], h, row0, dq_acc, dq, row_stride);
+@endif@
       }
 #else
       // (mma.sync: dQ's accumulators held across the barrier would spill)
 @endif@
       if (mine) {
         score_grads(stage, ring[0], h, row0, rg);
+@if ROW_STRIDES@
+        query_grads(stage, ring[0], h, row0, rg.ds, dq, dq_stride);
+@else@
         query_grads(stage, ring[0], h, row0, rg.ds, dq, row_stride);
+@endif@
       }
       __syncthreads();
       if (mine) store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
@@ -750,7 +800,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         RowGrads rg;
         score_grads(stage, ring[0], h, row0, rg);
         store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
+@if ROW_STRIDES@
+        query_grads(stage, ring[0], h, row0, rg.ds, dq, dq_stride);
+@else@
         query_grads(stage, ring[0], h, row0, rg.ds, dq, row_stride);
+@endif@
       }
     }
 @endif@
@@ -760,15 +814,24 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @if WGMMA@
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
     // One warpgroup: every warp takes part (rows past the end are not stored).
+@if ROW_STRIDES@
+    key_grads(stage, p_smem, ds_smem, ring[0], 0, warp * 16, dk, dv, dk_stride, dv_stride);
+@else@
     key_grads(stage, p_smem, ds_smem, ring[0], 0, warp * 16, dk, dv, row_stride);
+@endif@
 #else
 @endif@
 #pragma unroll 1
     for (int job = warp; job < kJobs; job += kWarps) {
       int h = job / kRowTiles, row0 = job % kRowTiles * 16;
       if (row0 < ring[0].rows && h < ring[0].heads)
+@if ROW_STRIDES@
+        key_grads(stage, p_smem + h * kPElems, ds_smem + h * kPElems, ring[0], h, row0, dk, dv,
+                  dk_stride, dv_stride);
+@else@
         key_grads(stage, p_smem + h * kPElems, ds_smem + h * kPElems, ring[0], h, row0, dk, dv,
                   row_stride);
+@endif@
     }
 @if WGMMA@
 #endif

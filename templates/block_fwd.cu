@@ -6,7 +6,8 @@
 @#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh) @SMEM_BYTES@ (the plan's dynamic shared
 @#   memory; checked against the layout with a rotary table)
 @#   With rotary embeddings, those of rotary.cuh.
-@# Conditions: CAUSAL; ROTARY (rotary embeddings; then those of rotary.cuh, and
+@# Conditions: CAUSAL; ROW_STRIDES (the tensors' row strides are parameters; else
+@#   heads * head_dim, packed); ROTARY (rotary embeddings; then those of rotary.cuh, and
 @#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work walk);
 @#   TABLE_SLOT (with ROTARY_TABLE and two stages: the table rows in one slot
 @#   after the stages, not one a stage).
@@ -64,11 +65,19 @@ extern __shared__ __align__(128) unsigned short smem[];
 // Q, K and V of one tile, in that order.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
+@if ROW_STRIDES@
+                                          const long long (&row_stride)[3], const Tile &t) {
+  const unsigned short *src[3] = {q, k, v};
+#pragma unroll
+  for (int m = 0; m < 3; m++) load_tensor(stage + m * kTileElems, src[m], row_stride[m], t);
+}
+@else@
                                           long long row_stride, const Tile &t) {
   const unsigned short *src[3] = {q, k, v};
 #pragma unroll
   for (int m = 0; m < 3; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
 }
+@endif@
 @if ROTARY_TABLE@
 
 @include rotary_load.cuh@
@@ -164,7 +173,12 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
  * Warps take (head, 16-row query tile) jobs of the resident tile in turn. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(@PARAMS@) {
+@if ROW_STRIDES@
+  // Elements from one token's row to the next: Q's, K's and V's (O's: o_stride).
+  const long long row_stride[3] = {q_stride, k_stride, v_stride};
+@else@
   const long long row_stride = (long long)heads * kHeadDim;
+@endif@
 
   Walk w;
   walk_begin(w, offsets, batch, heads, total_tokens, num_items);
@@ -219,7 +233,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     for (int job = warp; job < kJobs; job += kWarps) {
       int h = job / (kBlock / 16), row0 = job % (kBlock / 16) * 16;
       if (row0 < ring[0].rows && h < ring[0].heads)
+@if ROW_STRIDES@
+        attend_rows(stage, ring[0], h, row0, o, o_stride);
+@else@
         attend_rows(stage, ring[0], h, row0, o, row_stride);
+@endif@
     }
 
 #pragma unroll

@@ -504,6 +504,84 @@ START_TEST(kernel_from_images_refusals) {
 }
 END_TEST
 
+/* ---- row strides ------------------------------------------------------------------ */
+
+/* Expect `st` with exactly `want` from a forward launch. */
+static void expect_status(fake *f, const ag_block_fwd_args *a, ag_status want_st,
+                          const char *want) {
+  ag_error err = {0};
+  ck_assert_int_eq(ag_block_forward(&f->kernel, a, NULL, &err), want_st);
+  ck_assert_str_eq(err.message, want);
+  ag_error_clear(&err);
+}
+
+/* A kernel whose plan does not take strides (the shipped choice until a
+ * GPU has run the strided form): 0 and the packed stride launch, any other
+ * valid stride is refused as unsupported, an invalid one as invalid. */
+START_TEST(row_strides_packed_only) {
+  fake f;
+  fake_init(&f);
+  ck_assert(!ag_kernel_takes_row_strides(&f.kernel));
+  ck_assert(!ag_kernel_takes_row_strides(NULL));
+  give_driver(&f);
+  ag_block_fwd_args a = valid_args(); /* 8 heads of 128: packed rows 1024 apart */
+  a.q_stride = 1024, a.o_stride = 1024;
+  expect_launch(&f, &a);
+  a.k_stride = 3 * 1024;
+  expect_status(&f, &a, AG_ERR_UNSUPPORTED,
+                "k_stride 3072: kernel 'args_b64' takes packed tensors only (rows heads * "
+                "head_dim = 1024 elements apart); its row-stride form has not run on a GPU yet");
+  a = valid_args();
+  a.v_stride = 1016;
+  expect_status(&f, &a, AG_ERR_INVALID_ARGUMENT,
+                "v_stride (1016) must be 0 (packed) or a multiple of 8 elements from heads * "
+                "head_dim (1024) to 2^31 - 1");
+  a.v_stride = 1028;
+  expect_status(&f, &a, AG_ERR_INVALID_ARGUMENT,
+                "v_stride (1028) must be 0 (packed) or a multiple of 8 elements from heads * "
+                "head_dim (1024) to 2^31 - 1");
+  a.v_stride = (int64_t)INT32_MAX + 1;
+  expect_status(&f, &a, AG_ERR_INVALID_ARGUMENT,
+                "v_stride (2147483648) must be 0 (packed) or a multiple of 8 elements from "
+                "heads * head_dim (1024) to 2^31 - 1");
+  a.v_stride = -1024;
+  expect_status(&f, &a, AG_ERR_INVALID_ARGUMENT,
+                "v_stride (-1024) must be 0 (packed) or a multiple of 8 elements from heads * "
+                "head_dim (1024) to 2^31 - 1");
+  ck_assert_int_eq(ag_fake_seen.count, 1); /* none of the refused ones launched */
+}
+END_TEST
+
+/* With the choice on: the kernel takes one int stride a tensor after the
+ * sizes, in its tensors' order, 0 passed as the packed stride. */
+START_TEST(row_strides_passed) {
+  fake f;
+  fake_init(&f);
+  ag_plan_block_choices on = ag_plan_block_checked();
+  on.row_strides = true;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_block_with(&f.kernel.spec, on, &f.kernel.plan, &err), AG_OK);
+  ag_plan_kernels(&f.kernel.spec, &f.kernel.plan);
+  ck_assert(ag_kernel_takes_row_strides(&f.kernel));
+  const ag_plan_kernel *d = &f.kernel.plan.kernels[0];
+  ck_assert_int_eq(d->nparams, 13);
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(d->params[9 + i], AG_PARAM_STRIDE_Q + i);
+  give_driver(&f);
+  ag_fake_seen.strides = 4;
+  ag_block_fwd_args a = valid_args();
+  a.q_stride = a.k_stride = a.v_stride = 3 * 1024; /* column slices of one qkv */
+  expect_launch(&f, &a);
+  ck_assert_int_eq(ag_fake_seen.stride[0], 3072);
+  ck_assert_int_eq(ag_fake_seen.stride[1], 3072);
+  ck_assert_int_eq(ag_fake_seen.stride[2], 3072);
+  ck_assert_int_eq(ag_fake_seen.stride[3], 1024); /* o: 0, packed */
+  a.o_stride = INT32_MAX - 7; /* the largest */
+  ag_fake_seen.count = ag_fake_seen.pushes = ag_fake_seen.pops = 0;
+  expect_launch(&f, &a);
+  ck_assert_int_eq(ag_fake_seen.stride[3], INT32_MAX - 7);
+}
+END_TEST
+
 Suite *args_suite(void) {
   Suite *s = suite_create("args");
   TCase *tc = tcase_create("block_forward");
@@ -519,6 +597,8 @@ Suite *args_suite(void) {
   tcase_add_test(tc, misaligned_pointers);
   tcase_add_test(tc, bad_host_offsets);
   tcase_add_test(tc, good_host_offsets_launch);
+  tcase_add_test(tc, row_strides_packed_only);
+  tcase_add_test(tc, row_strides_passed);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -521,6 +521,149 @@ START_TEST(test_rotary_huge) {
 }
 END_TEST
 
+/* ---- row strides ---------------------------------------------------------------
+ * The kernels with each tensor's row stride a parameter (the plan's
+ * row_strides choice): q, k, v as column slices of one qkv buffer
+ * [tokens, 3 heads head_dim], o and dout with padded rows, dq, dk, dv as
+ * slices of one gradient buffer. Each pass runs twice on the same values,
+ * packed and strided; the strided outputs must equal the packed ones bit
+ * for bit (the packed runs go through the same kernels, which the cases
+ * above check against float64), and the columns between the slices, which
+ * start poisoned, must stay so. Skipped where the kernels take packed
+ * tensors only. */
+static const kernel_case stride_cases[] = {
+    {AG_DTYPE_BF16, 128, 64, 0}, {AG_DTYPE_FP16, 64, 64, 1}, {AG_DTYPE_BF16, 64, 16, 0},
+    {AG_DTYPE_FP16, 128, 128, 1}, {AG_DTYPE_BF16, 128, 48, 0},
+};
+enum { NSTRIDE_CASES = sizeof stride_cases / sizeof stride_cases[0] };
+
+/* rows x (width) 16-bit values at `stride` apart, from packed `src` (rows x width) */
+static void put_rows(const ag_driver *d, CUdeviceptr dst, int64_t stride, const uint16_t *src,
+                     int64_t rows, int64_t width) {
+  for (int64_t r = 0; r < rows; r++)
+    ck_assert_int_eq(d->cuMemcpyHtoD(dst + 2 * (size_t)(r * stride), src + r * width,
+                                     2 * (size_t)width),
+                     CUDA_SUCCESS);
+}
+
+START_TEST(test_block_row_strides) {
+  ag_context *ctx = ag_test_gpu_or_skip("block_row_strides");
+  if (!ctx) return;
+  const kernel_case *c = &stride_cases[_i];
+  char yaml[512];
+  snprintf(yaml, sizeof yaml,
+           "name: gpu_strides\npattern: block_diagonal\nblock_size: %d\ncausal: %s\n"
+           "head_dim: %d\ndtype: %s\npasses: [forward, backward]\n",
+           c->block, c->causal ? "true" : "false", c->head_dim, dtype_str(c->dtype));
+  ag_error err = {0};
+  ag_kernel *k;
+  ck_assert_msg(ag_kernel_get_string(ctx, yaml, strlen(yaml), &k, &err) == AG_OK, "%s",
+                err.message);
+  if (!ag_kernel_takes_row_strides(k)) {
+    printf("SKIP block_row_strides: the kernels take packed tensors only (plan_block.c's "
+           "row_strides_checked is false)\n");
+    ag_context_destroy(ctx);
+    return;
+  }
+  const int32_t lengths[] = {1, 0, 2 * c->block + 5, c->block, 17, 3 * c->block - 1};
+  const int64_t batch = 6, heads = 3, width = heads * c->head_dim;
+  int32_t offsets[7] = {0};
+  for (int b = 0; b < batch; b++) offsets[b + 1] = offsets[b] + lengths[b];
+  const int64_t total = offsets[batch], n = total * width;
+  const ag_driver *d = ctx->drv;
+  ck_assert_int_eq(d->cuCtxPushCurrent(ctx->cu), CUDA_SUCCESS);
+  uint64_t rng = (uint64_t)getpid() * 31 + (uint64_t)_i;
+  /* packed q, k, v, dout; then o, dq, dk, dv of each layout */
+  uint16_t *host = malloc(2 * (size_t)n * 12);
+  ck_assert_ptr_nonnull(host);
+  for (int64_t i = 0; i < 4 * n; i++) {
+    const float x = (float)ag_rand_uniform(&rng, -1.0, 1.0);
+    host[i] = c->dtype == AG_DTYPE_FP16 ? ag_float_to_fp16(x) : ag_float_to_bf16(x);
+  }
+  CUdeviceptr off, packed[8], qkv, o_s, do_s, grads;
+  const int64_t qkv_stride = 3 * width, o_stride = width + 8, do_stride = width + 64;
+  ck_assert_int_eq(d->cuMemAlloc(&off, sizeof offsets), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuMemcpyHtoD(off, offsets, sizeof offsets), CUDA_SUCCESS);
+  for (int m = 0; m < 8; m++) {
+    ck_assert_int_eq(d->cuMemAlloc(&packed[m], 2 * (size_t)n), CUDA_SUCCESS);
+    if (m < 4) ck_assert_int_eq(d->cuMemcpyHtoD(packed[m], host + m * n, 2 * (size_t)n),
+                                CUDA_SUCCESS);
+  }
+  ck_assert_int_eq(d->cuMemAlloc(&qkv, 2 * (size_t)(total * qkv_stride)), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuMemAlloc(&o_s, 2 * (size_t)(total * o_stride)), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuMemAlloc(&do_s, 2 * (size_t)(total * do_stride)), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuMemAlloc(&grads, 2 * (size_t)(total * qkv_stride)), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuMemsetD16(o_s, 0xffffu, (size_t)(total * o_stride)), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuMemsetD16(grads, 0xffffu, (size_t)(total * qkv_stride)), CUDA_SUCCESS);
+  for (int m = 0; m < 3; m++)
+    put_rows(d, qkv + 2 * (size_t)(m * width), qkv_stride, host + m * n, total, width);
+  put_rows(d, do_s, do_stride, host + 3 * n, total, width);
+
+  ag_block_fwd_args f = {.q = (void *)packed[0], .k = (void *)packed[1],
+                         .v = (void *)packed[2], .o = (void *)packed[4],
+                         .offsets = (const int32_t *)off, .batch = batch, .heads = heads,
+                         .total_tokens = total};
+  ag_block_bwd_args b = {.q = (void *)packed[0], .k = (void *)packed[1],
+                         .v = (void *)packed[2], .dout = (void *)packed[3],
+                         .dq = (void *)packed[5], .dk = (void *)packed[6],
+                         .dv = (void *)packed[7], .offsets = (const int32_t *)off,
+                         .batch = batch, .heads = heads, .total_tokens = total};
+  ck_assert_msg(ag_block_forward(k, &f, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_msg(ag_block_backward(k, &b, NULL, &err) == AG_OK, "%s", err.message);
+  const CUdeviceptr q_s = qkv, k_s = qkv + 2 * (size_t)width, v_s = qkv + 4 * (size_t)width;
+  f.q = b.q = (void *)q_s, f.k = b.k = (void *)k_s, f.v = b.v = (void *)v_s;
+  f.q_stride = f.k_stride = f.v_stride = qkv_stride;
+  b.q_stride = b.k_stride = b.v_stride = qkv_stride;
+  f.o = (void *)o_s, f.o_stride = o_stride;
+  b.dout = (void *)do_s, b.dout_stride = do_stride;
+  b.dq = (void *)grads, b.dk = (void *)(grads + 2 * (size_t)width);
+  b.dv = (void *)(grads + 4 * (size_t)width);
+  b.dq_stride = b.dk_stride = b.dv_stride = qkv_stride;
+  ck_assert_msg(ag_block_forward(k, &f, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_msg(ag_block_backward(k, &b, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(d->cuCtxSynchronize(), CUDA_SUCCESS);
+
+  /* the packed outputs, then the strided buffers whole */
+  uint16_t *p_out = host + 4 * n; /* o, dq, dk, dv: 4 n */
+  for (int m = 4; m < 8; m++)
+    ck_assert_int_eq(d->cuMemcpyDtoH(p_out + (m - 4) * n, packed[m], 2 * (size_t)n),
+                     CUDA_SUCCESS);
+  uint16_t *o_h = malloc(2 * (size_t)(total * o_stride));
+  uint16_t *g_h = malloc(2 * (size_t)(total * qkv_stride));
+  ck_assert(o_h && g_h);
+  ck_assert_int_eq(d->cuMemcpyDtoH(o_h, o_s, 2 * (size_t)(total * o_stride)), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuMemcpyDtoH(g_h, grads, 2 * (size_t)(total * qkv_stride)), CUDA_SUCCESS);
+  int64_t differ[4] = {0, 0, 0, 0}, touched = 0;
+  for (int64_t r = 0; r < total; r++) {
+    for (int64_t i = 0; i < width; i++) {
+      differ[0] += o_h[r * o_stride + i] != p_out[r * width + i];
+      for (int m = 0; m < 3; m++)
+        differ[1 + m] += g_h[r * qkv_stride + m * width + i] != p_out[(1 + m) * n + r * width + i];
+    }
+    for (int64_t i = width; i < o_stride; i++) touched += o_h[r * o_stride + i] != 0xffffu;
+  }
+  printf("gpu row strides %s d%d b%d%s: %lld tokens, values differing from packed: o %lld, "
+         "dq %lld, dk %lld, dv %lld; padding written %lld\n",
+         dtype_str(c->dtype), c->head_dim, c->block, c->causal ? " causal" : "",
+         (long long)total, (long long)differ[0], (long long)differ[1], (long long)differ[2],
+         (long long)differ[3], (long long)touched);
+  for (int m = 0; m < 4; m++) ck_assert_int_eq(differ[m], 0);
+  ck_assert_int_eq(touched, 0);
+  free(o_h);
+  free(g_h);
+  free(host);
+  for (int m = 0; m < 8; m++) d->cuMemFree(packed[m]);
+  d->cuMemFree(qkv);
+  d->cuMemFree(o_s);
+  d->cuMemFree(do_s);
+  d->cuMemFree(grads);
+  d->cuMemFree(off);
+  CUcontext popped;
+  d->cuCtxPopCurrent(&popped);
+  ag_context_destroy(ctx);
+}
+END_TEST
+
 Suite *gpu_suite(void) {
   Suite *s = suite_create("gpu");
   TCase *tc = tcase_create("block_forward");
@@ -548,5 +691,9 @@ Suite *gpu_suite(void) {
   tcase_set_timeout(chunked, 600);
   tcase_add_loop_test(chunked, test_block_backward_rotary_chunked, 0, NROTARY_CHUNKED_CASES);
   suite_add_tcase(s, chunked);
+  TCase *strides = tcase_create("row_strides");
+  tcase_set_timeout(strides, 600);
+  tcase_add_loop_test(strides, test_block_row_strides, 0, NSTRIDE_CASES);
+  suite_add_tcase(s, strides);
   return s;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "plan.h"
 #include "runtime.h"
 #include "util.h"
 
@@ -404,6 +405,55 @@ START_TEST(auto_before_sm90_is_sm80) {
 }
 END_TEST
 
+/* The block kernels with the row_strides choice on (off until a GPU runs
+ * them: generator/plan_block.c) still compile for both arches, each pass
+ * taking one int stride a tensor after its sizes, with no serialized
+ * wgmma beyond the known case; and a spec whose backward is chunked keeps
+ * packed tensors in both passes. */
+START_TEST(row_strides_compile) {
+  const char *const specs[] = {"../specs/ads_block64_d128_train.yaml",
+                               "../specs/ads_block64_d64_fp16.yaml",
+                               "../specs/ads_block64_d128_rope.yaml",
+                               "golden/block64_d64_fp16_causal.yaml"};
+  ag_plan_block_choices on = ag_plan_block_checked();
+  on.row_strides = true;
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    ag_spec spec;
+    ag_error err = {0};
+    ck_assert_msg(ag_spec_load_file(specs[i], &spec, &err) == AG_OK, "%s: %s", specs[i],
+                  err.message);
+    const char *const arches[] = {"sm_90a", "sm_80"};
+    for (int a = 0; a < 2; a++) {
+      ag_spec resolved;
+      ck_assert_int_eq(ag_spec_for_arch(&spec, arches[a], &resolved, &err), AG_OK);
+      ag_plan plan;
+      ck_assert_int_eq(ag_plan_block_with(&resolved, on, &plan, &err), AG_OK);
+      ag_plan_kernels(&resolved, &plan);
+      ck_assert(plan.row_strides);
+      char *src = NULL;
+      ck_assert_int_eq(ag_emit_plan(&resolved, &plan, &src, &err), AG_OK);
+      ck_assert_ptr_nonnull(strstr(src, "int q_stride"));
+      ck_assert_ptr_null(strstr(src, "heads * kHeadDim;"));
+      void *cubin = NULL;
+      size_t size = 0;
+      ck_assert_msg(ag_nvrtc_compile(src, "row_strides", arches[a], &cubin, &size, &err) == AG_OK,
+                    "%s %s: %s", specs[i], arches[a], err.message);
+      ck_assert_uint_gt(size, 0);
+      free(cubin);
+      free(src);
+    }
+  }
+  ag_spec big;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_spec_load_file("golden/block256_d128_scale.yaml", &big, &err), AG_OK);
+  big.passes = AG_PASS_FORWARD | AG_PASS_BACKWARD;
+  ag_plan plan;
+  ck_assert_int_eq(ag_plan_block_with(&big, on, &plan, &err), AG_OK);
+  ck_assert(plan.bwd.key_chunks);
+  ck_assert(!plan.row_strides);
+}
+END_TEST
+
 Suite *nvrtc_suite(void) {
   Suite *s = suite_create("nvrtc");
   TCase *tc = tcase_create("nvrtc");
@@ -419,6 +469,7 @@ Suite *nvrtc_suite(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, every_spec_compiles);
   tcase_add_test(tc, no_serialized_wgmma);
+  tcase_add_test(tc, row_strides_compile);
   suite_add_tcase(s, tc);
   return s;
 }

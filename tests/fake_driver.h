@@ -18,6 +18,10 @@ typedef struct ag_fake_launch {
   CUdeviceptr ptr[16];      /* its first `ptrs` parameters */
   long long batch, total, items;
   int heads;
+  /* Set by the test: the block kernels' row strides (int parameters after
+   * `items`) to read, and what the last launch passed */
+  int strides;
+  int stride[8];
   /* Set by the test for the jagged kernels' parameters (after the
    * pointers: batch, heads, kv_heads, total_q, total_k, items) and their
    * two-dimensional grids. */

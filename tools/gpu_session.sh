@@ -5,12 +5,16 @@
 # and compute-sanitizer over small runs. Logs go to $OUT (or build/gpu).
 # Usage: tools/gpu_session.sh [build] [test] [demo] [tune] [sanitize] [sanitize-tests]
 #                             [gpu-forward] [gpu-backward] [gpu-rotary] [gpu-rotary-chunked]
+#                             [gpu-strides]
 #                             [tune-bwd] [gpu-jagged] [gpu-jagged-huge] [gpu-broadcast]
 #                             [sanitize-jagged]
 #   sanitize-tests: the GPU suite (but its tests past 2^31 elements) under
 #   compute-sanitizer memcheck and racecheck; minutes.
 #   gpu-forward, gpu-backward, gpu-rotary, gpu-rotary-chunked: one test case
-#   of the GPU suite (the last: rotary in the backward walked in chunks).
+#   of the GPU suite (the last: rotary in the backward walked in chunks);
+#   gpu-strides: its row_strides case (the block kernels with row strides,
+#   strided against packed, bit for bit; skipped unless plan_block.c's
+#   row_strides choice is on).
 #   gpu-jagged: the jagged suite's GPU case (every jagged variant against
 #   float64, the backward five times bit for bit; 155 s on a fresh H200 on
 #   2026-12-04, and once over 200 s: give it 300); gpu-jagged-huge: its
@@ -35,9 +39,10 @@ for step in $steps; do
     demo) make demo 2>&1 | tee "$out/demo.log" | tail -20 ; [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     tune) build/tune_block ${TUNE_ARGS:-1024 4096} 2>&1 | tee "$out/tune.log" ;;
     tune-bwd) build/tune_block --bwd ${TUNE_ARGS:-1024 4096} 2>&1 | tee "$out/tune-bwd.log" ;;
-    gpu-forward|gpu-backward|gpu-rotary|gpu-rotary-chunked)
+    gpu-forward|gpu-backward|gpu-rotary|gpu-rotary-chunked|gpu-strides)
       case=${step#gpu-}
-      case $case in rotary) ;; rotary-chunked) case=rotary_chunked ;; *) case=block_$case ;; esac
+      case $case in rotary) ;; rotary-chunked) case=rotary_chunked ;; strides) case=row_strides ;;
+        *) case=block_$case ;; esac
       (cd tests && CK_RUN_SUITE=gpu CK_RUN_CASE=$case ../build/check_attngen) >"$out/$step.log" 2>&1
       r=$?; echo "$step: exit $r; $(grep -E '^[0-9]+%: Checks' "$out/$step.log")"
       grep -E "huge|SKIP|Failure|Error" "$out/$step.log" | head -20

@@ -38,10 +38,10 @@ source tools/block_choices.sh
 block_choices_keep
 block_choices || exit 1
 make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-cp build/libattngen.so.0.3.0 /tmp/lib_tree.so
+cp -L build/libattngen.so /tmp/lib_tree.so
 block_choices bwd_late_dq fwd_rotary_2_stages || exit 1
 make -j16 all build/check_attngen >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-cp build/libattngen.so.0.3.0 /tmp/lib_on.so
+cp -L build/libattngen.so /tmp/lib_on.so
 build/attngen emit specs/ads_block64_d128_rope.yaml | grep -q "dq_acc" || { echo "bwd_late_dq is not on"; exit 1; }
 printf 'name: r64t\npattern: block_diagonal\nblock_size: 64\nhead_dim: 64\ndtype: bf16\nrotary:\n  layout: interleaved\n  apply_to: [q, k]\n  positions: table\npasses: [forward, backward]\n' > /tmp/r64t.yaml
 build/attngen emit /tmp/r64t.yaml | grep -q "constexpr int kStages = 2;" || { echo "fwd_rotary_2_stages is not on"; exit 1; }

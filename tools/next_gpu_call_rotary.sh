@@ -90,7 +90,7 @@ if [ "$part" = time ]; then
     flags $f || exit 1
     make -j16 build/attngen build/libattngen.so >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
     cp build/attngen /tmp/attngen_$f
-    cp build/libattngen.so.0.3.0 /tmp/lib_$f.so
+    cp -L build/libattngen.so /tmp/lib_$f.so
   done
   # the off binary must plan the tree's layouts
   /tmp/attngen_off emit "$specs/r128t.yaml" | grep -q "dq_acc" && { echo "off build is not off"; exit 1; }
@@ -117,7 +117,7 @@ if [ "$part" = check ]; then
   done
   exit 0
 fi
-cp build/libattngen.so.0.3.0 /tmp/lib_all.so
+cp -L build/libattngen.so /tmp/lib_all.so
 echo "=== compile, three builds at once $(date +%T)"
 for f in off late all; do
   ATTNGEN_LIB=/tmp/lib_$f.so timeout 300 python3 tools/rotary_choice_time.py $f --compile-only &

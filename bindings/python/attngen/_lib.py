@@ -99,6 +99,11 @@ class AgBlockFwdArgs(ctypes.Structure):
         ("total_tokens", ctypes.c_int64),
         ("host_offsets", ctypes.c_void_p),  # optional host copy; None: not checked
         ("rotary_table", ctypes.c_void_p),  # positions: table only; else None
+        # row strides in elements; 0 (left unset): packed, heads * head_dim
+        ("q_stride", ctypes.c_int64),
+        ("k_stride", ctypes.c_int64),
+        ("v_stride", ctypes.c_int64),
+        ("o_stride", ctypes.c_int64),
     ]
 
 
@@ -118,6 +123,14 @@ class AgBlockBwdArgs(ctypes.Structure):
         ("total_tokens", ctypes.c_int64),
         ("host_offsets", ctypes.c_void_p),  # optional host copy; None: not checked
         ("rotary_table", ctypes.c_void_p),  # positions: table only; else None
+        # row strides in elements; 0 (left unset): packed, heads * head_dim
+        ("q_stride", ctypes.c_int64),
+        ("k_stride", ctypes.c_int64),
+        ("v_stride", ctypes.c_int64),
+        ("dout_stride", ctypes.c_int64),
+        ("dq_stride", ctypes.c_int64),
+        ("dk_stride", ctypes.c_int64),
+        ("dv_stride", ctypes.c_int64),
     ]
 
 

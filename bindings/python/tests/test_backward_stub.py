@@ -373,7 +373,8 @@ def test_bwd_args_struct_round_trips_pointers():
     assert (a.q, a.dout, a.dv, a.offsets) == (0x7F0000000010, 0x7F00000000F0, 0x10, 0x20)
     assert (a.batch, a.heads, a.total_tokens) == (1 << 40, 3, (1 << 33) + 5)
     assert a.k is None and a.host_offsets is None and a.rotary_table is None
-    assert ctypes.sizeof(a) == 13 * 8
+    assert a.dq_stride == 0 and a.dv_stride == 0  # packed unless set
+    assert ctypes.sizeof(a) == 20 * 8
 
 
 # ---- the eager fast path ----------------------------------------------------

@@ -1,0 +1,48 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# next_gpu_call_strides.sh: the block kernels with row strides (plan_block.c's
+# row_strides choice, written 2026-12-05 without a GPU), checked and timed
+# in one device call of about 7 minutes:
+#   run ../shared/device/prepare here first; device: carry [".devdeps"],
+#   command: bash tools/next_gpu_call_strides.sh
+# 1. Timed first (bench/bench.py --quick block rows, the tree's packed
+#    kernels against the strided ones with packed strides): the bar is
+#    within 2% at both head dims.
+# 2. With the choice on: the GPU suite's block forward, block backward and
+#    rotary cases (every one then runs the strided kernels with packed
+#    strides, against float64), its row_strides case (q, k, v slices of one
+#    qkv buffer, o and dout with padded rows, dq, dk, dv slices of one
+#    gradient buffer: bit for bit equal to packed), and compute-sanitizer
+#    memcheck and racecheck on that case.
+# If all pass and the times hold: set row_strides_checked true, regenerate
+# the goldens (every block golden gains the stride parameters), and say so
+# in bench/NOTES.md; the binding can then pass tensor views' strides
+# (issue 19).
+source .devdeps/env.sh || exit 1
+out=${OUT:-/tmp}
+export PYTHONPATH=bindings/python:$PYTHONPATH ATTNGEN_TEST_SKIP_HUGE=1
+source tools/block_choices.sh
+block_choices_keep
+block_choices || exit 1
+make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+cp -L build/libattngen.so /tmp/lib_tree.so
+block_choices row_strides || exit 1
+make -j16 all build/check_attngen >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+cp -L build/libattngen.so /tmp/lib_on.so
+build/attngen emit specs/ads_block64_d128_train.yaml | grep -q "int q_stride" ||
+  { echo "row_strides is not on"; exit 1; }
+echo "=== timed: packed kernels, then strided ones $(date +%T)"
+for f in tree on; do
+  ATTNGEN_LIB=/tmp/lib_$f.so timeout 170 python3 bench/bench.py --quick --pass both --peers ceilings,attngen \
+    --out "$out/bench-$f" 2>&1 | tail -12
+done
+for c in gpu-strides gpu-forward gpu-backward gpu-rotary; do
+  OUT=$out timeout 200 tools/gpu_session.sh $c
+done
+echo "=== sanitizers on the row_strides case $(date +%T)"
+for tool in memcheck racecheck; do
+  (cd tests && CK_RUN_SUITE=gpu CK_RUN_CASE=row_strides timeout 120 \
+    /usr/local/cuda/bin/compute-sanitizer --tool $tool --error-exitcode 9 ../build/check_attngen) \
+    > "$out/san-$tool.log" 2>&1
+  echo "$tool rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Checks' "$out/san-$tool.log" | tr '\n' ' ')"
+done
