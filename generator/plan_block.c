@@ -245,7 +245,11 @@ static const bool fwd_rotary_2_stages_checked = false;
  * causal forward spilled too. Written 2026-12-05 (session 24, no GPU
  * lent); not run yet: until the GPU suite's row_strides case, compute-
  * sanitizer and the harness (within 2% of the packed kernels) have, a
- * launch with other than packed strides is refused (AG_ERR_UNSUPPORTED). */
+ * launch with other than packed strides is refused (AG_ERR_UNSUPPORTED).
+ * Turning it on also turns the refusals that tests/check_args.c
+ * (row_strides_packed_only) and tests/check_backward.c (argument_checks)
+ * expect into launches, and the Python binding then passes views' row
+ * strides instead of copying them (ops.Kernel.takes_row_strides). */
 static const bool row_strides_checked = false;
 
 ag_plan_block_choices ag_plan_block_checked(void) {

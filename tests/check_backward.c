@@ -520,6 +520,30 @@ START_TEST(argument_checks) {
   const int32_t bad[] = {0, 60, 50};
   a.host_offsets = bad;
   expect_reject(&f, &a, "host_offsets decrease at index 2 (50 after 60)");
+  /* Row strides: each checked under its own name; a valid one other than
+   * the packed stride is refused while the kernel takes packed tensors
+   * only (8 heads of 128: rows 1024 apart). */
+  a = valid_args();
+  a.dout_stride = 1020;
+  expect_reject(&f, &a, "dout_stride (1020) must be 0 (packed) or a multiple of 8 elements from "
+                        "heads * head_dim (1024) to 2^31 - 1");
+  a = valid_args();
+  a.dv_stride = 512;
+  expect_reject(&f, &a, "dv_stride (512) must be 0 (packed) or a multiple of 8 elements from "
+                        "heads * head_dim (1024) to 2^31 - 1");
+  a = valid_args();
+  a.q_stride = a.dq_stride = 1024; /* the packed stride, named: accepted */
+  ck_assert_int_eq(ag_block_backward(&f.kernel, &a, NULL, NULL), AG_OK);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ag_fake_seen.count = 0;
+  a.dk_stride = 3 * 1024;
+  ag_error serr = {0};
+  ck_assert_int_eq(ag_block_backward(&f.kernel, &a, NULL, &serr), AG_ERR_UNSUPPORTED);
+  ck_assert_str_eq(serr.message,
+                   "dk_stride 3072: kernel 'args' takes packed tensors only (rows heads * "
+                   "head_dim = 1024 elements apart); its row-stride form has not run on a GPU yet");
+  ag_error_clear(&serr);
+  ck_assert_int_eq(ag_fake_seen.count, 0);
   /* Nothing to compute: no launch, no tensor looked at. */
   a = valid_args();
   a.batch = 0;

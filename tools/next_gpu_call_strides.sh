@@ -14,6 +14,10 @@
 #    qkv buffer, o and dout with padded rows, dq, dk, dv slices of one
 #    gradient buffer: bit for bit equal to packed), and compute-sanitizer
 #    memcheck and racecheck on that case.
+# 3. The binding's views and block_attention_qkvpacked (test_gpu_views.py) with
+#    each library: the packed one copies the views, the strided one reads
+#    them in place and writes the packed gradient; both bit for bit equal
+#    to contiguous copies and within tolerance of float64.
 # If all pass and the times hold: set row_strides_checked true, regenerate
 # the goldens (every block golden gains the stride parameters), and say so
 # in bench/NOTES.md; the binding can then pass tensor views' strides
@@ -45,4 +49,10 @@ for tool in memcheck racecheck; do
     /usr/local/cuda/bin/compute-sanitizer --tool $tool --error-exitcode 9 ../build/check_attngen) \
     > "$out/san-$tool.log" 2>&1
   echo "$tool rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Checks' "$out/san-$tool.log" | tr '\n' ' ')"
+done
+echo "=== the binding's views, packed library then strided $(date +%T)"
+for f in tree on; do
+  ATTNGEN_LIB=/tmp/lib_$f.so timeout 100 python3 -m pytest -q -s bindings/python/tests/test_gpu_views.py \
+    -k views > "$out/pytest-views-$f.log" 2>&1
+  echo "$f rc $? $(grep -E 'takes_row_strides|passed|failed' "$out/pytest-views-$f.log" | sort | uniq -c | tr '\n' ' ')"
 done

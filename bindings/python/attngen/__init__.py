@@ -11,8 +11,13 @@
 block_attention is differentiable: with an input that requires grad it
 builds the spec with `passes: [forward, backward]` and autograd launches
 attngen's backward kernel. A Kernel whose spec has the backward also runs it
-alone: `dq, dk, dv = kernel.backward(q, k, v, dout, offsets)`. Rotary
-embeddings are fused into both passes:
+alone: `dq, dk, dv = kernel.backward(q, k, v, dout, offsets)`. q, k, v may
+be column slices of one projection output (heads and head_dim dense, rows
+spaced), and block_attention_qkvpacked(qkv, offsets) takes qkv [total_tokens,
+3, heads, head_dim] and gives its gradient back as one packed tensor; a
+kernel that takes row strides (Kernel.takes_row_strides) reads and writes
+such views in place, else they are copied. Rotary embeddings are fused into
+both passes:
 
     out = attngen.block_attention(q, k, v, offsets,
                                   rotary={"layout": "interleaved", "apply_to": ["q", "k"]},
@@ -74,7 +79,8 @@ from ._validate import (  # noqa: F401
     check_block_attention_args, check_broadcast_attention_args, check_jagged_attention_args,
 )
 from .ops import (  # noqa: F401
-    Kernel, block_attention, block_attention_api, context_arch, kernel_for, load, parse_spec,
+    Kernel, block_attention, block_attention_api, block_attention_qkvpacked, context_arch,
+    kernel_for, load, parse_spec,
 )
 from .jagged import jagged_attention, jagged_kernel_for  # noqa: F401
 from .broadcast import broadcast_attention, broadcast_kernel_for  # noqa: F401
@@ -86,7 +92,8 @@ from ._version_of import binding_version as _binding_version
 __version__ = _binding_version()
 
 __all__ = [
-    "load", "block_attention", "block_attention_api", "jagged_attention",
+    "load", "block_attention", "block_attention_api", "block_attention_qkvpacked",
+    "jagged_attention",
     "broadcast_attention", "Kernel", "SpecInfo", "parse_spec", "kernel_for",
     "jagged_kernel_for", "broadcast_kernel_for", "block_spec", "block_spec_name",
     "jagged_spec", "jagged_spec_name", "check_block_attention_args",

@@ -264,15 +264,47 @@ def check_qkv(q, k, v):
         raise ValueError("head_dim (the last dimension of q) must be 64 or 128, got %d" % head_dim)
     if heads < 1:
         raise ValueError("heads (the middle dimension of q) must be at least 1, got %d" % heads)
+    # A tensor that is not contiguous is read in place by its row stride or
+    # copied (ops.Kernel._rows); a contiguous one must be aligned as it is.
     for name, t in named:
-        if not t.is_contiguous():
-            raise ValueError("%s must be contiguous (call .contiguous() first)" % name)
-    for name, t in named:
-        ptr = t.data_ptr() if hasattr(t, "data_ptr") else None
+        ptr = t.data_ptr() if hasattr(t, "data_ptr") and t.is_contiguous() else None
         if tokens > 0 and ptr is not None and ptr % ALIGNMENT:
             raise ValueError("%s's data pointer (0x%x) must be %d-byte aligned; it is a view "
                              "with a storage offset, call .clone() first" % (name, ptr, ALIGNMENT))
     return q.dtype, HALF_DTYPES[dtype_name(q.dtype)], dev, shape
+
+
+def check_qkv_packed(qkv):
+    """Checks that qkv is a 4-D [total_tokens, 3, heads, head_dim] tensor
+    (its slices q, k, v are then checked as check_qkv's)."""
+    if not hasattr(qkv, "shape") or not hasattr(qkv, "unbind"):
+        raise ValueError("qkv must be a torch.Tensor, got %s" % type(qkv).__name__)
+    shape = _shape(qkv)
+    if len(shape) != 4 or shape[1] != 3:
+        raise ValueError("qkv must be 4-D [total_tokens, 3, heads, head_dim] (q, k, v = "
+                         "qkv.unbind(1)), got shape %s" % list(shape))
+
+
+# The largest row stride a kernel takes (it holds strides as int).
+MAX_ROW_STRIDE = 2 ** 31 - 1
+
+
+def row_stride(t):
+    """How a kernel that takes row strides reads a 3-D [tokens, heads,
+    head_dim] tensor in place: 0 when it is contiguous (packed rows); its
+    stride(0), in elements, when only its rows are spaced (heads and
+    head_dim dense, as in a column slice of one projection output: the
+    stride a multiple of 8 elements, at least heads * head_dim and below
+    2^31, the data 16-byte aligned); None when it must be copied first."""
+    if t.is_contiguous():
+        return 0
+    tokens, heads, dim = (int(x) for x in t.shape)
+    s0, s1, s2 = (int(x) for x in t.stride())
+    if (s2 != 1 and dim > 1) or (s1 != dim and heads > 1):
+        return None
+    if s0 % 8 or s0 < heads * dim or s0 > MAX_ROW_STRIDE or t.data_ptr() % ALIGNMENT:
+        return None
+    return s0
 
 
 def check_dout(dout, q):

@@ -186,6 +186,7 @@ class Kernel:
         self._box = box
         self.spec = info
         self._handles = {}
+        self._strided = {}  # device ordinal -> ag_kernel_takes_row_strides
         self._lock = threading.Lock()
 
     def __repr__(self):
@@ -229,6 +230,46 @@ class Kernel:
         launches' hot path)."""
         h = self._handles.get(device_index)
         return h if h is not None else self.handle(device_index)
+
+    def takes_row_strides(self, device_index=None):
+        """Whether the kernel built for a device reads each tensor by its own
+        row stride (ag_kernel_takes_row_strides). Then q, k, v that are views
+        of one projection output (heads and head_dim dense, rows spaced, as
+        `qkv.unbind(1)` of a [tokens, 3, heads, head_dim] tensor) are read
+        in place, and block_attention_qkvpacked's backward writes dq, dk, dv
+        straight into one packed gradient; otherwise such views are copied."""
+        if device_index is None:
+            device_index = _current_device_index()
+        s = self._strided.get(device_index)
+        if s is None:
+            h = self._handle_of(device_index)
+            s = _lib.has("ag_kernel_takes_row_strides") and \
+                bool(_lib.lib().ag_kernel_takes_row_strides(h))
+            self._strided[device_index] = s
+        return s
+
+    def _rows(self, tensors, device_index=None):
+        """(tensors, row strides) as this kernel reads them on a device
+        (default: the first tensor's): contiguous ones as they are (stride
+        0: packed); views whose rows alone are spaced (_validate.row_stride)
+        as they are, with their stride, when the kernel takes row strides;
+        any other copied into a new contiguous tensor."""
+        for t in tensors:
+            if not t.is_contiguous():
+                break
+        else:  # the usual case: nothing to look up
+            return tensors, (0,) * len(tensors)
+        if device_index is None:
+            device_index = _device_index(_torch(), tensors[0])
+        takes = self.takes_row_strides(device_index)
+        out, strides = [], []
+        for t in tensors:
+            s = _validate.row_stride(t) if takes else (0 if t.is_contiguous() else None)
+            if s is None:
+                t, s = t.contiguous(), 0
+            out.append(t)
+            strides.append(s)
+        return tuple(out), tuple(strides)
 
     def _check(self, q, k, v, offsets, cpu_offsets):
         spec = self.spec
@@ -315,39 +356,55 @@ class Kernel:
         tokens, heads, _ = q.shape
         if tokens == 0 or batch == 0:
             return out
-        self._launch_forward(torch, q, k, v, offsets, out, batch, heads, tokens,
-                             _device_index(torch, q), rotary_table)
+        di = _device_index(torch, q)
+        (q, k, v), strides = self._rows((q, k, v), di)
+        self._launch_forward(torch, q, k, v, offsets, out, batch, heads, tokens, di,
+                             rotary_table, strides)
         return out
 
     def _launch_forward(self, torch, q, k, v, offsets, out, batch, heads, tokens, di,
-                        rotary_table=None):
-        """ag_block_forward into `out` on device di's current stream (a
-        non-empty call; no checks beyond the C launcher's)."""
+                        rotary_table=None, strides=(0, 0, 0)):
+        """ag_block_forward into `out` (contiguous) on device di's current
+        stream, q, k, v read at their row `strides` (0: packed; a non-empty
+        call; no checks beyond the C launcher's)."""
         # positional: the header's field order (a third cheaper than keywords)
         args = _lib.AgBlockFwdArgs(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), offsets.data_ptr(),
             batch, heads, tokens, None,
-            rotary_table.data_ptr() if rotary_table is not None else None)
+            rotary_table.data_ptr() if rotary_table is not None else None, *strides)
         _lib.call("ag_block_forward", self._handle_of(di), ctypes.byref(args),
                   _stream_of(torch, di), context=("attngen: block forward '%s'", self.spec.name))
 
-    def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None):
-        """dq, dk, dv for a contiguous, aligned dout like q (not checked)."""
+    def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None,
+                      into=None):
+        """dq, dk, dv for a contiguous, aligned dout like q (not checked):
+        new contiguous tensors, or with `into` = (dq, dk, dv, row strides)
+        those (views of one packed gradient; this kernel takes row
+        strides)."""
         torch = _torch()
-        if poison:
+        if into is not None:
+            dq, dk, dv, grad_strides = into
+        elif poison:
             dq, dk, dv = (_alloc(torch, q, True) for _ in range(3))
-        else:  # q was checked contiguous: empty_like keeps that layout
-            empty = torch.empty_like
-            dq, dk, dv = empty(q), empty(q), empty(q)
+            grad_strides = (0, 0, 0)
+        else:
+            if q.is_contiguous():  # empty_like keeps that layout
+                empty = torch.empty_like
+                dq, dk, dv = empty(q), empty(q), empty(q)
+            else:
+                dq, dk, dv = (_alloc(torch, q, False) for _ in range(3))
+            grad_strides = (0, 0, 0)
         tokens, heads, _ = q.shape
         if tokens == 0 or batch == 0:
             return dq, dk, dv
         di = _device_index(torch, q)
         h = self._handle_of(di)
+        (q, k, v), strides = self._rows((q, k, v), di)
         args = _lib.AgBlockBwdArgs(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), dq.data_ptr(),
             dk.data_ptr(), dv.data_ptr(), offsets.data_ptr(), batch, heads, tokens, None,
-            rotary_table.data_ptr() if rotary_table is not None else None)
+            rotary_table.data_ptr() if rotary_table is not None else None,
+            *strides, 0, *grad_strides)
         _lib.call("ag_block_backward", h, ctypes.byref(args), _stream_of(torch, di),
                   context=("attngen: block backward '%s'", self.spec.name))
         return dq, dk, dv
@@ -516,6 +573,7 @@ def _function():
 
         @staticmethod
         def forward(ctx, q, k, v, offsets, kernel, batch, poison, refused, rotary_table):
+            (q, k, v), _ = kernel._rows((q, k, v))  # views it cannot read: copied once
             out = kernel._forward_raw(q, k, v, offsets, batch, poison, rotary_table)
             ctx.kernel, ctx.batch, ctx.poison, ctx.refused = kernel, batch, poison, refused
             if refused is None and any(ctx.needs_input_grad[:3]):
@@ -534,6 +592,45 @@ def _function():
             return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
                     None, None, None, None, None, None)
 
+    class BlockAttentionQKVPackedFunction(torch.autograd.Function):
+        """BlockAttentionFunction on the three slices of one packed qkv
+        [tokens, 3, heads, head_dim]; its backward returns one packed dqkv,
+        written in place by a kernel that takes row strides (else stacked
+        from dq, dk, dv, what autograd would do for qkv.unbind(1))."""
+
+        @staticmethod
+        def forward(ctx, qkv, offsets, kernel, batch, poison, refused, rotary_table):
+            q, k, v = qkv.unbind(1)
+            (q, k, v), _ = kernel._rows((q, k, v))  # views it cannot read: copied once
+            out = kernel._forward_raw(q, k, v, offsets, batch, poison, rotary_table)
+            ctx.kernel, ctx.batch, ctx.poison, ctx.refused = kernel, batch, poison, refused
+            if refused is None and ctx.needs_input_grad[0]:
+                ctx.save_for_backward(q, k, v, offsets, rotary_table)
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad_out):
+            if ctx.refused is not None:
+                raise ctx.refused.error()
+            q, k, v, offsets, table = ctx.saved_tensors
+            dout = _dout_for(grad_out, q)
+            kernel = ctx.kernel
+            tokens, heads, dim = q.shape
+            if tokens > 0 and kernel.takes_row_strides(_device_index(torch, q)):
+                shape = (tokens, 3, heads, dim)
+                dqkv = torch.full(shape, float("nan"), dtype=q.dtype, device=q.device) \
+                    if ctx.poison else torch.empty(shape, dtype=q.dtype, device=q.device)
+                grads = dqkv.unbind(1)
+                stride = _validate.row_stride(grads[0])
+                kernel._backward_raw(dout, q, k, v, offsets, ctx.batch, ctx.poison, table,
+                                     into=grads + ((stride,) * 3,))
+            else:
+                dqkv = torch.stack(kernel._backward_raw(dout, q, k, v, offsets, ctx.batch,
+                                                        ctx.poison, table), dim=1)
+            return dqkv, None, None, None, None, None, None
+
+    BlockAttentionFunction.packed = BlockAttentionQKVPackedFunction
     _autograd_cls = BlockAttentionFunction
     return _autograd_cls
 
@@ -593,7 +690,11 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     """Block-diagonal attention over packed sequences.
 
     query, key, value: [total_tokens, heads, head_dim] (head_dim 64 or 128),
-    bf16 or fp16, contiguous, on one CUDA device. offsets: int32 [batch + 1]
+    bf16 or fp16, on one CUDA device; contiguous, or views whose rows alone
+    are spaced (column slices of one projection output, e.g. qkv.unbind(1)
+    of [total_tokens, 3, heads, head_dim]: read in place by a kernel that
+    takes row strides, else copied; any other layout is copied; see also
+    block_attention_qkvpacked). offsets: int32 [batch + 1]
     on that device (offsets[0] = 0, non-decreasing, offsets[-1] =
     total_tokens). Each sequence is cut into blocks of `block_size` tokens
     from its own start; each block attends to itself (token i to tokens
@@ -660,3 +761,32 @@ def block_attention_api(query, key, value, offsets, cpu_offsets=None):
     cpu_offsets): block 64, non-causal, scale 1/sqrt(head_dim);
     differentiable as block_attention."""
     return block_attention(query, key, value, offsets, cpu_offsets, block_size=64)
+
+
+def block_attention_qkvpacked(qkv, offsets, cpu_offsets=None, *, block_size=64, causal=False,
+                              softmax_scale=None, rotary=None, rotary_table=None, _poison=False):
+    """block_attention on one packed qkv: [total_tokens, 3, heads, head_dim]
+    (a projection output [total_tokens, 3 * heads * head_dim] viewed so:
+    q, k, v = qkv.unbind(1)), as FlashAttention's *_qkvpacked_func take it.
+    Options as block_attention's; returns out [total_tokens, heads,
+    head_dim].
+
+    Differentiable: the gradient of qkv comes back as one packed tensor
+    like qkv, which the projection's backward reads with no concatenation.
+    A kernel that takes row strides (Kernel.takes_row_strides) reads q, k,
+    v in place and writes dq, dk, dv straight into it; otherwise q, k, v
+    are copied once and the gradients stacked.
+    """
+    _validate.check_qkv_packed(qkv)
+    q, k, v = qkv.unbind(1)
+    torch = torch_ops.traced_torch()
+    if torch is not None or not _needs_grad(qkv):
+        return block_attention(q, k, v, offsets, cpu_offsets, block_size=block_size,
+                               causal=causal, softmax_scale=softmax_scale, rotary=rotary,
+                               rotary_table=rotary_table, _poison=_poison)
+    a = _validate.check_block_attention_args(q, k, v, offsets, cpu_offsets, block_size, causal,
+                                             softmax_scale, rotary, rotary_table)
+    opts = (a["block_size"], a["causal"], a["head_dim"], a["dtype_tag"], a["softmax_scale"])
+    kernel, refused = _grad_kernel(opts, a["rotary"], _device_index(_torch(), q))
+    return _function().packed.apply(qkv, offsets, kernel, a["batch"], _poison, refused,
+                                     a["rotary_table"])

@@ -33,26 +33,41 @@ class StandInKernel:
     """What the Function calls on a Kernel: _forward_raw and _backward_raw,
     here in float64 torch ops on the CPU; records the calls."""
 
-    def __init__(self, block=16):
+    def __init__(self, block=16, strided=False):
         self.block = block
+        self.strided = strided  # what takes_row_strides answers
         self.calls = []
 
+    def takes_row_strides(self, device_index=None):
+        return self.strided
+
+    _rows = ops.Kernel._rows  # the real choice of view, stride or copy
+
     def _forward_raw(self, q, k, v, offsets, batch, poison=False, rotary_table=None):
-        self.calls.append(("forward", batch, poison, rotary_table))
+        self.calls.append(("forward", batch, poison, rotary_table,
+                           tuple(t.is_contiguous() for t in (q, k, v))))
         with torch.no_grad():
             return attention(q, k, v, offsets.tolist(), self.block)
 
-    def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None):
-        self.calls.append(("backward", batch, poison, rotary_table, dout.is_contiguous()))
+    def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None,
+                      into=None):
+        self.calls.append(("backward", batch, poison, rotary_table, dout.is_contiguous(),
+                           None if into is None else into[3]))
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
         with torch.enable_grad():
             out = attention(*leaves, offsets.tolist(), self.block)
-            return torch.autograd.grad(out, leaves, dout)
+            grads = torch.autograd.grad(out, leaves, dout)
+        if into is None:
+            return grads
+        for dst, g in zip(into[:3], grads):  # as the kernel writes them: in place
+            dst.copy_(g)
+        return into[:3]
 
 
 @pytest.fixture
 def fn(monkeypatch):
     monkeypatch.setattr(ops, "_autograd_cls", None)  # built on real torch
+    monkeypatch.setattr(ops, "_device_index", lambda torch, t: 0)  # CPU tensors
     yield ops._function()
     ops._autograd_cls = None
 
@@ -134,3 +149,63 @@ def test_rotary_table_is_saved_and_gets_no_gradient(fn):
     out.sum().backward()
     assert kern.calls[0][3] is table and kern.calls[1][3] is not None
     assert table.grad is None
+
+
+def packed_inputs(lengths=(0, 1, 15, 16, 17, 40), heads=2, d=8):
+    """qkv [total, 3, heads, d] requiring grad, and the offsets."""
+    q, k, v, off = inputs(lengths, heads, d, grad=(False, False, False))
+    return torch.stack((q, k, v), dim=1).requires_grad_(), off
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_views_of_one_qkv_are_read_in_place_or_copied_once(fn, strided):
+    """q, k, v as qkv.unbind(1) (rows spaced by 3 * heads * d): a kernel
+    that takes row strides gets the views; another gets contiguous copies,
+    made once for both passes. The gradients are qkv's either way."""
+    kern = StandInKernel(strided=strided)
+    qkv, off = packed_inputs()
+    q, k, v = qkv.unbind(1)
+    out = fn.apply(q, k, v, off, kern, len(off) - 1, False, None, None)
+    w = torch.randn_like(out)
+    (out * w).sum().backward()
+    ref = qkv.detach().clone().requires_grad_()
+    (attention(*ref.unbind(1), off.tolist(), 16) * w).sum().backward()
+    assert torch.allclose(qkv.grad, ref.grad, atol=1e-12)
+    assert kern.calls[0][4] == ((False,) * 3 if strided else (True,) * 3)
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_qkvpacked_returns_one_packed_gradient(fn, strided):
+    """block_attention_qkvpacked's Function: dqkv is one tensor like qkv;
+    a kernel that takes row strides writes dq, dk, dv into its slices (row
+    stride 3 * heads * d), another's gradients are stacked."""
+    kern = StandInKernel(strided=strided)
+    qkv, off = packed_inputs()
+    out = fn.packed.apply(qkv, off, kern, len(off) - 1, False, None, None)
+    w = torch.randn_like(out)
+    (out * w).sum().backward()
+    ref = qkv.detach().clone().requires_grad_()
+    (attention(*ref.unbind(1), off.tolist(), 16) * w).sum().backward()
+    assert qkv.grad.shape == qkv.shape and qkv.grad.is_contiguous()
+    assert torch.allclose(qkv.grad, ref.grad, atol=1e-12)
+    heads, d = qkv.shape[2], qkv.shape[3]
+    assert kern.calls[1][5] == ((3 * heads * d,) * 3 if strided else None)
+    assert kern.calls[0][4] == ((False,) * 3 if strided else (True,) * 3)
+
+
+def test_qkvpacked_poison_and_refusal(fn):
+    """poison reaches both passes (the packed gradient starts as NaN, every
+    element of it written); a refused backward raises its recorded error."""
+    kern = StandInKernel(strided=True)
+    qkv, off = packed_inputs()
+    out = fn.packed.apply(qkv, off, kern, len(off) - 1, True, None, None)
+    out.sum().backward()
+    assert not torch.isnan(qkv.grad).any()
+    assert kern.calls[0][2] is True and kern.calls[1][2] is True
+    limit = _errors.make_error(_errors.AG_ERR_UNSUPPORTED, "no backward",
+                               code_name="not supported yet")
+    qkv2, _ = packed_inputs()
+    out = fn.packed.apply(qkv2, off, kern, len(off) - 1, False,
+                          ops._Refused.from_error(limit, ops.BACKWARD_LEAD), None)
+    with pytest.raises(_errors.UnsupportedError, match="no backward"):
+        out.sum().backward()

@@ -52,6 +52,7 @@ def env(monkeypatch):
     class Env:
         plan_limit = False
         has_bwd = True
+        strided = False  # what Kernel.takes_row_strides answers
 
     e = Env()
     e.torch, e.launches, e.parsed = torch, launches, []
@@ -82,6 +83,7 @@ def env(monkeypatch):
     monkeypatch.setattr(ops, "_fast_kernels", {})
     monkeypatch.setattr(ops, "parse_spec", parse_spec)
     monkeypatch.setattr(ops.Kernel, "handle", handle)
+    monkeypatch.setattr(ops.Kernel, "takes_row_strides", lambda self, di=None: e.strided)
     monkeypatch.setattr(_lib, "call", launches)
     monkeypatch.setattr(_lib, "has", lambda name: name != "ag_block_backward" or e.has_bwd)
     yield e
@@ -446,7 +448,7 @@ def test_the_fast_path_leaves_what_it_does_not_know_to_the_full_one(env, monkeyp
         env.torch._C._len_torch_dispatch_stack = lambda: 1
     elif change == "bad block size":
         kw["block_size"] = 33
-    if change in ("int causal", "not contiguous", "bad block size"):
+    if change in ("int causal", "bad block size"):
         with pytest.raises(ValueError):
             ops.block_attention(*args, **kw)
     else:
@@ -491,14 +493,12 @@ def _bad_block_inputs(which):
         v = ts.StubTensor((100, 4, 128), ptr=next(ts._ptrs))
     elif which == "head_dim 96":
         q, k, v = (ts.StubTensor((100, 4, 96), ptr=next(ts._ptrs)) for _ in range(3))
-    elif which == "q not contiguous":
-        q = ts.StubTensor(q.shape, ptr=next(ts._ptrs), contiguous=False)
     return q, k, v, off
 
 
 @pytest.mark.parametrize("which", ["misaligned k", "v on the host", "offsets on another device",
                                    "int64 offsets", "2-D offsets", "fp16 k",
-                                   "v of another shape", "head_dim 96", "q not contiguous"])
+                                   "v of another shape", "head_dim 96"])
 def test_every_fast_check_sends_bad_tensors_to_the_full_path(env, monkeypatch, which):
     """Each tensor check of the fast path refuses what the full checks
     refuse, so the full path runs and raises (block_attention, and a
@@ -552,3 +552,112 @@ def test_option_types_the_fast_key_does_not_stand_for(env, monkeypatch):
 
     ops.block_attention(q, k, v, off, block_size=MyInt(32), softmax_scale=1.0)
     assert len(seen) == 4
+
+
+# ---- views of one projection output, and the packed qkv ----------------------
+
+def packed(tokens=100, heads=4, head_dim=64, lengths=(40, 60), **kw):
+    """qkv [tokens, 3, heads, head_dim] and its offsets."""
+    qkv = ts.StubTensor((tokens, 3, heads, head_dim), ptr=next(ts._ptrs), **kw)
+    _, _, _, off = tensors(tokens, heads, head_dim, (False,) * 3, lengths)
+    return qkv, off
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_views_are_read_by_their_row_stride_or_copied(env, strided):
+    """q, k, v = qkv.unbind(1): a kernel that takes row strides gets the
+    views' pointers and their stride 3 * heads * head_dim (the output
+    packed); another gets contiguous copies and packed strides. Forward
+    and backward alike."""
+    env.strided = strided
+    qkv, off = packed()
+    q, k, v = qkv.unbind(1)
+    kernel = ops.kernel_for(64, False, 64, "bf16", None, backward=True)
+    out = kernel(q, k, v, off)
+    dq, dk, dv = kernel.backward(q, k, v, dout_like(q), off)
+    fwd, bwd = (c["args"] for c in env.launches.calls)
+    row = 3 * 4 * 64
+    if strided:
+        assert (fwd["q"], fwd["k"], fwd["v"]) == (q.data_ptr(), k.data_ptr(), v.data_ptr())
+        assert (fwd["q_stride"], fwd["k_stride"], fwd["v_stride"], fwd["o_stride"]) == \
+            (row, row, row, 0)
+        assert (bwd["q"], bwd["k"], bwd["v"]) == (q.data_ptr(), k.data_ptr(), v.data_ptr())
+        assert (bwd["q_stride"], bwd["k_stride"], bwd["v_stride"]) == (row, row, row)
+    else:
+        views = {q.data_ptr(), k.data_ptr(), v.data_ptr()}
+        assert not views & {fwd["q"], fwd["k"], fwd["v"], bwd["q"], bwd["k"], bwd["v"]}
+        assert all(fwd[n] == 0 for n in ("q_stride", "k_stride", "v_stride", "o_stride"))
+    assert all(bwd[n] == 0 for n in ("dout_stride", "dq_stride", "dk_stride", "dv_stride"))
+    assert out.is_contiguous() and all(g.is_contiguous() for g in (dq, dk, dv))
+
+
+@pytest.mark.parametrize("layout", ["heads spaced", "stride not a multiple of 8",
+                                    "misaligned", "rows overlap"])
+def test_views_a_kernel_cannot_read_are_copied(env, layout):
+    """Views whose heads or head_dim are not dense, whose row stride the
+    launcher would refuse, or whose data is misaligned are copied even for
+    a kernel that takes row strides."""
+    env.strided = True
+    shape = (100, 4, 64)
+    strides = {"heads spaced": (4 * 128, 128, 1), "stride not a multiple of 8": (4 * 64 + 4, 64, 1),
+               "misaligned": (3 * 4 * 64, 64, 1), "rows overlap": (64, 64, 1)}[layout]
+    ptr = next(ts._ptrs) + (8 if layout == "misaligned" else 0)
+    q = ts.StubTensor(shape, ptr=ptr, contiguous=False, strides=strides)
+    _, k, v, off = tensors(grad=(False,) * 3)
+    ops.block_attention(q, k, v, off)
+    (call,) = env.launches.calls
+    assert call["args"]["q"] != q.data_ptr() and call["args"]["q_stride"] == 0
+    assert call["args"]["k"] == k.data_ptr()
+
+
+def test_views_through_autograd_are_copied_once(env):
+    """A kernel without row strides: the Function copies the views once and
+    both passes read those copies."""
+    qkv, off = packed(requires_grad=True)
+    q, k, v = qkv.unbind(1)
+    for t in (q, k, v):
+        t.requires_grad = True
+    out = ops.block_attention(q, k, v, off)
+    ts.run_backward(out, dout_like(out))
+    fwd, bwd = (c["args"] for c in env.launches.calls)
+    assert (fwd["q"], fwd["k"], fwd["v"]) == (bwd["q"], bwd["k"], bwd["v"])
+    assert fwd["q"] != q.data_ptr()
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_qkvpacked_backward_writes_one_packed_gradient(env, strided):
+    """block_attention_qkvpacked: the forward reads qkv's slices (in place
+    or copied); the backward returns one dqkv like qkv, its slices written
+    by the kernel at row stride 3 * heads * head_dim, or stacked from
+    packed gradients when the kernel takes no row strides."""
+    env.strided = strided
+    qkv, off = packed(requires_grad=True)
+    out = ops.block_attention_qkvpacked(qkv, off, causal=True)
+    assert out.shape == (100, 4, 64)
+    assert env.launches.calls[0]["handle"] == "handle:torch_block64_d64_bf16_causal_grad:0"
+    (dqkv, *rest) = ts.run_backward(out, dout_like(out))
+    assert all(r is None for r in rest) and dqkv.shape == qkv.shape
+    bwd = env.launches.calls[1]["args"]
+    row = 3 * 4 * 64
+    if strided:
+        assert dqkv.stacked_from is None
+        assert (bwd["dq"], bwd["dk"], bwd["dv"]) == tuple(
+            dqkv.data_ptr() + i * 4 * 64 * 2 for i in range(3))
+        assert (bwd["dq_stride"], bwd["dk_stride"], bwd["dv_stride"]) == (row, row, row)
+        assert bwd["q"] == qkv.data_ptr() and bwd["q_stride"] == row
+    else:
+        assert [t.data_ptr() for t in dqkv.stacked_from] == [bwd["dq"], bwd["dk"], bwd["dv"]]
+        assert bwd["dq_stride"] == bwd["q_stride"] == 0
+
+
+def test_qkvpacked_without_grad_and_bad_shapes(env):
+    """Without grad it is block_attention on the slices (no Function); a
+    qkv that is not [tokens, 3, heads, head_dim] is refused by name."""
+    qkv, off = packed()
+    out = ops.block_attention_qkvpacked(qkv, off)
+    assert out.grad_fn is None and env.launches.names() == ["ag_block_forward"]
+    for shape in [(100, 4, 64), (100, 2, 4, 64), (100, 3, 4, 64, 1)]:
+        with pytest.raises(ValueError, match=r"qkv must be 4-D \[total_tokens, 3, heads, "):
+            ops.block_attention_qkvpacked(ts.StubTensor(shape), off)
+    with pytest.raises(ValueError, match="qkv must be a torch.Tensor, got list"):
+        ops.block_attention_qkvpacked([1, 2, 3], off)

@@ -463,8 +463,10 @@ def test_argument_errors_on_real_tensors():
     q_mis = base[1:1 + q.numel()].view(q.shape)
     with pytest.raises(ValueError, match="16-byte aligned"):
         attngen.block_attention(q_mis, k, v, off)
-    with pytest.raises(ValueError, match="contiguous"):
-        attngen.block_attention(q.transpose(0, 1).contiguous().transpose(0, 1), k, v, off)
+    # heads spaced (not a row stride): copied, same bits as the contiguous q
+    q_t = q.transpose(0, 1).contiguous().transpose(0, 1)
+    assert not q_t.is_contiguous()
+    assert torch.equal(attngen.block_attention(q_t, k, v, off), attngen.block_attention(q, k, v, off))
     with pytest.raises(ValueError, match="offsets must be torch.int32"):
         attngen.block_attention(q, k, v, off.long())
     with pytest.raises(ValueError, match="same device"):
@@ -478,3 +480,4 @@ def test_argument_errors_on_real_tensors():
     with pytest.raises(ValueError, match="head_dim"):
         attngen.block_attention(q[..., :32].contiguous(), k[..., :32].contiguous(),
                                 v[..., :32].contiguous(), off)
+

@@ -189,6 +189,22 @@ def test_compile_block_attention_forward_and_backward():
     assert fwd.args[9] is True
 
 
+def test_compile_qkvpacked_traces_the_block_op_on_its_views():
+    """block_attention_qkvpacked under torch.compile: the block op on qkv's
+    three slices (views in the graph), its gradient one tensor like qkv."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fn, graphs = _compile_capture(
+        lambda qkv, off: attngen.block_attention_qkvpacked(qkv, off, causal=True))
+    with FakeTensorMode():
+        (qkv,) = _fake_inputs([(300, 3, 4, 128)])
+        out = fn(qkv, torch.empty(5, dtype=torch.int32))
+        assert out.shape == (300, 4, 128) and out.is_contiguous()
+        out.float().sum().backward()
+        assert qkv.grad.shape == qkv.shape
+    assert _targets(graphs["fw"]) == ["attngen.block_attention.default"]
+    assert _targets(graphs["bw"]) == ["attngen.block_attention_backward.default"]
+
+
 def test_compile_block_attention_without_grad_has_no_backward():
     from torch._subclasses.fake_tensor import FakeTensorMode
     fn, graphs = _compile_capture(lambda q, k, v, off: attngen.block_attention(q, k, v, off))

@@ -89,8 +89,10 @@ def test_zero_tokens_and_batch_zero_are_valid():
 
 def test_contiguity_and_alignment():
     q, k, v = ts.qkv()
-    with pytest.raises(ValueError, match=r"v must be contiguous \(call .contiguous\(\) first\)"):
-        check(qkv=(q, k, ts.StubTensor(q.shape, contiguous=False)))
+    # not contiguous: accepted, misaligned or not (read by its row stride or
+    # copied when launched: test_backward_stub's views tests)
+    check(qkv=(q, k, ts.StubTensor(q.shape, contiguous=False)))
+    check(qkv=(q, k, ts.StubTensor(q.shape, contiguous=False, ptr=0x7F0000000008)))
     with pytest.raises(ValueError, match="k's data pointer .* must be 16-byte aligned"):
         check(qkv=(q, ts.StubTensor(q.shape, ptr=0x7F0000000008), v))
     with pytest.raises(ValueError, match="offsets must be contiguous"):

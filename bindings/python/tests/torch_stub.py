@@ -62,8 +62,16 @@ class StubTensor:
     """Shape/dtype/device metadata only; `values` backs tolist() for offsets."""
 
     def __init__(self, shape, dtype=bfloat16, device="cuda:0", contiguous=True, ptr=0x7F0000000000,
-                 values=None, requires_grad=False):
+                 values=None, requires_grad=False, strides=None):
         self.shape = tuple(shape)
+        # element strides: given for views (unbind), else the packed ones
+        if strides is None:
+            strides, n = [], 1
+            for d in reversed(self.shape):
+                strides.insert(0, n)
+                n *= max(int(d), 1)
+        self._strides = tuple(strides)
+        self.stacked_from = None  # the tensors FakeTorch.stack stacked into it
         self.dtype = dtype
         self.device = device if isinstance(device, StubDevice) else StubDevice(device)
         self._contiguous = contiguous
@@ -85,6 +93,20 @@ class StubTensor:
 
     def data_ptr(self):
         return self._ptr
+
+    def stride(self):
+        return self._strides
+
+    def unbind(self, dim):
+        """Views along dim, each at its own data pointer (2-byte elements),
+        contiguous only when no other dimension is spaced by dim's removal
+        (here: when dim is 0, or the leading dimensions have one element)."""
+        shape = self.shape[:dim] + self.shape[dim + 1:]
+        strides = self._strides[:dim] + self._strides[dim + 1:]
+        contiguous = self._contiguous and all(int(d) <= 1 for d in self.shape[:dim])
+        return tuple(StubTensor(shape, self.dtype, self.device, contiguous,
+                                self._ptr + i * self._strides[dim] * 2, strides=strides)
+                     for i in range(self.shape[dim]))
 
     def _like(self, **kw):
         args = dict(shape=self.shape, dtype=self.dtype, device=self.device, ptr=next(_ptrs))
@@ -205,6 +227,13 @@ class FakeTorch:
     def full(self, shape, value, dtype=None, device=None):
         out = self.empty(shape, dtype, device)
         out.fill = value
+        return out
+
+    def stack(self, tensors, dim=0):
+        shape = tuple(tensors[0].shape)
+        out = self.empty(shape[:dim] + (len(tensors),) + shape[dim:], tensors[0].dtype,
+                         tensors[0].device)
+        out.stacked_from = tuple(tensors)
         return out
 
     def full_like(self, t, value, memory_format=None):

@@ -1,0 +1,73 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""GPU tests of q, k, v as views of one projection output and of
+block_attention_qkvpacked: the same bits as contiguous copies, and within
+tolerance of float64 (test_gpu.py's checks). Apart from test_gpu.py so that
+a device call can run them without building that file's 48 kernels first
+(tools/next_gpu_call_strides.sh runs them with each library).
+"""
+import pytest
+
+import attngen
+from gpu_env import need_gpu_and_lib
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+from test_gpu import check, check_grads  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _need_gpu_and_lib():
+    need_gpu_and_lib(torch, attngen)
+
+
+@pytest.mark.parametrize("head_dim,causal,pad", [(64, False, 0), (128, True, 0), (64, True, 64),
+                                                 (128, False, 8)])
+def test_views_of_one_projection_and_qkvpacked(head_dim, causal, pad):
+    """q, k, v as column slices of one projection output [tokens, 3 * heads
+    * head_dim + pad] (rows spaced; pad > 0: wider than the three), through
+    block_attention and block_attention_qkvpacked, forward and backward:
+    the same bits as contiguous copies (read in place where the kernel
+    takes row strides, else copied; the packed gradient written in place or
+    stacked), and that against float64."""
+    lengths = [0, 1, 63, 64, 65, 200, 0, 37]
+    heads, dtype = 3, torch.bfloat16
+    total = sum(lengths)
+    g = torch.Generator(device="cuda").manual_seed(40 + head_dim + pad)
+    width = 3 * heads * head_dim + pad
+    proj = torch.randn(total, width, device="cuda", dtype=dtype, generator=g)
+    qkv = proj[:, :3 * heads * head_dim].view(total, 3, heads, head_dim)
+    off_list = [0]
+    for n in lengths:
+        off_list.append(off_list[-1] + n)
+    off = torch.tensor(off_list, dtype=torch.int32, device="cuda")
+    kernel = attngen.kernel_for(64, causal, head_dim, "bf16", backward=True)
+    print("takes_row_strides:", kernel.takes_row_strides())
+
+    q, k, v = (t.contiguous() for t in qkv.unbind(1))
+    for t in (q, k, v):
+        t.requires_grad_()
+    out = attngen.block_attention(q, k, v, off, causal=causal, _poison=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+
+    leaf = proj.detach().clone().requires_grad_()
+    views = leaf[:, :3 * heads * head_dim].view(total, 3, heads, head_dim)
+    out_v = attngen.block_attention(*views.unbind(1), off, causal=causal, _poison=True)
+    out_v.backward(dout)
+    torch.cuda.synchronize()
+    assert torch.equal(out_v, out)
+    stacked = torch.stack((q.grad, k.grad, v.grad), dim=1)
+    assert torch.equal(leaf.grad[:, :3 * heads * head_dim].view_as(stacked), stacked)
+    assert not leaf.grad[:, 3 * heads * head_dim:].any()  # the pad columns get zero
+
+    packed = qkv.detach().clone().requires_grad_()
+    out_p = attngen.block_attention_qkvpacked(packed, off, causal=causal, _poison=True)
+    out_p.backward(dout)
+    torch.cuda.synchronize()
+    assert torch.equal(out_p, out)
+    assert packed.grad.shape == packed.shape and torch.equal(packed.grad, stacked)
+
+    check(out.detach(), q, k, v, off_list, 64, causal)
+    check_grads(q, k, v, dout, off_list, 64, causal)
