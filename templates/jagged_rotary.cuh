@@ -63,22 +63,14 @@ __device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int c
   // Pairs 8cc .. 8cc + 7: sin is chunk cc of the row, cos chunk cc + kHeadChunks / 2.
   const uint4 sw = __ldg(reinterpret_cast<const uint4 *>(t) + cc);
   const uint4 cw = __ldg(reinterpret_cast<const uint4 *>(t) + cc + kHeadChunks / 2);
-  unpack2(sw.x, s[0], s[1]);
-  unpack2(sw.y, s[2], s[3]);
-  unpack2(sw.z, s[4], s[5]);
-  unpack2(sw.w, s[6], s[7]);
-  unpack2(cw.x, c[0], c[1]);
-  unpack2(cw.y, c[2], c[3]);
-  unpack2(cw.z, c[4], c[5]);
-  unpack2(cw.w, c[6], c[7]);
+  unpack(sw.x, sw.y, sw.z, sw.w, s);
+  unpack(cw.x, cw.y, cw.z, cw.w, c);
 @else@
   // Pairs 4cc .. 4cc + 3: sin is 8 bytes at element 4cc, cos kHeadDim / 2 on.
   const uint2 sw = __ldg(reinterpret_cast<const uint2 *>(t) + cc);
   const uint2 cw = __ldg(reinterpret_cast<const uint2 *>(t + kHeadDim / 2) + cc);
-  unpack2(sw.x, s[0], s[1]);
-  unpack2(sw.y, s[2], s[3]);
-  unpack2(cw.x, c[0], c[1]);
-  unpack2(cw.y, c[2], c[3]);
+  unpack(sw.x, sw.y, s);
+  unpack(cw.x, cw.y, c);
 @endif@
 @else@
   const float p = (float)(rr.pos0 + row);

@@ -116,14 +116,8 @@ __device__ __forceinline__ void unit_angles(const unsigned short *table, int row
   // Pairs 8cc .. 8cc + 7: sin is chunk cc of the row, cos chunk cc + kHeadChunks / 2.
   const uint4 sw = *reinterpret_cast<const uint4 *>(table + table_at(row, cc));
   const uint4 cw = *reinterpret_cast<const uint4 *>(table + table_at(row, cc + kHeadChunks / 2));
-  unpack2(sw.x, s[0], s[1]);
-  unpack2(sw.y, s[2], s[3]);
-  unpack2(sw.z, s[4], s[5]);
-  unpack2(sw.w, s[6], s[7]);
-  unpack2(cw.x, c[0], c[1]);
-  unpack2(cw.y, c[2], c[3]);
-  unpack2(cw.z, c[4], c[5]);
-  unpack2(cw.w, c[6], c[7]);
+  unpack(sw.x, sw.y, sw.z, sw.w, s);
+  unpack(cw.x, cw.y, cw.z, cw.w, c);
 @else@
   // Pairs 4cc .. 4cc + 3: sin is half cc % 2 of chunk cc / 2 of the row, cos
   // the same half kHeadChunks / 2 chunks on.
@@ -131,10 +125,8 @@ __device__ __forceinline__ void unit_angles(const unsigned short *table, int row
   const uint2 sw = *reinterpret_cast<const uint2 *>(table + table_at(row, cc >> 1) + half);
   const uint2 cw =
       *reinterpret_cast<const uint2 *>(table + table_at(row, (cc >> 1) + kHeadChunks / 2) + half);
-  unpack2(sw.x, s[0], s[1]);
-  unpack2(sw.y, s[2], s[3]);
-  unpack2(cw.x, c[0], c[1]);
-  unpack2(cw.y, c[2], c[3]);
+  unpack(sw.x, sw.y, s);
+  unpack(cw.x, cw.y, c);
 @endif@
 }
 

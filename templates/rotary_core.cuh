@@ -10,7 +10,7 @@
 @# Placeholders: with computed positions @ROTARY_BASE@ and @ROTARY_TURNS@
 @#   (see rotary.cuh).
 @# Conditions: ROTARY_HALF (the half layout, else interleaved),
-@#   ROTARY_COMPUTED (positions computed, not from a table).
+@#   ROTARY_COMPUTED (positions computed), ROTARY_TABLE (from a table).
 @if ROTARY_HALF@
 constexpr int kUnitsPerRow = kHeadChunks / 2;  // units of work per row and head
 constexpr int kUnitPairs = 8;  // pairs per unit: a chunk and its partner
@@ -35,6 +35,28 @@ __device__ __forceinline__ void rotary_sincos(float turns, float &s, float &c) {
   asm("sin.approx.ftz.f32 %0, %1;\n" : "=f"(s) : "f"(r));
   asm("cos.approx.ftz.f32 %0, %1;\n" : "=f"(c) : "f"(r));
 }
+@endif@
+@if ROTARY_TABLE@
+@if ROTARY_HALF@
+
+// The 8 floats of a unit's 8 packed sines (or cosines), one table chunk's
+// words, in memory order.
+__device__ __forceinline__ void unpack(unsigned a, unsigned b, unsigned c, unsigned d,
+                                       float (&x)[8]) {
+  unpack2(a, x[0], x[1]);
+  unpack2(b, x[2], x[3]);
+  unpack2(c, x[4], x[5]);
+  unpack2(d, x[6], x[7]);
+}
+@else@
+
+// The 4 floats of a unit's 4 packed sines (or cosines), half a table
+// chunk's words, in memory order.
+__device__ __forceinline__ void unpack(unsigned a, unsigned b, float (&x)[4]) {
+  unpack2(a, x[0], x[1]);
+  unpack2(b, x[2], x[3]);
+}
+@endif@
 @endif@
 
 // The tile layout rotate_unit reads unless given another: swizzle().

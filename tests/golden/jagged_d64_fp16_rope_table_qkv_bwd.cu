@@ -504,6 +504,13 @@ constexpr bool kRotateQ = 1, kRotateK = 1, kRotateV = 1;  // the tensors rotated
 constexpr int kUnitsPerRow = kHeadChunks;  // units of work per row and head
 constexpr int kUnitPairs = 4;  // pairs per unit: one chunk
 
+// The 4 floats of a unit's 4 packed sines (or cosines), half a table
+// chunk's words, in memory order.
+__device__ __forceinline__ void unpack(unsigned a, unsigned b, float (&x)[4]) {
+  unpack2(a, x[0], x[1]);
+  unpack2(b, x[2], x[3]);
+}
+
 // The tile layout rotate_unit reads unless given another: swizzle().
 struct Swizzled {
   static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
@@ -554,10 +561,8 @@ __device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int c
   // Pairs 4cc .. 4cc + 3: sin is 8 bytes at element 4cc, cos kHeadDim / 2 on.
   const uint2 sw = __ldg(reinterpret_cast<const uint2 *>(t) + cc);
   const uint2 cw = __ldg(reinterpret_cast<const uint2 *>(t + kHeadDim / 2) + cc);
-  unpack2(sw.x, s[0], s[1]);
-  unpack2(sw.y, s[2], s[3]);
-  unpack2(cw.x, c[0], c[1]);
-  unpack2(cw.y, c[2], c[3]);
+  unpack(sw.x, sw.y, s);
+  unpack(cw.x, cw.y, c);
 }
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V

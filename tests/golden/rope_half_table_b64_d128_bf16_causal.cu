@@ -449,6 +449,16 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
 constexpr int kUnitsPerRow = kHeadChunks / 2;  // units of work per row and head
 constexpr int kUnitPairs = 8;  // pairs per unit: a chunk and its partner
 
+// The 8 floats of a unit's 8 packed sines (or cosines), one table chunk's
+// words, in memory order.
+__device__ __forceinline__ void unpack(unsigned a, unsigned b, unsigned c, unsigned d,
+                                       float (&x)[8]) {
+  unpack2(a, x[0], x[1]);
+  unpack2(b, x[2], x[3]);
+  unpack2(c, x[4], x[5]);
+  unpack2(d, x[6], x[7]);
+}
+
 // The tile layout rotate_unit reads unless given another: swizzle().
 struct Swizzled {
   static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
@@ -492,14 +502,8 @@ __device__ __forceinline__ void unit_angles(const unsigned short *table, int row
   // Pairs 8cc .. 8cc + 7: sin is chunk cc of the row, cos chunk cc + kHeadChunks / 2.
   const uint4 sw = *reinterpret_cast<const uint4 *>(table + table_at(row, cc));
   const uint4 cw = *reinterpret_cast<const uint4 *>(table + table_at(row, cc + kHeadChunks / 2));
-  unpack2(sw.x, s[0], s[1]);
-  unpack2(sw.y, s[2], s[3]);
-  unpack2(sw.z, s[4], s[5]);
-  unpack2(sw.w, s[6], s[7]);
-  unpack2(cw.x, c[0], c[1]);
-  unpack2(cw.y, c[2], c[3]);
-  unpack2(cw.z, c[4], c[5]);
-  unpack2(cw.w, c[6], c[7]);
+  unpack(sw.x, sw.y, sw.z, sw.w, s);
+  unpack(cw.x, cw.y, cw.z, cw.w, c);
 }
 
 // Rotate the resident tile's rotated tensors in place. Every thread keeps
@@ -1188,6 +1192,16 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
 constexpr int kUnitsPerRow = kHeadChunks / 2;  // units of work per row and head
 constexpr int kUnitPairs = 8;  // pairs per unit: a chunk and its partner
 
+// The 8 floats of a unit's 8 packed sines (or cosines), one table chunk's
+// words, in memory order.
+__device__ __forceinline__ void unpack(unsigned a, unsigned b, unsigned c, unsigned d,
+                                       float (&x)[8]) {
+  unpack2(a, x[0], x[1]);
+  unpack2(b, x[2], x[3]);
+  unpack2(c, x[4], x[5]);
+  unpack2(d, x[6], x[7]);
+}
+
 // The tile layout rotate_unit reads unless given another: swizzle().
 struct Swizzled {
   static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
@@ -1231,14 +1245,8 @@ __device__ __forceinline__ void unit_angles(const unsigned short *table, int row
   // Pairs 8cc .. 8cc + 7: sin is chunk cc of the row, cos chunk cc + kHeadChunks / 2.
   const uint4 sw = *reinterpret_cast<const uint4 *>(table + table_at(row, cc));
   const uint4 cw = *reinterpret_cast<const uint4 *>(table + table_at(row, cc + kHeadChunks / 2));
-  unpack2(sw.x, s[0], s[1]);
-  unpack2(sw.y, s[2], s[3]);
-  unpack2(sw.z, s[4], s[5]);
-  unpack2(sw.w, s[6], s[7]);
-  unpack2(cw.x, c[0], c[1]);
-  unpack2(cw.y, c[2], c[3]);
-  unpack2(cw.z, c[4], c[5]);
-  unpack2(cw.w, c[6], c[7]);
+  unpack(sw.x, sw.y, sw.z, sw.w, s);
+  unpack(cw.x, cw.y, cw.z, cw.w, c);
 }
 
 // Rotate the resident tile's rotated tensors in place. Every thread keeps

@@ -487,6 +487,13 @@ __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
 constexpr int kUnitsPerRow = kHeadChunks;  // units of work per row and head
 constexpr int kUnitPairs = 4;  // pairs per unit: one chunk
 
+// The 4 floats of a unit's 4 packed sines (or cosines), half a table
+// chunk's words, in memory order.
+__device__ __forceinline__ void unpack(unsigned a, unsigned b, float (&x)[4]) {
+  unpack2(a, x[0], x[1]);
+  unpack2(b, x[2], x[3]);
+}
+
 // The tile layout rotate_unit reads unless given another: swizzle().
 struct Swizzled {
   static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
@@ -533,10 +540,8 @@ __device__ __forceinline__ void unit_angles(const unsigned short *table, int row
   const uint2 sw = *reinterpret_cast<const uint2 *>(table + table_at(row, cc >> 1) + half);
   const uint2 cw =
       *reinterpret_cast<const uint2 *>(table + table_at(row, (cc >> 1) + kHeadChunks / 2) + half);
-  unpack2(sw.x, s[0], s[1]);
-  unpack2(sw.y, s[2], s[3]);
-  unpack2(cw.x, c[0], c[1]);
-  unpack2(cw.y, c[2], c[3]);
+  unpack(sw.x, sw.y, s);
+  unpack(cw.x, cw.y, c);
 }
 
 
