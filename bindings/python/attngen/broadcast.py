@@ -15,7 +15,8 @@ import ctypes
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
-from .ops import _Refused, _alloc, _device_index, _dout_for, _needs_grad, _stream, _torch, load
+from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _packed, _stream,
+                  _torch, load)
 
 _kernel_lock = threading.Lock()
 # (head_dim, dtype_tag, causal, window, scale, deterministic, backward) -> Kernel,
@@ -197,8 +198,9 @@ def broadcast_attention(q, k, v, cu_seqlens_k, *, max_seqlen_k=None, window_size
     q: [n_q, heads, head_dim], the same queries for every sequence; k, v:
     [total_k, kv_heads, head_dim] (kv_heads divides heads: grouped-query
     attention, query head h reads key head h // (heads // kv_heads));
-    head_dim 64 or 128; bf16 or fp16, contiguous, on one CUDA device.
-    cu_seqlens_k: int32 [batch + 1] on that device, starting at 0,
+    head_dim 64 or 128; bf16 or fp16, on one CUDA device (a tensor that is
+    not contiguous is copied first). cu_seqlens_k: int32 [batch + 1] on
+    that device, starting at 0,
     non-decreasing, ending at total_k (not checked on the host: that would
     synchronize); sequence b's keys are rows [cu_seqlens_k[b],
     cu_seqlens_k[b+1]) and may be none. max_seqlen_k: accepted and unused.
@@ -228,6 +230,7 @@ def broadcast_attention(q, k, v, cu_seqlens_k, *, max_seqlen_k=None, window_size
     combination of options compiles a kernel (seconds; cached on disk
     afterwards). Bad arguments raise InvalidArgumentError (a ValueError).
     """
+    q, k, v = _packed(q, k, v)  # views: copied (the kernels read packed rows)
     torch = torch_ops.traced_torch()
     if torch is not None:
         # traced (torch.compile, a dispatch mode): the custom op, which checks

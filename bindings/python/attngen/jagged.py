@@ -13,8 +13,8 @@ import ctypes
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
-from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _rotary_key,
-                  _stream_of, _torch, load)
+from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _packed,
+                  _rotary_key, _stream_of, _torch, load)
 
 _kernel_lock = threading.Lock()
 # (head_dim, dtype_tag, causal, window, scale, deterministic, backward, rotary) -> Kernel,
@@ -250,8 +250,10 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
 
     q: [total_q, heads, head_dim]; k, v: [total_k, kv_heads, head_dim]
     (kv_heads divides heads: grouped-query attention, query head h reads key
-    head h // (heads // kv_heads)); head_dim 64 or 128; bf16 or fp16,
-    contiguous, on one CUDA device. cu_seqlens_q, cu_seqlens_k: int32
+    head h // (heads // kv_heads)); head_dim 64 or 128; bf16 or fp16, on
+    one CUDA device (a tensor that is not contiguous, such as a slice of one
+    qkv projection, is copied first: the kernels read packed rows).
+    cu_seqlens_q, cu_seqlens_k: int32
     [batch + 1] on that device, starting at 0, non-decreasing, ending at
     total_q and total_k (their values are not checked on the host: that
     would synchronize). cu_seqlens_k None: self-attention (cu_seqlens_q for
@@ -302,6 +304,7 @@ def jagged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
                           softmax_scale, deterministic, dropout_p)
         if r is not None:
             return r if return_lse else r[0]
+    q, k, v = _packed(q, k, v)  # views (e.g. of one qkv projection): copied
     torch = torch_ops.traced_torch()
     if torch is not None:
         # traced (torch.compile, a dispatch mode): the custom op, which checks

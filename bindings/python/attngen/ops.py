@@ -456,6 +456,16 @@ def _device_index(torch, t):
     return i if i is not None and i >= 0 else torch.cuda.current_device()
 
 
+def _packed(*tensors):
+    """The tensors, each not contiguous replaced by a contiguous copy (an
+    autograd op: gradients reach the original view); what is not a tensor
+    passes through for the checks to name. For the kernels that read packed
+    rows only (jagged, broadcast): views of one projection output, as
+    FlashAttention's varlen functions take them, work as they do there."""
+    return tuple(t.contiguous() if getattr(t, "is_contiguous", None) is not None
+                 and not t.is_contiguous() else t for t in tensors)
+
+
 def _needs_grad(*tensors):
     """Whether autograd must record this call: grad mode is on and an input
     requires grad (only then is the backward pass asked for)."""

@@ -570,3 +570,14 @@ def test_signature_and_exports():
     for name in ("broadcast_attention", "broadcast_kernel_for", "check_broadcast_attention_args"):
         assert name in attngen.__all__ and hasattr(attngen, name)
     assert "broadcast_attention" in attngen.__doc__
+
+
+def test_views_are_copied(env):
+    """q that is not contiguous (a slice of a larger tensor) is copied
+    before the checks: the launch reads the copy."""
+    q, k, v, ck = btensors(n_q=16, lk=(3, 0, 5, 1), heads=8, kv_heads=2)
+    view = ts.StubTensor(q.shape, ptr=next(ts._ptrs), contiguous=False)
+    attngen.broadcast_attention(view, k, v, ck)
+    (call,) = env.launches.calls
+    assert call["args"]["q"] not in (view.data_ptr(), 0)
+    assert call["args"]["k"] == k.data_ptr()

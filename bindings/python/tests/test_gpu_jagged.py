@@ -219,6 +219,27 @@ def test_deterministic_backward_is_bit_identical():
     assert name == "torch_jagged_d128_bf16_causal_det_grad"
 
 
+def test_views_of_one_qkv_projection():
+    """q, k, v as qkv.unbind(1) slices (as FlashAttention's varlen functions
+    take them): copied, so the same bits as contiguous inputs, and the
+    gradient reaches qkv (the deterministic backward: bit-comparable)."""
+    lengths = [0, 1, 70, 129, 0, 300]
+    cu = cumsum(lengths)
+    g = torch.Generator(device="cuda").manual_seed(21)
+    qkv = torch.randn(cu[-1], 3, 4, 64, device="cuda", dtype=torch.bfloat16, generator=g)
+    qkv.requires_grad_()
+    tq = torch.tensor(cu, dtype=torch.int32, device="cuda")
+    out = attngen.jagged_attention(*qkv.unbind(1), tq, causal=True, deterministic=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    q, k, v = (t.detach().contiguous().requires_grad_() for t in qkv.unbind(1))
+    ref = attngen.jagged_attention(q, k, v, tq, causal=True, deterministic=True)
+    ref.backward(dout)
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
+    assert torch.equal(qkv.grad, torch.stack((q.grad, k.grad, v.grad), dim=1))
+
+
 def test_softmax_scale_and_current_stream():
     q, k, v, tq, _, cq, _ = make([70, 5, 128], [70, 5, 128], 2, 2, 64, torch.float16, seed=3)
     s = torch.cuda.Stream()

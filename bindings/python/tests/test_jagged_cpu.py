@@ -837,8 +837,7 @@ def test_the_jagged_fast_path_leaves_the_rest_to_the_full_one(env, monkeypatch, 
 
 @pytest.mark.parametrize("which", ["misaligned v", "k on the host", "fp16 v", "kv_heads 4",
                                    "k's head_dim 128", "v of another shape",
-                                   "int64 cu_seqlens_k", "cu_seqlens_q on another device",
-                                   "k not contiguous"])
+                                   "int64 cu_seqlens_k", "cu_seqlens_q on another device"])
 def test_every_jagged_fast_check_sends_bad_tensors_to_the_full_path(env, monkeypatch, which):
     seen = _count_full_checks(monkeypatch)
     q, k, v, cq, ck = jtensors(lq=(3, 1), lk=(2, 6), heads=6, kv_heads=2)
@@ -862,8 +861,20 @@ def test_every_jagged_fast_check_sends_bad_tensors_to_the_full_path(env, monkeyp
         ck = ts.offsets([0, 2, 8], dtype=ts.int64)
     elif which == "cu_seqlens_q on another device":
         cq = ts.offsets([0, 3, 4], device="cuda:1")
-    elif which == "k not contiguous":
-        k = ts.StubTensor(ks, ptr=next(ts._ptrs), contiguous=False)
     with pytest.raises(ValueError):
         attngen.jagged_attention(q, k, v, cq, ck)
     assert len(seen) == 2 and len(env.launches.calls) == 2
+
+
+def test_views_are_copied_before_the_checks(env, monkeypatch):
+    """A k that is not contiguous (a slice of one qkv projection, say) is
+    copied before the full path's checks, which then pass: the launch reads
+    the copy, as FlashAttention's varlen functions take such views."""
+    seen = _count_full_checks(monkeypatch)
+    q, k, v, cq, ck = jtensors(lq=(3, 1), lk=(2, 6), heads=6, kv_heads=2)
+    view = ts.StubTensor(k.shape, ptr=next(ts._ptrs), contiguous=False)
+    attngen.jagged_attention(q, view, v, cq, ck)
+    assert len(seen) == 1
+    (call,) = env.launches.calls
+    assert call["args"]["k"] not in (view.data_ptr(), 0)
+    assert call["args"]["q"] == q.data_ptr() and call["args"]["v"] == v.data_ptr()
