@@ -223,8 +223,10 @@ def _tag_int32(dtype):
 
 
 def check_qkv(q, k, v):
-    """Checks q, k, v. Returns (dtype, dtype_tag, device, (tokens, heads, head_dim))
-    where dtype_tag is "bf16" or "fp16"."""
+    """Checks q [tokens, heads, head_dim] and k, v [tokens, kv_heads,
+    head_dim] (kv_heads divides heads: grouped-query attention). Returns
+    (dtype, dtype_tag, device, (tokens, heads, head_dim)) where dtype_tag is
+    "bf16" or "fp16"."""
     fast = _fast_tensors(q, k, v, True)
     if fast is not None:
         dt, tag, dev, qs, _ = fast
@@ -253,17 +255,21 @@ def check_qkv(q, k, v):
     shape = _shape(q)
     for name, t in named:
         if len(t.shape) != 3:
-            raise ValueError("%s must be 3-D [total_tokens, heads, head_dim], got shape %s"
-                             % (name, list(_shape(t))))
-    for name, t in named[1:]:
-        if _shape(t) != shape:
-            raise ValueError("q, k and v must have the same shape: q is %s, %s is %s"
-                             % (list(shape), name, list(_shape(t))))
+            raise ValueError("%s must be 3-D [total_tokens, %s, head_dim], got shape %s"
+                             % (name, "heads" if name == "q" else "kv_heads", list(_shape(t))))
+    if _shape(v) != _shape(k):
+        raise ValueError("k and v must have the same shape: k is %s, v is %s"
+                         % (list(_shape(k)), list(_shape(v))))
     tokens, heads, head_dim = shape
     if head_dim not in HEAD_DIMS:
         raise ValueError("head_dim (the last dimension of q) must be 64 or 128, got %d" % head_dim)
     if heads < 1:
         raise ValueError("heads (the middle dimension of q) must be at least 1, got %d" % heads)
+    ks = _shape(k)
+    if ks[0] != tokens or ks[2] != head_dim or ks[1] < 1 or heads % ks[1]:
+        raise ValueError("k and v must be [total_tokens, kv_heads, head_dim] with q's tokens "
+                         "and head_dim and kv_heads dividing q's heads (grouped-query "
+                         "attention): q is %s, k and v are %s" % (list(shape), list(ks)))
     # A tensor that is not contiguous is read in place by its row stride or
     # copied (ops.Kernel._rows); a contiguous one must be aligned as it is.
     for name, t in named:
@@ -510,7 +516,7 @@ def check_block_attention_args(q, k, v, offsets, cpu_offsets=None, block_size=64
                                causal=False, softmax_scale=None, rotary=None,
                                rotary_table=None):
     """Every check of block_attention, in one call. Returns a dict with
-    dtype, dtype_tag, device, tokens, heads, head_dim, batch, block_size,
+    dtype, dtype_tag, device, tokens, heads, kv_heads, head_dim, batch, block_size,
     causal, softmax_scale, rotary (normalized) and rotary_table. A table is
     required with rotary positions 'table' and refused otherwise."""
     block_size, causal, softmax_scale, rotary = check_block_options(block_size, causal,
@@ -530,7 +536,8 @@ def check_block_attention_args(q, k, v, offsets, cpu_offsets=None, block_size=64
         check_rotary_table(rotary_table, q)
     return {
         "dtype": dtype, "dtype_tag": tag, "device": device, "tokens": tokens,
-        "heads": heads, "head_dim": head_dim, "batch": batch, "block_size": block_size,
+        "heads": heads, "kv_heads": int(k.shape[1]), "head_dim": head_dim, "batch": batch,
+        "block_size": block_size,
         "causal": causal, "softmax_scale": softmax_scale, "rotary": rotary,
         "rotary_table": rotary_table,
     }

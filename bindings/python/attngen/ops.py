@@ -187,6 +187,7 @@ class Kernel:
         self.spec = info
         self._handles = {}
         self._strided = {}  # device ordinal -> ag_kernel_takes_row_strides
+        self._grouping = {}  # device ordinal -> ag_kernel_takes_kv_heads
         self._lock = threading.Lock()
 
     def __repr__(self):
@@ -247,6 +248,36 @@ class Kernel:
                 bool(_lib.lib().ag_kernel_takes_row_strides(h))
             self._strided[device_index] = s
         return s
+
+    def takes_kv_heads(self, device_index=None):
+        """Whether the kernel built for a device reads k and v with fewer
+        heads than q (grouped-query attention, ag_kernel_takes_kv_heads);
+        otherwise each key head is repeated for its group of query heads
+        before the launch (a copy) and autograd sums its gradient back."""
+        if device_index is None:
+            device_index = _current_device_index()
+        s = self._grouping.get(device_index)
+        if s is None:
+            h = self._handle_of(device_index)
+            s = _lib.has("ag_kernel_takes_kv_heads") and \
+                bool(_lib.lib().ag_kernel_takes_kv_heads(h))
+            self._grouping[device_index] = s
+        return s
+
+    def _grouped(self, q, k, v, device_index=None):
+        """(k, v, kv_heads) as the launch takes them: k and v themselves
+        when they have q's heads or the kernel takes fewer; else each key
+        head repeated for its heads // kv_heads query heads (new contiguous
+        tensors with q's heads)."""
+        heads, kv_heads = q.shape[1], k.shape[1]
+        if kv_heads == heads:
+            return k, v, kv_heads
+        if device_index is None:
+            device_index = _device_index(_torch(), q)
+        if self.takes_kv_heads(device_index):
+            return k, v, kv_heads
+        group = heads // kv_heads
+        return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), heads
 
     def _rows(self, tensors, device_index=None):
         """(tensors, row strides) as this kernel reads them on a device
@@ -357,21 +388,25 @@ class Kernel:
         if tokens == 0 or batch == 0:
             return out
         di = _device_index(torch, q)
+        k, v, kv_heads = self._grouped(q, k, v, di)
         (q, k, v), strides = self._rows((q, k, v), di)
         self._launch_forward(torch, q, k, v, offsets, out, batch, heads, tokens, di,
-                             rotary_table, strides)
+                             rotary_table, strides, kv_heads)
         return out
 
     def _launch_forward(self, torch, q, k, v, offsets, out, batch, heads, tokens, di,
-                        rotary_table=None, strides=(0, 0, 0)):
+                        rotary_table=None, strides=(0, 0, 0), kv_heads=0):
         """ag_block_forward into `out` (contiguous) on device di's current
-        stream, q, k, v read at their row `strides` (0: packed; a non-empty
-        call; no checks beyond the C launcher's)."""
+        stream, q, k, v read at their row `strides` (0: packed), k and v
+        with kv_heads heads (0: q's; a non-empty call; no checks beyond the
+        C launcher's)."""
         # positional: the header's field order (a third cheaper than keywords)
         args = _lib.AgBlockFwdArgs(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), offsets.data_ptr(),
             batch, heads, tokens, None,
             rotary_table.data_ptr() if rotary_table is not None else None, *strides)
+        if kv_heads and kv_heads != heads:
+            args.kv_heads = kv_heads
         _lib.call("ag_block_forward", self._handle_of(di), ctypes.byref(args),
                   _stream_of(torch, di), context=("attngen: block forward '%s'", self.spec.name))
 
@@ -380,8 +415,10 @@ class Kernel:
         """dq, dk, dv for a contiguous, aligned dout like q (not checked):
         new contiguous tensors, or with `into` = (dq, dk, dv, row strides)
         those (views of one packed gradient; this kernel takes row
-        strides)."""
+        strides). With fewer key heads than query heads the kernel writes
+        dk and dv per query head, summed here over each group."""
         torch = _torch()
+        kv_heads = k.shape[1]
         if into is not None:
             dq, dk, dv, grad_strides = into
         elif poison:
@@ -396,18 +433,32 @@ class Kernel:
             grad_strides = (0, 0, 0)
         tokens, heads, _ = q.shape
         if tokens == 0 or batch == 0:
-            return dq, dk, dv
+            return dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads)
         di = _device_index(torch, q)
         h = self._handle_of(di)
+        k, v, launch_kv = self._grouped(q, k, v, di)
         (q, k, v), strides = self._rows((q, k, v), di)
         args = _lib.AgBlockBwdArgs(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), dq.data_ptr(),
             dk.data_ptr(), dv.data_ptr(), offsets.data_ptr(), batch, heads, tokens, None,
             rotary_table.data_ptr() if rotary_table is not None else None,
             *strides, 0, *grad_strides)
+        if launch_kv != heads:
+            args.kv_heads = launch_kv
         _lib.call("ag_block_backward", h, ctypes.byref(args), _stream_of(torch, di),
                   context=("attngen: block backward '%s'", self.spec.name))
-        return dq, dk, dv
+        return dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads)
+
+
+def _sum_groups(grad, kv_heads):
+    """A key or value gradient written per query head, [tokens, heads,
+    head_dim], summed over each key head's heads // kv_heads query heads
+    (adjacent ones, as the kernels group them); as it is when kv_heads is
+    its heads."""
+    tokens, heads, dim = grad.shape
+    if heads == kv_heads:
+        return grad
+    return grad.view(tokens, kv_heads, heads // kv_heads, dim).sum(2)
 
 
 # The C entry point of each pass.
@@ -704,7 +755,12 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     are spaced (column slices of one projection output, e.g. qkv.unbind(1)
     of [total_tokens, 3, heads, head_dim]: read in place by a kernel that
     takes row strides, else copied; any other layout is copied; see also
-    block_attention_qkvpacked). offsets: int32 [batch + 1]
+    block_attention_qkvpacked). key and value may have fewer heads than
+    query, [total_tokens, kv_heads, head_dim] with kv_heads dividing heads
+    (grouped-query attention: query head h reads key head h // (heads //
+    kv_heads), and their gradients are summed over each group); a kernel
+    that does not take kv_heads (Kernel.takes_kv_heads) gets each key head
+    repeated for its group. offsets: int32 [batch + 1]
     on that device (offsets[0] = 0, non-decreasing, offsets[-1] =
     total_tokens). Each sequence is cut into blocks of `block_size` tokens
     from its own start; each block attends to itself (token i to tokens

@@ -380,8 +380,8 @@ def _define(torch):
 
     @block_attention_backward.register_fake
     def _(dout, q, k, v, offsets, block_size, causal, softmax_scale, rotary, rotary_table):
-        return tuple(torch.empty_like(q, memory_format=torch.contiguous_format)
-                     for _ in range(3))
+        return tuple(torch.empty_like(t, memory_format=torch.contiguous_format)
+                     for t in (q, k, v))
 
     def block_setup(ctx, inputs, output):
         q, k, v, offsets, block_size, causal, scale, rotary, table, _ = inputs

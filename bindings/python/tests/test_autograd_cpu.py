@@ -209,3 +209,25 @@ def test_qkvpacked_poison_and_refusal(fn):
                           ops._Refused.from_error(limit, ops.BACKWARD_LEAD), None)
     with pytest.raises(_errors.UnsupportedError, match="no backward"):
         out.sum().backward()
+
+
+def test_grouped_heads_repeat_and_sum_match_autograd(monkeypatch):
+    """The grouped-query fallback on real tensors: query head h reads key
+    head h // group (repeat_interleave), and _sum_groups of a per-query-head
+    gradient is what autograd gives k through that repeat."""
+    monkeypatch.setattr(ops.Kernel, "takes_kv_heads", lambda self, di=None: False)
+    kern = ops.Kernel(None, None)
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(10, 6, 8, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(10, 2, 8, generator=g, dtype=torch.float64, requires_grad=True)
+            for _ in range(2))
+    ke, ve, launch_kv = kern._grouped(q, k, v, 0)
+    assert launch_kv == 6 and ke.shape == q.shape and ke.is_contiguous()
+    for h in range(6):
+        assert torch.equal(ke[:, h], k[:, h // 3].detach())
+    ge = torch.randn(10, 6, 8, generator=g, dtype=torch.float64)
+    (want,) = torch.autograd.grad(ke, k, ge)
+    assert torch.allclose(ops._sum_groups(ge, 2), want, atol=1e-12)
+    assert ops._sum_groups(ge, 6) is ge
+    same = kern._grouped(q, q, q, 0)
+    assert same[0] is q and same[2] == 6

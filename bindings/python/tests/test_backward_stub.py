@@ -53,6 +53,7 @@ def env(monkeypatch):
         plan_limit = False
         has_bwd = True
         strided = False  # what Kernel.takes_row_strides answers
+        grouped = False  # what Kernel.takes_kv_heads answers
 
     e = Env()
     e.torch, e.launches, e.parsed = torch, launches, []
@@ -84,6 +85,7 @@ def env(monkeypatch):
     monkeypatch.setattr(ops, "parse_spec", parse_spec)
     monkeypatch.setattr(ops.Kernel, "handle", handle)
     monkeypatch.setattr(ops.Kernel, "takes_row_strides", lambda self, di=None: e.strided)
+    monkeypatch.setattr(ops.Kernel, "takes_kv_heads", lambda self, di=None: e.grouped)
     monkeypatch.setattr(_lib, "call", launches)
     monkeypatch.setattr(_lib, "has", lambda name: name != "ag_block_backward" or e.has_bwd)
     yield e
@@ -661,3 +663,38 @@ def test_qkvpacked_without_grad_and_bad_shapes(env):
             ops.block_attention_qkvpacked(ts.StubTensor(shape), off)
     with pytest.raises(ValueError, match="qkv must be a torch.Tensor, got list"):
         ops.block_attention_qkvpacked([1, 2, 3], off)
+
+
+# ---- grouped-query heads ---------------------------------------------------------
+
+def test_grouped_heads_are_repeated_for_a_kernel_without_them(env):
+    """k, v with kv_heads dividing q's heads, a kernel that takes the same
+    heads only: each key head is repeated for its group before the launch,
+    and the backward sums the per-query-head dk, dv over each group into
+    k's and v's shape."""
+    q, _, _, off = tensors(heads=8, grad=(False,) * 3)
+    k, v = (ts.StubTensor((100, 2, 64), ptr=next(ts._ptrs)) for _ in range(2))
+    kernel = ops.kernel_for(64, False, 64, "bf16", None, backward=True)
+    out = kernel(q, k, v, off)
+    dq, dk, dv = kernel.backward(q, k, v, dout_like(q), off)
+    fwd, bwd = (c["args"] for c in env.launches.calls)
+    assert fwd["heads"] == 8 and fwd["k"] not in (k.data_ptr(), 0)
+    assert out.shape == q.shape and dq.shape == q.shape
+    assert dk.shape == k.shape and dv.shape == v.shape
+    base, dim = dk.summed_from
+    assert dim == 2 and base.shape == (100, 2, 4, 64)
+    assert base.viewed_from.data_ptr() == bwd["dk"] and base.viewed_from.shape == (100, 8, 64)
+
+
+def test_grouped_heads_through_block_attention_and_autograd(env):
+    """block_attention with 2 key heads for 8 query heads, inputs requiring
+    grad: both passes launch with repeated key heads, and the gradients
+    come back in k's and v's shape."""
+    q, _, _, off = tensors(heads=8, grad=(True, False, False))
+    k, v = (ts.StubTensor((100, 2, 64), ptr=next(ts._ptrs), requires_grad=True)
+            for _ in range(2))
+    out = ops.block_attention(q, k, v, off)
+    dq, dk, dv, *rest = ts.run_backward(out, dout_like(out))
+    assert env.launches.names() == ["ag_block_forward", "ag_block_backward"]
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    assert env.launches.calls[1]["args"]["heads"] == 8

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""GPU tests of q, k, v as views of one projection output and of
-block_attention_qkvpacked: the same bits as contiguous copies, and within
-tolerance of float64 (test_gpu.py's checks). Apart from test_gpu.py so that
-a device call can run them without building that file's 48 kernels first
-(tools/next_gpu_call_strides.sh runs them with each library).
+"""GPU tests of the block pattern's tensor layouts: q, k, v as views of one
+projection output, block_attention_qkvpacked (the same bits as contiguous
+copies, and within tolerance of float64: test_gpu.py's checks), and
+grouped-query heads (k, v with fewer heads than q) against float64. Apart
+from test_gpu.py so that a device call can run them without building that
+file's 48 kernels first (tools/next_gpu_call_strides.sh runs them with each
+library).
 """
 import pytest
 
@@ -12,7 +14,8 @@ from gpu_env import need_gpu_and_lib
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
-from test_gpu import check, check_grads  # noqa: E402
+from test_gpu import (GRAD_TOL, TOL, attention64, block_errors, check, check_grads,  # noqa: E402
+                      grad_errors)
 
 pytestmark = pytest.mark.gpu
 
@@ -71,3 +74,43 @@ def test_views_of_one_projection_and_qkvpacked(head_dim, causal, pad):
 
     check(out.detach(), q, k, v, off_list, 64, causal)
     check_grads(q, k, v, dout, off_list, 64, causal)
+
+
+@pytest.mark.parametrize("head_dim,causal,heads,kv_heads,dtype", [
+    (64, False, 8, 2, torch.bfloat16), (128, True, 4, 1, torch.bfloat16),
+    (64, True, 6, 3, torch.float16), (128, False, 4, 2, torch.float16)])
+def test_grouped_query_heads(head_dim, causal, heads, kv_heads, dtype):
+    """k and v with kv_heads dividing q's heads (query head h reads key head
+    h // (heads // kv_heads)): forward and gradients against float64 (k's
+    and v's gradients summed over each group), poisoned outputs, partial,
+    empty and one-token blocks."""
+    lengths = [0, 1, 63, 64, 65, 200, 0, 37]
+    total = sum(lengths)
+    off_list = [0]
+    for n in lengths:
+        off_list.append(off_list[-1] + n)
+    off = torch.tensor(off_list, dtype=torch.int32, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(60 + heads + kv_heads + head_dim)
+    q = torch.randn(total, heads, head_dim, device="cuda", dtype=dtype, generator=g)
+    k, v = (torch.randn(total, kv_heads, head_dim, device="cuda", dtype=dtype, generator=g)
+            for _ in range(2))
+    for t in (q, k, v):
+        t.requires_grad_()
+    kernel = attngen.kernel_for(64, causal, head_dim, "bf16" if dtype == torch.bfloat16
+                                else "fp16", backward=True)
+    print("takes_kv_heads:", kernel.takes_kv_heads())
+    out = attngen.block_attention(q, k, v, off, causal=causal, _poison=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    torch.cuda.synchronize()
+    leaves = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
+    group = heads // kv_heads
+    ref = attention64(leaves[0], leaves[1].repeat_interleave(group, 1),
+                      leaves[2].repeat_interleave(group, 1), off_list, 64, causal)
+    ref_grads = torch.autograd.grad(ref, leaves, dout.double().cpu())
+    assert not torch.isnan(out).any()
+    overall, worst = block_errors(out.detach(), ref.detach(), off_list, 64)
+    assert overall <= TOL[dtype] and worst <= 3 * TOL[dtype], (overall, worst)
+    assert k.grad.shape == k.shape and v.grad.shape == v.shape
+    for name, err in zip(("dq", "dk", "dv"), grad_errors((q.grad, k.grad, v.grad), ref_grads)):
+        assert err <= GRAD_TOL[dtype], "%s: %.3g" % (name, err)

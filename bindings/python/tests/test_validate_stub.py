@@ -70,8 +70,18 @@ def test_shapes():
     q, k, v = ts.qkv()
     with pytest.raises(ValueError, match=r"q must be 3-D \[total_tokens, heads, head_dim\], got shape \[100, 512\]"):
         check(qkv=(ts.StubTensor((100, 512)), k, v))
-    with pytest.raises(ValueError, match=r"same shape: q is \[100, 4, 128\], v is \[100, 2, 128\]"):
+    with pytest.raises(ValueError, match=r"k and v must have the same shape: k is \[100, 4, 128\], "
+                       r"v is \[100, 2, 128\]"):
         check(qkv=(q, k, ts.StubTensor((100, 2, 128))))
+    # grouped-query heads: k and v with kv_heads dividing q's heads
+    kv = [ts.StubTensor((100, 2, 128)) for _ in range(2)]
+    assert check(qkv=(q, *kv))["kv_heads"] == 2
+    assert check(qkv=(q, k, v))["kv_heads"] == 4
+    for shape in [(100, 3, 128), (99, 2, 128), (100, 2, 64)]:
+        kv = [ts.StubTensor(shape) for _ in range(2)]
+        with pytest.raises(ValueError, match=r"k and v must be \[total_tokens, kv_heads, head_dim\] "
+                           r"with q's tokens and head_dim and kv_heads dividing q's heads"):
+            check(qkv=(q, *kv))
     with pytest.raises(ValueError, match="head_dim .* must be 64 or 128, got 96"):
         check(qkv=ts.qkv(head_dim=96))
     with pytest.raises(ValueError, match="heads .* at least 1, got 0"):

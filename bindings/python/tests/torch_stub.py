@@ -97,6 +97,23 @@ class StubTensor:
     def stride(self):
         return self._strides
 
+    def view(self, *shape):
+        out = StubTensor(shape, self.dtype, self.device, self._contiguous, self._ptr)
+        out.viewed_from = self
+        return out
+
+    def sum(self, dim):
+        out = self._like(shape=self.shape[:dim] + self.shape[dim + 1:])
+        out.summed_from = (self, dim)
+        return out
+
+    def repeat_interleave(self, repeats, dim):
+        shape = list(self.shape)
+        shape[dim] *= repeats
+        out = self._like(shape=tuple(shape))
+        out.repeated_from = (self, repeats, dim)
+        return out
+
     def unbind(self, dim):
         """Views along dim, each at its own data pointer (2-byte elements),
         contiguous only when no other dimension is spaced by dim's removal
