@@ -205,6 +205,20 @@ def test_compile_qkvpacked_traces_the_block_op_on_its_views():
     assert _targets(graphs["bw"]) == ["attngen.block_attention_backward.default"]
 
 
+def test_compile_block_attention_grouped_heads():
+    """k, v with 2 heads for q's 8: traced through the op, dk and dv in k's
+    and v's shape."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fn, graphs = _compile_capture(lambda q, k, v, off: attngen.block_attention(q, k, v, off))
+    with FakeTensorMode():
+        q, k, v = _fake_inputs([(300, 8, 64), (300, 2, 64), (300, 2, 64)])
+        out = fn(q, k, v, torch.empty(5, dtype=torch.int32))
+        assert out.shape == q.shape
+        out.float().sum().backward()
+        assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+    assert _targets(graphs["bw"]) == ["attngen.block_attention_backward.default"]
+
+
 def test_compile_block_attention_without_grad_has_no_backward():
     from torch._subclasses.fake_tensor import FakeTensorMode
     fn, graphs = _compile_capture(lambda q, k, v, off: attngen.block_attention(q, k, v, off))
