@@ -233,7 +233,12 @@ static const bool fwd_rotary_2_stages_checked = false;
  * tensor after the sizes) instead of heads * head_dim: q, k and v may then
  * be column slices of one projection output ([tokens, 3 heads head_dim],
  * Meta's qkv layout) and dq, dk, dv slices of one gradient buffer, with no
- * copies. The index arithmetic is the same per tensor. Not with the
+ * copies. The index arithmetic is the same per tensor. These kernels also
+ * take kv_heads (after the strides): K and V may have fewer heads than Q,
+ * query head h reading key head h / (heads / kv_heads) (grouped-query
+ * attention, as Meta's tlx_block_attention), each tile's K and V rows
+ * loaded per head from its key head; the backward then writes dK and dV
+ * per query head (the caller sums each group). Not with the
  * chunked backward (blocks past 128 tokens at head_dim 128, 176 at 64).
  * Off, the emitted source is what it was, byte for byte. On, ptxas
  * (sm_90a and sm_80, every block golden and bundled spec) reports the same
@@ -242,8 +247,11 @@ static const bool fwd_rotary_2_stages_checked = false;
  * head_dim 128 backward with interleaved pairs and block positions
  * (golden rope_interleaved_block_b64_d128_fp16_bwd) 92 bytes against 20.
  * int, not long long, strides: with long long the sm_90a head_dim 64
- * causal forward spilled too. Written 2026-12-05 (session 24, no GPU
- * lent); not run yet: until the GPU suite's row_strides case, compute-
+ * causal forward spilled too. kv_heads (session 25) moved registers by
+ * -7..+14 against the strides alone (the 16-token half-pair rotary
+ * backward 124 -> 136 for sm_90a) and spills by -12..+4 bytes (ptxas, the
+ * same kernels). Written 2026-12-05 (session 24, no GPU lent; kv_heads in
+ * session 25, none either); not run yet: until the GPU suite's row_strides case, compute-
  * sanitizer and the harness (within 2% of the packed kernels) have, a
  * launch with other than packed strides is refused (AG_ERR_UNSUPPORTED).
  * Turning it on also turns the refusals that tests/check_args.c
@@ -383,8 +391,10 @@ static ag_plan_kernel *block_kernel(const ag_spec *spec, ag_plan *plan, unsigned
   static const ag_param sizes[] = {AG_PARAM_OFFSETS_Q, AG_PARAM_BATCH, AG_PARAM_HEADS,
                                    AG_PARAM_TOTAL_Q, AG_PARAM_ITEMS};
   for (int i = 0; i < 5; i++) params[n++] = sizes[i];
-  if (plan->row_strides)
+  if (plan->row_strides) {
     for (int i = 0; i < ntensors; i++) params[n++] = (ag_param)(AG_PARAM_STRIDE_Q + tensors[i]);
+    params[n++] = AG_PARAM_KV_HEADS; /* grouped-query heads: K, V read by key head */
+  }
   ag_plan_params(k, n, params);
   ag_plan_set(k, "BLOCK_SIZE", plan->block_size);
   ag_plan_set(k, "WARPS", b->warps);

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define AG_VERSION_STRING "0.4.0"
+#define AG_VERSION_STRING "0.5.0"
 
 /* Marks the functions libattngen.so exports. The library is built with
  * -fvisibility=hidden, so this header's declarations are its whole dynamic
@@ -205,6 +205,11 @@ AG_API const ag_spec *ag_kernel_spec(const ag_kernel *kernel);
  * the packed heads * head_dim (ag_block_fwd_args.q_stride and the rest);
  * false for other patterns. */
 AG_API bool ag_kernel_takes_row_strides(const ag_kernel *kernel);
+/* Whether the kernel's launches take fewer key heads than query heads:
+ * always for the jagged pattern (kv_heads in its argument structs); for the
+ * block-diagonal one where its kernels read the key heads in place
+ * (ag_block_fwd_args.kv_heads). False for NULL. */
+AG_API bool ag_kernel_takes_kv_heads(const ag_kernel *kernel);
 
 /* A prebuilt cubin of a spec's kernels for one arch ("sm_80", "sm_90a"),
  * as `attngen build` embeds them. */
@@ -259,6 +264,13 @@ typedef struct ag_block_fwd_args {
    * (ag_kernel_takes_row_strides) refuse any other than the packed one with
    * AG_ERR_UNSUPPORTED. */
   int64_t q_stride, k_stride, v_stride, o_stride;
+  /* Optional grouped-query heads: k and v have kv_heads heads, which
+   * divides heads; query head h reads key head h / (heads / kv_heads). 0 (a
+   * zeroed struct) means heads. k's and v's packed row is then kv_heads *
+   * head_dim elements (their strides' least value). Kernels that do not
+   * take it (ag_kernel_takes_kv_heads) refuse any other than heads with
+   * AG_ERR_UNSUPPORTED. */
+  int64_t kv_heads;
 } ag_block_fwd_args;
 AG_API ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *args,
                                   struct CUstream_st *stream, ag_error *err);
@@ -283,6 +295,12 @@ typedef struct ag_block_bwd_args {
    * column slices of one gradient buffer [tokens, 3 * heads * head_dim],
    * which a projection's backward reads with no concatenation. */
   int64_t q_stride, k_stride, v_stride, dout_stride, dq_stride, dk_stride, dv_stride;
+  /* Optional grouped-query heads, as in ag_block_fwd_args. dk and dv are
+   * then written per query head, [total_tokens, heads, head_dim] like dq:
+   * query head h's share of the gradient of key head h / (heads /
+   * kv_heads); the caller sums each key head's heads / kv_heads adjacent
+   * query heads (the Python binding does). */
+  int64_t kv_heads;
 } ag_block_bwd_args;
 AG_API ag_status ag_block_backward(ag_kernel *kernel, const ag_block_bwd_args *args,
                                    struct CUstream_st *stream, ag_error *err);

@@ -153,3 +153,8 @@ const ag_spec *ag_kernel_spec(const ag_kernel *kernel) { return kernel ? &kernel
 bool ag_kernel_takes_row_strides(const ag_kernel *kernel) {
   return kernel && kernel->plan.pattern == AG_PATTERN_BLOCK_DIAGONAL && kernel->plan.row_strides;
 }
+/* The block kernels that take row strides read the key heads in place too
+ * (plan_block.c: AG_PARAM_KV_HEADS after the strides). */
+bool ag_kernel_takes_kv_heads(const ag_kernel *kernel) {
+  return kernel && (kernel->plan.pattern == AG_PATTERN_JAGGED || kernel->plan.row_strides);
+}

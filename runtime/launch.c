@@ -110,7 +110,8 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
 
 /* What a block-diagonal launch is made of, forward or backward: the
  * tensors to check (inputs, then outputs) by role with their row strides
- * (0: packed), the rotary table and offsets, and the sizes. */
+ * (0: packed), the rotary table and offsets, and the sizes (kv_heads 0:
+ * heads). */
 typedef struct block_launch {
   unsigned pass;
   int ntensors;
@@ -120,7 +121,7 @@ typedef struct block_launch {
   const int64_t *strides;
   const void *table;
   const int32_t *offsets, *host_offsets;
-  int64_t batch, heads, total;
+  int64_t batch, heads, total, kv_heads;
 } block_launch;
 
 /* A tensor's row stride: 0 (packed), or a multiple of 8 elements (16
@@ -129,18 +130,18 @@ typedef struct block_launch {
  * last row's end then fits a 64-bit byte count); other than packed only
  * where the kernel takes strides. */
 static ag_status check_row_stride(const ag_kernel *kernel, const char *name, int64_t stride,
-                                  int64_t packed, ag_error *err) {
+                                  const char *heads, int64_t packed, ag_error *err) {
   if (stride == 0 || stride == packed) return AG_OK;
   if (stride < packed || stride % 8 || stride > INT32_MAX)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "%s_stride (%lld) must be 0 (packed) or a multiple of 8 elements from "
-                   "heads * head_dim (%lld) to 2^31 - 1",
-                   name, (long long)stride, (long long)packed);
+                   "%s * head_dim (%lld) to 2^31 - 1",
+                   name, (long long)stride, heads, (long long)packed);
   if (!kernel->plan.row_strides)
     return ag_fail(err, AG_ERR_UNSUPPORTED,
-                   "%s_stride %lld: kernel '%s' takes packed tensors only (rows heads * head_dim "
+                   "%s_stride %lld: kernel '%s' takes packed tensors only (rows %s * head_dim "
                    "= %lld elements apart); its row-stride form has not run on a GPU yet",
-                   name, (long long)stride, kernel->spec.name, (long long)packed);
+                   name, (long long)stride, kernel->spec.name, heads, (long long)packed);
   return AG_OK;
 }
 
@@ -162,6 +163,17 @@ static ag_status launch_block(ag_kernel *kernel, const block_launch *l,
   if (l->heads > INT32_MAX)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "heads (%lld) exceeds 2^31 - 1",
                    (long long)l->heads);
+  /* Grouped-query heads: k and v (not dk, dv: per query head) have kv_heads. */
+  const int64_t kv_heads = l->kv_heads ? l->kv_heads : l->heads;
+  if (kv_heads < 1 || kv_heads > l->heads || l->heads % kv_heads)
+    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                   "kv_heads (%lld) must be 0 (heads) or divide heads (%lld)",
+                   (long long)l->kv_heads, (long long)l->heads);
+  if (kv_heads != l->heads && !p->row_strides)
+    return ag_fail(err, AG_ERR_UNSUPPORTED,
+                   "kv_heads %lld: kernel '%s' takes as many key heads as query heads (%lld); "
+                   "its grouped form has not run on a GPU yet",
+                   (long long)kv_heads, s->name, (long long)l->heads);
   /* Byte size of one tensor: total * heads * head_dim * 2 must fit. */
   int64_t row_bytes = l->heads * p->head_dim * p->elem_bytes;
   if (l->total > 0 && l->total > INT64_MAX / row_bytes)
@@ -179,12 +191,14 @@ static ag_status launch_block(ag_kernel *kernel, const block_launch *l,
   if (l->batch == 0 || l->total == 0) return AG_OK; /* nothing to compute */
   if (l->batch > INT64_MAX - 1)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "batch is too large");
-  ag_launch a = {.batch = l->batch, .heads = l->heads, .total_q = l->total};
-  const int64_t packed = l->heads * p->head_dim;
+  ag_launch a = {.batch = l->batch, .heads = l->heads, .kv_heads = kv_heads, .total_q = l->total};
   for (int i = 0; i < l->ntensors; i++) {
     if ((st = ag_check_pointer(l->tensors[i], l->names[i], 16, err))) return st;
     a.ptr[l->roles[i]] = l->tensors[i];
-    if ((st = check_row_stride(kernel, l->names[i], l->strides[i], packed, err)))
+    const bool keys = l->roles[i] == AG_PARAM_K || l->roles[i] == AG_PARAM_V;
+    const int64_t packed = (keys ? kv_heads : l->heads) * p->head_dim;
+    if ((st = check_row_stride(kernel, l->names[i], l->strides[i], keys ? "kv_heads" : "heads",
+                               packed, err)))
       return st;
     a.stride[l->roles[i]] = l->strides[i] ? l->strides[i] : packed;
   }
@@ -209,7 +223,7 @@ ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *a,
   const int64_t strides[] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride};
   const block_launch l = {AG_PASS_FORWARD, 4,         roles,        names,   tensors,
                           strides,         a->rotary_table, a->offsets, a->host_offsets,
-                          a->batch,        a->heads,        a->total_tokens};
+                          a->batch,        a->heads,        a->total_tokens, a->kv_heads};
   return launch_block(kernel, &l, stream, err);
 }
 
@@ -224,6 +238,6 @@ ag_status ag_block_backward(ag_kernel *kernel, const ag_block_bwd_args *a,
                              a->dq_stride, a->dk_stride, a->dv_stride};
   const block_launch l = {AG_PASS_BACKWARD, 7,         roles,        names,   tensors,
                           strides,          a->rotary_table, a->offsets, a->host_offsets,
-                          a->batch,         a->heads,        a->total_tokens};
+                          a->batch,         a->heads,        a->total_tokens, a->kv_heads};
   return launch_block(kernel, &l, stream, err);
 }

@@ -6,7 +6,8 @@
 @#   log2(e)) @SCALE_TEXT@ (the scale as the spec gave it, for a comment)
 @#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh)
 @#   With rotary embeddings, those of rotary.cuh.
-@# Conditions: CAUSAL; ROW_STRIDES (each tensor's row stride is a parameter; else
+@# Conditions: CAUSAL; ROW_STRIDES (each tensor's row stride is a parameter, and
+@#   kv_heads: K and V may have fewer heads, dK and dV per query head; else
 @#   heads * head_dim, packed); PDS_OVERLAY (P and dS take the place of K and V once
 @#   phase 1 is done: one job per warp, and P and dS no larger than K and V);
 @#   WGMMA (with PDS_OVERLAY, one head of 64 tokens at head_dim 64 or 128,
@@ -170,6 +171,16 @@ extern __shared__ __align__(128) unsigned short smem[];
  * ---- end the math ---- */
 
 @include tile_load.cuh@
+@if ROW_STRIDES@
+
+// Where the inputs' rows are: Q's, K's, V's and dO's row strides
+// (elements), and the query heads each key head serves (K and V have
+// heads / kv_group).
+struct InputRows {
+  long long stride[4];
+  int kv_group;
+};
+@endif@
 
 // Q, K, V and dO of one tile, in that order. Rows past the sequence end are
 // zero: their S is 0 and masked, their dO is 0, so they contribute nothing.
@@ -177,10 +188,12 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
                                           const unsigned short *k, const unsigned short *v,
 @if ROW_STRIDES@
                                           const unsigned short *dout,
-                                          const long long (&row_stride)[4], const Tile &t) {
+                                          const InputRows &row_stride, const Tile &t) {
   const unsigned short *src[4] = {q, k, v, dout};
 #pragma unroll
-  for (int m = 0; m < 4; m++) load_tensor(stage + m * kTileElems, src[m], row_stride[m], t);
+  for (int m = 0; m < 4; m++)
+    load_tensor(stage + m * kTileElems, src[m], row_stride.stride[m], t,
+                m == 1 || m == 2 ? row_stride.kv_group : 1);
 }
 @else@
                                           const unsigned short *dout, long long row_stride,
@@ -671,8 +684,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @endif@
 @if ROW_STRIDES@
   // Elements from one token's row to the next: Q's, K's, V's and dO's (the
-  // gradients': dq_stride, dk_stride, dv_stride).
-  const long long row_stride[4] = {q_stride, k_stride, v_stride, dout_stride};
+  // gradients': dq_stride, dk_stride, dv_stride); query head h reads key
+  // head h / (heads / kv_heads), and dK, dV are written per query head.
+  const InputRows row_stride = {{q_stride, k_stride, v_stride, dout_stride},
+                                heads / kv_heads};
 @else@
   const long long row_stride = (long long)heads * kHeadDim;
 @endif@

@@ -6,8 +6,8 @@
 @#   @MMA_TYPE@ @PAIR_TYPE@ (see mma_sm80.cuh) @SMEM_BYTES@ (the plan's dynamic shared
 @#   memory; checked against the layout with a rotary table)
 @#   With rotary embeddings, those of rotary.cuh.
-@# Conditions: CAUSAL; ROW_STRIDES (the tensors' row strides are parameters; else
-@#   heads * head_dim, packed); ROTARY (rotary embeddings; then those of rotary.cuh, and
+@# Conditions: CAUSAL; ROW_STRIDES (the tensors' row strides are parameters, and
+@#   kv_heads: K and V may have fewer heads; else heads * head_dim, packed); ROTARY (rotary embeddings; then those of rotary.cuh, and
 @#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work walk);
 @#   TABLE_SLOT (with ROTARY_TABLE and two stages: the table rows in one slot
 @#   after the stages, not one a stage).
@@ -61,15 +61,26 @@ static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory
 @include tile_load.cuh@
 
 extern __shared__ __align__(128) unsigned short smem[];
+@if ROW_STRIDES@
+
+// Where the inputs' rows are: Q's, K's and V's row strides (elements), and
+// the query heads each key head serves (K and V have heads / kv_group).
+struct InputRows {
+  long long stride[3];
+  int kv_group;
+};
+@endif@
 
 // Q, K and V of one tile, in that order.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
 @if ROW_STRIDES@
-                                          const long long (&row_stride)[3], const Tile &t) {
+                                          const InputRows &row_stride, const Tile &t) {
   const unsigned short *src[3] = {q, k, v};
 #pragma unroll
-  for (int m = 0; m < 3; m++) load_tensor(stage + m * kTileElems, src[m], row_stride[m], t);
+  for (int m = 0; m < 3; m++)
+    load_tensor(stage + m * kTileElems, src[m], row_stride.stride[m], t,
+                m == 0 ? 1 : row_stride.kv_group);
 }
 @else@
                                           long long row_stride, const Tile &t) {
@@ -174,8 +185,9 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(@PARAMS@) {
 @if ROW_STRIDES@
-  // Elements from one token's row to the next: Q's, K's and V's (O's: o_stride).
-  const long long row_stride[3] = {q_stride, k_stride, v_stride};
+  // Elements from one token's row to the next: Q's, K's and V's (O's:
+  // o_stride); query head h reads key head h / (heads / kv_heads).
+  const InputRows row_stride = {{q_stride, k_stride, v_stride}, heads / kv_heads};
 @else@
   const long long row_stride = (long long)heads * kHeadDim;
 @endif@

@@ -4,7 +4,8 @@
 @# and backward kernels. Needs: kRowElems, kChunks, kHeadChunks, kHeadDim,
 @# kThreads, kBlock, Tile, smem_addr(), cp_async_16().
 @# Conditions: SPLIT_ROWS (rows longer than 64 elements are stored as
-@#   64-column halves, so that wgmma's 128-byte swizzle describes them).
+@#   64-column halves, so that wgmma's 128-byte swizzle describes them);
+@#   ROW_STRIDES (a tensor may have fewer heads than the tile: grouped K, V).
 /* ---- begin tile load ----
 @if SPLIT_ROWS@
  * Tiles are stored as 64-column halves, one after the other, each
@@ -32,6 +33,22 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 // address is worked out once and each further row is a constant step; the
 // swizzle is written per row (where the step is a multiple of 8 rows it is
 // the same for all, and the compiler folds it).
+@if ROW_STRIDES@
+// Head j of the tile is head (t.head0 + j) / group of src: group 1 for Q,
+// O and the gradients; for K and V with grouped-query heads, the query
+// heads a key head serves (adjacent ones share its rows).
+__device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
+                                            long long row_stride, const Tile &t, int group) {
+  constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
+  static_assert(kThreads % kChunks == 0, "a pass of the CTA covers whole rows");
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const int head = (t.head0 + chunk / kHeadChunks) / group;  // of src
+  const unsigned short *base = src + t.token0 * row_stride + (long long)head * kHeadDim +
+                               (chunk % kHeadChunks) * 8;
+  const unsigned dst = smem_addr(tile);
+  const bool head_real = chunk < t.heads * kHeadChunks;
+  const unsigned short *g = base + row0 * row_stride;
+@else@
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
                                             long long row_stride, const Tile &t) {
   constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
@@ -41,6 +58,7 @@ __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned
   const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
   const bool head_real = chunk < t.heads * kHeadChunks;
   const unsigned short *g = base + row0 * row_stride + chunk * 8;
+@endif@
 #pragma unroll
   for (int k = 0; k < (kBlock + kRowStep - 1) / kRowStep; k++) {
     const int row = row0 + k * kRowStep;

@@ -529,26 +529,36 @@ START_TEST(row_strides_packed_only) {
   expect_launch(&f, &a);
   a.k_stride = 3 * 1024;
   expect_status(&f, &a, AG_ERR_UNSUPPORTED,
-                "k_stride 3072: kernel 'args_b64' takes packed tensors only (rows heads * "
+                "k_stride 3072: kernel 'args_b64' takes packed tensors only (rows kv_heads * "
                 "head_dim = 1024 elements apart); its row-stride form has not run on a GPU yet");
   a = valid_args();
   a.v_stride = 1016;
   expect_status(&f, &a, AG_ERR_INVALID_ARGUMENT,
-                "v_stride (1016) must be 0 (packed) or a multiple of 8 elements from heads * "
+                "v_stride (1016) must be 0 (packed) or a multiple of 8 elements from kv_heads * "
                 "head_dim (1024) to 2^31 - 1");
   a.v_stride = 1028;
   expect_status(&f, &a, AG_ERR_INVALID_ARGUMENT,
-                "v_stride (1028) must be 0 (packed) or a multiple of 8 elements from heads * "
+                "v_stride (1028) must be 0 (packed) or a multiple of 8 elements from kv_heads * "
                 "head_dim (1024) to 2^31 - 1");
   a.v_stride = (int64_t)INT32_MAX + 1;
   expect_status(&f, &a, AG_ERR_INVALID_ARGUMENT,
                 "v_stride (2147483648) must be 0 (packed) or a multiple of 8 elements from "
-                "heads * head_dim (1024) to 2^31 - 1");
+                "kv_heads * head_dim (1024) to 2^31 - 1");
   a.v_stride = -1024;
   expect_status(&f, &a, AG_ERR_INVALID_ARGUMENT,
-                "v_stride (-1024) must be 0 (packed) or a multiple of 8 elements from heads * "
+                "v_stride (-1024) must be 0 (packed) or a multiple of 8 elements from kv_heads * "
                 "head_dim (1024) to 2^31 - 1");
+  a = valid_args();
+  a.kv_heads = 4;
+  expect_status(&f, &a, AG_ERR_UNSUPPORTED,
+                "kv_heads 4: kernel 'args_b64' takes as many key heads as query heads (8); its "
+                "grouped form has not run on a GPU yet");
+  ck_assert(!ag_kernel_takes_kv_heads(&f.kernel));
+  ck_assert(!ag_kernel_takes_kv_heads(NULL));
   ck_assert_int_eq(ag_fake_seen.count, 1); /* none of the refused ones launched */
+  a.kv_heads = 8; /* heads, named: accepted */
+  ag_fake_seen.count = ag_fake_seen.pushes = ag_fake_seen.pops = 0;
+  expect_launch(&f, &a);
 }
 END_TEST
 
@@ -564,8 +574,10 @@ START_TEST(row_strides_passed) {
   ag_plan_kernels(&f.kernel.spec, &f.kernel.plan);
   ck_assert(ag_kernel_takes_row_strides(&f.kernel));
   const ag_plan_kernel *d = &f.kernel.plan.kernels[0];
-  ck_assert_int_eq(d->nparams, 13);
+  ck_assert_int_eq(d->nparams, 14);
   for (int i = 0; i < 4; i++) ck_assert_int_eq(d->params[9 + i], AG_PARAM_STRIDE_Q + i);
+  ck_assert_int_eq(d->params[13], AG_PARAM_KV_HEADS);
+  ck_assert(ag_kernel_takes_kv_heads(&f.kernel));
   give_driver(&f);
   ag_fake_seen.strides = 4;
   ag_block_fwd_args a = valid_args();
@@ -575,10 +587,42 @@ START_TEST(row_strides_passed) {
   ck_assert_int_eq(ag_fake_seen.stride[1], 3072);
   ck_assert_int_eq(ag_fake_seen.stride[2], 3072);
   ck_assert_int_eq(ag_fake_seen.stride[3], 1024); /* o: 0, packed */
+  ck_assert_int_eq(ag_fake_seen.kv_heads, 8); /* 0: heads */
   a.o_stride = INT32_MAX - 7; /* the largest */
   ag_fake_seen.count = ag_fake_seen.pushes = ag_fake_seen.pops = 0;
   expect_launch(&f, &a);
   ck_assert_int_eq(ag_fake_seen.stride[3], INT32_MAX - 7);
+  /* Grouped-query heads: 2 key heads for 8 query heads. K's and V's packed
+   * rows are 2 * 128 elements (their least stride); Q's and O's 1024. */
+  a = valid_args();
+  a.kv_heads = 2;
+  ag_fake_seen.count = ag_fake_seen.pushes = ag_fake_seen.pops = 0;
+  expect_launch(&f, &a);
+  ck_assert_int_eq(ag_fake_seen.kv_heads, 2);
+  ck_assert_int_eq(ag_fake_seen.heads, 8);
+  ck_assert_int_eq(ag_fake_seen.stride[0], 1024);
+  ck_assert_int_eq(ag_fake_seen.stride[1], 256);
+  ck_assert_int_eq(ag_fake_seen.stride[2], 256);
+  ck_assert_int_eq(ag_fake_seen.stride[3], 1024);
+  a.k_stride = a.v_stride = 3 * 1024 + 2 * 256; /* slices of [tokens, (8 + 2 + 2) * 128] */
+  ag_fake_seen.count = ag_fake_seen.pushes = ag_fake_seen.pops = 0;
+  expect_launch(&f, &a);
+  ck_assert_int_eq(ag_fake_seen.stride[1], 3584);
+  a = valid_args();
+  a.kv_heads = 2;
+  a.k_stride = 248;
+  expect_status(&f, &a, AG_ERR_INVALID_ARGUMENT,
+                "k_stride (248) must be 0 (packed) or a multiple of 8 elements from kv_heads * "
+                "head_dim (256) to 2^31 - 1");
+  const int64_t bad[] = {3, 16, -1};
+  for (int i = 0; i < 3; i++) {
+    a = valid_args();
+    a.kv_heads = bad[i];
+    char want[160];
+    snprintf(want, sizeof want, "kv_heads (%lld) must be 0 (heads) or divide heads (8)",
+             (long long)bad[i]);
+    expect_status(&f, &a, AG_ERR_INVALID_ARGUMENT, want);
+  }
 }
 END_TEST
 

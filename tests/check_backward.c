@@ -567,6 +567,33 @@ START_TEST(argument_checks) {
 }
 END_TEST
 
+/* With the row-strides choice on, grouped-query heads: K's and V's packed
+ * rows have kv_heads heads, dK's and dV's (per query head) heads, as Q's. */
+START_TEST(grouped_heads_launch) {
+  fake f;
+  fake_init(&f, 128, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ag_plan_block_choices on = ag_plan_block_checked();
+  on.row_strides = true;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_plan_block_with(&f.kernel.spec, on, &f.kernel.plan, &err), AG_OK);
+  ag_plan_kernels(&f.kernel.spec, &f.kernel.plan);
+  ag_fake_seen.strides = 7;
+  ag_block_bwd_args a = valid_args();
+  a.kv_heads = 2;
+  ck_assert_int_eq(ag_block_backward(&f.kernel, &a, NULL, &err), AG_OK);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ck_assert_int_eq(ag_fake_seen.heads, 8);
+  ck_assert_int_eq(ag_fake_seen.kv_heads, 2);
+  const int want[7] = {1024, 256, 256, 1024, 1024, 1024, 1024}; /* q k v dout dq dk dv */
+  for (int i = 0; i < 7; i++) ck_assert_int_eq(ag_fake_seen.stride[i], want[i]);
+  ag_fake_seen.count = 0;
+  a.dk_stride = 256; /* dK is per query head: at least heads * head_dim */
+  expect_reject(&f, &a, "dk_stride (256) must be 0 (packed) or a multiple of 8 elements from "
+                        "heads * head_dim (1024) to 2^31 - 1");
+  ag_fake_seen.strides = 0;
+}
+END_TEST
+
 Suite *backward_suite(void) {
   Suite *s = suite_create("backward");
   TCase *tc = tcase_create("backward");
@@ -576,6 +603,7 @@ Suite *backward_suite(void) {
   tcase_add_test(tc, source_shape);
   tcase_add_test(tc, launch_parameters);
   tcase_add_test(tc, argument_checks);
+  tcase_add_test(tc, grouped_heads_launch);
   suite_add_tcase(s, tc);
   TCase *nv = tcase_create("backward_nvrtc");
   tcase_set_timeout(nv, 600);

@@ -64,6 +64,7 @@ static CUresult CUDAAPI fake_launch(CUfunction f, unsigned gx, unsigned gy, unsi
   s->total = *(long long *)params[n + 2];
   s->items = *(long long *)params[n + 3];
   for (int i = 0; i < s->strides && i < 8; i++) s->stride[i] = *(int *)params[n + 4 + i];
+  if (s->strides) s->kv_heads = *(int *)params[n + 4 + s->strides]; /* after the strides */
   return CUDA_SUCCESS;
 }
 

@@ -19,7 +19,8 @@ typedef struct ag_fake_launch {
   long long batch, total, items;
   int heads;
   /* Set by the test: the block kernels' row strides (int parameters after
-   * `items`) to read, and what the last launch passed */
+   * `items`) to read, and what the last launch passed (then also its
+   * kv_heads, the int after them) */
   int strides;
   int stride[8];
   /* Set by the test for the jagged kernels' parameters (after the

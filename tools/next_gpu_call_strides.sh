@@ -12,12 +12,14 @@
 #    rotary cases (every one then runs the strided kernels with packed
 #    strides, against float64), its row_strides case (q, k, v slices of one
 #    qkv buffer, o and dout with padded rows, dq, dk, dv slices of one
-#    gradient buffer: bit for bit equal to packed), and compute-sanitizer
-#    memcheck and racecheck on that case.
+#    gradient buffer: bit for bit equal to packed; and grouped-query heads,
+#    kv_heads = heads / 2 and / 4, bit for bit equal to a run on repeated
+#    key heads), and compute-sanitizer memcheck and racecheck on that case.
 # 3. The binding's views and block_attention_qkvpacked (test_gpu_views.py) with
 #    each library: the packed one copies the views, the strided one reads
 #    them in place and writes the packed gradient; both bit for bit equal
-#    to contiguous copies and within tolerance of float64.
+#    to contiguous copies and within tolerance of float64; and grouped-query
+#    heads against float64 (repeated key heads, or read in place).
 # If all pass and the times hold: set row_strides_checked true, regenerate
 # the goldens (every block golden gains the stride parameters), and say so
 # in bench/NOTES.md; the binding can then pass tensor views' strides
@@ -54,5 +56,5 @@ echo "=== the binding's views, packed library then strided $(date +%T)"
 for f in tree on; do
   ATTNGEN_LIB=/tmp/lib_$f.so timeout 100 python3 -m pytest -q -s bindings/python/tests/test_gpu_views.py \
     > "$out/pytest-views-$f.log" 2>&1
-  echo "$f rc $? $(grep -E 'takes_row_strides|passed|failed' "$out/pytest-views-$f.log" | sort | uniq -c | tr '\n' ' ')"
+  echo "$f rc $? $(grep -E 'takes_row_strides|takes_kv_heads|passed|failed' "$out/pytest-views-$f.log" | sort | uniq -c | tr '\n' ' ')"
 done

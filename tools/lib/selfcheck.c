@@ -330,7 +330,7 @@ ag_status ag_block_data_create(ag_context *ctx, ag_dtype dtype, int head_dim, in
 #define PTR(i) ((void *)(uintptr_t)d->s.t[i])
   d->args = (ag_block_fwd_args){PTR(0), PTR(1), PTR(2), PTR(3),
                                 (const int32_t *)(uintptr_t)d->s.d_offsets, batch, heads,
-                                d->s.total, NULL, NULL, 0, 0, 0, 0};
+                                d->s.total, NULL, NULL, 0, 0, 0, 0, 0};
 #undef PTR
   *out = d;
   return AG_OK;
@@ -530,7 +530,7 @@ ag_status ag_block_bwd_data_create(ag_context *ctx, ag_dtype dtype, int head_dim
 #define PTR(i) ((void *)(uintptr_t)d->s.t[i])
   d->args = (ag_block_bwd_args){PTR(0), PTR(1), PTR(2), PTR(3), PTR(4), PTR(5), PTR(6),
                                 (const int32_t *)(uintptr_t)d->s.d_offsets, batch, heads,
-                                d->s.total, NULL, NULL, 0, 0, 0, 0, 0, 0, 0};
+                                d->s.total, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0};
 #undef PTR
   *out = d;
   return AG_OK;

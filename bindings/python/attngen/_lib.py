@@ -104,6 +104,7 @@ class AgBlockFwdArgs(ctypes.Structure):
         ("k_stride", ctypes.c_int64),
         ("v_stride", ctypes.c_int64),
         ("o_stride", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),  # k's and v's heads; 0 (left unset): heads
     ]
 
 
@@ -131,6 +132,7 @@ class AgBlockBwdArgs(ctypes.Structure):
         ("dq_stride", ctypes.c_int64),
         ("dk_stride", ctypes.c_int64),
         ("dv_stride", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),  # as in AgBlockFwdArgs; dk, dv then per query head
     ]
 
 
@@ -257,6 +259,8 @@ _PROTOTYPES = {
     "ag_kernel_get": (_c_status, [ctypes.c_void_p, _P(AgSpecBox), _P(ctypes.c_void_p),
                                   _P(AgError)]),
     "ag_kernel_spec": (_P(AgSpec), [ctypes.c_void_p]),
+    "ag_kernel_takes_row_strides": (ctypes.c_bool, [ctypes.c_void_p]),
+    "ag_kernel_takes_kv_heads": (ctypes.c_bool, [ctypes.c_void_p]),
     "ag_block_forward": (_c_status, [ctypes.c_void_p, _P(AgBlockFwdArgs), ctypes.c_void_p,
                                      _P(AgError)]),
     # Optional: a library built before the backward lacks it (Kernel.supports

@@ -378,7 +378,8 @@ def test_bwd_args_struct_round_trips_pointers():
     assert (a.batch, a.heads, a.total_tokens) == (1 << 40, 3, (1 << 33) + 5)
     assert a.k is None and a.host_offsets is None and a.rotary_table is None
     assert a.dq_stride == 0 and a.dv_stride == 0  # packed unless set
-    assert ctypes.sizeof(a) == 20 * 8
+    assert a.kv_heads == 0  # heads unless set
+    assert ctypes.sizeof(a) == 21 * 8
 
 
 # ---- the eager fast path ----------------------------------------------------
@@ -698,3 +699,25 @@ def test_grouped_heads_through_block_attention_and_autograd(env):
     assert env.launches.names() == ["ag_block_forward", "ag_block_backward"]
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
     assert env.launches.calls[1]["args"]["heads"] == 8
+
+
+def test_grouped_heads_in_place_for_a_kernel_that_takes_them(env):
+    """A kernel that takes kv_heads: k and v reach the launches as they
+    are, with kv_heads in both args structs; the backward's per-query-head
+    dk, dv ([tokens, heads, head_dim]) are summed into k's and v's shape."""
+    env.grouped = True
+    q, _, _, off = tensors(heads=8, grad=(False,) * 3)
+    k, v = (ts.StubTensor((100, 2, 64), ptr=next(ts._ptrs)) for _ in range(2))
+    kernel = ops.kernel_for(64, False, 64, "bf16", None, backward=True)
+    kernel(q, k, v, off)
+    dq, dk, dv = kernel.backward(q, k, v, dout_like(q), off)
+    fwd, bwd = (c["args"] for c in env.launches.calls)
+    for a in (fwd, bwd):
+        assert (a["k"], a["v"], a["heads"], a["kv_heads"]) == (k.data_ptr(), v.data_ptr(), 8, 2)
+    base, _ = dk.summed_from
+    assert dk.shape == k.shape and base.viewed_from.shape == (100, 8, 64)
+    assert base.viewed_from.data_ptr() == bwd["dk"]
+    # as many key heads as query heads: kv_heads left 0
+    q2, k2, v2, off2 = tensors(grad=(False,) * 3)
+    kernel(q2, k2, v2, off2)
+    assert env.launches.calls[-1]["args"]["kv_heads"] == 0

@@ -381,7 +381,8 @@ def test_bwd_args_field_order_is_the_headers():
     assert names == [f[0] for f in _lib.AgBlockBwdArgs._fields_]
     assert names == ["q", "k", "v", "dout", "dq", "dk", "dv", "offsets", "batch", "heads",
                      "total_tokens", "host_offsets", "rotary_table", "q_stride", "k_stride",
-                     "v_stride", "dout_stride", "dq_stride", "dk_stride", "dv_stride"]
+                     "v_stride", "dout_stride", "dq_stride", "dk_stride", "dv_stride",
+                     "kv_heads"]
 
 
 def test_one_line_yaml_ending_in_yaml_is_text_issue22():
