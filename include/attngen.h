@@ -229,8 +229,9 @@ AG_API ag_status ag_kernel_from_images(ag_context *ctx, const ag_spec *spec,
                                        const ag_image *images, int nimages,
                                        ag_kernel **out_kernel, ag_error *err);
 
-/* Block-diagonal forward. Tensors are packed [total_tokens, heads, head_dim]
- * of the spec's dtype, contiguous, 16-byte aligned, on the context's device;
+/* Block-diagonal forward. Tensors are [total_tokens, heads, head_dim] (k
+ * and v: kv_heads, below) of the spec's dtype, 16-byte aligned, on the
+ * context's device, packed unless row strides are given (below);
  * offsets is int32 [batch+1] on the device with offsets[0] = 0,
  * non-decreasing, offsets[batch] = total_tokens. Arguments are checked on the
  * host before launch (no synchronization); the launch is asynchronous on
@@ -255,10 +256,10 @@ typedef struct ag_block_fwd_args {
    * [0, head_dim/2) and cos in [head_dim/2, head_dim), in the spec's dtype. */
   const void *rotary_table;
   /* Optional row strides: elements from one token's row of a tensor to the
-   * next token's; 0 (a zeroed struct) means heads * head_dim, the packed
-   * layout. A row's heads stay contiguous (head h at h * head_dim). Each
-   * stride is a multiple of 8 (16 bytes), at least heads * head_dim and
-   * below 2^31, so
+   * next token's; 0 (a zeroed struct) means the packed layout, heads *
+   * head_dim (kv_heads * head_dim for k and v). A row's heads stay
+   * contiguous (head h at h * head_dim). Each stride is a multiple of 8
+   * (16 bytes), at least the packed one and below 2^31, so
    * q, k and v may be column slices of one projection output [tokens, 3 *
    * heads * head_dim] with no copy. Kernels that do not take strides
    * (ag_kernel_takes_row_strides) refuse any other than the packed one with

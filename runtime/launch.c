@@ -197,6 +197,10 @@ static ag_status launch_block(ag_kernel *kernel, const block_launch *l,
     a.ptr[l->roles[i]] = l->tensors[i];
     const bool keys = l->roles[i] == AG_PARAM_K || l->roles[i] == AG_PARAM_V;
     const int64_t packed = (keys ? kv_heads : l->heads) * p->head_dim;
+    if (p->row_strides && packed > INT32_MAX) /* the kernels take strides as int */
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                     "%s's rows (%lld elements) exceed 2^31 - 1, the most a row stride holds",
+                     l->names[i], (long long)packed);
     if ((st = check_row_stride(kernel, l->names[i], l->strides[i], keys ? "kv_heads" : "heads",
                                packed, err)))
       return st;

@@ -42,11 +42,13 @@ __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned
   constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
   static_assert(kThreads % kChunks == 0, "a pass of the CTA covers whole rows");
   const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const int head = (t.head0 + chunk / kHeadChunks) / group;  // of src
+  const bool head_real = chunk < t.heads * kHeadChunks;
+  // src's head; a head past the last is zero-filled from an address that
+  // stays inside src (the group's first head's)
+  const int head = (head_real ? t.head0 + chunk / kHeadChunks : t.head0) / group;
   const unsigned short *base = src + t.token0 * row_stride + (long long)head * kHeadDim +
                                (chunk % kHeadChunks) * 8;
   const unsigned dst = smem_addr(tile);
-  const bool head_real = chunk < t.heads * kHeadChunks;
   const unsigned short *g = base + row0 * row_stride;
 @else@
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,

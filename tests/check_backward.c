@@ -544,6 +544,17 @@ START_TEST(argument_checks) {
                    "head_dim = 1024 elements apart); its row-stride form has not run on a GPU yet");
   ag_error_clear(&serr);
   ck_assert_int_eq(ag_fake_seen.count, 0);
+  /* Grouped-query heads: refused while the kernels take as many key heads. */
+  a = valid_args();
+  a.kv_heads = 4;
+  ck_assert_int_eq(ag_block_backward(&f.kernel, &a, NULL, &serr), AG_ERR_UNSUPPORTED);
+  ck_assert_str_eq(serr.message,
+                   "kv_heads 4: kernel 'args' takes as many key heads as query heads (8); its "
+                   "grouped form has not run on a GPU yet");
+  ag_error_clear(&serr);
+  a.kv_heads = 3;
+  expect_reject(&f, &a, "kv_heads (3) must be 0 (heads) or divide heads (8)");
+  ck_assert_int_eq(ag_fake_seen.count, 0);
   /* Nothing to compute: no launch, no tensor looked at. */
   a = valid_args();
   a.batch = 0;

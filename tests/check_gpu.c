@@ -657,110 +657,117 @@ START_TEST(test_block_row_strides) {
 }
 END_TEST
 
-/* Grouped-query heads (the same kernels): k, v with kv_heads = heads / 2
- * and heads / 4 against a packed run on k, v with each key head repeated
- * for its query heads. Every output, dK and dV per query head included,
- * must equal the repeated run's bit for bit. Skipped where the kernels take
- * as many key heads as query heads. */
+/* Grouped-query heads (the same kernels): k, v with kv_heads of heads (6
+ * of 3 and of 2: at head_dim 64 a tile's two query heads then read two key
+ * heads; 5 of 1: the last tile's second head is past the last) against a
+ * packed run on k, v with each key head repeated for its query heads. In
+ * the grouped run k and v are column slices of one buffer [tokens, 2
+ * kv_heads head_dim] (row strides). Every output, dK and dV per query head
+ * included, must be written (no poison left) and equal the repeated run's
+ * bit for bit. Skipped where the kernels take as many key heads as query
+ * heads. */
+static void grouped_run(ag_context *ctx, ag_kernel *k, const kernel_case *c, int64_t heads,
+                        int64_t kv_heads, uint64_t *rng) {
+  const int32_t lengths[] = {1, 0, 2 * c->block + 5, c->block, 17, 3 * c->block - 1};
+  const int64_t batch = 6, dim = c->head_dim, width = heads * dim, kw = kv_heads * dim;
+  const int64_t group = heads / kv_heads;
+  int32_t offsets[7] = {0};
+  for (int b = 0; b < batch; b++) offsets[b + 1] = offsets[b] + lengths[b];
+  const int64_t total = offsets[batch], n = total * width;
+  const ag_driver *d = ctx->drv;
+  ag_error err = {0};
+  /* q, dout, k and v with every head (random; key head j takes query head
+   * j * group's k and v), k and v repeated, the repeated run's outputs */
+  uint16_t *host = malloc(2 * (size_t)n * 10), *kv = malloc(2 * (size_t)(total * 2 * kw));
+  uint16_t *got = malloc(2 * (size_t)n);
+  ck_assert(host && kv && got);
+  for (int64_t i = 0; i < 4 * n; i++) {
+    const float x = (float)ag_rand_uniform(rng, -1.0, 1.0);
+    host[i] = c->dtype == AG_DTYPE_FP16 ? ag_float_to_fp16(x) : ag_float_to_bf16(x);
+  }
+  uint16_t *rep = host + 4 * n, *want = host + 6 * n;
+  for (int m = 0; m < 2; m++)
+    for (int64_t r = 0; r < total; r++)
+      for (int64_t h = 0; h < heads; h++)
+        for (int64_t e = 0; e < dim; e++) {
+          const uint16_t x = host[(2 + m) * n + r * width + (h / group) * group * dim + e];
+          rep[m * n + r * width + h * dim + e] = x;
+          if (h % group == 0) kv[r * 2 * kw + m * kw + (h / group) * dim + e] = x;
+        }
+  CUdeviceptr off, t[4], out[2][4], kvd;
+  ck_assert_int_eq(d->cuMemAlloc(&off, sizeof offsets), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuMemcpyHtoD(off, offsets, sizeof offsets), CUDA_SUCCESS);
+  const uint16_t *src[4] = {host, host + n, rep, rep + n}; /* q, dout, k, v repeated */
+  for (int m = 0; m < 4; m++) {
+    ck_assert_int_eq(d->cuMemAlloc(&t[m], 2 * (size_t)n), CUDA_SUCCESS);
+    ck_assert_int_eq(d->cuMemcpyHtoD(t[m], src[m], 2 * (size_t)n), CUDA_SUCCESS);
+    for (int r = 0; r < 2; r++) {
+      ck_assert_int_eq(d->cuMemAlloc(&out[r][m], 2 * (size_t)n), CUDA_SUCCESS);
+      ck_assert_int_eq(d->cuMemsetD16(out[r][m], 0xffffu, (size_t)n), CUDA_SUCCESS);
+    }
+  }
+  ck_assert_int_eq(d->cuMemAlloc(&kvd, 2 * (size_t)(total * 2 * kw)), CUDA_SUCCESS);
+  ck_assert_int_eq(d->cuMemcpyHtoD(kvd, kv, 2 * (size_t)(total * 2 * kw)), CUDA_SUCCESS);
+  for (int r = 0; r < 2; r++) {
+    const void *kk = (void *)(r ? kvd : t[2]), *vv = (void *)(r ? kvd + 2 * (size_t)kw : t[3]);
+    const int64_t stride = r ? 2 * kw : 0;
+    ag_block_fwd_args f = {.q = (void *)t[0], .k = kk, .v = vv, .o = (void *)out[r][0],
+                           .offsets = (const int32_t *)off, .batch = batch, .heads = heads,
+                           .total_tokens = total, .k_stride = stride, .v_stride = stride,
+                           .kv_heads = r ? kv_heads : 0};
+    ag_block_bwd_args b = {.q = (void *)t[0], .k = kk, .v = vv, .dout = (void *)t[1],
+                           .dq = (void *)out[r][1], .dk = (void *)out[r][2],
+                           .dv = (void *)out[r][3], .offsets = (const int32_t *)off,
+                           .batch = batch, .heads = heads, .total_tokens = total,
+                           .k_stride = stride, .v_stride = stride, .kv_heads = r ? kv_heads : 0};
+    ck_assert_msg(ag_block_forward(k, &f, NULL, &err) == AG_OK, "%s", err.message);
+    ck_assert_msg(ag_block_backward(k, &b, NULL, &err) == AG_OK, "%s", err.message);
+  }
+  ck_assert_int_eq(d->cuCtxSynchronize(), CUDA_SUCCESS);
+  int64_t differ[4] = {0, 0, 0, 0}, unwritten = 0;
+  for (int m = 0; m < 4; m++) {
+    ck_assert_int_eq(d->cuMemcpyDtoH(want + m * n, out[0][m], 2 * (size_t)n), CUDA_SUCCESS);
+    ck_assert_int_eq(d->cuMemcpyDtoH(got, out[1][m], 2 * (size_t)n), CUDA_SUCCESS);
+    for (int64_t i = 0; i < n; i++) {
+      differ[m] += got[i] != want[m * n + i];
+      unwritten += want[m * n + i] == 0xffffu;
+    }
+  }
+  printf("gpu grouped heads %s d%d b%d%s: %lld tokens, %lld key heads for %lld, values "
+         "differing from the repeated run: o %lld, dq %lld, dk %lld, dv %lld; unwritten %lld\n",
+         dtype_str(c->dtype), c->head_dim, c->block, c->causal ? " causal" : "",
+         (long long)total, (long long)kv_heads, (long long)heads, (long long)differ[0],
+         (long long)differ[1], (long long)differ[2], (long long)differ[3], (long long)unwritten);
+  for (int m = 0; m < 4; m++) ck_assert_int_eq(differ[m], 0);
+  ck_assert_int_eq(unwritten, 0);
+  free(host);
+  free(kv);
+  free(got);
+  for (int m = 0; m < 4; m++) {
+    d->cuMemFree(t[m]);
+    for (int r = 0; r < 2; r++) d->cuMemFree(out[r][m]);
+  }
+  d->cuMemFree(kvd);
+  d->cuMemFree(off);
+}
+
 START_TEST(test_block_grouped_heads) {
   ag_context *ctx = ag_test_gpu_or_skip("block_grouped_heads");
   if (!ctx) return;
   const kernel_case *c = &stride_cases[_i];
   ag_kernel *k = bwd_kernel_for(ctx, c);
-  ag_error err = {0};
   if (!ag_kernel_takes_kv_heads(k)) {
     printf("SKIP block_grouped_heads: the kernels take as many key heads as query heads "
            "(plan_block.c's row_strides_checked is false)\n");
     ag_context_destroy(ctx);
     return;
   }
-  const int32_t lengths[] = {1, 0, 2 * c->block + 5, c->block, 17, 3 * c->block - 1};
-  const int64_t batch = 6, heads = 4, width = heads * c->head_dim;
-  int32_t offsets[7] = {0};
-  for (int b = 0; b < batch; b++) offsets[b + 1] = offsets[b] + lengths[b];
-  const int64_t total = offsets[batch], n = total * width;
-  const ag_driver *d = ctx->drv;
-  ck_assert_int_eq(d->cuCtxPushCurrent(ctx->cu), CUDA_SUCCESS);
+  ck_assert_int_eq(ctx->drv->cuCtxPushCurrent(ctx->cu), CUDA_SUCCESS);
   uint64_t rng = (uint64_t)getpid() * 37 + (uint64_t)_i;
-  /* q, dout, k and v with every head, the outputs of two runs: 12 n */
-  uint16_t *host = malloc(2 * (size_t)n * 12);
-  ck_assert_ptr_nonnull(host);
-  for (int64_t i = 0; i < 4 * n; i++) {
-    const float x = (float)ag_rand_uniform(&rng, -1.0, 1.0);
-    host[i] = c->dtype == AG_DTYPE_FP16 ? ag_float_to_fp16(x) : ag_float_to_bf16(x);
-  }
-  CUdeviceptr off, t[4], out[2][4], kg, vg;
-  ck_assert_int_eq(d->cuMemAlloc(&off, sizeof offsets), CUDA_SUCCESS);
-  ck_assert_int_eq(d->cuMemcpyHtoD(off, offsets, sizeof offsets), CUDA_SUCCESS);
-  for (int m = 0; m < 4; m++) ck_assert_int_eq(d->cuMemAlloc(&t[m], 2 * (size_t)n), CUDA_SUCCESS);
-  for (int r = 0; r < 2; r++)
-    for (int m = 0; m < 4; m++)
-      ck_assert_int_eq(d->cuMemAlloc(&out[r][m], 2 * (size_t)n), CUDA_SUCCESS);
-  ck_assert_int_eq(d->cuMemAlloc(&kg, 2 * (size_t)n), CUDA_SUCCESS);
-  ck_assert_int_eq(d->cuMemAlloc(&vg, 2 * (size_t)n), CUDA_SUCCESS);
-  uint16_t *grouped = malloc(2 * (size_t)n * 2), *got = malloc(2 * (size_t)n);
-  ck_assert(grouped && got);
-  for (int64_t kv_heads = heads / 2; kv_heads >= 1; kv_heads /= 2) { /* groups of 2, 4 */
-    const int64_t group = heads / kv_heads, kw = kv_heads * c->head_dim;
-    /* key head j's rows: query head j * group's of the random k and v;
-     * the repeated copies put them under every query head of the group */
-    uint16_t *rep = host + 4 * n; /* k, v repeated: 2 n */
-    for (int m = 0; m < 2; m++)
-      for (int64_t r = 0; r < total; r++)
-        for (int64_t h = 0; h < heads; h++)
-          for (int64_t e = 0; e < c->head_dim; e++) {
-            const uint16_t x = host[(2 + m) * n + r * width + (h / group) * group * c->head_dim + e];
-            rep[m * n + r * width + h * c->head_dim + e] = x;
-            if (h % group == 0) grouped[m * n + r * kw + (h / group) * c->head_dim + e] = x;
-          }
-    ck_assert_int_eq(d->cuMemcpyHtoD(t[0], host, 2 * (size_t)n), CUDA_SUCCESS);          /* q */
-    ck_assert_int_eq(d->cuMemcpyHtoD(t[1], host + n, 2 * (size_t)n), CUDA_SUCCESS);      /* dout */
-    ck_assert_int_eq(d->cuMemcpyHtoD(t[2], rep, 2 * (size_t)n), CUDA_SUCCESS);           /* k */
-    ck_assert_int_eq(d->cuMemcpyHtoD(t[3], rep + n, 2 * (size_t)n), CUDA_SUCCESS);       /* v */
-    ck_assert_int_eq(d->cuMemcpyHtoD(kg, grouped, 2 * (size_t)(total * kw)), CUDA_SUCCESS);
-    ck_assert_int_eq(d->cuMemcpyHtoD(vg, grouped + n, 2 * (size_t)(total * kw)), CUDA_SUCCESS);
-    for (int r = 0; r < 2; r++) {
-      for (int m = 0; m < 4; m++)
-        ck_assert_int_eq(d->cuMemsetD16(out[r][m], 0xffffu, (size_t)n), CUDA_SUCCESS);
-      const void *kk = (void *)(r ? kg : t[2]), *vv = (void *)(r ? vg : t[3]);
-      ag_block_fwd_args f = {.q = (void *)t[0], .k = kk, .v = vv, .o = (void *)out[r][0],
-                             .offsets = (const int32_t *)off, .batch = batch, .heads = heads,
-                             .total_tokens = total, .kv_heads = r ? kv_heads : 0};
-      ag_block_bwd_args b = {.q = (void *)t[0], .k = kk, .v = vv, .dout = (void *)t[1],
-                             .dq = (void *)out[r][1], .dk = (void *)out[r][2],
-                             .dv = (void *)out[r][3], .offsets = (const int32_t *)off,
-                             .batch = batch, .heads = heads, .total_tokens = total,
-                             .kv_heads = r ? kv_heads : 0};
-      ck_assert_msg(ag_block_forward(k, &f, NULL, &err) == AG_OK, "%s", err.message);
-      ck_assert_msg(ag_block_backward(k, &b, NULL, &err) == AG_OK, "%s", err.message);
-    }
-    ck_assert_int_eq(d->cuCtxSynchronize(), CUDA_SUCCESS);
-    int64_t differ[4] = {0, 0, 0, 0};
-    uint16_t *want = host + 6 * n; /* the repeated run's 4 outputs */
-    for (int m = 0; m < 4; m++)
-      ck_assert_int_eq(d->cuMemcpyDtoH(want + m * n, out[0][m], 2 * (size_t)n), CUDA_SUCCESS);
-    for (int m = 0; m < 4; m++) {
-      ck_assert_int_eq(d->cuMemcpyDtoH(got, out[1][m], 2 * (size_t)n), CUDA_SUCCESS);
-      for (int64_t i = 0; i < n; i++) differ[m] += got[i] != want[m * n + i];
-    }
-    printf("gpu grouped heads %s d%d b%d%s: %lld tokens, %lld of %lld heads, values differing "
-           "from the repeated run: o %lld, dq %lld, dk %lld, dv %lld\n",
-           dtype_str(c->dtype), c->head_dim, c->block, c->causal ? " causal" : "",
-           (long long)total, (long long)kv_heads, (long long)heads, (long long)differ[0],
-           (long long)differ[1], (long long)differ[2], (long long)differ[3]);
-    for (int m = 0; m < 4; m++) ck_assert_int_eq(differ[m], 0);
-  }
-  free(grouped);
-  free(got);
-  free(host);
-  for (int m = 0; m < 4; m++) d->cuMemFree(t[m]);
-  for (int r = 0; r < 2; r++)
-    for (int m = 0; m < 4; m++) d->cuMemFree(out[r][m]);
-  d->cuMemFree(kg);
-  d->cuMemFree(vg);
-  d->cuMemFree(off);
+  static const int64_t pairs[3][2] = {{6, 3}, {6, 2}, {5, 1}}; /* heads, kv_heads */
+  for (int i = 0; i < 3; i++) grouped_run(ctx, k, c, pairs[i][0], pairs[i][1], &rng);
   CUcontext popped;
-  d->cuCtxPopCurrent(&popped);
+  ctx->drv->cuCtxPopCurrent(&popped);
   ag_context_destroy(ctx);
 }
 END_TEST

@@ -2,9 +2,12 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # next_gpu_call_strides.sh: the block kernels with row strides (plan_block.c's
 # row_strides choice, written 2026-12-05 without a GPU), checked and timed
-# in one device call of about 7 minutes:
+# in three device calls, each within the 600 s limit by its step timeouts:
 #   run ../shared/device/prepare here first; device: carry [".devdeps"],
-#   command: bash tools/next_gpu_call_strides.sh
+#   command: bash tools/next_gpu_call_strides.sh time    (step 1)
+#   then:    bash tools/next_gpu_call_strides.sh check   (the row_strides
+#            case, its sanitizers and step 3)
+#   then:    bash tools/next_gpu_call_strides.sh suite   (the rest of step 2)
 # 1. Timed first (bench/bench.py --quick block rows, the tree's packed
 #    kernels against the strided ones with packed strides): the bar is
 #    within 2% at both head dims.
@@ -25,6 +28,7 @@
 # in bench/NOTES.md; the binding can then pass tensor views' strides
 # (issue 19).
 source .devdeps/env.sh || exit 1
+part=${1:?usage: tools/next_gpu_call_strides.sh time|check|suite}
 out=${OUT:-/tmp}
 export PYTHONPATH=bindings/python:$PYTHONPATH ATTNGEN_TEST_SKIP_HUGE=1
 source tools/block_choices.sh
@@ -37,14 +41,21 @@ make -j16 all build/check_attngen >> "$out/build.log" 2>&1 || { tail -20 "$out/b
 cp -L build/libattngen.so /tmp/lib_on.so
 build/attngen emit specs/ads_block64_d128_train.yaml | grep -q "int q_stride" ||
   { echo "row_strides is not on"; exit 1; }
-echo "=== timed: packed kernels, then strided ones $(date +%T)"
-for f in tree on; do
-  ATTNGEN_LIB=/tmp/lib_$f.so timeout 170 python3 bench/bench.py --quick --pass both --peers ceilings,attngen \
-    --out "$out/bench-$f" 2>&1 | tail -12
-done
-for c in gpu-strides gpu-forward gpu-backward gpu-rotary; do
-  OUT=$out timeout 200 tools/gpu_session.sh $c
-done
+if [ "$part" = time ]; then
+  echo "=== timed: packed kernels, then strided ones $(date +%T)"
+  for f in tree on; do
+    ATTNGEN_LIB=/tmp/lib_$f.so timeout 200 python3 bench/bench.py --quick --pass both \
+      --peers ceilings,attngen --out "$out/bench-$f" 2>&1 | tail -12
+  done
+  exit 0
+fi
+if [ "$part" = suite ]; then
+  for c in gpu-forward gpu-backward gpu-rotary; do
+    OUT=$out timeout 170 tools/gpu_session.sh $c
+  done
+  exit 0
+fi
+OUT=$out timeout 200 tools/gpu_session.sh gpu-strides
 echo "=== sanitizers on the row_strides case $(date +%T)"
 for tool in memcheck racecheck; do
   (cd tests && CK_RUN_SUITE=gpu CK_RUN_CASE=row_strides timeout 120 \
@@ -54,7 +65,7 @@ for tool in memcheck racecheck; do
 done
 echo "=== the binding's views, packed library then strided $(date +%T)"
 for f in tree on; do
-  ATTNGEN_LIB=/tmp/lib_$f.so timeout 100 python3 -m pytest -q -s bindings/python/tests/test_gpu_views.py \
+  ATTNGEN_LIB=/tmp/lib_$f.so timeout 60 python3 -m pytest -q -s bindings/python/tests/test_gpu_views.py \
     > "$out/pytest-views-$f.log" 2>&1
   echo "$f rc $? $(grep -E 'takes_row_strides|takes_kv_heads|passed|failed' "$out/pytest-views-$f.log" | sort | uniq -c | tr '\n' ' ')"
 done

@@ -280,15 +280,21 @@ def check_qkv(q, k, v):
     return q.dtype, HALF_DTYPES[dtype_name(q.dtype)], dev, shape
 
 
-def check_qkv_packed(qkv):
-    """Checks that qkv is a 4-D [total_tokens, 3, heads, head_dim] tensor
-    (its slices q, k, v are then checked as check_qkv's)."""
+def check_qkv_packed(qkv, aligned=True):
+    """Checks that qkv is a 4-D [total_tokens, 3, heads, head_dim] tensor,
+    16-byte aligned unless aligned=False (a traced call: the op checks its
+    slices when it runs); its slices q, k, v are then checked as
+    check_qkv's."""
     if not hasattr(qkv, "shape") or not hasattr(qkv, "unbind"):
         raise ValueError("qkv must be a torch.Tensor, got %s" % type(qkv).__name__)
     shape = _shape(qkv)
     if len(shape) != 4 or shape[1] != 3:
         raise ValueError("qkv must be 4-D [total_tokens, 3, heads, head_dim] (q, k, v = "
                          "qkv.unbind(1)), got shape %s" % list(shape))
+    ptr = qkv.data_ptr() if aligned and hasattr(qkv, "data_ptr") else None
+    if shape[0] > 0 and ptr is not None and ptr % ALIGNMENT:
+        raise ValueError("qkv's data pointer (0x%x) must be %d-byte aligned; it is a view with "
+                         "a storage offset, call .clone() first" % (ptr, ALIGNMENT))
 
 
 # The largest row stride a kernel takes (it holds strides as int).

@@ -843,9 +843,9 @@ def block_attention_qkvpacked(qkv, offsets, cpu_offsets=None, *, block_size=64, 
     v in place and writes dq, dk, dv straight into it; otherwise q, k, v
     are copied once and the gradients stacked.
     """
-    _validate.check_qkv_packed(qkv)
-    q, k, v = qkv.unbind(1)
     torch = torch_ops.traced_torch()
+    _validate.check_qkv_packed(qkv, aligned=torch is None)
+    q, k, v = qkv.unbind(1)
     if torch is not None or not _needs_grad(qkv):
         return block_attention(q, k, v, offsets, cpu_offsets, block_size=block_size,
                                causal=causal, softmax_scale=softmax_scale, rotary=rotary,

@@ -664,6 +664,8 @@ def test_qkvpacked_without_grad_and_bad_shapes(env):
             ops.block_attention_qkvpacked(ts.StubTensor(shape), off)
     with pytest.raises(ValueError, match="qkv must be a torch.Tensor, got list"):
         ops.block_attention_qkvpacked([1, 2, 3], off)
+    with pytest.raises(ValueError, match="qkv's data pointer .* must be 16-byte aligned"):
+        ops.block_attention_qkvpacked(ts.StubTensor((100, 3, 4, 64), ptr=0x7F0000000008), off)
 
 
 # ---- grouped-query heads ---------------------------------------------------------

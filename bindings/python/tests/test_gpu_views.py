@@ -77,13 +77,14 @@ def test_views_of_one_projection_and_qkvpacked(head_dim, causal, pad):
 
 
 @pytest.mark.parametrize("head_dim,causal,heads,kv_heads,dtype", [
-    (64, False, 8, 2, torch.bfloat16), (128, True, 4, 1, torch.bfloat16),
-    (64, True, 6, 3, torch.float16), (128, False, 4, 2, torch.float16)])
+    (64, False, 6, 2, torch.bfloat16), (128, True, 4, 1, torch.bfloat16),
+    (64, True, 5, 1, torch.float16), (128, False, 6, 3, torch.float16)])
 def test_grouped_query_heads(head_dim, causal, heads, kv_heads, dtype):
     """k and v with kv_heads dividing q's heads (query head h reads key head
     h // (heads // kv_heads)): forward and gradients against float64 (k's
     and v's gradients summed over each group), poisoned outputs, partial,
-    empty and one-token blocks."""
+    empty and one-token blocks. Groups of 3 (a head_dim 64 tile's two query
+    heads then read two key heads) and 5 heads (a tile past the last head)."""
     lengths = [0, 1, 63, 64, 65, 200, 0, 37]
     total = sum(lengths)
     off_list = [0]
