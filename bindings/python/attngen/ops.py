@@ -239,29 +239,24 @@ class Kernel:
         `qkv.unbind(1)` of a [tokens, 3, heads, head_dim] tensor) are read
         in place, and block_attention_qkvpacked's backward writes dq, dk, dv
         straight into one packed gradient; otherwise such views are copied."""
-        if device_index is None:
-            device_index = _current_device_index()
-        s = self._strided.get(device_index)
-        if s is None:
-            h = self._handle_of(device_index)
-            s = _lib.has("ag_kernel_takes_row_strides") and \
-                bool(_lib.lib().ag_kernel_takes_row_strides(h))
-            self._strided[device_index] = s
-        return s
+        return self._takes(self._strided, "ag_kernel_takes_row_strides", device_index)
 
     def takes_kv_heads(self, device_index=None):
         """Whether the kernel built for a device reads k and v with fewer
         heads than q (grouped-query attention, ag_kernel_takes_kv_heads);
         otherwise each key head is repeated for its group of query heads
         before the launch (a copy) and autograd sums its gradient back."""
+        return self._takes(self._grouping, "ag_kernel_takes_kv_heads", device_index)
+
+    def _takes(self, cache, c_name, device_index):
+        """The C predicate c_name of the kernel built for a device (False
+        with a library that lacks it), cached by device in `cache`."""
         if device_index is None:
             device_index = _current_device_index()
-        s = self._grouping.get(device_index)
+        s = cache.get(device_index)
         if s is None:
             h = self._handle_of(device_index)
-            s = _lib.has("ag_kernel_takes_kv_heads") and \
-                bool(_lib.lib().ag_kernel_takes_kv_heads(h))
-            self._grouping[device_index] = s
+            s = cache[device_index] = _lib.has(c_name) and bool(getattr(_lib.lib(), c_name)(h))
         return s
 
     def _grouped(self, q, k, v, device_index=None):
