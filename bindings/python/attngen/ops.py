@@ -612,6 +612,18 @@ def _grad_kernel(opts, rotary, device_index):
 _autograd_cls = None
 
 
+def _block_forward(ctx, q, k, v, offsets, kernel, batch, poison, refused, table, grads):
+    """The forward of both block Functions: views the kernel cannot read
+    copied once (for both passes), the forward launched, and what the
+    backward needs kept when gradients are asked for and it can run."""
+    (q, k, v), _ = kernel._rows((q, k, v))
+    out = kernel._forward_raw(q, k, v, offsets, batch, poison, table)
+    ctx.kernel, ctx.batch, ctx.poison, ctx.refused = kernel, batch, poison, refused
+    if refused is None and grads:
+        ctx.save_for_backward(q, k, v, offsets, table)
+    return out
+
+
 def _function():
     """The torch.autograd.Function, built on first use (needs torch)."""
     global _autograd_cls
@@ -629,12 +641,8 @@ def _function():
 
         @staticmethod
         def forward(ctx, q, k, v, offsets, kernel, batch, poison, refused, rotary_table):
-            (q, k, v), _ = kernel._rows((q, k, v))  # views it cannot read: copied once
-            out = kernel._forward_raw(q, k, v, offsets, batch, poison, rotary_table)
-            ctx.kernel, ctx.batch, ctx.poison, ctx.refused = kernel, batch, poison, refused
-            if refused is None and any(ctx.needs_input_grad[:3]):
-                ctx.save_for_backward(q, k, v, offsets, rotary_table)
-            return out
+            return _block_forward(ctx, q, k, v, offsets, kernel, batch, poison, refused,
+                                  rotary_table, any(ctx.needs_input_grad[:3]))
 
         @staticmethod
         @once_differentiable
@@ -656,13 +664,8 @@ def _function():
 
         @staticmethod
         def forward(ctx, qkv, offsets, kernel, batch, poison, refused, rotary_table):
-            q, k, v = qkv.unbind(1)
-            (q, k, v), _ = kernel._rows((q, k, v))  # views it cannot read: copied once
-            out = kernel._forward_raw(q, k, v, offsets, batch, poison, rotary_table)
-            ctx.kernel, ctx.batch, ctx.poison, ctx.refused = kernel, batch, poison, refused
-            if refused is None and ctx.needs_input_grad[0]:
-                ctx.save_for_backward(q, k, v, offsets, rotary_table)
-            return out
+            return _block_forward(ctx, *qkv.unbind(1), offsets, kernel, batch, poison, refused,
+                                  rotary_table, ctx.needs_input_grad[0])
 
         @staticmethod
         @once_differentiable
