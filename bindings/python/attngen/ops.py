@@ -624,6 +624,14 @@ def _block_forward(ctx, q, k, v, offsets, kernel, batch, poison, refused, table,
     return out
 
 
+def _block_saved(ctx):
+    """What _block_forward kept (q, k, v, offsets, table), or the refusal
+    it recorded raised."""
+    if ctx.refused is not None:
+        raise ctx.refused.error()
+    return ctx.saved_tensors
+
+
 def _function():
     """The torch.autograd.Function, built on first use (needs torch)."""
     global _autograd_cls
@@ -647,9 +655,7 @@ def _function():
         @staticmethod
         @once_differentiable
         def backward(ctx, grad_out):
-            if ctx.refused is not None:
-                raise ctx.refused.error()
-            q, k, v, offsets, table = ctx.saved_tensors
+            q, k, v, offsets, table = _block_saved(ctx)
             dq, dk, dv = ctx.kernel._backward_raw(_dout_for(grad_out, q), q, k, v, offsets,
                                                   ctx.batch, ctx.poison, table)
             need = ctx.needs_input_grad
@@ -670,9 +676,7 @@ def _function():
         @staticmethod
         @once_differentiable
         def backward(ctx, grad_out):
-            if ctx.refused is not None:
-                raise ctx.refused.error()
-            q, k, v, offsets, table = ctx.saved_tensors
+            q, k, v, offsets, table = _block_saved(ctx)
             dout = _dout_for(grad_out, q)
             kernel = ctx.kernel
             tokens, heads, dim = q.shape
