@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from peers import ORDER as PEER_ORDER  # noqa: E402
+from peers import OPT_IN as PEER_OPT_IN, ORDER as PEER_ORDER  # noqa: E402
 from peers.common import (ERR_FLAG, ROTARY_PEER_ENV, Task, ads_shapes,  # noqa: E402
                           quick_shapes, rotary_peer_kind, smoke_shapes)
 
@@ -508,7 +508,7 @@ def shape_summary(state):
             ag_ok = ag if ag and ag.get("ok") and not _flagged(ag) else None
             best = None
             for p in PEER_ORDER:
-                if p == "attngen":
+                if p.startswith("attngen"):  # attngen and its own alternatives
                     continue
                 r = state.get(p, s.id, ps)
                 if r and r.get("ok") and not _flagged(r) and (best is None or r["ms"] < best[1]["ms"]):
@@ -872,6 +872,8 @@ def select(args):
         if bad:
             raise SystemExit("unknown peer(s): %s (known: %s)" % (", ".join(bad), ", ".join(names)))
         names = [n for n in names if n in want]
+    else:
+        names = [n for n in names if n not in PEER_OPT_IN]
     if args.skip:
         skip = {p.strip() for p in args.skip.split(",")}
         names = [n for n in names if n not in skip]

@@ -7,6 +7,7 @@ import importlib
 # name -> (module, attribute), in the order the harness runs them.
 REGISTRY = {
     "attngen": ("attngen_peer", "PEER"),
+    "attngen_jagged": ("attngen_jagged_route", "PEER"),
     "varlen_fa2": ("varlen", "PEERS", "varlen_fa2"),
     "sdpa_flash": ("sdpa", "PEERS", "sdpa_flash"),
     "sdpa_cudnn": ("sdpa", "PEERS", "sdpa_cudnn"),
@@ -16,6 +17,9 @@ REGISTRY = {
     "varlen_fa3": ("varlen", "PEERS", "varlen_fa3"),
 }
 ORDER = list(REGISTRY)
+# Run only when --peers names them: attngen's own alternatives, shown beside
+# attngen in the tables but never counted as the fastest peer.
+OPT_IN = {"attngen_jagged"}
 
 
 def load(name):

@@ -171,6 +171,19 @@ def test_block_option_reaches_every_shape(tmp_path):
     assert shapes and all("_blk128_" in s for s in shapes)
 
 
+def test_attngen_alternatives_run_when_named_and_are_no_peer(tmp_path):
+    """attngen_jagged (the block route through the jagged kernels) runs
+    only when --peers names it, shows in the tables beside attngen, and is
+    never the fastest peer, though faster here (0.9 ms against 1.0)."""
+    data, md, out, d = run_bench(tmp_path, "--smoke", "--peers", "ceilings,attngen,triton")
+    assert not any(r["peer"] == "attngen_jagged" for r in data["results"])
+    data, md, out, d = run_bench(tmp_path, "--smoke", "--peers",
+                                 "ceilings,attngen,attngen_jagged,triton")
+    assert any(r["peer"] == "attngen_jagged" and r["ok"] for r in data["results"])
+    assert "| attngen_jagged |" in md and "0.90x" in md
+    assert "attngen_jagged" not in out.split("Summary")[-1]  # triton is the fastest peer
+
+
 @pytest.mark.parametrize("args, why", [
     (["--dim", "96"], "invalid choice: 96"),
     (["--seqlen", "0"], "must be at least 1, got 0"),

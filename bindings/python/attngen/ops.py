@@ -747,6 +747,75 @@ def _fast_block_forward(q, k, v, offsets, block_size, causal, softmax_scale):
     return out
 
 
+# ---- large blocks through the jagged kernels ----------------------------------
+# A block of 192-256 tokens is a short jagged sequence: block attention
+# with one jagged "sequence" a block is exact, and the jagged kernels may
+# beat the block pattern's chunked backward there (issue 19; not yet
+# measured). Off by default: ATTNGEN_BLOCK_VIA_JAGGED=N (read at import)
+# routes blocks of N tokens and more, for the harness to time both.
+
+def _route_min_block():
+    text = os.environ.get("ATTNGEN_BLOCK_VIA_JAGGED", "").strip()
+    try:
+        return int(text) if text else None
+    except ValueError:
+        raise ValueError("ATTNGEN_BLOCK_VIA_JAGGED must be a block size (tokens), got %r"
+                         % text) from None
+
+
+_jagged_route_min_block = _route_min_block()
+
+
+def _via_jagged(block_size, rotary):
+    """Whether block_attention takes the jagged kernels for these options:
+    the route is on for this block size, and the rotary positions (if any)
+    mean the same with a block as a sequence (a table, or the position in
+    the block; not the position in the sequence)."""
+    m = _jagged_route_min_block
+    return m is not None and block_size >= m and (
+        rotary is None or rotary["positions"] in ("table", "block"))
+
+
+def block_cu_seqlens(torch, offsets, total_tokens, block_size):
+    """The jagged offsets of block attention: int32 [batch + total_tokens //
+    block_size + 1], the first token of every block (cut from each
+    sequence's start, the last one partial), then total_tokens repeated
+    (empty sequences) up to the fixed length, so each block is one jagged
+    sequence. On offsets' device, with no synchronization (the count of
+    blocks is at most batch + total_tokens // block_size, the block walk's
+    virtual numbering)."""
+    batch = int(offsets.shape[0]) - 1
+    m = batch + total_tokens // block_size
+    if m == 0:
+        return torch.zeros(1, dtype=torch.int32, device=offsets.device)
+    off = offsets.long()
+    blocks = (off[1:] - off[:-1] + block_size - 1) // block_size  # per sequence
+    ends = torch.cumsum(blocks, 0)  # blocks up to and including each sequence
+    i = torch.arange(m, device=offsets.device)
+    seq = torch.searchsorted(ends, i, right=True).clamp_(max=batch - 1)
+    start = off[seq] + (i - (ends[seq] - blocks[seq])) * block_size
+    start = torch.where(i < ends[-1], start, torch.full_like(start, total_tokens))
+    return torch.cat((start, start.new_full((1,), total_tokens))).to(torch.int32)
+
+
+def _block_via_jagged(query, key, value, offsets, cpu_offsets, block_size, causal,
+                      softmax_scale, rotary, rotary_table, poison):
+    """block_attention by jagged_attention over block_cu_seqlens (eager or
+    traced: jagged_attention takes its own custom op when traced)."""
+    from .jagged import jagged_attention
+    torch = torch_ops.traced_torch()
+    if torch is None:
+        torch = _torch()
+        _validate.check_block_attention_args(query, key, value, offsets, cpu_offsets,
+                                             block_size, causal, softmax_scale, rotary,
+                                             rotary_table)
+    cu = block_cu_seqlens(torch, offsets, int(query.shape[0]), block_size)
+    jr = None if rotary is None else dict(
+        rotary, positions="sequence" if rotary["positions"] == "block" else "table")
+    return jagged_attention(query, key, value, cu, causal=causal, softmax_scale=softmax_scale,
+                            rotary=jr, rotary_table=rotary_table, _poison=poison)
+
+
 def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=64,
                     causal=False, softmax_scale=None, rotary=None, rotary_table=None,
                     _poison=False):
@@ -800,6 +869,11 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
         out = _fast_block_forward(query, key, value, offsets, block_size, causal, softmax_scale)
         if out is not None:
             return out
+    if _jagged_route_min_block is not None:
+        bs, c, sc, rot = _validate.check_block_options(block_size, causal, softmax_scale, rotary)
+        if _via_jagged(bs, rot):
+            return _block_via_jagged(query, key, value, offsets, cpu_offsets, bs, c, sc, rot,
+                                     rotary_table, _poison)
     torch = torch_ops.traced_torch()
     if torch is not None:
         # traced (torch.compile, a dispatch mode): the custom op, which checks

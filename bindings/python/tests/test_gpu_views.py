@@ -115,3 +115,40 @@ def test_grouped_query_heads(head_dim, causal, heads, kv_heads, dtype):
     assert k.grad.shape == k.shape and v.grad.shape == v.shape
     for name, err in zip(("dq", "dk", "dv"), grad_errors((q.grad, k.grad, v.grad), ref_grads)):
         assert err <= GRAD_TOL[dtype], "%s: %.3g" % (name, err)
+
+
+@pytest.mark.parametrize("block,head_dim,causal,heads,kv_heads", [
+    (256, 128, False, 3, 3), (192, 64, True, 4, 2), (256, 64, True, 2, 1)])
+def test_large_blocks_through_the_jagged_kernels(monkeypatch, block, head_dim, causal, heads,
+                                                 kv_heads):
+    """ATTNGEN_BLOCK_VIA_JAGGED's route (each block one jagged sequence)
+    against float64: forward and gradients, poisoned outputs, partial,
+    empty and one-token blocks, grouped heads."""
+    from attngen import ops
+    monkeypatch.setattr(ops, "_jagged_route_min_block", 192)
+    lengths = [0, 1, block - 1, block, block + 1, 2 * block + 5, 0, 37]
+    total = sum(lengths)
+    off_list = [0]
+    for n in lengths:
+        off_list.append(off_list[-1] + n)
+    off = torch.tensor(off_list, dtype=torch.int32, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(80 + block + head_dim)
+    q = torch.randn(total, heads, head_dim, device="cuda", dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(total, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16,
+                        generator=g) for _ in range(2))
+    for t in (q, k, v):
+        t.requires_grad_()
+    out = attngen.block_attention(q, k, v, off, block_size=block, causal=causal, _poison=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    torch.cuda.synchronize()
+    leaves = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
+    group = heads // kv_heads
+    ref = attention64(leaves[0], leaves[1].repeat_interleave(group, 1),
+                      leaves[2].repeat_interleave(group, 1), off_list, block, causal)
+    ref_grads = torch.autograd.grad(ref, leaves, dout.double().cpu())
+    assert not torch.isnan(out).any()
+    overall, worst = block_errors(out.detach(), ref.detach(), off_list, block)
+    assert overall <= TOL[torch.bfloat16] and worst <= 3 * TOL[torch.bfloat16], (overall, worst)
+    for name, err in zip(("dq", "dk", "dv"), grad_errors((q.grad, k.grad, v.grad), ref_grads)):
+        assert err <= GRAD_TOL[torch.bfloat16], "%s: %.3g" % (name, err)
