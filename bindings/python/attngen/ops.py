@@ -298,13 +298,15 @@ class Kernel:
         return tuple(out), tuple(strides)
 
     def _check(self, q, k, v, offsets, cpu_offsets):
+        """(batch, plain): plain when q, k, v are contiguous with one shape
+        (the one-pass check's tensors: no views, no grouped heads)."""
         spec = self.spec
         t = _validate.fast_block_tensors(q, k, v, offsets)
         if t is not None and t[0] == spec.dtype and t[4] == spec.head_dim and \
                 spec.pattern == "block_diagonal":
             if cpu_offsets is not None:
                 _validate.check_cpu_offsets(cpu_offsets, t[5], t[2])
-            return t[5]
+            return t[5], True
         if self.spec.pattern != "block_diagonal":
             raise _errors.UnsupportedError(
                 "kernel '%s' has pattern %s; a Kernel runs block_diagonal specs only "
@@ -320,7 +322,7 @@ class Kernel:
         batch = _validate.check_offsets(offsets, device)
         if cpu_offsets is not None:
             _validate.check_cpu_offsets(cpu_offsets, batch, tokens)
-        return batch
+        return batch, False
 
     def _check_table(self, q, rotary_table):
         r = self.spec.rotary
@@ -353,10 +355,10 @@ class Kernel:
 
     def __call__(self, query, key, value, offsets, cpu_offsets=None, *, rotary_table=None,
                  _poison=False):
-        batch = self._check(query, key, value, offsets, cpu_offsets)
+        batch, plain = self._check(query, key, value, offsets, cpu_offsets)
         table = self._check_table(query, rotary_table)
         if not _needs_grad(query, key, value):
-            return self._forward_raw(query, key, value, offsets, batch, _poison, table)
+            return self._forward_raw(query, key, value, offsets, batch, _poison, table, plain)
         return _function().apply(query, key, value, offsets, self, batch, _poison,
                                  self._backward_refusal(), table)
 
@@ -366,23 +368,31 @@ class Kernel:
         output gradient `dout` (a contiguous tensor like query), recomputing
         the softmax from query and key (no forward output needed). Runs on
         torch's current stream; returns new contiguous tensors."""
-        batch = self._check(query, key, value, offsets, cpu_offsets)
+        batch, plain = self._check(query, key, value, offsets, cpu_offsets)
         _validate.check_dout(dout, query)
         table = self._check_table(query, rotary_table)
         refused = self._backward_refusal()
         if refused is not None:
             raise refused.error()
-        return self._backward_raw(dout, query, key, value, offsets, batch, _poison, table)
+        return self._backward_raw(dout, query, key, value, offsets, batch, _poison, table,
+                                  plain=plain)
 
     # -- passes (raw: no checks beyond the C launcher's, no autograd) --
 
-    def _forward_raw(self, q, k, v, offsets, batch, poison=False, rotary_table=None):
+    def _forward_raw(self, q, k, v, offsets, batch, poison=False, rotary_table=None,
+                     plain=False):
+        """out of the forward (plain: q, k, v known contiguous with one
+        shape, so no view or grouped head to look for)."""
         torch = _torch()
         out = _alloc(torch, q, poison)
         tokens, heads, _ = q.shape
         if tokens == 0 or batch == 0:
             return out
         di = _device_index(torch, q)
+        if plain:
+            self._launch_forward(torch, q, k, v, offsets, out, batch, heads, tokens, di,
+                                 rotary_table)
+            return out
         k, v, kv_heads = self._grouped(q, k, v, di)
         (q, k, v), strides = self._rows((q, k, v), di)
         self._launch_forward(torch, q, k, v, offsets, out, batch, heads, tokens, di,
@@ -390,59 +400,76 @@ class Kernel:
         return out
 
     def _launch_forward(self, torch, q, k, v, offsets, out, batch, heads, tokens, di,
-                        rotary_table=None, strides=(0, 0, 0), kv_heads=0):
+                        rotary_table=None, strides=None, kv_heads=0):
         """ag_block_forward into `out` (contiguous) on device di's current
-        stream, q, k, v read at their row `strides` (0: packed), k and v
-        with kv_heads heads (0: q's; a non-empty call; no checks beyond the
-        C launcher's)."""
+        stream, q, k, v read at their row `strides` (None or 0: packed), k
+        and v with kv_heads heads (0: q's; a non-empty call; no checks
+        beyond the C launcher's)."""
         # positional: the header's field order (a third cheaper than keywords)
         args = _lib.AgBlockFwdArgs(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), offsets.data_ptr(),
             batch, heads, tokens, None,
-            rotary_table.data_ptr() if rotary_table is not None else None, *strides)
+            rotary_table.data_ptr() if rotary_table is not None else None)
+        if strides is not None:
+            args.q_stride, args.k_stride, args.v_stride = strides
         if kv_heads and kv_heads != heads:
             args.kv_heads = kv_heads
         _lib.call("ag_block_forward", self._handle_of(di), ctypes.byref(args),
                   _stream_of(torch, di), context=("attngen: block forward '%s'", self.spec.name))
 
     def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None,
-                      into=None):
+                      into=None, plain=False):
         """dq, dk, dv for a contiguous, aligned dout like q (not checked):
         new contiguous tensors, or with `into` = (dq, dk, dv, row strides)
         those (views of one packed gradient; this kernel takes row
         strides). With fewer key heads than query heads the kernel writes
-        dk and dv per query head, summed here over each group."""
+        dk and dv per query head, summed here over each group. plain: q, k,
+        v known contiguous with one shape."""
         torch = _torch()
-        kv_heads = k.shape[1]
+        grad_strides = None
         if into is not None:
             dq, dk, dv, grad_strides = into
         elif poison:
             dq, dk, dv = (_alloc(torch, q, True) for _ in range(3))
-            grad_strides = (0, 0, 0)
+        elif q.is_contiguous():  # empty_like keeps that layout
+            empty = torch.empty_like
+            dq, dk, dv = empty(q), empty(q), empty(q)
         else:
-            if q.is_contiguous():  # empty_like keeps that layout
-                empty = torch.empty_like
-                dq, dk, dv = empty(q), empty(q), empty(q)
-            else:
-                dq, dk, dv = (_alloc(torch, q, False) for _ in range(3))
-            grad_strides = (0, 0, 0)
+            dq, dk, dv = (_alloc(torch, q, False) for _ in range(3))
         tokens, heads, _ = q.shape
-        if tokens == 0 or batch == 0:
-            return dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads)
-        di = _device_index(torch, q)
-        h = self._handle_of(di)
-        k, v, launch_kv = self._grouped(q, k, v, di)
-        (q, k, v), strides = self._rows((q, k, v), di)
+        if plain:
+            if tokens and batch:
+                self._launch_backward(torch, dout, q, k, v, dq, dk, dv, offsets, batch, heads,
+                                      tokens, _device_index(torch, q), rotary_table, None,
+                                      grad_strides)
+            return dq, dk, dv
+        kv_heads = k.shape[1]
+        if tokens and batch:
+            di = _device_index(torch, q)
+            k, v, launch_kv = self._grouped(q, k, v, di)
+            (q, k, v), strides = self._rows((q, k, v), di)
+            self._launch_backward(torch, dout, q, k, v, dq, dk, dv, offsets, batch, heads,
+                                  tokens, di, rotary_table, strides, grad_strides, launch_kv)
+        return dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads)
+
+    def _launch_backward(self, torch, dout, q, k, v, dq, dk, dv, offsets, batch, heads, tokens,
+                         di, rotary_table, strides=None, grad_strides=None, kv_heads=0):
+        """ag_block_backward on device di's current stream: q, k, v at their
+        row `strides`, dq, dk, dv at `grad_strides` (None: packed), k and v
+        with kv_heads heads (0: q's; a non-empty call)."""
+        # positional: the header's field order (a third cheaper than keywords)
         args = _lib.AgBlockBwdArgs(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), dq.data_ptr(),
             dk.data_ptr(), dv.data_ptr(), offsets.data_ptr(), batch, heads, tokens, None,
-            rotary_table.data_ptr() if rotary_table is not None else None,
-            *strides, 0, *grad_strides)
-        if launch_kv != heads:
-            args.kv_heads = launch_kv
-        _lib.call("ag_block_backward", h, ctypes.byref(args), _stream_of(torch, di),
-                  context=("attngen: block backward '%s'", self.spec.name))
-        return dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads)
+            rotary_table.data_ptr() if rotary_table is not None else None)
+        if strides is not None:
+            args.q_stride, args.k_stride, args.v_stride = strides
+        if grad_strides is not None:
+            args.dq_stride, args.dk_stride, args.dv_stride = grad_strides
+        if kv_heads and kv_heads != heads:
+            args.kv_heads = kv_heads
+        _lib.call("ag_block_backward", self._handle_of(di), ctypes.byref(args),
+                  _stream_of(torch, di), context=("attngen: block backward '%s'", self.spec.name))
 
 
 def _sum_groups(grad, kv_heads):
@@ -616,9 +643,11 @@ def _block_forward(ctx, q, k, v, offsets, kernel, batch, poison, refused, table,
     """The forward of both block Functions: views the kernel cannot read
     copied once (for both passes), the forward launched, and what the
     backward needs kept when gradients are asked for and it can run."""
-    (q, k, v), _ = kernel._rows((q, k, v))
-    out = kernel._forward_raw(q, k, v, offsets, batch, poison, table)
+    (q, k, v), strides = kernel._rows((q, k, v))
+    plain = not any(strides) and k.shape[1] == q.shape[1]
+    out = kernel._forward_raw(q, k, v, offsets, batch, poison, table, plain)
     ctx.kernel, ctx.batch, ctx.poison, ctx.refused = kernel, batch, poison, refused
+    ctx.plain = plain
     if refused is None and grads:
         ctx.save_for_backward(q, k, v, offsets, table)
     return out
@@ -657,7 +686,8 @@ def _function():
         def backward(ctx, grad_out):
             q, k, v, offsets, table = _block_saved(ctx)
             dq, dk, dv = ctx.kernel._backward_raw(_dout_for(grad_out, q), q, k, v, offsets,
-                                                  ctx.batch, ctx.poison, table)
+                                                  ctx.batch, ctx.poison, table,
+                                                  plain=ctx.plain)
             need = ctx.needs_input_grad
             return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
                     None, None, None, None, None, None)

@@ -43,14 +43,15 @@ class StandInKernel:
 
     _rows = ops.Kernel._rows  # the real choice of view, stride or copy
 
-    def _forward_raw(self, q, k, v, offsets, batch, poison=False, rotary_table=None):
+    def _forward_raw(self, q, k, v, offsets, batch, poison=False, rotary_table=None,
+                     plain=False):
         self.calls.append(("forward", batch, poison, rotary_table,
-                           tuple(t.is_contiguous() for t in (q, k, v))))
+                           tuple(t.is_contiguous() for t in (q, k, v)), plain))
         with torch.no_grad():
             return attention(q, k, v, offsets.tolist(), self.block)
 
     def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None,
-                      into=None):
+                      into=None, plain=False):
         self.calls.append(("backward", batch, poison, rotary_table, dout.is_contiguous(),
                            None if into is None else into[3],
                            None if into is None else all(bool(torch.isnan(t).all())
@@ -174,6 +175,7 @@ def test_views_of_one_qkv_are_read_in_place_or_copied_once(fn, strided):
     (attention(*ref.unbind(1), off.tolist(), 16) * w).sum().backward()
     assert torch.allclose(qkv.grad, ref.grad, atol=1e-12)
     assert kern.calls[0][4] == ((False,) * 3 if strided else (True,) * 3)
+    assert kern.calls[0][5] is not strided  # copies are plain; read in place, not
 
 
 @pytest.mark.parametrize("strided", [False, True])
