@@ -117,6 +117,39 @@ def test_grouped_query_heads(head_dim, causal, heads, kv_heads, dtype):
         assert err <= GRAD_TOL[dtype], "%s: %.3g" % (name, err)
 
 
+@pytest.mark.parametrize("head_dim,heads,kv_heads", [(64, 6, 2), (128, 4, 1)])
+def test_grouped_heads_as_views_of_one_projection(head_dim, heads, kv_heads):
+    """Meta's layout: q, k, v column slices of one projection output
+    [tokens, (heads + 2 kv_heads) head_dim] with fewer key heads: the same
+    bits as contiguous q, k, v (row strides and kv_heads read in place, or
+    copies and repeated key heads), gradients into the projection's slices."""
+    lengths = [0, 1, 63, 64, 65, 200, 0, 37]
+    total = sum(lengths)
+    off_list = [0]
+    for n in lengths:
+        off_list.append(off_list[-1] + n)
+    off = torch.tensor(off_list, dtype=torch.int32, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(90 + heads + head_dim)
+    qw, kw = heads * head_dim, kv_heads * head_dim
+    proj = torch.randn(total, qw + 2 * kw, device="cuda", dtype=torch.bfloat16, generator=g)
+    proj.requires_grad_()
+    q = proj[:, :qw].view(total, heads, head_dim)
+    k = proj[:, qw:qw + kw].view(total, kv_heads, head_dim)
+    v = proj[:, qw + kw:].view(total, kv_heads, head_dim)
+    out = attngen.block_attention(q, k, v, off, causal=True, _poison=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    qc, kc, vc = (t.detach().contiguous().requires_grad_() for t in (q, k, v))
+    ref = attngen.block_attention(qc, kc, vc, off, causal=True)
+    ref.backward(dout)
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
+    assert torch.equal(proj.grad, torch.cat((qc.grad.flatten(1), kc.grad.flatten(1),
+                                             vc.grad.flatten(1)), dim=1))
+    check(out.detach(), qc.detach(), kc.detach().repeat_interleave(heads // kv_heads, 1),
+          vc.detach().repeat_interleave(heads // kv_heads, 1), off_list, 64, True)
+
+
 @pytest.mark.parametrize("block,head_dim,causal,heads,kv_heads", [
     (256, 128, False, 3, 3), (192, 64, True, 4, 2), (256, 64, True, 2, 1)])
 def test_large_blocks_through_the_jagged_kernels(monkeypatch, block, head_dim, causal, heads,
