@@ -359,8 +359,12 @@ class Kernel:
         table = self._check_table(query, rotary_table)
         if not _needs_grad(query, key, value):
             return self._forward_raw(query, key, value, offsets, batch, _poison, table, plain)
-        return _function().apply(query, key, value, offsets, self, batch, _poison,
-                                 self._backward_refusal(), table)
+        refused = self._backward_refusal()
+        base = _packed_base(query, key, value) if refused is None else None
+        if base is not None:  # views of one qkv: its gradient as one tensor
+            return _function().packed.apply(base, offsets, self, batch, _poison, None, table)
+        return _function().apply(query, key, value, offsets, self, batch, _poison, refused,
+                                 table)
 
     def backward(self, query, key, value, dout, offsets, cpu_offsets=None, *,
                  rotary_table=None, _poison=False):
@@ -653,6 +657,30 @@ def _block_forward(ctx, q, k, v, offsets, kernel, batch, poison, refused, table,
     return out
 
 
+def _packed_base(q, k, v):
+    """The [T, 3, H, D] view of the one tensor whose adjacent slices q, k, v
+    are (qkv.unbind(1), or column slices of a [T, 3 H D] projection output,
+    q's columns then k's then v's), so that autograd can take its gradient
+    as one packed tensor (block_attention_qkvpacked's Function); None for
+    anything else."""
+    base = getattr(q, "_base", None)
+    if base is None or getattr(k, "_base", None) is not base or \
+            getattr(v, "_base", None) is not base:
+        return None
+    tokens, heads, dim = q.shape
+    row = 3 * heads * dim
+    if tokens == 0 or k.shape != q.shape or v.shape != q.shape or \
+            not base.is_contiguous() or base.numel() != tokens * row:
+        return None
+    strides = (row, dim, 1)
+    if q.stride() != strides or k.stride() != strides or v.stride() != strides:
+        return None
+    p, step = q.data_ptr(), heads * dim * q.element_size()
+    if base.data_ptr() != p or k.data_ptr() != p + step or v.data_ptr() != p + 2 * step:
+        return None
+    return base.view(tokens, 3, heads, dim)
+
+
 def _block_saved(ctx):
     """What _block_forward kept (q, k, v, offsets, table), or the refusal
     it recorded raised."""
@@ -855,8 +883,9 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
     bf16 or fp16, on one CUDA device; contiguous, or views whose rows alone
     are spaced (column slices of one projection output, e.g. qkv.unbind(1)
     of [total_tokens, 3, heads, head_dim]: read in place by a kernel that
-    takes row strides, else copied; any other layout is copied; see also
-    block_attention_qkvpacked). key and value may have fewer heads than
+    takes row strides, else copied; any other layout is copied; q, k, v
+    that are adjacent slices of one tensor take block_attention_qkvpacked's
+    backward, one packed gradient for that tensor). key and value may have fewer heads than
     query, [total_tokens, kv_heads, head_dim] with kv_heads dividing heads
     (grouped-query attention: query head h reads key head h // (heads //
     kv_heads), and their gradients are summed over each group); a kernel
@@ -924,6 +953,9 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
             _fast_kernels[key_] = kernel  # these options, checked: the fast path's from now
         return kernel._forward_raw(query, key, value, offsets, a["batch"], _poison, table)
     kernel, refused = _grad_kernel(opts, rotary, _device_index(_torch(), query))
+    base = _packed_base(query, key, value) if refused is None else None
+    if base is not None:  # views of one qkv: its gradient as one tensor (no stack)
+        return _function().packed.apply(base, offsets, kernel, a["batch"], _poison, None, table)
     return _function().apply(query, key, value, offsets, kernel, a["batch"], _poison, refused,
                              table)
 

@@ -235,3 +235,51 @@ def test_grouped_heads_repeat_and_sum_match_autograd(monkeypatch):
     assert ops._sum_groups(ge, 6) is ge
     same = kern._grouped(q, q, q, 0)
     assert same[0] is q and same[2] == 6
+
+
+def test_packed_base_finds_one_qkv_and_nothing_else():
+    T, H, D = 6, 2, 8
+    x = torch.randn(T, 3 * H * D, dtype=torch.float64, requires_grad=True)
+    proj = x * 1  # a projection output: non-leaf, contiguous
+    q, k, v = proj.view(T, 3, H, D).unbind(1)
+    base = ops._packed_base(q, k, v)
+    assert base is not None and base.shape == (T, 3, H, D) and base.data_ptr() == proj.data_ptr()
+    cols = [proj[:, i * H * D:(i + 1) * H * D].view(T, H, D) for i in range(3)]
+    assert ops._packed_base(*cols) is not None  # column slices, the same memory
+    assert ops._packed_base(k, q, v) is None  # not in q, k, v order
+    assert ops._packed_base(q, k, v.clone()) is None  # v elsewhere
+    wide = torch.randn(T, 3 * H * D + 8, dtype=torch.float64)  # padded rows
+    assert ops._packed_base(*(wide[:, i * H * D:(i + 1) * H * D].view(T, H, D)
+                              for i in range(3))) is None
+    a = torch.randn(T, 3, H, D, dtype=torch.float64)
+    assert ops._packed_base(*a.unbind(1)) is not None  # a leaf's views too
+    assert ops._packed_base(*(t.contiguous() for t in a.unbind(1))) is None
+    empty = torch.randn(0, 3, H, D, dtype=torch.float64)
+    assert ops._packed_base(*empty.unbind(1)) is None
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_block_attention_on_views_of_one_qkv_takes_the_packed_gradient(monkeypatch, strided):
+    """block_attention on qkv.unbind(1) with grad: the packed Function on
+    qkv itself (its gradient in place where the kernel takes row strides,
+    no stack), the same gradient as contiguous inputs'."""
+    monkeypatch.setattr(ops, "_autograd_cls", None)
+    monkeypatch.setattr(ops, "_device_index", lambda torch_, t: 0)
+    kern = StandInKernel(strided=strided)
+    monkeypatch.setattr(ops, "_grad_kernel", lambda opts, rotary, di: (kern, None))
+    monkeypatch.setattr(ops, "_fast_block_forward", lambda *a: None)
+    monkeypatch.setattr(ops.torch_ops, "traced_torch", lambda: None)
+    monkeypatch.setattr(ops._validate, "check_block_attention_args", lambda q, *a: {
+        "block_size": 16, "causal": False, "head_dim": q.shape[2], "dtype_tag": "bf16",
+        "softmax_scale": None, "rotary": None, "rotary_table": None, "batch": 6})
+    qkv, off = packed_inputs()
+    out = ops.block_attention(*qkv.unbind(1), off)
+    w = torch.randn_like(out)
+    (out * w).sum().backward()
+    ref = qkv.detach().clone().requires_grad_()
+    (attention(*ref.unbind(1), off.tolist(), 16) * w).sum().backward()
+    assert torch.allclose(qkv.grad, ref.grad, atol=1e-12)
+    assert [c[0] for c in kern.calls] == ["forward", "backward"]
+    heads, d = qkv.shape[2], qkv.shape[3]
+    assert kern.calls[1][5] == ((3 * heads * d,) * 3 if strided else None)
+    ops._autograd_cls = None
