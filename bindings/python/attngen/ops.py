@@ -370,8 +370,10 @@ class Kernel:
                  rotary_table=None, _poison=False):
         """The backward kernel alone, outside autograd: (dq, dk, dv) for the
         output gradient `dout` (a contiguous tensor like query), recomputing
-        the softmax from query and key (no forward output needed). Runs on
-        torch's current stream; returns new contiguous tensors."""
+        the softmax from query and key (no forward output needed); dk and dv
+        in key's and value's shape (with fewer key heads, summed over each
+        group). Runs on torch's current stream; returns new contiguous
+        tensors."""
         batch, plain = self._check(query, key, value, offsets, cpu_offsets)
         _validate.check_dout(dout, query)
         table = self._check_table(query, rotary_table)
