@@ -25,6 +25,14 @@ def _need_gpu_and_lib():
     need_gpu_and_lib(torch, attngen)
 
 
+def offsets_of(lengths):
+    """(offsets on the GPU, the same as a list, total tokens)."""
+    off_list = [0]
+    for n in lengths:
+        off_list.append(off_list[-1] + n)
+    return (torch.tensor(off_list, dtype=torch.int32, device="cuda"), off_list, off_list[-1])
+
+
 @pytest.mark.parametrize("head_dim,causal,pad", [(64, False, 0), (128, True, 0), (64, True, 64),
                                                  (128, False, 8)])
 def test_views_of_one_projection_and_qkvpacked(head_dim, causal, pad):
@@ -36,15 +44,11 @@ def test_views_of_one_projection_and_qkvpacked(head_dim, causal, pad):
     stacked), and that against float64."""
     lengths = [0, 1, 63, 64, 65, 200, 0, 37]
     heads, dtype = 3, torch.bfloat16
-    total = sum(lengths)
+    off, off_list, total = offsets_of(lengths)
     g = torch.Generator(device="cuda").manual_seed(40 + head_dim + pad)
     width = 3 * heads * head_dim + pad
     proj = torch.randn(total, width, device="cuda", dtype=dtype, generator=g)
     qkv = proj[:, :3 * heads * head_dim].view(total, 3, heads, head_dim)
-    off_list = [0]
-    for n in lengths:
-        off_list.append(off_list[-1] + n)
-    off = torch.tensor(off_list, dtype=torch.int32, device="cuda")
     kernel = attngen.kernel_for(64, causal, head_dim, "bf16", backward=True)
     print("takes_row_strides:", kernel.takes_row_strides())
 
@@ -86,11 +90,7 @@ def test_grouped_query_heads(head_dim, causal, heads, kv_heads, dtype):
     empty and one-token blocks. Groups of 3 (a head_dim 64 tile's two query
     heads then read two key heads) and 5 heads (a tile past the last head)."""
     lengths = [0, 1, 63, 64, 65, 200, 0, 37]
-    total = sum(lengths)
-    off_list = [0]
-    for n in lengths:
-        off_list.append(off_list[-1] + n)
-    off = torch.tensor(off_list, dtype=torch.int32, device="cuda")
+    off, off_list, total = offsets_of(lengths)
     g = torch.Generator(device="cuda").manual_seed(60 + heads + kv_heads + head_dim)
     q = torch.randn(total, heads, head_dim, device="cuda", dtype=dtype, generator=g)
     k, v = (torch.randn(total, kv_heads, head_dim, device="cuda", dtype=dtype, generator=g)
@@ -124,11 +124,7 @@ def test_grouped_heads_as_views_of_one_projection(head_dim, heads, kv_heads):
     bits as contiguous q, k, v (row strides and kv_heads read in place, or
     copies and repeated key heads), gradients into the projection's slices."""
     lengths = [0, 1, 63, 64, 65, 200, 0, 37]
-    total = sum(lengths)
-    off_list = [0]
-    for n in lengths:
-        off_list.append(off_list[-1] + n)
-    off = torch.tensor(off_list, dtype=torch.int32, device="cuda")
+    off, off_list, total = offsets_of(lengths)
     g = torch.Generator(device="cuda").manual_seed(90 + heads + head_dim)
     qw, kw = heads * head_dim, kv_heads * head_dim
     proj = torch.randn(total, qw + 2 * kw, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -160,11 +156,7 @@ def test_large_blocks_through_the_jagged_kernels(monkeypatch, block, head_dim, c
     from attngen import ops
     monkeypatch.setattr(ops, "_jagged_route_min_block", 192)
     lengths = [0, 1, block - 1, block, block + 1, 2 * block + 5, 0, 37]
-    total = sum(lengths)
-    off_list = [0]
-    for n in lengths:
-        off_list.append(off_list[-1] + n)
-    off = torch.tensor(off_list, dtype=torch.int32, device="cuda")
+    off, off_list, total = offsets_of(lengths)
     g = torch.Generator(device="cuda").manual_seed(80 + block + head_dim)
     q = torch.randn(total, heads, head_dim, device="cuda", dtype=torch.bfloat16, generator=g)
     k, v = (torch.randn(total, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16,
