@@ -177,3 +177,36 @@ def test_large_blocks_through_the_jagged_kernels(monkeypatch, block, head_dim, c
     assert overall <= TOL[torch.bfloat16] and worst <= 3 * TOL[torch.bfloat16], (overall, worst)
     for name, err in zip(("dq", "dk", "dv"), grad_errors((q.grad, k.grad, v.grad), ref_grads)):
         assert err <= GRAD_TOL[torch.bfloat16], "%s: %.3g" % (name, err)
+
+
+@pytest.mark.parametrize("rotary", [{"layout": "half", "positions": "block"},
+                                    {"layout": "interleaved", "positions": "table"}])
+def test_large_blocks_with_rotary_through_the_jagged_kernels(monkeypatch, rotary):
+    """The route with rotary embeddings (the position in the block becomes
+    the jagged sequence's; a table stays a table): forward and gradients
+    against the block kernels' own (each checked against float64 in
+    test_gpu.py and the GPU suite), to bf16 tolerance."""
+    from attngen import ops
+    lengths = [0, 1, 191, 192, 193, 389, 0, 37]
+    off, off_list, total = offsets_of(lengths)
+    g = torch.Generator(device="cuda").manual_seed(70)
+    q, k, v = (torch.randn(total, 2, 64, device="cuda", dtype=torch.bfloat16, generator=g)
+               for _ in range(3))
+    table = None
+    if rotary["positions"] == "table":
+        ang = torch.rand(total, 32, device="cuda", generator=g) * 6.0
+        table = torch.cat((ang.sin(), ang.cos()), dim=1).to(torch.bfloat16)
+    dout = torch.randn_like(q)
+    runs = []
+    for route in (None, 192):
+        monkeypatch.setattr(ops, "_jagged_route_min_block", route)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = attngen.block_attention(*leaves, off, block_size=192, causal=True, rotary=rotary,
+                                      rotary_table=table, _poison=True)
+        out.backward(dout)
+        runs.append((out.detach(), *(t.grad for t in leaves)))
+    torch.cuda.synchronize()
+    for name, a, b in zip(("out", "dq", "dk", "dv"), runs[0], runs[1]):
+        assert not torch.isnan(b).any(), name
+        err = ((a.double() - b.double()).norm() / a.double().norm()).item()
+        assert err <= GRAD_TOL[torch.bfloat16], "%s: %.3g" % (name, err)
