@@ -2,11 +2,12 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # next_gpu_call_strides.sh: the block kernels with row strides (plan_block.c's
 # row_strides choice, written 2026-12-05 without a GPU), checked and timed
-# in three device calls, each within the 600 s limit by its step timeouts:
+# in four device calls, each within the 600 s limit by its step timeouts:
 #   run ../shared/device/prepare here first; device: carry [".devdeps"],
-#   command: bash tools/next_gpu_call_strides.sh time    (step 1)
-#   then:    bash tools/next_gpu_call_strides.sh check   (the row_strides
-#            case, its sanitizers and step 3)
+#   command: bash tools/next_gpu_call_strides.sh check   (the row_strides
+#            case and its sanitizers)
+#   then:    bash tools/next_gpu_call_strides.sh py      (step 3)
+#   then:    bash tools/next_gpu_call_strides.sh time    (step 1)
 #   then:    bash tools/next_gpu_call_strides.sh suite   (the rest of step 2)
 # 1. Timed first (bench/bench.py --quick block rows, the tree's packed
 #    kernels against the strided ones with packed strides): the bar is
@@ -31,7 +32,8 @@
 # in bench/NOTES.md; the binding can then pass tensor views' strides
 # (issue 19).
 source .devdeps/env.sh || exit 1
-part=${1:?usage: tools/next_gpu_call_strides.sh time|check|suite}
+part=${1:?usage: tools/next_gpu_call_strides.sh check|py|time|suite}
+case $part in check|py|time|suite) ;; *) echo "unknown part: $part (check|py|time|suite)"; exit 2 ;; esac
 out=${OUT:-/tmp}
 export PYTHONPATH=bindings/python:$PYTHONPATH ATTNGEN_TEST_SKIP_HUGE=1
 source tools/block_choices.sh
@@ -63,6 +65,16 @@ if [ "$part" = suite ]; then
   done
   exit 0
 fi
+if [ "$part" = py ]; then
+  echo "=== the binding's layouts, packed library then strided $(date +%T)"
+  for f in tree on; do
+    ATTNGEN_LIB=/tmp/lib_$f.so timeout 240 python3 -m pytest -q -s \
+      bindings/python/tests/test_gpu_views.py -k "not large_blocks" \
+      > "$out/pytest-views-$f.log" 2>&1
+    echo "$f rc $? $(grep -E 'takes_row_strides|takes_kv_heads|passed|failed' "$out/pytest-views-$f.log" | sort | uniq -c | tr '\n' ' ')"
+  done
+  exit 0
+fi
 OUT=$out timeout 200 tools/gpu_session.sh gpu-strides
 echo "=== sanitizers on the row_strides case $(date +%T)"
 for tool in memcheck racecheck; do
@@ -70,10 +82,4 @@ for tool in memcheck racecheck; do
     /usr/local/cuda/bin/compute-sanitizer --tool $tool --error-exitcode 9 ../build/check_attngen) \
     > "$out/san-$tool.log" 2>&1
   echo "$tool rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Checks' "$out/san-$tool.log" | tr '\n' ' ')"
-done
-echo "=== the binding's views, packed library then strided $(date +%T)"
-for f in tree on; do
-  ATTNGEN_LIB=/tmp/lib_$f.so timeout 60 python3 -m pytest -q -s bindings/python/tests/test_gpu_views.py \
-    > "$out/pytest-views-$f.log" 2>&1
-  echo "$f rc $? $(grep -E 'takes_row_strides|takes_kv_heads|passed|failed' "$out/pytest-views-$f.log" | sort | uniq -c | tr '\n' ' ')"
 done
