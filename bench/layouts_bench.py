@@ -4,8 +4,8 @@ the ads quick shapes (batch 1152, 4 heads, 64-token blocks, lengths uniform
 in [0.4 L, L]), with q, k, v laid out as a model hands them over:
 
   contiguous  three contiguous [T, H, D] tensors, their gradients
-  views       q, k, v = qkv.unbind(1) of one [T, 3, H, D] tensor, qkv's
-              gradient through autograd's unbind (a stack)
+  views       block_attention on q, k, v = qkv.unbind(1) of one [T, 3, H,
+              D] tensor: recognised as one qkv, the packed path below
   qkvpacked   block_attention_qkvpacked(qkv): one packed gradient
   grouped     k, v with H / 2 heads (grouped-query attention)
 

@@ -27,7 +27,7 @@ timeout 150 python3 -m pytest -q -s bindings/python/tests/test_gpu_views.py -k l
 echo "rc $? $(tail -1 "$out/pytest-large-blocks.log")"
 for b in 256 192; do
   echo "=== timed: ${b}-token blocks $(date +%T)"
-  timeout 190 python3 bench/bench.py --quick --pass both --block $b \
+  timeout 190 python3 bench/bench.py --quick --pass both --block $b --budget 160 \
     --peers ceilings,attngen,attngen_jagged,varlen_fa2,sdpa_cudnn --out "$out/bench-b$b" 2>&1 |
     tail -14
 done

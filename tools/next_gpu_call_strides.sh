@@ -49,7 +49,7 @@ build/attngen emit specs/ads_block64_d128_train.yaml | grep -q "int q_stride" ||
 if [ "$part" = time ]; then
   echo "=== timed: packed kernels, then strided ones $(date +%T)"
   for f in tree on; do
-    ATTNGEN_LIB=/tmp/lib_$f.so timeout 170 python3 bench/bench.py --quick --pass both \
+    ATTNGEN_LIB=/tmp/lib_$f.so timeout 170 python3 bench/bench.py --quick --pass both --budget 140 \
       --peers ceilings,attngen --out "$out/bench-$f" 2>&1 | tail -12
   done
   echo "=== layouts (contiguous, views, qkvpacked, grouped), each library $(date +%T)"
@@ -68,7 +68,7 @@ fi
 if [ "$part" = py ]; then
   echo "=== the binding's layouts, packed library then strided $(date +%T)"
   for f in tree on; do
-    ATTNGEN_LIB=/tmp/lib_$f.so timeout 240 python3 -m pytest -q -s \
+    ATTNGEN_LIB=/tmp/lib_$f.so timeout 200 python3 -m pytest -q -s \
       bindings/python/tests/test_gpu_views.py -k "not large_blocks" \
       > "$out/pytest-views-$f.log" 2>&1
     echo "$f rc $? $(grep -E 'takes_row_strides|takes_kv_heads|passed|failed' "$out/pytest-views-$f.log" | sort | uniq -c | tr '\n' ' ')"

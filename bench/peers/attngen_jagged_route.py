@@ -71,4 +71,9 @@ class AttngenJaggedRoutePeer(AttngenPeer):
                             extra=self._extra(kernel, compile_s))
 
 
+    def prepare_rotary(self, data, mode):
+        raise Unavailable("the route's rotary pipeline is not timed by this peer (the "
+                          "attngen peer's rotary pass runs the block kernels)")
+
+
 PEER = AttngenJaggedRoutePeer

@@ -664,11 +664,16 @@ def _packed_base(q, k, v):
     are (qkv.unbind(1), or column slices of a [T, 3 H D] projection output,
     q's columns then k's then v's), so that autograd can take its gradient
     as one packed tensor (block_attention_qkvpacked's Function); None for
-    anything else."""
+    anything else, and where the gradient must reach q, k, v themselves: a
+    base that does not require grad (q alone may), retain_grad or hooks on
+    one of them."""
     base = getattr(q, "_base", None)
     if base is None or getattr(k, "_base", None) is not base or \
-            getattr(v, "_base", None) is not base:
+            getattr(v, "_base", None) is not base or not base.requires_grad:
         return None
+    for t in (q, k, v):
+        if t.retains_grad or t._backward_hooks:
+            return None
     tokens, heads, dim = q.shape
     row = 3 * heads * dim
     if tokens == 0 or k.shape != q.shape or v.shape != q.shape or \
@@ -846,8 +851,8 @@ def block_cu_seqlens(torch, offsets, total_tokens, block_size):
     virtual numbering)."""
     batch = int(offsets.shape[0]) - 1
     m = batch + total_tokens // block_size
-    if m == 0:
-        return torch.zeros(1, dtype=torch.int32, device=offsets.device)
+    if batch <= 0:  # no sequence (offsets [0]; any total_tokens is malformed then)
+        return torch.full((m + 1,), total_tokens, dtype=torch.int32, device=offsets.device)
     off = offsets.long()
     blocks = (off[1:] - off[:-1] + block_size - 1) // block_size  # per sequence
     ends = torch.cumsum(blocks, 0)  # blocks up to and including each sequence
@@ -986,7 +991,12 @@ def block_attention_qkvpacked(qkv, offsets, cpu_offsets=None, *, block_size=64, 
     torch = torch_ops.traced_torch()
     _validate.check_qkv_packed(qkv, aligned=torch is None)
     q, k, v = qkv.unbind(1)
-    if torch is not None or not _needs_grad(qkv):
+    # traced, no graph, or the large-block route's options (block_size, rotary):
+    # block_attention on the slices
+    if torch is not None or not _needs_grad(qkv) or (
+            _jagged_route_min_block is not None and
+            _via_jagged(*_validate.check_block_options(block_size, causal, softmax_scale,
+                                                       rotary)[::3])):
         return block_attention(q, k, v, offsets, cpu_offsets, block_size=block_size,
                                causal=causal, softmax_scale=softmax_scale, rotary=rotary,
                                rotary_table=rotary_table, _poison=_poison)

@@ -252,9 +252,19 @@ def test_packed_base_finds_one_qkv_and_nothing_else():
     assert ops._packed_base(*(wide[:, i * H * D:(i + 1) * H * D].view(T, H, D)
                               for i in range(3))) is None
     a = torch.randn(T, 3, H, D, dtype=torch.float64)
+    views = a.unbind(1)
+    views[0].requires_grad_()  # q alone: its gradient must reach q, not a
+    assert ops._packed_base(*views) is None
+    a.requires_grad_()
     assert ops._packed_base(*a.unbind(1)) is not None  # a leaf's views too
     assert ops._packed_base(*(t.contiguous() for t in a.unbind(1))) is None
-    empty = torch.randn(0, 3, H, D, dtype=torch.float64)
+    q2, k2, v2 = a.unbind(1)
+    q2.retain_grad()  # asked for q's own gradient
+    assert ops._packed_base(q2, k2, v2) is None
+    q3, k3, v3 = a.unbind(1)
+    k3.register_hook(lambda g: g)  # a hook on k must see k's gradient
+    assert ops._packed_base(q3, k3, v3) is None
+    empty = torch.randn(0, 3, H, D, dtype=torch.float64, requires_grad=True)
     assert ops._packed_base(*empty.unbind(1)) is None
 
 

@@ -23,6 +23,10 @@ def blocks_by_loop(offsets, block):
 def test_block_cu_seqlens_against_a_loop():
     rng = random.Random(7)
     cases = [([0], 64), ([0, 0], 64), ([0, 0, 0, 5], 16), ([0, 1], 256), ([0, 256, 512], 256)]
+    # no sequence but tokens (malformed offsets the block path accepts): every
+    # entry total_tokens, the fixed length still batch + total // block + 1
+    got = ops.block_cu_seqlens(torch, torch.tensor([0], dtype=torch.int32), 300, 64)
+    assert got.tolist() == [300] * 5
     for _ in range(300):
         block = rng.choice([16, 48, 64, 192, 256])
         lens = [rng.choice([0, 1, block - 1, block, block + 1, rng.randint(0, 3 * block)])
@@ -93,3 +97,11 @@ def test_route_env_value(monkeypatch):
     monkeypatch.setenv("ATTNGEN_BLOCK_VIA_JAGGED", "big")
     with pytest.raises(ValueError, match="ATTNGEN_BLOCK_VIA_JAGGED must be a block size"):
         ops._route_min_block()
+
+
+def test_qkvpacked_with_grad_takes_the_route_too(route):
+    qkv = torch.zeros(300, 3, 2, 64, dtype=torch.bfloat16, requires_grad=True)
+    off = torch.tensor([0, 300], dtype=torch.int32)
+    ops.block_attention_qkvpacked(qkv, off, block_size=256)
+    (q, _, _, cu, _), = route
+    assert cu.tolist() == [0, 256, 300] and q.shape == (300, 2, 64)
