@@ -814,10 +814,18 @@ def _fast_block_forward(q, k, v, offsets, block_size, causal, softmax_scale):
 
 # ---- large blocks through the jagged kernels ----------------------------------
 # A block of 192-256 tokens is a short jagged sequence: block attention
-# with one jagged "sequence" a block is exact, and the jagged kernels may
-# beat the block pattern's chunked backward there (issue 19; not yet
-# measured). Off by default: ATTNGEN_BLOCK_VIA_JAGGED=N (read at import)
-# routes blocks of N tokens and more, for the harness to time both.
+# with one jagged "sequence" a block is exact, and the jagged backward
+# beats the block pattern's (chunked at 256 tokens) there. H200, 2026-12-05
+# (bench/results/2026-12-05-h200-large-blocks-b*.json; batch 1152, 4 heads,
+# L 1024 / 4096, s 0.7), backward kernels alone, block -> jagged, ms:
+#   256 tokens: D128 8.32 -> 4.65, 33.07 -> 18.30; D64 4.40 -> 2.57, 17.44 -> 9.94
+#   192 tokens: D128 6.50 -> 4.52, 25.74 -> 18.14; D64 3.47 -> 2.86, 13.71 -> 11.34
+# while the jagged forward is the slower one (D64 256: 0.95 -> 1.16 ms). So
+# calls autograd records (training) with blocks of 192 tokens or more and
+# no rotary embeddings take the jagged kernels for both passes; others keep
+# the block kernels. ATTNGEN_BLOCK_VIA_JAGGED=N (read at import) routes
+# every call with blocks of N tokens or more instead (for the harness).
+_GRAD_ROUTE_MIN_BLOCK = 192
 
 def _route_min_block():
     text = os.environ.get("ATTNGEN_BLOCK_VIA_JAGGED", "").strip()
@@ -831,14 +839,17 @@ def _route_min_block():
 _jagged_route_min_block = _route_min_block()
 
 
-def _via_jagged(block_size, rotary):
+def _via_jagged(block_size, rotary, grad=False):
     """Whether block_attention takes the jagged kernels for these options:
-    the route is on for this block size, and the rotary positions (if any)
-    mean the same with a block as a sequence (a table, or the position in
-    the block; not the position in the sequence)."""
+    with ATTNGEN_BLOCK_VIA_JAGGED, its block size and up, where the rotary
+    positions (if any) mean the same with a block as a sequence (a table,
+    or the position in the block; not the position in the sequence);
+    without it, calls autograd records (grad) with blocks of
+    _GRAD_ROUTE_MIN_BLOCK tokens and up and no rotary embeddings."""
     m = _jagged_route_min_block
-    return m is not None and block_size >= m and (
-        rotary is None or rotary["positions"] in ("table", "block"))
+    if m is None:
+        return grad and rotary is None and block_size >= _GRAD_ROUTE_MIN_BLOCK
+    return block_size >= m and (rotary is None or rotary["positions"] in ("table", "block"))
 
 
 def block_cu_seqlens(torch, offsets, total_tokens, block_size):
@@ -935,9 +946,9 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
         out = _fast_block_forward(query, key, value, offsets, block_size, causal, softmax_scale)
         if out is not None:
             return out
-    if _jagged_route_min_block is not None:
+    if _jagged_route_min_block is not None or _needs_grad(query, key, value):
         bs, c, sc, rot = _validate.check_block_options(block_size, causal, softmax_scale, rotary)
-        if _via_jagged(bs, rot):
+        if _via_jagged(bs, rot, _needs_grad(query, key, value)):
             return _block_via_jagged(query, key, value, offsets, cpu_offsets, bs, c, sc, rot,
                                      rotary_table, _poison)
     torch = torch_ops.traced_torch()
@@ -993,10 +1004,9 @@ def block_attention_qkvpacked(qkv, offsets, cpu_offsets=None, *, block_size=64, 
     q, k, v = qkv.unbind(1)
     # traced, no graph, or the large-block route's options (block_size, rotary):
     # block_attention on the slices
-    if torch is not None or not _needs_grad(qkv) or (
-            _jagged_route_min_block is not None and
+    if torch is not None or not _needs_grad(qkv) or \
             _via_jagged(*_validate.check_block_options(block_size, causal, softmax_scale,
-                                                       rotary)[::3])):
+                                                       rotary)[::3], True):
         return block_attention(q, k, v, offsets, cpu_offsets, block_size=block_size,
                                causal=causal, softmax_scale=softmax_scale, rotary=rotary,
                                rotary_table=rotary_table, _poison=_poison)

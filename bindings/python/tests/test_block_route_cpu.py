@@ -85,8 +85,17 @@ def test_route_leaves_what_it_does_not_take(route, monkeypatch):
     sequence's start (not the block's), stay on the block kernels."""
     assert not ops._via_jagged(128, None) and ops._via_jagged(192, None)
     assert not ops._via_jagged(256, {"positions": "sequence"})
+
+
+def test_default_route_is_for_training_large_blocks_without_rotary(monkeypatch):
+    """Without ATTNGEN_BLOCK_VIA_JAGGED: calls autograd records, blocks of
+    192 tokens and up, no rotary (where the H200 measured the jagged
+    backward faster and the jagged forward slower)."""
     monkeypatch.setattr(ops, "_jagged_route_min_block", None)
-    assert not ops._via_jagged(256, None)
+    assert ops._via_jagged(192, None, grad=True) and ops._via_jagged(256, None, grad=True)
+    assert not ops._via_jagged(176, None, grad=True)
+    assert not ops._via_jagged(256, None, grad=False)
+    assert not ops._via_jagged(256, {"positions": "block"}, grad=True)
 
 
 def test_route_env_value(monkeypatch):
@@ -105,3 +114,16 @@ def test_qkvpacked_with_grad_takes_the_route_too(route):
     ops.block_attention_qkvpacked(qkv, off, block_size=256)
     (q, _, _, cu, _), = route
     assert cu.tolist() == [0, 256, 300] and q.shape == (300, 2, 64)
+
+
+def test_block_attention_with_grad_takes_the_default_route(monkeypatch):
+    from attngen import jagged
+    calls = []
+    monkeypatch.setattr(ops, "_jagged_route_min_block", None)
+    monkeypatch.setattr(jagged, "jagged_attention", lambda q, k, v, cu, **kw: calls.append(cu))
+    monkeypatch.setattr(_validate, "check_block_attention_args", lambda *a, **kw: None)
+    monkeypatch.setattr(ops, "_fast_block_forward", lambda *a: None)
+    q = torch.zeros(300, 2, 64, dtype=torch.bfloat16, requires_grad=True)
+    off = torch.tensor([0, 300], dtype=torch.int32)
+    ops.block_attention(q, q, q, off, block_size=256)
+    assert len(calls) == 1 and calls[0].tolist() == [0, 256, 300]
