@@ -250,10 +250,15 @@ static const bool fwd_rotary_2_stages_checked = false;
  * causal forward spilled too. kv_heads (session 25) moved registers by
  * -7..+14 against the strides alone (the 16-token half-pair rotary
  * backward 124 -> 136 for sm_90a) and spills by -12..+4 bytes (ptxas, the
- * same kernels). Written 2026-12-05 (session 24, no GPU lent; kv_heads in
- * session 25, none either); not run yet: until the GPU suite's row_strides case, compute-
- * sanitizer and the harness (within 2% of the packed kernels) have, a
- * launch with other than packed strides is refused (AG_ERR_UNSUPPORTED).
+ * same kernels). Written 2026-12-05 (session 24; kv_heads in session 25).
+ * H200, 2026-12-05: the GPU suite's row_strides case passed with it on (5
+ * strided cases and 15 grouped ones bit for bit against packed and
+ * repeated-head runs) under memcheck and racecheck (0 errors, 0 hazards;
+ * bench/results/2026-12-05-h200-gpu-strides.log). Still off: the harness
+ * (within 2% of the packed kernels), the suite's other block cases with it
+ * on and the binding's layout tests have not run (next_gpu_call_strides.sh
+ * time, suite, py); until then a launch with other than packed strides is
+ * refused (AG_ERR_UNSUPPORTED).
  * Turning it on also turns the refusals that tests/check_args.c
  * (row_strides_packed_only) and tests/check_backward.c (argument_checks)
  * expect into launches, and the Python binding then passes views' row
