@@ -251,13 +251,19 @@ static const bool fwd_rotary_2_stages_checked = false;
  * -7..+14 against the strides alone (the 16-token half-pair rotary
  * backward 124 -> 136 for sm_90a) and spills by -12..+4 bytes (ptxas, the
  * same kernels). Written 2026-12-05 (session 24; kv_heads in session 25).
- * H200, 2026-12-05: the GPU suite's row_strides case passed with it on (5
- * strided cases and 15 grouped ones bit for bit against packed and
- * repeated-head runs) under memcheck and racecheck (0 errors, 0 hazards;
- * bench/results/2026-12-05-h200-gpu-strides.log). Still off: the harness
- * (within 2% of the packed kernels), the suite's other block cases with it
- * on and the binding's layout tests have not run (next_gpu_call_strides.sh
- * time, suite, py); until then a launch with other than packed strides is
+ * H200, 2026-12-05, with it on (tools/next_gpu_call_strides.sh, all four
+ * parts; bench/results/2026-12-05-h200-row-strides-*, -gpu-strides.log):
+ * the row_strides case (5 strided cases and 15 grouped ones bit for bit
+ * against packed and repeated-head runs) under memcheck and racecheck (0
+ * errors, 0 hazards); the suite's block forward (19), backward (29) and
+ * rotary (29) cases against float64; the binding's layout tests with both
+ * libraries (10 each). Harness, packed inputs, one run each: forward
+ * within -1.6..+0.2%, backward +0.2/+0.4% at head_dim 64 but +2.0/+2.1% at
+ * 128 (1.615 -> 1.647 and 6.310 -> 6.441 ms), at the 2% bar's edge. What
+ * it buys (layouts_bench, D128 L1024, forward + backward): views of one
+ * qkv 6.52 -> 2.45 ms (contiguous 2.41), grouped heads 7.39 -> 3.95.
+ * Still off: re-time the head_dim 128 backward (several runs) before
+ * turning it on; until then a launch with other than packed strides is
  * refused (AG_ERR_UNSUPPORTED).
  * Turning it on also turns the refusals that tests/check_args.c
  * (row_strides_packed_only) and tests/check_backward.c (argument_checks)
