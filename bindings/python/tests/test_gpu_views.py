@@ -32,6 +32,25 @@ def offsets_of(lengths):
         off_list.append(off_list[-1] + n)
     return (torch.tensor(off_list, dtype=torch.int32, device="cuda"), off_list, off_list[-1])
 
+def check_grouped(out, dout, q, k, v, off_list, block, causal):
+    """out and q.grad, k.grad, v.grad (k, v of fewer heads) against float64
+    autograd through each key head repeated for its group: no poison left,
+    the relative errors within the dtype's tolerances, gradients in k's and
+    v's shape."""
+    dtype = q.dtype
+    leaves = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
+    group = q.shape[1] // k.shape[1]
+    ref = attention64(leaves[0], leaves[1].repeat_interleave(group, 1),
+                      leaves[2].repeat_interleave(group, 1), off_list, block, causal)
+    ref_grads = torch.autograd.grad(ref, leaves, dout.double().cpu())
+    assert not torch.isnan(out).any()
+    overall, worst = block_errors(out.detach(), ref.detach(), off_list, block)
+    assert overall <= TOL[dtype] and worst <= 3 * TOL[dtype], (overall, worst)
+    assert k.grad.shape == k.shape and v.grad.shape == v.shape
+    for name, err in zip(("dq", "dk", "dv"), grad_errors((q.grad, k.grad, v.grad), ref_grads)):
+        assert err <= GRAD_TOL[dtype], "%s: %.3g" % (name, err)
+
+
 
 @pytest.mark.parametrize("head_dim,causal,pad", [(64, False, 0), (128, True, 0), (64, True, 64),
                                                  (128, False, 8)])
@@ -104,17 +123,7 @@ def test_grouped_query_heads(head_dim, causal, heads, kv_heads, dtype):
     dout = torch.randn_like(out)
     out.backward(dout)
     torch.cuda.synchronize()
-    leaves = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
-    group = heads // kv_heads
-    ref = attention64(leaves[0], leaves[1].repeat_interleave(group, 1),
-                      leaves[2].repeat_interleave(group, 1), off_list, 64, causal)
-    ref_grads = torch.autograd.grad(ref, leaves, dout.double().cpu())
-    assert not torch.isnan(out).any()
-    overall, worst = block_errors(out.detach(), ref.detach(), off_list, 64)
-    assert overall <= TOL[dtype] and worst <= 3 * TOL[dtype], (overall, worst)
-    assert k.grad.shape == k.shape and v.grad.shape == v.shape
-    for name, err in zip(("dq", "dk", "dv"), grad_errors((q.grad, k.grad, v.grad), ref_grads)):
-        assert err <= GRAD_TOL[dtype], "%s: %.3g" % (name, err)
+    check_grouped(out, dout, q, k, v, off_list, 64, causal)
 
 
 @pytest.mark.parametrize("head_dim,heads,kv_heads", [(64, 6, 2), (128, 4, 1)])
@@ -167,16 +176,7 @@ def test_large_blocks_through_the_jagged_kernels(monkeypatch, block, head_dim, c
     dout = torch.randn_like(out)
     out.backward(dout)
     torch.cuda.synchronize()
-    leaves = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
-    group = heads // kv_heads
-    ref = attention64(leaves[0], leaves[1].repeat_interleave(group, 1),
-                      leaves[2].repeat_interleave(group, 1), off_list, block, causal)
-    ref_grads = torch.autograd.grad(ref, leaves, dout.double().cpu())
-    assert not torch.isnan(out).any()
-    overall, worst = block_errors(out.detach(), ref.detach(), off_list, block)
-    assert overall <= TOL[torch.bfloat16] and worst <= 3 * TOL[torch.bfloat16], (overall, worst)
-    for name, err in zip(("dq", "dk", "dv"), grad_errors((q.grad, k.grad, v.grad), ref_grads)):
-        assert err <= GRAD_TOL[torch.bfloat16], "%s: %.3g" % (name, err)
+    check_grouped(out, dout, q, k, v, off_list, block, causal)
 
 
 @pytest.mark.parametrize("rotary", [{"layout": "half", "positions": "block"},
