@@ -209,12 +209,13 @@ static const bool bwd_table_global_checked = false;
  * 4096), a table on q, k 2.102 / 8.153 ms -> 1.858 / 7.416, sequence
  * positions 2.267 / 8.737 -> 1.872 / 7.508; half pairs from a table, which
  * the early order does not serialize, 1.853 / 7.372 -> 1.886 / 7.440, so
- * they keep it. Off until the GPU suite runs the exact kernels: the check
- * of 2026-12-05 ran the late order with all four choices on, so q, k from
- * a table (specs/ads_block64_d128_rope.yaml) went through
- * bwd_table_global's rows instead of the staged ones, and the device time
- * ran out before another call (tools/next_gpu_call_block.sh). */
-static const bool bwd_late_dq_checked = false;
+ * they keep it. Checked on the H200 on 2026-12-05 (session 26,
+ * tools/next_gpu_call_block.sh, with this choice alone beside the tree's):
+ * the GPU suite's rotary case (29 checks, float64) and compute-sanitizer
+ * memcheck and racecheck on specs/ads_block64_d128_rope.yaml (0 errors, 0
+ * hazards); timed again, a table on q, k 2.102 / 8.115 ms -> 1.854 /
+ * 7.414, sequence positions 2.256 / 8.693 -> 1.863 / 7.428. On. */
+static const bool bwd_late_dq_checked = true;
 
 /* The rotary forward at head_dim 64 (two heads a tile) with two stages
  * and two CTAs an SM instead of one stage and four: the plain forward's
@@ -226,7 +227,11 @@ static const bool bwd_late_dq_checked = false;
  * this one is rotated. 114,688 bytes with a table (98,304 without), 4
  * warps of at most 255 registers. Not for sm_80 specs (164 KiB an SM: one
  * such CTA). Written 2026-12-05 (session 23) after the device time ran
- * out; not run yet. */
+ * out. Correct on the H200 (session 26: the GPU suite's rotary case, and
+ * compute-sanitizer on a head_dim 64 table spec) but slower at every
+ * size: a table 0.476 / 1.875 ms -> 0.536 / 2.199 (L 1024 / 4096),
+ * sequence positions 0.465 / 1.778 -> 0.548 / 2.031: four CTAs of one
+ * stage hide the rotation better than two of two. Off. */
 static const bool fwd_rotary_2_stages_checked = false;
 
 /* Each tensor's row stride as a kernel parameter (ROW_STRIDES: an int a

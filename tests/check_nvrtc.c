@@ -285,15 +285,8 @@ END_TEST
  * until its register split changed (2026-12-03).
  * Every bundled spec and golden spec whose sm_90a source issues wgmma,
  * compiled with -v; a log NVRTC returns empty (see dump_dir) is not
- * checked, and at least one must be.
- * One known exception, found 2026-12-05 and not yet fixed (it needs a GPU to
- * time the fix; bench/NOTES.md): the block backward at head_dim 128 with
- * rotary positions from a table, interleaved pairs and dQ rotated back in
- * registers (specs/ads_block64_d128_rope.yaml) has C7511. */
-static bool known_serialized(const char *spec_path, const char *log) {
-  return strstr(spec_path, "ads_block64_d128_rope.yaml") && strstr(log, "C7511") &&
-         !strstr(log, "C7512");
-}
+ * checked, and at least one must be. (The head_dim 128 rotary backward
+ * with interleaved pairs had C7511 until plan_block.c's bwd_late_dq.) */
 
 START_TEST(no_serialized_wgmma) {
   char *dir = fresh_dir();
@@ -337,11 +330,8 @@ START_TEST(no_serialized_wgmma) {
       free(path);
       ck_assert_ptr_nonnull(log);
       if (log[0]) reported++;
-      if (known_serialized(g.gl_pathv[i], log))
-        printf("no_serialized_wgmma: KNOWN C7511 in %s (bench/NOTES.md)\n", g.gl_pathv[i]);
-      else
-        ck_assert_msg(!strstr(log, "C7512") && !strstr(log, "C7511"),
-                      "%s: wgmma serialized on sm_90a:\n%s", g.gl_pathv[i], log);
+      ck_assert_msg(!strstr(log, "C7512") && !strstr(log, "C7511"),
+                    "%s: wgmma serialized on sm_90a:\n%s", g.gl_pathv[i], log);
       free(log);
     }
     globfree(&g);

@@ -921,7 +921,7 @@ START_TEST(table_global_plan) {
 END_TEST
 
 /* dQ rotated back after P and dS are stored (bwd_late_dq; timed faster on
- * the H200, off until the GPU suite runs its exact kernels): taken by
+ * the H200 and checked there, on since 2026-12-05): taken by
  * head_dim 128 rotary backwards on wgmma with interleaved pairs that
  * rotate Q; nothing else changes (the mma.sync code and half pairs, 1-2%
  * slower late on the H200, keep the early order). With

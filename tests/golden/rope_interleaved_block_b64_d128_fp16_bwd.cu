@@ -1131,12 +1131,28 @@ ag_golden_rope_ib_b64_d128_fp16_rope_bwd(const unsigned short *__restrict__ q,
       const bool mine = row0 < ring[0].rows && h < ring[0].heads;
 #endif
       RowGrads rg;
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+      // dQ's products now; its rotation back once P and dS are stored, so
+      // that their registers are free by then (else ptxas serializes wgmma).
+      float dq_acc[kDimTiles][4];
+      if (mine) {
+        score_grads(stage, ring[0], h, row0, rg);
+        query_products(stage, h, row0, rg.ds, dq_acc);
+      }
+      __syncthreads();
+      if (mine) {
+        store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
+        query_store(stage, ring[0], h, row0, dq_acc, dq, row_stride);
+      }
+#else
+      // (mma.sync: dQ's accumulators held across the barrier would spill)
       if (mine) {
         score_grads(stage, ring[0], h, row0, rg);
         query_grads(stage, ring[0], h, row0, rg.ds, dq, row_stride);
       }
       __syncthreads();
       if (mine) store_scores(rg, p_smem + h * kPElems, ds_smem + h * kPElems, row0);
+#endif
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
       fence_proxy_async(); // phase 2's wgmma read P and dS
 #endif
