@@ -9,6 +9,9 @@
 #   then:    bash tools/next_gpu_call_strides.sh py      (step 3)
 #   then:    bash tools/next_gpu_call_strides.sh time    (step 1)
 #   then:    bash tools/next_gpu_call_strides.sh suite   (the rest of step 2)
+#   or:      bash tools/next_gpu_call_strides.sh retime  (step 1's backward
+#            only, the two libraries alternated three times: the
+#            2026-12-05 single runs put head_dim 128 at +2.0/+2.1%)
 # 1. Timed first (bench/bench.py --quick block rows, the tree's packed
 #    kernels against the strided ones with packed strides): the bar is
 #    within 2% at both head dims. Then bench/layouts_bench.py with each
@@ -32,8 +35,8 @@
 # in bench/NOTES.md; the binding can then pass tensor views' strides
 # (issue 19).
 source .devdeps/env.sh || exit 1
-part=${1:?usage: tools/next_gpu_call_strides.sh check|py|time|suite}
-case $part in check|py|time|suite) ;; *) echo "unknown part: $part (check|py|time|suite)"; exit 2 ;; esac
+part=${1:?usage: tools/next_gpu_call_strides.sh check|py|time|suite|retime}
+case $part in check|py|time|suite|retime) ;; *) echo "unknown part: $part (check|py|time|suite|retime)"; exit 2 ;; esac
 out=${OUT:-/tmp}
 export PYTHONPATH=bindings/python:$PYTHONPATH ATTNGEN_TEST_SKIP_HUGE=1
 source tools/block_choices.sh
@@ -41,9 +44,16 @@ block_choices_keep
 block_choices || exit 1
 make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 cp -L build/libattngen.so /tmp/lib_tree.so
+sass() {  # the head_dim 128 training spec's machine code, for a diff
+  [ "$part" = retime ] || return 0
+  build/attngen compile specs/ads_block64_d128_train.yaml --arch sm_90a -o /tmp/sass_$1.cubin &&
+    cuobjdump -sass /tmp/sass_$1.cubin > "$out/sass-$1.txt" 2>&1
+}
+sass tree
 block_choices row_strides || exit 1
 make -j16 all build/check_attngen >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 cp -L build/libattngen.so /tmp/lib_on.so
+sass on
 build/attngen emit specs/ads_block64_d128_train.yaml | grep -q "int q_stride" ||
   { echo "row_strides is not on"; exit 1; }
 if [ "$part" = time ]; then
@@ -56,6 +66,17 @@ if [ "$part" = time ]; then
   for f in tree on; do
     ATTNGEN_LIB=/tmp/lib_$f.so timeout 60 python3 bench/layouts_bench.py --seqlen 1024 \
       --json "$out/layouts-$f.json" 2>&1 | tail -8
+  done
+  exit 0
+fi
+if [ "$part" = retime ]; then
+  echo "=== backward, packed kernels and strided ones alternated $(date +%T)"
+  for i in 1 2 3; do
+    for f in tree on; do
+      echo "--- run $i: $f"
+      ATTNGEN_LIB=/tmp/lib_$f.so timeout 90 python3 bench/bench.py --quick --pass bwd --budget 70 \
+        --peers ceilings,attngen --out "/tmp/retime-$f-$i" --no-plot 2>&1 | grep -E "^B[0-9]" | tee -a "$out/retime.log"
+    done
   done
   exit 0
 fi
