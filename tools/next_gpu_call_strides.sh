@@ -10,8 +10,9 @@
 #   then:    bash tools/next_gpu_call_strides.sh time    (step 1)
 #   then:    bash tools/next_gpu_call_strides.sh suite   (the rest of step 2)
 #   or:      bash tools/next_gpu_call_strides.sh retime  (step 1's backward
-#            only, the two libraries alternated three times: the
-#            2026-12-05 single runs put head_dim 128 at +2.0/+2.1%)
+#            only, the two libraries alternated RUNS times (3), the shapes
+#            bench.py --shapes SHAPES names (all): the 2026-12-05 runs put
+#            head_dim 128 at +2.0/+2.1%)
 # 1. Timed first (bench/bench.py --quick block rows, the tree's packed
 #    kernels against the strided ones with packed strides): the bar is
 #    within 2% at both head dims. Then bench/layouts_bench.py with each
@@ -71,11 +72,12 @@ if [ "$part" = time ]; then
 fi
 if [ "$part" = retime ]; then
   echo "=== backward, packed kernels and strided ones alternated $(date +%T)"
-  for i in 1 2 3; do
+  for i in $(seq "${RUNS:-3}"); do
     for f in tree on; do
       echo "--- run $i: $f"
       ATTNGEN_LIB=/tmp/lib_$f.so timeout 90 python3 bench/bench.py --quick --pass bwd --budget 70 \
-        --peers ceilings,attngen --out "/tmp/retime-$f-$i" --no-plot 2>&1 | grep -E "^B[0-9]" | tee -a "$out/retime.log"
+        --shapes "${SHAPES:-B}" \
+        --peers attngen --out "/tmp/retime-$f-$i" --no-plot 2>&1 | grep -E "^B[0-9]" | tee -a "$out/retime.log"
     done
   done
   exit 0
