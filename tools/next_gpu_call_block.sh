@@ -2,7 +2,11 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # next_gpu_call_block.sh: the block-diagonal plan choices session 23 left
 # off (generator/plan_block.c), checked and timed in one device call of
-# about 8 minutes, then the owed host-overhead and fused-dQ steps:
+# about 8 minutes, then the owed host-overhead and fused-dQ steps.
+# Ran on 2026-12-05 (session 26, 256 s; bench/results/
+# 2026-12-05-h200-next-gpu-call-block.log): bwd_late_dq is now on,
+# fwd_rotary_2_stages stays off (slower), the fused dQ stays off (slower);
+# kept to re-run the same checks on a later choice:
 #   run ../shared/device/prepare here first; device: carry [".devdeps", ".devrun"],
 #   command: bash tools/next_gpu_call_block.sh
 # 1. With bwd_late_dq and fwd_rotary_2_stages on (after step 2): the GPU suite's rotary
