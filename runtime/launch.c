@@ -169,10 +169,6 @@ static ag_status launch_block(ag_kernel *kernel, const block_launch *l,
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "kv_heads (%lld) must be 0 (heads) or divide heads (%lld)",
                    (long long)l->kv_heads, (long long)l->heads);
-  if (kv_heads != l->heads && l->heads > 65535) /* tile_load.cuh's HeadGroup */
-    return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
-                   "kv_heads %lld: grouped-query heads take at most 65535 query heads (got %lld)",
-                   (long long)kv_heads, (long long)l->heads);
   if (kv_heads != l->heads && !p->row_strides)
     return ag_fail(err, AG_ERR_UNSUPPORTED,
                    "kv_heads %lld: kernel '%s' takes as many key heads as query heads (%lld); "

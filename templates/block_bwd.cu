@@ -175,10 +175,10 @@ extern __shared__ __align__(128) unsigned short smem[];
 
 // Where the inputs' rows are: Q's, K's, V's and dO's row strides
 // (elements), and the query heads each key head serves (K and V have
-// heads / its size).
+// heads / kv_group).
 struct InputRows {
   long long stride[4];
-  HeadGroup kv_group;
+  int kv_group;
 };
 @endif@
 
@@ -193,7 +193,7 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
 #pragma unroll
   for (int m = 0; m < 4; m++)
     load_tensor(stage + m * kTileElems, src[m], row_stride.stride[m], t,
-                m == 1 || m == 2 ? row_stride.kv_group : HeadGroup{0});
+                m == 1 || m == 2 ? row_stride.kv_group : 1);
 }
 @else@
                                           const unsigned short *dout, long long row_stride,
@@ -687,7 +687,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   // gradients': dq_stride, dk_stride, dv_stride); query head h reads key
   // head h / (heads / kv_heads), and dK, dV are written per query head.
   const InputRows row_stride = {{q_stride, k_stride, v_stride, dout_stride},
-                                head_group(heads / kv_heads)};
+                                heads / kv_heads};
 @else@
   const long long row_stride = (long long)heads * kHeadDim;
 @endif@

@@ -64,10 +64,10 @@ extern __shared__ __align__(128) unsigned short smem[];
 @if ROW_STRIDES@
 
 // Where the inputs' rows are: Q's, K's and V's row strides (elements), and
-// the query heads each key head serves (K and V have heads / its size).
+// the query heads each key head serves (K and V have heads / kv_group).
 struct InputRows {
   long long stride[3];
-  HeadGroup kv_group;
+  int kv_group;
 };
 @endif@
 
@@ -80,7 +80,7 @@ __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned 
 #pragma unroll
   for (int m = 0; m < 3; m++)
     load_tensor(stage + m * kTileElems, src[m], row_stride.stride[m], t,
-                m == 0 ? HeadGroup{0} : row_stride.kv_group);
+                m == 0 ? 1 : row_stride.kv_group);
 }
 @else@
                                           long long row_stride, const Tile &t) {
@@ -187,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @if ROW_STRIDES@
   // Elements from one token's row to the next: Q's, K's and V's (O's:
   // o_stride); query head h reads key head h / (heads / kv_heads).
-  const InputRows row_stride = {{q_stride, k_stride, v_stride}, head_group(heads / kv_heads)};
+  const InputRows row_stride = {{q_stride, k_stride, v_stride}, heads / kv_heads};
 @else@
   const long long row_stride = (long long)heads * kHeadDim;
 @endif@

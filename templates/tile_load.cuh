@@ -34,34 +34,18 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 // swizzle is written per row (where the step is a multiple of 8 rows it is
 // the same for all, and the compiler folds it).
 @if ROW_STRIDES@
-// The query heads a key head serves (adjacent ones share its rows), as the
-// divisor of a query head's index: n / size is the high word of n *
-// ceil(2^32 / size), exact while n * size < 2^32 (the launcher refuses
-// grouped heads past 65535 query heads), a multiply where a division by a
-// value known only at run time costs about twenty instructions a tile.
-// Size 1 (no grouping, and Q, O and the gradients always) is magic 0,
-// which (2^32 - 1) / size + 1 wraps to.
-struct HeadGroup {
-  unsigned magic;
-  __device__ __forceinline__ int key_head(int head) const {
-    return magic ? (int)__umulhi((unsigned)head, magic) : head;
-  }
-};
-__device__ __forceinline__ HeadGroup head_group(int size) {
-  return {0xffffffffu / (unsigned)size + 1u};
-}
-
-// Head j of the tile is head group.key_head(t.head0 + j) of src.
+// Head j of the tile is head (t.head0 + j) / group of src: group 1 for Q,
+// O and the gradients; for K and V with grouped-query heads, the query
+// heads a key head serves (adjacent ones share its rows).
 __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned short *src,
-                                            long long row_stride, const Tile &t,
-                                            HeadGroup group) {
+                                            long long row_stride, const Tile &t, int group) {
   constexpr int kRowStep = kThreads / kChunks;  // rows one pass of the CTA covers
   static_assert(kThreads % kChunks == 0, "a pass of the CTA covers whole rows");
   const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
   const bool head_real = chunk < t.heads * kHeadChunks;
   // src's head; a head past the last is zero-filled from an address that
   // stays inside src (the group's first head's)
-  const int head = group.key_head(head_real ? t.head0 + chunk / kHeadChunks : t.head0);
+  const int head = (head_real ? t.head0 + chunk / kHeadChunks : t.head0) / group;
   const unsigned short *base = src + t.token0 * row_stride + (long long)head * kHeadDim +
                                (chunk % kHeadChunks) * 8;
   const unsigned dst = smem_addr(tile);
