@@ -9,10 +9,12 @@ in [0.4 L, L]), with q, k, v laid out as a model hands them over:
   qkvpacked   block_attention_qkvpacked(qkv): one packed gradient
   grouped     k, v with H / 2 heads (grouped-query attention)
 
-Issue 19 asks the packed case timed against the contiguous one. Which
-kernels run depends on the library: without row strides
-(Kernel.takes_row_strides() false) views are copied and the packed
-gradient stacked; with them both are read and written in place. Each row
+Issue 19 asks the packed case timed against the contiguous one.
+Contiguous q, k, v run the packed kernels; the other layouts the kernels
+of a spec with `row_strides: true` (block_attention picks them by the
+layout), which read views and grouped key heads in place and write the
+packed gradient (where a library has none, views are copied and the
+gradient stacked: the row's "row strides" column says which). Each row
 is the median of CUDA-event times of 20 calls after 3 warm-ups, every
 layout on the same values.
 
@@ -85,9 +87,10 @@ def main(argv=None):
             qkv = torch.randn(T, 3, H, dim, device="cuda", dtype=torch.bfloat16, generator=g)
             dout = torch.randn(T, H, dim, device="cuda", dtype=torch.bfloat16, generator=g)
             calls = layout_calls(torch, attngen, qkv, dout, offsets, a.causal)
-            kernel = attngen.kernel_for(64, a.causal, dim, "bf16", backward=True)
             base = None
             for name in LAYOUTS:
+                kernel = attngen.kernel_for(64, a.causal, dim, "bf16", backward=True,
+                                            row_strides=name != "contiguous")
                 ms = cuda_time(lambda i, f=calls[name]: f(), 1, 20)[0]
                 base = base or ms
                 row = {"shape": shape.label, "layout": name, "ms": round(ms, 4),

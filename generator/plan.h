@@ -230,6 +230,7 @@ typedef enum ag_refusal_key {
   AG_REFUSED_NONE, AG_REFUSED_PATTERN, AG_REFUSED_QUERY, AG_REFUSED_ROTARY,
   AG_REFUSED_PASSES, AG_REFUSED_DETERMINISTIC,
   AG_REFUSED_ARCH, /* a kernel needs more shared memory than the spec's arch has */
+  AG_REFUSED_ROW_STRIDES, /* row_strides with a kernel that reads packed rows only */
 } ag_refusal_key;
 
 /* The most dynamic shared memory one block may opt into: sm_80 (A100)
@@ -328,7 +329,6 @@ typedef struct ag_plan_block_choices {
   bool bwd_table_global; /* head_dim 128 backward: the table read where it is, 12 warps an SM */
   bool bwd_late_dq; /* rotary backward: dQ rotated back after P and dS are stored */
   bool fwd_rotary_2_stages; /* head_dim 64 rotary forward: two stages, not one a CTA */
-  bool row_strides; /* the kernels take each tensor's row stride (views, packed gradients) */
 } ag_plan_block_choices;
 /* ag_plan_block with other choices; for tests. */
 ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices, ag_plan *out,

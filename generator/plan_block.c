@@ -234,52 +234,11 @@ static const bool bwd_late_dq_checked = true;
  * stage hide the rotation better than two of two. Off. */
 static const bool fwd_rotary_2_stages_checked = false;
 
-/* Each tensor's row stride as a kernel parameter (ROW_STRIDES: an int a
- * tensor after the sizes) instead of heads * head_dim: q, k and v may then
- * be column slices of one projection output ([tokens, 3 heads head_dim],
- * Meta's qkv layout) and dq, dk, dv slices of one gradient buffer, with no
- * copies. The index arithmetic is the same per tensor. These kernels also
- * take kv_heads (after the strides): K and V may have fewer heads than Q,
- * query head h reading key head h / (heads / kv_heads) (grouped-query
- * attention, as Meta's tlx_block_attention), each tile's K and V rows
- * loaded per head from its key head; the backward then writes dK and dV
- * per query head (the caller sums each group). Not with the
- * chunked backward (blocks past 128 tokens at head_dim 128, 176 at 64).
- * Off, the emitted source is what it was, byte for byte. On, ptxas
- * (sm_90a and sm_80, every block golden and bundled spec) reports the same
- * registers within 11 and no new spill, except: the sm_80 causal forward
- * at head_dim 64 spills 12 bytes (at its 128-register cap), and the
- * head_dim 128 backward with interleaved pairs and block positions
- * (golden rope_interleaved_block_b64_d128_fp16_bwd) 92 bytes against 20.
- * int, not long long, strides: with long long the sm_90a head_dim 64
- * causal forward spilled too. kv_heads (session 25) moved registers by
- * -7..+14 against the strides alone (the 16-token half-pair rotary
- * backward 124 -> 136 for sm_90a) and spills by -12..+4 bytes (ptxas, the
- * same kernels). Written 2026-12-05 (session 24; kv_heads in session 25).
- * H200, 2026-12-05, with it on (tools/next_gpu_call_strides.sh, all four
- * parts; bench/results/2026-12-05-h200-row-strides-*, -gpu-strides.log):
- * the row_strides case (5 strided cases and 15 grouped ones bit for bit
- * against packed and repeated-head runs) under memcheck and racecheck (0
- * errors, 0 hazards); the suite's block forward (19), backward (29) and
- * rotary (29) cases against float64; the binding's layout tests with both
- * libraries (10 each). Harness, packed inputs, one run each: forward
- * within -1.6..+0.2%, backward +0.2/+0.4% at head_dim 64 but +2.0/+2.1% at
- * 128 (1.615 -> 1.647 and 6.310 -> 6.441 ms), at the 2% bar's edge. What
- * it buys (layouts_bench, D128 L1024, forward + backward): views of one
- * qkv 6.52 -> 2.45 ms (contiguous 2.41), grouped heads 7.39 -> 3.95.
- * Still off: re-time the head_dim 128 backward (several runs) before
- * turning it on; until then a launch with other than packed strides is
- * refused (AG_ERR_UNSUPPORTED).
- * Turning it on also turns the refusals that tests/check_args.c
- * (row_strides_packed_only) and tests/check_backward.c (argument_checks)
- * expect into launches, and the Python binding then passes views' row
- * strides instead of copying them (ops.Kernel.takes_row_strides). */
-static const bool row_strides_checked = false;
 
 ag_plan_block_choices ag_plan_block_checked(void) {
   return (ag_plan_block_choices){fwd_table_slot_checked, bwd_rotary_12_warps_checked,
                                  bwd_table_global_checked, bwd_late_dq_checked,
-                                 fwd_rotary_2_stages_checked, row_strides_checked};
+                                 fwd_rotary_2_stages_checked};
 }
 
 ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -307,13 +266,43 @@ ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices,
    * memory, TABLE_IN_GLOBAL). */
   if (out->takes_table)
     out->rotary_table_bytes = spec->block_size * spec->head_dim * out->elem_bytes;
-  /* Row strides in both passes or neither: not with the chunked backward
+  /* Each tensor's row stride as a kernel parameter (ROW_STRIDES: an int a
+   * tensor after the sizes, then kv_heads) where the spec asks
+   * (`row_strides: true`), instead of heads * head_dim: q, k and v may then
+   * be column slices of one projection output ([tokens, 3 heads head_dim],
+   * Meta's qkv layout), dq, dk, dv slices of one gradient buffer, and K, V
+   * may have fewer heads than Q (grouped-query attention, as Meta's
+   * tlx_block_attention: query head h reads key head h / (heads /
+   * kv_heads), each tile's K and V rows loaded per head from its key head;
+   * the backward writes dK and dV per query head and the caller sums each
+   * group). In both passes or neither; not with the chunked backward
    * (blocks past 128 tokens at head_dim 128, 176 at 64), whose streamed
-   * pairs share one stride. */
-  out->row_strides = choices.row_strides;
+   * pairs share one stride.
+   * A spec's choice, not the plan's, because it costs the packed layout:
+   * H200, 2026-12-05, the harness's backward at head_dim 128 with packed
+   * strides ran +2.0-2.1% slower than the packed kernels over four runs
+   * (1.615 -> 1.649, 6.316 -> 6.448 ms at L 1024 / 4096; forward and head
+   * dim 64 within -1.6..+0.4%), while views of one qkv through autograd
+   * took 6.52 ms copied against 2.45 read in place (contiguous 2.41), and
+   * grouped heads (H/2) 7.39 repeated against 3.95 (D128 L1024,
+   * bench/layouts_bench.py). ptxas (sm_90a and sm_80, every block golden
+   * and bundled spec): the same registers within 11 (kv_heads then moved
+   * them by -7..+14) and no new spill but
+   * the sm_80 causal forward at head_dim 64 (12 bytes) and the head_dim 128
+   * backward with interleaved pairs and block positions (92 against 20).
+   * These kernels ran on the H200 on 2026-12-05 against float64 and bit for
+   * bit against packed and repeated-head runs, under memcheck and racecheck
+   * (tools/next_gpu_call_strides.sh; bench/results/2026-12-05-h200-gpu-
+   * strides.log, -row-strides-*). */
+  out->row_strides = spec->row_strides;
   if (spec->passes & AG_PASS_BACKWARD) {
     plan_backward(spec, choices, out);
-    if (out->bwd.key_chunks) out->row_strides = false;
+    if (out->bwd.key_chunks && spec->row_strides)
+      return ag_plan_refuse(out, AG_REFUSED_ROW_STRIDES, err,
+                            "row_strides with the backward of %d-token blocks at head_dim %d "
+                            "(past %d tokens the backward walks each block in 64-row chunks, "
+                            "whose kernels read packed rows only)",
+                            spec->block_size, spec->head_dim, spec->head_dim == 128 ? 128 : 176);
     if (!(spec->passes & AG_PASS_FORWARD)) return AG_OK;
   }
   /* Two adjacent heads per tile at head_dim 64, so each tile row is 256

@@ -343,11 +343,12 @@ static void check_rotary(checker *c, const spec_pair *at) {
 
 enum {
   K_NAME, K_PATTERN, K_BLOCK_SIZE, K_CAUSAL, K_WINDOW, K_QUERY, K_HEAD_DIM, K_DTYPE,
-  K_SOFTMAX_SCALE, K_ROTARY, K_PASSES, K_ARCH, K_DETERMINISTIC, K_COUNT
+  K_SOFTMAX_SCALE, K_ROTARY, K_PASSES, K_ARCH, K_DETERMINISTIC, K_ROW_STRIDES, K_COUNT
 };
 static const char *const top_keys[] = {
     "name",  "pattern",       "block_size", "causal", "window", "query", "head_dim",
-    "dtype", "softmax_scale", "rotary",     "passes", "arch",   "deterministic", NULL};
+    "dtype", "softmax_scale", "rotary",     "passes", "arch",   "deterministic",
+    "row_strides", NULL};
 static const size_t key_at[K_COUNT] = {
     offsetof(ag_spec, at.name),     offsetof(ag_spec, at.pattern),
     offsetof(ag_spec, at.block_size), offsetof(ag_spec, at.causal),
@@ -355,7 +356,7 @@ static const size_t key_at[K_COUNT] = {
     offsetof(ag_spec, at.head_dim), offsetof(ag_spec, at.dtype),
     offsetof(ag_spec, at.softmax_scale), offsetof(ag_spec, at.rotary),
     offsetof(ag_spec, at.passes),   offsetof(ag_spec, at.arch),
-    offsetof(ag_spec, at.deterministic)};
+    offsetof(ag_spec, at.deterministic), offsetof(ag_spec, at.row_strides)};
 static const int required[] = {K_NAME, K_PATTERN, K_HEAD_DIM, K_DTYPE};
 static const char *const patterns[] = {"block_diagonal", "jagged", NULL};
 static const char *const queries[] = {"per_sequence", "broadcast", NULL};
@@ -436,6 +437,8 @@ static void check_values(checker *c, const spec_pair **seen) {
     get_set(c, "passes", seen[K_PASSES]->value, pass_names, &s->passes);
   if (seen[K_DETERMINISTIC])
     get_bool(c, "deterministic", seen[K_DETERMINISTIC]->value, &s->deterministic);
+  if (seen[K_ROW_STRIDES])
+    get_bool(c, "row_strides", seen[K_ROW_STRIDES]->value, &s->row_strides);
   if (seen[K_ARCH] && get_enum(c, "arch", seen[K_ARCH]->value, archs, &i))
     s->arch = (ag_arch)i;
 }
@@ -453,6 +456,10 @@ static void check_pattern_fit(checker *c, const spec_pair **seen) {
     ERROR(c, seen[K_DETERMINISTIC]->key->pos,
           "'deterministic' applies only to pattern jagged (the block pattern's backward is "
           "always deterministic)");
+  if (!block && seen[K_ROW_STRIDES])
+    ERROR(c, seen[K_ROW_STRIDES]->key->pos,
+          "'row_strides' applies only to pattern block_diagonal (the jagged kernels take "
+          "kv_heads always, and packed rows)");
   if (!block && s->causal && s->has_window && s->window_right != 0)
     ERROR(c, seen[K_WINDOW]->value->pos,
           "a causal window looks at no key after the query: its right side must be 0 (got %d)",
@@ -495,6 +502,7 @@ static ag_pos refusal_pos(const ag_spec *s, unsigned pass, ag_refusal_key key) {
     case AG_REFUSED_PASSES: return s->at.passes.line ? s->at.passes : s->at.pattern;
     case AG_REFUSED_QUERY: return s->at.query;
     case AG_REFUSED_ARCH: return s->at.arch.line ? s->at.arch : s->at.pattern;
+    case AG_REFUSED_ROW_STRIDES: return s->at.row_strides;
     default: return s->at.block_size.line ? s->at.block_size : s->at.pattern;
   }
 }

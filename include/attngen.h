@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define AG_VERSION_STRING "0.5.0"
+#define AG_VERSION_STRING "0.6.0"
 
 /* Marks the functions libattngen.so exports. The library is built with
  * -fvisibility=hidden, so this header's declarations are its whole dynamic
@@ -109,9 +109,11 @@ typedef struct ag_spec {
   unsigned passes;            /* AG_PASS_* bits */
   ag_arch arch;
   bool deterministic;         /* jagged: the backward is bit-identical across runs */
+  bool row_strides;           /* block_diagonal: the kernels take each tensor's row
+                                 stride and kv_heads (views, grouped-query heads) */
   struct {                    /* source positions, for later diagnostics */
     ag_pos name, pattern, block_size, causal, window, query, head_dim, dtype,
-        softmax_scale, rotary, passes, arch, deterministic;
+        softmax_scale, rotary, passes, arch, deterministic, row_strides;
   } at;
 } ag_spec;
 
@@ -202,13 +204,14 @@ AG_API ag_status ag_kernel_get_string(ag_context *ctx, const char *yaml, size_t 
                                       ag_kernel **out_kernel, ag_error *err);
 AG_API const ag_spec *ag_kernel_spec(const ag_kernel *kernel);
 /* Whether a block-diagonal kernel's launches take row strides other than
- * the packed heads * head_dim (ag_block_fwd_args.q_stride and the rest);
- * false for other patterns. */
+ * the packed heads * head_dim (ag_block_fwd_args.q_stride and the rest):
+ * its spec says `row_strides: true`. False for other patterns. */
 AG_API bool ag_kernel_takes_row_strides(const ag_kernel *kernel);
 /* Whether the kernel's launches take fewer key heads than query heads:
  * always for the jagged pattern (kv_heads in its argument structs); for the
- * block-diagonal one where its kernels read the key heads in place
- * (ag_block_fwd_args.kv_heads). False for NULL. */
+ * block-diagonal one where its spec says `row_strides: true` (its kernels
+ * then read the key heads in place, ag_block_fwd_args.kv_heads). False for
+ * NULL. */
 AG_API bool ag_kernel_takes_kv_heads(const ag_kernel *kernel);
 
 /* A prebuilt cubin of a spec's kernels for one arch ("sm_80", "sm_90a"),
@@ -261,16 +264,16 @@ typedef struct ag_block_fwd_args {
    * contiguous (head h at h * head_dim). Each stride is a multiple of 8
    * (16 bytes), at least the packed one and below 2^31, so
    * q, k and v may be column slices of one projection output [tokens, 3 *
-   * heads * head_dim] with no copy. Kernels that do not take strides
-   * (ag_kernel_takes_row_strides) refuse any other than the packed one with
-   * AG_ERR_UNSUPPORTED. */
+   * heads * head_dim] with no copy. Kernels whose spec does not say
+   * `row_strides: true` (ag_kernel_takes_row_strides) refuse any other than
+   * the packed one with AG_ERR_UNSUPPORTED. */
   int64_t q_stride, k_stride, v_stride, o_stride;
   /* Optional grouped-query heads: k and v have kv_heads heads, which
    * divides heads; query head h reads key head h / (heads / kv_heads). 0 (a
    * zeroed struct) means heads. k's and v's packed row is then kv_heads *
-   * head_dim elements (their strides' least value). Kernels that do not
-   * take it (ag_kernel_takes_kv_heads) refuse any other than heads with
-   * AG_ERR_UNSUPPORTED. */
+   * head_dim elements (their strides' least value). Kernels whose spec does
+   * not say `row_strides: true` (ag_kernel_takes_kv_heads) refuse any other
+   * than heads with AG_ERR_UNSUPPORTED. */
   int64_t kv_heads;
 } ag_block_fwd_args;
 AG_API ag_status ag_block_forward(ag_kernel *kernel, const ag_block_fwd_args *args,

@@ -140,7 +140,7 @@ static ag_status check_row_stride(const ag_kernel *kernel, const char *name, int
   if (!kernel->plan.row_strides)
     return ag_fail(err, AG_ERR_UNSUPPORTED,
                    "%s_stride %lld: kernel '%s' takes packed tensors only (rows %s * head_dim "
-                   "= %lld elements apart); its row-stride form has not run on a GPU yet",
+                   "= %lld elements apart); its spec does not say row_strides: true",
                    name, (long long)stride, kernel->spec.name, heads, (long long)packed);
   return AG_OK;
 }
@@ -172,7 +172,7 @@ static ag_status launch_block(ag_kernel *kernel, const block_launch *l,
   if (kv_heads != l->heads && !p->row_strides)
     return ag_fail(err, AG_ERR_UNSUPPORTED,
                    "kv_heads %lld: kernel '%s' takes as many key heads as query heads (%lld); "
-                   "its grouped form has not run on a GPU yet",
+                   "its spec does not say row_strides: true",
                    (long long)kv_heads, s->name, (long long)l->heads);
   /* Byte size of one tensor: total * heads * head_dim * 2 must fit. */
   int64_t row_bytes = l->heads * p->head_dim * p->elem_bytes;

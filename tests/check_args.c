@@ -530,7 +530,7 @@ START_TEST(row_strides_packed_only) {
   a.k_stride = 3 * 1024;
   expect_status(&f, &a, AG_ERR_UNSUPPORTED,
                 "k_stride 3072: kernel 'args_b64' takes packed tensors only (rows kv_heads * "
-                "head_dim = 1024 elements apart); its row-stride form has not run on a GPU yet");
+                "head_dim = 1024 elements apart); its spec does not say row_strides: true");
   a = valid_args();
   a.v_stride = 1016;
   expect_status(&f, &a, AG_ERR_INVALID_ARGUMENT,
@@ -552,7 +552,7 @@ START_TEST(row_strides_packed_only) {
   a.kv_heads = 4;
   expect_status(&f, &a, AG_ERR_UNSUPPORTED,
                 "kv_heads 4: kernel 'args_b64' takes as many key heads as query heads (8); its "
-                "grouped form has not run on a GPU yet");
+                "spec does not say row_strides: true");
   ck_assert(!ag_kernel_takes_kv_heads(&f.kernel));
   ck_assert(!ag_kernel_takes_kv_heads(NULL));
   ck_assert_int_eq(ag_fake_seen.count, 1); /* none of the refused ones launched */
@@ -562,15 +562,14 @@ START_TEST(row_strides_packed_only) {
 }
 END_TEST
 
-/* With the choice on: the kernel takes one int stride a tensor after the
- * sizes, in its tensors' order, 0 passed as the packed stride. */
+/* A spec with row_strides: the kernel takes one int stride a tensor after
+ * the sizes, in its tensors' order, 0 passed as the packed stride. */
 START_TEST(row_strides_passed) {
   fake f;
   fake_init(&f);
-  ag_plan_block_choices on = ag_plan_block_checked();
-  on.row_strides = true;
+  f.kernel.spec.row_strides = true;
   ag_error err = {0};
-  ck_assert_int_eq(ag_plan_block_with(&f.kernel.spec, on, &f.kernel.plan, &err), AG_OK);
+  ck_assert_int_eq(ag_plan_make(&f.kernel.spec, &f.kernel.plan, &err), AG_OK);
   ag_plan_kernels(&f.kernel.spec, &f.kernel.plan);
   ck_assert(ag_kernel_takes_row_strides(&f.kernel));
   const ag_plan_kernel *d = &f.kernel.plan.kernels[0];

@@ -541,16 +541,16 @@ START_TEST(argument_checks) {
   ck_assert_int_eq(ag_block_backward(&f.kernel, &a, NULL, &serr), AG_ERR_UNSUPPORTED);
   ck_assert_str_eq(serr.message,
                    "dk_stride 3072: kernel 'args' takes packed tensors only (rows heads * "
-                   "head_dim = 1024 elements apart); its row-stride form has not run on a GPU yet");
+                   "head_dim = 1024 elements apart); its spec does not say row_strides: true");
   ag_error_clear(&serr);
   ck_assert_int_eq(ag_fake_seen.count, 0);
-  /* Grouped-query heads: refused while the kernels take as many key heads. */
+  /* Grouped-query heads: refused where the kernels take as many key heads. */
   a = valid_args();
   a.kv_heads = 4;
   ck_assert_int_eq(ag_block_backward(&f.kernel, &a, NULL, &serr), AG_ERR_UNSUPPORTED);
   ck_assert_str_eq(serr.message,
                    "kv_heads 4: kernel 'args' takes as many key heads as query heads (8); its "
-                   "grouped form has not run on a GPU yet");
+                   "spec does not say row_strides: true");
   ag_error_clear(&serr);
   a.kv_heads = 3;
   expect_reject(&f, &a, "kv_heads (3) must be 0 (heads) or divide heads (8)");
@@ -578,15 +578,14 @@ START_TEST(argument_checks) {
 }
 END_TEST
 
-/* With the row-strides choice on, grouped-query heads: K's and V's packed
- * rows have kv_heads heads, dK's and dV's (per query head) heads, as Q's. */
+/* A spec with row_strides, grouped-query heads: K's and V's packed rows
+ * have kv_heads heads, dK's and dV's (per query head) heads, as Q's. */
 START_TEST(grouped_heads_launch) {
   fake f;
   fake_init(&f, 128, AG_PASS_FORWARD | AG_PASS_BACKWARD);
-  ag_plan_block_choices on = ag_plan_block_checked();
-  on.row_strides = true;
+  f.kernel.spec.row_strides = true;
   ag_error err = {0};
-  ck_assert_int_eq(ag_plan_block_with(&f.kernel.spec, on, &f.kernel.plan, &err), AG_OK);
+  ck_assert_int_eq(ag_plan_make(&f.kernel.spec, &f.kernel.plan, &err), AG_OK);
   ag_plan_kernels(&f.kernel.spec, &f.kernel.plan);
   ag_fake_seen.strides = 7;
   ag_block_bwd_args a = valid_args();

@@ -33,6 +33,8 @@ static const char *const goldens[] = {
     "jagged_d64_fp16_sm90_bwd", "jagged_d128_fp16_sm90_causal_bwd",
     /* rotary embeddings on the jagged mma.sync kernels (every arch) */
     "jagged_d128_bf16_rope_half_seq_train", "jagged_d64_fp16_rope_table_qkv_bwd",
+    /* row_strides: true (each tensor's row stride and kv_heads parameters) */
+    "block64_d128_bf16_row_strides_train", "rope_table_b64_d64_fp16_row_strides_train",
 };
 enum { NGOLDENS = sizeof goldens / sizeof goldens[0] };
 
@@ -100,6 +102,14 @@ static const char *role_declaration(ag_param r, bool block) {
     case AG_PARAM_TMAP_DOUT: return "__grid_constant__ ag_tmap tmap_dout";
     case AG_PARAM_TMAP_K: return "__grid_constant__ ag_tmap tmap_k";
     case AG_PARAM_TMAP_V: return "__grid_constant__ ag_tmap tmap_v";
+    case AG_PARAM_STRIDE_Q: return "int q_stride";
+    case AG_PARAM_STRIDE_K: return "int k_stride";
+    case AG_PARAM_STRIDE_V: return "int v_stride";
+    case AG_PARAM_STRIDE_O: return "int o_stride";
+    case AG_PARAM_STRIDE_DOUT: return "int dout_stride";
+    case AG_PARAM_STRIDE_DQ: return "int dq_stride";
+    case AG_PARAM_STRIDE_DK: return "int dk_stride";
+    case AG_PARAM_STRIDE_DV: return "int dv_stride";
     default: return "?";
   }
 }

@@ -227,18 +227,25 @@ static const kernel_case bwd_cases[] = {
 enum { NBWD_CASES = sizeof bwd_cases / sizeof bwd_cases[0] };
 
 /* A kernel with both passes, from the spec a user writes. */
-static ag_kernel *bwd_kernel_for(ag_context *ctx, const kernel_case *c) {
+static ag_kernel *kernel_with(ag_context *ctx, const kernel_case *c, bool row_strides) {
   char yaml[512];
   snprintf(yaml, sizeof yaml,
-           "name: gpu_test\npattern: block_diagonal\nblock_size: %d\ncausal: %s\n"
-           "head_dim: %d\ndtype: %s\npasses: [forward, backward]\n",
-           c->block, c->causal ? "true" : "false", c->head_dim, dtype_str(c->dtype));
+           "name: gpu_test%s\npattern: block_diagonal\nblock_size: %d\ncausal: %s\n"
+           "head_dim: %d\ndtype: %s\npasses: [forward, backward]\n%s",
+           row_strides ? "_rs" : "", c->block, c->causal ? "true" : "false", c->head_dim,
+           dtype_str(c->dtype), row_strides ? "row_strides: true\n" : "");
   ag_error err = {0};
   ag_kernel *k;
   ag_status st = ag_kernel_get_string(ctx, yaml, strlen(yaml), &k, &err);
   ck_assert_msg(st == AG_OK, "kernel: %s", err.message);
   ck_assert_uint_eq(ag_kernel_spec(k)->passes, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+  ck_assert(ag_kernel_takes_row_strides(k) == row_strides);
+  ck_assert(ag_kernel_takes_kv_heads(k) == row_strides);
   return k;
+}
+
+static ag_kernel *bwd_kernel_for(ag_context *ctx, const kernel_case *c) {
+  return kernel_with(ctx, c, false);
 }
 
 static void run_bwd_shape_scaled(ag_kernel *k, const kernel_case *c, const char *what,
@@ -522,15 +529,14 @@ START_TEST(test_rotary_huge) {
 END_TEST
 
 /* ---- row strides ---------------------------------------------------------------
- * The kernels with each tensor's row stride a parameter (the plan's
- * row_strides choice): q, k, v as column slices of one qkv buffer
- * [tokens, 3 heads head_dim], o and dout with padded rows, dq, dk, dv as
- * slices of one gradient buffer. Each pass runs twice on the same values,
- * packed and strided; the strided outputs must equal the packed ones bit
- * for bit (the packed runs go through the same kernels, which the cases
- * above check against float64), and the columns between the slices, which
- * start poisoned, must stay so. Skipped where the kernels take packed
- * tensors only. */
+ * The kernels of a spec with `row_strides: true` (each tensor's row stride
+ * a parameter): first against float64 on packed tensors, forward and
+ * backward; then q, k, v as column slices of one qkv buffer [tokens, 3
+ * heads head_dim], o and dout with padded rows, dq, dk, dv as slices of
+ * one gradient buffer. Each pass runs twice on the same values, packed and
+ * strided, through the same kernels; the strided outputs must equal the
+ * packed ones bit for bit, and the columns between the slices, which start
+ * poisoned, must stay so. */
 static const kernel_case stride_cases[] = {
     {AG_DTYPE_BF16, 128, 64, 0}, {AG_DTYPE_FP16, 64, 64, 1}, {AG_DTYPE_BF16, 64, 16, 0},
     {AG_DTYPE_FP16, 128, 128, 1}, {AG_DTYPE_BF16, 128, 48, 0},
@@ -550,16 +556,12 @@ START_TEST(test_block_row_strides) {
   ag_context *ctx = ag_test_gpu_or_skip("block_row_strides");
   if (!ctx) return;
   const kernel_case *c = &stride_cases[_i];
-  ag_kernel *k = bwd_kernel_for(ctx, c);
+  ag_kernel *k = kernel_with(ctx, c, true);
   ag_error err = {0};
-  if (!ag_kernel_takes_row_strides(k)) {
-    printf("SKIP block_row_strides: the kernels take packed tensors only (plan_block.c's "
-           "row_strides_checked is false)\n");
-    ag_context_destroy(ctx);
-    return;
-  }
   const int32_t lengths[] = {1, 0, 2 * c->block + 5, c->block, 17, 3 * c->block - 1};
   const int64_t batch = 6, heads = 3, width = heads * c->head_dim;
+  run_shape(k, c, "row_strides kernels", lengths, batch, heads, (uint64_t)getpid() + 7);
+  run_bwd_shape(k, c, "row_strides kernels", lengths, batch, heads, (uint64_t)getpid() + 9, 0);
   int32_t offsets[7] = {0};
   for (int b = 0; b < batch; b++) offsets[b + 1] = offsets[b] + lengths[b];
   const int64_t total = offsets[batch], n = total * width;
@@ -657,15 +659,14 @@ START_TEST(test_block_row_strides) {
 }
 END_TEST
 
-/* Grouped-query heads (the same kernels): k, v with kv_heads of heads (6
+/* Grouped-query heads (a row_strides spec's kernels): k, v with kv_heads of heads (6
  * of 3 and of 2: at head_dim 64 a tile's two query heads then read two key
  * heads; 5 of 1: the last tile's second head is past the last) against a
  * packed run on k, v with each key head repeated for its query heads. In
  * the grouped run k and v are column slices of one buffer [tokens, 2
  * kv_heads head_dim] (row strides). Every output, dK and dV per query head
  * included, must be written (no poison left) and equal the repeated run's
- * bit for bit. Skipped where the kernels take as many key heads as query
- * heads. */
+ * bit for bit (both runs through the same kernels). */
 static void grouped_run(ag_context *ctx, ag_kernel *k, const kernel_case *c, int64_t heads,
                         int64_t kv_heads, uint64_t *rng) {
   const int32_t lengths[] = {1, 0, 2 * c->block + 5, c->block, 17, 3 * c->block - 1};
@@ -755,13 +756,7 @@ START_TEST(test_block_grouped_heads) {
   ag_context *ctx = ag_test_gpu_or_skip("block_grouped_heads");
   if (!ctx) return;
   const kernel_case *c = &stride_cases[_i];
-  ag_kernel *k = bwd_kernel_for(ctx, c);
-  if (!ag_kernel_takes_kv_heads(k)) {
-    printf("SKIP block_grouped_heads: the kernels take as many key heads as query heads "
-           "(plan_block.c's row_strides_checked is false)\n");
-    ag_context_destroy(ctx);
-    return;
-  }
+  ag_kernel *k = kernel_with(ctx, c, true);
   ck_assert_int_eq(ctx->drv->cuCtxPushCurrent(ctx->cu), CUDA_SUCCESS);
   uint64_t rng = (uint64_t)getpid() * 37 + (uint64_t)_i;
   static const int64_t pairs[3][2] = {{6, 3}, {6, 2}, {5, 1}}; /* heads, kv_heads */

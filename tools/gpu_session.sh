@@ -12,9 +12,9 @@
 #   compute-sanitizer memcheck and racecheck; minutes.
 #   gpu-forward, gpu-backward, gpu-rotary, gpu-rotary-chunked: one test case
 #   of the GPU suite (the last: rotary in the backward walked in chunks);
-#   gpu-strides: its row_strides case (the block kernels with row strides,
-#   strided against packed, bit for bit; skipped unless plan_block.c's
-#   row_strides choice is on).
+#   gpu-strides: its row_strides case (the kernels of `row_strides: true`
+#   specs against float64, strided runs against packed ones bit for bit,
+#   grouped heads against repeated ones).
 #   gpu-jagged: the jagged suite's GPU case (every jagged variant against
 #   float64, the backward five times bit for bit; 155 s on a fresh H200 on
 #   2026-12-04, and once over 200 s: give it 300); gpu-jagged-huge: its

@@ -54,11 +54,11 @@ class _AgRotary(ctypes.Structure):
 class _AgSpecAt(ctypes.Structure):
     _fields_ = [(n, AgPos) for n in (
         "name", "pattern", "block_size", "causal", "window", "query", "head_dim",
-        "dtype", "softmax_scale", "rotary", "passes", "arch", "deterministic")]
+        "dtype", "softmax_scale", "rotary", "passes", "arch", "deterministic", "row_strides")]
 
 
 class AgSpec(ctypes.Structure):
-    """Mirror of `ag_spec` (504 bytes on x86-64 Linux at attngen 0.2.0)."""
+    """Mirror of `ag_spec` (512 bytes on x86-64 Linux at attngen 0.6.0)."""
     _fields_ = [
         ("source", ctypes.c_char * AG_SOURCE_MAX),
         ("name", ctypes.c_char * AG_NAME_MAX),
@@ -76,6 +76,7 @@ class AgSpec(ctypes.Structure):
         ("passes", ctypes.c_uint),
         ("arch", ctypes.c_int),
         ("deterministic", ctypes.c_bool),  # jagged: bit-identical backward
+        ("row_strides", ctypes.c_bool),  # block: row strides and kv_heads taken
         ("at", _AgSpecAt),
     ]
 

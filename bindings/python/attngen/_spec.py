@@ -92,11 +92,11 @@ def _rotary_mapping(rotary):
 
 
 def block_spec_name(block_size, head_dim, dtype, causal=False, softmax_scale=None,
-                    backward=False, rotary=None):
+                    backward=False, rotary=None, row_strides=False):
     """The generated spec's name, e.g. torch_block64_d128_bf16, with
-    _causal, _s<scale> and _rope<options> suffixes when they apply, and
-    _grad for the spec with both passes (forward and backward in one
-    module). A name past the 48 characters specs allow keeps its first 39
+    _causal, _s<scale> and _rope<options> suffixes when they apply, _rs
+    for kernels that take row strides (`row_strides: true`), and _grad for
+    the spec with both passes (forward and backward in one module). A name past the 48 characters specs allow keeps its first 39
     and ends with 8 hex digits of a hash of the whole."""
     name = "torch_block%d_d%d_%s" % (block_size, head_dim, dtype)
     if causal:
@@ -105,6 +105,8 @@ def block_spec_name(block_size, head_dim, dtype, causal=False, softmax_scale=Non
         name += "_s" + _scale_tag(softmax_scale)
     if rotary is not None:
         name += _rotary_tag(rotary)
+    if row_strides:
+        name += "_rs"
     if backward:
         name += "_grad"
     name = name.lower()
@@ -115,7 +117,7 @@ def block_spec_name(block_size, head_dim, dtype, causal=False, softmax_scale=Non
 
 
 def block_spec(block_size, head_dim, dtype, causal=False, softmax_scale=None, backward=False,
-               rotary=None):
+               rotary=None, row_strides=False):
     """The spec dict block_attention compiles for its arguments. `dtype` is
     "bf16" or "fp16"; softmax_scale None means auto (1/sqrt(head_dim)).
     backward=True asks for `passes: [forward, backward]` (what
@@ -123,12 +125,13 @@ def block_spec(block_size, head_dim, dtype, causal=False, softmax_scale=None, ba
     has the forward alone. `rotary`: None, or the normalized options of
     _validate.check_rotary ({"layout", "apply_to", "positions", "base"};
     base None with positions from a table), written as the spec's rotary
-    mapping."""
+    mapping. row_strides=True asks for kernels that take each tensor's row
+    stride and kv_heads (views of one projection, grouped-query heads)."""
     if dtype not in DTYPE_NAMES:
         raise ValueError("dtype must be one of %s, got %r" % (DTYPE_NAMES, dtype))
     spec = {
         "name": block_spec_name(block_size, head_dim, dtype, causal, softmax_scale, backward,
-                                rotary),
+                                rotary, row_strides),
         "pattern": "block_diagonal",
         "block_size": int(block_size),
         "causal": bool(causal),
@@ -139,6 +142,8 @@ def block_spec(block_size, head_dim, dtype, causal=False, softmax_scale=None, ba
     if rotary is not None:
         spec["rotary"] = _rotary_mapping(rotary)
     spec["passes"] = ["forward", "backward"] if backward else ["forward"]
+    if row_strides:
+        spec["row_strides"] = True
     return spec
 
 
@@ -216,11 +221,11 @@ class SpecInfo:
 
     __slots__ = ("name", "source", "pattern", "block_size", "causal", "head_dim",
                  "dtype", "softmax_scale", "scale", "passes", "rotary", "window",
-                 "deterministic", "query")
+                 "deterministic", "query", "row_strides")
 
     def __init__(self, name, source, pattern, block_size, causal, head_dim, dtype,
                  softmax_scale, scale, passes, rotary=None, window=None, deterministic=False,
-                 query="per_sequence"):
+                 query="per_sequence", row_strides=False):
         self.name = name
         self.source = source
         self.pattern = pattern          # "block_diagonal" | "jagged"
@@ -237,6 +242,7 @@ class SpecInfo:
         self.window = window            # jagged: None or (left, right)
         self.deterministic = deterministic  # jagged: `deterministic: true`
         self.query = query              # "per_sequence" | "broadcast" (jagged: one dense Q)
+        self.row_strides = row_strides  # block: `row_strides: true`
 
     def __repr__(self):
         return ("SpecInfo(name=%r, pattern=%r, block_size=%d, causal=%r, head_dim=%d, "
@@ -246,4 +252,5 @@ class SpecInfo:
                     (", rotary=%r" % (self.rotary,) if self.rotary else "") +
                     (", window=%r" % (self.window,) if self.window else "") +
                     (", deterministic=True" if self.deterministic else "") +
-                    (", query=%r" % self.query if self.query != "per_sequence" else "")))
+                    (", query=%r" % self.query if self.query != "per_sequence" else "") +
+                    (", row_strides=True" if self.row_strides else "")))

@@ -87,6 +87,7 @@ def _spec_info(box):
         window=(s.window_left, s.window_right) if s.has_window else None,
         deterministic=bool(s.deterministic),
         query=_QUERIES.get(s.query, "unknown(%d)" % s.query),
+        row_strides=bool(s.row_strides),
     )
 
 
@@ -585,7 +586,7 @@ def load(spec, device=None, compile=True):
 # ---- block_attention ---------------------------------------------------------
 
 _kernel_lock = threading.Lock()
-# (block_size, causal, head_dim, dtype_tag, scale, backward, rotary) -> Kernel,
+# (block_size, causal, head_dim, dtype_tag, scale, backward, rotary, row_strides) -> Kernel,
 # or the _Refused of an UnsupportedError from spec validation (its answer
 # does not change while the library stays loaded)
 _kernels = {}
@@ -602,23 +603,30 @@ def _rotary_key(rotary):
 
 
 def kernel_for(block_size=64, causal=False, head_dim=128, dtype="bf16", softmax_scale=None,
-               backward=False, rotary=None):
+               backward=False, rotary=None, row_strides=False):
     """The (cached) Kernel that block_attention uses for these options:
     forward alone, or with backward=True forward and backward in one module
     (what block_attention takes when an input requires grad). `rotary`: as
-    block_attention's. Raises UnsupportedError with spec validation's
-    message for options whose kernel does not fit (e.g. rotary positions
-    from a table at block_size 240 or 256 with head_dim 128, where the
-    forward has no room for the table's rows)."""
+    block_attention's. row_strides=True: kernels that take each tensor's
+    row stride and kv_heads (`row_strides: true`; what block_attention
+    takes for views of one projection and grouped-query heads; about 2%
+    slower than the packed ones on packed tensors at head_dim 128). Raises
+    UnsupportedError with spec validation's message for options whose
+    kernel does not fit (e.g. rotary positions from a table at block_size
+    240 or 256 with head_dim 128, where the forward has no room for the
+    table's rows; row strides with the backward of blocks past 128 tokens
+    at head_dim 128)."""
     rotary = _validate.check_rotary(rotary)
-    key = (block_size, causal, head_dim, dtype, softmax_scale, bool(backward), _rotary_key(rotary))
+    key = (block_size, causal, head_dim, dtype, softmax_scale, bool(backward), _rotary_key(rotary),
+           bool(row_strides))
     k = _kernels.get(key)
     if k is None:
         with _kernel_lock:
             k = _kernels.get(key)
             if k is None:
                 spec = _spec.block_spec(block_size, head_dim, dtype, causal, softmax_scale,
-                                        backward=bool(backward), rotary=rotary)
+                                        backward=bool(backward), rotary=rotary,
+                                        row_strides=bool(row_strides))
                 try:
                     k = load(spec, compile=False)
                 except _errors.UnsupportedError as e:
@@ -629,11 +637,46 @@ def kernel_for(block_size=64, causal=False, head_dim=128, dtype="bf16", softmax_
     return k
 
 
-def _grad_kernel(opts, rotary, device_index):
+def _wants_row_strides(q, k, v):
+    """Whether q, k, v are read best by a row_strides spec's kernels: k
+    and v with fewer heads than q (grouped-query heads, read in place
+    instead of repeated), or a view whose rows alone are spaced
+    (_validate.row_stride: read in place instead of copied). Contiguous
+    q, k, v with one head count take the packed kernels."""
+    if k.shape[1] != q.shape[1]:
+        return True
+    for t in (q, k, v):
+        if not t.is_contiguous() and _validate.row_stride(t) is not None:
+            return True
+    return False
+
+
+def _layout_kernel(get, row_strides):
+    """get(row_strides) for a call's layout: the row_strides kernels where
+    the layout wants them and they exist for these options, else (and for
+    options whose row-strides kernels are refused: the chunked backward of
+    large blocks) the packed ones, which copy views and repeat key heads."""
+    if row_strides:
+        try:
+            return get(True)
+        except _errors.UnsupportedError:
+            pass
+    return get(False)
+
+
+def _grad_kernel(opts, rotary, device_index, row_strides=False):
     """(kernel, refusal) for a call that autograd records: the kernel with
     both passes and None, or, when the backward cannot be had (a block size
     and head_dim the backward does not fit), the forward-only kernel and the
-    _Refused that its backward will raise."""
+    _Refused that its backward will raise. row_strides: the layout wants
+    the row_strides kernels (_wants_row_strides), taken where they exist."""
+    if row_strides:
+        try:
+            kernel = kernel_for(*opts, backward=True, rotary=rotary, row_strides=True)
+            kernel.handle(device_index)
+            return kernel, kernel._backward_refusal()
+        except _errors.UnsupportedError:
+            pass
     try:
         kernel = kernel_for(*opts, backward=True, rotary=rotary)
         kernel.handle(device_index)
@@ -962,15 +1005,17 @@ def block_attention(query, key, value, offsets, cpu_offsets=None, *, block_size=
                                              rotary_table)
     opts = (a["block_size"], a["causal"], a["head_dim"], a["dtype_tag"], a["softmax_scale"])
     rotary, table = a["rotary"], a["rotary_table"]
+    strided = _wants_row_strides(query, key, value)
     if not _needs_grad(query, key, value):
         # No graph to record: the forward-only kernel, and no autograd.Function
         # machinery (its overhead is comparable to the launch on small problems).
-        kernel = kernel_for(*opts, rotary=rotary)
+        kernel = _layout_kernel(lambda rs: kernel_for(*opts, rotary=rotary, row_strides=rs),
+                                strided)
         key_ = _fast_key(block_size, causal, softmax_scale, a["head_dim"], a["dtype_tag"])
-        if rotary is None and key_ is not None:
+        if rotary is None and key_ is not None and not strided:
             _fast_kernels[key_] = kernel  # these options, checked: the fast path's from now
         return kernel._forward_raw(query, key, value, offsets, a["batch"], _poison, table)
-    kernel, refused = _grad_kernel(opts, rotary, _device_index(_torch(), query))
+    kernel, refused = _grad_kernel(opts, rotary, _device_index(_torch(), query), strided)
     base = _packed_base(query, key, value) if refused is None else None
     if base is not None:  # views of one qkv: its gradient as one tensor (no stack)
         return _function().packed.apply(base, offsets, kernel, a["batch"], _poison, None, table)
@@ -1013,6 +1058,6 @@ def block_attention_qkvpacked(qkv, offsets, cpu_offsets=None, *, block_size=64, 
     a = _validate.check_block_attention_args(q, k, v, offsets, cpu_offsets, block_size, causal,
                                              softmax_scale, rotary, rotary_table)
     opts = (a["block_size"], a["causal"], a["head_dim"], a["dtype_tag"], a["softmax_scale"])
-    kernel, refused = _grad_kernel(opts, a["rotary"], _device_index(_torch(), q))
+    kernel, refused = _grad_kernel(opts, a["rotary"], _device_index(_torch(), q), True)
     return _function().packed.apply(qkv, offsets, kernel, a["batch"], _poison, refused,
                                      a["rotary_table"])

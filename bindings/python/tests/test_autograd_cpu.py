@@ -276,7 +276,9 @@ def test_block_attention_on_views_of_one_qkv_takes_the_packed_gradient(monkeypat
     monkeypatch.setattr(ops, "_autograd_cls", None)
     monkeypatch.setattr(ops, "_device_index", lambda torch_, t: 0)
     kern = StandInKernel(strided=strided)
-    monkeypatch.setattr(ops, "_grad_kernel", lambda opts, rotary, di: (kern, None))
+    asked = []
+    monkeypatch.setattr(ops, "_grad_kernel",
+                        lambda opts, rotary, di, rs=False: asked.append(rs) or (kern, None))
     monkeypatch.setattr(ops, "_fast_block_forward", lambda *a: None)
     monkeypatch.setattr(ops.torch_ops, "traced_torch", lambda: None)
     monkeypatch.setattr(ops._validate, "check_block_attention_args", lambda q, *a: {
@@ -292,4 +294,5 @@ def test_block_attention_on_views_of_one_qkv_takes_the_packed_gradient(monkeypat
     assert [c[0] for c in kern.calls] == ["forward", "backward"]
     heads, d = qkv.shape[2], qkv.shape[3]
     assert kern.calls[1][5] == ((3 * heads * d,) * 3 if strided else None)
+    assert asked == [True]  # views of one qkv: the row_strides kernels asked for
     ops._autograd_cls = None

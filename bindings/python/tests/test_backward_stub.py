@@ -54,6 +54,7 @@ def env(monkeypatch):
         has_bwd = True
         strided = False  # what Kernel.takes_row_strides answers
         grouped = False  # what Kernel.takes_kv_heads answers
+        refuse_strides = False  # refuse `row_strides: true` as for a chunked backward
 
     e = Env()
     e.torch, e.launches, e.parsed = torch, launches, []
@@ -64,6 +65,9 @@ def env(monkeypatch):
         if backward and e.plan_limit:
             raise _errors.make_error(_errors.AG_ERR_UNSUPPORTED, LIMIT_DETAIL,
                                      code_name="not supported yet")
+        if spec.get("row_strides") and e.refuse_strides:
+            raise _errors.make_error(_errors.AG_ERR_UNSUPPORTED, "row_strides with the backward "
+                                     "of 256-token blocks", code_name="not supported yet")
         r = spec.get("rotary")
         rotary = None if r is None else {
             "layout": r["layout"], "apply_to": tuple(r.get("apply_to", ("q", "k"))),
@@ -121,6 +125,34 @@ def test_no_grad_uses_the_forward_only_kernel(env):
     assert (a["batch"], a["heads"], a["total_tokens"]) == (2, 4, 100)
     assert a["rotary_table"] is None and a["host_offsets"] is None
     assert call["stream"] == 0x5EED
+
+
+def test_the_layout_picks_the_row_strides_kernels(env):
+    """Contiguous q, k, v take the packed kernels; a view whose rows alone
+    are spaced, or k and v with fewer heads, the row_strides spec's (`_rs`,
+    `row_strides: true`), with and without grad; where that spec is refused
+    (the chunked backward of large blocks) the packed kernels, which copy."""
+    row = 3 * 4 * 64
+    def view():
+        return ts.StubTensor((100, 4, 64), ptr=next(ts._ptrs), contiguous=False,
+                             strides=(row, 64, 1))
+    q, k, v, off = tensors(grad=(False,) * 3)
+    ops.block_attention(q, k, v, off)
+    env.strided = True  # as the `_rs` kernels answer
+    ops.block_attention(view(), k, v, off)
+    qg, kg, vg, _ = tensors()
+    ops.block_attention(view(), kg, vg, off)
+    handles = [c["handle"] for c in env.launches.calls]
+    assert handles == ["handle:torch_block64_d64_bf16:0", "handle:torch_block64_d64_bf16_rs:0",
+                       "handle:torch_block64_d64_bf16_rs_grad:0"]
+    assert [s.get("row_strides", False) for s in env.parsed] == [False, True, True]
+    assert env.launches.calls[1]["args"]["q_stride"] == row
+    env.refuse_strides, env.strided = True, False
+    env.launches.calls.clear()
+    ops.block_attention(view(), kg, vg, off, block_size=32)
+    (call,) = env.launches.calls
+    assert call["handle"] == "handle:torch_block32_d64_bf16_grad:0"
+    assert call["args"]["q_stride"] == 0  # copied
 
 
 def test_grad_mode_off_records_no_graph(env):
@@ -227,7 +259,7 @@ def test_kernel_for_caches_validations_refusal(env):
     for _ in range(2):
         with pytest.raises(_errors.UnsupportedError, match="block_size 256 with head_dim 128"):
             ops.kernel_for(256, False, 128, "bf16", None, backward=True)
-    refusal = ops._kernels[(256, False, 128, "bf16", None, True, None)]
+    refusal = ops._kernels[(256, False, 128, "bf16", None, True, None, False)]
     assert isinstance(refusal, ops._Refused)
     assert len(env.parsed) == 1  # asked once
     # the forward-only kernel is unaffected
@@ -638,7 +670,8 @@ def test_qkvpacked_backward_writes_one_packed_gradient(env, strided):
     qkv, off = packed(requires_grad=True)
     out = ops.block_attention_qkvpacked(qkv, off, causal=True)
     assert out.shape == (100, 4, 64)
-    assert env.launches.calls[0]["handle"] == "handle:torch_block64_d64_bf16_causal_grad:0"
+    # the row_strides spec's kernels (`_rs`), asked for by the layout
+    assert env.launches.calls[0]["handle"] == "handle:torch_block64_d64_bf16_causal_rs_grad:0"
     (dqkv, *rest) = ts.run_backward(out, dout_like(out))
     assert all(r is None for r in rest) and dqkv.shape == qkv.shape
     bwd = env.launches.calls[1]["args"]

@@ -58,9 +58,11 @@ def test_views_of_one_projection_and_qkvpacked(head_dim, causal, pad):
     """q, k, v as column slices of one projection output [tokens, 3 * heads
     * head_dim + pad] (rows spaced; pad > 0: wider than the three), through
     block_attention and block_attention_qkvpacked, forward and backward:
-    the same bits as contiguous copies (read in place where the kernel
-    takes row strides, else copied; the packed gradient written in place or
-    stacked), and that against float64."""
+    the same bits as contiguous copies through the same kernels (a
+    `row_strides: true` spec's, which block_attention takes for views: read
+    in place, the packed gradient written in place), and that against
+    float64; block_attention on the contiguous copies (the packed kernels)
+    against float64 too."""
     lengths = [0, 1, 63, 64, 65, 200, 0, 37]
     heads, dtype = 3, torch.bfloat16
     off, off_list, total = offsets_of(lengths)
@@ -68,15 +70,19 @@ def test_views_of_one_projection_and_qkvpacked(head_dim, causal, pad):
     width = 3 * heads * head_dim + pad
     proj = torch.randn(total, width, device="cuda", dtype=dtype, generator=g)
     qkv = proj[:, :3 * heads * head_dim].view(total, 3, heads, head_dim)
-    kernel = attngen.kernel_for(64, causal, head_dim, "bf16", backward=True)
+    kernel = attngen.kernel_for(64, causal, head_dim, "bf16", backward=True, row_strides=True)
     print("takes_row_strides:", kernel.takes_row_strides())
+    assert kernel.takes_row_strides() and kernel.name.endswith("_rs_grad")
 
     q, k, v = (t.contiguous() for t in qkv.unbind(1))
     for t in (q, k, v):
         t.requires_grad_()
-    out = attngen.block_attention(q, k, v, off, causal=causal, _poison=True)
+    out = kernel(q, k, v, off, _poison=True)
     dout = torch.randn_like(out)
     out.backward(dout)
+    qc, kc, vc = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out_c = attngen.block_attention(qc, kc, vc, off, causal=causal, _poison=True)
+    out_c.backward(dout)
 
     leaf = proj.detach().clone().requires_grad_()
     views = leaf[:, :3 * heads * head_dim].view(total, 3, heads, head_dim)
@@ -97,6 +103,8 @@ def test_views_of_one_projection_and_qkvpacked(head_dim, causal, pad):
 
     check(out.detach(), q, k, v, off_list, 64, causal)
     check_grads(q, k, v, dout, off_list, 64, causal)
+    check(out_c.detach(), qc, kc, vc, off_list, 64, causal)
+    check_grads(qc, kc, vc, dout, off_list, 64, causal)
 
 
 @pytest.mark.parametrize("head_dim,causal,heads,kv_heads,dtype", [
@@ -117,8 +125,9 @@ def test_grouped_query_heads(head_dim, causal, heads, kv_heads, dtype):
     for t in (q, k, v):
         t.requires_grad_()
     kernel = attngen.kernel_for(64, causal, head_dim, "bf16" if dtype == torch.bfloat16
-                                else "fp16", backward=True)
+                                else "fp16", backward=True, row_strides=True)
     print("takes_kv_heads:", kernel.takes_kv_heads())
+    assert kernel.takes_kv_heads()
     out = attngen.block_attention(q, k, v, off, causal=causal, _poison=True)
     dout = torch.randn_like(out)
     out.backward(dout)

@@ -186,12 +186,14 @@ def test_jagged_args_layout_by_hand():
         assert ctypes.sizeof(cls) == 8 * n
         for i, f in enumerate(cls._fields_):
             assert getattr(cls, f[0]).offset == 8 * i, f[0]
-    # ag_spec: `deterministic` (a bool) follows `arch`, `at` gains a 13th ag_pos
+    # ag_spec: `deterministic` and `row_strides` (bools) follow `arch`, `at`
+    # has 14 ag_pos
     S = _lib.AgSpec
     assert S.deterministic.offset == S.arch.offset + 4
+    assert S.row_strides.offset == S.deterministic.offset + 1
     assert S.at.offset == S.deterministic.offset + 4  # padded to ag_pos's int alignment
-    assert ctypes.sizeof(_lib._AgSpecAt) == 13 * 8
-    assert ctypes.sizeof(S) == 504
+    assert ctypes.sizeof(_lib._AgSpecAt) == 14 * 8
+    assert ctypes.sizeof(S) == 512
 
 
 def test_jagged_prototypes_declared():
