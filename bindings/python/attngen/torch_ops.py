@@ -355,10 +355,14 @@ def _define(torch):
                         with_backward: bool) -> torch.Tensor:
         a, opts = block_check(q, k, v, offsets, block_size, causal, softmax_scale, rotary,
                               rotary_table)
+        # the kernels eager block_attention takes for this layout (row strides
+        # for views of one projection and grouped heads)
+        strided = ops._wants_row_strides(q, k, v)
         if with_backward:
-            kernel, _ = ops._grad_kernel(opts, a["rotary"], ops._device_index(torch, q))
+            kernel, _ = ops._grad_kernel(opts, a["rotary"], ops._device_index(torch, q), strided)
         else:
-            kernel = ops.kernel_for(*opts, rotary=a["rotary"])
+            kernel = ops._layout_kernel(
+                lambda rs: ops.kernel_for(*opts, rotary=a["rotary"], row_strides=rs), strided)
         return kernel._forward_raw(q, k, v, offsets, a["batch"], False, rotary_table)
 
     @block_attention.register_fake
@@ -374,7 +378,8 @@ def _define(torch):
                                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a, opts = block_check(q, k, v, offsets, block_size, causal, softmax_scale, rotary,
                               rotary_table)
-        kernel = backward_kernel(ops._grad_kernel(opts, a["rotary"], ops._device_index(torch, q)))
+        kernel = backward_kernel(ops._grad_kernel(opts, a["rotary"], ops._device_index(torch, q),
+                                                  ops._wants_row_strides(q, k, v)))
         return kernel._backward_raw(dout_like(dout, q), q, k, v, offsets, a["batch"], False,
                                     rotary_table)
 

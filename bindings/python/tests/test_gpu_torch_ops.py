@@ -177,3 +177,22 @@ def test_compiled_call_on_a_side_stream():
         got = compiled(q, k, v, cq, ck)
     torch.cuda.current_stream().wait_stream(side)
     assert torch.equal(got, want)
+
+
+def test_compiled_grouped_heads_take_the_row_strides_kernels():
+    """Under torch.compile the block op picks the kernels eager
+    block_attention picks for the layout: k and v with fewer heads read in
+    place by a `row_strides: true` spec's kernels (`_rs`), so compiled and
+    eager agree bit for bit, forward and gradients."""
+    from attngen import ops
+    total = sum(LENS)
+    q = _rand((total, 4, 128), seed=11)
+    k, v = (_rand((total, 2, 128), seed=s) for s in (12, 13))
+    args, kwargs = (q, k, v, _cu(LENS)), dict(block_size=64, causal=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *a: attngen.block_attention(*a, **kwargs), fullgraph=True)
+    eager = _run(lambda a, kw: attngen.block_attention(*a, **kw), args, kwargs)
+    got = _run(lambda a, kw: compiled(*a), args, kwargs)
+    for what, a, b in zip(("out", "dq", "dk", "dv"), got, eager):
+        assert torch.equal(a, b), "%s: compiled differs from eager" % what
+    assert any(key[-1] for key in ops._kernels), "no row_strides kernel was asked for"
