@@ -9,7 +9,9 @@
 #            runs bit for bit against packed ones, grouped heads bit for
 #            bit against repeated ones; memcheck and racecheck on it)
 #   then:    bash tools/next_gpu_call_strides.sh py      (the binding's
-#            views, qkvpacked and grouped heads, test_gpu_views.py)
+#            views, qkvpacked and grouped heads, test_gpu_views.py; the
+#            torch.library ops, test_gpu_torch_ops.py, grouped heads under
+#            torch.compile on the `_rs` kernels)
 #   then:    bash tools/next_gpu_call_strides.sh time    (layouts_bench.py:
 #            contiguous q, k, v on the packed kernels against views, one
 #            packed qkv and grouped heads on the `_rs` ones)
@@ -38,6 +40,9 @@ if [ "$part" = py ]; then
   timeout 300 python3 -m pytest -q -s bindings/python/tests/test_gpu_views.py \
     -k "not large_blocks" > "$out/pytest-views.log" 2>&1
   echo "rc $? $(grep -E 'passed|failed' "$out/pytest-views.log" | tail -1)"
+  timeout 200 python3 -m pytest -q bindings/python/tests/test_gpu_torch_ops.py \
+    > "$out/pytest-torch-ops.log" 2>&1
+  echo "torch ops rc $? $(grep -E 'passed|failed' "$out/pytest-torch-ops.log" | tail -1)"
   exit 0
 fi
 OUT=$out timeout 240 tools/gpu_session.sh gpu-strides
