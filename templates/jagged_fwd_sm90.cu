@@ -220,17 +220,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     // S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys.
     float s[kKeyHalves][8][4];
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; kk++) {
-      const unsigned along = kk % 4 * 32;
-      const unsigned a = q_a + kk / 4 * (kBlockM * kRowBytes) + wrow0 * kRowBytes;
-#pragma unroll
-      for (int nh = 0; nh < kKeyHalves; nh++)
-        wgmma_ss<0, 0>(s[nh], sw128_desc(a, along),
-                       sw128_desc(k_s + kk / 4 * (kBlockN * kRowBytes) + nh * 64 * kRowBytes, along),
-                       kk);
-    }
-    wgmma_commit();
+    issue_s(s, q_a, k_s, wrow0);
     wgmma_wait<0>();  // S, and the last tile's P V
 #pragma unroll
     for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(s[nh]);
@@ -287,33 +277,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       }
     l[0] = l[0] * alpha[0] + rs[0];
     l[1] = l[1] * alpha[1] + rs[1];
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        acc[hh][n][0] *= alpha[0];
-        acc[hh][n][1] *= alpha[0];
-        acc[hh][n][2] *= alpha[1];
-        acc[hh][n][3] *= alpha[1];
-      }
-    // O += P V: the S accumulators of keys 16j.. are the A fragment of key
-    // slice j; V's rows are read MN-major, 64 columns of the head at a time.
-#pragma unroll
-    for (int j = 0; j < kBlockN / 16; j++) {
-      const int nh = j / 4, n = 2 * (j % 4);
-      p16[j][0] = pack2(s[nh][n][0], s[nh][n][1]);
-      p16[j][1] = pack2(s[nh][n][2], s[nh][n][3]);
-      p16[j][2] = pack2(s[nh][n + 1][0], s[nh][n + 1][1]);
-      p16[j][3] = pack2(s[nh][n + 1][2], s[nh][n + 1][3]);
-    }
+    rescale(acc, alpha);
+    // O += P V, left running into the next tile's barrier and S.
+    pack_p(p16, s);
     wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < kBlockN / 16; j++)
-#pragma unroll
-      for (int hh = 0; hh < kHalves; hh++)
-        wgmma_rs<1>(acc[hh], p16[j], sw128_desc(v_s + hh * (kBlockN * kRowBytes), j * kStepOverRows),
-                    1);
-    wgmma_commit();
+    issue_pv(acc, p16, v_s);
   }
   retire_pv(acc, p16);
   cp_async_wait<0>();

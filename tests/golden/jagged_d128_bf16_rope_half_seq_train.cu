@@ -574,6 +574,63 @@ __device__ __forceinline__ void pack_p(unsigned (&p16)[kBlockN / 16][4],
     p16[j][3] = pack2(sc[nh][n + 1][2], sc[nh][n + 1][3]);
   }
 }
+
+// The end of this thread's rows r_lo and r_lo + 8: O = acc / l (0 for a
+// row that saw no key) into `stage` as plain rows, 16-byte chunks
+// swizzled by the row, so that the global stores are 16-byte and
+// coalesced; and, where lse is given (training), each real row's
+// logsumexp at row start + m0 of head h's (rows total_q apart).
+__device__ __forceinline__ void stage_out(const float (&acc)[kHalves][8][4], const float (&m)[2],
+                                          const float (&l)[2], unsigned short *stage, float *lse,
+                                          int h, long long total_q, long long start,
+                                          long long m0, int rows, int r_lo, int tq) {
+  unsigned *const stage32 = reinterpret_cast<unsigned *>(stage);
+  float inv[2], lrow[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    float t = l[hh];
+    t += __shfl_xor_sync(0xffffffffu, t, 1);
+    t += __shfl_xor_sync(0xffffffffu, t, 2);
+    lrow[hh] = t;
+    inv[hh] = t > 0.f ? 1.f / t : 0.f;  // no key: O = 0
+  }
+  const int r_hi = r_lo + 8;
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      const int c = 8 * hh + n;  // the 16-byte chunk of the row
+      stage32[(r_lo * kHeadDim + ((c ^ (r_lo & 7)) * 8) + 2 * tq) / 2] =
+          pack2(acc[hh][n][0] * inv[0], acc[hh][n][1] * inv[0]);
+      stage32[(r_hi * kHeadDim + ((c ^ (r_hi & 7)) * 8) + 2 * tq) / 2] =
+          pack2(acc[hh][n][2] * inv[1], acc[hh][n][3] * inv[1]);
+    }
+  if (tq == 0 && lse != nullptr) {  // lse is optional (inference)
+    // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e + log2 l) * ln 2.
+    constexpr float kLn2 = 0.693147180559945309f;
+    float *lse_row = lse + (long long)h * total_q + start + m0;
+    if (r_lo < rows)
+      lse_row[r_lo] = lrow[0] > 0.f ? (m[0] * kScaleLog2 + fast_log2(lrow[0])) * kLn2 : neg_inf();
+    if (r_hi < rows)
+      lse_row[r_hi] = lrow[1] > 0.f ? (m[1] * kScaleLog2 + fast_log2(lrow[1])) * kLn2 : neg_inf();
+  }
+}
+
+// The staged rows (stage_out's, once every writer is past a barrier) to
+// out, rows q_stride apart: thread t of kCount (threadIdx.x itself, or an
+// index among some threads), 16 bytes a copy.
+template <int kCount, typename Index>
+__device__ __forceinline__ void store_out(unsigned short *out, long long q_stride,
+                                          const unsigned short *stage, int rows, Index t) {
+#pragma unroll
+  for (int it = 0; it < kBlockM * kChunks / kCount; it++) {
+    const int idx = t + it * kCount;
+    const int row = idx / kChunks, chunk = idx % kChunks;
+    if (row < rows)
+      *reinterpret_cast<uint4 *>(out + row * q_stride + chunk * 8) =
+          *reinterpret_cast<const uint4 *>(stage + row * kHeadDim + ((chunk ^ (row & 7)) * 8));
+  }
+}
 /* ---- end wgmma forward pieces ---- */
 
 /* ---- begin tile loads ---- */
@@ -889,17 +946,7 @@ ag_jrope_d128_bf16_causal_rope_fwd(const unsigned short *__restrict__ q,
     // S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys.
     float s[kKeyHalves][8][4];
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; kk++) {
-      const unsigned along = kk % 4 * 32;
-      const unsigned a = q_a + kk / 4 * (kBlockM * kRowBytes) + wrow0 * kRowBytes;
-#pragma unroll
-      for (int nh = 0; nh < kKeyHalves; nh++)
-        wgmma_ss<0, 0>(s[nh], sw128_desc(a, along),
-                       sw128_desc(k_s + kk / 4 * (kBlockN * kRowBytes) + nh * 64 * kRowBytes, along),
-                       kk);
-    }
-    wgmma_commit();
+    issue_s(s, q_a, k_s, wrow0);
     wgmma_wait<0>();  // S, and the last tile's P V
 #pragma unroll
     for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(s[nh]);
@@ -956,33 +1003,11 @@ ag_jrope_d128_bf16_causal_rope_fwd(const unsigned short *__restrict__ q,
       }
     l[0] = l[0] * alpha[0] + rs[0];
     l[1] = l[1] * alpha[1] + rs[1];
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        acc[hh][n][0] *= alpha[0];
-        acc[hh][n][1] *= alpha[0];
-        acc[hh][n][2] *= alpha[1];
-        acc[hh][n][3] *= alpha[1];
-      }
-    // O += P V: the S accumulators of keys 16j.. are the A fragment of key
-    // slice j; V's rows are read MN-major, 64 columns of the head at a time.
-#pragma unroll
-    for (int j = 0; j < kBlockN / 16; j++) {
-      const int nh = j / 4, n = 2 * (j % 4);
-      p16[j][0] = pack2(s[nh][n][0], s[nh][n][1]);
-      p16[j][1] = pack2(s[nh][n][2], s[nh][n][3]);
-      p16[j][2] = pack2(s[nh][n + 1][0], s[nh][n + 1][1]);
-      p16[j][3] = pack2(s[nh][n + 1][2], s[nh][n + 1][3]);
-    }
+    rescale(acc, alpha);
+    // O += P V, left running into the next tile's barrier and S.
+    pack_p(p16, s);
     wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < kBlockN / 16; j++)
-#pragma unroll
-      for (int hh = 0; hh < kHalves; hh++)
-        wgmma_rs<1>(acc[hh], p16[j], sw128_desc(v_s + hh * (kBlockN * kRowBytes), j * kStepOverRows),
-                    1);
-    wgmma_commit();
+    issue_pv(acc, p16, v_s);
   }
   retire_pv(acc, p16);
   cp_async_wait<0>();
