@@ -219,3 +219,53 @@ def test_large_blocks_with_rotary_through_the_jagged_kernels(monkeypatch, rotary
         assert not torch.isnan(b).any(), name
         err = ((a.double() - b.double()).norm() / a.double().norm()).item()
         assert err <= GRAD_TOL[torch.bfloat16], "%s: %.3g" % (name, err)
+
+
+@pytest.mark.parametrize("head_dim", [128, 64])
+def test_views_with_a_rotary_table(head_dim):
+    """The row_strides kernels with rotary embeddings from a table
+    (interleaved pairs on q and k; at head_dim 128 the backward rotates dQ
+    back late, plan_block.c's bwd_late_dq): views of one projection give
+    the same bits as contiguous copies through the same kernels, the
+    gradient one packed tensor, and agree with the packed kernels' (checked
+    against float64 in test_gpu.py) within tolerance."""
+    lengths = [0, 1, 63, 64, 65, 200, 0, 37]
+    heads, dtype = 2, torch.bfloat16
+    off, off_list, total = offsets_of(lengths)
+    g = torch.Generator(device="cuda").manual_seed(70 + head_dim)
+    proj = torch.randn(total, 3 * heads * head_dim, device="cuda", dtype=dtype, generator=g)
+    angles = torch.rand(total, head_dim // 2, device="cuda", generator=g) * 50
+    table = torch.cat((angles.sin(), angles.cos()), dim=1).to(dtype)
+    rotary = {"layout": "interleaved", "apply_to": ["q", "k"], "positions": "table"}
+    rs = attngen.kernel_for(64, False, head_dim, "bf16", backward=True, rotary=rotary,
+                            row_strides=True)
+    assert rs.takes_row_strides()
+
+    leaf = proj.detach().clone().requires_grad_()
+    views = leaf.view(total, 3, heads, head_dim).unbind(1)
+    out_v = attngen.block_attention(*views, off, rotary=rotary, rotary_table=table,
+                                    _poison=True)
+    dout = torch.randn_like(out_v)
+    out_v.backward(dout)
+    q, k, v = (t.contiguous().requires_grad_() for t in proj.view(total, 3, heads,
+                                                                   head_dim).unbind(1))
+    out = rs(q, k, v, off, rotary_table=table, _poison=True)
+    out.backward(dout)
+    qc, kc, vc = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out_c = attngen.block_attention(qc, kc, vc, off, rotary=rotary, rotary_table=table)
+    out_c.backward(dout)
+    torch.cuda.synchronize()
+    assert torch.equal(out_v, out)
+    stacked = torch.stack((q.grad, k.grad, v.grad), dim=1)
+    assert torch.equal(leaf.grad.view_as(stacked), stacked)
+
+    def rel(a, b):
+        a, b = a.double(), b.double()
+        return ((a - b).norm() / b.norm()).item()
+
+    assert not torch.isnan(out).any()
+    assert rel(out, out_c) <= 2 * TOL[dtype]
+    for name, a, b in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad),
+                          (qc.grad, kc.grad, vc.grad)):
+        assert not torch.isnan(a).any(), name
+        assert rel(a, b) <= 2 * GRAD_TOL[dtype], name
