@@ -644,6 +644,8 @@ def test_views_a_kernel_cannot_read_are_copied(env, layout):
     (call,) = env.launches.calls
     assert call["args"]["q"] != q.data_ptr() and call["args"]["q_stride"] == 0
     assert call["args"]["k"] == k.data_ptr()
+    # a layout no row stride reads: the packed kernels, not the `_rs` ones
+    assert call["handle"] == "handle:torch_block64_d64_bf16:0"
 
 
 def test_views_through_autograd_are_copied_once(env):
