@@ -138,6 +138,7 @@ typedef struct ag_plan_block_fwd {
   int min_ctas_per_sm;  /* __launch_bounds__ minimum: caps registers */
   int items_per_cta;    /* grid = items / this; 0: persistent (SMs x occupancy) */
   bool table_slot;      /* one rotary table slot after the stages, not one per stage */
+  bool table_reuse;     /* a block's table rows kept for its next head group (TABLE_REUSE) */
 } ag_plan_block_fwd;
 
 /* The backward (templates/block_bwd.cu, block_bwd_chunked.cu). */
@@ -159,6 +160,7 @@ typedef struct ag_plan_bwd {
                          * recomputation (templates/block_bwd_chunked.cu) */
   bool table_global;    /* the rotary table's rows read in global memory, not in the stages */
   bool late_dq;         /* dQ rotated back and stored after P and dS are (LATE_DQ) */
+  bool table_reuse;     /* a block's table rows kept for its next head group (TABLE_REUSE) */
 } ag_plan_bwd;
 
 /* ---- the jagged pattern's shapes (plan_jagged.c) ------------------------- */
@@ -329,6 +331,7 @@ typedef struct ag_plan_block_choices {
   bool bwd_table_global; /* head_dim 128 backward: the table read where it is, 12 warps an SM */
   bool bwd_late_dq; /* rotary backward: dQ rotated back after P and dS are stored */
   bool fwd_rotary_2_stages; /* head_dim 64 rotary forward: two stages, not one a CTA */
+  bool table_reuse; /* rotary table rows not loaded again for the same block's next heads */
 } ag_plan_block_choices;
 /* ag_plan_block with other choices; for tests. */
 ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices, ag_plan *out,

@@ -156,6 +156,9 @@ static void plan_backward(const ag_spec *spec, ag_plan_block_choices choices, ag
   out->bwd.late_dq = choices.bwd_late_dq && out->bwd.wgmma && spec->head_dim == 128 &&
                      (spec->rotary.apply_to & AG_APPLY_Q) && rotary &&
                      spec->rotary.layout == AG_ROTARY_INTERLEAVED;
+  /* the table's rows in the stages: kept for the same block's next head group */
+  out->bwd.table_reuse = choices.table_reuse && out->takes_table && !out->bwd.key_chunks &&
+                         !out->bwd.table_global;
 }
 
 /* The forward's rotary table rows in one slot after the stages, loaded
@@ -234,11 +237,29 @@ static const bool bwd_late_dq_checked = true;
  * stage hide the rotation better than two of two. Off. */
 static const bool fwd_rotary_2_stages_checked = false;
 
+/* A block's rotary table rows loaded once for all its head groups, in
+ * both passes (TABLE_REUSE): the walk hands a CTA a block's head groups
+ * one after another (the item number's head group varies fastest), and
+ * every head group of a block rotates with the same rows, so a tile whose
+ * block is the last tile's keeps the rows already in the slot (the
+ * forward's TABLE_SLOT) or in the stage it refills (the last tile used
+ * that stage; TABLE_STAGED) instead of loading them again. With 4 heads
+ * of 128 a table row is a quarter of a token's Q row, so reading it per
+ * head adds 25% to the forward's bytes and 14% to the backward's; once
+ * per block, 6% and 4%. The H200 measured about that (2026-12-05, batch
+ * 1152, 4 heads, L 1024): the table forward 0.973 ms against the plain
+ * 0.773 (+26%), the backward 1.854 against 1.633 (+14%), though L2 may
+ * already serve the later heads' reads. Written in
+ * session 26 after the device time ran out; not run yet
+ * (tools/next_gpu_call_block.sh with this choice: the GPU suite's rotary
+ * case, compute-sanitizer, rotary_choice_time.py). */
+static const bool table_reuse_checked = false;
+
 
 ag_plan_block_choices ag_plan_block_checked(void) {
   return (ag_plan_block_choices){fwd_table_slot_checked, bwd_rotary_12_warps_checked,
                                  bwd_table_global_checked, bwd_late_dq_checked,
-                                 fwd_rotary_2_stages_checked};
+                                 fwd_rotary_2_stages_checked, table_reuse_checked};
 }
 
 ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -365,6 +386,7 @@ ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices,
     f->min_ctas_per_sm = 4;
     f->items_per_cta = 2;
   }
+  f->table_reuse = choices.table_reuse && table > 0; /* rows in the slot or the stages */
   return AG_OK;
 }
 
@@ -428,6 +450,7 @@ void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan) {
     ag_plan_set(k, "ROTARY_CHUNKS", 0);
     ag_plan_set(k, "ROTARY_STAGES", rotary);
     ag_plan_set(k, "TABLE_SLOT", f->table_slot);
+    ag_plan_set(k, "TABLE_REUSE", f->table_reuse);
     ag_plan_set(k, "TABLE_IN_GLOBAL", 0);
   }
   if (bwd) {
@@ -463,6 +486,7 @@ void ag_plan_block_kernels(const ag_spec *spec, ag_plan *plan) {
     ag_plan_set(k, "LATE_DQ", p->late_dq);
     ag_plan_set(k, "TABLE_IN_GLOBAL", p->key_chunks || p->table_global);
     ag_plan_set(k, "TABLE_STAGED", plan->takes_table && !p->key_chunks && !p->table_global);
+    ag_plan_set(k, "TABLE_REUSE", p->table_reuse);
   }
 }
 

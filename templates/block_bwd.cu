@@ -23,7 +23,8 @@
 @#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work
 @#   walk); with ROTARY_TABLE, TABLE_IN_GLOBAL (the table rows read in
 @#   global memory, from Tile::table) or TABLE_STAGED (loaded with each tile;
-@#   TABLE_SLOT false: see rotary_load.cuh); LATE_DQ (with PDS_OVERLAY: dQ
+@#   TABLE_SLOT false: see rotary_load.cuh; with TABLE_REUSE a tile of the
+@#   last tile's block keeps the rows in the stage it refills); LATE_DQ (with PDS_OVERLAY: dQ
 @#   rotated back and stored after P and dS); OWN_HELPERS (include
 @#   mma_sm80.cuh: off when a forward kernel earlier in the same source has
 @#   emitted it); IN_NAMESPACE (put all of
@@ -709,6 +710,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     cp_async_commit();
   }
 
+@if TABLE_REUSE@
+  // The first token of the last tile computed, whose stage the step
+  // refills: a tile of the same block (the next head group) finds its
+  // table rows there already (rotations read them, nothing writes them).
+  long long last_token0 = -1;
+@endif@
   for (long long n = 0; ring[0].rows; n++) {
     // Refill the stage the previous step used, once every warp is done with it.
     __syncthreads();
@@ -716,7 +723,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       load_tile(smem + ((n + kStages - 1) % kStages) * kStageElems, q, k, v, dout, row_stride,
                 ring[kStages - 1]);
 @if TABLE_STAGED@
+@if TABLE_REUSE@
+    if (ring[kStages - 1].rows && ring[kStages - 1].token0 != last_token0)
+@else@
     if (ring[kStages - 1].rows)
+@endif@
       load_table(smem + ((n + kStages - 1) % kStages) * kStageElems, rotary_table,
                  ring[kStages - 1]);
 @endif@
@@ -852,6 +863,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 #endif
 @endif@
 
+@if TABLE_REUSE@
+    last_token0 = ring[0].token0;
+@endif@
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];
     ring[kStages - 1] = walk_take(w);

@@ -10,7 +10,9 @@
 @#   kv_heads: K and V may have fewer heads; else heads * head_dim, packed); ROTARY (rotary embeddings; then those of rotary.cuh, and
 @#   ROTARY_TABLE and ROTARY_SEQUENCE also shape the tile load and the work walk);
 @#   TABLE_SLOT (with ROTARY_TABLE and two stages: the table rows in one slot
-@#   after the stages, not one a stage).
+@#   after the stages, not one a stage); TABLE_REUSE (with ROTARY_TABLE: a
+@#   tile of the last tile's block, its next head group, keeps the rows
+@#   already in the slot or the stage instead of loading them again).
 /* ---- begin constants ---- */
 constexpr int kBlock = @BLOCK_SIZE@;  // tokens per diagonal block
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
@@ -209,6 +211,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     cp_async_commit();
   }
 
+@if TABLE_REUSE@
+@if TABLE_SLOT@
+@else@
+  // The first token of the last tile computed, whose stage the step
+  // refills: a tile of the same block (the next head group) finds its
+  // table rows there already.
+  long long last_token0 = -1;
+@endif@
+@endif@
   for (long long n = 0; ring[0].rows; n++) {
     // Refill the stage the previous step used, once every warp is done with it.
     __syncthreads();
@@ -219,7 +230,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @if TABLE_SLOT@
     // (the table slot holds this tile's rows: the next tile's follow its rotation)
 @else@
+@if TABLE_REUSE@
+    if (ring[kStages - 1].rows && ring[kStages - 1].token0 != last_token0)
+@else@
     if (ring[kStages - 1].rows)
+@endif@
       load_table(smem + ((n + kStages - 1) % kStages) * kStageElems, rotary_table,
                  ring[kStages - 1]);
 @endif@
@@ -236,7 +251,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @if TABLE_SLOT@
     // The slot is free: the next tile's table rows, a tile's work ahead of
     // their use (the next step's wait takes them with the tile).
+@if TABLE_REUSE@
+    // Not where it is this block's next head group: its rows are these.
+    if (ring[1].rows && ring[1].token0 != ring[0].token0) load_table(stage, rotary_table, ring[1]);
+@else@
     if (ring[1].rows) load_table(stage, rotary_table, ring[1]);
+@endif@
     cp_async_commit();
 @endif@
 @endif@
@@ -252,6 +272,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @endif@
     }
 
+@if TABLE_REUSE@
+@if TABLE_SLOT@
+@else@
+    last_token0 = ring[0].token0;
+@endif@
+@endif@
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];
     ring[kStages - 1] = walk_take(w);

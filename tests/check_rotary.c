@@ -976,6 +976,74 @@ START_TEST(late_dq_plan) {
 }
 END_TEST
 
+/* A block's table rows loaded once for its head groups (table_reuse; not
+ * yet run on a GPU): taken by every plan that holds table rows in shared
+ * memory (the forward's slot or stages, the backward's stages), nothing
+ * else in the plan changes, and positions computed or read in global
+ * memory never take it. The sources skip the load for a tile of the last
+ * tile's block and compile for sm_90a and sm_80 with no more spills than
+ * without it. */
+START_TEST(table_reuse_plan) {
+  for (int dim = 64; dim <= 128; dim += 64)
+    for (int b = 16; b <= 256; b += 48)
+      for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_SEQUENCE; pos++) {
+        ag_status valid;
+        ag_spec s = rope_spec_status("reuse", b, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                                     (ag_rotary_positions)pos, QK,
+                                     AG_PASS_FORWARD | AG_PASS_BACKWARD, &valid);
+        if (valid != AG_OK) continue;
+        ag_plan with, without;
+        PLAN_BOTH(&s, table_reuse, &with, &without);
+        const bool table = pos == AG_POSITIONS_TABLE;
+        ck_assert(!without.fwd.table_reuse && !without.bwd.table_reuse);
+        ck_assert_msg(with.fwd.table_reuse == table, "block %d head_dim %d", b, dim);
+        ck_assert(with.bwd.table_reuse ==
+                  (table && !with.bwd.key_chunks && !with.bwd.table_global));
+        with.fwd.table_reuse = with.bwd.table_reuse = false;
+        ck_assert_int_eq(memcmp(&with.fwd, &without.fwd, sizeof with.fwd), 0);
+        ck_assert_int_eq(memcmp(&with.bwd, &without.bwd, sizeof with.bwd), 0);
+      }
+  ag_plan_block_choices on = ag_plan_block_checked(), off = on;
+  on.table_reuse = true;
+  off.table_reuse = false;
+  char *dir = dump_begin("attngen-reuse");
+  for (int dim = 64; dim <= 128; dim += 64) {
+    ag_spec s = rope_spec("r", 64, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
+                          AG_POSITIONS_TABLE, QK, AG_PASS_FORWARD | AG_PASS_BACKWARD);
+    ag_plan p, q;
+    char *src = emit_with(&s, on, &p), *plain = emit_with(&s, off, &q);
+    ck_assert(p.fwd.table_reuse && p.bwd.table_reuse);
+    /* the forward: the slot's skip (head_dim 128) or the stages' */
+    ck_assert_ptr_nonnull(
+        strstr(src, p.fwd.table_slot ? "ring[1].token0 != ring[0].token0"
+                                     : "ring[kStages - 1].token0 != last_token0"));
+    ck_assert_ptr_null(strstr(plain, "token0 != "));
+    for (int a = 0; a < 2; a++) {
+      const char *arch = a ? "sm_80" : "sm_90a";
+      for (int k = 0; k < p.nkernels; k++) {
+        int regs = 0, stores = 0, loads = 0, regs0 = 0, stores0 = 0, loads0 = 0;
+        const char *name = p.kernels[k].name;
+        if (!compile_report(src, p.kernels[0].name, arch, name, dir, &regs, &stores, &loads))
+          continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s.log", dir, p.kernels[0].name);
+        char *log = ag_test_slurp(path, NULL);
+        ck_assert_ptr_nonnull(log);
+        ck_assert_msg(!strstr(log, "C7511") && !strstr(log, "C7512"), "serialized:\n%s", log);
+        free(log);
+        if (compile_report(plain, q.kernels[0].name, arch, name, dir, &regs0, &stores0, &loads0))
+          ck_assert_msg(stores + loads <= stores0 + loads0,
+                        "%s %s: %d + %d bytes spilled, %d + %d without", name, arch, stores,
+                        loads, stores0, loads0);
+      }
+    }
+    free(src);
+    free(plain);
+  }
+  dump_end(dir);
+}
+END_TEST
+
 /* The head_dim 64 rotary forward with two stages and two CTAs an SM
  * (fwd_rotary_2_stages; not yet run on a GPU) instead of the plain
  * forward's one stage and four: 64-token blocks only (two heads a tile,
@@ -1197,6 +1265,7 @@ Suite *rotary_suite(void) {
   tcase_add_test(nv, rotary_12_warps_plan);
   tcase_add_test(nv, table_global_plan);
   tcase_add_test(nv, late_dq_plan);
+  tcase_add_test(nv, table_reuse_plan);
   tcase_add_test(nv, rotary_2_stages_plan);
   suite_add_tcase(s, nv);
   return s;
