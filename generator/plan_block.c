@@ -255,7 +255,6 @@ static const bool fwd_rotary_2_stages_checked = false;
  * case, compute-sanitizer, rotary_choice_time.py). */
 static const bool table_reuse_checked = false;
 
-
 ag_plan_block_choices ag_plan_block_checked(void) {
   return (ag_plan_block_choices){fwd_table_slot_checked, bwd_rotary_12_warps_checked,
                                  bwd_table_global_checked, bwd_late_dq_checked,
@@ -297,8 +296,9 @@ ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices,
    * kv_heads), each tile's K and V rows loaded per head from its key head;
    * the backward writes dK and dV per query head and the caller sums each
    * group). In both passes or neither; not with the chunked backward
-   * (blocks past 128 tokens at head_dim 128, 176 at 64), whose streamed
-   * pairs share one stride.
+   * (blocks that fit no whole-block plan: past 128 tokens at head_dim 128,
+   * 176 at 64 without rotary embeddings, from 176 with a table), whose
+   * streamed pairs share one stride.
    * A spec's choice, not the plan's, because it costs the packed layout:
    * H200, 2026-12-05, the harness's backward at head_dim 128 with packed
    * strides ran +2.0-2.1% slower than the packed kernels over four runs
@@ -321,9 +321,9 @@ ag_status ag_plan_block_with(const ag_spec *spec, ag_plan_block_choices choices,
     if (out->bwd.key_chunks && spec->row_strides)
       return ag_plan_refuse(out, AG_REFUSED_ROW_STRIDES, err,
                             "row_strides with the backward of %d-token blocks at head_dim %d "
-                            "(past %d tokens the backward walks each block in 64-row chunks, "
-                            "whose kernels read packed rows only)",
-                            spec->block_size, spec->head_dim, spec->head_dim == 128 ? 128 : 176);
+                            "(a block that large is walked in 64-row chunks, whose kernels "
+                            "read packed rows only)",
+                            spec->block_size, spec->head_dim);
     if (!(spec->passes & AG_PASS_FORWARD)) return AG_OK;
   }
   /* Two adjacent heads per tile at head_dim 64, so each tile row is 256

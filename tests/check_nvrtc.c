@@ -442,8 +442,8 @@ START_TEST(row_strides_compile) {
   ck_assert_int_eq(ag_plan_make(&big, &plan, &err), AG_ERR_UNSUPPORTED);
   ck_assert_str_eq(err.message,
                    "not supported yet: row_strides with the backward of 256-token blocks at "
-                   "head_dim 128 (past 128 tokens the backward walks each block in 64-row "
-                   "chunks, whose kernels read packed rows only)");
+                   "head_dim 128 (a block that large is walked in 64-row chunks, whose kernels "
+                   "read packed rows only)");
   ag_error_clear(&err);
   big.passes = AG_PASS_FORWARD;
   ck_assert_int_eq(ag_plan_make(&big, &plan, &err), AG_OK);

@@ -96,8 +96,9 @@ def block_spec_name(block_size, head_dim, dtype, causal=False, softmax_scale=Non
     """The generated spec's name, e.g. torch_block64_d128_bf16, with
     _causal, _s<scale> and _rope<options> suffixes when they apply, _rs
     for kernels that take row strides (`row_strides: true`), and _grad for
-    the spec with both passes (forward and backward in one module). A name past the 48 characters specs allow keeps its first 39
-    and ends with 8 hex digits of a hash of the whole."""
+    the spec with both passes (forward and backward in one module). A name
+    past the 48 characters specs allow keeps its first 39 and ends with 8
+    hex digits of a hash of the whole."""
     name = "torch_block%d_d%d_%s" % (block_size, head_dim, dtype)
     if causal:
         name += "_causal"
