@@ -767,7 +767,12 @@ START_TEST(table_slot_plan) {
     ck_assert(p.fwd.table_slot);
     ck_assert_ptr_nonnull(strstr(src, "constexpr int kSmemBytes = 114688;"));
     ck_assert_ptr_nonnull(strstr(src, "return smem + kStages * kStageElems;"));
-    ck_assert_ptr_nonnull(strstr(src, "if (ring[1].rows) load_table(stage, rotary_table, ring[1]);"));
+    /* the slot's rows loaded for each tile, or (table_reuse) for a tile of
+     * another block than the last one */
+    ck_assert_ptr_nonnull(strstr(
+        src, p.fwd.table_reuse ? "if (ring[1].rows && ring[1].token0 != ring[0].token0) "
+                                 "load_table(stage, rotary_table, ring[1]);"
+                               : "if (ring[1].rows) load_table(stage, rotary_table, ring[1]);"));
     /* the backward keeps its rows at the end of its stage (unless it reads
      * them where they are, bwd_table_global) */
     if (!p.bwd.table_global)

@@ -650,7 +650,8 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_fwd(const unsigned short *__restrict
     __syncthreads();
     // The slot is free: the next tile's table rows, a tile's work ahead of
     // their use (the next step's wait takes them with the tile).
-    if (ring[1].rows) load_table(stage, rotary_table, ring[1]);
+    // Not where it is this block's next head group: its rows are these.
+    if (ring[1].rows && ring[1].token0 != ring[0].token0) load_table(stage, rotary_table, ring[1]);
     cp_async_commit();
     const int warp = threadIdx.x >> 5;
 #pragma unroll 1
@@ -1708,13 +1709,17 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict
     cp_async_commit();
   }
 
+  // The first token of the last tile computed, whose stage the step
+  // refills: a tile of the same block (the next head group) finds its
+  // table rows there already (rotations read them, nothing writes them).
+  long long last_token0 = -1;
   for (long long n = 0; ring[0].rows; n++) {
     // Refill the stage the previous step used, once every warp is done with it.
     __syncthreads();
     if (ring[kStages - 1].rows)
       load_tile(smem + ((n + kStages - 1) % kStages) * kStageElems, q, k, v, dout, row_stride,
                 ring[kStages - 1]);
-    if (ring[kStages - 1].rows)
+    if (ring[kStages - 1].rows && ring[kStages - 1].token0 != last_token0)
       load_table(smem + ((n + kStages - 1) % kStages) * kStageElems, rotary_table,
                  ring[kStages - 1]);
     cp_async_commit();
@@ -1772,6 +1777,7 @@ ag_golden_rope_ht_b64_d128_bf16_causal_rope_bwd(const unsigned short *__restrict
     }
 #endif
 
+    last_token0 = ring[0].token0;
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];
     ring[kStages - 1] = walk_take(w);

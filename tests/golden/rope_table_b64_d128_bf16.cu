@@ -630,7 +630,8 @@ ag_golden_rope_b64_d128_bf16_rope_fwd(const unsigned short *__restrict__ q,
     __syncthreads();
     // The slot is free: the next tile's table rows, a tile's work ahead of
     // their use (the next step's wait takes them with the tile).
-    if (ring[1].rows) load_table(stage, rotary_table, ring[1]);
+    // Not where it is this block's next head group: its rows are these.
+    if (ring[1].rows && ring[1].token0 != ring[0].token0) load_table(stage, rotary_table, ring[1]);
     cp_async_commit();
     const int warp = threadIdx.x >> 5;
 #pragma unroll 1

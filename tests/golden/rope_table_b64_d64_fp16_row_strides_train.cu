@@ -637,13 +637,17 @@ ag_golden_rope_strides_b64_d64_fp16_rope_fwd(const unsigned short *__restrict__ 
     cp_async_commit();
   }
 
+  // The first token of the last tile computed, whose stage the step
+  // refills: a tile of the same block (the next head group) finds its
+  // table rows there already.
+  long long last_token0 = -1;
   for (long long n = 0; ring[0].rows; n++) {
     // Refill the stage the previous step used, once every warp is done with it.
     __syncthreads();
     if (ring[kStages - 1].rows)
       load_tile(smem + ((n + kStages - 1) % kStages) * kStageElems, q, k, v, row_stride,
                 ring[kStages - 1]);
-    if (ring[kStages - 1].rows)
+    if (ring[kStages - 1].rows && ring[kStages - 1].token0 != last_token0)
       load_table(smem + ((n + kStages - 1) % kStages) * kStageElems, rotary_table,
                  ring[kStages - 1]);
     cp_async_commit();
@@ -662,6 +666,7 @@ ag_golden_rope_strides_b64_d64_fp16_rope_fwd(const unsigned short *__restrict__ 
         attend_rows(stage, ring[0], h, row0, o, o_stride);
     }
 
+    last_token0 = ring[0].token0;
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];
     ring[kStages - 1] = walk_take(w);
@@ -1805,13 +1810,17 @@ ag_golden_rope_strides_b64_d64_fp16_rope_bwd(const unsigned short *__restrict__ 
     cp_async_commit();
   }
 
+  // The first token of the last tile computed, whose stage the step
+  // refills: a tile of the same block (the next head group) finds its
+  // table rows there already (rotations read them, nothing writes them).
+  long long last_token0 = -1;
   for (long long n = 0; ring[0].rows; n++) {
     // Refill the stage the previous step used, once every warp is done with it.
     __syncthreads();
     if (ring[kStages - 1].rows)
       load_tile(smem + ((n + kStages - 1) % kStages) * kStageElems, q, k, v, dout, row_stride,
                 ring[kStages - 1]);
-    if (ring[kStages - 1].rows)
+    if (ring[kStages - 1].rows && ring[kStages - 1].token0 != last_token0)
       load_table(smem + ((n + kStages - 1) % kStages) * kStageElems, rotary_table,
                  ring[kStages - 1]);
     cp_async_commit();
@@ -1869,6 +1878,7 @@ ag_golden_rope_strides_b64_d64_fp16_rope_bwd(const unsigned short *__restrict__ 
     }
 #endif
 
+    last_token0 = ring[0].token0;
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) ring[s] = ring[s + 1];
     ring[kStages - 1] = walk_take(w);
