@@ -164,7 +164,7 @@ typedef struct ag_plan_bwd {
 } ag_plan_bwd;
 
 /* ---- the jagged pattern's shapes (plan_jagged.c) ------------------------- */
-enum { AG_FUSED_VARIANTS = 2 }; /* one-pass broadcast backwards: 64 and 128 rows */
+enum { AG_FUSED_VARIANTS = 3 }; /* one-pass broadcast backwards: 32, 64 and 128 rows */
 /* One fast sm_90a backward's key-stationary _kv (beside its _pre and _dq):
  * templates/jagged_bwd_ws.cu when ws (a loading warpgroup and `stages` Q,
  * dO stages), else jagged_bwd_sm90.cu. */

@@ -163,19 +163,37 @@ static bool plan_forward_ws_broadcast(const ag_spec *spec, ag_plan *p) {
   return true;
 }
 
-/* Broadcast queries, heads == kv_heads, n_q <= 64 or <= 128: one kernel in
- * one pass (templates/broadcast_bwd.cu), every query of a head in one CTA
- * (4 or 8 warps of 16 rows) over a slab of sequences, 64-key tiles; dK and
- * dV whole per key tile, dQ in registers. Shared memory: Q, dO, two K, V
- * slots, P and dS, two floats a row. */
+/* The one-pass broadcast backward's 32-row variant (n_q <= 32): its warps
+ * at head_dim 128 and 64, 4 (each row group's keys split in 2 halves) or 8
+ * (in 4 quarters), or 0 for none (n_q <= 32 then takes the 64-row kernel,
+ * half of whose warps have no rows for S and dP and wait at the tile's
+ * barrier: ncu on an H100, 2026-12-05, head_dim 128, n_q 32, showed 32% of
+ * the stall samples at barriers, 12% occupancy, DRAM 54% busy). On that
+ * H100 (bench/results/2026-12-05-h100-broadcast-m32.log, batch 1152, 4
+ * heads, keys uniform in [0, L]), against the 64-row kernel: head_dim 128
+ * with 4 warps 1.237 -> 1.202 ms at L 1024 (n_q 16: 1.207 -> 1.169), 4.155
+ * -> 4.176 at 4096; with 8 warps (spilling 68 bytes) slower; head_dim 64
+ * with 8 warps 0.675 -> 0.651 and 2.169 -> 2.161, with 4 slower (0.744).
+ * The barrier wait moved elsewhere: the kernel waits on memory. */
+static const int fused_m32_warps_d128 = 4, fused_m32_warps_d64 = 8;
+
+/* Broadcast queries, heads == kv_heads, n_q <= 32, 64 or 128: one kernel
+ * in one pass (templates/broadcast_bwd.cu), every query of a head in one
+ * CTA over a slab of sequences, 64-key tiles; dK and dV whole per key
+ * tile, dQ in registers. 4 or 8 warps: one per 16-row group at 64 and 128
+ * rows, at 32 rows fused_m32_warps_* (the groups' keys split between them).
+ * Shared memory: Q, dO, two K, V slots, P and dS, two floats a row. */
 static void plan_backward_fused(ag_plan *p) {
   ag_plan_jagged *j = &p->jagged;
-  for (int i = 0; i < AG_FUSED_VARIANTS; i++) {
-    const int m = i ? 128 : 64, n = 64;
-    j->fused_block_m[i] = m;
-    j->fused_warps[i] = m / 16;
-    j->fused_smem_bytes[i] = 4 * p->head_dim * (m + 2 * n) + 4 * m * n + 8 * m;
-    j->fused_min_ctas[i] = p->head_dim == 128 && m == 128 ? 1 : 2;
+  for (int i = 0, v = 0; i < AG_FUSED_VARIANTS; i++) {
+    const int m = 32 << i, n = 64;
+    const int m32_warps = p->head_dim == 128 ? fused_m32_warps_d128 : fused_m32_warps_d64;
+    if (m == 32 && m32_warps == 0) continue;
+    j->fused_block_m[v] = m;
+    j->fused_warps[v] = m == 32 ? m32_warps : m / 16;
+    j->fused_smem_bytes[v] = 4 * p->head_dim * (m + 2 * n) + 4 * m * n + 8 * m;
+    j->fused_min_ctas[v] = p->head_dim == 128 && m == 128 ? 1 : 2;
+    v++;
   }
 }
 
@@ -583,8 +601,9 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     const int nparams = BWD_NPARAMS;
     char stem[AG_KERNEL_NAME_MAX];
     kernel_name(stem, spec, "bwd");
-    /* Broadcast, heads == kv_heads, n_q <= 64 or 128: one pass. */
-    static const char *const fused_ns[AG_FUSED_VARIANTS] = {"bwd_fused_0", "bwd_fused_1"};
+    /* Broadcast, heads == kv_heads, n_q <= 32, 64 or 128: one pass. */
+    static const char *const fused_ns[AG_FUSED_VARIANTS] = {"bwd_fused_0", "bwd_fused_1",
+                                                               "bwd_fused_2"};
     for (int i = 0; i < AG_FUSED_VARIANTS && j->fused_block_m[i] > 0; i++) {
       snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->fused_block_m[i]);
       ag_plan_kernel *f = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name,

@@ -2,8 +2,9 @@
 @# broadcast_bwd.cu: the broadcast-Q backward in one pass, mma.sync (sm_80+,
 @# runs as compiled on sm_90a), for n_q <= BLOCK_M and heads == kv_heads.
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows:
-@#   the whole n_q; 16 * WARPS) @BLOCK_N@ (keys of a tile: 64) @WARPS@ (4 |
-@#   8) @MIN_CTAS@ @SMEM_BYTES@ (= 4 * HEAD_DIM * (BLOCK_M + 2 * BLOCK_N) +
+@#   the whole n_q; 32, 64 or 128) @BLOCK_N@ (keys of a tile: 64) @WARPS@ (4 |
+@#   8: BLOCK_M / 16 row groups, each computed by WARPS * 16 / BLOCK_M warps
+@#   that split its keys) @MIN_CTAS@ @SMEM_BYTES@ (= 4 * HEAD_DIM * (BLOCK_M + 2 * BLOCK_N) +
 @#   4 * BLOCK_M * BLOCK_N + 8 * BLOCK_M) @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@
 @#   @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@ @WINDOW_LEFT@ @WINDOW_RIGHT@ (as
 @#   in jagged_bwd.cu).
@@ -18,7 +19,7 @@
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
 constexpr int kBlockM = @BLOCK_M@;  // query rows: every shared query (n_q <= kBlockM)
 constexpr int kBlockN = @BLOCK_N@;  // keys of a tile
-constexpr int kWarps = @WARPS@;  // warps per CTA: 16 query rows each
+constexpr int kWarps = @WARPS@;  // warps per CTA
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound: registers fit this many CTAs
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
@@ -29,8 +30,13 @@ constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile
 constexpr int kKeyGroups = kBlockN / 16;  // 16-key row groups of dK, dV
 constexpr int kDimSplit = kWarps / kKeyGroups;  // warps sharing a key group, by columns
 constexpr int kDimPart = kDimTiles / kDimSplit;  // n-tiles of dK, dV per warp
+constexpr int kRowGroups = kBlockM / 16;  // 16-row groups of the queries (S, dP, dQ)
+constexpr int kKeySplit = kWarps / kRowGroups;  // warps of a row group, each its keys
+constexpr int kSplitTiles = kKeyTiles / kKeySplit;  // n-tiles of a warp's S and dP
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(kBlockM == 16 * kWarps && kBlockN == 64, "16 query rows a warp, 64-key tiles");
+static_assert(kBlockM % 16 == 0 && kWarps % kRowGroups == 0 && kBlockN == 64,
+              "whole 16-row groups, each computed by the same number of warps; 64-key tiles");
+static_assert(kSplitTiles % 2 == 0, "a warp's keys are pairs of n-tiles");
 static_assert(kWarps % kKeyGroups == 0 && kDimPart % 2 == 0,
               "warps split dK and dV into whole key groups and pairs of n-tiles");
 // Q and dO of the queries, two K, V slots (a ring), P and dS of a tile
@@ -41,6 +47,12 @@ constexpr int kPTileElems = kBlockM * kBlockN;
 static_assert(2 * (2 * kQTileElems + 4 * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
                   kSmemBytes,
               "the plan's shared memory is Q, dO, two K, V slots, P, dS and two floats a row");
+// With kKeySplit > 1, a slab's dQ partials of the warps past a row group's
+// first are summed through the K, V slots, rows padded by 8 floats so that
+// a warp's stores of one row pair meet each bank twice at most.
+constexpr int kRedRow = kHeadDim + 8;
+static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 4 * kKTileElems * 2,
+              "the dQ partials fit the K, V slots");
 /* ---- end broadcast backward constants ---- */
 
 @include mma_sm80.cuh@
@@ -57,14 +69,48 @@ __device__ __forceinline__ int pswizzle(int row, int piece) {
   return row * kBlockN + ((piece ^ (row & 7)) * 8);
 }
 
-// Store a warp's 16 rows of 16-bit pairs (C layout) into a P or dS tile.
-__device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&x)[kKeyTiles][2],
-                                         int row0) {
+// Store a warp's 16 rows of 16-bit pairs (C layout) for the kNT * 8 keys
+// from 8 * piece0 into a P or dS tile.
+template <int kNT>
+__device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&x)[kNT][2],
+                                         int row0, int piece0) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
 #pragma unroll
-  for (int n = 0; n < kKeyTiles; n++) {
-    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g, n) + 2 * tq) = x[n][0];
-    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g + 8, n) + 2 * tq) = x[n][1];
+  for (int n = 0; n < kNT; n++) {
+    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g, piece0 + n) + 2 * tq) = x[n][0];
+    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g + 8, piece0 + n) + 2 * tq) = x[n][1];
+  }
+}
+
+// Sum the dQ partials of a row group's warps (kKeySplit > 1) into its first
+// warp's acc, through `red` (kKeySplit - 1 partials of kBlockM rows of
+// kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
+__device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
+                                             int part) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  if (part > 0) {
+    float *const at = red + ((part - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) {
+      *reinterpret_cast<float2 *>(at + 8 * n) = make_float2(acc[n][0], acc[n][1]);
+      *reinterpret_cast<float2 *>(at + 8 * kRedRow + 8 * n) = make_float2(acc[n][2], acc[n][3]);
+    }
+  }
+  __syncthreads();
+  if (part == 0) {
+#pragma unroll 1
+    for (int p = 1; p < kKeySplit; p++) {
+      const float *const at = red + ((p - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
+#pragma unroll
+      for (int n = 0; n < kDimTiles; n++) {
+        const float2 lo = *reinterpret_cast<const float2 *>(at + 8 * n);
+        const float2 hi = *reinterpret_cast<const float2 *>(at + 8 * kRedRow + 8 * n);
+        acc[n][0] += lo.x;
+        acc[n][1] += lo.y;
+        acc[n][2] += hi.x;
+        acc[n][3] += hi.y;
+      }
+    }
   }
 }
 
@@ -111,13 +157,16 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
  * sequences (slab_start). Q stays in shared memory; for each sequence it
  * loads dO and computes D, then walks the key tiles of the band, K and V
  * streaming through two slots: S = Q K^T and dP = dO V^T by the query
- * rows' warps (16 rows each), P and dS to shared memory, dQ += dS K in
+ * rows' warps (16 rows each; with kKeySplit > 1 warps a row group, each of
+ * them its share of the tile's keys: no softmax reduction crosses keys,
+ * LSE and D are known), P and dS to shared memory, dQ += dS K in
  * registers; then every warp computes its part of dV = P^T dO and dK =
  * dS^T Q for the tile and stores them: every query is in the CTA, so each
  * key tile's gradients are whole (keys no query sees get 0). Five
  * products per tile pair, where the two-kernel backward recomputes S and
- * dP (seven). dQ, summed over the slab in registers, goes to the slab's
- * fp32 partial for _dq_sum. */
+ * dP (seven). dQ, summed over the slab in registers (and over a row
+ * group's warps, sum_partials), goes to the slab's fp32 partial for
+ * _dq_sum. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(@PARAMS@) {
   (void)dq;
@@ -134,7 +183,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   float *const di_s = lse_s + kBlockM;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2;
-  const int row0 = 16 * warp;  // this warp's query rows
+  // This warp's query rows, and its share of a tile's keys (kKeySplit > 1).
+  const int row0 = kKeySplit > 1 ? 16 * (warp % kRowGroups) : 16 * warp;
+  const int part = kKeySplit > 1 ? warp / kRowGroups : 0;
+  const int key0 = part * (kBlockN / kKeySplit);
   const bool has_rows = row0 < mq;
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
@@ -177,9 +229,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       }
       cp_async_commit();
       // D of this warp's rows from memory while the tiles land.
-      row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
-                row0, lse_s, di_s);
-      __syncwarp();
+      if (part == 0)
+        row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
+                  row0, lse_s, di_s);
+      if constexpr (kKeySplit > 1) __syncthreads();  // rows of another warp's
+      else __syncwarp();
       const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
       const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
 
@@ -203,17 +257,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
         const unsigned v_a = k_a + 2 * kKTileElems;
         if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
-          float s[kKeyTiles][4], dp[kKeyTiles][4];
-          rows_times_rows(s, q_a, k_a, 0, row0);
-          rows_times_rows(dp, do_a, v_a, 0, row0);
-          const Band band = tile_band(0, k0, delta);
-          const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
-          unsigned p16[kKeyTiles][2], ds[kKeyTiles][2];
-          probs_and_ds<kKeyTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nk, band, row0,
-                                        p16, ds);
-          put_rows(p_s, p16, row0);
-          put_rows(ds_s, ds, row0);
-          accumulate<kKeyTiles>(acc, ds, k_a);  // dQ += dS K
+          // This warp's keys key0.. of the tile (rows of K and V in the slot).
+          constexpr int kKeys = kSplitTiles * 8;
+          const unsigned kw_a = k_a + key0 * kHeadDim * 2, vw_a = v_a + key0 * kHeadDim * 2;
+          const int nkw = nk - key0;
+          float s[kSplitTiles][4], dp[kSplitTiles][4];
+          rows_times_rows(s, q_a, kw_a, 0, row0);
+          rows_times_rows(dp, do_a, vw_a, 0, row0);
+          const Band band = tile_band(0, k0 + key0, delta);
+          const bool full = nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
+          unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
+          probs_and_ds<kSplitTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nkw, band,
+                                          row0, p16, ds);
+          put_rows(p_s, p16, row0, key0 / 8);
+          put_rows(ds_s, ds, row0, key0 / 8);
+          accumulate<kSplitTiles>(acc, ds, kw_a);  // dQ += dS K
         }
         __syncthreads();  // P and dS of the tile complete
         float part[kDimPart][4];
@@ -224,8 +282,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       }
       cp_async_wait<0>();
     }
+    if constexpr (kKeySplit > 1) {
+      __syncthreads();  // nobody reads the K, V slots any more
+      sum_partials(acc, reinterpret_cast<float *>(ring), row0, part);
+    }
     float *const out = di + broadcast_partials_at(heads, total_q) + slab * n_q * stride;
-    store_rows(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
+    if (part == 0) store_rows(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
   }
 }
 /* ---- end kernel ---- */

@@ -77,14 +77,15 @@ START_TEST(plan_kernels) {
   ag_error err = {0};
   ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
   ck_assert(p.jagged.broadcast);
-  /* Two forwards (128- and 32-row tiles), two one-pass backwards (64 and
-   * 128 rows), the split backward and the sum of the slabs. */
-  ck_assert_int_eq(p.nkernels, 7);
-  const ag_plan_kernel *f = &p.kernels[0], *fs = &p.kernels[1], *m64 = &p.kernels[2],
-                       *m128 = &p.kernels[3], *dq = &p.kernels[4], *dkv = &p.kernels[5],
-                       *sum = &p.kernels[6];
+  /* Two forwards (128- and 32-row tiles), three one-pass backwards (32,
+   * 64 and 128 rows), the split backward and the sum of the slabs. */
+  ck_assert_int_eq(p.nkernels, 8);
+  const ag_plan_kernel *f = &p.kernels[0], *fs = &p.kernels[1], *m32 = &p.kernels[2],
+                       *m64 = &p.kernels[3], *m128 = &p.kernels[4], *dq = &p.kernels[5],
+                       *dkv = &p.kernels[6], *sum = &p.kernels[7];
   ck_assert_str_eq(f->name, "ag_pma_d128_bf16_bq_fwd");
   ck_assert_str_eq(fs->name, "ag_pma_d128_bf16_bq_fwd_m32");
+  ck_assert_str_eq(m32->name, "ag_pma_d128_bf16_bq_bwd_m32");
   ck_assert_str_eq(m64->name, "ag_pma_d128_bf16_bq_bwd_m64");
   ck_assert_str_eq(m128->name, "ag_pma_d128_bf16_bq_bwd_m128");
   ck_assert_str_eq(dq->name, "ag_pma_d128_bf16_bq_bwd_dq");
@@ -95,6 +96,19 @@ START_TEST(plan_kernels) {
   ck_assert_int_eq(f->walk.kind, AG_WALK_BROADCAST_Q);
   ck_assert_int_eq(fs->walk.rows, 32);
   ck_assert_int_eq(m64->walk.kind, AG_WALK_BROADCAST_SLABS);
+  /* 32 rows: 2 row groups, each computed by 2 warps that split its keys */
+  ck_assert_int_eq(m32->walk.rows, 32);
+  ck_assert_int_eq(m32->threads, 128);
+  ck_assert_int_eq(m32->smem_bytes, 4 * 128 * (32 + 2 * 64) + 4 * 32 * 64 + 8 * 32);
+  ck_assert_int_eq(m32->min_ctas_per_sm, 2);
+  /* at head_dim 64, 8 warps: each row group's keys in quarters */
+  char y64[512];
+  yaml_for(y64, sizeof y64, 64, AG_DTYPE_BF16, false, "", true);
+  ag_spec s64 = load_ok(y64);
+  ag_plan p64;
+  ck_assert_int_eq(ag_plan_make(&s64, &p64, &err), AG_OK);
+  ck_assert_str_eq(p64.kernels[2].name, "ag_pma_d64_bf16_bq_bwd_m32");
+  ck_assert_int_eq(p64.kernels[2].threads, 256);
   ck_assert_int_eq(m128->walk.rows, 128);
   ck_assert_int_eq(dq->walk.kind, AG_WALK_BROADCAST_SLABS);
   ck_assert_int_eq(dkv->walk.kind, AG_WALK_JAGGED_K);
@@ -110,7 +124,9 @@ START_TEST(plan_kernels) {
   ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_FORWARD, 1, 4, 4), fs->variant);
   ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_FORWARD, 64, 4, 4), fs->variant);
   ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_FORWARD, 65, 4, 4), f->variant);
-  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 1, 4, 4), m64->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 1, 4, 4), m32->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 32, 4, 4), m32->variant);
+  ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 33, 4, 4), m64->variant);
   ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 64, 4, 4), m64->variant);
   ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 65, 4, 4), m128->variant);
   ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 128, 4, 4), m128->variant);
@@ -253,8 +269,8 @@ START_TEST(launch_parameters) {
   ag_broadcast_bwd_args b = bwd_args();
   ck_assert_msg(ag_broadcast_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
   ck_assert_int_eq(ag_fake_seen.count, 3);
-  const ag_plan_kernel *dq = &f.kernel.plan.kernels[4], *dkv = &f.kernel.plan.kernels[5],
-                       *sum = &f.kernel.plan.kernels[6];
+  const ag_plan_kernel *dq = &f.kernel.plan.kernels[5], *dkv = &f.kernel.plan.kernels[6],
+                       *sum = &f.kernel.plan.kernels[7];
   ck_assert_str_eq(dq->name, "ag_pma_d64_bf16_bq_bwd_dq");
   const int64_t slabs = ag_broadcast_slabs(3, 200, 8, dq->walk.rows);
   ck_assert_int_eq(slabs, 3); /* never more than the batch */
@@ -266,20 +282,20 @@ START_TEST(launch_parameters) {
   ck_assert_uint_eq(ag_fake_seen.grids_x[2], (200 * 8 + sum->walk.rows - 1) / sum->walk.rows);
   ck_assert_uint_eq(ag_fake_seen.grids_y[2], 1);
   ck_assert_int_eq(ag_fake_seen.items, slabs); /* the sum's */
-  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[6]);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[7]);
   /* One key head per query head and n_q <= 128: the one-pass kernel of
-   * 64 or 128 rows over the slabs, then the sum. */
+   * 32, 64 or 128 rows over the slabs, then the sum. */
   const int64_t slabs1 = ag_broadcast_slabs(3, 40, 8, dq->walk.rows);
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     ag_fake_seen.count = 0;
     b = bwd_args();
     b.kv_heads = 8;
-    b.n_q = i ? 100 : 40;
+    b.n_q = i == 2 ? 100 : i ? 40 : 20;
     ck_assert_msg(ag_broadcast_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
     ck_assert_int_eq(ag_fake_seen.count, 2);
     ck_assert_uint_eq(ag_fake_seen.grids_x[0], ag_broadcast_slabs(3, b.n_q, 8, dq->walk.rows));
     ck_assert_uint_eq(ag_fake_seen.grids_y[0], 8);
-    ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[6]); /* the sum last */
+    ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[7]); /* the sum last */
   }
   ck_assert_int_eq(slabs1, 3);
   /* D of every output row, 16-byte aligned, then the slabs' partials. */
