@@ -346,21 +346,6 @@ static const compile_case compile_cases[] = {
 };
 enum { NCOMPILE = sizeof compile_cases / sizeof compile_cases[0] };
 
-/* The spill stores and loads and the registers ptxas reports for `kernel`
- * in a -v log; false when the log has no report for it. */
-static bool spills(const char *log, const char *kernel, int *out_stores, int *out_loads,
-                   int *out_regs) {
-  char entry[AG_KERNEL_NAME_MAX + 32];
-  snprintf(entry, sizeof entry, "entry function '%s'", kernel);
-  const char *at = strstr(log, entry);
-  if (!at) return false;
-  const char *used = strstr(at, "Used ");
-  *out_regs = used && sscanf(used, "Used %d registers", out_regs) == 1 ? *out_regs : -1;
-  at = strstr(at, "bytes stack frame, ");
-  return at && sscanf(at, "bytes stack frame, %d bytes spill stores, %d bytes spill loads",
-                      out_stores, out_loads) == 2;
-}
-
 /* Compile `src` with ptxas -v, the log dumped to `dir`; check the cubin
  * and, when the log has the report, that `kernel` spills at most 64 bytes. */
 static void compile_and_check(const char *src, const char *name, const char *kernel,
@@ -378,7 +363,7 @@ static void compile_and_check(const char *src, const char *name, const char *ker
   char *log = ag_test_slurp(path, NULL);
   ck_assert_ptr_nonnull(log);
   int stores = 0, loads = 0, regs = 0;
-  if (spills(log, kernel, &stores, &loads, &regs)) {
+  if (ag_test_ptxas_report(log, kernel, &regs, &stores, &loads)) {
     printf("nvrtc %s %s: %d registers, %d bytes spill stores, %d bytes spill loads\n", kernel,
            arch, regs, stores, loads);
     ck_assert_msg(stores <= 64 && loads <= 64, "%s for %s spills: %s", kernel, arch, log);

@@ -548,22 +548,6 @@ static const compile_case compile_cases[] = {
 #undef FB
 enum { NCOMPILE = sizeof compile_cases / sizeof compile_cases[0] };
 
-/* ptxas's report for `kernel` in a -v log: registers, spill stores and
- * loads; false when the log has none. */
-static bool report(const char *log, const char *kernel, int *out_regs, int *out_stores,
-                   int *out_loads) {
-  char entry[AG_KERNEL_NAME_MAX + 32];
-  snprintf(entry, sizeof entry, "entry function '%s'", kernel);
-  const char *at = strstr(log, entry);
-  if (!at) return false;
-  const char *spill = strstr(at, "bytes stack frame, ");
-  const char *regs = strstr(at, "Used ");
-  return spill && regs &&
-         sscanf(spill, "bytes stack frame, %d bytes spill stores, %d bytes spill loads",
-                out_stores, out_loads) == 2 &&
-         sscanf(regs, "Used %d registers", out_regs) == 1;
-}
-
 START_TEST(rotary_compiles) {
   const compile_case *c = &compile_cases[_i];
   char *dir = ag_test_mkdtemp("attngen-rope");
@@ -602,7 +586,7 @@ START_TEST(rotary_compiles) {
     for (int k = 0; k < 2; k++) {
       if (!kernels[k][0]) continue;
       int regs = 0, stores = 0, loads = 0;
-      if (report(log, kernels[k], &regs, &stores, &loads)) {
+      if (ag_test_ptxas_report(log, kernels[k], &regs, &stores, &loads)) {
         printf("nvrtc %s %s: %d registers, %d bytes spill stores, %d bytes spill loads\n",
                kernels[k], archs[a], regs, stores, loads);
         ck_assert_msg(stores <= max_spill && loads <= max_spill, "%s for %s spills: %s",
@@ -706,7 +690,7 @@ static bool compile_report(const char *src, const char *first, const char *arch,
   snprintf(path, sizeof path, "%s/%s.log", dir, first);
   char *log = ag_test_slurp(path, NULL);
   ck_assert_ptr_nonnull(log);
-  const bool ok = report(log, kernel, regs, stores, loads);
+  const bool ok = ag_test_ptxas_report(log, kernel, regs, stores, loads);
   if (ok)
     printf("nvrtc %s %s: %d registers, %d bytes spill stores, %d bytes spill loads\n", kernel,
            arch, *regs, *stores, *loads);

@@ -57,6 +57,20 @@ int ag_test_count(const char *hay, const char *needle) {
   return n;
 }
 
+int ag_test_ptxas_report(const char *log, const char *kernel, int *out_regs, int *out_stores,
+                         int *out_loads) {
+  char entry[AG_KERNEL_NAME_MAX + 32];
+  snprintf(entry, sizeof entry, "entry function '%s'", kernel);
+  const char *at = strstr(log, entry);
+  if (!at) return 0;
+  const char *spill = strstr(at, "bytes stack frame, ");
+  const char *regs = strstr(at, "Used ");
+  return spill && regs &&
+         sscanf(spill, "bytes stack frame, %d bytes spill stores, %d bytes spill loads",
+                out_stores, out_loads) == 2 &&
+         sscanf(regs, "Used %d registers", out_regs) == 1;
+}
+
 int ag_test_update_goldens(void) {
   const char *v = getenv("AG_UPDATE_GOLDENS");
   return v && strcmp(v, "1") == 0;

@@ -21,6 +21,11 @@ char *ag_test_mkdtemp(const char *prefix);
 void ag_test_remove_tree(const char *dir);
 /* How many times `needle` occurs in `hay`, not overlapping. */
 int ag_test_count(const char *hay, const char *needle);
+/* ptxas's -v report for `kernel` in an NVRTC log: its registers, spill
+ * stores and loads in bytes; false when the log has no report for it
+ * (NVRTC sometimes returns an empty log for -v). */
+int ag_test_ptxas_report(const char *log, const char *kernel, int *out_regs, int *out_stores,
+                         int *out_loads);
 /* True when AG_UPDATE_GOLDENS=1: golden tests rewrite their files. */
 int ag_test_update_goldens(void);
 
