@@ -164,7 +164,7 @@ static bool plan_forward_ws_broadcast(const ag_spec *spec, ag_plan *p) {
 }
 
 /* The one-pass broadcast backward's 32-row variant (n_q <= 32): its warps
- * at head_dim 128 and 64, 4 (each row group's keys split in 2 halves) or 8
+ * at head_dim 64 and 128, 4 (each row group's keys split in 2 halves) or 8
  * (in 4 quarters), or 0 for none (n_q <= 32 then takes the 64-row kernel,
  * half of whose warps have no rows for S and dP and wait at the tile's
  * barrier: ncu on an H100, 2026-12-05, head_dim 128, n_q 32, showed 32% of
@@ -174,25 +174,37 @@ static bool plan_forward_ws_broadcast(const ag_spec *spec, ag_plan *p) {
  * with 4 warps 1.237 -> 1.202 ms at L 1024 (n_q 16: 1.207 -> 1.169), 4.155
  * -> 4.176 at 4096; with 8 warps (spilling 68 bytes) slower; head_dim 64
  * with 8 warps 0.675 -> 0.651 and 2.169 -> 2.161, with 4 slower (0.744).
- * The barrier wait moved elsewhere: the kernel waits on memory. */
-static const int fused_m32_warps_d128 = 4, fused_m32_warps_d64 = 8;
+ * The barrier wait moved elsewhere: the kernel waits on memory, one tile
+ * ahead with two K, V slots. */
+static const int bq_m32_warps_d64 = 8, bq_m32_warps_d128 = 4;
+/* Its K, V stages: more tiles in flight. Written in session 27 after the
+ * device time ran out, not run: 3 or 4 stages at head_dim 64 keep two
+ * CTAs an SM; at 128 they leave one (take 8 warps there, which then have
+ * 255 registers and do not spill). tools/next_gpu_call_broadcast.sh times
+ * them. */
+static const int bq_m32_stages_d64 = 2, bq_m32_stages_d128 = 2;
 
 /* Broadcast queries, heads == kv_heads, n_q <= 32, 64 or 128: one kernel
  * in one pass (templates/broadcast_bwd.cu), every query of a head in one
  * CTA over a slab of sequences, 64-key tiles; dK and dV whole per key
  * tile, dQ in registers. 4 or 8 warps: one per 16-row group at 64 and 128
- * rows, at 32 rows fused_m32_warps_* (the groups' keys split between them).
- * Shared memory: Q, dO, two K, V slots, P and dS, two floats a row. */
-static void plan_backward_fused(ag_plan *p) {
+ * rows, at 32 rows the choices' (the groups' keys split between them).
+ * Shared memory: Q, dO, the K, V slots (two, at 32 rows the choices'), P
+ * and dS, two floats a row. */
+static void plan_backward_fused(ag_plan *p, ag_plan_jagged_choices choices) {
   ag_plan_jagged *j = &p->jagged;
+  const int d = p->head_dim == 128;
   for (int i = 0, v = 0; i < AG_FUSED_VARIANTS; i++) {
     const int m = 32 << i, n = 64;
-    const int m32_warps = p->head_dim == 128 ? fused_m32_warps_d128 : fused_m32_warps_d64;
-    if (m == 32 && m32_warps == 0) continue;
+    if (m == 32 && choices.bq_m32_warps[d] == 0) continue;
+    const int stages = m == 32 ? choices.bq_m32_stages[d] : 2;
+    const int smem = 4 * p->head_dim * (m + stages * n) + 4 * m * n + 8 * m;
     j->fused_block_m[v] = m;
-    j->fused_warps[v] = m == 32 ? m32_warps : m / 16;
-    j->fused_smem_bytes[v] = 4 * p->head_dim * (m + 2 * n) + 4 * m * n + 8 * m;
-    j->fused_min_ctas[v] = p->head_dim == 128 && m == 128 ? 1 : 2;
+    j->fused_warps[v] = m == 32 ? choices.bq_m32_warps[d] : m / 16;
+    j->fused_stages[v] = stages;
+    j->fused_smem_bytes[v] = smem;
+    /* two CTAs an SM where their shared memory fits (1 KB each reserved) */
+    j->fused_min_ctas[v] = (d && m == 128) || 2 * (smem + 1024) > 227 * 1024 ? 1 : 2;
     v++;
   }
 }
@@ -397,7 +409,9 @@ ag_plan_jagged_choices ag_plan_jagged_checked(void) {
                                   sm90_ws64_checked, sm90_bwd_ws_checked,
                                   sm90_ws_broadcast_checked, sm90_bwd_long_checked,
                                   sm90_ws64_causal_checked, sm90_bwd_tma_checked,
-                                  sm90_fwd_tma_checked, sm90_bwd_fused_dq_checked};
+                                  sm90_fwd_tma_checked, sm90_bwd_fused_dq_checked,
+                                  {bq_m32_warps_d64, bq_m32_warps_d128},
+                                  {bq_m32_stages_d64, bq_m32_stages_d128}};
 }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
@@ -436,7 +450,7 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
   if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
   if (choices.sm90_short && !out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD))
     plan_forward_short(spec, out);
-  if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD)) plan_backward_fused(out);
+  if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD)) plan_backward_fused(out, choices);
   return AG_OK;
 }
 
@@ -617,6 +631,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
       add_params(plan, f, params, nparams);
       set_common(f, j->fused_block_m[i], 64, j->fused_warps[i], j->fused_min_ctas[i]);
       ag_plan_set(f, "SMEM_BYTES", j->fused_smem_bytes[i]);
+      ag_plan_set(f, "STAGES", j->fused_stages[i]);
     }
     /* _dq first: it writes D, which _dkv reads. */
     snprintf(name, sizeof name, "%.*s_dq", AG_KERNEL_NAME_MAX - 4, stem);

@@ -206,6 +206,68 @@ START_TEST(compiles) {
 }
 END_TEST
 
+/* The 32-row one-pass backward with the other warp and stage counts the
+ * plan may choose (tools/next_gpu_call_broadcast.sh times them): the plan's
+ * shared memory and CTAs an SM, the kernel's ring, and ptxas's report for
+ * sm_90a: no spills, no serialized wgmma (there is none; mma.sync). */
+START_TEST(m32_choices) {
+  static const struct { int dim, warps, stages, min_ctas; } cases[] = {
+      {128, 8, 4, 1}, {128, 8, 3, 1}, {64, 8, 4, 2}, {64, 8, 3, 2}};
+  char *dir = ag_test_mkdtemp("attngen-bq");
+  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
+  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  for (int i = 0; i < 4; i++) {
+    char y[512];
+    yaml_for(y, sizeof y, cases[i].dim, AG_DTYPE_BF16, false, "", true);
+    ag_spec s = load_ok(y);
+    ag_plan_jagged_choices c = ag_plan_jagged_checked();
+    const int d = cases[i].dim == 128;
+    c.bq_m32_warps[d] = cases[i].warps;
+    c.bq_m32_stages[d] = cases[i].stages;
+    ag_plan p;
+    ag_error err = {0};
+    ck_assert_msg(ag_plan_jagged_make_with(&s, c, &p, &err) == AG_OK, "%s", err.message);
+    ag_plan_kernels(&s, &p);
+    const ag_plan_kernel *m32 = &p.kernels[2];
+    ck_assert_int_eq(m32->walk.rows, 32);
+    ck_assert_int_eq(m32->threads, 32 * cases[i].warps);
+    ck_assert_int_eq(m32->smem_bytes, 4 * cases[i].dim * (32 + cases[i].stages * 64) +
+                                          4 * 32 * 64 + 8 * 32);
+    ck_assert_int_eq(m32->min_ctas_per_sm, cases[i].min_ctas);
+    ck_assert_int_eq(p.kernels[3].smem_bytes, 4 * cases[i].dim * (64 + 2 * 64) + 4 * 64 * 64 + 8 * 64);
+    char *src = NULL;
+    ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
+    char want[64];
+    snprintf(want, sizeof want, "constexpr int kStages = %d;", cases[i].stages);
+    ck_assert_ptr_nonnull(strstr(src, want));
+    const char *first = p.kernels[0].name;
+    void *cubin = NULL;
+    size_t size = 0;
+    ck_assert_msg(ag_nvrtc_compile(src, first, "sm_90a", &cubin, &size, &err) == AG_OK, "%s",
+                  err.message);
+    free(cubin);
+    free(src);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.log", dir, first);
+    char *log = ag_test_slurp(path, NULL);
+    ck_assert_ptr_nonnull(log);
+    int regs = 0, stores = 0, loads = 0;
+    if (ag_test_ptxas_report(log, m32->name, &regs, &stores, &loads)) {
+      printf("nvrtc %s (%d warps, %d stages) sm_90a: %d registers, %d + %d bytes spilled\n",
+             m32->name, cases[i].warps, cases[i].stages, regs, stores, loads);
+      ck_assert_msg(stores + loads == 0, "%s spills %d + %d bytes", m32->name, stores, loads);
+    } else {
+      printf("SKIP spill check for %s: no ptxas report in the log\n", m32->name);
+    }
+    free(log);
+  }
+  unsetenv(AG_ENV_NVRTC_VERBOSE);
+  unsetenv(AG_ENV_DUMP_DIR);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+END_TEST
+
 /* ---- the launchers without a device ------------------------------------------------ */
 
 typedef ag_fake_kernel fake;
@@ -479,6 +541,7 @@ Suite *broadcast_suite(void) {
   tcase_add_test(tc, validation);
   tcase_add_test(tc, plan_kernels);
   tcase_add_test(tc, compiles);
+  tcase_add_test(tc, m32_choices);
   tcase_add_test(tc, launch_parameters);
   tcase_add_test(tc, argument_checks);
   suite_add_tcase(s, tc);

@@ -1200,6 +1200,7 @@ constexpr int kHeadDim = 128;  // elements per head
 constexpr int kBlockM = 32;  // query rows: every shared query (n_q <= kBlockM)
 constexpr int kBlockN = 64;  // keys of a tile
 constexpr int kWarps = 4;  // warps per CTA
+constexpr int kStages = 2;  // K, V slots: kStages - 1 tiles load ahead
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
 constexpr int kSmemBytes = 90368;  // dynamic shared memory, as planned
@@ -1228,19 +1229,20 @@ static_assert(kBlockM % 16 == 0 && kWarps % kRowGroups == 0 && kBlockN == 64,
 static_assert(kSplitTiles % 2 == 0, "a warp's keys are pairs of n-tiles");
 static_assert(kWarps % kKeyGroups == 0 && kDimPart % 2 == 0,
               "warps split dK and dV into whole key groups and pairs of n-tiles");
-// Q and dO of the queries, two K, V slots (a ring), P and dS of a tile
+// Q and dO of the queries, kStages K, V slots (a ring), P and dS of a tile
 // [query][key] (16-bit), then each query row's LSE * log2(e) and D.
 constexpr int kQTileElems = kBlockM * kHeadDim;
 constexpr int kKTileElems = kBlockN * kHeadDim;
 constexpr int kPTileElems = kBlockM * kBlockN;
-static_assert(2 * (2 * kQTileElems + 4 * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
+static_assert(kStages >= 2, "a tile loads while the last one is used");
+static_assert(2 * (2 * kQTileElems + 2 * kStages * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
                   kSmemBytes,
-              "the plan's shared memory is Q, dO, two K, V slots, P, dS and two floats a row");
+              "the plan's shared memory is Q, dO, the K, V slots, P, dS and two floats a row");
 // With kKeySplit > 1, a slab's dQ partials of the warps past a row group's
 // first are summed through the K, V slots, rows padded by 8 floats so that
 // a warp's stores of one row pair meet each bank twice at most.
 constexpr int kRedRow = kHeadDim + 8;
-static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 4 * kKTileElems * 2,
+static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 2 * kStages * kKTileElems * 2,
               "the dQ partials fit the K, V slots");
 /* ---- end broadcast backward constants ---- */
 
@@ -1749,7 +1751,7 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
  * A CTA owns every query (n_q <= kBlockM) of one head over a slab of
  * sequences (slab_start). Q stays in shared memory; for each sequence it
  * loads dO and computes D, then walks the key tiles of the band, K and V
- * streaming through two slots: S = Q K^T and dP = dO V^T by the query
+ * streaming through kStages slots: S = Q K^T and dP = dO V^T by the query
  * rows' warps (16 rows each; with kKeySplit > 1 warps a row group, each of
  * them its share of the tile's keys: no softmax reduction crosses keys,
  * LSE and D are known), P and dS to shared memory, dQ += dS K in
@@ -1777,7 +1779,7 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
   const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
   unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
   unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
-  unsigned short *const p_s = ring + 4 * kKTileElems, *const ds_s = p_s + kPTileElems;
+  unsigned short *const p_s = ring + 2 * kStages * kKTileElems, *const ds_s = p_s + kPTileElems;
   float *const lse_s = reinterpret_cast<float *>(ds_s + kPTileElems);
   float *const di_s = lse_s + kBlockM;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1820,13 +1822,19 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
-      {
-        const long long k0 = kt0 * kBlockN;
-        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        load_tile<kBlockN>(ring, k_head + k0 * stride, stride, nk);
-        load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * stride, stride, nk);
+      // Tiles 0 .. kStages - 2 into their slots, a commit group each (dO
+      // with the first); the loop keeps kStages - 1 groups in flight.
+#pragma unroll
+      for (int t = 0; t < kStages - 1; t++) {
+        if (t == 0 || t < n_steps) {
+          const long long k0 = (kt0 + t) * kBlockN;
+          const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+          unsigned short *const slot = ring + t * 2 * kKTileElems;
+          load_tile<kBlockN>(slot, k_head + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot + kKTileElems, v_head + k0 * stride, stride, nk);
+        }
+        cp_async_commit();
       }
-      cp_async_commit();
       // D of this warp's rows from memory while the tiles land.
       if (part == 0)
         row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
@@ -1838,22 +1846,23 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
 
 #pragma unroll 1
       for (int i = 0; i < n_steps; i++) {
-        // Refill the other slot once every warp is done with it (and with
-        // P and dS of the last tile), then wait for this one.
+        // Refill the last tile's slot with tile i + kStages - 1 once every
+        // warp is done with it (and with P and dS of the last tile), then
+        // wait for this one.
         __syncthreads();
-        if (i + 1 < n_steps) {
-          const long long k1 = (kt0 + i + 1) * kBlockN;
+        if (i + kStages - 1 < n_steps) {
+          const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
-          unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+          unsigned short *slot = ring + ((unsigned)(i + kStages - 1) % kStages) * 2 * kKTileElems;
           load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
           load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
         }
         cp_async_commit();
-        cp_async_wait<1>();
+        cp_async_wait<kStages - 1>();
         __syncthreads();
         const long long k0 = (kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+        const unsigned k_a = smem_addr(ring + ((unsigned)i % kStages) * 2 * kKTileElems);
         const unsigned v_a = k_a + 2 * kKTileElems;
         if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
           // This warp's keys key0.. of the tile (rows of K and V in the slot).
@@ -1900,6 +1909,7 @@ constexpr int kHeadDim = 128;  // elements per head
 constexpr int kBlockM = 64;  // query rows: every shared query (n_q <= kBlockM)
 constexpr int kBlockN = 64;  // keys of a tile
 constexpr int kWarps = 4;  // warps per CTA
+constexpr int kStages = 2;  // K, V slots: kStages - 1 tiles load ahead
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
 constexpr int kSmemBytes = 115200;  // dynamic shared memory, as planned
@@ -1928,19 +1938,20 @@ static_assert(kBlockM % 16 == 0 && kWarps % kRowGroups == 0 && kBlockN == 64,
 static_assert(kSplitTiles % 2 == 0, "a warp's keys are pairs of n-tiles");
 static_assert(kWarps % kKeyGroups == 0 && kDimPart % 2 == 0,
               "warps split dK and dV into whole key groups and pairs of n-tiles");
-// Q and dO of the queries, two K, V slots (a ring), P and dS of a tile
+// Q and dO of the queries, kStages K, V slots (a ring), P and dS of a tile
 // [query][key] (16-bit), then each query row's LSE * log2(e) and D.
 constexpr int kQTileElems = kBlockM * kHeadDim;
 constexpr int kKTileElems = kBlockN * kHeadDim;
 constexpr int kPTileElems = kBlockM * kBlockN;
-static_assert(2 * (2 * kQTileElems + 4 * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
+static_assert(kStages >= 2, "a tile loads while the last one is used");
+static_assert(2 * (2 * kQTileElems + 2 * kStages * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
                   kSmemBytes,
-              "the plan's shared memory is Q, dO, two K, V slots, P, dS and two floats a row");
+              "the plan's shared memory is Q, dO, the K, V slots, P, dS and two floats a row");
 // With kKeySplit > 1, a slab's dQ partials of the warps past a row group's
 // first are summed through the K, V slots, rows padded by 8 floats so that
 // a warp's stores of one row pair meet each bank twice at most.
 constexpr int kRedRow = kHeadDim + 8;
-static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 4 * kKTileElems * 2,
+static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 2 * kStages * kKTileElems * 2,
               "the dQ partials fit the K, V slots");
 /* ---- end broadcast backward constants ---- */
 
@@ -2449,7 +2460,7 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
  * A CTA owns every query (n_q <= kBlockM) of one head over a slab of
  * sequences (slab_start). Q stays in shared memory; for each sequence it
  * loads dO and computes D, then walks the key tiles of the band, K and V
- * streaming through two slots: S = Q K^T and dP = dO V^T by the query
+ * streaming through kStages slots: S = Q K^T and dP = dO V^T by the query
  * rows' warps (16 rows each; with kKeySplit > 1 warps a row group, each of
  * them its share of the tile's keys: no softmax reduction crosses keys,
  * LSE and D are known), P and dS to shared memory, dQ += dS K in
@@ -2477,7 +2488,7 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
   const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
   unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
   unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
-  unsigned short *const p_s = ring + 4 * kKTileElems, *const ds_s = p_s + kPTileElems;
+  unsigned short *const p_s = ring + 2 * kStages * kKTileElems, *const ds_s = p_s + kPTileElems;
   float *const lse_s = reinterpret_cast<float *>(ds_s + kPTileElems);
   float *const di_s = lse_s + kBlockM;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -2520,13 +2531,19 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
-      {
-        const long long k0 = kt0 * kBlockN;
-        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        load_tile<kBlockN>(ring, k_head + k0 * stride, stride, nk);
-        load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * stride, stride, nk);
+      // Tiles 0 .. kStages - 2 into their slots, a commit group each (dO
+      // with the first); the loop keeps kStages - 1 groups in flight.
+#pragma unroll
+      for (int t = 0; t < kStages - 1; t++) {
+        if (t == 0 || t < n_steps) {
+          const long long k0 = (kt0 + t) * kBlockN;
+          const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+          unsigned short *const slot = ring + t * 2 * kKTileElems;
+          load_tile<kBlockN>(slot, k_head + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot + kKTileElems, v_head + k0 * stride, stride, nk);
+        }
+        cp_async_commit();
       }
-      cp_async_commit();
       // D of this warp's rows from memory while the tiles land.
       if (part == 0)
         row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
@@ -2538,22 +2555,23 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
 
 #pragma unroll 1
       for (int i = 0; i < n_steps; i++) {
-        // Refill the other slot once every warp is done with it (and with
-        // P and dS of the last tile), then wait for this one.
+        // Refill the last tile's slot with tile i + kStages - 1 once every
+        // warp is done with it (and with P and dS of the last tile), then
+        // wait for this one.
         __syncthreads();
-        if (i + 1 < n_steps) {
-          const long long k1 = (kt0 + i + 1) * kBlockN;
+        if (i + kStages - 1 < n_steps) {
+          const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
-          unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+          unsigned short *slot = ring + ((unsigned)(i + kStages - 1) % kStages) * 2 * kKTileElems;
           load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
           load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
         }
         cp_async_commit();
-        cp_async_wait<1>();
+        cp_async_wait<kStages - 1>();
         __syncthreads();
         const long long k0 = (kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+        const unsigned k_a = smem_addr(ring + ((unsigned)i % kStages) * 2 * kKTileElems);
         const unsigned v_a = k_a + 2 * kKTileElems;
         if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
           // This warp's keys key0.. of the tile (rows of K and V in the slot).
@@ -2600,6 +2618,7 @@ constexpr int kHeadDim = 128;  // elements per head
 constexpr int kBlockM = 128;  // query rows: every shared query (n_q <= kBlockM)
 constexpr int kBlockN = 64;  // keys of a tile
 constexpr int kWarps = 8;  // warps per CTA
+constexpr int kStages = 2;  // K, V slots: kStages - 1 tiles load ahead
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = 1;  // launch bound: registers fit this many CTAs
 constexpr int kSmemBytes = 164864;  // dynamic shared memory, as planned
@@ -2628,19 +2647,20 @@ static_assert(kBlockM % 16 == 0 && kWarps % kRowGroups == 0 && kBlockN == 64,
 static_assert(kSplitTiles % 2 == 0, "a warp's keys are pairs of n-tiles");
 static_assert(kWarps % kKeyGroups == 0 && kDimPart % 2 == 0,
               "warps split dK and dV into whole key groups and pairs of n-tiles");
-// Q and dO of the queries, two K, V slots (a ring), P and dS of a tile
+// Q and dO of the queries, kStages K, V slots (a ring), P and dS of a tile
 // [query][key] (16-bit), then each query row's LSE * log2(e) and D.
 constexpr int kQTileElems = kBlockM * kHeadDim;
 constexpr int kKTileElems = kBlockN * kHeadDim;
 constexpr int kPTileElems = kBlockM * kBlockN;
-static_assert(2 * (2 * kQTileElems + 4 * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
+static_assert(kStages >= 2, "a tile loads while the last one is used");
+static_assert(2 * (2 * kQTileElems + 2 * kStages * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
                   kSmemBytes,
-              "the plan's shared memory is Q, dO, two K, V slots, P, dS and two floats a row");
+              "the plan's shared memory is Q, dO, the K, V slots, P, dS and two floats a row");
 // With kKeySplit > 1, a slab's dQ partials of the warps past a row group's
 // first are summed through the K, V slots, rows padded by 8 floats so that
 // a warp's stores of one row pair meet each bank twice at most.
 constexpr int kRedRow = kHeadDim + 8;
-static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 4 * kKTileElems * 2,
+static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 2 * kStages * kKTileElems * 2,
               "the dQ partials fit the K, V slots");
 /* ---- end broadcast backward constants ---- */
 
@@ -3149,7 +3169,7 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
  * A CTA owns every query (n_q <= kBlockM) of one head over a slab of
  * sequences (slab_start). Q stays in shared memory; for each sequence it
  * loads dO and computes D, then walks the key tiles of the band, K and V
- * streaming through two slots: S = Q K^T and dP = dO V^T by the query
+ * streaming through kStages slots: S = Q K^T and dP = dO V^T by the query
  * rows' warps (16 rows each; with kKeySplit > 1 warps a row group, each of
  * them its share of the tile's keys: no softmax reduction crosses keys,
  * LSE and D are known), P and dS to shared memory, dQ += dS K in
@@ -3177,7 +3197,7 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
   const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
   unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
   unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
-  unsigned short *const p_s = ring + 4 * kKTileElems, *const ds_s = p_s + kPTileElems;
+  unsigned short *const p_s = ring + 2 * kStages * kKTileElems, *const ds_s = p_s + kPTileElems;
   float *const lse_s = reinterpret_cast<float *>(ds_s + kPTileElems);
   float *const di_s = lse_s + kBlockM;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -3220,13 +3240,19 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
-      {
-        const long long k0 = kt0 * kBlockN;
-        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        load_tile<kBlockN>(ring, k_head + k0 * stride, stride, nk);
-        load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * stride, stride, nk);
+      // Tiles 0 .. kStages - 2 into their slots, a commit group each (dO
+      // with the first); the loop keeps kStages - 1 groups in flight.
+#pragma unroll
+      for (int t = 0; t < kStages - 1; t++) {
+        if (t == 0 || t < n_steps) {
+          const long long k0 = (kt0 + t) * kBlockN;
+          const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+          unsigned short *const slot = ring + t * 2 * kKTileElems;
+          load_tile<kBlockN>(slot, k_head + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot + kKTileElems, v_head + k0 * stride, stride, nk);
+        }
+        cp_async_commit();
       }
-      cp_async_commit();
       // D of this warp's rows from memory while the tiles land.
       if (part == 0)
         row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
@@ -3238,22 +3264,23 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
 
 #pragma unroll 1
       for (int i = 0; i < n_steps; i++) {
-        // Refill the other slot once every warp is done with it (and with
-        // P and dS of the last tile), then wait for this one.
+        // Refill the last tile's slot with tile i + kStages - 1 once every
+        // warp is done with it (and with P and dS of the last tile), then
+        // wait for this one.
         __syncthreads();
-        if (i + 1 < n_steps) {
-          const long long k1 = (kt0 + i + 1) * kBlockN;
+        if (i + kStages - 1 < n_steps) {
+          const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
-          unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+          unsigned short *slot = ring + ((unsigned)(i + kStages - 1) % kStages) * 2 * kKTileElems;
           load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
           load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
         }
         cp_async_commit();
-        cp_async_wait<1>();
+        cp_async_wait<kStages - 1>();
         __syncthreads();
         const long long k0 = (kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+        const unsigned k_a = smem_addr(ring + ((unsigned)i % kStages) * 2 * kKTileElems);
         const unsigned v_a = k_a + 2 * kKTileElems;
         if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
           // This warp's keys key0.. of the tile (rows of K and V in the slot).

@@ -1201,6 +1201,7 @@ constexpr int kHeadDim = 64;  // elements per head
 constexpr int kBlockM = 32;  // query rows: every shared query (n_q <= kBlockM)
 constexpr int kBlockN = 64;  // keys of a tile
 constexpr int kWarps = 8;  // warps per CTA
+constexpr int kStages = 2;  // K, V slots: kStages - 1 tiles load ahead
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
 constexpr int kSmemBytes = 49408;  // dynamic shared memory, as planned
@@ -1229,19 +1230,20 @@ static_assert(kBlockM % 16 == 0 && kWarps % kRowGroups == 0 && kBlockN == 64,
 static_assert(kSplitTiles % 2 == 0, "a warp's keys are pairs of n-tiles");
 static_assert(kWarps % kKeyGroups == 0 && kDimPart % 2 == 0,
               "warps split dK and dV into whole key groups and pairs of n-tiles");
-// Q and dO of the queries, two K, V slots (a ring), P and dS of a tile
+// Q and dO of the queries, kStages K, V slots (a ring), P and dS of a tile
 // [query][key] (16-bit), then each query row's LSE * log2(e) and D.
 constexpr int kQTileElems = kBlockM * kHeadDim;
 constexpr int kKTileElems = kBlockN * kHeadDim;
 constexpr int kPTileElems = kBlockM * kBlockN;
-static_assert(2 * (2 * kQTileElems + 4 * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
+static_assert(kStages >= 2, "a tile loads while the last one is used");
+static_assert(2 * (2 * kQTileElems + 2 * kStages * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
                   kSmemBytes,
-              "the plan's shared memory is Q, dO, two K, V slots, P, dS and two floats a row");
+              "the plan's shared memory is Q, dO, the K, V slots, P, dS and two floats a row");
 // With kKeySplit > 1, a slab's dQ partials of the warps past a row group's
 // first are summed through the K, V slots, rows padded by 8 floats so that
 // a warp's stores of one row pair meet each bank twice at most.
 constexpr int kRedRow = kHeadDim + 8;
-static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 4 * kKTileElems * 2,
+static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 2 * kStages * kKTileElems * 2,
               "the dQ partials fit the K, V slots");
 /* ---- end broadcast backward constants ---- */
 
@@ -1750,7 +1752,7 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
  * A CTA owns every query (n_q <= kBlockM) of one head over a slab of
  * sequences (slab_start). Q stays in shared memory; for each sequence it
  * loads dO and computes D, then walks the key tiles of the band, K and V
- * streaming through two slots: S = Q K^T and dP = dO V^T by the query
+ * streaming through kStages slots: S = Q K^T and dP = dO V^T by the query
  * rows' warps (16 rows each; with kKeySplit > 1 warps a row group, each of
  * them its share of the tile's keys: no softmax reduction crosses keys,
  * LSE and D are known), P and dS to shared memory, dQ += dS K in
@@ -1778,7 +1780,7 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m32(const unsigned short *__restrict
   const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
   unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
   unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
-  unsigned short *const p_s = ring + 4 * kKTileElems, *const ds_s = p_s + kPTileElems;
+  unsigned short *const p_s = ring + 2 * kStages * kKTileElems, *const ds_s = p_s + kPTileElems;
   float *const lse_s = reinterpret_cast<float *>(ds_s + kPTileElems);
   float *const di_s = lse_s + kBlockM;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1821,13 +1823,19 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m32(const unsigned short *__restrict
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
-      {
-        const long long k0 = kt0 * kBlockN;
-        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        load_tile<kBlockN>(ring, k_head + k0 * stride, stride, nk);
-        load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * stride, stride, nk);
+      // Tiles 0 .. kStages - 2 into their slots, a commit group each (dO
+      // with the first); the loop keeps kStages - 1 groups in flight.
+#pragma unroll
+      for (int t = 0; t < kStages - 1; t++) {
+        if (t == 0 || t < n_steps) {
+          const long long k0 = (kt0 + t) * kBlockN;
+          const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+          unsigned short *const slot = ring + t * 2 * kKTileElems;
+          load_tile<kBlockN>(slot, k_head + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot + kKTileElems, v_head + k0 * stride, stride, nk);
+        }
+        cp_async_commit();
       }
-      cp_async_commit();
       // D of this warp's rows from memory while the tiles land.
       if (part == 0)
         row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
@@ -1839,22 +1847,23 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m32(const unsigned short *__restrict
 
 #pragma unroll 1
       for (int i = 0; i < n_steps; i++) {
-        // Refill the other slot once every warp is done with it (and with
-        // P and dS of the last tile), then wait for this one.
+        // Refill the last tile's slot with tile i + kStages - 1 once every
+        // warp is done with it (and with P and dS of the last tile), then
+        // wait for this one.
         __syncthreads();
-        if (i + 1 < n_steps) {
-          const long long k1 = (kt0 + i + 1) * kBlockN;
+        if (i + kStages - 1 < n_steps) {
+          const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
-          unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+          unsigned short *slot = ring + ((unsigned)(i + kStages - 1) % kStages) * 2 * kKTileElems;
           load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
           load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
         }
         cp_async_commit();
-        cp_async_wait<1>();
+        cp_async_wait<kStages - 1>();
         __syncthreads();
         const long long k0 = (kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+        const unsigned k_a = smem_addr(ring + ((unsigned)i % kStages) * 2 * kKTileElems);
         const unsigned v_a = k_a + 2 * kKTileElems;
         if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
           // This warp's keys key0.. of the tile (rows of K and V in the slot).
@@ -1901,6 +1910,7 @@ constexpr int kHeadDim = 64;  // elements per head
 constexpr int kBlockM = 64;  // query rows: every shared query (n_q <= kBlockM)
 constexpr int kBlockN = 64;  // keys of a tile
 constexpr int kWarps = 4;  // warps per CTA
+constexpr int kStages = 2;  // K, V slots: kStages - 1 tiles load ahead
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
 constexpr int kSmemBytes = 66048;  // dynamic shared memory, as planned
@@ -1929,19 +1939,20 @@ static_assert(kBlockM % 16 == 0 && kWarps % kRowGroups == 0 && kBlockN == 64,
 static_assert(kSplitTiles % 2 == 0, "a warp's keys are pairs of n-tiles");
 static_assert(kWarps % kKeyGroups == 0 && kDimPart % 2 == 0,
               "warps split dK and dV into whole key groups and pairs of n-tiles");
-// Q and dO of the queries, two K, V slots (a ring), P and dS of a tile
+// Q and dO of the queries, kStages K, V slots (a ring), P and dS of a tile
 // [query][key] (16-bit), then each query row's LSE * log2(e) and D.
 constexpr int kQTileElems = kBlockM * kHeadDim;
 constexpr int kKTileElems = kBlockN * kHeadDim;
 constexpr int kPTileElems = kBlockM * kBlockN;
-static_assert(2 * (2 * kQTileElems + 4 * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
+static_assert(kStages >= 2, "a tile loads while the last one is used");
+static_assert(2 * (2 * kQTileElems + 2 * kStages * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
                   kSmemBytes,
-              "the plan's shared memory is Q, dO, two K, V slots, P, dS and two floats a row");
+              "the plan's shared memory is Q, dO, the K, V slots, P, dS and two floats a row");
 // With kKeySplit > 1, a slab's dQ partials of the warps past a row group's
 // first are summed through the K, V slots, rows padded by 8 floats so that
 // a warp's stores of one row pair meet each bank twice at most.
 constexpr int kRedRow = kHeadDim + 8;
-static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 4 * kKTileElems * 2,
+static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 2 * kStages * kKTileElems * 2,
               "the dQ partials fit the K, V slots");
 /* ---- end broadcast backward constants ---- */
 
@@ -2450,7 +2461,7 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
  * A CTA owns every query (n_q <= kBlockM) of one head over a slab of
  * sequences (slab_start). Q stays in shared memory; for each sequence it
  * loads dO and computes D, then walks the key tiles of the band, K and V
- * streaming through two slots: S = Q K^T and dP = dO V^T by the query
+ * streaming through kStages slots: S = Q K^T and dP = dO V^T by the query
  * rows' warps (16 rows each; with kKeySplit > 1 warps a row group, each of
  * them its share of the tile's keys: no softmax reduction crosses keys,
  * LSE and D are known), P and dS to shared memory, dQ += dS K in
@@ -2478,7 +2489,7 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict
   const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
   unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
   unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
-  unsigned short *const p_s = ring + 4 * kKTileElems, *const ds_s = p_s + kPTileElems;
+  unsigned short *const p_s = ring + 2 * kStages * kKTileElems, *const ds_s = p_s + kPTileElems;
   float *const lse_s = reinterpret_cast<float *>(ds_s + kPTileElems);
   float *const di_s = lse_s + kBlockM;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -2521,13 +2532,19 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
-      {
-        const long long k0 = kt0 * kBlockN;
-        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        load_tile<kBlockN>(ring, k_head + k0 * stride, stride, nk);
-        load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * stride, stride, nk);
+      // Tiles 0 .. kStages - 2 into their slots, a commit group each (dO
+      // with the first); the loop keeps kStages - 1 groups in flight.
+#pragma unroll
+      for (int t = 0; t < kStages - 1; t++) {
+        if (t == 0 || t < n_steps) {
+          const long long k0 = (kt0 + t) * kBlockN;
+          const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+          unsigned short *const slot = ring + t * 2 * kKTileElems;
+          load_tile<kBlockN>(slot, k_head + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot + kKTileElems, v_head + k0 * stride, stride, nk);
+        }
+        cp_async_commit();
       }
-      cp_async_commit();
       // D of this warp's rows from memory while the tiles land.
       if (part == 0)
         row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
@@ -2539,22 +2556,23 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict
 
 #pragma unroll 1
       for (int i = 0; i < n_steps; i++) {
-        // Refill the other slot once every warp is done with it (and with
-        // P and dS of the last tile), then wait for this one.
+        // Refill the last tile's slot with tile i + kStages - 1 once every
+        // warp is done with it (and with P and dS of the last tile), then
+        // wait for this one.
         __syncthreads();
-        if (i + 1 < n_steps) {
-          const long long k1 = (kt0 + i + 1) * kBlockN;
+        if (i + kStages - 1 < n_steps) {
+          const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
-          unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+          unsigned short *slot = ring + ((unsigned)(i + kStages - 1) % kStages) * 2 * kKTileElems;
           load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
           load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
         }
         cp_async_commit();
-        cp_async_wait<1>();
+        cp_async_wait<kStages - 1>();
         __syncthreads();
         const long long k0 = (kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+        const unsigned k_a = smem_addr(ring + ((unsigned)i % kStages) * 2 * kKTileElems);
         const unsigned v_a = k_a + 2 * kKTileElems;
         if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
           // This warp's keys key0.. of the tile (rows of K and V in the slot).
@@ -2601,6 +2619,7 @@ constexpr int kHeadDim = 64;  // elements per head
 constexpr int kBlockM = 128;  // query rows: every shared query (n_q <= kBlockM)
 constexpr int kBlockN = 64;  // keys of a tile
 constexpr int kWarps = 8;  // warps per CTA
+constexpr int kStages = 2;  // K, V slots: kStages - 1 tiles load ahead
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = 2;  // launch bound: registers fit this many CTAs
 constexpr int kSmemBytes = 99328;  // dynamic shared memory, as planned
@@ -2629,19 +2648,20 @@ static_assert(kBlockM % 16 == 0 && kWarps % kRowGroups == 0 && kBlockN == 64,
 static_assert(kSplitTiles % 2 == 0, "a warp's keys are pairs of n-tiles");
 static_assert(kWarps % kKeyGroups == 0 && kDimPart % 2 == 0,
               "warps split dK and dV into whole key groups and pairs of n-tiles");
-// Q and dO of the queries, two K, V slots (a ring), P and dS of a tile
+// Q and dO of the queries, kStages K, V slots (a ring), P and dS of a tile
 // [query][key] (16-bit), then each query row's LSE * log2(e) and D.
 constexpr int kQTileElems = kBlockM * kHeadDim;
 constexpr int kKTileElems = kBlockN * kHeadDim;
 constexpr int kPTileElems = kBlockM * kBlockN;
-static_assert(2 * (2 * kQTileElems + 4 * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
+static_assert(kStages >= 2, "a tile loads while the last one is used");
+static_assert(2 * (2 * kQTileElems + 2 * kStages * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
                   kSmemBytes,
-              "the plan's shared memory is Q, dO, two K, V slots, P, dS and two floats a row");
+              "the plan's shared memory is Q, dO, the K, V slots, P, dS and two floats a row");
 // With kKeySplit > 1, a slab's dQ partials of the warps past a row group's
 // first are summed through the K, V slots, rows padded by 8 floats so that
 // a warp's stores of one row pair meet each bank twice at most.
 constexpr int kRedRow = kHeadDim + 8;
-static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 4 * kKTileElems * 2,
+static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 2 * kStages * kKTileElems * 2,
               "the dQ partials fit the K, V slots");
 /* ---- end broadcast backward constants ---- */
 
@@ -3150,7 +3170,7 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
  * A CTA owns every query (n_q <= kBlockM) of one head over a slab of
  * sequences (slab_start). Q stays in shared memory; for each sequence it
  * loads dO and computes D, then walks the key tiles of the band, K and V
- * streaming through two slots: S = Q K^T and dP = dO V^T by the query
+ * streaming through kStages slots: S = Q K^T and dP = dO V^T by the query
  * rows' warps (16 rows each; with kKeySplit > 1 warps a row group, each of
  * them its share of the tile's keys: no softmax reduction crosses keys,
  * LSE and D are known), P and dS to shared memory, dQ += dS K in
@@ -3178,7 +3198,7 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restric
   const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
   unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
   unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
-  unsigned short *const p_s = ring + 4 * kKTileElems, *const ds_s = p_s + kPTileElems;
+  unsigned short *const p_s = ring + 2 * kStages * kKTileElems, *const ds_s = p_s + kPTileElems;
   float *const lse_s = reinterpret_cast<float *>(ds_s + kPTileElems);
   float *const di_s = lse_s + kBlockM;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -3221,13 +3241,19 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restric
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
-      {
-        const long long k0 = kt0 * kBlockN;
-        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        load_tile<kBlockN>(ring, k_head + k0 * stride, stride, nk);
-        load_tile<kBlockN>(ring + kKTileElems, v_head + k0 * stride, stride, nk);
+      // Tiles 0 .. kStages - 2 into their slots, a commit group each (dO
+      // with the first); the loop keeps kStages - 1 groups in flight.
+#pragma unroll
+      for (int t = 0; t < kStages - 1; t++) {
+        if (t == 0 || t < n_steps) {
+          const long long k0 = (kt0 + t) * kBlockN;
+          const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+          unsigned short *const slot = ring + t * 2 * kKTileElems;
+          load_tile<kBlockN>(slot, k_head + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot + kKTileElems, v_head + k0 * stride, stride, nk);
+        }
+        cp_async_commit();
       }
-      cp_async_commit();
       // D of this warp's rows from memory while the tiles land.
       if (part == 0)
         row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
@@ -3239,22 +3265,23 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restric
 
 #pragma unroll 1
       for (int i = 0; i < n_steps; i++) {
-        // Refill the other slot once every warp is done with it (and with
-        // P and dS of the last tile), then wait for this one.
+        // Refill the last tile's slot with tile i + kStages - 1 once every
+        // warp is done with it (and with P and dS of the last tile), then
+        // wait for this one.
         __syncthreads();
-        if (i + 1 < n_steps) {
-          const long long k1 = (kt0 + i + 1) * kBlockN;
+        if (i + kStages - 1 < n_steps) {
+          const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
-          unsigned short *slot = ring + ((i + 1) & 1) * 2 * kKTileElems;
+          unsigned short *slot = ring + ((unsigned)(i + kStages - 1) % kStages) * 2 * kKTileElems;
           load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
           load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
         }
         cp_async_commit();
-        cp_async_wait<1>();
+        cp_async_wait<kStages - 1>();
         __syncthreads();
         const long long k0 = (kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        const unsigned k_a = smem_addr(ring + (i & 1) * 2 * kKTileElems);
+        const unsigned k_a = smem_addr(ring + ((unsigned)i % kStages) * 2 * kKTileElems);
         const unsigned v_a = k_a + 2 * kKTileElems;
         if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
           // This warp's keys key0.. of the tile (rows of K and V in the slot).
