@@ -13,8 +13,11 @@ head_dim 64, bf16; every kernel here runs a few microseconds), N calls back
 to back after a warm-up, wall time by time.perf_counter_ns around the loop
 and one synchronize at its end, divided by N. When the host is the
 bottleneck that is the host time per call; the device time per call (CUDA
-events around one call, median) is printed beside it so a row where the
-GPU is the bottleneck shows. Rows:
+events around one call, median; with an idle GPU it includes the launch's
+host time) is printed beside it, and the host time with the GPU kept busy
+(a torch.cuda._sleep queued before a shorter loop, so that no launch waits
+for the device: the host's own cost per call even where the kernels are
+the bottleneck). Rows:
 
 - attngen.block_attention, Kernel.__call__, torch.ops.attngen.block_attention
   (the custom op that torch.compile traces), jagged_attention,
@@ -69,6 +72,34 @@ def per_call_us(fn, n=N_CALLS, warmup=50):
     return best
 
 
+# Calls per loop with the GPU kept busy: under the launch queue's depth
+# (about 1024 launches) for rows that launch up to 5 kernels a call.
+BUSY_CALLS = 150
+
+
+def host_us_busy(fn, n=BUSY_CALLS, warmup=20, sleep_cycles=100_000_000):
+    """Host microseconds per fn() while the GPU runs a torch.cuda._sleep
+    queued first (sleep_cycles clocks, about 60 ms: longer than the loop),
+    so that no call waits for the device; best of 5 loops of n calls. A row
+    that synchronizes shows the sleep instead (None when a loop outlasts
+    half of it)."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    best = None
+    for _ in range(5):
+        torch.cuda._sleep(sleep_cycles)
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        us = (time.perf_counter_ns() - t0) / n / 1e3
+        torch.cuda.synchronize()
+        best = us if best is None else min(best, us)
+    # 1e8 clocks are 50-70 ms at 1.4-2 GHz: a loop near 25 ms waited
+    return None if best * n > 25_000 else best
+
+
 def device_us(fn, n=50):
     """Median device microseconds of one fn() (CUDA events)."""
     import torch
@@ -84,6 +115,10 @@ def device_us(fn, n=50):
         ts.append(a.elapsed_time(b) * 1e3)
     ts.sort()
     return ts[len(ts) // 2]
+
+
+def _us(x):
+    return "-" if x is None else "%.1f" % x
 
 
 def rows(torch, attngen):
@@ -337,8 +372,11 @@ def main(argv=None):
         try:
             host = per_call_us(fn, args.calls)
             devt = device_us(fn)
-            results.append({"name": name, "us_per_call": host, "device_us": devt})
-            print("%-58s %7.1f us per call (device %6.1f us)" % (name, host, devt), flush=True)
+            busy = host_us_busy(fn)
+            results.append({"name": name, "us_per_call": host, "device_us": devt,
+                            "host_us_gpu_busy": busy})
+            print("%-58s %7.1f us per call (device %6.1f us, host alone %s)"
+                  % (name, host, devt, _us(busy)), flush=True)
         except Exception as e:
             results.append({"name": name, "error": str(e).splitlines()[0][:200]})
             print("%-58s ERROR %s" % (name, results[-1]["error"]), flush=True)
@@ -355,13 +393,18 @@ def main(argv=None):
     with open(os.path.join(args.out, "overhead.md"), "w") as f:
         f.write("# Host overhead per call (%s, %s, torch %s)\n\n" % (meta["date"], meta["gpu"],
                                                                    meta["torch"]))
-        f.write("`%s`; shape %s\n\n| call | us per call | device us |\n|---|---|---|\n"
+        f.write("`%s`; shape %s\n\nus per call: back to back, one synchronize at the end; "
+                "device us: CUDA events around one call; host us (GPU busy): back to back "
+                "behind a torch.cuda._sleep, the host's own cost (- where a call waited)."
+                "\n\n| call | us per call | device us | host us (GPU busy) |\n|---|---|---|---|\n"
                 % (meta["command"], meta["shape"]))
         for r in results:
             if "error" in r:
-                f.write("| %s | %s | |\n" % (r["name"], r["error"]))
+                f.write("| %s | %s | | |\n" % (r["name"], r["error"]))
             else:
-                f.write("| %s | %.1f | %.1f |\n" % (r["name"], r["us_per_call"], r["device_us"]))
+                f.write("| %s | %.1f | %.1f | %s |\n" % (r["name"], r["us_per_call"],
+                                                        r["device_us"],
+                                                        _us(r.get("host_us_gpu_busy"))))
         f.write("\nFresh process: %s\n" % json.dumps(starts))
     return 0
 
