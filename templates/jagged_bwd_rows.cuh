@@ -6,7 +6,7 @@
 @# the accumulator into dQ (rotating it back first when Q is rotated).
 @# Needs: kHeadDim, kRowsThreads, kPieces, kScale, kDqTiled, kTileCounter,
 @#   @PARAMS@'s names,
-@#   neg_inf(), unpack2(), pack2(), and with ROTARY: kRotateQ,
+@#   neg_inf(), dot_pieces() (jagged_bwd_tile.cuh), pack2(), and with ROTARY: kRotateQ,
 @#   RotaryRows, pair_angle(), clamp_offset() (and with FUSED_DQ clamp_offset()).
 @# Placeholders: @KERNEL_NAME@ @PARAMS@. Conditions: ROTARY, ROTARY_TABLE,
 @#   ROTARY_HALF (as the includer's), FUSED_DQ (jagged_bwd_ws.cu's: _pre also
@@ -81,17 +81,7 @@ extern "C" __global__ void __launch_bounds__(kRowsThreads)
   float a = 0.f;
   if (row < rows) {
     const long long at = row * kHeadDim + piece * 8;
-    const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
-    const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
-    const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      float x0, x1, y0, y1;
-      unpack2(xs[e], x0, x1);
-      unpack2(ys[e], y0, y1);
-      a = fmaf(x0, y0, a);
-      a = fmaf(x1, y1, a);
-    }
+    a = dot_pieces(o + at, dout + at, a);
     float4 *acc = reinterpret_cast<float4 *>(di + dq_accumulator_at(heads, total_q) + at);
     acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }

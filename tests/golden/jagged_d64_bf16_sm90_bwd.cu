@@ -672,6 +672,25 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kTiles][4], float 
   }
 }
 
+// a + the dot product of the 8 16-bit values at x and at y (16 bytes each,
+// aligned; read through the read-only cache), pair by pair in order: a
+// piece of a row of D = rowsum(dO (.) O) (also jagged_bwd_rows.cuh's _pre).
+__device__ __forceinline__ float dot_pieces(const unsigned short *x_at, const unsigned short *y_at,
+                                            float a) {
+  const uint4 x = __ldg(reinterpret_cast<const uint4 *>(x_at));
+  const uint4 y = __ldg(reinterpret_cast<const uint4 *>(y_at));
+  const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+  for (int e = 0; e < 4; e++) {
+    float x0, x1, y0, y1;
+    unpack2(xs[e], x0, x1);
+    unpack2(ys[e], y0, y1);
+    a = fmaf(x0, y0, a);
+    a = fmaf(x1, y1, a);
+  }
+  return a;
+}
+
 // D = rowsum(dO (.) O) of a warp's 16 query rows row0.. (of `rows` real;
 // row r of O and dO at o_row + r * row_stride) from memory, kPieces lanes a
 // row, one 16-byte piece of each; with each row's LSE * log2(e) (+inf for
@@ -691,17 +710,7 @@ __device__ __forceinline__ void row_stats(const unsigned short *__restrict__ o,
     float a = 0.f;
     if (r < rows) {
       const long long at = o_row + r * row_stride + piece * 8;
-      const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
-      const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
-      const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float x0, x1, y0, y1;
-        unpack2(xs[e], x0, x1);
-        unpack2(ys[e], y0, y1);
-        a = fmaf(x0, y0, a);
-        a = fmaf(x1, y1, a);
-      }
+      a = dot_pieces(o + at, dout + at, a);
     }
 #pragma unroll
     for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
@@ -957,17 +966,7 @@ ag_gem_d64_bf16_causal_w256_0_bwd_pre(const unsigned short *__restrict__ q,
   float a = 0.f;
   if (row < rows) {
     const long long at = row * kHeadDim + piece * 8;
-    const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
-    const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
-    const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      float x0, x1, y0, y1;
-      unpack2(xs[e], x0, x1);
-      unpack2(ys[e], y0, y1);
-      a = fmaf(x0, y0, a);
-      a = fmaf(x1, y1, a);
-    }
+    a = dot_pieces(o + at, dout + at, a);
     float4 *acc = reinterpret_cast<float4 *>(di + dq_accumulator_at(heads, total_q) + at);
     acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
@@ -1963,6 +1962,25 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kTiles][4], float 
   }
 }
 
+// a + the dot product of the 8 16-bit values at x and at y (16 bytes each,
+// aligned; read through the read-only cache), pair by pair in order: a
+// piece of a row of D = rowsum(dO (.) O) (also jagged_bwd_rows.cuh's _pre).
+__device__ __forceinline__ float dot_pieces(const unsigned short *x_at, const unsigned short *y_at,
+                                            float a) {
+  const uint4 x = __ldg(reinterpret_cast<const uint4 *>(x_at));
+  const uint4 y = __ldg(reinterpret_cast<const uint4 *>(y_at));
+  const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+  for (int e = 0; e < 4; e++) {
+    float x0, x1, y0, y1;
+    unpack2(xs[e], x0, x1);
+    unpack2(ys[e], y0, y1);
+    a = fmaf(x0, y0, a);
+    a = fmaf(x1, y1, a);
+  }
+  return a;
+}
+
 // D = rowsum(dO (.) O) of a warp's 16 query rows row0.. (of `rows` real;
 // row r of O and dO at o_row + r * row_stride) from memory, kPieces lanes a
 // row, one 16-byte piece of each; with each row's LSE * log2(e) (+inf for
@@ -1982,17 +2000,7 @@ __device__ __forceinline__ void row_stats(const unsigned short *__restrict__ o,
     float a = 0.f;
     if (r < rows) {
       const long long at = o_row + r * row_stride + piece * 8;
-      const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
-      const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
-      const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float x0, x1, y0, y1;
-        unpack2(xs[e], x0, x1);
-        unpack2(ys[e], y0, y1);
-        a = fmaf(x0, y0, a);
-        a = fmaf(x1, y1, a);
-      }
+      a = dot_pieces(o + at, dout + at, a);
     }
 #pragma unroll
     for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
@@ -2221,17 +2229,7 @@ ag_gem_d64_bf16_causal_w256_0_bwd_long_pre(const unsigned short *__restrict__ q,
   float a = 0.f;
   if (row < rows) {
     const long long at = row * kHeadDim + piece * 8;
-    const uint4 x = __ldg(reinterpret_cast<const uint4 *>(o + at));
-    const uint4 y = __ldg(reinterpret_cast<const uint4 *>(dout + at));
-    const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      float x0, x1, y0, y1;
-      unpack2(xs[e], x0, x1);
-      unpack2(ys[e], y0, y1);
-      a = fmaf(x0, y0, a);
-      a = fmaf(x1, y1, a);
-    }
+    a = dot_pieces(o + at, dout + at, a);
     float4 *acc = reinterpret_cast<float4 *>(di + dq_accumulator_at(heads, total_q) + at);
     acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
