@@ -1687,14 +1687,14 @@ __device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&
   }
 }
 
-// Sum the dQ partials of a row group's warps (kKeySplit > 1) into its first
-// warp's acc, through `red` (kKeySplit - 1 partials of kBlockM rows of
-// kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
+// Sum the dQ partials of a row group's warps (kKeySplit > 1; `share`: this
+// warp's share of the keys) into its first warp's acc, through `red`
+// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
 __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
-                                             int part) {
+                                             int share) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  if (part > 0) {
-    float *const at = red + ((part - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
+  if (share > 0) {
+    float *const at = red + ((share - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
 #pragma unroll
     for (int n = 0; n < kDimTiles; n++) {
       *reinterpret_cast<float2 *>(at + 8 * n) = make_float2(acc[n][0], acc[n][1]);
@@ -1702,7 +1702,7 @@ __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *
     }
   }
   __syncthreads();
-  if (part == 0) {
+  if (share == 0) {
 #pragma unroll 1
     for (int p = 1; p < kKeySplit; p++) {
       const float *const at = red + ((p - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
@@ -1796,8 +1796,8 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m32(const unsigned short *__restrict
   const int g = lane >> 2;
   // This warp's query rows, and its share of a tile's keys (kKeySplit > 1).
   const int row0 = kKeySplit > 1 ? 16 * (warp % kRowGroups) : 16 * warp;
-  const int part = kKeySplit > 1 ? warp / kRowGroups : 0;
-  const int key0 = part * (kBlockN / kKeySplit);
+  const int share = kKeySplit > 1 ? warp / kRowGroups : 0;
+  const int key0 = share * (kBlockN / kKeySplit);
   const bool has_rows = row0 < mq;
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
@@ -1836,7 +1836,7 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m32(const unsigned short *__restrict
       // with the first); the loop keeps kStages - 1 groups in flight.
 #pragma unroll
       for (int t = 0; t < kStages - 1; t++) {
-        if (t == 0 || t < n_steps) {
+        if (t == 0 || t < n_steps) {  // (n_steps >= 1: tile 0 always loads)
           const long long k0 = (kt0 + t) * kBlockN;
           const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
           unsigned short *const slot = ring + t * 2 * kKTileElems;
@@ -1846,7 +1846,7 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m32(const unsigned short *__restrict
         cp_async_commit();
       }
       // D of this warp's rows from memory while the tiles land.
-      if (part == 0)
+      if (share == 0)
         row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
                   row0, lse_s, di_s);
       if constexpr (kKeySplit > 1) __syncthreads();  // rows of another warp's
@@ -1902,10 +1902,10 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m32(const unsigned short *__restrict
     }
     if constexpr (kKeySplit > 1) {
       __syncthreads();  // nobody reads the K, V slots any more
-      sum_partials(acc, reinterpret_cast<float *>(ring), row0, part);
+      sum_partials(acc, reinterpret_cast<float *>(ring), row0, share);
     }
     float *const out = di + broadcast_partials_at(heads, total_q) + slab * n_q * stride;
-    if (part == 0) store_rows(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
+    if (share == 0) store_rows(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
   }
 }
 /* ---- end kernel ---- */
@@ -2405,14 +2405,14 @@ __device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&
   }
 }
 
-// Sum the dQ partials of a row group's warps (kKeySplit > 1) into its first
-// warp's acc, through `red` (kKeySplit - 1 partials of kBlockM rows of
-// kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
+// Sum the dQ partials of a row group's warps (kKeySplit > 1; `share`: this
+// warp's share of the keys) into its first warp's acc, through `red`
+// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
 __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
-                                             int part) {
+                                             int share) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  if (part > 0) {
-    float *const at = red + ((part - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
+  if (share > 0) {
+    float *const at = red + ((share - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
 #pragma unroll
     for (int n = 0; n < kDimTiles; n++) {
       *reinterpret_cast<float2 *>(at + 8 * n) = make_float2(acc[n][0], acc[n][1]);
@@ -2420,7 +2420,7 @@ __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *
     }
   }
   __syncthreads();
-  if (part == 0) {
+  if (share == 0) {
 #pragma unroll 1
     for (int p = 1; p < kKeySplit; p++) {
       const float *const at = red + ((p - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
@@ -2514,8 +2514,8 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict
   const int g = lane >> 2;
   // This warp's query rows, and its share of a tile's keys (kKeySplit > 1).
   const int row0 = kKeySplit > 1 ? 16 * (warp % kRowGroups) : 16 * warp;
-  const int part = kKeySplit > 1 ? warp / kRowGroups : 0;
-  const int key0 = part * (kBlockN / kKeySplit);
+  const int share = kKeySplit > 1 ? warp / kRowGroups : 0;
+  const int key0 = share * (kBlockN / kKeySplit);
   const bool has_rows = row0 < mq;
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
@@ -2554,7 +2554,7 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict
       // with the first); the loop keeps kStages - 1 groups in flight.
 #pragma unroll
       for (int t = 0; t < kStages - 1; t++) {
-        if (t == 0 || t < n_steps) {
+        if (t == 0 || t < n_steps) {  // (n_steps >= 1: tile 0 always loads)
           const long long k0 = (kt0 + t) * kBlockN;
           const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
           unsigned short *const slot = ring + t * 2 * kKTileElems;
@@ -2564,7 +2564,7 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict
         cp_async_commit();
       }
       // D of this warp's rows from memory while the tiles land.
-      if (part == 0)
+      if (share == 0)
         row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
                   row0, lse_s, di_s);
       if constexpr (kKeySplit > 1) __syncthreads();  // rows of another warp's
@@ -2620,10 +2620,10 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict
     }
     if constexpr (kKeySplit > 1) {
       __syncthreads();  // nobody reads the K, V slots any more
-      sum_partials(acc, reinterpret_cast<float *>(ring), row0, part);
+      sum_partials(acc, reinterpret_cast<float *>(ring), row0, share);
     }
     float *const out = di + broadcast_partials_at(heads, total_q) + slab * n_q * stride;
-    if (part == 0) store_rows(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
+    if (share == 0) store_rows(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
   }
 }
 /* ---- end kernel ---- */
@@ -3123,14 +3123,14 @@ __device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&
   }
 }
 
-// Sum the dQ partials of a row group's warps (kKeySplit > 1) into its first
-// warp's acc, through `red` (kKeySplit - 1 partials of kBlockM rows of
-// kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
+// Sum the dQ partials of a row group's warps (kKeySplit > 1; `share`: this
+// warp's share of the keys) into its first warp's acc, through `red`
+// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
 __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
-                                             int part) {
+                                             int share) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  if (part > 0) {
-    float *const at = red + ((part - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
+  if (share > 0) {
+    float *const at = red + ((share - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
 #pragma unroll
     for (int n = 0; n < kDimTiles; n++) {
       *reinterpret_cast<float2 *>(at + 8 * n) = make_float2(acc[n][0], acc[n][1]);
@@ -3138,7 +3138,7 @@ __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *
     }
   }
   __syncthreads();
-  if (part == 0) {
+  if (share == 0) {
 #pragma unroll 1
     for (int p = 1; p < kKeySplit; p++) {
       const float *const at = red + ((p - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
@@ -3232,8 +3232,8 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restric
   const int g = lane >> 2;
   // This warp's query rows, and its share of a tile's keys (kKeySplit > 1).
   const int row0 = kKeySplit > 1 ? 16 * (warp % kRowGroups) : 16 * warp;
-  const int part = kKeySplit > 1 ? warp / kRowGroups : 0;
-  const int key0 = part * (kBlockN / kKeySplit);
+  const int share = kKeySplit > 1 ? warp / kRowGroups : 0;
+  const int key0 = share * (kBlockN / kKeySplit);
   const bool has_rows = row0 < mq;
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
@@ -3272,7 +3272,7 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restric
       // with the first); the loop keeps kStages - 1 groups in flight.
 #pragma unroll
       for (int t = 0; t < kStages - 1; t++) {
-        if (t == 0 || t < n_steps) {
+        if (t == 0 || t < n_steps) {  // (n_steps >= 1: tile 0 always loads)
           const long long k0 = (kt0 + t) * kBlockN;
           const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
           unsigned short *const slot = ring + t * 2 * kKTileElems;
@@ -3282,7 +3282,7 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restric
         cp_async_commit();
       }
       // D of this warp's rows from memory while the tiles land.
-      if (part == 0)
+      if (share == 0)
         row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
                   row0, lse_s, di_s);
       if constexpr (kKeySplit > 1) __syncthreads();  // rows of another warp's
@@ -3338,10 +3338,10 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restric
     }
     if constexpr (kKeySplit > 1) {
       __syncthreads();  // nobody reads the K, V slots any more
-      sum_partials(acc, reinterpret_cast<float *>(ring), row0, part);
+      sum_partials(acc, reinterpret_cast<float *>(ring), row0, share);
     }
     float *const out = di + broadcast_partials_at(heads, total_q) + slab * n_q * stride;
-    if (part == 0) store_rows(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
+    if (share == 0) store_rows(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
   }
 }
 /* ---- end kernel ---- */
