@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # broadcast_profile.sh: the broadcast-Q backward timed by the CLI (batch
 # 1152, 4 heads, keys uniform in [0, 1024], n_q 32 and 128, head_dim 128
-# and 64) and profiled by ncu at head_dim 128, n_q 32: the details page
+# and 64) and profiled by ncu at head_dim 128, n_q 32 (the one-pass kernel
+# n_q picks: 32 rows since session 27): the details page
 # and the stall picture by instruction (tools/jagged_dev/ncu_sass_top.py).
 #   device: carry [".devdeps"], command: bash tools/broadcast_profile.sh [time]
 # Its ncu part ran on an H100 on 2026-12-05 (session 27; bench/results/
@@ -23,7 +24,7 @@ done
 [ "${1:-}" = time ] && exit 0
 echo "=== ncu $(date +%T)"
 N=/usr/local/cuda/bin/ncu
-timeout 200 $N --set full --import-source no -k regex:bq_bwd_m64 -c 1 -f -o /tmp/bq \
+timeout 200 $N --set full --import-source no -k regex:bq_bwd_m -c 1 -f -o /tmp/bq \
   build/attngen run specs/pma_broadcast_d128.yaml --batch 1152 --heads 4 --seqlen 1024 \
   --min-seqlen 0 --n-q 32 --iters 1 > "$out/ncu-run.log" 2>&1
 echo "ncu rc $?"; tail -3 "$out/ncu-run.log"
