@@ -203,8 +203,9 @@ static void plan_backward_fused(ag_plan *p, ag_plan_jagged_choices choices) {
     j->fused_warps[v] = m == 32 ? choices.bq_m32_warps[d] : m / 16;
     j->fused_stages[v] = stages;
     j->fused_smem_bytes[v] = smem;
-    /* two CTAs an SM where their shared memory fits (1 KB each reserved) */
-    j->fused_min_ctas[v] = (d && m == 128) || 2 * (smem + 1024) > 227 * 1024 ? 1 : 2;
+    /* two CTAs an SM where their shared memory fits (1 KB each reserved;
+     * at head_dim 128 not the 128-row kernel's) */
+    j->fused_min_ctas[v] = 2 * (smem + 1024) > AG_SMEM_MAX_SM90 ? 1 : 2;
     v++;
   }
 }
