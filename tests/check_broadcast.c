@@ -209,13 +209,11 @@ END_TEST
 /* The 32-row one-pass backward with the other warp and stage counts the
  * plan may choose (tools/next_gpu_call_broadcast.sh times them): the plan's
  * shared memory and CTAs an SM, the kernel's ring, and ptxas's report for
- * sm_90a: no spills, no serialized wgmma (there is none; mma.sync). */
+ * sm_90a: no spills. */
 START_TEST(m32_choices) {
   static const struct { int dim, warps, stages, min_ctas; } cases[] = {
       {128, 8, 4, 1}, {128, 8, 3, 1}, {64, 8, 4, 2}, {64, 8, 3, 2}};
-  char *dir = ag_test_mkdtemp("attngen-bq");
-  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
-  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  char *dir = ag_test_dump_begin("attngen-bq");
   for (int i = 0; i < 4; i++) {
     char y[512];
     yaml_for(y, sizeof y, cases[i].dim, AG_DTYPE_BF16, false, "", true);
@@ -240,31 +238,14 @@ START_TEST(m32_choices) {
     char want[64];
     snprintf(want, sizeof want, "constexpr int kStages = %d;", cases[i].stages);
     ck_assert_ptr_nonnull(strstr(src, want));
-    const char *first = p.kernels[0].name;
-    void *cubin = NULL;
-    size_t size = 0;
-    ck_assert_msg(ag_nvrtc_compile(src, first, "sm_90a", &cubin, &size, &err) == AG_OK, "%s",
-                  err.message);
-    free(cubin);
-    free(src);
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.log", dir, first);
-    char *log = ag_test_slurp(path, NULL);
-    ck_assert_ptr_nonnull(log);
     int regs = 0, stores = 0, loads = 0;
-    if (ag_test_ptxas_report(log, m32->name, &regs, &stores, &loads)) {
-      printf("nvrtc %s (%d warps, %d stages) sm_90a: %d registers, %d + %d bytes spilled\n",
-             m32->name, cases[i].warps, cases[i].stages, regs, stores, loads);
-      ck_assert_msg(stores + loads == 0, "%s spills %d + %d bytes", m32->name, stores, loads);
-    } else {
-      printf("SKIP spill check for %s: no ptxas report in the log\n", m32->name);
-    }
-    free(log);
+    if (ag_test_compile_report(src, p.kernels[0].name, "sm_90a", m32->name, dir, &regs, &stores,
+                               &loads))
+      ck_assert_msg(stores + loads == 0, "%s (%d warps, %d stages) spills %d + %d bytes",
+                    m32->name, cases[i].warps, cases[i].stages, stores, loads);
+    free(src);
   }
-  unsetenv(AG_ENV_NVRTC_VERBOSE);
-  unsetenv(AG_ENV_DUMP_DIR);
-  ag_test_remove_tree(dir);
-  free(dir);
+  ag_test_dump_end(dir);
 }
 END_TEST
 

@@ -624,23 +624,6 @@ END_TEST
     ck_assert_int_eq(memcmp(&checked_.bwd, &want_->bwd, sizeof checked_.bwd), 0);           \
   } while (0)
 
-/* A fresh directory where NVRTC dumps its sources and ptxas's -v report
- * (AG_ENV_DUMP_DIR, AG_ENV_NVRTC_VERBOSE set); dump_end undoes both and
- * removes it. */
-static char *dump_begin(const char *label) {
-  char *dir = ag_test_mkdtemp(label);
-  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
-  setenv(AG_ENV_DUMP_DIR, dir, 1);
-  return dir;
-}
-
-static void dump_end(char *dir) {
-  unsetenv(AG_ENV_NVRTC_VERBOSE);
-  unsetenv(AG_ENV_DUMP_DIR);
-  ag_test_remove_tree(dir);
-  free(dir);
-}
-
 /* The spec planned with `choices`, its kernels described and emitted: the
  * source (the caller frees it), every placeholder and condition expanded. */
 static char *emit_with(const ag_spec *s, ag_plan_block_choices choices, ag_plan *p) {
@@ -672,33 +655,6 @@ static char *emit_with(const ag_spec *s, ag_plan_block_choices choices, ag_plan 
           check(dim_, b_, pos_, &with_, &without_);                                         \
         }                                                                                   \
   } while (0)
-
-/* Compile `src` (its first kernel `first`) for `arch` with ptxas's report
- * into `dir`; the report of `kernel` in *regs, *stores, *loads, or false
- * when NVRTC gave none (it sometimes returns an empty log for -v). */
-static bool compile_report(const char *src, const char *first, const char *arch,
-                           const char *kernel, const char *dir, int *regs, int *stores,
-                           int *loads) {
-  ag_error err = {0};
-  void *cubin = NULL;
-  size_t size = 0;
-  ck_assert_msg(ag_nvrtc_compile(src, first, arch, &cubin, &size, &err) == AG_OK, "%s: %s",
-                arch, err.message);
-  ck_assert_mem_eq(cubin, "\x7f" "ELF", 4);
-  free(cubin);
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s.log", dir, first);
-  char *log = ag_test_slurp(path, NULL);
-  ck_assert_ptr_nonnull(log);
-  const bool ok = ag_test_ptxas_report(log, kernel, regs, stores, loads);
-  if (ok)
-    printf("nvrtc %s %s: %d registers, %d bytes spill stores, %d bytes spill loads\n", kernel,
-           arch, *regs, *stores, *loads);
-  else
-    printf("SKIP spill check for %s %s: no ptxas report in the log\n", kernel, arch);
-  free(log);
-  return ok;
-}
 
 /* The forward's table rows in one slot after the two stages
  * (fwd_table_slot; on since the H200 timed it 1.5x faster, 2026-12-05):
@@ -739,7 +695,7 @@ START_TEST(table_slot_plan) {
       ck_assert_int_eq(memcmp(&with.fwd, &without.fwd, sizeof with.fwd), 0);
     }
 
-  char *dir = dump_begin("attngen-slot");
+  char *dir = ag_test_dump_begin("attngen-slot");
   ag_plan_block_choices on = ag_plan_block_checked();
   on.fwd_table_slot = true;
   for (int layout = AG_ROTARY_INTERLEAVED; layout <= AG_ROTARY_HALF; layout++) {
@@ -764,7 +720,7 @@ START_TEST(table_slot_plan) {
     const char *archs[] = {"sm_90a", "sm_80"};
     for (int a = 0; a < 2; a++) {
       int regs = 0, stores = 0, loads = 0;
-      if (compile_report(src, p.kernels[0].name, archs[a], p.kernels[0].name, dir, &regs, &stores,
+      if (ag_test_compile_report(src, p.kernels[0].name, archs[a], p.kernels[0].name, dir, &regs, &stores,
                          &loads)) {
         ck_assert_int_eq(stores + loads, 0);
         ck_assert_int_le(regs * 128 * 2, 65536); /* two CTAs of 128 threads */
@@ -772,7 +728,7 @@ START_TEST(table_slot_plan) {
     }
     free(src);
   }
-  dump_end(dir);
+  ag_test_dump_end(dir);
 }
 END_TEST
 
@@ -822,7 +778,7 @@ START_TEST(rotary_12_warps_plan) {
   ck_assert_int_eq(p.bwd.min_ctas_per_sm, 3);
   ck_assert_int_eq(memcmp(&p.bwd, &plain.bwd, sizeof p.bwd), 0);
 
-  char *dir = dump_begin("attngen-12w");
+  char *dir = ag_test_dump_begin("attngen-12w");
   for (int i = 0; i < 4; i++) {
     const ag_rotary_layout layout = i & 1 ? AG_ROTARY_HALF : AG_ROTARY_INTERLEAVED;
     const ag_rotary_positions pos = i & 2 ? AG_POSITIONS_BLOCK : AG_POSITIONS_TABLE;
@@ -833,14 +789,14 @@ START_TEST(rotary_12_warps_plan) {
     ck_assert_int_eq(bk->min_ctas_per_sm, 3);
     ck_assert_ptr_nonnull(strstr(src, "constexpr int kMinCtasPerSm = 3;"));
     int regs = 0, stores = 0, loads = 0;
-    if (compile_report(src, p.kernels[0].name, "sm_90a", bk->name, dir, &regs, &stores, &loads)) {
+    if (ag_test_compile_report(src, p.kernels[0].name, "sm_90a", bk->name, dir, &regs, &stores, &loads)) {
       ck_assert_int_le(regs, 168);
       ck_assert_int_le(stores, 16);
       ck_assert_int_le(loads, 16);
     }
     free(src);
   }
-  dump_end(dir);
+  ag_test_dump_end(dir);
 }
 END_TEST
 
@@ -893,11 +849,11 @@ START_TEST(table_global_plan) {
   ck_assert_ptr_nonnull(bwd);
   ck_assert_ptr_null(strstr(bwd, "load_table("));
   ck_assert_ptr_nonnull(strstr(src, "load_table("));
-  char *dir = dump_begin("attngen-global");
+  char *dir = ag_test_dump_begin("attngen-global");
   const char *archs[] = {"sm_90a", "sm_80"};
   for (int a = 0; a < 2; a++) {
     int regs = 0, stores = 0, loads = 0;
-    if (compile_report(src, p.kernels[0].name, archs[a], p.kernels[1].name, dir, &regs, &stores,
+    if (ag_test_compile_report(src, p.kernels[0].name, archs[a], p.kernels[1].name, dir, &regs, &stores,
                        &loads)) {
       ck_assert_int_le(regs, 168); /* three CTAs of 128 threads */
       ck_assert_int_le(stores, 64); /* 32 from NVRTC 13 with the serial dK */
@@ -905,7 +861,7 @@ START_TEST(table_global_plan) {
     }
   }
   free(src);
-  dump_end(dir);
+  ag_test_dump_end(dir);
 }
 END_TEST
 
@@ -939,7 +895,7 @@ START_TEST(late_dq_plan) {
   ag_plan_block_choices on = ag_plan_block_checked();
   on.bwd_late_dq = true;
   on.bwd_table_global = false; /* late_dq alone (the table rows in the stage) */
-  char *dir = dump_begin("attngen-late");
+  char *dir = ag_test_dump_begin("attngen-late");
   for (int pos = AG_POSITIONS_TABLE; pos <= AG_POSITIONS_SEQUENCE; pos++) {
     ag_spec s = rope_spec("l", 64, 128, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
                           (ag_rotary_positions)pos, QK, AG_PASS_BACKWARD);
@@ -950,7 +906,7 @@ START_TEST(late_dq_plan) {
     ck_assert_ptr_nonnull(strstr(src, "query_store(stage, ring[0], h, row0, dq_acc, dq, row_stride);"));
     int regs = 0, stores = 0, loads = 0;
     const char *name = p.kernels[0].name;
-    if (compile_report(src, name, "sm_90a", name, dir, &regs, &stores, &loads)) {
+    if (ag_test_compile_report(src, name, "sm_90a", name, dir, &regs, &stores, &loads)) {
       char path[512];
       snprintf(path, sizeof path, "%s/%s.log", dir, name);
       char *log = ag_test_slurp(path, NULL);
@@ -961,7 +917,7 @@ START_TEST(late_dq_plan) {
     }
     free(src);
   }
-  dump_end(dir);
+  ag_test_dump_end(dir);
 }
 END_TEST
 
@@ -995,7 +951,7 @@ START_TEST(table_reuse_plan) {
   ag_plan_block_choices on = ag_plan_block_checked(), off = on;
   on.table_reuse = true;
   off.table_reuse = false;
-  char *dir = dump_begin("attngen-reuse");
+  char *dir = ag_test_dump_begin("attngen-reuse");
   for (int dim = 64; dim <= 128; dim += 64) {
     ag_spec s = rope_spec("r", 64, dim, AG_DTYPE_BF16, false, AG_ROTARY_INTERLEAVED,
                           AG_POSITIONS_TABLE, QK, AG_PASS_FORWARD | AG_PASS_BACKWARD);
@@ -1012,7 +968,7 @@ START_TEST(table_reuse_plan) {
       for (int k = 0; k < p.nkernels; k++) {
         int regs = 0, stores = 0, loads = 0, regs0 = 0, stores0 = 0, loads0 = 0;
         const char *name = p.kernels[k].name;
-        if (!compile_report(src, p.kernels[0].name, arch, name, dir, &regs, &stores, &loads))
+        if (!ag_test_compile_report(src, p.kernels[0].name, arch, name, dir, &regs, &stores, &loads))
           continue;
         char path[512];
         snprintf(path, sizeof path, "%s/%s.log", dir, p.kernels[0].name);
@@ -1020,7 +976,7 @@ START_TEST(table_reuse_plan) {
         ck_assert_ptr_nonnull(log);
         ck_assert_msg(!strstr(log, "C7511") && !strstr(log, "C7512"), "serialized:\n%s", log);
         free(log);
-        if (compile_report(plain, q.kernels[0].name, arch, name, dir, &regs0, &stores0, &loads0))
+        if (ag_test_compile_report(plain, q.kernels[0].name, arch, name, dir, &regs0, &stores0, &loads0))
           ck_assert_msg(stores + loads <= stores0 + loads0,
                         "%s %s: %d + %d bytes spilled, %d + %d without", name, arch, stores,
                         loads, stores0, loads0);
@@ -1029,7 +985,7 @@ START_TEST(table_reuse_plan) {
     free(src);
     free(plain);
   }
-  dump_end(dir);
+  ag_test_dump_end(dir);
 }
 END_TEST
 
@@ -1080,7 +1036,7 @@ START_TEST(rotary_2_stages_plan) {
           ck_assert_int_eq(with.fwd.stages, 1);
         }
 
-  char *dir = dump_begin("attngen-two");
+  char *dir = ag_test_dump_begin("attngen-two");
   ag_plan_block_choices on = ag_plan_block_checked();
   on.fwd_rotary_2_stages = true;
   const struct {
@@ -1100,13 +1056,13 @@ START_TEST(rotary_2_stages_plan) {
     const char *archs[] = {"sm_90a", "sm_80"};
     for (int a = 0; a < 2; a++) {
       int regs = 0, stores = 0, loads = 0;
-      if (compile_report(src, p.kernels[0].name, archs[a], p.kernels[0].name, dir, &regs, &stores,
+      if (ag_test_compile_report(src, p.kernels[0].name, archs[a], p.kernels[0].name, dir, &regs, &stores,
                          &loads))
         ck_assert_int_eq(stores + loads, 0);
     }
     free(src);
   }
-  dump_end(dir);
+  ag_test_dump_end(dir);
 }
 END_TEST
 

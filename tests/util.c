@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime.h"
 #include "util.h"
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -69,6 +70,44 @@ int ag_test_ptxas_report(const char *log, const char *kernel, int *out_regs, int
          sscanf(spill, "bytes stack frame, %d bytes spill stores, %d bytes spill loads",
                 out_stores, out_loads) == 2 &&
          sscanf(regs, "Used %d registers", out_regs) == 1;
+}
+
+char *ag_test_dump_begin(const char *label) {
+  char *dir = ag_test_mkdtemp(label);
+  setenv(AG_ENV_NVRTC_VERBOSE, "1", 1);
+  setenv(AG_ENV_DUMP_DIR, dir, 1);
+  return dir;
+}
+
+void ag_test_dump_end(char *dir) {
+  unsetenv(AG_ENV_NVRTC_VERBOSE);
+  unsetenv(AG_ENV_DUMP_DIR);
+  ag_test_remove_tree(dir);
+  free(dir);
+}
+
+int ag_test_compile_report(const char *src, const char *first, const char *arch,
+                           const char *kernel, const char *dir, int *regs, int *stores,
+                           int *loads) {
+  ag_error err = {0};
+  void *cubin = NULL;
+  size_t size = 0;
+  ck_assert_msg(ag_nvrtc_compile(src, first, arch, &cubin, &size, &err) == AG_OK, "%s: %s",
+                arch, err.message);
+  ck_assert_mem_eq(cubin, "\x7f" "ELF", 4);
+  free(cubin);
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s.log", dir, first);
+  char *log = ag_test_slurp(path, NULL);
+  ck_assert_ptr_nonnull(log);
+  const int ok = ag_test_ptxas_report(log, kernel, regs, stores, loads);
+  if (ok)
+    printf("nvrtc %s %s: %d registers, %d bytes spill stores, %d bytes spill loads\n", kernel,
+           arch, *regs, *stores, *loads);
+  else
+    printf("SKIP spill check for %s %s: no ptxas report in the log\n", kernel, arch);
+  free(log);
+  return ok;
 }
 
 int ag_test_update_goldens(void) {

@@ -26,6 +26,18 @@ int ag_test_count(const char *hay, const char *needle);
  * (NVRTC sometimes returns an empty log for -v). */
 int ag_test_ptxas_report(const char *log, const char *kernel, int *out_regs, int *out_stores,
                          int *out_loads);
+/* A fresh directory "/tmp/<label>-XXXXXX" where NVRTC dumps its sources
+ * and ptxas's -v report (AG_ENV_DUMP_DIR, AG_ENV_NVRTC_VERBOSE set);
+ * ag_test_dump_end undoes both, removes it and frees `dir`. */
+char *ag_test_dump_begin(const char *label);
+void ag_test_dump_end(char *dir);
+/* Compile `src` (its first kernel `first`) for `arch` inside such a
+ * directory `dir`, failing the test unless NVRTC gives an ELF cubin; the
+ * report of `kernel` in *regs, *stores, *loads (printed), or 0 when NVRTC
+ * gave none (it sometimes returns an empty log for -v). */
+int ag_test_compile_report(const char *src, const char *first, const char *arch,
+                           const char *kernel, const char *dir, int *regs, int *stores,
+                           int *loads);
 /* True when AG_UPDATE_GOLDENS=1: golden tests rewrite their files. */
 int ag_test_update_goldens(void);
 
