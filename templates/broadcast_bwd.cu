@@ -4,8 +4,9 @@
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows:
 @#   the whole n_q; 32, 64 or 128) @BLOCK_N@ (keys of a tile: 64) @WARPS@ (4 |
 @#   8: BLOCK_M / 16 row groups, each computed by WARPS * 16 / BLOCK_M warps
-@#   that split its keys) @STAGES@ (K, V slots, 2 or more) @MIN_CTAS@ @SMEM_BYTES@ (=
-@#   4 * HEAD_DIM * (BLOCK_M + STAGES * BLOCK_N) + 4 * BLOCK_M * BLOCK_N + 8 * BLOCK_M) @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@
+@#   that split its keys) @STAGES@ (K, V slots, 2 or more) @MIN_CTAS@
+@#   @SMEM_BYTES@ (= 4 * HEAD_DIM * (BLOCK_M + STAGES * BLOCK_N) +
+@#   4 * BLOCK_M * BLOCK_N + 8 * BLOCK_M) @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@
 @#   @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@ @WINDOW_LEFT@ @WINDOW_RIGHT@ (as
 @#   in jagged_bwd.cu).
 @# Grid: (slabs, heads) (ag_broadcast_slabs), WARPS * 32 threads, dynamic
@@ -86,7 +87,8 @@ __device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&
 
 // Sum the dQ partials of a row group's warps (kKeySplit > 1; `share`: this
 // warp's share of the keys) into its first warp's acc, through `red`
-// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
+// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread
+// of the CTA calls it, nobody using `red`.
 __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
                                              int share) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -274,7 +276,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
           rows_times_rows(s, q_a, kw_a, 0, row0);
           rows_times_rows(dp, do_a, vw_a, 0, row0);
           const Band band = tile_band(0, k0 + key0, delta);
-          const bool full = nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
+          const bool full =
+              nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
           unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
           probs_and_ds<kSplitTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nkw, band,
                                           row0, p16, ds);

@@ -232,7 +232,8 @@ START_TEST(m32_choices) {
     ck_assert_int_eq(m32->smem_bytes, 4 * cases[i].dim * (32 + cases[i].stages * 64) +
                                           4 * 32 * 64 + 8 * 32);
     ck_assert_int_eq(m32->min_ctas_per_sm, cases[i].min_ctas);
-    ck_assert_int_eq(p.kernels[3].smem_bytes, 4 * cases[i].dim * (64 + 2 * 64) + 4 * 64 * 64 + 8 * 64);
+    ck_assert_int_eq(p.kernels[3].smem_bytes,
+                     4 * cases[i].dim * (64 + 2 * 64) + 4 * 64 * 64 + 8 * 64);
     char *src = NULL;
     ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
     char want[64];

@@ -25,7 +25,8 @@ out=${OUT:-/tmp}
 P=generator/plan_jagged.c
 cp $P /tmp/plan_jagged.c.orig
 set_choice() {  # warps64 stages64 warps128 stages128
-  sed -i "s/bq_m32_warps_d64 = [0-9]*, bq_m32_warps_d128 = [0-9]*;/bq_m32_warps_d64 = $1, bq_m32_warps_d128 = $3;/; s/bq_m32_stages_d64 = [0-9]*, bq_m32_stages_d128 = [0-9]*;/bq_m32_stages_d64 = $2, bq_m32_stages_d128 = $4;/" $P
+  sed -i -e "s/bq_m32_warps_d64 = [0-9]*, bq_m32_warps_d128 = [0-9]*;/bq_m32_warps_d64 = $1, bq_m32_warps_d128 = $3;/" \
+    -e "s/bq_m32_stages_d64 = [0-9]*, bq_m32_stages_d128 = [0-9]*;/bq_m32_stages_d64 = $2, bq_m32_stages_d128 = $4;/" $P
 }
 build() {  # name
   make -j16 all build/check_attngen >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }

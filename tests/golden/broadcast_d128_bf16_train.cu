@@ -1688,7 +1688,8 @@ __device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&
 
 // Sum the dQ partials of a row group's warps (kKeySplit > 1; `share`: this
 // warp's share of the keys) into its first warp's acc, through `red`
-// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
+// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread
+// of the CTA calls it, nobody using `red`.
 __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
                                              int share) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -1882,7 +1883,8 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
           rows_times_rows(s, q_a, kw_a, 0, row0);
           rows_times_rows(dp, do_a, vw_a, 0, row0);
           const Band band = tile_band(0, k0 + key0, delta);
-          const bool full = nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
+          const bool full =
+              nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
           unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
           probs_and_ds<kSplitTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nkw, band,
                                           row0, p16, ds);
@@ -2406,7 +2408,8 @@ __device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&
 
 // Sum the dQ partials of a row group's warps (kKeySplit > 1; `share`: this
 // warp's share of the keys) into its first warp's acc, through `red`
-// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
+// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread
+// of the CTA calls it, nobody using `red`.
 __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
                                              int share) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -2600,7 +2603,8 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
           rows_times_rows(s, q_a, kw_a, 0, row0);
           rows_times_rows(dp, do_a, vw_a, 0, row0);
           const Band band = tile_band(0, k0 + key0, delta);
-          const bool full = nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
+          const bool full =
+              nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
           unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
           probs_and_ds<kSplitTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nkw, band,
                                           row0, p16, ds);
@@ -3124,7 +3128,8 @@ __device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&
 
 // Sum the dQ partials of a row group's warps (kKeySplit > 1; `share`: this
 // warp's share of the keys) into its first warp's acc, through `red`
-// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
+// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread
+// of the CTA calls it, nobody using `red`.
 __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
                                              int share) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -3318,7 +3323,8 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
           rows_times_rows(s, q_a, kw_a, 0, row0);
           rows_times_rows(dp, do_a, vw_a, 0, row0);
           const Band band = tile_band(0, k0 + key0, delta);
-          const bool full = nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
+          const bool full =
+              nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
           unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
           probs_and_ds<kSplitTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nkw, band,
                                           row0, p16, ds);

@@ -1689,7 +1689,8 @@ __device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&
 
 // Sum the dQ partials of a row group's warps (kKeySplit > 1; `share`: this
 // warp's share of the keys) into its first warp's acc, through `red`
-// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
+// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread
+// of the CTA calls it, nobody using `red`.
 __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
                                              int share) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -1883,7 +1884,8 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m32(const unsigned short *__restrict
           rows_times_rows(s, q_a, kw_a, 0, row0);
           rows_times_rows(dp, do_a, vw_a, 0, row0);
           const Band band = tile_band(0, k0 + key0, delta);
-          const bool full = nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
+          const bool full =
+              nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
           unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
           probs_and_ds<kSplitTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nkw, band,
                                           row0, p16, ds);
@@ -2407,7 +2409,8 @@ __device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&
 
 // Sum the dQ partials of a row group's warps (kKeySplit > 1; `share`: this
 // warp's share of the keys) into its first warp's acc, through `red`
-// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
+// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread
+// of the CTA calls it, nobody using `red`.
 __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
                                              int share) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -2601,7 +2604,8 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict
           rows_times_rows(s, q_a, kw_a, 0, row0);
           rows_times_rows(dp, do_a, vw_a, 0, row0);
           const Band band = tile_band(0, k0 + key0, delta);
-          const bool full = nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
+          const bool full =
+              nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
           unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
           probs_and_ds<kSplitTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nkw, band,
                                           row0, p16, ds);
@@ -3125,7 +3129,8 @@ __device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&
 
 // Sum the dQ partials of a row group's warps (kKeySplit > 1; `share`: this
 // warp's share of the keys) into its first warp's acc, through `red`
-// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread of the CTA calls it, nobody using `red`.
+// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread
+// of the CTA calls it, nobody using `red`.
 __device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
                                              int share) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -3319,7 +3324,8 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restric
           rows_times_rows(s, q_a, kw_a, 0, row0);
           rows_times_rows(dp, do_a, vw_a, 0, row0);
           const Band band = tile_band(0, k0 + key0, delta);
-          const bool full = nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
+          const bool full =
+              nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
           unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
           probs_and_ds<kSplitTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nkw, band,
                                           row0, p16, ds);
