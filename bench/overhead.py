@@ -77,12 +77,13 @@ def per_call_us(fn, n=N_CALLS, warmup=50):
 BUSY_CALLS = 150
 
 
-def host_us_busy(fn, n=BUSY_CALLS, warmup=20, sleep_cycles=100_000_000):
+def host_us_busy(fn, n=BUSY_CALLS, warmup=20, sleep_cycles=200_000_000):
     """Host microseconds per fn() while the GPU runs a torch.cuda._sleep
-    queued first (sleep_cycles clocks, about 60 ms: longer than the loop),
-    so that no call waits for the device; best of 5 loops of n calls. A row
-    that synchronizes shows the sleep instead (None when a loop outlasts
-    half of it)."""
+    queued first (sleep_cycles clocks, 100-140 ms: longer than the loop),
+    so that no call waits for the device; best of 5 loops of n calls. None
+    when the sleep ended within a loop (an event recorded after it had
+    completed by the loop's end): a call may have waited for the device,
+    e.g. one that synchronizes."""
     import torch
     for _ in range(warmup):
         fn()
@@ -90,14 +91,18 @@ def host_us_busy(fn, n=BUSY_CALLS, warmup=20, sleep_cycles=100_000_000):
     best = None
     for _ in range(5):
         torch.cuda._sleep(sleep_cycles)
+        slept = torch.cuda.Event()
+        slept.record()
         t0 = time.perf_counter_ns()
         for _ in range(n):
             fn()
         us = (time.perf_counter_ns() - t0) / n / 1e3
+        waited = slept.query()
         torch.cuda.synchronize()
+        if waited:
+            return None
         best = us if best is None else min(best, us)
-    # 1e8 clocks are 50-70 ms at 1.4-2 GHz: a loop near 25 ms waited
-    return None if best * n > 25_000 else best
+    return best
 
 
 def device_us(fn, n=50):

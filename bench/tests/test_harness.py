@@ -208,13 +208,22 @@ def test_overhead_refuses_a_call_count_below_one(capsys):
 
 def test_overhead_host_time_behind_a_sleep(monkeypatch):
     """host_us_busy queues the sleep before each loop, times the calls
-    alone, and says None for a call that waited (here: one that sleeps)."""
+    alone, and says None for a call that waited (the sleep's event done
+    by the loop's end)."""
     import types
-    import time as _time
     import overhead
     log = []
+    state = {"ended": False}
+
+    class Event:
+        def record(self):
+            log.append(("record",))
+
+        def query(self):
+            return state["ended"]
+
     cuda = types.SimpleNamespace(_sleep=lambda c: log.append(("sleep", c)),
-                                 synchronize=lambda: log.append(("sync",)))
+                                 synchronize=lambda: log.append(("sync",)), Event=Event)
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     calls = []
     us = overhead.host_us_busy(lambda: calls.append(1), n=10, warmup=2)
@@ -222,5 +231,7 @@ def test_overhead_host_time_behind_a_sleep(monkeypatch):
     assert len(calls) == 2 + 5 * 10
     assert [e[0] for e in log].count("sleep") == 5
     assert log[0] == ("sync",) and log[1][0] == "sleep"  # warm-up, then sleep before a loop
-    assert overhead.host_us_busy(lambda: _time.sleep(0.003), n=10, warmup=0) is None
+    assert log[2] == ("record",)  # the event right behind the sleep
+    state["ended"] = True
+    assert overhead.host_us_busy(lambda: None, n=10, warmup=0) is None
     assert overhead._us(None) == "-" and overhead._us(12.34) == "12.3"
