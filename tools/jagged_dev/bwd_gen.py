@@ -178,6 +178,13 @@ for dt in ("bf16", "f16"):
         VARIANTS.append((dt, 128, causal, False, -1, -1, 128, 2, WS, FDQ))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, FDQ))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
+# dS^T stored by stmatrix (4 stores a thread instead of 16; the dev copy
+# tools/jagged_dev/jagged_bwd_ws_x.cu), named "ws-stm ...", against ws-tma.
+STM = dict(TMA, TAG="stm", TPL="../tools/jagged_dev/jagged_bwd_ws_x.cu")
+for causal in (False, True):
+    VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, STM))
+    VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(STM, BLOCK_M=128)))
+VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, STM))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 
@@ -260,7 +267,10 @@ def main():
                 vals.update({k: x for k, x in knobs.items() if k != "TAG"})
             sd = 0
             warps = blk // 16  # 128 * blk / 64 threads
-        text = expand(tpl or {0: "jagged_bwd.cu", 1: "../tools/jagged_dev/jagged_bwd_fast.cu", 2: "jagged_bwd_sm90.cu"}[int(fast)], vals)
+        if tpl == WS and knobs.get("TPL"):  # a dev copy of the template, with its own knobs
+            vals.update({k: x for k, x in knobs.items()
+                         if k not in ("TAG", "TPL", "STAGES", "TMA", "FUSED", "BLOCK_M")})
+        text = expand(knobs["TPL"] if tpl == WS and knobs.get("TPL") else tpl or {0: "jagged_bwd.cu", 1: "../tools/jagged_dev/jagged_bwd_fast.cu", 2: "jagged_bwd_sm90.cu"}[int(fast)], vals)
         parts.append(f"namespace v{i} {{\n" + text + f"\n}}  // namespace v{i}\n")
         tma_rows = bm if tpl == WS and knobs.get("TMA") else 0
         cast = "(KFn)" if tma_rows else ""  # TMA entry points take two more parameters
