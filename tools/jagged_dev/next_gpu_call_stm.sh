@@ -3,7 +3,7 @@
 # next_gpu_call_stm.sh: session 28's jagged backward call (issue 17), after
 # the FA4 stash call (../shared/device/fa4: carry .fa4/a, bash .fa4/a/stash.sh):
 #   device: carry [".devdeps", ".fa4/b", ".devrun"],
-#           bash tools/jagged_dev/next_gpu_call_stm.sh
+#           bash tools/jagged_dev/next_gpu_call_stm.sh [nopair]
 # .devrun/bwd_test_stm is the dev harness built here with
 #   BWD_ONLY='^ws-(tma|stm) bf16' B=/tmp/jb sh tools/jagged_dev/bwd_build.sh
 # 1. "ws-stm" (dS^T stored by stmatrix, tools/jagged_dev/jagged_bwd_ws_x.cu)
@@ -31,5 +31,6 @@ for seed in 7 8; do
     timeout 60 $H time $seed "ws-tma bf16 $v blk128" "ws-stm bf16 $v blk128" 2>&1 | grep "^time"
   done
 done | tee "$out/stm-time.log" | sed 's/ *tokens [0-9]* *//'
+[ "${1:-}" = nopair ] && exit 0  # the pair in a later call (it needs .fa4/b)
 echo "=== ncu pair $(date +%T)"
 bash tools/jagged_dev/ncu_bwd_pair.sh 4096 128
