@@ -185,6 +185,13 @@ for causal in (False, True):
     VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, STM))
     VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(STM, BLOCK_M=128)))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, STM))
+# The template traced (tools/jagged_dev/jagged_bwd_ws_t.cu: clock64 at each
+# phase of 256 steps of CTA 0, the per-warpgroup means printed at its end),
+# named "ws-trace ...": where a step's time goes.
+TRC = dict(TMA, TAG="trace", TPL="../tools/jagged_dev/jagged_bwd_ws_t.cu")
+for causal in (False, True):
+    VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, TRC))
+    VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(TRC, BLOCK_M=128)))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
 

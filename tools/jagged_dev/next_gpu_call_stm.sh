@@ -5,11 +5,12 @@
 #   device: carry [".devdeps", ".fa4/b", ".devrun"],
 #           bash tools/jagged_dev/next_gpu_call_stm.sh [nopair]
 # .devrun/bwd_test_stm is the dev harness built here with
-#   BWD_ONLY='^ws-(tma|stm) bf16' B=/tmp/jb sh tools/jagged_dev/bwd_build.sh
+#   BWD_ONLY='^ws-(tma|stm|trace) bf16' B=/tmp/jb sh tools/jagged_dev/bwd_build.sh
 # 1. "ws-stm" (dS^T stored by stmatrix, tools/jagged_dev/jagged_bwd_ws_x.cu)
 #    against float64 and under memcheck and racecheck, then timed beside
 #    "ws-tma" (the template) at L 1024 and 4096, two seeds.
-# 2. ncu of attngen's and FA4's backward at L 4096, head dim 128
+# 2. "ws-trace": where a step's clocks go (jagged_bwd_ws_t.cu), by phase.
+# 3. ncu of attngen's and FA4's backward at L 4096, head dim 128
 #    (tools/jagged_dev/ncu_bwd_pair.sh).
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
@@ -31,6 +32,14 @@ for seed in 7 8; do
     timeout 60 $H time $seed "ws-tma bf16 $v blk128" "ws-stm bf16 $v blk128" 2>&1 | grep "^time"
   done
 done | tee "$out/stm-time.log" | sed 's/ *tokens [0-9]* *//'
+echo "=== trace $(date +%T)"
+for v in "d128 full" "d128 causal" "d64 full" "d64 causal"; do
+  for L in 1024 4096; do
+    BWD_LENGTHS=$L timeout 60 $H time 7 "ws-trace bf16 $v blk128" > /tmp/tr.log 2>&1
+    cat /tmp/tr.log >> "$out/trace.log"
+    grep "^time" /tmp/tr.log | sed 's/ *tokens [0-9]* *//'; grep "^trace" /tmp/tr.log | tail -2
+  done
+done
 [ "${1:-}" = nopair ] && exit 0  # the pair in a later call (it needs .fa4/b)
 echo "=== ncu pair $(date +%T)"
 bash tools/jagged_dev/ncu_bwd_pair.sh 4096 128
