@@ -6,7 +6,8 @@
 @# committed: the caller fences, commits and waits.
 @# Needs: kHeadDim, kHalves, kBlockM (64, or 128 at head dim 64), kBlockN,
 @#   kKBytes, kQBytes, kRowBytes, kStepOverRows, kScale, sw128_desc(),
-@#   wgmma_ss(), wgmma_rs(), pack2(), and for kBlockM 128 wgmma_ss_n128().
+@#   wgmma_ss(), wgmma_rs(), pack2(), stmatrix_x4() (bulk_sm90.cuh), and for
+@#   kBlockM 128 wgmma_ss_n128().
 @# Placeholders: @MMA_TYPE@ (DKV_N128 only). Conditions: DKV_N128 (head
 @#   dim 128: issue_dkv_n128 of jagged_bwd_dkv_n128.cuh instead of
 @#   issue_dkv).
@@ -96,6 +97,24 @@ __device__ __forceinline__ void store_ds_t(unsigned ds_a, int r, int n, int tq, 
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_a + (r + 8) * kRowBytes +
                                                   ((n ^ ((r + 8) & 7)) << 4) + 4 * tq),
                "r"(hi) : "memory");
+}
+
+// A warp's 16 rows of dS^T from row0 (its pairs ds16[n] = rows row0 + lane
+// / 4 and + 8, chunk n, the mma C layout) into the matrices at ds_a, laid
+// out as store_ds_t lays them, by stmatrix: two chunks a store, lanes 8i..
+// 8i + 7 giving the rows of matrix i (rows + 8 for odd i, chunk + 1 for i
+// >= 2); 4 stores a thread where store_ds_t takes 16.
+template <int kN>
+__device__ __forceinline__ void store_ds_t_x4(unsigned ds_a, int row0,
+                                              const unsigned (&ds16)[kN][2], int lane) {
+  static_assert(kN % 2 == 0, "chunks in pairs");
+  const int mi = lane >> 3, rr = lane & 7, row = row0 + rr + 8 * (mi & 1);
+#pragma unroll
+  for (int j = 0; j < kN; j += 2) {
+    const int n = j + (mi >> 1);
+    stmatrix_x4(ds_a + (n >> 3) * (kBlockN * kRowBytes) + row * kRowBytes + (((n & 7) ^ rr) << 4),
+                ds16[j][0], ds16[j][1], ds16[j + 1][0], ds16[j + 1][1]);
+  }
 }
 
 // dV, and dK with the scale, of this thread's key rows key0 and key0 + 8

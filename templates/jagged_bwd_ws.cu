@@ -683,8 +683,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         ds16[j][1] = pack2(sp_t[j][2] * (dp[j][2] - dd.x), sp_t[j][3] * (dp[j][3] - dd.y));
         p16[j][0] = pack2(sp_t[j][0], sp_t[j][1]);
         p16[j][1] = pack2(sp_t[j][2], sp_t[j][3]);
-        store_ds_t(dst_a, key0, j, tq, ds16[j][0], ds16[j][1]);
       }
+      // by stmatrix, 4 stores a thread instead of 16 st.shared.b32: on an
+      // H100 (the harness, two seeds) 1.01-1.02x causal at head dim 128,
+      // 1.04x at 64 (0.98-1.0x unmasked at 64, L 4096), even unmasked at 128
+      // (bench/results/2026-12-06-h100-jagged-bwd-stm.log)
+      store_ds_t_x4(dst_a, 64 * wg + 16 * warp, ds16, lane);
 
       // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
       // MN-major. The staging rows are free once every thread of the

@@ -2653,6 +2653,24 @@ __device__ __forceinline__ void store_ds_t(unsigned ds_a, int r, int n, int tq, 
                "r"(hi) : "memory");
 }
 
+// A warp's 16 rows of dS^T from row0 (its pairs ds16[n] = rows row0 + lane
+// / 4 and + 8, chunk n, the mma C layout) into the matrices at ds_a, laid
+// out as store_ds_t lays them, by stmatrix: two chunks a store, lanes 8i..
+// 8i + 7 giving the rows of matrix i (rows + 8 for odd i, chunk + 1 for i
+// >= 2); 4 stores a thread where store_ds_t takes 16.
+template <int kN>
+__device__ __forceinline__ void store_ds_t_x4(unsigned ds_a, int row0,
+                                              const unsigned (&ds16)[kN][2], int lane) {
+  static_assert(kN % 2 == 0, "chunks in pairs");
+  const int mi = lane >> 3, rr = lane & 7, row = row0 + rr + 8 * (mi & 1);
+#pragma unroll
+  for (int j = 0; j < kN; j += 2) {
+    const int n = j + (mi >> 1);
+    stmatrix_x4(ds_a + (n >> 3) * (kBlockN * kRowBytes) + row * kRowBytes + (((n & 7) ^ rr) << 4),
+                ds16[j][0], ds16[j][1], ds16[j + 1][0], ds16[j + 1][1]);
+  }
+}
+
 // dV, and dK with the scale, of this thread's key rows key0 and key0 + 8
 // (of nk real ones) to the tiles at dk, dv + k_row (row stride k_stride).
 __device__ __forceinline__ void store_dkv(const float (&acc_v)[kHalves][8][4],
@@ -3135,8 +3153,12 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
         ds16[j][1] = pack2(sp_t[j][2] * (dp[j][2] - dd.x), sp_t[j][3] * (dp[j][3] - dd.y));
         p16[j][0] = pack2(sp_t[j][0], sp_t[j][1]);
         p16[j][1] = pack2(sp_t[j][2], sp_t[j][3]);
-        store_ds_t(dst_a, key0, j, tq, ds16[j][0], ds16[j][1]);
       }
+      // by stmatrix, 4 stores a thread instead of 16 st.shared.b32: on an
+      // H100 (the harness, two seeds) 1.01-1.02x causal at head dim 128,
+      // 1.04x at 64 (0.98-1.0x unmasked at 64, L 4096), even unmasked at 128
+      // (bench/results/2026-12-06-h100-jagged-bwd-stm.log)
+      store_ds_t_x4(dst_a, 64 * wg + 16 * warp, ds16, lane);
 
       // dQ = dS K: A is dS^T read MN-major (k over keys), B K's rows read
       // MN-major. The staging rows are free once every thread of the
