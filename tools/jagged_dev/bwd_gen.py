@@ -185,6 +185,16 @@ for causal in (False, True):
     VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, STM))
     VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(STM, BLOCK_M=128)))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, STM))
+# P without the no-key case and the mask as one column range a key row
+# (tools/jagged_dev/jagged_bwd_ws_m.cu), named "ws-msk ...", against
+# ws-tma (the template, with stmatrix since ae67c63).
+MSK = dict(TMA, TAG="msk", TPL="../tools/jagged_dev/jagged_bwd_ws_m.cu")
+for causal in (False, True):
+    VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, MSK))
+    VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(MSK, BLOCK_M=128)))
+VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, MSK))
+VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, dict(MSK, BLOCK_M=128)))
+VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, dict(MSK, BLOCK_M=128)))
 # The template traced (tools/jagged_dev/jagged_bwd_ws_t.cu: clock64 at each
 # phase of 256 steps of CTA 0, the per-warpgroup means printed at its end),
 # named "ws-trace ...": where a step's time goes.
