@@ -177,11 +177,14 @@ static bool plan_forward_ws_broadcast(const ag_spec *spec, ag_plan *p) {
  * The barrier wait moved elsewhere: the kernel waits on memory, one tile
  * ahead with two K, V slots. */
 static const int bq_m32_warps_d64 = 8, bq_m32_warps_d128 = 4;
-/* Its K, V stages: more tiles in flight. Written in session 27 after the
- * device time ran out, not run: 3 or 4 stages at head_dim 64 keep two
- * CTAs an SM; at 128 they leave one (take 8 warps there, which then have
- * 255 registers and do not spill). tools/next_gpu_call_broadcast.sh times
- * them. */
+/* Its K, V stages: more tiles in flight. Run on an H100 (session 28,
+ * tools/next_gpu_call_broadcast.sh; bench/results/
+ * 2026-12-06-h100-broadcast-m32-stages.log), broadcast_bench n_q 32, s 0.5,
+ * backward ms at L 1024 / 4096: head_dim 128 two stages (4 warps, two CTAs
+ * an SM) 1.153 / 4.194, three or four (8 warps, one CTA) 1.515 / 5.004;
+ * head_dim 64 2: 0.624 / 2.149, 3: 0.630 / 2.178, 4: 0.620 / 2.185. Correct
+ * (the GPU suite's broadcast case, memcheck and racecheck) and no faster:
+ * two stages stay. */
 static const int bq_m32_stages_d64 = 2, bq_m32_stages_d128 = 2;
 
 /* Broadcast queries, heads == kv_heads, n_q <= 32, 64 or 128: one kernel

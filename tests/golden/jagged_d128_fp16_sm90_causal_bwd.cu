@@ -1419,22 +1419,41 @@ ag_gem_d128_fp16_causal_bwd_kv(const unsigned short *__restrict__ q,
       const bool full = mq == kBlockM && kt.nk == kBlockN && band.lo <= -(kBlockM - 1) &&
                         band.hi >= kBlockN - 1;
       unsigned p16[kChunks][2], ds16[kChunks][2];
+      // P first, with no case for a query that sees no key (LSE -inf): each
+      // of its pairs is masked below, P selected to 0 whatever exp2 gave,
+      // and a full tile has no such query. Then the mask, apart: key row r
+      // sees columns [max(0, r - hi), min(mq - 1, r - lo)] (none past nk),
+      // one unsigned compare an element. On an H100 (the harness, against
+      // the per-element band test inside the exp2 loop) this ran causal
+      // 1.08x at head dim 128 and 1.23-1.30x at 64, unmasked 1.0-1.03x
+      // (bench/results/2026-12-06-h100-jagged-bwd-msk.log): the traced
+      // step had spent 550 (head dim 128) to 1540 (64) more clocks on P
+      // when masked (bench/results/2026-12-06-h100-jagged-bwd-trace.log).
 #pragma unroll
       for (int j = 0; j < kChunks; j++) {
         const int col = 8 * j + 2 * tq;
         const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
+        const float m0 = lr.x * -kLog2e, m1 = lr.y * -kLog2e;
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int c = col + (e & 1), row = key0 + (e < 2 ? 0 : 8);
-          float m = (e & 1) ? lr.y : lr.x;
-          m = m == neg_inf() ? __int_as_float(0x7f800000) : m * kLog2e;  // no key: P = 0
-          float p = fast_exp2(fmaf(sp_t[j][e], kScaleLog2, -m));
-          if (!full) {
-            const int xd = row - c;
-            if (c >= mq || row >= kt.nk || xd < band.lo || xd > band.hi) p = 0.f;
-          }
-          sp_t[j][e] = p;
+        for (int e = 0; e < 4; e++)
+          sp_t[j][e] = fast_exp2(fmaf(sp_t[j][e], kScaleLog2, (e & 1) ? m1 : m0));
+      }
+      if (!full) {
+        int first[2], width[2];  // key rows key0, key0 + 8: c - first < width, unsigned
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+          const int r = key0 + 8 * hr;
+          first[hr] = max(0, r - band.hi);
+          const int last = min(mq - 1, r - band.lo);
+          width[hr] = r < kt.nk ? max(0, last - first[hr] + 1) : 0;
         }
+#pragma unroll
+        for (int j = 0; j < kChunks; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int c = 8 * j + 2 * tq + (e & 1);
+            if ((unsigned)(c - first[e >> 1]) >= (unsigned)width[e >> 1]) sp_t[j][e] = 0.f;
+          }
       }
       wgmma_wait<0>();  // dP^T
       wgmma_hold(dp);
