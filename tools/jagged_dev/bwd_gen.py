@@ -195,6 +195,15 @@ for causal in (False, True):
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, MSK))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, dict(MSK, BLOCK_M=128)))
 VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, dict(MSK, BLOCK_M=128)))
+# The loader's KeyTile handed over in shared memory (the computing
+# warpgroups skip find_sequence at each tile: the traced step's "next"
+# phase), tools/jagged_dev/jagged_bwd_ws_k.cu, named "ws-kt ...".
+KT = dict(TMA, TAG="kt", TPL="../tools/jagged_dev/jagged_bwd_ws_k.cu")
+for causal in (False, True):
+    VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, KT))
+    VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(KT, BLOCK_M=128)))
+VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, KT))
+VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, dict(KT, BLOCK_M=128)))
 # The template traced (tools/jagged_dev/jagged_bwd_ws_t.cu: clock64 at each
 # phase of 256 steps of CTA 0, the per-warpgroup means printed at its end),
 # named "ws-trace ...": where a step's time goes.

@@ -1,0 +1,47 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# next_gpu_call_jagged.sh: what session 28 (2026-12-06, two calls on an
+# H100, ten failed starts) left for the jagged backward (issue 17), in one
+# call of about 5 minutes:
+#   device: carry [".devdeps"], command: bash tools/next_gpu_call_jagged.sh
+# 1. The dev harness (built here: ws-tma is the template, with stmatrix and
+#    the column-range mask since 6afc2f8):
+#    - "ws-kt" (the loader's KeyTile handed over in shared memory,
+#      tools/jagged_dev/jagged_bwd_ws_k.cu) against float64, memcheck,
+#      racecheck, then timed beside ws-tma;
+#    - head dim 64 causal: the warp-specialized kernel (ws-tma, m128)
+#      beside jagged_bwd_sm90.cu's (sm90, 64 keys, three CTAs an SM, the
+#      product's short route) at L 1024, 1536, 2048: the product's
+#      threshold (plan_jagged.c, long_min_rows) was set before the new
+#      mask; move it to the crossover.
+# 2. The product: the GPU suite's jagged cases.
+# Then, on an H200 with the FA4 stash (../shared/device/fa4; call 1
+# carries .fa4/a, call 2 .fa4/b): bench/jagged_bench.py beside FA2 and FA4
+# to restate bench/RESULTS-jagged.md, and tools/jagged_dev/ncu_bwd_pair.sh.
+source .devdeps/env.sh || exit 1
+out=${OUT:-/tmp}
+nvidia-smi --query-gpu=name --format=csv,noheader
+BWD_ONLY='^(ws-(tma|kt) |sm90 bf16 d64 causal blk64)' B=/tmp/jb sh tools/jagged_dev/bwd_build.sh \
+  > "$out/harness-build.log" 2>&1 || { tail -20 "$out/harness-build.log"; exit 1; }
+H=/tmp/jb/bwd_test
+K=("ws-kt bf16 d128 full blk128" "ws-kt bf16 d128 causal blk128" "ws-kt bf16 d64 full blk128"
+   "ws-kt bf16 d64 causal blk128" "ws-kt bf16 d128 full win[100,0] blk128"
+   "ws-kt f16 d64 full win[64,32] blk128")
+echo "=== ws-kt check $(date +%T)"
+timeout 90 $H checksm90 30 "${K[@]}" > "$out/kt-check.log" 2>&1
+echo "check rc $?"; grep -v "^ok" "$out/kt-check.log" | tail -4
+for tool in memcheck racecheck; do
+  timeout 60 /usr/local/cuda/bin/compute-sanitizer --tool $tool --error-exitcode 9 $H small 5 \
+    "ws-kt bf16 d128 causal blk128" "ws-kt bf16 d64 full blk128" > /tmp/san.log 2>&1
+  echo "$tool rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|checks:' /tmp/san.log | tr '\n' ' ')"
+done
+echo "=== ws-kt time $(date +%T)"
+for v in "d128 full" "d128 causal" "d64 full" "d64 causal"; do
+  timeout 60 $H time 11 "ws-tma bf16 $v blk128" "ws-kt bf16 $v blk128" 2>&1 | grep "^time"
+done | tee "$out/kt-time.log" | sed 's/ *tokens [0-9]* *//'
+echo "=== d64 causal route $(date +%T)"
+BWD_LENGTHS="1024 1536 2048" timeout 120 $H time 12 "sm90 bf16 d64 causal blk64" \
+  "ws-tma bf16 d64 causal blk128" 2>&1 | grep "^time" | tee "$out/d64-route.log" |
+  sed 's/ *tokens [0-9]* *//'
+echo "=== product $(date +%T)"
+OUT=$out bash tools/gpu_session.sh build gpu-jagged 2>&1 | tail -5
