@@ -9,6 +9,10 @@
 #    - "ws-kt" (the loader's KeyTile handed over in shared memory,
 #      tools/jagged_dev/jagged_bwd_ws_k.cu) against float64, memcheck,
 #      racecheck, then timed beside ws-tma;
+#    - "ws-poly4", "ws-poly2" (a quarter or half of P's exp2 as a
+#      polynomial on the FMA pipe, tools/jagged_dev/jagged_bwd_ws_p.cu;
+#      relative error 5.6e-5 on [-126, 0.5] by a CPU emulation of the same
+#      float steps) against float64, then timed beside ws-tma;
 #    - head dim 64 causal: the warp-specialized kernel (ws-tma, m128)
 #      beside jagged_bwd_sm90.cu's (sm90, 64 keys, three CTAs an SM, the
 #      product's short route) at L 1024, 1536, 2048: the product's
@@ -21,7 +25,7 @@
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name --format=csv,noheader
-BWD_ONLY='^(ws-(tma|kt) |sm90 bf16 d64 causal blk64)' B=/tmp/jb sh tools/jagged_dev/bwd_build.sh \
+BWD_ONLY='^(ws-(tma|kt|poly[24]) |sm90 bf16 d64 causal blk64)' B=/tmp/jb sh tools/jagged_dev/bwd_build.sh \
   > "$out/harness-build.log" 2>&1 || { tail -20 "$out/harness-build.log"; exit 1; }
 H=/tmp/jb/bwd_test
 K=("ws-kt bf16 d128 full blk128" "ws-kt bf16 d128 causal blk128" "ws-kt bf16 d64 full blk128"
@@ -39,6 +43,18 @@ echo "=== ws-kt time $(date +%T)"
 for v in "d128 full" "d128 causal" "d64 full" "d64 causal"; do
   timeout 60 $H time 11 "ws-tma bf16 $v blk128" "ws-kt bf16 $v blk128" 2>&1 | grep "^time"
 done | tee "$out/kt-time.log" | sed 's/ *tokens [0-9]* *//'
+echo "=== ws-poly $(date +%T)"
+P=()
+for e in 4 2; do
+  for v in "d128 full" "d128 causal" "d64 full" "d64 causal"; do P+=("ws-poly$e bf16 $v blk128"); done
+  P+=("ws-poly$e f16 d64 full win[64,32] blk128")
+done
+timeout 90 $H checksm90 31 "${P[@]}" > "$out/poly-check.log" 2>&1
+echo "check rc $?"; grep -v "^ok" "$out/poly-check.log" | tail -4
+for v in "d128 full" "d128 causal" "d64 full" "d64 causal"; do
+  timeout 60 $H time 13 "ws-tma bf16 $v blk128" "ws-poly4 bf16 $v blk128" "ws-poly2 bf16 $v blk128" \
+    2>&1 | grep "^time"
+done | tee "$out/poly-time.log" | sed 's/ *tokens [0-9]* *//'
 echo "=== d64 causal route $(date +%T)"
 BWD_LENGTHS="1024 1536 2048" timeout 120 $H time 12 "sm90 bf16 d64 causal blk64" \
   "ws-tma bf16 d64 causal blk128" 2>&1 | grep "^time" | tee "$out/d64-route.log" |

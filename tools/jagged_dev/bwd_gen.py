@@ -204,6 +204,16 @@ for causal in (False, True):
     VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(KT, BLOCK_M=128)))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, KT))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, dict(KT, BLOCK_M=128)))
+# Part of P's exp2 as a polynomial on the FMA pipe (MUFU.EX2 issues 16
+# a clock an SM: the traced P phase), chunks j % POLY == POLY - 1 (POLY 4:
+# a quarter, 2: half), tools/jagged_dev/jagged_bwd_ws_p.cu, "ws-poly4",
+# "ws-poly2".
+for every in (4, 2):
+    PL = dict(TMA, TAG="poly%d" % every, TPL="../tools/jagged_dev/jagged_bwd_ws_p.cu", POLY=every)
+    for causal in (False, True):
+        VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, PL))
+        VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(PL, BLOCK_M=128)))
+    VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, dict(PL, BLOCK_M=128)))
 # The template traced (tools/jagged_dev/jagged_bwd_ws_t.cu: clock64 at each
 # phase of 256 steps of CTA 0, the per-warpgroup means printed at its end),
 # named "ws-trace ...": where a step's time goes.
