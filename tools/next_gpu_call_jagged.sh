@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # next_gpu_call_jagged.sh: what session 28 (2026-12-06, two calls on an
 # H100, ten failed starts) left for the jagged backward (issue 17), in one
-# call of about 5 minutes:
+# call of about 8 minutes (under the 10-minute limit):
 #   device: carry [".devdeps"], command: bash tools/next_gpu_call_jagged.sh
 # 1. The dev harness (built here: ws-tma is the template, with stmatrix and
 #    the column-range mask since 6afc2f8):
