@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # next_gpu_call_jagged.sh: what session 28 (2026-12-06, two calls on an
 # H100, ten failed starts) left for the jagged backward (issue 17), in one
-# call of about 8 minutes (under the 10-minute limit):
+# call of about 9 minutes (under the 10-minute limit):
 #   device: carry [".devdeps"], command: bash tools/next_gpu_call_jagged.sh
 # 1. The dev harness (built here: ws-tma is the template, with stmatrix and
 #    the column-range mask since 6afc2f8):
@@ -13,6 +13,9 @@
 #      polynomial on the FMA pipe, tools/jagged_dev/jagged_bwd_ws_p.cu;
 #      relative error 5.6e-5 on [-126, 0.5] by a CPU emulation of the same
 #      float steps) against float64, then timed beside ws-tma;
+#    - "sm90q" (jagged_bwd_sm90.cu with the same column-range mask,
+#      tools/jagged_dev/jagged_bwd_sm90_m.cu; the product's short head-dim-64
+#      masked route and its rotary specs) against float64, timed beside sm90;
 #    - head dim 64 causal: the warp-specialized kernel (ws-tma, m128)
 #      beside jagged_bwd_sm90.cu's (sm90, 64 keys, three CTAs an SM, the
 #      product's short route) at L 1024, 1536, 2048: the product's
@@ -25,7 +28,7 @@
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name --format=csv,noheader
-BWD_ONLY='^(ws-(tma|kt|poly[24]) |sm90 bf16 d64 causal blk64)' B=/tmp/jb sh tools/jagged_dev/bwd_build.sh \
+BWD_ONLY='^(ws-(tma|kt|poly[24]) |sm90q |sm90 bf16 (d64 causal blk64|d128 causal blk128))' B=/tmp/jb sh tools/jagged_dev/bwd_build.sh \
   > "$out/harness-build.log" 2>&1 || { tail -20 "$out/harness-build.log"; exit 1; }
 H=/tmp/jb/bwd_test
 K=("ws-kt bf16 d128 full blk128" "ws-kt bf16 d128 causal blk128" "ws-kt bf16 d64 full blk128"
@@ -55,9 +58,19 @@ for v in "d128 full" "d128 causal" "d64 full" "d64 causal"; do
   timeout 60 $H time 13 "ws-tma bf16 $v blk128" "ws-poly4 bf16 $v blk128" "ws-poly2 bf16 $v blk128" \
     2>&1 | grep "^time"
 done | tee "$out/poly-time.log" | sed 's/ *tokens [0-9]* *//'
+echo "=== sm90q $(date +%T)"
+timeout 90 $H checksm90 32 "sm90q bf16 d64 causal blk64" "sm90q bf16 d64 causal win[128,0] blk64" \
+  "sm90q f16 d64 full win[64,32] blk64" "sm90q bf16 d128 causal blk128" \
+  "sm90q bf16 d128 full win[100,0] blk128" > "$out/sm90q-check.log" 2>&1
+echo "check rc $?"; grep -v "^ok" "$out/sm90q-check.log" | tail -4
+timeout 60 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 9 $H small 5 \
+  "sm90q bf16 d64 causal blk64" "sm90q bf16 d128 causal blk128" > /tmp/san.log 2>&1
+echo "memcheck rc $? $(grep -E 'ERROR SUMMARY|checks:' /tmp/san.log | tr '\n' ' ')"
+timeout 60 $H time 14 "sm90 bf16 d128 causal blk128" "sm90q bf16 d128 causal blk128" 2>&1 |
+  grep "^time" | tee "$out/sm90q-time.log" | sed 's/ *tokens [0-9]* *//'
 echo "=== d64 causal route $(date +%T)"
 BWD_LENGTHS="1024 1536 2048" timeout 120 $H time 12 "sm90 bf16 d64 causal blk64" \
-  "ws-tma bf16 d64 causal blk128" 2>&1 | grep "^time" | tee "$out/d64-route.log" |
+  "sm90q bf16 d64 causal blk64" "ws-tma bf16 d64 causal blk128" 2>&1 | grep "^time" | tee "$out/d64-route.log" |
   sed 's/ *tokens [0-9]* *//'
 echo "=== product $(date +%T)"
 OUT=$out bash tools/gpu_session.sh build gpu-jagged 2>&1 | tail -5

@@ -111,6 +111,16 @@ SM90.append(("bf16", 64, True, True, 128, 0, 128, 2))
 for causal in (False, True):
     SM90.append(("bf16", 64, causal, False, -1, -1, 64, 2))
 SM90.append(("f16", 64, False, True, 64, 32, 64, 2))
+# The column-range mask of jagged_bwd_ws.cu (session 28) in
+# jagged_bwd_sm90.cu (tools/jagged_dev/jagged_bwd_sm90_m.cu), "sm90q ...":
+# head dim 64 masked (the short route, three CTAs an SM), and head dim 128
+# causal, against the "sm90 ..." rows.
+SM90_M = "../tools/jagged_dev/jagged_bwd_sm90_m.cu"
+SM90.append(("bf16", 64, True, False, -1, -1, 64, 2, SM90_M))
+SM90.append(("bf16", 64, True, True, 128, 0, 64, 2, SM90_M))
+SM90.append(("f16", 64, False, True, 64, 32, 64, 2, SM90_M))
+SM90.append(("bf16", 128, True, False, -1, -1, 128, 2, SM90_M))
+SM90.append(("bf16", 128, False, True, 100, 0, 128, 2, SM90_M))
 # A 9th field names another template (relative to templates/) to time
 # against the shipped one: such variants are named "sm90q ...". The
 # dQ-first order of templates/jagged_bwd_sm90.cu was measured this way
