@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # next_gpu_call_jagged.sh: what session 28 (2026-12-06, two calls on an
 # H100, ten failed starts) left for the jagged backward (issue 17), in one
-# call of about 9 minutes (under the 10-minute limit):
+# call of about 8 minutes (under the 10-minute limit):
 #   device: carry [".devdeps"], command: bash tools/next_gpu_call_jagged.sh
+#   then, in a second call: bash tools/next_gpu_call_jagged.sh product
 # 1. The dev harness (built here: ws-tma is the template, with stmatrix and
 #    the column-range mask since 6afc2f8):
 #    - "ws-kt" (the loader's KeyTile handed over in shared memory,
@@ -21,13 +22,18 @@
 #      product's short route) at L 1024, 1536, 2048: the product's
 #      threshold (plan_jagged.c, long_min_rows) was set before the new
 #      mask; move it to the crossover.
-# 2. The product: the GPU suite's jagged cases.
+# 2. ("product", a second call of about 2 minutes) the product with the
+#    column-range mask (6afc2f8): the GPU suite's jagged cases.
 # Then, on an H200 with the FA4 stash (../shared/device/fa4; call 1
 # carries .fa4/a, call 2 .fa4/b): bench/jagged_bench.py beside FA2 and FA4
 # to restate bench/RESULTS-jagged.md, and tools/jagged_dev/ncu_bwd_pair.sh.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name --format=csv,noheader
+if [ "${1:-}" = product ]; then
+  OUT=$out bash tools/gpu_session.sh build gpu-jagged 2>&1 | tail -5
+  exit
+fi
 BWD_ONLY='^(ws-(tma|kt|poly[24]) |sm90q |sm90 bf16 (d64 causal blk64|d128 causal blk128))' B=/tmp/jb sh tools/jagged_dev/bwd_build.sh \
   > "$out/harness-build.log" 2>&1 || { tail -20 "$out/harness-build.log"; exit 1; }
 H=/tmp/jb/bwd_test
@@ -72,5 +78,3 @@ echo "=== d64 causal route $(date +%T)"
 BWD_LENGTHS="1024 1536 2048" timeout 120 $H time 12 "sm90 bf16 d64 causal blk64" \
   "sm90q bf16 d64 causal blk64" "ws-tma bf16 d64 causal blk128" 2>&1 | grep "^time" | tee "$out/d64-route.log" |
   sed 's/ *tokens [0-9]* *//'
-echo "=== product $(date +%T)"
-OUT=$out bash tools/gpu_session.sh build gpu-jagged 2>&1 | tail -5
