@@ -24,12 +24,21 @@
 #      mask; move it to the crossover.
 # 2. ("product", a second call of about 2 minutes) the product with the
 #    column-range mask (6afc2f8): the GPU suite's jagged cases.
-# Then, on an H200 with the FA4 stash (../shared/device/fa4; call 1
-# carries .fa4/a, call 2 .fa4/b): bench/jagged_bench.py beside FA2 and FA4
-# to restate bench/RESULTS-jagged.md, and tools/jagged_dev/ncu_bwd_pair.sh.
+# 3. ("fa4", on an H200: the first call also carries .fa4/a and begins with
+#    `bash .fa4/a/stash.sh;`, this one carries [".devdeps", ".fa4/b"] at
+#    once after it) bench/jagged_bench.py, the product beside FA2 and FA4
+#    on the 8 shapes of bench/RESULTS-jagged.md (session 21's command), to
+#    restate that table; then, with time left, tools/jagged_dev/ncu_bwd_pair.sh.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name --format=csv,noheader
+if [ "${1:-}" = fa4 ]; then
+  source .fa4/b/env.sh || exit 1
+  make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+  PYTHONPATH=bindings/python timeout 560 python3 bench/jagged_bench.py --out "$out/jb" 2>&1 |
+    grep -E "^\| B1152|^wrote|failed|Error" | head -24
+  exit
+fi
 if [ "${1:-}" = product ]; then
   OUT=$out bash tools/gpu_session.sh build gpu-jagged 2>&1 | tail -5
   exit
