@@ -15,7 +15,8 @@
 @# Conditions: ROTARY (rotary embeddings, not with BROADCAST:
 @#   jagged_rotary.cuh's conditions and placeholders), ROTARY_TABLE (its
 @#   positions from tables); other features are picked with if constexpr.
-@# Includes: mma_sm80.cuh, jagged_walk.cuh, jagged_fwd_span.cuh; with ROTARY
+@# Includes: jagged_fwd_band.cuh, mma_sm80.cuh, jagged_walk.cuh,
+@#   jagged_fwd_span.cuh; with ROTARY
 @#   unpack2.cuh and jagged_rotary.cuh.
 @# Host rule: grid (batch + total_q / BLOCK_M, heads, 1) (integer division; the
 @#   same number is the kernel's num_tiles); with BROADCAST (batch *
@@ -37,12 +38,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kStages = @STAGES@;  // KV tiles resident (one computed, the rest in flight)
 constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound: registers fit this many CTAs
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
-constexpr float kScaleLog2 = @SCALE_LOG2@;  // softmax scale @SCALE_TEXT@ times log2(e)
-constexpr bool kCausal = @CAUSAL@;  // bottom-right aligned: key j <= query i + Lk - Lq
-constexpr bool kWindow = @WINDOW@;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
-constexpr int kWindowLeft = @WINDOW_LEFT@;
-constexpr int kWindowRight = @WINDOW_RIGHT@;
-constexpr bool kBroadcast = @BROADCAST@;  // one Q shared by every sequence
+@include jagged_fwd_band.cuh@
 
 constexpr int kWarpRows = kBlockM / kWarps;  // query rows per warp
 constexpr int kMTiles = kWarpRows / 16;  // 16-row m-tiles per warp
@@ -52,11 +48,6 @@ constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
 constexpr int kQElems = kBlockM * kHeadDim;  // the Q tile (and the O staging)
 constexpr int kKvElems = kBlockN * kHeadDim;  // one K or V tile
 constexpr int kStageElems = 2 * kKvElems;  // K then V
-// Which sides of the band bound the keys a query sees.
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
-constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
-constexpr long long kLeft = (long long)kWindowLeft;
 // Warps skip KV tiles none of their real rows sees (rows past the sequence
 // end, the band's far side). At head_dim 128 the skip's registers made
 // ptxas spill and cost 8-10% on the H200 (measured), so only at 64.
@@ -68,7 +59,6 @@ static_assert(kBlockN % 16 == 0 && kStages >= 2, "KV tiles of 16-key slices, dou
 static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0 &&
                   kBlockM % (kThreads / kChunks) == 0,
               "a pass of the CTA's loads covers whole rows of a tile");
-static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert(!(kBroadcast && @ROTARY@), "rotary embeddings with a broadcast Q are not planned");
 static_assert((kQElems + kStages * kStageElems) * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");

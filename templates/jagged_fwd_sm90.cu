@@ -12,8 +12,9 @@
 @#   @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu).
 @# Conditions: ROTARY, ROTARY_TABLE (as in jagged_fwd.cu; not with
 @#   BROADCAST, and BLOCK_M == BLOCK_N: the Q and K/V tiles share one layout
-@#   for the rotation). Includes: mma_sm80.cuh, wgmma_sm90.cuh,
-@#   jagged_walk.cuh, jagged_fwd_span.cuh; with ROTARY unpack2.cuh and
+@#   for the rotation). Includes: jagged_fwd_sm90_consts.cuh (with
+@#   jagged_fwd_band.cuh), mma_sm80.cuh, wgmma_sm90.cuh, jagged_walk.cuh,
+@#   jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh; with ROTARY unpack2.cuh and
 @#   jagged_rotary.cuh.
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * BLOCK_M / 64
 @#   threads.
@@ -28,31 +29,11 @@ constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kStages = @STAGES@;  // KV tiles resident
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
-constexpr float kScaleLog2 = @SCALE_LOG2@;  // softmax scale @SCALE_TEXT@ times log2(e)
-constexpr bool kCausal = @CAUSAL@;  // bottom-right aligned: key j <= query i + Lk - Lq
-constexpr bool kWindow = @WINDOW@;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
-constexpr int kWindowLeft = @WINDOW_LEFT@;
-constexpr int kWindowRight = @WINDOW_RIGHT@;
-constexpr bool kBroadcast = @BROADCAST@;  // one Q shared by every sequence
-
-constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-constexpr int kHalves = kHeadDim / 64;  // 64-column matrices of a tile
-constexpr int kKeyHalves = kBlockN / 64;  // 64-key parts of S
-constexpr int kRowBytes = 128;  // a matrix row: 64 elements
-constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O staging)
-constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
-constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
-// Which sides of the band bound the keys a query sees.
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
-constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
-constexpr long long kLeft = (long long)kWindowLeft;
-static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+@include jagged_fwd_sm90_consts.cuh@
 static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
 static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
 static_assert(!(kBroadcast && @ROTARY@), "rotary embeddings with a broadcast Q are not planned");
-static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
 /* ---- end constants ---- */
@@ -67,26 +48,6 @@ static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
 
 @include jagged_fwd_wgmma.cuh@
 
-/* ---- begin tile loads ---- */
-// Start the copy of kRows tile rows from src (row stride `stride`
-// elements) into the tile at shared address `dst`; rows past `valid` are
-// zero-filled, never read.
-template <int kRows>
-__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
-                                          long long stride, int valid) {
-  constexpr int kRowStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
-}
-/* ---- end tile loads ---- */
 @if ROTARY@
 
 @include unpack2.cuh@
@@ -145,11 +106,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
     const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
     const unsigned st = kv_a + (i % kStages) * 2 * kKvBytes;
-    load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
-    load_rows<kBlockN>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
+    load_rows<kBlockN, kThreads>(st, k_src + n0 * kv_stride, kv_stride, valid);
+    load_rows<kBlockN, kThreads>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
   };
   if (n_tiles > 0) {
-    load_rows<kBlockM>(q_a, q_src, q_stride, rows);
+    load_rows<kBlockM, kThreads>(q_a, q_src, q_stride, rows);
     load_kv(0);
   }
   cp_async_commit();

@@ -1,12 +1,12 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_fwd_wgmma.cuh: what the two sm_90a jagged forwards
 @# (jagged_fwd_sm90.cu, jagged_fwd_ws.cu) share: the tiles' swizzled
-@# layout, a KV tile's view (real keys, band diagonals, mask), the
+@# layout and the tile loads (cp.async), a KV tile's view (real keys, band diagonals, mask), the
 @# two products on wgmma, the online softmax between them and the
 @# output's staging and stores.
 @# Needs the includer's kHeadDim, kBlockM, kBlockN, kHalves, kKeyHalves,
 @#   kRowBytes, kStepOverRows, kChunks, kHasLeft, kHasRight, kLeft, kRight,
-@#   kScaleLog2; mma_sm80.cuh (pack2, fast_exp2, neg_inf) and
+@#   kScaleLog2; mma_sm80.cuh (pack2, fast_exp2, neg_inf, cp_async_16) and
 @#   wgmma_sm90.cuh. No placeholders, no conditions.
 /* ---- begin wgmma forward pieces ----
  * A tile of R rows is kHalves matrices of R rows of 64 elements (128
@@ -14,6 +14,26 @@
  * r sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of its row. */
 __device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
   return (chunk >> 3) * (rows * kRowBytes) + row * kRowBytes + (((chunk & 7) ^ (row & 7)) << 4);
+}
+
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into the tile at shared address `dst` by the first kLoaders
+// threads (the CTA, or the loading warpgroup); rows past `valid` are
+// zero-filled, never read.
+template <int kRows, int kLoaders>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid) {
+  constexpr int kRowStep = kLoaders / kChunks;
+  static_assert(kLoaders % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const unsigned short *g = src + row0 * stride + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
 }
 
 // log2 on the special-function unit.

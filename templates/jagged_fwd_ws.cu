@@ -15,8 +15,9 @@
 @#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu) @ROTARY@
 @#   (false: not planned with rotary embeddings) @TMA_KV@ (below).
-@# Includes: mma_sm80.cuh, wgmma_sm90.cuh, pipeline_sm90.cuh, tma_sm90.cuh
-@#   (TMA_KV), jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh.
+@# Includes: jagged_fwd_sm90_consts.cuh (with jagged_fwd_band.cuh),
+@#   mma_sm80.cuh, wgmma_sm90.cuh, pipeline_sm90.cuh, tma_sm90.cuh (TMA_KV),
+@#   jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh.
 @# Conditions: TMA_KV (K and V tiles by TMA: the kernel takes tmap_k,
 @#   tmap_v last).
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * (BLOCK_M / 64
@@ -43,19 +44,7 @@ constexpr int kLoadRegs = 56, kMathRegs = 224;  // setmaxnreg budgets
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
 constexpr int kStages = @STAGES@;  // KV tiles resident
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
-constexpr float kScaleLog2 = @SCALE_LOG2@;  // softmax scale @SCALE_TEXT@ times log2(e)
-constexpr bool kCausal = @CAUSAL@;  // bottom-right aligned: key j <= query i + Lk - Lq
-constexpr bool kWindow = @WINDOW@;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
-constexpr int kWindowLeft = @WINDOW_LEFT@;
-constexpr int kWindowRight = @WINDOW_RIGHT@;
-constexpr bool kBroadcast = @BROADCAST@;  // one Q shared by every sequence
-
-constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-constexpr int kHalves = kHeadDim / 64;  // 64-column matrices of a tile
-constexpr int kKeyHalves = kBlockN / 64;  // 64-key parts of S
-constexpr int kRowBytes = 128;  // a matrix row: 64 elements
-constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O staging)
-constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
+@include jagged_fwd_sm90_consts.cuh@
 // K and V tiles by TMA (tmap_k, tmap_v: boxes of 64 columns by kBlockN
 // keys, issued by one loading thread on the stage's full barrier) instead
 // of cp.async by the loading warpgroup. Keys past a sequence's end are then
@@ -63,17 +52,9 @@ constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
 // masks every column past the real keys, so P is 0 there (but a
 // neighbour's Inf or NaN in V would reach O as 0 x Inf).
 constexpr bool kTmaKv = @TMA_KV@;
-constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
-// Which sides of the band bound the keys a query sees.
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
-constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
-constexpr long long kLeft = (long long)kWindowLeft;
-static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockN % 64 == 0 && kBlockN <= 128, "KV tiles of 64 or 128 keys");
 static_assert(kStages >= 2, "a stage is refilled once its P V has run");
 static_assert(!@ROTARY@, "rotary embeddings take jagged_fwd_sm90.cu");
-static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
 /* ---- end constants ---- */
@@ -88,26 +69,6 @@ static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
 
 @include jagged_fwd_wgmma.cuh@
 
-/* ---- begin tile loads ---- */
-// Start the copy of kRows tile rows from src (row stride `stride`
-// elements) into the tile at shared address `dst`; rows past `valid` are
-// zero-filled, never read.
-template <int kRows>
-__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
-                                          long long stride, int valid) {
-  constexpr int kRowStep = 128 / kChunks;  // the loading warpgroup
-  static_assert(kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
-}
-/* ---- end tile loads ---- */
 
 @include pipeline_sm90.cuh@
 
@@ -172,7 +133,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     regs_dec<kLoadRegs>();
     if (n_tiles > 0) {
       const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-      load_rows<kBlockM>(q_a, q_src, q_stride, rows);
+      load_rows<kBlockM, 128>(q_a, q_src, q_stride, rows);
       mbar_arrive_on_copies(q_full);
     }
     const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
@@ -197,8 +158,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         }
       }
 @else@
-      load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
-      load_rows<kBlockN>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
+      load_rows<kBlockN, 128>(st, k_src + n0 * kv_stride, kv_stride, valid);
+      load_rows<kBlockN, 128>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
       mbar_arrive_on_copies(full0 + 8 * s);
 @endif@
     }

@@ -71,6 +71,12 @@ constexpr bool kWindow = 1;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right
 constexpr int kWindowLeft = 512;
 constexpr int kWindowRight = 0;
 constexpr bool kBroadcast = 1;  // one Q shared by every sequence
+// Which sides of the band bound the keys a query sees.
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
+constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
+constexpr long long kLeft = (long long)kWindowLeft;
+static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 
 constexpr int kWarpRows = kBlockM / kWarps;  // query rows per warp
 constexpr int kMTiles = kWarpRows / 16;  // 16-row m-tiles per warp
@@ -80,11 +86,6 @@ constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
 constexpr int kQElems = kBlockM * kHeadDim;  // the Q tile (and the O staging)
 constexpr int kKvElems = kBlockN * kHeadDim;  // one K or V tile
 constexpr int kStageElems = 2 * kKvElems;  // K then V
-// Which sides of the band bound the keys a query sees.
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
-constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
-constexpr long long kLeft = (long long)kWindowLeft;
 // Warps skip KV tiles none of their real rows sees (rows past the sequence
 // end, the band's far side). At head_dim 128 the skip's registers made
 // ptxas spill and cost 8-10% on the H200 (measured), so only at 64.
@@ -96,7 +97,6 @@ static_assert(kBlockN % 16 == 0 && kStages >= 2, "KV tiles of 16-key slices, dou
 static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0 &&
                   kBlockM % (kThreads / kChunks) == 0,
               "a pass of the CTA's loads covers whole rows of a tile");
-static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert(!(kBroadcast && 0), "rotary embeddings with a broadcast Q are not planned");
 static_assert((kQElems + kStages * kStageElems) * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
@@ -640,6 +640,12 @@ constexpr bool kWindow = 1;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right
 constexpr int kWindowLeft = 512;
 constexpr int kWindowRight = 0;
 constexpr bool kBroadcast = 1;  // one Q shared by every sequence
+// Which sides of the band bound the keys a query sees.
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
+constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
+constexpr long long kLeft = (long long)kWindowLeft;
+static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 
 constexpr int kWarpRows = kBlockM / kWarps;  // query rows per warp
 constexpr int kMTiles = kWarpRows / 16;  // 16-row m-tiles per warp
@@ -649,11 +655,6 @@ constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
 constexpr int kQElems = kBlockM * kHeadDim;  // the Q tile (and the O staging)
 constexpr int kKvElems = kBlockN * kHeadDim;  // one K or V tile
 constexpr int kStageElems = 2 * kKvElems;  // K then V
-// Which sides of the band bound the keys a query sees.
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
-constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
-constexpr long long kLeft = (long long)kWindowLeft;
 // Warps skip KV tiles none of their real rows sees (rows past the sequence
 // end, the band's far side). At head_dim 128 the skip's registers made
 // ptxas spill and cost 8-10% on the H200 (measured), so only at 64.
@@ -665,7 +666,6 @@ static_assert(kBlockN % 16 == 0 && kStages >= 2, "KV tiles of 16-key slices, dou
 static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0 &&
                   kBlockM % (kThreads / kChunks) == 0,
               "a pass of the CTA's loads covers whole rows of a tile");
-static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert(!(kBroadcast && 0), "rotary embeddings with a broadcast Q are not planned");
 static_assert((kQElems + kStages * kStageElems) * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");

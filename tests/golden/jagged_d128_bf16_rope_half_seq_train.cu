@@ -62,7 +62,12 @@ constexpr bool kWindow = 0;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right
 constexpr int kWindowLeft = 0;
 constexpr int kWindowRight = 0;
 constexpr bool kBroadcast = 0;  // one Q shared by every sequence
-
+// Which sides of the band bound the keys a query sees.
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
+constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
+constexpr long long kLeft = (long long)kWindowLeft;
+static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
 constexpr int kHalves = kHeadDim / 64;  // 64-column matrices of a tile
 constexpr int kKeyHalves = kBlockN / 64;  // 64-key parts of S
@@ -70,17 +75,11 @@ constexpr int kRowBytes = 128;  // a matrix row: 64 elements
 constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O staging)
 constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
-// Which sides of the band bound the keys a query sees.
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
-constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
-constexpr long long kLeft = (long long)kWindowLeft;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
 static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
 static_assert(!(kBroadcast && 1), "rotary embeddings with a broadcast Q are not planned");
-static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
 /* ---- end constants ---- */
@@ -426,6 +425,26 @@ __device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
   return (chunk >> 3) * (rows * kRowBytes) + row * kRowBytes + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into the tile at shared address `dst` by the first kLoaders
+// threads (the CTA, or the loading warpgroup); rows past `valid` are
+// zero-filled, never read.
+template <int kRows, int kLoaders>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid) {
+  constexpr int kRowStep = kLoaders / kChunks;
+  static_assert(kLoaders % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const unsigned short *g = src + row0 * stride + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+
 // log2 on the special-function unit.
 __device__ __forceinline__ float fast_log2(float x) {
   float y;
@@ -633,26 +652,6 @@ __device__ __forceinline__ void store_out(unsigned short *out, long long q_strid
 }
 /* ---- end wgmma forward pieces ---- */
 
-/* ---- begin tile loads ---- */
-// Start the copy of kRows tile rows from src (row stride `stride`
-// elements) into the tile at shared address `dst`; rows past `valid` are
-// zero-filled, never read.
-template <int kRows>
-__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
-                                          long long stride, int valid) {
-  constexpr int kRowStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
-}
-/* ---- end tile loads ---- */
 
 // The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
 // low half.
@@ -878,11 +877,11 @@ ag_jrope_d128_bf16_causal_rope_fwd(const unsigned short *__restrict__ q,
     const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
     const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
     const unsigned st = kv_a + (i % kStages) * 2 * kKvBytes;
-    load_rows<kBlockN>(st, k_src + n0 * kv_stride, kv_stride, valid);
-    load_rows<kBlockN>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
+    load_rows<kBlockN, kThreads>(st, k_src + n0 * kv_stride, kv_stride, valid);
+    load_rows<kBlockN, kThreads>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
   };
   if (n_tiles > 0) {
-    load_rows<kBlockM>(q_a, q_src, q_stride, rows);
+    load_rows<kBlockM, kThreads>(q_a, q_src, q_stride, rows);
     load_kv(0);
   }
   cp_async_commit();

@@ -57,13 +57,20 @@ constexpr bool kWindow = 0;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right
 constexpr int kWindowLeft = 0;
 constexpr int kWindowRight = 0;
 constexpr bool kBroadcast = 0;  // one Q shared by every sequence
-
+// Which sides of the band bound the keys a query sees.
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
+constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
+constexpr long long kLeft = (long long)kWindowLeft;
+static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
 constexpr int kHalves = kHeadDim / 64;  // 64-column matrices of a tile
 constexpr int kKeyHalves = kBlockN / 64;  // 64-key parts of S
 constexpr int kRowBytes = 128;  // a matrix row: 64 elements
 constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O staging)
 constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
+constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 // K and V tiles by TMA (tmap_k, tmap_v: boxes of 64 columns by kBlockN
 // keys, issued by one loading thread on the stage's full barrier) instead
 // of cp.async by the loading warpgroup. Keys past a sequence's end are then
@@ -71,17 +78,9 @@ constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
 // masks every column past the real keys, so P is 0 there (but a
 // neighbour's Inf or NaN in V would reach O as 0 x Inf).
 constexpr bool kTmaKv = 1;
-constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
-// Which sides of the band bound the keys a query sees.
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
-constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
-constexpr long long kLeft = (long long)kWindowLeft;
-static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockN % 64 == 0 && kBlockN <= 128, "KV tiles of 64 or 128 keys");
 static_assert(kStages >= 2, "a stage is refilled once its P V has run");
 static_assert(!0, "rotary embeddings take jagged_fwd_sm90.cu");
-static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
 /* ---- end constants ---- */
@@ -427,6 +426,26 @@ __device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
   return (chunk >> 3) * (rows * kRowBytes) + row * kRowBytes + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into the tile at shared address `dst` by the first kLoaders
+// threads (the CTA, or the loading warpgroup); rows past `valid` are
+// zero-filled, never read.
+template <int kRows, int kLoaders>
+__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid) {
+  constexpr int kRowStep = kLoaders / kChunks;
+  static_assert(kLoaders % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  const unsigned short *g = src + row0 * stride + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+
 // log2 on the special-function unit.
 __device__ __forceinline__ float fast_log2(float x) {
   float y;
@@ -634,26 +653,6 @@ __device__ __forceinline__ void store_out(unsigned short *out, long long q_strid
 }
 /* ---- end wgmma forward pieces ---- */
 
-/* ---- begin tile loads ---- */
-// Start the copy of kRows tile rows from src (row stride `stride`
-// elements) into the tile at shared address `dst`; rows past `valid` are
-// zero-filled, never read.
-template <int kRows>
-__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
-                                          long long stride, int valid) {
-  constexpr int kRowStep = 128 / kChunks;  // the loading warpgroup
-  static_assert(kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
-}
-/* ---- end tile loads ---- */
 
 /* ---- begin device helpers (mbarrier pipeline, sm_90a) ----
  * Each comment names the PTX ISA instruction it wraps (PTX ISA 8.x,
@@ -806,7 +805,7 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
     regs_dec<kLoadRegs>();
     if (n_tiles > 0) {
       const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-      load_rows<kBlockM>(q_a, q_src, q_stride, rows);
+      load_rows<kBlockM, 128>(q_a, q_src, q_stride, rows);
       mbar_arrive_on_copies(q_full);
     }
     const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
@@ -946,6 +945,12 @@ constexpr bool kWindow = 0;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right
 constexpr int kWindowLeft = 0;
 constexpr int kWindowRight = 0;
 constexpr bool kBroadcast = 0;  // one Q shared by every sequence
+// Which sides of the band bound the keys a query sees.
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
+constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
+constexpr long long kLeft = (long long)kWindowLeft;
+static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 
 constexpr int kWarpRows = kBlockM / kWarps;  // query rows per warp
 constexpr int kMTiles = kWarpRows / 16;  // 16-row m-tiles per warp
@@ -955,11 +960,6 @@ constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O = P V
 constexpr int kQElems = kBlockM * kHeadDim;  // the Q tile (and the O staging)
 constexpr int kKvElems = kBlockN * kHeadDim;  // one K or V tile
 constexpr int kStageElems = 2 * kKvElems;  // K then V
-// Which sides of the band bound the keys a query sees.
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);
-constexpr long long kRight = kCausal ? 0 : (long long)kWindowRight;
-constexpr long long kLeft = (long long)kWindowLeft;
 // Warps skip KV tiles none of their real rows sees (rows past the sequence
 // end, the band's far side). At head_dim 128 the skip's registers made
 // ptxas spill and cost 8-10% on the H200 (measured), so only at 64.
@@ -971,7 +971,6 @@ static_assert(kBlockN % 16 == 0 && kStages >= 2, "KV tiles of 16-key slices, dou
 static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0 &&
                   kBlockM % (kThreads / kChunks) == 0,
               "a pass of the CTA's loads covers whole rows of a tile");
-static_assert(!(kCausal && kWindow && kWindowRight > 0), "causal with a window means right 0");
 static_assert(!(kBroadcast && 0), "rotary embeddings with a broadcast Q are not planned");
 static_assert((kQElems + kStages * kStageElems) * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
