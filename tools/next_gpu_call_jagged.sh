@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # next_gpu_call_jagged.sh: what session 28 (2026-12-06, two calls on an
-# H100, ten failed starts) left for the jagged backward (issue 17), in one
+# H100, eight failed starts) left for the jagged backward (issue 17), in one
 # call of about 8 minutes (under the 10-minute limit):
 #   device: carry [".devdeps"], command: bash tools/next_gpu_call_jagged.sh
 #   then, in a second call: bash tools/next_gpu_call_jagged.sh product
