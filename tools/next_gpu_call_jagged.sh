@@ -8,14 +8,14 @@
 # 1. The dev harness (built here: ws-tma is the template, with stmatrix and
 #    the column-range mask since 6afc2f8):
 #    - "ws-kt" (the loader's KeyTile handed over in shared memory,
-#      tools/jagged_dev/jagged_bwd_ws_k.cu) against float64, memcheck,
+#      bwd_patches.py's "kt") against float64, memcheck,
 #      racecheck, then timed beside ws-tma;
 #    - "ws-poly4", "ws-poly2" (a quarter or half of P's exp2 as a
-#      polynomial on the FMA pipe, tools/jagged_dev/jagged_bwd_ws_p.cu;
+#      polynomial on the FMA pipe, bwd_patches.py's "poly";
 #      relative error 5.6e-5 on [-126, 0.5] by a CPU emulation of the same
 #      float steps) against float64, then timed beside ws-tma;
 #    - "sm90q" (jagged_bwd_sm90.cu with the same column-range mask,
-#      tools/jagged_dev/jagged_bwd_sm90_m.cu; the product's short head-dim-64
+#      bwd_patches.py's "sm90q"; the product's short head-dim-64
 #      masked route and its rotary specs) against float64, timed beside sm90;
 #    - head dim 64 causal: the warp-specialized kernel (ws-tma, m128)
 #      beside jagged_bwd_sm90.cu's (sm90, 64 keys, three CTAs an SM, the

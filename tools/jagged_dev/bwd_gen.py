@@ -10,6 +10,9 @@ usage: bwd_gen.py OUT.cuh [fast]   (variants: see VARIANTS below)
 """
 import math, re, sys, os
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bwd_patches  # noqa: E402
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TPL = os.path.join(ROOT, "templates")
 
@@ -112,10 +115,10 @@ for causal in (False, True):
     SM90.append(("bf16", 64, causal, False, -1, -1, 64, 2))
 SM90.append(("f16", 64, False, True, 64, 32, 64, 2))
 # The column-range mask of jagged_bwd_ws.cu (session 28) in
-# jagged_bwd_sm90.cu (tools/jagged_dev/jagged_bwd_sm90_m.cu), "sm90q ...":
+# jagged_bwd_sm90.cu (bwd_patches.py's "sm90q"), "sm90q ...":
 # head dim 64 masked (the short route, three CTAs an SM), and head dim 128
 # causal, against the "sm90 ..." rows.
-SM90_M = "../tools/jagged_dev/jagged_bwd_sm90_m.cu"
+SM90_M = "patch:sm90q"
 SM90.append(("bf16", 64, True, False, -1, -1, 64, 2, SM90_M))
 SM90.append(("bf16", 64, True, True, 128, 0, 64, 2, SM90_M))
 SM90.append(("f16", 64, False, True, 64, 32, 64, 2, SM90_M))
@@ -188,27 +191,14 @@ for dt in ("bf16", "f16"):
         VARIANTS.append((dt, 128, causal, False, -1, -1, 128, 2, WS, FDQ))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, FDQ))
 VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, {"STAGES": 2, "TAG": "s2"}))
-# dS^T stored by stmatrix (4 stores a thread instead of 16; the dev copy
-# tools/jagged_dev/jagged_bwd_ws_x.cu), named "ws-stm ...", against ws-tma.
-STM = dict(TMA, TAG="stm", TPL="../tools/jagged_dev/jagged_bwd_ws_x.cu")
-for causal in (False, True):
-    VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, STM))
-    VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(STM, BLOCK_M=128)))
-VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, STM))
-# P without the no-key case and the mask as one column range a key row
-# (tools/jagged_dev/jagged_bwd_ws_m.cu), named "ws-msk ...", against
-# ws-tma (the template, with stmatrix since ae67c63).
-MSK = dict(TMA, TAG="msk", TPL="../tools/jagged_dev/jagged_bwd_ws_m.cu")
-for causal in (False, True):
-    VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, MSK))
-    VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(MSK, BLOCK_M=128)))
-VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, MSK))
-VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, dict(MSK, BLOCK_M=128)))
-VARIANTS.append(("bf16", 64, True, True, 128, 0, 128, 2, WS, dict(MSK, BLOCK_M=128)))
+# Session 28's "ws-stm" (dS^T by stmatrix) and "ws-msk" (the column-range
+# mask) are in the template since ae67c63 and 6afc2f8; their copies are in
+# git at 3f8a1bd. The variants below are edits to the shipped template
+# (tools/jagged_dev/bwd_patches.py; knob PATCH), each timed beside ws-tma.
 # The loader's KeyTile handed over in shared memory (the computing
 # warpgroups skip find_sequence at each tile: the traced step's "next"
-# phase), tools/jagged_dev/jagged_bwd_ws_k.cu, named "ws-kt ...".
-KT = dict(TMA, TAG="kt", TPL="../tools/jagged_dev/jagged_bwd_ws_k.cu")
+# phase), named "ws-kt ...".
+KT = dict(TMA, TAG="kt", PATCH="kt")
 for causal in (False, True):
     VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, KT))
     VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(KT, BLOCK_M=128)))
@@ -216,18 +206,17 @@ VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, KT))
 VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, dict(KT, BLOCK_M=128)))
 # Part of P's exp2 as a polynomial on the FMA pipe (MUFU.EX2 issues 16
 # a clock an SM: the traced P phase), chunks j % POLY == POLY - 1 (POLY 4:
-# a quarter, 2: half), tools/jagged_dev/jagged_bwd_ws_p.cu, "ws-poly4",
-# "ws-poly2".
+# a quarter, 2: half), "ws-poly4", "ws-poly2".
 for every in (4, 2):
-    PL = dict(TMA, TAG="poly%d" % every, TPL="../tools/jagged_dev/jagged_bwd_ws_p.cu", POLY=every)
+    PL = dict(TMA, TAG="poly%d" % every, PATCH="poly", POLY=every)
     for causal in (False, True):
         VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, PL))
         VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(PL, BLOCK_M=128)))
     VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, dict(PL, BLOCK_M=128)))
-# The template traced (tools/jagged_dev/jagged_bwd_ws_t.cu: clock64 at each
-# phase of 256 steps of CTA 0, the per-warpgroup means printed at its end),
-# named "ws-trace ...": where a step's time goes.
-TRC = dict(TMA, TAG="trace", TPL="../tools/jagged_dev/jagged_bwd_ws_t.cu")
+# The template traced (clock64 at each phase of 256 steps of CTA 0, the
+# per-warpgroup means printed at its end), named "ws-trace ...": where a
+# step's time goes (bench/NOTES.md, session 28).
+TRC = dict(TMA, TAG="trace", PATCH="trace")
 for causal in (False, True):
     VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, TRC))
     VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(TRC, BLOCK_M=128)))
@@ -313,10 +302,18 @@ def main():
                 vals.update({k: x for k, x in knobs.items() if k != "TAG"})
             sd = 0
             warps = blk // 16  # 128 * blk / 64 threads
-        if tpl == WS and knobs.get("TPL"):  # a dev copy of the template, with its own knobs
-            vals.update({k: x for k, x in knobs.items()
-                         if k not in ("TAG", "TPL", "STAGES", "TMA", "FUSED", "BLOCK_M")})
-        text = expand(knobs["TPL"] if tpl == WS and knobs.get("TPL") else tpl or {0: "jagged_bwd.cu", 1: "../tools/jagged_dev/jagged_bwd_fast.cu", 2: "jagged_bwd_sm90.cu"}[int(fast)], vals)
+        patch = knobs.get("PATCH") if tpl == WS and knobs else None
+        if tpl and tpl.startswith("patch:"):
+            patch = tpl[len("patch:"):]
+        if patch:  # an edited template (bwd_patches.py), with its own knobs as placeholders
+            if tpl == WS:
+                vals.update({k: x for k, x in knobs.items()
+                             if k not in ("TAG", "PATCH", "STAGES", "TMA", "FUSED", "BLOCK_M")})
+            path = os.path.join(os.path.dirname(os.path.abspath(out)), "patched_%s.cu" % patch)
+            with open(path, "w") as f:
+                f.write(bwd_patches.patched(TPL, patch))
+        src = os.path.relpath(path, TPL) if patch else tpl
+        text = expand(src or {0: "jagged_bwd.cu", 1: "../tools/jagged_dev/jagged_bwd_fast.cu", 2: "jagged_bwd_sm90.cu"}[int(fast)], vals)
         parts.append(f"namespace v{i} {{\n" + text + f"\n}}  // namespace v{i}\n")
         tma_rows = bm if tpl == WS and knobs.get("TMA") else 0
         cast = "(KFn)" if tma_rows else ""  # TMA entry points take two more parameters
