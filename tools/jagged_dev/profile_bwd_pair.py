@@ -9,7 +9,7 @@ torch.cuda.profiler.start() and stop(), so that
     ncu --profile-from-start off --set full -o REP \\
         python3 tools/jagged_dev/profile_bwd_pair.py attngen|fa4 [L] [D] [causal]
 
-Prints the call's time (CUDA events, median of 5) when run without ncu.
+Prints the call's time (jagged_bench's CUDA-event median) when run without ncu.
 Times nothing else; bench/jagged_bench.py is the benchmark."""
 import os
 import sys
@@ -50,23 +50,13 @@ def main():
     def bwd():
         return torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)
 
-    for _ in range(3):
-        bwd()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        bwd()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+    ms = jb._time(bwd)  # the bench's CUDA-event median (warm-ups included)
     torch.cuda.profiler.start()
     bwd()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
-    print("%s L %d D %d%s: backward %.3f ms (median of 5)"
-          % (which, L, D, " causal" if causal else "", sorted(times)[2]))
+    print("%s L %d D %d%s: backward %.3f ms (median of %d)"
+          % (which, L, D, " causal" if causal else "", ms, jb.ITERS))
 
 
 if __name__ == "__main__":
