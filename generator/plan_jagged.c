@@ -291,13 +291,16 @@ static void plan_backward_ws(const ag_spec *spec, ag_plan *p, ag_plan_jagged_cho
 /* Head dim 64 with a mask: jagged_bwd_sm90.cu (three CTAs an SM of 64
  * keys, plan_backward_fast) for runs of short sequences, and the
  * warp-specialized kernel above on 128-row steps for runs whose mean query
- * length passes 1024. In the dev harness on the H200 (bf16, batch 1152, 4
- * heads, causal, lengths uniform in [1, L], mean about L / 2), TFLOP/s of
- * the warp-specialized one against jagged_bwd_sm90.cu: L 1024 156 / 176,
- * 1536 193 / 203, 2048 223 / 222, 3072 255 / 239, 4096 273 / 246
- * (bench/results/2026-12-04-h200-jagged-bwd-long-gpu-suite.log). */
+ * length passes 256. In the dev harness (bf16, batch 1152, 4 heads,
+ * causal, lengths uniform in [1, L], mean about L / 2), TFLOP/s of the
+ * warp-specialized one against jagged_bwd_sm90.cu: on the H200 before
+ * either had the column-range mask, L 1024 156 / 176, 1536 193 / 203,
+ * 2048 223 / 222, 3072 255 / 239, 4096 273 / 246
+ * (bench/results/2026-12-04-h200-jagged-bwd-long-gpu-suite.log), so the
+ * threshold was 1024; with it, on an H100, L 1024 202 / 163, 1536 258 /
+ * 197, 2048 297 / 215 (bench/results/2026-12-06-h100-jagged-bwd-s29.log). */
 static void plan_backward_long(ag_plan *p, ag_plan_jagged_choices choices) {
-  p->jagged.long_min_rows = 1024;
+  p->jagged.long_min_rows = 256;
   p->jagged.fast_long = ws_kv(p->head_dim, 128);
   p->jagged.fast_long.tma_qdo = choices.sm90_bwd_tma;
 }

@@ -20,24 +20,24 @@
  * Plan:
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_pre
  *     D = rowsum(dO * O) of each query row; the fp32 dQ accumulator zeroed
- *     runs when the mean query length <= 1024
+ *     runs when the mean query length <= 256
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_kv
  *     key-stationary on wgmma (sm_90a): dK and dV of 64 key rows (64 a
  *     warpgroup) over the group's heads, query tiles of 64; each tile's dQ
  *     added to the fp32 accumulator by bulk adds (its bits vary run to run)
- *     runs when the mean query length <= 1024
+ *     runs when the mean query length <= 256
  *     threads: 128, shared memory: 75776 bytes, registers capped for 3 CTAs per SM
  *     grid: (batch + total_k / 64, kv_heads)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_dq
  *     dQ: the fp32 accumulator scaled and rounded
- *     runs when the mean query length <= 1024
+ *     runs when the mean query length <= 256
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_pre
  *     D = rowsum(dO * O) of each query row; the fp32 dQ accumulator zeroed
- *     runs when the mean query length > 1024
+ *     runs when the mean query length > 256
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_kv
@@ -47,13 +47,13 @@
  *     warp specialized: one warpgroup loads K, V and 2 stages of Q, dO;
  *     the computing warpgroups meet once a step (dQ reads both halves of dS^T)
  *     Q and dO by TMA (tensor maps as parameters)
- *     runs when the mean query length > 1024
+ *     runs when the mean query length > 256
  *     threads: 384, shared memory: 231424 bytes
  *     grid: one CTA an SM (persistent), taking the (batch + total_k / 128)
  *     * kv_heads tiles from a counter, whichever CTA is free
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_dq
  *     dQ: the fp32 accumulator scaled and rounded
- *     runs when the mean query length > 1024
+ *     runs when the mean query length > 256
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  */
@@ -1165,22 +1165,33 @@ ag_gem_d64_bf16_causal_w256_0_bwd_kv(const unsigned short *__restrict__ q,
       // inf, which dQ = dS K would turn into NaN (inf times K's zero row).
       const bool full = mq == kBlockM && nk == kBlockN && band.lo <= -(kBlockM - 1) &&
                         band.hi >= kBlockN - 1;
+      // P with no case for a query that sees no key (LSE -inf): each of its
+      // pairs is masked, and a full tile has no such query. Key rows key0,
+      // key0 + 8 see columns [max(0, r - hi), min(mq - 1, r - lo)] (none
+      // past nk): c - first < width, one unsigned compare an element
+      // (jagged_bwd_ws.cu's mask). On an H100 (the harness, against the
+      // per-element band test) causal 1.02-1.03x at head dim 128, 1.01-1.19x
+      // at 64 (bench/results/2026-12-06-h100-jagged-bwd-s29.log).
+      int first[2], width[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; hr++) {
+        const int r = key0 + 8 * hr;
+        first[hr] = max(0, r - band.hi);
+        const int last = min(mq - 1, r - band.lo);
+        width[hr] = r < nk ? max(0, last - first[hr] + 1) : 0;
+      }
 #pragma unroll
       for (int n = 0; n < 8; n++) {
         const int col = 8 * n + 2 * tq;
         const float2 lr = *reinterpret_cast<const float2 *>(lse_r + col);
         const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);
+        const float m0 = lr.x * -kLog2e, m1 = lr.y * -kLog2e;
         float p[4], x[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const int c = col + (e & 1), row = key0 + (e < 2 ? 0 : 8);
-          float m = (e & 1) ? lr.y : lr.x;
-          m = m == neg_inf() ? __int_as_float(0x7f800000) : m * kLog2e;  // no key: P = 0
-          p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -m));
-          if (!full) {
-            const int xd = row - c;
-            if (c >= mq || row >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;
-          }
+          p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, (e & 1) ? m1 : m0));
+          if (!full && (unsigned)(col + (e & 1) - first[e >> 1]) >= (unsigned)width[e >> 1])
+            p[e] = 0.f;
           x[e] = p[e] * (dp[n][e] - ((e & 1) ? dd.y : dd.x));
         }
         p16[n][0] = pack2(p[0], p[1]);

@@ -9,7 +9,8 @@ build directory and expands the result like a template.
 Variants whose change moved into the template are deleted here; their
 edits stay in git history (session 28: "stm", dS^T by stmatrix, and
 "msk", the column-range mask, were copies tools/jagged_dev/
-jagged_bwd_ws_x.cu and _m.cu until 3f8a1bd)."""
+jagged_bwd_ws_x.cu and _m.cu until 3f8a1bd; session 29: "sm90q", that
+mask in jagged_bwd_sm90.cu)."""
 
 WS = "jagged_bwd_ws.cu"
 SM90 = "jagged_bwd_sm90.cu"
@@ -119,36 +120,7 @@ __device__ __forceinline__ float exp2_poly(float x) {
      "        }"),
 ])
 
-# jagged_bwd_sm90.cu with jagged_bwd_ws.cu's column-range mask ("sm90q").
-SM90_MASK = (SM90, [
-    ("                        band.hi >= kBlockN - 1;\n#pragma unroll\n      for (int n = 0; n < 8; n++) {",
-     "                        band.hi >= kBlockN - 1;\n"
-     "      // key rows key0, key0 + 8 see columns [max(0, r - hi), min(mq - 1, r -\n"
-     "      // lo)] (none past nk): c - first < width, unsigned\n"
-     "      int first[2], width[2];\n#pragma unroll\n"
-     "      for (int hr = 0; hr < 2; hr++) {\n"
-     "        const int r = key0 + 8 * hr;\n"
-     "        first[hr] = max(0, r - band.hi);\n"
-     "        const int last = min(mq - 1, r - band.lo);\n"
-     "        width[hr] = r < nk ? max(0, last - first[hr] + 1) : 0;\n"
-     "      }\n#pragma unroll\n      for (int n = 0; n < 8; n++) {"),
-    ("        const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);\n        float p[4], x[4];",
-     "        const float2 dd = *reinterpret_cast<const float2 *>(d_r + col);\n"
-     "        const float m0 = lr.x * -kLog2e, m1 = lr.y * -kLog2e;\n        float p[4], x[4];"),
-    ("          const int c = col + (e & 1), row = key0 + (e < 2 ? 0 : 8);\n"
-     "          float m = (e & 1) ? lr.y : lr.x;\n"
-     "          m = m == neg_inf() ? __int_as_float(0x7f800000) : m * kLog2e;  // no key: P = 0\n"
-     "          p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -m));\n"
-     "          if (!full) {\n"
-     "            const int xd = row - c;\n"
-     "            if (c >= mq || row >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;\n"
-     "          }\n",
-     "          p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, (e & 1) ? m1 : m0));\n"
-     "          if (!full && (unsigned)(col + (e & 1) - first[e >> 1]) >= (unsigned)width[e >> 1])\n"
-     "            p[e] = 0.f;\n"),
-])
-
-PATCHES = {"trace": TRACE, "kt": KEY_TILE, "poly": POLY, "sm90q": SM90_MASK}
+PATCHES = {"trace": TRACE, "kt": KEY_TILE, "poly": POLY}
 
 
 def patched(tpl_dir, name):
