@@ -20,24 +20,24 @@
  * Plan:
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_pre
  *     D = rowsum(dO * O) of each query row; the fp32 dQ accumulator zeroed
- *     runs when the mean query length <= 256
+ *     runs when the mean query length <= 128
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_kv
  *     key-stationary on wgmma (sm_90a): dK and dV of 64 key rows (64 a
  *     warpgroup) over the group's heads, query tiles of 64; each tile's dQ
  *     added to the fp32 accumulator by bulk adds (its bits vary run to run)
- *     runs when the mean query length <= 256
+ *     runs when the mean query length <= 128
  *     threads: 128, shared memory: 75776 bytes, registers capped for 3 CTAs per SM
  *     grid: (batch + total_k / 64, kv_heads)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_dq
  *     dQ: the fp32 accumulator scaled and rounded
- *     runs when the mean query length <= 256
+ *     runs when the mean query length <= 128
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_pre
  *     D = rowsum(dO * O) of each query row; the fp32 dQ accumulator zeroed
- *     runs when the mean query length > 256
+ *     runs when the mean query length > 128
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_kv
@@ -47,13 +47,13 @@
  *     warp specialized: one warpgroup loads K, V and 2 stages of Q, dO;
  *     the computing warpgroups meet once a step (dQ reads both halves of dS^T)
  *     Q and dO by TMA (tensor maps as parameters)
- *     runs when the mean query length > 256
+ *     runs when the mean query length > 128
  *     threads: 384, shared memory: 231424 bytes
  *     grid: one CTA an SM (persistent), taking the (batch + total_k / 128)
  *     * kv_heads tiles from a counter, whichever CTA is free
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_dq
  *     dQ: the fp32 accumulator scaled and rounded
- *     runs when the mean query length > 256
+ *     runs when the mean query length > 128
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  */
