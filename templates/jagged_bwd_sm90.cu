@@ -5,7 +5,7 @@
 @# with atomics, between a kernel that writes D and zeroes the accumulator
 @# and one that rounds it. Compiled for sm_90a only (the plan picks it
 @# there; deterministic specs keep jagged_bwd.cu's two kernels).
-@# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
+@# Includes: jagged_bwd_sm90_consts.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
 @#   bulk_sm90.cuh, pipeline_sm90.cuh (named barriers), jagged_bwd_tile.cuh,
 @#   jagged_bwd_wgmma.cuh (the step's products), jagged_bwd_rows.cuh (the
 @#   kernels _pre and _dq).
@@ -40,31 +40,17 @@
 #error "this backward is planned for sm_90a only (wgmma)"
 #endif
 /* ---- begin jagged backward constants ---- */
-constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
-constexpr int kBlockM = @BLOCK_M@;  // query rows of a step
-constexpr int kBlockN = @BLOCK_N@;  // key rows of a CTA
+@include jagged_bwd_sm90_consts.cuh@
 constexpr int kWarpgroups = kBlockN / 64;  // each owns 64 key rows
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kRowsThreads = @ROWS_THREADS@;  // threads of _pre and _dq
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory of _kv, as planned
-@include jagged_bwd_band.cuh@
-constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
 constexpr bool kDqTiled = false;  // the dQ accumulator row-major (jagged_bwd_rows.cuh)
 constexpr bool kTileCounter = false;  // one CTA a tile (jagged_bwd_rows.cuh's _pre)
-static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockM == 64 && kBlockN % 64 == 0 && kWarpgroups <= 2,
               "64-row query steps, 64 key rows per warpgroup");
 static_assert(kHeadDim == 64 || kWarpgroups == 2,
               "head dim 128 splits dQ's columns between two warpgroups");
-// Every operand is made of 64-column matrices of 128-byte rows in the
-// 128-byte swizzle (wgmma_sm90.cuh): a tile of R rows is kHalves such
-// R-row matrices, one per 64 columns of the head.
-constexpr int kHalves = kHeadDim / 64;
-constexpr int kRowBytes = 128;
-constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
-constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
-constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
-constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 // Shared memory: K, V, two slots of Q and dO, dS^T, two slots of LSE and
 // D for the step's query rows, then the dQ staging rows. A step's copies
 // go to the other slot, free once the step's first barrier is passed.
@@ -228,12 +214,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
     cp_async_commit();
 
     float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc_v[hh][n][e] = acc_k[hh][n][e] = 0.f;
+    zero_dkv(acc_v, acc_k);
 
     // P^T and dS^T of the step before: dV and dK read them (wgmma's A from
     // registers) until the wait at the next step's start.

@@ -12,6 +12,17 @@
 @#   dim 128: issue_dkv_n128 of jagged_bwd_dkv_n128.cuh instead of
 @#   issue_dkv).
 /* ---- begin key-stationary step (wgmma) ---- */
+// dV's and dK's accumulators zeroed, at a key tile's start.
+__device__ __forceinline__ void zero_dkv(float (&acc_v)[kHalves][8][4],
+                                         float (&acc_k)[kHalves][8][4]) {
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc_v[hh][n][e] = acc_k[hh][n][e] = 0.f;
+}
+
 // d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
 // CTA's kBlockN-row tile at x_a (K or V), Y the step's kBlockM rows at y_a
 // (Q or dO); S^T or dP^T, rows keys and columns queries (64 or, with

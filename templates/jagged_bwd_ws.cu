@@ -10,7 +10,7 @@
 @# with the dQ accumulator in tiles. The plan picks it on sm_90a for specs
 @# without rotary embeddings, at head dim 64 without a mask either (the
 @# others keep jagged_bwd_sm90.cu).
-@# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
+@# Includes: jagged_bwd_sm90_consts.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
 @#   wgmma_n128_sm90.cuh (WGMMA_N128), bulk_sm90.cuh, pipeline_sm90.cuh,
 @#   jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh (with jagged_bwd_dkv_n128.cuh
 @#   under DKV_N128), jagged_bwd_rows.cuh.
@@ -38,9 +38,7 @@
 #error "this backward is planned for sm_90a only (wgmma)"
 #endif
 /* ---- begin jagged backward constants ---- */
-constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
-constexpr int kBlockM = @BLOCK_M@;  // query rows of a step
-constexpr int kBlockN = @BLOCK_N@;  // key rows of a CTA
+@include jagged_bwd_sm90_consts.cuh@
 constexpr int kMathWgs = kBlockN / 64;  // computing warpgroups, each owns 64 key rows
 constexpr int kMathThreads = 128 * kMathWgs;
 constexpr int kThreads = 128 + kMathThreads;  // warpgroup 0 loads
@@ -56,8 +54,6 @@ constexpr bool kWide = kHeadDim == 128 || kBlockM == 128;  // the computing warp
 constexpr int kLoadRegs = kWide ? 24 : 40, kMathRegs = kWide ? 240 : 232;
 constexpr int kLoadUnroll = kWide ? 1 : 4;  // the loader's copy loops (registers)
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
-@include jagged_bwd_band.cuh@
-constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
 // The dQ accumulator in tiles (jagged_bwd_rows.cuh): a step's 64 columns
 // of its rows are one contiguous run, added by one bulk copy. On the H200
 // (bf16, batch 1152, 4 heads, lengths uniform in [1, L], L 1024 / 4096)
@@ -106,19 +102,10 @@ struct DqAdd {
   int rows;      // its real rows (0: nothing to add)
   int expected;  // key tiles that add to it (the count that completes it)
 };
-static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),
               "two warpgroups of 64 keys; query steps of 64 rows, or 128 at head dim 64");
 static_assert(kStages >= 2, "a stage is refilled once its step's products are done");
 static_assert(!@ROTARY@, "rotary embeddings take jagged_bwd_sm90.cu");
-// Every operand is made of 64-column matrices of 128-byte rows in the
-// 128-byte swizzle (wgmma_sm90.cuh), as in jagged_bwd_sm90.cu.
-constexpr int kHalves = kHeadDim / 64;
-constexpr int kRowBytes = 128;
-constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
-constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
-constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
-constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 // Head dim 128: each warpgroup's dQ reads both halves of dS^T, for its 64
 // columns of the head. Head dim 64 with 128-row steps: warpgroup w's dQ is
 // that of queries 64w.. over every key, so it reads both halves too. On
@@ -615,12 +602,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const SeqSpan &sp = kt.sp;
     const long long delta = sp.k_len - sp.q_len;
     float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-      for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc_v[hh][j][e] = acc_k[hh][j][e] = 0.f;
+    zero_dkv(acc_v, acc_k);
 
 #pragma unroll 1
     for (int i = 0; i < kt.n_steps; i++, n++) {

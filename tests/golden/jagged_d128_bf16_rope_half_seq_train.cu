@@ -1068,10 +1068,6 @@ namespace bwd {
 constexpr int kHeadDim = 128;  // elements per head
 constexpr int kBlockM = 64;  // query rows of a step
 constexpr int kBlockN = 128;  // key rows of a CTA
-constexpr int kWarpgroups = kBlockN / 64;  // each owns 64 key rows
-constexpr int kThreads = 128 * kWarpgroups;
-constexpr int kRowsThreads = 256;  // threads of _pre and _dq
-constexpr int kSmemBytes = 222208;  // dynamic shared memory of _kv, as planned
 constexpr float kScale = 8.838834765e-02f;  // softmax scale 1/sqrt(128)
 constexpr float kScaleLog2 = 1.275174308e-01f;  // the scale times log2(e)
 constexpr float kLog2e = 1.4426950408889634f;
@@ -1083,13 +1079,7 @@ constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower 
 constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
 constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
 constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
-constexpr bool kDqTiled = false;  // the dQ accumulator row-major (jagged_bwd_rows.cuh)
-constexpr bool kTileCounter = false;  // one CTA a tile (jagged_bwd_rows.cuh's _pre)
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(kBlockM == 64 && kBlockN % 64 == 0 && kWarpgroups <= 2,
-              "64-row query steps, 64 key rows per warpgroup");
-static_assert(kHeadDim == 64 || kWarpgroups == 2,
-              "head dim 128 splits dQ's columns between two warpgroups");
 // Every operand is made of 64-column matrices of 128-byte rows in the
 // 128-byte swizzle (wgmma_sm90.cuh): a tile of R rows is kHalves such
 // R-row matrices, one per 64 columns of the head.
@@ -1099,6 +1089,16 @@ constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
 constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
 constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
+constexpr int kWarpgroups = kBlockN / 64;  // each owns 64 key rows
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kRowsThreads = 256;  // threads of _pre and _dq
+constexpr int kSmemBytes = 222208;  // dynamic shared memory of _kv, as planned
+constexpr bool kDqTiled = false;  // the dQ accumulator row-major (jagged_bwd_rows.cuh)
+constexpr bool kTileCounter = false;  // one CTA a tile (jagged_bwd_rows.cuh's _pre)
+static_assert(kBlockM == 64 && kBlockN % 64 == 0 && kWarpgroups <= 2,
+              "64-row query steps, 64 key rows per warpgroup");
+static_assert(kHeadDim == 64 || kWarpgroups == 2,
+              "head dim 128 splits dQ's columns between two warpgroups");
 // Shared memory: K, V, two slots of Q and dO, dS^T, two slots of LSE and
 // D for the step's query rows, then the dQ staging rows. A step's copies
 // go to the other slot, free once the step's first barrier is passed.
@@ -1766,6 +1766,17 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
 /* ---- end jagged tiles ---- */
 
 /* ---- begin key-stationary step (wgmma) ---- */
+// dV's and dK's accumulators zeroed, at a key tile's start.
+__device__ __forceinline__ void zero_dkv(float (&acc_v)[kHalves][8][4],
+                                         float (&acc_k)[kHalves][8][4]) {
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc_v[hh][n][e] = acc_k[hh][n][e] = 0.f;
+}
+
 // d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
 // CTA's kBlockN-row tile at x_a (K or V), Y the step's kBlockM rows at y_a
 // (Q or dO); S^T or dP^T, rows keys and columns queries (64 or, with
@@ -2344,12 +2355,7 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
     cp_async_commit();
 
     float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc_v[hh][n][e] = acc_k[hh][n][e] = 0.f;
+    zero_dkv(acc_v, acc_k);
 
     // P^T and dS^T of the step before: dV and dK read them (wgmma's A from
     // registers) until the wait at the next step's start.

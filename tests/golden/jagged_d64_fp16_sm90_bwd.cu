@@ -44,6 +44,27 @@
 constexpr int kHeadDim = 64;  // elements per head
 constexpr int kBlockM = 128;  // query rows of a step
 constexpr int kBlockN = 128;  // key rows of a CTA
+constexpr float kScale = 1.250000000e-01f;  // softmax scale 1/sqrt(64)
+constexpr float kScaleLog2 = 1.803368801e-01f;  // the scale times log2(e)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr bool kCausal = 0;
+constexpr bool kWindow = 0;
+constexpr int kWindowLeft = 0;  // keys before the diagonal a query sees
+constexpr int kWindowRight = 0;  // keys after it
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
+constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+// Every operand is made of 64-column matrices of 128-byte rows in the
+// 128-byte swizzle (wgmma_sm90.cuh): a tile of R rows is kHalves such
+// R-row matrices, one per 64 columns of the head.
+constexpr int kHalves = kHeadDim / 64;
+constexpr int kRowBytes = 128;
+constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
+constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
+constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
+constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 constexpr int kMathWgs = kBlockN / 64;  // computing warpgroups, each owns 64 key rows
 constexpr int kMathThreads = 128 * kMathWgs;
 constexpr int kThreads = 128 + kMathThreads;  // warpgroup 0 loads
@@ -59,17 +80,6 @@ constexpr bool kWide = kHeadDim == 128 || kBlockM == 128;  // the computing warp
 constexpr int kLoadRegs = kWide ? 24 : 40, kMathRegs = kWide ? 240 : 232;
 constexpr int kLoadUnroll = kWide ? 1 : 4;  // the loader's copy loops (registers)
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
-constexpr float kScale = 1.250000000e-01f;  // softmax scale 1/sqrt(64)
-constexpr float kScaleLog2 = 1.803368801e-01f;  // the scale times log2(e)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr bool kCausal = 0;
-constexpr bool kWindow = 0;
-constexpr int kWindowLeft = 0;  // keys before the diagonal a query sees
-constexpr int kWindowRight = 0;  // keys after it
-constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
-constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
-constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
-constexpr bool kBroadcast = false;  // jagged_bwd_tile.cuh's spans: one Q row per output row
 // The dQ accumulator in tiles (jagged_bwd_rows.cuh): a step's 64 columns
 // of its rows are one contiguous run, added by one bulk copy. On the H200
 // (bf16, batch 1152, 4 heads, lengths uniform in [1, L], L 1024 / 4096)
@@ -118,19 +128,10 @@ struct DqAdd {
   int rows;      // its real rows (0: nothing to add)
   int expected;  // key tiles that add to it (the count that completes it)
 };
-static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert(kBlockN == 128 && (kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64)),
               "two warpgroups of 64 keys; query steps of 64 rows, or 128 at head dim 64");
 static_assert(kStages >= 2, "a stage is refilled once its step's products are done");
 static_assert(!0, "rotary embeddings take jagged_bwd_sm90.cu");
-// Every operand is made of 64-column matrices of 128-byte rows in the
-// 128-byte swizzle (wgmma_sm90.cuh), as in jagged_bwd_sm90.cu.
-constexpr int kHalves = kHeadDim / 64;
-constexpr int kRowBytes = 128;
-constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of the CTA's keys
-constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of a step
-constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
-constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 // Head dim 128: each warpgroup's dQ reads both halves of dS^T, for its 64
 // columns of the head. Head dim 64 with 128-row steps: warpgroup w's dQ is
 // that of queries 64w.. over every key, so it reads both halves too. On
@@ -864,6 +865,17 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
 /* ---- end jagged tiles ---- */
 
 /* ---- begin key-stationary step (wgmma) ---- */
+// dV's and dK's accumulators zeroed, at a key tile's start.
+__device__ __forceinline__ void zero_dkv(float (&acc_v)[kHalves][8][4],
+                                         float (&acc_k)[kHalves][8][4]) {
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc_v[hh][n][e] = acc_k[hh][n][e] = 0.f;
+}
+
 // d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
 // CTA's kBlockN-row tile at x_a (K or V), Y the step's kBlockM rows at y_a
 // (Q or dO); S^T or dP^T, rows keys and columns queries (64 or, with
@@ -1378,12 +1390,7 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
     const SeqSpan &sp = kt.sp;
     const long long delta = sp.k_len - sp.q_len;
     float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-      for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc_v[hh][j][e] = acc_k[hh][j][e] = 0.f;
+    zero_dkv(acc_v, acc_k);
 
 #pragma unroll 1
     for (int i = 0; i < kt.n_steps; i++, n++) {
