@@ -1,21 +1,26 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # next_gpu_call_jagged.sh: the jagged backward's calls (issue 17).
-#   device call 1: carry [".devdeps", ".fa4/a"],
-#     command: bash .fa4/a/stash.sh; bash tools/next_gpu_call_jagged.sh
-#   device call 2, at once: carry [".devdeps", ".fa4/b"],
-#     command: bash tools/next_gpu_call_jagged.sh fa4
-# 1. (about 5 minutes) head dim 64 with a mask, the product's two routes
+#   device: carry [".devdeps"], command: bash tools/next_gpu_call_jagged.sh [MODE]
+#   (fa4: a first call carries [".devdeps", ".fa4/a"] and begins with
+#   `bash .fa4/a/stash.sh;`, the fa4 call, at once, carries [".devdeps", ".fa4/b"])
+# kt (the default, about 3 minutes; carry [".devdeps"]): head dim 64's
+#    causal routes at L 64, 128, 256 (means 32-128: is 128, plan_jagged.c's
+#    long_min_rows, still right below the lengths measured?), and "ws-kt"
+#    against the template in turn, three rounds (its 1.03-1.07x at L 1024
+#    and 0.94-0.99x at 4096 came from single rounds that disagreed with
+#    their own dK/dV-alone times).
+# route (session 29's first call, about 5 minutes): head dim 64 with a mask, the product's two routes
 #    side by side in the dev harness: jagged_bwd_sm90.cu on 64 keys, three
 #    CTAs an SM ("sm90 ... blk64", the short route, now with the
 #    column-range mask) against the warp-specialized kernel on 128-row
 #    steps ("ws-tma ... blk128", the long route): causal at L 256, 512,
 #    768, 1024, and with the windows at L 1024 and 4096, to place
-#    plan_jagged.c's long_min_rows (256 since session 29, from L 1024-2048
-#    on an H100); the two new window rows checked against float64 first.
+#    plan_jagged.c's long_min_rows (128 since, from its results)
+#    the two new window rows checked against float64 first.
 #    Then the product's GPU suite (jagged case): the new mask in
 #    jagged_bwd_sm90.cu and the new threshold.
-# 2. ("fa4", on the same warm machine, about 1 minute) bench/jagged_bench.py,
+# fa4 (on the same warm machine, about 1 minute) bench/jagged_bench.py,
 #    the product beside FA2 and FA4 on the 8 shapes of
 #    bench/RESULTS-jagged.md. ("product" alone: the GPU suite's jagged case.)
 source .devdeps/env.sh || exit 1
@@ -32,21 +37,38 @@ if [ "${1:-}" = product ]; then
   OUT=$out bash tools/gpu_session.sh build gpu-jagged 2>&1 | tail -5
   exit
 fi
-BWD_ONLY='^(sm90 (bf16 d64 causal (win\[128,0\] )?blk64|f16 d64 full win\[64,32\] blk64)|ws-tma (bf16 d64 causal (win\[128,0\] )?|f16 d64 full win\[64,32\] )blk128)' \
-  B=/tmp/jb sh tools/jagged_dev/bwd_build.sh > "$out/harness-build.log" 2>&1 ||
+if [ "${1:-}" = route ]; then
+  BWD_ONLY='^(sm90 (bf16 d64 causal (win\[128,0\] )?blk64|f16 d64 full win\[64,32\] blk64)|ws-tma (bf16 d64 causal (win\[128,0\] )?|f16 d64 full win\[64,32\] )blk128)' \
+    B=/tmp/jb sh tools/jagged_dev/bwd_build.sh > "$out/harness-build.log" 2>&1 ||
+    { tail -20 "$out/harness-build.log"; exit 1; }
+  H=/tmp/jb/bwd_test
+  echo "=== check $(date +%T)"
+  timeout 90 $H checksm90 40 "ws-tma bf16 d64 causal win[128,0] blk128" "ws-tma f16 d64 full win[64,32] blk128" \
+    "sm90 bf16 d64 causal win[128,0] blk64" "sm90 bf16 d64 causal blk64" > "$out/route-check.log" 2>&1
+  echo "check rc $?"; grep -v "^ok" "$out/route-check.log" | tail -4
+  echo "=== d64 causal route $(date +%T)"
+  BWD_LENGTHS="256 512 768 1024" timeout 150 $H time 41 "sm90 bf16 d64 causal blk64" \
+    "ws-tma bf16 d64 causal blk128" 2>&1 | grep "^time" | tee "$out/d64-route.log" | sed 's/ *tokens [0-9]* *//'
+  echo "=== d64 window route $(date +%T)"
+  BWD_LENGTHS="1024 4096" timeout 150 $H time 42 "sm90 bf16 d64 causal win[128,0] blk64" \
+    "ws-tma bf16 d64 causal win[128,0] blk128" "sm90 f16 d64 full win[64,32] blk64" \
+    "ws-tma f16 d64 full win[64,32] blk128" 2>&1 | grep "^time" | tee "$out/d64-window-route.log" |
+    sed 's/ *tokens [0-9]* *//'
+  echo "=== product $(date +%T)"
+  OUT=$out bash tools/gpu_session.sh build gpu-jagged 2>&1 | tail -5
+  exit
+fi
+# kt (the default): head dim 64's causal route at very short runs, and
+# ws-kt against ws-tma in turn, three rounds (BWD_ROUNDS)
+BWD_ONLY='^(sm90 bf16 d64 causal blk64|ws-(tma|kt) bf16 d(128|64) (full|causal) blk128)' \
+  B=/tmp/jk sh tools/jagged_dev/bwd_build.sh > "$out/harness-build.log" 2>&1 ||
   { tail -20 "$out/harness-build.log"; exit 1; }
-H=/tmp/jb/bwd_test
-echo "=== check $(date +%T)"
-timeout 90 $H checksm90 40 "ws-tma bf16 d64 causal win[128,0] blk128" "ws-tma f16 d64 full win[64,32] blk128" \
-  "sm90 bf16 d64 causal win[128,0] blk64" "sm90 bf16 d64 causal blk64" > "$out/route-check.log" 2>&1
-echo "check rc $?"; grep -v "^ok" "$out/route-check.log" | tail -4
-echo "=== d64 causal route $(date +%T)"
-BWD_LENGTHS="256 512 768 1024" timeout 150 $H time 41 "sm90 bf16 d64 causal blk64" \
-  "ws-tma bf16 d64 causal blk128" 2>&1 | grep "^time" | tee "$out/d64-route.log" | sed 's/ *tokens [0-9]* *//'
-echo "=== d64 window route $(date +%T)"
-BWD_LENGTHS="1024 4096" timeout 150 $H time 42 "sm90 bf16 d64 causal win[128,0] blk64" \
-  "ws-tma bf16 d64 causal win[128,0] blk128" "sm90 f16 d64 full win[64,32] blk64" \
-  "ws-tma f16 d64 full win[64,32] blk128" 2>&1 | grep "^time" | tee "$out/d64-window-route.log" |
+H=/tmp/jk/bwd_test
+echo "=== d64 causal route, short runs $(date +%T)"
+BWD_LENGTHS="64 128 256" timeout 60 $H time 43 "sm90 bf16 d64 causal blk64" \
+  "ws-tma bf16 d64 causal blk128" 2>&1 | grep "^time" | tee "$out/d64-route-short.log" |
   sed 's/ *tokens [0-9]* *//'
-echo "=== product $(date +%T)"
-OUT=$out bash tools/gpu_session.sh build gpu-jagged 2>&1 | tail -5
+echo "=== ws-kt, three rounds $(date +%T)"
+for v in "d128 full" "d64 full" "d64 causal" "d128 causal"; do
+  BWD_ROUNDS=3 timeout 100 $H time 44 "ws-tma bf16 $v blk128" "ws-kt bf16 $v blk128" 2>&1 | grep "^time"
+done | tee "$out/kt-rounds.log" | sed 's/ *tokens [0-9]* *//'

@@ -558,11 +558,16 @@ int main(int argc, char **argv) {
         lens.push_back((int)L);
       }
     if (lens.empty()) lens = {1024, 4096};
+    // BWD_ROUNDS: the variants timed in turn this many times over (rows of
+    // a round compare; the rounds show the spread), default 1
+    const char *rounds_env = getenv("BWD_ROUNDS");
+    const int rounds = rounds_env ? atoi(rounds_env) : 1;
     for (int L : lens)
-      for (int vi : vs) {
-        rng_state = start ^ (uint64_t)L;
-        time_one(vi, L, 1152, 4);
-      }
+      for (int round = 0; round < rounds; round++)
+        for (int vi : vs) {
+          rng_state = start ^ (uint64_t)L;
+          time_one(vi, L, 1152, 4);
+        }
   } else if (mode == "small") {
     // a small batch of every shape class for the sanitizers
     for (int i = 3; i < argc; i++) {
