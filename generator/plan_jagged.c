@@ -291,21 +291,22 @@ static void plan_backward_ws(const ag_spec *spec, ag_plan *p, ag_plan_jagged_cho
 /* Head dim 64 with a mask: jagged_bwd_sm90.cu (three CTAs an SM of 64
  * keys, plan_backward_fast) for runs of very short sequences, and the
  * warp-specialized kernel above on 128-row steps for runs whose mean query
- * length passes 128. In the dev harness (bf16, batch 1152, 4 heads,
+ * length passes 96. In the dev harness (bf16, batch 1152, 4 heads,
  * lengths uniform in [1, L], mean about L / 2), the warp-specialized one
  * against jagged_bwd_sm90.cu: on the H200 before either had the
  * column-range mask, causal TFLOP/s L 1024 156 / 176, 1536 193 / 203,
  * 2048 223 / 222, 3072 255 / 239, 4096 273 / 246
  * (bench/results/2026-12-04-h200-jagged-bwd-long-gpu-suite.log), so the
  * threshold was 1024. With the mask in both, on an H100, the
- * warp-specialized one is faster at every length measured: causal L 256
+ * warp-specialized one is faster from L 256 up: causal L 256
  * 1.09x, 512 1.17x, 768 1.19x, 1024 1.24x, 1536 1.31x, 2048 1.38x;
  * windows [128, 0] and [64, 32] 1.15x / 1.04x at L 1024, 1.15x / 1.04x
- * at 4096 (bench/results/2026-12-06-h100-jagged-bwd-s29.log). Runs of
- * mean 128 and under (not measured) keep the 64-row kernel, whose tiles
- * waste less on sequences that short. */
+ * at 4096; below, L 128 0.93x and L 64 0.63x (means 64 and 32: the
+ * 128-row tiles waste most on sequences that short), so the crossover,
+ * between means 64 and 128, is taken as 96
+ * (bench/results/2026-12-06-h100-jagged-bwd-s29.log). */
 static void plan_backward_long(ag_plan *p, ag_plan_jagged_choices choices) {
-  p->jagged.long_min_rows = 128;
+  p->jagged.long_min_rows = 96;
   p->jagged.fast_long = ws_kv(p->head_dim, 128);
   p->jagged.fast_long.tma_qdo = choices.sm90_bwd_tma;
 }

@@ -578,7 +578,7 @@ START_TEST(long_backward_plan) {
   fake_with(&f, y, 12, with);
   const ag_plan *p = &f.kernel.plan;
   const int nb = p->nkernels - 6; /* the backward's six come last */
-  ck_assert_int_eq(p->jagged.long_min_rows, 128);
+  ck_assert_int_eq(p->jagged.long_min_rows, 96);
   ck_assert(!p->jagged.fast.ws);
   static const char *const names[6] = {"_bwd_pre",      "_bwd_kv",      "_bwd_dq",
                                        "_bwd_long_pre", "_bwd_long_kv", "_bwd_long_dq"};
@@ -598,12 +598,13 @@ START_TEST(long_backward_plan) {
   ck_assert_int_eq(p->kernels[nb + 4].smem_bytes, 231424);
   ck_assert_int_eq(p->kernels[nb + 4].walk.kind, AG_WALK_JAGGED_K_COUNTER);
   ck_assert_int_eq(ag_plan_variant(p, AG_PASS_BACKWARD, 0, 8, 2), AG_VARIANT_BWD_SHORT);
-  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_BACKWARD, 128, 8, 2), AG_VARIANT_BWD_SHORT);
-  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_BACKWARD, 129, 8, 2), AG_VARIANT_BWD_LONG);
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_BACKWARD, 96, 8, 2), AG_VARIANT_BWD_SHORT);
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_BACKWARD, 97, 8, 2), AG_VARIANT_BWD_LONG);
   ck_assert_uint_eq(ag_jagged_backward_workspace_bytes(&f.kernel, 8, 300),
                     4 * (8 * 300 + 8 * 300 * 64) + 16);
-  /* mean 100 query rows: the short set, _kv one CTA a (64-key tile, kv head) */
+  /* mean 90 query rows: the short set, _kv one CTA a (64-key tile, kv head) */
   ag_jagged_bwd_args b = bwd_args();
+  b.total_q = 270;
   ag_error err = {0};
   ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
   ck_assert_int_eq(ag_fake_seen.count, 3);
@@ -621,8 +622,8 @@ START_TEST(long_backward_plan) {
   ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[nb + 5]);
   ck_assert_uint_eq(ag_fake_seen.grids_x[1], (3 + 3076 / 128) * 2);
   ck_assert_uint_eq(ag_fake_seen.grids_y[1], 1);
-  /* exactly 3 * 128 rows: mean 128, the short set */
-  b.total_q = 384;
+  /* exactly 3 * 96 rows: mean 96, the short set */
+  b.total_q = 288;
   ag_fake_seen.count = 0;
   ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
   ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[nb + 2]);
@@ -631,7 +632,7 @@ START_TEST(long_backward_plan) {
   ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
   ck_assert_ptr_nonnull(strstr(src, "namespace bwd {"));
   ck_assert_ptr_nonnull(strstr(src, "namespace bwd_long {"));
-  ck_assert_ptr_nonnull(strstr(src, "runs when the mean query length > 128"));
+  ck_assert_ptr_nonnull(strstr(src, "runs when the mean query length > 96"));
   free(src);
 
   /* without the choice, at head dim 128, with rotary: one set, no variant */

@@ -20,24 +20,24 @@
  * Plan:
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_pre
  *     D = rowsum(dO * O) of each query row; the fp32 dQ accumulator zeroed
- *     runs when the mean query length <= 128
+ *     runs when the mean query length <= 96
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_kv
  *     key-stationary on wgmma (sm_90a): dK and dV of 64 key rows (64 a
  *     warpgroup) over the group's heads, query tiles of 64; each tile's dQ
  *     added to the fp32 accumulator by bulk adds (its bits vary run to run)
- *     runs when the mean query length <= 128
+ *     runs when the mean query length <= 96
  *     threads: 128, shared memory: 75776 bytes, registers capped for 3 CTAs per SM
  *     grid: (batch + total_k / 64, kv_heads)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_dq
  *     dQ: the fp32 accumulator scaled and rounded
- *     runs when the mean query length <= 128
+ *     runs when the mean query length <= 96
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_pre
  *     D = rowsum(dO * O) of each query row; the fp32 dQ accumulator zeroed
- *     runs when the mean query length > 128
+ *     runs when the mean query length > 96
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_kv
@@ -47,13 +47,13 @@
  *     warp specialized: one warpgroup loads K, V and 2 stages of Q, dO;
  *     the computing warpgroups meet once a step (dQ reads both halves of dS^T)
  *     Q and dO by TMA (tensor maps as parameters)
- *     runs when the mean query length > 128
+ *     runs when the mean query length > 96
  *     threads: 384, shared memory: 231424 bytes
  *     grid: one CTA an SM (persistent), taking the (batch + total_k / 128)
  *     * kv_heads tiles from a counter, whichever CTA is free
  *   backward kernel: ag_gem_d64_bf16_causal_w256_0_bwd_long_dq
  *     dQ: the fp32 accumulator scaled and rounded
- *     runs when the mean query length > 128
+ *     runs when the mean query length > 96
  *     threads: 256, shared memory: 0 bytes
  *     grid: (ceil(total_q * heads / 32), 1)
  */
@@ -2481,6 +2481,7 @@ ag_gem_d64_bf16_causal_w256_0_bwd_long_kv(const unsigned short *__restrict__ q,
   // kv full[slot], kv empty[slot], full[stage], empty[stage]
   __shared__ __align__(8) unsigned long long bars[2 * kKvSlots + 2 * kStages];
   __shared__ long long tile_s[kKvSlots];  // the loader's tile for the computing warpgroups; -1: the end
+  __shared__ KeyTile kt_s[kKvSlots];  // and its KeyTile, which they then need not search for
   __shared__ long long picks_s[2];  // the counter's numbers, for the loading warpgroup
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
   const int group = heads / kv_heads;
@@ -2533,7 +2534,10 @@ ag_gem_d64_bf16_causal_w256_0_bwd_long_kv(const unsigned short *__restrict__ q,
       const int x = t % kKvSlots;
       const unsigned kv_full = kv_full0 + 8 * x, k_a = base + x * 2 * kKBytes;
       if (t >= kKvSlots) mbar_wait(kv_empty0 + 8 * x, (t / kKvSlots - 1) & 1);
-      if (threadIdx.x == 0) tile_s[x] = id;
+      if (threadIdx.x == 0) {
+        tile_s[x] = id;
+        kt_s[x] = kt;
+      }
       load_rows<kBlockN>(k_a, k + kt.k_row, k_stride, kt.nk);
       load_rows<kBlockN>(k_a + kKBytes, v + kt.k_row, k_stride, kt.nk);
       mbar_arrive_on_copies(kv_full);
@@ -2611,8 +2615,13 @@ ag_gem_d64_bf16_causal_w256_0_bwd_long_kv(const unsigned short *__restrict__ q,
     const long long id = *static_cast<volatile long long *>(&tile_s[x]);
     if (id < 0) break;
     const int hk = (int)(id % kv_heads);
-    const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k,
-                                id / kv_heads, hk, group, k_stride);
+    // The loader's KeyTile, written before thread 0's arrival on kv_full:
+    // each computing thread searched cu_seqlens_k for it before (the traced
+    // step's tile end, about 5,000 clocks a tile at L 1024). On an H100 (the
+    // harness, three rounds in turn, L 1024 / 4096) 1.07 / 1.04x unmasked at
+    // head dim 128, 1.07 / 1.08x at 64; causal 0.99 / 1.01x at 128, 1.05 /
+    // 0.96x at 64 (bench/results/2026-12-06-h100-jagged-bwd-s29.log).
+    const KeyTile kt = kt_s[x];
     const SeqSpan &sp = kt.sp;
     const long long delta = sp.k_len - sp.q_len;
     float acc_v[kHalves][8][4], acc_k[kHalves][8][4];

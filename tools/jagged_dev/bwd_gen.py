@@ -194,15 +194,8 @@ VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, {"STAGES": 2, "TA
 # mask) are in the template since ae67c63 and 6afc2f8; their copies are in
 # git at 3f8a1bd. The variants below are edits to the shipped template
 # (tools/jagged_dev/bwd_patches.py; knob PATCH), each timed beside ws-tma.
-# The loader's KeyTile handed over in shared memory (the computing
-# warpgroups skip find_sequence at each tile: the traced step's "next"
-# phase), named "ws-kt ...".
-KT = dict(TMA, TAG="kt", PATCH="kt")
-for causal in (False, True):
-    VARIANTS.append(("bf16", 128, causal, False, -1, -1, 128, 2, WS, KT))
-    VARIANTS.append(("bf16", 64, causal, False, -1, -1, 128, 2, WS, dict(KT, BLOCK_M=128)))
-VARIANTS.append(("bf16", 128, False, True, 100, 0, 128, 2, WS, KT))
-VARIANTS.append(("f16", 64, False, True, 64, 32, 128, 2, WS, dict(KT, BLOCK_M=128)))
+# ("ws-kt", the loader's KeyTile handed over in shared memory, ships
+# since session 29: bench/results/2026-12-06-h100-jagged-bwd-s29.log.)
 # Part of P's exp2 as a polynomial on the FMA pipe (MUFU.EX2 issues 16
 # a clock an SM: the traced P phase), chunks j % POLY == POLY - 1 (POLY 4:
 # a quarter, 2: half), "ws-poly4", "ws-poly2".

@@ -10,7 +10,8 @@ Variants whose change moved into the template are deleted here; their
 edits stay in git history (session 28: "stm", dS^T by stmatrix, and
 "msk", the column-range mask, were copies tools/jagged_dev/
 jagged_bwd_ws_x.cu and _m.cu until 3f8a1bd; session 29: "sm90q", that
-mask in jagged_bwd_sm90.cu)."""
+mask in jagged_bwd_sm90.cu, and "kt", the loader's KeyTile handed over in
+shared memory)."""
 
 WS = "jagged_bwd_ws.cu"
 SM90 = "jagged_bwd_sm90.cu"
@@ -74,20 +75,6 @@ __device__ __forceinline__ long long clk() {
      "@endif@\n" + _TRACE_PRINT),
 ])
 
-# The loader's KeyTile handed to the computing warpgroups in shared memory
-# ("ws-kt": they skip find_sequence at each tile start).
-KEY_TILE = (WS, [
-    ("  __shared__ long long tile_s[kKvSlots];",
-     "  __shared__ KeyTile kt_s[kKvSlots];  // dev: the loader's KeyTile too\n"
-     "  __shared__ long long tile_s[kKvSlots];"),
-    ("      if (threadIdx.x == 0) tile_s[x] = id;",
-     "      if (threadIdx.x == 0) {\n        tile_s[x] = id;\n        kt_s[x] = kt;\n      }"),
-    ("    const KeyTile kt = key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k,\n"
-     "                                id / kv_heads, hk, group, k_stride);\n"
-     "    const SeqSpan &sp = kt.sp;",
-     "    const KeyTile kt = kt_s[x];  // written before thread 0's arrival on kv_full\n"
-     "    const SeqSpan &sp = kt.sp;"),
-])
 
 # Part of P's exp2 as a polynomial on the FMA pipe ("ws-poly<POLY>": chunks j
 # with j % POLY == POLY - 1; MUFU.EX2 issues 16 a clock an SM).
@@ -120,7 +107,7 @@ __device__ __forceinline__ float exp2_poly(float x) {
      "        }"),
 ])
 
-PATCHES = {"trace": TRACE, "kt": KEY_TILE, "poly": POLY}
+PATCHES = {"trace": TRACE, "poly": POLY}
 
 
 def patched(tpl_dir, name):
