@@ -4,19 +4,23 @@
 #   device: carry [".devdeps"], command: bash tools/next_gpu_call_jagged.sh [MODE]
 #   (fa4: a first call carries [".devdeps", ".fa4/a"] and begins with
 #   `bash .fa4/a/stash.sh;`, the fa4 call, at once, carries [".devdeps", ".fa4/b"])
-# kt (the default, about 3 minutes; carry [".devdeps"]): head dim 64's
-#    causal routes at L 64, 128, 256 (means 32-128: is 128, plan_jagged.c's
-#    long_min_rows, still right below the lengths measured?), and "ws-kt"
-#    against the template in turn, three rounds (its 1.03-1.07x at L 1024
-#    and 0.94-0.99x at 4096 came from single rounds that disagreed with
-#    their own dK/dV-alone times).
+# (default, about 5 minutes) the product's GPU suite (jagged case) and
+#    sanitize-jagged (memcheck, racecheck) on f81c8fa's two changes, which
+#    ran only in the dev harness: the loader's KeyTile handed over in shared
+#    memory (jagged_bwd_ws.cu) and head dim 64's route past a mean of 96.
+#    Then, on an H200 with the FA4 stash (first call: carry [".devdeps",
+#    ".fa4/a"], `bash .fa4/a/stash.sh; bash tools/next_gpu_call_jagged.sh`),
+#    mode fa4 at once: the table of bench/RESULTS-jagged.md on the H200.
+# (Session 29's mode kt, head dim 64's routes at L 64-256 and ws-kt
+#    against the template in three rounds, is in git at 67c9df6; ws-kt is
+#    the template since f81c8fa.)
 # route (session 29's first call, about 5 minutes): head dim 64 with a mask, the product's two routes
 #    side by side in the dev harness: jagged_bwd_sm90.cu on 64 keys, three
 #    CTAs an SM ("sm90 ... blk64", the short route, now with the
 #    column-range mask) against the warp-specialized kernel on 128-row
 #    steps ("ws-tma ... blk128", the long route): causal at L 256, 512,
 #    768, 1024, and with the windows at L 1024 and 4096, to place
-#    plan_jagged.c's long_min_rows (128 since, from its results)
+#    plan_jagged.c's long_min_rows (96 since, with L 64-256 added);
 #    the two new window rows checked against float64 first.
 #    Then the product's GPU suite (jagged case): the new mask in
 #    jagged_bwd_sm90.cu and the new threshold.
@@ -58,17 +62,8 @@ if [ "${1:-}" = route ]; then
   OUT=$out bash tools/gpu_session.sh build gpu-jagged 2>&1 | tail -5
   exit
 fi
-# kt (the default): head dim 64's causal route at very short runs, and
-# ws-kt against ws-tma in turn, three rounds (BWD_ROUNDS)
-BWD_ONLY='^(sm90 bf16 d64 causal blk64|ws-(tma|kt) bf16 d(128|64) (full|causal) blk128)' \
-  B=/tmp/jk sh tools/jagged_dev/bwd_build.sh > "$out/harness-build.log" 2>&1 ||
-  { tail -20 "$out/harness-build.log"; exit 1; }
-H=/tmp/jk/bwd_test
-echo "=== d64 causal route, short runs $(date +%T)"
-BWD_LENGTHS="64 128 256" timeout 60 $H time 43 "sm90 bf16 d64 causal blk64" \
-  "ws-tma bf16 d64 causal blk128" 2>&1 | grep "^time" | tee "$out/d64-route-short.log" |
-  sed 's/ *tokens [0-9]* *//'
-echo "=== ws-kt, three rounds $(date +%T)"
-for v in "d128 full" "d64 full" "d64 causal" "d128 causal"; do
-  BWD_ROUNDS=3 timeout 100 $H time 44 "ws-tma bf16 $v blk128" "ws-kt bf16 $v blk128" 2>&1 | grep "^time"
-done | tee "$out/kt-rounds.log" | sed 's/ *tokens [0-9]* *//'
+if [ -z "${1:-}" ]; then
+  OUT=$out bash tools/gpu_session.sh build gpu-jagged 2>&1 | tail -5
+  SANITIZE_ONLY=jagged OUT=$out timeout 300 bash tools/gpu_session.sh sanitize-jagged 2>&1 | tail -30
+  exit
+fi
