@@ -13,9 +13,9 @@
 @# Conditions: ROTARY, ROTARY_TABLE (as in jagged_fwd.cu; not with
 @#   BROADCAST, and BLOCK_M == BLOCK_N: the Q and K/V tiles share one layout
 @#   for the rotation). Includes: jagged_fwd_sm90_consts.cuh (with
-@#   jagged_fwd_band.cuh), mma_sm80.cuh, wgmma_sm90.cuh, jagged_walk.cuh,
-@#   jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh; with ROTARY unpack2.cuh and
-@#   jagged_rotary.cuh.
+@#   jagged_fwd_band.cuh), jagged_fwd_sm90_parts.cuh (mma_sm80.cuh,
+@#   wgmma_sm90.cuh, jagged_walk.cuh, jagged_fwd_span.cuh,
+@#   jagged_fwd_wgmma.cuh); with ROTARY unpack2.cuh and jagged_rotary.cuh.
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * BLOCK_M / 64
 @#   threads.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -34,19 +34,9 @@ static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlo
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
 static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
 static_assert(!(kBroadcast && @ROTARY@), "rotary embeddings with a broadcast Q are not planned");
-static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
-              "the plan's shared memory is the Q tile and the K/V stages");
 /* ---- end constants ---- */
 
-@include mma_sm80.cuh@
-
-@include wgmma_sm90.cuh@
-
-@include jagged_walk.cuh@
-
-@include jagged_fwd_span.cuh@
-
-@include jagged_fwd_wgmma.cuh@
+@include jagged_fwd_sm90_parts.cuh@
 
 @if ROTARY@
 

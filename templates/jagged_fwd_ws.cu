@@ -16,8 +16,9 @@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu) @ROTARY@
 @#   (false: not planned with rotary embeddings) @TMA_KV@ (below).
 @# Includes: jagged_fwd_sm90_consts.cuh (with jagged_fwd_band.cuh),
-@#   mma_sm80.cuh, wgmma_sm90.cuh, pipeline_sm90.cuh, tma_sm90.cuh (TMA_KV),
-@#   jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh.
+@#   jagged_fwd_sm90_parts.cuh (mma_sm80.cuh, wgmma_sm90.cuh,
+@#   jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh),
+@#   pipeline_sm90.cuh, tma_sm90.cuh (TMA_KV).
 @# Conditions: TMA_KV (K and V tiles by TMA: the kernel takes tmap_k,
 @#   tmap_v last).
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * (BLOCK_M / 64
@@ -55,19 +56,9 @@ constexpr bool kTmaKv = @TMA_KV@;
 static_assert(kBlockN % 64 == 0 && kBlockN <= 128, "KV tiles of 64 or 128 keys");
 static_assert(kStages >= 2, "a stage is refilled once its P V has run");
 static_assert(!@ROTARY@, "rotary embeddings take jagged_fwd_sm90.cu");
-static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
-              "the plan's shared memory is the Q tile and the K/V stages");
 /* ---- end constants ---- */
 
-@include mma_sm80.cuh@
-
-@include wgmma_sm90.cuh@
-
-@include jagged_walk.cuh@
-
-@include jagged_fwd_span.cuh@
-
-@include jagged_fwd_wgmma.cuh@
+@include jagged_fwd_sm90_parts.cuh@
 
 
 @include pipeline_sm90.cuh@

@@ -91,6 +91,8 @@ constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O stagin
 constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
+              "the plan's shared memory is the Q tile and the K/V stages");
 // K and V tiles by TMA (tmap_k, tmap_v: boxes of 64 columns by kBlockN
 // keys, issued by one loading thread on the stage's full barrier) instead
 // of cp.async by the loading warpgroup. Keys past a sequence's end are then
@@ -101,8 +103,6 @@ constexpr bool kTmaKv = 1;
 static_assert(kBlockN % 64 == 0 && kBlockN <= 128, "KV tiles of 64 or 128 keys");
 static_assert(kStages >= 2, "a stage is refilled once its P V has run");
 static_assert(!0, "rotary embeddings take jagged_fwd_sm90.cu");
-static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
-              "the plan's shared memory is the Q tile and the K/V stages");
 /* ---- end constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
@@ -981,12 +981,12 @@ constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O stagin
 constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
+              "the plan's shared memory is the Q tile and the K/V stages");
 static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
 static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
 static_assert(!(kBroadcast && 0), "rotary embeddings with a broadcast Q are not planned");
-static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
-              "the plan's shared memory is the Q tile and the K/V stages");
 /* ---- end constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
