@@ -464,14 +464,7 @@ __device__ __forceinline__ void query_products(const unsigned short *stage, int 
     if (j > row0 / 16) break; // keys after the last query row: dS is 0
 @endif@
     const unsigned a[4] = {ds[2 * j][0], ds[2 * j][1], ds[2 * j + 1][0], ds[2 * j + 1][1]};
-#pragma unroll
-    for (int n = 0; n < kDimTiles; n += 2) {
-      unsigned b[4];
-      ldmatrix_x4_trans(b, k_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                         c0 + n + (lane >> 4)) * 2);
-      mma_16816(acc[n], a, b[0], b[1]);
-      mma_16816(acc[n + 1], a, b[2], b[3]);
-    }
+    times_tile_rows(acc, a, k_s, 16 * j, c0);
   }
 @if WGMMA@
 #endif
@@ -535,14 +528,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[kDimTiles][4], unsigned 
     unsigned a[4];
     ldmatrix_x4_trans(a, x_s + p_at(16 * kk + (lane & 7) + ((lane >> 4) << 3),
                                     r0 / 8 + ((lane >> 3) & 1)) * 2);
-#pragma unroll
-    for (int n = 0; n < kDimTiles; n += 2) {
-      unsigned b[4];
-      ldmatrix_x4_trans(b, b_s + swizzle(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                         c0 + n + (lane >> 4)) * 2);
-      mma_16816(acc[n], a, b[0], b[1]);
-      mma_16816(acc[n + 1], a, b[2], b[3]);
-    }
+    times_tile_rows(acc, a, b_s, 16 * kk, c0);
   }
 }
 

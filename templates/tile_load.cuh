@@ -2,7 +2,8 @@
 @# tile_load.cuh: the swizzled shared-memory tile layout and the 16-byte
 @# async load of one [rows, head group] tensor tile, shared by the forward
 @# and backward kernels. Needs: kRowElems, kChunks, kHeadChunks, kHeadDim,
-@# kThreads, kBlock, Tile, smem_addr(), cp_async_16().
+@# kThreads, kBlock, kDimTiles, Tile, smem_addr(), cp_async_16(),
+@# ldmatrix_x4_trans(), mma_16816().
 @# Conditions: SPLIT_ROWS (rows longer than 64 elements are stored as
 @#   64-column halves, so that wgmma's 128-byte swizzle describes them);
 @#   ROW_STRIDES (a tensor may have fewer heads than the tile: grouped K, V).
@@ -68,5 +69,21 @@ __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned
     const bool real = head_real && row < t.rows;
     cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : base, real ? 16 : 0);
     g += kRowStep * row_stride;
+  }
+}
+
+// acc += a b, b the 16 tile rows r0.. at b_s (shared address; head columns
+// from chunk c0), k over those rows: read with ldmatrix.trans, as V in the
+// forward's O = P V.
+__device__ __forceinline__ void times_tile_rows(float (&acc)[kDimTiles][4], const unsigned (&a)[4],
+                                                unsigned b_s, int r0, int c0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < kDimTiles; n += 2) {
+    unsigned b[4];
+    ldmatrix_x4_trans(b, b_s + swizzle(r0 + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                       c0 + n + (lane >> 4)) * 2);
+    mma_16816(acc[n], a, b[0], b[1]);
+    mma_16816(acc[n + 1], a, b[2], b[3]);
   }
 }

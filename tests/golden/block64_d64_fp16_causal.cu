@@ -358,6 +358,22 @@ __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned
   }
 }
 
+// acc += a b, b the 16 tile rows r0.. at b_s (shared address; head columns
+// from chunk c0), k over those rows: read with ldmatrix.trans, as V in the
+// forward's O = P V.
+__device__ __forceinline__ void times_tile_rows(float (&acc)[kDimTiles][4], const unsigned (&a)[4],
+                                                unsigned b_s, int r0, int c0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < kDimTiles; n += 2) {
+    unsigned b[4];
+    ldmatrix_x4_trans(b, b_s + swizzle(r0 + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                       c0 + n + (lane >> 4)) * 2);
+    mma_16816(acc[n], a, b[0], b[1]);
+    mma_16816(acc[n + 1], a, b[2], b[3]);
+  }
+}
+
 extern __shared__ __align__(128) unsigned short smem[];
 
 // Q, K and V of one tile, in that order.
@@ -414,14 +430,7 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
     unsigned a[4] = {pack2(s[2 * j][0], s[2 * j][1]), pack2(s[2 * j][2], s[2 * j][3]),
                      pack2(s[2 * j + 1][0], s[2 * j + 1][1]),
                      pack2(s[2 * j + 1][2], s[2 * j + 1][3])};
-#pragma unroll
-    for (int n = 0; n < kDimTiles; n += 2) {
-      unsigned b[4];
-      ldmatrix_x4_trans(b, v_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                         c0 + n + (lane >> 4)) * 2);
-      mma_16816(acc[n], a, b[0], b[1]);
-      mma_16816(acc[n + 1], a, b[2], b[3]);
-    }
+    times_tile_rows(acc, a, v_s, 16 * j, c0);
   }
 
   // Normalise, then stage the 16 output rows in this warp's own Q rows and
