@@ -1404,6 +1404,18 @@ __device__ __forceinline__ void clear(float (&acc)[kDimTiles][4]) {
 __device__ __forceinline__ float (&half_of(float (&acc)[kDimTiles][4], int h))[8][4] {
   return *reinterpret_cast<float(*)[8][4]>(&acc[8 * h]);
 }
+
+// d = X Y^T for the warpgroup's 64 rows of tile X at x_s against the 64 of
+// tile Y at y_s, k over the head (S = Q K^T, dP = dO V^T); one commit group.
+__device__ __forceinline__ void issue_rows_times_rows(float (&d)[kKeyTiles][4], unsigned x_s,
+                                                      unsigned y_s) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    const unsigned along = kk / 4 * kHalfBytes + kk % 4 * 32;
+    wgmma_ss<0, 0>(d, sw128_desc(x_s, along), sw128_desc(y_s, along), kk);
+  }
+  wgmma_commit();
+}
 #endif
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
@@ -1461,18 +1473,8 @@ __device__ __forceinline__ void score_grads(const unsigned short *stage, const T
   // the softmax works on S.
   (void)c0;
   wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; kk++) {
-    const unsigned along = kk / 4 * kHalfBytes + kk % 4 * 32;
-    wgmma_ss<0, 0>(s, sw128_desc(q_s, along), sw128_desc(k_s, along), kk);
-  }
-  wgmma_commit();
-#pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; kk++) {
-    const unsigned along = kk / 4 * kHalfBytes + kk % 4 * 32;
-    wgmma_ss<0, 0>(dp, sw128_desc(do_s, along), sw128_desc(v_s, along), kk);
-  }
-  wgmma_commit();
+  issue_rows_times_rows(s, q_s, k_s);
+  issue_rows_times_rows(dp, do_s, v_s);
   wgmma_wait<1>();
   wgmma_hold(s);
 #else
