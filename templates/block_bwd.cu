@@ -172,38 +172,20 @@ extern __shared__ __align__(128) unsigned short smem[];
  * ---- end the math ---- */
 
 @include tile_load.cuh@
-@if ROW_STRIDES@
-
-// Where the inputs' rows are: Q's, K's, V's and dO's row strides
-// (elements), and the query heads each key head serves (K and V have
-// heads / kv_group).
-struct InputRows {
-  long long stride[4];
-  int kv_group;
-};
-@endif@
 
 // Q, K, V and dO of one tile, in that order. Rows past the sequence end are
 // zero: their S is 0 and masked, their dO is 0, so they contribute nothing.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
-@if ROW_STRIDES@
                                           const unsigned short *dout,
-                                          const InputRows &row_stride, const Tile &t) {
-  const unsigned short *src[4] = {q, k, v, dout};
-#pragma unroll
-  for (int m = 0; m < 4; m++)
-    load_tensor(stage + m * kTileElems, src[m], row_stride.stride[m], t,
-                m == 1 || m == 2 ? row_stride.kv_group : 1);
-}
+@if ROW_STRIDES@
+                                          const InputRows<4> &row_stride, const Tile &t) {
 @else@
-                                          const unsigned short *dout, long long row_stride,
-                                          const Tile &t) {
-  const unsigned short *src[4] = {q, k, v, dout};
-#pragma unroll
-  for (int m = 0; m < 4; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
-}
+                                          long long row_stride, const Tile &t) {
 @endif@
+  const unsigned short *const src[4] = {q, k, v, dout};
+  load_tiles(stage, src, row_stride, t);
+}
 @if TABLE_STAGED@
 
 @include rotary_load.cuh@
@@ -675,7 +657,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   // Elements from one token's row to the next: Q's, K's, V's and dO's (the
   // gradients': dq_stride, dk_stride, dv_stride); query head h reads key
   // head h / (heads / kv_heads), and dK, dV are written per query head.
-  const InputRows row_stride = {{q_stride, k_stride, v_stride, dout_stride},
+  const InputRows<4> row_stride = {{q_stride, k_stride, v_stride, dout_stride},
                                 heads / kv_heads};
 @else@
   const long long row_stride = (long long)heads * kHeadDim;

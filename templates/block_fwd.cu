@@ -63,34 +63,18 @@ static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory
 @include tile_load.cuh@
 
 extern __shared__ __align__(128) unsigned short smem[];
-@if ROW_STRIDES@
-
-// Where the inputs' rows are: Q's, K's and V's row strides (elements), and
-// the query heads each key head serves (K and V have heads / kv_group).
-struct InputRows {
-  long long stride[3];
-  int kv_group;
-};
-@endif@
 
 // Q, K and V of one tile, in that order.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
 @if ROW_STRIDES@
-                                          const InputRows &row_stride, const Tile &t) {
-  const unsigned short *src[3] = {q, k, v};
-#pragma unroll
-  for (int m = 0; m < 3; m++)
-    load_tensor(stage + m * kTileElems, src[m], row_stride.stride[m], t,
-                m == 0 ? 1 : row_stride.kv_group);
-}
+                                          const InputRows<3> &row_stride, const Tile &t) {
 @else@
                                           long long row_stride, const Tile &t) {
-  const unsigned short *src[3] = {q, k, v};
-#pragma unroll
-  for (int m = 0; m < 3; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
-}
 @endif@
+  const unsigned short *const src[3] = {q, k, v};
+  load_tiles(stage, src, row_stride, t);
+}
 @if ROTARY_TABLE@
 
 @include rotary_load.cuh@
@@ -182,7 +166,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @if ROW_STRIDES@
   // Elements from one token's row to the next: Q's, K's and V's (O's:
   // o_stride); query head h reads key head h / (heads / kv_heads).
-  const InputRows row_stride = {{q_stride, k_stride, v_stride}, heads / kv_heads};
+  const InputRows<3> row_stride = {{q_stride, k_stride, v_stride}, heads / kv_heads};
 @else@
   const long long row_stride = (long long)heads * kHeadDim;
 @endif@

@@ -1,8 +1,10 @@
 @# SPDX-License-Identifier: BSD-3-Clause
-@# tile_load.cuh: the swizzled shared-memory tile layout and the 16-byte
-@# async load of one [rows, head group] tensor tile, shared by the forward
-@# and backward kernels. Needs: kRowElems, kChunks, kHeadChunks, kHeadDim,
-@# kThreads, kBlock, kDimTiles, Tile, smem_addr(), cp_async_16(),
+@# tile_load.cuh: the swizzled shared-memory tile layout, the 16-byte
+@# async load of one [rows, head group] tensor tile and of a tile's inputs
+@# (load_tiles), and the product with a tile's rows read transposed
+@# (times_tile_rows), shared by the block forward and backward kernels.
+@# Needs: kRowElems, kChunks, kHeadChunks, kHeadDim,
+@# kThreads, kBlock, kDimTiles, kTileElems, Tile, smem_addr(), cp_async_16(),
 @# ldmatrix_x4_trans(), mma_16816().
 @# Conditions: SPLIT_ROWS (rows longer than 64 elements are stored as
 @#   64-column halves, so that wgmma's 128-byte swizzle describes them);
@@ -71,6 +73,37 @@ __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned
     g += kRowStep * row_stride;
   }
 }
+
+@if ROW_STRIDES@
+// Where a tile's inputs' rows are: each tensor's row stride (elements), and
+// the query heads each key head serves (tensors 1 and 2, K and V, have
+// heads / kv_group).
+template <int kTensors>
+struct InputRows {
+  long long stride[kTensors];
+  int kv_group;
+};
+
+// Tensors src[0..] of one tile, in that order, into the stage's tiles.
+template <int kTensors>
+__device__ __forceinline__ void load_tiles(unsigned short *stage,
+                                           const unsigned short *const (&src)[kTensors],
+                                           const InputRows<kTensors> &row_stride, const Tile &t) {
+#pragma unroll
+  for (int m = 0; m < kTensors; m++)
+    load_tensor(stage + m * kTileElems, src[m], row_stride.stride[m], t,
+                m == 1 || m == 2 ? row_stride.kv_group : 1);
+}
+@else@
+// Tensors src[0..] of one tile, in that order, into the stage's tiles.
+template <int kTensors>
+__device__ __forceinline__ void load_tiles(unsigned short *stage,
+                                           const unsigned short *const (&src)[kTensors],
+                                           long long row_stride, const Tile &t) {
+#pragma unroll
+  for (int m = 0; m < kTensors; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
+}
+@endif@
 
 // acc += a b, b the 16 tile rows r0.. at b_s (shared address; head columns
 // from chunk c0), k over those rows: read with ldmatrix.trans, as V in the

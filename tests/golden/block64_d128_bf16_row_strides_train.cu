@@ -375,6 +375,26 @@ __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned
   }
 }
 
+// Where a tile's inputs' rows are: each tensor's row stride (elements), and
+// the query heads each key head serves (tensors 1 and 2, K and V, have
+// heads / kv_group).
+template <int kTensors>
+struct InputRows {
+  long long stride[kTensors];
+  int kv_group;
+};
+
+// Tensors src[0..] of one tile, in that order, into the stage's tiles.
+template <int kTensors>
+__device__ __forceinline__ void load_tiles(unsigned short *stage,
+                                           const unsigned short *const (&src)[kTensors],
+                                           const InputRows<kTensors> &row_stride, const Tile &t) {
+#pragma unroll
+  for (int m = 0; m < kTensors; m++)
+    load_tensor(stage + m * kTileElems, src[m], row_stride.stride[m], t,
+                m == 1 || m == 2 ? row_stride.kv_group : 1);
+}
+
 // acc += a b, b the 16 tile rows r0.. at b_s (shared address; head columns
 // from chunk c0), k over those rows: read with ldmatrix.trans, as V in the
 // forward's O = P V.
@@ -393,22 +413,12 @@ __device__ __forceinline__ void times_tile_rows(float (&acc)[kDimTiles][4], cons
 
 extern __shared__ __align__(128) unsigned short smem[];
 
-// Where the inputs' rows are: Q's, K's and V's row strides (elements), and
-// the query heads each key head serves (K and V have heads / kv_group).
-struct InputRows {
-  long long stride[3];
-  int kv_group;
-};
-
 // Q, K and V of one tile, in that order.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
-                                          const InputRows &row_stride, const Tile &t) {
-  const unsigned short *src[3] = {q, k, v};
-#pragma unroll
-  for (int m = 0; m < 3; m++)
-    load_tensor(stage + m * kTileElems, src[m], row_stride.stride[m], t,
-                m == 0 ? 1 : row_stride.kv_group);
+                                          const InputRows<3> &row_stride, const Tile &t) {
+  const unsigned short *const src[3] = {q, k, v};
+  load_tiles(stage, src, row_stride, t);
 }
 /* ---- end tile load ---- */
 
@@ -496,7 +506,7 @@ ag_golden_strides_b64_d128_bf16_fwd(const unsigned short *__restrict__ q,
     int o_stride, int kv_heads) {
   // Elements from one token's row to the next: Q's, K's and V's (O's:
   // o_stride); query head h reads key head h / (heads / kv_heads).
-  const InputRows row_stride = {{q_stride, k_stride, v_stride}, heads / kv_heads};
+  const InputRows<3> row_stride = {{q_stride, k_stride, v_stride}, heads / kv_heads};
 
   Walk w;
   walk_begin(w, offsets, batch, heads, total_tokens, num_items);
@@ -996,6 +1006,26 @@ __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned
   }
 }
 
+// Where a tile's inputs' rows are: each tensor's row stride (elements), and
+// the query heads each key head serves (tensors 1 and 2, K and V, have
+// heads / kv_group).
+template <int kTensors>
+struct InputRows {
+  long long stride[kTensors];
+  int kv_group;
+};
+
+// Tensors src[0..] of one tile, in that order, into the stage's tiles.
+template <int kTensors>
+__device__ __forceinline__ void load_tiles(unsigned short *stage,
+                                           const unsigned short *const (&src)[kTensors],
+                                           const InputRows<kTensors> &row_stride, const Tile &t) {
+#pragma unroll
+  for (int m = 0; m < kTensors; m++)
+    load_tensor(stage + m * kTileElems, src[m], row_stride.stride[m], t,
+                m == 1 || m == 2 ? row_stride.kv_group : 1);
+}
+
 // acc += a b, b the 16 tile rows r0.. at b_s (shared address; head columns
 // from chunk c0), k over those rows: read with ldmatrix.trans, as V in the
 // forward's O = P V.
@@ -1012,25 +1042,14 @@ __device__ __forceinline__ void times_tile_rows(float (&acc)[kDimTiles][4], cons
   }
 }
 
-// Where the inputs' rows are: Q's, K's, V's and dO's row strides
-// (elements), and the query heads each key head serves (K and V have
-// heads / kv_group).
-struct InputRows {
-  long long stride[4];
-  int kv_group;
-};
-
 // Q, K, V and dO of one tile, in that order. Rows past the sequence end are
 // zero: their S is 0 and masked, their dO is 0, so they contribute nothing.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
                                           const unsigned short *dout,
-                                          const InputRows &row_stride, const Tile &t) {
-  const unsigned short *src[4] = {q, k, v, dout};
-#pragma unroll
-  for (int m = 0; m < 4; m++)
-    load_tensor(stage + m * kTileElems, src[m], row_stride.stride[m], t,
-                m == 1 || m == 2 ? row_stride.kv_group : 1);
+                                          const InputRows<4> &row_stride, const Tile &t) {
+  const unsigned short *const src[4] = {q, k, v, dout};
+  load_tiles(stage, src, row_stride, t);
 }
 /* ---- end tile load ---- */
 
@@ -1401,7 +1420,7 @@ ag_golden_strides_b64_d128_bf16_bwd(const unsigned short *__restrict__ q,
   // Elements from one token's row to the next: Q's, K's, V's and dO's (the
   // gradients': dq_stride, dk_stride, dv_stride); query head h reads key
   // head h / (heads / kv_heads), and dK, dV are written per query head.
-  const InputRows row_stride = {{q_stride, k_stride, v_stride, dout_stride},
+  const InputRows<4> row_stride = {{q_stride, k_stride, v_stride, dout_stride},
                                 heads / kv_heads};
 
   Walk w;

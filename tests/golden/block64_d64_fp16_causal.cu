@@ -358,6 +358,15 @@ __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned
   }
 }
 
+// Tensors src[0..] of one tile, in that order, into the stage's tiles.
+template <int kTensors>
+__device__ __forceinline__ void load_tiles(unsigned short *stage,
+                                           const unsigned short *const (&src)[kTensors],
+                                           long long row_stride, const Tile &t) {
+#pragma unroll
+  for (int m = 0; m < kTensors; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
+}
+
 // acc += a b, b the 16 tile rows r0.. at b_s (shared address; head columns
 // from chunk c0), k over those rows: read with ldmatrix.trans, as V in the
 // forward's O = P V.
@@ -380,9 +389,8 @@ extern __shared__ __align__(128) unsigned short smem[];
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
                                           long long row_stride, const Tile &t) {
-  const unsigned short *src[3] = {q, k, v};
-#pragma unroll
-  for (int m = 0; m < 3; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
+  const unsigned short *const src[3] = {q, k, v};
+  load_tiles(stage, src, row_stride, t);
 }
 /* ---- end tile load ---- */
 

@@ -543,6 +543,15 @@ __device__ __forceinline__ void load_tensor(unsigned short *tile, const unsigned
   }
 }
 
+// Tensors src[0..] of one tile, in that order, into the stage's tiles.
+template <int kTensors>
+__device__ __forceinline__ void load_tiles(unsigned short *stage,
+                                           const unsigned short *const (&src)[kTensors],
+                                           long long row_stride, const Tile &t) {
+#pragma unroll
+  for (int m = 0; m < kTensors; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
+}
+
 // acc += a b, b the 16 tile rows r0.. at b_s (shared address; head columns
 // from chunk c0), k over those rows: read with ldmatrix.trans, as V in the
 // forward's O = P V.
@@ -563,11 +572,10 @@ __device__ __forceinline__ void times_tile_rows(float (&acc)[kDimTiles][4], cons
 // zero: their S is 0 and masked, their dO is 0, so they contribute nothing.
 __device__ __forceinline__ void load_tile(unsigned short *stage, const unsigned short *q,
                                           const unsigned short *k, const unsigned short *v,
-                                          const unsigned short *dout, long long row_stride,
-                                          const Tile &t) {
-  const unsigned short *src[4] = {q, k, v, dout};
-#pragma unroll
-  for (int m = 0; m < 4; m++) load_tensor(stage + m * kTileElems, src[m], row_stride, t);
+                                          const unsigned short *dout,
+                                          long long row_stride, const Tile &t) {
+  const unsigned short *const src[4] = {q, k, v, dout};
+  load_tiles(stage, src, row_stride, t);
 }
 /* ---- end tile load ---- */
 
