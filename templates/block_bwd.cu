@@ -658,7 +658,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   // gradients': dq_stride, dk_stride, dv_stride); query head h reads key
   // head h / (heads / kv_heads), and dK, dV are written per query head.
   const InputRows<4> row_stride = {{q_stride, k_stride, v_stride, dout_stride},
-                                heads / kv_heads};
+                                   heads / kv_heads};
 @else@
   const long long row_stride = (long long)heads * kHeadDim;
 @endif@

@@ -1825,7 +1825,7 @@ ag_golden_rope_strides_b64_d64_fp16_rope_bwd(const unsigned short *__restrict__ 
   // gradients': dq_stride, dk_stride, dv_stride); query head h reads key
   // head h / (heads / kv_heads), and dK, dV are written per query head.
   const InputRows<4> row_stride = {{q_stride, k_stride, v_stride, dout_stride},
-                                heads / kv_heads};
+                                   heads / kv_heads};
 
   Walk w;
   walk_begin(w, offsets, batch, heads, total_tokens, num_items);
