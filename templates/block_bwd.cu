@@ -440,7 +440,6 @@ __device__ __forceinline__ void query_products(const unsigned short *stage, int 
 #else
 @endif@
   const int c0 = h * kHeadChunks;
-  const int lane = threadIdx.x & 31;
   clear(acc);
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {

@@ -1397,7 +1397,6 @@ __device__ __forceinline__ void query_products(const unsigned short *stage, int 
                                                float (&acc)[kDimTiles][4]) {
   const unsigned k_s = smem_addr(stage + kTileElems);
   const int c0 = h * kHeadChunks;
-  const int lane = threadIdx.x & 31;
   clear(acc);
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {

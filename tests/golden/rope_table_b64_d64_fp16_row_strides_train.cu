@@ -1672,7 +1672,6 @@ __device__ __forceinline__ void query_products(const unsigned short *stage, int 
   for (int h = 0; h < kHalves; h++) wgmma_hold(half_of(acc, h));
 #else
   const int c0 = h * kHeadChunks;
-  const int lane = threadIdx.x & 31;
   clear(acc);
 #pragma unroll
   for (int j = 0; j < kRowTiles; j++) {
