@@ -297,13 +297,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
       // per-element band test) causal 1.02-1.03x at head dim 128, 1.01-1.19x
       // at 64 (bench/results/2026-12-06-h100-jagged-bwd-s29.log).
       int first[2], width[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; hr++) {
-        const int r = key0 + 8 * hr;
-        first[hr] = max(0, r - band.hi);
-        const int last = min(mq - 1, r - band.lo);
-        width[hr] = r < nk ? max(0, last - first[hr] + 1) : 0;
-      }
+      seen_columns(band, key0, mq, nk, first, width);
 #pragma unroll
       for (int n = 0; n < 8; n++) {
         const int col = 8 * n + 2 * tq;

@@ -4,7 +4,7 @@
 @# and the stores of dS^T and of dK, dV. Operands are 64-column matrices of
 @# 128-byte rows in the 128-byte swizzle (wgmma_sm90.cuh). Issued, not
 @# committed: the caller fences, commits and waits.
-@# Needs: kHeadDim, kHalves, kBlockM (64, or 128 at head dim 64), kBlockN,
+@# Needs: kHeadDim, kHalves, kBlockM (64, or 128 at head dim 64), kBlockN, Band,
 @#   kKBytes, kQBytes, kRowBytes, kStepOverRows, kScale, sw128_desc(),
 @#   wgmma_ss(), wgmma_rs(), pack2(), stmatrix_x4() (bulk_sm90.cuh), and for
 @#   kBlockM 128 wgmma_ss_n128().
@@ -12,6 +12,21 @@
 @#   dim 128: issue_dkv_n128 of jagged_bwd_dkv_n128.cuh instead of
 @#   issue_dkv).
 /* ---- begin key-stationary step (wgmma) ---- */
+// The query columns key rows key0 and key0 + 8 of a tile see, as ranges:
+// row r sees [max(0, r - hi), min(mq - 1, r - lo)] (none past nk), so
+// column c is seen iff (unsigned)(c - first[h]) < (unsigned)width[h], one
+// compare an element (the sm_90a backwards' key-row layout, S^T).
+__device__ __forceinline__ void seen_columns(const Band &band, int key0, int mq, int nk,
+                                             int (&first)[2], int (&width)[2]) {
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    const int r = key0 + 8 * hr;
+    first[hr] = max(0, r - band.hi);
+    const int last = min(mq - 1, r - band.lo);
+    width[hr] = r < nk ? max(0, last - first[hr] + 1) : 0;
+  }
+}
+
 // dV's and dK's accumulators zeroed, at a key tile's start.
 __device__ __forceinline__ void zero_dkv(float (&acc_v)[kHalves][8][4],
                                          float (&acc_k)[kHalves][8][4]) {

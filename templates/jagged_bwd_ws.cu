@@ -233,7 +233,8 @@ __device__ __forceinline__ void load_step(unsigned slot, const unsigned short *q
 @endif@
 // One CTA tile of keys: its sequence, its keys and the steps that reach
 // them (q head hk * group + i / q_tiles, query tile qt0 + i % q_tiles).
-// Both roles walk the same tiles and steps.
+// The loader finds it (key_tile) and hands it to the computing warpgroups
+// in shared memory (kt_s); both roles walk the same tiles and steps.
 struct KeyTile {
   bool used;
   SeqSpan sp;
@@ -664,14 +665,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
           sp_t[j][e] = fast_exp2(fmaf(sp_t[j][e], kScaleLog2, (e & 1) ? m1 : m0));
       }
       if (!full) {
-        int first[2], width[2];  // key rows key0, key0 + 8: c - first < width, unsigned
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-          const int r = key0 + 8 * hr;
-          first[hr] = max(0, r - band.hi);
-          const int last = min(mq - 1, r - band.lo);
-          width[hr] = r < kt.nk ? max(0, last - first[hr] + 1) : 0;
-        }
+        int first[2], width[2];
+        seen_columns(band, key0, mq, kt.nk, first, width);
 #pragma unroll
         for (int j = 0; j < kChunks; j++)
 #pragma unroll

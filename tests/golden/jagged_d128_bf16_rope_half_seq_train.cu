@@ -1766,6 +1766,21 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
 /* ---- end jagged tiles ---- */
 
 /* ---- begin key-stationary step (wgmma) ---- */
+// The query columns key rows key0 and key0 + 8 of a tile see, as ranges:
+// row r sees [max(0, r - hi), min(mq - 1, r - lo)] (none past nk), so
+// column c is seen iff (unsigned)(c - first[h]) < (unsigned)width[h], one
+// compare an element (the sm_90a backwards' key-row layout, S^T).
+__device__ __forceinline__ void seen_columns(const Band &band, int key0, int mq, int nk,
+                                             int (&first)[2], int (&width)[2]) {
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    const int r = key0 + 8 * hr;
+    first[hr] = max(0, r - band.hi);
+    const int last = min(mq - 1, r - band.lo);
+    width[hr] = r < nk ? max(0, last - first[hr] + 1) : 0;
+  }
+}
+
 // dV's and dK's accumulators zeroed, at a key tile's start.
 __device__ __forceinline__ void zero_dkv(float (&acc_v)[kHalves][8][4],
                                          float (&acc_k)[kHalves][8][4]) {
@@ -2436,13 +2451,7 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
       // per-element band test) causal 1.02-1.03x at head dim 128, 1.01-1.19x
       // at 64 (bench/results/2026-12-06-h100-jagged-bwd-s29.log).
       int first[2], width[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; hr++) {
-        const int r = key0 + 8 * hr;
-        first[hr] = max(0, r - band.hi);
-        const int last = min(mq - 1, r - band.lo);
-        width[hr] = r < nk ? max(0, last - first[hr] + 1) : 0;
-      }
+      seen_columns(band, key0, mq, nk, first, width);
 #pragma unroll
       for (int n = 0; n < 8; n++) {
         const int col = 8 * n + 2 * tq;

@@ -2570,6 +2570,21 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
 /* ---- end jagged tiles ---- */
 
 /* ---- begin key-stationary step (wgmma) ---- */
+// The query columns key rows key0 and key0 + 8 of a tile see, as ranges:
+// row r sees [max(0, r - hi), min(mq - 1, r - lo)] (none past nk), so
+// column c is seen iff (unsigned)(c - first[h]) < (unsigned)width[h], one
+// compare an element (the sm_90a backwards' key-row layout, S^T).
+__device__ __forceinline__ void seen_columns(const Band &band, int key0, int mq, int nk,
+                                             int (&first)[2], int (&width)[2]) {
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    const int r = key0 + 8 * hr;
+    first[hr] = max(0, r - band.hi);
+    const int last = min(mq - 1, r - band.lo);
+    width[hr] = r < nk ? max(0, last - first[hr] + 1) : 0;
+  }
+}
+
 // dV's and dK's accumulators zeroed, at a key tile's start.
 __device__ __forceinline__ void zero_dkv(float (&acc_v)[kHalves][8][4],
                                          float (&acc_k)[kHalves][8][4]) {
@@ -2859,7 +2874,8 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
 
 // One CTA tile of keys: its sequence, its keys and the steps that reach
 // them (q head hk * group + i / q_tiles, query tile qt0 + i % q_tiles).
-// Both roles walk the same tiles and steps.
+// The loader finds it (key_tile) and hands it to the computing warpgroups
+// in shared memory (kt_s); both roles walk the same tiles and steps.
 struct KeyTile {
   bool used;
   SeqSpan sp;
@@ -3157,14 +3173,8 @@ ag_gem_d128_bf16_bwd_kv(const unsigned short *__restrict__ q,
           sp_t[j][e] = fast_exp2(fmaf(sp_t[j][e], kScaleLog2, (e & 1) ? m1 : m0));
       }
       if (!full) {
-        int first[2], width[2];  // key rows key0, key0 + 8: c - first < width, unsigned
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-          const int r = key0 + 8 * hr;
-          first[hr] = max(0, r - band.hi);
-          const int last = min(mq - 1, r - band.lo);
-          width[hr] = r < kt.nk ? max(0, last - first[hr] + 1) : 0;
-        }
+        int first[2], width[2];
+        seen_columns(band, key0, mq, kt.nk, first, width);
 #pragma unroll
         for (int j = 0; j < kChunks; j++)
 #pragma unroll
