@@ -60,7 +60,6 @@ static_assert(!@ROTARY@, "rotary embeddings take jagged_fwd_sm90.cu");
 
 @include jagged_fwd_sm90_parts.cuh@
 
-
 @include pipeline_sm90.cuh@
 
 @if TMA_KV@

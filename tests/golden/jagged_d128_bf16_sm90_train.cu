@@ -673,7 +673,6 @@ __device__ __forceinline__ void store_out(unsigned short *out, long long q_strid
 }
 /* ---- end wgmma forward pieces ---- */
 
-
 /* ---- begin device helpers (mbarrier pipeline, sm_90a) ----
  * Each comment names the PTX ISA instruction it wraps (PTX ISA 8.x,
  * "Parallel Synchronization and Communication Instructions" for mbarrier,
