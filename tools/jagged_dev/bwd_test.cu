@@ -562,6 +562,10 @@ int main(int argc, char **argv) {
     // a round compare; the rounds show the spread), default 1
     const char *rounds_env = getenv("BWD_ROUNDS");
     const int rounds = rounds_env ? atoi(rounds_env) : 1;
+    if (rounds < 1) {
+      fprintf(stderr, "BWD_ROUNDS must be a whole number >= 1 (got '%s')\n", rounds_env);
+      return 2;
+    }
     for (int L : lens)
       for (int round = 0; round < rounds; round++)
         for (int vi : vs) {
