@@ -204,6 +204,7 @@ typedef struct ag_plan_jagged {
   int fused_block_m[AG_FUSED_VARIANTS], fused_warps[AG_FUSED_VARIANTS];
   int fused_smem_bytes[AG_FUSED_VARIANTS], fused_min_ctas[AG_FUSED_VARIANTS];
   int fused_stages[AG_FUSED_VARIANTS]; /* K, V slots, tiles in flight + 1 */
+  bool fused_sm90[AG_FUSED_VARIANTS];  /* templates/broadcast_bwd_sm90.cu (wgmma) */
   /* sm_90a, not deterministic, not broadcast: the backward is one
    * key-stationary wgmma kernel with atomic dQ between a D kernel and a
    * dQ kernel (fast) instead of _dq and _dkv; fast.block_m 0 where not.
@@ -351,6 +352,7 @@ typedef struct ag_plan_jagged_choices {
   bool sm90_bwd_tma;     /* the warp-specialized backward loads Q and dO by TMA */
   bool sm90_fwd_tma;     /* the warp-specialized forward loads K and V by TMA */
   bool sm90_bwd_fused_dq; /* the warp-specialized backward rounds dQ itself (FUSED_DQ) */
+  bool sm90_bq_bwd;      /* the 128-row one-pass broadcast backward on wgmma */
   /* the one-pass broadcast backward's 32-row variant at head_dim 64 ([0])
    * and 128 ([1]): its warps (0: none, n_q <= 32 on the 64-row kernel) and
    * its K, V stages (2: the next tile loads during this one) */

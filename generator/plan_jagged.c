@@ -186,6 +186,12 @@ static const int bq_m32_warps_d64 = 8, bq_m32_warps_d128 = 4;
  * (the GPU suite's broadcast case, memcheck and racecheck) and no faster:
  * two stages stay. */
 static const int bq_m32_stages_d64 = 2, bq_m32_stages_d128 = 2;
+/* The 128-row variant on sm_90a (64 < n_q <= 128): the same walk and
+ * workspace on wgmma (templates/broadcast_bwd_sm90.cu), two warpgroups of
+ * 64 query rows, K, V slots as many as fit (3 at head dim 128: 193 KB; 4
+ * at 64). The mma.sync kernel ran these shapes at 155-205 TFLOP/s on the
+ * H200 (bench/RESULTS-broadcast.md), 0.66-1.18x the fastest peer. */
+static const int bq_sm90_stages_d64 = 4, bq_sm90_stages_d128 = 3;
 
 /* Broadcast queries, heads == kv_heads, n_q <= 32, 64 or 128: one kernel
  * in one pass (templates/broadcast_bwd.cu), every query of a head in one
@@ -194,18 +200,22 @@ static const int bq_m32_stages_d64 = 2, bq_m32_stages_d128 = 2;
  * rows, at 32 rows the choices' (the groups' keys split between them).
  * Shared memory: Q, dO, the K, V slots (two, at 32 rows the choices'), P
  * and dS, two floats a row. */
-static void plan_backward_fused(ag_plan *p, ag_plan_jagged_choices choices) {
+static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_choices choices) {
   ag_plan_jagged *j = &p->jagged;
   const int d = p->head_dim == 128;
   for (int i = 0, v = 0; i < AG_FUSED_VARIANTS; i++) {
     const int m = 32 << i, n = 64;
     if (m == 32 && choices.bq_m32_warps[d] == 0) continue;
-    const int stages = m == 32 ? choices.bq_m32_stages[d] : 2;
+    const bool sm90 = m == 128 && choices.sm90_bq_bwd && spec->arch == AG_ARCH_SM90A;
+    const int stages = m == 32 ? choices.bq_m32_stages[d]
+                       : sm90  ? (d ? bq_sm90_stages_d128 : bq_sm90_stages_d64)
+                               : 2;
     const int smem = 4 * p->head_dim * (m + stages * n) + 4 * m * n + 8 * m;
     j->fused_block_m[v] = m;
     j->fused_warps[v] = m == 32 ? choices.bq_m32_warps[d] : m / 16;
     j->fused_stages[v] = stages;
     j->fused_smem_bytes[v] = smem;
+    j->fused_sm90[v] = sm90;
     /* two CTAs an SM where their shared memory fits (1 KB each reserved;
      * at head_dim 128 not the 128-row kernel's) */
     j->fused_min_ctas[v] = 2 * (smem + 1024) > AG_SMEM_MAX_SM90 ? 1 : 2;
@@ -416,13 +426,20 @@ static const bool sm90_bwd_fused_dq_checked = false;
  * same build without it, 1.02-1.05x at L 4096
  * (bench/results/2026-12-04-h200-tma-s21.md). */
 static const bool sm90_fwd_tma_checked = true;
+/* The 128-row one-pass broadcast backward on wgmma (plan_backward_fused,
+ * templates/broadcast_bwd_sm90.cu). Checked on an H100 on 2026-12-06
+ * (session 30): gpu-broadcast 7/7 (n_q 128 at both head dims, causal,
+ * window), memcheck and racecheck at n_q 100; 1.23-1.40x the mma.sync
+ * kernel at n_q 128 (bench/results/2026-12-06-h100-broadcast-sm90-checks.log,
+ * 2026-12-06-h100-broadcast-nq128-*.md). */
+static const bool sm90_bq_bwd_checked = true;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {
   return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked,
                                   sm90_ws64_checked, sm90_bwd_ws_checked,
                                   sm90_ws_broadcast_checked, sm90_bwd_long_checked,
                                   sm90_ws64_causal_checked, sm90_bwd_tma_checked,
-                                  sm90_fwd_tma_checked, sm90_bwd_fused_dq_checked,
+                                  sm90_fwd_tma_checked, sm90_bwd_fused_dq_checked, sm90_bq_bwd_checked,
                                   {bq_m32_warps_d64, bq_m32_warps_d128},
                                   {bq_m32_stages_d64, bq_m32_stages_d128}};
 }
@@ -463,7 +480,7 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
   if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
   if (choices.sm90_short && !out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD))
     plan_forward_short(spec, out);
-  if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD)) plan_backward_fused(out, choices);
+  if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD)) plan_backward_fused(spec, out, choices);
   return AG_OK;
 }
 
@@ -633,8 +650,9 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
                                                                "bwd_fused_2"};
     for (int i = 0; i < AG_FUSED_VARIANTS && j->fused_block_m[i] > 0; i++) {
       snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->fused_block_m[i]);
-      ag_plan_kernel *f = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name,
-                                             "broadcast_bwd.cu");
+      ag_plan_kernel *f = ag_plan_add_kernel(
+          spec, plan, AG_PASS_BACKWARD, name,
+          j->fused_sm90[i] ? "broadcast_bwd_sm90.cu" : "broadcast_bwd.cu");
       f->namespace_name = fused_ns[i];
       f->variant = AG_VARIANT_BWD_FUSED_0 + i;
       f->walk = (ag_walk){AG_WALK_BROADCAST_SLABS, j->fused_block_m[i], 1, 1};
@@ -645,6 +663,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
       set_common(f, j->fused_block_m[i], 64, j->fused_warps[i], j->fused_min_ctas[i]);
       ag_plan_set(f, "SMEM_BYTES", j->fused_smem_bytes[i]);
       ag_plan_set(f, "STAGES", j->fused_stages[i]);
+      if (j->fused_sm90[i]) ag_plan_set(f, "DKV_N128", plan->head_dim == 128);
     }
     /* _dq first: it writes D, which _dkv reads. */
     snprintf(name, sizeof name, "%.*s_dq", AG_KERNEL_NAME_MAX - 4, stem);

@@ -7,8 +7,8 @@
 @# there; deterministic specs keep jagged_bwd.cu's two kernels).
 @# Includes: jagged_bwd_sm90_consts.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
 @#   bulk_sm90.cuh, pipeline_sm90.cuh (named barriers), jagged_bwd_tile.cuh,
-@#   jagged_bwd_wgmma.cuh (the step's products), jagged_bwd_rows.cuh (the
-@#   kernels _pre and _dq).
+@#   jagged_bwd_wgmma.cuh (the step's products), load_rows_sm90.cuh,
+@#   jagged_bwd_rows.cuh (the kernels _pre and _dq).
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows
 @#   of a step: 64) @BLOCK_N@ (key rows of a CTA, 64 per warpgroup: 64 at
 @#   head dim 64, 128 at 128)
@@ -116,25 +116,7 @@ extern __shared__ __align__(1024) unsigned short smem[];
  * each written by one CTA, in a fixed order.
  * ---- end the math ---- */
 
-// Start the copy of kRows rows of one head (`src` is row 0, this head)
-// into the matrices at `dst` (shared address), the first `rows` real and
-// the rest zero-filled; the caller commits. Piece c (16 bytes) of row r
-// sits in matrix c / 8 at chunk (c % 8) ^ (r % 8) of the row.
-template <int kRows>
-__device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
-                                          long long row_stride, int rows) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
-  const unsigned base = dst + (c >> 3) * (kRows * kRowBytes);
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < rows;
-    cp_async_16(base + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4),
-                real ? src + row * row_stride + c * 8 : src, real ? 16 : 0);
-  }
-}
+@include load_rows_sm90.cuh@
 
 @include jagged_bwd_rows.cuh@
 

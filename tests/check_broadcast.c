@@ -434,6 +434,9 @@ static const gpu_case gpu_cases[] = {
     {AG_DTYPE_FP16, 128, false, "window: [100, 20]\n", 2, 2},
     /* causal without grouped heads: the one-pass backward under the mask */
     {AG_DTYPE_BF16, 128, true, "", 4, 4},
+    /* head dim 64 without grouped heads: the one-pass backwards (on sm_90a
+     * n_q > 64 takes broadcast_bwd_sm90.cu) */
+    {AG_DTYPE_FP16, 64, true, "", 4, 4},
 };
 enum { NGPU = sizeof gpu_cases / sizeof gpu_cases[0] };
 
