@@ -188,8 +188,8 @@ static const int bq_m32_warps_d64 = 8, bq_m32_warps_d128 = 4;
 static const int bq_m32_stages_d64 = 2, bq_m32_stages_d128 = 2;
 /* The 128-row variant on sm_90a (64 < n_q <= 128): the same walk and
  * workspace on wgmma (templates/broadcast_bwd_sm90.cu), two warpgroups of
- * 64 query rows, K, V slots as many as fit (3 at head dim 128: 193 KB; 4
- * at 64). The mma.sync kernel ran these shapes at 155-205 TFLOP/s on the
+ * 64 query rows and a key warpgroup, K, V slots as many as fit beside two
+ * P, dS slots (3 at head dim 128: 225 KB; 4 at 64). The mma.sync kernel ran these shapes at 155-205 TFLOP/s on the
  * H200 (bench/RESULTS-broadcast.md), 0.66-1.18x the fastest peer. */
 static const int bq_sm90_stages_d64 = 4, bq_sm90_stages_d128 = 3;
 
@@ -210,9 +210,11 @@ static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_
     const int stages = m == 32 ? choices.bq_m32_stages[d]
                        : sm90  ? (d ? bq_sm90_stages_d128 : bq_sm90_stages_d64)
                                : 2;
-    const int smem = 4 * p->head_dim * (m + stages * n) + 4 * m * n + 8 * m;
+    /* sm90: two P, dS slots, so that the key warpgroup reads one while the
+     * query warpgroups write the other */
+    const int smem = 4 * p->head_dim * (m + stages * n) + (sm90 ? 8 : 4) * m * n + 8 * m;
     j->fused_block_m[v] = m;
-    j->fused_warps[v] = m == 32 ? choices.bq_m32_warps[d] : m / 16;
+    j->fused_warps[v] = m == 32 ? choices.bq_m32_warps[d] : sm90 ? 12 : m / 16;
     j->fused_stages[v] = stages;
     j->fused_smem_bytes[v] = smem;
     j->fused_sm90[v] = sm90;
@@ -428,10 +430,11 @@ static const bool sm90_bwd_fused_dq_checked = false;
 static const bool sm90_fwd_tma_checked = true;
 /* The 128-row one-pass broadcast backward on wgmma (plan_backward_fused,
  * templates/broadcast_bwd_sm90.cu). Checked on an H100 on 2026-12-06
- * (session 30): gpu-broadcast 7/7 (n_q 128 at both head dims, causal,
- * window), memcheck and racecheck at n_q 100; 1.23-1.40x the mma.sync
- * kernel at n_q 128 (bench/results/2026-12-06-h100-broadcast-sm90-checks.log,
- * 2026-12-06-h100-broadcast-nq128-*.md). */
+ * (session 30), first with two warpgroups, then warp specialized (a key
+ * warpgroup for dK and dV): gpu-broadcast 7/7 (n_q 128 at both head dims,
+ * causal, window), memcheck and racecheck at n_q 100; the latter 1.37-1.61x
+ * the mma.sync kernel at n_q 128 (bench/results/
+ * 2026-12-06-h100-broadcast-ws-checks.log, 2026-12-06-h100-broadcast-nq128-ws.md). */
 static const bool sm90_bq_bwd_checked = true;
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) {

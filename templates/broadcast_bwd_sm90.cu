@@ -1,23 +1,26 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# broadcast_bwd_sm90.cu: the broadcast-Q backward in one pass on sm_90a
-@# (wgmma), for 64 < n_q <= 128 and heads == kv_heads: broadcast_bwd.cu's
-@# walk and workspace (a CTA owns every query of one head over a slab of
-@# sequences, dQ summed over the slab in registers, dK and dV whole per key
-@# tile), its five products per key tile on the warpgroup MMA.
+@# (wgmma, warp specialized), for 64 < n_q <= 128 and heads == kv_heads:
+@# broadcast_bwd.cu's walk and workspace (a CTA owns every query of one
+@# head over a slab of sequences, dQ summed over the slab in registers, dK
+@# and dV whole per key tile), its five products per key tile on the
+@# warpgroup MMA, split between two query warpgroups and a key warpgroup.
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (128: query
-@#   rows, two warpgroups of 64) @BLOCK_N@ (64: keys of a tile) @WARPS@ (8)
-@#   @STAGES@ (K, V slots, 2 or more) @MIN_CTAS@ @SMEM_BYTES@ (= 4 *
-@#   HEAD_DIM * (BLOCK_M + STAGES * BLOCK_N) + 4 * BLOCK_M * BLOCK_N + 8 *
-@#   BLOCK_M) @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@
-@#   @CAUSAL@ @WINDOW@ @WINDOW_LEFT@ @WINDOW_RIGHT@ (as in jagged_bwd.cu).
+@#   rows, two warpgroups of 64) @BLOCK_N@ (64: keys of a tile) @WARPS@ (12:
+@#   the two query warpgroups, then the key warpgroup) @STAGES@ (K, V
+@#   slots, 2 or more) @MIN_CTAS@ (1) @SMEM_BYTES@ (= 4 * HEAD_DIM *
+@#   (BLOCK_M + STAGES * BLOCK_N) + 8 * BLOCK_M * BLOCK_N + 8 * BLOCK_M)
+@#   @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@
+@#   @WINDOW@ @WINDOW_LEFT@ @WINDOW_RIGHT@ (as in jagged_bwd.cu).
 @# Conditions: DKV_N128 (jagged_bwd_wgmma.cuh's; here head dim 128, whose
 @#   dQ product is one 64x128x16 a k-step).
-@# Grid, threads, parameters: as broadcast_bwd.cu's; then jagged_bwd.cu's
-@#   _dq_sum over the slabs.
+@# Grid, parameters: as broadcast_bwd.cu's (WARPS * 32 threads); then
+@#   jagged_bwd.cu's _dq_sum over the slabs.
 @# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
-@#   bulk_sm90.cuh (stmatrix), jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh
-@#   (the stmatrix store of P and dS, and with DKV_N128 the 64x128 product),
-@#   load_rows_sm90.cuh: emitted in a namespace of its own.
+@#   bulk_sm90.cuh (stmatrix), pipeline_sm90.cuh (mbarriers, register
+@#   budgets, named barriers), jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh
+@#   (the stmatrix store of P and dS, and with DKV_N128 the 64x128
+@#   product), load_rows_sm90.cuh: emitted in a namespace of its own.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this backward is planned for sm_90a only (wgmma)"
 #endif
@@ -25,16 +28,22 @@
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
 constexpr int kBlockM = @BLOCK_M@;  // query rows: every shared query (n_q <= kBlockM)
 constexpr int kBlockN = @BLOCK_N@;  // keys of a tile
-constexpr int kWarps = @WARPS@;  // warps per CTA: two warpgroups
+constexpr int kWarps = @WARPS@;  // warps per CTA: three warpgroups
 constexpr int kStages = @STAGES@;  // K, V slots: kStages - 1 tiles load ahead
 constexpr int kThreads = kWarps * 32;
+constexpr int kCopyThreads = 256;  // the query warpgroups: they copy K, V, Q and dO
 constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound
+// setmaxnreg budgets: a query warpgroup holds dQ (64 registers at head dim
+// 128), S and dP (32 each) and their 16-bit pairs; the key warpgroup one
+// 64-column half of dV or dK (32).
+constexpr int kQueryRegs = 208, kKeyRegs = 80;
+static_assert(2 * 128 * kQueryRegs + 128 * kKeyRegs <= 65536, "the SM's registers");
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
 @include jagged_bwd_band.cuh@
 constexpr bool kBroadcast = true;  // one dense Q shared by every sequence
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(kBlockM == 128 && kBlockN == 64 && kWarps == 8,
-              "two warpgroups of 64 query rows, 64-key tiles");
+static_assert(kBlockM == 128 && kBlockN == 64 && kWarps == 12 && kMinCtasPerSm == 1,
+              "two warpgroups of 64 query rows and a key warpgroup, 64-key tiles");
 static_assert(kStages >= 2, "a tile loads while the last one is used");
 // Every operand is made of 64-column matrices of 128-byte rows in the
 // 128-byte swizzle (wgmma_sm90.cuh): a tile of R rows is kHalves such
@@ -45,13 +54,15 @@ constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of every query
 constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of a tile
 constexpr int kPBytes = kBlockM * kBlockN * 2;   // P (or dS) of a tile: [query][key]
 constexpr int kStepOverRows = 16 * kRowBytes;    // a k16 step over 16 rows (MN-major)
-// Shared memory: Q, dO, the kStages K, V slots (a ring), P, dS, then each
-// query row's LSE * log2(e) and D.
+// Shared memory: Q, dO, the kStages K, V slots (a ring), two slots of P
+// and dS (the query warpgroups write tile n's into slot n % 2 while the key
+// warpgroup reads tile n - 1's), then each query row's LSE * log2(e) and D.
 constexpr int kRingAt = 2 * kQBytes;
 constexpr int kPAt = kRingAt + kStages * 2 * kKBytes;
-constexpr int kRowsAt = kPAt + 2 * kPBytes;
+constexpr int kRowsAt = kPAt + 4 * kPBytes;
 static_assert(kRowsAt + 8 * kBlockM == kSmemBytes,
-              "the plan's shared memory is Q, dO, the K, V slots, P, dS and two floats a row");
+              "the plan's shared memory is Q, dO, the K, V slots, two P, dS slots and two "
+              "floats a row");
 /* ---- end broadcast backward constants ---- */
 
 @include mma_sm80.cuh@
@@ -61,6 +72,8 @@ static_assert(kRowsAt + 8 * kBlockM == kSmemBytes,
 @include wgmma_sm90.cuh@
 
 @include bulk_sm90.cuh@
+
+@include pipeline_sm90.cuh@
 
 @include jagged_bwd_tile.cuh@
 
@@ -102,24 +115,24 @@ __device__ __forceinline__ void issue_dq_rs(float (&dq)[kHalves][8][4], const un
   }
 }
 
-// acc = X^T B for the tile's 64 keys: X is P or dS at x_a ([query][key],
-// read MN-major: M over keys, k over queries), B is dO or Q (read MN-major)
-// over the first 16 * ksteps queries; dV = P^T dO, dK = dS^T Q.
-__device__ __forceinline__ void keys_by_queries(float (&acc)[kHalves][8][4], unsigned x_a,
-                                                unsigned b_a, int ksteps) {
+// acc = X^T B for the tile's 64 keys and the head's 64 columns from 64 hh:
+// X is P or dS at x_a ([query][key], read MN-major: M over keys, k over
+// queries), B is dO or Q (read MN-major) over the first 16 * ksteps
+// queries; dV = P^T dO, dK = dS^T Q.
+__device__ __forceinline__ void keys_by_queries(float (&acc)[8][4], unsigned x_a, unsigned b_a,
+                                                int hh, int ksteps) {
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; kk++)
     if (kk < ksteps)  // uniform: the rows past n_q are zeros
-#pragma unroll
-      for (int hh = 0; hh < kHalves; hh++)
-        wgmma_ss<1, 1>(acc[hh], sw128_desc(x_a, kk * kStepOverRows),
-                       sw128_desc(b_a + hh * (kQBytes / kHalves), kk * kStepOverRows), kk);
+      wgmma_ss<1, 1>(acc, sw128_desc(x_a, kk * kStepOverRows),
+                     sw128_desc(b_a + hh * (kQBytes / kHalves), kk * kStepOverRows), kk);
 }
 
-// Zero rows [r0, r1) of one head of dK and dV (keys no query sees).
+// Zero rows [r0, r1) of one head of dK and dV (keys no query sees), by
+// the copying threads.
 __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv, long long r0,
                                           long long r1, long long row_stride) {
-  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kThreads) {
+  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kCopyThreads) {
     const long long at = (r0 + i / kPieces) * row_stride + (i % kPieces) * 8;
     *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
@@ -130,42 +143,103 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
 /* ---- begin kernel ----
  * broadcast_bwd.cu's walk: a CTA owns every query (n_q <= kBlockM) of one
  * head over a slab of sequences (slab_start); Q stays in shared memory; for
- * each sequence it loads dO and computes D, then walks the key tiles of the
- * band, K and V streaming through kStages slots. Per tile, warpgroup w
- * (query rows 64 w..) computes S = Q K^T and dP = dO V^T (both operands
- * from shared memory), P and dS in registers, dQ += dS K (A from
- * registers) and stores P and dS; after a barrier warpgroup 0 computes dV
- * = P^T dO and warpgroup 1 dK = dS^T Q over every query (both operands
- * from shared memory) and stores it: every query is in the CTA, so each key
- * tile's gradients are whole (keys no query sees get 0). dQ, summed over
- * the slab in registers, goes to the slab's fp32 partial for _dq_sum. */
+ * each sequence the query warpgroups load dO and compute D, then walk the
+ * key tiles of the band, K and V streaming through kStages slots. Per
+ * tile, query warpgroup w (rows 64 w..) computes S = Q K^T and dP = dO V^T
+ * (both operands from shared memory), P and dS in registers, stores them
+ * to the tile's P, dS slot and adds dQ += dS K (A from registers); the key
+ * warpgroup then computes dV = P^T dO and dK = dS^T Q over every query
+ * (both from shared memory) and stores them, while the query warpgroups go
+ * on with the next tile: every query is in the CTA, so each key tile's
+ * gradients are whole (keys no query sees get 0). Two mbarriers a P, dS
+ * slot: full (the query warpgroups' 256 arrivals) and empty (the key
+ * warpgroup's 128). dQ, summed over the slab in registers, goes to the
+ * slab's fp32 partial for _dq_sum. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(@PARAMS@) {
   (void)dq;
   if (batch <= 0 || kv_heads != heads) return;
+  // full[slot], empty[slot] of the P, dS slots
+  __shared__ __align__(8) unsigned long long bars[4];
+  const unsigned full0 = smem_addr(bars), empty0 = full0 + 16;
+  if (threadIdx.x == 0) {
+    for (int x = 0; x < 2; x++) {
+      mbar_init(full0 + 8 * x, kCopyThreads);
+      mbar_init(empty0 + 8 * x, 128);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
   const int h = blockIdx.y;
   const long long stride = (long long)heads * kHeadDim;  // of every tensor (heads == kv_heads)
   const long long n_q = total_q / batch, slabs = num_tiles;
   const int mq = (int)min((long long)kBlockM, n_q);  // real query rows
   const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
   const unsigned base = smem_addr(smem);
-  const unsigned q_a = base, do_a = base + kQBytes, ring_a = base + kRingAt, p_a = base + kPAt,
-                 ds_a = p_a + kPBytes;
+  const unsigned q_a = base, do_a = base + kQBytes, ring_a = base + kRingAt, pds_a = base + kPAt;
   float *const lse_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kRowsAt);
   float *const di_s = lse_s + kBlockM;
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2;
-  const int row0 = 16 * warp;  // this warp's query rows (of warpgroup wg's 64 wg..)
+  const int row0 = 16 * warp;  // a query warp's rows (of warpgroup wg's 64 wg..)
+  long long n = 0;  // tiles walked so far: tile n's P and dS in slot n % 2
 
+  if (wg == 2) {
+    // ---- the key warpgroup: dV = P^T dO, then dK = dS^T Q, of each tile
+    // the query warpgroups hand over; the slot is freed once both are done.
+    regs_dec<kKeyRegs>();
+#pragma unroll 1
+    for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
+      const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
+#pragma unroll 1
+      for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
+        const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
+        long long j_first, j_last;
+        keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+        const long long kt0 = j_first / kBlockN;
+        const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+        unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
+        unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
+#pragma unroll 1
+        for (int i = 0; i < n_steps; i++, n++) {
+          const long long k0 = (kt0 + i) * kBlockN;
+          const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+          const int x = (int)(n & 1);
+          const unsigned p_a = pds_a + x * 2 * kPBytes, ds_a = p_a + kPBytes;
+          mbar_wait(full0 + 8 * x, (unsigned)(n >> 1) & 1);
+          // one 64-column half of dV, then of dK, at a time (the key
+          // warpgroup's registers are few)
+#pragma unroll 1
+          for (int t = 0; t < 2 * kHalves; t++) {
+            const bool is_k = t >= kHalves;
+            const int hh = t % kHalves;
+            float acc[8][4];
+            wgmma_fence();
+            keys_by_queries(acc, is_k ? ds_a : p_a, is_k ? q_a : do_a, hh, ksteps);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_hold(acc);
+            if (t == 2 * kHalves - 1) mbar_arrive(empty0 + 8 * x);  // P and dS are read
+            store_rows(acc, is_k ? kScale : 1.f, 16 * (warp & 3), nk,
+                       (is_k ? dk_head : dv_head) + k0 * stride + 64 * hh, stride);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- the query warpgroups ----
+  regs_inc<kQueryRegs>();
+  bool q_loaded = false;
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
-    float acc_q[kHalves][8][4];  // dQ of this warp's rows, over the slab
+    float acc_q[kHalves][8][4];  // this warp's dQ, over the slab
 #pragma unroll
     for (int hh = 0; hh < kHalves; hh++)
 #pragma unroll
-      for (int n = 0; n < 8; n++) acc_q[hh][n][0] = acc_q[hh][n][1] = acc_q[hh][n][2] = acc_q[hh][n][3] = 0.f;
+      for (int j = 0; j < 8; j++) acc_q[hh][j][0] = acc_q[hh][j][1] = acc_q[hh][j][2] = acc_q[hh][j][3] = 0.f;
     const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
-    bool q_loaded = false;
 #pragma unroll 1
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
       const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
@@ -184,7 +258,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       if (n_steps) zero_rows(dk_head, dv_head, min(sp.k_len, (kt0 + n_steps) * kBlockN), sp.k_len, stride);
       if (n_steps == 0) continue;
 
-      __syncthreads();  // nobody reads the last sequence's shared memory any more
+      // The key warpgroup is done with the last sequence's dO (its last
+      // tile's slot is freed after dV and dK), and the query warpgroups
+      // with the last sequence's K, V slots.
+      if (n > 0) mbar_wait(empty0 + 8 * ((n - 1) & 1), (unsigned)((n - 1) >> 1) & 1);
+      named_barrier_sync(1, kCopyThreads);
       if (!q_loaded) load_rows<kBlockM>(q_a, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_rows<kBlockM>(do_a, dout + o_row, stride, mq);
@@ -209,11 +287,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
 
 #pragma unroll 1
-      for (int i = 0; i < n_steps; i++) {
-        // Refill the last tile's slot with tile i + kStages - 1 once every
-        // thread is done with it (and with P and dS of the last tile), then
-        // wait for this one.
-        __syncthreads();
+      for (int i = 0; i < n_steps; i++, n++) {
+        // Refill the last tile's slot with tile i + kStages - 1 once both
+        // query warpgroups are done with it, then wait for this one.
+        named_barrier_sync(1, kCopyThreads);
         if (i + kStages - 1 < n_steps) {
           const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
@@ -224,7 +301,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         cp_async_commit();
         cp_async_wait<kStages - 1>();
         fence_proxy_async();  // the copies are read by wgmma (the async proxy)
-        __syncthreads();
+        named_barrier_sync(1, kCopyThreads);
         const long long k0 = (kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
         const unsigned k_a = ring_a + ((unsigned)i % kStages) * 2 * kKBytes, v_a = k_a + kKBytes;
@@ -242,29 +319,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
         unsigned p16[8][2], ds16[8][2];
         probs_and_ds<8, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nk, band, row0, p16, ds16);
+        // To the slot, once the key warpgroup is done with tile n - 2's.
+        const int x = (int)(n & 1);
+        const unsigned p_a = pds_a + x * 2 * kPBytes;
+        if (n >= 2) mbar_wait(empty0 + 8 * x, (unsigned)((n >> 1) - 1) & 1);
         store_ds_t_x4(p_a, row0, p16, lane);
-        store_ds_t_x4(ds_a, row0, ds16, lane);
+        store_ds_t_x4(p_a + kPBytes, row0, ds16, lane);
+        fence_proxy_async();  // P and dS are read by wgmma
+        mbar_arrive(full0 + 8 * x);
         wgmma_fence();  // ds16 is read by the dQ product
         issue_dq_rs(acc_q, ds16, k_a);
         wgmma_commit();
-        fence_proxy_async();  // P and dS are read by wgmma
-        __syncthreads();
-        // Warpgroup 0: dV = P^T dO; warpgroup 1: dK = dS^T Q.
-        float acc[kHalves][8][4];
-        wgmma_fence();
-        keys_by_queries(acc, wg ? ds_a : p_a, wg ? q_a : do_a, ksteps);
-        wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_wait<0>();  // the slot's K is read before it is refilled
 #pragma unroll
-        for (int hh = 0; hh < kHalves; hh++) {
-          wgmma_hold(acc[hh]);
-          wgmma_hold(acc_q[hh]);
-        }
+        for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc_q[hh]);
         keep(ds16);
-        unsigned short *const out = (wg ? dk_head : dv_head) + k0 * stride;
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          store_rows(acc[hh], wg ? kScale : 1.f, 16 * (warp & 3), nk, out + 64 * hh, stride);
       }
       cp_async_wait<0>();
     }

@@ -43,6 +43,7 @@
 @include jagged_bwd_sm90_consts.cuh@
 constexpr int kWarpgroups = kBlockN / 64;  // each owns 64 key rows
 constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kCopyThreads = kThreads;  // every thread copies (load_rows_sm90.cuh)
 constexpr int kRowsThreads = @ROWS_THREADS@;  // threads of _pre and _dq
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory of _kv, as planned
 constexpr bool kDqTiled = false;  // the dQ accumulator row-major (jagged_bwd_rows.cuh)

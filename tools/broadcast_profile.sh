@@ -6,6 +6,9 @@
 # n_q picks: 32 rows since session 27): the details page
 # and the stall picture by instruction (tools/jagged_dev/ncu_sass_top.py).
 #   device: carry [".devdeps"], command: bash tools/broadcast_profile.sh [time]
+# NCU_NQ, NCU_L, NCU_MIN, NCU_BATCH (default 32, 1024, 0, 1152): the
+# profiled run's n_q, longest and shortest key length and batch; NCU_ONLY=1
+# skips the timed runs (session 30: n_q 128 on broadcast_bwd_sm90.cu).
 # Its ncu part ran on an H100 on 2026-12-05 (session 27; bench/results/
 # 2026-12-05-h100-ncu-broadcast-bwd-m64-nq32*.txt), before the 32-row variant.
 source .devdeps/env.sh || exit 1
@@ -14,7 +17,7 @@ make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 sed 's/head_dim: 128/head_dim: 64/; s/name: pma_broadcast/name: pma_broadcast64/' \
   specs/pma_broadcast_d128.yaml > /tmp/pma64.yaml
 echo "=== timed $(date +%T)"
-for nq in 32 128; do
+[ -n "${NCU_ONLY:-}" ] || for nq in 32 128; do
   for s in specs/pma_broadcast_d128.yaml /tmp/pma64.yaml; do
     echo "--- $s n_q $nq"
     timeout 120 build/attngen run $s --batch 1152 --heads 4 --seqlen 1024 --min-seqlen 0 \
@@ -25,8 +28,9 @@ done
 echo "=== ncu $(date +%T)"
 N=/usr/local/cuda/bin/ncu
 timeout 200 $N --set full --import-source no -k regex:bq_bwd_m -c 1 -f -o /tmp/bq \
-  build/attngen run specs/pma_broadcast_d128.yaml --batch 1152 --heads 4 --seqlen 1024 \
-  --min-seqlen 0 --n-q 32 --iters 1 > "$out/ncu-run.log" 2>&1
+  build/attngen run specs/pma_broadcast_d128.yaml --batch ${NCU_BATCH:-1152} --heads 4 \
+  --seqlen ${NCU_L:-1024} --min-seqlen ${NCU_MIN:-0} --n-q ${NCU_NQ:-32} --iters 1 \
+  > "$out/ncu-run.log" 2>&1
 echo "ncu rc $?"; tail -3 "$out/ncu-run.log"
 $N -i /tmp/bq.ncu-rep --page details > "$out/ncu-details.txt" 2>&1
 $N -i /tmp/bq.ncu-rep --page source --csv --print-source sass > /tmp/bq-src.csv 2>&1

@@ -22,19 +22,34 @@ P=generator/plan_jagged.c
 if [ "${1:-}" = bench ]; then
   source .fa4/b/env.sh || echo "no fa4 stash: FlashAttention-4 will not run"
   cp $P /tmp/plan.orig
+  T=templates/broadcast_bwd_sm90.cu
+  cp $T /tmp/tmpl.orig
+  lib() {  # name: build the library, keep a copy
+    make -j16 build/libattngen.so > "$out/build-$1.log" 2>&1 || { tail -20 "$out/build-$1.log"; exit 1; }
+    mkdir -p /tmp/b_$1 && cp -L build/libattngen.so /tmp/b_$1/
+  }
   sed -i 's/sm90_bq_bwd_checked = true/sm90_bq_bwd_checked = false/' $P
-  make -j16 build/libattngen.so > "$out/build-old.log" 2>&1 || { tail -20 "$out/build-old.log"; exit 1; }
-  mkdir -p /tmp/b_old && cp -L build/libattngen.so /tmp/b_old/
+  lib mma
   cp /tmp/plan.orig $P
-  make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-  echo "=== mma.sync one-pass backward (broadcast_bwd.cu) $(date +%T)"
-  ATTNGEN_LIB=/tmp/b_old/libattngen.so PYTHONPATH=bindings/python:$PYTHONPATH timeout 200 \
-    python3 bench/broadcast_bench.py --nq 128 --peers fa2 --budget 150 --out "$out/old" 2>&1 |
-    grep -E "^\| B1152|failed|Error" | head -12
-  echo "=== wgmma one-pass backward (broadcast_bwd_sm90.cu) $(date +%T)"
-  PYTHONPATH=bindings/python:$PYTHONPATH timeout 330 \
-    python3 bench/broadcast_bench.py --nq 128 --peers fa2,fa4,cudnn --budget 280 --out "$out/new" 2>&1 |
-    grep -E "^\| B1152|^wrote|failed|Error" | head -14
+  if [ -f tools/dev_bq_v1.cu ]; then  # 8fc8fbc's kernel: two warpgroups, one P, dS slot
+    cp tools/dev_bq_v1.cu $T
+    sed -i -e 's/sm90 ? 12 : m \/ 16/m \/ 16/' -e 's/(sm90 ? 8 : 4) \* m \* n/4 * m * n/' $P
+    lib v1
+    cp /tmp/plan.orig $P
+    cp /tmp/tmpl.orig $T
+  fi
+  lib new
+  for v in mma v1; do
+    [ -f /tmp/b_$v/libattngen.so ] || continue
+    echo "=== $v $(date +%T)"
+    ATTNGEN_LIB=/tmp/b_$v/libattngen.so PYTHONPATH=bindings/python:$PYTHONPATH timeout 150 \
+      python3 bench/broadcast_bench.py --nq 128 --peers fa2 --budget 110 --out "$out/$v" 2>&1 |
+      grep -E "^\| B1152.*(bitwise|not met|met)|failed|Error" | cut -d'|' -f1-8 | head -10
+  done
+  echo "=== warp-specialized (the tree) $(date +%T)"
+  ATTNGEN_LIB=/tmp/b_new/libattngen.so PYTHONPATH=bindings/python:$PYTHONPATH timeout 300 \
+    python3 bench/broadcast_bench.py --nq 128 --peers fa2,fa4,cudnn --budget 250 --out "$out/new" 2>&1 |
+    grep -E "^\| B1152.*(bitwise|not met|met)|^wrote|failed|Error" | head -12
   exit
 fi
 OUT=$out bash tools/gpu_session.sh build gpu-broadcast 2>&1 | tail -8

@@ -29,7 +29,7 @@
  *     grid: (ceil(n_q / 64) * slabs, heads)
  *   backward kernel: ag_pma_d128_bf16_bq_bwd_m128
  *     one pass: dQ, dK, dV of all n_q <= 128 shared query rows of one head over a slab of sequences, key tiles of 64 (runs when heads == kv_heads)
- *     threads: 256, shared memory: 197632 bytes
+ *     threads: 384, shared memory: 230400 bytes
  *     grid: (ceil(n_q / 128) * slabs, heads)
  *   backward kernel: ag_pma_d128_bf16_bq_bwd_dq
  *     query-stationary: D, and dQ of 64 shared query rows over a slab of sequences, key tiles of 64 (runs when no one-pass kernel applies)
@@ -1494,11 +1494,17 @@ namespace bwd_fused_2 {
 constexpr int kHeadDim = 128;  // elements per head
 constexpr int kBlockM = 128;  // query rows: every shared query (n_q <= kBlockM)
 constexpr int kBlockN = 64;  // keys of a tile
-constexpr int kWarps = 8;  // warps per CTA: two warpgroups
+constexpr int kWarps = 12;  // warps per CTA: three warpgroups
 constexpr int kStages = 3;  // K, V slots: kStages - 1 tiles load ahead
 constexpr int kThreads = kWarps * 32;
+constexpr int kCopyThreads = 256;  // the query warpgroups: they copy K, V, Q and dO
 constexpr int kMinCtasPerSm = 1;  // launch bound
-constexpr int kSmemBytes = 197632;  // dynamic shared memory, as planned
+// setmaxnreg budgets: a query warpgroup holds dQ (64 registers at head dim
+// 128), S and dP (32 each) and their 16-bit pairs; the key warpgroup one
+// 64-column half of dV or dK (32).
+constexpr int kQueryRegs = 208, kKeyRegs = 80;
+static_assert(2 * 128 * kQueryRegs + 128 * kKeyRegs <= 65536, "the SM's registers");
+constexpr int kSmemBytes = 230400;  // dynamic shared memory, as planned
 constexpr float kScale = 8.838834765e-02f;  // softmax scale 1/sqrt(128)
 constexpr float kScaleLog2 = 1.275174308e-01f;  // the scale times log2(e)
 constexpr float kLog2e = 1.4426950408889634f;
@@ -1511,8 +1517,8 @@ constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an
 constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
 constexpr bool kBroadcast = true;  // one dense Q shared by every sequence
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(kBlockM == 128 && kBlockN == 64 && kWarps == 8,
-              "two warpgroups of 64 query rows, 64-key tiles");
+static_assert(kBlockM == 128 && kBlockN == 64 && kWarps == 12 && kMinCtasPerSm == 1,
+              "two warpgroups of 64 query rows and a key warpgroup, 64-key tiles");
 static_assert(kStages >= 2, "a tile loads while the last one is used");
 // Every operand is made of 64-column matrices of 128-byte rows in the
 // 128-byte swizzle (wgmma_sm90.cuh): a tile of R rows is kHalves such
@@ -1523,13 +1529,15 @@ constexpr int kQBytes = kBlockM * kHeadDim * 2;  // Q (or dO) of every query
 constexpr int kKBytes = kBlockN * kHeadDim * 2;  // K (or V) of a tile
 constexpr int kPBytes = kBlockM * kBlockN * 2;   // P (or dS) of a tile: [query][key]
 constexpr int kStepOverRows = 16 * kRowBytes;    // a k16 step over 16 rows (MN-major)
-// Shared memory: Q, dO, the kStages K, V slots (a ring), P, dS, then each
-// query row's LSE * log2(e) and D.
+// Shared memory: Q, dO, the kStages K, V slots (a ring), two slots of P
+// and dS (the query warpgroups write tile n's into slot n % 2 while the key
+// warpgroup reads tile n - 1's), then each query row's LSE * log2(e) and D.
 constexpr int kRingAt = 2 * kQBytes;
 constexpr int kPAt = kRingAt + kStages * 2 * kKBytes;
-constexpr int kRowsAt = kPAt + 2 * kPBytes;
+constexpr int kRowsAt = kPAt + 4 * kPBytes;
 static_assert(kRowsAt + 8 * kBlockM == kSmemBytes,
-              "the plan's shared memory is Q, dO, the K, V slots, P, dS and two floats a row");
+              "the plan's shared memory is Q, dO, the K, V slots, two P, dS slots and two "
+              "floats a row");
 /* ---- end broadcast backward constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
@@ -1758,6 +1766,71 @@ __device__ __forceinline__ void bulk_reduce_add(float *dst, unsigned src, unsign
 }
 
 /* ---- end device helpers (stmatrix, bulk copies) ---- */
+
+/* ---- begin device helpers (mbarrier pipeline, sm_90a) ----
+ * Each comment names the PTX ISA instruction it wraps (PTX ISA 8.x,
+ * "Parallel Synchronization and Communication Instructions" for mbarrier,
+ * "Data Movement and Conversion Instructions" for cp.async, "Miscellaneous
+ * Instructions" for setmaxnreg). A barrier's phase completes when its
+ * pending arrivals reach zero; its parity alternates 0, 1, 0, ... */
+
+// mbarrier.init: a barrier in shared memory (8 bytes, 8-byte aligned)
+// expecting `count` arrivals a phase. One thread initializes, then a
+// fence (below) and a CTA barrier before any use.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+// fence.mbarrier_init: the initializations above, visible to the async
+// operations (cp.async's arrivals) that follow.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// cp.async.mbarrier.arrive.noinc: arrive on `bar` once every cp.async
+// this thread issued before has landed; .noinc: the arrival is one of the
+// count the barrier was initialized with.
+__device__ __forceinline__ void mbar_arrive_on_copies(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+// mbarrier.arrive: one arrival (release semantics: this thread's earlier
+// reads and writes of the stage are done before the phase can complete).
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+// mbarrier.try_wait.parity: whether the phase of parity `parity` has
+// completed, after waiting a while for it (acquire semantics).
+__device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0;
+}
+// Wait for the phase of parity `parity` to complete.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+// setmaxnreg.dec / .inc: the executing warpgroup's registers a thread
+// lowered (given back to the SM) or raised (taken from it, waiting until
+// they are free); the whole warpgroup executes it. A multiple of 8 in
+// [24, 256]; the CTA's budgets must add up to what it was launched with.
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kRegs));
+}
+// bar.sync: named barrier `id` (1..15; 0 is __syncthreads') over
+// `threads` threads (a multiple of 32), not the CTA.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+/* ---- end device helpers (mbarrier pipeline, sm_90a) ---- */
 
 /* ---- begin jagged tiles ----
  * Sequence i of a jagged tensor of `total` tokens starts at token
@@ -2305,8 +2378,8 @@ __device__ __forceinline__ void store_dkv(const float (&acc_v)[kHalves][8][4],
 template <int kRows>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  constexpr int kRowStep = kCopyThreads / kPieces;  // rows one pass of the copying threads covers
+  static_assert(kCopyThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
   const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
   const unsigned base = dst + (c >> 3) * (kRows * kRowBytes);
 #pragma unroll
@@ -2348,24 +2421,24 @@ __device__ __forceinline__ void issue_dq_rs(float (&dq)[kHalves][8][4], const un
   }
 }
 
-// acc = X^T B for the tile's 64 keys: X is P or dS at x_a ([query][key],
-// read MN-major: M over keys, k over queries), B is dO or Q (read MN-major)
-// over the first 16 * ksteps queries; dV = P^T dO, dK = dS^T Q.
-__device__ __forceinline__ void keys_by_queries(float (&acc)[kHalves][8][4], unsigned x_a,
-                                                unsigned b_a, int ksteps) {
+// acc = X^T B for the tile's 64 keys and the head's 64 columns from 64 hh:
+// X is P or dS at x_a ([query][key], read MN-major: M over keys, k over
+// queries), B is dO or Q (read MN-major) over the first 16 * ksteps
+// queries; dV = P^T dO, dK = dS^T Q.
+__device__ __forceinline__ void keys_by_queries(float (&acc)[8][4], unsigned x_a, unsigned b_a,
+                                                int hh, int ksteps) {
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; kk++)
     if (kk < ksteps)  // uniform: the rows past n_q are zeros
-#pragma unroll
-      for (int hh = 0; hh < kHalves; hh++)
-        wgmma_ss<1, 1>(acc[hh], sw128_desc(x_a, kk * kStepOverRows),
-                       sw128_desc(b_a + hh * (kQBytes / kHalves), kk * kStepOverRows), kk);
+      wgmma_ss<1, 1>(acc, sw128_desc(x_a, kk * kStepOverRows),
+                     sw128_desc(b_a + hh * (kQBytes / kHalves), kk * kStepOverRows), kk);
 }
 
-// Zero rows [r0, r1) of one head of dK and dV (keys no query sees).
+// Zero rows [r0, r1) of one head of dK and dV (keys no query sees), by
+// the copying threads.
 __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv, long long r0,
                                           long long r1, long long row_stride) {
-  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kThreads) {
+  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kCopyThreads) {
     const long long at = (r0 + i / kPieces) * row_stride + (i % kPieces) * 8;
     *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
@@ -2376,15 +2449,18 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
 /* ---- begin kernel ----
  * broadcast_bwd.cu's walk: a CTA owns every query (n_q <= kBlockM) of one
  * head over a slab of sequences (slab_start); Q stays in shared memory; for
- * each sequence it loads dO and computes D, then walks the key tiles of the
- * band, K and V streaming through kStages slots. Per tile, warpgroup w
- * (query rows 64 w..) computes S = Q K^T and dP = dO V^T (both operands
- * from shared memory), P and dS in registers, dQ += dS K (A from
- * registers) and stores P and dS; after a barrier warpgroup 0 computes dV
- * = P^T dO and warpgroup 1 dK = dS^T Q over every query (both operands
- * from shared memory) and stores it: every query is in the CTA, so each key
- * tile's gradients are whole (keys no query sees get 0). dQ, summed over
- * the slab in registers, goes to the slab's fp32 partial for _dq_sum. */
+ * each sequence the query warpgroups load dO and compute D, then walk the
+ * key tiles of the band, K and V streaming through kStages slots. Per
+ * tile, query warpgroup w (rows 64 w..) computes S = Q K^T and dP = dO V^T
+ * (both operands from shared memory), P and dS in registers, stores them
+ * to the tile's P, dS slot and adds dQ += dS K (A from registers); the key
+ * warpgroup then computes dV = P^T dO and dK = dS^T Q over every query
+ * (both from shared memory) and stores them, while the query warpgroups go
+ * on with the next tile: every query is in the CTA, so each key tile's
+ * gradients are whole (keys no query sees get 0). Two mbarriers a P, dS
+ * slot: full (the query warpgroups' 256 arrivals) and empty (the key
+ * warpgroup's 128). dQ, summed over the slab in registers, goes to the
+ * slab's fp32 partial for _dq_sum. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
@@ -2395,29 +2471,87 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
     long long total_q, long long total_k, long long num_tiles) {
   (void)dq;
   if (batch <= 0 || kv_heads != heads) return;
+  // full[slot], empty[slot] of the P, dS slots
+  __shared__ __align__(8) unsigned long long bars[4];
+  const unsigned full0 = smem_addr(bars), empty0 = full0 + 16;
+  if (threadIdx.x == 0) {
+    for (int x = 0; x < 2; x++) {
+      mbar_init(full0 + 8 * x, kCopyThreads);
+      mbar_init(empty0 + 8 * x, 128);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
   const int h = blockIdx.y;
   const long long stride = (long long)heads * kHeadDim;  // of every tensor (heads == kv_heads)
   const long long n_q = total_q / batch, slabs = num_tiles;
   const int mq = (int)min((long long)kBlockM, n_q);  // real query rows
   const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
   const unsigned base = smem_addr(smem);
-  const unsigned q_a = base, do_a = base + kQBytes, ring_a = base + kRingAt, p_a = base + kPAt,
-                 ds_a = p_a + kPBytes;
+  const unsigned q_a = base, do_a = base + kQBytes, ring_a = base + kRingAt, pds_a = base + kPAt;
   float *const lse_s = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + kRowsAt);
   float *const di_s = lse_s + kBlockM;
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2;
-  const int row0 = 16 * warp;  // this warp's query rows (of warpgroup wg's 64 wg..)
+  const int row0 = 16 * warp;  // a query warp's rows (of warpgroup wg's 64 wg..)
+  long long n = 0;  // tiles walked so far: tile n's P and dS in slot n % 2
 
+  if (wg == 2) {
+    // ---- the key warpgroup: dV = P^T dO, then dK = dS^T Q, of each tile
+    // the query warpgroups hand over; the slot is freed once both are done.
+    regs_dec<kKeyRegs>();
+#pragma unroll 1
+    for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
+      const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
+#pragma unroll 1
+      for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
+        const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
+        long long j_first, j_last;
+        keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+        const long long kt0 = j_first / kBlockN;
+        const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+        unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
+        unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
+#pragma unroll 1
+        for (int i = 0; i < n_steps; i++, n++) {
+          const long long k0 = (kt0 + i) * kBlockN;
+          const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+          const int x = (int)(n & 1);
+          const unsigned p_a = pds_a + x * 2 * kPBytes, ds_a = p_a + kPBytes;
+          mbar_wait(full0 + 8 * x, (unsigned)(n >> 1) & 1);
+          // one 64-column half of dV, then of dK, at a time (the key
+          // warpgroup's registers are few)
+#pragma unroll 1
+          for (int t = 0; t < 2 * kHalves; t++) {
+            const bool is_k = t >= kHalves;
+            const int hh = t % kHalves;
+            float acc[8][4];
+            wgmma_fence();
+            keys_by_queries(acc, is_k ? ds_a : p_a, is_k ? q_a : do_a, hh, ksteps);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_hold(acc);
+            if (t == 2 * kHalves - 1) mbar_arrive(empty0 + 8 * x);  // P and dS are read
+            store_rows(acc, is_k ? kScale : 1.f, 16 * (warp & 3), nk,
+                       (is_k ? dk_head : dv_head) + k0 * stride + 64 * hh, stride);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- the query warpgroups ----
+  regs_inc<kQueryRegs>();
+  bool q_loaded = false;
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
-    float acc_q[kHalves][8][4];  // dQ of this warp's rows, over the slab
+    float acc_q[kHalves][8][4];  // this warp's dQ, over the slab
 #pragma unroll
     for (int hh = 0; hh < kHalves; hh++)
 #pragma unroll
-      for (int n = 0; n < 8; n++) acc_q[hh][n][0] = acc_q[hh][n][1] = acc_q[hh][n][2] = acc_q[hh][n][3] = 0.f;
+      for (int j = 0; j < 8; j++) acc_q[hh][j][0] = acc_q[hh][j][1] = acc_q[hh][j][2] = acc_q[hh][j][3] = 0.f;
     const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
-    bool q_loaded = false;
 #pragma unroll 1
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
       const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
@@ -2436,7 +2570,11 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
       if (n_steps) zero_rows(dk_head, dv_head, min(sp.k_len, (kt0 + n_steps) * kBlockN), sp.k_len, stride);
       if (n_steps == 0) continue;
 
-      __syncthreads();  // nobody reads the last sequence's shared memory any more
+      // The key warpgroup is done with the last sequence's dO (its last
+      // tile's slot is freed after dV and dK), and the query warpgroups
+      // with the last sequence's K, V slots.
+      if (n > 0) mbar_wait(empty0 + 8 * ((n - 1) & 1), (unsigned)((n - 1) >> 1) & 1);
+      named_barrier_sync(1, kCopyThreads);
       if (!q_loaded) load_rows<kBlockM>(q_a, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_rows<kBlockM>(do_a, dout + o_row, stride, mq);
@@ -2461,11 +2599,10 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
       const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
 
 #pragma unroll 1
-      for (int i = 0; i < n_steps; i++) {
-        // Refill the last tile's slot with tile i + kStages - 1 once every
-        // thread is done with it (and with P and dS of the last tile), then
-        // wait for this one.
-        __syncthreads();
+      for (int i = 0; i < n_steps; i++, n++) {
+        // Refill the last tile's slot with tile i + kStages - 1 once both
+        // query warpgroups are done with it, then wait for this one.
+        named_barrier_sync(1, kCopyThreads);
         if (i + kStages - 1 < n_steps) {
           const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
@@ -2476,7 +2613,7 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
         cp_async_commit();
         cp_async_wait<kStages - 1>();
         fence_proxy_async();  // the copies are read by wgmma (the async proxy)
-        __syncthreads();
+        named_barrier_sync(1, kCopyThreads);
         const long long k0 = (kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
         const unsigned k_a = ring_a + ((unsigned)i % kStages) * 2 * kKBytes, v_a = k_a + kKBytes;
@@ -2494,29 +2631,21 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
         const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
         unsigned p16[8][2], ds16[8][2];
         probs_and_ds<8, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nk, band, row0, p16, ds16);
+        // To the slot, once the key warpgroup is done with tile n - 2's.
+        const int x = (int)(n & 1);
+        const unsigned p_a = pds_a + x * 2 * kPBytes;
+        if (n >= 2) mbar_wait(empty0 + 8 * x, (unsigned)((n >> 1) - 1) & 1);
         store_ds_t_x4(p_a, row0, p16, lane);
-        store_ds_t_x4(ds_a, row0, ds16, lane);
+        store_ds_t_x4(p_a + kPBytes, row0, ds16, lane);
+        fence_proxy_async();  // P and dS are read by wgmma
+        mbar_arrive(full0 + 8 * x);
         wgmma_fence();  // ds16 is read by the dQ product
         issue_dq_rs(acc_q, ds16, k_a);
         wgmma_commit();
-        fence_proxy_async();  // P and dS are read by wgmma
-        __syncthreads();
-        // Warpgroup 0: dV = P^T dO; warpgroup 1: dK = dS^T Q.
-        float acc[kHalves][8][4];
-        wgmma_fence();
-        keys_by_queries(acc, wg ? ds_a : p_a, wg ? q_a : do_a, ksteps);
-        wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_wait<0>();  // the slot's K is read before it is refilled
 #pragma unroll
-        for (int hh = 0; hh < kHalves; hh++) {
-          wgmma_hold(acc[hh]);
-          wgmma_hold(acc_q[hh]);
-        }
+        for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc_q[hh]);
         keep(ds16);
-        unsigned short *const out = (wg ? dk_head : dv_head) + k0 * stride;
-#pragma unroll
-        for (int hh = 0; hh < kHalves; hh++)
-          store_rows(acc[hh], wg ? kScale : 1.f, 16 * (warp & 3), nk, out + 64 * hh, stride);
       }
       cp_async_wait<0>();
     }

@@ -1091,6 +1091,7 @@ constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T of a step: [key][query]
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 constexpr int kWarpgroups = kBlockN / 64;  // each owns 64 key rows
 constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kCopyThreads = kThreads;  // every thread copies (load_rows_sm90.cuh)
 constexpr int kRowsThreads = 256;  // threads of _pre and _dq
 constexpr int kSmemBytes = 222208;  // dynamic shared memory of _kv, as planned
 constexpr bool kDqTiled = false;  // the dQ accumulator row-major (jagged_bwd_rows.cuh)
@@ -2107,8 +2108,8 @@ extern __shared__ __align__(1024) unsigned short smem[];
 template <int kRows>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  constexpr int kRowStep = kCopyThreads / kPieces;  // rows one pass of the copying threads covers
+  static_assert(kCopyThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
   const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
   const unsigned base = dst + (c >> 3) * (kRows * kRowBytes);
 #pragma unroll
