@@ -2459,7 +2459,10 @@ __device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv
  * on with the next tile: every query is in the CTA, so each key tile's
  * gradients are whole (keys no query sees get 0). Two mbarriers a P, dS
  * slot: full (the query warpgroups' 256 arrivals) and empty (the key
- * warpgroup's 128). dQ, summed over the slab in registers, goes to the
+ * warpgroup's 128); and two a K, V slot (the copies' arrivals, and the
+ * query threads' once done with the tile), so that the two query
+ * warpgroups need not meet: one's softmax runs under the other's
+ * products. dQ, summed over the slab in registers, goes to the
  * slab's fp32 partial for _dq_sum. */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
@@ -2471,13 +2474,20 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
     long long total_q, long long total_k, long long num_tiles) {
   (void)dq;
   if (batch <= 0 || kv_heads != heads) return;
-  // full[slot], empty[slot] of the P, dS slots
-  __shared__ __align__(8) unsigned long long bars[4];
-  const unsigned full0 = smem_addr(bars), empty0 = full0 + 16;
+  // full[slot], empty[slot] of the P, dS slots, then of the K, V slots
+  // (full: each copying thread's copies landed; empty: each query thread
+  // is done with the tile)
+  __shared__ __align__(8) unsigned long long bars[4 + 2 * kStages];
+  const unsigned full0 = smem_addr(bars), empty0 = full0 + 16, kv_full0 = full0 + 32,
+                 kv_empty0 = kv_full0 + 8 * kStages;
   if (threadIdx.x == 0) {
     for (int x = 0; x < 2; x++) {
       mbar_init(full0 + 8 * x, kCopyThreads);
       mbar_init(empty0 + 8 * x, 128);
+    }
+    for (int x = 0; x < kStages; x++) {
+      mbar_init(kv_full0 + 8 * x, kCopyThreads);
+      mbar_init(kv_empty0 + 8 * x, kCopyThreads);
     }
     mbar_init_fence();
   }
@@ -2571,26 +2581,33 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
       if (n_steps == 0) continue;
 
       // The key warpgroup is done with the last sequence's dO (its last
-      // tile's slot is freed after dV and dK), and the query warpgroups
-      // with the last sequence's K, V slots.
-      if (n > 0) mbar_wait(empty0 + 8 * ((n - 1) & 1), (unsigned)((n - 1) >> 1) & 1);
-      named_barrier_sync(1, kCopyThreads);
+      // tile's P, dS slot is freed after dV and dK), and both query
+      // warpgroups with its last tile (dP read dO).
+      if (n > 0) {
+        mbar_wait(empty0 + 8 * ((n - 1) & 1), (unsigned)((n - 1) >> 1) & 1);
+        mbar_wait(kv_empty0 + 8 * ((n - 1) % kStages), (unsigned)((n - 1) / kStages) & 1);
+      }
       if (!q_loaded) load_rows<kBlockM>(q_a, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_rows<kBlockM>(do_a, dout + o_row, stride, mq);
-      // Tiles 0 .. kStages - 2 into their slots, a commit group each (dO
-      // with the first); the loop keeps kStages - 1 groups in flight.
-#pragma unroll
-      for (int t = 0; t < kStages - 1; t++) {
-        if (t == 0 || t < n_steps) {  // (n_steps >= 1: tile 0 always loads)
-          const long long k0 = (kt0 + t) * kBlockN;
-          const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-          const unsigned slot = ring_a + t * 2 * kKBytes;
-          load_rows<kBlockN>(slot, k_head + k0 * stride, stride, nk);
-          load_rows<kBlockN>(slot + kKBytes, v_head + k0 * stride, stride, nk);
-        }
-        cp_async_commit();
-      }
+      // Tile t of the sequence (tile m = n0 + t of the CTA) into K, V slot m
+      // % kStages once both query warpgroups are done with tile m -
+      // kStages there; each copying thread arrives on the slot's full
+      // barrier when its copies (with the first, Q's and dO's) land.
+      const long long n0 = n;  // the sequence's first tile, of the CTA's
+      auto load_tile_kv = [&](int t) {
+        const long long m = n0 + t;
+        const int x = (int)(m % kStages);
+        if (m >= kStages) mbar_wait(kv_empty0 + 8 * x, (unsigned)(m / kStages - 1) & 1);
+        const long long k0 = (kt0 + t) * kBlockN;
+        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+        const unsigned slot = ring_a + x * 2 * kKBytes;
+        load_rows<kBlockN>(slot, k_head + k0 * stride, stride, nk);
+        load_rows<kBlockN>(slot + kKBytes, v_head + k0 * stride, stride, nk);
+        mbar_arrive_on_copies(kv_full0 + 8 * x);
+      };
+#pragma unroll 1
+      for (int t = 0; t < kStages - 1 && t < n_steps; t++) load_tile_kv(t);
       // D of this warp's rows from memory while the tiles land.
       row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
                 row0, lse_s, di_s);
@@ -2600,23 +2617,17 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
 
 #pragma unroll 1
       for (int i = 0; i < n_steps; i++, n++) {
-        // Refill the last tile's slot with tile i + kStages - 1 once both
-        // query warpgroups are done with it, then wait for this one.
-        named_barrier_sync(1, kCopyThreads);
-        if (i + kStages - 1 < n_steps) {
-          const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
-          const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
-          const unsigned slot = ring_a + ((unsigned)(i + kStages - 1) % kStages) * 2 * kKBytes;
-          load_rows<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
-          load_rows<kBlockN>(slot + kKBytes, v_head + k1 * stride, stride, nk1);
-        }
-        cp_async_commit();
-        cp_async_wait<kStages - 1>();
+        // Tile i + kStages - 1 into the slot tile n - 1 freed (once both
+        // query warpgroups are done with it), then wait for this one: the
+        // two warpgroups run a tile apart at most, so that one's softmax
+        // can run under the other's products.
+        if (i + kStages - 1 < n_steps) load_tile_kv(i + kStages - 1);
+        const int kx = (int)(n % kStages);
+        mbar_wait(kv_full0 + 8 * kx, (unsigned)(n / kStages) & 1);
         fence_proxy_async();  // the copies are read by wgmma (the async proxy)
-        named_barrier_sync(1, kCopyThreads);
         const long long k0 = (kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
-        const unsigned k_a = ring_a + ((unsigned)i % kStages) * 2 * kKBytes, v_a = k_a + kKBytes;
+        const unsigned k_a = ring_a + kx * 2 * kKBytes, v_a = k_a + kKBytes;
 
         float s[8][4], dp[8][4];
         wgmma_fence();
@@ -2642,12 +2653,12 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
         wgmma_fence();  // ds16 is read by the dQ product
         issue_dq_rs(acc_q, ds16, k_a);
         wgmma_commit();
-        wgmma_wait<0>();  // the slot's K is read before it is refilled
+        wgmma_wait<0>();
 #pragma unroll
         for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc_q[hh]);
         keep(ds16);
+        mbar_arrive(kv_empty0 + 8 * kx);  // this thread is done with the tile's K, V
       }
-      cp_async_wait<0>();
     }
     float *const out = di + broadcast_partials_at(heads, total_q) + slab * n_q * stride;
 #pragma unroll
