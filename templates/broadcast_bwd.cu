@@ -144,16 +144,6 @@ __device__ __forceinline__ void keys_by_queries(float (&acc)[kDimPart][4], unsig
   }
 }
 
-// Zero rows [r0, r1) of one head of dK and dV (keys no query sees).
-__device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv, long long r0,
-                                          long long r1, long long row_stride) {
-  constexpr int kPieces16 = kHeadDim / 8;
-  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces16; i += kThreads) {
-    const long long at = (r0 + i / kPieces16) * row_stride + (i % kPieces16) * 8;
-    *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
-  }
-}
 /* ---- end P and dS tiles ---- */
 
 /* ---- begin kernel ----
@@ -207,18 +197,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
       const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
       const long long delta = sp.k_len - sp.q_len;
-      long long j_first, j_last;
-      keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
-      const long long kt0 = j_first / kBlockN;
-      const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+      const SeenTiles seen = seen_key_tiles(sp, mq);
+      const long long kt0 = seen.kt0;
+      const int n_steps = seen.n_steps;
       const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
       unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
       unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
       const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
       const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
-      // Keys before and after the band's tiles: no query sees them.
-      zero_rows(dk_head, dv_head, 0, n_steps ? kt0 * kBlockN : sp.k_len, stride);
-      if (n_steps) zero_rows(dk_head, dv_head, min(sp.k_len, (kt0 + n_steps) * kBlockN), sp.k_len, stride);
+      zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
       if (n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more

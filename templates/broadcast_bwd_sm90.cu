@@ -16,11 +16,10 @@
 @#   dQ product is one 64x128x16 a k-step).
 @# Grid, parameters: as broadcast_bwd.cu's (WARPS * 32 threads); then
 @#   jagged_bwd.cu's _dq_sum over the slabs.
-@# Includes: jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
-@#   bulk_sm90.cuh (stmatrix), pipeline_sm90.cuh (mbarriers, register
-@#   budgets, named barriers), jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh
-@#   (the stmatrix store of P and dS, and with DKV_N128 the 64x128
-@#   product), load_rows_sm90.cuh: emitted in a namespace of its own.
+@# Includes: jagged_bwd_band.cuh, jagged_bwd_sm90_parts.cuh (wgmma,
+@#   mbarriers and register budgets, the tiles and softmax gradients, the
+@#   stmatrix store of P and dS, and with DKV_N128 the 64x128 product),
+@#   load_rows_sm90.cuh: emitted in a namespace of its own.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this backward is planned for sm_90a only (wgmma)"
 #endif
@@ -65,19 +64,7 @@ static_assert(kRowsAt + 8 * kBlockM == kSmemBytes,
               "floats a row");
 /* ---- end broadcast backward constants ---- */
 
-@include mma_sm80.cuh@
-
-@include unpack2.cuh@
-
-@include wgmma_sm90.cuh@
-
-@include bulk_sm90.cuh@
-
-@include pipeline_sm90.cuh@
-
-@include jagged_bwd_tile.cuh@
-
-@include jagged_bwd_wgmma.cuh@
+@include jagged_bwd_sm90_parts.cuh@
 
 @include load_rows_sm90.cuh@
 
@@ -128,16 +115,6 @@ __device__ __forceinline__ void keys_by_queries(float (&acc)[8][4], unsigned x_a
                      sw128_desc(b_a + hh * (kQBytes / kHalves), kk * kStepOverRows), kk);
 }
 
-// Zero rows [r0, r1) of one head of dK and dV (keys no query sees), by
-// the copying threads.
-__device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv, long long r0,
-                                          long long r1, long long row_stride) {
-  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kCopyThreads) {
-    const long long at = (r0 + i / kPieces) * row_stride + (i % kPieces) * 8;
-    *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
-  }
-}
 /* ---- end the tile's products ---- */
 
 /* ---- begin kernel ----
@@ -204,10 +181,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 #pragma unroll 1
       for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
         const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
-        long long j_first, j_last;
-        keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
-        const long long kt0 = j_first / kBlockN;
-        const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+        const SeenTiles seen = seen_key_tiles(sp, mq);
+        const long long kt0 = seen.kt0;
+        const int n_steps = seen.n_steps;
         unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
         unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
 #pragma unroll 1
@@ -254,18 +230,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
       const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
       const long long delta = sp.k_len - sp.q_len;
-      long long j_first, j_last;
-      keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
-      const long long kt0 = j_first / kBlockN;
-      const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+      const SeenTiles seen = seen_key_tiles(sp, mq);
+      const long long kt0 = seen.kt0;
+      const int n_steps = seen.n_steps;
       const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
       unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
       unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
       const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
       const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
-      // Keys before and after the band's tiles: no query sees them.
-      zero_rows(dk_head, dv_head, 0, n_steps ? kt0 * kBlockN : sp.k_len, stride);
-      if (n_steps) zero_rows(dk_head, dv_head, min(sp.k_len, (kt0 + n_steps) * kBlockN), sp.k_len, stride);
+      zero_unseen_keys<kCopyThreads>(dk_head, dv_head, sp.k_len, seen, stride);
       if (n_steps == 0) continue;
 
       // The key warpgroup is done with the last sequence's dO (its last

@@ -5,9 +5,8 @@
 @# with atomics, between a kernel that writes D and zeroes the accumulator
 @# and one that rounds it. Compiled for sm_90a only (the plan picks it
 @# there; deterministic specs keep jagged_bwd.cu's two kernels).
-@# Includes: jagged_bwd_sm90_consts.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
-@#   bulk_sm90.cuh, pipeline_sm90.cuh (named barriers), jagged_bwd_tile.cuh,
-@#   jagged_bwd_wgmma.cuh (the step's products), load_rows_sm90.cuh,
+@# Includes: jagged_bwd_sm90_consts.cuh, jagged_bwd_sm90_parts.cuh (the
+@#   products, tiles, bands and barriers), load_rows_sm90.cuh,
 @#   jagged_bwd_rows.cuh (the kernels _pre and _dq).
 @# Placeholders: @KERNEL_NAME@ @HEAD_DIM@ (64 | 128) @BLOCK_M@ (query rows
 @#   of a step: 64) @BLOCK_N@ (key rows of a CTA, 64 per warpgroup: 64 at
@@ -78,19 +77,7 @@ static_assert(kStageAt + kStageSlots * kWarpgroups * 64 * kStageStride * 4 == kS
               "the dQ staging rows");
 /* ---- end jagged backward constants ---- */
 
-@include mma_sm80.cuh@
-
-@include unpack2.cuh@
-
-@include wgmma_sm90.cuh@
-
-@include bulk_sm90.cuh@
-
-@include pipeline_sm90.cuh@
-
-@include jagged_bwd_tile.cuh@
-
-@include jagged_bwd_wgmma.cuh@
+@include jagged_bwd_sm90_parts.cuh@
 @if ROTARY@
 
 // The rotation's views of load_rows' layout (element offsets): a Q, dO

@@ -1494,6 +1494,39 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int sr
                :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
+// The key tiles (of kBlockN) that the queries [0, mq) of a broadcast
+// sequence see: n_steps of them from tile kt0 (none: 0).
+struct SeenTiles {
+  long long kt0;
+  int n_steps;
+};
+__device__ __forceinline__ SeenTiles seen_key_tiles(const SeqSpan &sp, int mq) {
+  long long j_first, j_last;
+  keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+  SeenTiles t;
+  t.kt0 = j_first / kBlockN;
+  t.n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - t.kt0 + 1);
+  return t;
+}
+
+// Zero the rows of one head of dK and dV (row stride row_stride) of the
+// keys outside those tiles: no query sees them. By the first kZeroThreads
+// threads, 16 bytes each at a time.
+template <int kZeroThreads>
+__device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned short *dv,
+                                                 long long k_len, SeenTiles t,
+                                                 long long row_stride) {
+  auto zero = [&](long long r0, long long r1) {
+    for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kZeroThreads) {
+      const long long at = (r0 + i / kPieces) * row_stride + (i % kPieces) * 8;
+      *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  zero(0, t.n_steps ? t.kt0 * kBlockN : k_len);
+  if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
+}
+
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
@@ -1746,16 +1779,6 @@ __device__ __forceinline__ void keys_by_queries(float (&acc)[kDimPart][4], unsig
   }
 }
 
-// Zero rows [r0, r1) of one head of dK and dV (keys no query sees).
-__device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv, long long r0,
-                                          long long r1, long long row_stride) {
-  constexpr int kPieces16 = kHeadDim / 8;
-  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces16; i += kThreads) {
-    const long long at = (r0 + i / kPieces16) * row_stride + (i % kPieces16) * 8;
-    *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
-  }
-}
 /* ---- end P and dS tiles ---- */
 
 /* ---- begin kernel ----
@@ -1815,18 +1838,15 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m32(const unsigned short *__restrict
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
       const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
       const long long delta = sp.k_len - sp.q_len;
-      long long j_first, j_last;
-      keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
-      const long long kt0 = j_first / kBlockN;
-      const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+      const SeenTiles seen = seen_key_tiles(sp, mq);
+      const long long kt0 = seen.kt0;
+      const int n_steps = seen.n_steps;
       const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
       unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
       unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
       const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
       const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
-      // Keys before and after the band's tiles: no query sees them.
-      zero_rows(dk_head, dv_head, 0, n_steps ? kt0 * kBlockN : sp.k_len, stride);
-      if (n_steps) zero_rows(dk_head, dv_head, min(sp.k_len, (kt0 + n_steps) * kBlockN), sp.k_len, stride);
+      zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
       if (n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
@@ -2214,6 +2234,39 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int sr
                :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
+// The key tiles (of kBlockN) that the queries [0, mq) of a broadcast
+// sequence see: n_steps of them from tile kt0 (none: 0).
+struct SeenTiles {
+  long long kt0;
+  int n_steps;
+};
+__device__ __forceinline__ SeenTiles seen_key_tiles(const SeqSpan &sp, int mq) {
+  long long j_first, j_last;
+  keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+  SeenTiles t;
+  t.kt0 = j_first / kBlockN;
+  t.n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - t.kt0 + 1);
+  return t;
+}
+
+// Zero the rows of one head of dK and dV (row stride row_stride) of the
+// keys outside those tiles: no query sees them. By the first kZeroThreads
+// threads, 16 bytes each at a time.
+template <int kZeroThreads>
+__device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned short *dv,
+                                                 long long k_len, SeenTiles t,
+                                                 long long row_stride) {
+  auto zero = [&](long long r0, long long r1) {
+    for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kZeroThreads) {
+      const long long at = (r0 + i / kPieces) * row_stride + (i % kPieces) * 8;
+      *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  zero(0, t.n_steps ? t.kt0 * kBlockN : k_len);
+  if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
+}
+
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
@@ -2466,16 +2519,6 @@ __device__ __forceinline__ void keys_by_queries(float (&acc)[kDimPart][4], unsig
   }
 }
 
-// Zero rows [r0, r1) of one head of dK and dV (keys no query sees).
-__device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv, long long r0,
-                                          long long r1, long long row_stride) {
-  constexpr int kPieces16 = kHeadDim / 8;
-  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces16; i += kThreads) {
-    const long long at = (r0 + i / kPieces16) * row_stride + (i % kPieces16) * 8;
-    *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
-  }
-}
 /* ---- end P and dS tiles ---- */
 
 /* ---- begin kernel ----
@@ -2535,18 +2578,15 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
       const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
       const long long delta = sp.k_len - sp.q_len;
-      long long j_first, j_last;
-      keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
-      const long long kt0 = j_first / kBlockN;
-      const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+      const SeenTiles seen = seen_key_tiles(sp, mq);
+      const long long kt0 = seen.kt0;
+      const int n_steps = seen.n_steps;
       const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
       unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
       unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
       const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
       const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
-      // Keys before and after the band's tiles: no query sees them.
-      zero_rows(dk_head, dv_head, 0, n_steps ? kt0 * kBlockN : sp.k_len, stride);
-      if (n_steps) zero_rows(dk_head, dv_head, min(sp.k_len, (kt0 + n_steps) * kBlockN), sp.k_len, stride);
+      zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
       if (n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
@@ -2934,6 +2974,39 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int sr
                :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
+// The key tiles (of kBlockN) that the queries [0, mq) of a broadcast
+// sequence see: n_steps of them from tile kt0 (none: 0).
+struct SeenTiles {
+  long long kt0;
+  int n_steps;
+};
+__device__ __forceinline__ SeenTiles seen_key_tiles(const SeqSpan &sp, int mq) {
+  long long j_first, j_last;
+  keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+  SeenTiles t;
+  t.kt0 = j_first / kBlockN;
+  t.n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - t.kt0 + 1);
+  return t;
+}
+
+// Zero the rows of one head of dK and dV (row stride row_stride) of the
+// keys outside those tiles: no query sees them. By the first kZeroThreads
+// threads, 16 bytes each at a time.
+template <int kZeroThreads>
+__device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned short *dv,
+                                                 long long k_len, SeenTiles t,
+                                                 long long row_stride) {
+  auto zero = [&](long long r0, long long r1) {
+    for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kZeroThreads) {
+      const long long at = (r0 + i / kPieces) * row_stride + (i % kPieces) * 8;
+      *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  zero(0, t.n_steps ? t.kt0 * kBlockN : k_len);
+  if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
+}
+
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
@@ -3186,16 +3259,6 @@ __device__ __forceinline__ void keys_by_queries(float (&acc)[kDimPart][4], unsig
   }
 }
 
-// Zero rows [r0, r1) of one head of dK and dV (keys no query sees).
-__device__ __forceinline__ void zero_rows(unsigned short *dk, unsigned short *dv, long long r0,
-                                          long long r1, long long row_stride) {
-  constexpr int kPieces16 = kHeadDim / 8;
-  for (long long i = threadIdx.x; i < (r1 - r0) * kPieces16; i += kThreads) {
-    const long long at = (r0 + i / kPieces16) * row_stride + (i % kPieces16) * 8;
-    *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
-  }
-}
 /* ---- end P and dS tiles ---- */
 
 /* ---- begin kernel ----
@@ -3255,18 +3318,15 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restric
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
       const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
       const long long delta = sp.k_len - sp.q_len;
-      long long j_first, j_last;
-      keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
-      const long long kt0 = j_first / kBlockN;
-      const int n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - kt0 + 1);
+      const SeenTiles seen = seen_key_tiles(sp, mq);
+      const long long kt0 = seen.kt0;
+      const int n_steps = seen.n_steps;
       const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
       unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
       unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
       const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
       const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
-      // Keys before and after the band's tiles: no query sees them.
-      zero_rows(dk_head, dv_head, 0, n_steps ? kt0 * kBlockN : sp.k_len, stride);
-      if (n_steps) zero_rows(dk_head, dv_head, min(sp.k_len, (kt0 + n_steps) * kBlockN), sp.k_len, stride);
+      zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
       if (n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
@@ -3641,6 +3701,39 @@ __device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned s
 __device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
                :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// The key tiles (of kBlockN) that the queries [0, mq) of a broadcast
+// sequence see: n_steps of them from tile kt0 (none: 0).
+struct SeenTiles {
+  long long kt0;
+  int n_steps;
+};
+__device__ __forceinline__ SeenTiles seen_key_tiles(const SeqSpan &sp, int mq) {
+  long long j_first, j_last;
+  keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+  SeenTiles t;
+  t.kt0 = j_first / kBlockN;
+  t.n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - t.kt0 + 1);
+  return t;
+}
+
+// Zero the rows of one head of dK and dV (row stride row_stride) of the
+// keys outside those tiles: no query sees them. By the first kZeroThreads
+// threads, 16 bytes each at a time.
+template <int kZeroThreads>
+__device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned short *dv,
+                                                 long long k_len, SeenTiles t,
+                                                 long long row_stride) {
+  auto zero = [&](long long r0, long long r1) {
+    for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kZeroThreads) {
+      const long long at = (r0 + i / kPieces) * row_stride + (i % kPieces) * 8;
+      *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  zero(0, t.n_steps ? t.kt0 * kBlockN : k_len);
+  if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
 }
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a

@@ -593,6 +593,39 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int sr
                :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
+// The key tiles (of kBlockN) that the queries [0, mq) of a broadcast
+// sequence see: n_steps of them from tile kt0 (none: 0).
+struct SeenTiles {
+  long long kt0;
+  int n_steps;
+};
+__device__ __forceinline__ SeenTiles seen_key_tiles(const SeqSpan &sp, int mq) {
+  long long j_first, j_last;
+  keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+  SeenTiles t;
+  t.kt0 = j_first / kBlockN;
+  t.n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - t.kt0 + 1);
+  return t;
+}
+
+// Zero the rows of one head of dK and dV (row stride row_stride) of the
+// keys outside those tiles: no query sees them. By the first kZeroThreads
+// threads, 16 bytes each at a time.
+template <int kZeroThreads>
+__device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned short *dv,
+                                                 long long k_len, SeenTiles t,
+                                                 long long row_stride) {
+  auto zero = [&](long long r0, long long r1) {
+    for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kZeroThreads) {
+      const long long at = (r0 + i / kPieces) * row_stride + (i % kPieces) * 8;
+      *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  zero(0, t.n_steps ? t.kt0 * kBlockN : k_len);
+  if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
+}
+
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
@@ -1926,6 +1959,39 @@ __device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned s
 __device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
                :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// The key tiles (of kBlockN) that the queries [0, mq) of a broadcast
+// sequence see: n_steps of them from tile kt0 (none: 0).
+struct SeenTiles {
+  long long kt0;
+  int n_steps;
+};
+__device__ __forceinline__ SeenTiles seen_key_tiles(const SeqSpan &sp, int mq) {
+  long long j_first, j_last;
+  keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+  SeenTiles t;
+  t.kt0 = j_first / kBlockN;
+  t.n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - t.kt0 + 1);
+  return t;
+}
+
+// Zero the rows of one head of dK and dV (row stride row_stride) of the
+// keys outside those tiles: no query sees them. By the first kZeroThreads
+// threads, 16 bytes each at a time.
+template <int kZeroThreads>
+__device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned short *dv,
+                                                 long long k_len, SeenTiles t,
+                                                 long long row_stride) {
+  auto zero = [&](long long r0, long long r1) {
+    for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kZeroThreads) {
+      const long long at = (r0 + i / kPieces) * row_stride + (i % kPieces) * 8;
+      *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  zero(0, t.n_steps ? t.kt0 * kBlockN : k_len);
+  if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
 }
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
