@@ -250,6 +250,65 @@ START_TEST(m32_choices) {
 }
 END_TEST
 
+/* sm_90a: 64 < n_q <= 128 takes the warp-specialized wgmma backward
+ * (broadcast_bwd_sm90.cu): 12 warps, the K, V slots beside two P, dS
+ * slots, one CTA an SM, its constants emitted in its own namespace and
+ * compiled by NVRTC; without the plan's choice, or on sm_80, the mma.sync
+ * one-pass kernel. */
+START_TEST(sm90_backward) {
+  char *dir = ag_test_dump_begin("attngen-bq90");
+  for (int d = 0; d < 2; d++) {
+    const int dim = d ? 64 : 128, stages = d ? 4 : 3;
+    char y[512];
+    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", true);
+    ag_spec s = load_ok(y);
+    ag_plan_jagged_choices c = ag_plan_jagged_checked();
+    ck_assert(c.sm90_bq_bwd);
+    ag_plan p;
+    ag_error err = {0};
+    ck_assert_msg(ag_plan_jagged_make_with(&s, c, &p, &err) == AG_OK, "%s", err.message);
+    ag_plan_kernels(&s, &p);
+    const ag_plan_kernel *m64 = &p.kernels[3], *m128 = &p.kernels[4];
+    ck_assert_int_eq(m128->walk.rows, 128);
+    ck_assert_str_eq(m128->template_file, "broadcast_bwd_sm90.cu");
+    ck_assert_str_eq(m64->template_file, "broadcast_bwd.cu");
+    ck_assert_int_eq(m128->threads, 384);
+    ck_assert_int_eq(m128->smem_bytes, 4 * dim * (128 + stages * 64) + 8 * 128 * 64 + 8 * 128);
+    ck_assert_int_le(m128->smem_bytes + 8 * (4 + 2 * stages), 227 * 1024); /* + its mbarriers */
+    ck_assert_int_eq(m128->min_ctas_per_sm, 1);
+    char *src = NULL;
+    ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
+    const char *ns = strstr(src, "namespace bwd_fused_2 {");
+    ck_assert_ptr_nonnull(ns);
+    char want[64];
+    snprintf(want, sizeof want, "constexpr int kStages = %d;", stages);
+    ck_assert_ptr_nonnull(strstr(ns, want));
+    ck_assert_ptr_nonnull(strstr(ns, "constexpr int kWarps = 12;"));
+    /* head dim 128's dQ is one 64x128 product a k-step */
+    ck_assert(!strstr(ns, "wgmma_rs_n128_mn(dq") == (dim == 64));
+    int regs = 0, stores = 0, loads = 0;
+    if (ag_test_compile_report(src, p.kernels[0].name, "sm_90a", m128->name, dir, &regs, &stores,
+                               &loads))
+      /* measured with CUDA 13.0: none at head dim 128, 36 bytes at 64 */
+      ck_assert_msg(stores + loads <= (d ? 128 : 0), "%s spills %d + %d bytes", m128->name,
+                    stores, loads);
+    free(src);
+    /* without the choice: the mma.sync kernel, 8 warps */
+    c.sm90_bq_bwd = false;
+    ck_assert_msg(ag_plan_jagged_make_with(&s, c, &p, &err) == AG_OK, "%s", err.message);
+    ag_plan_kernels(&s, &p);
+    ck_assert_str_eq(p.kernels[4].template_file, "broadcast_bwd.cu");
+    ck_assert_int_eq(p.kernels[4].threads, 256);
+    /* sm_80: the same */
+    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_80\n", true);
+    ag_spec s8 = load_ok(y);
+    ck_assert_int_eq(ag_plan_make(&s8, &p, &err), AG_OK);
+    ck_assert_str_eq(p.kernels[4].template_file, "broadcast_bwd.cu");
+  }
+  ag_test_dump_end(dir);
+}
+END_TEST
+
 /* ---- the launchers without a device ------------------------------------------------ */
 
 typedef ag_fake_kernel fake;
@@ -527,6 +586,7 @@ Suite *broadcast_suite(void) {
   tcase_add_test(tc, plan_kernels);
   tcase_add_test(tc, compiles);
   tcase_add_test(tc, m32_choices);
+  tcase_add_test(tc, sm90_backward);
   tcase_add_test(tc, launch_parameters);
   tcase_add_test(tc, argument_checks);
   suite_add_tcase(s, tc);
