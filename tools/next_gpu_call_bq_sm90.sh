@@ -16,6 +16,8 @@
 #     at n_q 128 beside FlashAttention-2, -4 and cuDNN (not flex: its
 #     compiles take the call), then ncu on the kernel at head dim 128, n_q
 #     128, 264 sequences of 4096 keys (tools/broadcast_profile.sh).
+#   variants (about 3 minutes; carry [".devdeps"]): the edits of
+#     tools/bq_dev/variants.py beside the tree's kernel.
 # Session 30's calls (8fc8fbc, 4bb1cac, then the mbarrier K, V ring with
 # PEERS_VS=fa2,cudnn and no FA4) timed the mma.sync kernel and the earlier
 # versions: git log -p this file. Mode bench (FA4 beside, then ncu) has not
@@ -33,6 +35,30 @@ bq() {  # name peers budget: the benchmark at n_q 128 with library /tmp/b_name
     python3 bench/broadcast_bench.py --nq 128 --peers $2 --budget $3 --out "$out/$1" 2>&1 |
     grep -E "^\| B1152.*(bitwise|not met|met)|^wrote|failed|Error" | head -12
 }
+if [ "${1:-}" = variants ]; then
+  # VARIANTS (default "pairs"): tools/bq_dev/variants.py's edits, each
+  # checked against float64 through the CLI (n_q 100, both head dims),
+  # then timed beside the tree's kernel (FA2 beside); about 3 minutes.
+  T=templates/broadcast_bwd_sm90.cu
+  cp $T /tmp/tmpl.orig
+  for v in ${VARIANTS:-pairs}; do
+    cp /tmp/tmpl.orig $T
+    python3 tools/bq_dev/variants.py $v || exit 1
+    make -j16 all > "$out/build-$v.log" 2>&1 || { tail -20 "$out/build-$v.log"; exit 1; }
+    mkdir -p /tmp/b_$v && cp -L build/libattngen.so /tmp/b_$v/
+    for spec in specs/pma_broadcast_d128.yaml tests/golden/broadcast_d64_fp16_causal_window.yaml; do
+      echo "$v $spec: $(timeout 60 build/attngen run $spec --batch 6 --seqlen 300 --min-seqlen 0 \
+        --n-q 100 --iters 0 2>&1 | grep -E 'check:' | tr '\n' ' ')"
+    done
+  done
+  cp /tmp/tmpl.orig $T
+  lib new
+  for v in new ${VARIANTS:-pairs}; do
+    echo "=== $v $(date +%T)"
+    bq $v fa2 90
+  done
+  exit
+fi
 if [ "${1:-}" = bench ]; then
   source .fa4/b/env.sh || echo "no fa4 stash: FlashAttention-4 will not run"
   lib new
