@@ -36,7 +36,11 @@ constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound
 // 128), S and dP (32 each) and their 16-bit pairs; the key warpgroup one
 // 64-column half of dV or dK (32).
 constexpr int kQueryRegs = 208, kKeyRegs = 80;
-static_assert(2 * 128 * kQueryRegs + 128 * kKeyRegs <= 65536, "the SM's registers");
+// setmaxnreg moves registers within what the CTA was launched with: 168 a
+// thread for 384 threads (65,536 / 384, a multiple of 8), not the SM's
+// 65,536; a budget past it would wait forever in regs_inc.
+static_assert(2 * 128 * kQueryRegs + 128 * kKeyRegs <= kThreads * 168,
+              "the registers the CTA was launched with");
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
 @include jagged_bwd_band.cuh@
 constexpr bool kBroadcast = true;  // one dense Q shared by every sequence
@@ -133,15 +137,19 @@ __device__ __forceinline__ void keys_by_queries(float (&acc)[8][4], unsigned x_a
  * warpgroup's 128); and two a K, V slot (the copies' arrivals, and the
  * query threads' once done with the tile), so that the two query
  * warpgroups need not meet: one's softmax runs under the other's
- * products. dQ, summed over the slab in registers, goes to the
- * slab's fp32 partial for _dq_sum. */
+ * products (while a query warpgroup still loads tiles it runs a tile
+ * ahead of the other at most; in a sequence's last kStages - 1 tiles
+ * only the P, dS slots hold it back). dQ, summed over the slab in
+ * registers, goes to the slab's fp32 partial for _dq_sum. The plan sends
+ * 64 < n_q <= 128 here (with n_q 0 no product would write dK, dV). */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(@PARAMS@) {
   (void)dq;
   if (batch <= 0 || kv_heads != heads) return;
-  // full[slot], empty[slot] of the P, dS slots, then of the K, V slots
-  // (full: each copying thread's copies landed; empty: each query thread
-  // is done with the tile)
+  // full[slot], empty[slot] of the P, dS slots (the query threads stored
+  // P and dS; the key warpgroup is done with them), then of the K, V slots
+  // (each copying thread's copies landed; each query thread is done with
+  // the tile)
   __shared__ __align__(8) unsigned long long bars[4 + 2 * kStages];
   const unsigned full0 = smem_addr(bars), empty0 = full0 + 16, kv_full0 = full0 + 32,
                  kv_empty0 = kv_full0 + 8 * kStages;
@@ -279,13 +287,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 #pragma unroll 1
       for (int i = 0; i < n_steps; i++, n++) {
         // Tile i + kStages - 1 into the slot tile n - 1 freed (once both
-        // query warpgroups are done with it), then wait for this one: the
-        // two warpgroups run a tile apart at most, so that one's softmax
-        // can run under the other's products.
+        // query warpgroups are done with it), then wait for this one; the
+        // two warpgroups need not meet otherwise, so that one's softmax can
+        // run under the other's products.
         if (i + kStages - 1 < n_steps) load_tile_kv(i + kStages - 1);
         const int kx = (int)(n % kStages);
         mbar_wait(kv_full0 + 8 * kx, (unsigned)(n / kStages) & 1);
-        fence_proxy_async();  // the copies are read by wgmma (the async proxy)
+        // the copies (and with the sequence's first tile Q's and dO's) are
+        // read by wgmma, the async proxy: fenced by each reader after the
+        // acquire, as jagged_bwd_ws.cu's computing warpgroups do; the key
+        // warpgroup's reads of Q and dO follow this fence through full
+        fence_proxy_async();
         const long long k0 = (kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
         const unsigned k_a = ring_a + kx * 2 * kKBytes, v_a = k_a + kKBytes;

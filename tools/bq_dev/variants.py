@@ -6,11 +6,13 @@ tree's and each variant's library and times them side by side). Each edit
 is exact text against the committed template; a stale one stops with a
 message instead of building something else.
 
-  pairs: the key warpgroup issues two 64-column products at a time (dV's
-         halves, then dK's; at head dim 64 dV and dK), each a commit group,
-         and stores the first while the second runs (the key warpgroup 96
-         registers at head dim 128, 128 at 64; the query ones 208, 192). Candidate (bench/NOTES.md, "Broadcast
-         backward at n_q 128"): its chain of four waits a tile becomes two.
+  pairs: at head dim 64 the key warpgroup issues dV and dK together, each
+         a commit group, and stores dV while dK runs (136 registers; the
+         query warpgroups 184: the CTA's 384 x 168). At head dim 128 the
+         kernel is unchanged: two products in flight there need 64
+         accumulator registers, and with the query warpgroups at 208 the
+         key one gets 88, where ptxas spilled 2.3 KB. Candidate
+         (bench/NOTES.md, "Broadcast backward at n_q 128").
 """
 import sys
 
@@ -18,8 +20,9 @@ T = "templates/broadcast_bwd_sm90.cu"
 
 PAIRS = [
     ("constexpr int kQueryRegs = 208, kKeyRegs = 80;",
-     "constexpr int kQueryRegs = kHeadDim == 128 ? 208 : 192,\n"
-     "              kKeyRegs = kHeadDim == 128 ? 96 : 128;"),
+     "constexpr int kQueryRegs = kHeadDim == 128 ? 208 : 184,\n"
+     "              kKeyRegs = kHeadDim == 128 ? 80 : 136;\n"
+     "constexpr int kAtOnce = kHeadDim == 128 ? 1 : 2;  // the key warpgroup's products in flight"),
     ("""          // one 64-column half of dV, then of dK, at a time (the key
           // warpgroup's registers are few)
 #pragma unroll 1
@@ -37,25 +40,25 @@ PAIRS = [
                        (is_k ? dk_head : dv_head) + k0 * stride + 64 * hh, stride);
           }
 """,
-     """          // two 64-column products at a time, the first stored while
-          // the second runs
+     """          // kAtOnce 64-column products at a time, each stored while the
+          // next runs
 #pragma unroll 1
-          for (int t = 0; t < 2 * kHalves; t += 2) {
-            float acc[2][8][4];
+          for (int t = 0; t < 2 * kHalves; t += kAtOnce) {
+            float acc[kAtOnce][8][4];
             wgmma_fence();
 #pragma unroll
-            for (int u = 0; u < 2; u++) {
+            for (int u = 0; u < kAtOnce; u++) {
               const bool is_k = t + u >= kHalves;
               keys_by_queries(acc[u], is_k ? ds_a : p_a, is_k ? q_a : do_a, (t + u) % kHalves,
                               ksteps);
               wgmma_commit();
             }
 #pragma unroll
-            for (int u = 0; u < 2; u++) {
-              if (u == 0) wgmma_wait<1>();
+            for (int u = 0; u < kAtOnce; u++) {
+              if (u + 1 < kAtOnce) wgmma_wait<1>();
               else wgmma_wait<0>();
               wgmma_hold(acc[u]);
-              if (u == 1 && t + 2 == 2 * kHalves) mbar_arrive(empty0 + 8 * x);  // P, dS read
+              if (t + u == 2 * kHalves - 1) mbar_arrive(empty0 + 8 * x);  // P, dS read
               const bool is_k = t + u >= kHalves;
               store_rows(acc[u], is_k ? kScale : 1.f, 16 * (warp & 3), nk,
                          (is_k ? dk_head : dv_head) + k0 * stride + 64 * ((t + u) % kHalves),
