@@ -36,11 +36,11 @@ constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound
 // 128), S and dP (32 each) and their 16-bit pairs; the key warpgroup one
 // 64-column half of dV or dK (32).
 constexpr int kQueryRegs = 208, kKeyRegs = 80;
-// setmaxnreg moves registers within what the CTA was launched with: 168 a
-// thread for 384 threads (65,536 / 384, a multiple of 8), not the SM's
-// 65,536; a budget past it would wait forever in regs_inc.
-static_assert(2 * 128 * kQueryRegs + 128 * kKeyRegs <= kThreads * 168,
-              "the registers the CTA was launched with");
+// setmaxnreg moves registers within what the CTA is launched with: 65,536
+// / kThreads a thread, rounded down to a multiple of 8 (168 for 384), not
+// the SM's 65,536; a budget past it would wait forever in regs_inc.
+static_assert(2 * 128 * kQueryRegs + 128 * kKeyRegs <= kThreads * (65536 / kThreads / 8 * 8),
+              "the registers the CTA is launched with");
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
 @include jagged_bwd_band.cuh@
 constexpr bool kBroadcast = true;  // one dense Q shared by every sequence
@@ -92,8 +92,8 @@ __device__ __forceinline__ void queries_times_keys(float (&d)[8][4], unsigned x_
 
 // dQ += dS K: A this warp's dS pairs (16 query rows by the tile's keys,
 // the C layout), B the tile's K rows read MN-major (k over keys).
-__device__ __forceinline__ void issue_dq_rs(float (&dq)[kHalves][8][4], const unsigned (&ds16)[8][2],
-                                            unsigned k_a) {
+__device__ __forceinline__ void issue_dq_rs(float (&dq)[kHalves][8][4],
+                                            const unsigned (&ds16)[8][2], unsigned k_a) {
 #pragma unroll
   for (int j = 0; j < kBlockN / 16; j++) {
     const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
@@ -232,7 +232,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 #pragma unroll
     for (int hh = 0; hh < kHalves; hh++)
 #pragma unroll
-      for (int j = 0; j < 8; j++) acc_q[hh][j][0] = acc_q[hh][j][1] = acc_q[hh][j][2] = acc_q[hh][j][3] = 0.f;
+      for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc_q[hh][j][e] = 0.f;
     const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
 #pragma unroll 1
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {

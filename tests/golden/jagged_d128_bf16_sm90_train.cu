@@ -68,7 +68,11 @@ constexpr int kMathThreads = 128 * kWarpgroups;
 // the plan's tiles are 128 rows, two warpgroups, always.
 static_assert(kWarpgroups == 2, "two computing warpgroups of 64 rows, taking turns");
 constexpr int kLoadRegs = 56, kMathRegs = 224;  // setmaxnreg budgets
-static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
+// setmaxnreg moves registers within what the CTA is launched with: 65,536
+// / kThreads a thread, rounded down to a multiple of 8 (168 for 384).
+static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
+                  kThreads * (65536 / kThreads / 8 * 8),
+              "the registers the CTA is launched with");
 constexpr int kStages = 3;  // KV tiles resident
 constexpr int kSmemBytes = 229376;  // dynamic shared memory, as planned
 constexpr float kScaleLog2 = 1.275174308e-01f;  // softmax scale 1/sqrt(128) times log2(e)
@@ -1820,7 +1824,11 @@ constexpr int kSmemBytes = 197632;  // dynamic shared memory of _kv, as planned
 constexpr bool kWide = kHeadDim == 128 || kBlockM == 128;  // the computing warpgroups need 240
 constexpr int kLoadRegs = kWide ? 24 : 40, kMathRegs = kWide ? 240 : 232;
 constexpr int kLoadUnroll = kWide ? 1 : 4;  // the loader's copy loops (registers)
-static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
+// setmaxnreg moves registers within what the CTA is launched with: 65,536
+// / kThreads a thread, rounded down to a multiple of 8 (168 for 384).
+static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
+                  kThreads * (65536 / kThreads / 8 * 8),
+              "the registers the CTA is launched with");
 // The dQ accumulator in tiles (jagged_bwd_rows.cuh): a step's 64 columns
 // of its rows are one contiguous run, added by one bulk copy. On the H200
 // (bf16, batch 1152, 4 heads, lengths uniform in [1, L], L 1024 / 4096)

@@ -48,7 +48,11 @@ constexpr int kMathThreads = 128 * kWarpgroups;
 // the plan's tiles are 128 rows, two warpgroups, always.
 static_assert(kWarpgroups == 2, "two computing warpgroups of 64 rows, taking turns");
 constexpr int kLoadRegs = 56, kMathRegs = 224;  // setmaxnreg budgets
-static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <= 65536, "the SM's registers");
+// setmaxnreg moves registers within what the CTA is launched with: 65,536
+// / kThreads a thread, rounded down to a multiple of 8 (168 for 384).
+static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
+                  kThreads * (65536 / kThreads / 8 * 8),
+              "the registers the CTA is launched with");
 constexpr int kStages = 3;  // KV tiles resident
 constexpr int kSmemBytes = 114688;  // dynamic shared memory, as planned
 constexpr float kScaleLog2 = 1.803368801e-01f;  // softmax scale 1/sqrt(64) times log2(e)
