@@ -189,8 +189,9 @@ static const int bq_m32_stages_d64 = 2, bq_m32_stages_d128 = 2;
 /* The 128-row variant on sm_90a (64 < n_q <= 128): the same walk and
  * workspace on wgmma (templates/broadcast_bwd_sm90.cu), two warpgroups of
  * 64 query rows and a key warpgroup, K, V slots as many as fit beside two
- * P, dS slots (3 at head dim 128: 225 KB; 4 at 64). The mma.sync kernel ran these shapes at 155-205 TFLOP/s on the
- * H200 (bench/RESULTS-broadcast.md), 0.66-1.18x the fastest peer. */
+ * P, dS slots (3 at head dim 128: 225 KB; 4 at 64). The mma.sync kernel
+ * ran these shapes at 155-205 TFLOP/s on the H200
+ * (bench/RESULTS-broadcast.md), 0.66-1.18x the fastest peer. */
 static const int bq_sm90_stages_d64 = 4, bq_sm90_stages_d128 = 3;
 
 /* Broadcast queries, heads == kv_heads, n_q <= 32, 64 or 128: one kernel
@@ -444,7 +445,8 @@ ag_plan_jagged_choices ag_plan_jagged_checked(void) {
                                   sm90_ws64_checked, sm90_bwd_ws_checked,
                                   sm90_ws_broadcast_checked, sm90_bwd_long_checked,
                                   sm90_ws64_causal_checked, sm90_bwd_tma_checked,
-                                  sm90_fwd_tma_checked, sm90_bwd_fused_dq_checked, sm90_bq_bwd_checked,
+                                  sm90_fwd_tma_checked, sm90_bwd_fused_dq_checked,
+                                  sm90_bq_bwd_checked,
                                   {bq_m32_warps_d64, bq_m32_warps_d128},
                                   {bq_m32_stages_d64, bq_m32_stages_d128}};
 }
@@ -485,7 +487,8 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
   if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
   if (choices.sm90_short && !out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD))
     plan_forward_short(spec, out);
-  if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD)) plan_backward_fused(spec, out, choices);
+  if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD))
+    plan_backward_fused(spec, out, choices);
   return AG_OK;
 }
 

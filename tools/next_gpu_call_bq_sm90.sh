@@ -3,14 +3,12 @@
 # next_gpu_call_bq_sm90.sh: the 128-row one-pass broadcast backward on
 # wgmma (templates/broadcast_bwd_sm90.cu, 64 < n_q <= 128 on sm_90a), in
 # two device calls on one warm machine:
-#   A (about 3 minutes): carry [".devdeps", ".fa4/a"], command
+#   A (about 2 minutes): carry [".devdeps", ".fa4/a"], command
 #     `bash .fa4/a/stash.sh > /tmp/stash.log; bash tools/next_gpu_call_bq_sm90.sh`
 #     the GPU suite's broadcast case (n_q 1-200 against float64, the
 #     deterministic dQ bit-identical; n_q 128 on this kernel at both head
 #     dims) and memcheck, racecheck through the CLI at n_q 100 (head dim
-#     128, and 64 causal with a window); then, where the untracked
-#     tools/dev_bq_v2.cu (4bb1cac's kernel) is there, bench/broadcast_bench.py
-#     at n_q 128 with it and with the tree's (FA2 beside).
+#     128, and 64 causal with a window).
 #   B (about 4 minutes), at once: carry [".devdeps", ".fa4/b"], command
 #     `bash tools/next_gpu_call_bq_sm90.sh bench`: bench/broadcast_bench.py
 #     at n_q 128 beside FlashAttention-2, -4 and cuDNN (not flex: its
@@ -19,13 +17,12 @@
 #   variants (about 3 minutes; carry [".devdeps"]): the edits of
 #     tools/bq_dev/variants.py beside the tree's kernel.
 # Session 30's calls (8fc8fbc, 4bb1cac, then the mbarrier K, V ring with
-# PEERS_VS=fa2,cudnn and no FA4) timed the mma.sync kernel and the earlier
-# versions: git log -p this file. Mode bench (FA4 beside, then ncu) has not
+# FA2 and cuDNN beside, no FA4) timed the mma.sync kernel and the earlier
+# versions against untracked copies of them: git log -p this file. Mode bench (FA4 beside, then ncu) has not
 # run on the mbarrier ring.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name --format=csv,noheader
-P=generator/plan_jagged.c
 lib() {  # name: build the library, keep a copy
   make -j16 build/libattngen.so > "$out/build-$1.log" 2>&1 || { tail -20 "$out/build-$1.log"; exit 1; }
   mkdir -p /tmp/b_$1 && cp -L build/libattngen.so /tmp/b_$1/
@@ -80,15 +77,3 @@ for run in "specs/pma_broadcast_d128.yaml 100" "tests/golden/broadcast_d64_fp16_
     echo "$tool $1 n_q $2: exit $?; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check:' "$log" | tr '\n' ' ')"
   done
 done
-if [ -f tools/dev_bq_v2.cu ]; then
-  T=templates/broadcast_bwd_sm90.cu
-  cp $T /tmp/tmpl.orig
-  cp tools/dev_bq_v2.cu $T
-  lib v2
-  cp /tmp/tmpl.orig $T
-  lib new
-  for v in v2 new; do
-    echo "=== $v $(date +%T)"
-    bq $v ${PEERS_VS:-fa2} 90
-  done
-fi
