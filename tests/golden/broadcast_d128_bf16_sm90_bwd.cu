@@ -693,10 +693,9 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
       const long long kt0 = seen.kt0;
       const int n_steps = seen.n_steps;
       const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
+      const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
+      unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
+      const unsigned short *const k_head = k + kv_at, *const v_head = v + kv_at;
       zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
       if (n_steps == 0) continue;
 
@@ -1433,10 +1432,9 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
       const long long kt0 = seen.kt0;
       const int n_steps = seen.n_steps;
       const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
+      const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
+      unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
+      const unsigned short *const k_head = k + kv_at, *const v_head = v + kv_at;
       zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
       if (n_steps == 0) continue;
 
@@ -2510,7 +2508,6 @@ __device__ __forceinline__ void keys_by_queries(float (&acc)[8][4], unsigned x_a
       wgmma_ss<1, 1>(acc, sw128_desc(x_a, kk * kStepOverRows),
                      sw128_desc(b_a + hh * (kQBytes / kHalves), kk * kStepOverRows), kk);
 }
-
 /* ---- end the tile's products ---- */
 
 /* ---- begin kernel ----
@@ -2590,8 +2587,8 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
         const SeenTiles seen = seen_key_tiles(sp, mq);
         const long long kt0 = seen.kt0;
         const int n_steps = seen.n_steps;
-        unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
-        unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
+        const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
+        unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
 #pragma unroll 1
         for (int i = 0; i < n_steps; i++, n++) {
           const long long k0 = (kt0 + i) * kBlockN;
@@ -2642,10 +2639,9 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
       const long long kt0 = seen.kt0;
       const int n_steps = seen.n_steps;
       const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
+      const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
+      unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
+      const unsigned short *const k_head = k + kv_at, *const v_head = v + kv_at;
       zero_unseen_keys<kCopyThreads>(dk_head, dv_head, sp.k_len, seen, stride);
       if (n_steps == 0) continue;
 

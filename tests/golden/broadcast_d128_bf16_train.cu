@@ -1841,10 +1841,9 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
       const long long kt0 = seen.kt0;
       const int n_steps = seen.n_steps;
       const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
+      const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
+      unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
+      const unsigned short *const k_head = k + kv_at, *const v_head = v + kv_at;
       zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
       if (n_steps == 0) continue;
 
@@ -2581,10 +2580,9 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
       const long long kt0 = seen.kt0;
       const int n_steps = seen.n_steps;
       const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
+      const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
+      unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
+      const unsigned short *const k_head = k + kv_at, *const v_head = v + kv_at;
       zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
       if (n_steps == 0) continue;
 
@@ -3321,10 +3319,9 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
       const long long kt0 = seen.kt0;
       const int n_steps = seen.n_steps;
       const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dk_head = dk + sp.k_start * stride + (long long)h * kHeadDim;
-      unsigned short *const dv_head = dv + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const k_head = k + sp.k_start * stride + (long long)h * kHeadDim;
-      const unsigned short *const v_head = v + sp.k_start * stride + (long long)h * kHeadDim;
+      const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
+      unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
+      const unsigned short *const k_head = k + kv_at, *const v_head = v + kv_at;
       zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
       if (n_steps == 0) continue;
 
