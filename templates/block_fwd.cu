@@ -62,6 +62,8 @@ static_assert(2 * kStages * kStageElems == kSmemBytes, "the plan's shared memory
 
 @include tile_load.cuh@
 
+@include rows_mma.cuh@
+
 extern __shared__ __align__(128) unsigned short smem[];
 
 // Q, K and V of one tile, in that order.
@@ -99,21 +101,7 @@ __device__ __forceinline__ void attend_rows(unsigned short *stage, const Tile &t
 
   // S = Q K^T for rows row0..row0+15, all kBlock keys.
   float s[kKeyTiles][4];
-#pragma unroll
-  for (int n = 0; n < kKeyTiles; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; kk++) {
-    unsigned a[4];
-    ldmatrix_x4(a, q_s + swizzle(row0 + (lane & 15), c0 + 2 * kk + (lane >> 4)) * 2);
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; n += 2) {
-      unsigned b[4];
-      ldmatrix_x4(b, k_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
-                                   c0 + 2 * kk + ((lane >> 3) & 1)) * 2);
-      mma_16816(s[n], a, b[0], b[1]);
-      mma_16816(s[n + 1], a, b[2], b[3]);
-    }
-  }
+  rows_times_rows<kKeyTiles, kHeadDim / 16>(s, q_s, k_s, c0, row0);
 
   const int r_lo = row0 + g, r_hi = r_lo + 8;
   float l_lo, l_hi; // row sums of P before normalisation

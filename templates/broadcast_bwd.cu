@@ -14,7 +14,8 @@
 @# Parameters: those of jagged_bwd.cu's kernels (q [n_q, heads, D]; `di`
 @#   the workspace: the slabs' dQ partials at broadcast_partials_at(heads,
 @#   total_q) floats; num_tiles = slabs).
-@# Includes jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh and jagged_bwd_tile.cuh:
+@# Includes jagged_bwd_band.cuh, mma_sm80.cuh, copy_rows.cuh, unpack2.cuh and
+@#   jagged_bwd_tile.cuh:
 @#   emitted in a namespace of its own.
 /* ---- begin broadcast backward constants ---- */
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
@@ -59,6 +60,8 @@ static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 2 * kStages * kKTileEle
 /* ---- end broadcast backward constants ---- */
 
 @include mma_sm80.cuh@
+
+@include copy_rows.cuh@
 
 @include unpack2.cuh@
 

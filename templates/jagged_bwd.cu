@@ -34,7 +34,8 @@
 @# (gridDim.x may be smaller or larger than num_tiles: each CTA strides;
 @#  blockIdx.y is the q head, resp. the kv head.) `di` is [heads, total_q]
 @#  fp32 scratch that _dq writes and _dkv reads.
-@# Includes jagged_bwd_band.cuh, mma_sm80.cuh, unpack2.cuh and jagged_bwd_tile.cuh
+@# Includes jagged_bwd_band.cuh, mma_sm80.cuh, copy_rows.cuh, unpack2.cuh and
+@#  jagged_bwd_tile.cuh
 @#  unconditionally
 @#  (and jagged_rotary.cuh with ROTARY):
 @#  a source that also holds another kernel needs these in a namespace.
@@ -70,6 +71,8 @@ static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == k
 /* ---- end jagged backward constants ---- */
 
 @include mma_sm80.cuh@
+
+@include copy_rows.cuh@
 
 @include unpack2.cuh@
 
@@ -348,39 +351,29 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
-    const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
-    const long long tile = vt - (seq + sp.k_start / kBlockN);
-    if (tile < 0 || tile * kBlockN >= sp.k_len) continue;  // an unused number
-    const long long k0 = tile * kBlockN;
-    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);  // real key rows
-    const long long delta = sp.k_len - sp.q_len;
-    long long i_first, i_last;
-    queries_seeing(k0, k0 + nk - 1, sp.q_len, sp.k_len, i_first, i_last);
-    const long long qt0 = i_first / kBlockM;
-    const int q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - qt0 + 1);
-    const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
-
-    const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
+    const KeyTile kt =
+        key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk, group, k_stride);
+    if (!kt.used) continue;  // an unused number
+    const SeqSpan &sp = kt.sp;
+    const long long k0 = kt.k0, k_row = kt.k_row, delta = sp.k_len - sp.q_len;
+    const int nk = kt.nk, n_steps = kt.n_steps;  // real key rows, steps
 @if ROTARY@
     const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
 @endif@
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
     auto load_step = [&](int i) {
-      const int h = hk * group + i / q_tiles;
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
-      const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
       unsigned short *slot = ring + (i & 1) * 2 * kQTileElems;
-      load_tile<kBlockM>(slot, q + (at - (sp.q_start - sp.q_src) * q_stride), q_stride, mq);
-      load_tile<kBlockM>(slot + kQTileElems, dout + at, q_stride, mq);
+      load_tile<kBlockM>(slot, q + (st.at - (sp.q_start - sp.q_src) * q_stride), q_stride, st.mq);
+      load_tile<kBlockM>(slot + kQTileElems, dout + st.at, q_stride, st.mq);
       if (threadIdx.x < kBlockM) {
         const int r = threadIdx.x;
-        const long long row = (long long)h * total_q + sp.q_start + i0 + (r < mq ? r : 0);
+        const long long row =
+            (long long)st.h * total_q + sp.q_start + st.i0 + (r < st.mq ? r : 0);
         float *f = rows_s + (i & 1) * 2 * kBlockM;
-        cp_async_4(smem_addr(f + r), lse + row, r < mq ? 4 : 0);
-        cp_async_4(smem_addr(f + kBlockM + r), di + row, r < mq ? 4 : 0);
+        cp_async_4(smem_addr(f + r), lse + row, r < st.mq ? 4 : 0);
+        cp_async_4(smem_addr(f + kBlockM + r), di + row, r < st.mq ? 4 : 0);
       }
     };
 
@@ -405,8 +398,9 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       cp_async_commit();
       cp_async_wait<1>();
       __syncthreads();
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
+      const long long i0 = st.i0;
+      const int mq = st.mq;
 @if ROTARY@
       // Rotate the step's Q where it landed, and K (V) with the first step;
       // every warp reads them after the barrier.
@@ -466,9 +460,8 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       accumulate<kQueryTiles>(acc_k, ds, q_a);  // dK += dS^T Q
       if constexpr (kFastDq) {
         __syncthreads();  // dS^T complete; the next step's first barrier ends its reads
-        const int h = hk * group + i / q_tiles;
-        add_dq(ds_s, k_a, dq_acc, (sp.q_src + i0) * q_stride + (long long)h * kHeadDim, q_stride,
-               row0, mq);
+        add_dq(ds_s, k_a, dq_acc, (sp.q_src + i0) * q_stride + (long long)st.h * kHeadDim,
+               q_stride, row0, mq);
       }
     }
     cp_async_wait<0>();

@@ -143,44 +143,34 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
 
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
-    const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
-    const long long tile = vt - (seq + sp.k_start / kBlockN);
-    if (tile < 0 || tile * kBlockN >= sp.k_len) continue;  // an unused number
-    const long long k0 = tile * kBlockN;
-    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);  // real key rows
+    const KeyTile kt =
+        key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk, group, k_stride);
+    if (!kt.used) continue;  // an unused number
+    const SeqSpan &sp = kt.sp;
     const long long delta = sp.k_len - sp.q_len;
-    long long i_first, i_last;
-    queries_seeing(k0, k0 + nk - 1, sp.q_len, sp.k_len, i_first, i_last);
-    const long long qt0 = i_first / kBlockM;
-    const int q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - qt0 + 1);
-    const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
-    const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
 @if ROTARY@
-    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + kt.k0, kt.k0);
 @endif@
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
     auto load_step = [&](int i) {
-      const int h = hk * group + i / q_tiles;
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
-      const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
       const unsigned slot = ring_a + (i % kSlots) * 2 * kQBytes;
-      load_rows<kBlockM>(slot, q + at, q_stride, mq);
-      load_rows<kBlockM>(slot + kQBytes, dout + at, q_stride, mq);
+      load_rows<kBlockM>(slot, q + st.at, q_stride, st.mq);
+      load_rows<kBlockM>(slot + kQBytes, dout + st.at, q_stride, st.mq);
       if (threadIdx.x < 2 * kBlockM) {
         const int r = threadIdx.x % kBlockM;
-        const long long row = (long long)h * total_q + sp.q_start + i0 + (r < mq ? r : 0);
+        const long long row =
+            (long long)st.h * total_q + sp.q_start + st.i0 + (r < st.mq ? r : 0);
         float *f = rows_s + (i % kSlots) * 2 * kBlockM + threadIdx.x;  // LSE, then D
-        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < st.mq ? 4 : 0);
       }
     };
 
     __syncthreads();  // nobody reads the last tile's shared memory any more
-    load_rows<kBlockN>(k_a, k + k_row, k_stride, nk);
-    load_rows<kBlockN>(v_a, v + k_row, k_stride, nk);
-    if (n_steps > 0) load_step(0);
+    load_rows<kBlockN>(k_a, k + kt.k_row, k_stride, kt.nk);
+    load_rows<kBlockN>(v_a, v + kt.k_row, k_stride, kt.nk);
+    if (kt.n_steps > 0) load_step(0);
     cp_async_commit();
 
     float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
@@ -205,21 +195,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
       }
     };
 #pragma unroll 1
-    for (int i = 0; i < n_steps; i++) {
+    for (int i = 0; i < kt.n_steps; i++) {
       // the step before's dV and dK are done: its Q, dO slot may be
       // reloaded and its P^T, dS^T registers rewritten
       retire(i > 0);
       if constexpr (kStageSlots == 2)
         bulk_wait_read<1>();  // step i - 2's staging rows are read: this step may write them
       __syncthreads();  // the other slot and dS^T are free (step i - 1 is done)
-      if (i + 1 < n_steps) load_step(i + 1);
+      if (i + 1 < kt.n_steps) load_step(i + 1);
       cp_async_commit();
       cp_async_wait<1>();
       fence_proxy_async();  // the copies are read by wgmma (the async proxy)
       __syncthreads();
-      const int h = hk * group + i / q_tiles;
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
+      const int h = st.h, mq = st.mq;
+      const long long i0 = st.i0;
       const unsigned q_a = ring_a + (i % kSlots) * 2 * kQBytes, do_a = q_a + kQBytes;
       const float *const lse_r = rows_s + (i % kSlots) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
 @if ROTARY@
@@ -234,7 +224,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
               nullptr, mq, rq);
         if ((kRotateK || kRotateV) && i == 0)
           rotate_rows<Sw128Rows<kBlockN>>(kRotateK ? smem : nullptr,
-                                          kRotateV ? smem + kKBytes / 2 : nullptr, nk, rk);
+                                          kRotateV ? smem + kKBytes / 2 : nullptr, kt.nk, rk);
         fence_proxy_async();
         __syncthreads();
       }
@@ -253,11 +243,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
 
       // P^T and dS^T as 16-bit pairs (the A operand of dV and dK); dS^T
       // also to shared memory for dQ.
-      const Band band = tile_band(i0, k0, delta);
+      const Band band = tile_band(i0, kt.k0, delta);
       // A key row past the sequence end (zero-filled) is masked too: its
       // S is 0, and exp2(-LSE) of a row with a very negative LSE would be
       // inf, which dQ = dS K would turn into NaN (inf times K's zero row).
-      const bool full = mq == kBlockM && nk == kBlockN && band.lo <= -(kBlockM - 1) &&
+      const bool full = mq == kBlockM && kt.nk == kBlockN && band.lo <= -(kBlockM - 1) &&
                         band.hi >= kBlockN - 1;
       // P with no case for a query that sees no key (LSE -inf): each of its
       // pairs is masked, and a full tile has no such query. Key rows key0,
@@ -267,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
       // per-element band test) causal 1.02-1.03x at head dim 128, 1.01-1.19x
       // at 64 (bench/results/2026-12-06-h100-jagged-bwd-s29.log).
       int first[2], width[2];
-      seen_columns(band, key0, mq, nk, first, width);
+      seen_columns(band, key0, mq, kt.nk, first, width);
 #pragma unroll
       for (int n = 0; n < 8; n++) {
         const int col = 8 * n + 2 * tq;
@@ -330,22 +320,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
       }
       bulk_commit();
     }
-    retire(n_steps > 0);
+    retire(kt.n_steps > 0);
     bulk_wait_read<0>();  // the staging rows may be written again
     cp_async_wait<0>();
 @if ROTARY@
     // dK and dV of the unrotated K and V: acc_k[hh][n] is n-tile 8 hh + n
     // of this warpgroup's rows 16 warp.. of its keys.
     if constexpr (kRotateK)
-      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_k), 64 * wg + 16 * warp, nk,
+      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_k), 64 * wg + 16 * warp, kt.nk,
                     rk);
     if constexpr (kRotateV)
-      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_v), 64 * wg + 16 * warp, nk,
+      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_v), 64 * wg + 16 * warp, kt.nk,
                     rk);
 @endif@
 
     // dV, and dK with the scale, of this thread's key rows.
-    store_dkv(acc_v, acc_k, dk, dv, k_row, k_stride, key0, nk, tq);
+    store_dkv(acc_v, acc_k, dk, dv, kt.k_row, k_stride, key0, kt.nk, tq);
   }
 }
 /* ---- end kernel _kv ---- */

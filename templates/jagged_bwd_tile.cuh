@@ -1,14 +1,15 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_bwd_tile.cuh: the pieces the two jagged backward kernels share:
-@# which sequence and tile a CTA owns, the band of keys a query sees, the
-@# swizzled tile layout and its 16-byte async load, the row statistics and
+@# which sequence and tile a CTA owns (the key-tile walks' KeyTile and
+@# QueryStep), the band of keys a query sees, the swizzled tile layout and
+@# its 16-byte async load (copy_rows.cuh), the row statistics and
 @# the softmax gradients; with the two mma.sync products (rows_mma.cuh:
 @# rows times rows; rows_accumulate.cuh: a register operand times a tile)
 @# and the row stores (store_rows.cuh).
 @# Needs: kHeadDim, kThreads, kHasLeft, kHasRight, kWindowLeft, kRight, kBroadcast, kLog2e,
 @#   kScaleLog2, fast_exp2(), pack2(), neg_inf(),
 @#   unpack2(),
-@#   smem_addr(), cp_async_16(), ldmatrix_x4(), ldmatrix_x4_trans(),
+@#   smem_addr(), copy_rows(), ldmatrix_x4(), ldmatrix_x4_trans(),
 @#   mma_16816(). No placeholders, no conditions.
 /* ---- begin jagged tiles ----
  * Sequence i of a jagged tensor of `total` tokens starts at token
@@ -151,6 +152,55 @@ __device__ __forceinline__ void queries_seeing(long long j0, long long j1, long 
   if (last > lq - 1) last = lq - 1;
 }
 
+// Key tile vt of the key-tile walks (the jagged backwards' _kv kernels) for
+// key head hk of kv_heads, group query heads a key head: its sequence, its
+// keys k0.. (nk real; none where `used` is false, an unused number), K's
+// (V's, dK's, dV's) element offset of its first row, and the steps that
+// reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
+// i % q_tiles (query_step).
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
+// Step i of key tile kt: its query head h, its query tile's first row i0
+// in the sequence and real rows mq, and head h's element offset of the
+// tile's first row of dO (O, LSE's token), rows q_stride apart.
+struct QueryStep {
+  int h, mq;
+  long long i0, at;
+};
+__device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
+                                                long long q_stride) {
+  QueryStep st;
+  st.h = hk * group + i / kt.q_tiles;
+  st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+  st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
+  st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  return st;
+}
+
 /* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
  * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
  * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
@@ -166,18 +216,8 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 template <int kRows>
 __device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const unsigned dst = smem_addr(tile);
-  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
-  const unsigned short *g = src + row0 * row_stride + piece * 8;
-#pragma unroll
-  for (int k = 0; k < kRows / kRowStep; k++) {
-    const int row = row0 + k * kRowStep;
-    const bool real = row < rows;
-    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : src, real ? 16 : 0);
-    g += kRowStep * row_stride;
-  }
+  copy_rows<kRows, kPieces, kThreads>(smem_addr(tile), src, row_stride, rows,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
 }
 
 // Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).

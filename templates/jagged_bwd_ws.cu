@@ -10,7 +10,8 @@
 @# with the dQ accumulator in tiles. The plan picks it on sm_90a for specs
 @# without rotary embeddings, at head dim 64 without a mask either (the
 @# others keep jagged_bwd_sm90.cu).
-@# Includes: jagged_bwd_sm90_consts.cuh, mma_sm80.cuh, unpack2.cuh, wgmma_sm90.cuh,
+@# Includes: jagged_bwd_sm90_consts.cuh, mma_sm80.cuh, copy_rows.cuh, unpack2.cuh,
+@#   wgmma_sm90.cuh,
 @#   wgmma_n128_sm90.cuh (WGMMA_N128), bulk_sm90.cuh, pipeline_sm90.cuh,
 @#   jagged_bwd_tile.cuh, jagged_bwd_wgmma.cuh (with jagged_bwd_dkv_n128.cuh
 @#   under DKV_N128), jagged_bwd_rows.cuh.
@@ -143,6 +144,8 @@ static_assert(kConvAt + kMathWgs * kConvBytes == kSmemBytes,
 
 @include mma_sm80.cuh@
 
+@include copy_rows.cuh@
+
 @include unpack2.cuh@
 
 @include wgmma_sm90.cuh@
@@ -235,36 +238,6 @@ __device__ __forceinline__ void load_step(unsigned slot, const unsigned short *q
 }
 
 @endif@
-// One CTA tile of keys: its sequence, its keys and the steps that reach
-// them (q head hk * group + i / q_tiles, query tile qt0 + i % q_tiles).
-// The loader finds it (key_tile) and hands it to the computing warpgroups
-// in shared memory (kt_s); both roles walk the same tiles and steps.
-struct KeyTile {
-  bool used;
-  SeqSpan sp;
-  long long k0, qt0, k_row;
-  int nk, q_tiles, n_steps;
-};
-__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
-                                            long long batch, long long total_q,
-                                            long long total_k, long long vt, int hk, int group,
-                                            long long k_stride) {
-  KeyTile t;
-  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
-  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
-  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
-  t.k0 = tile * kBlockN;
-  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
-  long long i_first = 0, i_last = -1;
-  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
-  t.qt0 = i_first / kBlockM;
-  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
-  t.n_steps = t.q_tiles * group;
-  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
-  return t;
-}
-
 // dV, and dK with the scale, of this warp's 16 key rows (tile rows key0 -
 // g + 0..15) through its 16 of its warpgroup's dQ staging rows at `st`
 // (shared address; free: the last bulk add read them): 16-byte chunks,

@@ -15,7 +15,7 @@
 @# Conditions: ROTARY (rotary embeddings, not with BROADCAST:
 @#   jagged_rotary.cuh's conditions and placeholders), ROTARY_TABLE (its
 @#   positions from tables); other features are picked with if constexpr.
-@# Includes: jagged_fwd_band.cuh, mma_sm80.cuh, jagged_walk.cuh,
+@# Includes: jagged_fwd_band.cuh, mma_sm80.cuh, copy_rows.cuh, jagged_walk.cuh,
 @#   jagged_fwd_span.cuh; with ROTARY
 @#   unpack2.cuh and jagged_rotary.cuh.
 @# Host rule: grid (batch + total_q / BLOCK_M, heads, 1) (integer division; the
@@ -66,6 +66,8 @@ static_assert((kQElems + kStages * kStageElems) * 2 == kSmemBytes,
 
 @include mma_sm80.cuh@
 
+@include copy_rows.cuh@
+
 @include jagged_walk.cuh@
 
 @include jagged_fwd_span.cuh@
@@ -85,23 +87,13 @@ __device__ __forceinline__ float fast_log2(float x) {
   return y;
 }
 
-// Start the copy of `rows` tile rows (of kRows) from src (row stride
-// `stride` elements) into `tile`; rows past `valid` are zero-filled, never
-// read. Each thread keeps one chunk column and steps down the rows.
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into `tile`; rows past `valid` are zero-filled, never read.
 template <int kRows>
 __device__ __forceinline__ void load_rows(unsigned short *tile, const unsigned short *src,
                                           long long stride, int valid) {
-  constexpr int kRowStep = kThreads / kChunks;
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned dst = smem_addr(tile);
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
+  copy_rows<kRows, kChunks, kThreads>(smem_addr(tile), src, stride, valid,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
 }
 /* ---- end tile layout and loads ---- */
 @if ROTARY@
@@ -247,20 +239,17 @@ __device__ __forceinline__ void kv_tile(unsigned q_s, unsigned k_s, unsigned v_s
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(@PARAMS@) {
   extern __shared__ __align__(128) unsigned short smem[];
-  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
-  const JaggedTile jt =
-      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
-                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
-  if (!jt.valid) return; // the same answer in every warp
+  const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
+  if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
   const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
   const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
   const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
-  const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-  const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
-  const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned short *q_src = q + span.q_at;
+  const unsigned short *k_src = k + span.kv_at;
+  const unsigned short *v_src = v + span.kv_at;
   unsigned short *q_tile = smem;
   unsigned short *kv = smem + kQElems;
   // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
@@ -375,7 +364,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     }
   }
   __syncwarp();
-  unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
+  unsigned short *out = o + span.o_at;
 #pragma unroll
   for (int it = 0; it < kWarpRows * kChunks / 32; it++) {
     const int i = lane + it * 32;

@@ -14,13 +14,10 @@
 @#   BROADCAST, and BLOCK_M == BLOCK_N: the Q and K/V tiles share one layout
 @#   for the rotation). Includes: jagged_fwd_sm90_consts.cuh (with
 @#   jagged_fwd_band.cuh), jagged_fwd_sm90_parts.cuh (mma_sm80.cuh,
-@#   wgmma_sm90.cuh, jagged_walk.cuh, jagged_fwd_span.cuh,
+@#   copy_rows.cuh, wgmma_sm90.cuh, jagged_walk.cuh, jagged_fwd_span.cuh,
 @#   jagged_fwd_wgmma.cuh); with ROTARY unpack2.cuh and jagged_rotary.cuh.
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * BLOCK_M / 64
 @#   threads.
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "this forward is planned for sm_90a only (wgmma)"
-#endif
 /* ---- begin constants ---- */
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
 constexpr int kBlockM = @BLOCK_M@;  // query rows per CTA
@@ -76,93 +73,75 @@ extern __shared__ __align__(1024) unsigned short smem[];
  * one of two tiles back, whose products every warpgroup has retired. */
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 @KERNEL_NAME@(@PARAMS@) {
-  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
-  const JaggedTile jt =
-      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
-                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+  const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
   if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
-  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
-  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
-  const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
-  const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-  const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
-  const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned short *q_src = q + span.q_at;
+  const unsigned short *k_src = k + span.kv_at;
+  const unsigned short *v_src = v + span.kv_at;
   const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
   // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
   auto load_kv = [&](int i) {
-    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
-    const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+    const long long n0 = (long long)(span.n_first + span.n_tiles - 1 - i) * kBlockN;
+    const int valid = (int)(span.lk - n0 < kBlockN ? span.lk - n0 : kBlockN);
     const unsigned st = kv_a + (i % kStages) * 2 * kKvBytes;
-    load_rows<kBlockN, kThreads>(st, k_src + n0 * kv_stride, kv_stride, valid);
-    load_rows<kBlockN, kThreads>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
+    load_rows<kBlockN, kThreads>(st, k_src + n0 * span.kv_stride, span.kv_stride, valid);
+    load_rows<kBlockN, kThreads>(st + kKvBytes, v_src + n0 * span.kv_stride, span.kv_stride,
+                                 valid);
   };
-  if (n_tiles > 0) {
-    load_rows<kBlockM, kThreads>(q_a, q_src, q_stride, rows);
+  if (span.n_tiles > 0) {
+    load_rows<kBlockM, kThreads>(q_a, q_src, span.q_stride, span.rows);
     load_kv(0);
   }
   cp_async_commit();
 
-  const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-  const int wrow0 = 64 * wg;  // this warpgroup's first row of the tile
-  const int r_lo = wrow0 + 16 * warp + g;  // this thread's rows: r_lo, r_lo + 8
+  const RowPlace me = row_place(threadIdx.x);  // rows r_lo, r_lo + 8 of warpgroup wg
+  const int wg = me.wg, tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
   float acc[kHalves][8][4];
+  clear_out(acc);
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-#pragma unroll
-  for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
   unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is running, as A fragments
 
 #pragma unroll 1
-  for (int i = 0; i < n_tiles; i++) {
+  for (int i = 0; i < span.n_tiles; i++) {
     cp_async_wait<0>();  // this tile (and, first, Q) has landed
     fence_proxy_async();  // it is read by wgmma (the async proxy)
     __syncthreads();  // for every thread; and every warpgroup has retired tile i - 2
-    if (i + 1 < n_tiles) load_kv(i + 1);
+    if (i + 1 < span.n_tiles) load_kv(i + 1);
     cp_async_commit();
     const unsigned k_s = kv_a + (i % kStages) * 2 * kKvBytes, v_s = k_s + kKvBytes;
-    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
-    const int kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+    const long long n0 = (long long)(span.n_first + span.n_tiles - 1 - i) * kBlockN;
+    // The tile's real keys, band diagonals and mask.
+    const TileView t = tile_view(n0, span.lk, span.m0 + span.shift, span.rows);
 @if ROTARY@
     {
       // Rotate the tile's keys (values) where they landed, and the queries
       // with the first tile (the running P V reads another stage); the
       // writes are fenced for wgmma's reads, and every warpgroup waits.
 @if ROTARY_TABLE@
-      const RotaryRows rq = {0, rotary_table + (jt.start + m0) * kHeadDim};
-      const RotaryRows rk = {0, rotary_table_k + (k_start + n0) * kHeadDim};
+      const RotaryRows rq = {0, rotary_table + (jt.start + span.m0) * kHeadDim};
+      const RotaryRows rk = {0, rotary_table_k + (span.k_start + n0) * kHeadDim};
 @else@
-      const RotaryRows rq = {m0 + shift, nullptr}, rk = {n0, nullptr};
+      const RotaryRows rq = {span.m0 + span.shift, nullptr}, rk = {n0, nullptr};
 @endif@
       unsigned short *const tile = smem + (kQBytes + (i % kStages) * 2 * kKvBytes) / 2;
-      if (kRotateQ && i == 0) rotate_rows(smem, nullptr, rows, rq);
+      if (kRotateQ && i == 0) rotate_rows(smem, nullptr, span.rows, rq);
       if constexpr (kRotateK || kRotateV)
-        rotate_rows(kRotateK ? tile : nullptr, kRotateV ? tile + kKvBytes / 2 : nullptr, kv_valid,
+        rotate_rows(kRotateK ? tile : nullptr, kRotateV ? tile + kKvBytes / 2 : nullptr, t.kv_valid,
                     rk);
       fence_proxy_async();
       __syncthreads();
     }
 @endif@
-    // Key column c of tile row r is visible when r + diag_lo <= c <= r +
-    // diag_hi; both clamped to where they change nothing inside a tile.
-    constexpr long long kFar = kBlockM + kBlockN + 1;
-    const long long dhi = m0 + shift + kRight - n0, dlo = m0 + shift - kLeft - n0;
-    const int diag_hi = (int)(dhi > kFar ? kFar : (dhi < -kFar ? -kFar : dhi));
-    const int diag_lo = (int)(dlo > kFar ? kFar : (dlo < -kFar ? -kFar : dlo));
-    bool mask = kv_valid < kBlockN;
-    if constexpr (kHasRight) mask = mask || diag_hi < kBlockN - 1;  // row 0 misses a key
-    if constexpr (kHasLeft) mask = mask || (rows - 1) + diag_lo > 0;  // last row misses key 0
     // A warpgroup skips a tile none of its real rows sees a key of (as a
     // tile all masked would leave m, l and O): rows past the end, the
     // band's far side. Warpgroup-uniform; it still retires its running
     // P V, whose stage the next tile's load refills.
-    bool skip = wrow0 >= rows;
-    if constexpr (kHasRight) skip = skip || wrow0 + 63 + diag_hi < 0;
-    if constexpr (kHasLeft) skip = skip || wrow0 + diag_lo > kBlockN - 1;
+    bool skip = wrow0 >= span.rows;
+    if constexpr (kHasRight) skip = skip || wrow0 + 63 + t.diag_hi < 0;
+    if constexpr (kHasLeft) skip = skip || wrow0 + t.diag_lo > kBlockN - 1;
     if (skip) {
       retire_pv(acc, p16);
       continue;
@@ -178,56 +157,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
     if (i > 0) keep(p16);
-
-    if (mask) {
-#pragma unroll
-      for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int r = r_lo + (e >= 2 ? 8 : 0);
-            const int col = 64 * nh + n * 8 + 2 * tq + (e & 1);
-            bool hide = col >= kv_valid;
-            if constexpr (kHasRight) hide = hide || col > r + diag_hi;
-            if constexpr (kHasLeft) hide = hide || col < r + diag_lo;
-            if (hide) s[nh][n][e] = neg_inf();
-          }
-    }
-    // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[nh][n][0], s[nh][n][1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[nh][n][2], s[nh][n][3]));
-      }
-    float off[2], alpha[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
-      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-      // A row that has seen no key yet keeps max -inf: offset 0 then, so
-      // that exp2(-inf - offset) is 0, never NaN.
-      off[hh] = mx[hh] == neg_inf() ? 0.f : mx[hh] * kScaleLog2;
-      alpha[hh] = fast_exp2(m[hh] * kScaleLog2 - off[hh]);  // m = -inf: 0
-      m[hh] = mx[hh];
-    }
-    float rs[2] = {0.f, 0.f};
-#pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        s[nh][n][0] = fast_exp2(fmaf(s[nh][n][0], kScaleLog2, -off[0]));
-        s[nh][n][1] = fast_exp2(fmaf(s[nh][n][1], kScaleLog2, -off[0]));
-        s[nh][n][2] = fast_exp2(fmaf(s[nh][n][2], kScaleLog2, -off[1]));
-        s[nh][n][3] = fast_exp2(fmaf(s[nh][n][3], kScaleLog2, -off[1]));
-        rs[0] += s[nh][n][0] + s[nh][n][1];
-        rs[1] += s[nh][n][2] + s[nh][n][3];
-      }
-    l[0] = l[0] * alpha[0] + rs[0];
-    l[1] = l[1] * alpha[1] + rs[1];
+    float alpha[2];
+    softmax_step(s, m, l, alpha, t, r_lo, tq);
     rescale(acc, alpha);
     // O += P V, left running into the next tile's barrier and S.
     pack_p(p16, s);
@@ -238,49 +169,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   cp_async_wait<0>();
 
   // Normalise; stage the rows in the Q tile's place (every warpgroup is
-  // done with Q after the barrier) as plain rows, 16-byte chunks swizzled
-  // by the row, so that the global stores are 16-byte and coalesced.
+  // done with Q after the barrier), then store them, 16 bytes a copy.
   __syncthreads();
-  unsigned short *const stage = smem;
-  unsigned *const stage32 = reinterpret_cast<unsigned *>(stage);
-  float inv[2], lrow[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; hh++) {
-    float t = l[hh];
-    t += __shfl_xor_sync(0xffffffffu, t, 1);
-    t += __shfl_xor_sync(0xffffffffu, t, 2);
-    lrow[hh] = t;
-    inv[hh] = t > 0.f ? 1.f / t : 0.f;  // no key: O = 0
-  }
-  const int r_hi = r_lo + 8;
-#pragma unroll
-  for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-      const int c = 8 * hh + n;  // the 16-byte chunk of the row
-      stage32[(r_lo * kHeadDim + ((c ^ (r_lo & 7)) * 8) + 2 * tq) / 2] =
-          pack2(acc[hh][n][0] * inv[0], acc[hh][n][1] * inv[0]);
-      stage32[(r_hi * kHeadDim + ((c ^ (r_hi & 7)) * 8) + 2 * tq) / 2] =
-          pack2(acc[hh][n][2] * inv[1], acc[hh][n][3] * inv[1]);
-    }
-  if (tq == 0 && lse != nullptr) {  // lse is optional (inference)
-    // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e + log2 l) * ln 2.
-    constexpr float kLn2 = 0.693147180559945309f;
-    float *lse_row = lse + (long long)h * total_q + jt.start + m0;
-    if (r_lo < rows)
-      lse_row[r_lo] = lrow[0] > 0.f ? (m[0] * kScaleLog2 + fast_log2(lrow[0])) * kLn2 : neg_inf();
-    if (r_hi < rows)
-      lse_row[r_hi] = lrow[1] > 0.f ? (m[1] * kScaleLog2 + fast_log2(lrow[1])) * kLn2 : neg_inf();
-  }
+  stage_out(acc, m, l, smem, lse, h, total_q, jt.start, span.m0, span.rows, r_lo, tq);
   __syncthreads();
-  unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
-#pragma unroll
-  for (int it = 0; it < kBlockM * kChunks / kThreads; it++) {
-    const int idx = threadIdx.x + it * kThreads;
-    const int row = idx / kChunks, chunk = idx % kChunks;
-    if (row < rows)
-      *reinterpret_cast<uint4 *>(out + row * q_stride + chunk * 8) =
-          *reinterpret_cast<const uint4 *>(stage + row * kHeadDim + ((chunk ^ (row & 7)) * 8));
-  }
+  store_out<kThreads>(o + span.o_at, span.q_stride, smem, span.rows, (int)threadIdx.x);
 }
 /* ---- end kernel ---- */

@@ -5,7 +5,11 @@
 @# 64-column matrices and byte sizes.
 @# Needs the includer's kHeadDim, kBlockM, kBlockN, kStages, kSmemBytes
 @#   (checked: the Q tile and the K/V stages).
-@# Includes: jagged_fwd_band.cuh (its placeholders). No conditions.
+@# Includes: jagged_fwd_band.cuh (its placeholders). No conditions. Stops
+@# a compilation for any arch but sm_90a.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this forward is planned for sm_90a only (wgmma)"
+#endif
 @include jagged_fwd_band.cuh@
 constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
 constexpr int kHalves = kHeadDim / 64;  // 64-column matrices of a tile

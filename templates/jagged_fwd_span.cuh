@@ -1,9 +1,10 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_fwd_span.cuh: what the query tile of a jagged forward CTA sees,
-@# shared by jagged_fwd.cu and jagged_fwd_sm90.cu: its sequence's keys, its
-@# real rows, its strides and key head, and the key tiles of the band.
-@# Needs the includer's kHeadDim, kBlockM, kBlockN, kHasLeft, kHasRight, kLeft, kRight, kBroadcast and
-@# jagged_walk.cuh. No placeholders, no conditions.
+@# shared by the three jagged forwards: its sequence's keys, its
+@# real rows, its strides and key head, the key tiles of the band and its
+@# rows' offsets; and which query tile a CTA computes.
+@# Needs the includer's kHeadDim, kBlockM, kBlockN, kHasLeft, kHasRight, kLeft,
+@# kRight, kBroadcast and jagged_walk.cuh. No placeholders, no conditions.
 /* ---- begin query tile span ---- */
 struct QuerySpan {
   long long k_start;     // the sequence's first key
@@ -14,7 +15,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  long long q_row0;      // the tile's first row in Q (a broadcast Q's rows are every sequence's)
+  // head h's element offsets of the tile's first rows: of Q (a broadcast
+  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  long long q_at, o_at, kv_at;
 };
 
 __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long total_k, int h,
@@ -35,7 +38,20 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   if constexpr (kHasRight) key_hi = min(t.lk, t.m0 + t.rows - 1 + t.shift + kRight + 1);
   t.n_first = (int)(key_lo / kBlockN);
   t.n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - t.n_first + 1 : 0;
-  t.q_row0 = (kBroadcast ? 0 : jt.start) + t.m0;
+  t.q_at = ((kBroadcast ? 0 : jt.start) + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.o_at = (jt.start + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.kv_at = t.k_start * t.kv_stride + (long long)t.kvh * kHeadDim;
   return t;
+}
+
+// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// that the tiles are taken in reverse and a sequence's last q tile (the
+// most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
+                                                     const int *cu_seqlens_k, long long batch,
+                                                     long long total_q, long long num_tiles) {
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
 }
 /* ---- end query tile span ---- */

@@ -6,7 +6,7 @@
 @# them and the output's staging and stores.
 @# Needs the includer's kHeadDim, kBlockM, kBlockN, kHalves, kKeyHalves,
 @#   kRowBytes, kStepOverRows, kChunks, kHasLeft, kHasRight, kLeft, kRight,
-@#   kScaleLog2; mma_sm80.cuh (pack2, fast_exp2, neg_inf, cp_async_16) and
+@#   kScaleLog2; mma_sm80.cuh (pack2, fast_exp2, neg_inf), copy_rows.cuh and
 @#   wgmma_sm90.cuh. No placeholders, no conditions.
 /* ---- begin wgmma forward pieces ----
  * A tile of R rows is kHalves matrices of R rows of 64 elements (128
@@ -23,17 +23,8 @@ __device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
 template <int kRows, int kLoaders>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long stride, int valid) {
-  constexpr int kRowStep = kLoaders / kChunks;
-  static_assert(kLoaders % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
+  copy_rows<kRows, kChunks, kLoaders>(dst, src, stride, valid,
+                                      [](int row, int c) { return chunk_at(kRows, row, c); });
 }
 
 // log2 on the special-function unit.
@@ -51,12 +42,32 @@ __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
     asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
 }
 
+// Where computing thread mt (its index among the computing threads)
+// works: its warpgroup, its column of the quad, the warpgroup's first row
+// of the tile and its own rows r_lo and r_lo + 8 (the wgmma C layout).
+struct RowPlace {
+  int wg, tq, wrow0, r_lo;
+};
+__device__ __forceinline__ RowPlace row_place(int mt) {
+  const int wg = mt >> 7, warp = (mt >> 5) & 3, lane = mt & 31;
+  return {wg, lane & 3, 64 * wg, 64 * wg + 16 * warp + (lane >> 2)};
+}
+
+// O's accumulators at the start: zero.
+__device__ __forceinline__ void clear_out(float (&acc)[kHalves][8][4]) {
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
+}
+
 // What a warpgroup does with one KV tile (first key n0): which columns
 // are real, the band's diagonals (key column c of tile row r is visible
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
 // nothing inside a tile), and whether any element of its `rows` is masked.
-// Every tile is computed, even one none of a warpgroup's rows sees: the
-// two warpgroups take turns, tile by tile (jagged_fwd_ws.cu).
+// (jagged_fwd_ws.cu computes every tile, even one none of a warpgroup's
+// rows sees: its two warpgroups take turns, tile by tile; jagged_fwd_sm90.cu
+// skips such a tile.)
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
   bool mask;

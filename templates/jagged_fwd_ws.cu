@@ -16,7 +16,7 @@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu) @ROTARY@
 @#   (false: not planned with rotary embeddings) @TMA_KV@ (below).
 @# Includes: jagged_fwd_sm90_consts.cuh (with jagged_fwd_band.cuh),
-@#   jagged_fwd_sm90_parts.cuh (mma_sm80.cuh, wgmma_sm90.cuh,
+@#   jagged_fwd_sm90_parts.cuh (mma_sm80.cuh, copy_rows.cuh, wgmma_sm90.cuh,
 @#   jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh),
 @#   pipeline_sm90.cuh, tma_sm90.cuh (TMA_KV).
 @# Conditions: TMA_KV (K and V tiles by TMA: the kernel takes tmap_k,
@@ -24,9 +24,6 @@
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * (BLOCK_M / 64
 @#   + 1) threads and 1 CTA an SM (the registers: 56 a loading thread, 224
 @#   a computing one).
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "this forward is planned for sm_90a only (wgmma)"
-#endif
 /* ---- begin constants ---- */
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
 constexpr int kBlockM = @BLOCK_M@;  // query rows per CTA
@@ -97,16 +94,10 @@ extern __shared__ __align__(1024) unsigned short smem[];
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 @KERNEL_NAME@(@PARAMS@) {
   __shared__ __align__(8) unsigned long long bars[1 + 2 * kStages];  // Q full, full[s], empty[s]
-  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
-  const JaggedTile jt =
-      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
-                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+  const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
   if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
-  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
-  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
-  const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
   const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
   const unsigned q_full = smem_addr(bars), full0 = q_full + 8, empty0 = full0 + 8 * kStages;
   if (threadIdx.x == 0) {
@@ -125,35 +116,36 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (wgi == 0) {
     // ---- the loading warpgroup ----
     regs_dec<kLoadRegs>();
-    if (n_tiles > 0) {
-      const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-      load_rows<kBlockM, 128>(q_a, q_src, q_stride, rows);
+    if (span.n_tiles > 0) {
+      const unsigned short *q_src = q + span.q_at;
+      load_rows<kBlockM, 128>(q_a, q_src, span.q_stride, span.rows);
       mbar_arrive_on_copies(q_full);
     }
-    const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
-    const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+    const unsigned short *k_src = k + span.kv_at;
+    const unsigned short *v_src = v + span.kv_at;
 #pragma unroll 1
-    for (int i = 0; i < n_tiles; i++) {
+    for (int i = 0; i < span.n_tiles; i++) {
       const int s = i % kStages;
       if (i >= kStages) mbar_wait(empty0 + 8 * s, (i / kStages - 1) & 1);
-      const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
-      const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+      const long long n0 = (long long)(span.n_first + span.n_tiles - 1 - i) * kBlockN;
+      const int valid = (int)(span.lk - n0 < kBlockN ? span.lk - n0 : kBlockN);
       const unsigned st = kv_a + s * 2 * kKvBytes;
 @if TMA_KV@
       (void)valid, (void)k_src, (void)v_src;
       if (threadIdx.x == 0) {  // K, then V: kHalves boxes of 64 columns each
-        const int key = (int)(k_start + n0);
+        const int key = (int)(span.k_start + n0);
         mbar_arrive_expect_tx(full0 + 8 * s, 2 * kKvBytes);
 #pragma unroll
         for (int hh = 0; hh < kHalves; hh++) {
-          tma_load_3d(st + hh * (kKvBytes / kHalves), &tmap_k, full0 + 8 * s, 64 * hh, kvh, key);
+          tma_load_3d(st + hh * (kKvBytes / kHalves), &tmap_k, full0 + 8 * s, 64 * hh, span.kvh,
+                      key);
           tma_load_3d(st + kKvBytes + hh * (kKvBytes / kHalves), &tmap_v, full0 + 8 * s, 64 * hh,
-                      kvh, key);
+                      span.kvh, key);
         }
       }
 @else@
-      load_rows<kBlockN, 128>(st, k_src + n0 * kv_stride, kv_stride, valid);
-      load_rows<kBlockN, 128>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
+      load_rows<kBlockN, 128>(st, k_src + n0 * span.kv_stride, span.kv_stride, valid);
+      load_rows<kBlockN, 128>(st + kKvBytes, v_src + n0 * span.kv_stride, span.kv_stride, valid);
       mbar_arrive_on_copies(full0 + 8 * s);
 @endif@
     }
@@ -164,23 +156,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   // ---- the computing warpgroups ----
   regs_inc<kMathRegs>();
   const int mt = threadIdx.x - 128;  // thread index among the computing ones
-  const int wg = mt >> 7, warp = (mt >> 5) & 3, lane = mt & 31;
-  const int g = lane >> 2, tq = lane & 3;
-  const int wrow0 = 64 * wg;  // this warpgroup's first row of the tile
-  const int r_lo = wrow0 + 16 * warp + g;  // this thread's rows: r_lo, r_lo + 8
+  const RowPlace me = row_place(mt);  // rows r_lo, r_lo + 8 of warpgroup wg
+  const int wg = me.wg, tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
+  const int lane = mt & 31;
   float acc[kHalves][8][4];
+  clear_out(acc);
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-#pragma unroll
-  for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
   unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is next, as A fragments
   float sc[kKeyHalves][8][4];      // S of the tile in hand
   float alpha[2];
-  const long long key_last = (long long)(n_first + n_tiles - 1) * kBlockN;  // tile 0's first key
+  // tile 0's first key
+  const long long key_last = (long long)(span.n_first + span.n_tiles - 1) * kBlockN;
   auto view = [&](int i) {
     // every tile computed (none skipped), so that the turns match
-    return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows);
+    return tile_view(key_last - (long long)i * kBlockN, span.lk, span.m0 + span.shift, span.rows);
   };
   auto wait_full = [&](int i) {
     mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);
@@ -194,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 1) turn_pass(wg);  // warpgroup 0 issues first
   int i = 0;
-  if (n_tiles > 0) {
+  if (span.n_tiles > 0) {
     mbar_wait(q_full, 0);
     if constexpr (kTmaKv) fence_proxy_async();  // Q (cp.async) is read by wgmma
     // The first tile this warpgroup computes: S and its softmax alone.
@@ -212,7 +201,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     int last = i;  // the tile whose P V is next
     // The run: S of tile i, then P V of the last tile, overlapped with S's softmax.
 #pragma unroll 1
-    for (i++; i < n_tiles; i++) {
+    for (i++; i < span.n_tiles; i++) {
       t = view(i);
       wait_full(i);
       wgmma_fence();
@@ -249,9 +238,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   // chunks swizzled by the row, so that the global stores are 16-byte and
   // coalesced.
   math_sync();
-  stage_out(acc, m, l, smem, lse, h, total_q, jt.start, m0, rows, r_lo, tq);
+  stage_out(acc, m, l, smem, lse, h, total_q, jt.start, span.m0, span.rows, r_lo, tq);
   math_sync();
-  store_out<kMathThreads>(o + (jt.start + m0) * q_stride + (long long)h * kHeadDim, q_stride,
-                          smem, rows, mt);
+  store_out<kMathThreads>(o + span.o_at, span.q_stride, smem, span.rows, mt);
 }
 /* ---- end kernel ---- */

@@ -289,9 +289,9 @@ START_TEST(sm90_backward) {
     int regs = 0, stores = 0, loads = 0;
     if (ag_test_compile_report(src, p.kernels[0].name, "sm_90a", m128->name, dir, &regs, &stores,
                                &loads))
-      /* measured with CUDA 13.0: none at head dim 128, 36 bytes at 64 */
-      ck_assert_msg(stores + loads <= (d ? 128 : 0), "%s spills %d + %d bytes", m128->name,
-                    stores, loads);
+      /* measured with CUDA 13.0: none at either head dim (36 bytes at 64
+       * before the loads went through copy_rows.cuh) */
+      ck_assert_msg(stores + loads == 0, "%s spills %d + %d bytes", m128->name, stores, loads);
     free(src);
     /* without the choice: the mma.sync kernel, 8 warps */
     c.sm90_bq_bwd = false;

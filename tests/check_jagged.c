@@ -282,7 +282,7 @@ START_TEST(sm90_rotary_compiles) {
     ck_assert_int_eq(p.kernels[2].nparams, i == 0 ? 18 : 20); /* tables but in mode 0 */
     char *src = NULL;
     ck_assert_int_eq(ag_emit_plan(&s, &p, &src, &err), AG_OK);
-    if (i < 2) ck_assert_ptr_nonnull(strstr(src, "rotate_rows(smem, nullptr, rows, rq);"));
+    if (i < 2) ck_assert_ptr_nonnull(strstr(src, "rotate_rows(smem, nullptr, span.rows, rq);"));
     ck_assert_ptr_nonnull(strstr(src, "rotate_rows<Sw128Rows<kBlockM>>("));
     char name[32];
     snprintf(name, sizeof name, "sm90_rotary_%d.cu", i);

@@ -142,6 +142,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 /* ---- end device helpers ---- */
 
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
+
 /* ---- begin jagged walk ----
  * Virtual tile numbers need no prefix sum over tile counts: sequence i,
  * whose rows start at s_i = offs[i], numbers its row tiles from
@@ -274,7 +297,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  long long q_row0;      // the tile's first row in Q (a broadcast Q's rows are every sequence's)
+  // head h's element offsets of the tile's first rows: of Q (a broadcast
+  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  long long q_at, o_at, kv_at;
 };
 
 __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long total_k, int h,
@@ -295,8 +320,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   if constexpr (kHasRight) key_hi = min(t.lk, t.m0 + t.rows - 1 + t.shift + kRight + 1);
   t.n_first = (int)(key_lo / kBlockN);
   t.n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - t.n_first + 1 : 0;
-  t.q_row0 = (kBroadcast ? 0 : jt.start) + t.m0;
+  t.q_at = ((kBroadcast ? 0 : jt.start) + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.o_at = (jt.start + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.kv_at = t.k_start * t.kv_stride + (long long)t.kvh * kHeadDim;
   return t;
+}
+
+// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// that the tiles are taken in reverse and a sequence's last q tile (the
+// most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
+                                                     const int *cu_seqlens_k, long long batch,
+                                                     long long total_q, long long num_tiles) {
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
 }
 /* ---- end query tile span ---- */
 
@@ -315,23 +353,13 @@ __device__ __forceinline__ float fast_log2(float x) {
   return y;
 }
 
-// Start the copy of `rows` tile rows (of kRows) from src (row stride
-// `stride` elements) into `tile`; rows past `valid` are zero-filled, never
-// read. Each thread keeps one chunk column and steps down the rows.
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into `tile`; rows past `valid` are zero-filled, never read.
 template <int kRows>
 __device__ __forceinline__ void load_rows(unsigned short *tile, const unsigned short *src,
                                           long long stride, int valid) {
-  constexpr int kRowStep = kThreads / kChunks;
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned dst = smem_addr(tile);
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
+  copy_rows<kRows, kChunks, kThreads>(smem_addr(tile), src, stride, valid,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
 }
 /* ---- end tile layout and loads ---- */
 
@@ -475,20 +503,17 @@ ag_gem_d128_bf16_causal_fwd(const unsigned short *__restrict__ q,
     const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
     long long total_q, long long total_k, long long num_tiles) {
   extern __shared__ __align__(128) unsigned short smem[];
-  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
-  const JaggedTile jt =
-      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
-                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
-  if (!jt.valid) return; // the same answer in every warp
+  const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
+  if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
   const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
   const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
   const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
-  const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-  const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
-  const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned short *q_src = q + span.q_at;
+  const unsigned short *k_src = k + span.kv_at;
+  const unsigned short *v_src = v + span.kv_at;
   unsigned short *q_tile = smem;
   unsigned short *kv = smem + kQElems;
   // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
@@ -587,7 +612,7 @@ ag_gem_d128_bf16_causal_fwd(const unsigned short *__restrict__ q,
     }
   }
   __syncwarp();
-  unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
+  unsigned short *out = o + span.o_at;
 #pragma unroll
   for (int it = 0; it < kWarpRows * kChunks / 32; it++) {
     const int i = lane + it * 32;
@@ -704,6 +729,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 /* ---- end device helpers ---- */
+
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
 
 // The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
 // low half.
@@ -853,6 +901,55 @@ __device__ __forceinline__ void queries_seeing(long long j0, long long j1, long 
   if (last > lq - 1) last = lq - 1;
 }
 
+// Key tile vt of the key-tile walks (the jagged backwards' _kv kernels) for
+// key head hk of kv_heads, group query heads a key head: its sequence, its
+// keys k0.. (nk real; none where `used` is false, an unused number), K's
+// (V's, dK's, dV's) element offset of its first row, and the steps that
+// reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
+// i % q_tiles (query_step).
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
+// Step i of key tile kt: its query head h, its query tile's first row i0
+// in the sequence and real rows mq, and head h's element offset of the
+// tile's first row of dO (O, LSE's token), rows q_stride apart.
+struct QueryStep {
+  int h, mq;
+  long long i0, at;
+};
+__device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
+                                                long long q_stride) {
+  QueryStep st;
+  st.h = hk * group + i / kt.q_tiles;
+  st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+  st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
+  st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  return st;
+}
+
 /* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
  * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
  * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
@@ -868,18 +965,8 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 template <int kRows>
 __device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const unsigned dst = smem_addr(tile);
-  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
-  const unsigned short *g = src + row0 * row_stride + piece * 8;
-#pragma unroll
-  for (int k = 0; k < kRows / kRowStep; k++) {
-    const int row = row0 + k * kRowStep;
-    const bool real = row < rows;
-    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : src, real ? 16 : 0);
-    g += kRowStep * row_stride;
-  }
+  copy_rows<kRows, kPieces, kThreads>(smem_addr(tile), src, row_stride, rows,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
 }
 
 // Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).
@@ -924,14 +1011,16 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
-// dP^T = V dO^T.
-template <int kNT>
+// dP^T = V dO^T. The loop over the head's 16-column steps is unrolled
+// kUnroll times (the backwards keep it rolled: their registers are few; the
+// block forward unrolls it whole).
+template <int kNT, int kUnroll = 1>
 __device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
                                                 int c0, int row0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
-#pragma unroll 1
+#pragma unroll (kUnroll)
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
     // the same rows at dims 16kk+8.. (matrices a0..a3).
@@ -1348,36 +1437,26 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
-    const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
-    const long long tile = vt - (seq + sp.k_start / kBlockN);
-    if (tile < 0 || tile * kBlockN >= sp.k_len) continue;  // an unused number
-    const long long k0 = tile * kBlockN;
-    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);  // real key rows
-    const long long delta = sp.k_len - sp.q_len;
-    long long i_first, i_last;
-    queries_seeing(k0, k0 + nk - 1, sp.q_len, sp.k_len, i_first, i_last);
-    const long long qt0 = i_first / kBlockM;
-    const int q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - qt0 + 1);
-    const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
-
-    const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
+    const KeyTile kt =
+        key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk, group, k_stride);
+    if (!kt.used) continue;  // an unused number
+    const SeqSpan &sp = kt.sp;
+    const long long k0 = kt.k0, k_row = kt.k_row, delta = sp.k_len - sp.q_len;
+    const int nk = kt.nk, n_steps = kt.n_steps;  // real key rows, steps
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
     auto load_step = [&](int i) {
-      const int h = hk * group + i / q_tiles;
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
-      const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
       unsigned short *slot = ring + (i & 1) * 2 * kQTileElems;
-      load_tile<kBlockM>(slot, q + (at - (sp.q_start - sp.q_src) * q_stride), q_stride, mq);
-      load_tile<kBlockM>(slot + kQTileElems, dout + at, q_stride, mq);
+      load_tile<kBlockM>(slot, q + (st.at - (sp.q_start - sp.q_src) * q_stride), q_stride, st.mq);
+      load_tile<kBlockM>(slot + kQTileElems, dout + st.at, q_stride, st.mq);
       if (threadIdx.x < kBlockM) {
         const int r = threadIdx.x;
-        const long long row = (long long)h * total_q + sp.q_start + i0 + (r < mq ? r : 0);
+        const long long row =
+            (long long)st.h * total_q + sp.q_start + st.i0 + (r < st.mq ? r : 0);
         float *f = rows_s + (i & 1) * 2 * kBlockM;
-        cp_async_4(smem_addr(f + r), lse + row, r < mq ? 4 : 0);
-        cp_async_4(smem_addr(f + kBlockM + r), di + row, r < mq ? 4 : 0);
+        cp_async_4(smem_addr(f + r), lse + row, r < st.mq ? 4 : 0);
+        cp_async_4(smem_addr(f + kBlockM + r), di + row, r < st.mq ? 4 : 0);
       }
     };
 
@@ -1402,8 +1481,9 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       cp_async_commit();
       cp_async_wait<1>();
       __syncthreads();
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
+      const long long i0 = st.i0;
+      const int mq = st.mq;
       const unsigned q_a = smem_addr(ring + (i & 1) * 2 * kQTileElems);
       const unsigned do_a = q_a + 2 * kQTileElems;
       const float *const lse_r = rows_s + (i & 1) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
@@ -1454,9 +1534,8 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       accumulate<kQueryTiles>(acc_k, ds, q_a);  // dK += dS^T Q
       if constexpr (kFastDq) {
         __syncthreads();  // dS^T complete; the next step's first barrier ends its reads
-        const int h = hk * group + i / q_tiles;
-        add_dq(ds_s, k_a, dq_acc, (sp.q_src + i0) * q_stride + (long long)h * kHeadDim, q_stride,
-               row0, mq);
+        add_dq(ds_s, k_a, dq_acc, (sp.q_src + i0) * q_stride + (long long)st.h * kHeadDim,
+               q_stride, row0, mq);
       }
     }
     cp_async_wait<0>();

@@ -45,9 +45,6 @@
  *     grid: (ceil(total_q * heads / 16), 1)
  */
 
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "this forward is planned for sm_90a only (wgmma)"
-#endif
 /* ---- begin constants ---- */
 constexpr int kHeadDim = 128;  // elements per head
 constexpr int kBlockM = 128;  // query rows per CTA
@@ -56,6 +53,9 @@ constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kStages = 3;  // KV tiles resident
 constexpr int kSmemBytes = 229376;  // dynamic shared memory, as planned
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this forward is planned for sm_90a only (wgmma)"
+#endif
 constexpr float kScaleLog2 = 1.275174308e-01f;  // softmax scale 1/sqrt(128) times log2(e)
 constexpr bool kCausal = 1;  // bottom-right aligned: key j <= query i + Lk - Lq
 constexpr bool kWindow = 0;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
@@ -147,6 +147,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 /* ---- end device helpers ---- */
+
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
 
 /* ---- begin device helpers (wgmma, sm_90a) ----
  * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
@@ -391,7 +414,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  long long q_row0;      // the tile's first row in Q (a broadcast Q's rows are every sequence's)
+  // head h's element offsets of the tile's first rows: of Q (a broadcast
+  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  long long q_at, o_at, kv_at;
 };
 
 __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long total_k, int h,
@@ -412,8 +437,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   if constexpr (kHasRight) key_hi = min(t.lk, t.m0 + t.rows - 1 + t.shift + kRight + 1);
   t.n_first = (int)(key_lo / kBlockN);
   t.n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - t.n_first + 1 : 0;
-  t.q_row0 = (kBroadcast ? 0 : jt.start) + t.m0;
+  t.q_at = ((kBroadcast ? 0 : jt.start) + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.o_at = (jt.start + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.kv_at = t.k_start * t.kv_stride + (long long)t.kvh * kHeadDim;
   return t;
+}
+
+// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// that the tiles are taken in reverse and a sequence's last q tile (the
+// most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
+                                                     const int *cu_seqlens_k, long long batch,
+                                                     long long total_q, long long num_tiles) {
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
 }
 /* ---- end query tile span ---- */
 
@@ -432,17 +470,8 @@ __device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
 template <int kRows, int kLoaders>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long stride, int valid) {
-  constexpr int kRowStep = kLoaders / kChunks;
-  static_assert(kLoaders % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
+  copy_rows<kRows, kChunks, kLoaders>(dst, src, stride, valid,
+                                      [](int row, int c) { return chunk_at(kRows, row, c); });
 }
 
 // log2 on the special-function unit.
@@ -460,12 +489,32 @@ __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
     asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
 }
 
+// Where computing thread mt (its index among the computing threads)
+// works: its warpgroup, its column of the quad, the warpgroup's first row
+// of the tile and its own rows r_lo and r_lo + 8 (the wgmma C layout).
+struct RowPlace {
+  int wg, tq, wrow0, r_lo;
+};
+__device__ __forceinline__ RowPlace row_place(int mt) {
+  const int wg = mt >> 7, warp = (mt >> 5) & 3, lane = mt & 31;
+  return {wg, lane & 3, 64 * wg, 64 * wg + 16 * warp + (lane >> 2)};
+}
+
+// O's accumulators at the start: zero.
+__device__ __forceinline__ void clear_out(float (&acc)[kHalves][8][4]) {
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
+}
+
 // What a warpgroup does with one KV tile (first key n0): which columns
 // are real, the band's diagonals (key column c of tile row r is visible
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
 // nothing inside a tile), and whether any element of its `rows` is masked.
-// Every tile is computed, even one none of a warpgroup's rows sees: the
-// two warpgroups take turns, tile by tile (jagged_fwd_ws.cu).
+// (jagged_fwd_ws.cu computes every tile, even one none of a warpgroup's
+// rows sees: its two warpgroups take turns, tile by tile; jagged_fwd_sm90.cu
+// skips such a tile.)
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
   bool mask;
@@ -857,86 +906,68 @@ ag_jrope_d128_bf16_causal_rope_fwd(const unsigned short *__restrict__ q,
     unsigned short *__restrict__ o, float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
     const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
     long long total_q, long long total_k, long long num_tiles) {
-  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
-  const JaggedTile jt =
-      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
-                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+  const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
   if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
-  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
-  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
-  const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
-  const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-  const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
-  const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned short *q_src = q + span.q_at;
+  const unsigned short *k_src = k + span.kv_at;
+  const unsigned short *v_src = v + span.kv_at;
   const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
   // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
   auto load_kv = [&](int i) {
-    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
-    const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+    const long long n0 = (long long)(span.n_first + span.n_tiles - 1 - i) * kBlockN;
+    const int valid = (int)(span.lk - n0 < kBlockN ? span.lk - n0 : kBlockN);
     const unsigned st = kv_a + (i % kStages) * 2 * kKvBytes;
-    load_rows<kBlockN, kThreads>(st, k_src + n0 * kv_stride, kv_stride, valid);
-    load_rows<kBlockN, kThreads>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
+    load_rows<kBlockN, kThreads>(st, k_src + n0 * span.kv_stride, span.kv_stride, valid);
+    load_rows<kBlockN, kThreads>(st + kKvBytes, v_src + n0 * span.kv_stride, span.kv_stride,
+                                 valid);
   };
-  if (n_tiles > 0) {
-    load_rows<kBlockM, kThreads>(q_a, q_src, q_stride, rows);
+  if (span.n_tiles > 0) {
+    load_rows<kBlockM, kThreads>(q_a, q_src, span.q_stride, span.rows);
     load_kv(0);
   }
   cp_async_commit();
 
-  const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-  const int wrow0 = 64 * wg;  // this warpgroup's first row of the tile
-  const int r_lo = wrow0 + 16 * warp + g;  // this thread's rows: r_lo, r_lo + 8
+  const RowPlace me = row_place(threadIdx.x);  // rows r_lo, r_lo + 8 of warpgroup wg
+  const int wg = me.wg, tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
   float acc[kHalves][8][4];
+  clear_out(acc);
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-#pragma unroll
-  for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
   unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is running, as A fragments
 
 #pragma unroll 1
-  for (int i = 0; i < n_tiles; i++) {
+  for (int i = 0; i < span.n_tiles; i++) {
     cp_async_wait<0>();  // this tile (and, first, Q) has landed
     fence_proxy_async();  // it is read by wgmma (the async proxy)
     __syncthreads();  // for every thread; and every warpgroup has retired tile i - 2
-    if (i + 1 < n_tiles) load_kv(i + 1);
+    if (i + 1 < span.n_tiles) load_kv(i + 1);
     cp_async_commit();
     const unsigned k_s = kv_a + (i % kStages) * 2 * kKvBytes, v_s = k_s + kKvBytes;
-    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
-    const int kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+    const long long n0 = (long long)(span.n_first + span.n_tiles - 1 - i) * kBlockN;
+    // The tile's real keys, band diagonals and mask.
+    const TileView t = tile_view(n0, span.lk, span.m0 + span.shift, span.rows);
     {
       // Rotate the tile's keys (values) where they landed, and the queries
       // with the first tile (the running P V reads another stage); the
       // writes are fenced for wgmma's reads, and every warpgroup waits.
-      const RotaryRows rq = {m0 + shift, nullptr}, rk = {n0, nullptr};
+      const RotaryRows rq = {span.m0 + span.shift, nullptr}, rk = {n0, nullptr};
       unsigned short *const tile = smem + (kQBytes + (i % kStages) * 2 * kKvBytes) / 2;
-      if (kRotateQ && i == 0) rotate_rows(smem, nullptr, rows, rq);
+      if (kRotateQ && i == 0) rotate_rows(smem, nullptr, span.rows, rq);
       if constexpr (kRotateK || kRotateV)
-        rotate_rows(kRotateK ? tile : nullptr, kRotateV ? tile + kKvBytes / 2 : nullptr, kv_valid,
+        rotate_rows(kRotateK ? tile : nullptr, kRotateV ? tile + kKvBytes / 2 : nullptr, t.kv_valid,
                     rk);
       fence_proxy_async();
       __syncthreads();
     }
-    // Key column c of tile row r is visible when r + diag_lo <= c <= r +
-    // diag_hi; both clamped to where they change nothing inside a tile.
-    constexpr long long kFar = kBlockM + kBlockN + 1;
-    const long long dhi = m0 + shift + kRight - n0, dlo = m0 + shift - kLeft - n0;
-    const int diag_hi = (int)(dhi > kFar ? kFar : (dhi < -kFar ? -kFar : dhi));
-    const int diag_lo = (int)(dlo > kFar ? kFar : (dlo < -kFar ? -kFar : dlo));
-    bool mask = kv_valid < kBlockN;
-    if constexpr (kHasRight) mask = mask || diag_hi < kBlockN - 1;  // row 0 misses a key
-    if constexpr (kHasLeft) mask = mask || (rows - 1) + diag_lo > 0;  // last row misses key 0
     // A warpgroup skips a tile none of its real rows sees a key of (as a
     // tile all masked would leave m, l and O): rows past the end, the
     // band's far side. Warpgroup-uniform; it still retires its running
     // P V, whose stage the next tile's load refills.
-    bool skip = wrow0 >= rows;
-    if constexpr (kHasRight) skip = skip || wrow0 + 63 + diag_hi < 0;
-    if constexpr (kHasLeft) skip = skip || wrow0 + diag_lo > kBlockN - 1;
+    bool skip = wrow0 >= span.rows;
+    if constexpr (kHasRight) skip = skip || wrow0 + 63 + t.diag_hi < 0;
+    if constexpr (kHasLeft) skip = skip || wrow0 + t.diag_lo > kBlockN - 1;
     if (skip) {
       retire_pv(acc, p16);
       continue;
@@ -952,56 +983,8 @@ ag_jrope_d128_bf16_causal_rope_fwd(const unsigned short *__restrict__ q,
 #pragma unroll
     for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
     if (i > 0) keep(p16);
-
-    if (mask) {
-#pragma unroll
-      for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int r = r_lo + (e >= 2 ? 8 : 0);
-            const int col = 64 * nh + n * 8 + 2 * tq + (e & 1);
-            bool hide = col >= kv_valid;
-            if constexpr (kHasRight) hide = hide || col > r + diag_hi;
-            if constexpr (kHasLeft) hide = hide || col < r + diag_lo;
-            if (hide) s[nh][n][e] = neg_inf();
-          }
-    }
-    // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[nh][n][0], s[nh][n][1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[nh][n][2], s[nh][n][3]));
-      }
-    float off[2], alpha[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
-      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-      // A row that has seen no key yet keeps max -inf: offset 0 then, so
-      // that exp2(-inf - offset) is 0, never NaN.
-      off[hh] = mx[hh] == neg_inf() ? 0.f : mx[hh] * kScaleLog2;
-      alpha[hh] = fast_exp2(m[hh] * kScaleLog2 - off[hh]);  // m = -inf: 0
-      m[hh] = mx[hh];
-    }
-    float rs[2] = {0.f, 0.f};
-#pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        s[nh][n][0] = fast_exp2(fmaf(s[nh][n][0], kScaleLog2, -off[0]));
-        s[nh][n][1] = fast_exp2(fmaf(s[nh][n][1], kScaleLog2, -off[0]));
-        s[nh][n][2] = fast_exp2(fmaf(s[nh][n][2], kScaleLog2, -off[1]));
-        s[nh][n][3] = fast_exp2(fmaf(s[nh][n][3], kScaleLog2, -off[1]));
-        rs[0] += s[nh][n][0] + s[nh][n][1];
-        rs[1] += s[nh][n][2] + s[nh][n][3];
-      }
-    l[0] = l[0] * alpha[0] + rs[0];
-    l[1] = l[1] * alpha[1] + rs[1];
+    float alpha[2];
+    softmax_step(s, m, l, alpha, t, r_lo, tq);
     rescale(acc, alpha);
     // O += P V, left running into the next tile's barrier and S.
     pack_p(p16, s);
@@ -1012,50 +995,11 @@ ag_jrope_d128_bf16_causal_rope_fwd(const unsigned short *__restrict__ q,
   cp_async_wait<0>();
 
   // Normalise; stage the rows in the Q tile's place (every warpgroup is
-  // done with Q after the barrier) as plain rows, 16-byte chunks swizzled
-  // by the row, so that the global stores are 16-byte and coalesced.
+  // done with Q after the barrier), then store them, 16 bytes a copy.
   __syncthreads();
-  unsigned short *const stage = smem;
-  unsigned *const stage32 = reinterpret_cast<unsigned *>(stage);
-  float inv[2], lrow[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; hh++) {
-    float t = l[hh];
-    t += __shfl_xor_sync(0xffffffffu, t, 1);
-    t += __shfl_xor_sync(0xffffffffu, t, 2);
-    lrow[hh] = t;
-    inv[hh] = t > 0.f ? 1.f / t : 0.f;  // no key: O = 0
-  }
-  const int r_hi = r_lo + 8;
-#pragma unroll
-  for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-      const int c = 8 * hh + n;  // the 16-byte chunk of the row
-      stage32[(r_lo * kHeadDim + ((c ^ (r_lo & 7)) * 8) + 2 * tq) / 2] =
-          pack2(acc[hh][n][0] * inv[0], acc[hh][n][1] * inv[0]);
-      stage32[(r_hi * kHeadDim + ((c ^ (r_hi & 7)) * 8) + 2 * tq) / 2] =
-          pack2(acc[hh][n][2] * inv[1], acc[hh][n][3] * inv[1]);
-    }
-  if (tq == 0 && lse != nullptr) {  // lse is optional (inference)
-    // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e + log2 l) * ln 2.
-    constexpr float kLn2 = 0.693147180559945309f;
-    float *lse_row = lse + (long long)h * total_q + jt.start + m0;
-    if (r_lo < rows)
-      lse_row[r_lo] = lrow[0] > 0.f ? (m[0] * kScaleLog2 + fast_log2(lrow[0])) * kLn2 : neg_inf();
-    if (r_hi < rows)
-      lse_row[r_hi] = lrow[1] > 0.f ? (m[1] * kScaleLog2 + fast_log2(lrow[1])) * kLn2 : neg_inf();
-  }
+  stage_out(acc, m, l, smem, lse, h, total_q, jt.start, span.m0, span.rows, r_lo, tq);
   __syncthreads();
-  unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
-#pragma unroll
-  for (int it = 0; it < kBlockM * kChunks / kThreads; it++) {
-    const int idx = threadIdx.x + it * kThreads;
-    const int row = idx / kChunks, chunk = idx % kChunks;
-    if (row < rows)
-      *reinterpret_cast<uint4 *>(out + row * q_stride + chunk * 8) =
-          *reinterpret_cast<const uint4 *>(stage + row * kHeadDim + ((chunk ^ (row & 7)) * 8));
-  }
+  store_out<kThreads>(o + span.o_at, span.q_stride, smem, span.rows, (int)threadIdx.x);
 }
 /* ---- end kernel ---- */
 
@@ -1189,6 +1133,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 /* ---- end device helpers ---- */
+
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
 
 // The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
 // low half.
@@ -1559,6 +1526,55 @@ __device__ __forceinline__ void queries_seeing(long long j0, long long j1, long 
   if (last > lq - 1) last = lq - 1;
 }
 
+// Key tile vt of the key-tile walks (the jagged backwards' _kv kernels) for
+// key head hk of kv_heads, group query heads a key head: its sequence, its
+// keys k0.. (nk real; none where `used` is false, an unused number), K's
+// (V's, dK's, dV's) element offset of its first row, and the steps that
+// reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
+// i % q_tiles (query_step).
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
+// Step i of key tile kt: its query head h, its query tile's first row i0
+// in the sequence and real rows mq, and head h's element offset of the
+// tile's first row of dO (O, LSE's token), rows q_stride apart.
+struct QueryStep {
+  int h, mq;
+  long long i0, at;
+};
+__device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
+                                                long long q_stride) {
+  QueryStep st;
+  st.h = hk * group + i / kt.q_tiles;
+  st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+  st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
+  st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  return st;
+}
+
 /* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
  * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
  * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
@@ -1574,18 +1590,8 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 template <int kRows>
 __device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const unsigned dst = smem_addr(tile);
-  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
-  const unsigned short *g = src + row0 * row_stride + piece * 8;
-#pragma unroll
-  for (int k = 0; k < kRows / kRowStep; k++) {
-    const int row = row0 + k * kRowStep;
-    const bool real = row < rows;
-    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : src, real ? 16 : 0);
-    g += kRowStep * row_stride;
-  }
+  copy_rows<kRows, kPieces, kThreads>(smem_addr(tile), src, row_stride, rows,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
 }
 
 // Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).
@@ -1630,14 +1636,16 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
-// dP^T = V dO^T.
-template <int kNT>
+// dP^T = V dO^T. The loop over the head's 16-column steps is unrolled
+// kUnroll times (the backwards keep it rolled: their registers are few; the
+// block forward unrolls it whole).
+template <int kNT, int kUnroll = 1>
 __device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
                                                 int c0, int row0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
-#pragma unroll 1
+#pragma unroll (kUnroll)
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
     // the same rows at dims 16kk+8.. (matrices a0..a3).
@@ -2141,17 +2149,10 @@ extern __shared__ __align__(1024) unsigned short smem[];
 template <int kRows>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = kCopyThreads / kPieces;  // rows one pass of the copying threads covers
-  static_assert(kCopyThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
-  const unsigned base = dst + (c >> 3) * (kRows * kRowBytes);
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < rows;
-    cp_async_16(base + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4),
-                real ? src + row * row_stride + c * 8 : src, real ? 16 : 0);
-  }
+  copy_rows<kRows, kPieces, kCopyThreads>(
+      dst, src, row_stride, rows, [](int row, int c) {
+        return (c >> 3) * (kRows * kRowBytes) + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4);
+      });
 }
 
 // The rotary tables of the queries and the keys (positions from tables;
@@ -2365,42 +2366,32 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
 
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
-    const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
-    const long long tile = vt - (seq + sp.k_start / kBlockN);
-    if (tile < 0 || tile * kBlockN >= sp.k_len) continue;  // an unused number
-    const long long k0 = tile * kBlockN;
-    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);  // real key rows
+    const KeyTile kt =
+        key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk, group, k_stride);
+    if (!kt.used) continue;  // an unused number
+    const SeqSpan &sp = kt.sp;
     const long long delta = sp.k_len - sp.q_len;
-    long long i_first, i_last;
-    queries_seeing(k0, k0 + nk - 1, sp.q_len, sp.k_len, i_first, i_last);
-    const long long qt0 = i_first / kBlockM;
-    const int q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - qt0 + 1);
-    const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
-    const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
-    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + kt.k0, kt.k0);
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
     auto load_step = [&](int i) {
-      const int h = hk * group + i / q_tiles;
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
-      const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
       const unsigned slot = ring_a + (i % kSlots) * 2 * kQBytes;
-      load_rows<kBlockM>(slot, q + at, q_stride, mq);
-      load_rows<kBlockM>(slot + kQBytes, dout + at, q_stride, mq);
+      load_rows<kBlockM>(slot, q + st.at, q_stride, st.mq);
+      load_rows<kBlockM>(slot + kQBytes, dout + st.at, q_stride, st.mq);
       if (threadIdx.x < 2 * kBlockM) {
         const int r = threadIdx.x % kBlockM;
-        const long long row = (long long)h * total_q + sp.q_start + i0 + (r < mq ? r : 0);
+        const long long row =
+            (long long)st.h * total_q + sp.q_start + st.i0 + (r < st.mq ? r : 0);
         float *f = rows_s + (i % kSlots) * 2 * kBlockM + threadIdx.x;  // LSE, then D
-        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < st.mq ? 4 : 0);
       }
     };
 
     __syncthreads();  // nobody reads the last tile's shared memory any more
-    load_rows<kBlockN>(k_a, k + k_row, k_stride, nk);
-    load_rows<kBlockN>(v_a, v + k_row, k_stride, nk);
-    if (n_steps > 0) load_step(0);
+    load_rows<kBlockN>(k_a, k + kt.k_row, k_stride, kt.nk);
+    load_rows<kBlockN>(v_a, v + kt.k_row, k_stride, kt.nk);
+    if (kt.n_steps > 0) load_step(0);
     cp_async_commit();
 
     float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
@@ -2425,21 +2416,21 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
       }
     };
 #pragma unroll 1
-    for (int i = 0; i < n_steps; i++) {
+    for (int i = 0; i < kt.n_steps; i++) {
       // the step before's dV and dK are done: its Q, dO slot may be
       // reloaded and its P^T, dS^T registers rewritten
       retire(i > 0);
       if constexpr (kStageSlots == 2)
         bulk_wait_read<1>();  // step i - 2's staging rows are read: this step may write them
       __syncthreads();  // the other slot and dS^T are free (step i - 1 is done)
-      if (i + 1 < n_steps) load_step(i + 1);
+      if (i + 1 < kt.n_steps) load_step(i + 1);
       cp_async_commit();
       cp_async_wait<1>();
       fence_proxy_async();  // the copies are read by wgmma (the async proxy)
       __syncthreads();
-      const int h = hk * group + i / q_tiles;
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
+      const int h = st.h, mq = st.mq;
+      const long long i0 = st.i0;
       const unsigned q_a = ring_a + (i % kSlots) * 2 * kQBytes, do_a = q_a + kQBytes;
       const float *const lse_r = rows_s + (i % kSlots) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
       {
@@ -2453,7 +2444,7 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
               nullptr, mq, rq);
         if ((kRotateK || kRotateV) && i == 0)
           rotate_rows<Sw128Rows<kBlockN>>(kRotateK ? smem : nullptr,
-                                          kRotateV ? smem + kKBytes / 2 : nullptr, nk, rk);
+                                          kRotateV ? smem + kKBytes / 2 : nullptr, kt.nk, rk);
         fence_proxy_async();
         __syncthreads();
       }
@@ -2471,11 +2462,11 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
 
       // P^T and dS^T as 16-bit pairs (the A operand of dV and dK); dS^T
       // also to shared memory for dQ.
-      const Band band = tile_band(i0, k0, delta);
+      const Band band = tile_band(i0, kt.k0, delta);
       // A key row past the sequence end (zero-filled) is masked too: its
       // S is 0, and exp2(-LSE) of a row with a very negative LSE would be
       // inf, which dQ = dS K would turn into NaN (inf times K's zero row).
-      const bool full = mq == kBlockM && nk == kBlockN && band.lo <= -(kBlockM - 1) &&
+      const bool full = mq == kBlockM && kt.nk == kBlockN && band.lo <= -(kBlockM - 1) &&
                         band.hi >= kBlockN - 1;
       // P with no case for a query that sees no key (LSE -inf): each of its
       // pairs is masked, and a full tile has no such query. Key rows key0,
@@ -2485,7 +2476,7 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
       // per-element band test) causal 1.02-1.03x at head dim 128, 1.01-1.19x
       // at 64 (bench/results/2026-12-06-h100-jagged-bwd-s29.log).
       int first[2], width[2];
-      seen_columns(band, key0, mq, nk, first, width);
+      seen_columns(band, key0, mq, kt.nk, first, width);
 #pragma unroll
       for (int n = 0; n < 8; n++) {
         const int col = 8 * n + 2 * tq;
@@ -2548,20 +2539,20 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
       }
       bulk_commit();
     }
-    retire(n_steps > 0);
+    retire(kt.n_steps > 0);
     bulk_wait_read<0>();  // the staging rows may be written again
     cp_async_wait<0>();
     // dK and dV of the unrotated K and V: acc_k[hh][n] is n-tile 8 hh + n
     // of this warpgroup's rows 16 warp.. of its keys.
     if constexpr (kRotateK)
-      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_k), 64 * wg + 16 * warp, nk,
+      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_k), 64 * wg + 16 * warp, kt.nk,
                     rk);
     if constexpr (kRotateV)
-      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_v), 64 * wg + 16 * warp, nk,
+      unrotate_rows(reinterpret_cast<float (&)[kHeadDim / 8][4]>(acc_v), 64 * wg + 16 * warp, kt.nk,
                     rk);
 
     // dV, and dK with the scale, of this thread's key rows.
-    store_dkv(acc_v, acc_k, dk, dv, k_row, k_stride, key0, nk, tq);
+    store_dkv(acc_v, acc_k, dk, dv, kt.k_row, k_stride, key0, kt.nk, tq);
   }
 }
 /* ---- end kernel _kv ---- */

@@ -50,9 +50,6 @@
  *     grid: (ceil(total_q * heads / 16), 1)
  */
 
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "this forward is planned for sm_90a only (wgmma)"
-#endif
 /* ---- begin constants ---- */
 constexpr int kHeadDim = 128;  // elements per head
 constexpr int kBlockM = 128;  // query rows per CTA
@@ -75,6 +72,9 @@ static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
               "the registers the CTA is launched with");
 constexpr int kStages = 3;  // KV tiles resident
 constexpr int kSmemBytes = 229376;  // dynamic shared memory, as planned
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this forward is planned for sm_90a only (wgmma)"
+#endif
 constexpr float kScaleLog2 = 1.275174308e-01f;  // softmax scale 1/sqrt(128) times log2(e)
 constexpr bool kCausal = 0;  // bottom-right aligned: key j <= query i + Lk - Lq
 constexpr bool kWindow = 0;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
@@ -172,6 +172,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 /* ---- end device helpers ---- */
+
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
 
 /* ---- begin device helpers (wgmma, sm_90a) ----
  * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
@@ -416,7 +439,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  long long q_row0;      // the tile's first row in Q (a broadcast Q's rows are every sequence's)
+  // head h's element offsets of the tile's first rows: of Q (a broadcast
+  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  long long q_at, o_at, kv_at;
 };
 
 __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long total_k, int h,
@@ -437,8 +462,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   if constexpr (kHasRight) key_hi = min(t.lk, t.m0 + t.rows - 1 + t.shift + kRight + 1);
   t.n_first = (int)(key_lo / kBlockN);
   t.n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - t.n_first + 1 : 0;
-  t.q_row0 = (kBroadcast ? 0 : jt.start) + t.m0;
+  t.q_at = ((kBroadcast ? 0 : jt.start) + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.o_at = (jt.start + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.kv_at = t.k_start * t.kv_stride + (long long)t.kvh * kHeadDim;
   return t;
+}
+
+// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// that the tiles are taken in reverse and a sequence's last q tile (the
+// most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
+                                                     const int *cu_seqlens_k, long long batch,
+                                                     long long total_q, long long num_tiles) {
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
 }
 /* ---- end query tile span ---- */
 
@@ -457,17 +495,8 @@ __device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
 template <int kRows, int kLoaders>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long stride, int valid) {
-  constexpr int kRowStep = kLoaders / kChunks;
-  static_assert(kLoaders % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
+  copy_rows<kRows, kChunks, kLoaders>(dst, src, stride, valid,
+                                      [](int row, int c) { return chunk_at(kRows, row, c); });
 }
 
 // log2 on the special-function unit.
@@ -485,12 +514,32 @@ __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
     asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
 }
 
+// Where computing thread mt (its index among the computing threads)
+// works: its warpgroup, its column of the quad, the warpgroup's first row
+// of the tile and its own rows r_lo and r_lo + 8 (the wgmma C layout).
+struct RowPlace {
+  int wg, tq, wrow0, r_lo;
+};
+__device__ __forceinline__ RowPlace row_place(int mt) {
+  const int wg = mt >> 7, warp = (mt >> 5) & 3, lane = mt & 31;
+  return {wg, lane & 3, 64 * wg, 64 * wg + 16 * warp + (lane >> 2)};
+}
+
+// O's accumulators at the start: zero.
+__device__ __forceinline__ void clear_out(float (&acc)[kHalves][8][4]) {
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
+}
+
 // What a warpgroup does with one KV tile (first key n0): which columns
 // are real, the band's diagonals (key column c of tile row r is visible
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
 // nothing inside a tile), and whether any element of its `rows` is masked.
-// Every tile is computed, even one none of a warpgroup's rows sees: the
-// two warpgroups take turns, tile by tile (jagged_fwd_ws.cu).
+// (jagged_fwd_ws.cu computes every tile, even one none of a warpgroup's
+// rows sees: its two warpgroups take turns, tile by tile; jagged_fwd_sm90.cu
+// skips such a tile.)
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
   bool mask;
@@ -798,16 +847,10 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
     long long total_q, long long total_k, long long num_tiles,
     const __grid_constant__ ag_tmap tmap_k, const __grid_constant__ ag_tmap tmap_v) {
   __shared__ __align__(8) unsigned long long bars[1 + 2 * kStages];  // Q full, full[s], empty[s]
-  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
-  const JaggedTile jt =
-      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
-                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+  const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
   if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
-  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
-  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
-  const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
   const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
   const unsigned q_full = smem_addr(bars), full0 = q_full + 8, empty0 = full0 + 8 * kStages;
   if (threadIdx.x == 0) {
@@ -826,29 +869,30 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
   if (wgi == 0) {
     // ---- the loading warpgroup ----
     regs_dec<kLoadRegs>();
-    if (n_tiles > 0) {
-      const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-      load_rows<kBlockM, 128>(q_a, q_src, q_stride, rows);
+    if (span.n_tiles > 0) {
+      const unsigned short *q_src = q + span.q_at;
+      load_rows<kBlockM, 128>(q_a, q_src, span.q_stride, span.rows);
       mbar_arrive_on_copies(q_full);
     }
-    const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
-    const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+    const unsigned short *k_src = k + span.kv_at;
+    const unsigned short *v_src = v + span.kv_at;
 #pragma unroll 1
-    for (int i = 0; i < n_tiles; i++) {
+    for (int i = 0; i < span.n_tiles; i++) {
       const int s = i % kStages;
       if (i >= kStages) mbar_wait(empty0 + 8 * s, (i / kStages - 1) & 1);
-      const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
-      const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+      const long long n0 = (long long)(span.n_first + span.n_tiles - 1 - i) * kBlockN;
+      const int valid = (int)(span.lk - n0 < kBlockN ? span.lk - n0 : kBlockN);
       const unsigned st = kv_a + s * 2 * kKvBytes;
       (void)valid, (void)k_src, (void)v_src;
       if (threadIdx.x == 0) {  // K, then V: kHalves boxes of 64 columns each
-        const int key = (int)(k_start + n0);
+        const int key = (int)(span.k_start + n0);
         mbar_arrive_expect_tx(full0 + 8 * s, 2 * kKvBytes);
 #pragma unroll
         for (int hh = 0; hh < kHalves; hh++) {
-          tma_load_3d(st + hh * (kKvBytes / kHalves), &tmap_k, full0 + 8 * s, 64 * hh, kvh, key);
+          tma_load_3d(st + hh * (kKvBytes / kHalves), &tmap_k, full0 + 8 * s, 64 * hh, span.kvh,
+                      key);
           tma_load_3d(st + kKvBytes + hh * (kKvBytes / kHalves), &tmap_v, full0 + 8 * s, 64 * hh,
-                      kvh, key);
+                      span.kvh, key);
         }
       }
     }
@@ -859,23 +903,20 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
   // ---- the computing warpgroups ----
   regs_inc<kMathRegs>();
   const int mt = threadIdx.x - 128;  // thread index among the computing ones
-  const int wg = mt >> 7, warp = (mt >> 5) & 3, lane = mt & 31;
-  const int g = lane >> 2, tq = lane & 3;
-  const int wrow0 = 64 * wg;  // this warpgroup's first row of the tile
-  const int r_lo = wrow0 + 16 * warp + g;  // this thread's rows: r_lo, r_lo + 8
+  const RowPlace me = row_place(mt);  // rows r_lo, r_lo + 8 of warpgroup wg
+  const int wg = me.wg, tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
+  const int lane = mt & 31;
   float acc[kHalves][8][4];
+  clear_out(acc);
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-#pragma unroll
-  for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
   unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is next, as A fragments
   float sc[kKeyHalves][8][4];      // S of the tile in hand
   float alpha[2];
-  const long long key_last = (long long)(n_first + n_tiles - 1) * kBlockN;  // tile 0's first key
+  // tile 0's first key
+  const long long key_last = (long long)(span.n_first + span.n_tiles - 1) * kBlockN;
   auto view = [&](int i) {
     // every tile computed (none skipped), so that the turns match
-    return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows);
+    return tile_view(key_last - (long long)i * kBlockN, span.lk, span.m0 + span.shift, span.rows);
   };
   auto wait_full = [&](int i) {
     mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);
@@ -889,7 +930,7 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
 
   if (wg == 1) turn_pass(wg);  // warpgroup 0 issues first
   int i = 0;
-  if (n_tiles > 0) {
+  if (span.n_tiles > 0) {
     mbar_wait(q_full, 0);
     if constexpr (kTmaKv) fence_proxy_async();  // Q (cp.async) is read by wgmma
     // The first tile this warpgroup computes: S and its softmax alone.
@@ -907,7 +948,7 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
     int last = i;  // the tile whose P V is next
     // The run: S of tile i, then P V of the last tile, overlapped with S's softmax.
 #pragma unroll 1
-    for (i++; i < n_tiles; i++) {
+    for (i++; i < span.n_tiles; i++) {
       t = view(i);
       wait_full(i);
       wgmma_fence();
@@ -944,18 +985,14 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
   // chunks swizzled by the row, so that the global stores are 16-byte and
   // coalesced.
   math_sync();
-  stage_out(acc, m, l, smem, lse, h, total_q, jt.start, m0, rows, r_lo, tq);
+  stage_out(acc, m, l, smem, lse, h, total_q, jt.start, span.m0, span.rows, r_lo, tq);
   math_sync();
-  store_out<kMathThreads>(o + (jt.start + m0) * q_stride + (long long)h * kHeadDim, q_stride,
-                          smem, rows, mt);
+  store_out<kMathThreads>(o + span.o_at, span.q_stride, smem, span.rows, mt);
 }
 /* ---- end kernel ---- */
 
 namespace fwd_small {
 
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "this forward is planned for sm_90a only (wgmma)"
-#endif
 /* ---- begin constants ---- */
 constexpr int kHeadDim = 128;  // elements per head
 constexpr int kBlockM = 64;  // query rows per CTA
@@ -964,6 +1001,9 @@ constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kStages = 3;  // KV tiles resident
 constexpr int kSmemBytes = 114688;  // dynamic shared memory, as planned
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this forward is planned for sm_90a only (wgmma)"
+#endif
 constexpr float kScaleLog2 = 1.275174308e-01f;  // softmax scale 1/sqrt(128) times log2(e)
 constexpr bool kCausal = 0;  // bottom-right aligned: key j <= query i + Lk - Lq
 constexpr bool kWindow = 0;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
@@ -1055,6 +1095,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 /* ---- end device helpers ---- */
+
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
 
 /* ---- begin device helpers (wgmma, sm_90a) ----
  * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
@@ -1299,7 +1362,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  long long q_row0;      // the tile's first row in Q (a broadcast Q's rows are every sequence's)
+  // head h's element offsets of the tile's first rows: of Q (a broadcast
+  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  long long q_at, o_at, kv_at;
 };
 
 __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long total_k, int h,
@@ -1320,8 +1385,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   if constexpr (kHasRight) key_hi = min(t.lk, t.m0 + t.rows - 1 + t.shift + kRight + 1);
   t.n_first = (int)(key_lo / kBlockN);
   t.n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - t.n_first + 1 : 0;
-  t.q_row0 = (kBroadcast ? 0 : jt.start) + t.m0;
+  t.q_at = ((kBroadcast ? 0 : jt.start) + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.o_at = (jt.start + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.kv_at = t.k_start * t.kv_stride + (long long)t.kvh * kHeadDim;
   return t;
+}
+
+// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// that the tiles are taken in reverse and a sequence's last q tile (the
+// most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
+                                                     const int *cu_seqlens_k, long long batch,
+                                                     long long total_q, long long num_tiles) {
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
 }
 /* ---- end query tile span ---- */
 
@@ -1340,17 +1418,8 @@ __device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
 template <int kRows, int kLoaders>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long stride, int valid) {
-  constexpr int kRowStep = kLoaders / kChunks;
-  static_assert(kLoaders % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
+  copy_rows<kRows, kChunks, kLoaders>(dst, src, stride, valid,
+                                      [](int row, int c) { return chunk_at(kRows, row, c); });
 }
 
 // log2 on the special-function unit.
@@ -1368,12 +1437,32 @@ __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
     asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
 }
 
+// Where computing thread mt (its index among the computing threads)
+// works: its warpgroup, its column of the quad, the warpgroup's first row
+// of the tile and its own rows r_lo and r_lo + 8 (the wgmma C layout).
+struct RowPlace {
+  int wg, tq, wrow0, r_lo;
+};
+__device__ __forceinline__ RowPlace row_place(int mt) {
+  const int wg = mt >> 7, warp = (mt >> 5) & 3, lane = mt & 31;
+  return {wg, lane & 3, 64 * wg, 64 * wg + 16 * warp + (lane >> 2)};
+}
+
+// O's accumulators at the start: zero.
+__device__ __forceinline__ void clear_out(float (&acc)[kHalves][8][4]) {
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
+}
+
 // What a warpgroup does with one KV tile (first key n0): which columns
 // are real, the band's diagonals (key column c of tile row r is visible
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
 // nothing inside a tile), and whether any element of its `rows` is masked.
-// Every tile is computed, even one none of a warpgroup's rows sees: the
-// two warpgroups take turns, tile by tile (jagged_fwd_ws.cu).
+// (jagged_fwd_ws.cu computes every tile, even one none of a warpgroup's
+// rows sees: its two warpgroups take turns, tile by tile; jagged_fwd_sm90.cu
+// skips such a tile.)
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
   bool mask;
@@ -1589,73 +1678,55 @@ ag_gem_d128_bf16_fwd_m64(const unsigned short *__restrict__ q,
     unsigned short *__restrict__ o, float *__restrict__ lse, const int *__restrict__ cu_seqlens_q,
     const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
     long long total_q, long long total_k, long long num_tiles) {
-  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
-  const JaggedTile jt =
-      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
-                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+  const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
   if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
-  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
-  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
-  const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
-  const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-  const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
-  const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned short *q_src = q + span.q_at;
+  const unsigned short *k_src = k + span.kv_at;
+  const unsigned short *v_src = v + span.kv_at;
   const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
   // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
   auto load_kv = [&](int i) {
-    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
-    const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+    const long long n0 = (long long)(span.n_first + span.n_tiles - 1 - i) * kBlockN;
+    const int valid = (int)(span.lk - n0 < kBlockN ? span.lk - n0 : kBlockN);
     const unsigned st = kv_a + (i % kStages) * 2 * kKvBytes;
-    load_rows<kBlockN, kThreads>(st, k_src + n0 * kv_stride, kv_stride, valid);
-    load_rows<kBlockN, kThreads>(st + kKvBytes, v_src + n0 * kv_stride, kv_stride, valid);
+    load_rows<kBlockN, kThreads>(st, k_src + n0 * span.kv_stride, span.kv_stride, valid);
+    load_rows<kBlockN, kThreads>(st + kKvBytes, v_src + n0 * span.kv_stride, span.kv_stride,
+                                 valid);
   };
-  if (n_tiles > 0) {
-    load_rows<kBlockM, kThreads>(q_a, q_src, q_stride, rows);
+  if (span.n_tiles > 0) {
+    load_rows<kBlockM, kThreads>(q_a, q_src, span.q_stride, span.rows);
     load_kv(0);
   }
   cp_async_commit();
 
-  const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-  const int wrow0 = 64 * wg;  // this warpgroup's first row of the tile
-  const int r_lo = wrow0 + 16 * warp + g;  // this thread's rows: r_lo, r_lo + 8
+  const RowPlace me = row_place(threadIdx.x);  // rows r_lo, r_lo + 8 of warpgroup wg
+  const int wg = me.wg, tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
   float acc[kHalves][8][4];
+  clear_out(acc);
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-#pragma unroll
-  for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
   unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is running, as A fragments
 
 #pragma unroll 1
-  for (int i = 0; i < n_tiles; i++) {
+  for (int i = 0; i < span.n_tiles; i++) {
     cp_async_wait<0>();  // this tile (and, first, Q) has landed
     fence_proxy_async();  // it is read by wgmma (the async proxy)
     __syncthreads();  // for every thread; and every warpgroup has retired tile i - 2
-    if (i + 1 < n_tiles) load_kv(i + 1);
+    if (i + 1 < span.n_tiles) load_kv(i + 1);
     cp_async_commit();
     const unsigned k_s = kv_a + (i % kStages) * 2 * kKvBytes, v_s = k_s + kKvBytes;
-    const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
-    const int kv_valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
-    // Key column c of tile row r is visible when r + diag_lo <= c <= r +
-    // diag_hi; both clamped to where they change nothing inside a tile.
-    constexpr long long kFar = kBlockM + kBlockN + 1;
-    const long long dhi = m0 + shift + kRight - n0, dlo = m0 + shift - kLeft - n0;
-    const int diag_hi = (int)(dhi > kFar ? kFar : (dhi < -kFar ? -kFar : dhi));
-    const int diag_lo = (int)(dlo > kFar ? kFar : (dlo < -kFar ? -kFar : dlo));
-    bool mask = kv_valid < kBlockN;
-    if constexpr (kHasRight) mask = mask || diag_hi < kBlockN - 1;  // row 0 misses a key
-    if constexpr (kHasLeft) mask = mask || (rows - 1) + diag_lo > 0;  // last row misses key 0
+    const long long n0 = (long long)(span.n_first + span.n_tiles - 1 - i) * kBlockN;
+    // The tile's real keys, band diagonals and mask.
+    const TileView t = tile_view(n0, span.lk, span.m0 + span.shift, span.rows);
     // A warpgroup skips a tile none of its real rows sees a key of (as a
     // tile all masked would leave m, l and O): rows past the end, the
     // band's far side. Warpgroup-uniform; it still retires its running
     // P V, whose stage the next tile's load refills.
-    bool skip = wrow0 >= rows;
-    if constexpr (kHasRight) skip = skip || wrow0 + 63 + diag_hi < 0;
-    if constexpr (kHasLeft) skip = skip || wrow0 + diag_lo > kBlockN - 1;
+    bool skip = wrow0 >= span.rows;
+    if constexpr (kHasRight) skip = skip || wrow0 + 63 + t.diag_hi < 0;
+    if constexpr (kHasLeft) skip = skip || wrow0 + t.diag_lo > kBlockN - 1;
     if (skip) {
       retire_pv(acc, p16);
       continue;
@@ -1671,56 +1742,8 @@ ag_gem_d128_bf16_fwd_m64(const unsigned short *__restrict__ q,
 #pragma unroll
     for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
     if (i > 0) keep(p16);
-
-    if (mask) {
-#pragma unroll
-      for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int r = r_lo + (e >= 2 ? 8 : 0);
-            const int col = 64 * nh + n * 8 + 2 * tq + (e & 1);
-            bool hide = col >= kv_valid;
-            if constexpr (kHasRight) hide = hide || col > r + diag_hi;
-            if constexpr (kHasLeft) hide = hide || col < r + diag_lo;
-            if (hide) s[nh][n][e] = neg_inf();
-          }
-    }
-    // Tile row maxima (each row lives in the 4 lanes of a quad), new maxima.
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[nh][n][0], s[nh][n][1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[nh][n][2], s[nh][n][3]));
-      }
-    float off[2], alpha[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
-      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-      // A row that has seen no key yet keeps max -inf: offset 0 then, so
-      // that exp2(-inf - offset) is 0, never NaN.
-      off[hh] = mx[hh] == neg_inf() ? 0.f : mx[hh] * kScaleLog2;
-      alpha[hh] = fast_exp2(m[hh] * kScaleLog2 - off[hh]);  // m = -inf: 0
-      m[hh] = mx[hh];
-    }
-    float rs[2] = {0.f, 0.f};
-#pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        s[nh][n][0] = fast_exp2(fmaf(s[nh][n][0], kScaleLog2, -off[0]));
-        s[nh][n][1] = fast_exp2(fmaf(s[nh][n][1], kScaleLog2, -off[0]));
-        s[nh][n][2] = fast_exp2(fmaf(s[nh][n][2], kScaleLog2, -off[1]));
-        s[nh][n][3] = fast_exp2(fmaf(s[nh][n][3], kScaleLog2, -off[1]));
-        rs[0] += s[nh][n][0] + s[nh][n][1];
-        rs[1] += s[nh][n][2] + s[nh][n][3];
-      }
-    l[0] = l[0] * alpha[0] + rs[0];
-    l[1] = l[1] * alpha[1] + rs[1];
+    float alpha[2];
+    softmax_step(s, m, l, alpha, t, r_lo, tq);
     rescale(acc, alpha);
     // O += P V, left running into the next tile's barrier and S.
     pack_p(p16, s);
@@ -1731,50 +1754,11 @@ ag_gem_d128_bf16_fwd_m64(const unsigned short *__restrict__ q,
   cp_async_wait<0>();
 
   // Normalise; stage the rows in the Q tile's place (every warpgroup is
-  // done with Q after the barrier) as plain rows, 16-byte chunks swizzled
-  // by the row, so that the global stores are 16-byte and coalesced.
+  // done with Q after the barrier), then store them, 16 bytes a copy.
   __syncthreads();
-  unsigned short *const stage = smem;
-  unsigned *const stage32 = reinterpret_cast<unsigned *>(stage);
-  float inv[2], lrow[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; hh++) {
-    float t = l[hh];
-    t += __shfl_xor_sync(0xffffffffu, t, 1);
-    t += __shfl_xor_sync(0xffffffffu, t, 2);
-    lrow[hh] = t;
-    inv[hh] = t > 0.f ? 1.f / t : 0.f;  // no key: O = 0
-  }
-  const int r_hi = r_lo + 8;
-#pragma unroll
-  for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-      const int c = 8 * hh + n;  // the 16-byte chunk of the row
-      stage32[(r_lo * kHeadDim + ((c ^ (r_lo & 7)) * 8) + 2 * tq) / 2] =
-          pack2(acc[hh][n][0] * inv[0], acc[hh][n][1] * inv[0]);
-      stage32[(r_hi * kHeadDim + ((c ^ (r_hi & 7)) * 8) + 2 * tq) / 2] =
-          pack2(acc[hh][n][2] * inv[1], acc[hh][n][3] * inv[1]);
-    }
-  if (tq == 0 && lse != nullptr) {  // lse is optional (inference)
-    // LSE = ln(sum_j exp(scale * s_j)) = (m * scale * log2 e + log2 l) * ln 2.
-    constexpr float kLn2 = 0.693147180559945309f;
-    float *lse_row = lse + (long long)h * total_q + jt.start + m0;
-    if (r_lo < rows)
-      lse_row[r_lo] = lrow[0] > 0.f ? (m[0] * kScaleLog2 + fast_log2(lrow[0])) * kLn2 : neg_inf();
-    if (r_hi < rows)
-      lse_row[r_hi] = lrow[1] > 0.f ? (m[1] * kScaleLog2 + fast_log2(lrow[1])) * kLn2 : neg_inf();
-  }
+  stage_out(acc, m, l, smem, lse, h, total_q, jt.start, span.m0, span.rows, r_lo, tq);
   __syncthreads();
-  unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
-#pragma unroll
-  for (int it = 0; it < kBlockM * kChunks / kThreads; it++) {
-    const int idx = threadIdx.x + it * kThreads;
-    const int row = idx / kChunks, chunk = idx % kChunks;
-    if (row < rows)
-      *reinterpret_cast<uint4 *>(out + row * q_stride + chunk * 8) =
-          *reinterpret_cast<const uint4 *>(stage + row * kHeadDim + ((chunk ^ (row & 7)) * 8));
-  }
+  store_out<kThreads>(o + span.o_at, span.q_stride, smem, span.rows, (int)threadIdx.x);
 }
 /* ---- end kernel ---- */
 
@@ -1975,6 +1959,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 /* ---- end device helpers ---- */
+
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
 
 // The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
 // low half.
@@ -2369,6 +2376,55 @@ __device__ __forceinline__ void queries_seeing(long long j0, long long j1, long 
   if (last > lq - 1) last = lq - 1;
 }
 
+// Key tile vt of the key-tile walks (the jagged backwards' _kv kernels) for
+// key head hk of kv_heads, group query heads a key head: its sequence, its
+// keys k0.. (nk real; none where `used` is false, an unused number), K's
+// (V's, dK's, dV's) element offset of its first row, and the steps that
+// reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
+// i % q_tiles (query_step).
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
+// Step i of key tile kt: its query head h, its query tile's first row i0
+// in the sequence and real rows mq, and head h's element offset of the
+// tile's first row of dO (O, LSE's token), rows q_stride apart.
+struct QueryStep {
+  int h, mq;
+  long long i0, at;
+};
+__device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
+                                                long long q_stride) {
+  QueryStep st;
+  st.h = hk * group + i / kt.q_tiles;
+  st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+  st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
+  st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  return st;
+}
+
 /* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
  * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
  * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
@@ -2384,18 +2440,8 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 template <int kRows>
 __device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const unsigned dst = smem_addr(tile);
-  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
-  const unsigned short *g = src + row0 * row_stride + piece * 8;
-#pragma unroll
-  for (int k = 0; k < kRows / kRowStep; k++) {
-    const int row = row0 + k * kRowStep;
-    const bool real = row < rows;
-    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : src, real ? 16 : 0);
-    g += kRowStep * row_stride;
-  }
+  copy_rows<kRows, kPieces, kThreads>(smem_addr(tile), src, row_stride, rows,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
 }
 
 // Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).
@@ -2440,14 +2486,16 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
-// dP^T = V dO^T.
-template <int kNT>
+// dP^T = V dO^T. The loop over the head's 16-column steps is unrolled
+// kUnroll times (the backwards keep it rolled: their registers are few; the
+// block forward unrolls it whole).
+template <int kNT, int kUnroll = 1>
 __device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
                                                 int c0, int row0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
-#pragma unroll 1
+#pragma unroll (kUnroll)
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
     // the same rows at dims 16kk+8.. (matrices a0..a3).
@@ -2910,36 +2958,6 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
       from += kRowStep * row_stride;
     }
   }
-}
-
-// One CTA tile of keys: its sequence, its keys and the steps that reach
-// them (q head hk * group + i / q_tiles, query tile qt0 + i % q_tiles).
-// The loader finds it (key_tile) and hands it to the computing warpgroups
-// in shared memory (kt_s); both roles walk the same tiles and steps.
-struct KeyTile {
-  bool used;
-  SeqSpan sp;
-  long long k0, qt0, k_row;
-  int nk, q_tiles, n_steps;
-};
-__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
-                                            long long batch, long long total_q,
-                                            long long total_k, long long vt, int hk, int group,
-                                            long long k_stride) {
-  KeyTile t;
-  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
-  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
-  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
-  t.k0 = tile * kBlockN;
-  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
-  long long i_first = 0, i_last = -1;
-  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
-  t.qt0 = i_first / kBlockM;
-  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
-  t.n_steps = t.q_tiles * group;
-  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
-  return t;
 }
 
 // dV, and dK with the scale, of this warp's 16 key rows (tile rows key0 -

@@ -189,6 +189,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 /* ---- end device helpers ---- */
 
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
+
 // The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
 // low half.
 __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
@@ -558,6 +581,55 @@ __device__ __forceinline__ void queries_seeing(long long j0, long long j1, long 
   if (last > lq - 1) last = lq - 1;
 }
 
+// Key tile vt of the key-tile walks (the jagged backwards' _kv kernels) for
+// key head hk of kv_heads, group query heads a key head: its sequence, its
+// keys k0.. (nk real; none where `used` is false, an unused number), K's
+// (V's, dK's, dV's) element offset of its first row, and the steps that
+// reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
+// i % q_tiles (query_step).
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
+// Step i of key tile kt: its query head h, its query tile's first row i0
+// in the sequence and real rows mq, and head h's element offset of the
+// tile's first row of dO (O, LSE's token), rows q_stride apart.
+struct QueryStep {
+  int h, mq;
+  long long i0, at;
+};
+__device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
+                                                long long q_stride) {
+  QueryStep st;
+  st.h = hk * group + i / kt.q_tiles;
+  st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+  st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
+  st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  return st;
+}
+
 /* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
  * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
  * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
@@ -573,18 +645,8 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 template <int kRows>
 __device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const unsigned dst = smem_addr(tile);
-  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
-  const unsigned short *g = src + row0 * row_stride + piece * 8;
-#pragma unroll
-  for (int k = 0; k < kRows / kRowStep; k++) {
-    const int row = row0 + k * kRowStep;
-    const bool real = row < rows;
-    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : src, real ? 16 : 0);
-    g += kRowStep * row_stride;
-  }
+  copy_rows<kRows, kPieces, kThreads>(smem_addr(tile), src, row_stride, rows,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
 }
 
 // Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).
@@ -629,14 +691,16 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
-// dP^T = V dO^T.
-template <int kNT>
+// dP^T = V dO^T. The loop over the head's 16-column steps is unrolled
+// kUnroll times (the backwards keep it rolled: their registers are few; the
+// block forward unrolls it whole).
+template <int kNT, int kUnroll = 1>
 __device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
                                                 int c0, int row0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
-#pragma unroll 1
+#pragma unroll (kUnroll)
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
     // the same rows at dims 16kk+8.. (matrices a0..a3).
@@ -969,17 +1033,10 @@ extern __shared__ __align__(1024) unsigned short smem[];
 template <int kRows>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = kCopyThreads / kPieces;  // rows one pass of the copying threads covers
-  static_assert(kCopyThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
-  const unsigned base = dst + (c >> 3) * (kRows * kRowBytes);
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < rows;
-    cp_async_16(base + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4),
-                real ? src + row * row_stride + c * 8 : src, real ? 16 : 0);
-  }
+  copy_rows<kRows, kPieces, kCopyThreads>(
+      dst, src, row_stride, rows, [](int row, int c) {
+        return (c >> 3) * (kRows * kRowBytes) + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4);
+      });
 }
 
 // The rotary tables of the queries and the keys (positions from tables;
@@ -1124,41 +1181,31 @@ ag_gem_d64_bf16_causal_w256_0_bwd_kv(const unsigned short *__restrict__ q,
 
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
-    const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
-    const long long tile = vt - (seq + sp.k_start / kBlockN);
-    if (tile < 0 || tile * kBlockN >= sp.k_len) continue;  // an unused number
-    const long long k0 = tile * kBlockN;
-    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);  // real key rows
+    const KeyTile kt =
+        key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk, group, k_stride);
+    if (!kt.used) continue;  // an unused number
+    const SeqSpan &sp = kt.sp;
     const long long delta = sp.k_len - sp.q_len;
-    long long i_first, i_last;
-    queries_seeing(k0, k0 + nk - 1, sp.q_len, sp.k_len, i_first, i_last);
-    const long long qt0 = i_first / kBlockM;
-    const int q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - qt0 + 1);
-    const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
-    const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
     auto load_step = [&](int i) {
-      const int h = hk * group + i / q_tiles;
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
-      const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
       const unsigned slot = ring_a + (i % kSlots) * 2 * kQBytes;
-      load_rows<kBlockM>(slot, q + at, q_stride, mq);
-      load_rows<kBlockM>(slot + kQBytes, dout + at, q_stride, mq);
+      load_rows<kBlockM>(slot, q + st.at, q_stride, st.mq);
+      load_rows<kBlockM>(slot + kQBytes, dout + st.at, q_stride, st.mq);
       if (threadIdx.x < 2 * kBlockM) {
         const int r = threadIdx.x % kBlockM;
-        const long long row = (long long)h * total_q + sp.q_start + i0 + (r < mq ? r : 0);
+        const long long row =
+            (long long)st.h * total_q + sp.q_start + st.i0 + (r < st.mq ? r : 0);
         float *f = rows_s + (i % kSlots) * 2 * kBlockM + threadIdx.x;  // LSE, then D
-        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < mq ? 4 : 0);
+        cp_async_4(smem_addr(f), (threadIdx.x < kBlockM ? lse : di) + row, r < st.mq ? 4 : 0);
       }
     };
 
     __syncthreads();  // nobody reads the last tile's shared memory any more
-    load_rows<kBlockN>(k_a, k + k_row, k_stride, nk);
-    load_rows<kBlockN>(v_a, v + k_row, k_stride, nk);
-    if (n_steps > 0) load_step(0);
+    load_rows<kBlockN>(k_a, k + kt.k_row, k_stride, kt.nk);
+    load_rows<kBlockN>(v_a, v + kt.k_row, k_stride, kt.nk);
+    if (kt.n_steps > 0) load_step(0);
     cp_async_commit();
 
     float acc_v[kHalves][8][4], acc_k[kHalves][8][4];
@@ -1183,21 +1230,21 @@ ag_gem_d64_bf16_causal_w256_0_bwd_kv(const unsigned short *__restrict__ q,
       }
     };
 #pragma unroll 1
-    for (int i = 0; i < n_steps; i++) {
+    for (int i = 0; i < kt.n_steps; i++) {
       // the step before's dV and dK are done: its Q, dO slot may be
       // reloaded and its P^T, dS^T registers rewritten
       retire(i > 0);
       if constexpr (kStageSlots == 2)
         bulk_wait_read<1>();  // step i - 2's staging rows are read: this step may write them
       __syncthreads();  // the other slot and dS^T are free (step i - 1 is done)
-      if (i + 1 < n_steps) load_step(i + 1);
+      if (i + 1 < kt.n_steps) load_step(i + 1);
       cp_async_commit();
       cp_async_wait<1>();
       fence_proxy_async();  // the copies are read by wgmma (the async proxy)
       __syncthreads();
-      const int h = hk * group + i / q_tiles;
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
+      const int h = st.h, mq = st.mq;
+      const long long i0 = st.i0;
       const unsigned q_a = ring_a + (i % kSlots) * 2 * kQBytes, do_a = q_a + kQBytes;
       const float *const lse_r = rows_s + (i % kSlots) * 2 * kBlockM, *const d_r = lse_r + kBlockM;
 
@@ -1214,11 +1261,11 @@ ag_gem_d64_bf16_causal_w256_0_bwd_kv(const unsigned short *__restrict__ q,
 
       // P^T and dS^T as 16-bit pairs (the A operand of dV and dK); dS^T
       // also to shared memory for dQ.
-      const Band band = tile_band(i0, k0, delta);
+      const Band band = tile_band(i0, kt.k0, delta);
       // A key row past the sequence end (zero-filled) is masked too: its
       // S is 0, and exp2(-LSE) of a row with a very negative LSE would be
       // inf, which dQ = dS K would turn into NaN (inf times K's zero row).
-      const bool full = mq == kBlockM && nk == kBlockN && band.lo <= -(kBlockM - 1) &&
+      const bool full = mq == kBlockM && kt.nk == kBlockN && band.lo <= -(kBlockM - 1) &&
                         band.hi >= kBlockN - 1;
       // P with no case for a query that sees no key (LSE -inf): each of its
       // pairs is masked, and a full tile has no such query. Key rows key0,
@@ -1228,7 +1275,7 @@ ag_gem_d64_bf16_causal_w256_0_bwd_kv(const unsigned short *__restrict__ q,
       // per-element band test) causal 1.02-1.03x at head dim 128, 1.01-1.19x
       // at 64 (bench/results/2026-12-06-h100-jagged-bwd-s29.log).
       int first[2], width[2];
-      seen_columns(band, key0, mq, nk, first, width);
+      seen_columns(band, key0, mq, kt.nk, first, width);
 #pragma unroll
       for (int n = 0; n < 8; n++) {
         const int col = 8 * n + 2 * tq;
@@ -1291,12 +1338,12 @@ ag_gem_d64_bf16_causal_w256_0_bwd_kv(const unsigned short *__restrict__ q,
       }
       bulk_commit();
     }
-    retire(n_steps > 0);
+    retire(kt.n_steps > 0);
     bulk_wait_read<0>();  // the staging rows may be written again
     cp_async_wait<0>();
 
     // dV, and dK with the scale, of this thread's key rows.
-    store_dkv(acc_v, acc_k, dk, dv, k_row, k_stride, key0, nk, tq);
+    store_dkv(acc_v, acc_k, dk, dv, kt.k_row, k_stride, key0, kt.nk, tq);
   }
 }
 /* ---- end kernel _kv ---- */
@@ -1499,6 +1546,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 /* ---- end device helpers ---- */
+
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
 
 // The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
 // low half.
@@ -1930,6 +2000,55 @@ __device__ __forceinline__ void queries_seeing(long long j0, long long j1, long 
   if (last > lq - 1) last = lq - 1;
 }
 
+// Key tile vt of the key-tile walks (the jagged backwards' _kv kernels) for
+// key head hk of kv_heads, group query heads a key head: its sequence, its
+// keys k0.. (nk real; none where `used` is false, an unused number), K's
+// (V's, dK's, dV's) element offset of its first row, and the steps that
+// reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
+// i % q_tiles (query_step).
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
+// Step i of key tile kt: its query head h, its query tile's first row i0
+// in the sequence and real rows mq, and head h's element offset of the
+// tile's first row of dO (O, LSE's token), rows q_stride apart.
+struct QueryStep {
+  int h, mq;
+  long long i0, at;
+};
+__device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
+                                                long long q_stride) {
+  QueryStep st;
+  st.h = hk * group + i / kt.q_tiles;
+  st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+  st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
+  st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  return st;
+}
+
 /* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
  * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
  * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
@@ -1945,18 +2064,8 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 template <int kRows>
 __device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const unsigned dst = smem_addr(tile);
-  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
-  const unsigned short *g = src + row0 * row_stride + piece * 8;
-#pragma unroll
-  for (int k = 0; k < kRows / kRowStep; k++) {
-    const int row = row0 + k * kRowStep;
-    const bool real = row < rows;
-    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : src, real ? 16 : 0);
-    g += kRowStep * row_stride;
-  }
+  copy_rows<kRows, kPieces, kThreads>(smem_addr(tile), src, row_stride, rows,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
 }
 
 // Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).
@@ -2001,14 +2110,16 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
-// dP^T = V dO^T.
-template <int kNT>
+// dP^T = V dO^T. The loop over the head's 16-column steps is unrolled
+// kUnroll times (the backwards keep it rolled: their registers are few; the
+// block forward unrolls it whole).
+template <int kNT, int kUnroll = 1>
 __device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
                                                 int c0, int row0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
-#pragma unroll 1
+#pragma unroll (kUnroll)
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
     // the same rows at dims 16kk+8.. (matrices a0..a3).
@@ -2471,36 +2582,6 @@ __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *sr
       from += kRowStep * row_stride;
     }
   }
-}
-
-// One CTA tile of keys: its sequence, its keys and the steps that reach
-// them (q head hk * group + i / q_tiles, query tile qt0 + i % q_tiles).
-// The loader finds it (key_tile) and hands it to the computing warpgroups
-// in shared memory (kt_s); both roles walk the same tiles and steps.
-struct KeyTile {
-  bool used;
-  SeqSpan sp;
-  long long k0, qt0, k_row;
-  int nk, q_tiles, n_steps;
-};
-__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
-                                            long long batch, long long total_q,
-                                            long long total_k, long long vt, int hk, int group,
-                                            long long k_stride) {
-  KeyTile t;
-  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
-  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
-  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
-  t.k0 = tile * kBlockN;
-  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
-  long long i_first = 0, i_last = -1;
-  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
-  t.qt0 = i_first / kBlockM;
-  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
-  t.n_steps = t.q_tiles * group;
-  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
-  return t;
 }
 
 // dV, and dK with the scale, of this warp's 16 key rows (tile rows key0 -

@@ -30,9 +30,6 @@
  *     grid: (batch + total_q / 128, heads)
  */
 
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "this forward is planned for sm_90a only (wgmma)"
-#endif
 /* ---- begin constants ---- */
 constexpr int kHeadDim = 64;  // elements per head
 constexpr int kBlockM = 128;  // query rows per CTA
@@ -55,6 +52,9 @@ static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
               "the registers the CTA is launched with");
 constexpr int kStages = 3;  // KV tiles resident
 constexpr int kSmemBytes = 114688;  // dynamic shared memory, as planned
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "this forward is planned for sm_90a only (wgmma)"
+#endif
 constexpr float kScaleLog2 = 1.803368801e-01f;  // softmax scale 1/sqrt(64) times log2(e)
 constexpr bool kCausal = 0;  // bottom-right aligned: key j <= query i + Lk - Lq
 constexpr bool kWindow = 0;  // keys in [i + Lk - Lq - left, i + Lk - Lq + right]
@@ -152,6 +152,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 /* ---- end device helpers ---- */
+
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
 
 /* ---- begin device helpers (wgmma, sm_90a) ----
  * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
@@ -396,7 +419,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  long long q_row0;      // the tile's first row in Q (a broadcast Q's rows are every sequence's)
+  // head h's element offsets of the tile's first rows: of Q (a broadcast
+  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  long long q_at, o_at, kv_at;
 };
 
 __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long total_k, int h,
@@ -417,8 +442,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   if constexpr (kHasRight) key_hi = min(t.lk, t.m0 + t.rows - 1 + t.shift + kRight + 1);
   t.n_first = (int)(key_lo / kBlockN);
   t.n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - t.n_first + 1 : 0;
-  t.q_row0 = (kBroadcast ? 0 : jt.start) + t.m0;
+  t.q_at = ((kBroadcast ? 0 : jt.start) + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.o_at = (jt.start + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.kv_at = t.k_start * t.kv_stride + (long long)t.kvh * kHeadDim;
   return t;
+}
+
+// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// that the tiles are taken in reverse and a sequence's last q tile (the
+// most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
+                                                     const int *cu_seqlens_k, long long batch,
+                                                     long long total_q, long long num_tiles) {
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
 }
 /* ---- end query tile span ---- */
 
@@ -437,17 +475,8 @@ __device__ __forceinline__ unsigned chunk_at(int rows, int row, int chunk) {
 template <int kRows, int kLoaders>
 __device__ __forceinline__ void load_rows(unsigned dst, const unsigned short *src,
                                           long long stride, int valid) {
-  constexpr int kRowStep = kLoaders / kChunks;
-  static_assert(kLoaders % kChunks == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + chunk_at(kRows, row, chunk), real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
+  copy_rows<kRows, kChunks, kLoaders>(dst, src, stride, valid,
+                                      [](int row, int c) { return chunk_at(kRows, row, c); });
 }
 
 // log2 on the special-function unit.
@@ -465,12 +494,32 @@ __device__ __forceinline__ void keep(const unsigned (&p16)[kBlockN / 16][4]) {
     asm volatile("" :: "r"(p16[j][0]), "r"(p16[j][1]), "r"(p16[j][2]), "r"(p16[j][3]));
 }
 
+// Where computing thread mt (its index among the computing threads)
+// works: its warpgroup, its column of the quad, the warpgroup's first row
+// of the tile and its own rows r_lo and r_lo + 8 (the wgmma C layout).
+struct RowPlace {
+  int wg, tq, wrow0, r_lo;
+};
+__device__ __forceinline__ RowPlace row_place(int mt) {
+  const int wg = mt >> 7, warp = (mt >> 5) & 3, lane = mt & 31;
+  return {wg, lane & 3, 64 * wg, 64 * wg + 16 * warp + (lane >> 2)};
+}
+
+// O's accumulators at the start: zero.
+__device__ __forceinline__ void clear_out(float (&acc)[kHalves][8][4]) {
+#pragma unroll
+  for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
+}
+
 // What a warpgroup does with one KV tile (first key n0): which columns
 // are real, the band's diagonals (key column c of tile row r is visible
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
 // nothing inside a tile), and whether any element of its `rows` is masked.
-// Every tile is computed, even one none of a warpgroup's rows sees: the
-// two warpgroups take turns, tile by tile (jagged_fwd_ws.cu).
+// (jagged_fwd_ws.cu computes every tile, even one none of a warpgroup's
+// rows sees: its two warpgroups take turns, tile by tile; jagged_fwd_sm90.cu
+// skips such a tile.)
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
   bool mask;
@@ -778,16 +827,10 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
     long long total_q, long long total_k, long long num_tiles,
     const __grid_constant__ ag_tmap tmap_k, const __grid_constant__ ag_tmap tmap_v) {
   __shared__ __align__(8) unsigned long long bars[1 + 2 * kStages];  // Q full, full[s], empty[s]
-  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
-  const JaggedTile jt =
-      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
-                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+  const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
   if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
-  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
-  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
-  const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
   const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
   const unsigned q_full = smem_addr(bars), full0 = q_full + 8, empty0 = full0 + 8 * kStages;
   if (threadIdx.x == 0) {
@@ -806,29 +849,30 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
   if (wgi == 0) {
     // ---- the loading warpgroup ----
     regs_dec<kLoadRegs>();
-    if (n_tiles > 0) {
-      const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-      load_rows<kBlockM, 128>(q_a, q_src, q_stride, rows);
+    if (span.n_tiles > 0) {
+      const unsigned short *q_src = q + span.q_at;
+      load_rows<kBlockM, 128>(q_a, q_src, span.q_stride, span.rows);
       mbar_arrive_on_copies(q_full);
     }
-    const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
-    const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+    const unsigned short *k_src = k + span.kv_at;
+    const unsigned short *v_src = v + span.kv_at;
 #pragma unroll 1
-    for (int i = 0; i < n_tiles; i++) {
+    for (int i = 0; i < span.n_tiles; i++) {
       const int s = i % kStages;
       if (i >= kStages) mbar_wait(empty0 + 8 * s, (i / kStages - 1) & 1);
-      const long long n0 = (long long)(n_first + n_tiles - 1 - i) * kBlockN;
-      const int valid = (int)(lk - n0 < kBlockN ? lk - n0 : kBlockN);
+      const long long n0 = (long long)(span.n_first + span.n_tiles - 1 - i) * kBlockN;
+      const int valid = (int)(span.lk - n0 < kBlockN ? span.lk - n0 : kBlockN);
       const unsigned st = kv_a + s * 2 * kKvBytes;
       (void)valid, (void)k_src, (void)v_src;
       if (threadIdx.x == 0) {  // K, then V: kHalves boxes of 64 columns each
-        const int key = (int)(k_start + n0);
+        const int key = (int)(span.k_start + n0);
         mbar_arrive_expect_tx(full0 + 8 * s, 2 * kKvBytes);
 #pragma unroll
         for (int hh = 0; hh < kHalves; hh++) {
-          tma_load_3d(st + hh * (kKvBytes / kHalves), &tmap_k, full0 + 8 * s, 64 * hh, kvh, key);
+          tma_load_3d(st + hh * (kKvBytes / kHalves), &tmap_k, full0 + 8 * s, 64 * hh, span.kvh,
+                      key);
           tma_load_3d(st + kKvBytes + hh * (kKvBytes / kHalves), &tmap_v, full0 + 8 * s, 64 * hh,
-                      kvh, key);
+                      span.kvh, key);
         }
       }
     }
@@ -839,23 +883,20 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
   // ---- the computing warpgroups ----
   regs_inc<kMathRegs>();
   const int mt = threadIdx.x - 128;  // thread index among the computing ones
-  const int wg = mt >> 7, warp = (mt >> 5) & 3, lane = mt & 31;
-  const int g = lane >> 2, tq = lane & 3;
-  const int wrow0 = 64 * wg;  // this warpgroup's first row of the tile
-  const int r_lo = wrow0 + 16 * warp + g;  // this thread's rows: r_lo, r_lo + 8
+  const RowPlace me = row_place(mt);  // rows r_lo, r_lo + 8 of warpgroup wg
+  const int wg = me.wg, tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
+  const int lane = mt & 31;
   float acc[kHalves][8][4];
+  clear_out(acc);
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-#pragma unroll
-  for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-    for (int n = 0; n < 8; n++) acc[hh][n][0] = acc[hh][n][1] = acc[hh][n][2] = acc[hh][n][3] = 0.f;
   unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is next, as A fragments
   float sc[kKeyHalves][8][4];      // S of the tile in hand
   float alpha[2];
-  const long long key_last = (long long)(n_first + n_tiles - 1) * kBlockN;  // tile 0's first key
+  // tile 0's first key
+  const long long key_last = (long long)(span.n_first + span.n_tiles - 1) * kBlockN;
   auto view = [&](int i) {
     // every tile computed (none skipped), so that the turns match
-    return tile_view(key_last - (long long)i * kBlockN, lk, m0 + shift, rows);
+    return tile_view(key_last - (long long)i * kBlockN, span.lk, span.m0 + span.shift, span.rows);
   };
   auto wait_full = [&](int i) {
     mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);
@@ -869,7 +910,7 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
 
   if (wg == 1) turn_pass(wg);  // warpgroup 0 issues first
   int i = 0;
-  if (n_tiles > 0) {
+  if (span.n_tiles > 0) {
     mbar_wait(q_full, 0);
     if constexpr (kTmaKv) fence_proxy_async();  // Q (cp.async) is read by wgmma
     // The first tile this warpgroup computes: S and its softmax alone.
@@ -887,7 +928,7 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
     int last = i;  // the tile whose P V is next
     // The run: S of tile i, then P V of the last tile, overlapped with S's softmax.
 #pragma unroll 1
-    for (i++; i < n_tiles; i++) {
+    for (i++; i < span.n_tiles; i++) {
       t = view(i);
       wait_full(i);
       wgmma_fence();
@@ -924,10 +965,9 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
   // chunks swizzled by the row, so that the global stores are 16-byte and
   // coalesced.
   math_sync();
-  stage_out(acc, m, l, smem, lse, h, total_q, jt.start, m0, rows, r_lo, tq);
+  stage_out(acc, m, l, smem, lse, h, total_q, jt.start, span.m0, span.rows, r_lo, tq);
   math_sync();
-  store_out<kMathThreads>(o + (jt.start + m0) * q_stride + (long long)h * kHeadDim, q_stride,
-                          smem, rows, mt);
+  store_out<kMathThreads>(o + span.o_at, span.q_stride, smem, span.rows, mt);
 }
 /* ---- end kernel ---- */
 
@@ -1042,6 +1082,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 /* ---- end device helpers ---- */
+
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
 
 /* ---- begin jagged walk ----
  * Virtual tile numbers need no prefix sum over tile counts: sequence i,
@@ -1175,7 +1238,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  long long q_row0;      // the tile's first row in Q (a broadcast Q's rows are every sequence's)
+  // head h's element offsets of the tile's first rows: of Q (a broadcast
+  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  long long q_at, o_at, kv_at;
 };
 
 __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long total_k, int h,
@@ -1196,8 +1261,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   if constexpr (kHasRight) key_hi = min(t.lk, t.m0 + t.rows - 1 + t.shift + kRight + 1);
   t.n_first = (int)(key_lo / kBlockN);
   t.n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - t.n_first + 1 : 0;
-  t.q_row0 = (kBroadcast ? 0 : jt.start) + t.m0;
+  t.q_at = ((kBroadcast ? 0 : jt.start) + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.o_at = (jt.start + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.kv_at = t.k_start * t.kv_stride + (long long)t.kvh * kHeadDim;
   return t;
+}
+
+// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// that the tiles are taken in reverse and a sequence's last q tile (the
+// most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
+                                                     const int *cu_seqlens_k, long long batch,
+                                                     long long total_q, long long num_tiles) {
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
 }
 /* ---- end query tile span ---- */
 
@@ -1216,23 +1294,13 @@ __device__ __forceinline__ float fast_log2(float x) {
   return y;
 }
 
-// Start the copy of `rows` tile rows (of kRows) from src (row stride
-// `stride` elements) into `tile`; rows past `valid` are zero-filled, never
-// read. Each thread keeps one chunk column and steps down the rows.
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into `tile`; rows past `valid` are zero-filled, never read.
 template <int kRows>
 __device__ __forceinline__ void load_rows(unsigned short *tile, const unsigned short *src,
                                           long long stride, int valid) {
-  constexpr int kRowStep = kThreads / kChunks;
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned dst = smem_addr(tile);
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
+  copy_rows<kRows, kChunks, kThreads>(smem_addr(tile), src, stride, valid,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
 }
 /* ---- end tile layout and loads ---- */
 
@@ -1376,20 +1444,17 @@ ag_gem_d64_bf16_fwd_m128(const unsigned short *__restrict__ q,
     const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
     long long total_q, long long total_k, long long num_tiles) {
   extern __shared__ __align__(128) unsigned short smem[];
-  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
-  const JaggedTile jt =
-      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
-                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
-  if (!jt.valid) return; // the same answer in every warp
+  const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
+  if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
   const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
   const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
   const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
-  const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-  const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
-  const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned short *q_src = q + span.q_at;
+  const unsigned short *k_src = k + span.kv_at;
+  const unsigned short *v_src = v + span.kv_at;
   unsigned short *q_tile = smem;
   unsigned short *kv = smem + kQElems;
   // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
@@ -1488,7 +1553,7 @@ ag_gem_d64_bf16_fwd_m128(const unsigned short *__restrict__ q,
     }
   }
   __syncwarp();
-  unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
+  unsigned short *out = o + span.o_at;
 #pragma unroll
   for (int it = 0; it < kWarpRows * kChunks / 32; it++) {
     const int i = lane + it * 32;

@@ -138,6 +138,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 /* ---- end device helpers ---- */
 
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
+
 // The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
 // low half.
 __device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
@@ -286,6 +309,55 @@ __device__ __forceinline__ void queries_seeing(long long j0, long long j1, long 
   if (last > lq - 1) last = lq - 1;
 }
 
+// Key tile vt of the key-tile walks (the jagged backwards' _kv kernels) for
+// key head hk of kv_heads, group query heads a key head: its sequence, its
+// keys k0.. (nk real; none where `used` is false, an unused number), K's
+// (V's, dK's, dV's) element offset of its first row, and the steps that
+// reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
+// i % q_tiles (query_step).
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
+// Step i of key tile kt: its query head h, its query tile's first row i0
+// in the sequence and real rows mq, and head h's element offset of the
+// tile's first row of dO (O, LSE's token), rows q_stride apart.
+struct QueryStep {
+  int h, mq;
+  long long i0, at;
+};
+__device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
+                                                long long q_stride) {
+  QueryStep st;
+  st.h = hk * group + i / kt.q_tiles;
+  st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+  st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
+  st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  return st;
+}
+
 /* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
  * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
  * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
@@ -301,18 +373,8 @@ __device__ __forceinline__ int swizzle(int row, int piece) {
 template <int kRows>
 __device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
                                           long long row_stride, int rows) {
-  constexpr int kRowStep = kThreads / kPieces;  // rows one pass of the CTA covers
-  static_assert(kThreads % kPieces == 0 && kRows % kRowStep == 0, "passes cover whole rows");
-  const unsigned dst = smem_addr(tile);
-  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
-  const unsigned short *g = src + row0 * row_stride + piece * 8;
-#pragma unroll
-  for (int k = 0; k < kRows / kRowStep; k++) {
-    const int row = row0 + k * kRowStep;
-    const bool real = row < rows;
-    cp_async_16(dst + swizzle(row, piece) * 2, real ? g : src, real ? 16 : 0);
-    g += kRowStep * row_stride;
-  }
+  copy_rows<kRows, kPieces, kThreads>(smem_addr(tile), src, row_stride, rows,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
 }
 
 // Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).
@@ -357,14 +419,16 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
-// dP^T = V dO^T.
-template <int kNT>
+// dP^T = V dO^T. The loop over the head's 16-column steps is unrolled
+// kUnroll times (the backwards keep it rolled: their registers are few; the
+// block forward unrolls it whole).
+template <int kNT, int kUnroll = 1>
 __device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
                                                 int c0, int row0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
-#pragma unroll 1
+#pragma unroll (kUnroll)
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
     // the same rows at dims 16kk+8.. (matrices a0..a3).
@@ -933,37 +997,27 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 
 #pragma unroll 1
   for (long long vt = blockIdx.x; vt < num_tiles; vt += gridDim.x) {
-    const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
-    const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
-    const long long tile = vt - (seq + sp.k_start / kBlockN);
-    if (tile < 0 || tile * kBlockN >= sp.k_len) continue;  // an unused number
-    const long long k0 = tile * kBlockN;
-    const int nk = (int)min((long long)kBlockN, sp.k_len - k0);  // real key rows
-    const long long delta = sp.k_len - sp.q_len;
-    long long i_first, i_last;
-    queries_seeing(k0, k0 + nk - 1, sp.q_len, sp.k_len, i_first, i_last);
-    const long long qt0 = i_first / kBlockM;
-    const int q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - qt0 + 1);
-    const int n_steps = q_tiles * group;  // head hk * group + i / q_tiles, tile qt0 + i % q_tiles
-
-    const long long k_row = (sp.k_start + k0) * k_stride + (long long)hk * kHeadDim;
+    const KeyTile kt =
+        key_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, vt, hk, group, k_stride);
+    if (!kt.used) continue;  // an unused number
+    const SeqSpan &sp = kt.sp;
+    const long long k0 = kt.k0, k_row = kt.k_row, delta = sp.k_len - sp.q_len;
+    const int nk = kt.nk, n_steps = kt.n_steps;  // real key rows, steps
     const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
     auto load_step = [&](int i) {
-      const int h = hk * group + i / q_tiles;
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
-      const long long at = (sp.q_start + i0) * q_stride + (long long)h * kHeadDim;
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
       unsigned short *slot = ring + (i & 1) * 2 * kQTileElems;
-      load_tile<kBlockM>(slot, q + (at - (sp.q_start - sp.q_src) * q_stride), q_stride, mq);
-      load_tile<kBlockM>(slot + kQTileElems, dout + at, q_stride, mq);
+      load_tile<kBlockM>(slot, q + (st.at - (sp.q_start - sp.q_src) * q_stride), q_stride, st.mq);
+      load_tile<kBlockM>(slot + kQTileElems, dout + st.at, q_stride, st.mq);
       if (threadIdx.x < kBlockM) {
         const int r = threadIdx.x;
-        const long long row = (long long)h * total_q + sp.q_start + i0 + (r < mq ? r : 0);
+        const long long row =
+            (long long)st.h * total_q + sp.q_start + st.i0 + (r < st.mq ? r : 0);
         float *f = rows_s + (i & 1) * 2 * kBlockM;
-        cp_async_4(smem_addr(f + r), lse + row, r < mq ? 4 : 0);
-        cp_async_4(smem_addr(f + kBlockM + r), di + row, r < mq ? 4 : 0);
+        cp_async_4(smem_addr(f + r), lse + row, r < st.mq ? 4 : 0);
+        cp_async_4(smem_addr(f + kBlockM + r), di + row, r < st.mq ? 4 : 0);
       }
     };
 
@@ -988,8 +1042,9 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       cp_async_commit();
       cp_async_wait<1>();
       __syncthreads();
-      const long long i0 = (qt0 + i % q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
+      const long long i0 = st.i0;
+      const int mq = st.mq;
       // Rotate the step's Q where it landed, and K (V) with the first step;
       // every warp reads them after the barrier.
       const RotaryRows rq = rotary_rows(tables.q, sp.q_start + i0, i0 + delta);
@@ -1047,9 +1102,8 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
       accumulate<kQueryTiles>(acc_k, ds, q_a);  // dK += dS^T Q
       if constexpr (kFastDq) {
         __syncthreads();  // dS^T complete; the next step's first barrier ends its reads
-        const int h = hk * group + i / q_tiles;
-        add_dq(ds_s, k_a, dq_acc, (sp.q_src + i0) * q_stride + (long long)h * kHeadDim, q_stride,
-               row0, mq);
+        add_dq(ds_s, k_a, dq_acc, (sp.q_src + i0) * q_stride + (long long)st.h * kHeadDim,
+               q_stride, row0, mq);
       }
     }
     cp_async_wait<0>();

@@ -133,6 +133,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 /* ---- end device helpers ---- */
 
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
+
 /* ---- begin jagged walk ----
  * Virtual tile numbers need no prefix sum over tile counts: sequence i,
  * whose rows start at s_i = offs[i], numbers its row tiles from
@@ -265,7 +288,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  long long q_row0;      // the tile's first row in Q (a broadcast Q's rows are every sequence's)
+  // head h's element offsets of the tile's first rows: of Q (a broadcast
+  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  long long q_at, o_at, kv_at;
 };
 
 __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long total_k, int h,
@@ -286,8 +311,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   if constexpr (kHasRight) key_hi = min(t.lk, t.m0 + t.rows - 1 + t.shift + kRight + 1);
   t.n_first = (int)(key_lo / kBlockN);
   t.n_tiles = key_hi > key_lo ? (int)((key_hi - 1) / kBlockN) - t.n_first + 1 : 0;
-  t.q_row0 = (kBroadcast ? 0 : jt.start) + t.m0;
+  t.q_at = ((kBroadcast ? 0 : jt.start) + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.o_at = (jt.start + t.m0) * t.q_stride + (long long)h * kHeadDim;
+  t.kv_at = t.k_start * t.kv_stride + (long long)t.kvh * kHeadDim;
   return t;
+}
+
+// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// that the tiles are taken in reverse and a sequence's last q tile (the
+// most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
+                                                     const int *cu_seqlens_k, long long batch,
+                                                     long long total_q, long long num_tiles) {
+  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
 }
 /* ---- end query tile span ---- */
 
@@ -306,23 +344,13 @@ __device__ __forceinline__ float fast_log2(float x) {
   return y;
 }
 
-// Start the copy of `rows` tile rows (of kRows) from src (row stride
-// `stride` elements) into `tile`; rows past `valid` are zero-filled, never
-// read. Each thread keeps one chunk column and steps down the rows.
+// Start the copy of kRows tile rows from src (row stride `stride`
+// elements) into `tile`; rows past `valid` are zero-filled, never read.
 template <int kRows>
 __device__ __forceinline__ void load_rows(unsigned short *tile, const unsigned short *src,
                                           long long stride, int valid) {
-  constexpr int kRowStep = kThreads / kChunks;
-  const int row0 = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
-  const unsigned dst = smem_addr(tile);
-  const unsigned short *g = src + row0 * stride + chunk * 8;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; i++) {
-    const int row = row0 + i * kRowStep;
-    const bool real = row < valid;
-    cp_async_16(dst + swizzle(row, chunk) * 2, real ? g : src, real ? 16 : 0);
-    g += kRowStep * stride;
-  }
+  copy_rows<kRows, kChunks, kThreads>(smem_addr(tile), src, stride, valid,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
 }
 /* ---- end tile layout and loads ---- */
 
@@ -466,20 +494,17 @@ ag_win_d64_fp16_w64_32_fwd(const unsigned short *__restrict__ q,
     const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
     long long total_q, long long total_k, long long num_tiles) {
   extern __shared__ __align__(128) unsigned short smem[];
-  const long long vt = num_tiles - 1 - (long long)blockIdx.x;
   const int h = blockIdx.y;
-  const JaggedTile jt =
-      kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
-                 : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
-  if (!jt.valid) return; // the same answer in every warp
+  const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
+  if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
   const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
   const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
   const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
-  const unsigned short *q_src = q + span.q_row0 * q_stride + (long long)h * kHeadDim;
-  const unsigned short *k_src = k + k_start * kv_stride + (long long)kvh * kHeadDim;
-  const unsigned short *v_src = v + k_start * kv_stride + (long long)kvh * kHeadDim;
+  const unsigned short *q_src = q + span.q_at;
+  const unsigned short *k_src = k + span.kv_at;
+  const unsigned short *v_src = v + span.kv_at;
   unsigned short *q_tile = smem;
   unsigned short *kv = smem + kQElems;
   // KV tile i of the walk is key tile n_first + n_tiles - 1 - i (last first).
@@ -578,7 +603,7 @@ ag_win_d64_fp16_w64_32_fwd(const unsigned short *__restrict__ q,
     }
   }
   __syncwarp();
-  unsigned short *out = o + (jt.start + m0) * q_stride + (long long)h * kHeadDim;
+  unsigned short *out = o + span.o_at;
 #pragma unroll
   for (int it = 0; it < kWarpRows * kChunks / 32; it++) {
     const int i = lane + it * 32;

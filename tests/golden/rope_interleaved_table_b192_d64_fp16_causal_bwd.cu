@@ -387,14 +387,16 @@ __device__ __forceinline__ void ring_wait(unsigned short *slots, int i, const un
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
-// dP^T = V dO^T.
-template <int kNT>
+// dP^T = V dO^T. The loop over the head's 16-column steps is unrolled
+// kUnroll times (the backwards keep it rolled: their registers are few; the
+// block forward unrolls it whole).
+template <int kNT, int kUnroll = 1>
 __device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
                                                 int c0, int row0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
-#pragma unroll 1
+#pragma unroll (kUnroll)
   for (int kk = 0; kk < kHeadDim / 16; kk++) {
     // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
     // the same rows at dims 16kk+8.. (matrices a0..a3).
