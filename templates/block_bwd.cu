@@ -664,20 +664,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 
   Walk w;
   walk_begin(w, offsets, batch, heads, total_tokens, num_items);
-
-  // ring[0] is computed now; ring[1..kStages-1] are in flight. A tile's
-  // copies start as soon as the walk has found it, before it looks further.
   Tile ring[kStages];
-#pragma unroll
-  for (int s = 0; s < kStages; s++) {
-    ring[s] = walk_take(w);
-    if (s == kStages - 1) break;
-    if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, dout, row_stride, ring[s]);
+  walk_fill(w, ring, [&](int s, const Tile &t) {
+    load_tile(smem + s * kStageElems, q, k, v, dout, row_stride, t);
 @if TABLE_STAGED@
-    if (ring[s].rows) load_table(smem + s * kStageElems, rotary_table, ring[s]);
+    load_table(smem + s * kStageElems, rotary_table, t);
 @endif@
-    cp_async_commit();
-  }
+  });
 
 @if TABLE_REUSE@
   // The first token of the last tile computed, whose stage the step

@@ -1,6 +1,7 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# block_walk.cuh: the work walk of the block-diagonal kernels: which (block,
-@# head group) items a CTA takes and where each item's rows live. Shared by
+@# head group) items a CTA takes, where each item's rows live, and the ring
+@# of tiles in flight the whole-block kernels fill from it. Shared by
 @# block_fwd.cu, block_bwd.cu and block_bwd_chunked.cu; uses the including
 @# kernel's kBlock and
 @# kHeadsPerTile. No placeholders. Conditions: ROTARY_SEQUENCE (tiles carry the
@@ -184,5 +185,20 @@ __device__ __forceinline__ Tile walk_take(Walk &w) {
   const Tile t = walk_tile(w);
   if (!w.done) walk_next(w);
   return t;
+}
+
+// The walk begun, and the ring of tiles filled: ring[0] is computed first,
+// ring[1..kStages-1] are in flight, each tile's copies (load(s, tile) into
+// stage s, for a tile with rows) started as soon as the walk found it,
+// before it looks further; a commit group a stage.
+template <int kStages, class Load>
+__device__ __forceinline__ void walk_fill(Walk &w, Tile (&ring)[kStages], Load load) {
+#pragma unroll
+  for (int s = 0; s < kStages; s++) {
+    ring[s] = walk_take(w);
+    if (s == kStages - 1) break;
+    if (ring[s].rows) load(s, ring[s]);
+    cp_async_commit();
+  }
 }
 /* ---- end work walk ---- */

@@ -285,6 +285,21 @@ __device__ __forceinline__ Tile walk_take(Walk &w) {
   if (!w.done) walk_next(w);
   return t;
 }
+
+// The walk begun, and the ring of tiles filled: ring[0] is computed first,
+// ring[1..kStages-1] are in flight, each tile's copies (load(s, tile) into
+// stage s, for a tile with rows) started as soon as the walk found it,
+// before it looks further; a commit group a stage.
+template <int kStages, class Load>
+__device__ __forceinline__ void walk_fill(Walk &w, Tile (&ring)[kStages], Load load) {
+#pragma unroll
+  for (int s = 0; s < kStages; s++) {
+    ring[s] = walk_take(w);
+    if (s == kStages - 1) break;
+    if (ring[s].rows) load(s, ring[s]);
+    cp_async_commit();
+  }
+}
 /* ---- end work walk ---- */
 
 /* ---- begin softmax of one 16-row tile ----
@@ -661,18 +676,11 @@ ag_golden_rope_strides_b64_d64_fp16_rope_fwd(const unsigned short *__restrict__ 
 
   Walk w;
   walk_begin(w, offsets, batch, heads, total_tokens, num_items);
-
-  // ring[0] is computed now; ring[1..kStages-1] are in flight. A tile's
-  // copies start as soon as the walk has found it, before it looks further.
   Tile ring[kStages];
-#pragma unroll
-  for (int s = 0; s < kStages; s++) {
-    ring[s] = walk_take(w);
-    if (s == kStages - 1) break;
-    if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, row_stride, ring[s]);
-    if (ring[s].rows) load_table(smem + s * kStageElems, rotary_table, ring[s]);
-    cp_async_commit();
-  }
+  walk_fill(w, ring, [&](int s, const Tile &t) {
+    load_tile(smem + s * kStageElems, q, k, v, row_stride, t);
+    load_table(smem + s * kStageElems, rotary_table, t);
+  });
 
   // The first token of the last tile computed, whose stage the step
   // refills: a tile of the same block (the next head group) finds its
@@ -1101,6 +1109,21 @@ __device__ __forceinline__ Tile walk_take(Walk &w) {
   const Tile t = walk_tile(w);
   if (!w.done) walk_next(w);
   return t;
+}
+
+// The walk begun, and the ring of tiles filled: ring[0] is computed first,
+// ring[1..kStages-1] are in flight, each tile's copies (load(s, tile) into
+// stage s, for a tile with rows) started as soon as the walk found it,
+// before it looks further; a commit group a stage.
+template <int kStages, class Load>
+__device__ __forceinline__ void walk_fill(Walk &w, Tile (&ring)[kStages], Load load) {
+#pragma unroll
+  for (int s = 0; s < kStages; s++) {
+    ring[s] = walk_take(w);
+    if (s == kStages - 1) break;
+    if (ring[s].rows) load(s, ring[s]);
+    cp_async_commit();
+  }
 }
 /* ---- end work walk ---- */
 
@@ -1848,18 +1871,11 @@ ag_golden_rope_strides_b64_d64_fp16_rope_bwd(const unsigned short *__restrict__ 
 
   Walk w;
   walk_begin(w, offsets, batch, heads, total_tokens, num_items);
-
-  // ring[0] is computed now; ring[1..kStages-1] are in flight. A tile's
-  // copies start as soon as the walk has found it, before it looks further.
   Tile ring[kStages];
-#pragma unroll
-  for (int s = 0; s < kStages; s++) {
-    ring[s] = walk_take(w);
-    if (s == kStages - 1) break;
-    if (ring[s].rows) load_tile(smem + s * kStageElems, q, k, v, dout, row_stride, ring[s]);
-    if (ring[s].rows) load_table(smem + s * kStageElems, rotary_table, ring[s]);
-    cp_async_commit();
-  }
+  walk_fill(w, ring, [&](int s, const Tile &t) {
+    load_tile(smem + s * kStageElems, q, k, v, dout, row_stride, t);
+    load_table(smem + s * kStageElems, rotary_table, t);
+  });
 
   // The first token of the last tile computed, whose stage the step
   // refills: a tile of the same block (the next head group) finds its
