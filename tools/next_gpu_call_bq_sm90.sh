@@ -18,8 +18,10 @@
 #     tools/bq_dev/variants.py beside the tree's kernel.
 # Session 30's calls (8fc8fbc, 4bb1cac, then the mbarrier K, V ring with
 # FA2 and cuDNN beside, no FA4) timed the mma.sync kernel and the earlier
-# versions against untracked copies of them: git log -p this file. Mode bench (FA4 beside, then ncu) has not
-# run on the mbarrier ring.
+# versions against untracked copies of them: git log -p this file. Session
+# 31 ran modes variants ("pairs": 0.95-1.03x, not taken) and bench (FA4
+# beside, then ncu) on the mbarrier ring, on an H100
+# (bench/RESULTS-broadcast.md).
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name --format=csv,noheader

@@ -8,6 +8,7 @@
 # (issue 20's 15 us is about an H200's host). About 8 minutes:
 #   device: carry [".devdeps"], command: bash tools/next_gpu_call_h200.sh
 # Check the reply's device first: on an H100 these say nothing new.
+# Ran on an H200 in session 31 (2026-12-06): bench/results/*-s31.md.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 export PYTHONPATH=bindings/python:$PYTHONPATH
