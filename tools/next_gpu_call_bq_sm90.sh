@@ -14,7 +14,7 @@
 #     at n_q 128 beside FlashAttention-2, -4 and cuDNN (not flex: its
 #     compiles take the call), then ncu on the kernel at head dim 128, n_q
 #     128, 264 sequences of 4096 keys (tools/broadcast_profile.sh).
-#   variants (about 3 minutes; carry [".devdeps"]): the edits of
+#   variants (about 3 minutes; carry [".devdeps"]): the edits of (default dkq)
 #     tools/bq_dev/variants.py beside the tree's kernel.
 # Session 30's calls (8fc8fbc, 4bb1cac, then the mbarrier K, V ring with
 # FA2 and cuDNN beside, no FA4) timed the mma.sync kernel and the earlier
@@ -40,7 +40,7 @@ if [ "${1:-}" = variants ]; then
   # then timed beside the tree's kernel (FA2 beside); about 3 minutes.
   T=templates/broadcast_bwd_sm90.cu
   cp $T /tmp/tmpl.orig
-  for v in ${VARIANTS:-pairs}; do
+  for v in ${VARIANTS:-dkq}; do
     cp /tmp/tmpl.orig $T
     python3 tools/bq_dev/variants.py $v || exit 1
     make -j16 all > "$out/build-$v.log" 2>&1 || { tail -20 "$out/build-$v.log"; exit 1; }
@@ -52,7 +52,7 @@ if [ "${1:-}" = variants ]; then
   done
   cp /tmp/tmpl.orig $T
   lib new
-  for v in new ${VARIANTS:-pairs}; do
+  for v in new ${VARIANTS:-dkq}; do
     echo "=== $v $(date +%T)"
     bq $v fa2 90
   done

@@ -13,6 +13,18 @@ message instead of building something else.
          accumulator registers, and with the query warpgroups at 208 the
          key one gets 88, where ptxas spilled 2.3 KB. Candidate
          (bench/NOTES.md, "Broadcast backward at n_q 128").
+         Timed in session 31 on an H100: 0.95-1.03x the tree; not taken.
+  dkq:   at head dim 128 the query warpgroups compute dK, each 64 columns
+         of it over all 128 queries (dS^T Q from the slot, once both have
+         stored their dS: they wait on the slot's full barrier and arrive
+         on its empty one), after their dQ product; the key warpgroup
+         computes dV alone (two 64x64 products a tile instead of four, its
+         critical path under ncu in session 31). Written in session 31
+         with no device time left: compiled, not run. ptxas at head dim
+         128: 148 bytes of spill stores, 200 of loads (the query
+         warpgroups at 216 registers, the key one at 72; at 208 / 80: 176
+         and 236), and 18 warpgroup.arrive injections (C7519) against the
+         tree's 9; no setmaxnreg ignored (C7507). Head dim 64 unchanged.
 """
 import sys
 
@@ -68,7 +80,41 @@ PAIRS = [
 """),
 ]
 
-EDITS = {"pairs": PAIRS}
+DKQ = [
+    ("constexpr int kQueryRegs = 208, kKeyRegs = 80;",
+     "constexpr int kQueryRegs = kHalves == 2 ? 216 : 208, kKeyRegs = kHalves == 2 ? 72 : 80;\n"
+     "// head dim 128: the query warpgroups compute dK (64 columns each), the key\n"
+     "// warpgroup dV alone\n"
+     "constexpr bool kDkInQuery = kHalves == 2;"),
+    ("      mbar_init(empty0 + 8 * x, 128);",
+     "      mbar_init(empty0 + 8 * x, 128 + (kDkInQuery ? 256 : 0));"),
+    ("""          for (int t = 0; t < 2 * kHalves; t++) {""",
+     """          for (int t = 0; t < (kDkInQuery ? kHalves : 2 * kHalves); t++) {"""),
+    ("""            if (t == 2 * kHalves - 1) mbar_arrive(empty0 + 8 * x);  // P and dS are read""",
+     """            if (t == (kDkInQuery ? kHalves : 2 * kHalves) - 1)
+              mbar_arrive(empty0 + 8 * x);  // P and dS are read"""),
+    ("""        keep(ds16);
+        mbar_arrive(kv_empty0 + 8 * kx);  // this thread is done with the tile's K, V
+""",
+     """        keep(ds16);
+        mbar_arrive(kv_empty0 + 8 * kx);  // this thread is done with the tile's K, V
+        if constexpr (kDkInQuery) {
+          // dK's 64 columns 64 wg.. over every query, once both query
+          // warpgroups' dS is in the slot
+          mbar_wait(full0 + 8 * x, (unsigned)(n >> 1) & 1);
+          float acc_k[8][4];
+          wgmma_fence();
+          keys_by_queries(acc_k, p_a + kPBytes, q_a, wg, ksteps);
+          wgmma_commit();
+          wgmma_wait<0>();
+          wgmma_hold(acc_k);
+          mbar_arrive(empty0 + 8 * x);  // this thread is done with the slot
+          store_rows(acc_k, kScale, 16 * (warp & 3), nk, dk_head + k0 * stride + 64 * wg, stride);
+        }
+"""),
+]
+
+EDITS = {"pairs": PAIRS, "dkq": DKQ}
 
 def main():
     if len(sys.argv) != 2 or sys.argv[1] not in EDITS:
