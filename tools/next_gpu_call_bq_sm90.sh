@@ -35,7 +35,7 @@ bq() {  # name peers budget: the benchmark at n_q 128 with library /tmp/b_name
     grep -E "^\| B1152.*(bitwise|not met|met)|^wrote|failed|Error" | head -12
 }
 if [ "${1:-}" = variants ]; then
-  # VARIANTS (default "pairs"): tools/bq_dev/variants.py's edits, each
+  # VARIANTS (default "dkq"): tools/bq_dev/variants.py's edits, each
   # checked against float64 through the CLI (n_q 100, both head dims),
   # then timed beside the tree's kernel (FA2 beside); about 3 minutes.
   T=templates/broadcast_bwd_sm90.cu
