@@ -7,7 +7,7 @@
 @# swizzle). Needs cp_async_16() (mma_sm80.cuh). No placeholders, no
 @# conditions.
 /* ---- begin row copies ---- */
-// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// Start the copy of kRows rows of kPieceCount 16-byte pieces each from src
 // (row 0; rows `stride` elements apart) by the first kCopiers threads:
 // piece c of row r goes to shared address dst + at(r, c); rows from
 // `valid` on are zero-filled, never read. Each thread keeps one piece

@@ -1,12 +1,12 @@
 @# SPDX-License-Identifier: BSD-3-Clause
-@# jagged_bwd_tile.cuh: the pieces the two jagged backward kernels share:
+@# jagged_bwd_tile.cuh: the pieces the jagged and broadcast backwards share:
 @# which sequence and tile a CTA owns (the key-tile walks' KeyTile and
 @# QueryStep), the band of keys a query sees, the swizzled tile layout and
 @# its 16-byte async load (copy_rows.cuh), the row statistics and
 @# the softmax gradients; with the two mma.sync products (rows_mma.cuh:
 @# rows times rows; rows_accumulate.cuh: a register operand times a tile)
 @# and the row stores (store_rows.cuh).
-@# Needs: kHeadDim, kThreads, kHasLeft, kHasRight, kWindowLeft, kRight, kBroadcast, kLog2e,
+@# Needs: kHeadDim, kBlockM, kBlockN, kThreads, kHasLeft, kHasRight, kWindowLeft, kRight, kBroadcast, kLog2e,
 @#   kScaleLog2, fast_exp2(), pack2(), neg_inf(),
 @#   unpack2(),
 @#   smem_addr(), copy_rows(), ldmatrix_x4(), ldmatrix_x4_trans(),
@@ -152,8 +152,8 @@ __device__ __forceinline__ void queries_seeing(long long j0, long long j1, long 
   if (last > lq - 1) last = lq - 1;
 }
 
-// Key tile vt of the key-tile walks (the jagged backwards' _kv kernels) for
-// key head hk of kv_heads, group query heads a key head: its sequence, its
+// Key tile vt of the key-tile walks (jagged_bwd.cu's _dkv, the sm_90a _kv
+// kernels) for key head hk, group query heads a key head: its sequence, its
 // keys k0.. (nk real; none where `used` is false, an unused number), K's
 // (V's, dK's, dV's) element offset of its first row, and the steps that
 // reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
@@ -186,7 +186,8 @@ __device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *
 
 // Step i of key tile kt: its query head h, its query tile's first row i0
 // in the sequence and real rows mq, and head h's element offset of the
-// tile's first row of dO (O, LSE's token), rows q_stride apart.
+// tile's first row of dO and O (and of Q unless Q is broadcast), rows
+// q_stride apart.
 struct QueryStep {
   int h, mq;
   long long i0, at;

@@ -243,8 +243,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
   if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
-  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
-  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
+  const long long lk = span.lk, m0 = span.m0, shift = span.shift;
+  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles;
   const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
   const unsigned short *q_src = q + span.q_at;
@@ -295,7 +295,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     // with the first tile; every warp reads them after the barrier.
 @if ROTARY_TABLE@
     const RotaryRows rq = {0, rotary_table + (jt.start + m0) * kHeadDim};
-    const RotaryRows rk = {0, rotary_table_k + (k_start + n0) * kHeadDim};
+    const RotaryRows rk = {0, rotary_table_k + (span.k_start + n0) * kHeadDim};
 @else@
     const RotaryRows rq = {m0 + shift, nullptr}, rk = {n0, nullptr};
 @endif@

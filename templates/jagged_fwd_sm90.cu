@@ -66,8 +66,8 @@ extern __shared__ __align__(1024) unsigned short smem[];
  * does. Warpgroup w owns query rows 64w..64w+63 of the tile. Per KV tile
  * (last first, one barrier each): S = Q K^T on wgmma (both operands in
  * shared memory), the wait for it also retires the previous tile's P V;
- * the online softmax in registers (this thread holds rows 16 (warp % 4) +
- * g and + 8 of its warpgroup's, key columns 64 h + 8n + 2tq, +1); O
+ * the online softmax in registers (this thread holds rows r_lo and r_lo +
+ * 8 of its warpgroup's, row_place, key columns 64 h + 8n + 2tq, +1); O
  * rescaled; then O += P V issued (P from registers) and left running into
  * the next tile's barrier and S. The stage a tile's load refills is the
  * one of two tiles back, whose products every warpgroup has retired. */
@@ -97,8 +97,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
   cp_async_commit();
 
-  const RowPlace me = row_place(threadIdx.x);  // rows r_lo, r_lo + 8 of warpgroup wg
-  const int wg = me.wg, tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
+  const RowPlace me = row_place(threadIdx.x);  // rows r_lo, r_lo + 8 of the warpgroup's
+  const int tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
   float acc[kHalves][8][4];
   clear_out(acc);
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};

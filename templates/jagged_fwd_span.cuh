@@ -15,8 +15,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  // head h's element offsets of the tile's first rows: of Q (a broadcast
-  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  // element offsets of the tile's first rows: head h's of Q (a broadcast
+  // Q's rows are every sequence's) and of O, key head kvh's of the
+  // sequence's K (V)
   long long q_at, o_at, kv_at;
 };
 

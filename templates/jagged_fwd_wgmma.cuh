@@ -1,7 +1,8 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# jagged_fwd_wgmma.cuh: what the two sm_90a jagged forwards
 @# (jagged_fwd_sm90.cu, jagged_fwd_ws.cu) share: the tiles' swizzled
-@# layout and the tile loads (cp.async), a KV tile's view (real keys, band
+@# layout and the tile loads (cp.async), a computing thread's rows
+@# (row_place) and O's start (clear_out), a KV tile's view (real keys, band
 @# diagonals, mask), the two products on wgmma, the online softmax between
 @# them and the output's staging and stores.
 @# Needs the includer's kHeadDim, kBlockM, kBlockN, kHalves, kKeyHalves,

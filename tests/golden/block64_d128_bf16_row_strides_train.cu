@@ -278,10 +278,11 @@ __device__ __forceinline__ Tile walk_take(Walk &w) {
   return t;
 }
 
-// The walk begun, and the ring of tiles filled: ring[0] is computed first,
-// ring[1..kStages-1] are in flight, each tile's copies (load(s, tile) into
-// stage s, for a tile with rows) started as soon as the walk found it,
-// before it looks further; a commit group a stage.
+// The ring of tiles filled from a begun walk: ring[0..kStages-1] taken in
+// turn; the copies of ring[0..kStages-2] (load(s, tile) into stage s, for
+// a tile with rows) started as soon as the walk found each, before it
+// looks further, a commit group each; ring[kStages-1]'s copies are the
+// caller's first step's. ring[0] is computed first.
 template <int kStages, class Load>
 __device__ __forceinline__ void walk_fill(Walk &w, Tile (&ring)[kStages], Load load) {
 #pragma unroll
@@ -911,10 +912,11 @@ __device__ __forceinline__ Tile walk_take(Walk &w) {
   return t;
 }
 
-// The walk begun, and the ring of tiles filled: ring[0] is computed first,
-// ring[1..kStages-1] are in flight, each tile's copies (load(s, tile) into
-// stage s, for a tile with rows) started as soon as the walk found it,
-// before it looks further; a commit group a stage.
+// The ring of tiles filled from a begun walk: ring[0..kStages-1] taken in
+// turn; the copies of ring[0..kStages-2] (load(s, tile) into stage s, for
+// a tile with rows) started as soon as the walk found each, before it
+// looks further, a commit group each; ring[kStages-1]'s copies are the
+// caller's first step's. ring[0] is computed first.
 template <int kStages, class Load>
 __device__ __forceinline__ void walk_fill(Walk &w, Tile (&ring)[kStages], Load load) {
 #pragma unroll

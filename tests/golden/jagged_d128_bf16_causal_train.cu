@@ -143,7 +143,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 /* ---- end device helpers ---- */
 
 /* ---- begin row copies ---- */
-// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// Start the copy of kRows rows of kPieceCount 16-byte pieces each from src
 // (row 0; rows `stride` elements apart) by the first kCopiers threads:
 // piece c of row r goes to shared address dst + at(r, c); rows from
 // `valid` on are zero-filled, never read. Each thread keeps one piece
@@ -297,8 +297,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  // head h's element offsets of the tile's first rows: of Q (a broadcast
-  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  // element offsets of the tile's first rows: head h's of Q (a broadcast
+  // Q's rows are every sequence's) and of O, key head kvh's of the
+  // sequence's K (V)
   long long q_at, o_at, kv_at;
 };
 
@@ -507,8 +508,8 @@ ag_gem_d128_bf16_causal_fwd(const unsigned short *__restrict__ q,
   const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
   if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
-  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
-  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
+  const long long lk = span.lk, m0 = span.m0, shift = span.shift;
+  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles;
   const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
   const unsigned short *q_src = q + span.q_at;
@@ -731,7 +732,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 /* ---- end device helpers ---- */
 
 /* ---- begin row copies ---- */
-// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// Start the copy of kRows rows of kPieceCount 16-byte pieces each from src
 // (row 0; rows `stride` elements apart) by the first kCopiers threads:
 // piece c of row r goes to shared address dst + at(r, c); rows from
 // `valid` on are zero-filled, never read. Each thread keeps one piece
@@ -901,8 +902,8 @@ __device__ __forceinline__ void queries_seeing(long long j0, long long j1, long 
   if (last > lq - 1) last = lq - 1;
 }
 
-// Key tile vt of the key-tile walks (the jagged backwards' _kv kernels) for
-// key head hk of kv_heads, group query heads a key head: its sequence, its
+// Key tile vt of the key-tile walks (jagged_bwd.cu's _dkv, the sm_90a _kv
+// kernels) for key head hk, group query heads a key head: its sequence, its
 // keys k0.. (nk real; none where `used` is false, an unused number), K's
 // (V's, dK's, dV's) element offset of its first row, and the steps that
 // reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
@@ -935,7 +936,8 @@ __device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *
 
 // Step i of key tile kt: its query head h, its query tile's first row i0
 // in the sequence and real rows mq, and head h's element offset of the
-// tile's first row of dO (O, LSE's token), rows q_stride apart.
+// tile's first row of dO and O (and of Q unless Q is broadcast), rows
+// q_stride apart.
 struct QueryStep {
   int h, mq;
   long long i0, at;
@@ -1344,81 +1346,16 @@ ag_gem_d128_bf16_causal_bwd_dq(const unsigned short *__restrict__ q,
 }
 /* ---- end kernel _dq ---- */
 
-/* ---- begin fast dQ helpers ----
- * Used only by jagged_bwd_fast.cu's key-stationary kernel (compiled away
- * here): dS^T of a tile pair in shared memory, [kBlockN keys][kBlockM
- * queries], 16-byte pieces XOR-swizzled by the key row. */
-constexpr int kDsElems = kBlockN * kBlockM;
-static_assert(kBlockM % 64 == 0, "dS^T rows are whole 8-piece swizzle groups");
-__device__ __forceinline__ int ds_swizzle(int row, int piece) {
-  return row * kBlockM + ((piece ^ (row & 7)) * 8);
-}
-
-// Two fp32 adds to global memory, one vector op on sm_90.
-__device__ __forceinline__ void red_add2(float *p, float a, float b) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(a), "f"(b) : "memory");
-#else
-  atomicAdd(p, a);
-  atomicAdd(p + 1, b);
-#endif
-}
-
-// dQ += dS K for this warp's 16 query rows (row0..) of the tile pair, added
-// to `acc` (row 0 of the query tile, this head; rows before `rows`), in two
-// halves of the head so that few registers are live: A is dS read from
-// dS^T with ldmatrix.trans, B is K read as columns.
-__device__ __forceinline__ void add_dq(const unsigned short *ds_s, unsigned k_a, float *acc,
-                                       long long at, long long row_stride, int row0, int rows) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  const unsigned ds_a = smem_addr(ds_s);
-  constexpr int kHalf = kDimTiles / 2;
-#pragma unroll 1
-  for (int half = 0; half < 2; half++) {
-    float c[kHalf][4];
-#pragma unroll
-    for (int n = 0; n < kHalf; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; kk++) {
-      // matrix m = lane / 8: keys 16kk + 8 (m / 2).., queries row0 + 8 (m % 2)..
-      const int m = lane >> 3;
-      unsigned a[4];
-      ldmatrix_x4_trans(a, ds_a + ds_swizzle(16 * kk + (lane & 7) + ((m >> 1) << 3),
-                                             row0 / 8 + (m & 1)) * 2);
-#pragma unroll
-      for (int n = 0; n < kHalf; n += 2) {
-        unsigned b[4];
-        ldmatrix_x4_trans(b, k_a + swizzle(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                           half * kHalf + n + (lane >> 4)) * 2);
-        mma_16816(c[n], a, b[0], b[1]);
-        mma_16816(c[n + 1], a, b[2], b[3]);
-      }
-    }
-#pragma unroll
-    for (int hi = 0; hi < 2; hi++) {
-      const int row = row0 + g + 8 * hi;
-      if (row >= rows) continue;
-      float *dst = acc + at + row * row_stride + half * kHalf * 8 + 2 * tq;
-#pragma unroll
-      for (int n = 0; n < kHalf; n++) red_add2(dst + 8 * n, c[n][2 * hi], c[n][2 * hi + 1]);
-    }
-  }
-}
-/* ---- end fast dQ helpers ---- */
-
 /* ---- begin kernel _dkv ----
  * KV-stationary: a CTA owns one key tile of one kv head; it walks the
  * group's q heads in order and, for each, the query tiles of the band, Q,
  * dO and their rows' LSE and D streaming through two slots, and stores dK
- * and dV. Reads the `di` that _dq wrote. With kFastDq (jagged_bwd_fast.cu)
- * it also writes dS of each tile pair to shared memory and adds dQ = dS K
- * to the fp32 accumulator `dq_acc` with atomics (not deterministic). */
-template <bool kFastDq>
+ * and dV. Reads the `di` that _dq wrote. */
 __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
     unsigned short *__restrict__ dk, unsigned short *__restrict__ dv,
-    const float *__restrict__ di, float *__restrict__ dq_acc, const RotaryTables &tables,
+    const float *__restrict__ di, const RotaryTables &tables,
     const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
     long long batch, int heads, int kv_heads, long long total_q, long long total_k,
     long long num_tiles) {
@@ -1429,7 +1366,6 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
   unsigned short *const k_s = smem, *const v_s = smem + kKTileElems;
   unsigned short *const ring = smem + 2 * kKTileElems;  // slot i: Q at 2i tiles, dO after it
   float *const rows_s = reinterpret_cast<float *>(smem + 2 * kKTileElems + 4 * kQTileElems);
-  unsigned short *const ds_s = reinterpret_cast<unsigned short *>(rows_s + 4 * kBlockM);  // fast only
   // slot i's LSE * log2(e) at rows_s + 2i * kBlockM, its D kBlockM on
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -1522,21 +1458,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
         ds[n][0] = pack2(s[n][0] * (dp[n][0] - d.x), s[n][1] * (dp[n][1] - d.y));
         ds[n][1] = pack2(s[n][2] * (dp[n][2] - d.x), s[n][3] * (dp[n][3] - d.y));
       }
-      if constexpr (kFastDq) {
-        // dS^T [key][query] to shared memory, pieces swizzled by the key row
-#pragma unroll
-        for (int n = 0; n < kQueryTiles; n++) {
-          const int r = row0 + g;
-          *reinterpret_cast<unsigned *>(ds_s + ds_swizzle(r, n) + 2 * tq) = ds[n][0];
-          *reinterpret_cast<unsigned *>(ds_s + ds_swizzle(r + 8, n) + 2 * tq) = ds[n][1];
-        }
-      }
       accumulate<kQueryTiles>(acc_k, ds, q_a);  // dK += dS^T Q
-      if constexpr (kFastDq) {
-        __syncthreads();  // dS^T complete; the next step's first barrier ends its reads
-        add_dq(ds_s, k_a, dq_acc, (sp.q_src + i0) * q_stride + (long long)st.h * kHeadDim,
-               q_stride, row0, mq);
-      }
     }
     cp_async_wait<0>();
     store_rows(acc_v, 1.f, row0, nk, dv + k_row, k_stride);
@@ -1555,8 +1477,8 @@ ag_gem_d128_bf16_causal_bwd_dkv(const unsigned short *__restrict__ q,
   (void)o;
   (void)dq;
   const RotaryTables tables = {nullptr, nullptr};
-  key_tiles<false>(q, k, v, dout, lse, dk, dv, di, nullptr, tables, cu_seqlens_q, cu_seqlens_k,
-                   batch, heads, kv_heads, total_q, total_k, num_tiles);
+  key_tiles(q, k, v, dout, lse, dk, dv, di, tables, cu_seqlens_q, cu_seqlens_k, batch, heads,
+            kv_heads, total_q, total_k, num_tiles);
 }
 /* ---- end kernel _dkv ---- */
 

@@ -174,7 +174,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 /* ---- end device helpers ---- */
 
 /* ---- begin row copies ---- */
-// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// Start the copy of kRows rows of kPieceCount 16-byte pieces each from src
 // (row 0; rows `stride` elements apart) by the first kCopiers threads:
 // piece c of row r goes to shared address dst + at(r, c); rows from
 // `valid` on are zero-filled, never read. Each thread keeps one piece
@@ -439,8 +439,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  // head h's element offsets of the tile's first rows: of Q (a broadcast
-  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  // element offsets of the tile's first rows: head h's of Q (a broadcast
+  // Q's rows are every sequence's) and of O, key head kvh's of the
+  // sequence's K (V)
   long long q_at, o_at, kv_at;
 };
 
@@ -1097,7 +1098,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 /* ---- end device helpers ---- */
 
 /* ---- begin row copies ---- */
-// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// Start the copy of kRows rows of kPieceCount 16-byte pieces each from src
 // (row 0; rows `stride` elements apart) by the first kCopiers threads:
 // piece c of row r goes to shared address dst + at(r, c); rows from
 // `valid` on are zero-filled, never read. Each thread keeps one piece
@@ -1362,8 +1363,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  // head h's element offsets of the tile's first rows: of Q (a broadcast
-  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  // element offsets of the tile's first rows: head h's of Q (a broadcast
+  // Q's rows are every sequence's) and of O, key head kvh's of the
+  // sequence's K (V)
   long long q_at, o_at, kv_at;
 };
 
@@ -1667,8 +1669,8 @@ extern __shared__ __align__(1024) unsigned short smem[];
  * does. Warpgroup w owns query rows 64w..64w+63 of the tile. Per KV tile
  * (last first, one barrier each): S = Q K^T on wgmma (both operands in
  * shared memory), the wait for it also retires the previous tile's P V;
- * the online softmax in registers (this thread holds rows 16 (warp % 4) +
- * g and + 8 of its warpgroup's, key columns 64 h + 8n + 2tq, +1); O
+ * the online softmax in registers (this thread holds rows r_lo and r_lo +
+ * 8 of its warpgroup's, row_place, key columns 64 h + 8n + 2tq, +1); O
  * rescaled; then O += P V issued (P from registers) and left running into
  * the next tile's barrier and S. The stage a tile's load refills is the
  * one of two tiles back, whose products every warpgroup has retired. */
@@ -1702,8 +1704,8 @@ ag_gem_d128_bf16_fwd_m64(const unsigned short *__restrict__ q,
   }
   cp_async_commit();
 
-  const RowPlace me = row_place(threadIdx.x);  // rows r_lo, r_lo + 8 of warpgroup wg
-  const int wg = me.wg, tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
+  const RowPlace me = row_place(threadIdx.x);  // rows r_lo, r_lo + 8 of the warpgroup's
+  const int tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
   float acc[kHalves][8][4];
   clear_out(acc);
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
@@ -1961,7 +1963,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 /* ---- end device helpers ---- */
 
 /* ---- begin row copies ---- */
-// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// Start the copy of kRows rows of kPieceCount 16-byte pieces each from src
 // (row 0; rows `stride` elements apart) by the first kCopiers threads:
 // piece c of row r goes to shared address dst + at(r, c); rows from
 // `valid` on are zero-filled, never read. Each thread keeps one piece
@@ -2376,8 +2378,8 @@ __device__ __forceinline__ void queries_seeing(long long j0, long long j1, long 
   if (last > lq - 1) last = lq - 1;
 }
 
-// Key tile vt of the key-tile walks (the jagged backwards' _kv kernels) for
-// key head hk of kv_heads, group query heads a key head: its sequence, its
+// Key tile vt of the key-tile walks (jagged_bwd.cu's _dkv, the sm_90a _kv
+// kernels) for key head hk, group query heads a key head: its sequence, its
 // keys k0.. (nk real; none where `used` is false, an unused number), K's
 // (V's, dK's, dV's) element offset of its first row, and the steps that
 // reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
@@ -2410,7 +2412,8 @@ __device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *
 
 // Step i of key tile kt: its query head h, its query tile's first row i0
 // in the sequence and real rows mq, and head h's element offset of the
-// tile's first row of dO (O, LSE's token), rows q_stride apart.
+// tile's first row of dO and O (and of Q unless Q is broadcast), rows
+// q_stride apart.
 struct QueryStep {
   int h, mq;
   long long i0, at;

@@ -232,7 +232,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 /* ---- end device helpers ---- */
 
 /* ---- begin row copies ---- */
-// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// Start the copy of kRows rows of kPieceCount 16-byte pieces each from src
 // (row 0; rows `stride` elements apart) by the first kCopiers threads:
 // piece c of row r goes to shared address dst + at(r, c); rows from
 // `valid` on are zero-filled, never read. Each thread keeps one piece
@@ -684,8 +684,8 @@ __device__ __forceinline__ void queries_seeing(long long j0, long long j1, long 
   if (last > lq - 1) last = lq - 1;
 }
 
-// Key tile vt of the key-tile walks (the jagged backwards' _kv kernels) for
-// key head hk of kv_heads, group query heads a key head: its sequence, its
+// Key tile vt of the key-tile walks (jagged_bwd.cu's _dkv, the sm_90a _kv
+// kernels) for key head hk, group query heads a key head: its sequence, its
 // keys k0.. (nk real; none where `used` is false, an unused number), K's
 // (V's, dK's, dV's) element offset of its first row, and the steps that
 // reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
@@ -718,7 +718,8 @@ __device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *
 
 // Step i of key tile kt: its query head h, its query tile's first row i0
 // in the sequence and real rows mq, and head h's element offset of the
-// tile's first row of dO (O, LSE's token), rows q_stride apart.
+// tile's first row of dO and O (and of Q unless Q is broadcast), rows
+// q_stride apart.
 struct QueryStep {
   int h, mq;
   long long i0, at;

@@ -134,7 +134,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 /* ---- end device helpers ---- */
 
 /* ---- begin row copies ---- */
-// Start the copy of kRows rows of kPieces 16-byte pieces each from src
+// Start the copy of kRows rows of kPieceCount 16-byte pieces each from src
 // (row 0; rows `stride` elements apart) by the first kCopiers threads:
 // piece c of row r goes to shared address dst + at(r, c); rows from
 // `valid` on are zero-filled, never read. Each thread keeps one piece
@@ -288,8 +288,9 @@ struct QuerySpan {
   long long q_stride, kv_stride;  // elements between rows of Q (O) and of K (V)
   long long shift;       // query i's diagonal key is i + shift (Lk - Lq)
   int n_first, n_tiles;  // the key tiles of kBlockN any real row sees: n_first..
-  // head h's element offsets of the tile's first rows: of Q (a broadcast
-  // Q's rows are every sequence's), of O, and of the sequence's K (V)
+  // element offsets of the tile's first rows: head h's of Q (a broadcast
+  // Q's rows are every sequence's) and of O, key head kvh's of the
+  // sequence's K (V)
   long long q_at, o_at, kv_at;
 };
 
@@ -498,8 +499,8 @@ ag_win_d64_fp16_w64_32_fwd(const unsigned short *__restrict__ q,
   const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
   if (!jt.valid) return;  // the same answer in every warp
   const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
-  const long long k_start = span.k_start, lk = span.lk, m0 = span.m0, shift = span.shift;
-  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles, kvh = span.kvh;
+  const long long lk = span.lk, m0 = span.m0, shift = span.shift;
+  const int rows = span.rows, n_first = span.n_first, n_tiles = span.n_tiles;
   const long long q_stride = span.q_stride, kv_stride = span.kv_stride;
 
   const unsigned short *q_src = q + span.q_at;
