@@ -299,7 +299,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
     auto load_step = [&](int i) {
       const QueryStep st = query_step(kt, i, hk, group, q_stride);
       unsigned short *slot = ring + (i & 1) * 2 * kQTileElems;
-      load_tile<kBlockM>(slot, q + (st.at - (sp.q_start - sp.q_src) * q_stride), q_stride, st.mq);
+      load_tile<kBlockM>(slot, q + st.q_at, q_stride, st.mq);
       load_tile<kBlockM>(slot + kQTileElems, dout + st.at, q_stride, st.mq);
       if (threadIdx.x < kBlockM) {
         const int r = threadIdx.x;

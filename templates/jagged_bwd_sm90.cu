@@ -156,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
     auto load_step = [&](int i) {
       const QueryStep st = query_step(kt, i, hk, group, q_stride);
       const unsigned slot = ring_a + (i % kSlots) * 2 * kQBytes;
-      load_rows<kBlockM>(slot, q + st.at, q_stride, st.mq);
+      load_rows<kBlockM>(slot, q + st.q_at, q_stride, st.mq);
       load_rows<kBlockM>(slot + kQBytes, dout + st.at, q_stride, st.mq);
       if (threadIdx.x < 2 * kBlockM) {
         const int r = threadIdx.x % kBlockM;

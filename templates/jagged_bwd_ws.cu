@@ -597,9 +597,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       mbar_wait(full0 + 8 * s, (n / kStages) & 1);
       // the copies are read by wgmma (the async proxy); TMA's already are
       if constexpr (!kTmaQdo) fence_proxy_async();
-      const int h = hk * group + i / kt.q_tiles;
-      const long long i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
+      const int h = st.h, mq = st.mq;
+      const long long i0 = st.i0;
       const unsigned q_a = ring_a + s * 2 * kQBytes, do_a = q_a + kQBytes;
       const float *const lse_r = rows_s + s * 2 * kBlockM, *const d_r = lse_r + kBlockM;
       const unsigned dst_a = ds_a + (n & 1) * kDsBytes;  // this step's dS^T buffer

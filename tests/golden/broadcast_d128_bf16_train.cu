@@ -1566,12 +1566,12 @@ __device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *
 }
 
 // Step i of key tile kt: its query head h, its query tile's first row i0
-// in the sequence and real rows mq, and head h's element offset of the
-// tile's first row of dO and O (and of Q unless Q is broadcast), rows
-// q_stride apart.
+// in the sequence and real rows mq, and head h's element offsets of the
+// tile's first row of dO and O (at) and of Q (q_at: a broadcast Q's rows
+// are every sequence's), rows q_stride apart.
 struct QueryStep {
   int h, mq;
-  long long i0, at;
+  long long i0, at, q_at;
 };
 __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
                                                 long long q_stride) {
@@ -1580,6 +1580,7 @@ __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk
   st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
   st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
   st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  st.q_at = st.at - (kt.sp.q_start - kt.sp.q_src) * q_stride;
   return st;
 }
 
@@ -2370,12 +2371,12 @@ __device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *
 }
 
 // Step i of key tile kt: its query head h, its query tile's first row i0
-// in the sequence and real rows mq, and head h's element offset of the
-// tile's first row of dO and O (and of Q unless Q is broadcast), rows
-// q_stride apart.
+// in the sequence and real rows mq, and head h's element offsets of the
+// tile's first row of dO and O (at) and of Q (q_at: a broadcast Q's rows
+// are every sequence's), rows q_stride apart.
 struct QueryStep {
   int h, mq;
-  long long i0, at;
+  long long i0, at, q_at;
 };
 __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
                                                 long long q_stride) {
@@ -2384,6 +2385,7 @@ __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk
   st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
   st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
   st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  st.q_at = st.at - (kt.sp.q_start - kt.sp.q_src) * q_stride;
   return st;
 }
 
@@ -3174,12 +3176,12 @@ __device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *
 }
 
 // Step i of key tile kt: its query head h, its query tile's first row i0
-// in the sequence and real rows mq, and head h's element offset of the
-// tile's first row of dO and O (and of Q unless Q is broadcast), rows
-// q_stride apart.
+// in the sequence and real rows mq, and head h's element offsets of the
+// tile's first row of dO and O (at) and of Q (q_at: a broadcast Q's rows
+// are every sequence's), rows q_stride apart.
 struct QueryStep {
   int h, mq;
-  long long i0, at;
+  long long i0, at, q_at;
 };
 __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
                                                 long long q_stride) {
@@ -3188,6 +3190,7 @@ __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk
   st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
   st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
   st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  st.q_at = st.at - (kt.sp.q_start - kt.sp.q_src) * q_stride;
   return st;
 }
 
@@ -3967,12 +3970,12 @@ __device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *
 }
 
 // Step i of key tile kt: its query head h, its query tile's first row i0
-// in the sequence and real rows mq, and head h's element offset of the
-// tile's first row of dO and O (and of Q unless Q is broadcast), rows
-// q_stride apart.
+// in the sequence and real rows mq, and head h's element offsets of the
+// tile's first row of dO and O (at) and of Q (q_at: a broadcast Q's rows
+// are every sequence's), rows q_stride apart.
 struct QueryStep {
   int h, mq;
-  long long i0, at;
+  long long i0, at, q_at;
 };
 __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
                                                 long long q_stride) {
@@ -3981,6 +3984,7 @@ __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk
   st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
   st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
   st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  st.q_at = st.at - (kt.sp.q_start - kt.sp.q_src) * q_stride;
   return st;
 }
 
@@ -4416,7 +4420,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
     auto load_step = [&](int i) {
       const QueryStep st = query_step(kt, i, hk, group, q_stride);
       unsigned short *slot = ring + (i & 1) * 2 * kQTileElems;
-      load_tile<kBlockM>(slot, q + (st.at - (sp.q_start - sp.q_src) * q_stride), q_stride, st.mq);
+      load_tile<kBlockM>(slot, q + st.q_at, q_stride, st.mq);
       load_tile<kBlockM>(slot + kQTileElems, dout + st.at, q_stride, st.mq);
       if (threadIdx.x < kBlockM) {
         const int r = threadIdx.x;

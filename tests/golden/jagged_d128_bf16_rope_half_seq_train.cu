@@ -1560,12 +1560,12 @@ __device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *
 }
 
 // Step i of key tile kt: its query head h, its query tile's first row i0
-// in the sequence and real rows mq, and head h's element offset of the
-// tile's first row of dO and O (and of Q unless Q is broadcast), rows
-// q_stride apart.
+// in the sequence and real rows mq, and head h's element offsets of the
+// tile's first row of dO and O (at) and of Q (q_at: a broadcast Q's rows
+// are every sequence's), rows q_stride apart.
 struct QueryStep {
   int h, mq;
-  long long i0, at;
+  long long i0, at, q_at;
 };
 __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
                                                 long long q_stride) {
@@ -1574,6 +1574,7 @@ __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk
   st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
   st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
   st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  st.q_at = st.at - (kt.sp.q_start - kt.sp.q_src) * q_stride;
   return st;
 }
 
@@ -2379,7 +2380,7 @@ ag_jrope_d128_bf16_causal_rope_bwd_kv(const unsigned short *__restrict__ q,
     auto load_step = [&](int i) {
       const QueryStep st = query_step(kt, i, hk, group, q_stride);
       const unsigned slot = ring_a + (i % kSlots) * 2 * kQBytes;
-      load_rows<kBlockM>(slot, q + st.at, q_stride, st.mq);
+      load_rows<kBlockM>(slot, q + st.q_at, q_stride, st.mq);
       load_rows<kBlockM>(slot + kQBytes, dout + st.at, q_stride, st.mq);
       if (threadIdx.x < 2 * kBlockM) {
         const int r = threadIdx.x % kBlockM;

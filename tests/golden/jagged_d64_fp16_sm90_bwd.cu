@@ -717,12 +717,12 @@ __device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *
 }
 
 // Step i of key tile kt: its query head h, its query tile's first row i0
-// in the sequence and real rows mq, and head h's element offset of the
-// tile's first row of dO and O (and of Q unless Q is broadcast), rows
-// q_stride apart.
+// in the sequence and real rows mq, and head h's element offsets of the
+// tile's first row of dO and O (at) and of Q (q_at: a broadcast Q's rows
+// are every sequence's), rows q_stride apart.
 struct QueryStep {
   int h, mq;
-  long long i0, at;
+  long long i0, at, q_at;
 };
 __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
                                                 long long q_stride) {
@@ -731,6 +731,7 @@ __device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk
   st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
   st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
   st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  st.q_at = st.at - (kt.sp.q_start - kt.sp.q_src) * q_stride;
   return st;
 }
 
@@ -1495,9 +1496,9 @@ ag_gem_d64_fp16_bwd_kv(const unsigned short *__restrict__ q,
       mbar_wait(full0 + 8 * s, (n / kStages) & 1);
       // the copies are read by wgmma (the async proxy); TMA's already are
       if constexpr (!kTmaQdo) fence_proxy_async();
-      const int h = hk * group + i / kt.q_tiles;
-      const long long i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
-      const int mq = (int)min((long long)kBlockM, sp.q_len - i0);
+      const QueryStep st = query_step(kt, i, hk, group, q_stride);
+      const int h = st.h, mq = st.mq;
+      const long long i0 = st.i0;
       const unsigned q_a = ring_a + s * 2 * kQBytes, do_a = q_a + kQBytes;
       const float *const lse_r = rows_s + s * 2 * kBlockM, *const d_r = lse_r + kBlockM;
       const unsigned dst_a = ds_a + (n & 1) * kDsBytes;  // this step's dS^T buffer
