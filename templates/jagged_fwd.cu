@@ -181,14 +181,8 @@ __device__ __forceinline__ void kv_tile(unsigned q_s, unsigned k_s, unsigned v_s
     }
     float rs[2] = {0.f, 0.f};
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; n++) {
-      s[mt][n][0] = fast_exp2(fmaf(s[mt][n][0], kScaleLog2, -off[0]));
-      s[mt][n][1] = fast_exp2(fmaf(s[mt][n][1], kScaleLog2, -off[0]));
-      s[mt][n][2] = fast_exp2(fmaf(s[mt][n][2], kScaleLog2, -off[1]));
-      s[mt][n][3] = fast_exp2(fmaf(s[mt][n][3], kScaleLog2, -off[1]));
-      rs[0] += s[mt][n][0] + s[mt][n][1];
-      rs[1] += s[mt][n][2] + s[mt][n][3];
-    }
+    for (int n = 0; n < kKeyTiles; n++)
+      exp2_tile(s[mt][n], kScaleLog2, off[0], off[1], rs[0], rs[1]);
     l[mt][0] = l[mt][0] * alpha[0] + rs[0];
     l[mt][1] = l[mt][1] * alpha[1] + rs[1];
 #pragma unroll

@@ -160,14 +160,7 @@ __device__ __forceinline__ void softmax_step(float (&sc)[kKeyHalves][8][4], floa
 #pragma unroll
   for (int nh = 0; nh < kKeyHalves; nh++)
 #pragma unroll
-    for (int n = 0; n < 8; n++) {
-      sc[nh][n][0] = fast_exp2(fmaf(sc[nh][n][0], kScaleLog2, -off[0]));
-      sc[nh][n][1] = fast_exp2(fmaf(sc[nh][n][1], kScaleLog2, -off[0]));
-      sc[nh][n][2] = fast_exp2(fmaf(sc[nh][n][2], kScaleLog2, -off[1]));
-      sc[nh][n][3] = fast_exp2(fmaf(sc[nh][n][3], kScaleLog2, -off[1]));
-      rs[0] += sc[nh][n][0] + sc[nh][n][1];
-      rs[1] += sc[nh][n][2] + sc[nh][n][3];
-    }
+    for (int n = 0; n < 8; n++) exp2_tile(sc[nh][n], kScaleLog2, off[0], off[1], rs[0], rs[1]);
   l[0] = l[0] * alpha[0] + rs[0];
   l[1] = l[1] * alpha[1] + rs[1];
 }

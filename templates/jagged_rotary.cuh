@@ -5,7 +5,7 @@
 @# rotated back in registers before they are stored. Included after the
 @# includer's tile layout; uses its kHeadDim, kThreads, swizzle(row, chunk)
 @# (the tiles' layout unless rotate_rows is given another), pack2() and
-@# unpack2().
+@# unpack2(), for_lane_rows() (mma_sm80.cuh).
 @# Placeholders: @ROTATE_Q@ @ROTATE_K@ @ROTATE_V@ (0 | 1: the tensors
 @#   rotated); those of rotary_core.cuh.
 @# Conditions: ROTARY_TABLE (positions from the caller's tables, else
@@ -120,12 +120,8 @@ __device__ __forceinline__ void pair_angle(const RotaryRows &rr, int row, int i,
 __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int row0, int rows,
                                               const RotaryRows &rr) {
   constexpr int kTiles = kHeadDim / 8;  // n-tiles of a row
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = row0 + g + 8 * hi;
-    if (row >= rows) continue;
+  const int tq = threadIdx.x & 3;
+  for_lane_rows(row0, rows, [&](int hi, int row) {
 @if ROTARY_HALF@
     // Column 8n + 2tq + e of n-tile n < kTiles / 2 pairs with the same
     // column of n-tile n + kTiles / 2, in this thread's registers: pair
@@ -152,6 +148,6 @@ __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int
       acc[n][2 * hi + 1] = x1 * c - x0 * s;
     }
 @endif@
-  }
+  });
 }
 /* ---- end rotary embeddings ---- */

@@ -51,14 +51,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
   l_lo = 0.f;
   l_hi = 0.f;
 #pragma unroll
-  for (int n = 0; n < kKeyTiles; n++) {
-    s[n][0] = fast_exp2(fmaf(s[n][0], kScaleLog2, -off_lo));
-    s[n][1] = fast_exp2(fmaf(s[n][1], kScaleLog2, -off_lo));
-    s[n][2] = fast_exp2(fmaf(s[n][2], kScaleLog2, -off_hi));
-    s[n][3] = fast_exp2(fmaf(s[n][3], kScaleLog2, -off_hi));
-    l_lo += s[n][0] + s[n][1];
-    l_hi += s[n][2] + s[n][3];
-  }
+  for (int n = 0; n < kKeyTiles; n++) exp2_tile(s[n], kScaleLog2, off_lo, off_hi, l_lo, l_hi);
 #pragma unroll
   for (int d = 1; d < 4; d <<= 1) {
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, d);

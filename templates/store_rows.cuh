@@ -2,8 +2,8 @@
 @# store_rows.cuh: a warp's 16 result rows in the mma C layout, stored to
 @# global memory pair by pair, 16-bit or fp32. Shared by the mma.sync
 @# backwards that store without staging (block_bwd_chunked.cu, and through
-@# jagged_bwd_tile.cuh jagged_bwd.cu and broadcast_bwd.cu); uses pack2()
-@# (mma_sm80.cuh). No placeholders or conditions.
+@# jagged_bwd_tile.cuh jagged_bwd.cu and broadcast_bwd.cu); uses pack2() and
+@# for_lane_rows() (mma_sm80.cuh). No placeholders or conditions.
 // One pair of results: rounded to a 16-bit pair, or as two floats.
 __device__ __forceinline__ void put_pair(unsigned short *at, float lo, float hi) {
   *reinterpret_cast<unsigned *>(at) = pack2(lo, hi);
@@ -19,15 +19,11 @@ __device__ __forceinline__ void put_pair(float *at, float lo, float hi) {
 template <int kTiles, class T>
 __device__ __forceinline__ void store_rows(const float (&acc)[kTiles][4], float mul, int row0,
                                            int rows, T *out, long long row_stride) {
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = row0 + g + 8 * hi;
-    if (row >= rows) continue;
+  const int tq = threadIdx.x & 3;
+  for_lane_rows(row0, rows, [&](int hi, int row) {
     T *dst = out + row * row_stride + 2 * tq;
 #pragma unroll
     for (int n = 0; n < kTiles; n++)
       put_pair(dst + 8 * n, acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
-  }
+  });
 }

@@ -61,20 +61,18 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// The 64x64 fp32 result d as the asm operands %0..%31 of both MMAs below,
-// and the list of those registers.
+// The 64x64 fp32 result d (eight n-tiles of four registers) as the asm
+// operands %0..%31 of both MMAs below, and the list of those registers.
+// The 64x128 products (wgmma_n128_sm90.cuh, jagged_bwd_dkv_n128.cuh) pass
+// two such halves, %0..%63.
+#define WGMMA_TILE_OPERANDS(t) "+f"(t[0]), "+f"(t[1]), "+f"(t[2]), "+f"(t[3])
+#define WGMMA_D_OPERANDS(d)                                                         \
+  WGMMA_TILE_OPERANDS(d[0]), WGMMA_TILE_OPERANDS(d[1]), WGMMA_TILE_OPERANDS(d[2]),  \
+  WGMMA_TILE_OPERANDS(d[3]), WGMMA_TILE_OPERANDS(d[4]), WGMMA_TILE_OPERANDS(d[5]),  \
+  WGMMA_TILE_OPERANDS(d[6]), WGMMA_TILE_OPERANDS(d[7])
 #define WGMMA_D_LIST                                                              \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define WGMMA_D_OPERANDS(d)                                                      \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),                     \
-  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),                     \
-  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),                     \
-  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),                     \
-  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),                     \
-  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),                     \
-  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),                     \
-  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 
 // d (+)= A B, 64x64x16, A and B from shared memory. kTransA / kTransB: 0
 // for K-major operands, 1 for MN-major (16-bit types only). `accumulate` 0
@@ -101,8 +99,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
                  "n"(kTransB));
 }
-#undef WGMMA_D_LIST
-#undef WGMMA_D_OPERANDS
 
 // Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
 // pairs) live until here: placed after the wait, so the compiler cannot

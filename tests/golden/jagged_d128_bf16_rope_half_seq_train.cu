@@ -129,6 +129,19 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// f(hi, row) for this lane's rows of a warp's 16-row result in the C layout
+// (row row0 + g + 8 hi holds d[n][2 hi] and d[n][2 hi + 1]), those before
+// `rows`.
+template <class F>
+__device__ __forceinline__ void for_lane_rows(int row0, int rows, F &&f) {
+  const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row < rows) f(hi, row);
+  }
+}
+
 // Round two floats to a packed pair, `lo` in the low half.
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   unsigned r;
@@ -144,6 +157,19 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// One n-tile of scores in the mma C layout (t[0], t[1] in row g, t[2],
+// t[3] in row g + 8) to exp2(t * scale - off) in place, each row's two
+// values added to its sum.
+__device__ __forceinline__ void exp2_tile(float (&t)[4], float scale, float off_lo, float off_hi,
+                                          float &sum_lo, float &sum_hi) {
+  t[0] = fast_exp2(fmaf(t[0], scale, -off_lo));
+  t[1] = fast_exp2(fmaf(t[1], scale, -off_lo));
+  t[2] = fast_exp2(fmaf(t[2], scale, -off_hi));
+  t[3] = fast_exp2(fmaf(t[3], scale, -off_hi));
+  sum_lo += t[0] + t[1];
+  sum_hi += t[2] + t[3];
 }
 
 /* ---- end device helpers ---- */
@@ -228,20 +254,18 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// The 64x64 fp32 result d as the asm operands %0..%31 of both MMAs below,
-// and the list of those registers.
+// The 64x64 fp32 result d (eight n-tiles of four registers) as the asm
+// operands %0..%31 of both MMAs below, and the list of those registers.
+// The 64x128 products (wgmma_n128_sm90.cuh, jagged_bwd_dkv_n128.cuh) pass
+// two such halves, %0..%63.
+#define WGMMA_TILE_OPERANDS(t) "+f"(t[0]), "+f"(t[1]), "+f"(t[2]), "+f"(t[3])
+#define WGMMA_D_OPERANDS(d)                                                         \
+  WGMMA_TILE_OPERANDS(d[0]), WGMMA_TILE_OPERANDS(d[1]), WGMMA_TILE_OPERANDS(d[2]),  \
+  WGMMA_TILE_OPERANDS(d[3]), WGMMA_TILE_OPERANDS(d[4]), WGMMA_TILE_OPERANDS(d[5]),  \
+  WGMMA_TILE_OPERANDS(d[6]), WGMMA_TILE_OPERANDS(d[7])
 #define WGMMA_D_LIST                                                              \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define WGMMA_D_OPERANDS(d)                                                      \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),                     \
-  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),                     \
-  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),                     \
-  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),                     \
-  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),                     \
-  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),                     \
-  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),                     \
-  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 
 // d (+)= A B, 64x64x16, A and B from shared memory. kTransA / kTransB: 0
 // for K-major operands, 1 for MN-major (16-bit types only). `accumulate` 0
@@ -268,8 +292,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
                  "n"(kTransB));
 }
-#undef WGMMA_D_LIST
-#undef WGMMA_D_OPERANDS
 
 // Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
 // pairs) live until here: placed after the wait, so the compiler cannot
@@ -607,14 +629,7 @@ __device__ __forceinline__ void softmax_step(float (&sc)[kKeyHalves][8][4], floa
 #pragma unroll
   for (int nh = 0; nh < kKeyHalves; nh++)
 #pragma unroll
-    for (int n = 0; n < 8; n++) {
-      sc[nh][n][0] = fast_exp2(fmaf(sc[nh][n][0], kScaleLog2, -off[0]));
-      sc[nh][n][1] = fast_exp2(fmaf(sc[nh][n][1], kScaleLog2, -off[0]));
-      sc[nh][n][2] = fast_exp2(fmaf(sc[nh][n][2], kScaleLog2, -off[1]));
-      sc[nh][n][3] = fast_exp2(fmaf(sc[nh][n][3], kScaleLog2, -off[1]));
-      rs[0] += sc[nh][n][0] + sc[nh][n][1];
-      rs[1] += sc[nh][n][2] + sc[nh][n][3];
-    }
+    for (int n = 0; n < 8; n++) exp2_tile(sc[nh][n], kScaleLog2, off[0], off[1], rs[0], rs[1]);
   l[0] = l[0] * alpha[0] + rs[0];
   l[1] = l[1] * alpha[1] + rs[1];
 }
@@ -856,12 +871,8 @@ __device__ __forceinline__ void pair_angle(const RotaryRows &rr, int row, int i,
 __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int row0, int rows,
                                               const RotaryRows &rr) {
   constexpr int kTiles = kHeadDim / 8;  // n-tiles of a row
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = row0 + g + 8 * hi;
-    if (row >= rows) continue;
+  const int tq = threadIdx.x & 3;
+  for_lane_rows(row0, rows, [&](int hi, int row) {
     // Column 8n + 2tq + e of n-tile n < kTiles / 2 pairs with the same
     // column of n-tile n + kTiles / 2, in this thread's registers: pair
     // 8n + 2tq + e.
@@ -875,7 +886,7 @@ __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int
         acc[n][2 * hi + e] = x0 * c + x1 * s;
         acc[n + kTiles / 2][2 * hi + e] = x1 * c - x0 * s;
       }
-  }
+  });
 }
 /* ---- end rotary embeddings ---- */
 
@@ -1116,6 +1127,19 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// f(hi, row) for this lane's rows of a warp's 16-row result in the C layout
+// (row row0 + g + 8 hi holds d[n][2 hi] and d[n][2 hi + 1]), those before
+// `rows`.
+template <class F>
+__device__ __forceinline__ void for_lane_rows(int row0, int rows, F &&f) {
+  const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row < rows) f(hi, row);
+  }
+}
+
 // Round two floats to a packed pair, `lo` in the low half.
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   unsigned r;
@@ -1131,6 +1155,19 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// One n-tile of scores in the mma C layout (t[0], t[1] in row g, t[2],
+// t[3] in row g + 8) to exp2(t * scale - off) in place, each row's two
+// values added to its sum.
+__device__ __forceinline__ void exp2_tile(float (&t)[4], float scale, float off_lo, float off_hi,
+                                          float &sum_lo, float &sum_hi) {
+  t[0] = fast_exp2(fmaf(t[0], scale, -off_lo));
+  t[1] = fast_exp2(fmaf(t[1], scale, -off_lo));
+  t[2] = fast_exp2(fmaf(t[2], scale, -off_hi));
+  t[3] = fast_exp2(fmaf(t[3], scale, -off_hi));
+  sum_lo += t[0] + t[1];
+  sum_hi += t[2] + t[3];
 }
 
 /* ---- end device helpers ---- */
@@ -1222,20 +1259,18 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// The 64x64 fp32 result d as the asm operands %0..%31 of both MMAs below,
-// and the list of those registers.
+// The 64x64 fp32 result d (eight n-tiles of four registers) as the asm
+// operands %0..%31 of both MMAs below, and the list of those registers.
+// The 64x128 products (wgmma_n128_sm90.cuh, jagged_bwd_dkv_n128.cuh) pass
+// two such halves, %0..%63.
+#define WGMMA_TILE_OPERANDS(t) "+f"(t[0]), "+f"(t[1]), "+f"(t[2]), "+f"(t[3])
+#define WGMMA_D_OPERANDS(d)                                                         \
+  WGMMA_TILE_OPERANDS(d[0]), WGMMA_TILE_OPERANDS(d[1]), WGMMA_TILE_OPERANDS(d[2]),  \
+  WGMMA_TILE_OPERANDS(d[3]), WGMMA_TILE_OPERANDS(d[4]), WGMMA_TILE_OPERANDS(d[5]),  \
+  WGMMA_TILE_OPERANDS(d[6]), WGMMA_TILE_OPERANDS(d[7])
 #define WGMMA_D_LIST                                                              \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define WGMMA_D_OPERANDS(d)                                                      \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),                     \
-  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),                     \
-  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),                     \
-  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),                     \
-  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),                     \
-  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),                     \
-  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),                     \
-  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 
 // d (+)= A B, 64x64x16, A and B from shared memory. kTransA / kTransB: 0
 // for K-major operands, 1 for MN-major (16-bit types only). `accumulate` 0
@@ -1262,8 +1297,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
                  "n"(kTransB));
 }
-#undef WGMMA_D_LIST
-#undef WGMMA_D_OPERANDS
 
 // Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
 // pairs) live until here: placed after the wait, so the compiler cannot
@@ -1705,17 +1738,13 @@ __device__ __forceinline__ void put_pair(float *at, float lo, float hi) {
 template <int kTiles, class T>
 __device__ __forceinline__ void store_rows(const float (&acc)[kTiles][4], float mul, int row0,
                                            int rows, T *out, long long row_stride) {
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = row0 + g + 8 * hi;
-    if (row >= rows) continue;
+  const int tq = threadIdx.x & 3;
+  for_lane_rows(row0, rows, [&](int hi, int row) {
     T *dst = out + row * row_stride + 2 * tq;
 #pragma unroll
     for (int n = 0; n < kTiles; n++)
       put_pair(dst + 8 * n, acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
-  }
+  });
 }
 
 // a + the dot product of the 8 16-bit values at x and at y (16 bytes each,
@@ -2110,12 +2139,8 @@ __device__ __forceinline__ void pair_angle(const RotaryRows &rr, int row, int i,
 __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int row0, int rows,
                                               const RotaryRows &rr) {
   constexpr int kTiles = kHeadDim / 8;  // n-tiles of a row
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = row0 + g + 8 * hi;
-    if (row >= rows) continue;
+  const int tq = threadIdx.x & 3;
+  for_lane_rows(row0, rows, [&](int hi, int row) {
     // Column 8n + 2tq + e of n-tile n < kTiles / 2 pairs with the same
     // column of n-tile n + kTiles / 2, in this thread's registers: pair
     // 8n + 2tq + e.
@@ -2129,7 +2154,7 @@ __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int
         acc[n][2 * hi + e] = x0 * c + x1 * s;
         acc[n + kTiles / 2][2 * hi + e] = x1 * c - x0 * s;
       }
-  }
+  });
 }
 /* ---- end rotary embeddings ---- */
 

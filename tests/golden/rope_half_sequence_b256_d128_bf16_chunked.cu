@@ -103,6 +103,19 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// f(hi, row) for this lane's rows of a warp's 16-row result in the C layout
+// (row row0 + g + 8 hi holds d[n][2 hi] and d[n][2 hi + 1]), those before
+// `rows`.
+template <class F>
+__device__ __forceinline__ void for_lane_rows(int row0, int rows, F &&f) {
+  const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row < rows) f(hi, row);
+  }
+}
+
 // Round two floats to a packed pair, `lo` in the low half.
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   unsigned r;
@@ -118,6 +131,19 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// One n-tile of scores in the mma C layout (t[0], t[1] in row g, t[2],
+// t[3] in row g + 8) to exp2(t * scale - off) in place, each row's two
+// values added to its sum.
+__device__ __forceinline__ void exp2_tile(float (&t)[4], float scale, float off_lo, float off_hi,
+                                          float &sum_lo, float &sum_hi) {
+  t[0] = fast_exp2(fmaf(t[0], scale, -off_lo));
+  t[1] = fast_exp2(fmaf(t[1], scale, -off_lo));
+  t[2] = fast_exp2(fmaf(t[2], scale, -off_hi));
+  t[3] = fast_exp2(fmaf(t[3], scale, -off_hi));
+  sum_lo += t[0] + t[1];
+  sum_hi += t[2] + t[3];
 }
 
 /* ---- end device helpers ---- */
@@ -338,14 +364,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
   l_lo = 0.f;
   l_hi = 0.f;
 #pragma unroll
-  for (int n = 0; n < kKeyTiles; n++) {
-    s[n][0] = fast_exp2(fmaf(s[n][0], kScaleLog2, -off_lo));
-    s[n][1] = fast_exp2(fmaf(s[n][1], kScaleLog2, -off_lo));
-    s[n][2] = fast_exp2(fmaf(s[n][2], kScaleLog2, -off_hi));
-    s[n][3] = fast_exp2(fmaf(s[n][3], kScaleLog2, -off_hi));
-    l_lo += s[n][0] + s[n][1];
-    l_hi += s[n][2] + s[n][3];
-  }
+  for (int n = 0; n < kKeyTiles; n++) exp2_tile(s[n], kScaleLog2, off_lo, off_hi, l_lo, l_hi);
 #pragma unroll
   for (int d = 1; d < 4; d <<= 1) {
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, d);
@@ -1070,17 +1089,13 @@ __device__ __forceinline__ void put_pair(float *at, float lo, float hi) {
 template <int kTiles, class T>
 __device__ __forceinline__ void store_rows(const float (&acc)[kTiles][4], float mul, int row0,
                                            int rows, T *out, long long row_stride) {
-  const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = row0 + g + 8 * hi;
-    if (row >= rows) continue;
+  const int tq = threadIdx.x & 3;
+  for_lane_rows(row0, rows, [&](int hi, int row) {
     T *dst = out + row * row_stride + 2 * tq;
 #pragma unroll
     for (int n = 0; n < kTiles; n++)
       put_pair(dst + 8 * n, acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
-  }
+  });
 }
 
 // The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the

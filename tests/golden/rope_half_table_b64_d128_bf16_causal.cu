@@ -110,6 +110,19 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// f(hi, row) for this lane's rows of a warp's 16-row result in the C layout
+// (row row0 + g + 8 hi holds d[n][2 hi] and d[n][2 hi + 1]), those before
+// `rows`.
+template <class F>
+__device__ __forceinline__ void for_lane_rows(int row0, int rows, F &&f) {
+  const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row < rows) f(hi, row);
+  }
+}
+
 // Round two floats to a packed pair, `lo` in the low half.
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   unsigned r;
@@ -125,6 +138,19 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// One n-tile of scores in the mma C layout (t[0], t[1] in row g, t[2],
+// t[3] in row g + 8) to exp2(t * scale - off) in place, each row's two
+// values added to its sum.
+__device__ __forceinline__ void exp2_tile(float (&t)[4], float scale, float off_lo, float off_hi,
+                                          float &sum_lo, float &sum_hi) {
+  t[0] = fast_exp2(fmaf(t[0], scale, -off_lo));
+  t[1] = fast_exp2(fmaf(t[1], scale, -off_lo));
+  t[2] = fast_exp2(fmaf(t[2], scale, -off_hi));
+  t[3] = fast_exp2(fmaf(t[3], scale, -off_hi));
+  sum_lo += t[0] + t[1];
+  sum_hi += t[2] + t[3];
 }
 
 /* ---- end device helpers ---- */
@@ -343,14 +369,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
   l_lo = 0.f;
   l_hi = 0.f;
 #pragma unroll
-  for (int n = 0; n < kKeyTiles; n++) {
-    s[n][0] = fast_exp2(fmaf(s[n][0], kScaleLog2, -off_lo));
-    s[n][1] = fast_exp2(fmaf(s[n][1], kScaleLog2, -off_lo));
-    s[n][2] = fast_exp2(fmaf(s[n][2], kScaleLog2, -off_hi));
-    s[n][3] = fast_exp2(fmaf(s[n][3], kScaleLog2, -off_hi));
-    l_lo += s[n][0] + s[n][1];
-    l_hi += s[n][2] + s[n][3];
-  }
+  for (int n = 0; n < kKeyTiles; n++) exp2_tile(s[n], kScaleLog2, off_lo, off_hi, l_lo, l_hi);
 #pragma unroll
   for (int d = 1; d < 4; d <<= 1) {
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, d);
@@ -830,20 +849,18 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// The 64x64 fp32 result d as the asm operands %0..%31 of both MMAs below,
-// and the list of those registers.
+// The 64x64 fp32 result d (eight n-tiles of four registers) as the asm
+// operands %0..%31 of both MMAs below, and the list of those registers.
+// The 64x128 products (wgmma_n128_sm90.cuh, jagged_bwd_dkv_n128.cuh) pass
+// two such halves, %0..%63.
+#define WGMMA_TILE_OPERANDS(t) "+f"(t[0]), "+f"(t[1]), "+f"(t[2]), "+f"(t[3])
+#define WGMMA_D_OPERANDS(d)                                                         \
+  WGMMA_TILE_OPERANDS(d[0]), WGMMA_TILE_OPERANDS(d[1]), WGMMA_TILE_OPERANDS(d[2]),  \
+  WGMMA_TILE_OPERANDS(d[3]), WGMMA_TILE_OPERANDS(d[4]), WGMMA_TILE_OPERANDS(d[5]),  \
+  WGMMA_TILE_OPERANDS(d[6]), WGMMA_TILE_OPERANDS(d[7])
 #define WGMMA_D_LIST                                                              \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define WGMMA_D_OPERANDS(d)                                                      \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),                     \
-  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),                     \
-  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),                     \
-  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),                     \
-  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),                     \
-  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),                     \
-  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),                     \
-  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 
 // d (+)= A B, 64x64x16, A and B from shared memory. kTransA / kTransB: 0
 // for K-major operands, 1 for MN-major (16-bit types only). `accumulate` 0
@@ -870,8 +887,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
                  "n"(kTransB));
 }
-#undef WGMMA_D_LIST
-#undef WGMMA_D_OPERANDS
 
 // Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
 // pairs) live until here: placed after the wait, so the compiler cannot
@@ -1106,14 +1121,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kKeyTiles][4], const Til
   l_lo = 0.f;
   l_hi = 0.f;
 #pragma unroll
-  for (int n = 0; n < kKeyTiles; n++) {
-    s[n][0] = fast_exp2(fmaf(s[n][0], kScaleLog2, -off_lo));
-    s[n][1] = fast_exp2(fmaf(s[n][1], kScaleLog2, -off_lo));
-    s[n][2] = fast_exp2(fmaf(s[n][2], kScaleLog2, -off_hi));
-    s[n][3] = fast_exp2(fmaf(s[n][3], kScaleLog2, -off_hi));
-    l_lo += s[n][0] + s[n][1];
-    l_hi += s[n][2] + s[n][3];
-  }
+  for (int n = 0; n < kKeyTiles; n++) exp2_tile(s[n], kScaleLog2, off_lo, off_hi, l_lo, l_hi);
 #pragma unroll
   for (int d = 1; d < 4; d <<= 1) {
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, d);
