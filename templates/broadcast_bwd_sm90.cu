@@ -303,13 +303,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         const unsigned k_a = ring_a + kx * 2 * kKBytes, v_a = k_a + kKBytes;
 
         float s[8][4], dp[8][4];
-        wgmma_fence();
-        queries_times_keys(s, q_a, k_a, wg);
-        queries_times_keys(dp, do_a, v_a, wg);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_hold(s);
-        wgmma_hold(dp);
+        wgmma_two(s, dp, [&] {
+          queries_times_keys(s, q_a, k_a, wg);
+          queries_times_keys(dp, do_a, v_a, wg);
+        });
         // P and dS of this warp's rows; rows past n_q have LSE +inf (P = 0).
         const Band band = tile_band(0, k0, delta);
         const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;

@@ -233,13 +233,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
       // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys: rows
       // are keys (key0, key0 + 8), columns the step's queries.
       float s[8][4], dp[8][4];
-      wgmma_fence();
-      keys_times_queries(s, k_a, q_a, wg);
-      keys_times_queries(dp, v_a, do_a, wg);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_hold(s);
-      wgmma_hold(dp);
+      wgmma_two(s, dp, [&] {
+        keys_times_queries(s, k_a, q_a, wg);
+        keys_times_queries(dp, v_a, do_a, wg);
+      });
 
       // P^T and dS^T as 16-bit pairs (the A operand of dV and dK); dS^T
       // also to shared memory for dQ.

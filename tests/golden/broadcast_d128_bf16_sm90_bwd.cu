@@ -1928,6 +1928,17 @@ __device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
   for (int n = 0; n < 8; n++)
     asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
 }
+// The two products `issue` makes (a backward step's S and dP) as one group,
+// waited for, their accumulators a and b pinned.
+template <class F>
+__device__ __forceinline__ void wgmma_two(float (&a)[8][4], float (&b)[8][4], F &&issue) {
+  wgmma_fence();
+  issue();
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_hold(a);
+  wgmma_hold(b);
+}
 // Make this thread's generic-proxy shared-memory writes (st.shared,
 // cp.async) visible to the async proxy that wgmma reads through; a barrier
 // must follow before another thread's wgmma reads them.
@@ -2934,13 +2945,10 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
         const unsigned k_a = ring_a + kx * 2 * kKBytes, v_a = k_a + kKBytes;
 
         float s[8][4], dp[8][4];
-        wgmma_fence();
-        queries_times_keys(s, q_a, k_a, wg);
-        queries_times_keys(dp, do_a, v_a, wg);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_hold(s);
-        wgmma_hold(dp);
+        wgmma_two(s, dp, [&] {
+          queries_times_keys(s, q_a, k_a, wg);
+          queries_times_keys(dp, do_a, v_a, wg);
+        });
         // P and dS of this warp's rows; rows past n_q have LSE +inf (P = 0).
         const Band band = tile_band(0, k0, delta);
         const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;

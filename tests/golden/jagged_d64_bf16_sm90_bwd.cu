@@ -295,6 +295,17 @@ __device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
   for (int n = 0; n < 8; n++)
     asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
 }
+// The two products `issue` makes (a backward step's S and dP) as one group,
+// waited for, their accumulators a and b pinned.
+template <class F>
+__device__ __forceinline__ void wgmma_two(float (&a)[8][4], float (&b)[8][4], F &&issue) {
+  wgmma_fence();
+  issue();
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_hold(a);
+  wgmma_hold(b);
+}
 // Make this thread's generic-proxy shared-memory writes (st.shared,
 // cp.async) visible to the async proxy that wgmma reads through; a barrier
 // must follow before another thread's wgmma reads them.
@@ -1271,13 +1282,10 @@ ag_gem_d64_bf16_causal_w256_0_bwd_kv(const unsigned short *__restrict__ q,
       // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys: rows
       // are keys (key0, key0 + 8), columns the step's queries.
       float s[8][4], dp[8][4];
-      wgmma_fence();
-      keys_times_queries(s, k_a, q_a, wg);
-      keys_times_queries(dp, v_a, do_a, wg);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_hold(s);
-      wgmma_hold(dp);
+      wgmma_two(s, dp, [&] {
+        keys_times_queries(s, k_a, q_a, wg);
+        keys_times_queries(dp, v_a, do_a, wg);
+      });
 
       // P^T and dS^T as 16-bit pairs (the A operand of dV and dK); dS^T
       // also to shared memory for dQ.
@@ -1672,6 +1680,17 @@ __device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
 #pragma unroll
   for (int n = 0; n < 8; n++)
     asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+}
+// The two products `issue` makes (a backward step's S and dP) as one group,
+// waited for, their accumulators a and b pinned.
+template <class F>
+__device__ __forceinline__ void wgmma_two(float (&a)[8][4], float (&b)[8][4], F &&issue) {
+  wgmma_fence();
+  issue();
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_hold(a);
+  wgmma_hold(b);
 }
 // Make this thread's generic-proxy shared-memory writes (st.shared,
 // cp.async) visible to the async proxy that wgmma reads through; a barrier

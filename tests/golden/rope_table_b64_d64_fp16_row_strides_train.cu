@@ -857,6 +857,17 @@ __device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
   for (int n = 0; n < 8; n++)
     asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
 }
+// The two products `issue` makes (a backward step's S and dP) as one group,
+// waited for, their accumulators a and b pinned.
+template <class F>
+__device__ __forceinline__ void wgmma_two(float (&a)[8][4], float (&b)[8][4], F &&issue) {
+  wgmma_fence();
+  issue();
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_hold(a);
+  wgmma_hold(b);
+}
 // Make this thread's generic-proxy shared-memory writes (st.shared,
 // cp.async) visible to the async proxy that wgmma reads through; a barrier
 // must follow before another thread's wgmma reads them.
