@@ -161,7 +161,7 @@ typedef struct rotary_vars {
   char turns[2048]; /* kHeadDim / 2 <= 64 literals of at most 17 bytes, 4 a line */
 } rotary_vars;
 
-enum { ROTARY_VARS = 11 };
+enum { ROTARY_VARS = 12 };
 
 static void rotary_fill(const ag_spec *s, rotary_vars *r, ag_tpl_var *v) {
   const bool on = s->rotary.layout != AG_ROTARY_NONE;
@@ -184,6 +184,8 @@ static void rotary_fill(const ag_spec *s, rotary_vars *r, ag_tpl_var *v) {
       {"ROTARY", on ? "1" : "0"},
       {"ROTARY_HALF", on && s->rotary.layout == AG_ROTARY_HALF ? "1" : "0"},
       {"ROTARY_TABLE", table ? "1" : "0"},
+      /* the jagged backwards' RotaryTables, from their parameters */
+      {"ROTARY_TABLES", table ? "{rotary_table, rotary_table_k}" : "{nullptr, nullptr}"},
       {"ROTARY_COMPUTED", on && !table ? "1" : "0"},
       {"ROTARY_SEQUENCE", on && s->rotary.positions == AG_POSITIONS_SEQUENCE ? "1" : "0"},
       {"ROTATE_Q", a & AG_APPLY_Q ? "1" : "0"},

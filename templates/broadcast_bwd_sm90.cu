@@ -189,13 +189,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
         const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
         const SeenTiles seen = seen_key_tiles(sp, mq);
-        const long long kt0 = seen.kt0;
-        const int n_steps = seen.n_steps;
         const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
         unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
 #pragma unroll 1
-        for (int i = 0; i < n_steps; i++, n++) {
-          const long long k0 = (kt0 + i) * kBlockN;
+        for (int i = 0; i < seen.n_steps; i++, n++) {
+          const long long k0 = (seen.kt0 + i) * kBlockN;
           const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
           const int x = (int)(n & 1);
           const unsigned p_a = pds_a + x * 2 * kPBytes, ds_a = p_a + kPBytes;
@@ -237,17 +235,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
 #pragma unroll 1
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
-      const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
-      const long long delta = sp.k_len - sp.q_len;
-      const SeenTiles seen = seen_key_tiles(sp, mq);
-      const long long kt0 = seen.kt0;
-      const int n_steps = seen.n_steps;
-      const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
-      const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
-      unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
-      const unsigned short *const k_head = k + kv_at, *const v_head = v + kv_at;
-      zero_unseen_keys<kCopyThreads>(dk_head, dv_head, sp.k_len, seen, stride);
-      if (n_steps == 0) continue;
+      const SlabSequence sp = slab_sequence<kCopyThreads>(cu_seqlens_q, cu_seqlens_k, b, batch,
+                                                          total_q, total_k, mq, h, stride, k, v,
+                                                          dk, dv);
+      if (sp.n_steps == 0) continue;
 
       // The key warpgroup is done with the last sequence's dO (its last
       // tile's P, dS slot is freed after dV and dK), and both query
@@ -258,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       }
       if (!q_loaded) load_rows<kBlockM>(q_a, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
-      load_rows<kBlockM>(do_a, dout + o_row, stride, mq);
+      load_rows<kBlockM>(do_a, dout + sp.o_row, stride, mq);
       // Tile t of the sequence (tile m = n0 + t of the CTA) into K, V slot m
       // % kStages once both query warpgroups are done with tile m -
       // kStages there; each copying thread arrives on the slot's full
@@ -268,29 +259,29 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         const long long m = n0 + t;
         const int x = (int)(m % kStages);
         if (m >= kStages) mbar_wait(kv_empty0 + 8 * x, (unsigned)(m / kStages - 1) & 1);
-        const long long k0 = (kt0 + t) * kBlockN;
+        const long long k0 = (sp.kt0 + t) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
         const unsigned slot = ring_a + x * 2 * kKBytes;
-        load_rows<kBlockN>(slot, k_head + k0 * stride, stride, nk);
-        load_rows<kBlockN>(slot + kKBytes, v_head + k0 * stride, stride, nk);
+        load_rows<kBlockN>(slot, sp.k + k0 * stride, stride, nk);
+        load_rows<kBlockN>(slot + kKBytes, sp.v + k0 * stride, stride, nk);
         mbar_arrive_on_copies(kv_full0 + 8 * x);
       };
 #pragma unroll 1
-      for (int t = 0; t < kStages - 1 && t < n_steps; t++) load_tile_kv(t);
+      for (int t = 0; t < kStages - 1 && t < sp.n_steps; t++) load_tile_kv(t);
       // D of this warp's rows from memory while the tiles land.
-      row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
+      row_stats(o, dout, lse, nullptr, sp.o_row, stride, (long long)h * total_q + sp.q_start, mq,
                 row0, lse_s, di_s);
       __syncwarp();
       const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
       const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
 
 #pragma unroll 1
-      for (int i = 0; i < n_steps; i++, n++) {
+      for (int i = 0; i < sp.n_steps; i++, n++) {
         // Tile i + kStages - 1 into the slot tile n - 1 freed (once both
         // query warpgroups are done with it), then wait for this one; the
         // two warpgroups need not meet otherwise, so that one's softmax can
         // run under the other's products.
-        if (i + kStages - 1 < n_steps) load_tile_kv(i + kStages - 1);
+        if (i + kStages - 1 < sp.n_steps) load_tile_kv(i + kStages - 1);
         const int kx = (int)(n % kStages);
         mbar_wait(kv_full0 + 8 * kx, (unsigned)(n / kStages) & 1);
         // the copies (and with the sequence's first tile Q's and dO's) are
@@ -298,7 +289,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         // acquire, as jagged_bwd_ws.cu's computing warpgroups do; the key
         // warpgroup's reads of Q and dO follow this fence through full
         fence_proxy_async();
-        const long long k0 = (kt0 + i) * kBlockN;
+        const long long k0 = (sp.kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
         const unsigned k_a = ring_a + kx * 2 * kKBytes, v_a = k_a + kKBytes;
 
@@ -308,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
           queries_times_keys(dp, do_a, v_a, wg);
         });
         // P and dS of this warp's rows; rows past n_q have LSE +inf (P = 0).
-        const Band band = tile_band(0, k0, delta);
+        const Band band = tile_band(0, k0, sp.delta);
         const bool full = nk == kBlockN && band.lo <= -(kBlockM - 1) && band.hi >= kBlockN - 1;
         unsigned p16[8][2], ds16[8][2];
         probs_and_ds<8, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nk, band, row0, p16, ds16);

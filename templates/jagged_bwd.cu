@@ -14,7 +14,9 @@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ (ints, read only with WINDOW: a negative side
 @#   is unbounded; CAUSAL caps the right side at 0) @BROADCAST@ (0 | 1: one
 @#   dense Q [n_q = total_q / batch, heads, HEAD_DIM] shared by every
-@#   sequence; its dQ is the sum over the batch, by slabs and _dq_sum).
+@#   sequence; its dQ is the sum over the batch, by slabs and _dq_sum)
+@#   @ROTARY_TABLES@ (the kernels' RotaryTables: {rotary_table,
+@#   rotary_table_k} with ROTARY_TABLE, else {nullptr, nullptr}).
 @# Conditions: ROTARY (rotary embeddings, not with BROADCAST:
 @#   jagged_rotary.cuh's conditions and placeholders), ROTARY_TABLE (its
 @#   positions from tables: every kernel then takes rotary_table [total_q,
@@ -215,11 +217,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const int h = blockIdx.y, hk = h / (heads / kv_heads);
   const long long q_stride = (long long)heads * kHeadDim;
   const int row0 = 16 * (threadIdx.x >> 5);  // this warp's rows of the query tile
-@if ROTARY_TABLE@
-  const RotaryTables tables = {rotary_table, rotary_table_k};
-@else@
-  const RotaryTables tables = {nullptr, nullptr};
-@endif@
+  const RotaryTables tables = @ROTARY_TABLES@;
   float acc[kDimTiles][4];
 
 #pragma unroll 1
@@ -399,11 +397,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@_dkv(@PARAMS@) {
   (void)o;
   (void)dq;
-@if ROTARY_TABLE@
-  const RotaryTables tables = {rotary_table, rotary_table_k};
-@else@
-  const RotaryTables tables = {nullptr, nullptr};
-@endif@
+  const RotaryTables tables = @ROTARY_TABLES@;
   key_tiles(q, k, v, dout, lse, dk, dv, di, tables, cu_seqlens_q, cu_seqlens_k, batch, heads,
             kv_heads, total_q, total_k, num_tiles);
 }

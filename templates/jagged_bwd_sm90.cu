@@ -18,7 +18,8 @@
 @#   @ROWS_THREADS@ (threads of _pre and _dq) @MIN_CTAS@ (CTAs of _kv an SM:
 @#   3 takes one slot of staging rows, else two)
 @#   @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@
-@#   @WINDOW@ @WINDOW_LEFT@ @WINDOW_RIGHT@ (as in jagged_bwd.cu).
+@#   @WINDOW@ @WINDOW_LEFT@ @WINDOW_RIGHT@ @ROTARY_TABLES@ (as in
+@#   jagged_bwd.cu).
 @# Kernels, in this order on one stream, all with jagged_bwd.cu's
 @# parameters; `di` is [heads, total_q] D, then from float
 @# dq_accumulator_at(heads, total_q) the [total_q, heads, HEAD_DIM] fp32
@@ -122,11 +123,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtas)
 @KERNEL_NAME@_kv(@PARAMS@) {
   (void)o;
   (void)dq;
-@if ROTARY_TABLE@
-  const RotaryTables tables = {rotary_table, rotary_table_k};
-@else@
-  const RotaryTables tables = {nullptr, nullptr};
-@endif@
+  const RotaryTables tables = @ROTARY_TABLES@;
   (void)tables;
   if (batch <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return;
   const int hk = blockIdx.y, group = heads / kv_heads;

@@ -1708,6 +1708,40 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
   if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
 }
 
+// Sequence b of a slab as head h's CTA of a one-pass broadcast backward
+// walks it: its span, the key tiles its queries [0, mq) see, and where
+// head h's rows start (every tensor's rows `stride` elements apart). With
+// kZeroThreads > 0 those threads also zero the gradients of the keys no
+// query sees (zero_unseen_keys).
+struct SlabSequence : SeqSpan {
+  long long delta;              // k_len - q_len: where the causal diagonal lies
+  long long kt0;                // the first key tile seen
+  int n_steps;                  // key tiles seen (0: none)
+  long long o_row;              // head h's first row of O and dO
+  const unsigned short *k, *v;  // head h's key 0 in K and V
+  unsigned short *dk, *dv;      // and in dK and dV
+};
+template <int kZeroThreads>
+__device__ __forceinline__ SlabSequence slab_sequence(
+    const int *cu_q, const int *cu_k, long long b, long long batch, long long total_q,
+    long long total_k, int mq, int h, long long stride, const unsigned short *k,
+    const unsigned short *v, unsigned short *dk, unsigned short *dv) {
+  SlabSequence s;
+  static_cast<SeqSpan &>(s) = seq_span(cu_q, cu_k, b, batch, total_q, total_k);
+  s.delta = s.k_len - s.q_len;
+  const SeenTiles seen = seen_key_tiles(s, mq);
+  s.kt0 = seen.kt0;
+  s.n_steps = seen.n_steps;
+  s.o_row = s.q_start * stride + (long long)h * kHeadDim;
+  const long long kv_at = s.k_start * stride + (long long)h * kHeadDim;
+  s.k = k + kv_at;
+  s.v = v + kv_at;
+  s.dk = dk + kv_at;
+  s.dv = dv + kv_at;
+  if constexpr (kZeroThreads > 0) zero_unseen_keys<kZeroThreads>(s.dk, s.dv, s.k_len, seen, stride);
+  return s;
+}
+
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
@@ -2015,38 +2049,30 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
     bool q_loaded = false;
 #pragma unroll 1
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
-      const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
-      const long long delta = sp.k_len - sp.q_len;
-      const SeenTiles seen = seen_key_tiles(sp, mq);
-      const long long kt0 = seen.kt0;
-      const int n_steps = seen.n_steps;
-      const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
-      const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
-      unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
-      const unsigned short *const k_head = k + kv_at, *const v_head = v + kv_at;
-      zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
-      if (n_steps == 0) continue;
+      const SlabSequence sp = slab_sequence<kThreads>(cu_seqlens_q, cu_seqlens_k, b, batch, total_q,
+                                                      total_k, mq, h, stride, k, v, dk, dv);
+      if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
-      load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
+      load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
       // Tiles 0 .. kStages - 2 into their slots, a commit group each (dO
       // with the first); the loop keeps kStages - 1 groups in flight.
 #pragma unroll
       for (int t = 0; t < kStages - 1; t++) {
-        if (t == 0 || t < n_steps) {  // (n_steps >= 1: tile 0 always loads)
-          const long long k0 = (kt0 + t) * kBlockN;
+        if (t == 0 || t < sp.n_steps) {  // (sp.n_steps >= 1: tile 0 always loads)
+          const long long k0 = (sp.kt0 + t) * kBlockN;
           const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
           unsigned short *const slot = ring + t * 2 * kKTileElems;
-          load_tile<kBlockN>(slot, k_head + k0 * stride, stride, nk);
-          load_tile<kBlockN>(slot + kKTileElems, v_head + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot, sp.k + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot + kKTileElems, sp.v + k0 * stride, stride, nk);
         }
         cp_async_commit();
       }
       // D of this warp's rows from memory while the tiles land.
       if (share == 0)
-        row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
+        row_stats(o, dout, lse, nullptr, sp.o_row, stride, (long long)h * total_q + sp.q_start, mq,
                   row0, lse_s, di_s);
       if constexpr (kKeySplit > 1) __syncthreads();  // rows of another warp's
       else __syncwarp();
@@ -2054,22 +2080,22 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
       const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
 
 #pragma unroll 1
-      for (int i = 0; i < n_steps; i++) {
+      for (int i = 0; i < sp.n_steps; i++) {
         // Refill the last tile's slot with tile i + kStages - 1 once every
         // warp is done with it (and with P and dS of the last tile), then
         // wait for this one.
         __syncthreads();
-        if (i + kStages - 1 < n_steps) {
-          const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
+        if (i + kStages - 1 < sp.n_steps) {
+          const long long k1 = (sp.kt0 + i + kStages - 1) * kBlockN;
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
           unsigned short *slot = ring + ((unsigned)(i + kStages - 1) % kStages) * 2 * kKTileElems;
-          load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
-          load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
+          load_tile<kBlockN>(slot, sp.k + k1 * stride, stride, nk1);
+          load_tile<kBlockN>(slot + kKTileElems, sp.v + k1 * stride, stride, nk1);
         }
         cp_async_commit();
         cp_async_wait<kStages - 1>();
         __syncthreads();
-        const long long k0 = (kt0 + i) * kBlockN;
+        const long long k0 = (sp.kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
         const unsigned k_a = smem_addr(ring + ((unsigned)i % kStages) * 2 * kKTileElems);
         const unsigned v_a = k_a + 2 * kKTileElems;
@@ -2081,7 +2107,7 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
           float s[kSplitTiles][4], dp[kSplitTiles][4];
           rows_times_rows(s, q_a, kw_a, 0, row0);
           rows_times_rows(dp, do_a, vw_a, 0, row0);
-          const Band band = tile_band(0, k0 + key0, delta);
+          const Band band = tile_band(0, k0 + key0, sp.delta);
           const bool full =
               nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
           unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
@@ -2094,9 +2120,9 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
         __syncthreads();  // P and dS of the tile complete
         float part[kDimPart][4];
         keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
-        store_rows(part, 1.f, kr0, nk, dv_head + k0 * stride + nt0 * 8, stride);
+        store_rows(part, 1.f, kr0, nk, sp.dv + k0 * stride + nt0 * 8, stride);
         keys_by_queries(part, ds_a, q_a, kr0, nt0, ksteps);  // dK = dS^T Q
-        store_rows(part, kScale, kr0, nk, dk_head + k0 * stride + nt0 * 8, stride);
+        store_rows(part, kScale, kr0, nk, sp.dk + k0 * stride + nt0 * 8, stride);
       }
       cp_async_wait<0>();
     }
@@ -2535,6 +2561,40 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
   if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
 }
 
+// Sequence b of a slab as head h's CTA of a one-pass broadcast backward
+// walks it: its span, the key tiles its queries [0, mq) see, and where
+// head h's rows start (every tensor's rows `stride` elements apart). With
+// kZeroThreads > 0 those threads also zero the gradients of the keys no
+// query sees (zero_unseen_keys).
+struct SlabSequence : SeqSpan {
+  long long delta;              // k_len - q_len: where the causal diagonal lies
+  long long kt0;                // the first key tile seen
+  int n_steps;                  // key tiles seen (0: none)
+  long long o_row;              // head h's first row of O and dO
+  const unsigned short *k, *v;  // head h's key 0 in K and V
+  unsigned short *dk, *dv;      // and in dK and dV
+};
+template <int kZeroThreads>
+__device__ __forceinline__ SlabSequence slab_sequence(
+    const int *cu_q, const int *cu_k, long long b, long long batch, long long total_q,
+    long long total_k, int mq, int h, long long stride, const unsigned short *k,
+    const unsigned short *v, unsigned short *dk, unsigned short *dv) {
+  SlabSequence s;
+  static_cast<SeqSpan &>(s) = seq_span(cu_q, cu_k, b, batch, total_q, total_k);
+  s.delta = s.k_len - s.q_len;
+  const SeenTiles seen = seen_key_tiles(s, mq);
+  s.kt0 = seen.kt0;
+  s.n_steps = seen.n_steps;
+  s.o_row = s.q_start * stride + (long long)h * kHeadDim;
+  const long long kv_at = s.k_start * stride + (long long)h * kHeadDim;
+  s.k = k + kv_at;
+  s.v = v + kv_at;
+  s.dk = dk + kv_at;
+  s.dv = dv + kv_at;
+  if constexpr (kZeroThreads > 0) zero_unseen_keys<kZeroThreads>(s.dk, s.dv, s.k_len, seen, stride);
+  return s;
+}
+
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
@@ -2842,38 +2902,30 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
     bool q_loaded = false;
 #pragma unroll 1
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
-      const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
-      const long long delta = sp.k_len - sp.q_len;
-      const SeenTiles seen = seen_key_tiles(sp, mq);
-      const long long kt0 = seen.kt0;
-      const int n_steps = seen.n_steps;
-      const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
-      const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
-      unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
-      const unsigned short *const k_head = k + kv_at, *const v_head = v + kv_at;
-      zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
-      if (n_steps == 0) continue;
+      const SlabSequence sp = slab_sequence<kThreads>(cu_seqlens_q, cu_seqlens_k, b, batch, total_q,
+                                                      total_k, mq, h, stride, k, v, dk, dv);
+      if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
-      load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
+      load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
       // Tiles 0 .. kStages - 2 into their slots, a commit group each (dO
       // with the first); the loop keeps kStages - 1 groups in flight.
 #pragma unroll
       for (int t = 0; t < kStages - 1; t++) {
-        if (t == 0 || t < n_steps) {  // (n_steps >= 1: tile 0 always loads)
-          const long long k0 = (kt0 + t) * kBlockN;
+        if (t == 0 || t < sp.n_steps) {  // (sp.n_steps >= 1: tile 0 always loads)
+          const long long k0 = (sp.kt0 + t) * kBlockN;
           const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
           unsigned short *const slot = ring + t * 2 * kKTileElems;
-          load_tile<kBlockN>(slot, k_head + k0 * stride, stride, nk);
-          load_tile<kBlockN>(slot + kKTileElems, v_head + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot, sp.k + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot + kKTileElems, sp.v + k0 * stride, stride, nk);
         }
         cp_async_commit();
       }
       // D of this warp's rows from memory while the tiles land.
       if (share == 0)
-        row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
+        row_stats(o, dout, lse, nullptr, sp.o_row, stride, (long long)h * total_q + sp.q_start, mq,
                   row0, lse_s, di_s);
       if constexpr (kKeySplit > 1) __syncthreads();  // rows of another warp's
       else __syncwarp();
@@ -2881,22 +2933,22 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
       const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
 
 #pragma unroll 1
-      for (int i = 0; i < n_steps; i++) {
+      for (int i = 0; i < sp.n_steps; i++) {
         // Refill the last tile's slot with tile i + kStages - 1 once every
         // warp is done with it (and with P and dS of the last tile), then
         // wait for this one.
         __syncthreads();
-        if (i + kStages - 1 < n_steps) {
-          const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
+        if (i + kStages - 1 < sp.n_steps) {
+          const long long k1 = (sp.kt0 + i + kStages - 1) * kBlockN;
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
           unsigned short *slot = ring + ((unsigned)(i + kStages - 1) % kStages) * 2 * kKTileElems;
-          load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
-          load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
+          load_tile<kBlockN>(slot, sp.k + k1 * stride, stride, nk1);
+          load_tile<kBlockN>(slot + kKTileElems, sp.v + k1 * stride, stride, nk1);
         }
         cp_async_commit();
         cp_async_wait<kStages - 1>();
         __syncthreads();
-        const long long k0 = (kt0 + i) * kBlockN;
+        const long long k0 = (sp.kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
         const unsigned k_a = smem_addr(ring + ((unsigned)i % kStages) * 2 * kKTileElems);
         const unsigned v_a = k_a + 2 * kKTileElems;
@@ -2908,7 +2960,7 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
           float s[kSplitTiles][4], dp[kSplitTiles][4];
           rows_times_rows(s, q_a, kw_a, 0, row0);
           rows_times_rows(dp, do_a, vw_a, 0, row0);
-          const Band band = tile_band(0, k0 + key0, delta);
+          const Band band = tile_band(0, k0 + key0, sp.delta);
           const bool full =
               nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
           unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
@@ -2921,9 +2973,9 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
         __syncthreads();  // P and dS of the tile complete
         float part[kDimPart][4];
         keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
-        store_rows(part, 1.f, kr0, nk, dv_head + k0 * stride + nt0 * 8, stride);
+        store_rows(part, 1.f, kr0, nk, sp.dv + k0 * stride + nt0 * 8, stride);
         keys_by_queries(part, ds_a, q_a, kr0, nt0, ksteps);  // dK = dS^T Q
-        store_rows(part, kScale, kr0, nk, dk_head + k0 * stride + nt0 * 8, stride);
+        store_rows(part, kScale, kr0, nk, sp.dk + k0 * stride + nt0 * 8, stride);
       }
       cp_async_wait<0>();
     }
@@ -3362,6 +3414,40 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
   if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
 }
 
+// Sequence b of a slab as head h's CTA of a one-pass broadcast backward
+// walks it: its span, the key tiles its queries [0, mq) see, and where
+// head h's rows start (every tensor's rows `stride` elements apart). With
+// kZeroThreads > 0 those threads also zero the gradients of the keys no
+// query sees (zero_unseen_keys).
+struct SlabSequence : SeqSpan {
+  long long delta;              // k_len - q_len: where the causal diagonal lies
+  long long kt0;                // the first key tile seen
+  int n_steps;                  // key tiles seen (0: none)
+  long long o_row;              // head h's first row of O and dO
+  const unsigned short *k, *v;  // head h's key 0 in K and V
+  unsigned short *dk, *dv;      // and in dK and dV
+};
+template <int kZeroThreads>
+__device__ __forceinline__ SlabSequence slab_sequence(
+    const int *cu_q, const int *cu_k, long long b, long long batch, long long total_q,
+    long long total_k, int mq, int h, long long stride, const unsigned short *k,
+    const unsigned short *v, unsigned short *dk, unsigned short *dv) {
+  SlabSequence s;
+  static_cast<SeqSpan &>(s) = seq_span(cu_q, cu_k, b, batch, total_q, total_k);
+  s.delta = s.k_len - s.q_len;
+  const SeenTiles seen = seen_key_tiles(s, mq);
+  s.kt0 = seen.kt0;
+  s.n_steps = seen.n_steps;
+  s.o_row = s.q_start * stride + (long long)h * kHeadDim;
+  const long long kv_at = s.k_start * stride + (long long)h * kHeadDim;
+  s.k = k + kv_at;
+  s.v = v + kv_at;
+  s.dk = dk + kv_at;
+  s.dv = dv + kv_at;
+  if constexpr (kZeroThreads > 0) zero_unseen_keys<kZeroThreads>(s.dk, s.dv, s.k_len, seen, stride);
+  return s;
+}
+
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
@@ -3669,38 +3755,30 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
     bool q_loaded = false;
 #pragma unroll 1
     for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
-      const SeqSpan sp = seq_span(cu_seqlens_q, cu_seqlens_k, b, batch, total_q, total_k);
-      const long long delta = sp.k_len - sp.q_len;
-      const SeenTiles seen = seen_key_tiles(sp, mq);
-      const long long kt0 = seen.kt0;
-      const int n_steps = seen.n_steps;
-      const long long o_row = sp.q_start * stride + (long long)h * kHeadDim;
-      const long long kv_at = sp.k_start * stride + (long long)h * kHeadDim;  // this head's key 0
-      unsigned short *const dk_head = dk + kv_at, *const dv_head = dv + kv_at;
-      const unsigned short *const k_head = k + kv_at, *const v_head = v + kv_at;
-      zero_unseen_keys<kThreads>(dk_head, dv_head, sp.k_len, seen, stride);
-      if (n_steps == 0) continue;
+      const SlabSequence sp = slab_sequence<kThreads>(cu_seqlens_q, cu_seqlens_k, b, batch, total_q,
+                                                      total_k, mq, h, stride, k, v, dk, dv);
+      if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
-      load_tile<kBlockM>(do_s, dout + o_row, stride, mq);
+      load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
       // Tiles 0 .. kStages - 2 into their slots, a commit group each (dO
       // with the first); the loop keeps kStages - 1 groups in flight.
 #pragma unroll
       for (int t = 0; t < kStages - 1; t++) {
-        if (t == 0 || t < n_steps) {  // (n_steps >= 1: tile 0 always loads)
-          const long long k0 = (kt0 + t) * kBlockN;
+        if (t == 0 || t < sp.n_steps) {  // (sp.n_steps >= 1: tile 0 always loads)
+          const long long k0 = (sp.kt0 + t) * kBlockN;
           const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
           unsigned short *const slot = ring + t * 2 * kKTileElems;
-          load_tile<kBlockN>(slot, k_head + k0 * stride, stride, nk);
-          load_tile<kBlockN>(slot + kKTileElems, v_head + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot, sp.k + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot + kKTileElems, sp.v + k0 * stride, stride, nk);
         }
         cp_async_commit();
       }
       // D of this warp's rows from memory while the tiles land.
       if (share == 0)
-        row_stats(o, dout, lse, nullptr, o_row, stride, (long long)h * total_q + sp.q_start, mq,
+        row_stats(o, dout, lse, nullptr, sp.o_row, stride, (long long)h * total_q + sp.q_start, mq,
                   row0, lse_s, di_s);
       if constexpr (kKeySplit > 1) __syncthreads();  // rows of another warp's
       else __syncwarp();
@@ -3708,22 +3786,22 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
       const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
 
 #pragma unroll 1
-      for (int i = 0; i < n_steps; i++) {
+      for (int i = 0; i < sp.n_steps; i++) {
         // Refill the last tile's slot with tile i + kStages - 1 once every
         // warp is done with it (and with P and dS of the last tile), then
         // wait for this one.
         __syncthreads();
-        if (i + kStages - 1 < n_steps) {
-          const long long k1 = (kt0 + i + kStages - 1) * kBlockN;
+        if (i + kStages - 1 < sp.n_steps) {
+          const long long k1 = (sp.kt0 + i + kStages - 1) * kBlockN;
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
           unsigned short *slot = ring + ((unsigned)(i + kStages - 1) % kStages) * 2 * kKTileElems;
-          load_tile<kBlockN>(slot, k_head + k1 * stride, stride, nk1);
-          load_tile<kBlockN>(slot + kKTileElems, v_head + k1 * stride, stride, nk1);
+          load_tile<kBlockN>(slot, sp.k + k1 * stride, stride, nk1);
+          load_tile<kBlockN>(slot + kKTileElems, sp.v + k1 * stride, stride, nk1);
         }
         cp_async_commit();
         cp_async_wait<kStages - 1>();
         __syncthreads();
-        const long long k0 = (kt0 + i) * kBlockN;
+        const long long k0 = (sp.kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
         const unsigned k_a = smem_addr(ring + ((unsigned)i % kStages) * 2 * kKTileElems);
         const unsigned v_a = k_a + 2 * kKTileElems;
@@ -3735,7 +3813,7 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
           float s[kSplitTiles][4], dp[kSplitTiles][4];
           rows_times_rows(s, q_a, kw_a, 0, row0);
           rows_times_rows(dp, do_a, vw_a, 0, row0);
-          const Band band = tile_band(0, k0 + key0, delta);
+          const Band band = tile_band(0, k0 + key0, sp.delta);
           const bool full =
               nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
           unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
@@ -3748,9 +3826,9 @@ ag_pma_d128_bf16_bq_bwd_m128(const unsigned short *__restrict__ q,
         __syncthreads();  // P and dS of the tile complete
         float part[kDimPart][4];
         keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
-        store_rows(part, 1.f, kr0, nk, dv_head + k0 * stride + nt0 * 8, stride);
+        store_rows(part, 1.f, kr0, nk, sp.dv + k0 * stride + nt0 * 8, stride);
         keys_by_queries(part, ds_a, q_a, kr0, nt0, ksteps);  // dK = dS^T Q
-        store_rows(part, kScale, kr0, nk, dk_head + k0 * stride + nt0 * 8, stride);
+        store_rows(part, kScale, kr0, nk, sp.dk + k0 * stride + nt0 * 8, stride);
       }
       cp_async_wait<0>();
     }
@@ -4176,6 +4254,40 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
   };
   zero(0, t.n_steps ? t.kt0 * kBlockN : k_len);
   if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
+}
+
+// Sequence b of a slab as head h's CTA of a one-pass broadcast backward
+// walks it: its span, the key tiles its queries [0, mq) see, and where
+// head h's rows start (every tensor's rows `stride` elements apart). With
+// kZeroThreads > 0 those threads also zero the gradients of the keys no
+// query sees (zero_unseen_keys).
+struct SlabSequence : SeqSpan {
+  long long delta;              // k_len - q_len: where the causal diagonal lies
+  long long kt0;                // the first key tile seen
+  int n_steps;                  // key tiles seen (0: none)
+  long long o_row;              // head h's first row of O and dO
+  const unsigned short *k, *v;  // head h's key 0 in K and V
+  unsigned short *dk, *dv;      // and in dK and dV
+};
+template <int kZeroThreads>
+__device__ __forceinline__ SlabSequence slab_sequence(
+    const int *cu_q, const int *cu_k, long long b, long long batch, long long total_q,
+    long long total_k, int mq, int h, long long stride, const unsigned short *k,
+    const unsigned short *v, unsigned short *dk, unsigned short *dv) {
+  SlabSequence s;
+  static_cast<SeqSpan &>(s) = seq_span(cu_q, cu_k, b, batch, total_q, total_k);
+  s.delta = s.k_len - s.q_len;
+  const SeenTiles seen = seen_key_tiles(s, mq);
+  s.kt0 = seen.kt0;
+  s.n_steps = seen.n_steps;
+  s.o_row = s.q_start * stride + (long long)h * kHeadDim;
+  const long long kv_at = s.k_start * stride + (long long)h * kHeadDim;
+  s.k = k + kv_at;
+  s.v = v + kv_at;
+  s.dk = dk + kv_at;
+  s.dv = dv + kv_at;
+  if constexpr (kZeroThreads > 0) zero_unseen_keys<kZeroThreads>(s.dk, s.dv, s.k_len, seen, stride);
+  return s;
 }
 
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a

@@ -1057,6 +1057,40 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
   if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
 }
 
+// Sequence b of a slab as head h's CTA of a one-pass broadcast backward
+// walks it: its span, the key tiles its queries [0, mq) see, and where
+// head h's rows start (every tensor's rows `stride` elements apart). With
+// kZeroThreads > 0 those threads also zero the gradients of the keys no
+// query sees (zero_unseen_keys).
+struct SlabSequence : SeqSpan {
+  long long delta;              // k_len - q_len: where the causal diagonal lies
+  long long kt0;                // the first key tile seen
+  int n_steps;                  // key tiles seen (0: none)
+  long long o_row;              // head h's first row of O and dO
+  const unsigned short *k, *v;  // head h's key 0 in K and V
+  unsigned short *dk, *dv;      // and in dK and dV
+};
+template <int kZeroThreads>
+__device__ __forceinline__ SlabSequence slab_sequence(
+    const int *cu_q, const int *cu_k, long long b, long long batch, long long total_q,
+    long long total_k, int mq, int h, long long stride, const unsigned short *k,
+    const unsigned short *v, unsigned short *dk, unsigned short *dv) {
+  SlabSequence s;
+  static_cast<SeqSpan &>(s) = seq_span(cu_q, cu_k, b, batch, total_q, total_k);
+  s.delta = s.k_len - s.q_len;
+  const SeenTiles seen = seen_key_tiles(s, mq);
+  s.kt0 = seen.kt0;
+  s.n_steps = seen.n_steps;
+  s.o_row = s.q_start * stride + (long long)h * kHeadDim;
+  const long long kv_at = s.k_start * stride + (long long)h * kHeadDim;
+  s.k = k + kv_at;
+  s.v = v + kv_at;
+  s.dk = dk + kv_at;
+  s.dv = dv + kv_at;
+  if constexpr (kZeroThreads > 0) zero_unseen_keys<kZeroThreads>(s.dk, s.dv, s.k_len, seen, stride);
+  return s;
+}
+
 // c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
 // and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
 // accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
