@@ -8,11 +8,11 @@
 
 #include "runtime.h"
 
-#define AG_XSTR_(x) #x
-#define AG_STR_(x) AG_XSTR_(x)
 /* Stringify after expansion: cuMemAlloc becomes "cuMemAlloc_v2". */
 #define AG_SYMBOL_NAME_(fn) AG_STR_(fn),
 static const char *const symbol_names[] = {AG_DRIVER_FUNCS(AG_SYMBOL_NAME_)};
+#define AG_DRIVER_SYMBOL_(fn) AG_DL_SYMBOL(ag_driver, fn)
+static const ag_dl_symbol symbols[] = {AG_DRIVER_FUNCS(AG_DRIVER_SYMBOL_)};
 
 /* Written only inside pthread_once, read-only afterwards. */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -52,15 +52,10 @@ static void load(void) {
   }
   ag_driver d;
   memset(&d, 0, sizeof d);
-  const char *missing = NULL;
-#define AG_LOAD_(fn) \
-  if (!missing && !(d.fn = (__typeof__(d.fn))dlsym(lib, AG_STR_(fn)))) missing = AG_STR_(fn);
-  AG_DRIVER_FUNCS(AG_LOAD_)
-#undef AG_LOAD_
-  if (missing) {
+  const char *missing = ag_dl_table_fill(lib, symbols, sizeof symbols / sizeof symbols[0], &d);
+  if (missing) { /* lib is closed */
     snprintf(load_message, sizeof load_message, "the CUDA driver %s lacks %s (driver too old?)",
              shown, missing);
-    dlclose(lib);
     return;
   }
   d.cuTensorMapEncodeTiled =

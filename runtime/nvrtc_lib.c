@@ -15,9 +15,6 @@
 
 #include "runtime.h"
 
-#define AG_XSTR_(x) #x
-#define AG_STR_(x) AG_XSTR_(x)
-
 #ifndef AG_NVRTC_DIR
 #define AG_NVRTC_DIR "/usr/local/cuda/lib64"
 #endif
@@ -27,6 +24,8 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static ag_nvrtc_table table;
 static bool loaded; /* also read by ag_nvrtc_lib_loaded, atomically */
 static char load_message[640];
+#define AG_NVRTC_SYMBOL_(fn) AG_DL_SYMBOL(ag_nvrtc_table, fn)
+static const ag_dl_symbol symbols[] = {AG_NVRTC_FUNCS(AG_NVRTC_SYMBOL_)};
 
 static void load(void) {
   char soname[32], fallback[512];
@@ -51,15 +50,10 @@ static void load(void) {
   }
   ag_nvrtc_table t;
   memset(&t, 0, sizeof t);
-  const char *missing = NULL;
-#define AG_LOAD_(fn) \
-  if (!missing && !(t.fn = (__typeof__(t.fn))dlsym(lib, AG_STR_(fn)))) missing = AG_STR_(fn);
-  AG_NVRTC_FUNCS(AG_LOAD_)
-#undef AG_LOAD_
-  if (missing) {
+  const char *missing = ag_dl_table_fill(lib, symbols, sizeof symbols / sizeof symbols[0], &t);
+  if (missing) { /* lib is closed */
     snprintf(load_message, sizeof load_message, "the NVRTC library %s lacks %s",
              env ? env : soname, missing);
-    dlclose(lib);
     return;
   }
   table = t; /* the library stays loaded for the life of the process */

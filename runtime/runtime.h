@@ -54,6 +54,27 @@ ag_status ag_write_atomic(const char *path, const void *const *parts, const size
  * refused. AG_ERR_IO. */
 ag_status ag_write_output(const char *path, const void *data, size_t len, ag_error *err);
 
+/* ---- dl_table.c: a table of entry points filled with dlsym() ----------- */
+
+/* x as a string after macro expansion: AG_STR_(cuMemAlloc) is
+ * "cuMemAlloc_v2" (cuda.h #defines the name to the versioned symbol). */
+#define AG_XSTR_(x) #x
+#define AG_STR_(x) AG_XSTR_(x)
+/* One entry of a struct of function pointers: the symbol dlsym() looks up
+ * and the offset of the field it goes to. */
+typedef struct ag_dl_symbol {
+  const char *name;
+  size_t offset;
+} ag_dl_symbol;
+/* The entry of `type`'s field fn, named after fn as macro-expanded (an
+ * X-macro's argument, as the fields themselves are). */
+#define AG_DL_SYMBOL(type, fn) {AG_STR_(fn), offsetof(type, fn)},
+/* Each of the `count` symbols' dlsym() result from `lib` into its field of
+ * *table (fields the list does not name are left as they are). NULL when
+ * every symbol was found; else the first missing one's name, and `lib` is
+ * closed (dlclose). */
+const char *ag_dl_table_fill(void *lib, const ag_dl_symbol *symbols, size_t count, void *table);
+
 /* ---- driver.c: libcuda.so.1 through dlopen ------------------------------ */
 
 /* The entry points the runtime uses. cuda.h #defines many of these names to
