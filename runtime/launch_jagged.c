@@ -8,14 +8,9 @@
 
 #include "runtime.h"
 
-/* A pass's tensors by role (checked in order: inputs, then outputs), its
- * offsets and sizes. */
+/* A pass's tensors (in its pass_tensors' order), its offsets and sizes. */
 typedef struct jagged_call {
   unsigned pass;
-  int n;
-  const ag_param *roles;
-  const char *const *names;
-  const unsigned *align;
   const void *const *tensors;
   const int32_t *cu_q, *cu_k, *host_q, *host_k;
   int64_t batch, heads, kv_heads, total_q, total_k;
@@ -24,18 +19,54 @@ typedef struct jagged_call {
   const void *table_q, *table_k; /* rotary tables (positions from tables) */
 } jagged_call;
 
-/* The tensors of each pass by role, as the messages name them, and the
+/* A call's offsets, sizes and rotary tables from either pass's arguments
+ * (the forward's and the backward's name them alike): a jagged call's, and
+ * a broadcast one's (no query offsets, total_q or tables). */
+#define JAGGED_SIZES(a)                                                                     \
+  .cu_q = (a)->cu_seqlens_q, .cu_k = (a)->cu_seqlens_k, .host_q = (a)->host_cu_seqlens_q,    \
+  .host_k = (a)->host_cu_seqlens_k, .batch = (a)->batch, .heads = (a)->heads,               \
+  .kv_heads = (a)->kv_heads, .total_q = (a)->total_q, .total_k = (a)->total_k,              \
+  .table_q = (a)->rotary_table, .table_k = (a)->rotary_table_k
+#define BROADCAST_SIZES(a)                                                                  \
+  .cu_k = (a)->cu_seqlens_k, .host_k = (a)->host_cu_seqlens_k, .batch = (a)->batch,         \
+  .heads = (a)->heads, .kv_heads = (a)->kv_heads, .total_k = (a)->total_k,                  \
+  .broadcast = true, .n_q = (a)->n_q
+
+#define COUNT_(array) (int)(sizeof(array) / sizeof((array)[0]))
+
+/* The tensors of each pass by role, as the messages name them, the
  * alignment each needs (a backward's workspace may hold fp32 dQ
- * accumulators or partials, read 16 bytes at a time). */
+ * accumulators or partials, read 16 bytes at a time), and the pass's
+ * arguments in that order (the jagged and broadcast structs name them
+ * alike; the array lives as long as the block that writes it). */
 static const ag_param fwd_roles[] = {AG_PARAM_Q, AG_PARAM_K, AG_PARAM_V, AG_PARAM_O, AG_PARAM_LSE};
 static const char *const fwd_names[] = {"q", "k", "v", "o", "lse"};
 static const unsigned fwd_align[] = {16, 16, 16, 16, 4};
+#define FWD_TENSORS(a) \
+  (const void *const[COUNT_(fwd_roles)]){(a)->q, (a)->k, (a)->v, (a)->o, (a)->lse}
 static const ag_param bwd_roles[] = {AG_PARAM_Q,  AG_PARAM_K,  AG_PARAM_V,  AG_PARAM_O,
                                      AG_PARAM_DOUT, AG_PARAM_LSE, AG_PARAM_DQ, AG_PARAM_DK,
                                      AG_PARAM_DV, AG_PARAM_DI};
 static const char *const bwd_names[] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv",
                                         "workspace"};
 static const unsigned bwd_align[] = {16, 16, 16, 16, 16, 4, 16, 16, 16, 16};
+#define BWD_TENSORS(a)                                                                      \
+  (const void *const[COUNT_(bwd_roles)]){(a)->q,   (a)->k,  (a)->v,  (a)->o,  (a)->dout,    \
+                                         (a)->lse, (a)->dq, (a)->dk, (a)->dv, (a)->workspace}
+_Static_assert(COUNT_(fwd_names) == COUNT_(fwd_roles) && COUNT_(fwd_align) == COUNT_(fwd_roles),
+               "a name and an alignment for each forward tensor");
+_Static_assert(COUNT_(bwd_names) == COUNT_(bwd_roles) && COUNT_(bwd_align) == COUNT_(bwd_roles),
+               "a name and an alignment for each backward tensor");
+
+/* A pass's tensors by role (checked in order: inputs, then outputs). */
+typedef struct pass_tensors {
+  int n;
+  const ag_param *roles;
+  const char *const *names;
+  const unsigned *align;
+} pass_tensors;
+static const pass_tensors fwd_tensors = {COUNT_(fwd_roles), fwd_roles, fwd_names, fwd_align};
+static const pass_tensors bwd_tensors = {COUNT_(bwd_roles), bwd_roles, bwd_names, bwd_align};
 
 /* The rotary tables: both taken (the keys' defaulting to the queries' when
  * their tokens are the same count) by a kernel with positions from
@@ -131,10 +162,11 @@ static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
                                    err)))
     return st;
   if (a.batch == 0 || (a.total_q == 0 && a.total_k == 0)) return AG_OK;
-  for (int i = 0; i < c->n; i++) {
-    if (!c->tensors[i] && c->roles[i] == AG_PARAM_LSE && fwd) continue; /* optional */
-    if ((st = ag_check_pointer(c->tensors[i], c->names[i], c->align[i], err))) return st;
-    a.ptr[c->roles[i]] = c->tensors[i];
+  const pass_tensors *t = fwd ? &fwd_tensors : &bwd_tensors;
+  for (int i = 0; i < t->n; i++) {
+    if (!c->tensors[i] && t->roles[i] == AG_PARAM_LSE && fwd) continue; /* optional */
+    if ((st = ag_check_pointer(c->tensors[i], t->names[i], t->align[i], err))) return st;
+    a.ptr[t->roles[i]] = c->tensors[i];
   }
   if ((st = check_tables(kernel, c, &a, err))) return st;
   if (!broadcast && (st = ag_check_pointer(c->cu_q, "cu_seqlens_q", 4, err))) return st;
@@ -147,11 +179,7 @@ static ag_status launch_jagged(ag_kernel *kernel, const jagged_call *c,
 ag_status ag_jagged_forward(ag_kernel *kernel, const ag_jagged_fwd_args *a,
                             struct CUstream_st *stream, ag_error *err) {
   if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
-  const void *tensors[] = {a->q, a->k, a->v, a->o, a->lse};
-  const jagged_call c = {AG_PASS_FORWARD, 5, fwd_roles, fwd_names, fwd_align, tensors,
-                         a->cu_seqlens_q, a->cu_seqlens_k, a->host_cu_seqlens_q,
-                         a->host_cu_seqlens_k, a->batch, a->heads, a->kv_heads, a->total_q,
-                         a->total_k, false, 0, a->rotary_table, a->rotary_table_k};
+  const jagged_call c = {.pass = AG_PASS_FORWARD, .tensors = FWD_TENSORS(a), JAGGED_SIZES(a)};
   return launch_jagged(kernel, &c, stream, err);
 }
 
@@ -176,12 +204,7 @@ size_t ag_jagged_backward_workspace_bytes(const ag_kernel *kernel, int64_t heads
 ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *a,
                              struct CUstream_st *stream, ag_error *err) {
   if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
-  const void *tensors[] = {a->q,  a->k,  a->v,  a->o,  a->dout,
-                           a->lse, a->dq, a->dk, a->dv, a->workspace};
-  const jagged_call c = {AG_PASS_BACKWARD, 10, bwd_roles, bwd_names, bwd_align, tensors,
-                         a->cu_seqlens_q, a->cu_seqlens_k, a->host_cu_seqlens_q,
-                         a->host_cu_seqlens_k, a->batch, a->heads, a->kv_heads, a->total_q,
-                         a->total_k, false, 0, a->rotary_table, a->rotary_table_k};
+  const jagged_call c = {.pass = AG_PASS_BACKWARD, .tensors = BWD_TENSORS(a), JAGGED_SIZES(a)};
   return launch_jagged(kernel, &c, stream, err);
 }
 
@@ -190,10 +213,7 @@ ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args *a,
 ag_status ag_broadcast_forward(ag_kernel *kernel, const ag_broadcast_fwd_args *a,
                                struct CUstream_st *stream, ag_error *err) {
   if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
-  const void *tensors[] = {a->q, a->k, a->v, a->o, a->lse};
-  const jagged_call c = {AG_PASS_FORWARD, 5, fwd_roles, fwd_names, fwd_align, tensors,
-                         NULL, a->cu_seqlens_k, NULL, a->host_cu_seqlens_k, a->batch, a->heads,
-                         a->kv_heads, 0, a->total_k, true, a->n_q, NULL, NULL};
+  const jagged_call c = {.pass = AG_PASS_FORWARD, .tensors = FWD_TENSORS(a), BROADCAST_SIZES(a)};
   return launch_jagged(kernel, &c, stream, err);
 }
 
@@ -211,10 +231,6 @@ size_t ag_broadcast_backward_workspace_bytes(const ag_kernel *kernel, int64_t ba
 ag_status ag_broadcast_backward(ag_kernel *kernel, const ag_broadcast_bwd_args *a,
                                 struct CUstream_st *stream, ag_error *err) {
   if (!kernel || !a) return ag_fail(err, AG_ERR_INVALID_ARGUMENT, "kernel or args is NULL");
-  const void *tensors[] = {a->q,  a->k,  a->v,  a->o,  a->dout,
-                           a->lse, a->dq, a->dk, a->dv, a->workspace};
-  const jagged_call c = {AG_PASS_BACKWARD, 10, bwd_roles, bwd_names, bwd_align, tensors,
-                         NULL, a->cu_seqlens_k, NULL, a->host_cu_seqlens_k, a->batch, a->heads,
-                         a->kv_heads, 0, a->total_k, true, a->n_q, NULL, NULL};
+  const jagged_call c = {.pass = AG_PASS_BACKWARD, .tensors = BWD_TENSORS(a), BROADCAST_SIZES(a)};
   return launch_jagged(kernel, &c, stream, err);
 }
