@@ -161,107 +161,108 @@ static void plan_backward(const ag_spec *spec, ag_plan_block_choices choices, ag
                          !out->bwd.table_global;
 }
 
-/* The forward's rotary table rows in one slot after the stages, loaded
- * for the next tile once the resident one is rotated (TABLE_SLOT), where
- * that fits a second CTA on an SM: at head_dim 128, 64-token blocks, two
- * stages of Q, K, V and a table slot each take 128 KiB (one CTA an SM, 4
- * warps), two stages and one slot 112 KiB (two). H200, 2026-12-05
- * (bench/NOTES.md, batch 1152, 4 heads, L 1024 / 4096): interleaved pairs
- * on q, k 1.475 / 5.800 ms -> 0.974 / 3.894, half pairs 1.444 / 5.650 ->
- * 0.968 / 3.993; GPU suite and compute-sanitizer clean. */
-static const bool fwd_table_slot_checked = true;
-/* The rotary backward at head_dim 64 and blocks of up to 64 tokens with
- * up to 12 warps an SM (170 registers a thread) instead of 8 (255): at 64-
- * token blocks computed positions then take the plain plan (two stages,
- * three CTAs) and a table one stage, three CTAs, instead of two stages, two
- * CTAs. ptxas (sm_90a, every layout, position kind, q k or q k v, causal or
- * not, bf16 and fp16, blocks 48 and 64): at most 16 bytes of spills (block
- * positions with V rotated; half pairs from a table on q, or q and k);
- * 80- and 96-token blocks would spill up to 56 bytes, so they keep 8
- * warps. Not for sm_80 specs. H200, 2026-12-05 (as above): a table
- * (interleaved, q, k) 1.167 / 4.417 ms -> 1.068 / 4.095; sequence
- * positions 0.964 / 3.806 -> 0.961 / 3.799 (the same within noise). */
-static const bool bwd_rotary_12_warps_checked = true;
-/* The rotary backward at head_dim 128, 64-token blocks, table positions,
- * interleaved pairs on q and k (Meta's layout): the table's rows read where
- * they are (TABLE_IN_GLOBAL, as the chunked backward reads them) instead
- * of 16 KiB in the stage, and up to 12 warps an SM: three CTAs of 64 KiB
- * and 168 registers instead of two of 80 KiB and 255. dK's products then
- * wait for dV's stores (SERIAL_KEY_GRADS, as with computed positions): ptxas spills
- * 32 bytes for sm_90a (12 for sm_80 code). Other layouts are left out: at
- * 168 registers half pairs on q and k spill 264-280 bytes and serialize
- * every wgmma (C7512), interleaved pairs on q, k, v serialize them too, q
- * alone spills 172 bytes; 32-token blocks would lose a CTA. Correct on
- * the H200 (GPU suite, compute-sanitizer) but slower, 2026-12-05: 2.905 /
- * 11.747 ms at L 1024 / 4096 against 1.858 / 7.416 with the table rows
- * staged (bwd_late_dq on both): the rows' global reads in the rotations
- * cost more than the third CTA gains. Off. */
-static const bool bwd_table_global_checked = false;
-/* The rotary backward with Q rotated and P, dS in K's and V's place: dQ's
- * products issued in phase 1 as before, but its rotation back and store
- * after the barrier and P and dS's stores (LATE_DQ), so P and dS (32
- * registers) are no longer live through the rotation. At head_dim 128 with
- * interleaved pairs ptxas serialized the kernel's wgmma (C7511) with every
- * position kind (and spilled 60 bytes with computed ones); in this order
- * it does neither, at 195-254 registers, half pairs too (ptxas, sm_90a,
- * 64-token blocks, q; q, k; q, k, v). The wgmma kernels at head_dim 128
- * only: at 64 nothing is serialized, and in the mma.sync code (sm_80, and
- * blocks under 64 tokens) dQ's accumulators held across the barrier spill
- * up to 136 bytes (a review's sweep), so that code keeps the early order.
- * Interleaved pairs only: H200, 2026-12-05 (batch 1152, 4 heads, L 1024 /
- * 4096), a table on q, k 2.102 / 8.153 ms -> 1.858 / 7.416, sequence
- * positions 2.267 / 8.737 -> 1.872 / 7.508; half pairs from a table, which
- * the early order does not serialize, 1.853 / 7.372 -> 1.886 / 7.440, so
- * they keep it. Checked on the H200 on 2026-12-05 (session 26,
- * tools/next_gpu_call_block.sh, with this choice alone beside the tree's):
- * the GPU suite's rotary case (29 checks, float64) and compute-sanitizer
- * memcheck and racecheck on specs/ads_block64_d128_rope.yaml (0 errors, 0
- * hazards); timed again, a table on q, k 2.102 / 8.115 ms -> 1.854 /
- * 7.414, sequence positions 2.256 / 8.693 -> 1.863 / 7.428. On. */
-static const bool bwd_late_dq_checked = true;
+/* The layouts ag_plan_block takes, each on once it has run on a GPU; the
+ * comment above each says what was checked (ag_plan_block_with takes
+ * others, for tests). */
+static const ag_plan_block_choices block_checked = {
+    /* The forward's rotary table rows in one slot after the stages, loaded
+     * for the next tile once the resident one is rotated (TABLE_SLOT), where
+     * that fits a second CTA on an SM: at head_dim 128, 64-token blocks, two
+     * stages of Q, K, V and a table slot each take 128 KiB (one CTA an SM, 4
+     * warps), two stages and one slot 112 KiB (two). H200, 2026-12-05
+     * (bench/NOTES.md, batch 1152, 4 heads, L 1024 / 4096): interleaved pairs
+     * on q, k 1.475 / 5.800 ms -> 0.974 / 3.894, half pairs 1.444 / 5.650 ->
+     * 0.968 / 3.993; GPU suite and compute-sanitizer clean. */
+    .fwd_table_slot = true,
+    /* The rotary backward at head_dim 64 and blocks of up to 64 tokens with
+     * up to 12 warps an SM (170 registers a thread) instead of 8 (255): at 64-
+     * token blocks computed positions then take the plain plan (two stages,
+     * three CTAs) and a table one stage, three CTAs, instead of two stages, two
+     * CTAs. ptxas (sm_90a, every layout, position kind, q k or q k v, causal or
+     * not, bf16 and fp16, blocks 48 and 64): at most 16 bytes of spills (block
+     * positions with V rotated; half pairs from a table on q, or q and k);
+     * 80- and 96-token blocks would spill up to 56 bytes, so they keep 8
+     * warps. Not for sm_80 specs. H200, 2026-12-05 (as above): a table
+     * (interleaved, q, k) 1.167 / 4.417 ms -> 1.068 / 4.095; sequence
+     * positions 0.964 / 3.806 -> 0.961 / 3.799 (the same within noise). */
+    .bwd_rotary_12_warps = true,
+    /* The rotary backward at head_dim 128, 64-token blocks, table positions,
+     * interleaved pairs on q and k (Meta's layout): the table's rows read where
+     * they are (TABLE_IN_GLOBAL, as the chunked backward reads them) instead
+     * of 16 KiB in the stage, and up to 12 warps an SM: three CTAs of 64 KiB
+     * and 168 registers instead of two of 80 KiB and 255. dK's products then
+     * wait for dV's stores (SERIAL_KEY_GRADS, as with computed positions): ptxas spills
+     * 32 bytes for sm_90a (12 for sm_80 code). Other layouts are left out: at
+     * 168 registers half pairs on q and k spill 264-280 bytes and serialize
+     * every wgmma (C7512), interleaved pairs on q, k, v serialize them too, q
+     * alone spills 172 bytes; 32-token blocks would lose a CTA. Correct on
+     * the H200 (GPU suite, compute-sanitizer) but slower, 2026-12-05: 2.905 /
+     * 11.747 ms at L 1024 / 4096 against 1.858 / 7.416 with the table rows
+     * staged (bwd_late_dq on both): the rows' global reads in the rotations
+     * cost more than the third CTA gains. Off. */
+    .bwd_table_global = false,
+    /* The rotary backward with Q rotated and P, dS in K's and V's place: dQ's
+     * products issued in phase 1 as before, but its rotation back and store
+     * after the barrier and P and dS's stores (LATE_DQ), so P and dS (32
+     * registers) are no longer live through the rotation. At head_dim 128 with
+     * interleaved pairs ptxas serialized the kernel's wgmma (C7511) with every
+     * position kind (and spilled 60 bytes with computed ones); in this order
+     * it does neither, at 195-254 registers, half pairs too (ptxas, sm_90a,
+     * 64-token blocks, q; q, k; q, k, v). The wgmma kernels at head_dim 128
+     * only: at 64 nothing is serialized, and in the mma.sync code (sm_80, and
+     * blocks under 64 tokens) dQ's accumulators held across the barrier spill
+     * up to 136 bytes (a review's sweep), so that code keeps the early order.
+     * Interleaved pairs only: H200, 2026-12-05 (batch 1152, 4 heads, L 1024 /
+     * 4096), a table on q, k 2.102 / 8.153 ms -> 1.858 / 7.416, sequence
+     * positions 2.267 / 8.737 -> 1.872 / 7.508; half pairs from a table, which
+     * the early order does not serialize, 1.853 / 7.372 -> 1.886 / 7.440, so
+     * they keep it. Checked on the H200 on 2026-12-05 (session 26,
+     * tools/next_gpu_call_block.sh, with this choice alone beside the tree's):
+     * the GPU suite's rotary case (29 checks, float64) and compute-sanitizer
+     * memcheck and racecheck on specs/ads_block64_d128_rope.yaml (0 errors, 0
+     * hazards); timed again, a table on q, k 2.102 / 8.115 ms -> 1.854 /
+     * 7.414, sequence positions 2.256 / 8.693 -> 1.863 / 7.428. On. */
+    .bwd_late_dq = true,
 
-/* The rotary forward at head_dim 64 (two heads a tile) with two stages
- * and two CTAs an SM instead of one stage and four: the plain forward's
- * tuning (one stage, measured 3% faster) leaves a CTA nothing in flight
- * while it rotates its tile in place, and on the H200 (2026-12-05, batch
- * 1152, 4 heads, L 1024) the rotary forward took 0.474 ms with a table and
- * 0.464 with sequence positions against the plain one's 0.395, where the
- * table adds 6% to the bytes. With two stages the next tile loads while
- * this one is rotated. 114,688 bytes with a table (98,304 without), 4
- * warps of at most 255 registers. Not for sm_80 specs (164 KiB an SM: one
- * such CTA). Written 2026-12-05 (session 23) after the device time ran
- * out. Correct on the H200 (session 26: the GPU suite's rotary case, and
- * compute-sanitizer on a head_dim 64 table spec) but slower at every
- * size: a table 0.476 / 1.875 ms -> 0.536 / 2.199 (L 1024 / 4096),
- * sequence positions 0.465 / 1.778 -> 0.548 / 2.031: four CTAs of one
- * stage hide the rotation better than two of two. Off. */
-static const bool fwd_rotary_2_stages_checked = false;
+    /* The rotary forward at head_dim 64 (two heads a tile) with two stages
+     * and two CTAs an SM instead of one stage and four: the plain forward's
+     * tuning (one stage, measured 3% faster) leaves a CTA nothing in flight
+     * while it rotates its tile in place, and on the H200 (2026-12-05, batch
+     * 1152, 4 heads, L 1024) the rotary forward took 0.474 ms with a table and
+     * 0.464 with sequence positions against the plain one's 0.395, where the
+     * table adds 6% to the bytes. With two stages the next tile loads while
+     * this one is rotated. 114,688 bytes with a table (98,304 without), 4
+     * warps of at most 255 registers. Not for sm_80 specs (164 KiB an SM: one
+     * such CTA). Written 2026-12-05 (session 23) after the device time ran
+     * out. Correct on the H200 (session 26: the GPU suite's rotary case, and
+     * compute-sanitizer on a head_dim 64 table spec) but slower at every
+     * size: a table 0.476 / 1.875 ms -> 0.536 / 2.199 (L 1024 / 4096),
+     * sequence positions 0.465 / 1.778 -> 0.548 / 2.031: four CTAs of one
+     * stage hide the rotation better than two of two. Off. */
+    .fwd_rotary_2_stages = false,
 
-/* A block's rotary table rows loaded once for all its head groups, in
- * both passes (TABLE_REUSE): the walk hands a CTA a block's head groups
- * one after another (the item number's head group varies fastest), and
- * every head group of a block rotates with the same rows, so a tile whose
- * block is the last tile's keeps the rows already in the slot (the
- * forward's TABLE_SLOT) or in the stage it refills (the last tile used
- * that stage; TABLE_STAGED) instead of loading them again. With 4 heads
- * of 128 a table row is a quarter of a token's Q row, so reading it per
- * head adds 25% to the forward's bytes and 14% to the backward's; once
- * per block, 6% and 4%. The H200 measured about that (2026-12-05, batch
- * 1152, 4 heads, L 1024): the table forward 0.973 ms against the plain
- * 0.773 (+26%), the backward 1.854 against 1.633 (+14%), though L2 may
- * already serve the later heads' reads. Checked on an H100 on
- * 2026-12-05 (session 27; bench/results/2026-12-05-h100-table-reuse-*:
- * the GPU suite's rotary case, memcheck and racecheck on a slot and a
- * stages spec): faster on every table spec, e.g. head_dim 128 L 4096
- * backward 9.037 -> 8.701 ms, head_dim 64 forward 2.383 -> 2.303; specs
- * without a table unchanged. */
-static const bool table_reuse_checked = true;
+    /* A block's rotary table rows loaded once for all its head groups, in
+     * both passes (TABLE_REUSE): the walk hands a CTA a block's head groups
+     * one after another (the item number's head group varies fastest), and
+     * every head group of a block rotates with the same rows, so a tile whose
+     * block is the last tile's keeps the rows already in the slot (the
+     * forward's TABLE_SLOT) or in the stage it refills (the last tile used
+     * that stage; TABLE_STAGED) instead of loading them again. With 4 heads
+     * of 128 a table row is a quarter of a token's Q row, so reading it per
+     * head adds 25% to the forward's bytes and 14% to the backward's; once
+     * per block, 6% and 4%. The H200 measured about that (2026-12-05, batch
+     * 1152, 4 heads, L 1024): the table forward 0.973 ms against the plain
+     * 0.773 (+26%), the backward 1.854 against 1.633 (+14%), though L2 may
+     * already serve the later heads' reads. Checked on an H100 on
+     * 2026-12-05 (session 27; bench/results/2026-12-05-h100-table-reuse-*:
+     * the GPU suite's rotary case, memcheck and racecheck on a slot and a
+     * stages spec): faster on every table spec, e.g. head_dim 128 L 4096
+     * backward 9.037 -> 8.701 ms, head_dim 64 forward 2.383 -> 2.303; specs
+     * without a table unchanged. */
+    .table_reuse = true,
+};
 
-ag_plan_block_choices ag_plan_block_checked(void) {
-  return (ag_plan_block_choices){fwd_table_slot_checked, bwd_rotary_12_warps_checked,
-                                 bwd_table_global_checked, bwd_late_dq_checked,
-                                 fwd_rotary_2_stages_checked, table_reuse_checked};
-}
+ag_plan_block_choices ag_plan_block_checked(void) { return block_checked; }
 
 ag_status ag_plan_block(const ag_spec *spec, ag_plan *out, ag_error *err) {
   return ag_plan_block_with(spec, ag_plan_block_checked(), out, err);

@@ -362,94 +362,93 @@ static bool plan_backward_fast(const ag_spec *spec, ag_plan *p, ag_plan_jagged_c
   return true;
 }
 
-/* Rotary embeddings in the sm_90a wgmma kernels (jagged_fwd_sm90.cu and
- * jagged_bwd_sm90.cu rotate tiles in shared memory as jagged_rotary.cuh
- * does for the mma.sync kernels, dK, dV back in registers and dQ back in
- * _dq). Checked on the H200 on 2026-12-02 (tools/gpu_session.sh gpu-jagged
- * sanitize-jagged), so rotary specs take them on sm_90a; false routes
- * rotary to the mma.sync kernels there, as tests/check_jagged.c does for
- * two GPU cases (ag_plan_jagged_make_with) to keep those checked. */
-static const bool sm90_rotary_checked = true;
-/* The sm_90a forward's short-sequence variant (plan_forward_short).
- * Checked on the H200 on 2026-12-03: gpu-jagged 14/14, compute-sanitizer
- * memcheck and racecheck clean; D128 L512 forward 0.919 -> 0.821 ms
- * (1.06x FlashAttention-2, causal 1.83x). */
-static const bool sm90_short_checked = true;
-/* The warp-specialized main forward (plan_forward_ws). Checked on the
- * H200 on 2026-12-03 (gpu-jagged 14/14, memcheck and racecheck clean):
- * bench/results/2026-12-03-h200-jagged-ws-gpu-suite.log. */
-static const bool sm90_ws_checked = true;
-/* ... and at head dim 64 (plan_forward_ws64): checked the same day, the
- * same way, with the short mma.sync variant beside it:
- * bench/results/2026-12-03-h200-jagged-ws64-gpu-suite.log. */
-static const bool sm90_ws64_checked = true;
-/* The warp-specialized backward (plan_backward_ws). Checked on the H200
- * on 2026-12-03: gpu-jagged 14/14, compute-sanitizer memcheck and
- * racecheck clean at both head dims, short and long runs
- * (bench/results/2026-12-03-h200-jagged-bwd-ws-gpu-suite.log); persistent
- * and with head dim 128's masked specs, the same checks the same day
- * (bench/results/2026-12-03-h200-jagged-bwd-persistent-gpu-suite.log);
- * on 128-row steps at head dim 64, again the same day
- * (bench/results/2026-12-03-h200-jagged-bwd-d64-steps128-gpu-suite.log). */
-static const bool sm90_bwd_ws_checked = true;
-/* The warp-specialized forward for broadcast queries
- * (plan_forward_ws_broadcast). Checked on the H200 on 2026-12-03:
- * gpu-broadcast 6/6, memcheck and racecheck clean at n_q 100 and 200; the
- * n_q 128 forward 1.28-1.63x faster than the mma.sync one
- * (bench/results/2026-12-03-broadcast-ws/). */
-static const bool sm90_ws_broadcast_checked = true;
-/* The warp-specialized backward for long runs at head dim 64 with a mask
- * (plan_backward_long). Checked on the H200 on 2026-12-04: the kernel is
- * the one sm90_bwd_ws_checked covers (there at head dim 64 without a
- * mask, in the dev harness causal and windowed too); the variant's
- * gpu-jagged runs and sanitizers in
- * bench/results/2026-12-04-h200-jagged-bwd-long-gpu-suite.log. */
-static const bool sm90_bwd_long_checked = true;
-/* The warp-specialized forward for long runs at head dim 64 with a causal
- * mask (plan_forward_ws64): the kernel sm90_ws64_checked and, causal,
- * sm90_ws_checked cover. Checked on the H200 on 2026-12-04: the harness
- * against float64 (causal, and causal with a window of 128), gpu-jagged
- * 14/14 with its mean-2603 runs on this variant, and sanitize-jagged
- * (bench/results/2026-12-04-h200-jagged-fwd-d64-causal.log). */
-static const bool sm90_ws64_causal_checked = true;
-/* Q and dO by TMA in the warp-specialized backward (plan_backward_ws,
- * TMA_QDO). Checked on the H200 on 2026-12-04 (session 21): the harness's
- * "ws-tma" variants against float64 (bf16 and fp16, head dims 128 and 64,
- * causal, window, GQA, cross lengths) and under memcheck and racecheck,
- * 1.00-1.18x the same kernel without TMA; the product's gpu-jagged 14/14,
- * gpu-broadcast 6/6 and sanitize-jagged clean
- * (bench/results/2026-12-04-h200-tma-s21.md). */
-static const bool sm90_bwd_tma_checked = true;
-/* dQ rounded in the warp-specialized backward (FUSED_DQ): written
- * 2026-12-04 (session 21) while no GPU was lent; not run yet. */
-static const bool sm90_bwd_fused_dq_checked = false;
-/* K and V by TMA in the warp-specialized forward (TMA_KV). Checked on the
- * H200 on 2026-12-04 (session 21) with sm90_bwd_tma: gpu-jagged 14/14,
- * gpu-broadcast 6/6, sanitize-jagged clean; the forward 0.97-1.05x the
- * same build without it, 1.02-1.05x at L 4096
- * (bench/results/2026-12-04-h200-tma-s21.md). */
-static const bool sm90_fwd_tma_checked = true;
-/* The 128-row one-pass broadcast backward on wgmma (plan_backward_fused,
- * templates/broadcast_bwd_sm90.cu). Checked on an H100 on 2026-12-06
- * (session 30), first with two warpgroups, then warp specialized (a key
- * warpgroup for dK and dV): gpu-broadcast 7/7 (n_q 128 at both head dims,
- * causal, window), memcheck and racecheck at n_q 100; the latter 1.37-1.61x
- * the mma.sync kernel at n_q 128 (bench/results/
- * 2026-12-06-h100-broadcast-ws-checks.log, 2026-12-06-h100-broadcast-nq128-ws.md);
- * then with its K, V slots on mbarriers, checked the same way and timed
- * 0.97-1.09x the version before (2026-12-06-h100-broadcast-mbar-ring.log). */
-static const bool sm90_bq_bwd_checked = true;
+/* The kernels ag_plan_jagged_make takes, each on once it has run on a
+ * GPU; the comment above each says what was checked
+ * (ag_plan_jagged_make_with takes others, for tests). */
+static const ag_plan_jagged_choices jagged_checked = {
+    /* Rotary embeddings in the sm_90a wgmma kernels (jagged_fwd_sm90.cu and
+     * jagged_bwd_sm90.cu rotate tiles in shared memory as jagged_rotary.cuh
+     * does for the mma.sync kernels, dK, dV back in registers and dQ back in
+     * _dq). Checked on the H200 on 2026-12-02 (tools/gpu_session.sh gpu-jagged
+     * sanitize-jagged), so rotary specs take them on sm_90a; false routes
+     * rotary to the mma.sync kernels there, as tests/check_jagged.c does for
+     * two GPU cases (ag_plan_jagged_make_with) to keep those checked. */
+    .sm90_rotary = true,
+    /* The sm_90a forward's short-sequence variant (plan_forward_short).
+     * Checked on the H200 on 2026-12-03: gpu-jagged 14/14, compute-sanitizer
+     * memcheck and racecheck clean; D128 L512 forward 0.919 -> 0.821 ms
+     * (1.06x FlashAttention-2, causal 1.83x). */
+    .sm90_short = true,
+    /* The warp-specialized main forward (plan_forward_ws). Checked on the
+     * H200 on 2026-12-03 (gpu-jagged 14/14, memcheck and racecheck clean):
+     * bench/results/2026-12-03-h200-jagged-ws-gpu-suite.log. */
+    .sm90_ws = true,
+    /* ... and at head dim 64 (plan_forward_ws64): checked the same day, the
+     * same way, with the short mma.sync variant beside it:
+     * bench/results/2026-12-03-h200-jagged-ws64-gpu-suite.log. */
+    .sm90_ws64 = true,
+    /* The warp-specialized backward (plan_backward_ws). Checked on the H200
+     * on 2026-12-03: gpu-jagged 14/14, compute-sanitizer memcheck and
+     * racecheck clean at both head dims, short and long runs
+     * (bench/results/2026-12-03-h200-jagged-bwd-ws-gpu-suite.log); persistent
+     * and with head dim 128's masked specs, the same checks the same day
+     * (bench/results/2026-12-03-h200-jagged-bwd-persistent-gpu-suite.log);
+     * on 128-row steps at head dim 64, again the same day
+     * (bench/results/2026-12-03-h200-jagged-bwd-d64-steps128-gpu-suite.log). */
+    .sm90_bwd_ws = true,
+    /* The warp-specialized forward for broadcast queries
+     * (plan_forward_ws_broadcast). Checked on the H200 on 2026-12-03:
+     * gpu-broadcast 6/6, memcheck and racecheck clean at n_q 100 and 200; the
+     * n_q 128 forward 1.28-1.63x faster than the mma.sync one
+     * (bench/results/2026-12-03-broadcast-ws/). */
+    .sm90_ws_broadcast = true,
+    /* The warp-specialized backward for long runs at head dim 64 with a mask
+     * (plan_backward_long). Checked on the H200 on 2026-12-04: the kernel is
+     * the one .sm90_bwd_ws covers (there at head dim 64 without a
+     * mask, in the dev harness causal and windowed too); the variant's
+     * gpu-jagged runs and sanitizers in
+     * bench/results/2026-12-04-h200-jagged-bwd-long-gpu-suite.log. */
+    .sm90_bwd_long = true,
+    /* The warp-specialized forward for long runs at head dim 64 with a causal
+     * mask (plan_forward_ws64): the kernel .sm90_ws64 and, causal,
+     * .sm90_ws cover. Checked on the H200 on 2026-12-04: the harness
+     * against float64 (causal, and causal with a window of 128), gpu-jagged
+     * 14/14 with its mean-2603 runs on this variant, and sanitize-jagged
+     * (bench/results/2026-12-04-h200-jagged-fwd-d64-causal.log). */
+    .sm90_ws64_causal = true,
+    /* Q and dO by TMA in the warp-specialized backward (plan_backward_ws,
+     * TMA_QDO). Checked on the H200 on 2026-12-04 (session 21): the harness's
+     * "ws-tma" variants against float64 (bf16 and fp16, head dims 128 and 64,
+     * causal, window, GQA, cross lengths) and under memcheck and racecheck,
+     * 1.00-1.18x the same kernel without TMA; the product's gpu-jagged 14/14,
+     * gpu-broadcast 6/6 and sanitize-jagged clean
+     * (bench/results/2026-12-04-h200-tma-s21.md). */
+    .sm90_bwd_tma = true,
+    /* dQ rounded in the warp-specialized backward (FUSED_DQ): written
+     * 2026-12-04 (session 21) while no GPU was lent; not run yet. */
+    .sm90_bwd_fused_dq = false,
+    /* K and V by TMA in the warp-specialized forward (TMA_KV). Checked on the
+     * H200 on 2026-12-04 (session 21) with .sm90_bwd_tma: gpu-jagged 14/14,
+     * gpu-broadcast 6/6, sanitize-jagged clean; the forward 0.97-1.05x the
+     * same build without it, 1.02-1.05x at L 4096
+     * (bench/results/2026-12-04-h200-tma-s21.md). */
+    .sm90_fwd_tma = true,
+    /* The 128-row one-pass broadcast backward on wgmma (plan_backward_fused,
+     * templates/broadcast_bwd_sm90.cu). Checked on an H100 on 2026-12-06
+     * (session 30), first with two warpgroups, then warp specialized (a key
+     * warpgroup for dK and dV): gpu-broadcast 7/7 (n_q 128 at both head dims,
+     * causal, window), memcheck and racecheck at n_q 100; the latter 1.37-1.61x
+     * the mma.sync kernel at n_q 128 (bench/results/
+     * 2026-12-06-h100-broadcast-ws-checks.log, 2026-12-06-h100-broadcast-nq128-ws.md);
+     * then with its K, V slots on mbarriers, checked the same way and timed
+     * 0.97-1.09x the version before (2026-12-06-h100-broadcast-mbar-ring.log). */
+    .sm90_bq_bwd = true,
+    /* the one-pass broadcast backward's 32-row variant, as measured above */
+    .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
+    .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},
+};
 
-ag_plan_jagged_choices ag_plan_jagged_checked(void) {
-  return (ag_plan_jagged_choices){sm90_rotary_checked, sm90_short_checked, sm90_ws_checked,
-                                  sm90_ws64_checked, sm90_bwd_ws_checked,
-                                  sm90_ws_broadcast_checked, sm90_bwd_long_checked,
-                                  sm90_ws64_causal_checked, sm90_bwd_tma_checked,
-                                  sm90_fwd_tma_checked, sm90_bwd_fused_dq_checked,
-                                  sm90_bq_bwd_checked,
-                                  {bq_m32_warps_d64, bq_m32_warps_d128},
-                                  {bq_m32_stages_d64, bq_m32_stages_d128}};
-}
+ag_plan_jagged_choices ag_plan_jagged_checked(void) { return jagged_checked; }
 
 ag_status ag_plan_jagged_make(const ag_spec *spec, ag_plan *out, ag_error *err) {
   return ag_plan_jagged_make_with(spec, ag_plan_jagged_checked(), out, err);

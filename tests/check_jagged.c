@@ -256,9 +256,9 @@ START_TEST(compiles) {
 END_TEST
 
 /* The sm_90a wgmma kernels with rotary embeddings (which the plan picks
- * once plan_jagged.c's sm90_rotary_checked says they ran on a GPU): their
- * source emits and compiles for sm_90a with the rotation in, both position
- * modes and layouts, head dims 128 and 64 (the backward). */
+ * once plan_jagged.c's jagged_checked.sm90_rotary says they ran on a
+ * GPU): their source emits and compiles for sm_90a with the rotation in,
+ * both position modes and layouts, head dims 128 and 64 (the backward). */
 START_TEST(sm90_rotary_compiles) {
   const char *extras[] = {"rotary:\n  layout: half\n  positions: sequence\narch: sm_90a\n",
                           "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\narch: sm_90a\n",
@@ -659,7 +659,7 @@ END_TEST
  * short one is the mma.sync forward's 128-row tiles (causal: up to a mean
  * of 640, causal64_forward); rotary specs and sm_80 plan no short one.
  * Planned with the variant chosen whether or not plan_jagged.c's
- * sm90_short_checked takes it yet. */
+ * jagged_checked.sm90_short takes it yet. */
 static void fake_with_short(fake *f, const char *yaml) {
   ag_plan_jagged_choices with = ag_plan_jagged_checked();
   with.sm90_short = true;
@@ -1150,9 +1150,9 @@ static const gpu_case gpu_cases[] = {
       "window: [100, 0]\nrotary:\n  layout: interleaved\n  positions: sequence\n"}, 8, 2, false},
     {{AG_DTYPE_FP16, 128, true, "rotary:\n  layout: half\n  apply_to: [k]\n"}, 2, 1, false},
     /* the mma.sync kernels with rotary: on an sm_90a device the plan
-     * takes the wgmma ones (plan_jagged.c, sm90_rotary_checked), so these
-     * two are planned without them (case_kernel below) to stay checked on
-     * the H200. An sm_80 cubin does not run on sm_90. */
+     * takes the wgmma ones (plan_jagged.c, jagged_checked.sm90_rotary),
+     * so these two are planned without them (case_kernel below) to stay
+     * checked on the H200. An sm_80 cubin does not run on sm_90. */
     {{AG_DTYPE_BF16, 128, true, "rotary:\n  layout: half\n  positions: sequence\n"}, 4, 2, true},
     {{AG_DTYPE_FP16, 64, false, "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n"},
      4, 4, true},

@@ -20,8 +20,9 @@
 #    (carry [".devdeps", ".devrun"]). A hang shows as the check's timeout:
 #    a named barrier's count (160: a warpgroup and its dQ warp) or the
 #    bulk load's expect_tx. dQ rows left unwritten show as "unwritten".
-#    If it passes and wins: set sm90_bwd_fused_dq_checked, then gpu-jagged,
-#    sanitize-jagged and bench/jagged_bench.py with FA4 on the product.
+#    If it passes and wins: set jagged_checked.sm90_bwd_fused_dq (plan_jagged.c),
+#    then gpu-jagged, sanitize-jagged and bench/jagged_bench.py with FA4 on
+#    the product.
 # Logs to $OUT (at most 8 files come back).
 source .devdeps/env.sh || exit 1
 export PYTHONPATH=bindings/python:$PYTHONPATH

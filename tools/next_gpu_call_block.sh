@@ -18,7 +18,7 @@
 #    float64), then compute-sanitizer memcheck and racecheck on
 #    specs/ads_block64_d128_rope.yaml (the slot) and a head_dim 64 table
 #    spec (the stages).
-#    Keep it if it is correct and faster: set table_reuse_checked,
+#    Keep it if it is correct and faster: set block_checked.table_reuse,
 #    regenerate the goldens (cd tests && AG_UPDATE_GOLDENS=1 AG_SUITES=emit
 #    ../build/check_attngen: every block golden with a table changes) and
 #    restate bench/RESULTS-rotary.md with `bench.py --quick --rotary`.

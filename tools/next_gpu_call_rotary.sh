@@ -42,11 +42,11 @@
 #    specs the choices change and the same pattern without rotary.
 # 3. With all four on and `time bench`, the issue's headline: bench.py
 #    --quick --rotary (the fused pipeline against the fair unfused one).
-# Keep a choice if it is correct and faster: set its *_checked constant to
-# true, update tests/check_rotary.c's plan_values (its head_dim 128 forward
-# figures: 114688 bytes, two CTAs, with fwd_table_slot; its comparison of
-# the rotary backward's plan with the plain one, with bwd_late_dq),
-# regenerate the
+# Keep a choice if it is correct and faster: set its field of plan_block.c's
+# block_checked to true, update tests/check_rotary.c's plan_values (its
+# head_dim 128 forward figures: 114688 bytes, two CTAs, with
+# fwd_table_slot; its comparison of the rotary backward's plan with the
+# plain one, with bwd_late_dq), regenerate the
 # goldens (cd tests && AG_UPDATE_GOLDENS=1 AG_SUITES=emit
 # ../build/check_attngen: fwd_table_slot changes rope_table_b64_d128_bf16
 # and rope_half_table_b64_d128_bf16_causal, bwd_rotary_12_warps
