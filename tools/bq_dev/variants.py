@@ -109,7 +109,7 @@ DKQ = [
           wgmma_wait<0>();
           wgmma_hold(acc_k);
           mbar_arrive(empty0 + 8 * x);  // this thread is done with the slot
-          store_rows(acc_k, kScale, 16 * (warp & 3), nk, dk_head + k0 * stride + 64 * wg, stride);
+          store_rows(acc_k, kScale, 16 * (warp & 3), nk, sp.dk + k0 * stride + 64 * wg, stride);
         }
 """),
 ]
