@@ -409,6 +409,25 @@ __device__ __forceinline__ void load_pair(unsigned short *slots, int i, const un
   load_chunk(ring_slot(slots, i) + kChunkElems, b, row_stride, t, r0);
 }
 
+// A chunk's start (query_chunk's and key_chunk's): the resident pair, a
+// and b at block rows r0.., into slots 0 and 1, then the ring's first, c
+// and d at rows r1.., into its step 0. With kRotate the resident pair is a
+// commit group of its own and has landed on return (this thread's
+// copies), for the caller to rotate while the ring's first lands.
+template <int kRotate>
+__device__ __forceinline__ void start_chunk(unsigned short *slots, const unsigned short *a,
+                                            const unsigned short *b, int r0,
+                                            const unsigned short *c, const unsigned short *d,
+                                            int r1, long long row_stride, const Tile &t) {
+  __syncthreads(); // nobody reads the old chunks any more
+  load_chunk(slots, a, row_stride, t, r0);
+  load_chunk(slots + kChunkElems, b, row_stride, t, r0);
+  if constexpr (kRotate) cp_async_commit();
+  load_pair(slots, 0, c, d, row_stride, t, r1);
+  cp_async_commit();
+  if constexpr (kRotate) cp_async_wait<1>();
+}
+
 // Step i of a chunk's ring (in A, sweep 2 goes on with sweep 1's
 // numbering): once every warp is done with step i - 1, refill its slot
 // with the pair of step i + 1 (block rows r_next, none if negative), then
@@ -700,13 +719,7 @@ __device__ __forceinline__ void query_chunk(unsigned short *slots, const RowStat
   // Q and dO stay in slots 0, 1; K and V stream, key chunk kc at step kc
   // of sweep 1 and step key_chunks + kc of sweep 2.
   const int key_chunks = last_kc + 1;
-  __syncthreads(); // nobody reads the old chunks any more
-  load_chunk(slots, q, row_stride, t, qc * kChunk);
-  load_chunk(slots + kChunkElems, dout, row_stride, t, qc * kChunk);
-  cp_async_commit(); // the resident pair apart, to be rotated while the ring's first lands
-  load_pair(slots, 0, k, v, row_stride, t, 0);
-  cp_async_commit();
-  cp_async_wait<1>();
+  start_chunk<1>(slots, q, dout, qc * kChunk, k, v, 0, row_stride, t);
   rotate_copied(slots, nullptr, t, qc * kChunk); // Q; the ring's first barrier publishes it
   float s[kKeyTiles][4], dp[kKeyTiles][4];
 
@@ -829,13 +842,8 @@ __device__ __forceinline__ void key_chunk(unsigned short *slots, const RowStats 
 
   // K and V stay in slots 0, 1; Q and dO stream, query chunk first_qc + i
   // at step i.
-  __syncthreads(); // nobody reads the old chunks any more
-  load_chunk(slots, k, row_stride, t, kc * kChunk);
-  load_chunk(slots + kChunkElems, v, row_stride, t, kc * kChunk);
-  cp_async_commit(); // the resident pair apart, to be rotated while the ring's first lands
-  load_pair(slots, 0, q, dout, row_stride, t, first_qc * kChunk);
-  cp_async_commit();
-  cp_async_wait<1>();
+  start_chunk<1>(slots, k, v, kc * kChunk, q, dout, first_qc * kChunk, row_stride,
+                             t);
   rotate_keys(slots, t, kc * kChunk); // the ring's first barrier publishes them
   float acc_v[kDimTiles][4], acc_k[kDimTiles][4];
   clear(acc_v);
