@@ -477,7 +477,9 @@ START_TEST(source_chunked_only_what_is_needed) {
         ck_assert_int_eq(ag_test_count(src, "rotate_copied(pair, nullptr, t, r0);"), k && !v);
         ck_assert_int_eq(ag_test_count(src, "rotate_copied(pair + kChunkElems, nullptr, t, r0);"),
                          v && !k);
-        ck_assert_int_eq(ag_test_count(src, "// the resident pair apart"), q + (k || v));
+        /* the resident pair apart (to be rotated) where Q, or K or V, is */
+        ck_assert_int_eq(ag_test_count(src, "start_chunk<1>("), q + (k || v));
+        ck_assert_int_eq(ag_test_count(src, "start_chunk<0>("), 2 - q - (k || v));
         ck_assert_int_eq(ag_test_count(src, "unrotate_rows(acc, slots, t, qc * kChunk + row0);"),
                          q);
         ck_assert_int_eq(ag_test_count(src, "unrotate_rows(acc_k, slots, t, kc * kChunk + row0);"),
@@ -495,6 +497,7 @@ START_TEST(source_chunked_only_what_is_needed) {
   ck_assert_ptr_null(strstr(src, "rotate"));
   ck_assert_ptr_null(strstr(src, "pos0"));
   ck_assert_int_eq(ag_test_count(src, "ring_wait("), 4); /* the same ring, unrotated */
+  ck_assert_int_eq(ag_test_count(src, "start_chunk<0>("), 2);
   free(src);
 }
 END_TEST

@@ -1005,10 +1005,10 @@ __device__ __forceinline__ void load_pair(unsigned short *slots, int i, const un
 
 // A chunk's start (query_chunk's and key_chunk's): the resident pair, a
 // and b at block rows r0.., into slots 0 and 1, then the ring's first, c
-// and d at rows r1.., into its step 0. With kRotate the resident pair is a
+// and d at rows r1.., into its step 0. With kApart the resident pair is a
 // commit group of its own and has landed on return (this thread's
-// copies), for the caller to rotate while the ring's first lands.
-template <int kRotate>
+// copies), for the caller to work on while the ring's first lands.
+template <int kApart>
 __device__ __forceinline__ void start_chunk(unsigned short *slots, const unsigned short *a,
                                             const unsigned short *b, int r0,
                                             const unsigned short *c, const unsigned short *d,
@@ -1016,10 +1016,10 @@ __device__ __forceinline__ void start_chunk(unsigned short *slots, const unsigne
   __syncthreads(); // nobody reads the old chunks any more
   load_chunk(slots, a, row_stride, t, r0);
   load_chunk(slots + kChunkElems, b, row_stride, t, r0);
-  if constexpr (kRotate) cp_async_commit();
+  if constexpr (kApart) cp_async_commit();
   load_pair(slots, 0, c, d, row_stride, t, r1);
   cp_async_commit();
-  if constexpr (kRotate) cp_async_wait<1>();
+  if constexpr (kApart) cp_async_wait<1>();
 }
 
 // Step i of a chunk's ring (in A, sweep 2 goes on with sweep 1's
