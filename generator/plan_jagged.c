@@ -156,10 +156,13 @@ static void plan_forward_small(ag_plan *p) {
  * once per 128 queries), where the mma.sync forward computed at 240-300
  * TFLOP/s under a memory floor (bench/RESULTS-broadcast.md); n_q <= 64
  * keeps the 32-row tiles (plan_forward_small). */
-static bool plan_forward_ws_broadcast(const ag_spec *spec, ag_plan *p) {
+static bool plan_forward_ws_broadcast(const ag_spec *spec, ag_plan *p,
+                                      ag_plan_jagged_choices choices) {
   if (spec->arch != AG_ARCH_SM90A || !p->jagged.broadcast || spec->rotary.layout != AG_ROTARY_NONE)
     return false;
   plan_forward_ws(p);
+  /* .sm90_bq_fwd_deep: six stages of 128 keys, 212,992 bytes */
+  if (p->head_dim == 64 && choices.sm90_bq_fwd_deep) set_forward(p, 128, 128, 12, 6, 1);
   return true;
 }
 
@@ -443,6 +446,18 @@ static const ag_plan_jagged_choices jagged_checked = {
      * then with its K, V slots on mbarriers, checked the same way and timed
      * 0.97-1.09x the version before (2026-12-06-h100-broadcast-mbar-ring.log). */
     .sm90_bq_bwd = true,
+    /* The broadcast warp-specialized forward at head dim 64 with six K, V
+     * stages of 128 keys (212,992 bytes of shared memory) instead of three
+     * (114,688). ncu on an H100 (2026-12-06, session 32; batch 264, keys
+     * uniform in [2048, 4096], n_q 128; bench/results/
+     * 2026-12-06-h100-ncu-broadcast-fwd-d64-nq128-s32.txt): one CTA an SM,
+     * 49% of the warp samples in the computing warpgroups' waits on a full
+     * stage, and the H200 ran this forward at 47-59% of its memory floor
+     * (bench/RESULTS-broadcast.md); more tiles in flight should cover more
+     * of the latency. Written that session; ptxas (sm_90a): 168 registers,
+     * no spills. Not run: no GPU came for it
+     * (tools/next_gpu_call_bq_fwd.sh). Off. */
+    .sm90_bq_fwd_deep = false,
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},
@@ -478,7 +493,7 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
   out->scale = ag_spec_scale(spec);
   if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out, choices) &&
       !(choices.sm90_ws64 && plan_forward_ws64(spec, out, choices)) &&
-      !(choices.sm90_ws_broadcast && plan_forward_ws_broadcast(spec, out)))
+      !(choices.sm90_ws_broadcast && plan_forward_ws_broadcast(spec, out, choices)))
     plan_forward(out);
   out->jagged.fwd_tma = out->jagged.fwd_ws && choices.sm90_fwd_tma;
   if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, choices))

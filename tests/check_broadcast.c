@@ -177,6 +177,16 @@ START_TEST(plan_kernels) {
     ck_assert_int_eq(small->smem_bytes, (32 + 2 * 2 * 64) * (d ? 64 : 128) * 2);
     ck_assert_int_eq(small->min_ctas_per_sm, d ? 4 : 3);
     ck_assert_int_eq(ag_plan_variant(&p9, AG_PASS_FORWARD, 65, 4, 4), big->variant);
+    /* .sm90_bq_fwd_deep: six stages at head dim 64 (within the SM's
+     * shared memory), three otherwise */
+    ag_plan_jagged_choices deep = ag_plan_jagged_checked();
+    deep.sm90_bq_fwd_deep = true;
+    ag_plan pd;
+    ck_assert_int_eq(ag_plan_jagged_make_with(&s9, deep, &pd, &err), AG_OK);
+    ck_assert_int_eq(pd.jagged.fwd_stages, (d ? 6 : 3));
+    ck_assert_int_eq(pd.jagged.fwd_smem_bytes, (d ? 212992 : 229376));
+    ck_assert_int_le(pd.jagged.fwd_smem_bytes, AG_SMEM_MAX_SM90);
+    ck_assert_int_eq(p9.jagged.fwd_stages, (ag_plan_jagged_checked().sm90_bq_fwd_deep && d ? 6 : 3));
   }
 }
 END_TEST
