@@ -8,7 +8,8 @@
 @#   @PARAMS@'s names,
 @#   neg_inf(), dot_pieces() (jagged_bwd_tile.cuh), pack2(), and with ROTARY: kRotateQ,
 @#   RotaryRows, pair_angle(), clamp_offset() (and with FUSED_DQ clamp_offset()).
-@# Placeholders: @KERNEL_NAME@ @PARAMS@. Conditions: ROTARY, ROTARY_TABLE,
+@# Placeholders: @KERNEL_NAME@ @PARAMS@ @ROTARY_TABLES@ (as in jagged_bwd.cu).
+@# Conditions: ROTARY, ROTARY_TABLE,
 @#   ROTARY_HALF (as the includer's), FUSED_DQ (jagged_bwd_ws.cu's: _pre also
 @#   zeroes the tiles' add counters and writes dQ 0 for rows that see no
 @#   key; needs kHalves).
@@ -217,11 +218,7 @@ extern "C" __global__ void __launch_bounds__(kRowsThreads)
 @if ROTARY@
   if constexpr (kRotateQ) {
     static_assert(!kDqTiled, "unrotate_dq reads the partner chunk of a row-major row");
-@if ROTARY_TABLE@
-    const RotaryTables tables = {rotary_table, rotary_table_k};
-@else@
-    const RotaryTables tables = {nullptr, nullptr};
-@endif@
+    const RotaryTables tables = @ROTARY_TABLES@;
     unrotate_dq(acc, i, dq, tables, cu_seqlens_q, cu_seqlens_k, batch, heads, total_q, total_k);
     return;
   }

@@ -7,7 +7,7 @@
 @# them and the output's staging and stores.
 @# Needs the includer's kHeadDim, kBlockM, kBlockN, kHalves, kKeyHalves,
 @#   kRowBytes, kStepOverRows, kChunks, kHasLeft, kHasRight, kLeft, kRight,
-@#   kScaleLog2; mma_sm80.cuh (pack2, fast_exp2, neg_inf), copy_rows.cuh and
+@#   kScaleLog2; mma_sm80.cuh (pack2, fast_exp2, exp2_tile, neg_inf), copy_rows.cuh and
 @#   wgmma_sm90.cuh. No placeholders, no conditions.
 /* ---- begin wgmma forward pieces ----
  * A tile of R rows is kHalves matrices of R rows of 64 elements (128

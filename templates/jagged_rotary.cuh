@@ -4,8 +4,8 @@
 @# shared memory once they have landed, and the backward's gradient rows
 @# rotated back in registers before they are stored. Included after the
 @# includer's tile layout; uses its kHeadDim, kThreads, swizzle(row, chunk)
-@# (the tiles' layout unless rotate_rows is given another), pack2() and
-@# unpack2(), for_lane_rows() (mma_sm80.cuh).
+@# (the tiles' layout unless rotate_rows is given another), pack2(),
+@# unpack2() and for_lane_rows() (mma_sm80.cuh).
 @# Placeholders: @ROTATE_Q@ @ROTATE_K@ @ROTATE_V@ (0 | 1: the tensors
 @#   rotated); those of rotary_core.cuh.
 @# Conditions: ROTARY_TABLE (positions from the caller's tables, else

@@ -1,7 +1,9 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# mma_sm80.cuh: device helpers shared by the mma.sync kernels: shared-memory
 @# addresses, 16-byte async copies, ldmatrix, the m16n8k16 tensor-core MMA
-@# and packing fp32 pairs into 16-bit pairs.
+@# and a lane's rows of its result (for_lane_rows), packing fp32 pairs into
+@# 16-bit pairs, exp2 on the special-function unit (fast_exp2, and
+@# exp2_tile over one n-tile of scores).
 @# Placeholders: @MMA_TYPE@ (bf16 | f16: PTX type of the inputs),
 @#               @PAIR_TYPE@ (bf16x2 | f16x2: PTX type of a packed pair).
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */

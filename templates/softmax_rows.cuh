@@ -1,7 +1,7 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# softmax_rows.cuh: the masked softmax numerator of one warp's 16 rows of
 @# S = Q K^T, shared by the forward and backward kernels.
-@# Needs: kKeyTiles, kBlock, kScaleLog2, Tile, neg_inf(), fast_exp2().
+@# Needs: kKeyTiles, kBlock, kScaleLog2, Tile, neg_inf(), exp2_tile() (mma_sm80.cuh).
 @# Conditions: CAUSAL.
 /* ---- begin softmax of one 16-row tile ----
  * This thread holds S at rows r_lo ([0], [1]) and r_hi ([2], [3]), key

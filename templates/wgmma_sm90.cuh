@@ -1,8 +1,10 @@
 @# SPDX-License-Identifier: BSD-3-Clause
 @# wgmma_sm90.cuh: device helpers for the warpgroup MMA of sm_90a (wgmma):
 @# shared-memory matrix descriptors of the tiles' 128-byte swizzle, the
-@# 64x64x16 MMA with both operands in shared memory or A in registers, and
-@# the fences around it. Only inside `#ifdef __CUDA_ARCH_FEAT_SM90_ALL`.
+@# 64x64x16 MMA with both operands in shared memory or A in registers, the
+@# fences around it and wgmma_two (a step's S and dP as one group). Leaves
+@# WGMMA_TILE_OPERANDS and WGMMA_D_OPERANDS (a result's asm operands)
+@# defined for the 64x128 products. Only inside `#ifdef __CUDA_ARCH_FEAT_SM90_ALL`.
 @# Placeholders: @MMA_TYPE@ (bf16 | f16: PTX type of the inputs).
 /* ---- begin device helpers (wgmma, sm_90a) ----
  * A warpgroup (4 consecutive warps, the first a multiple of 4) computes a
@@ -110,6 +112,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
                  "n"(kTransB));
 }
+#undef WGMMA_D_LIST
 
 // Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
 // pairs) live until here: placed after the wait, so the compiler cannot

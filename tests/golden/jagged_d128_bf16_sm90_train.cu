@@ -328,6 +328,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
                  "n"(kTransB));
 }
+#undef WGMMA_D_LIST
 
 // Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
 // pairs) live until here: placed after the wait, so the compiler cannot
@@ -1278,6 +1279,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
                  "n"(kTransB));
 }
+#undef WGMMA_D_LIST
 
 // Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
 // pairs) live until here: placed after the wait, so the compiler cannot
@@ -2176,6 +2178,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
                  "n"(kTransB));
 }
+#undef WGMMA_D_LIST
 
 // Keep registers an asynchronous wgmma reads (its A operand, as 16-bit
 // pairs) live until here: placed after the wait, so the compiler cannot
@@ -2574,9 +2577,9 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
 
 // Sequence b of a slab as head h's CTA of a one-pass broadcast backward
 // walks it: its span, the key tiles its queries [0, mq) see, and where
-// head h's rows start (every tensor's rows `stride` elements apart). With
-// kZeroThreads > 0 those threads also zero the gradients of the keys no
-// query sees (zero_unseen_keys).
+// head h's rows start (every tensor's rows `stride` elements apart); the
+// first kZeroThreads threads also zero the gradients of the keys no query
+// sees (zero_unseen_keys).
 struct SlabSequence : SeqSpan {
   long long delta;              // k_len - q_len: where the causal diagonal lies
   long long kt0;                // the first key tile seen
@@ -2602,7 +2605,7 @@ __device__ __forceinline__ SlabSequence slab_sequence(
   s.v = v + kv_at;
   s.dk = dk + kv_at;
   s.dv = dv + kv_at;
-  if constexpr (kZeroThreads > 0) zero_unseen_keys<kZeroThreads>(s.dk, s.dv, s.k_len, seen, stride);
+  zero_unseen_keys<kZeroThreads>(s.dk, s.dv, s.k_len, seen, stride);
   return s;
 }
 

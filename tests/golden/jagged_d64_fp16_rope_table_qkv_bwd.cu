@@ -446,9 +446,9 @@ __device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned sh
 
 // Sequence b of a slab as head h's CTA of a one-pass broadcast backward
 // walks it: its span, the key tiles its queries [0, mq) see, and where
-// head h's rows start (every tensor's rows `stride` elements apart). With
-// kZeroThreads > 0 those threads also zero the gradients of the keys no
-// query sees (zero_unseen_keys).
+// head h's rows start (every tensor's rows `stride` elements apart); the
+// first kZeroThreads threads also zero the gradients of the keys no query
+// sees (zero_unseen_keys).
 struct SlabSequence : SeqSpan {
   long long delta;              // k_len - q_len: where the causal diagonal lies
   long long kt0;                // the first key tile seen
@@ -474,7 +474,7 @@ __device__ __forceinline__ SlabSequence slab_sequence(
   s.v = v + kv_at;
   s.dk = dk + kv_at;
   s.dv = dv + kv_at;
-  if constexpr (kZeroThreads > 0) zero_unseen_keys<kZeroThreads>(s.dk, s.dv, s.k_len, seen, stride);
+  zero_unseen_keys<kZeroThreads>(s.dk, s.dv, s.k_len, seen, stride);
   return s;
 }
 
