@@ -353,7 +353,9 @@ typedef struct ag_plan_jagged_choices {
   bool sm90_fwd_tma;     /* the warp-specialized forward loads K and V by TMA */
   bool sm90_bwd_fused_dq; /* the warp-specialized backward rounds dQ itself (FUSED_DQ) */
   bool sm90_bq_bwd;      /* the 128-row one-pass broadcast backward on wgmma */
-  bool sm90_bq_fwd_deep; /* head dim 64: that forward with 6 K, V stages in flight, not 3 */
+  /* the broadcast warp-specialized forward (sm90_ws_broadcast) at head dim
+   * 64 with 6 K, V stages in flight instead of 3 */
+  bool sm90_bq_fwd_deep;
   /* the one-pass broadcast backward's 32-row variant at head_dim 64 ([0])
    * and 128 ([1]): its warps (0: none, n_q <= 32 on the 64-row kernel) and
    * its K, V stages (2: the next tile loads during this one) */

@@ -451,10 +451,10 @@ static const ag_plan_jagged_choices jagged_checked = {
      * (114,688). ncu on an H100 (2026-12-06, session 32; batch 264, keys
      * uniform in [2048, 4096], n_q 128; bench/results/
      * 2026-12-06-h100-ncu-broadcast-fwd-d64-nq128-s32.txt): one CTA an SM,
-     * 49% of the warp samples in the computing warpgroups' waits on a full
-     * stage, and the H200 ran this forward at 47-59% of its memory floor
-     * (bench/RESULTS-broadcast.md); more tiles in flight should cover more
-     * of the latency. Written that session; ptxas (sm_90a): 168 registers,
+     * 44% of the warp samples in mbarrier spin loops, and the H200 ran
+     * this forward at 47-59% of its memory floor
+     * (bench/RESULTS-broadcast.md); more tiles in flight may cover more of
+     * the latency. Written that session; ptxas (sm_90a): 168 registers,
      * no spills. Not run: no GPU came for it
      * (tools/next_gpu_call_bq_fwd.sh). Off. */
     .sm90_bq_fwd_deep = false,

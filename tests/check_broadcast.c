@@ -177,17 +177,44 @@ START_TEST(plan_kernels) {
     ck_assert_int_eq(small->smem_bytes, (32 + 2 * 2 * 64) * (d ? 64 : 128) * 2);
     ck_assert_int_eq(small->min_ctas_per_sm, d ? 4 : 3);
     ck_assert_int_eq(ag_plan_variant(&p9, AG_PASS_FORWARD, 65, 4, 4), big->variant);
-    /* .sm90_bq_fwd_deep: six stages at head dim 64 (within the SM's
-     * shared memory), three otherwise */
-    ag_plan_jagged_choices deep = ag_plan_jagged_checked();
-    deep.sm90_bq_fwd_deep = true;
-    ag_plan pd;
-    ck_assert_int_eq(ag_plan_jagged_make_with(&s9, deep, &pd, &err), AG_OK);
-    ck_assert_int_eq(pd.jagged.fwd_stages, (d ? 6 : 3));
-    ck_assert_int_eq(pd.jagged.fwd_smem_bytes, (d ? 212992 : 229376));
-    ck_assert_int_le(pd.jagged.fwd_smem_bytes, AG_SMEM_MAX_SM90);
     ck_assert_int_eq(p9.jagged.fwd_stages, (ag_plan_jagged_checked().sm90_bq_fwd_deep && d ? 6 : 3));
   }
+}
+END_TEST
+
+/* The plan choice .sm90_bq_fwd_deep (off until a GPU has run it): the
+ * head-dim-64 broadcast warp-specialized forward with six K, V stages of
+ * 128 keys, within the SM's shared memory, its constants emitted, compiled
+ * by NVRTC without spills; head dim 128 keeps three (six would not fit). */
+START_TEST(deep_forward) {
+  char *dir = ag_test_dump_begin("attngen-bqdeep");
+  for (int d = 0; d < 2; d++) {
+    const int dim = d ? 64 : 128, stages = d ? 6 : 3;
+    char y[512];
+    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", true);
+    ag_spec s = load_ok(y);
+    ag_plan_jagged_choices c = ag_plan_jagged_checked();
+    c.sm90_bq_fwd_deep = true;
+    ag_plan p;
+    ag_error err = {0};
+    ck_assert_msg(ag_plan_jagged_make_with(&s, c, &p, &err) == AG_OK, "%s", err.message);
+    ag_plan_kernels(&s, &p);
+    const ag_plan_kernel *big = &p.kernels[0];
+    ck_assert_str_eq(big->template_file, "jagged_fwd_ws.cu");
+    ck_assert_int_eq(p.jagged.fwd_stages, stages);
+    ck_assert_int_eq(big->smem_bytes, (128 + 2 * stages * 128) * dim * 2);
+    ck_assert_int_le(big->smem_bytes + 8 * (1 + 2 * stages), AG_SMEM_MAX_SM90); /* + mbarriers */
+    char *src = NULL;
+    ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
+    char want[64];
+    snprintf(want, sizeof want, "constexpr int kStages = %d;", stages);
+    ck_assert_ptr_nonnull(strstr(src, want));
+    int regs = 0, stores = 0, loads = 0;
+    if (ag_test_compile_report(src, big->name, "sm_90a", big->name, dir, &regs, &stores, &loads))
+      ck_assert_msg(stores + loads == 0, "%s spills %d + %d bytes", big->name, stores, loads);
+    free(src);
+  }
+  ag_test_dump_end(dir);
 }
 END_TEST
 
@@ -597,6 +624,7 @@ Suite *broadcast_suite(void) {
   tcase_add_test(tc, compiles);
   tcase_add_test(tc, m32_choices);
   tcase_add_test(tc, sm90_backward);
+  tcase_add_test(tc, deep_forward);
   tcase_add_test(tc, launch_parameters);
   tcase_add_test(tc, argument_checks);
   suite_add_tcase(s, tc);
