@@ -455,8 +455,11 @@ static const ag_plan_jagged_choices jagged_checked = {
      * this forward at 47-59% of its memory floor
      * (bench/RESULTS-broadcast.md); more tiles in flight may cover more of
      * the latency. Written that session; ptxas (sm_90a): 168 registers,
-     * no spills. Not run: no GPU came for it
-     * (tools/next_gpu_call_bq_fwd.sh). Off. */
+     * no spills. Run on an H100 the same day (bench/results/
+     * 2026-12-06-h100-broadcast-fwd-deep-s32.md): correct against float64
+     * (n_q 100, 128) and under memcheck; batch 1152, n_q 128, L 4096: 2.4%
+     * faster at s 0.5, 1.0% slower at s 1. Not yet on the H200, whose
+     * bandwidth it was meant for (tools/next_gpu_call_bq_fwd.sh). Off. */
     .sm90_bq_fwd_deep = false,
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
