@@ -7,8 +7,8 @@
 @# rows times rows; rows_accumulate.cuh: a register operand times a tile)
 @# and the row stores (store_rows.cuh); for the one-pass broadcast
 @# backwards a slab's sequences (slab_start, slab_sequence).
-@# Needs: kHeadDim, kBlockM, kBlockN, kThreads, kHasLeft, kHasRight, kWindowLeft, kRight, kBroadcast, kLog2e,
-@#   kScaleLog2, fast_exp2(), pack2(), neg_inf(),
+@# Needs: kHeadDim, kBlockM, kBlockN, kThreads, kHasLeft, kHasRight,
+@#   kWindowLeft, kRight, kBroadcast, kLog2e, kScaleLog2, fast_exp2(), pack2(), neg_inf(),
 @#   unpack2(),
 @#   smem_addr(), copy_rows(), ldmatrix_x4(), ldmatrix_x4_trans(),
 @#   mma_16816(). No placeholders, no conditions.

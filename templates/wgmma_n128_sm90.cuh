@@ -18,7 +18,6 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], unsigned long l
 // wgmma_hold for the 64x128 result.
 __device__ __forceinline__ void wgmma_hold(float (&d)[16][4]) {
 #pragma unroll
-  for (int n = 0; n < 16; n++)
-    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+  for (int n = 0; n < 16; n++) asm volatile("" : WGMMA_TILE_OPERANDS(d[n]) :: "memory");
 }
 /* ---- end device helpers (wgmma 64x128) ---- */

@@ -288,12 +288,13 @@ template <int pending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory");
 }
+// One n-tile t of an fp32 result (four registers) as read-write asm operands.
+#define WGMMA_TILE_OPERANDS(t) "+f"(t[0]), "+f"(t[1]), "+f"(t[2]), "+f"(t[3])
 // After wgmma_wait: pin the accumulators there, so that no read of them is
 // moved above the wait (to the compiler the wgmma asm wrote them already).
 __device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
 #pragma unroll
-  for (int n = 0; n < 8; n++)
-    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+  for (int n = 0; n < 8; n++) asm volatile("" : WGMMA_TILE_OPERANDS(d[n]) :: "memory");
 }
 // The two products `issue` makes (a backward step's S and dP) as one group,
 // waited for, their accumulators a and b pinned.
@@ -317,7 +318,6 @@ __device__ __forceinline__ void fence_proxy_async() {
 // operands %0..%31 of both MMAs below, and the list of those registers.
 // The 64x128 products (wgmma_n128_sm90.cuh, jagged_bwd_dkv_n128.cuh) pass
 // two such halves, %0..%63.
-#define WGMMA_TILE_OPERANDS(t) "+f"(t[0]), "+f"(t[1]), "+f"(t[2]), "+f"(t[3])
 #define WGMMA_D_OPERANDS(d)                                                         \
   WGMMA_TILE_OPERANDS(d[0]), WGMMA_TILE_OPERANDS(d[1]), WGMMA_TILE_OPERANDS(d[2]),  \
   WGMMA_TILE_OPERANDS(d[3]), WGMMA_TILE_OPERANDS(d[4]), WGMMA_TILE_OPERANDS(d[5]),  \
@@ -1709,12 +1709,13 @@ template <int pending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory");
 }
+// One n-tile t of an fp32 result (four registers) as read-write asm operands.
+#define WGMMA_TILE_OPERANDS(t) "+f"(t[0]), "+f"(t[1]), "+f"(t[2]), "+f"(t[3])
 // After wgmma_wait: pin the accumulators there, so that no read of them is
 // moved above the wait (to the compiler the wgmma asm wrote them already).
 __device__ __forceinline__ void wgmma_hold(float (&d)[8][4]) {
 #pragma unroll
-  for (int n = 0; n < 8; n++)
-    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+  for (int n = 0; n < 8; n++) asm volatile("" : WGMMA_TILE_OPERANDS(d[n]) :: "memory");
 }
 // The two products `issue` makes (a backward step's S and dP) as one group,
 // waited for, their accumulators a and b pinned.
@@ -1738,7 +1739,6 @@ __device__ __forceinline__ void fence_proxy_async() {
 // operands %0..%31 of both MMAs below, and the list of those registers.
 // The 64x128 products (wgmma_n128_sm90.cuh, jagged_bwd_dkv_n128.cuh) pass
 // two such halves, %0..%63.
-#define WGMMA_TILE_OPERANDS(t) "+f"(t[0]), "+f"(t[1]), "+f"(t[2]), "+f"(t[3])
 #define WGMMA_D_OPERANDS(d)                                                         \
   WGMMA_TILE_OPERANDS(d[0]), WGMMA_TILE_OPERANDS(d[1]), WGMMA_TILE_OPERANDS(d[2]),  \
   WGMMA_TILE_OPERANDS(d[3]), WGMMA_TILE_OPERANDS(d[4]), WGMMA_TILE_OPERANDS(d[5]),  \
@@ -1799,8 +1799,7 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], unsigned long l
 // wgmma_hold for the 64x128 result.
 __device__ __forceinline__ void wgmma_hold(float (&d)[16][4]) {
 #pragma unroll
-  for (int n = 0; n < 16; n++)
-    asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+  for (int n = 0; n < 16; n++) asm volatile("" : WGMMA_TILE_OPERANDS(d[n]) :: "memory");
 }
 /* ---- end device helpers (wgmma 64x128) ---- */
 
