@@ -89,7 +89,16 @@ def main():
     ap.add_argument("--meas-bw", type=float, default=4.5)
     ap.add_argument("--meas-mma", type=float, default=785.0)
     a = ap.parse_args()
-    data = json.load(open(a.json))
+    for name in ("peak_bw", "peak_mma", "meas_bw", "meas_mma"):
+        if not getattr(a, name) > 0:
+            ap.error("--%s must be a positive rate, not %s" % (name.replace("_", "-"),
+                                                               getattr(a, name)))
+    try:
+        with open(a.json) as f:
+            data = json.load(f)
+        data["records"], data["env"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        ap.error("%s is not a broadcast_bench.py JSON: %s" % (a.json, e))
     gpu = data["env"].get("gpu", "?")
     if "H200" not in gpu and (a.peak_bw, a.meas_bw) == (4.8, 4.5):
         print("warning: the default rates are an H200's; this run is from %s" % gpu,

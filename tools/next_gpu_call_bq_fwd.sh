@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # next_gpu_call_bq_fwd.sh: the plan choice .sm90_bq_fwd_deep
 # (generator/plan_jagged.c: the broadcast warp-specialized forward at head
-# dim 64 with six K, V stages instead of three), written in session 32
-# and never run. One device call of 5 to 8 minutes; carry [".devdeps"],
+# dim 64 with six K, V stages instead of three), written in session 32 and
+# run once on an H100 (correct; within +-2.4% of three stages: bench/results/
+# 2026-12-06-h100-broadcast-fwd-deep-s32.md), not yet on the H200. One
+# device call of 5 to 8 minutes; carry [".devdeps"],
 # command `bash tools/next_gpu_call_bq_fwd.sh`:
 #   1. the tree's library (the choice off) built and kept;
 #   2. the choice turned on in the working copy, built: the GPU suite's

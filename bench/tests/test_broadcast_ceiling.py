@@ -8,6 +8,7 @@ note of session 32 states it.
 """
 import json
 import os
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -80,3 +81,20 @@ def test_matmul_bound():
     fwd = [x for x in out if x["pass"] == "fwd"][0]
     # floor: FLOPs / 1 GFLOP/s, in ms
     assert abs(fwd["max_peak"] - 1.0 / (r["flops"]["fwd"] / 1e9 * 1e3)) < 1e-12
+
+
+def test_bad_input(tmp_path):
+    script = os.path.join(BENCH, "broadcast_ceiling.py")
+    good = os.path.join(BENCH, "results", "2026-12-06-h200-broadcast-fa4-s31.json")
+    bad_json = tmp_path / "x.json"
+    bad_json.write_text("{}")
+    cases = [([good, "--peak-bw", "0"], "--peak-bw must be a positive rate, not 0.0"),
+             ([good, "--meas-mma", "-5"], "--meas-mma must be a positive rate, not -5.0"),
+             ([good, "--meas-bw", "nan"], "--meas-bw must be a positive rate, not nan"),
+             ([str(tmp_path / "none.json")], "is not a broadcast_bench.py JSON"),
+             ([str(bad_json)], "is not a broadcast_bench.py JSON")]
+    for args, message in cases:
+        r = subprocess.run([sys.executable, script] + args, capture_output=True, text=True)
+        assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
+    r = subprocess.run([sys.executable, script, good], capture_output=True, text=True)
+    assert r.returncode == 0 and "11 of the 32" in r.stdout
