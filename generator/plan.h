@@ -190,6 +190,11 @@ typedef struct ag_plan_jagged {
    * fwd_sm90 (head dim 128), else jagged_fwd.cu */
   bool fwd_ws;
   bool fwd_tma; /* fwd_ws: its K and V tiles by TMA (the AG_PARAM_TMAP_K, _V roles) */
+  /* fwd_ws: the query tiles a CTA computes in turn (1: one; more: the
+   * loading warpgroup streams the next tile's Q and K, V while this one
+   * ends) and its Q slots (2: the next Q lands while this tile runs);
+   * fwd_smem_bytes counts fwd_q_tiles Q tiles */
+  int fwd_items, fwd_q_tiles;
   int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
   bool broadcast;   /* query: broadcast: one dense Q shared by every sequence */
   bool rotary;      /* rotary embeddings (the mma.sync kernels rotate the tiles) */
@@ -356,6 +361,10 @@ typedef struct ag_plan_jagged_choices {
   /* the broadcast warp-specialized forward (sm90_ws_broadcast) at head dim
    * 64 with 6 K, V stages in flight instead of 3 */
   bool sm90_bq_fwd_deep;
+  /* the warp-specialized forward's query tiles a CTA at head dim 64 ([0])
+   * and 128 ([1]) (1: one a CTA) and its Q slots when more (1 or 2; with 2
+   * the K, V stages drop to what shared memory still holds) */
+  int fwd_items[2], fwd_q_tiles[2];
   /* the one-pass broadcast backward's 32-row variant at head_dim 64 ([0])
    * and 128 ([1]): its warps (0: none, n_q <= 32 on the 64-row kernel) and
    * its K, V stages (2: the next tile loads during this one) */

@@ -46,6 +46,7 @@ static void set_forward(ag_plan *p, int block_m, int block_n, int warps, int sta
   j->fwd_stages = stages;
   j->fwd_smem_bytes = (block_m + 2 * stages * block_n) * p->head_dim * p->elem_bytes;
   j->fwd_min_ctas = min_ctas;
+  j->fwd_items = j->fwd_q_tiles = 1;
 }
 
 /* The forward variant for few query rows a sequence (at most max_rows):
@@ -77,6 +78,28 @@ static void plan_forward(ag_plan *p) { set_forward(p, 128, 64, 4, 2, 2); }
 static void plan_forward_ws(ag_plan *p) {
   p->jagged.fwd_ws = true;
   set_forward(p, 128, 128, 12, 3, 1);
+}
+
+/* The warp-specialized forward walking several query tiles a CTA
+ * (choices.fwd_items): the loading warpgroup runs on into the next tile's
+ * Q and K, V while the computing warpgroups end this one (its last P V,
+ * the output's normalization and stores), and the CTA's start (barriers,
+ * the first loads' latency) is paid once for them all. With two Q slots
+ * the next tile's Q lands while this one runs; the K, V stages drop to
+ * what shared memory still holds (at head dim 128, 3 -> 2). */
+static void plan_forward_items(ag_plan *p, ag_plan_jagged_choices choices) {
+  ag_plan_jagged *j = &p->jagged;
+  const int hd = p->head_dim == 128;
+  if (!j->fwd_ws || choices.fwd_items[hd] <= 1) return;
+  j->fwd_items = choices.fwd_items[hd];
+  j->fwd_q_tiles = choices.fwd_q_tiles[hd] == 2 ? 2 : 1;
+  const int tile = p->head_dim * p->elem_bytes; /* bytes of a row */
+  while (j->fwd_stages > 2 &&
+         (j->fwd_q_tiles * j->fwd_block_m + 2 * j->fwd_stages * j->fwd_block_n) * tile >
+             AG_SMEM_MAX_SM90 - 1024) /* the kernel's static 1 KiB (barriers, alignment) */
+    j->fwd_stages--;
+  j->fwd_smem_bytes =
+      (j->fwd_q_tiles * j->fwd_block_m + 2 * j->fwd_stages * j->fwd_block_n) * tile;
 }
 
 /* Runs whose mean query length is at most SHORT_MEAN_ROWS take the short
@@ -461,6 +484,11 @@ static const ag_plan_jagged_choices jagged_checked = {
      * faster at s 0.5, 1.0% slower at s 1. Not yet on the H200, whose
      * bandwidth it was meant for (tools/next_gpu_call_bq_fwd.sh). Off. */
     .sm90_bq_fwd_deep = false,
+    /* The warp-specialized forward's query tiles a CTA (plan_forward_items):
+     * written in session 33 (2026-12-06); one a CTA until a GPU has checked
+     * and timed more. */
+    .fwd_items = {1, 1},
+    .fwd_q_tiles = {2, 2},
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},
@@ -506,6 +534,9 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
     plan_forward_short(spec, out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD))
     plan_backward_fused(spec, out, choices);
+  /* last: the short variant above takes the main forward's stages as
+   * they were */
+  if (spec->passes & AG_PASS_FORWARD) plan_forward_items(out, choices);
   return AG_OK;
 }
 
@@ -558,7 +589,8 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
       ws ? "jagged_fwd_ws.cu" : j->fwd_sm90 ? "jagged_fwd_sm90.cu" : "jagged_fwd.cu");
   k->namespace_name = namespace_name;
   k->variant = variant;
-  k->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_Q : AG_WALK_JAGGED_Q, block_m, 1, 1};
+  const int items = ws ? j->fwd_items : 1;
+  k->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_Q : AG_WALK_JAGGED_Q, block_m, 1, items};
   k->threads = 32 * warps;
   k->smem_bytes = smem_bytes;
   k->min_ctas_per_sm = min_ctas;
@@ -569,6 +601,8 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
   ag_plan_set(k, "BROADCAST", j->broadcast);
   ag_plan_set(k, "SMEM_BYTES", smem_bytes);
   if (ws) {
+    ag_plan_set(k, "CTA_ITEMS", items);
+    ag_plan_set(k, "Q_TILES", j->fwd_q_tiles);
     ag_plan_set(k, "TMA_KV", j->fwd_tma);
     if (j->fwd_tma) add_tma_params(k, AG_PARAM_TMAP_K, AG_PARAM_TMAP_V, block_n); /* last */
   }
@@ -751,6 +785,9 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                       "%s  turns on wgmma, each tile's softmax under the products%s\n",
                       prefix, k->threads / 128 - 1, prefix,
                       j->fwd_tma ? "; K, V by TMA" : "");
+      if (j->fwd_ws && k->variant != AG_VARIANT_FWD_SMALL && j->fwd_items > 1)
+        ag_buf_printf(b, "%s  %d query tiles a CTA in turn, %d Q slot%s\n", prefix,
+                      j->fwd_items, j->fwd_q_tiles, j->fwd_q_tiles > 1 ? "s" : "");
       else if (j->fwd_sm90)
         ag_buf_printf(b, "%s  both products on wgmma (sm_90a): %d warpgroups of 64 rows\n", prefix,
                       k->threads / 128);

@@ -3,7 +3,8 @@
  * (templates/jagged_walk.cuh): one CTA per (virtual tile, head). Sequence
  * i's tiles are numbered from i + offsets[i] / rows, so there are batch +
  * total / rows numbers (some unused, which their CTAs skip at once) and
- * the host needs no offsets to size the grid. The broadcast-Q walks: one
+ * the host needs no offsets to size the grid; a query walk's CTA may take
+ * several numbers in turn (items_per_cta). The broadcast-Q walks: one
  * CTA per (sequence, query tile, head) of the forward, per (query tile,
  * slab of sequences, head) of the backward's dQ (the slabs cut on the
  * device, jagged_bwd_tile.cuh's slab_start), and the slabs' sum. The row
@@ -25,13 +26,21 @@ int64_t ag_broadcast_slabs(int64_t batch, int64_t n_q, int64_t heads, int block_
   return slabs < batch ? slabs : batch;
 }
 
+/* The items (query tiles) a CTA of a query walk computes in turn. */
+static int64_t cta_items(const ag_walk *w) {
+  return w->items_per_cta > 1 ? w->items_per_cta : 1;
+}
+
 static ag_status broadcast_grid(const ag_walk *w, const ag_launch *a, unsigned out_grid[3],
                                 int64_t *out_items, ag_error *err) {
   const int64_t n_q = a->batch > 0 ? a->total_q / a->batch : 0;
   const int64_t q_tiles = (n_q + w->rows - 1) / w->rows;
   int64_t x = 0, y = a->heads, items = 0;
   switch (w->kind) {
-    case AG_WALK_BROADCAST_Q: x = items = a->batch * q_tiles; break;
+    case AG_WALK_BROADCAST_Q:
+      items = a->batch * q_tiles;
+      x = (items + cta_items(w) - 1) / cta_items(w);
+      break;
     case AG_WALK_BROADCAST_SLABS:
       x = items = q_tiles * ag_broadcast_slabs(a->batch, n_q, a->heads, a->slab_rows);
       break;
@@ -88,7 +97,7 @@ ag_status ag_walk_jagged_grid(const ag_walk *w, const ag_launch *a, int sm_count
     out_grid[1] = out_grid[2] = 1;
     return AG_OK;
   }
-  out_grid[0] = (unsigned)tiles;
+  out_grid[0] = (unsigned)(keys ? tiles : (tiles + cta_items(w) - 1) / cta_items(w));
   out_grid[1] = (unsigned)heads;
   out_grid[2] = 1;
   return AG_OK;

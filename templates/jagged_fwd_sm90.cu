@@ -27,6 +27,8 @@ constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kStages = @STAGES@;  // KV tiles resident
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
 @include jagged_fwd_sm90_consts.cuh@
+static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
+              "the plan's shared memory is the Q tile and the K/V stages");
 static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
 static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");

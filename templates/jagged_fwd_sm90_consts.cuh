@@ -3,8 +3,8 @@
 @# (jagged_fwd_sm90.cu, jagged_fwd_ws.cu) take from the spec (the band,
 @# jagged_fwd_band.cuh) and derive from their tile: its 16-byte chunks,
 @# 64-column matrices and byte sizes.
-@# Needs the includer's kHeadDim, kBlockM, kBlockN, kStages, kSmemBytes
-@#   (checked: the Q tile and the K/V stages).
+@# Needs the includer's kHeadDim, kBlockM, kBlockN (each includer checks
+@#   its kSmemBytes against its Q tiles and K/V stages).
 @# Includes: jagged_fwd_band.cuh (its placeholders). No conditions. Stops
 @# a compilation for any arch but sm_90a.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -19,5 +19,3 @@ constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O stagin
 constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
-              "the plan's shared memory is the Q tile and the K/V stages");

@@ -2,7 +2,7 @@
 @# jagged_fwd_span.cuh: what the query tile of a jagged forward CTA sees,
 @# shared by the three jagged forwards: its sequence's keys, its
 @# real rows, its strides and key head, the key tiles of the band and its
-@# rows' offsets; and which query tile a CTA computes.
+@# rows' offsets; and which query tile a CTA (or a CTA's item) computes.
 @# Needs the includer's kHeadDim, kBlockM, kBlockN, kHasLeft, kHasRight, kLeft,
 @# kRight, kBroadcast and jagged_walk.cuh. No placeholders, no conditions.
 /* ---- begin query tile span ---- */
@@ -45,9 +45,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   return t;
 }
 
-// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// Query tile `item` of the walk: virtual tile num_tiles - 1 - item, so
 // that the tiles are taken in reverse and a sequence's last q tile (the
 // most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile query_tile_at(const int *cu_seqlens_q,
+                                                    const int *cu_seqlens_k, long long batch,
+                                                    long long total_q, long long num_tiles,
+                                                    long long item) {
+  const long long vt = num_tiles - 1 - item;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+}
+
+// The query tile of a CTA that computes one: item blockIdx.x (written
+// out: through query_tile_at, ptxas allocated the rotary kernels'
+// registers otherwise).
 __device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
                                                      const int *cu_seqlens_k, long long batch,
                                                      long long total_q, long long num_tiles) {

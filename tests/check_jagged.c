@@ -944,6 +944,76 @@ START_TEST(tma_forward_plan) {
 }
 END_TEST
 
+/* The warp-specialized forward walking several query tiles a CTA
+ * (.fwd_items, plan_forward_items): with two Q slots head dim 128 keeps two
+ * K, V stages (three would pass the SM's shared memory) and 64 its three;
+ * with one slot both keep three. The main forward's grid is ceil(tiles /
+ * items) CTAs a head (the short variant's one tile a CTA); the source
+ * names the constants and compiles. The broadcast walk's grid likewise. */
+START_TEST(forward_items) {
+  for (int d = 0; d < 2; d++)
+    for (int qt = 1; qt <= 2; qt++) {
+      const int dim = d ? 128 : 64, stages = dim == 128 && qt == 2 ? 2 : 3;
+      ag_plan_jagged_choices c = ag_plan_jagged_checked();
+      c.fwd_items[0] = c.fwd_items[1] = 4;
+      c.fwd_q_tiles[0] = c.fwd_q_tiles[1] = qt;
+      fake f;
+      char y[512];
+      yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", false);
+      fake_with(&f, y, 7, c);
+      const ag_plan *p = &f.kernel.plan;
+      ck_assert(p->jagged.fwd_ws);
+      ck_assert_int_eq(p->jagged.fwd_items, 4);
+      ck_assert_int_eq(p->jagged.fwd_q_tiles, qt);
+      ck_assert_int_eq(p->jagged.fwd_stages, stages);
+      const ag_plan_kernel *main_k = &p->kernels[0];
+      ck_assert_str_eq(main_k->template_file, "jagged_fwd_ws.cu");
+      ck_assert_int_eq(main_k->variant, AG_VARIANT_FWD_LARGE);
+      ck_assert_int_eq(main_k->walk.items_per_cta, 4);
+      ck_assert_int_eq(main_k->smem_bytes, (qt * 128 + 2 * stages * 128) * dim * 2);
+      ck_assert_int_le(main_k->smem_bytes + 1024, AG_SMEM_MAX_SM90); /* + its static 1 KiB */
+      ck_assert_int_eq(p->nkernels, 2);
+      ck_assert_int_eq(p->kernels[1].walk.items_per_cta, 1); /* the short variant */
+      ag_fake_seen.tmaps = 2;
+      ag_jagged_fwd_args a = fwd_args();
+      a.total_q = 1153; /* mean 385: the main forward; 3 + 1153 / 128 = 12 tiles */
+      ag_error err = {0};
+      ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+      ck_assert_int_eq(ag_fake_seen.count, 1);
+      ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[0]);
+      ck_assert_uint_eq(ag_fake_seen.grids_x[0], 3);
+      ck_assert_uint_eq(ag_fake_seen.grids_y[0], 8);
+      ck_assert_int_eq(ag_fake_seen.items, 12); /* the kernel's num_tiles: every tile */
+      char *src = NULL;
+      ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+      ck_assert_ptr_nonnull(strstr(src, "constexpr int kItems = 4;"));
+      char want[64];
+      snprintf(want, sizeof want, "constexpr int kQTiles = %d;", qt);
+      ck_assert_ptr_nonnull(strstr(src, want));
+      compile_holds_every_kernel(src, "forward_items.cu", p);
+      free(src);
+      ag_buf b;
+      ag_buf_init(&b);
+      ag_plan_jagged_describe(p, "", &b);
+      ck_assert_ptr_nonnull(strstr(b.data, "4 query tiles a CTA in turn"));
+      ag_buf_free(&b);
+    }
+  /* the checked choices: one tile a CTA */
+  ck_assert_int_le(ag_plan_jagged_checked().fwd_items[0], 1);
+  ck_assert_int_le(ag_plan_jagged_checked().fwd_items[1], 1);
+  /* broadcast: n_q 200 over 10 sequences, 2 query tiles each: 20 items */
+  const ag_walk w = {AG_WALK_BROADCAST_Q, 128, 1, 3};
+  ag_launch la = {.batch = 10, .heads = 4, .kv_heads = 4, .total_q = 2000, .total_k = 9000};
+  unsigned grid[3];
+  int64_t items = 0;
+  ag_error err = {0};
+  ck_assert_int_eq(ag_walk_jagged_grid(&w, &la, 132, 1, grid, &items, &err), AG_OK);
+  ck_assert_uint_eq(grid[0], 7); /* ceil(20 / 3) */
+  ck_assert_uint_eq(grid[1], 4);
+  ck_assert_int_eq(items, 20);
+}
+END_TEST
+
 /* Head dim 64 with a causal mask on sm_90a (sm90_ws64_causal): the
  * warp-specialized forward for runs of mean query length past 640, the
  * mma.sync forward's 128-row tiles up to it; with a window too. The
@@ -1340,6 +1410,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, fused_dq_plan);
   tcase_add_test(tc, ws_without_tma_compiles);
   tcase_add_test(tc, tma_forward_plan);
+  tcase_add_test(tc, forward_items);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);
   tcase_add_test(tc, rotary_tables);

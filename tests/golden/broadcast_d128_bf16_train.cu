@@ -376,9 +376,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   return t;
 }
 
-// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// Query tile `item` of the walk: virtual tile num_tiles - 1 - item, so
 // that the tiles are taken in reverse and a sequence's last q tile (the
 // most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile query_tile_at(const int *cu_seqlens_q,
+                                                    const int *cu_seqlens_k, long long batch,
+                                                    long long total_q, long long num_tiles,
+                                                    long long item) {
+  const long long vt = num_tiles - 1 - item;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+}
+
+// The query tile of a CTA that computes one: item blockIdx.x (written
+// out: through query_tile_at, ptxas allocated the rotary kernels'
+// registers otherwise).
 __device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
                                                      const int *cu_seqlens_k, long long batch,
                                                      long long total_q, long long num_tiles) {
@@ -991,9 +1003,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   return t;
 }
 
-// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// Query tile `item` of the walk: virtual tile num_tiles - 1 - item, so
 // that the tiles are taken in reverse and a sequence's last q tile (the
 // most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile query_tile_at(const int *cu_seqlens_q,
+                                                    const int *cu_seqlens_k, long long batch,
+                                                    long long total_q, long long num_tiles,
+                                                    long long item) {
+  const long long vt = num_tiles - 1 - item;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+}
+
+// The query tile of a CTA that computes one: item blockIdx.x (written
+// out: through query_tile_at, ptxas allocated the rotary kernels'
+// registers otherwise).
 __device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
                                                      const int *cu_seqlens_k, long long batch,
                                                      long long total_q, long long num_tiles) {

@@ -21,6 +21,7 @@
  *     tile: 128 query rows of one head, key tiles of 128, 3 in flight
  *     warp specialized (sm_90a): one warpgroup loads, 2 of 64 rows take
  *     turns on wgmma, each tile's softmax under the products; K, V by TMA
+ *     both products on wgmma (sm_90a): 3 warpgroups of 64 rows
  *     runs when the mean query length > 384
  *     threads: 384, shared memory: 229376 bytes
  *     grid: (batch + total_q / 128, heads)
@@ -71,6 +72,12 @@ static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
                   kThreads * (65536 / kThreads / 8 * 8),
               "the registers the CTA is launched with");
 constexpr int kStages = 3;  // KV tiles resident
+// A CTA computes kItems query tiles in turn: the loading warpgroup runs on
+// into the next tile's Q and K, V while the computing warpgroups end this
+// one; with two Q slots the next tile's Q lands meanwhile too.
+constexpr int kItems = 1;
+constexpr int kQTiles = 1;  // Q slots (each also stages its tile's O)
+static_assert(kItems >= 1 && (kQTiles == 1 || kQTiles == 2), "items a CTA; Q slots");
 constexpr int kSmemBytes = 229376;  // dynamic shared memory, as planned
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this forward is planned for sm_90a only (wgmma)"
@@ -95,8 +102,8 @@ constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O stagin
 constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
-              "the plan's shared memory is the Q tile and the K/V stages");
+static_assert((kQTiles * kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
+              "the plan's shared memory is the Q tiles and the K/V stages");
 // K and V tiles by TMA (tmap_k, tmap_v: boxes of 64 columns by kBlockN
 // keys, issued by one loading thread on the stage's full barrier) instead
 // of cp.async by the loading warpgroup. Keys past a sequence's end are then
@@ -503,9 +510,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   return t;
 }
 
-// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// Query tile `item` of the walk: virtual tile num_tiles - 1 - item, so
 // that the tiles are taken in reverse and a sequence's last q tile (the
 // most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile query_tile_at(const int *cu_seqlens_q,
+                                                    const int *cu_seqlens_k, long long batch,
+                                                    long long total_q, long long num_tiles,
+                                                    long long item) {
+  const long long vt = num_tiles - 1 - item;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+}
+
+// The query tile of a CTA that computes one: item blockIdx.x (written
+// out: through query_tile_at, ptxas allocated the rotary kernels'
+// registers otherwise).
 __device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
                                                      const int *cu_seqlens_k, long long batch,
                                                      long long total_q, long long num_tiles) {
@@ -860,13 +879,17 @@ __device__ __forceinline__ void turn_pass(int wg) {
 extern __shared__ __align__(1024) unsigned short smem[];
 
 /* ---- begin kernel ----
- * One CTA per (virtual q tile, head), taken in reverse as jagged_fwd.cu
- * does. Warpgroup 0 copies Q once and the K/V tiles of the walk (last
- * first) into a ring of kStages stages, each refilled once both computing
- * warpgroups released it. Warpgroup 1 + w owns query rows 64w..64w+63.
- * Per KV tile: S = Q K^T issued, then the last tile's O += P V, and the
- * wait for S alone; the softmax of S runs while that P V does; then the
- * wait for P V, its stage released, O rescaled, P packed. */
+ * A CTA computes the query tiles kItems * blockIdx.x .. + kItems - 1 of
+ * the walk (each of them virtual tile num_tiles - 1 - item, taken in
+ * reverse as jagged_fwd.cu does) of head blockIdx.y, one after another.
+ * Warpgroup 0 copies each tile's Q into its slot (item u of the CTA's
+ * valid ones: slot u % kQTiles, refilled once that slot's last tile has
+ * stored its output) and the K/V tiles of the walks (last first) into a
+ * ring of kStages stages, numbered on across the CTA's tiles, each refilled
+ * once both computing warpgroups released it. Warpgroup 1 + w owns query
+ * rows 64w..64w+63. Per KV tile: S = Q K^T issued, then the last tile's
+ * O += P V, and the wait for S alone; the softmax of S runs while that P V
+ * does; then the wait for P V, its stage released, O rescaled, P packed. */
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
     const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
@@ -874,15 +897,17 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
     const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
     long long total_q, long long total_k, long long num_tiles,
     const __grid_constant__ ag_tmap tmap_k, const __grid_constant__ ag_tmap tmap_v) {
-  __shared__ __align__(8) unsigned long long bars[1 + 2 * kStages];  // Q full, full[s], empty[s]
+  // Q full[q], Q empty[q], full[s], empty[s]
+  __shared__ __align__(8) unsigned long long bars[2 * kQTiles + 2 * kStages];
   const int h = blockIdx.y;
-  const JaggedTile jt = cta_query_tile(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles);
-  if (!jt.valid) return;  // the same answer in every warp
-  const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
-  const unsigned q_a = smem_addr(smem), kv_a = q_a + kQBytes;
-  const unsigned q_full = smem_addr(bars), full0 = q_full + 8, empty0 = full0 + 8 * kStages;
+  const unsigned q_a = smem_addr(smem), kv_a = q_a + kQTiles * kQBytes;
+  const unsigned q_full0 = smem_addr(bars), q_empty0 = q_full0 + 8 * kQTiles;
+  const unsigned full0 = q_empty0 + 8 * kQTiles, empty0 = full0 + 8 * kStages;
   if (threadIdx.x == 0) {
-    mbar_init(q_full, 128);
+    for (int q = 0; q < kQTiles; q++) {
+      mbar_init(q_full0 + 8 * q, 128);           // every loading thread's copies
+      mbar_init(q_empty0 + 8 * q, kMathThreads);  // every computing thread
+    }
     for (int s = 0; s < kStages; s++) {
       mbar_init(full0 + 8 * s, kTmaKv ? 1 : 128);  // thread 0's expect_tx, or every copy
       mbar_init(empty0 + 8 * s, kMathThreads / 32);
@@ -893,36 +918,56 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
   // The warpgroup, broadcast from lane 0 so that the compiler sees it
   // warp-uniform (wgmma under a branch it cannot prove uniform serializes).
   const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+  const long long item0 = (long long)blockIdx.x * kItems;
 
   if (wgi == 0) {
     // ---- the loading warpgroup ----
     regs_dec<kLoadRegs>();
-    if (span.n_tiles > 0) {
-      const unsigned short *q_src = q + span.q_at;
-      load_rows<kBlockM, 128>(q_a, q_src, span.q_stride, span.rows);
-      mbar_arrive_on_copies(q_full);
-    }
-    const unsigned short *k_src = k + span.kv_at;
-    const unsigned short *v_src = v + span.kv_at;
+    int u = 0;  // the CTA's valid tiles so far
+    int g = 0;  // its K/V tiles so far: the ring's position
 #pragma unroll 1
-    for (int i = 0; i < span.n_tiles; i++) {
-      const int s = i % kStages;
-      if (i >= kStages) mbar_wait(empty0 + 8 * s, (i / kStages - 1) & 1);
-      const long long n0 = (long long)(span.n_first + span.n_tiles - 1 - i) * kBlockN;
-      const int valid = (int)(span.lk - n0 < kBlockN ? span.lk - n0 : kBlockN);
-      const unsigned st = kv_a + s * 2 * kKvBytes;
-      (void)valid, (void)k_src, (void)v_src;
-      if (threadIdx.x == 0) {  // K, then V: kHalves boxes of 64 columns each
-        const int key = (int)(span.k_start + n0);
-        mbar_arrive_expect_tx(full0 + 8 * s, 2 * kKvBytes);
+    for (int it = 0; it < kItems && item0 + it < num_tiles; it++) {
+      const JaggedTile jt =
+          query_tile_at(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles, item0 + it);
+      if (!jt.valid) continue;  // the same answer in every warp
+      const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
+      const unsigned short *k_src = k + span.kv_at;
+      const unsigned short *v_src = v + span.kv_at;
+      // the item's K/V tile i (last first) into the ring's stage g
+      auto load_kv = [&](int i) {
+        const int s = g % kStages;
+        if (g >= kStages) mbar_wait(empty0 + 8 * s, (g / kStages - 1) & 1);
+        const long long n0 = (long long)(span.n_first + span.n_tiles - 1 - i) * kBlockN;
+        const int valid = (int)(span.lk - n0 < kBlockN ? span.lk - n0 : kBlockN);
+        const unsigned st = kv_a + s * 2 * kKvBytes;
+        (void)valid, (void)k_src, (void)v_src;
+        if (threadIdx.x == 0) {  // K, then V: kHalves boxes of 64 columns each
+          const int key = (int)(span.k_start + n0);
+          mbar_arrive_expect_tx(full0 + 8 * s, 2 * kKvBytes);
 #pragma unroll
-        for (int hh = 0; hh < kHalves; hh++) {
-          tma_load_3d(st + hh * (kKvBytes / kHalves), &tmap_k, full0 + 8 * s, 64 * hh, span.kvh,
-                      key);
-          tma_load_3d(st + kKvBytes + hh * (kKvBytes / kHalves), &tmap_v, full0 + 8 * s, 64 * hh,
-                      span.kvh, key);
+          for (int hh = 0; hh < kHalves; hh++) {
+            tma_load_3d(st + hh * (kKvBytes / kHalves), &tmap_k, full0 + 8 * s, 64 * hh,
+                        span.kvh, key);
+            tma_load_3d(st + kKvBytes + hh * (kKvBytes / kHalves), &tmap_v, full0 + 8 * s,
+                        64 * hh, span.kvh, key);
+          }
         }
-      }
+        g++;
+      };
+      // With one Q slot, the first K/V tiles go before the wait for it (no
+      // more than kStages: a stage's refill waits only on earlier tiles).
+      const int pre = kQTiles == 2 ? 0 : min(span.n_tiles, kStages);
+      int i = 0;
+#pragma unroll 1
+      for (; i < pre; i++) load_kv(i);
+      const int qs = u % kQTiles;
+      if (u >= kQTiles) mbar_wait(q_empty0 + 8 * qs, (u / kQTiles - 1) & 1);
+      if (span.n_tiles > 0)
+        load_rows<kBlockM, 128>(q_a + qs * kQBytes, q + span.q_at, span.q_stride, span.rows);
+      mbar_arrive_on_copies(q_full0 + 8 * qs);  // at once where nothing was copied
+      u++;
+#pragma unroll 1
+      for (; i < span.n_tiles; i++) load_kv(i);
     }
     cp_async_wait<0>();
     return;
@@ -934,88 +979,105 @@ ag_gem_d128_bf16_fwd(const unsigned short *__restrict__ q,
   const RowPlace me = row_place(mt);  // rows r_lo, r_lo + 8 of warpgroup wg
   const int wg = me.wg, tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
   const int lane = mt & 31;
-  float acc[kHalves][8][4];
-  clear_out(acc);
-  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-  unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is next, as A fragments
-  float sc[kKeyHalves][8][4];      // S of the tile in hand
-  float alpha[2];
-  // tile 0's first key
-  const long long key_last = (long long)(span.n_first + span.n_tiles - 1) * kBlockN;
-  auto view = [&](int i) {
-    // every tile computed (none skipped), so that the turns match
-    return tile_view(key_last - (long long)i * kBlockN, span.lk, span.m0 + span.shift, span.rows);
-  };
-  auto wait_full = [&](int i) {
-    mbar_wait(full0 + 8 * (i % kStages), (i / kStages) & 1);
-    // the copies are read by wgmma (the async proxy); TMA's already are
-    if constexpr (!kTmaKv) fence_proxy_async();
-  };
-  auto release = [&](int i) {
-    if (lane == 0) mbar_arrive(empty0 + 8 * (i % kStages));
-  };
-  auto stage_k = [&](int i) { return kv_a + (i % kStages) * 2 * kKvBytes; };
-
-  if (wg == 1) turn_pass(wg);  // warpgroup 0 issues first
-  int i = 0;
-  if (span.n_tiles > 0) {
-    mbar_wait(q_full, 0);
-    if constexpr (kTmaKv) fence_proxy_async();  // Q (cp.async) is read by wgmma
-    // The first tile this warpgroup computes: S and its softmax alone.
-    TileView t = view(i);
-    wait_full(i);
-    wgmma_fence();
-    turn_wait(wg);
-    issue_s(sc, q_a, stage_k(i), wrow0);
-    turn_pass(wg);
-    wgmma_wait<0>();
-#pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(sc[nh]);
-    softmax_step(sc, m, l, alpha, t, r_lo, tq);
-    pack_p(p16, sc);
-    int last = i;  // the tile whose P V is next
-    // The run: S of tile i, then P V of the last tile, overlapped with S's softmax.
+  int u = 0;  // as the loader's
+  int g = 0;
 #pragma unroll 1
-    for (i++; i < span.n_tiles; i++) {
-      t = view(i);
+  for (int it = 0; it < kItems && item0 + it < num_tiles; it++) {
+    const JaggedTile jt =
+        query_tile_at(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles, item0 + it);
+    if (!jt.valid) continue;  // the same answer in every warp
+    const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
+    const int qs = u % kQTiles;
+    const unsigned qt_a = q_a + qs * kQBytes;
+    mbar_wait(q_full0 + 8 * qs, (u / kQTiles) & 1);
+    u++;
+    float acc[kHalves][8][4];
+    clear_out(acc);
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+    unsigned p16[kBlockN / 16][4];  // P of the tile whose P V is next, as A fragments
+    float sc[kKeyHalves][8][4];      // S of the tile in hand
+    float alpha[2];
+    // tile 0's first key
+    const long long key_last = (long long)(span.n_first + span.n_tiles - 1) * kBlockN;
+    auto view = [&](int i) {
+      // every tile computed (none skipped), so that the turns match
+      return tile_view(key_last - (long long)i * kBlockN, span.lk, span.m0 + span.shift,
+                       span.rows);
+    };
+    // the item's tile i is the ring's g + i
+    auto wait_full = [&](int i) {
+      mbar_wait(full0 + 8 * ((g + i) % kStages), ((g + i) / kStages) & 1);
+      // the copies are read by wgmma (the async proxy); TMA's already are
+      if constexpr (!kTmaKv) fence_proxy_async();
+    };
+    auto release = [&](int i) {
+      if (lane == 0) mbar_arrive(empty0 + 8 * ((g + i) % kStages));
+    };
+    auto stage_k = [&](int i) { return kv_a + ((g + i) % kStages) * 2 * kKvBytes; };
+
+    int i = 0;
+    if (span.n_tiles > 0) {
+      if constexpr (kTmaKv) fence_proxy_async();  // Q (cp.async) is read by wgmma
+      if (wg == 1) turn_pass(wg);  // warpgroup 0 issues first
+      // The first tile this warpgroup computes: S and its softmax alone.
+      TileView t = view(i);
       wait_full(i);
       wgmma_fence();
       turn_wait(wg);
-      issue_s(sc, q_a, stage_k(i), wrow0);
-      issue_pv(acc, p16, stage_k(last) + kKvBytes);
+      issue_s(sc, qt_a, stage_k(i), wrow0);
       turn_pass(wg);
-      wgmma_wait<1>();  // S; the P V runs on
+      wgmma_wait<0>();
 #pragma unroll
       for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(sc[nh]);
       softmax_step(sc, m, l, alpha, t, r_lo, tq);
-      wgmma_wait<0>();  // the P V
+      pack_p(p16, sc);
+      int last = i;  // the tile whose P V is next
+      // The run: S of tile i, then P V of the last tile, overlapped with S's softmax.
+#pragma unroll 1
+      for (i++; i < span.n_tiles; i++) {
+        t = view(i);
+        wait_full(i);
+        wgmma_fence();
+        turn_wait(wg);
+        issue_s(sc, qt_a, stage_k(i), wrow0);
+        issue_pv(acc, p16, stage_k(last) + kKvBytes);
+        turn_pass(wg);
+        wgmma_wait<1>();  // S; the P V runs on
+#pragma unroll
+        for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(sc[nh]);
+        softmax_step(sc, m, l, alpha, t, r_lo, tq);
+        wgmma_wait<0>();  // the P V
+#pragma unroll
+        for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
+        keep(p16);
+        release(last);
+        rescale(acc, alpha);
+        pack_p(p16, sc);
+        last = i;
+      }
+      wgmma_fence();
+      turn_wait(wg);
+      issue_pv(acc, p16, stage_k(last) + kKvBytes);
+      if (wg == 0) turn_pass(wg);  // (warpgroup 1 issues last: no turn to give)
+      wgmma_wait<0>();
 #pragma unroll
       for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
       keep(p16);
       release(last);
-      rescale(acc, alpha);
-      pack_p(p16, sc);
-      last = i;
     }
-    wgmma_fence();
-    turn_wait(wg);
-    issue_pv(acc, p16, stage_k(last) + kKvBytes);
-    if (wg == 0) turn_pass(wg);  // (warpgroup 1 issues last: no turn to give)
-    wgmma_wait<0>();
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
-    keep(p16);
-    release(last);
-  }
+    g += span.n_tiles;
 
-  // Normalise; stage the rows in the Q tile's place (every computing
-  // warpgroup is done with Q after the barrier) as plain rows, 16-byte
-  // chunks swizzled by the row, so that the global stores are 16-byte and
-  // coalesced.
-  math_sync();
-  stage_out(acc, m, l, smem, lse, h, total_q, jt.start, span.m0, span.rows, r_lo, tq);
-  math_sync();
-  store_out<kMathThreads>(o + span.o_at, span.q_stride, smem, span.rows, mt);
+    // Normalise; stage the rows in the Q slot's place (every computing
+    // warpgroup is done with Q after the barrier) as plain rows, 16-byte
+    // chunks swizzled by the row, so that the global stores are 16-byte and
+    // coalesced; then the slot is the loader's again.
+    unsigned short *const stage = smem + qs * (kQBytes / 2);
+    math_sync();
+    stage_out(acc, m, l, stage, lse, h, total_q, jt.start, span.m0, span.rows, r_lo, tq);
+    math_sync();
+    store_out<kMathThreads>(o + span.o_at, span.q_stride, stage, span.rows, mt);
+    if (kItems > 1) mbar_arrive(q_empty0 + 8 * qs);
+  }
 }
 /* ---- end kernel ---- */
 
@@ -1454,9 +1516,21 @@ __device__ __forceinline__ QuerySpan query_span(const JaggedTile &jt, long long 
   return t;
 }
 
-// The query tile of this CTA: virtual tile num_tiles - 1 - blockIdx.x, so
+// Query tile `item` of the walk: virtual tile num_tiles - 1 - item, so
 // that the tiles are taken in reverse and a sequence's last q tile (the
 // most keys under a causal mask) starts first.
+__device__ __forceinline__ JaggedTile query_tile_at(const int *cu_seqlens_q,
+                                                    const int *cu_seqlens_k, long long batch,
+                                                    long long total_q, long long num_tiles,
+                                                    long long item) {
+  const long long vt = num_tiles - 1 - item;
+  return kBroadcast ? broadcast_tile<kBlockM>(cu_seqlens_k, batch, total_q, vt)
+                    : jagged_find<kBlockM>(cu_seqlens_q, cu_seqlens_k, batch, total_q, vt);
+}
+
+// The query tile of a CTA that computes one: item blockIdx.x (written
+// out: through query_tile_at, ptxas allocated the rotary kernels'
+// registers otherwise).
 __device__ __forceinline__ JaggedTile cta_query_tile(const int *cu_seqlens_q,
                                                      const int *cu_seqlens_k, long long batch,
                                                      long long total_q, long long num_tiles) {
