@@ -86,11 +86,13 @@ static void plan_forward_ws(ag_plan *p) {
  * the output's normalization and stores), and the CTA's start (barriers,
  * the first loads' latency) is paid once for them all. With two Q slots
  * the next tile's Q lands while this one runs; the K, V stages drop to
- * what shared memory still holds (at head dim 128, 3 -> 2). */
+ * what shared memory still holds (at head dim 128, 3 -> 2). Not for
+ * broadcast queries: there it measured within +-2.3% of one tile a CTA
+ * (bench/results/2026-12-06-h100-fwd-items-s33.md). */
 static void plan_forward_items(ag_plan *p, ag_plan_jagged_choices choices) {
   ag_plan_jagged *j = &p->jagged;
   const int hd = p->head_dim == 128;
-  if (!j->fwd_ws || choices.fwd_items[hd] <= 1) return;
+  if (!j->fwd_ws || j->broadcast || choices.fwd_items[hd] <= 1) return;
   j->fwd_items = choices.fwd_items[hd];
   j->fwd_q_tiles = choices.fwd_q_tiles[hd] == 2 ? 2 : 1;
   const int tile = p->head_dim * p->elem_bytes; /* bytes of a row */
@@ -484,10 +486,18 @@ static const ag_plan_jagged_choices jagged_checked = {
      * faster at s 0.5, 1.0% slower at s 1. Not yet on the H200, whose
      * bandwidth it was meant for (tools/next_gpu_call_bq_fwd.sh). Off. */
     .sm90_bq_fwd_deep = false,
-    /* The warp-specialized forward's query tiles a CTA (plan_forward_items):
-     * written in session 33 (2026-12-06); one a CTA until a GPU has checked
-     * and timed more. */
-    .fwd_items = {1, 1},
+    /* The warp-specialized jagged forward's query tiles a CTA and Q slots
+     * (plan_forward_items), at head dim 64 and 128. Written and run on an
+     * H100 80GB HBM3 on 2026-12-06 (session 33; bench/results/
+     * 2026-12-06-h100-fwd-items-s33.md, ...-check-s33/): batch 1152, 4
+     * heads, lengths uniform in [1, L], the forward at head dim 64 with 4
+     * tiles and 2 slots against one tile a CTA: L 1024 1.5738 -> 1.4060 ms
+     * (1.12x), L 4096 1.008x, causal L 4096 1.06x; at head dim 128 two
+     * slots cost a K, V stage (0.80-0.89x) and one slot lost at L 4096
+     * (0.95-0.97x), so 128 keeps one tile a CTA. With 4 and 2 at head dim
+     * 64: gpu-jagged 14/14, gpu-broadcast 7/7, sanitize-jagged and a
+     * broadcast spec under memcheck and racecheck clean (the same H100). */
+    .fwd_items = {4, 1},
     .fwd_q_tiles = {2, 2},
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},

@@ -949,7 +949,8 @@ END_TEST
  * K, V stages (three would pass the SM's shared memory) and 64 its three;
  * with one slot both keep three. The main forward's grid is ceil(tiles /
  * items) CTAs a head (the short variant's one tile a CTA); the source
- * names the constants and compiles. The broadcast walk's grid likewise. */
+ * names the constants and compiles. Broadcast queries keep one tile a CTA
+ * (the walk's host half would divide its grid likewise). */
 START_TEST(forward_items) {
   for (int d = 0; d < 2; d++)
     for (int qt = 1; qt <= 2; qt++) {
@@ -998,9 +999,27 @@ START_TEST(forward_items) {
       ck_assert_ptr_nonnull(strstr(b.data, "4 query tiles a CTA in turn"));
       ag_buf_free(&b);
     }
-  /* the checked choices: one tile a CTA */
-  ck_assert_int_le(ag_plan_jagged_checked().fwd_items[0], 1);
+  /* the checked choices: 4 tiles and 2 Q slots at head dim 64, one tile a
+   * CTA at 128; broadcast queries always one */
+  ck_assert_int_eq(ag_plan_jagged_checked().fwd_items[0], 4);
+  ck_assert_int_eq(ag_plan_jagged_checked().fwd_q_tiles[0], 2);
   ck_assert_int_le(ag_plan_jagged_checked().fwd_items[1], 1);
+  for (int d = 0; d < 2; d++) {
+    char y[512];
+    snprintf(y, sizeof y,
+             "name: bq\npattern: jagged\nquery: broadcast\nhead_dim: %d\ndtype: bf16\n"
+             "arch: sm_90a\npasses: [forward]\n",
+             d ? 128 : 64);
+    ag_spec s = load_ok(y);
+    ag_plan_jagged_choices c = ag_plan_jagged_checked();
+    c.fwd_items[0] = c.fwd_items[1] = 4;
+    ag_plan p;
+    ag_error err = {0};
+    ck_assert_int_eq(ag_plan_jagged_make_with(&s, c, &p, &err), AG_OK);
+    ck_assert(p.jagged.fwd_ws);
+    ck_assert_int_eq(p.jagged.fwd_items, 1);
+    ck_assert_int_eq(p.jagged.fwd_q_tiles, 1);
+  }
   /* broadcast: n_q 200 over 10 sequences, 2 query tiles each: 20 items */
   const ag_walk w = {AG_WALK_BROADCAST_Q, 128, 1, 3};
   ag_launch la = {.batch = 10, .heads = 4, .kv_heads = 4, .total_q = 2000, .total_k = 9000};

@@ -24,11 +24,13 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 cp $P /tmp/plan_jagged.c.orig
 trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
 
-# set ITEMS QTILES in the plan's checked choices and build
+# set ITEMS QTILES (at both head dims, or ITEMS64 QTILES64 ITEMS128
+# QTILES128) in the plan's checked choices
 setting() {
+  local i64=$1 q64=$2 i128=${3:-$1} q128=${4:-$2}
   cp /tmp/plan_jagged.c.orig $P
-  sed -i "s/^    \.fwd_items = {1, 1},/    .fwd_items = {$1, $1},/; s/^    \.fwd_q_tiles = {2, 2},/    .fwd_q_tiles = {$2, $2},/" $P
-  grep -q "^    \.fwd_items = {$1, $1}," $P && grep -q "^    \.fwd_q_tiles = {$2, $2}," $P ||
+  sed -i -E "s/^    \.fwd_items = \{[0-9]+, [0-9]+\},/    .fwd_items = {$i64, $i128},/; s/^    \.fwd_q_tiles = \{[0-9]+, [0-9]+\},/    .fwd_q_tiles = {$q64, $q128},/" $P
+  grep -q "^    \.fwd_items = {$i64, $i128}," $P && grep -q "^    \.fwd_q_tiles = {$q64, $q128}," $P ||
     { echo "the choices were not found in $P"; return 1; }
   rm -f build/generator/plan_jagged.o
 }
@@ -48,27 +50,34 @@ specs() {  # forward-only specs in /tmp/fi
 }
 
 if [ "${1:-time}" = check ]; then
-  setting "$2" "$3" || exit 1
+  specs
+  # the tree's plan and the setting's, each an attngen of its own, timed at
+  # the end
+  setting 1 1 1 1 && make -j16 build/attngen > "$out/build-tree.log" 2>&1 &&
+    mkdir -p /tmp/fi/tree && cp build/attngen /tmp/fi/tree/ || { tail -20 "$out/build-tree.log"; exit 1; }
+  setting "${@:2}" || exit 1
   OUT=$out timeout 420 bash tools/gpu_session.sh build gpu-jagged gpu-broadcast sanitize-jagged 2>&1 |
     grep -vE "^(ok|gpu jagged|gpu broadcast) " | tail -25
-  specs
+  mkdir -p /tmp/fi/set && cp build/attngen /tmp/fi/set/
   for t in memcheck racecheck; do
     timeout 60 compute-sanitizer --tool $t --error-exitcode 9 build/attngen run /tmp/fi/b64.yaml \
       --batch 6 --seqlen 1300 --min-seqlen 0 --n-q 200 --iters 0 > "$out/bq-$t.log" 2>&1
     echo "broadcast d64 n_q 200 $t: exit $?; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check:' "$out/bq-$t.log" | tr '\n' ' ')"
   done
-  exit
+  VARIANTS="tree set"
+  T=${TIMED:-"j64false:1:1024 j64false:1:4096 j64true:1:4096 b64:512:1024 b64:2048:4096"}
 fi
 
+A() { timeout 60 /tmp/fi/$1/attngen run "${@:2}" 2>&1; }
+if [ "${1:-time}" = time ]; then
 specs
 VARIANTS=${VARIANTS:-"1:1 2:2 4:2 4:1"}
 for v in $VARIANTS; do
   setting ${v%:*} ${v#*:} || exit 1
-  make -j16 build/attngen > "$out/build-$v.log" 2>&1 || { tail -20 "$out/build-$v.log"; exit 1; }
+  make -j16 build/attngen > "$out/build-${v/:/-}.log" 2>&1 || { tail -20 "$out/build-${v/:/-}.log"; exit 1; }
   mkdir -p /tmp/fi/$v && cp build/attngen /tmp/fi/$v/
   echo "=== $v built $(date +%T)"
 done
-A() { timeout 60 /tmp/fi/$1/attngen run "${@:2}" 2>&1; }
 echo "=== checks $(date +%T)"
 for v in $VARIANTS; do
   line="$v:"
@@ -81,8 +90,9 @@ for v in $VARIANTS; do
   done
   echo "$line"
 done
-echo "=== times (ms, forward) $(date +%T)"
 T=${TIMED:-"j128false:1:1024 j128true:1:1024 j64false:1:1024 j128false:1:4096 j128true:1:4096 b64:512:1024 b64:1024:1024 b128:512:1024 b64:2048:4096"}
+fi
+echo "=== times (ms, forward) $(date +%T)"
 for t in $T; do
   IFS=: read s lo hi <<< "$t"
   nq=""; [ "${s:0:1}" = b ] && nq="--n-q 128"

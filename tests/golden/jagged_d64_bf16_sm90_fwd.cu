@@ -20,8 +20,9 @@
  *     tile: 128 query rows of one head, key tiles of 128, 3 in flight
  *     warp specialized (sm_90a): one warpgroup loads, 2 of 64 rows take
  *     turns on wgmma, each tile's softmax under the products; K, V by TMA
+ *     4 query tiles a CTA in turn, 2 Q slots
  *     runs when the mean query length > 384
- *     threads: 384, shared memory: 114688 bytes
+ *     threads: 384, shared memory: 131072 bytes
  *     grid: (batch + total_q / 128, heads)
  *   forward kernel: ag_gem_d64_bf16_fwd_m128
  *     tile: 128 query rows of one head, key tiles of 64, 2 in flight
@@ -54,10 +55,10 @@ constexpr int kStages = 3;  // KV tiles resident
 // A CTA computes kItems query tiles in turn: the loading warpgroup runs on
 // into the next tile's Q and K, V while the computing warpgroups end this
 // one; with two Q slots the next tile's Q lands meanwhile too.
-constexpr int kItems = 1;
-constexpr int kQTiles = 1;  // Q slots (each also stages its tile's O)
+constexpr int kItems = 4;
+constexpr int kQTiles = 2;  // Q slots (each also stages its tile's O)
 static_assert(kItems >= 1 && (kQTiles == 1 || kQTiles == 2), "items a CTA; Q slots");
-constexpr int kSmemBytes = 114688;  // dynamic shared memory, as planned
+constexpr int kSmemBytes = 131072;  // dynamic shared memory, as planned
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this forward is planned for sm_90a only (wgmma)"
 #endif
