@@ -223,6 +223,10 @@ $(B)/tune_block: $(B)/tools/tune/tune_block.o $(TOOLS_LINK)
 $(B)/cta_timeline: $(B)/tools/tune/cta_timeline.o $(TOOLS_LINK)
 	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
 
+# The C launch path's own cost a call, no GPU (tools/tune/launch_cost.c; not part of `all`).
+$(B)/launch_cost: $(B)/tools/tune/launch_cost.o $(TOOLS_LINK)
+	$(CC) -o $@ $^ $(YAML_LIBS) $(CUDA_LIBS) $(SYS_LIBS)
+
 # ---- reliability: sanitizers, fuzzing, valgrind (docs/reliability.md) -------
 # Each target builds into its own directory with the sanitizer flags folded
 # into CC (the link rules above take no CFLAGS), so `build/` is untouched.

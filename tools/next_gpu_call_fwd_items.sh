@@ -4,7 +4,7 @@
 # (generator/plan_jagged.c, plan_forward_items: the warp-specialized jagged
 # and broadcast forward computing several query tiles a CTA), written in
 # session 33 without a GPU. One device call; carry [".devdeps"], command
-# `bash tools/next_gpu_call_fwd_items.sh [time|check ITEMS QTILES]`:
+# `bash tools/next_gpu_call_fwd_items.sh [time|check ITEMS QTILES ...|route]`:
 # time (default, 6 to 9 minutes): one CLI (`attngen run`, float64-checked,
 #   then timed: median of 20 after 3 warm-up calls) per setting
 #   ITEMS:QTILES of $VARIANTS (default "1:1 2:2 4:2 4:1"; 1:1 is the
@@ -16,6 +16,8 @@
 # check ITEMS QTILES (about 6 minutes): that setting in the plan, built,
 #   then the GPU suite's jagged and broadcast cases and sanitize-jagged
 #   (memcheck and racecheck); also a broadcast spec under both sanitizers.
+# route (about 2 minutes): head dim 64's short runs on the tree's routes
+#   and all on the warp-specialized forward, timed in turn.
 # plan_jagged.c is restored at the end.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
@@ -66,6 +68,21 @@ if [ "${1:-time}" = check ]; then
   done
   VARIANTS="tree set"
   T=${TIMED:-"j64false:1:1024 j64false:1:4096 j64true:1:4096 b64:512:1024 b64:2048:4096"}
+fi
+
+if [ "${1:-time}" = route ]; then
+  # head dim 64's short runs: the tree's routes (the mma.sync forward up to
+  # a mean of 384 rows, 640 causal) against the warp-specialized forward
+  # (4 tiles a CTA) for every run (both thresholds 0)
+  specs
+  make -j16 build/attngen > "$out/build-tree.log" 2>&1 || { tail -20 "$out/build-tree.log"; exit 1; }
+  mkdir -p /tmp/fi/tree /tmp/fi/ws && cp build/attngen /tmp/fi/tree/
+  sed -i 's/^enum { SHORT_MEAN_ROWS = 384 };/enum { SHORT_MEAN_ROWS = 0 };/; s/^enum { CAUSAL64_MEAN_ROWS = 640 };/enum { CAUSAL64_MEAN_ROWS = 0 };/' $P
+  rm -f build/generator/plan_jagged.o
+  make -j16 build/attngen > "$out/build-ws.log" 2>&1 || { tail -20 "$out/build-ws.log"; exit 1; }
+  cp build/attngen /tmp/fi/ws/
+  VARIANTS="tree ws"
+  T=${TIMED:-"j64true:1:1024 j64true:1:512 j64false:1:512 j64false:1:256"}
 fi
 
 A() { timeout 60 /tmp/fi/$1/attngen run "${@:2}" 2>&1; }
