@@ -93,15 +93,18 @@ static void plan_forward_items(ag_plan *p, ag_plan_jagged_choices choices) {
   ag_plan_jagged *j = &p->jagged;
   const int hd = p->head_dim == 128;
   if (!j->fwd_ws || j->broadcast || choices.fwd_items[hd] <= 1) return;
-  j->fwd_items = choices.fwd_items[hd];
-  j->fwd_q_tiles = choices.fwd_q_tiles[hd] == 2 ? 2 : 1;
+  const int q_tiles = choices.fwd_q_tiles[hd] == 2 ? 2 : 1;
   const int tile = p->head_dim * p->elem_bytes; /* bytes of a row */
-  while (j->fwd_stages > 2 &&
-         (j->fwd_q_tiles * j->fwd_block_m + 2 * j->fwd_stages * j->fwd_block_n) * tile >
-             AG_SMEM_MAX_SM90 - 1024) /* the kernel's static 1 KiB (barriers, alignment) */
-    j->fwd_stages--;
-  j->fwd_smem_bytes =
-      (j->fwd_q_tiles * j->fwd_block_m + 2 * j->fwd_stages * j->fwd_block_n) * tile;
+  const int limit = AG_SMEM_MAX_SM90 - 1024; /* the kernel's static 1 KiB (barriers, alignment) */
+  int stages = j->fwd_stages;
+  while (stages > 2 && (q_tiles * j->fwd_block_m + 2 * stages * j->fwd_block_n) * tile > limit)
+    stages--;
+  const int bytes = (q_tiles * j->fwd_block_m + 2 * stages * j->fwd_block_n) * tile;
+  if (bytes > limit) return; /* no room for the Q slots: one tile a CTA, as planned */
+  j->fwd_items = choices.fwd_items[hd];
+  j->fwd_q_tiles = q_tiles;
+  j->fwd_stages = stages;
+  j->fwd_smem_bytes = bytes;
 }
 
 /* Runs whose mean query length is at most SHORT_MEAN_ROWS take the short
@@ -789,16 +792,16 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                     prefix, k->walk.rows,
                     k->variant == AG_VARIANT_FWD_SMALL ? j->small_block_n : j->fwd_block_n,
                     k->variant == AG_VARIANT_FWD_SMALL ? j->small_stages : j->fwd_stages);
-      if (j->fwd_ws && k->variant != AG_VARIANT_FWD_SMALL)
+      if (j->fwd_ws && k->variant != AG_VARIANT_FWD_SMALL) {
         ag_buf_printf(b,
                       "%s  warp specialized (sm_90a): one warpgroup loads, %d of 64 rows take\n"
                       "%s  turns on wgmma, each tile's softmax under the products%s\n",
                       prefix, k->threads / 128 - 1, prefix,
                       j->fwd_tma ? "; K, V by TMA" : "");
-      if (j->fwd_ws && k->variant != AG_VARIANT_FWD_SMALL && j->fwd_items > 1)
-        ag_buf_printf(b, "%s  %d query tiles a CTA in turn, %d Q slot%s\n", prefix,
-                      j->fwd_items, j->fwd_q_tiles, j->fwd_q_tiles > 1 ? "s" : "");
-      else if (j->fwd_sm90)
+        if (j->fwd_items > 1)
+          ag_buf_printf(b, "%s  %d query tiles a CTA in turn, %d Q slot%s\n", prefix,
+                        j->fwd_items, j->fwd_q_tiles, j->fwd_q_tiles > 1 ? "s" : "");
+      } else if (j->fwd_sm90)
         ag_buf_printf(b, "%s  both products on wgmma (sm_90a): %d warpgroups of 64 rows\n", prefix,
                       k->threads / 128);
       if (k->variant)
@@ -870,7 +873,11 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
     ag_buf_puts(b, "\n");
     switch (k->walk.kind) {
       case AG_WALK_BROADCAST_Q:
-        ag_buf_printf(b, "%s  grid: (batch * ceil(n_q / %d), heads)\n", prefix, k->walk.rows);
+        if (k->walk.items_per_cta > 1)
+          ag_buf_printf(b, "%s  grid: (ceil(batch * ceil(n_q / %d) / %d), heads)\n", prefix,
+                        k->walk.rows, k->walk.items_per_cta);
+        else
+          ag_buf_printf(b, "%s  grid: (batch * ceil(n_q / %d), heads)\n", prefix, k->walk.rows);
         break;
       case AG_WALK_BROADCAST_SLABS:
         ag_buf_printf(b, "%s  grid: (ceil(n_q / %d) * slabs, heads)\n", prefix, k->walk.rows);
@@ -888,9 +895,13 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                       prefix, k->walk.rows, prefix);
         break;
       default:
-        ag_buf_printf(b, "%s  grid: (batch + total_%s / %d, %s)\n", prefix,
-                      k->walk.kind == AG_WALK_JAGGED_Q ? "q" : "k", k->walk.rows,
-                      k->walk.kind == AG_WALK_JAGGED_Q ? "heads" : "kv_heads");
+        if (k->walk.kind == AG_WALK_JAGGED_Q && k->walk.items_per_cta > 1)
+          ag_buf_printf(b, "%s  grid: (ceil((batch + total_q / %d) / %d), heads)\n", prefix,
+                        k->walk.rows, k->walk.items_per_cta);
+        else
+          ag_buf_printf(b, "%s  grid: (batch + total_%s / %d, %s)\n", prefix,
+                        k->walk.kind == AG_WALK_JAGGED_Q ? "q" : "k", k->walk.rows,
+                        k->walk.kind == AG_WALK_JAGGED_Q ? "heads" : "kv_heads");
     }
   }
 }

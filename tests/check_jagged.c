@@ -997,6 +997,9 @@ START_TEST(forward_items) {
       ag_buf_init(&b);
       ag_plan_jagged_describe(p, "", &b);
       ck_assert_ptr_nonnull(strstr(b.data, "4 query tiles a CTA in turn"));
+      ck_assert_ptr_nonnull(strstr(b.data, "grid: (ceil((batch + total_q / 128) / 4), heads)"));
+      /* the short variant's grid: one tile a CTA */
+      ck_assert_ptr_nonnull(strstr(b.data, "grid: (batch + total_q / "));
       ag_buf_free(&b);
     }
   /* the checked choices: 4 tiles and 2 Q slots at head dim 64, one tile a

@@ -21,7 +21,6 @@
  *     tile: 128 query rows of one head, key tiles of 128, 3 in flight
  *     warp specialized (sm_90a): one warpgroup loads, 2 of 64 rows take
  *     turns on wgmma, each tile's softmax under the products; K, V by TMA
- *     both products on wgmma (sm_90a): 3 warpgroups of 64 rows
  *     runs when the mean query length > 384
  *     threads: 384, shared memory: 229376 bytes
  *     grid: (batch + total_q / 128, heads)

@@ -23,7 +23,7 @@
  *     4 query tiles a CTA in turn, 2 Q slots
  *     runs when the mean query length > 384
  *     threads: 384, shared memory: 131072 bytes
- *     grid: (batch + total_q / 128, heads)
+ *     grid: (ceil((batch + total_q / 128) / 4), heads)
  *   forward kernel: ag_gem_d64_bf16_fwd_m128
  *     tile: 128 query rows of one head, key tiles of 64, 2 in flight
  *     runs when the mean query length <= 384
