@@ -35,6 +35,12 @@ static void kernel_name(char *out, const ag_spec *spec, const char *pass) {
  * L]) this measured fastest of the layouts tried at both head dims: 8
  * warps of 16 rows, 64-row tiles and 128-key tiles were slower
  * (tools/jagged_dev/fwd_notes.md). */
+/* A forward's shared memory: `q_rows` rows of Q (its tiles) and `stages`
+ * K, V tiles of `block_n` keys. */
+static int forward_smem(const ag_plan *p, int q_rows, int stages, int block_n) {
+  return (q_rows + 2 * stages * block_n) * p->head_dim * p->elem_bytes;
+}
+
 /* The forward's tile shape; shared memory holds the Q tile and `stages`
  * K, V tiles. */
 static void set_forward(ag_plan *p, int block_m, int block_n, int warps, int stages,
@@ -44,7 +50,7 @@ static void set_forward(ag_plan *p, int block_m, int block_n, int warps, int sta
   j->fwd_block_n = block_n;
   j->fwd_warps = warps;
   j->fwd_stages = stages;
-  j->fwd_smem_bytes = (block_m + 2 * stages * block_n) * p->head_dim * p->elem_bytes;
+  j->fwd_smem_bytes = forward_smem(p, block_m, stages, block_n);
   j->fwd_min_ctas = min_ctas;
   j->fwd_items = j->fwd_q_tiles = 1;
 }
@@ -59,7 +65,7 @@ static void set_small_forward(ag_plan *p, int max_rows, int block_m, int block_n
   j->small_block_n = block_n;
   j->small_warps = warps;
   j->small_stages = stages;
-  j->small_smem_bytes = (block_m + 2 * stages * block_n) * p->head_dim * p->elem_bytes;
+  j->small_smem_bytes = forward_smem(p, block_m, stages, block_n);
   j->small_min_ctas = min_ctas;
 }
 
@@ -94,12 +100,11 @@ static void plan_forward_items(ag_plan *p, ag_plan_jagged_choices choices) {
   const int hd = p->head_dim == 128;
   if (!j->fwd_ws || j->broadcast || choices.fwd_items[hd] <= 1) return;
   const int q_tiles = choices.fwd_q_tiles[hd] == 2 ? 2 : 1;
-  const int tile = p->head_dim * p->elem_bytes; /* bytes of a row */
+  const int q_rows = q_tiles * j->fwd_block_m;
   const int limit = AG_SMEM_MAX_SM90 - 1024; /* the kernel's static 1 KiB (barriers, alignment) */
   int stages = j->fwd_stages;
-  while (stages > 2 && (q_tiles * j->fwd_block_m + 2 * stages * j->fwd_block_n) * tile > limit)
-    stages--;
-  const int bytes = (q_tiles * j->fwd_block_m + 2 * stages * j->fwd_block_n) * tile;
+  while (stages > 2 && forward_smem(p, q_rows, stages, j->fwd_block_n) > limit) stages--;
+  const int bytes = forward_smem(p, q_rows, stages, j->fwd_block_n);
   if (bytes > limit) return; /* no room for the Q slots: one tile a CTA, as planned */
   j->fwd_items = choices.fwd_items[hd];
   j->fwd_q_tiles = q_tiles;
