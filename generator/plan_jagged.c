@@ -123,8 +123,15 @@ enum { SHORT_MEAN_ROWS = 384 };
  * uniform in [1, L], mean about L / 2), TFLOP/s of the warp-specialized
  * forward against the mma.sync one: L 1024 167 / 180, 1536 218 / 213,
  * 2048 254 / 233, 3072 305 / 257, 4096 340 / 272
- * (bench/results/2026-12-04-h200-jagged-fwd-d64-causal.log). */
-enum { CAUSAL64_MEAN_ROWS = 640 };
+ * (bench/results/2026-12-04-h200-jagged-fwd-d64-causal.log), hence 640
+ * then. With 4 query tiles a CTA (.fwd_items) the warp-specialized one
+ * won from a mean of 384 on an H100 80GB HBM3 (2026-12-06, session 34,
+ * `tools/next_gpu_call_fwd_items.sh route`; ms, mma.sync / ws): L 1024
+ * 1.0936 / 1.0132, 768 0.7770 / 0.7544, 512 0.4337 / 0.4563, 256 0.2026 /
+ * 0.2472; beside FlashAttention-4 at L 1024 (bench/jagged_bench.py, same
+ * H100, two runs): 1.122 ms (FA4 1.434, 1.28x) / 1.051 ms (FA4 1.446,
+ * 1.38x). */
+enum { CAUSAL64_MEAN_ROWS = 320 };
 
 /* Head dim 64 on sm_90a (not broadcast, no rotary embeddings): the
  * warp-specialized forward too, for runs whose mean query length passes
@@ -507,6 +514,27 @@ static const ag_plan_jagged_choices jagged_checked = {
      * broadcast spec under memcheck and racecheck clean (the same H100). */
     .fwd_items = {4, 1},
     .fwd_q_tiles = {2, 2},
+    /* The warp-specialized forward's computing warpgroups skip the products
+     * of what none of their rows sees (SKIP_DEAD): the upper 64 keys of a
+     * causal diagonal tile for the first warpgroup, of a sequence's last
+     * tile where 64 keys or fewer remain, and a whole tile's products for
+     * the second warpgroup where the query tile has 64 rows or fewer. By
+     * count (128-row query tiles, 128-key tiles, lengths uniform in [1, L]):
+     * 8.3% of the products at L 1024 (15.0% causal), 2.2% at L 4096 (4.4%
+     * causal); ptxas serializes every wgmma (C7515) where a product over
+     * some parts shares a wait with others, so the kernel skips the first
+     * tile's upper S alone (the diagonal or the keys' end) and the whole
+     * tile of a warpgroup without a real row. Written and run on an H100
+     * 80GB HBM3 on 2026-12-06 (session 34; bench/results/
+     * 2026-12-06-h100-skip-dead-s34.md): float64 checks on 12 mixed runs
+     * (partial tiles, sequences of 64 rows or fewer, causal, windows on
+     * both sides, broadcast n_q 100, 130, 200), memcheck and racecheck
+     * clean, gpu-jagged 14/14, gpu-broadcast 7/7; the forward alone
+     * (batch 1152, 4 heads, ms, off -> on): D128 L1024 2.0592 -> 2.0081,
+     * causal 1.5286 -> 1.4755, L4096 24.4054 -> 24.0777, causal 14.1393 ->
+     * 13.9166; D64 L1024 1.4054 -> 1.3867; broadcast D64 n_q 130 0.7812 ->
+     * 0.7099, D128 n_q 200 1.0008 -> 0.9924, n_q 128 within 0.3%. */
+    .sm90_fwd_skip_dead = true,
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},
@@ -545,6 +573,7 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
       !(choices.sm90_ws_broadcast && plan_forward_ws_broadcast(spec, out, choices)))
     plan_forward(out);
   out->jagged.fwd_tma = out->jagged.fwd_ws && choices.sm90_fwd_tma;
+  out->jagged.fwd_skip_dead = out->jagged.fwd_ws && choices.sm90_fwd_skip_dead;
   if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, choices))
     plan_backward(out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
@@ -622,6 +651,7 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
     ag_plan_set(k, "CTA_ITEMS", items);
     ag_plan_set(k, "Q_TILES", j->fwd_q_tiles);
     ag_plan_set(k, "TMA_KV", j->fwd_tma);
+    ag_plan_set(k, "SKIP_DEAD", j->fwd_skip_dead);
     if (j->fwd_tma) add_tma_params(k, AG_PARAM_TMAP_K, AG_PARAM_TMAP_V, block_n); /* last */
   }
 }
@@ -803,6 +833,8 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                       "%s  turns on wgmma, each tile's softmax under the products%s\n",
                       prefix, k->threads / 128 - 1, prefix,
                       j->fwd_tma ? "; K, V by TMA" : "");
+        if (j->fwd_skip_dead)
+          ag_buf_printf(b, "%s  no product for keys or rows a warpgroup does not see\n", prefix);
         if (j->fwd_items > 1)
           ag_buf_printf(b, "%s  %d query tiles a CTA in turn, %d Q slot%s\n", prefix,
                         j->fwd_items, j->fwd_q_tiles, j->fwd_q_tiles > 1 ? "s" : "");

@@ -657,7 +657,7 @@ END_TEST
  * at most 384 (ceil(total_q / batch)), 64-row tiles with 64-key tiles (two
  * CTAs an SM). Each run launches exactly one of them; at head dim 64 the
  * short one is the mma.sync forward's 128-row tiles (causal: up to a mean
- * of 640, causal64_forward); rotary specs and sm_80 plan no short one.
+ * of 320, causal64_forward); rotary specs and sm_80 plan no short one.
  * Planned with the variant chosen whether or not plan_jagged.c's
  * jagged_checked.sm90_short takes it yet. */
 static void fake_with_short(fake *f, const char *yaml) {
@@ -944,6 +944,59 @@ START_TEST(tma_forward_plan) {
 }
 END_TEST
 
+/* The warp-specialized forward's SKIP_DEAD (.sm90_fwd_skip_dead): taken by
+ * the checked plan for every warp-specialized forward (jagged at both head
+ * dims, causal or not, and broadcast queries), said in the description,
+ * and named in the source, which compiles; with the choice off the
+ * constant is false and the description silent. Rotary specs (on
+ * jagged_fwd_sm90.cu) and sm_80 plans have no such kernel. */
+START_TEST(forward_skip_dead) {
+  const struct {
+    int dim;
+    bool causal;
+    const char *extra;
+  } cases[] = {{128, true, "arch: sm_90a\n"},
+               {64, false, "arch: sm_90a\n"},
+               {64, false, "arch: sm_90a\nwindow: [100, 60]\n"},
+               {128, false, "arch: sm_90a\nquery: broadcast\n"}};
+  for (int i = 0; i < 4; i++)
+    for (int on = 0; on <= 1; on++) {
+      ag_plan_jagged_choices c = ag_plan_jagged_checked();
+      ck_assert(c.sm90_fwd_skip_dead); /* checked on an H100, session 34 */
+      c.sm90_fwd_skip_dead = on;
+      fake f;
+      char y[512];
+      yaml_for(y, sizeof y, cases[i].dim, AG_DTYPE_BF16, cases[i].causal, cases[i].extra, false);
+      fake_with(&f, y, 7, c);
+      const ag_plan *p = &f.kernel.plan;
+      ck_assert(p->jagged.fwd_ws);
+      ck_assert_int_eq(p->jagged.fwd_skip_dead, on);
+      ag_error err = {0};
+      char *src = NULL;
+      ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+      ck_assert_ptr_nonnull(strstr(src, on ? "constexpr bool kSkipDead = 1;"
+                                           : "constexpr bool kSkipDead = 0;"));
+      if (on && i == 0) compile_holds_every_kernel(src, "forward_skip_dead.cu", p);
+      free(src);
+      ag_buf b;
+      ag_buf_init(&b);
+      ag_plan_jagged_describe(p, "", &b);
+      const bool said = strstr(b.data, "no product for keys or rows a warpgroup does not see");
+      ck_assert_int_eq(said, on);
+      ag_buf_free(&b);
+    }
+  /* no warp-specialized forward: no SKIP_DEAD */
+  const char *others[] = {"arch: sm_80\n", "arch: sm_90a\nrotary: {layout: half, positions: sequence}\n"};
+  for (int i = 0; i < 2; i++) {
+    fake f;
+    char y[512];
+    yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, others[i], false);
+    fake_with(&f, y, 7, ag_plan_jagged_checked());
+    ck_assert(!f.kernel.plan.jagged.fwd_skip_dead);
+  }
+}
+END_TEST
+
 /* The warp-specialized forward walking several query tiles a CTA
  * (.fwd_items, plan_forward_items): with two Q slots head dim 128 keeps two
  * K, V stages (three would pass the SM's shared memory) and 64 its three;
@@ -1037,7 +1090,7 @@ START_TEST(forward_items) {
 END_TEST
 
 /* Head dim 64 with a causal mask on sm_90a (sm90_ws64_causal): the
- * warp-specialized forward for runs of mean query length past 640, the
+ * warp-specialized forward for runs of mean query length past 320, the
  * mma.sync forward's 128-row tiles up to it; with a window too. The
  * emitted source holds both kernels. */
 START_TEST(causal64_forward) {
@@ -1056,23 +1109,23 @@ START_TEST(causal64_forward) {
     ck_assert_str_eq(q->kernels[1].template_file, "jagged_fwd.cu");
     ck_assert_int_eq(q->kernels[1].variant, AG_VARIANT_FWD_SMALL);
     ck_assert_int_eq(q->kernels[1].walk.rows, 128);
-    ck_assert_int_eq(ag_plan_variant(q, AG_PASS_FORWARD, 640, 8, 8), AG_VARIANT_FWD_SMALL);
-    ck_assert_int_eq(ag_plan_variant(q, AG_PASS_FORWARD, 641, 8, 8), AG_VARIANT_FWD_LARGE);
+    ck_assert_int_eq(ag_plan_variant(q, AG_PASS_FORWARD, 320, 8, 8), AG_VARIANT_FWD_SMALL);
+    ck_assert_int_eq(ag_plan_variant(q, AG_PASS_FORWARD, 321, 8, 8), AG_VARIANT_FWD_LARGE);
     ag_error err = {0};
-    /* mean ceil(1921 / 3) = 641: the warp-specialized one */
+    /* mean ceil(961 / 3) = 321: the warp-specialized one */
     ag_jagged_fwd_args a = fwd_args();
-    a.total_q = 1921;
+    a.total_q = 961;
     ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
     ck_assert_int_eq(ag_fake_seen.count, 1);
     ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[0]);
-    /* mean exactly 640: the mma.sync tiles */
+    /* mean exactly 320: the mma.sync tiles */
     fake_with(&f, y, 7, with);
     a = fwd_args();
-    a.total_q = 1920;
+    a.total_q = 960;
     ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
     ck_assert_int_eq(ag_fake_seen.count, 1);
     ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[1]);
-    ck_assert_uint_eq(ag_fake_seen.grids_x[0], 3 + 1920 / 128);
+    ck_assert_uint_eq(ag_fake_seen.grids_x[0], 3 + 960 / 128);
     char *src = NULL;
     ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, q, &src, &err), AG_OK);
     const char *first = strstr(src, "constexpr bool kCausal = 1;");
@@ -1363,7 +1416,7 @@ START_TEST(gpu_jagged) {
                                      c->kv_heads),
                      AG_VARIANT_BWD_LONG);
     /* ... and, where the forward has a short variant (causal: the
-     * warp-specialized one past 640), the main forward */
+     * warp-specialized one past 320), the main forward */
     if (k->plan.jagged.small_block_m > 0)
       ck_assert_int_eq(ag_plan_variant(&k->plan, AG_PASS_FORWARD, (total + 7) / 8, c->heads,
                                        c->kv_heads),
@@ -1433,6 +1486,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, ws_without_tma_compiles);
   tcase_add_test(tc, tma_forward_plan);
   tcase_add_test(tc, forward_items);
+  tcase_add_test(tc, forward_skip_dead);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);
   tcase_add_test(tc, rotary_tables);

@@ -580,7 +580,9 @@ __device__ __forceinline__ TileView tile_view(long long n0, long long lk, long l
   return t;
 }
 
-// S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys; committed.
+// S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys (or
+// parts kNh0 .. kNh1 - 1 alone); committed.
+template <int kNh0 = 0, int kNh1 = kKeyHalves>
 __device__ __forceinline__ void issue_s(float (&sc)[kKeyHalves][8][4], unsigned q_a, unsigned k_s,
                                         int wrow0) {
 #pragma unroll
@@ -588,7 +590,7 @@ __device__ __forceinline__ void issue_s(float (&sc)[kKeyHalves][8][4], unsigned 
     const unsigned along = kk % 4 * 32;
     const unsigned a = q_a + kk / 4 * (kBlockM * kRowBytes) + wrow0 * kRowBytes;
 #pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++)
+    for (int nh = kNh0; nh < kNh1; nh++)
       wgmma_ss<0, 0>(sc[nh], sw128_desc(a, along),
                      sw128_desc(k_s + kk / 4 * (kBlockN * kRowBytes) + nh * 64 * kRowBytes, along),
                      kk);

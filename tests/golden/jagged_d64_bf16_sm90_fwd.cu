@@ -20,6 +20,7 @@
  *     tile: 128 query rows of one head, key tiles of 128, 3 in flight
  *     warp specialized (sm_90a): one warpgroup loads, 2 of 64 rows take
  *     turns on wgmma, each tile's softmax under the products; K, V by TMA
+ *     no product for keys or rows a warpgroup does not see
  *     4 query tiles a CTA in turn, 2 Q slots
  *     runs when the mean query length > 384
  *     threads: 384, shared memory: 131072 bytes
@@ -93,6 +94,12 @@ static_assert((kQTiles * kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSme
 constexpr bool kTmaKv = 1;
 static_assert(kBlockN % 64 == 0 && kBlockN <= 128, "KV tiles of 64 or 128 keys");
 static_assert(kStages >= 2, "a stage is refilled once its P V has run");
+// A computing warpgroup issues no product for what none of its 64 rows
+// sees: a 64-key part of a K/V tile past the keys' end, past a causal
+// diagonal or outside the window (its S is masked to -inf anyway, its P
+// is 0), nor any product where all its rows are past the query tile's end
+// (short sequences, n_q <= 64); it still takes its turns.
+constexpr bool kSkipDead = 1;
 static_assert(!0, "rotary embeddings take jagged_fwd_sm90.cu");
 /* ---- end constants ---- */
 
@@ -592,7 +599,9 @@ __device__ __forceinline__ TileView tile_view(long long n0, long long lk, long l
   return t;
 }
 
-// S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys; committed.
+// S = Q K^T for this warpgroup's 64 rows, kKeyHalves parts of 64 keys (or
+// parts kNh0 .. kNh1 - 1 alone); committed.
+template <int kNh0 = 0, int kNh1 = kKeyHalves>
 __device__ __forceinline__ void issue_s(float (&sc)[kKeyHalves][8][4], unsigned q_a, unsigned k_s,
                                         int wrow0) {
 #pragma unroll
@@ -600,7 +609,7 @@ __device__ __forceinline__ void issue_s(float (&sc)[kKeyHalves][8][4], unsigned 
     const unsigned along = kk % 4 * 32;
     const unsigned a = q_a + kk / 4 * (kBlockM * kRowBytes) + wrow0 * kRowBytes;
 #pragma unroll
-    for (int nh = 0; nh < kKeyHalves; nh++)
+    for (int nh = kNh0; nh < kNh1; nh++)
       wgmma_ss<0, 0>(sc[nh], sw128_desc(a, along),
                      sw128_desc(k_s + kk / 4 * (kBlockN * kRowBytes) + nh * 64 * kRowBytes, along),
                      kk);
@@ -855,6 +864,21 @@ __device__ __forceinline__ void turn_pass(int wg) {
   asm volatile("bar.arrive %0, 256;\n" :: "r"(3 - wg) : "memory");
 }
 
+// What computing warpgroup rows wrow..wrow + 63 see of tile t (kSkipDead;
+// all of it where it is off): its first 64 keys alone where none of the
+// rows sees a key past them (the keys end there, or a causal diagonal
+// does), else all of it.
+enum { kSeesFirst64, kSeesAll };
+__device__ __forceinline__ int sees(const TileView &t, int wrow) {
+  if constexpr (kSkipDead && kKeyHalves == 2) {
+    bool upper = t.kv_valid > 64;  // keys 64.. exist
+    if constexpr (kHasRight) upper = upper && wrow + 63 + t.diag_hi >= 64;  // the last row's
+    if constexpr (kHasLeft) upper = upper && wrow + t.diag_lo <= 127;  // the first row's
+    if (!upper) return kSeesFirst64;
+  }
+  return kSeesAll;
+}
+
 // 1024-byte aligned: the swizzle's 8-row atoms start at multiples of 1024.
 extern __shared__ __align__(1024) unsigned short smem[];
 
@@ -958,6 +982,7 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
   const int mt = threadIdx.x - 128;  // thread index among the computing ones
   const RowPlace me = row_place(mt);  // rows r_lo, r_lo + 8 of warpgroup wg
   const int wg = me.wg, tq = me.tq, wrow0 = me.wrow0, r_lo = me.r_lo;
+  const int wrow_u = 64 * (wgi - 1);  // wrow0, as the compiler sees it warp-uniform
   const int lane = mt & 31;
   int u = 0;  // as the loader's
   int g = 0;
@@ -967,6 +992,8 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
         query_tile_at(cu_seqlens_q, cu_seqlens_k, batch, total_q, num_tiles, item0 + it);
     if (!jt.valid) continue;  // the same answer in every warp
     const QuerySpan span = query_span(jt, total_k, h, heads, kv_heads);
+    // any of this warpgroup's rows real (as far as kSkipDead asks)
+    const bool active = !kSkipDead || wrow_u < span.rows;
     const int qs = u % kQTiles;
     const unsigned qt_a = q_a + qs * kQBytes;
     mbar_wait(q_full0 + 8 * qs, (u / kQTiles) & 1);
@@ -996,23 +1023,56 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
     auto stage_k = [&](int i) { return kv_a + ((g + i) % kStages) * 2 * kKvBytes; };
 
     int i = 0;
-    if (span.n_tiles > 0) {
+    if (span.n_tiles > 0 && !active) {
+      // No real row in this warpgroup: its turns (as below) and releases
+      // alone, O left 0. (A branch around the products inside the run
+      // below makes ptxas serialize every wgmma, C7515.)
+      if (wg == 1) turn_pass(wg);
+#pragma unroll 1
+      for (; i < span.n_tiles; i++) {
+        wait_full(i);  // (so that the release is this fill's)
+        turn_wait(wg);
+        turn_pass(wg);
+        release(i);
+      }
+      turn_wait(wg);
+      if (wg == 0) turn_pass(wg);
+    } else if (span.n_tiles > 0) {
       if constexpr (kTmaKv) fence_proxy_async();  // Q (cp.async) is read by wgmma
       if (wg == 1) turn_pass(wg);  // warpgroup 0 issues first
       // The first tile this warpgroup computes: S and its softmax alone.
       TileView t = view(i);
+      const int seen = sees(t, wrow_u);  // of tile i
       wait_full(i);
       wgmma_fence();
       turn_wait(wg);
-      issue_s(sc, qt_a, stage_k(i), wrow0);
-      turn_pass(wg);
-      wgmma_wait<0>();
+      // (ptxas serializes every wgmma of the kernel, C7515, where one of
+      // them writes some of S's accumulators and another all of them: the
+      // first 64 keys' S goes to accumulators of its own)
+      if (seen == kSeesAll) {
+        issue_s(sc, qt_a, stage_k(i), wrow0);
+        turn_pass(wg);
+        wgmma_wait<0>();
 #pragma unroll
-      for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(sc[nh]);
+        for (int nh = 0; nh < kKeyHalves; nh++) wgmma_hold(sc[nh]);
+      } else {  // kSeesFirst64
+        float lo[kKeyHalves][8][4];
+        issue_s<0, 1>(lo, qt_a, stage_k(i), wrow0);
+        turn_pass(wg);
+        wgmma_wait<0>();
+        wgmma_hold(lo[0]);
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) sc[0][n][e] = lo[0][n][e];
+        // (the keys past 64 are masked below, whatever sc holds there)
+      }
       softmax_step(sc, m, l, alpha, t, r_lo, tq);
       pack_p(p16, sc);
       int last = i;  // the tile whose P V is next
-      // The run: S of tile i, then P V of the last tile, overlapped with S's softmax.
+      // The run: S of tile i, then P V of the last tile, overlapped with S's
+      // softmax, both over all keys (the first tile's P V too: P is 0
+      // where its rows see nothing).
 #pragma unroll 1
       for (i++; i < span.n_tiles; i++) {
         t = view(i);

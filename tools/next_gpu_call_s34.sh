@@ -1,0 +1,123 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# next_gpu_call_s34.sh: session 34's two back-to-back device calls (issue 17).
+#   call 1, carry [".devdeps", ".fa4/a"]: bash .fa4/a/stash.sh; bash tools/next_gpu_call_s34.sh route
+#     (about 4 minutes) head dim 64's short runs on the tree's routes and all
+#     on the warp-specialized forward (4 tiles a CTA), timed in turn
+#     (next_gpu_call_fwd_items.sh route), then the product's GPU suite's
+#     jagged case.
+#   call 2, at once, carry [".devdeps", ".fa4/b"]: bash tools/next_gpu_call_s34.sh fa4
+#     (about 4 minutes) bench/jagged_bench.py on the tree (the 8 shapes of
+#     bench/RESULTS-jagged.md beside FA2 and FA4), then head dim 64 at L 512
+#     and 1024 forward-only beside FA4 with a library whose head-dim-64
+#     forward takes the warp-specialized kernel on every run.
+#   skip (about 5 minutes; carry [".devdeps"]): the plan choice
+#     .sm90_fwd_skip_dead (templates/jagged_fwd_ws.cu's SKIP_DEAD) built
+#     beside the tree: float64 checks of the new build on mixed lengths
+#     (partial tiles, sequences of 64 rows or fewer, causal, windows on both
+#     sides, broadcast n_q 100, 130, 200), memcheck and racecheck on two of
+#     them, then the forward alone timed, tree and skip in turn per shape.
+#   suite (about 5 minutes; carry [".devdeps"]): with .sm90_fwd_skip_dead
+#     on, the GPU suite's jagged and broadcast cases and sanitize-jagged.
+source .devdeps/env.sh || exit 1
+out=${OUT:-/tmp}
+# a warm machine may hold a plan_jagged.o newer than the synced source
+rm -f build/generator/plan_jagged.o
+nvidia-smi --query-gpu=name --format=csv,noheader
+if [ "${1:-}" = route ]; then
+  TIMED="j64true:1:1024 j64true:1:512 j64false:1:512 j64false:1:768 j64true:1:768" \
+    timeout 200 bash tools/next_gpu_call_fwd_items.sh route 2>&1 | tail -12
+  OUT=$out timeout 300 bash tools/gpu_session.sh build gpu-jagged 2>&1 | tail -4
+  exit
+fi
+if [ "${1:-}" = fa4 ]; then
+  source .fa4/b/env.sh || exit 1
+  P=generator/plan_jagged.c
+  cp $P /tmp/plan_jagged.c.orig
+  trap 'cp /tmp/plan_jagged.c.orig $P' EXIT
+  make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+  PYTHONPATH=bindings/python:$PYTHONPATH timeout 330 python3 bench/jagged_bench.py --out "$out/jb" 2>&1 |
+    grep -E "^\| B1152|^wrote|failed|Error" | head -24
+  sed -i 's/^enum { SHORT_MEAN_ROWS = 384 };/enum { SHORT_MEAN_ROWS = 0 };/; s/^enum { CAUSAL64_MEAN_ROWS = 640 };/enum { CAUSAL64_MEAN_ROWS = 0 };/' $P
+  rm -f build/generator/plan_jagged.o
+  make -j16 build/libattngen.so > "$out/build-ws.log" 2>&1 || { tail -20 "$out/build-ws.log"; exit 1; }
+  echo "=== head dim 64 forward, every run on the ws kernel"
+  PYTHONPATH=bindings/python:$PYTHONPATH timeout 150 python3 bench/jagged_bench.py --more-lengths \
+    --fwd-only --peers fa4 --shapes "D64,L512|L1024" --out "$out/jbws" 2>&1 |
+    grep -E "^\| B1152|^wrote|failed|Error" | head -12
+  exit
+fi
+P=generator/plan_jagged.c
+skip_on() {
+  cp /tmp/plan_jagged.c.orig $P
+  sed -i 's/^    \.sm90_fwd_skip_dead = false,/    .sm90_fwd_skip_dead = true,/' $P
+  grep -q "^    \.sm90_fwd_skip_dead = true," $P || { echo "the choice was not found"; exit 1; }
+  rm -f build/generator/plan_jagged.o
+}
+if [ "${1:-}" = suite ]; then
+  cp $P /tmp/plan_jagged.c.orig
+  trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
+  skip_on
+  OUT=$out timeout 300 bash tools/gpu_session.sh build gpu-jagged gpu-broadcast 2>&1 | tail -4
+  SANITIZE_ONLY=jagged OUT=$out timeout 240 bash tools/gpu_session.sh sanitize-jagged 2>&1 |
+    grep -oE "ERROR SUMMARY: [0-9]+ errors|RACECHECK SUMMARY: [0-9]+ hazards|FAIL|exit [0-9]+" | sort | uniq -c
+  exit
+fi
+if [ "${1:-}" = skip ]; then
+  cp $P /tmp/plan_jagged.c.orig
+  trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
+  mkdir -p /tmp/fi/tree /tmp/fi/skip
+  for d in 128 64; do
+    for c in false true; do
+      printf 'name: jf%s%s\npattern: jagged\ncausal: %s\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' \
+        $d ${c:0:1} $c $d > /tmp/fi/j$d$c.yaml
+    done
+    printf 'name: bf%s\npattern: jagged\nquery: broadcast\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' \
+      $d $d > /tmp/fi/b$d.yaml
+  done
+  printf 'name: jw64\npattern: jagged\ncausal: true\nwindow: [256, 0]\nhead_dim: 64\ndtype: fp16\narch: sm_90a\npasses: [forward]\n' > /tmp/fi/jw64.yaml
+  printf 'name: jw128\npattern: jagged\nwindow: [100, 60]\nhead_dim: 128\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' > /tmp/fi/jw128.yaml
+  make -j16 build/attngen > "$out/build-tree.log" 2>&1 || { tail -20 "$out/build-tree.log"; exit 1; }
+  cp build/attngen /tmp/fi/tree/
+  skip_on
+  make -j16 build/attngen > "$out/build-skip.log" 2>&1 || { tail -20 "$out/build-skip.log"; exit 1; }
+  cp build/attngen /tmp/fi/skip/
+  /tmp/fi/skip/attngen describe /tmp/fi/j128true.yaml 2>&1 | grep -i "no product" | head -1
+  echo "=== checks (skip build) $(date +%T)"
+  line=""
+  for c in "j128false 16 1500 0" "j128true 16 1500 0" "j64false 16 1500 0" "j64true 16 1500 0" \
+           "j128true 40 900 0" "j64true 40 900 0" "jw64 16 3000 0" "jw128 16 1500 0" \
+           "b128 20 1300 0 100" "b128 20 1300 0 130" "b64 20 1300 0 200" "b64 20 1300 0 130"; do
+    set -- $c
+    nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
+    r=$(timeout 60 /tmp/fi/skip/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 |
+        grep -E "check:|FAIL|rror" | head -2)
+    case "$r" in *PASS*) line="$line ok" ;; *) line="$line $1/$3/${5:-}:[$r]" ;; esac
+  done
+  echo "checks:$line"
+  for t in memcheck racecheck; do
+    for c in "j128true 12 1300 0" "b128 6 1300 0 130"; do
+      set -- $c
+      nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
+      r=$(timeout 90 compute-sanitizer --tool $t --error-exitcode 9 /tmp/fi/skip/attngen run /tmp/fi/$1.yaml \
+          --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|check:" | tr '\n' ' ')
+      echo "$t $1 ${5:-}: $r"
+    done
+  done
+  echo "=== times (ms, forward, batch 1152, 4 heads; tree then skip) $(date +%T)"
+  for t in ${TIMED:-j128false:1:1024 j128true:1:1024 j64false:1:1024 j64true:1:1024 j128false:1:4096 j128true:1:4096 j64true:1:4096 b128:512:1024:200 b64:512:1024:130 b128:2048:4096:128}; do
+    IFS=: read s lo hi nqv <<< "$t"
+    nq=""; [ -n "$nqv" ] && nq="--n-q $nqv"
+    line="$s [$lo,$hi] $nq:"
+    for round in $(seq ${ROUNDS:-1}); do
+      for v in tree skip; do
+        ms=$(timeout 60 /tmp/fi/$v/attngen run /tmp/fi/$s.yaml --batch 1152 --heads 4 --seqlen $hi --min-seqlen $lo $nq --iters 20 2>&1 |
+             awk '/check:/ {c=$NF} /  time:/ {t=$2} END {print t (c == "PASS" ? "" : "(" c ")")}')
+        line="$line $v=$ms"
+      done
+    done
+    echo "$line"
+  done
+  exit
+fi
+echo "usage: $0 route|fa4|skip|suite"; exit 2
