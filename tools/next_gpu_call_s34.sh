@@ -19,6 +19,11 @@
 #     them, then the forward alone timed, tree and skip in turn per shape.
 #   suite (about 5 minutes; carry [".devdeps"]): with .sm90_fwd_skip_dead
 #     on, the GPU suite's jagged and broadcast cases and sanitize-jagged.
+#   route128 (about 2 minutes; carry [".devdeps", ".fa4/a"], after
+#     `bash .fa4/a/stash.sh;`): the short variants against the
+#     warp-specialized forward at L 384-768, head dim 128 (and 64 unmasked).
+#   more (at once after route128; carry [".devdeps", ".fa4/b"]): L 512
+#     and 2048 beside FA2 and FA4.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 # a warm machine may hold a plan_jagged.o newer than the synced source
@@ -120,4 +125,21 @@ if [ "${1:-}" = skip ]; then
   done
   exit
 fi
-echo "usage: $0 route|fa4|skip|suite"; exit 2
+if [ "${1:-}" = route128 ]; then
+  # head dim 128's short runs: the short variant (jagged_fwd_sm90.cu, 64-row
+  # tiles, up to a mean of 384 rows) against the warp-specialized forward
+  # (with SKIP_DEAD) on every run
+  TIMED="j128false:1:512 j128true:1:512 j128false:1:768 j128true:1:768 j128false:1:384 j128true:1:384 j64false:1:512 j64false:1:768" \
+    timeout 250 bash tools/next_gpu_call_fwd_items.sh route 2>&1 | tail -9
+  exit
+fi
+if [ "${1:-}" = more ]; then
+  # at once after a call that ran `bash .fa4/a/stash.sh`; carry .fa4/b:
+  # L 512 and 2048 beside FA2 and FA4 (bench/jagged_bench.py --more-lengths)
+  source .fa4/b/env.sh || exit 1
+  make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+  PYTHONPATH=bindings/python:$PYTHONPATH timeout 400 python3 bench/jagged_bench.py --more-lengths \
+    --shapes "L512|L2048" --out "$out/jbmore" 2>&1 | grep -E "^\| B1152|^wrote|failed|Error" | head -12
+  exit
+fi
+echo "usage: $0 route|fa4|skip|suite|route128|more"; exit 2
