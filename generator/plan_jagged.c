@@ -128,9 +128,10 @@ enum { SHORT_MEAN_ROWS = 384 };
  * won from a mean of 384 on an H100 80GB HBM3 (2026-12-06, session 34,
  * `tools/next_gpu_call_fwd_items.sh route`; ms, mma.sync / ws): L 1024
  * 1.0936 / 1.0132, 768 0.7770 / 0.7544, 512 0.4337 / 0.4563, 256 0.2026 /
- * 0.2472; beside FlashAttention-4 at L 1024 (bench/jagged_bench.py, same
- * H100, two runs): 1.122 ms (FA4 1.434, 1.28x) / 1.051 ms (FA4 1.446,
- * 1.38x). */
+ * 0.2472 (320 lies between the means measured, 256 and 384, and was not
+ * itself timed); beside FlashAttention-4 at L 1024 (bench/jagged_bench.py,
+ * same H100, two runs): 1.122 ms (FA4 1.434, 1.28x) / 1.051 ms (FA4
+ * 1.446, 1.38x). */
 enum { CAUSAL64_MEAN_ROWS = 320 };
 
 /* Head dim 64 on sm_90a (not broadcast, no rotary embeddings): the

@@ -66,9 +66,10 @@ __device__ __forceinline__ void clear_out(float (&acc)[kHalves][8][4]) {
 // are real, the band's diagonals (key column c of tile row r is visible
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
 // nothing inside a tile), and whether any element of its `rows` is masked.
-// (jagged_fwd_ws.cu computes every tile, even one none of a warpgroup's
-// rows sees: its two warpgroups take turns, tile by tile; jagged_fwd_sm90.cu
-// skips such a tile.)
+// (jagged_fwd_ws.cu takes a turn on every tile, even one none of a
+// warpgroup's rows sees: its two warpgroups take turns, tile by tile, and
+// with SKIP_DEAD it issues less there; jagged_fwd_sm90.cu skips such a
+// tile.)
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
   bool mask;

@@ -16,7 +16,8 @@
 @#   BLOCK_N) * HEAD_DIM * 2)
 @#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu) @ROTARY@
-@#   (false: not planned with rotary embeddings) @TMA_KV@ (below).
+@#   (false: not planned with rotary embeddings) @TMA_KV@ @SKIP_DEAD@
+@#   (both below).
 @# Includes: jagged_fwd_sm90_consts.cuh (with jagged_fwd_band.cuh),
 @#   jagged_fwd_sm90_parts.cuh (mma_sm80.cuh, copy_rows.cuh, wgmma_sm90.cuh,
 @#   jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh),
@@ -35,7 +36,8 @@ constexpr int kThreads = 128 * (kWarpgroups + 1);  // warpgroup 0 loads
 constexpr int kMathThreads = 128 * kWarpgroups;
 // Two computing warpgroups take turns issuing their products (named
 // barriers), so that one's softmax runs under the other's products; each
-// then computes every tile (no skipping), so that the turns match. On the
+// then takes a turn on every tile (kSkipDead: issuing less, or nothing,
+// where its rows see less), so that the turns match. On the
 // H200 (D128, L 1024 / 4096) turns ran 385 / 514 TFLOP/s against 336 / 439
 // without (bench/results/2026-12-03-h200-jagged-fwd-ws-harness.log), so
 // the plan's tiles are 128 rows, two warpgroups, always.
@@ -241,7 +243,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     // tile 0's first key
     const long long key_last = (long long)(span.n_first + span.n_tiles - 1) * kBlockN;
     auto view = [&](int i) {
-      // every tile computed (none skipped), so that the turns match
+      // every tile taken (none skipped), so that the turns match
       return tile_view(key_last - (long long)i * kBlockN, span.lk, span.m0 + span.shift,
                        span.rows);
     };
@@ -299,7 +301,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         for (int n = 0; n < 8; n++)
 #pragma unroll
           for (int e = 0; e < 4; e++) sc[0][n][e] = lo[0][n][e];
-        // (the keys past 64 are masked below, whatever sc holds there)
+        // (the keys past 64 are masked below, whatever sc holds there:
+        // tile_view's mask is on wherever sees() answers kSeesFirst64)
       }
       softmax_step(sc, m, l, alpha, t, r_lo, tq);
       pack_p(p16, sc);

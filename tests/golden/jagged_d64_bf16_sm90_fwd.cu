@@ -41,7 +41,8 @@ constexpr int kThreads = 128 * (kWarpgroups + 1);  // warpgroup 0 loads
 constexpr int kMathThreads = 128 * kWarpgroups;
 // Two computing warpgroups take turns issuing their products (named
 // barriers), so that one's softmax runs under the other's products; each
-// then computes every tile (no skipping), so that the turns match. On the
+// then takes a turn on every tile (kSkipDead: issuing less, or nothing,
+// where its rows see less), so that the turns match. On the
 // H200 (D128, L 1024 / 4096) turns ran 385 / 514 TFLOP/s against 336 / 439
 // without (bench/results/2026-12-03-h200-jagged-fwd-ws-harness.log), so
 // the plan's tiles are 128 rows, two warpgroups, always.
@@ -578,9 +579,10 @@ __device__ __forceinline__ void clear_out(float (&acc)[kHalves][8][4]) {
 // are real, the band's diagonals (key column c of tile row r is visible
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
 // nothing inside a tile), and whether any element of its `rows` is masked.
-// (jagged_fwd_ws.cu computes every tile, even one none of a warpgroup's
-// rows sees: its two warpgroups take turns, tile by tile; jagged_fwd_sm90.cu
-// skips such a tile.)
+// (jagged_fwd_ws.cu takes a turn on every tile, even one none of a
+// warpgroup's rows sees: its two warpgroups take turns, tile by tile, and
+// with SKIP_DEAD it issues less there; jagged_fwd_sm90.cu skips such a
+// tile.)
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
   bool mask;
@@ -1007,7 +1009,7 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
     // tile 0's first key
     const long long key_last = (long long)(span.n_first + span.n_tiles - 1) * kBlockN;
     auto view = [&](int i) {
-      // every tile computed (none skipped), so that the turns match
+      // every tile taken (none skipped), so that the turns match
       return tile_view(key_last - (long long)i * kBlockN, span.lk, span.m0 + span.shift,
                        span.rows);
     };
@@ -1065,7 +1067,8 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
         for (int n = 0; n < 8; n++)
 #pragma unroll
           for (int e = 0; e < 4; e++) sc[0][n][e] = lo[0][n][e];
-        // (the keys past 64 are masked below, whatever sc holds there)
+        // (the keys past 64 are masked below, whatever sc holds there:
+        // tile_view's mask is on wherever sees() answers kSeesFirst64)
       }
       softmax_step(sc, m, l, alpha, t, r_lo, tq);
       pack_p(p16, sc);
