@@ -195,9 +195,9 @@ typedef struct ag_plan_jagged {
    * ends) and its Q slots (2: the next Q lands while this tile runs);
    * fwd_smem_bytes counts fwd_q_tiles Q tiles */
   int fwd_items, fwd_q_tiles;
-  /* fwd_ws: a computing warpgroup issues no product for the 64-key parts
-   * of a tile none of its rows sees, nor any where all its rows are past
-   * the query tile's end (SKIP_DEAD) */
+  /* fwd_ws: a computing warpgroup issues no product where all its rows
+   * are past the query tile's end, and the first K/V tile's S over 64 keys
+   * where none of its rows sees past them (SKIP_DEAD) */
   bool fwd_skip_dead;
   int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
   bool broadcast;   /* query: broadcast: one dense Q shared by every sequence */
@@ -369,8 +369,8 @@ typedef struct ag_plan_jagged_choices {
    * and 128 ([1]) (1: one a CTA) and its Q slots when more (1 or 2; with 2
    * the K, V stages drop to what shared memory still holds) */
   int fwd_items[2], fwd_q_tiles[2];
-  /* the warp-specialized forward skips the products of what none of a
-   * warpgroup's rows sees (SKIP_DEAD) */
+  /* the warp-specialized forward skips products none of a warpgroup's
+   * rows needs (SKIP_DEAD; plan_jagged.c says which) */
   bool sm90_fwd_skip_dead;
   /* the one-pass broadcast backward's 32-row variant at head_dim 64 ([0])
    * and 128 ([1]): its warps (0: none, n_q <= 32 on the 64-row kernel) and

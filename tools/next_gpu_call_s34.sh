@@ -12,8 +12,8 @@
 #     and 1024 forward-only beside FA4 with a library whose head-dim-64
 #     forward takes the warp-specialized kernel on every run.
 #   skip (about 5 minutes; carry [".devdeps"]): the plan choice
-#     .sm90_fwd_skip_dead (templates/jagged_fwd_ws.cu's SKIP_DEAD) built
-#     beside the tree: float64 checks of the new build on mixed lengths
+#     .sm90_fwd_skip_dead (templates/jagged_fwd_ws.cu's SKIP_DEAD) on, built
+#     beside the tree with it off ("tree"): float64 checks of the "skip" build on mixed lengths
 #     (partial tiles, sequences of 64 rows or fewer, causal, windows on both
 #     sides, broadcast n_q 100, 130, 200), memcheck and racecheck on two of
 #     them, then the forward alone timed, tree and skip in turn per shape.
@@ -53,16 +53,18 @@ if [ "${1:-}" = fa4 ]; then
   exit
 fi
 P=generator/plan_jagged.c
-skip_on() {
+# skip_set true|false: .sm90_fwd_skip_dead so in the plan's checked choices
+# (on since 1d9c406: `skip` builds its `tree` with it off, for the A/B)
+skip_set() {
   cp /tmp/plan_jagged.c.orig $P
-  sed -i 's/^    \.sm90_fwd_skip_dead = false,/    .sm90_fwd_skip_dead = true,/' $P
-  grep -q "^    \.sm90_fwd_skip_dead = true," $P || { echo "the choice was not found"; exit 1; }
+  sed -i -E "s/^    \.sm90_fwd_skip_dead = (true|false),/    .sm90_fwd_skip_dead = $1,/" $P
+  grep -q "^    \.sm90_fwd_skip_dead = $1," $P || { echo "the choice was not found"; exit 1; }
   rm -f build/generator/plan_jagged.o
 }
 if [ "${1:-}" = suite ]; then
   cp $P /tmp/plan_jagged.c.orig
   trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
-  skip_on
+  skip_set true
   OUT=$out timeout 300 bash tools/gpu_session.sh build gpu-jagged gpu-broadcast 2>&1 | tail -4
   SANITIZE_ONLY=jagged OUT=$out timeout 240 bash tools/gpu_session.sh sanitize-jagged 2>&1 |
     grep -oE "ERROR SUMMARY: [0-9]+ errors|RACECHECK SUMMARY: [0-9]+ hazards|FAIL|exit [0-9]+" | sort | uniq -c
@@ -82,9 +84,10 @@ if [ "${1:-}" = skip ]; then
   done
   printf 'name: jw64\npattern: jagged\ncausal: true\nwindow: [256, 0]\nhead_dim: 64\ndtype: fp16\narch: sm_90a\npasses: [forward]\n' > /tmp/fi/jw64.yaml
   printf 'name: jw128\npattern: jagged\nwindow: [100, 60]\nhead_dim: 128\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' > /tmp/fi/jw128.yaml
+  skip_set false
   make -j16 build/attngen > "$out/build-tree.log" 2>&1 || { tail -20 "$out/build-tree.log"; exit 1; }
   cp build/attngen /tmp/fi/tree/
-  skip_on
+  skip_set true
   make -j16 build/attngen > "$out/build-skip.log" 2>&1 || { tail -20 "$out/build-skip.log"; exit 1; }
   cp build/attngen /tmp/fi/skip/
   /tmp/fi/skip/attngen describe /tmp/fi/j128true.yaml 2>&1 | grep -i "no product" | head -1

@@ -114,11 +114,12 @@ static_assert((kQTiles * kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSme
 constexpr bool kTmaKv = 1;
 static_assert(kBlockN % 64 == 0 && kBlockN <= 128, "KV tiles of 64 or 128 keys");
 static_assert(kStages >= 2, "a stage is refilled once its P V has run");
-// A computing warpgroup issues no product for what none of its 64 rows
-// sees: a 64-key part of a K/V tile past the keys' end, past a causal
-// diagonal or outside the window (its S is masked to -inf anyway, its P
-// is 0), nor any product where all its rows are past the query tile's end
-// (short sequences, n_q <= 64); it still takes its turns.
+// A computing warpgroup issues no product at all where all its rows are
+// past the query tile's end (a tile of 64 rows or fewer), and S over the
+// first 64 keys alone on an item's first K/V tile where none of its rows
+// sees a key past them (the keys' end, a causal diagonal; sees() below);
+// it still takes its turns. (The P V of that tile, and any part of the
+// run's tiles, stay whole: see the kernel for why.)
 constexpr bool kSkipDead = 1;
 static_assert(!0, "rotary embeddings take jagged_fwd_sm90.cu");
 /* ---- end constants ---- */
