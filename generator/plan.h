@@ -199,6 +199,9 @@ typedef struct ag_plan_jagged {
    * are past the query tile's end, and the first K/V tile's S over 64 keys
    * where none of its rows sees past them (SKIP_DEAD) */
   bool fwd_skip_dead;
+  /* fwd_ws: 0, or N: every N-th 8-key chunk of S takes its exponentials
+   * on the FMA pipe instead of MUFU.EX2 (EXP2_FMA_EVERY) */
+  int fwd_exp2_fma_every;
   int bwd_block_m, bwd_block_n, bwd_warps, bwd_smem_dq, bwd_smem_dkv, bwd_min_ctas;
   bool broadcast;   /* query: broadcast: one dense Q shared by every sequence */
   bool rotary;      /* rotary embeddings (the mma.sync kernels rotate the tiles) */
@@ -372,6 +375,9 @@ typedef struct ag_plan_jagged_choices {
   /* the warp-specialized forward skips products none of a warpgroup's
    * rows needs (SKIP_DEAD; plan_jagged.c says which) */
   bool sm90_fwd_skip_dead;
+  /* the warp-specialized forward's exponentials on the FMA pipe at head
+   * dim 64 ([0]) and 128 ([1]): 0 (none), or N (every N-th 8-key chunk) */
+  int sm90_fwd_exp2_fma_every[2];
   /* the one-pass broadcast backward's 32-row variant at head_dim 64 ([0])
    * and 128 ([1]): its warps (0: none, n_q <= 32 on the 64-row kernel) and
    * its K, V stages (2: the next tile loads during this one) */

@@ -536,6 +536,14 @@ static const ag_plan_jagged_choices jagged_checked = {
      * 13.9166; D64 L1024 1.4054 -> 1.3867; broadcast D64 n_q 130 0.7812 ->
      * 0.7099, D128 n_q 200 1.0008 -> 0.9924, n_q 128 within 0.3%. */
     .sm90_fwd_skip_dead = true,
+    /* The warp-specialized forward's exponentials, a share of them on the
+     * FMA pipe (exp2_fma in jagged_fwd_wgmma.cuh): MUFU.EX2 issues 16 a
+     * clock an SM, and at head dim 64 a 128-key tile's S has as many
+     * elements as the tensor cores compute in the same time (64 x 128 x
+     * 64 x 2 products at 2,048 multiply-adds a clock against 64 x 128 at
+     * 16), so the exponentials alone bound the forward at the matmul
+     * rate; at 128 they are half of it. Not yet run on a GPU. Off. */
+    .sm90_fwd_exp2_fma_every = {0, 0},
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},
@@ -575,6 +583,8 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
     plan_forward(out);
   out->jagged.fwd_tma = out->jagged.fwd_ws && choices.sm90_fwd_tma;
   out->jagged.fwd_skip_dead = out->jagged.fwd_ws && choices.sm90_fwd_skip_dead;
+  out->jagged.fwd_exp2_fma_every =
+      out->jagged.fwd_ws ? choices.sm90_fwd_exp2_fma_every[spec->head_dim == 128] : 0;
   if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, choices))
     plan_backward(out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
@@ -648,6 +658,8 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
   ag_plan_set(k, "STAGES", stages);
   ag_plan_set(k, "BROADCAST", j->broadcast);
   ag_plan_set(k, "SMEM_BYTES", smem_bytes);
+  /* a condition of jagged_fwd_wgmma.cuh, which both sm_90a forwards include */
+  ag_plan_set(k, "EXP2_FMA_EVERY", ws ? j->fwd_exp2_fma_every : 0);
   if (ws) {
     ag_plan_set(k, "CTA_ITEMS", items);
     ag_plan_set(k, "Q_TILES", j->fwd_q_tiles);
@@ -836,6 +848,9 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                       j->fwd_tma ? "; K, V by TMA" : "");
         if (j->fwd_skip_dead)
           ag_buf_printf(b, "%s  no product for keys or rows a warpgroup does not see\n", prefix);
+        if (j->fwd_exp2_fma_every)
+          ag_buf_printf(b, "%s  the exponentials of 1 in %d 8-key chunks on the FMA pipe\n",
+                        prefix, j->fwd_exp2_fma_every);
         if (j->fwd_items > 1)
           ag_buf_printf(b, "%s  %d query tiles a CTA in turn, %d Q slot%s\n", prefix,
                         j->fwd_items, j->fwd_q_tiles, j->fwd_q_tiles > 1 ? "s" : "");

@@ -8,7 +8,9 @@
 @# Needs the includer's kHeadDim, kBlockM, kBlockN, kHalves, kKeyHalves,
 @#   kRowBytes, kStepOverRows, kChunks, kHasLeft, kHasRight, kLeft, kRight,
 @#   kScaleLog2; mma_sm80.cuh (pack2, fast_exp2, exp2_tile, neg_inf), copy_rows.cuh and
-@#   wgmma_sm90.cuh. No placeholders, no conditions.
+@#   wgmma_sm90.cuh. Condition: EXP2_FMA_EVERY (0, or N: softmax_step
+@#   takes every N-th 8-key chunk's exponentials on the FMA pipe, exp2_fma;
+@#   the includer then defines kExp2FmaEvery = N).
 /* ---- begin wgmma forward pieces ----
  * A tile of R rows is kHalves matrices of R rows of 64 elements (128
  * bytes) in the 128-byte swizzle that wgmma reads: 16-byte chunk c of row
@@ -119,6 +121,51 @@ __device__ __forceinline__ void issue_pv(float (&acc)[kHalves][8][4],
   wgmma_commit();
 }
 
+@if EXP2_FMA_EVERY@
+// 2^x on the FMA pipe instead of MUFU.EX2, which issues 16 a clock an SM:
+// at head dim 64 as many exponentials as the tensor cores compute S
+// elements, so that the exponentials alone would bound the forward at the
+// matmul rate. x = n + f, n = floor(x) (added to 1.5 * 2^23 rounding
+// down, n lands in the low bits), f in [0, 1); 2^f by a cubic with p(0) = 1
+// fitted for relative error (9.5e-5 at most, against bf16's 2^-9 rounding
+// of P); n added to the exponent field. x is clamped to -127 first: -inf
+// (a masked key) gives 0 exactly, as ex2.approx.ftz does.
+// (In PTX: written in C, ptxas serialized the kernel's wgmmas at head dim
+// 64 with 4 query tiles a CTA, C7511; this sequence it does not.)
+__device__ __forceinline__ float exp2_fma(float x) {
+  float y;
+  asm("{\n\t"
+      ".reg .f32 c, t, f, p;\n\t"
+      ".reg .b32 n, b;\n\t"
+      "max.f32 c, %1, 0fC2FE0000;\n\t"         // x = max(x, -127)
+      "add.rm.f32 t, c, 0f4B400000;\n\t"       // t = 1.5 * 2^23 + floor(x)
+      "sub.rn.f32 f, t, 0f4B400000;\n\t"       // floor(x)
+      "sub.rn.f32 f, c, f;\n\t"                // f = x - floor(x)
+      "fma.rn.f32 p, f, 0f3D9DFD71, 0f3E691D41;\n\t"  // 7.7143557e-2 f + 2.2765066e-1
+      "fma.rn.f32 p, p, f, 0f3F31F026;\n\t"    // .. + 6.9507062e-1
+      "fma.rn.f32 p, p, f, 0f3F800000;\n\t"    // .. + 1
+      "mov.b32 n, t;\n\t"
+      "shl.b32 n, n, 23;\n\t"                  // floor(x) in the exponent field
+      "mov.b32 b, p;\n\t"
+      "add.s32 b, b, n;\n\t"
+      "mov.b32 %0, b;\n\t"
+      "}"
+      : "=f"(y) : "f"(x));
+  return y;
+}
+
+// exp2_tile's work on the FMA pipe.
+__device__ __forceinline__ void exp2_tile_fma(float (&t)[4], float scale, float off_lo,
+                                              float off_hi, float &sum_lo, float &sum_hi) {
+  t[0] = exp2_fma(fmaf(t[0], scale, -off_lo));
+  t[1] = exp2_fma(fmaf(t[1], scale, -off_lo));
+  t[2] = exp2_fma(fmaf(t[2], scale, -off_hi));
+  t[3] = exp2_fma(fmaf(t[3], scale, -off_hi));
+  sum_lo += t[0] + t[1];
+  sum_hi += t[2] + t[3];
+}
+
+@endif@
 // The online softmax of one tile's S in place (masked, exponentiated), the
 // running maxima m and sums l updated, alpha the factor O must be rescaled by.
 __device__ __forceinline__ void softmax_step(float (&sc)[kKeyHalves][8][4], float (&m)[2],
@@ -163,7 +210,17 @@ __device__ __forceinline__ void softmax_step(float (&sc)[kKeyHalves][8][4], floa
 #pragma unroll
   for (int nh = 0; nh < kKeyHalves; nh++)
 #pragma unroll
+@if EXP2_FMA_EVERY@
+    for (int n = 0; n < 8; n++) {
+      // 8-key chunks N - 1, 2N - 1, ... on the FMA pipe
+      if ((8 * nh + n) % kExp2FmaEvery == kExp2FmaEvery - 1)
+        exp2_tile_fma(sc[nh][n], kScaleLog2, off[0], off[1], rs[0], rs[1]);
+      else
+        exp2_tile(sc[nh][n], kScaleLog2, off[0], off[1], rs[0], rs[1]);
+    }
+@else@
     for (int n = 0; n < 8; n++) exp2_tile(sc[nh][n], kScaleLog2, off[0], off[1], rs[0], rs[1]);
+@endif@
   l[0] = l[0] * alpha[0] + rs[0];
   l[1] = l[1] * alpha[1] + rs[1];
 }

@@ -17,7 +17,7 @@
 @#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu) @ROTARY@
 @#   (false: not planned with rotary embeddings) @TMA_KV@ @SKIP_DEAD@
-@#   (both below).
+@#   @EXP2_FMA_EVERY@ (all three below; a condition too).
 @# Includes: jagged_fwd_sm90_consts.cuh (with jagged_fwd_band.cuh),
 @#   jagged_fwd_sm90_parts.cuh (mma_sm80.cuh, copy_rows.cuh, wgmma_sm90.cuh,
 @#   jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh),
@@ -75,6 +75,12 @@ static_assert(kStages >= 2, "a stage is refilled once its P V has run");
 // it still takes its turns. (The P V of that tile, and any part of the
 // run's tiles, stay whole: see the kernel for why.)
 constexpr bool kSkipDead = @SKIP_DEAD@;
+@if EXP2_FMA_EVERY@
+// Every kExp2FmaEvery-th 8-key chunk of S takes its exponentials on the
+// FMA pipe (exp2_fma), the rest on MUFU.EX2, whose 16 a clock an SM are
+// the matmul rate's S elements at head dim 64.
+constexpr int kExp2FmaEvery = @EXP2_FMA_EVERY@;
+@endif@
 static_assert(!@ROTARY@, "rotary embeddings take jagged_fwd_sm90.cu");
 /* ---- end constants ---- */
 

@@ -997,6 +997,51 @@ START_TEST(forward_skip_dead) {
 }
 END_TEST
 
+/* The warp-specialized forward's exponentials on the FMA pipe
+ * (.sm90_fwd_exp2_fma_every): N at a head dim puts exp2_fma into that
+ * head dim's warp-specialized forward (jagged and broadcast), with the
+ * constant, the chunk test and the description's line, and the source
+ * compiles; 0 emits none of it (the source as before the choice), nor do
+ * the kernels that are not warp specialized (rotary, sm_80). */
+START_TEST(forward_exp2_fma) {
+  const struct {
+    int dim;
+    bool causal;
+    const char *extra;
+  } cases[] = {{64, false, "arch: sm_90a\n"},
+               {128, true, "arch: sm_90a\n"},
+               {64, false, "arch: sm_90a\nquery: broadcast\n"},
+               {128, true, "arch: sm_90a\nrotary: {layout: half, positions: sequence}\n"},
+               {64, false, "arch: sm_80\n"}};
+  for (int i = 0; i < 5; i++)
+    for (int every = 0; every <= 3; every += 3) {
+      ag_plan_jagged_choices c = ag_plan_jagged_checked();
+      c.sm90_fwd_exp2_fma_every[cases[i].dim == 128] = every;
+      fake f;
+      char y[512];
+      yaml_for(y, sizeof y, cases[i].dim, AG_DTYPE_BF16, cases[i].causal, cases[i].extra, false);
+      fake_with(&f, y, 7, c);
+      const ag_plan *p = &f.kernel.plan;
+      const bool on = every && i < 3;
+      ck_assert_int_eq(p->jagged.fwd_exp2_fma_every, on ? every : 0);
+      ag_error err = {0};
+      char *src = NULL;
+      ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+      ck_assert_int_eq(strstr(src, "constexpr int kExp2FmaEvery = 3;") != NULL, on);
+      ck_assert_int_eq(strstr(src, "float exp2_fma(float x)") != NULL, on);
+      ck_assert_int_eq(strstr(src, "exp2_tile_fma(sc[nh][n], kScaleLog2") != NULL, on);
+      if (on && i == 0) compile_holds_every_kernel(src, "forward_exp2_fma.cu", p);
+      free(src);
+      ag_buf b;
+      ag_buf_init(&b);
+      ag_plan_jagged_describe(p, "", &b);
+      ck_assert_int_eq(strstr(b.data, "the exponentials of 1 in 3 8-key chunks on the FMA pipe") != NULL,
+                       on);
+      ag_buf_free(&b);
+    }
+}
+END_TEST
+
 /* The warp-specialized forward walking several query tiles a CTA
  * (.fwd_items, plan_forward_items): with two Q slots head dim 128 keeps two
  * K, V stages (three would pass the SM's shared memory) and 64 its three;
@@ -1487,6 +1532,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, tma_forward_plan);
   tcase_add_test(tc, forward_items);
   tcase_add_test(tc, forward_skip_dead);
+  tcase_add_test(tc, forward_exp2_fma);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);
   tcase_add_test(tc, rotary_tables);
