@@ -378,6 +378,10 @@ typedef struct ag_plan_jagged_choices {
   /* the warp-specialized forward's exponentials on the FMA pipe at head
    * dim 64 ([0]) and 128 ([1]): 0 (none), or N (every N-th 8-key chunk) */
   int sm90_fwd_exp2_fma_every[2];
+  /* head dim 64 without a mask (not broadcast): the warp-specialized
+   * forward on 192-row query tiles, three computing warpgroups, one tile a
+   * CTA */
+  bool sm90_fwd_ws192;
   /* the one-pass broadcast backward's 32-row variant at head_dim 64 ([0])
    * and 128 ([1]): its warps (0: none, n_q <= 32 on the 64-row kernel) and
    * its K, V stages (2: the next tile loads during this one) */

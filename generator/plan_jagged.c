@@ -86,6 +86,24 @@ static void plan_forward_ws(ag_plan *p) {
   set_forward(p, 128, 128, 12, 3, 1);
 }
 
+/* Head dim 64 on the warp-specialized forward, three computing warpgroups
+ * (192-row query tiles): a 128-key tile's softmax there takes as many
+ * exponentials (MUFU.EX2, 16 a clock an SM) as S has elements, about as
+ * long as the warpgroup's two products take on the tensor cores, so two
+ * warpgroups taking turns leave the tensor cores idle while both run
+ * softmax; a third's products cover it (FlashAttention-3's and -4's tiles
+ * at head dim 64). 160 registers a computing thread (512 threads: 65,536
+ * over them, 32 to a loading one) hold one tile's state: no query tiles a
+ * CTA after it (plan_forward_items), whose bookkeeping spills at 160 (ptxas,
+ * session 34). As many K, V stages as shared memory holds, up to 6. Not
+ * for masks: 192-row tiles compute more that the mask hides. */
+static void plan_forward_ws192(ag_plan *p) {
+  const int limit = AG_SMEM_MAX_SM90 - 1024; /* the kernel's static 1 KiB (barriers, alignment) */
+  int stages = 6;
+  while (stages > 2 && forward_smem(p, 192, stages, 128) > limit) stages--;
+  set_forward(p, 192, 128, 16, stages, 1);
+}
+
 /* The warp-specialized forward walking several query tiles a CTA
  * (choices.fwd_items): the loading warpgroup runs on into the next tile's
  * Q and K, V while the computing warpgroups end this one (its last P V,
@@ -98,7 +116,7 @@ static void plan_forward_ws(ag_plan *p) {
 static void plan_forward_items(ag_plan *p, ag_plan_jagged_choices choices) {
   ag_plan_jagged *j = &p->jagged;
   const int hd = p->head_dim == 128;
-  if (!j->fwd_ws || j->broadcast || choices.fwd_items[hd] <= 1) return;
+  if (!j->fwd_ws || j->broadcast || choices.fwd_items[hd] <= 1 || j->fwd_block_m != 128) return;
   const int q_tiles = choices.fwd_q_tiles[hd] == 2 ? 2 : 1;
   const int q_rows = q_tiles * j->fwd_block_m;
   const int limit = AG_SMEM_MAX_SM90 - 1024; /* the kernel's static 1 KiB (barriers, alignment) */
@@ -149,6 +167,7 @@ static bool plan_forward_ws64(const ag_spec *spec, ag_plan *p, ag_plan_jagged_ch
       (spec->causal && !choices.sm90_ws64_causal) || spec->rotary.layout != AG_ROTARY_NONE)
     return false;
   plan_forward_ws(p);
+  if (choices.sm90_fwd_ws192 && !spec->causal && !spec->has_window) plan_forward_ws192(p);
   set_small_forward(p, spec->causal ? CAUSAL64_MEAN_ROWS : SHORT_MEAN_ROWS, 128, 64, 4, 2, 2);
   return true;
 }
@@ -544,6 +563,10 @@ static const ag_plan_jagged_choices jagged_checked = {
      * 16), so the exponentials alone bound the forward at the matmul
      * rate; at 128 they are half of it. Not yet run on a GPU. Off. */
     .sm90_fwd_exp2_fma_every = {0, 0},
+    /* head dim 64, no mask: 192-row tiles on three computing warpgroups
+     * (plan_forward_ws192). Written in session 35 without a GPU (ptxas: no
+     * spill, no serialized wgmma). Off. */
+    .sm90_fwd_ws192 = false,
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},

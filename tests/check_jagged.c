@@ -1042,6 +1042,49 @@ START_TEST(forward_exp2_fma) {
 }
 END_TEST
 
+/* .sm90_fwd_ws192: head dim 64 without a mask takes 192-row query tiles
+ * on three computing warpgroups (512 threads, one tile a CTA, as many K, V
+ * stages as fit), and the source compiles; causal, windowed, broadcast
+ * and head-dim-128 plans keep 128-row tiles, and the choice off plans as
+ * before. */
+START_TEST(forward_ws192) {
+  const struct {
+    int dim;
+    bool causal;
+    const char *extra;
+    bool takes;
+  } cases[] = {{64, false, "arch: sm_90a\n", true},
+               {64, true, "arch: sm_90a\n", false},
+               {64, false, "arch: sm_90a\nwindow: [100, 60]\n", false},
+               {64, false, "arch: sm_90a\nquery: broadcast\n", false},
+               {128, false, "arch: sm_90a\n", false}};
+  for (int i = 0; i < 5; i++)
+    for (int on = 0; on <= 1; on++) {
+      ag_plan_jagged_choices c = ag_plan_jagged_checked();
+      c.sm90_fwd_ws192 = on;
+      fake f;
+      char y[512];
+      yaml_for(y, sizeof y, cases[i].dim, AG_DTYPE_BF16, cases[i].causal, cases[i].extra, false);
+      fake_with(&f, y, 7, c);
+      const ag_plan *p = &f.kernel.plan;
+      ck_assert(p->jagged.fwd_ws);
+      const bool takes = on && cases[i].takes;
+      ck_assert_int_eq(p->jagged.fwd_block_m, takes ? 192 : 128);
+      if (!takes) continue;
+      ck_assert_int_eq(p->jagged.fwd_warps, 16);
+      ck_assert_int_eq(p->jagged.fwd_items, 1);
+      ck_assert_int_eq(p->jagged.fwd_stages, 6);
+      ck_assert_int_eq(p->jagged.fwd_smem_bytes, (192 + 2 * 6 * 128) * 64 * 2);
+      ag_error err = {0};
+      char *src = NULL;
+      ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+      ck_assert_ptr_nonnull(strstr(src, "constexpr int kBlockM = 192;"));
+      compile_holds_every_kernel(src, "forward_ws192.cu", p);
+      free(src);
+    }
+}
+END_TEST
+
 /* The warp-specialized forward walking several query tiles a CTA
  * (.fwd_items, plan_forward_items): with two Q slots head dim 128 keeps two
  * K, V stages (three would pass the SM's shared memory) and 64 its three;
@@ -1533,6 +1576,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, forward_items);
   tcase_add_test(tc, forward_skip_dead);
   tcase_add_test(tc, forward_exp2_fma);
+  tcase_add_test(tc, forward_ws192);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);
   tcase_add_test(tc, rotary_tables);

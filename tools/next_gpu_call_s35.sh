@@ -4,17 +4,21 @@
 # warp-specialized forward's exponentials partly on the FMA pipe (plan
 # choice .sm90_fwd_exp2_fma_every, exp2_fma in jagged_fwd_wgmma.cuh).
 #   fma (about 7 minutes; carry [".devdeps"], or [".devdeps", ".fa4/a"]
-#     after `bash .fa4/a/stash.sh;` when call 2 follows): CLIs built with
-#     the choice at 0 ("tree"), 2, 3 and 4 at both head dims; float64 checks
-#     of each on mixed runs (partial tiles, short sequences, causal, windows
+#     after `bash .fa4/a/stash.sh;` when call 2 follows): CLIs built for
+#     each of $VARIANTS (eN: the choice at N at both head dims, e0 the
+#     tree's plan; wN: the same with .sm90_fwd_ws192, head dim 64's
+#     unmasked forward on three computing warpgroups); float64 checks of
+#     $CHECKED on mixed runs (partial tiles, short sequences, causal, windows
 #     on both sides, fp16, broadcast n_q 130 and 128); memcheck on one; the
-#     forward alone timed, the four in turn per shape; then ncu's pipe
-#     utilisation of the head-dim-64 L 4096 forward, tree and N=$NCU_N.
-#   fa4 N64 N128 (at once after `fma`; carry [".devdeps", ".fa4/b"]): the
-#     choice at N64, N128 in the plan, then bench/jagged_bench.py's eight
-#     shapes beside FA2 and FA4 and the broadcast bar shapes at head dim 64.
-#   suite N64 N128 (about 5 minutes; carry [".devdeps"]): the choice set,
-#     the GPU suite's jagged and broadcast cases and sanitize-jagged.
+#     forward alone timed (each run float64-checked too), the variants in
+#     turn per shape; then ncu's pipe utilisation of the head-dim-64 L 4096
+#     forward for $NCU_V.
+#   fa4 N64 N128 [WS192] (at once after `fma`; carry [".devdeps", ".fa4/b"]):
+#     those choices in the plan, then bench/jagged_bench.py's eight shapes
+#     beside FA2 and FA4 and the broadcast bar shapes at head dim 64.
+#   suite N64 N128 [WS192] (about 5 minutes; carry [".devdeps"]): the
+#     choices set, the GPU suite's jagged and broadcast cases and
+#     sanitize-jagged.
 # plan_jagged.c is restored at the end.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
@@ -23,17 +27,25 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 cp $P /tmp/plan_jagged.c.orig
 trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
 
-# fma_set N64 N128: .sm90_fwd_exp2_fma_every in the plan's checked choices
+# fma_set N64 N128 [WS192]: .sm90_fwd_exp2_fma_every (and .sm90_fwd_ws192,
+# default false) in the plan's checked choices
 fma_set() {
+  local w=${3:-false}
   cp /tmp/plan_jagged.c.orig $P
-  sed -i -E "s/^    \.sm90_fwd_exp2_fma_every = \{[0-9]+, [0-9]+\},/    .sm90_fwd_exp2_fma_every = {$1, $2},/" $P
-  grep -q "^    \.sm90_fwd_exp2_fma_every = {$1, $2}," $P || { echo "the choice was not found"; exit 1; }
+  sed -i -E "s/^    \.sm90_fwd_exp2_fma_every = \{[0-9]+, [0-9]+\},/    .sm90_fwd_exp2_fma_every = {$1, $2},/; s/^    \.sm90_fwd_ws192 = (true|false),/    .sm90_fwd_ws192 = $w,/" $P
+  grep -q "^    \.sm90_fwd_exp2_fma_every = {$1, $2}," $P && grep -q "^    \.sm90_fwd_ws192 = $w," $P ||
+    { echo "the choices were not found"; exit 1; }
   rm -f build/generator/plan_jagged.o  # a warm machine may hold a newer one
+}
+# variant names: eN (N at both head dims, two computing warpgroups), wN
+# (the same with .sm90_fwd_ws192: three at head dim 64 without a mask)
+variant_set() {
+  case $1 in e*) fma_set ${1#e} ${1#e} false ;; w*) fma_set ${1#w} ${1#w} true ;; esac
 }
 
 if [ "${1:-}" = fa4 ]; then
   source .fa4/b/env.sh || exit 1
-  fma_set ${2:-3} ${3:-0}
+  fma_set ${2:-3} ${3:-0} ${4:-false}
   make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
   PYTHONPATH=bindings/python:$PYTHONPATH timeout 330 python3 bench/jagged_bench.py --out "$out/jb" 2>&1 |
     grep -E "^\| B1152|^wrote|failed|Error" | head -24
@@ -42,7 +54,7 @@ if [ "${1:-}" = fa4 ]; then
   exit
 fi
 if [ "${1:-}" = suite ]; then
-  fma_set ${2:-3} ${3:-0}
+  fma_set ${2:-3} ${3:-0} ${4:-false}
   OUT=$out timeout 300 bash tools/gpu_session.sh build gpu-jagged gpu-broadcast 2>&1 | tail -4
   SANITIZE_ONLY=jagged OUT=$out timeout 240 bash tools/gpu_session.sh sanitize-jagged 2>&1 |
     grep -oE "ERROR SUMMARY: [0-9]+ errors|RACECHECK SUMMARY: [0-9]+ hazards|FAIL|exit [0-9]+" | sort | uniq -c
@@ -61,29 +73,31 @@ for d in 128 64; do
 done
 printf 'name: jw64\npattern: jagged\ncausal: true\nwindow: [256, 0]\nhead_dim: 64\ndtype: fp16\narch: sm_90a\npasses: [forward]\n' > /tmp/fi/jw64.yaml
 printf 'name: jw128\npattern: jagged\nwindow: [100, 60]\nhead_dim: 128\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' > /tmp/fi/jw128.yaml
-VARIANTS=${VARIANTS:-0 2 3 4}
+VARIANTS=${VARIANTS:-e0 e2 e3 e4}
 for v in $VARIANTS; do
-  fma_set $v $v
-  make -j16 build/attngen > "$out/build-e$v.log" 2>&1 || { tail -20 "$out/build-e$v.log"; exit 1; }
-  mkdir -p /tmp/fi/e$v && cp build/attngen /tmp/fi/e$v/
+  variant_set $v
+  make -j16 build/attngen > "$out/build-$v.log" 2>&1 || { tail -20 "$out/build-$v.log"; exit 1; }
+  mkdir -p /tmp/fi/$v && cp build/attngen /tmp/fi/$v/
 done
-/tmp/fi/e3/attngen emit /tmp/fi/j64false.yaml 2>&1 | grep -m1 "on the FMA pipe"
+for v in $VARIANTS; do
+  echo "$v: $(/tmp/fi/$v/attngen emit /tmp/fi/j64false.yaml 2>&1 | grep -E 'FMA pipe|take$|query rows of one head' | head -3 | tr -s ' ' | tr '\n' ';')"
+done
 echo "=== checks $(date +%T)"
-for v in ${CHECKED:-2 4}; do
+for v in ${CHECKED:-e2 e4}; do
   line=""
   for c in "j128false 16 1500 0" "j128true 16 1500 0" "j64false 16 1500 0" "j64true 40 900 0" \
            "jw64 16 3000 0" "jw128 16 1500 0" "b64 20 1300 0 130" "b128 12 2000 0 128"; do
     set -- $c
     nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
-    r=$(timeout 60 /tmp/fi/e$v/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 |
+    r=$(timeout 60 /tmp/fi/$v/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 |
         grep -E "check:|FAIL|rror" | head -2)
     case "$r" in *PASS*) line="$line ok(${r##*rel error }" ;; *) line="$line $1/$3/${5:-}:[$r]" ;; esac
   done
-  echo "e$v checks:$line" | sed 's/ \.\.\. PASS/)/g'
+  echo "$v checks:$line" | sed 's/ \.\.\. PASS/)/g'
 done
-r=$(timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/fi/e3/attngen run /tmp/fi/j64true.yaml \
+r=$(timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/fi/${MEMCHECK_V:=e3}/attngen run /tmp/fi/${MEMCHECK_SPEC:=j64true}.yaml \
     --batch 12 --seqlen 1300 --min-seqlen 0 --iters 0 2>&1 | grep -E "ERROR SUMMARY|check:" | tr '\n' ' ')
-echo "memcheck e3 j64true: $r"
+echo "memcheck $MEMCHECK_V $MEMCHECK_SPEC: $r"
 echo "=== times (ms, forward, batch 1152, 4 heads; variants $VARIANTS in turn) $(date +%T)"
 for t in ${TIMED:-j64false:1:1024 j64true:1:1024 j64false:1:4096 j64true:1:4096 b64:4096:4096:128 b64:2048:4096:128 j128false:1:1024 j128false:1:4096}; do
   IFS=: read s lo hi nqv <<< "$t"
@@ -91,18 +105,18 @@ for t in ${TIMED:-j64false:1:1024 j64true:1:1024 j64false:1:4096 j64true:1:4096 
   line="$s [$lo,$hi] $nq:"
   for round in $(seq ${ROUNDS:-1}); do
     for v in $VARIANTS; do
-      ms=$(timeout 60 /tmp/fi/e$v/attngen run /tmp/fi/$s.yaml --batch 1152 --heads 4 --seqlen $hi --min-seqlen $lo $nq --iters 20 2>&1 |
+      ms=$(timeout 60 /tmp/fi/$v/attngen run /tmp/fi/$s.yaml --batch 1152 --heads 4 --seqlen $hi --min-seqlen $lo $nq --iters 20 2>&1 |
            awk '/check:/ {c=$NF} /  time:/ {t=$2} END {print t (c == "PASS" ? "" : "(" c ")")}')
-      line="$line e$v=$ms"
+      line="$line $v=$ms"
     done
   done
   echo "$line"
 done
-echo "=== ncu, j64false batch 264 [1,4096], tree and e${NCU_N:=3} $(date +%T)"
+echo "=== ncu, j64false batch 264 [1,4096], ${NCU_V:=e0 e3} $(date +%T)"
 N=/usr/local/cuda/bin/ncu
 M=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum
-for v in 0 $NCU_N; do
-  timeout 120 $N --metrics $M -k regex:_fwd$ -c 1 /tmp/fi/e$v/attngen run /tmp/fi/j64false.yaml \
+for v in $NCU_V; do
+  timeout 120 $N --metrics $M -k regex:_fwd$ -c 1 /tmp/fi/$v/attngen run /tmp/fi/j64false.yaml \
     --batch 264 --heads 4 --seqlen 4096 --min-seqlen 1 --iters 1 2>&1 |
-    grep -E "^\s+(sm__|gpu__)" | awk -v v=e$v '{print v, $1, $(NF)}'
+    grep -E "^\s+(sm__|gpu__)" | awk -v v=$v '{print v, $1, $(NF)}'
 done

@@ -39,15 +39,19 @@ constexpr int kBlockN = 128;  // keys per KV tile
 constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
 constexpr int kThreads = 128 * (kWarpgroups + 1);  // warpgroup 0 loads
 constexpr int kMathThreads = 128 * kWarpgroups;
-// Two computing warpgroups take turns issuing their products (named
-// barriers), so that one's softmax runs under the other's products; each
-// then takes a turn on every tile (kSkipDead: issuing less, or nothing,
-// where its rows see less), so that the turns match. On the
+// The computing warpgroups take turns issuing their products (named
+// barriers, in a ring), so that one's softmax runs under the others'
+// products; each then takes a turn on every tile (kSkipDead: issuing less,
+// or nothing, where its rows see less), so that the turns match. On the
 // H200 (D128, L 1024 / 4096) turns ran 385 / 514 TFLOP/s against 336 / 439
-// without (bench/results/2026-12-03-h200-jagged-fwd-ws-harness.log), so
-// the plan's tiles are 128 rows, two warpgroups, always.
-static_assert(kWarpgroups == 2, "two computing warpgroups of 64 rows, taking turns");
-constexpr int kLoadRegs = 56, kMathRegs = 224;  // setmaxnreg budgets
+// without (bench/results/2026-12-03-h200-jagged-fwd-ws-harness.log). Two
+// warpgroups, or three where a tile's softmax takes about as long as its
+// products (head dim 64: as many exponentials as S elements the tensor
+// cores compute), so that two others' products cover it.
+static_assert(kWarpgroups == 2 || kWarpgroups == 3,
+              "two or three computing warpgroups of 64 rows");
+// setmaxnreg budgets (three: the 65,536 registers over 512 threads)
+constexpr int kLoadRegs = kWarpgroups == 2 ? 56 : 32, kMathRegs = kWarpgroups == 2 ? 224 : 160;
 // setmaxnreg moves registers within what the CTA is launched with: 65,536
 // / kThreads a thread, rounded down to a multiple of 8 (168 for 384).
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
@@ -859,12 +863,15 @@ __device__ __forceinline__ void math_sync() {
   asm volatile("bar.sync 1, %0;\n" :: "n"(kMathThreads) : "memory");
 }
 // Turns: warpgroup w waits at barrier 2 + w for its turn to issue, and
-// gives the turn to the other at 2 + (1 - w) after issuing.
+// gives the turn to the next one (w + 1, the last to 0) after issuing; the
+// last warpgroup gives the first its first turn, and takes no turn to give
+// after its last.
 __device__ __forceinline__ void turn_wait(int wg) {
   asm volatile("bar.sync %0, 256;\n" :: "r"(2 + wg) : "memory");
 }
 __device__ __forceinline__ void turn_pass(int wg) {
-  asm volatile("bar.arrive %0, 256;\n" :: "r"(3 - wg) : "memory");
+  const int next = kWarpgroups == 2 ? 3 - wg : (wg == kWarpgroups - 1 ? 2 : 3 + wg);
+  asm volatile("bar.arrive %0, 256;\n" :: "r"(next) : "memory");
 }
 
 // What computing warpgroup rows wrow..wrow + 63 see of tile t (kSkipDead;
@@ -1030,7 +1037,7 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
       // No real row in this warpgroup: its turns (as below) and releases
       // alone, O left 0. (A branch around the products inside the run
       // below makes ptxas serialize every wgmma, C7515.)
-      if (wg == 1) turn_pass(wg);
+      if (wg == kWarpgroups - 1) turn_pass(wg);
 #pragma unroll 1
       for (; i < span.n_tiles; i++) {
         wait_full(i);  // (so that the release is this fill's)
@@ -1039,10 +1046,10 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
         release(i);
       }
       turn_wait(wg);
-      if (wg == 0) turn_pass(wg);
+      if (kWarpgroups == 2 ? wg == 0 : wg != kWarpgroups - 1) turn_pass(wg);  // (as below)
     } else if (span.n_tiles > 0) {
       if constexpr (kTmaKv) fence_proxy_async();  // Q (cp.async) is read by wgmma
-      if (wg == 1) turn_pass(wg);  // warpgroup 0 issues first
+      if (wg == kWarpgroups - 1) turn_pass(wg);  // warpgroup 0 issues first
       // The first tile this warpgroup computes: S and its softmax alone.
       TileView t = view(i);
       const int seen = sees(t, wrow_u);  // of tile i
@@ -1102,7 +1109,9 @@ ag_gem_d64_bf16_fwd(const unsigned short *__restrict__ q,
       wgmma_fence();
       turn_wait(wg);
       issue_pv(acc, p16, stage_k(last) + kKvBytes);
-      if (wg == 0) turn_pass(wg);  // (warpgroup 1 issues last: no turn to give)
+      // (the last issues last: no turn to give; written so for two warpgroups,
+      // whose code a helper function changed)
+      if (kWarpgroups == 2 ? wg == 0 : wg != kWarpgroups - 1) turn_pass(wg);
       wgmma_wait<0>();
 #pragma unroll
       for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc[hh]);
