@@ -85,8 +85,9 @@ done
 echo "=== checks $(date +%T)"
 for v in ${CHECKED:-e2 e4}; do
   line=""
-  for c in "j128false 16 1500 0" "j128true 16 1500 0" "j64false 16 1500 0" "j64true 40 900 0" \
-           "jw64 16 3000 0" "jw128 16 1500 0" "b64 20 1300 0 130" "b128 12 2000 0 128"; do
+  CASES=${CHECKS:-"j128false:16:1500:0 j128true:16:1500:0 j64false:16:1500:0 j64true:40:900:0 jw64:16:3000:0 jw128:16:1500:0 b64:20:1300:0:130 b128:12:2000:0:128"}
+  for c in $CASES; do
+    c=${c//:/ }
     set -- $c
     nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
     r=$(timeout 60 /tmp/fi/$v/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 |
