@@ -69,9 +69,8 @@ __device__ __forceinline__ void clear_out(float (&acc)[kHalves][8][4]) {
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
 // nothing inside a tile), and whether any element of its `rows` is masked.
 // (jagged_fwd_ws.cu takes a turn on every tile, even one none of a
-// warpgroup's rows sees: its two warpgroups take turns, tile by tile, and
-// with SKIP_DEAD it issues less there; jagged_fwd_sm90.cu skips such a
-// tile.)
+// warpgroup's rows sees: its warpgroups take turns, tile by tile, and with
+// SKIP_DEAD it issues less there; jagged_fwd_sm90.cu skips such a tile.)
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
   bool mask;
@@ -126,10 +125,12 @@ __device__ __forceinline__ void issue_pv(float (&acc)[kHalves][8][4],
 // at head dim 64 as many exponentials as the tensor cores compute S
 // elements, so that the exponentials alone would bound the forward at the
 // matmul rate. x = n + f, n = floor(x) (added to 1.5 * 2^23 rounding
-// down, n lands in the low bits), f in [0, 1); 2^f by a cubic with p(0) = 1
+// down, n lands in the low bits), f in [0, 1] (1 only where x - floor(x)
+// rounds up, just below an integer); 2^f by a cubic with p(0) = 1
 // fitted for relative error (9.5e-5 at most, against bf16's 2^-9 rounding
 // of P); n added to the exponent field. x is clamped to -127 first: -inf
-// (a masked key) gives 0 exactly, as ex2.approx.ftz does.
+// (a masked key) gives 0 exactly, as ex2.approx.ftz does; so does NaN,
+// which MUFU.EX2 passes on.
 // (In PTX: written in C, ptxas serialized the kernel's wgmmas at head dim
 // 64 with 4 query tiles a CTA, C7511; this sequence it does not.)
 __device__ __forceinline__ float exp2_fma(float x) {
@@ -297,6 +298,7 @@ __device__ __forceinline__ void stage_out(const float (&acc)[kHalves][8][4], con
 template <int kCount, typename Index>
 __device__ __forceinline__ void store_out(unsigned short *out, long long q_stride,
                                           const unsigned short *stage, int rows, Index t) {
+  static_assert(kBlockM * kChunks % kCount == 0, "the copiers cover the tile in whole passes");
 #pragma unroll
   for (int it = 0; it < kBlockM * kChunks / kCount; it++) {
     const int idx = t + it * kCount;

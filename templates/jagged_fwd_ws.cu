@@ -3,8 +3,9 @@
 @# specialized: warpgroup 0 copies Q and a ring of K/V tiles (cp.async,
 @# completion on mbarriers), each further warpgroup computes 64 query rows
 @# on wgmma, issuing S of a tile and then the last tile's P V and running
-@# S's softmax while that P V does; the two computing warpgroups take turns
-@# issuing, so that one's softmax runs under the other's products. The plan
+@# S's softmax while that P V does; the computing warpgroups (two, or three
+@# on 192-row tiles) take turns issuing, so that one's softmax runs under
+@# the others' products. The plan
 @# picks it on sm_90a for the main forward without rotary embeddings
 @# (the short-sequence tiles are jagged_fwd_sm90.cu's at head dim 128,
 @# jagged_fwd.cu's at 64; rotary takes jagged_fwd_sm90.cu or jagged_fwd.cu).
@@ -140,7 +141,7 @@ extern __shared__ __align__(1024) unsigned short smem[];
  * valid ones: slot u % kQTiles, refilled once that slot's last tile has
  * stored its output) and the K/V tiles of the walks (last first) into a
  * ring of kStages stages, numbered on across the CTA's tiles, each refilled
- * once both computing warpgroups released it. Warpgroup 1 + w owns query
+ * once every computing warpgroup released it. Warpgroup 1 + w owns query
  * rows 64w..64w+63. Per KV tile: S = Q K^T issued, then the last tile's
  * O += P V, and the wait for S alone; the softmax of S runs while that P V
  * does; then the wait for P V, its stage released, O rescaled, P packed. */

@@ -560,9 +560,8 @@ __device__ __forceinline__ void clear_out(float (&acc)[kHalves][8][4]) {
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
 // nothing inside a tile), and whether any element of its `rows` is masked.
 // (jagged_fwd_ws.cu takes a turn on every tile, even one none of a
-// warpgroup's rows sees: its two warpgroups take turns, tile by tile, and
-// with SKIP_DEAD it issues less there; jagged_fwd_sm90.cu skips such a
-// tile.)
+// warpgroup's rows sees: its warpgroups take turns, tile by tile, and with
+// SKIP_DEAD it issues less there; jagged_fwd_sm90.cu skips such a tile.)
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
   bool mask;
@@ -733,6 +732,7 @@ __device__ __forceinline__ void stage_out(const float (&acc)[kHalves][8][4], con
 template <int kCount, typename Index>
 __device__ __forceinline__ void store_out(unsigned short *out, long long q_stride,
                                           const unsigned short *stage, int rows, Index t) {
+  static_assert(kBlockM * kChunks % kCount == 0, "the copiers cover the tile in whole passes");
 #pragma unroll
   for (int it = 0; it < kBlockM * kChunks / kCount; it++) {
     const int idx = t + it * kCount;

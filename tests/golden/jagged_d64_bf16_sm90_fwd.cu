@@ -585,9 +585,8 @@ __device__ __forceinline__ void clear_out(float (&acc)[kHalves][8][4]) {
 // when r + diag_lo <= c <= r + diag_hi, both clamped to where they change
 // nothing inside a tile), and whether any element of its `rows` is masked.
 // (jagged_fwd_ws.cu takes a turn on every tile, even one none of a
-// warpgroup's rows sees: its two warpgroups take turns, tile by tile, and
-// with SKIP_DEAD it issues less there; jagged_fwd_sm90.cu skips such a
-// tile.)
+// warpgroup's rows sees: its warpgroups take turns, tile by tile, and with
+// SKIP_DEAD it issues less there; jagged_fwd_sm90.cu skips such a tile.)
 struct TileView {
   int kv_valid, diag_lo, diag_hi;
   bool mask;
@@ -758,6 +757,7 @@ __device__ __forceinline__ void stage_out(const float (&acc)[kHalves][8][4], con
 template <int kCount, typename Index>
 __device__ __forceinline__ void store_out(unsigned short *out, long long q_stride,
                                           const unsigned short *stage, int rows, Index t) {
+  static_assert(kBlockM * kChunks % kCount == 0, "the copiers cover the tile in whole passes");
 #pragma unroll
   for (int it = 0; it < kBlockM * kChunks / kCount; it++) {
     const int idx = t + it * kCount;
@@ -900,7 +900,7 @@ extern __shared__ __align__(1024) unsigned short smem[];
  * valid ones: slot u % kQTiles, refilled once that slot's last tile has
  * stored its output) and the K/V tiles of the walks (last first) into a
  * ring of kStages stages, numbered on across the CTA's tiles, each refilled
- * once both computing warpgroups released it. Warpgroup 1 + w owns query
+ * once every computing warpgroup released it. Warpgroup 1 + w owns query
  * rows 64w..64w+63. Per KV tile: S = Q K^T issued, then the last tile's
  * O += P V, and the wait for S alone; the softmax of S runs while that P V
  * does; then the wait for P V, its stage released, O rescaled, P packed. */
