@@ -41,6 +41,17 @@ static int forward_smem(const ag_plan *p, int q_rows, int stages, int block_n) {
   return (q_rows + 2 * stages * block_n) * p->head_dim * p->elem_bytes;
 }
 
+/* The dynamic shared memory a warp-specialized forward may take: the
+ * SM's, less the kernel's static 1 KiB (barriers, alignment). */
+enum { FWD_SMEM_LIMIT = AG_SMEM_MAX_SM90 - 1024 };
+
+/* The most K, V stages, from `stages` down to 2, that fit FWD_SMEM_LIMIT
+ * beside q_rows query rows (2 where none does). */
+static int fitting_stages(const ag_plan *p, int q_rows, int stages, int block_n) {
+  while (stages > 2 && forward_smem(p, q_rows, stages, block_n) > FWD_SMEM_LIMIT) stages--;
+  return stages;
+}
+
 /* The forward's tile shape; shared memory holds the Q tile and `stages`
  * K, V tiles. */
 static void set_forward(ag_plan *p, int block_m, int block_n, int warps, int stages,
@@ -98,10 +109,7 @@ static void plan_forward_ws(ag_plan *p) {
  * session 34). As many K, V stages as shared memory holds, up to 6. Not
  * for masks: 192-row tiles compute more that the mask hides. */
 static void plan_forward_ws192(ag_plan *p) {
-  const int limit = AG_SMEM_MAX_SM90 - 1024; /* the kernel's static 1 KiB (barriers, alignment) */
-  int stages = 6;
-  while (stages > 2 && forward_smem(p, 192, stages, 128) > limit) stages--;
-  set_forward(p, 192, 128, 16, stages, 1);
+  set_forward(p, 192, 128, 16, fitting_stages(p, 192, 6, 128), 1);
 }
 
 /* The warp-specialized forward walking several query tiles a CTA
@@ -119,11 +127,9 @@ static void plan_forward_items(ag_plan *p, ag_plan_jagged_choices choices) {
   if (!j->fwd_ws || j->broadcast || choices.fwd_items[hd] <= 1 || j->fwd_block_m != 128) return;
   const int q_tiles = choices.fwd_q_tiles[hd] == 2 ? 2 : 1;
   const int q_rows = q_tiles * j->fwd_block_m;
-  const int limit = AG_SMEM_MAX_SM90 - 1024; /* the kernel's static 1 KiB (barriers, alignment) */
-  int stages = j->fwd_stages;
-  while (stages > 2 && forward_smem(p, q_rows, stages, j->fwd_block_n) > limit) stages--;
+  const int stages = fitting_stages(p, q_rows, j->fwd_stages, j->fwd_block_n);
   const int bytes = forward_smem(p, q_rows, stages, j->fwd_block_n);
-  if (bytes > limit) return; /* no room for the Q slots: one tile a CTA, as planned */
+  if (bytes > FWD_SMEM_LIMIT) return; /* no room for the Q slots: one tile a CTA, as planned */
   j->fwd_items = choices.fwd_items[hd];
   j->fwd_q_tiles = q_tiles;
   j->fwd_stages = stages;

@@ -944,6 +944,33 @@ START_TEST(tma_forward_plan) {
 }
 END_TEST
 
+/* f planned with `choices` for a bf16 spec of head dim `dim` (causal or
+ * not) with `extra` YAML lines. */
+static void fake_planned(fake *f, int dim, bool causal, const char *extra,
+                         ag_plan_jagged_choices choices) {
+  char y[512];
+  yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, causal, extra, false);
+  fake_with(f, y, 7, choices);
+}
+
+/* The CUDA C of f's plan (the caller frees it). */
+static char *emitted(const fake *f) {
+  ag_error err = {0};
+  char *src = NULL;
+  ck_assert_int_eq(ag_emit_plan(&f->kernel.spec, &f->kernel.plan, &src, &err), AG_OK);
+  return src;
+}
+
+/* Whether the plan's description holds `text`. */
+static bool describes(const ag_plan *p, const char *text) {
+  ag_buf b;
+  ag_buf_init(&b);
+  ag_plan_jagged_describe(p, "", &b);
+  const bool said = strstr(b.data, text) != NULL;
+  ag_buf_free(&b);
+  return said;
+}
+
 /* The warp-specialized forward's SKIP_DEAD (.sm90_fwd_skip_dead): taken by
  * the checked plan for every warp-specialized forward (jagged at both head
  * dims, causal or not, and broadcast queries), said in the description,
@@ -965,33 +992,22 @@ START_TEST(forward_skip_dead) {
       ck_assert(c.sm90_fwd_skip_dead); /* checked on an H100, session 34 */
       c.sm90_fwd_skip_dead = on;
       fake f;
-      char y[512];
-      yaml_for(y, sizeof y, cases[i].dim, AG_DTYPE_BF16, cases[i].causal, cases[i].extra, false);
-      fake_with(&f, y, 7, c);
+      fake_planned(&f, cases[i].dim, cases[i].causal, cases[i].extra, c);
       const ag_plan *p = &f.kernel.plan;
       ck_assert(p->jagged.fwd_ws);
       ck_assert_int_eq(p->jagged.fwd_skip_dead, on);
-      ag_error err = {0};
-      char *src = NULL;
-      ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+      char *src = emitted(&f);
       ck_assert_ptr_nonnull(strstr(src, on ? "constexpr bool kSkipDead = 1;"
                                            : "constexpr bool kSkipDead = 0;"));
       if (on && i == 0) compile_holds_every_kernel(src, "forward_skip_dead.cu", p);
       free(src);
-      ag_buf b;
-      ag_buf_init(&b);
-      ag_plan_jagged_describe(p, "", &b);
-      const bool said = strstr(b.data, "no product for keys or rows a warpgroup does not see");
-      ck_assert_int_eq(said, on);
-      ag_buf_free(&b);
+      ck_assert_int_eq(describes(p, "no product for keys or rows a warpgroup does not see"), on);
     }
   /* no warp-specialized forward: no SKIP_DEAD */
   const char *others[] = {"arch: sm_80\n", "arch: sm_90a\nrotary: {layout: half, positions: sequence}\n"};
   for (int i = 0; i < 2; i++) {
     fake f;
-    char y[512];
-    yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, true, others[i], false);
-    fake_with(&f, y, 7, ag_plan_jagged_checked());
+    fake_planned(&f, 128, true, others[i], ag_plan_jagged_checked());
     ck_assert(!f.kernel.plan.jagged.fwd_skip_dead);
   }
 }
@@ -1018,26 +1034,17 @@ START_TEST(forward_exp2_fma) {
       ag_plan_jagged_choices c = ag_plan_jagged_checked();
       c.sm90_fwd_exp2_fma_every[cases[i].dim == 128] = every;
       fake f;
-      char y[512];
-      yaml_for(y, sizeof y, cases[i].dim, AG_DTYPE_BF16, cases[i].causal, cases[i].extra, false);
-      fake_with(&f, y, 7, c);
+      fake_planned(&f, cases[i].dim, cases[i].causal, cases[i].extra, c);
       const ag_plan *p = &f.kernel.plan;
       const bool on = every && i < 3;
       ck_assert_int_eq(p->jagged.fwd_exp2_fma_every, on ? every : 0);
-      ag_error err = {0};
-      char *src = NULL;
-      ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+      char *src = emitted(&f);
       ck_assert_int_eq(strstr(src, "constexpr int kExp2FmaEvery = 3;") != NULL, on);
       ck_assert_int_eq(strstr(src, "float exp2_fma(float x)") != NULL, on);
       ck_assert_int_eq(strstr(src, "exp2_tile_fma(sc[nh][n], kScaleLog2") != NULL, on);
       if (on && i == 0) compile_holds_every_kernel(src, "forward_exp2_fma.cu", p);
       free(src);
-      ag_buf b;
-      ag_buf_init(&b);
-      ag_plan_jagged_describe(p, "", &b);
-      ck_assert_int_eq(strstr(b.data, "the exponentials of 1 in 3 8-key chunks on the FMA pipe") != NULL,
-                       on);
-      ag_buf_free(&b);
+      ck_assert_int_eq(describes(p, "the exponentials of 1 in 3 8-key chunks on the FMA pipe"), on);
     }
 }
 END_TEST
@@ -1063,9 +1070,7 @@ START_TEST(forward_ws192) {
       ag_plan_jagged_choices c = ag_plan_jagged_checked();
       c.sm90_fwd_ws192 = on;
       fake f;
-      char y[512];
-      yaml_for(y, sizeof y, cases[i].dim, AG_DTYPE_BF16, cases[i].causal, cases[i].extra, false);
-      fake_with(&f, y, 7, c);
+      fake_planned(&f, cases[i].dim, cases[i].causal, cases[i].extra, c);
       const ag_plan *p = &f.kernel.plan;
       ck_assert(p->jagged.fwd_ws);
       const bool takes = on && cases[i].takes;
@@ -1075,9 +1080,7 @@ START_TEST(forward_ws192) {
       ck_assert_int_eq(p->jagged.fwd_items, 1);
       ck_assert_int_eq(p->jagged.fwd_stages, 6);
       ck_assert_int_eq(p->jagged.fwd_smem_bytes, (192 + 2 * 6 * 128) * 64 * 2);
-      ag_error err = {0};
-      char *src = NULL;
-      ck_assert_int_eq(ag_emit_plan(&f.kernel.spec, p, &src, &err), AG_OK);
+      char *src = emitted(&f);
       ck_assert_ptr_nonnull(strstr(src, "constexpr int kBlockM = 192;"));
       compile_holds_every_kernel(src, "forward_ws192.cu", p);
       free(src);
