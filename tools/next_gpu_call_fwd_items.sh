@@ -20,6 +20,7 @@
 #   and all on the warp-specialized forward, timed in turn.
 # plan_jagged.c is restored at the end.
 source .devdeps/env.sh || exit 1
+source tools/fwd_ab.sh
 out=${OUT:-/tmp}
 P=generator/plan_jagged.c
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -37,19 +38,7 @@ setting() {
   rm -f build/generator/plan_jagged.o
 }
 
-specs() {  # forward-only specs in /tmp/fi
-  mkdir -p /tmp/fi
-  for d in 128 64; do
-    for c in false true; do
-      printf 'name: jf%s%s\npattern: jagged\ncausal: %s\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' \
-        $d ${c:0:1} $c $d > /tmp/fi/j$d$c.yaml
-    done
-    printf 'name: bf%s\npattern: jagged\nquery: broadcast\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' \
-      $d $d > /tmp/fi/b$d.yaml
-  done
-  printf 'name: jw64\npattern: jagged\ncausal: true\nwindow: [256, 0]\nhead_dim: 64\ndtype: fp16\narch: sm_90a\npasses: [forward]\n' \
-    > /tmp/fi/jw64.yaml
-}
+specs() { fwd_specs; }  # forward-only specs in /tmp/fi (fwd_ab.sh)
 
 if [ "${1:-time}" = check ]; then
   specs

@@ -25,6 +25,7 @@
 #   more (at once after route128; carry [".devdeps", ".fa4/b"]): L 512
 #     and 2048 beside FA2 and FA4.
 source .devdeps/env.sh || exit 1
+source tools/fwd_ab.sh
 out=${OUT:-/tmp}
 # a warm machine may hold a plan_jagged.o newer than the synced source
 rm -f build/generator/plan_jagged.o
@@ -74,16 +75,7 @@ if [ "${1:-}" = skip ]; then
   cp $P /tmp/plan_jagged.c.orig
   trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
   mkdir -p /tmp/fi/tree /tmp/fi/skip
-  for d in 128 64; do
-    for c in false true; do
-      printf 'name: jf%s%s\npattern: jagged\ncausal: %s\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' \
-        $d ${c:0:1} $c $d > /tmp/fi/j$d$c.yaml
-    done
-    printf 'name: bf%s\npattern: jagged\nquery: broadcast\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' \
-      $d $d > /tmp/fi/b$d.yaml
-  done
-  printf 'name: jw64\npattern: jagged\ncausal: true\nwindow: [256, 0]\nhead_dim: 64\ndtype: fp16\narch: sm_90a\npasses: [forward]\n' > /tmp/fi/jw64.yaml
-  printf 'name: jw128\npattern: jagged\nwindow: [100, 60]\nhead_dim: 128\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' > /tmp/fi/jw128.yaml
+  fwd_specs
   skip_set false
   make -j16 build/attngen > "$out/build-tree.log" 2>&1 || { tail -20 "$out/build-tree.log"; exit 1; }
   cp build/attngen /tmp/fi/tree/
@@ -113,19 +105,7 @@ if [ "${1:-}" = skip ]; then
     done
   done
   echo "=== times (ms, forward, batch 1152, 4 heads; tree then skip) $(date +%T)"
-  for t in ${TIMED:-j128false:1:1024 j128true:1:1024 j64false:1:1024 j64true:1:1024 j128false:1:4096 j128true:1:4096 j64true:1:4096 b128:512:1024:200 b64:512:1024:130 b128:2048:4096:128}; do
-    IFS=: read s lo hi nqv <<< "$t"
-    nq=""; [ -n "$nqv" ] && nq="--n-q $nqv"
-    line="$s [$lo,$hi] $nq:"
-    for round in $(seq ${ROUNDS:-1}); do
-      for v in tree skip; do
-        ms=$(timeout 60 /tmp/fi/$v/attngen run /tmp/fi/$s.yaml --batch 1152 --heads 4 --seqlen $hi --min-seqlen $lo $nq --iters 20 2>&1 |
-             awk '/check:/ {c=$NF} /  time:/ {t=$2} END {print t (c == "PASS" ? "" : "(" c ")")}')
-        line="$line $v=$ms"
-      done
-    done
-    echo "$line"
-  done
+  fwd_times "tree skip" "${TIMED:-j128false:1:1024 j128true:1:1024 j64false:1:1024 j64true:1:1024 j128false:1:4096 j128true:1:4096 j64true:1:4096 b128:512:1024:200 b64:512:1024:130 b128:2048:4096:128}"
   exit
 fi
 if [ "${1:-}" = route128 ]; then

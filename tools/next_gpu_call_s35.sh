@@ -21,6 +21,7 @@
 #     sanitize-jagged.
 # plan_jagged.c is restored at the end.
 source .devdeps/env.sh || exit 1
+source tools/fwd_ab.sh
 out=${OUT:-/tmp}
 P=generator/plan_jagged.c
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
@@ -62,17 +63,7 @@ if [ "${1:-}" = suite ]; then
 fi
 [ "${1:-}" = fma ] || { echo "usage: $0 fma|fa4 N64 N128|suite N64 N128"; exit 2; }
 
-mkdir -p /tmp/fi
-for d in 128 64; do
-  for c in false true; do
-    printf 'name: j%s%s\npattern: jagged\ncausal: %s\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' \
-      $d $c $c $d > /tmp/fi/j$d$c.yaml
-  done
-  printf 'name: b%s\npattern: jagged\nquery: broadcast\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' \
-    $d $d > /tmp/fi/b$d.yaml
-done
-printf 'name: jw64\npattern: jagged\ncausal: true\nwindow: [256, 0]\nhead_dim: 64\ndtype: fp16\narch: sm_90a\npasses: [forward]\n' > /tmp/fi/jw64.yaml
-printf 'name: jw128\npattern: jagged\nwindow: [100, 60]\nhead_dim: 128\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' > /tmp/fi/jw128.yaml
+fwd_specs
 VARIANTS=${VARIANTS:-e0 e2 e3 e4}
 for v in $VARIANTS; do
   variant_set $v
@@ -100,19 +91,7 @@ r=$(timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/fi/${ME
     --batch 12 --seqlen 1300 --min-seqlen 0 --iters 0 2>&1 | grep -E "ERROR SUMMARY|check:" | tr '\n' ' ')
 echo "memcheck $MEMCHECK_V $MEMCHECK_SPEC: $r"
 echo "=== times (ms, forward, batch 1152, 4 heads; variants $VARIANTS in turn) $(date +%T)"
-for t in ${TIMED:-j64false:1:1024 j64true:1:1024 j64false:1:4096 j64true:1:4096 b64:4096:4096:128 b64:2048:4096:128 j128false:1:1024 j128false:1:4096}; do
-  IFS=: read s lo hi nqv <<< "$t"
-  nq=""; [ -n "$nqv" ] && nq="--n-q $nqv"
-  line="$s [$lo,$hi] $nq:"
-  for round in $(seq ${ROUNDS:-1}); do
-    for v in $VARIANTS; do
-      ms=$(timeout 60 /tmp/fi/$v/attngen run /tmp/fi/$s.yaml --batch 1152 --heads 4 --seqlen $hi --min-seqlen $lo $nq --iters 20 2>&1 |
-           awk '/check:/ {c=$NF} /  time:/ {t=$2} END {print t (c == "PASS" ? "" : "(" c ")")}')
-      line="$line $v=$ms"
-    done
-  done
-  echo "$line"
-done
+fwd_times "$VARIANTS" "${TIMED:-j64false:1:1024 j64true:1:1024 j64false:1:4096 j64true:1:4096 b64:4096:4096:128 b64:2048:4096:128 j128false:1:1024 j128false:1:4096}"
 echo "=== ncu, j64false batch 264 [1,4096], ${NCU_V:=e0 e3} $(date +%T)"
 N=/usr/local/cuda/bin/ncu
 M=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum
