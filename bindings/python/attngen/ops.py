@@ -425,10 +425,9 @@ class Kernel:
                   _stream_of(torch, di), context=("attngen: block forward '%s'", self.spec.name))
 
     def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None,
-                      into=None, plain=False, separate=False):
+                      into=None, plain=False):
         """dq, dk, dv for a contiguous, aligned dout like q (not checked):
-        new contiguous tensors (slices of one allocation unless `separate`),
-        or with `into` = (dq, dk, dv, row strides)
+        new contiguous tensors, or with `into` = (dq, dk, dv, row strides)
         those (views of one packed gradient; this kernel takes row
         strides). With fewer key heads than query heads the kernel writes
         dk and dv per query head, summed here over each group. plain: q, k,
@@ -439,12 +438,6 @@ class Kernel:
             dq, dk, dv, grad_strides = into
         elif poison:
             dq, dk, dv = (_alloc(torch, q, True) for _ in range(3))
-        elif q.is_contiguous() and not separate:
-            # one allocation, three contiguous slices: a third of the
-            # allocator's host time (an empty_like is about 3.6 us on the
-            # H200's host, issue 20's bar 15 us a call). torch.ops' op may
-            # not return outputs that share storage, so it takes three.
-            dq, dk, dv = q.new_empty((3,) + tuple(q.shape)).unbind(0)
         elif q.is_contiguous():  # empty_like keeps that layout
             empty = torch.empty_like
             dq, dk, dv = empty(q), empty(q), empty(q)

@@ -125,13 +125,6 @@ class StubTensor:
                                 self._ptr + i * self._strides[dim] * 2, strides=strides)
                      for i in range(self.shape[dim]))
 
-    def new_empty(self, shape):
-        """A new contiguous tensor of `shape` with self's dtype and device
-        (new_allocations counts them, as FakeTorch.empty_like's do)."""
-        out = self._like(shape=tuple(shape))
-        out.new_empty_of = self
-        return out
-
     def _like(self, **kw):
         args = dict(shape=self.shape, dtype=self.dtype, device=self.device, ptr=next(_ptrs))
         args.update(kw)
