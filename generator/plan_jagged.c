@@ -567,12 +567,30 @@ static const ag_plan_jagged_choices jagged_checked = {
      * elements as the tensor cores compute in the same time (64 x 128 x
      * 64 x 2 products at 2,048 multiply-adds a clock against 64 x 128 at
      * 16), so the exponentials alone bound the forward at the matmul
-     * rate; at 128 they are half of it. Not yet run on a GPU. Off. */
+     * rate; at 128 they are half of it. Correct, and slower: on an H100
+     * 80GB HBM3 on 2026-12-07 (session 36; bench/results/
+     * 2026-12-07-h100-fwd-ws192-fma-s36.md), 1 chunk in 3 (batch 1152, 4
+     * heads, the forward alone, ms, off -> on) took head dim 64 [1, 4096]
+     * 16.373 -> 16.862, [2048, 4096] 27.781 -> 28.362, head dim 128 [1,
+     * 4096] 24.152 -> 25.654, and on the 192-row tiles 14.654 -> 15.790:
+     * ncu shows MUFU's share fall (46% -> 32%) and the issue slots fill
+     * (45% -> 57%), the 9 instructions a chunk costing more than MUFU's
+     * wait. Off. */
     .sm90_fwd_exp2_fma_every = {0, 0},
     /* head dim 64, no mask: 192-row tiles on three computing warpgroups
-     * (plan_forward_ws192). Written in session 35 without a GPU (ptxas: no
-     * spill, no serialized wgmma). Off. */
-    .sm90_fwd_ws192 = false,
+     * (plan_forward_ws192; written in session 35: no spill, no serialized
+     * wgmma). Run on an H100 80GB HBM3 on 2026-12-07 (session 36;
+     * bench/results/2026-12-07-h100-fwd-ws192-fma-s36.md): float64 on 8
+     * mixed runs (with 1 chunk in 3 on the FMA pipe as well), memcheck on a
+     * head-dim-64 unmasked run, gpu-jagged 14/14, gpu-broadcast 7/7,
+     * sanitize-jagged's 13 memcheck and 13 racecheck runs clean; the
+     * forward alone (batch 1152, 4 heads, ms, off -> on): [1, 4096]
+     * 16.373 -> 14.654 (1.12x), [2048, 4096] 27.781 -> 24.681 (1.13x),
+     * [1, 1024] 1.414 -> 1.402; causal (not taken) 9.504 / 9.416. In
+     * jagged_bench beside FlashAttention-4 (2026-12-07-h100-jagged-bench-
+     * fa4-ws192-s36.md) head dim 64 L 4096 went from 0.91x FA4 (session
+     * 34) to 0.98x (15.296 ms against 15.002). */
+    .sm90_fwd_ws192 = true,
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},

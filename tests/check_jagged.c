@@ -706,14 +706,15 @@ START_TEST(short_forward) {
   ck_assert_int_eq(ag_fake_seen.count, 1);
   ck_assert_uint_eq(ag_fake_seen.grids_x[0], 3 + 1152 / 64);
   /* head dim 64 on sm_90a without a causal mask: the warp-specialized
-   * forward, and the mma.sync one's 128-row tiles as the short variant */
+   * forward (192-row tiles on three computing warpgroups, .sm90_fwd_ws192),
+   * and the mma.sync one's 128-row tiles as the short variant */
   if (ag_plan_jagged_checked().sm90_ws64) {
     yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, false, "arch: sm_90a\n", false);
     fake_with_short(&f, y);
     const ag_plan *q = &f.kernel.plan;
     ck_assert_int_eq(q->nkernels, 2);
     ck_assert_str_eq(q->kernels[0].template_file, "jagged_fwd_ws.cu");
-    ck_assert_int_eq(q->kernels[0].threads, 384);
+    ck_assert_int_eq(q->kernels[0].threads, ag_plan_jagged_checked().sm90_fwd_ws192 ? 512 : 384);
     ck_assert_int_eq(q->kernels[0].variant, AG_VARIANT_FWD_LARGE);
     ck_assert_str_eq(q->kernels[1].template_file, "jagged_fwd.cu");
     ck_assert_int_eq(q->kernels[1].variant, AG_VARIANT_FWD_SMALL);
@@ -1102,6 +1103,7 @@ START_TEST(forward_items) {
       ag_plan_jagged_choices c = ag_plan_jagged_checked();
       c.fwd_items[0] = c.fwd_items[1] = 4;
       c.fwd_q_tiles[0] = c.fwd_q_tiles[1] = qt;
+      c.sm90_fwd_ws192 = false; /* its 192-row tiles take one a CTA (forward_ws192) */
       fake f;
       char y[512];
       yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", false);

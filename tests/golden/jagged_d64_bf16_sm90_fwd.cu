@@ -17,14 +17,13 @@
  *
  * Plan:
  *   forward kernel: ag_gem_d64_bf16_fwd
- *     tile: 128 query rows of one head, key tiles of 128, 3 in flight
- *     warp specialized (sm_90a): one warpgroup loads, 2 of 64 rows take
+ *     tile: 192 query rows of one head, key tiles of 128, 6 in flight
+ *     warp specialized (sm_90a): one warpgroup loads, 3 of 64 rows take
  *     turns on wgmma, each tile's softmax under the products; K, V by TMA
  *     no product for keys or rows a warpgroup does not see
- *     4 query tiles a CTA in turn, 2 Q slots
  *     runs when the mean query length > 384
- *     threads: 384, shared memory: 131072 bytes
- *     grid: (ceil((batch + total_q / 128) / 4), heads)
+ *     threads: 512, shared memory: 221184 bytes
+ *     grid: (batch + total_q / 192, heads)
  *   forward kernel: ag_gem_d64_bf16_fwd_m128
  *     tile: 128 query rows of one head, key tiles of 64, 2 in flight
  *     runs when the mean query length <= 384
@@ -34,7 +33,7 @@
 
 /* ---- begin constants ---- */
 constexpr int kHeadDim = 64;  // elements per head
-constexpr int kBlockM = 128;  // query rows per CTA
+constexpr int kBlockM = 192;  // query rows per CTA
 constexpr int kBlockN = 128;  // keys per KV tile
 constexpr int kWarpgroups = kBlockM / 64;  // each owns 64 query rows
 constexpr int kThreads = 128 * (kWarpgroups + 1);  // warpgroup 0 loads
@@ -57,14 +56,14 @@ constexpr int kLoadRegs = kWarpgroups == 2 ? 56 : 32, kMathRegs = kWarpgroups ==
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
                   kThreads * (65536 / kThreads / 8 * 8),
               "the registers the CTA is launched with");
-constexpr int kStages = 3;  // KV tiles resident
+constexpr int kStages = 6;  // KV tiles resident
 // A CTA computes kItems query tiles in turn: the loading warpgroup runs on
 // into the next tile's Q and K, V while the computing warpgroups end this
 // one; with two Q slots the next tile's Q lands meanwhile too.
-constexpr int kItems = 4;
-constexpr int kQTiles = 2;  // Q slots (each also stages its tile's O)
+constexpr int kItems = 1;
+constexpr int kQTiles = 1;  // Q slots (each also stages its tile's O)
 static_assert(kItems >= 1 && (kQTiles == 1 || kQTiles == 2), "items a CTA; Q slots");
-constexpr int kSmemBytes = 131072;  // dynamic shared memory, as planned
+constexpr int kSmemBytes = 221184;  // dynamic shared memory, as planned
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this forward is planned for sm_90a only (wgmma)"
 #endif
