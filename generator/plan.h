@@ -382,6 +382,10 @@ typedef struct ag_plan_jagged_choices {
    * forward on 192-row query tiles, three computing warpgroups, one tile a
    * CTA */
   bool sm90_fwd_ws192;
+  /* the same with a causal mask (no window): the diagonal then crosses a
+   * 192-row tile's two or three key tiles, where a 128-row tile's crosses
+   * one or two */
+  bool sm90_fwd_ws192_causal;
   /* the one-pass broadcast backward's 32-row variant at head_dim 64 ([0])
    * and 128 ([1]): its warps (0: none, n_q <= 32 on the 64-row kernel) and
    * its K, V stages (2: the next tile loads during this one) */

@@ -1086,6 +1086,25 @@ START_TEST(forward_ws192) {
       compile_holds_every_kernel(src, "forward_ws192.cu", p);
       free(src);
     }
+  /* a causal mask takes them only with .sm90_fwd_ws192_causal too; a
+   * window never */
+  for (int w = 0; w <= 1; w++) {
+    ag_plan_jagged_choices c = ag_plan_jagged_checked();
+    c.sm90_fwd_ws192 = c.sm90_fwd_ws192_causal = true;
+    c.sm90_ws64_causal = true;
+    fake f;
+    fake_planned(&f, 64, true, w ? "arch: sm_90a\nwindow: [100, 0]\n" : "arch: sm_90a\n", c);
+    const ag_plan *p = &f.kernel.plan;
+    ck_assert(p->jagged.fwd_ws);
+    ck_assert_int_eq(p->jagged.fwd_block_m, w ? 128 : 192);
+    if (w) continue;
+    ck_assert_int_eq(p->jagged.fwd_warps, 16);
+    char *src = emitted(&f);
+    ck_assert_ptr_nonnull(strstr(src, "constexpr int kBlockM = 192;"));
+    ck_assert_ptr_nonnull(strstr(src, "constexpr bool kCausal = 1;"));
+    compile_holds_every_kernel(src, "forward_ws192_causal.cu", p);
+    free(src);
+  }
 }
 END_TEST
 
