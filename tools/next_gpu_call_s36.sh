@@ -6,13 +6,17 @@
 #     the binding's GPU tests of the block pattern (float64, autograd,
 #     torch.ops with opcheck, CUDA graphs), then bench/overhead.py's parts
 #     and its table (host us per call beside Triton and varlen_attn).
+#   causal192 (about 3 minutes; carry [".devdeps"]): head dim 64's causal
+#     forward on 192-row tiles (.sm90_fwd_ws192_causal): c0 the tree, c1
+#     the choice on; float64 on three mixed runs and memcheck of c1, then
+#     the forward alone, c0 and c1 in turn, two rounds.
 # Say which card the reply names: issue 20's 15 us is about an H200's host.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 export PYTHONPATH=bindings/python:$PYTHONPATH
 nvidia-smi --query-gpu=name --format=csv,noheader
-make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 if [ "${1:-}" = host ]; then
+  make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
   echo "=== binding GPU tests $(date +%T)"
   timeout 240 python3 -m pytest -q bindings/python/tests/test_gpu.py bindings/python/tests/test_gpu_torch_ops.py \
     > "$out/pytest-gpu.log" 2>&1
@@ -24,4 +28,35 @@ if [ "${1:-}" = host ]; then
   timeout 150 python3 bench/overhead.py --calls 2000 --out "$out/overhead" 2>&1 | grep -E "^\| |Fresh"
   exit
 fi
-echo "usage: $0 host"; exit 2
+if [ "${1:-}" = causal192 ]; then
+  source tools/fwd_ab.sh
+  fwd_specs
+  P=generator/plan_jagged.c
+  cp $P /tmp/plan_jagged.c.orig
+  trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
+  for v in c0 c1; do
+    cp /tmp/plan_jagged.c.orig $P
+    [ $v = c1 ] && sed -i 's/^    \.sm90_fwd_ws192_causal = false,/    .sm90_fwd_ws192_causal = true,/' $P
+    rm -f build/generator/plan_jagged.o
+    make -j16 build/attngen > "$out/build-$v.log" 2>&1 || { tail -20 "$out/build-$v.log"; exit 1; }
+    mkdir -p /tmp/fi/$v && cp build/attngen /tmp/fi/$v/
+    echo "$v: $(/tmp/fi/$v/attngen emit /tmp/fi/j64true.yaml 2>&1 | grep -m1 'query rows of one head' | tr -s ' ')"
+  done
+  for c in "40 900 0" "8 3000 0" "16 200 0"; do
+    set -- $c
+    echo "c1 float64 batch $1 lengths [$3, $2]: $(timeout 60 /tmp/fi/c1/attngen run /tmp/fi/j64true.yaml --batch $1 --seqlen $2 --min-seqlen $3 --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/')"
+  done
+  echo "memcheck c1: $(timeout 60 compute-sanitizer --tool memcheck /tmp/fi/c1/attngen run /tmp/fi/j64true.yaml --batch 12 --seqlen 1300 --min-seqlen 0 --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+  for shape in "264 1 4096" "264 2048 4096" "1152 1 1024"; do
+    set -- $shape
+    line="causal, batch $1, 4 heads, lengths [$2, $3], ms:"
+    for r in 1 2; do for v in c0 c1; do
+      ms=$(timeout 60 /tmp/fi/$v/attngen run /tmp/fi/j64true.yaml --batch $1 --heads 4 --seqlen $3 --min-seqlen $2 --iters 20 2>&1 |
+           awk '/check:/ {c=$NF} /  time:/ {t=$2} END {print t (c == "PASS" ? "" : "(" c ")")}')
+      line="$line $v=$ms"
+    done; done
+    echo "$line"
+  done
+  exit
+fi
+echo "usage: $0 host|causal192"; exit 2
