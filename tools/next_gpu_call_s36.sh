@@ -10,6 +10,9 @@
 #     forward on 192-row tiles (.sm90_fwd_ws192_causal): c0 the tree, c1
 #     the choice on; float64 on three mixed runs and memcheck of c1, then
 #     the forward alone, c0 and c1 in turn, two rounds.
+#   route192 (about 3 minutes; carry [".devdeps"]): head dim 64's unmasked
+#     short runs (mean 128 to 512 rows) on the tree's route, all on the
+#     192-row tiles, and on the 128-row tiles of before, two rounds.
 # Say which card the reply names: issue 20's 15 us is about an H200's host.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
@@ -59,4 +62,28 @@ if [ "${1:-}" = causal192 ]; then
   done
   exit
 fi
-echo "usage: $0 host|causal192"; exit 2
+if [ "${1:-}" = route192 ]; then
+  # head dim 64's unmasked short runs: the tree (192-row tiles past a mean
+  # of SHORT_MEAN_ROWS, the mma.sync forward below), all on the 192-row
+  # tiles (threshold 0), and the 128-row tiles of before (ws192 off)
+  source tools/fwd_ab.sh
+  fwd_specs
+  P=generator/plan_jagged.c
+  cp $P /tmp/plan_jagged.c.orig
+  trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
+  for v in tree all192 items128; do
+    cp /tmp/plan_jagged.c.orig $P
+    case $v in
+      all192) sed -i 's/^enum { SHORT_MEAN_ROWS = [0-9]* };/enum { SHORT_MEAN_ROWS = 0 };/' $P
+              grep -q "^enum { SHORT_MEAN_ROWS = 0 };" $P || { echo "SHORT_MEAN_ROWS not found"; exit 1; } ;;
+      items128) sed -i 's/^    \.sm90_fwd_ws192 = true,/    .sm90_fwd_ws192 = false,/' $P
+                grep -q "^    \.sm90_fwd_ws192 = false," $P || { echo "ws192 not found"; exit 1; } ;;
+    esac
+    rm -f build/generator/plan_jagged.o
+    make -j16 build/attngen > "$out/build-$v.log" 2>&1 || { tail -20 "$out/build-$v.log"; exit 1; }
+    mkdir -p /tmp/fi/$v && cp build/attngen /tmp/fi/$v/
+  done
+  ROUNDS=2 fwd_times "tree all192 items128" "j64false:1:256 j64false:1:512 j64false:1:768 j64false:1:1024 j64false:256:512"
+  exit
+fi
+echo "usage: $0 host|causal192|route192"; exit 2
