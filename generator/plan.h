@@ -123,6 +123,9 @@ typedef struct ag_plan_kernel {
    * or by the mean query length) */
   int variant;
   int tma_rows; /* the rows of the TMA roles' boxes; 0: no TMA role */
+  /* the TMA maps' L2 promotion in bytes (what L2 fetches from memory a
+   * miss): 128 or 256 (0 where there is no TMA role) */
+  int tma_l2_bytes;
 } ag_plan_kernel;
 
 /* ---- the block pattern's shapes (plan_block.c) --------------------------- */
@@ -190,6 +193,10 @@ typedef struct ag_plan_jagged {
    * fwd_sm90 (head dim 128), else jagged_fwd.cu */
   bool fwd_ws;
   bool fwd_tma; /* fwd_ws: its K and V tiles by TMA (the AG_PARAM_TMAP_K, _V roles) */
+  /* the TMA maps' L2 promotion, bytes, of the forward ([0]) and the
+   * backward ([1]): 256, or 128 at head dim 64 with choices.tma_l2_row64
+   * (a head's row of 64 elements is 128 bytes) */
+  int tma_l2_bytes[2];
   /* fwd_ws: the query tiles a CTA computes in turn (1: one; more: the
    * loading warpgroup streams the next tile's Q and K, V while this one
    * ends) and its Q slots (2: the next Q lands while this tile runs);
@@ -386,6 +393,11 @@ typedef struct ag_plan_jagged_choices {
    * 192-row tile's two or three key tiles, where a 128-row tile's crosses
    * one or two */
   bool sm90_fwd_ws192_causal;
+  /* head dim 64: the forward's ([0]) and the backward's ([1]) TMA maps
+   * promote an L2 miss to 128 bytes, one head's row, instead of 256 (two
+   * heads' rows, the other head's half read for a CTA that may run long
+   * after it left L2) */
+  bool tma_l2_row64[2];
   /* the one-pass broadcast backward's 32-row variant at head_dim 64 ([0])
    * and 128 ([1]): its warps (0: none, n_q <= 32 on the 64-row kernel) and
    * its K, V stages (2: the next tile loads during this one) */

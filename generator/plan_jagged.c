@@ -600,6 +600,15 @@ static const ag_plan_jagged_choices jagged_checked = {
      * would leave about 1.05x. The template takes the mask as it is (the
      * diagonal per tile, per row). Not yet run on a GPU. Off. */
     .sm90_fwd_ws192_causal = false,
+    /* Head dim 64's TMA maps with L2 promotion of 128 bytes. With 256 (the
+     * maps' setting until now) an L2 miss on one head's 128-byte row
+     * fetches its neighbour head's too, which the grid (heads on y, so a
+     * head's CTAs all run before the next head's) needs only long after;
+     * ncu on an H100 (session 32) measured the head-dim-64 broadcast
+     * forward at n_q 128 moving 1.26 GB from DRAM where K, V and O are
+     * 0.85 GB. Head dim 128's rows are 256 bytes: unchanged. Not yet run
+     * on a GPU. Off in both passes. */
+    .tma_l2_row64 = {false, false},
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},
@@ -633,6 +642,8 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
   out->head_dim = spec->head_dim;
   out->elem_bytes = 2;
   out->scale = ag_spec_scale(spec);
+  for (int pass = 0; pass < 2; pass++)
+    out->jagged.tma_l2_bytes[pass] = choices.tma_l2_row64[pass] && spec->head_dim == 64 ? 128 : 256;
   if ((spec->passes & AG_PASS_FORWARD) && !plan_forward_sm90(spec, out, choices) &&
       !(choices.sm90_ws64 && plan_forward_ws64(spec, out, choices)) &&
       !(choices.sm90_ws_broadcast && plan_forward_ws_broadcast(spec, out, choices)))
@@ -681,7 +692,9 @@ static void add_params(const ag_plan *plan, ag_plan_kernel *k, const ag_param *t
 
 /* Append the TMA roles `a`, `b` (boxes of `rows` rows) to k's parameters,
  * last; past AG_PLAN_MAX_PARAMS is a planner bug, stopped here. */
-static void add_tma_params(ag_plan_kernel *k, ag_param a, ag_param b, int rows) {
+static void add_tma_params(const ag_plan *plan, ag_plan_kernel *k, ag_param a, ag_param b,
+                           int rows) {
+  const int pass = k->pass == AG_PASS_BACKWARD;
   if (k->nparams + 2 > AG_PLAN_MAX_PARAMS) {
     fprintf(stderr, "attngen: %s has more than %d parameters\n", k->name, AG_PLAN_MAX_PARAMS);
     abort();
@@ -689,6 +702,7 @@ static void add_tma_params(ag_plan_kernel *k, ag_param a, ag_param b, int rows) 
   k->params[k->nparams++] = a;
   k->params[k->nparams++] = b;
   k->tma_rows = rows;
+  k->tma_l2_bytes = plan->jagged.tma_l2_bytes[pass];
 }
 
 /* One forward kernel of jagged_fwd.cu (jagged_fwd_sm90.cu) with `block_m`
@@ -721,7 +735,7 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
     ag_plan_set(k, "Q_TILES", j->fwd_q_tiles);
     ag_plan_set(k, "TMA_KV", j->fwd_tma);
     ag_plan_set(k, "SKIP_DEAD", j->fwd_skip_dead);
-    if (j->fwd_tma) add_tma_params(k, AG_PARAM_TMAP_K, AG_PARAM_TMAP_V, block_n); /* last */
+    if (j->fwd_tma) add_tma_params(plan, k, AG_PARAM_TMAP_K, AG_PARAM_TMAP_V, block_n); /* last */
   }
 }
 
@@ -751,7 +765,7 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan, const char *st
     k->variant = variant;
     add_params(plan, k, bwd_params, BWD_NPARAMS);
     if (c->tma_qdo) /* the maps last, for every kernel of the set (one list) */
-      add_tma_params(k, AG_PARAM_TMAP_Q, AG_PARAM_TMAP_DOUT, c->block_m);
+      add_tma_params(plan, k, AG_PARAM_TMAP_Q, AG_PARAM_TMAP_DOUT, c->block_m);
     if (i == 1) {
       k->walk = (ag_walk){c->ws ? AG_WALK_JAGGED_K_COUNTER : AG_WALK_JAGGED_K, c->block_n, 1, 1};
       k->threads = c->threads;
@@ -902,6 +916,8 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                       "%s  turns on wgmma, each tile's softmax under the products%s\n",
                       prefix, k->threads / 128 - 1, prefix,
                       j->fwd_tma ? "; K, V by TMA" : "");
+        if (j->fwd_tma && j->tma_l2_bytes[0] == 128)
+          ag_buf_printf(b, "%s  L2 fetches of 128 bytes (a head's row) on a TMA miss\n", prefix);
         if (j->fwd_skip_dead)
           ag_buf_printf(b, "%s  no product for keys or rows a warpgroup does not see\n", prefix);
         if (j->fwd_exp2_fma_every)
@@ -954,6 +970,8 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
         ag_buf_printf(b, "%s  dV and dK as one 64x128 product a k-step\n", prefix);
       if (c->tma_qdo)
         ag_buf_printf(b, "%s  Q and dO by TMA (tensor maps as parameters)\n", prefix);
+      if (c->tma_qdo && j->tma_l2_bytes[1] == 128)
+        ag_buf_printf(b, "%s  L2 fetches of 128 bytes (a head's row) on a TMA miss\n", prefix);
     } else if (k->walk.kind == AG_WALK_JAGGED_Q) {
       ag_buf_printf(b, "%s  query-stationary: D and dQ of %d query rows, key tiles of %d\n",
                     prefix, j->bwd_block_m, j->bwd_block_n);

@@ -45,7 +45,7 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
   /* The tensor maps of the TMA roles: encoded on first use, once a pass
    * (the kernels of a set share their parameters). */
   CUtensorMap maps[4]; /* by role, from AG_PARAM_TMAP_Q; boxes of map_rows rows */
-  int map_rows[4] = {0, 0, 0, 0};
+  int map_rows[4] = {0, 0, 0, 0}, map_l2[4] = {0, 0, 0, 0};
   for (int i = 0; i < plan->nkernels && st == AG_OK; i++) {
     const ag_plan_kernel *d = &plan->kernels[i];
     if (!launched(d, pass, a) || !grids[i][0] || !grids[i][1]) continue;
@@ -65,10 +65,12 @@ ag_status ag_launch_pass(ag_kernel *kernel, unsigned pass, const ag_launch *a,
           const bool keys = m >= 2; /* k, v: total_k rows of kv_heads heads */
           /* encoded again where a kernel wants other boxes (its expect_tx
            * counts its own box's bytes) */
-          if (map_rows[m] != d->tma_rows)
+          if (map_rows[m] != d->tma_rows || map_l2[m] != d->tma_l2_bytes)
             st = ag_tma_rows_map(drv, &maps[m], a->ptr[of[m]], keys ? a->total_k : a->total_q,
-                                 keys ? a->kv_heads : a->heads, plan->head_dim, d->tma_rows, err);
+                                 keys ? a->kv_heads : a->heads, plan->head_dim, d->tma_rows,
+                                 d->tma_l2_bytes, err);
           map_rows[m] = st == AG_OK ? d->tma_rows : 0;
+          map_l2[m] = d->tma_l2_bytes;
           params[p] = &maps[m];
           break;
         }

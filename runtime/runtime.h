@@ -318,11 +318,13 @@ typedef struct ag_launch {
 
 /* The tensor map of a [rows, heads, head_dim] 16-bit tensor at `ptr` (a
  * row is heads * head_dim elements) in boxes of 64 elements by one head by
- * box_rows rows with the 128-byte swizzle, zeros past its end: what the
- * TMA roles (AG_PARAM_TMAP_*) pass. AG_ERR_NO_DRIVER when the driver
- * cannot encode one, AG_ERR_CUDA when it refuses (runtime/tma.c). */
+ * box_rows rows with the 128-byte swizzle, zeros past its end, L2 misses
+ * promoted to l2_bytes (128 or 256): what the TMA roles (AG_PARAM_TMAP_*)
+ * pass. AG_ERR_NO_DRIVER when the driver cannot encode one, AG_ERR_CUDA
+ * when it refuses (runtime/tma.c). */
 ag_status ag_tma_rows_map(const ag_driver *drv, CUtensorMap *out, const void *ptr, int64_t rows,
-                          int64_t heads, int head_dim, int box_rows, ag_error *err);
+                          int64_t heads, int head_dim, int box_rows, int l2_bytes,
+                          ag_error *err);
 
 /* The grid of a kernel and the work count its walk takes (the ITEMS
  * parameter), from the run-time sizes alone; AG_ERR_INVALID_ARGUMENT when

@@ -1108,6 +1108,52 @@ START_TEST(forward_ws192) {
 }
 END_TEST
 
+/* .tma_l2_row64: head dim 64's tensor maps (the forward's K, V, the
+ * backward's Q, dO) promote an L2 miss to 128 bytes, one head's row;
+ * without it, and at head dim 128 always, to 256. The plan says so where
+ * it is 128; the launcher passes it to cuTensorMapEncodeTiled. */
+START_TEST(tma_l2_row64) {
+  for (int dim = 64; dim <= 128; dim += 64)
+    for (int on = 0; on <= 1; on++)
+      for (int train = 0; train <= 1; train++) {
+        ag_plan_jagged_choices c = ag_plan_jagged_checked();
+        c.tma_l2_row64[0] = c.tma_l2_row64[1] = on;
+        c.sm90_fwd_tma = c.sm90_bwd_tma = true;
+        const bool row = on && dim == 64;
+        fake f;
+        char y[512];
+        yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", train);
+        fake_with(&f, y, train ? 12 : 7, c);
+        const ag_plan *p = &f.kernel.plan;
+        ck_assert_int_eq(p->jagged.tma_l2_bytes[0], row ? 128 : 256);
+        ck_assert_int_eq(p->jagged.tma_l2_bytes[1], row ? 128 : 256);
+        int with_maps = 0;
+        for (int i = 0; i < p->nkernels; i++)
+          if (p->kernels[i].tma_rows) {
+            ck_assert_int_eq(p->kernels[i].tma_l2_bytes, row ? 128 : 256);
+            with_maps++;
+          }
+        ck_assert_int_gt(with_maps, 0);
+        ck_assert_int_eq(describes(p, "L2 fetches of 128 bytes"), row);
+        ag_fake_seen.tmaps = 2;
+        ag_error err = {0};
+        if (train) {
+          ag_jagged_bwd_args b = bwd_args();
+          ck_assert_msg(ag_jagged_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s",
+                        err.message);
+        } else {
+          ag_jagged_fwd_args a = fwd_args();
+          a.total_q = 1153; /* mean 385: the warp-specialized forward */
+          ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s",
+                        err.message);
+        }
+        ck_assert_int_eq(ag_fake_seen.encodes, 2);
+        ck_assert_int_eq(ag_fake_seen.enc_l2, row ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                                  : CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+      }
+}
+END_TEST
+
 /* The warp-specialized forward walking several query tiles a CTA
  * (.fwd_items, plan_forward_items): with two Q slots head dim 128 keeps two
  * K, V stages (three would pass the SM's shared memory) and 64 its three;
@@ -1601,6 +1647,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, forward_skip_dead);
   tcase_add_test(tc, forward_exp2_fma);
   tcase_add_test(tc, forward_ws192);
+  tcase_add_test(tc, tma_l2_row64);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);
   tcase_add_test(tc, rotary_tables);

@@ -74,10 +74,10 @@ static CUresult CUDAAPI fake_encode(CUtensorMap *map, CUtensorMapDataType type, 
                                     const cuuint32_t *steps, CUtensorMapInterleave interleave,
                                     CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
                                     CUtensorMapFloatOOBfill fill) {
-  (void)steps, (void)interleave, (void)l2, (void)fill;
+  (void)steps, (void)interleave, (void)fill;
   ag_fake_launch *s = &ag_fake_seen;
   s->encodes++;
-  s->enc_type = (int)type, s->enc_rank = rank, s->enc_swizzle = (int)swizzle;
+  s->enc_type = (int)type, s->enc_rank = rank, s->enc_swizzle = (int)swizzle, s->enc_l2 = (int)l2;
   for (unsigned i = 0; i < 3 && i < rank; i++) s->enc_dims[i] = dims[i], s->enc_box[i] = box[i];
   for (unsigned i = 0; i + 1 < rank && i < 2; i++) s->enc_strides[i] = strides[i];
   memset(map, 0, sizeof *map);

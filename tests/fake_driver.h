@@ -38,7 +38,7 @@ typedef struct ag_fake_launch {
   int tmaps, encodes;
   unsigned long long enc_dims[3], enc_strides[2];
   unsigned enc_box[3], enc_rank;
-  int enc_swizzle, enc_type;
+  int enc_swizzle, enc_type, enc_l2;
   unsigned long long map_words[2][2];
 } ag_fake_launch;
 
