@@ -59,6 +59,10 @@ typedef struct ag_walk {
   int rows;           /* tokens per item (a block, a tile) */
   int heads_per_item; /* adjacent heads an item covers */
   int items_per_cta;  /* block walk: grid = items / this; 0: persistent */
+  /* AG_WALK_BROADCAST_Q: the heads folded into x (grid (CTAs * heads, 1),
+   * CTA x taking head x % heads), so that a sequence's heads run side by
+   * side; else (CTAs, heads) */
+  bool heads_inner;
 } ag_walk;
 
 /* ---- kernel parameters, by role; a kernel lists them in its order ------- */
@@ -197,6 +201,9 @@ typedef struct ag_plan_jagged {
    * backward ([1]): 256, or 128 at head dim 64 with choices.tma_l2_row64
    * (a head's row of 64 elements is 128 bytes) */
   int tma_l2_bytes[2];
+  /* broadcast: the warp-specialized forward's grid has its heads inner
+   * (choices.bq_fwd_heads_inner; its walk's heads_inner) */
+  bool fwd_heads_inner;
   /* fwd_ws: the query tiles a CTA computes in turn (1: one; more: the
    * loading warpgroup streams the next tile's Q and K, V while this one
    * ends) and its Q slots (2: the next Q lands while this tile runs);
@@ -398,6 +405,10 @@ typedef struct ag_plan_jagged_choices {
    * heads' rows, the other head's half read for a CTA that may run long
    * after it left L2) */
   bool tma_l2_row64[2];
+  /* the broadcast forward's grid with the heads inner (ag_walk.heads_inner):
+   * a sequence's heads read its K, V rows (heads * head_dim elements, one
+   * DRAM page's worth) side by side instead of a head's pass at a time */
+  bool bq_fwd_heads_inner;
   /* the one-pass broadcast backward's 32-row variant at head_dim 64 ([0])
    * and 128 ([1]): its warps (0: none, n_q <= 32 on the 64-row kernel) and
    * its K, V stages (2: the next tile loads during this one) */

@@ -410,7 +410,7 @@ static ag_plan_kernel *block_kernel(const ag_spec *spec, ag_plan *plan, unsigned
   char name[AG_KERNEL_NAME_MAX];
   kernel_name(name, spec, pass == AG_PASS_FORWARD ? "fwd" : "bwd");
   ag_plan_kernel *k = ag_plan_add_kernel(spec, plan, pass, name, template_file);
-  k->walk = (ag_walk){AG_WALK_BLOCK, plan->block_size, b->heads_per_tile, b->items_per_cta};
+  k->walk = (ag_walk){AG_WALK_BLOCK, plan->block_size, b->heads_per_tile, b->items_per_cta, false};
   k->threads = b->threads;
   k->smem_bytes = b->smem_bytes;
   k->min_ctas_per_sm = b->min_ctas_per_sm;

@@ -232,6 +232,7 @@ static bool plan_forward_ws_broadcast(const ag_spec *spec, ag_plan *p,
   plan_forward_ws(p);
   /* .sm90_bq_fwd_deep: six stages of 128 keys, 212,992 bytes */
   if (p->head_dim == 64 && choices.sm90_bq_fwd_deep) set_forward(p, 128, 128, 12, 6, 1);
+  p->jagged.fwd_heads_inner = choices.bq_fwd_heads_inner;
   return true;
 }
 
@@ -609,6 +610,13 @@ static const ag_plan_jagged_choices jagged_checked = {
      * 0.85 GB. Head dim 128's rows are 256 bytes: unchanged. Not yet run
      * on a GPU. Off in both passes. */
     .tma_l2_row64 = {false, false},
+    /* The broadcast forward's grid with the heads inner: a sequence's
+     * heads' CTAs run side by side and read its K, V rows whole (4 heads:
+     * 512 or 1,024 contiguous bytes a row) instead of one head's 128 or 256
+     * bytes in each row during a pass over every sequence, the other heads'
+     * bytes read long after (and at head dim 64 fetched twice under a
+     * 256-byte L2 promotion, .tma_l2_row64). Not yet run on a GPU. Off. */
+    .bq_fwd_heads_inner = false,
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},
@@ -718,7 +726,8 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
   k->namespace_name = namespace_name;
   k->variant = variant;
   const int items = ws ? j->fwd_items : 1;
-  k->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_Q : AG_WALK_JAGGED_Q, block_m, 1, items};
+  k->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_Q : AG_WALK_JAGGED_Q, block_m, 1, items,
+                      ws && j->broadcast && j->fwd_heads_inner};
   k->threads = 32 * warps;
   k->smem_bytes = smem_bytes;
   k->min_ctas_per_sm = min_ctas;
@@ -735,6 +744,7 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
     ag_plan_set(k, "Q_TILES", j->fwd_q_tiles);
     ag_plan_set(k, "TMA_KV", j->fwd_tma);
     ag_plan_set(k, "SKIP_DEAD", j->fwd_skip_dead);
+    ag_plan_set(k, "HEADS_INNER", k->walk.heads_inner);
     if (j->fwd_tma) add_tma_params(plan, k, AG_PARAM_TMAP_K, AG_PARAM_TMAP_V, block_n); /* last */
   }
 }
@@ -767,12 +777,12 @@ static void add_backward_fast(const ag_spec *spec, ag_plan *plan, const char *st
     if (c->tma_qdo) /* the maps last, for every kernel of the set (one list) */
       add_tma_params(plan, k, AG_PARAM_TMAP_Q, AG_PARAM_TMAP_DOUT, c->block_m);
     if (i == 1) {
-      k->walk = (ag_walk){c->ws ? AG_WALK_JAGGED_K_COUNTER : AG_WALK_JAGGED_K, c->block_n, 1, 1};
+      k->walk = (ag_walk){c->ws ? AG_WALK_JAGGED_K_COUNTER : AG_WALK_JAGGED_K, c->block_n, 1, 1, false};
       k->threads = c->threads;
       k->smem_bytes = c->smem_bytes;
       k->min_ctas_per_sm = c->min_ctas;
     } else {
-      k->walk = (ag_walk){AG_WALK_JAGGED_ROWS, rows, 1, 1};
+      k->walk = (ag_walk){AG_WALK_JAGGED_ROWS, rows, 1, 1, false};
       k->threads = j->fast_rows_threads;
       k->smem_bytes = 0;
       k->min_ctas_per_sm = 1;
@@ -845,7 +855,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
           j->fused_sm90[i] ? "broadcast_bwd_sm90.cu" : "broadcast_bwd.cu");
       f->namespace_name = fused_ns[i];
       f->variant = AG_VARIANT_BWD_FUSED_0 + i;
-      f->walk = (ag_walk){AG_WALK_BROADCAST_SLABS, j->fused_block_m[i], 1, 1};
+      f->walk = (ag_walk){AG_WALK_BROADCAST_SLABS, j->fused_block_m[i], 1, 1, false};
       f->threads = 32 * j->fused_warps[i];
       f->smem_bytes = j->fused_smem_bytes[i];
       f->min_ctas_per_sm = j->fused_min_ctas[i];
@@ -862,7 +872,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     if (fwd || j->broadcast) dq->namespace_name = "bwd";
     dq->variant = j->broadcast ? AG_VARIANT_BWD_SPLIT : 0;
     dq->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_SLABS : AG_WALK_JAGGED_Q,
-                         j->bwd_block_m, 1, 1};
+                         j->bwd_block_m, 1, 1, false};
     dq->threads = 32 * j->bwd_warps;
     dq->smem_bytes = j->bwd_smem_dq;
     dq->min_ctas_per_sm = j->bwd_min_ctas;
@@ -877,7 +887,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
     ag_plan_kernel *dkv = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name, NULL);
     snprintf(dkv->template_name, sizeof dkv->template_name, "%s", stem);
     dkv->variant = dq->variant;
-    dkv->walk = (ag_walk){AG_WALK_JAGGED_K, j->bwd_block_n, 1, 1};
+    dkv->walk = (ag_walk){AG_WALK_JAGGED_K, j->bwd_block_n, 1, 1, false};
     dkv->threads = 32 * j->bwd_warps;
     dkv->smem_bytes = j->bwd_smem_dkv;
     dkv->min_ctas_per_sm = j->bwd_min_ctas;
@@ -890,7 +900,7 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
       ag_plan_kernel *sum = ag_plan_add_kernel(spec, plan, AG_PASS_BACKWARD, name, NULL);
       snprintf(sum->template_name, sizeof sum->template_name, "%s", stem);
       /* rows: (query row, head) pairs per CTA, 4 floats a thread */
-      sum->walk = (ag_walk){AG_WALK_BROADCAST_SUM, 4 * j->sum_threads / plan->head_dim, 1, 1};
+      sum->walk = (ag_walk){AG_WALK_BROADCAST_SUM, 4 * j->sum_threads / plan->head_dim, 1, 1, false};
       sum->threads = j->sum_threads;
       sum->smem_bytes = 0;
       sum->min_ctas_per_sm = 1;
@@ -1000,7 +1010,10 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
     ag_buf_puts(b, "\n");
     switch (k->walk.kind) {
       case AG_WALK_BROADCAST_Q:
-        if (k->walk.items_per_cta > 1)
+        if (k->walk.heads_inner)
+          ag_buf_printf(b, "%s  grid: (batch * ceil(n_q / %d) * heads, 1), a sequence's heads side "
+                        "by side\n", prefix, k->walk.rows);
+        else if (k->walk.items_per_cta > 1)
           ag_buf_printf(b, "%s  grid: (ceil(batch * ceil(n_q / %d) / %d), heads)\n", prefix,
                         k->walk.rows, k->walk.items_per_cta);
         else

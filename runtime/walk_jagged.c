@@ -49,6 +49,11 @@ static ag_status broadcast_grid(const ag_walk *w, const ag_launch *a, unsigned o
       y = 1;
       items = ag_broadcast_slabs(a->batch, n_q, a->heads, a->slab_rows);
   }
+  if (w->kind == AG_WALK_BROADCAST_Q && w->heads_inner) {
+    /* heads below 2^16, x below 2^31 (n_q, batch checked by the caller) */
+    x *= y;
+    y = 1;
+  }
   if (x > INT32_MAX || y > 65535)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "%lld query tiles by %lld heads exceed the grid's limits", (long long)x,

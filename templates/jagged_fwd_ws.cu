@@ -19,13 +19,16 @@
 @#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu) @ROTARY@
 @#   (false: not planned with rotary embeddings) @TMA_KV@ @SKIP_DEAD@
-@#   @EXP2_FMA_EVERY@ (all three below; a condition too).
+@#   @EXP2_FMA_EVERY@ (all three below; a condition too) @HEADS_INNER@
+@#   (a condition: below).
 @# Includes: jagged_fwd_sm90_consts.cuh (with jagged_fwd_band.cuh),
 @#   jagged_fwd_sm90_parts.cuh (mma_sm80.cuh, copy_rows.cuh, wgmma_sm90.cuh,
 @#   jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh),
 @#   pipeline_sm90.cuh, tma_sm90.cuh (TMA_KV).
 @# Conditions: TMA_KV (K and V tiles by TMA: the kernel takes tmap_k,
-@#   tmap_v last).
+@#   tmap_v last), HEADS_INNER (the grid is (items * heads, 1), CTA x
+@#   computing item x / heads of head x % heads, so that a sequence's heads
+@#   run side by side and read its K, V rows together; else (items, heads)).
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * (BLOCK_M / 64
 @#   + 1) threads and 1 CTA an SM (the registers: 56 a loading thread, 224
 @#   a computing one; with three computing warpgroups 32 and 160), and
@@ -149,7 +152,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 @KERNEL_NAME@(@PARAMS@) {
   // Q full[q], Q empty[q], full[s], empty[s]
   __shared__ __align__(8) unsigned long long bars[2 * kQTiles + 2 * kStages];
+@if HEADS_INNER@
+  // heads inner: CTA x is head x % heads of item x / heads
+  const int h = (int)(blockIdx.x % (unsigned)heads);
+@else@
   const int h = blockIdx.y;
+@endif@
   const unsigned q_a = smem_addr(smem), kv_a = q_a + kQTiles * kQBytes;
   const unsigned q_full0 = smem_addr(bars), q_empty0 = q_full0 + 8 * kQTiles;
   const unsigned full0 = q_empty0 + 8 * kQTiles, empty0 = full0 + 8 * kStages;
@@ -168,7 +176,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   // The warpgroup, broadcast from lane 0 so that the compiler sees it
   // warp-uniform (wgmma under a branch it cannot prove uniform serializes).
   const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+@if HEADS_INNER@
+  const long long item0 = (long long)(blockIdx.x / (unsigned)heads) * kItems;
+@else@
   const long long item0 = (long long)blockIdx.x * kItems;
+@endif@
 
   if (wgi == 0) {
     // ---- the loading warpgroup ----

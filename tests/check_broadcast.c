@@ -218,6 +218,53 @@ START_TEST(deep_forward) {
 }
 END_TEST
 
+/* The plan choice .bq_fwd_heads_inner (off until a GPU has run it): the
+ * broadcast warp-specialized forward's walk folds the heads into x, the
+ * kernel takes its head and item from blockIdx.x, the grid is (CTAs * heads, 1), and it compiles without
+ * spills at both head dims. Off: the grid keeps (CTAs, heads). */
+START_TEST(heads_inner_forward) {
+  char *dir = ag_test_dump_begin("attngen-bqheads");
+  for (int d = 0; d < 2; d++)
+    for (int on = 0; on <= 1; on++) {
+      const int dim = d ? 64 : 128;
+      char y[512];
+      yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", false);
+      ag_spec s = load_ok(y);
+      ag_plan_jagged_choices c = ag_plan_jagged_checked();
+      c.bq_fwd_heads_inner = on;
+      ag_plan p;
+      ag_error err = {0};
+      ck_assert_msg(ag_plan_jagged_make_with(&s, c, &p, &err) == AG_OK, "%s", err.message);
+      ag_plan_kernels(&s, &p);
+      const ag_plan_kernel *big = &p.kernels[0];
+      ck_assert_str_eq(big->template_file, "jagged_fwd_ws.cu");
+      ck_assert_int_eq(big->walk.heads_inner, on);
+      for (int i = 1; i < p.nkernels; i++) ck_assert(!p.kernels[i].walk.heads_inner);
+      /* n_q 200 over 10 sequences: 2 query tiles each, 4 heads */
+      ag_launch la = {.batch = 10, .heads = 4, .kv_heads = 4, .total_q = 2000, .total_k = 9000};
+      unsigned grid[3];
+      int64_t items = 0;
+      ck_assert_int_eq(ag_walk_jagged_grid(&big->walk, &la, 132, 1, grid, &items, &err), AG_OK);
+      ck_assert_uint_eq(grid[0], on ? 20 * 4 : 20);
+      ck_assert_uint_eq(grid[1], on ? 1 : 4);
+      ck_assert_int_eq(items, 20);
+      char *src = NULL;
+      ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
+      ck_assert_int_eq(strstr(src, "const int h = (int)(blockIdx.x % (unsigned)heads);") != NULL, on);
+      ck_assert_int_eq(strstr(src, "item0 = (long long)(blockIdx.x / (unsigned)heads) * kItems;") != NULL,
+                       on);
+      if (on) {
+        int regs = 0, stores = 0, loads = 0;
+        if (ag_test_compile_report(src, big->name, "sm_90a", big->name, dir, &regs, &stores,
+                                   &loads))
+          ck_assert_msg(stores + loads == 0, "%s spills %d + %d bytes", big->name, stores, loads);
+      }
+      free(src);
+    }
+  ag_test_dump_end(dir);
+}
+END_TEST
+
 START_TEST(compiles) {
   char y[512];
   const char *extra[] = {"", "window: [100, 0]\n"};
@@ -625,6 +672,7 @@ Suite *broadcast_suite(void) {
   tcase_add_test(tc, m32_choices);
   tcase_add_test(tc, sm90_backward);
   tcase_add_test(tc, deep_forward);
+  tcase_add_test(tc, heads_inner_forward);
   tcase_add_test(tc, launch_parameters);
   tcase_add_test(tc, argument_checks);
   suite_add_tcase(s, tc);

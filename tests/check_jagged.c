@@ -1235,7 +1235,7 @@ START_TEST(forward_items) {
     ck_assert_int_eq(p.jagged.fwd_q_tiles, 1);
   }
   /* broadcast: n_q 200 over 10 sequences, 2 query tiles each: 20 items */
-  const ag_walk w = {AG_WALK_BROADCAST_Q, 128, 1, 3};
+  const ag_walk w = {AG_WALK_BROADCAST_Q, 128, 1, 3, false};
   ag_launch la = {.batch = 10, .heads = 4, .kv_heads = 4, .total_q = 2000, .total_k = 9000};
   unsigned grid[3];
   int64_t items = 0;

@@ -13,11 +13,13 @@
 #   route192 (about 3 minutes; carry [".devdeps"]): head dim 64's unmasked
 #     short runs (mean 128 to 512 rows) on the tree's route, all on the
 #     192-row tiles, and on the 128-row tiles of before, two rounds.
-#   l2row (about 5 minutes; carry [".devdeps"]): head dim 64's TMA maps
-#     with 128-byte L2 promotion (.tma_l2_row64) against the tree's 256:
-#     float64 checks, the broadcast forward at n_q 128 and 32, the jagged
-#     forward and backward, two rounds; ncu's DRAM bytes of the broadcast
-#     forward for both.
+#   l2row (about 7 minutes; carry [".devdeps"]): head dim 64's TMA maps
+#     with 128-byte L2 promotion (.tma_l2_row64) and the broadcast
+#     forward's grid with the heads inner (.bq_fwd_heads_inner), alone and
+#     together, against the tree: float64 checks and memcheck of both
+#     together, the broadcast forward at n_q 128 and 32 (all four), the
+#     jagged forward and backward (the L2 setting alone), two rounds; ncu's
+#     DRAM bytes of the broadcast forward for all four.
 # Say which card the reply names: issue 20's 15 us is about an H200's host.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
@@ -92,54 +94,60 @@ if [ "${1:-}" = route192 ]; then
   exit
 fi
 if [ "${1:-}" = l2row ]; then
-  # head dim 64's TMA maps with 128-byte L2 promotion (.tma_l2_row64): r0
-  # the tree, r1 the choice on
+  # r0 the tree; r1 head dim 64's TMA maps with 128-byte L2 promotion
+  # (.tma_l2_row64, both passes); r2 the broadcast forward's grid with the
+  # heads inner (.bq_fwd_heads_inner); r3 both
   source tools/fwd_ab.sh
   fwd_specs
   printf 'name: t64\npattern: jagged\nhead_dim: 64\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' > /tmp/fi/t64.yaml
   P=generator/plan_jagged.c
   cp $P /tmp/plan_jagged.c.orig
   trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
-  for v in r0 r1; do
+  for v in r0 r1 r2 r3; do
     cp /tmp/plan_jagged.c.orig $P
-    [ $v = r1 ] && { sed -i -E 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' $P
-                     grep -q "^    \.tma_l2_row64 = {true, true}," $P || { echo "tma_l2_row64 not found"; exit 1; }; }
+    case $v in r1|r3)
+      sed -i -E 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' $P
+      grep -q "^    \.tma_l2_row64 = {true, true}," $P || { echo "tma_l2_row64 not found"; exit 1; } ;;
+    esac
+    case $v in r2|r3)
+      sed -i 's/^    \.bq_fwd_heads_inner = false,/    .bq_fwd_heads_inner = true,/' $P
+      grep -q "^    \.bq_fwd_heads_inner = true," $P || { echo "bq_fwd_heads_inner not found"; exit 1; } ;;
+    esac
     rm -f build/generator/plan_jagged.o
     make -j16 build/attngen > "$out/build-$v.log" 2>&1 || { tail -20 "$out/build-$v.log"; exit 1; }
     mkdir -p /tmp/fi/$v && cp build/attngen /tmp/fi/$v/
   done
-  echo "r1 plan: $(/tmp/fi/r1/attngen emit /tmp/fi/t64.yaml | grep -c 'L2 fetches of 128 bytes') lines say 128-byte L2 fetches"
-  for c in "j64false 16 1500 0" "b64 20 1300 0 128" "b64 20 1300 0 130" "t64 16 1500 0"; do
+  echo "r3 plan: $(/tmp/fi/r3/attngen emit /tmp/fi/b64.yaml | grep -cE 'L2 fetches of 128 bytes|heads side by side') of 2 lines"
+  for c in "j64false 16 1500 0" "b64 20 1300 0 128" "b64 20 1300 0 130" "b128 12 2000 0 200" "t64 16 1500 0"; do
     set -- $c
     nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
-    echo "r1 float64 $1 $2 [$4, $3] $nq: $(timeout 60 /tmp/fi/r1/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+    echo "r3 float64 $1 $2 [$4, $3] $nq: $(timeout 60 /tmp/fi/r3/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
   done
-  echo "=== forward alone, ms (4 heads), r0 and r1 in turn, two rounds $(date +%T)"
+  echo "memcheck r3 b64 n_q 130: $(timeout 90 compute-sanitizer --tool memcheck /tmp/fi/r3/attngen run /tmp/fi/b64.yaml --batch 12 --seqlen 1300 --min-seqlen 0 --n-q 130 --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+  # timed: each shape, the variants in turn, two rounds
+  timed() {  # SPEC BATCH LO HI NQ(or -) VARIANTS AWKPAT
+    local nq=""; [ "$5" != - ] && nq="--n-q $5"
+    local line="$1 batch $2 [$3, $4] $nq:" r v ms
+    for r in 1 2; do for v in $6; do
+      ms=$(timeout 90 /tmp/fi/$v/attngen run /tmp/fi/$1.yaml --batch $2 --heads 4 --seqlen $4 --min-seqlen $3 $nq --iters 20 2>&1 |
+           awk -v pat="$7" '/check:/ {c=$NF} $0 ~ pat {for (i = 1; i < NF; i++) if ($i == "time:") t = $(i + 1)}
+                END {print t (c == "PASS" ? "" : "(" c ")")}')
+      line="$line $v=$ms"
+    done; done
+    echo "$line"
+  }
+  echo "=== broadcast forward alone, ms (4 heads) $(date +%T)"
   for t in "b64 1152 512 1024 128" "b64 1152 1 1024 128" "b64 528 2048 4096 128" "b64 528 1 4096 128" \
-           "b64 1152 512 1024 32" "j64false 1152 1 1024" "j64false 264 1 4096"; do
-    set -- $t
-    nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
-    line="$1 batch $2 [$3, $4] $nq:"
-    for r in 1 2; do for v in r0 r1; do
-      ms=$(timeout 60 /tmp/fi/$v/attngen run /tmp/fi/$1.yaml --batch $2 --heads 4 --seqlen $4 --min-seqlen $3 $nq --iters 20 2>&1 |
-           awk '/check:/ {c=$NF} /  time:/ {t=$2} END {print t (c == "PASS" ? "" : "(" c ")")}')
-      line="$line $v=$ms"
-    done; done
-    echo "$line"
+           "b64 1152 512 1024 32" "b128 528 2048 4096 128" "b128 1152 1 1024 128"; do
+    timed $t "r0 r1 r2 r3" "^  time:"
   done
-  echo "=== backward, ms (t64: forward then backward; the backward's time) $(date +%T)"
-  for t in "1152 1 1024" "264 1 4096"; do
-    set -- $t
-    line="t64 batch $1 [$2, $3]:"
-    for r in 1 2; do for v in r0 r1; do
-      ms=$(timeout 90 /tmp/fi/$v/attngen run /tmp/fi/t64.yaml --batch $1 --heads 4 --seqlen $3 --min-seqlen $2 --iters 20 2>&1 |
-           awk '/check:/ {c=$NF} /backward time:/ {t=$3} END {print t (c == "PASS" ? "" : "(" c ")")}')
-      line="$line $v=$ms"
-    done; done
-    echo "$line"
-  done
-  echo "=== ncu: DRAM bytes read by the broadcast forward, b64 batch 264 keys [2048, 4096] n_q 128 $(date +%T)"
-  for v in r0 r1; do
+  echo "=== jagged forward alone, then the backward (t64), ms $(date +%T)"
+  timed j64false 1152 1 1024 - "r0 r1" "^  time:"
+  timed j64false 264 1 4096 - "r0 r1" "^  time:"
+  timed t64 1152 1 1024 - "r0 r1" "backward time:"
+  timed t64 264 1 4096 - "r0 r1" "backward time:"
+  echo "=== ncu: the broadcast forward's DRAM bytes, b64 batch 264 keys [2048, 4096] n_q 128 $(date +%T)"
+  for v in r0 r1 r2 r3; do
     timeout 90 /usr/local/cuda/bin/ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
       -k regex:_fwd$ -c 1 /tmp/fi/$v/attngen run /tmp/fi/b64.yaml --batch 264 --heads 4 --seqlen 4096 \
       --min-seqlen 2048 --n-q 128 --iters 1 2>&1 | grep -E "^\s+(dram__|gpu__)" | awk -v v=$v '{print v, $1, $(NF-1), $NF}'
