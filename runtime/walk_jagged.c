@@ -50,7 +50,12 @@ static ag_status broadcast_grid(const ag_walk *w, const ag_launch *a, unsigned o
       items = ag_broadcast_slabs(a->batch, n_q, a->heads, a->slab_rows);
   }
   if (w->kind == AG_WALK_BROADCAST_Q && w->heads_inner) {
-    /* heads below 2^16, x below 2^31 (n_q, batch checked by the caller) */
+    /* heads below 2^16, x below 2^32 (n_q, batch checked by the caller):
+     * the product fits */
+    if (x * y > INT32_MAX)
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                     "%lld query tiles by %lld heads (a CTA each, heads inner) exceed the "
+                     "grid's limits", (long long)x, (long long)y);
     x *= y;
     y = 1;
   }
