@@ -137,18 +137,19 @@ if [ "${1:-}" = l2row ]; then
     echo "$line"
   }
   echo "=== broadcast forward alone, ms (4 heads) $(date +%T)"
-  for t in "b64 1152 512 1024 128" "b64 1152 1 1024 128" "b64 528 2048 4096 128" "b64 528 1 4096 128" \
-           "b64 1152 512 1024 32" "b128 528 2048 4096 128" "b128 1152 1 1024 128"; do
+  # (the host's random K and V take most of a run: the batches are cut
+  # where the lengths are long, and the call stays under 10 minutes)
+  for t in "b64 1152 512 1024 128" "b64 528 2048 4096 128" "b64 528 1 4096 128" \
+           "b128 528 2048 4096 128"; do
     timed $t "r0 r1 r2 r3" "^  time:"
   done
+  timed b64 1152 512 1024 32 "r0 r3" "^  time:"
   echo "=== jagged forward alone, then the backward (t64), ms $(date +%T)"
-  timed j64false 1152 1 1024 - "r0 r1" "^  time:"
   timed j64false 264 1 4096 - "r0 r1" "^  time:"
   timed t64 1152 1 1024 - "r0 r1" "backward time:"
-  timed t64 264 1 4096 - "r0 r1" "backward time:"
   echo "=== ncu: the broadcast forward's DRAM bytes, b64 batch 264 keys [2048, 4096] n_q 128 $(date +%T)"
   for v in r0 r1 r2 r3; do
-    timeout 90 /usr/local/cuda/bin/ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+    timeout 60 /usr/local/cuda/bin/ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
       -k regex:_fwd$ -c 1 /tmp/fi/$v/attngen run /tmp/fi/b64.yaml --batch 264 --heads 4 --seqlen 4096 \
       --min-seqlen 2048 --n-q 128 --iters 1 2>&1 | grep -E "^\s+(dram__|gpu__)" | awk -v v=$v '{print v, $1, $(NF-1), $NF}'
   done
