@@ -1,11 +1,12 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # next_gpu_call_s36.sh: session 36's device calls.
-#   host (about 5 minutes; carry [".devdeps"]): issue 20's block backward
-#     with dq, dk, dv as slices of one allocation (ops.py _backward_raw):
-#     the binding's GPU tests of the block pattern (float64, autograd,
-#     torch.ops with opcheck, CUDA graphs), then bench/overhead.py's parts
-#     and its table (host us per call beside Triton and varlen_attn).
+#   host (about 5 minutes; carry [".devdeps"]): issue 20: the binding's
+#     GPU tests of the block pattern (float64, autograd, torch.ops with
+#     opcheck, CUDA graphs), then bench/overhead.py's parts and its table
+#     (host us per call beside Triton and varlen_attn). Run once in session
+#     36 on an H100 for the one-allocation backward, which measured slower
+#     and was reverted (b03538b).
 #   causal192 (about 3 minutes; carry [".devdeps"]): head dim 64's causal
 #     forward on 192-row tiles (.sm90_fwd_ws192_causal): c0 the tree, c1
 #     the choice on; float64 on three mixed runs and memcheck of c1, then
