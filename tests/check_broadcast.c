@@ -48,6 +48,23 @@ static void expect_error(const char *yaml, ag_status want, const char *text) {
   ag_error_clear(&err);
 }
 
+/* The plan of `s` with `choices`, its kernels named (as ag_plan_make does
+ * with the checked choices). */
+static void plan_with(const ag_spec *s, ag_plan_jagged_choices choices, ag_plan *p) {
+  ag_error err = {0};
+  ck_assert_msg(ag_plan_jagged_make_with(s, choices, p, &err) == AG_OK, "%s", err.message);
+  ag_plan_kernels(s, p);
+}
+
+/* Kernel `kernel` of src (whose first kernel is `first`) spills nothing
+ * under ptxas for sm_90a, where NVRTC reports; `what` adds to the message. */
+static void no_spills(const char *src, const char *first, const char *kernel, const char *dir,
+                      const char *what) {
+  int regs = 0, stores = 0, loads = 0;
+  if (ag_test_compile_report(src, first, "sm_90a", kernel, dir, &regs, &stores, &loads))
+    ck_assert_msg(stores + loads == 0, "%s%s spills %d + %d bytes", kernel, what, stores, loads);
+}
+
 START_TEST(validation) {
   char y[512];
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "", true);
@@ -196,22 +213,19 @@ START_TEST(deep_forward) {
     ag_plan_jagged_choices c = ag_plan_jagged_checked();
     c.sm90_bq_fwd_deep = true;
     ag_plan p;
-    ag_error err = {0};
-    ck_assert_msg(ag_plan_jagged_make_with(&s, c, &p, &err) == AG_OK, "%s", err.message);
-    ag_plan_kernels(&s, &p);
+    plan_with(&s, c, &p);
     const ag_plan_kernel *big = &p.kernels[0];
     ck_assert_str_eq(big->template_file, "jagged_fwd_ws.cu");
     ck_assert_int_eq(p.jagged.fwd_stages, stages);
     ck_assert_int_eq(big->smem_bytes, (128 + 2 * stages * 128) * dim * 2);
     ck_assert_int_le(big->smem_bytes + 8 * (1 + 2 * stages), AG_SMEM_MAX_SM90); /* + mbarriers */
     char *src = NULL;
+    ag_error err = {0};
     ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
     char want[64];
     snprintf(want, sizeof want, "constexpr int kStages = %d;", stages);
     ck_assert_ptr_nonnull(strstr(src, want));
-    int regs = 0, stores = 0, loads = 0;
-    if (ag_test_compile_report(src, big->name, "sm_90a", big->name, dir, &regs, &stores, &loads))
-      ck_assert_msg(stores + loads == 0, "%s spills %d + %d bytes", big->name, stores, loads);
+    no_spills(src, big->name, big->name, dir, "");
     free(src);
   }
   ag_test_dump_end(dir);
@@ -220,8 +234,9 @@ END_TEST
 
 /* The plan choice .bq_fwd_heads_inner (off until a GPU has run it): the
  * broadcast warp-specialized forward's walk folds the heads into x, the
- * kernel takes its head and item from blockIdx.x, the grid is (CTAs * heads, 1), and it compiles without
- * spills at both head dims. Off: the grid keeps (CTAs, heads). */
+ * kernel takes its head and item from blockIdx.x, the grid is (CTAs *
+ * heads, 1), and it compiles without spills at both head dims. Off: the
+ * grid keeps (CTAs, heads). */
 START_TEST(heads_inner_forward) {
   char *dir = ag_test_dump_begin("attngen-bqheads");
   for (int d = 0; d < 2; d++)
@@ -233,9 +248,7 @@ START_TEST(heads_inner_forward) {
       ag_plan_jagged_choices c = ag_plan_jagged_checked();
       c.bq_fwd_heads_inner = on;
       ag_plan p;
-      ag_error err = {0};
-      ck_assert_msg(ag_plan_jagged_make_with(&s, c, &p, &err) == AG_OK, "%s", err.message);
-      ag_plan_kernels(&s, &p);
+      plan_with(&s, c, &p);
       const ag_plan_kernel *big = &p.kernels[0];
       ck_assert_str_eq(big->template_file, "jagged_fwd_ws.cu");
       ck_assert_int_eq(big->walk.heads_inner, on);
@@ -244,6 +257,7 @@ START_TEST(heads_inner_forward) {
       ag_launch la = {.batch = 10, .heads = 4, .kv_heads = 4, .total_q = 2000, .total_k = 9000};
       unsigned grid[3];
       int64_t items = 0;
+      ag_error err = {0};
       ck_assert_int_eq(ag_walk_jagged_grid(&big->walk, &la, 132, 1, grid, &items, &err), AG_OK);
       ck_assert_uint_eq(grid[0], on ? 20 * 4 : 20);
       ck_assert_uint_eq(grid[1], on ? 1 : 4);
@@ -253,12 +267,7 @@ START_TEST(heads_inner_forward) {
       ck_assert_int_eq(strstr(src, "const int h = (int)(blockIdx.x % (unsigned)heads);") != NULL, on);
       ck_assert_int_eq(strstr(src, "item0 = (long long)(blockIdx.x / (unsigned)heads) * kItems;") != NULL,
                        on);
-      if (on) {
-        int regs = 0, stores = 0, loads = 0;
-        if (ag_test_compile_report(src, big->name, "sm_90a", big->name, dir, &regs, &stores,
-                                   &loads))
-          ck_assert_msg(stores + loads == 0, "%s spills %d + %d bytes", big->name, stores, loads);
-      }
+      if (on) no_spills(src, big->name, big->name, dir, "");
       free(src);
     }
   ag_test_dump_end(dir);
@@ -307,9 +316,7 @@ START_TEST(m32_choices) {
     c.bq_m32_warps[d] = cases[i].warps;
     c.bq_m32_stages[d] = cases[i].stages;
     ag_plan p;
-    ag_error err = {0};
-    ck_assert_msg(ag_plan_jagged_make_with(&s, c, &p, &err) == AG_OK, "%s", err.message);
-    ag_plan_kernels(&s, &p);
+    plan_with(&s, c, &p);
     const ag_plan_kernel *m32 = &p.kernels[2];
     ck_assert_int_eq(m32->walk.rows, 32);
     ck_assert_int_eq(m32->threads, 32 * cases[i].warps);
@@ -319,15 +326,14 @@ START_TEST(m32_choices) {
     ck_assert_int_eq(p.kernels[3].smem_bytes,
                      4 * cases[i].dim * (64 + 2 * 64) + 4 * 64 * 64 + 8 * 64);
     char *src = NULL;
+    ag_error err = {0};
     ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
     char want[64];
     snprintf(want, sizeof want, "constexpr int kStages = %d;", cases[i].stages);
     ck_assert_ptr_nonnull(strstr(src, want));
-    int regs = 0, stores = 0, loads = 0;
-    if (ag_test_compile_report(src, p.kernels[0].name, "sm_90a", m32->name, dir, &regs, &stores,
-                               &loads))
-      ck_assert_msg(stores + loads == 0, "%s (%d warps, %d stages) spills %d + %d bytes",
-                    m32->name, cases[i].warps, cases[i].stages, stores, loads);
+    char what[64];
+    snprintf(what, sizeof what, " (%d warps, %d stages)", cases[i].warps, cases[i].stages);
+    no_spills(src, p.kernels[0].name, m32->name, dir, what);
     free(src);
   }
   ag_test_dump_end(dir);
@@ -349,9 +355,7 @@ START_TEST(sm90_backward) {
     ag_plan_jagged_choices c = ag_plan_jagged_checked();
     ck_assert(c.sm90_bq_bwd);
     ag_plan p;
-    ag_error err = {0};
-    ck_assert_msg(ag_plan_jagged_make_with(&s, c, &p, &err) == AG_OK, "%s", err.message);
-    ag_plan_kernels(&s, &p);
+    plan_with(&s, c, &p);
     const ag_plan_kernel *m64 = &p.kernels[3], *m128 = &p.kernels[4];
     ck_assert_int_eq(m128->walk.rows, 128);
     ck_assert_str_eq(m128->template_file, "broadcast_bwd_sm90.cu");
@@ -361,6 +365,7 @@ START_TEST(sm90_backward) {
     ck_assert_int_le(m128->smem_bytes + 8 * (4 + 2 * stages), 227 * 1024); /* + its mbarriers */
     ck_assert_int_eq(m128->min_ctas_per_sm, 1);
     char *src = NULL;
+    ag_error err = {0};
     ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
     const char *ns = strstr(src, "namespace bwd_fused_2 {");
     ck_assert_ptr_nonnull(ns);
@@ -370,17 +375,13 @@ START_TEST(sm90_backward) {
     ck_assert_ptr_nonnull(strstr(ns, "constexpr int kWarps = 12;"));
     /* head dim 128's dQ is one 64x128 product a k-step */
     ck_assert(!strstr(ns, "wgmma_rs_n128_mn(dq") == (dim == 64));
-    int regs = 0, stores = 0, loads = 0;
-    if (ag_test_compile_report(src, p.kernels[0].name, "sm_90a", m128->name, dir, &regs, &stores,
-                               &loads))
-      /* measured with CUDA 13.0: none at either head dim (36 bytes at 64
-       * before the loads went through copy_rows.cuh) */
-      ck_assert_msg(stores + loads == 0, "%s spills %d + %d bytes", m128->name, stores, loads);
+    /* measured with CUDA 13.0: none at either head dim (36 bytes at 64
+     * before the loads went through copy_rows.cuh) */
+    no_spills(src, p.kernels[0].name, m128->name, dir, "");
     free(src);
     /* without the choice: the mma.sync kernel, 8 warps */
     c.sm90_bq_bwd = false;
-    ck_assert_msg(ag_plan_jagged_make_with(&s, c, &p, &err) == AG_OK, "%s", err.message);
-    ag_plan_kernels(&s, &p);
+    plan_with(&s, c, &p);
     ck_assert_str_eq(p.kernels[4].template_file, "broadcast_bwd.cu");
     ck_assert_int_eq(p.kernels[4].threads, 256);
     /* sm_80: the same */
