@@ -26,6 +26,41 @@ source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 export PYTHONPATH=bindings/python:$PYTHONPATH
 nvidia-smi --query-gpu=name --format=csv,noheader
+
+# The variants: generator/plan_jagged.c edited, built, the CLI kept as
+# /tmp/fi/V/attngen, the source put back (and back at exit too).
+P=generator/plan_jagged.c
+plan_save() {
+  cp $P /tmp/plan_jagged.c.orig
+  trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
+}
+# plan_edit SED LINE: one edit (sed -E) that must leave LINE (grep -E) in it
+plan_edit() {
+  sed -i -E "$1" $P
+  grep -qE "$2" $P || { echo "not found in $P after the edit: $2"; exit 1; }
+}
+# build_as V: the edited plan built as variant V, then the source restored
+build_as() {
+  rm -f build/generator/plan_jagged.o  # a warm machine may hold a newer one
+  make -j16 build/attngen > "$out/build-$1.log" 2>&1 || { tail -20 "$out/build-$1.log"; exit 1; }
+  mkdir -p /tmp/fi/$1 && cp build/attngen /tmp/fi/$1/
+  cp /tmp/plan_jagged.c.orig $P
+}
+# timed SPEC BATCH LO HI NQ(or -) "VARIANTS" PATTERN: one line, the time
+# after "time:" on the output line PATTERN matches (the forward's "^  time:",
+# the backward's "backward time:"), ms, of each variant in turn, two rounds;
+# "(FAIL)" after a run whose float64 check failed
+timed() {
+  local nq=""; [ "$5" != - ] && nq="--n-q $5"
+  local line="$1 batch $2 [$3, $4] $nq:" r v ms
+  for r in 1 2; do for v in $6; do
+    ms=$(timeout 90 /tmp/fi/$v/attngen run /tmp/fi/$1.yaml --batch $2 --heads 4 --seqlen $4 --min-seqlen $3 $nq --iters 20 2>&1 |
+         awk -v pat="$7" '/check:/ {c=$NF} $0 ~ pat {for (i = 1; i < NF; i++) if ($i == "time:") t = $(i + 1)}
+              END {print t (c == "PASS" ? "" : "(" c ")")}')
+    line="$line $v=$ms"
+  done; done
+  echo "$line"
+}
 if [ "${1:-}" = host ]; then
   make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
   echo "=== binding GPU tests $(date +%T)"
@@ -42,15 +77,12 @@ fi
 if [ "${1:-}" = causal192 ]; then
   source tools/fwd_ab.sh
   fwd_specs
-  P=generator/plan_jagged.c
-  cp $P /tmp/plan_jagged.c.orig
-  trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
+  plan_save
+  build_as c0
+  plan_edit 's/^    \.sm90_fwd_ws192_causal = false,/    .sm90_fwd_ws192_causal = true,/' \
+    '^    \.sm90_fwd_ws192_causal = true,'
+  build_as c1
   for v in c0 c1; do
-    cp /tmp/plan_jagged.c.orig $P
-    [ $v = c1 ] && sed -i 's/^    \.sm90_fwd_ws192_causal = false,/    .sm90_fwd_ws192_causal = true,/' $P
-    rm -f build/generator/plan_jagged.o
-    make -j16 build/attngen > "$out/build-$v.log" 2>&1 || { tail -20 "$out/build-$v.log"; exit 1; }
-    mkdir -p /tmp/fi/$v && cp build/attngen /tmp/fi/$v/
     echo "$v: $(/tmp/fi/$v/attngen emit /tmp/fi/j64true.yaml 2>&1 | grep -m1 'query rows of one head' | tr -s ' ')"
   done
   for c in "40 900 0" "8 3000 0" "16 200 0"; do
@@ -58,16 +90,10 @@ if [ "${1:-}" = causal192 ]; then
     echo "c1 float64 batch $1 lengths [$3, $2]: $(timeout 60 /tmp/fi/c1/attngen run /tmp/fi/j64true.yaml --batch $1 --seqlen $2 --min-seqlen $3 --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/')"
   done
   echo "memcheck c1: $(timeout 60 compute-sanitizer --tool memcheck /tmp/fi/c1/attngen run /tmp/fi/j64true.yaml --batch 12 --seqlen 1300 --min-seqlen 0 --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
-  for shape in "264 1 4096" "264 2048 4096" "1152 1 1024"; do
-    set -- $shape
-    line="causal, batch $1, 4 heads, lengths [$2, $3], ms:"
-    for r in 1 2; do for v in c0 c1; do
-      ms=$(timeout 60 /tmp/fi/$v/attngen run /tmp/fi/j64true.yaml --batch $1 --heads 4 --seqlen $3 --min-seqlen $2 --iters 20 2>&1 |
-           awk '/check:/ {c=$NF} /  time:/ {t=$2} END {print t (c == "PASS" ? "" : "(" c ")")}')
-      line="$line $v=$ms"
-    done; done
-    echo "$line"
-  done
+  echo "=== causal forward alone, ms (4 heads) $(date +%T)"
+  timed j64true 264 1 4096 - "c0 c1" "^  time:"
+  timed j64true 264 2048 4096 - "c0 c1" "^  time:"
+  timed j64true 1152 1 1024 - "c0 c1" "^  time:"
   exit
 fi
 if [ "${1:-}" = route192 ]; then
@@ -76,21 +102,13 @@ if [ "${1:-}" = route192 ]; then
   # tiles (threshold 0), and the 128-row tiles of before (ws192 off)
   source tools/fwd_ab.sh
   fwd_specs
-  P=generator/plan_jagged.c
-  cp $P /tmp/plan_jagged.c.orig
-  trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
-  for v in tree all192 items128; do
-    cp /tmp/plan_jagged.c.orig $P
-    case $v in
-      all192) sed -i 's/^enum { SHORT_MEAN_ROWS = [0-9]* };/enum { SHORT_MEAN_ROWS = 0 };/' $P
-              grep -q "^enum { SHORT_MEAN_ROWS = 0 };" $P || { echo "SHORT_MEAN_ROWS not found"; exit 1; } ;;
-      items128) sed -i 's/^    \.sm90_fwd_ws192 = true,/    .sm90_fwd_ws192 = false,/' $P
-                grep -q "^    \.sm90_fwd_ws192 = false," $P || { echo "ws192 not found"; exit 1; } ;;
-    esac
-    rm -f build/generator/plan_jagged.o
-    make -j16 build/attngen > "$out/build-$v.log" 2>&1 || { tail -20 "$out/build-$v.log"; exit 1; }
-    mkdir -p /tmp/fi/$v && cp build/attngen /tmp/fi/$v/
-  done
+  plan_save
+  build_as tree
+  plan_edit 's/^enum \{ SHORT_MEAN_ROWS = [0-9]* \};/enum { SHORT_MEAN_ROWS = 0 };/' \
+    '^enum \{ SHORT_MEAN_ROWS = 0 \};'
+  build_as all192
+  plan_edit 's/^    \.sm90_fwd_ws192 = true,/    .sm90_fwd_ws192 = false,/' '^    \.sm90_fwd_ws192 = false,'
+  build_as items128
   ROUNDS=2 fwd_times "tree all192 items128" "j64false:1:256 j64false:1:512 j64false:1:768 j64false:1:1024 j64false:256:512"
   exit
 fi
@@ -101,23 +119,19 @@ if [ "${1:-}" = l2row ]; then
   source tools/fwd_ab.sh
   fwd_specs
   printf 'name: t64\npattern: jagged\nhead_dim: 64\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' > /tmp/fi/t64.yaml
-  P=generator/plan_jagged.c
-  cp $P /tmp/plan_jagged.c.orig
-  trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
-  for v in r0 r1 r2 r3; do
-    cp /tmp/plan_jagged.c.orig $P
-    case $v in r1|r3)
-      sed -i -E 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' $P
-      grep -q "^    \.tma_l2_row64 = {true, true}," $P || { echo "tma_l2_row64 not found"; exit 1; } ;;
-    esac
-    case $v in r2|r3)
-      sed -i 's/^    \.bq_fwd_heads_inner = false,/    .bq_fwd_heads_inner = true,/' $P
-      grep -q "^    \.bq_fwd_heads_inner = true," $P || { echo "bq_fwd_heads_inner not found"; exit 1; } ;;
-    esac
-    rm -f build/generator/plan_jagged.o
-    make -j16 build/attngen > "$out/build-$v.log" 2>&1 || { tail -20 "$out/build-$v.log"; exit 1; }
-    mkdir -p /tmp/fi/$v && cp build/attngen /tmp/fi/$v/
-  done
+  plan_save
+  l2() {
+    plan_edit 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' \
+      '^    \.tma_l2_row64 = \{true, true\},'
+  }
+  inner() {
+    plan_edit 's/^    \.bq_fwd_heads_inner = false,/    .bq_fwd_heads_inner = true,/' \
+      '^    \.bq_fwd_heads_inner = true,'
+  }
+  build_as r0
+  l2; build_as r1
+  inner; build_as r2
+  l2; inner; build_as r3
   echo "r3 plan: $(/tmp/fi/r3/attngen emit /tmp/fi/b64.yaml | grep -cE 'L2 fetches of 128 bytes|heads side by side') of 2 lines"
   for c in "j64false 16 1500 0" "b64 20 1300 0 128" "b64 20 1300 0 130" "b128 12 2000 0 200" "t64 16 1500 0"; do
     set -- $c
@@ -125,18 +139,6 @@ if [ "${1:-}" = l2row ]; then
     echo "r3 float64 $1 $2 [$4, $3] $nq: $(timeout 60 /tmp/fi/r3/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
   done
   echo "memcheck r3 b64 n_q 130: $(timeout 90 compute-sanitizer --tool memcheck /tmp/fi/r3/attngen run /tmp/fi/b64.yaml --batch 12 --seqlen 1300 --min-seqlen 0 --n-q 130 --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
-  # timed: each shape, the variants in turn, two rounds
-  timed() {  # SPEC BATCH LO HI NQ(or -) VARIANTS AWKPAT
-    local nq=""; [ "$5" != - ] && nq="--n-q $5"
-    local line="$1 batch $2 [$3, $4] $nq:" r v ms
-    for r in 1 2; do for v in $6; do
-      ms=$(timeout 90 /tmp/fi/$v/attngen run /tmp/fi/$1.yaml --batch $2 --heads 4 --seqlen $4 --min-seqlen $3 $nq --iters 20 2>&1 |
-           awk -v pat="$7" '/check:/ {c=$NF} $0 ~ pat {for (i = 1; i < NF; i++) if ($i == "time:") t = $(i + 1)}
-                END {print t (c == "PASS" ? "" : "(" c ")")}')
-      line="$line $v=$ms"
-    done; done
-    echo "$line"
-  }
   echo "=== broadcast forward alone, ms (4 heads) $(date +%T)"
   # (the host's random K and V take most of a run: the batches are cut
   # where the lengths are long, and the call stays under 10 minutes)
