@@ -262,6 +262,14 @@ START_TEST(heads_inner_forward) {
       ck_assert_uint_eq(grid[0], on ? 20 * 4 : 20);
       ck_assert_uint_eq(grid[1], on ? 1 : 4);
       ck_assert_int_eq(items, 20);
+      if (on) { /* 2^21 query tiles by 4,096 heads: past 2^31 - 1 CTAs once folded */
+        ag_launch big_la = {.batch = 1 << 20, .heads = 4096, .kv_heads = 4096,
+                            .total_q = 200ll << 20, .total_k = 9000};
+        ck_assert_int_eq(ag_walk_jagged_grid(&big->walk, &big_la, 132, 1, grid, &items, &err),
+                         AG_ERR_INVALID_ARGUMENT);
+        ck_assert_ptr_nonnull(strstr(err.message, "2097152 query tiles by 4096 heads (a CTA each, heads inner)"));
+        ag_error_clear(&err);
+      }
       char *src = NULL;
       ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
       ck_assert_int_eq(strstr(src, "const int h = (int)(blockIdx.x % (unsigned)heads);") != NULL, on);

@@ -1151,6 +1151,26 @@ START_TEST(tma_l2_row64) {
         ck_assert_int_eq(ag_fake_seen.enc_l2, row ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
                                                   : CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
       }
+  /* the map itself takes 128 or 256 bytes and refuses other values */
+  ag_context ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ag_fake_driver_attach(&ctx, 0);
+  CUtensorMap map;
+  const int bytes[] = {128, 256, 0, 64, 192, 512};
+  for (int i = 0; i < 6; i++) {
+    ag_error err = {0};
+    const ag_status st =
+        ag_tma_rows_map(ctx.drv, &map, (void *)(uintptr_t)0x10000, 100, 4, 64, 128, bytes[i], &err);
+    if (i < 2) {
+      ck_assert_int_eq(st, AG_OK);
+      continue;
+    }
+    ck_assert_int_eq(st, AG_ERR_INVALID_ARGUMENT);
+    char want[48];
+    snprintf(want, sizeof want, "(L2 promotion %d bytes)", bytes[i]);
+    ck_assert_msg(err.message && strstr(err.message, want), "%s", err.message);
+    ag_error_clear(&err);
+  }
 }
 END_TEST
 
