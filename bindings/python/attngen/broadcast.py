@@ -11,7 +11,6 @@ batch itself. Lengths are run-time data: one compiled kernel serves every
 batch. torch is imported on first use only.
 """
 
-import ctypes
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
@@ -95,11 +94,12 @@ def _forward_raw(kernel, q, k, v, cu_k, batch, poison=False):
         return out, lse
     _need_entry("ag_broadcast_forward")
     h = kernel.handle(_device_index(torch, q))
-    args = _lib.AgBroadcastFwdArgs(
-        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
-        cu_seqlens_k=cu_k.data_ptr(), batch=batch, n_q=n_q, heads=heads, kv_heads=kv_heads,
-        total_k=total_k)
-    _lib.call("ag_broadcast_forward", h, ctypes.byref(args), _stream(torch, q),
+    # the header's field order: q, k, v, o, lse, cu_seqlens_k, batch, n_q,
+    # heads, kv_heads, total_k, host_cu_seqlens_k
+    args = _lib.PACK_BROADCAST_FWD(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+        cu_k.data_ptr(), batch, n_q, heads, kv_heads, total_k, 0)
+    _lib.call("ag_broadcast_forward", h, args, _stream(torch, q),
               context=("attngen: broadcast forward '%s'", kernel.spec.name))
     return out, lse
 
@@ -135,12 +135,13 @@ def _backward_raw(kernel, dout, q, k, v, out, lse, cu_k, batch, poison=False):
             "(ag_broadcast_backward_workspace_bytes is 0)" % kernel.spec.name,
             code=_errors.AG_ERR_INVALID_ARGUMENT, code_name="invalid argument")
     workspace = torch.empty(((nbytes + 3) // 4,), dtype=torch.float32, device=q.device)
-    args = _lib.AgBroadcastBwdArgs(
-        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), dout=dout.data_ptr(),
-        lse=lse.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
-        workspace=workspace.data_ptr(), cu_seqlens_k=cu_k.data_ptr(), batch=batch, n_q=n_q,
-        heads=heads, kv_heads=kv_heads, total_k=total_k)
-    _lib.call("ag_broadcast_backward", h, ctypes.byref(args), _stream(torch, q),
+    # the header's field order: q, k, v, o, dout, lse, dq, dk, dv, workspace,
+    # cu_seqlens_k, batch, n_q, heads, kv_heads, total_k, host_cu_seqlens_k
+    args = _lib.PACK_BROADCAST_BWD(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
+        lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), workspace.data_ptr(),
+        cu_k.data_ptr(), batch, n_q, heads, kv_heads, total_k, 0)
+    _lib.call("ag_broadcast_backward", h, args, _stream(torch, q),
               context=("attngen: broadcast backward '%s'", kernel.spec.name))
     return dq, dk, dv
 

@@ -9,7 +9,6 @@ Lengths are run-time data: one compiled kernel serves every batch (no
 max_seqlen, no recompilation). torch is imported on first use only.
 """
 
-import ctypes
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
@@ -71,7 +70,8 @@ def _grad_kernel(opts, rotary, device_index):
 
 
 def _ptr(t):
-    return None if t is None else t.data_ptr()
+    """A tensor's address for the packed args; 0 (NULL) for None."""
+    return 0 if t is None else t.data_ptr()
 
 
 def _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison=False, rotary_table=None,
@@ -99,12 +99,11 @@ def _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison=False, rotary_table=
     _need_entry("ag_jagged_forward")
     di = _device_index(torch, q)
     h = kernel._handle_of(di)
-    # positional: the header's field order (a third cheaper than keywords)
-    args = _lib.AgJaggedFwdArgs(
+    args = _lib.PACK_JAGGED_FWD(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-        cu_q.data_ptr(), cu_k.data_ptr(), batch, heads, kv_heads, total_q, total_k, None, None,
+        cu_q.data_ptr(), cu_k.data_ptr(), batch, heads, kv_heads, total_q, total_k, 0, 0,
         _ptr(rotary_table), _ptr(rotary_table_k))
-    _lib.call("ag_jagged_forward", h, ctypes.byref(args), _stream_of(torch, di),
+    _lib.call("ag_jagged_forward", h, args, _stream_of(torch, di),
               context=("attngen: jagged forward '%s'", kernel.spec.name))
     return out, lse
 
@@ -141,13 +140,12 @@ def _backward_raw(kernel, dout, q, k, v, out, lse, cu_q, cu_k, batch, poison=Fal
         raise RuntimeError("attngen: jagged backward '%s': the library gave no workspace size"
                            % kernel.spec.name)
     workspace = torch.empty((max(nbytes // 4, 1),), dtype=torch.float32, device=q.device)
-    # positional: the header's field order
-    args = _lib.AgJaggedBwdArgs(
+    args = _lib.PACK_JAGGED_BWD(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
         lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), workspace.data_ptr(),
-        cu_q.data_ptr(), cu_k.data_ptr(), batch, heads, kv_heads, total_q, total_k, None, None,
+        cu_q.data_ptr(), cu_k.data_ptr(), batch, heads, kv_heads, total_q, total_k, 0, 0,
         _ptr(rotary_table), _ptr(rotary_table_k))
-    _lib.call("ag_jagged_backward", h, ctypes.byref(args), _stream_of(torch, di),
+    _lib.call("ag_jagged_backward", h, args, _stream_of(torch, di),
               context=("attngen: jagged backward '%s'", kernel.spec.name))
     return dq, dk, dv
 

@@ -412,17 +412,13 @@ class Kernel:
         stream, q, k, v read at their row `strides` (None or 0: packed), k
         and v with kv_heads heads (0: q's; a non-empty call; no checks
         beyond the C launcher's)."""
-        # positional: the header's field order (a third cheaper than keywords)
-        args = _lib.AgBlockFwdArgs(
+        qs, ks, vs = strides if strides is not None else (0, 0, 0)
+        args = _lib.PACK_BLOCK_FWD(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), offsets.data_ptr(),
-            batch, heads, tokens, None,
-            rotary_table.data_ptr() if rotary_table is not None else None)
-        if strides is not None:
-            args.q_stride, args.k_stride, args.v_stride = strides
-        if kv_heads and kv_heads != heads:
-            args.kv_heads = kv_heads
-        _lib.call("ag_block_forward", self._handle_of(di), ctypes.byref(args),
-                  _stream_of(torch, di), context=("attngen: block forward '%s'", self.spec.name))
+            batch, heads, tokens, 0, rotary_table.data_ptr() if rotary_table is not None else 0,
+            qs, ks, vs, 0, kv_heads if kv_heads != heads else 0)
+        _lib.call("ag_block_forward", self._handle_of(di), args, _stream_of(torch, di),
+                  context=("attngen: block forward '%s'", self.spec.name))
 
     def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None,
                       into=None, plain=False):
@@ -464,19 +460,15 @@ class Kernel:
         """ag_block_backward on device di's current stream: q, k, v at their
         row `strides`, dq, dk, dv at `grad_strides` (None: packed), k and v
         with kv_heads heads (0: q's; a non-empty call)."""
-        # positional: the header's field order (a third cheaper than keywords)
-        args = _lib.AgBlockBwdArgs(
+        qs, ks, vs = strides if strides is not None else (0, 0, 0)
+        dqs, dks, dvs = grad_strides if grad_strides is not None else (0, 0, 0)
+        args = _lib.PACK_BLOCK_BWD(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), dq.data_ptr(),
-            dk.data_ptr(), dv.data_ptr(), offsets.data_ptr(), batch, heads, tokens, None,
-            rotary_table.data_ptr() if rotary_table is not None else None)
-        if strides is not None:
-            args.q_stride, args.k_stride, args.v_stride = strides
-        if grad_strides is not None:
-            args.dq_stride, args.dk_stride, args.dv_stride = grad_strides
-        if kv_heads and kv_heads != heads:
-            args.kv_heads = kv_heads
-        _lib.call("ag_block_backward", self._handle_of(di), ctypes.byref(args),
-                  _stream_of(torch, di), context=("attngen: block backward '%s'", self.spec.name))
+            dk.data_ptr(), dv.data_ptr(), offsets.data_ptr(), batch, heads, tokens, 0,
+            rotary_table.data_ptr() if rotary_table is not None else 0,
+            qs, ks, vs, 0, dqs, dks, dvs, kv_heads if kv_heads != heads else 0)
+        _lib.call("ag_block_backward", self._handle_of(di), args, _stream_of(torch, di),
+                  context=("attngen: block backward '%s'", self.spec.name))
 
 
 def _sum_groups(grad, kv_heads):

@@ -300,7 +300,8 @@ class Launches:
 
     def __call__(self, fn_name, *args, context=None):
         handle, args_ref, stream = args
-        fields = {f[0]: getattr(args_ref._obj, f[0]) for f in type(args_ref._obj)._fields_}
+        obj = _lib.args_of(fn_name, args_ref)
+        fields = {f[0]: getattr(obj, f[0]) for f in type(obj)._fields_}
         self.calls.append({"fn": fn_name, "handle": handle, "args": fields,
                            "stream": stream.value, "context": context})
 

@@ -385,6 +385,35 @@ def test_bwd_args_field_order_is_the_headers():
                      "kv_heads"]
 
 
+def test_packed_args_read_back_as_the_mirrors():
+    """The launches' packed args (_lib.PACK_*) are the bytes of their
+    mirror struct: each field, packed in order, reads back as itself (0 as
+    a NULL pointer), and args_of reads packed bytes and a byref alike. A
+    mirror with a field that is not 8 bytes is refused when packed."""
+    import ctypes
+    packers = {"ag_block_forward": _lib.PACK_BLOCK_FWD, "ag_block_backward": _lib.PACK_BLOCK_BWD,
+               "ag_jagged_forward": _lib.PACK_JAGGED_FWD,
+               "ag_jagged_backward": _lib.PACK_JAGGED_BWD,
+               "ag_broadcast_forward": _lib.PACK_BROADCAST_FWD,
+               "ag_broadcast_backward": _lib.PACK_BROADCAST_BWD}
+    assert set(packers) == set(_lib.ARGS_OF)
+    for fn, pack in packers.items():
+        cls = _lib.ARGS_OF[fn]
+        values = [(i + 1) << 36 if t is ctypes.c_void_p else -(i + 1)
+                  for i, (_, t) in enumerate(cls._fields_)]
+        values[1] = 0  # a NULL pointer
+        got = _lib.args_of(fn, pack(*values))
+        want = [None if v == 0 else v for v in values]
+        assert [getattr(got, name) for name, _ in cls._fields_] == want
+        same = cls.from_buffer_copy(pack(*values))
+        assert _lib.args_of(fn, ctypes.byref(same)) is same
+
+    class Narrow(ctypes.Structure):
+        _fields_ = [("q", ctypes.c_void_p), ("flag", ctypes.c_int)]
+    with pytest.raises(TypeError, match="Narrow.flag is not an 8-byte field at offset 8"):
+        _lib._packer(Narrow)
+
+
 def test_one_line_yaml_ending_in_yaml_is_text_issue22():
     from attngen import ops
     assert not ops._looks_like_path("name: x.yaml")
