@@ -189,8 +189,9 @@ def part_rows(torch, attngen):
     """--parts: the steps of one eager block_attention forward and one
     Kernel.backward, each timed alone (what a call's host time is made of):
     argument checks, the kernel lookup, the allocations, the stream lookup,
-    the ctypes argument struct, and the C entry point with a prebuilt struct
-    (the runtime's launch: cuLaunchKernel and the C checks)."""
+    the ctypes argument struct and the packed bytes the launches build
+    instead, and the C entry point with prebuilt args (the runtime's launch:
+    cuLaunchKernel and the C checks)."""
     import ctypes
 
     from attngen import _lib, _validate, ops, torch_ops
@@ -212,6 +213,7 @@ def part_rows(torch, attngen):
                                 dout=dout.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
                                 dv=dv.data_ptr(), offsets=cu.data_ptr(), batch=2, heads=HEADS,
                                 total_tokens=total, rotary_table=None)
+    fpacked = bytes(fargs)
     return [
         ("part: block_attention (whole forward)", lambda: attngen.block_attention(q, k, v, cu)),
         ("part: torch_ops.traced_torch()", torch_ops.traced_torch),
@@ -229,8 +231,13 @@ def part_rows(torch, attngen):
         ("part: AgBlockFwdArgs(...)", lambda: _lib.AgBlockFwdArgs(
             q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
             offsets=cu.data_ptr(), batch=2, heads=HEADS, total_tokens=total, rotary_table=None)),
+        ("part: _lib.PACK_BLOCK_FWD(...) (what the launch builds)", lambda: _lib.PACK_BLOCK_FWD(
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), cu.data_ptr(), 2, HEADS,
+            total, 0, 0, 0, 0, 0, 0, 0)),
         ("part: _lib.call ag_block_forward (prebuilt args)", lambda: _lib.call(
             "ag_block_forward", h, ctypes.byref(fargs), stream)),
+        ("part: _lib.call ag_block_forward (prebuilt packed args)", lambda: _lib.call(
+            "ag_block_forward", h, fpacked, stream)),
         ("part: Kernel._forward_raw", lambda: kernel._forward_raw(q, k, v, cu, 2)),
         ("part: Kernel.backward (whole)", lambda: bkernel.backward(q, k, v, dout, cu)),
         ("part: check_dout", lambda: _validate.check_dout(dout, q)),
