@@ -21,6 +21,8 @@
 #     together, the broadcast forward at n_q 128 and 32 (all four), the
 #     jagged forward and backward (the L2 setting alone), two rounds; ncu's
 #     DRAM bytes of the broadcast forward for all four.
+#   l2quick (about 4.5 minutes; carry [".devdeps"]; session 37): l2row
+#     without ncu and the heads-inner-alone variant, two broadcast shapes.
 # Say which card the reply names: issue 20's 15 us is about an H200's host.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
@@ -158,4 +160,35 @@ if [ "${1:-}" = l2row ]; then
   done
   exit
 fi
-echo "usage: $0 host|causal192|route192|l2row"; exit 2
+if [ "${1:-}" = l2quick ]; then
+  # session 37: l2row cut to fit a short budget (about 4.5 minutes): r0 the
+  # tree, r1 the 128-byte L2 promotion, r3 with the heads inner too; no
+  # ncu, no heads-inner-alone variant
+  source tools/fwd_ab.sh
+  fwd_specs
+  printf 'name: t64\npattern: jagged\nhead_dim: 64\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' > /tmp/fi/t64.yaml
+  plan_save
+  build_as r0
+  plan_edit 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' \
+    '^    \.tma_l2_row64 = \{true, true\},'
+  build_as r1
+  plan_edit 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' \
+    '^    \.tma_l2_row64 = \{true, true\},'
+  plan_edit 's/^    \.bq_fwd_heads_inner = false,/    .bq_fwd_heads_inner = true,/' \
+    '^    \.bq_fwd_heads_inner = true,'
+  build_as r3
+  for c in "j64false 16 1500 0" "b64 20 1300 0 128" "b64 20 1300 0 130" "b128 12 2000 0 200" "t64 16 1500 0"; do
+    set -- $c
+    nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
+    echo "r3 float64 $1 $2 [$4, $3] $nq: $(timeout 60 /tmp/fi/r3/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+  done
+  echo "memcheck r3 b64 n_q 130: $(timeout 90 compute-sanitizer --tool memcheck /tmp/fi/r3/attngen run /tmp/fi/b64.yaml --batch 12 --seqlen 1300 --min-seqlen 0 --n-q 130 --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+  echo "=== broadcast forward alone, ms (4 heads) $(date +%T)"
+  timed b64 1152 512 1024 128 "r0 r1 r3" "^  time:"
+  timed b64 528 2048 4096 128 "r0 r1 r3" "^  time:"
+  echo "=== jagged forward alone, then the backward (t64), ms $(date +%T)"
+  timed j64false 264 1 4096 - "r0 r1" "^  time:"
+  timed t64 1152 1 1024 - "r0 r1" "backward time:"
+  exit
+fi
+echo "usage: $0 host|causal192|route192|l2row|l2quick"; exit 2
