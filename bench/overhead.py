@@ -214,6 +214,8 @@ def part_rows(torch, attngen):
                                 dv=dv.data_ptr(), offsets=cu.data_ptr(), batch=2, heads=HEADS,
                                 total_tokens=total, rotary_table=None)
     fpacked = bytes(fargs)
+    qshape, qstride, qdtype, qdevice = q.shape, q.stride(), q.dtype, q.device
+    empty_op = torch.ops.aten.empty_like.default
     return [
         ("part: block_attention (whole forward)", lambda: attngen.block_attention(q, k, v, cu)),
         ("part: torch_ops.traced_torch()", torch_ops.traced_torch),
@@ -225,6 +227,15 @@ def part_rows(torch, attngen):
                                                              rotary=None)),
         ("part: _needs_grad", lambda: ops._needs_grad(q, k, v)),
         ("part: torch.empty_like", lambda: torch.empty_like(q)),
+        # other ways to one new tensor like q (the backward makes three)
+        ("part: q.new_empty(q.shape)", lambda: q.new_empty(qshape)),
+        ("part: torch.empty(shape, dtype=, device=)", lambda: torch.empty(
+            qshape, dtype=qdtype, device=qdevice)),
+        ("part: torch.empty_strided", lambda: torch.empty_strided(
+            qshape, qstride, dtype=qdtype, device=qdevice)),
+        ("part: torch.ops.aten.empty_like.default", lambda: empty_op(q)),
+        ("part: three at once: torch.empty((3, ...)).unbind(0)", lambda: torch.empty(
+            (3,) + tuple(qshape), dtype=qdtype, device=qdevice).unbind(0)),
         ("part: _stream", lambda: ops._stream(torch, q)),
         ("part: _stream_of (by device index)", lambda: ops._stream_of(torch, di)),
         ("part: Kernel.handle (cached)", lambda: kernel.handle(di)),
