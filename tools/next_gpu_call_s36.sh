@@ -21,6 +21,7 @@
 #     together, the broadcast forward at n_q 128 and 32 (all four), the
 #     jagged forward and backward (the L2 setting alone), two rounds; ncu's
 #     DRAM bytes of the broadcast forward for all four.
+#   hostlite (about 3 minutes; session 37): host's GPU tests and parts.
 #   l2quick (about 4.5 minutes; carry [".devdeps"]; session 37): l2row
 #     without ncu and the heads-inner-alone variant, two broadcast shapes.
 # Say which card the reply names: issue 20's 15 us is about an H200's host.
@@ -160,6 +161,19 @@ if [ "${1:-}" = l2row ]; then
   done
   exit
 fi
+if [ "${1:-}" = hostlite ]; then
+  # session 37: host without the full overhead table (the binding's GPU
+  # tests and overhead.py's parts only: about 3 minutes)
+  make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+  echo "=== binding GPU tests $(date +%T)"
+  timeout 200 python3 -m pytest -q -x bindings/python/tests/test_gpu.py bindings/python/tests/test_gpu_torch_ops.py \
+    > "$out/pytest-gpu.log" 2>&1
+  echo "rc $? $(grep -E 'passed|failed' "$out/pytest-gpu.log" | tail -1)"
+  grep -E "^FAILED|Error" "$out/pytest-gpu.log" | head -8
+  echo "=== overhead parts $(date +%T)"
+  timeout 80 python3 bench/overhead.py --parts --calls 2000 --out "$out/parts" 2>&1 | grep -E "^\| |Fresh"
+  exit
+fi
 if [ "${1:-}" = l2quick ]; then
   # session 37: l2row cut to fit a short budget (about 4.5 minutes): r0 the
   # tree, r1 the 128-byte L2 promotion, r3 with the heads inner too; no
@@ -191,4 +205,4 @@ if [ "${1:-}" = l2quick ]; then
   timed t64 1152 1 1024 - "r0 r1" "backward time:"
   exit
 fi
-echo "usage: $0 host|causal192|route192|l2row|l2quick"; exit 2
+echo "usage: $0 host|hostlite|causal192|route192|l2row|l2quick"; exit 2
