@@ -21,7 +21,8 @@
 #     together, the broadcast forward at n_q 128 and 32 (all four), the
 #     jagged forward and backward (the L2 setting alone), two rounds; ncu's
 #     DRAM bytes of the broadcast forward for all four.
-#   hostlite (about 3 minutes; session 37): host's GPU tests and parts.
+#   hostlite (about 3 minutes; session 37): every binding GPU test (the
+#     packed launch args reach all six entry points) and overhead parts.
 #   l2quick (about 4.5 minutes; carry [".devdeps"]; session 37): l2row
 #     without ncu and the heads-inner-alone variant, two broadcast shapes.
 # Say which card the reply names: issue 20's 15 us is about an H200's host.
@@ -166,7 +167,7 @@ if [ "${1:-}" = hostlite ]; then
   # tests and overhead.py's parts only: about 3 minutes)
   make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
   echo "=== binding GPU tests $(date +%T)"
-  timeout 200 python3 -m pytest -q -x bindings/python/tests/test_gpu.py bindings/python/tests/test_gpu_torch_ops.py \
+  timeout 240 python3 -m pytest -q bindings/python/tests/test_gpu*.py \
     > "$out/pytest-gpu.log" 2>&1
   echo "rc $? $(grep -E 'passed|failed' "$out/pytest-gpu.log" | tail -1)"
   grep -E "^FAILED|Error" "$out/pytest-gpu.log" | head -8
