@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fill.h"
 #include "jagged_bwd_reference.h"
 #include "jagged_reference.h"
 #include "reference.h"
@@ -347,6 +348,44 @@ START_TEST(last_sequence_is_checked) {
 }
 END_TEST
 
+/* The threaded fills (fill.h) give each element its counter-based value
+ * whatever the slice or the thread: a fill from element `at` equals the
+ * values one at a time, two fills of parts equal one of the whole, inputs
+ * at scale 0.5 lie in [-1, 1] (rounded), and a table's sine and cosine of one pair
+ * are of one angle. */
+START_TEST(fills_are_counter_based) {
+  enum { COUNT = (1 << 20) + 37, DIM = 64 };
+  uint16_t *a = malloc(2 * COUNT), *b = malloc(2 * COUNT);
+  ck_assert(a && b);
+  for (int dt = 0; dt < 2; dt++) {
+    const ag_dtype d = dt ? AG_DTYPE_FP16 : AG_DTYPE_BF16;
+    ag_fill_inputs(a, d, 7, 2, 0.5f, 1000, COUNT);
+    ag_fill_inputs(b, d, 7, 2, 0.5f, 1000, COUNT / 3);
+    ag_fill_inputs(b + COUNT / 3, d, 7, 2, 0.5f, 1000 + COUNT / 3, COUNT - COUNT / 3);
+    ck_assert(memcmp(a, b, 2 * COUNT) == 0);
+    for (uint64_t i = 0; i < COUNT; i += 4099) {
+      ck_assert_uint_eq(a[i], ag_float_to_half(d, ag_input_value(7, 2, 1000 + i) * 0.5f));
+      const float x = ag_half_to_float(d, a[i]);
+      ck_assert(x >= -1.0f && x <= 1.0f); /* 1 once rounded */
+    }
+    ag_fill_inputs(b, d, 8, 2, 0.5f, 1000, COUNT); /* another seed: other values */
+    ck_assert(memcmp(a, b, 2 * COUNT) != 0);
+    ag_fill_table(a, d, 7, 9, DIM, 0, COUNT);
+    for (uint64_t i = 0; i < COUNT; i += 997) {
+      const uint64_t t = i / DIM;
+      const int col = (int)(i % DIM);
+      ck_assert_uint_eq(a[i], ag_table_value(7, 9, d, DIM, t, col));
+      const int s = col % (DIM / 2);
+      const double sn = ag_half_to_float(d, ag_table_value(7, 9, d, DIM, t, s));
+      const double cs = ag_half_to_float(d, ag_table_value(7, 9, d, DIM, t, s + DIM / 2));
+      ck_assert_double_eq_tol(sn * sn + cs * cs, 1.0, 2e-2);
+    }
+  }
+  free(a);
+  free(b);
+}
+END_TEST
+
 Suite *selfcheck_suite(void) {
   Suite *s = suite_create("selfcheck");
   TCase *tc = tcase_create("selfcheck_jagged");
@@ -354,6 +393,7 @@ Suite *selfcheck_suite(void) {
   tcase_add_loop_test(tc, emulated_passes_are_correct, 0, (int)(sizeof cases / sizeof cases[0]));
   tcase_add_test(tc, last_sequence_is_checked);
   tcase_add_test(tc, backward_alone_keeps_its_budget);
+  tcase_add_test(tc, fills_are_counter_based);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -6,38 +6,16 @@
  * reaches the runtime's internals (the driver table, the kernel struct), so
  * it links against the static libattngen.a. */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fill.h"
 #include "reference.h"
 #include "runtime.h"
 #include "selfcheck.h"
 
 enum { CHUNK_ELEMS = 1 << 24 }; /* host staging: 32 MiB of 16-bit values */
-enum { TABLE_STREAM = 8 };      /* input_value's `which` for rotary table angles */
-
-/* Element e of tensor `which` (0 q, 1 k, 2 v) as a value in [-2, 2): a
- * counter-based hash, so any element can be regenerated on demand. */
-static float input_value(uint64_t seed, int which, uint64_t e) {
-  uint64_t x = seed ^ ((uint64_t)(which + 1) * 0x9e3779b97f4a7c15ull) ^ (e * 0xbf58476d1ce4e5b9ull);
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return (float)((double)(x >> 11) * (4.0 / 9007199254740992.0) - 2.0);
-}
-
-/* Element (t, col) of the rotary table [tokens, dim] for positions from a
- * table: real sines and cosines, in the dtype, of an angle in [-pi, pi)
- * drawn for each (token, pair): sin a(t, i) in column i, cos a(t, i) in
- * column dim / 2 + i. */
-static uint16_t table_value(uint64_t seed, ag_dtype dtype, int dim, uint64_t t, int col) {
-  const int pairs = dim / 2, i = col % pairs;
-  double a = input_value(seed, TABLE_STREAM, t * (uint64_t)pairs + (uint64_t)i) * (M_PI / 2);
-  return ag_float_to_half(dtype, (float)(col < pairs ? sin(a) : cos(a)));
-}
+enum { TABLE_STREAM = 8 };      /* ag_input_value's `which` for rotary table angles */
 
 double ag_check_tolerance(ag_dtype dtype, bool backward) {
   if (dtype == AG_DTYPE_BF16) return backward ? 2e-2 : 1e-2;
@@ -45,46 +23,6 @@ double ag_check_tolerance(ag_dtype dtype, bool backward) {
 }
 
 static uint16_t nan_bits(ag_dtype d) { return d == AG_DTYPE_FP16 ? 0x7e00u : 0x7fc0u; }
-
-/* Host threads that convert one staging chunk in parallel: generating
- * inputs past 2^31 elements is otherwise the slowest part of a check. */
-enum { FILL_THREADS = 8 };
-
-typedef struct fill_job {
-  uint16_t *dst;
-  uint64_t first, count, seed;
-  ag_dtype dtype;
-  int which;
-  float scale;
-} fill_job;
-
-static void *fill_slice(void *arg) {
-  const fill_job *j = arg;
-  for (uint64_t i = 0; i < j->count; i++)
-    j->dst[i] =
-        ag_float_to_half(j->dtype, input_value(j->seed, j->which, j->first + i) * j->scale);
-  return NULL;
-}
-
-/* Input `which` for elements [at, at + n) into `stage`, times `scale`. */
-static void fill_chunk(uint16_t *stage, ag_dtype dtype, uint64_t seed, int which, float scale,
-                       uint64_t at, uint64_t n) {
-  fill_job jobs[FILL_THREADS];
-  pthread_t tid[FILL_THREADS];
-  bool started[FILL_THREADS] = {false};
-  uint64_t per = (n + FILL_THREADS - 1) / FILL_THREADS;
-  for (int t = 0; t < FILL_THREADS; t++) {
-    uint64_t lo = per * (uint64_t)t < n ? per * (uint64_t)t : n;
-    uint64_t hi = lo + per < n ? lo + per : n;
-    jobs[t] = (fill_job){stage + lo, at + lo, hi - lo, seed, dtype, which, scale};
-    /* A thread that cannot start leaves its slice to this one. */
-    started[t] = t > 0 && pthread_create(&tid[t], NULL, fill_slice, &jobs[t]) == 0;
-  }
-  for (int t = 0; t < FILL_THREADS; t++)
-    if (!started[t]) fill_slice(&jobs[t]);
-  for (int t = 1; t < FILL_THREADS; t++)
-    if (started[t]) pthread_join(tid[t], NULL);
-}
 
 /* ---- tensor sets ----
  * The device data of one shape, for either pass: `inputs` tensors filled
@@ -99,7 +37,7 @@ typedef struct tensor_set {
   int inputs, tensors;          /* t[0 .. inputs) are inputs, the rest outputs */
   int64_t batch, heads, total;
   uint64_t seed, elems, guard;  /* elements per tensor, and per guard */
-  float scale[MAX_TENSORS];     /* input `which` is input_value(seed, which, e) * scale[which] */
+  float scale[MAX_TENSORS];     /* input `which` is ag_input_value(seed, which, e) * scale[which] */
   int32_t *offsets;             /* host copy */
   CUdeviceptr t[MAX_TENSORS];
   CUdeviceptr d_offsets;
@@ -125,7 +63,7 @@ static void set_free(tensor_set *s) {
 
 /* Input `which` of the set at element e, as the device holds it. */
 static uint16_t input_at(const tensor_set *s, int which, uint64_t e) {
-  return ag_float_to_half(s->dtype, input_value(s->seed, which, e) * s->scale[which]);
+  return ag_float_to_half(s->dtype, ag_input_value(s->seed, which, e) * s->scale[which]);
 }
 
 /* `scales`: one factor per input (NULL: all 1). */
@@ -183,7 +121,7 @@ static ag_status set_create(tensor_set *s, ag_context *ctx, ag_dtype dtype, int 
   for (int which = 0; which < inputs && st == AG_OK; which++)
     for (uint64_t at = 0; at < s->elems && st == AG_OK; at += CHUNK_ELEMS) {
       uint64_t n = s->elems - at < CHUNK_ELEMS ? s->elems - at : CHUNK_ELEMS;
-      fill_chunk(s->stage, dtype, seed, which, s->scale[which], at, n);
+      ag_fill_inputs(s->stage, dtype, seed, which, s->scale[which], at, n);
       st = ag_cuda_check(err, drv->cuMemcpyHtoD(s->t[which] + at * 2, s->stage, n * 2),
                          "cuMemcpyHtoD");
     }
@@ -226,7 +164,7 @@ static bool needs_table(const ag_spec *s) {
   return s->rotary.layout != AG_ROTARY_NONE && s->rotary.positions == AG_POSITIONS_TABLE;
 }
 
-/* The rotary table of the shape (table_value), made on first use by a
+/* The rotary table of the shape (ag_table_value), made on first use by a
  * kernel that takes one and kept for the set's life; *out_table gets it
  * (0 for other kernels, which ignore it). */
 static ag_status set_table(tensor_set *s, const ag_kernel *k, CUdeviceptr *out_table,
@@ -242,9 +180,7 @@ static ag_status set_table(tensor_set *s, const ag_kernel *k, CUdeviceptr *out_t
     st = ag_cuda_check(err, drv->cuMemAlloc(&table, elems * 2 + 16), "cuMemAlloc");
     for (uint64_t at = 0; at < elems && st == AG_OK; at += CHUNK_ELEMS) {
       uint64_t n = elems - at < CHUNK_ELEMS ? elems - at : CHUNK_ELEMS;
-      for (uint64_t e = 0; e < n; e++)
-        s->stage[e] = table_value(s->seed, s->dtype, s->head_dim, (at + e) / s->head_dim,
-                                  (int)((at + e) % s->head_dim));
+      ag_fill_table(s->stage, s->dtype, s->seed, TABLE_STREAM, s->head_dim, at, n);
       st = ag_cuda_check(err, drv->cuMemcpyHtoD(table + at * 2, s->stage, n * 2), "cuMemcpyHtoD");
     }
     if (st == AG_OK) s->table = table;
@@ -275,9 +211,11 @@ static void reference_inputs(const tensor_set *set, const ag_spec *s, const uint
   mem += count; /* the table rows follow the inputs */
   if (needs_table(s))
     for (int64_t t = 0; t < len; t++)
-      for (int col = 0; col < s->head_dim; col++)
+      for (int col = 0; col < s->head_dim; col++) {
+        const uint64_t token = (uint64_t)(t0 + t);
         mem[t * s->head_dim + col] = ag_half_to_float(
-            s->dtype, table_value(set->seed, s->dtype, s->head_dim, (uint64_t)(t0 + t), col));
+            s->dtype, ag_table_value(set->seed, TABLE_STREAM, s->dtype, s->head_dim, token, col));
+      }
 }
 
 /* Diagonal blocks of the shape: the sum of ceil(len / block). */

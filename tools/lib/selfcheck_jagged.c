@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fill.h"
 #include "jagged_bwd_reference.h"
 #include "jagged_reference.h"
 #include "reference.h"
@@ -95,6 +96,8 @@ static void gather(ag_dtype dt, const uint16_t *src, double *dst, int64_t row0, 
  * lie furthest into the tensors); every sequence of a pass whose bit is in
  * `all`. */
 enum { PICK_FWD = 1, PICK_BWD = 2 };
+/* fill.h's streams: q, k, v, dO are 0-3; the rotary tables' angles */
+enum { TABLE_STREAM_Q = 8, TABLE_STREAM_K = 9 };
 
 /* The (sequence, head) pairs of a pass into pairs[]: heads 0 and
  * nheads - 1 of each sequence picked for it (pick[b] & bit). Their count. */
@@ -354,27 +357,19 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
     st = ag_fail(err, AG_ERR_NOMEM, "out of memory for the self-check's host buffers");
     goto done;
   }
-  uint64_t rng = opt->seed * 0x9e3779b97f4a7c15ull + 1;
+  /* Inputs in [-1, 1) from (seed, tensor, element) (fill.h: host threads;
+   * dO only for the backward); a broadcast Q: its first n_q rows drawn,
+   * then copied to every sequence. */
   uint16_t *srcs[4] = {hq, hk, hv, hdo};
   double *dsts[4] = {rq, rk, rv, rdo};
-  const size_t counts[4] = {nq, nk, nk, nq};
-  for (int t = 0; t < 4; t++)
-    for (size_t i = 0; i < counts[t]; i++) {
-      /* a broadcast Q: the first n_q rows drawn, then copied to every sequence */
-      if (bcast && t == 0 && i >= nqd) srcs[t][i] = srcs[t][i % nqd];
-      else srcs[t][i] = ag_float_to_half(dt, (float)ag_rand_uniform(&rng, -1.0, 1.0));
-    }
-  /* sin, then cos, of a random angle per (token, pair), rounded to dtype */
-  for (int t = 0; t < 2; t++) {
-    uint16_t *h16 = t ? htk : htq;
-    const size_t rows = (t ? ntk : ntq) / (size_t)(dim > 0 ? dim : 1);
-    for (size_t r = 0; r < rows; r++)
-      for (int i = 0; i < dim / 2; i++) {
-        const double a = ag_rand_uniform(&rng, -3.14159265358979, 3.14159265358979);
-        h16[r * dim + i] = ag_float_to_half(dt, (float)sin(a));
-        h16[r * dim + dim / 2 + i] = ag_float_to_half(dt, (float)cos(a));
-      }
-  }
+  const size_t counts[4] = {bcast ? nqd : nq, nk, nk, bwd ? nq : 0};
+  for (int t = 0; t < 4; t++) ag_fill_inputs(srcs[t], dt, opt->seed, t, 0.5f, 0, counts[t]);
+  for (size_t i = nqd; bcast && nqd > 0 && i < nq; i += nqd)
+    memcpy(hq + i, hq, 2 * (nq - i < nqd ? nq - i : nqd));
+  /* The rotary tables (the queries', the keys'): sin, then cos, of an
+   * angle per (token, pair), rounded to the dtype. */
+  ag_fill_table(htq, dt, opt->seed, TABLE_STREAM_Q, dim, 0, ntq);
+  ag_fill_table(htk, dt, opt->seed, TABLE_STREAM_K, dim, 0, ntk);
   /* The picked rows in doubles: q, k, v, dO and the tables. */
   for (int64_t b = 0; b < batch; b++) {
     if (!pick[b]) continue;
