@@ -23,6 +23,8 @@
 #     DRAM bytes of the broadcast forward for all four.
 #   hostlite (about 3 minutes; session 37): every binding GPU test (the
 #     packed launch args reach all six entry points) and overhead parts.
+#   short (under 3 minutes; session 37): the binding's GPU tests, float64
+#     of the threaded self-check inputs, r0 against r1 on two broadcast shapes.
 #   l2quick (about 4.5 minutes; carry [".devdeps"]; session 37): l2row
 #     without ncu and the heads-inner-alone variant, two broadcast shapes.
 # Say which card the reply names: issue 20's 15 us is about an H200's host.
@@ -175,6 +177,38 @@ if [ "${1:-}" = hostlite ]; then
   timeout 80 python3 bench/overhead.py --parts --calls 2000 --out "$out/parts" 2>&1 | grep -E "^\| |Fresh"
   exit
 fi
+if [ "${1:-}" = short ]; then
+  # session 37, under 3 minutes: every binding GPU test (the packed launch
+  # args), float64 runs of the threaded self-check inputs (jagged forward and
+  # backward, broadcast n_q 130, a rotary table), and the one broadcast
+  # shape of l2quick, the tree (r0) against the 128-byte L2 promotion (r1)
+  make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+  echo "=== binding GPU tests $(date +%T)"
+  timeout 80 python3 -m pytest -q -x bindings/python/tests/test_gpu*.py > "$out/pytest-gpu.log" 2>&1
+  echo "rc $? $(grep -E 'passed|failed' "$out/pytest-gpu.log" | tail -1)"
+  grep -E "^FAILED" "$out/pytest-gpu.log" | head -5
+  source tools/fwd_ab.sh
+  fwd_specs
+  printf 'name: t64\npattern: jagged\nhead_dim: 64\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' > /tmp/fi/t64.yaml
+  printf 'name: r64\npattern: jagged\nhead_dim: 64\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\nrotary:\n  layout: half\n' > /tmp/fi/r64.yaml
+  plan_save
+  build_as r0
+  plan_edit 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' \
+    '^    \.tma_l2_row64 = \{true, true\},'
+  build_as r1
+  for c in "t64 16 1500 0" "b64 20 1300 0 130" "r64 12 900 0"; do
+    set -- $c
+    nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
+    echo "r0 float64 $1 $2 [$4, $3] $nq: $(timeout 40 /tmp/fi/r0/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+  done
+  echo "r1 float64 b64 n_q 130: $(timeout 40 /tmp/fi/r1/attngen run /tmp/fi/b64.yaml --batch 20 --seqlen 1300 --min-seqlen 0 --n-q 130 --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+  echo "=== broadcast forward alone, ms $(date +%T)"
+  SECONDS=0
+  timed b64 1152 512 1024 128 "r0 r1" "^  time:"
+  echo "(4 runs in ${SECONDS} s)"
+  timed b64 528 2048 4096 128 "r0 r1" "^  time:"
+  exit
+fi
 if [ "${1:-}" = l2quick ]; then
   # session 37: l2row cut to fit a short budget (about 4.5 minutes): r0 the
   # tree, r1 the 128-byte L2 promotion, r3 with the heads inner too; no
@@ -206,4 +240,4 @@ if [ "${1:-}" = l2quick ]; then
   timed t64 1152 1 1024 - "r0 r1" "backward time:"
   exit
 fi
-echo "usage: $0 host|hostlite|causal192|route192|l2row|l2quick"; exit 2
+echo "usage: $0 host|hostlite|short|causal192|route192|l2row|l2quick"; exit 2
