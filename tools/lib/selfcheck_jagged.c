@@ -340,8 +340,9 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   double *dtk = malloc(8 * (size_t)ctk * (tables && !self ? dim : 0) + 8);
   /* Host buffers: 16-bit inputs and outputs, double copies of the picked rows. */
   uint16_t *hq = malloc(2 * nq + 1), *hk = malloc(2 * nk + 1), *hv = malloc(2 * nk + 1),
-           *hdo = malloc(2 * nq + 1), *ho = malloc(2 * nq + 1), *hdq = malloc(bwd ? 2 * nq + 1 : 1),
-           *hdk = malloc(bwd ? 2 * nk + 1 : 1), *hdv = malloc(bwd ? 2 * nk + 1 : 1),
+           *ho = malloc(2 * nq + 1), *hdo = malloc(bwd ? 2 * nq + 1 : 1),
+           *hdq = malloc(bwd ? 2 * nq + 1 : 1), *hdk = malloc(bwd ? 2 * nk + 1 : 1),
+           *hdv = malloc(bwd ? 2 * nk + 1 : 1),
            *rep = malloc(bwd && opt->repeat_backward > 0 ? 2 * (nq + 2 * nk) + 1 : 1);
   float *hlse = malloc(4 * (size_t)(H * tq) + 4);
   double *rq = calloc(cnq + 1, 8), *rk = calloc(cnk + 1, 8), *rv = calloc(cnk + 1, 8),
