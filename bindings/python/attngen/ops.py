@@ -500,7 +500,7 @@ def _alloc(torch, like, poison):
 
 def _stream(torch, t):
     """torch's current CUDA stream on t's device, as the C launchers take it
-    (NULL for the legacy default stream): its raw handle through torch._C's
+    (an int; 0 for the legacy default stream): its raw handle through torch._C's
     getter where torch has it (what Inductor's generated code calls; a
     fraction of a microsecond), else through a Stream object."""
     return _stream_of(torch, _device_index(torch, t))
@@ -518,9 +518,10 @@ def _stream_of(torch, device_index):
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) if hasattr(torch, "_C") \
             else None
         _raw_stream_getter = (torch, raw)
-    handle = raw(device_index) if raw is not None else \
+    # the handle as an int (0: the legacy default stream), which the
+    # launches' c_void_p argument takes as it is: no ctypes object a call
+    return raw(device_index) if raw is not None else \
         torch.cuda.current_stream(device_index).cuda_stream
-    return ctypes.c_void_p(handle or None)
 
 
 def _device_index(torch, t):

@@ -35,7 +35,7 @@ class Launches:
         obj = _lib.args_of(fn_name, args_ref)
         fields = {f[0]: getattr(obj, f[0]) for f in type(obj)._fields_}
         self.calls.append({"fn": fn_name, "handle": handle, "args": fields,
-                           "stream": stream.value, "context": context})
+                           "stream": stream or None, "context": context})
 
     def names(self):
         return [c["fn"] for c in self.calls]
