@@ -67,13 +67,45 @@ timed() {
   done; done
   echo "$line"
 }
-if [ "${1:-}" = host ]; then
+# float64 V SPEC BATCH HI LO [NQ]: variant V's float64 check of one run
+# of /tmp/fi/SPEC.yaml, lengths in [LO, HI] (keys for a broadcast spec,
+# n_q NQ), on one line
+float64() {
+  local nq=""; [ -n "${6:-}" ] && nq="--n-q $6"
+  echo "$1 float64 $2 $3 [$5, $4] $nq: $(timeout 60 /tmp/fi/$1/attngen run /tmp/fi/$2.yaml --batch $3 --seqlen $4 --min-seqlen $5 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+}
+# memcheck V SPEC BATCH HI LO [NQ]: the same run under compute-sanitizer's
+# memcheck, its error summary and check on one line
+memcheck() {
+  local nq=""; [ -n "${6:-}" ] && nq="--n-q $6"
+  echo "memcheck $1 $2 $3 [$5, $4] $nq: $(timeout 90 compute-sanitizer --tool memcheck /tmp/fi/$1/attngen run /tmp/fi/$2.yaml --batch $3 --seqlen $4 --min-seqlen $5 $nq --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+}
+# l2_on, inner_on: .tma_l2_row64 (both passes) and .bq_fwd_heads_inner on
+l2_on() {
+  plan_edit 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' \
+    '^    \.tma_l2_row64 = \{true, true\},'
+}
+inner_on() {
+  plan_edit 's/^    \.bq_fwd_heads_inner = false,/    .bq_fwd_heads_inner = true,/' \
+    '^    \.bq_fwd_heads_inner = true,'
+}
+# l2_specs: fwd_ab.sh's specs and t64 (head dim 64, forward and backward)
+l2_specs() {
+  source tools/fwd_ab.sh
+  fwd_specs
+  printf 'name: t64\npattern: jagged\nhead_dim: 64\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' > /tmp/fi/t64.yaml
+}
+# gpu_tests SECONDS [PYTEST ARGS]: the binding's GPU tests after `make all`
+gpu_tests() {
+  local limit=$1; shift
   make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
   echo "=== binding GPU tests $(date +%T)"
-  timeout 240 python3 -m pytest -q bindings/python/tests/test_gpu.py bindings/python/tests/test_gpu_torch_ops.py \
-    > "$out/pytest-gpu.log" 2>&1
+  timeout "$limit" python3 -m pytest -q "$@" > "$out/pytest-gpu.log" 2>&1
   echo "rc $? $(grep -E 'passed|failed' "$out/pytest-gpu.log" | tail -1)"
   grep -E "^FAILED|Error" "$out/pytest-gpu.log" | head -8
+}
+if [ "${1:-}" = host ]; then
+  gpu_tests 240 bindings/python/tests/test_gpu.py bindings/python/tests/test_gpu_torch_ops.py
   echo "=== overhead parts $(date +%T)"
   timeout 90 python3 bench/overhead.py --parts --calls 2000 --out "$out/parts" 2>&1 | grep -E "^\| |Fresh"
   echo "=== overhead $(date +%T)"
@@ -92,10 +124,9 @@ if [ "${1:-}" = causal192 ]; then
     echo "$v: $(/tmp/fi/$v/attngen emit /tmp/fi/j64true.yaml 2>&1 | grep -m1 'query rows of one head' | tr -s ' ')"
   done
   for c in "40 900 0" "8 3000 0" "16 200 0"; do
-    set -- $c
-    echo "c1 float64 batch $1 lengths [$3, $2]: $(timeout 60 /tmp/fi/c1/attngen run /tmp/fi/j64true.yaml --batch $1 --seqlen $2 --min-seqlen $3 --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/')"
+    float64 c1 j64true $c
   done
-  echo "memcheck c1: $(timeout 60 compute-sanitizer --tool memcheck /tmp/fi/c1/attngen run /tmp/fi/j64true.yaml --batch 12 --seqlen 1300 --min-seqlen 0 --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+  memcheck c1 j64true 12 1300 0
   echo "=== causal forward alone, ms (4 heads) $(date +%T)"
   timed j64true 264 1 4096 - "c0 c1" "^  time:"
   timed j64true 264 2048 4096 - "c0 c1" "^  time:"
@@ -122,29 +153,17 @@ if [ "${1:-}" = l2row ]; then
   # r0 the tree; r1 head dim 64's TMA maps with 128-byte L2 promotion
   # (.tma_l2_row64, both passes); r2 the broadcast forward's grid with the
   # heads inner (.bq_fwd_heads_inner); r3 both
-  source tools/fwd_ab.sh
-  fwd_specs
-  printf 'name: t64\npattern: jagged\nhead_dim: 64\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' > /tmp/fi/t64.yaml
+  l2_specs
   plan_save
-  l2() {
-    plan_edit 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' \
-      '^    \.tma_l2_row64 = \{true, true\},'
-  }
-  inner() {
-    plan_edit 's/^    \.bq_fwd_heads_inner = false,/    .bq_fwd_heads_inner = true,/' \
-      '^    \.bq_fwd_heads_inner = true,'
-  }
   build_as r0
-  l2; build_as r1
-  inner; build_as r2
-  l2; inner; build_as r3
+  l2_on; build_as r1
+  inner_on; build_as r2
+  l2_on; inner_on; build_as r3
   echo "r3 plan: $(/tmp/fi/r3/attngen emit /tmp/fi/b64.yaml | grep -cE 'L2 fetches of 128 bytes|heads side by side') of 2 lines"
   for c in "j64false 16 1500 0" "b64 20 1300 0 128" "b64 20 1300 0 130" "b128 12 2000 0 200" "t64 16 1500 0"; do
-    set -- $c
-    nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
-    echo "r3 float64 $1 $2 [$4, $3] $nq: $(timeout 60 /tmp/fi/r3/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+    float64 r3 $c
   done
-  echo "memcheck r3 b64 n_q 130: $(timeout 90 compute-sanitizer --tool memcheck /tmp/fi/r3/attngen run /tmp/fi/b64.yaml --batch 12 --seqlen 1300 --min-seqlen 0 --n-q 130 --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+  memcheck r3 b64 12 1300 0 130  # a partial second query tile
   echo "=== broadcast forward alone, ms (4 heads) $(date +%T)"
   # (the host's random K and V take most of a run: the batches are cut
   # where the lengths are long, and the call stays under 10 minutes)
@@ -167,12 +186,7 @@ fi
 if [ "${1:-}" = hostlite ]; then
   # session 37: host without the full overhead table (the binding's GPU
   # tests and overhead.py's parts only: about 3 minutes)
-  make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-  echo "=== binding GPU tests $(date +%T)"
-  timeout 240 python3 -m pytest -q bindings/python/tests/test_gpu*.py \
-    > "$out/pytest-gpu.log" 2>&1
-  echo "rc $? $(grep -E 'passed|failed' "$out/pytest-gpu.log" | tail -1)"
-  grep -E "^FAILED|Error" "$out/pytest-gpu.log" | head -8
+  gpu_tests 240 bindings/python/tests/test_gpu*.py
   echo "=== overhead parts $(date +%T)"
   timeout 80 python3 bench/overhead.py --parts --calls 2000 --out "$out/parts" 2>&1 | grep -E "^\| |Fresh"
   exit
@@ -182,26 +196,16 @@ if [ "${1:-}" = short ]; then
   # args), float64 runs of the threaded self-check inputs (jagged forward and
   # backward, broadcast n_q 130, a rotary table), and the one broadcast
   # shape of l2quick, the tree (r0) against the 128-byte L2 promotion (r1)
-  make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-  echo "=== binding GPU tests $(date +%T)"
-  timeout 80 python3 -m pytest -q -x bindings/python/tests/test_gpu*.py > "$out/pytest-gpu.log" 2>&1
-  echo "rc $? $(grep -E 'passed|failed' "$out/pytest-gpu.log" | tail -1)"
-  grep -E "^FAILED" "$out/pytest-gpu.log" | head -5
-  source tools/fwd_ab.sh
-  fwd_specs
-  printf 'name: t64\npattern: jagged\nhead_dim: 64\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' > /tmp/fi/t64.yaml
+  gpu_tests 80 -x bindings/python/tests/test_gpu*.py
+  l2_specs
   printf 'name: r64\npattern: jagged\nhead_dim: 64\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\nrotary:\n  layout: half\n' > /tmp/fi/r64.yaml
   plan_save
   build_as r0
-  plan_edit 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' \
-    '^    \.tma_l2_row64 = \{true, true\},'
-  build_as r1
+  l2_on; build_as r1
   for c in "t64 16 1500 0" "b64 20 1300 0 130" "r64 12 900 0"; do
-    set -- $c
-    nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
-    echo "r0 float64 $1 $2 [$4, $3] $nq: $(timeout 40 /tmp/fi/r0/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+    float64 r0 $c
   done
-  echo "r1 float64 b64 n_q 130: $(timeout 40 /tmp/fi/r1/attngen run /tmp/fi/b64.yaml --batch 20 --seqlen 1300 --min-seqlen 0 --n-q 130 --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+  float64 r1 b64 20 1300 0 130
   echo "=== broadcast forward alone, ms $(date +%T)"
   SECONDS=0
   timed b64 1152 512 1024 128 "r0 r1" "^  time:"
@@ -213,25 +217,15 @@ if [ "${1:-}" = l2quick ]; then
   # session 37: l2row cut to fit a short budget (about 4.5 minutes): r0 the
   # tree, r1 the 128-byte L2 promotion, r3 with the heads inner too; no
   # ncu, no heads-inner-alone variant
-  source tools/fwd_ab.sh
-  fwd_specs
-  printf 'name: t64\npattern: jagged\nhead_dim: 64\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' > /tmp/fi/t64.yaml
+  l2_specs
   plan_save
   build_as r0
-  plan_edit 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' \
-    '^    \.tma_l2_row64 = \{true, true\},'
-  build_as r1
-  plan_edit 's/^    \.tma_l2_row64 = \{(true|false), (true|false)\},/    .tma_l2_row64 = {true, true},/' \
-    '^    \.tma_l2_row64 = \{true, true\},'
-  plan_edit 's/^    \.bq_fwd_heads_inner = false,/    .bq_fwd_heads_inner = true,/' \
-    '^    \.bq_fwd_heads_inner = true,'
-  build_as r3
+  l2_on; build_as r1
+  l2_on; inner_on; build_as r3
   for c in "j64false 16 1500 0" "b64 20 1300 0 128" "b64 20 1300 0 130" "b128 12 2000 0 200" "t64 16 1500 0"; do
-    set -- $c
-    nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
-    echo "r3 float64 $1 $2 [$4, $3] $nq: $(timeout 60 /tmp/fi/r3/attngen run /tmp/fi/$1.yaml --batch $2 --seqlen $3 --min-seqlen $4 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+    float64 r3 $c
   done
-  echo "memcheck r3 b64 n_q 130: $(timeout 90 compute-sanitizer --tool memcheck /tmp/fi/r3/attngen run /tmp/fi/b64.yaml --batch 12 --seqlen 1300 --min-seqlen 0 --n-q 130 --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+  memcheck r3 b64 12 1300 0 130  # a partial second query tile
   echo "=== broadcast forward alone, ms (4 heads) $(date +%T)"
   timed b64 1152 512 1024 128 "r0 r1 r3" "^  time:"
   timed b64 528 2048 4096 128 "r0 r1 r3" "^  time:"
