@@ -60,7 +60,8 @@ static void *fill_slice(void *arg) {
 static void fill_threads(const fill_job *job) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   uint64_t threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (uint64_t)cpus;
-  if (job->count / MIN_SLICE < threads) threads = job->count / MIN_SLICE ? job->count / MIN_SLICE : 1;
+  const uint64_t slices = job->count / MIN_SLICE; /* of at least MIN_SLICE values */
+  if (slices < threads) threads = slices > 0 ? slices : 1;
   fill_job jobs[MAX_THREADS];
   pthread_t tid[MAX_THREADS];
   bool started[MAX_THREADS] = {false};
