@@ -145,6 +145,7 @@ def worker_main(args):
         from peers import ceilings
         _emit(dict(type="env", full=True, **ceilings.environment()))
         ceilings.measure(mode, _emit)
+        ceilings.measure_same_size(tasks, mode, _emit)
         _emit({"type": "done"})
         return 0
 
@@ -573,34 +574,58 @@ def table_rows(state):
 
 HEAD_MAIN = ["shape", "pass", "impl", "ms", "TB/s", "%BW ceil", "TFLOP/s", "%MM ceil",
              "max rel err", "attngen speedup", "config / notes"]
-HEAD_SUM = ["shape", "blocks", "attngen ms", "attngen TB/s", "%BW ceil", "fastest peer",
-            "peer ms", "speedup"]
+HEAD_SUM = ["shape", "blocks", "attngen ms", "attngen TB/s", "%BW ceil", "%same-size",
+            "fastest peer", "peer ms", "speedup"]
 
 
 def head_sum(state):
     return HEAD_SUM[:1] + ["pass"] + HEAD_SUM[1:] if _multi(state) else HEAD_SUM
 
 
+def same_size(state, shape, pass_):
+    """The same-size stream's record of (shape, pass) when measured."""
+    c = state.ceilings.get("same:%s/%s" % (shape.id, pass_))
+    return c if c and c.get("ok") else None
+
+
 def summary_rows(state):
     rows = []
     for s, ps, ag, best, speed in shape_summary(state):
         bw = bw_ceiling(state, ps)
+        same = same_size(state, s, ps)
         st = (ag or {}).get("stats") or (best[1].get("stats") if best else {}) or {}
         nb = st.get("nblocks")
         if ag and ag.get("ok"):
             tb = st.get("bytes", 0) / ag["ms"] / 1e9
             ag_ms = _ms(ag["ms"]) + (" FLAGGED" if _flagged(ag) else "")
             ag_tb, ag_frac = "%.2f" % tb, _f(tb / bw * 100 if bw else None, "%.0f%%")
+            ag_same = _f(same["ms"] / ag["ms"] * 100 if same else None, "%.0f%%")
         elif ag and str(ag.get("error", "")).startswith("unavailable"):
-            ag_ms, ag_tb, ag_frac = "unavailable", "—", "—"
+            ag_ms, ag_tb, ag_frac, ag_same = "unavailable", "—", "—", "—"
         else:
-            ag_ms, ag_tb, ag_frac = ("error" if ag else "—"), "—", "—"
-        row = [s.label, _f(nb, "%d"), ag_ms, ag_tb, ag_frac,
+            ag_ms, ag_tb, ag_frac, ag_same = ("error" if ag else "—"), "—", "—", "—"
+        row = [s.label, _f(nb, "%d"), ag_ms, ag_tb, ag_frac, ag_same,
                best[0] if best else "—", _ms(best[1]["ms"]) if best else "—",
                _f(speed, "**%.2fx**")]
         if _multi(state):
             row.insert(1, ps)
         rows.append(row)
+    return rows
+
+
+def same_size_rows(state):
+    """One row a (shape, pass) whose same-size stream was measured."""
+    rows = []
+    for s in state.shapes:
+        for ps in state.passes:
+            c = state.ceilings.get("same:%s/%s" % (s.id, ps))
+            if not c:
+                continue
+            if not c.get("ok"):
+                rows.append([s.label, ps, "—", "—", "ERROR: " + c.get("error", "")])
+            else:
+                rows.append([s.label, ps, "%.4f" % c["ms"], "%.2f" % c["tbps"],
+                             c.get("config", "")])
     return rows
 
 
@@ -701,6 +726,15 @@ def write_markdown(state, final=False):
         lines += ["![attngen speedup over the fastest peer](%s.png)" % stem, ""]
     lines += ["## Ceilings (same run)", "", md_table(["ceiling", "ms", "TB/s", "TFLOP/s", "config"],
                                                      ceiling_rows(state)), ""]
+    same = same_size_rows(state)
+    if same:
+        lines += ["Same-size streams (the summary's %same-size: this stream's time over "
+                  "attngen's): the pass's least bytes, and nothing else, moved by the stream "
+                  "kernel of its traffic (read-3-write-1 for the forward, read-4-write-3 for the "
+                  "backward) over tensors of exactly the shape's tokens x heads x head_dim; "
+                  "unlike the 4 GiB ceilings, it pays the launch and the last wave a pass of this "
+                  "size pays.", "",
+                  md_table(["shape", "pass", "ms", "TB/s", "config"], same), ""]
     lines += ["## All results", "", md_table(HEAD_MAIN, table_rows(state)), ""]
     lines += ["## Peers", ""]
     for p in PEER_ORDER:
@@ -919,7 +953,7 @@ def orchestrate(args):
             log("%s: unavailable: %s" % (name, state.unavailable[name]))
             continue
         log("--- %s" % name)
-        run_worker(state, name, tasks if name != "ceilings" else tasks[:1], deadline)
+        run_worker(state, name, tasks, deadline)
         write_markdown(state)
     shutil.rmtree(os.path.join(args.out, ".work"), ignore_errors=True)
     png = None if args.no_plot else write_plot(state)

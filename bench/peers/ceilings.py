@@ -5,8 +5,14 @@
   r3w1        Triton o = a + b + c over flat bf16 buffers (the forward's traffic)
   r4w3        Triton x = a + b, y = c + d, z = a + d (the backward's traffic, later)
   matmul      bf16 8192^3 torch.matmul: dense tensor-core ceiling (TFLOP/s)
+  same:ID     r3w1 (a forward) or r4w3 (a backward) over exactly the tensors of
+              task ID (shape/pass): its least bytes, moved by a stream kernel
+              with nothing else to do (measure_same_size)
 
-The forward rows are compared with max(copy, r3w1) bandwidth.
+The forward rows are compared with max(copy, r3w1) bandwidth. The 4 GiB
+stream runs hide a launch's start and its last wave; a pass of a few
+hundred megabytes cannot, and its same-size stream says how near the
+memory system lets any kernel of that size come.
 """
 
 import platform
@@ -91,6 +97,51 @@ def _best_stream(kernel, args, n, mode):
         if best is None or med < best[0]:
             best = (med, "BLOCK=%d num_warps=%d" % (block, warps))
     return best
+
+
+# the stream kernel and tensor count of a pass's least traffic (rot: none)
+_SAME_SIZE = {"fwd": (0, 3, 1), "bwd": (1, 4, 3)}
+
+
+def same_size_name(task_id):
+    """The ceiling record's name for a task (shape id/pass)."""
+    return "same:" + task_id
+
+
+def measure_same_size(tasks, mode, emit):
+    """For each forward or backward task, the stream kernel of its traffic
+    (3 reads and a write, or 4 and 3) over tensors of exactly its tokens x
+    heads x head_dim elements; emits one ceiling record a task (tasks of one
+    pass and size share one timing)."""
+    import torch
+    dev = "cuda"
+    seen = {}
+    for task in tasks:
+        if task.pass_ not in _SAME_SIZE:
+            continue
+        s = task.shape
+        n = int(s.lengths().sum()) * s.heads * s.head_dim
+        which, reads, writes = _SAME_SIZE[task.pass_]
+        key = (task.pass_, n)
+        try:
+            if key not in seen:
+                bufs = [torch.empty(n, dtype=torch.bfloat16, device=dev)
+                        for _ in range(reads + writes)]
+                for b in bufs[:reads]:
+                    b.zero_()
+                seen[key] = _best_stream(stream_kernels()[which], bufs, n, mode)
+                del bufs
+                torch.cuda.empty_cache()
+            med, cfg = seen[key]
+            b = 2.0 * n * (reads + writes)
+            rec = {"ms": med, "bytes": b, "tbps": b / med / 1e9,
+                   "config": "%d x %d elements, %s" % (reads + writes, n, cfg), "ok": True}
+        except Exception as e:
+            rec = {"ok": False, "error": "%s: %s" % (type(e).__name__,
+                                                     str(e).splitlines()[0] if str(e) else "")}
+            torch.cuda.empty_cache()
+        rec.update(type="ceiling", name=same_size_name(task.id))
+        emit(rec)
 
 
 def measure(mode, emit):

@@ -45,6 +45,11 @@ def main():
         for n, tb in (("copy", 4.2), ("r3w1", 4.5), ("r4w3", 4.3)):
             emit({"type": "ceiling", "name": n, "ok": True, "ms": 1.0, "tbps": tb, "config": "x"})
         emit({"type": "ceiling", "name": "matmul", "ok": True, "ms": 1.0, "tflops": 700.0})
+        for t in tasks:  # same-size streams: 0.8 ms for a forward, 1.6 for a backward
+            if t.pass_ in ("fwd", "bwd"):
+                ms = 0.8 if t.pass_ == "fwd" else 1.6
+                emit({"type": "ceiling", "name": "same:" + t.id, "ok": True, "ms": ms,
+                      "tbps": 4.0, "config": "fake stream"})
         emit({"type": "done"})
         return 0
     emit({"type": "env", "gpu": "NVIDIA Fake", "torch": "0.0", "cuda": "0"})

@@ -80,6 +80,20 @@ def test_default_run_is_the_forward_alone(tmp_path):
     assert "Forward pass, non-causal" in md and "Backward pass" not in md
 
 
+def test_same_size_streams_in_the_summary(tmp_path):
+    """Each task's same-size stream (the ceilings worker gets every task) is
+    listed, and attngen's time is given as a fraction of it: fake 0.8 ms
+    against 1.0 forward, 1.6 against 2.0 backward."""
+    data, md, out, d = run_bench(tmp_path, "--smoke", "--pass", "both", "--peers",
+                                 "ceilings,attngen,triton")
+    ids = {"same:%s/%s" % (s.id, p) for s in smoke_shapes() for p in ("fwd", "bwd")}
+    assert ids <= set(data["ceilings"])
+    assert "| shape | pass | blocks | attngen ms | attngen TB/s | %BW ceil | %same-size |" in md
+    rows = [ln for ln in md.splitlines() if ln.startswith("| B64 ") and "| 80% |" in ln]
+    assert len(rows) == 4  # two shapes, two passes, in the summary
+    assert "Same-size streams" in md and md.count("| fake stream |") == 4
+
+
 def test_both_passes_with_a_refused_backward_and_a_crash(tmp_path):
     sid = smoke_shapes()[1].id  # the smaller shape: it runs first, so tasks remain after it
     plan = {"attngen/bwd": "refused",                 # a refusal: a row, not a crash
