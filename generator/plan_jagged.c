@@ -607,16 +607,24 @@ static const ag_plan_jagged_choices jagged_checked = {
      * head's CTAs all run before the next head's) needs only long after;
      * ncu on an H100 (session 32) measured the head-dim-64 broadcast
      * forward at n_q 128 moving 1.26 GB from DRAM where K, V and O are
-     * 0.85 GB. Head dim 128's rows are 256 bytes: unchanged. Not yet run
-     * on a GPU. Off in both passes. */
-    .tma_l2_row64 = {false, false},
+     * 0.85 GB. Head dim 128's rows are 256 bytes: unchanged. Measured on
+     * an H100 (session 38, bench/results/2026-12-07-h100-l2-row64-s38.md,
+     * two rounds, ms, 256 -> 128 bytes): the broadcast forward at n_q 128
+     * 0.52 -> 0.41 (1.26x, batch 1152, keys in [512, 1024]) and 0.86 ->
+     * 0.63 (1.37x, batch 528, [2048, 4096]); the jagged forward 3.47 ->
+     * 3.39 (batch 264, [1, 4096]); the backward 3.23 -> 3.21 (batch 1152,
+     * [1, 1024]). On in both passes. */
+    .tma_l2_row64 = {true, true},
     /* The broadcast forward's grid with the heads inner: a sequence's
      * heads' CTAs run side by side and read its K, V rows whole (4 heads:
      * 512 or 1,024 contiguous bytes a row) instead of one head's 128 or 256
      * bytes in each row during a pass over every sequence, the other heads'
      * bytes read long after (and at head dim 64 fetched twice under a
-     * 256-byte L2 promotion, .tma_l2_row64). Not yet run on a GPU. Off. */
-    .bq_fwd_heads_inner = false,
+     * 256-byte L2 promotion, .tma_l2_row64). With the 128-byte promotion
+     * on (the same run): 0.613 / 0.615 ms against 0.629 / 0.630 (1.025x)
+     * at batch 528, keys in [2048, 4096], 0.415 / 0.412 against 0.412 /
+     * 0.413 at [512, 1024]. On. */
+    .bq_fwd_heads_inner = true,
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},

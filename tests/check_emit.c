@@ -31,8 +31,10 @@ static const char *const goldens[] = {
      * 128, where dV and dK are 64x128 products) */
     "jagged_d128_bf16_sm90_train", "jagged_d64_bf16_sm90_bwd", "jagged_d64_bf16_sm90_fwd",
     "jagged_d64_fp16_sm90_bwd", "jagged_d128_fp16_sm90_causal_bwd",
-    /* sm_90a broadcast: 64 < n_q <= 128 on the wgmma one-pass backward */
-    "broadcast_d128_bf16_sm90_bwd",
+    /* sm_90a broadcast: 64 < n_q <= 128 on the wgmma one-pass backward;
+     * the warp-specialized forward with a sequence's heads side by side and
+     * head dim 64's 128-byte L2 fetches */
+    "broadcast_d128_bf16_sm90_bwd", "broadcast_d64_bf16_sm90_fwd",
     /* rotary embeddings on the jagged mma.sync kernels (every arch) */
     "jagged_d128_bf16_rope_half_seq_train", "jagged_d64_fp16_rope_table_qkv_bwd",
     /* row_strides: true (each tensor's row stride and kv_heads parameters) */

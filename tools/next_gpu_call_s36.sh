@@ -133,6 +133,24 @@ if [ "${1:-}" = causal192 ]; then
   timed j64true 1152 1 1024 - "c0 c1" "^  time:"
   exit
 fi
+if [ "${1:-}" = causal_sweep ]; then
+  # session 38: where head dim 64's causal forward starts to gain from the
+  # 192-row tiles (c1 lost at lengths in [1, 1024], won at [1, 4096]):
+  # lengths [1, HI] and [HI / 2, HI], c0 the tree, c1 the choice on
+  source tools/fwd_ab.sh
+  fwd_specs
+  plan_save
+  build_as c0
+  plan_edit 's/^    \.sm90_fwd_ws192_causal = false,/    .sm90_fwd_ws192_causal = true,/' \
+    '^    \.sm90_fwd_ws192_causal = true,'
+  build_as c1
+  float64 c1 j64true 24 2000 0
+  for hi in 1024 1536 2048 3072; do
+    timed j64true $((1152 * 1024 / hi)) 1 $hi - "c0 c1" "^  time:"
+    timed j64true $((1152 * 1024 / hi)) $((hi / 2)) $hi - "c0 c1" "^  time:"
+  done
+  exit
+fi
 if [ "${1:-}" = route192 ]; then
   # head dim 64's unmasked short runs: the tree (192-row tiles past a mean
   # of SHORT_MEAN_ROWS, the mma.sync forward below), all on the 192-row
@@ -234,4 +252,4 @@ if [ "${1:-}" = l2quick ]; then
   timed t64 1152 1 1024 - "r0 r1" "backward time:"
   exit
 fi
-echo "usage: $0 host|hostlite|short|causal192|route192|l2row|l2quick"; exit 2
+echo "usage: $0 host|hostlite|short|causal192|causal_sweep|route192|l2row|l2quick"; exit 2

@@ -20,6 +20,7 @@
  *     tile: 192 query rows of one head, key tiles of 128, 6 in flight
  *     warp specialized (sm_90a): one warpgroup loads, 3 of 64 rows take
  *     turns on wgmma, each tile's softmax under the products; K, V by TMA
+ *     L2 fetches of 128 bytes (a head's row) on a TMA miss
  *     no product for keys or rows a warpgroup does not see
  *     runs when the mean query length > 384
  *     threads: 512, shared memory: 221184 bytes

@@ -28,6 +28,7 @@
  *     warp specialized: one warpgroup loads K, V and 2 stages of Q, dO;
  *     the computing warpgroups meet once a step (dQ reads both halves of dS^T)
  *     Q and dO by TMA (tensor maps as parameters)
+ *     L2 fetches of 128 bytes (a head's row) on a TMA miss
  *     threads: 384, shared memory: 231424 bytes
  *     grid: one CTA an SM (persistent), taking the (batch + total_k / 128)
  *     * kv_heads tiles from a counter, whichever CTA is free
