@@ -421,9 +421,10 @@ class Kernel:
                   context=("attngen: block forward '%s'", self.spec.name))
 
     def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None,
-                      into=None, plain=False):
+                      into=None, plain=False, separate=False):
         """dq, dk, dv for a contiguous, aligned dout like q (not checked):
-        new contiguous tensors, or with `into` = (dq, dk, dv, row strides)
+        new contiguous tensors (slices of one allocation unless `separate`),
+        or with `into` = (dq, dk, dv, row strides)
         those (views of one packed gradient; this kernel takes row
         strides). With fewer key heads than query heads the kernel writes
         dk and dv per query head, summed here over each group. plain: q, k,
@@ -434,6 +435,17 @@ class Kernel:
             dq, dk, dv, grad_strides = into
         elif poison:
             dq, dk, dv = (_alloc(torch, q, True) for _ in range(3))
+        elif q.is_contiguous() and not separate:
+            # one allocation, three contiguous slices. Host us (bench/
+            # overhead.py --parts): on the H100 host of session 38 three
+            # empty_like 10.5, torch.empty of (3, ...) and unbind 7.4
+            # (new_empty 0.6 more than torch.empty); an empty_like was 3.6 on
+            # the H200's host too (session 31), the host of issue 20's 15 us
+            # bar. On session 36's faster H100 host it lost (6.7 against
+            # 4.8). torch.ops' op may not return outputs that share storage,
+            # so it takes three.
+            dq, dk, dv = torch.empty((3,) + tuple(q.shape), dtype=q.dtype,
+                                     device=q.device).unbind(0)
         elif q.is_contiguous():  # empty_like keeps that layout
             empty = torch.empty_like
             dq, dk, dv = empty(q), empty(q), empty(q)
