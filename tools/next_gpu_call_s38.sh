@@ -10,6 +10,12 @@
 #     and 92% bars measured against a stream of the pass's own size), then
 #     next_gpu_call_s36.sh's hostlite (issue 20's parts on this host).
 #   masks: next_gpu_call_s36.sh's causal192, then route192.
+#   alloc (about 2 minutes; carry [".devdeps", ".ab"], after `mkdir -p .ab;
+#     git show a82a797~1:bindings/python/attngen/ops.py > .ab/ops_before.py`):
+#     issue 20's block backward with one allocation (the tree) against three
+#     empty_like (.ab/ops_before.py), overhead.py's parts, two rounds each,
+#     then the binding's backward GPU tests on the tree. On an H200 if one
+#     comes: the bar's host.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -37,5 +43,22 @@ case "${1:-}" in
     step causal192 280 bash tools/next_gpu_call_s36.sh causal192
     step route192 280 bash tools/next_gpu_call_s36.sh route192
     ;;
-  *) echo "usage: $0 first|samesize|masks"; exit 2 ;;
+  alloc)
+    [ -f .ab/ops_before.py ] || { echo ".ab/ops_before.py is missing (see the header)"; exit 1; }
+    make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+    export PYTHONPATH=bindings/python${PYTHONPATH:+:$PYTHONPATH}
+    P=bindings/python/attngen/ops.py
+    cp $P /tmp/ops_tree.py
+    trap 'cp /tmp/ops_tree.py $P' EXIT
+    for r in 1 2; do for v in tree before; do
+      if [ $v = tree ]; then cp /tmp/ops_tree.py $P; else cp .ab/ops_before.py $P; fi
+      echo "== $v, round $r"
+      timeout 60 python3 bench/overhead.py --parts --calls 2000 --out "$out/parts-$v-$r" 2>&1 |
+        grep -E "Kernel.backward|_backward_raw|torch.empty_like \||three at once|whole forward"
+    done; done
+    cp /tmp/ops_tree.py $P
+    step gpu-backward 200 python3 -m pytest -q bindings/python/tests/test_gpu.py \
+      bindings/python/tests/test_gpu_torch_ops.py -k "backward or grad"
+    ;;
+  *) echo "usage: $0 first|samesize|masks|alloc"; exit 2 ;;
 esac
