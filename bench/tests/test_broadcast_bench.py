@@ -101,6 +101,14 @@ def times(ag, **peers):
     return t
 
 
+def test_run_order():
+    assert B.run_order() == list(B.IMPLS) and B.run_order()[0] == "fa2"
+    swapped = B.run_order(det_first=True)
+    assert swapped[0] == "fa2" and swapped.index("attngen_det") < swapped.index("attngen")
+    assert sorted(swapped) == sorted(B.IMPLS)
+    assert B.parse_args(["--det-first"]).det_first and not B.parse_args([]).det_first
+
+
 def test_fastest_and_bar():
     t = times((1.0, 2.0, 3.0), fa2=(2.0, 5.0, 7.0), fa4=(1.6, 4.5, None), flex=(3.0, 3.9, 9.0))
     assert B.fastest(t, "fwd") == ("fa4", 1.6)
