@@ -10,6 +10,14 @@
 #     and 92% bars measured against a stream of the pass's own size), then
 #     next_gpu_call_s36.sh's hostlite (issue 20's parts on this host).
 #   masks: next_gpu_call_s36.sh's causal192, then route192.
+#   record_jagged, record_broadcast (on an H200; each under 9 minutes;
+#     first `bash .fa4/a/stash.sh` carrying [".devdeps", ".fa4/a"], then at
+#     once each of these carrying [".devdeps", ".fa4/b"], the machine kept
+#     warm between them): the tree's tables of record beside
+#     FlashAttention-4: bench/jagged_bench.py's eight shapes (issue 17), then
+#     bench/broadcast_bench.py's sixteen (issue 18; FA2, FA4, cuDNN) and the
+#     head-dim-128 n_q-32 shapes again with --det-first and FA2 alone (the
+#     harness's order effect, bench/NOTES.md session 38).
 #   alloc (about 2 minutes; carry [".devdeps", ".ab"], after `mkdir -p .ab;
 #     git show a82a797~1:bindings/python/attngen/ops.py > .ab/ops_before.py`):
 #     issue 20's block backward with one allocation (the tree) against three
@@ -43,6 +51,19 @@ case "${1:-}" in
     step causal192 280 bash tools/next_gpu_call_s36.sh causal192
     step route192 280 bash tools/next_gpu_call_s36.sh route192
     ;;
+  record_jagged|record_broadcast)
+    source .fa4/b/env.sh || exit 1
+    make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+    export PYTHONPATH=bindings/python${PYTHONPATH:+:$PYTHONPATH}
+    if [ "$1" = record_jagged ]; then
+      TAILN=30 step jagged 520 python3 bench/jagged_bench.py --out "$out/jb"
+    else
+      TAILN=24 step broadcast 400 python3 bench/broadcast_bench.py --peers fa2,fa4,cudnn \
+        --budget 380 --out "$out/bb"
+      TAILN=10 step broadcast-det-first 110 python3 bench/broadcast_bench.py --peers fa2 \
+        --dims 128 --nq 32 --det-first --budget 100 --out "$out/bb-det-first"
+    fi
+    ;;
   alloc)
     [ -f .ab/ops_before.py ] || { echo ".ab/ops_before.py is missing (see the header)"; exit 1; }
     make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
@@ -60,5 +81,5 @@ case "${1:-}" in
     step gpu-backward 200 python3 -m pytest -q bindings/python/tests/test_gpu.py \
       bindings/python/tests/test_gpu_torch_ops.py -k "backward or grad"
     ;;
-  *) echo "usage: $0 first|samesize|masks|alloc"; exit 2 ;;
+  *) echo "usage: $0 first|samesize|masks|record_jagged|record_broadcast|alloc"; exit 2 ;;
 esac
