@@ -286,6 +286,8 @@ def run_worker(state, name, tasks, deadline):
     os.makedirs(workdir, exist_ok=True)
 
     def fail(task_id, error):
+        if name == "ceilings":  # it reports no task results; its events say what failed
+            return
         shape_id, _, pass_ = task_id.rpartition("/")
         state.add({"type": "result", "peer": name, "shape": shape_id, "pass": pass_,
                    "ok": False, "error": error})

@@ -112,7 +112,9 @@ def measure_same_size(tasks, mode, emit):
     """For each forward or backward task, the stream kernel of its traffic
     (3 reads and a write, or 4 and 3) over tensors of exactly its tokens x
     heads x head_dim elements; emits one ceiling record a task (tasks of one
-    pass and size share one timing)."""
+    pass and size share one timing). One set of buffers, not rotated: the
+    ads shapes' tensors (150 MB and more each) leave the L2 nothing to
+    reuse; the smoke shapes' fit in it (there it is no ceiling)."""
     import torch
     dev = "cuda"
     seen = {}

@@ -42,6 +42,10 @@ def main():
     name = args.worker
     if name == "ceilings":
         emit({"type": "env", "full": True, "gpu": "NVIDIA Fake", "torch": "0.0"})
+        if plan.get("ceilings") == "crash":  # dies before any ceiling, as a bad driver would
+            sys.stderr.write("RuntimeError: CUDA error: unknown error\n")
+            sys.stderr.flush()
+            os._exit(134)
         for n, tb in (("copy", 4.2), ("r3w1", 4.5), ("r4w3", 4.3)):
             emit({"type": "ceiling", "name": n, "ok": True, "ms": 1.0, "tbps": tb, "config": "x"})
         emit({"type": "ceiling", "name": "matmul", "ok": True, "ms": 1.0, "tflops": 700.0})

@@ -94,6 +94,18 @@ def test_same_size_streams_in_the_summary(tmp_path):
     assert "Same-size streams" in md and md.count("| fake stream |") == 4
 
 
+def test_a_failed_ceilings_worker_adds_no_task_rows(tmp_path):
+    """The ceilings worker gets every task (for the same-size streams) but
+    reports no task results: when it dies, an event says so and no row a
+    task is recorded for it."""
+    data, md, out, d = run_bench(tmp_path, "--smoke", "--pass", "both", "--peers",
+                                 "ceilings,attngen", plan={"ceilings": "crash"})
+    assert not [r for r in data["results"] if r["peer"] == "ceilings"]
+    assert any(e.startswith("ceilings: worker failed") for e in data["events"])
+    assert all(r["ok"] for r in data["results"] if r["peer"] == "attngen")
+    assert "| %same-size |" in md and not data["ceilings"]
+
+
 def test_both_passes_with_a_refused_backward_and_a_crash(tmp_path):
     sid = smoke_shapes()[1].id  # the smaller shape: it runs first, so tasks remain after it
     plan = {"attngen/bwd": "refused",                 # a refusal: a row, not a crash
