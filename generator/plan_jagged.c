@@ -599,12 +599,22 @@ static const ag_plan_jagged_choices jagged_checked = {
      * 0.857 of the causal work as useful against 0.913 for 128-row ones at
      * L 4096 (tools/tune/tile_waste.py-style count), so the unmasked 1.12x
      * would leave about 1.05x. The template takes the mask as it is (the
-     * diagonal per tile, per row). Not yet run on a GPU. Off. */
+     * diagonal per tile, per row). Run on an H100 (session 38,
+     * bench/results/2026-12-07-h100-l2-row64-s38.md): float64 and memcheck
+     * pass; the forward alone, ms, tree / 192 rows: lengths [1, 1024] 0.970
+     * / 1.160, [1, 2048] 1.492 / 1.576, [1024, 2048] 2.332 / 2.439, [1,
+     * 3072] 1.801 / 1.790, [1, 4096] 2.223 / 2.124, [2048, 4096] 3.566 /
+     * 3.347. It breaks even near a work-weighted mean length (E[L^2] /
+     * E[L]) of 2,048 and gains 4.5-6.5% from about 2,700: as the whole
+     * causal route it loses; a third forward variant for long runs would
+     * be needed. Off. */
     .sm90_fwd_ws192_causal = false,
     /* Head dim 64's TMA maps with L2 promotion of 128 bytes. With 256 (the
-     * maps' setting until now) an L2 miss on one head's 128-byte row
-     * fetches its neighbour head's too, which the grid (heads on y, so a
-     * head's CTAs all run before the next head's) needs only long after;
+     * maps' setting until session 38) an L2 miss on one head's 128-byte row
+     * fetches its neighbour head's too, which a grid with the heads on y
+     * (a head's CTAs all run before the next head's: the jagged kernels,
+     * and the broadcast forward before .bq_fwd_heads_inner) needs only long
+     * after;
      * ncu on an H100 (session 32) measured the head-dim-64 broadcast
      * forward at n_q 128 moving 1.26 GB from DRAM where K, V and O are
      * 0.85 GB. Head dim 128's rows are 256 bytes: unchanged. Measured on

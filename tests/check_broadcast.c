@@ -232,7 +232,7 @@ START_TEST(deep_forward) {
 }
 END_TEST
 
-/* The plan choice .bq_fwd_heads_inner (off until a GPU has run it): the
+/* The plan choice .bq_fwd_heads_inner (on since session 38): the
  * broadcast warp-specialized forward's walk folds the heads into x, the
  * kernel takes its head and item from blockIdx.x, the grid is (CTAs *
  * heads, 1), and it compiles without spills at both head dims. Off: the
