@@ -225,6 +225,11 @@ typedef struct ag_plan_jagged {
    * small_block_m rows and small_block_n keys; 0 rows where not planned */
   int small_max_n_q, small_block_m, small_block_n, small_warps, small_stages, small_smem_bytes;
   int small_min_ctas;
+  /* beside a small variant, the forward for long runs (mean query length
+   * >= long_fwd_min_rows; 0 where not planned): the warp-specialized
+   * forward on long_fwd_block_m-row tiles, one tile a CTA, key tiles of
+   * fwd_block_n (choices.sm90_fwd_long192_causal) */
+  int long_fwd_min_rows, long_fwd_block_m, long_fwd_warps, long_fwd_stages, long_fwd_smem_bytes;
   /* broadcast, heads == kv_heads: the one-pass backward for n_q <= the
    * tile's rows (templates/broadcast_bwd.cu), one per row count */
   int fused_block_m[AG_FUSED_VARIANTS], fused_warps[AG_FUSED_VARIANTS];
@@ -251,6 +256,7 @@ typedef struct ag_plan_jagged {
 enum {
   AG_VARIANT_FWD_SMALL = 1, AG_VARIANT_FWD_LARGE, AG_VARIANT_BWD_SPLIT,
   AG_VARIANT_BWD_SHORT, AG_VARIANT_BWD_LONG, /* jagged: ag_plan_jagged.long_min_rows */
+  AG_VARIANT_FWD_LONG,                       /* jagged: ag_plan_jagged.long_fwd_min_rows */
   AG_VARIANT_BWD_FUSED_0
 };
 
@@ -400,6 +406,10 @@ typedef struct ag_plan_jagged_choices {
    * 192-row tile's two or three key tiles, where a 128-row tile's crosses
    * one or two */
   bool sm90_fwd_ws192_causal;
+  /* with a causal mask and sm90_fwd_ws192_causal off: the 192-row tiles as
+   * a third forward variant, for runs whose mean query length is at least
+   * LONG_CAUSAL64_MEAN_ROWS (the 128-row tiles below it) */
+  bool sm90_fwd_long192_causal;
   /* head dim 64: the forward's ([0]) and the backward's ([1]) TMA maps
    * promote an L2 miss to 128 bytes, one head's row, instead of 256 (two
    * heads' rows, the other head's half read for a CTA that may run long

@@ -113,6 +113,26 @@ static void plan_forward_ws192(ag_plan *p) {
   set_forward(p, 192, 128, 16, fitting_stages(p, 192, 6, 128), 1);
 }
 
+/* Head dim 64 with a causal mask: runs whose mean query length is at
+ * least LONG_CAUSAL64_MEAN_ROWS take the 192-row tiles of
+ * plan_forward_ws192 as a third variant (.sm90_fwd_long192_causal). On an
+ * H100 (session 38, bench/results/2026-12-07-h100-l2-row64-s38.md; the
+ * forward alone, ms, 128-row / 192-row tiles, lengths uniform in [lo,
+ * hi]): [1, 1024] 0.970 / 1.160, [1, 2048] 1.492 / 1.576, [1024, 2048]
+ * 2.332 / 2.439, [1, 3072] 1.801 / 1.790, [1536, 3072] 2.952 / 2.939, [1,
+ * 4096] 2.223 / 2.124, [2048, 4096] 3.566 / 3.347: every run of mean 2,048
+ * or more is as fast or faster on 192 rows, every run of mean 1,536 or
+ * less as fast or faster on 128. */
+enum { LONG_CAUSAL64_MEAN_ROWS = 2048 };
+static void plan_forward_long192(ag_plan *p) {
+  ag_plan_jagged *j = &p->jagged;
+  j->long_fwd_min_rows = LONG_CAUSAL64_MEAN_ROWS;
+  j->long_fwd_block_m = 192;
+  j->long_fwd_warps = 16;
+  j->long_fwd_stages = fitting_stages(p, 192, 6, j->fwd_block_n);
+  j->long_fwd_smem_bytes = forward_smem(p, 192, j->long_fwd_stages, j->fwd_block_n);
+}
+
 /* The warp-specialized forward walking several query tiles a CTA
  * (choices.fwd_items): the loading warpgroup runs on into the next tile's
  * Q and K, V while the computing warpgroups end this one (its last P V,
@@ -177,6 +197,9 @@ static bool plan_forward_ws64(const ag_spec *spec, ag_plan *p, ag_plan_jagged_ch
   if (choices.sm90_fwd_ws192 && !spec->has_window &&
       (!spec->causal || choices.sm90_fwd_ws192_causal))
     plan_forward_ws192(p);
+  else if (choices.sm90_fwd_ws192 && choices.sm90_fwd_long192_causal && spec->causal &&
+           !spec->has_window)
+    plan_forward_long192(p);
   set_small_forward(p, spec->causal ? CAUSAL64_MEAN_ROWS : SHORT_MEAN_ROWS, 128, 64, 4, 2, 2);
   return true;
 }
@@ -609,6 +632,12 @@ static const ag_plan_jagged_choices jagged_checked = {
      * causal route it loses; a third forward variant for long runs would
      * be needed. Off. */
     .sm90_fwd_ws192_causal = false,
+    /* That variant (plan_forward_long192): from a mean of 2,048 rows, the
+     * 192-row kernel measured above; below it the 128-row tiles. Written
+     * after the session's device time ran out: the kernel is the one
+     * checked above, the route (a third forward kernel in the module, the
+     * launcher's pick) has not run on a GPU. Off. */
+    .sm90_fwd_long192_causal = false,
     /* Head dim 64's TMA maps with L2 promotion of 128 bytes. With 256 (the
      * maps' setting until session 38) an L2 miss on one head's 128-byte row
      * fetches its neighbour head's too, which a grid with the heads on y
@@ -743,7 +772,8 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
       ws ? "jagged_fwd_ws.cu" : j->fwd_sm90 ? "jagged_fwd_sm90.cu" : "jagged_fwd.cu");
   k->namespace_name = namespace_name;
   k->variant = variant;
-  const int items = ws ? j->fwd_items : 1;
+  const bool long_tiles = variant == AG_VARIANT_FWD_LONG; /* one tile a CTA, one Q slot */
+  const int items = ws && !long_tiles ? j->fwd_items : 1;
   k->walk = (ag_walk){j->broadcast ? AG_WALK_BROADCAST_Q : AG_WALK_JAGGED_Q, block_m, 1, items,
                       ws && j->broadcast && j->fwd_heads_inner};
   k->threads = 32 * warps;
@@ -759,7 +789,7 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
   ag_plan_set(k, "EXP2_FMA_EVERY", ws ? j->fwd_exp2_fma_every : 0);
   if (ws) {
     ag_plan_set(k, "CTA_ITEMS", items);
-    ag_plan_set(k, "Q_TILES", j->fwd_q_tiles);
+    ag_plan_set(k, "Q_TILES", long_tiles ? 1 : j->fwd_q_tiles);
     ag_plan_set(k, "TMA_KV", j->fwd_tma);
     ag_plan_set(k, "SKIP_DEAD", j->fwd_skip_dead);
     ag_plan_set(k, "HEADS_INNER", k->walk.heads_inner);
@@ -857,6 +887,14 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
                 j->small_warps, j->small_stages, j->small_smem_bytes, j->small_min_ctas,
                 AG_VARIANT_FWD_SMALL);
   }
+  if (fwd && j->small_block_m > 0 && j->long_fwd_min_rows > 0) {
+    char stem[AG_KERNEL_NAME_MAX];
+    kernel_name(stem, spec, "fwd");
+    snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->long_fwd_block_m);
+    add_forward(spec, plan, name, "fwd_long", j->long_fwd_block_m, j->fwd_block_n,
+                j->long_fwd_warps, j->long_fwd_stages, j->long_fwd_smem_bytes, 1,
+                AG_VARIANT_FWD_LONG);
+  }
   if (j->fast.block_m > 0) add_backward_fast_sets(spec, plan);
   if (j->bwd_block_m > 0) {
     const ag_param *const params = bwd_params;
@@ -934,10 +972,11 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
     ag_buf_printf(b, "%s%s kernel: %s\n", prefix,
                   k->pass == AG_PASS_FORWARD ? "forward" : "backward", k->name);
     if (k->pass == AG_PASS_FORWARD) {
+      const bool small = k->variant == AG_VARIANT_FWD_SMALL;
+      const bool long_tiles = k->variant == AG_VARIANT_FWD_LONG;
       ag_buf_printf(b, "%s  tile: %d query rows of one head, key tiles of %d, %d in flight\n",
-                    prefix, k->walk.rows,
-                    k->variant == AG_VARIANT_FWD_SMALL ? j->small_block_n : j->fwd_block_n,
-                    k->variant == AG_VARIANT_FWD_SMALL ? j->small_stages : j->fwd_stages);
+                    prefix, k->walk.rows, small ? j->small_block_n : j->fwd_block_n,
+                    small ? j->small_stages : long_tiles ? j->long_fwd_stages : j->fwd_stages);
       if (j->fwd_ws && k->variant != AG_VARIANT_FWD_SMALL) {
         ag_buf_printf(b,
                       "%s  warp specialized (sm_90a): one warpgroup loads, %d of 64 rows take\n"
@@ -951,16 +990,22 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
         if (j->fwd_exp2_fma_every)
           ag_buf_printf(b, "%s  the exponentials of 1 in %d 8-key chunks on the FMA pipe\n",
                         prefix, j->fwd_exp2_fma_every);
-        if (j->fwd_items > 1)
+        if (k->walk.items_per_cta > 1)
           ag_buf_printf(b, "%s  %d query tiles a CTA in turn, %d Q slot%s\n", prefix,
                         j->fwd_items, j->fwd_q_tiles, j->fwd_q_tiles > 1 ? "s" : "");
       } else if (j->fwd_sm90)
         ag_buf_printf(b, "%s  both products on wgmma (sm_90a): %d warpgroups of 64 rows\n", prefix,
                       k->threads / 128);
-      if (k->variant)
+      if (long_tiles)
+        ag_buf_printf(b, "%s  runs when the mean query length >= %d\n", prefix,
+                      j->long_fwd_min_rows);
+      else if (k->variant && j->long_fwd_min_rows > 0 && !small)
+        ag_buf_printf(b, "%s  runs when %d < the mean query length < %d\n", prefix,
+                      j->small_max_n_q, j->long_fwd_min_rows);
+      else if (k->variant)
         ag_buf_printf(b, "%s  runs when %s %s %d\n", prefix,
-                      j->broadcast ? "n_q" : "the mean query length",
-                      k->variant == AG_VARIANT_FWD_SMALL ? "<=" : ">", j->small_max_n_q);
+                      j->broadcast ? "n_q" : "the mean query length", small ? "<=" : ">",
+                      j->small_max_n_q);
     } else if (k->variant >= AG_VARIANT_BWD_FUSED_0) {
       ag_buf_printf(b,
                     "%s  one pass: dQ, dK, dV of all n_q <= %d shared query rows of one head "
@@ -1067,8 +1112,11 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
 int ag_plan_jagged_variant(const ag_plan *plan, unsigned pass, int64_t n_q, int64_t heads,
                            int64_t kv_heads) {
   const ag_plan_jagged *j = &plan->jagged;
-  if (pass == AG_PASS_FORWARD && j->small_block_m > 0)
-    return n_q <= j->small_max_n_q ? AG_VARIANT_FWD_SMALL : AG_VARIANT_FWD_LARGE;
+  if (pass == AG_PASS_FORWARD && j->small_block_m > 0) {
+    if (n_q <= j->small_max_n_q) return AG_VARIANT_FWD_SMALL;
+    return j->long_fwd_min_rows > 0 && n_q >= j->long_fwd_min_rows ? AG_VARIANT_FWD_LONG
+                                                                    : AG_VARIANT_FWD_LARGE;
+  }
   if (pass == AG_PASS_BACKWARD && j->long_min_rows > 0)
     return n_q > j->long_min_rows ? AG_VARIANT_BWD_LONG : AG_VARIANT_BWD_SHORT;
   if (!j->broadcast || pass == AG_PASS_FORWARD) return 0;

@@ -1108,6 +1108,80 @@ START_TEST(forward_ws192) {
 }
 END_TEST
 
+/* .sm90_fwd_long192_causal: head dim 64 with a causal mask keeps the
+ * 128-row tiles for mean query lengths up to LONG_CAUSAL64_MEAN_ROWS
+ * (2,048) and takes the 192-row tiles (one tile a CTA, one Q slot) as a
+ * third variant from there; the launcher picks it by the mean (a run of
+ * 8 sequences, 16,384 rows), and the module compiles with all three. A
+ * window, or the 192-row tiles as the whole route, plan no third. */
+START_TEST(forward_long192_causal) {
+  ag_plan_jagged_choices c = ag_plan_jagged_checked();
+  c.sm90_fwd_ws192 = c.sm90_ws64_causal = c.sm90_fwd_long192_causal = true;
+  c.sm90_fwd_ws192_causal = false;
+  fake f;
+  fake_planned(&f, 64, true, "arch: sm_90a\n", c);
+  const ag_plan *p = &f.kernel.plan;
+  ck_assert_int_eq(p->jagged.fwd_block_m, 128);
+  ck_assert_int_eq(p->jagged.long_fwd_min_rows, 2048);
+  int main_i = -1, long_i = -1, small_i = -1;
+  for (int i = 0; i < p->nkernels; i++) {
+    const ag_plan_kernel *k = &p->kernels[i];
+    if (k->pass != AG_PASS_FORWARD) continue;
+    if (k->variant == AG_VARIANT_FWD_LARGE) main_i = i;
+    if (k->variant == AG_VARIANT_FWD_LONG) long_i = i;
+    if (k->variant == AG_VARIANT_FWD_SMALL) small_i = i;
+  }
+  ck_assert(main_i >= 0 && long_i >= 0 && small_i >= 0);
+  const ag_plan_kernel *lk = &p->kernels[long_i], *mk = &p->kernels[main_i];
+  ck_assert_str_eq(lk->template_file, "jagged_fwd_ws.cu");
+  ck_assert_str_eq(lk->namespace_name, "fwd_long");
+  ck_assert_int_eq(lk->walk.rows, 192);
+  ck_assert_int_eq(lk->walk.items_per_cta, 1);
+  ck_assert_int_eq(lk->threads, 512);
+  ck_assert_int_eq(lk->smem_bytes, (192 + 2 * p->jagged.long_fwd_stages * 128) * 64 * 2);
+  ck_assert_int_eq(p->jagged.long_fwd_stages, 6);
+  ck_assert_int_eq(mk->walk.rows, 128);
+  ck_assert_int_gt(mk->walk.items_per_cta, 1); /* the 128-row tiles keep theirs */
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_FORWARD, 320, 8, 8), AG_VARIANT_FWD_SMALL);
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_FORWARD, 321, 8, 8), AG_VARIANT_FWD_LARGE);
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_FORWARD, 2047, 8, 8), AG_VARIANT_FWD_LARGE);
+  ck_assert_int_eq(ag_plan_variant(p, AG_PASS_FORWARD, 2048, 8, 8), AG_VARIANT_FWD_LONG);
+  ck_assert(describes(p, "runs when the mean query length >= 2048"));
+  ck_assert(describes(p, "runs when 320 < the mean query length < 2048"));
+  /* the launch: 8 sequences of 2,048 rows take the long kernel alone */
+  ag_jagged_fwd_args a = {.q = P(0x10000), .k = P(0x20000), .v = P(0x30000), .o = P(0x40000),
+                          .lse = P(0x50000), .cu_seqlens_q = P(0x60000),
+                          .cu_seqlens_k = P(0x70000), .batch = 8, .heads = 4, .kv_heads = 4,
+                          .total_q = 8 * 2048, .total_k = 8 * 2048};
+  ag_error err = {0};
+  ag_fake_seen.count = 0;
+  ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[long_i]);
+  ck_assert_uint_eq(ag_fake_seen.block, 512);
+  /* one row fewer on average: the 128-row tiles */
+  a.total_q = 8 * 2048 - 8;
+  a.total_k = a.total_q;
+  ag_fake_seen.count = 0;
+  ck_assert_msg(ag_jagged_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[main_i]);
+  char *src = emitted(&f);
+  ck_assert_ptr_nonnull(strstr(src, "namespace fwd_long"));
+  compile_holds_every_kernel(src, "forward_long192_causal.cu", p);
+  free(src);
+  /* no third variant with a window, nor with the 192-row tiles as the route */
+  for (int w = 0; w <= 1; w++) {
+    ag_plan_jagged_choices d = c;
+    d.sm90_fwd_ws192_causal = w;
+    fake g;
+    fake_planned(&g, 64, true, w ? "arch: sm_90a\n" : "arch: sm_90a\nwindow: [100, 0]\n", d);
+    ck_assert_int_eq(g.kernel.plan.jagged.long_fwd_min_rows, 0);
+    for (int i = 0; i < g.kernel.plan.nkernels; i++)
+      ck_assert_int_ne(g.kernel.plan.kernels[i].variant, AG_VARIANT_FWD_LONG);
+  }
+}
+END_TEST
+
 /* .tma_l2_row64: head dim 64's tensor maps (the forward's K, V, the
  * backward's Q, dO) promote an L2 miss to 128 bytes, one head's row;
  * without it, and at head dim 128 always, to 256. The plan says so where
@@ -1594,11 +1668,15 @@ START_TEST(gpu_jagged) {
                                      c->kv_heads),
                      AG_VARIANT_BWD_LONG);
     /* ... and, where the forward has a short variant (causal: the
-     * warp-specialized one past 320), the main forward */
+     * warp-specialized one past 320), the main forward, or its long
+     * variant where one is planned (192-row tiles from a mean of 2,048) */
     if (k->plan.jagged.small_block_m > 0)
       ck_assert_int_eq(ag_plan_variant(&k->plan, AG_PASS_FORWARD, (total + 7) / 8, c->heads,
                                        c->kv_heads),
-                       AG_VARIANT_FWD_LARGE);
+                       k->plan.jagged.long_fwd_min_rows > 0 &&
+                               (total + 7) / 8 >= k->plan.jagged.long_fwd_min_rows
+                           ? AG_VARIANT_FWD_LONG
+                           : AG_VARIANT_FWD_LARGE);
     run_case(k, c, "long run (mean 2603)", lq3, NULL, 8, seed + 4);
   }
   ag_context_destroy(ctx);
@@ -1667,6 +1745,7 @@ Suite *jagged_suite(void) {
   tcase_add_test(tc, forward_skip_dead);
   tcase_add_test(tc, forward_exp2_fma);
   tcase_add_test(tc, forward_ws192);
+  tcase_add_test(tc, forward_long192_causal);
   tcase_add_test(tc, tma_l2_row64);
   tcase_add_test(tc, short_forward);
   tcase_add_test(tc, argument_checks);
