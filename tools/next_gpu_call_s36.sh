@@ -151,6 +151,34 @@ if [ "${1:-}" = causal_sweep ]; then
   done
   exit
 fi
+if [ "${1:-}" = long192 ]; then
+  # session 38 (about 6 minutes; carry [".devdeps"]): .sm90_fwd_long192_causal,
+  # head dim 64 causal on a third forward variant (192-row tiles from a
+  # mean of 2,048 rows): t0 the tree, t1 the choice on; float64 of t1 on
+  # runs either side of the mean, memcheck, the GPU suite's jagged case
+  # with t1's plan, then the forward alone, t0 against t1
+  source tools/fwd_ab.sh
+  fwd_specs
+  plan_save
+  build_as t0
+  plan_edit 's/^    \.sm90_fwd_long192_causal = false,/    .sm90_fwd_long192_causal = true,/' \
+    '^    \.sm90_fwd_long192_causal = true,'
+  echo "t1 plan: $(cp $P /tmp/plan_t1.c; make -j16 build/attngen > /dev/null 2>&1; build/attngen emit /tmp/fi/j64true.yaml | grep -c 'runs when the mean query length >= 2048') long variant(s)"
+  build_as t1
+  for c in "j64true 8 4096 2048" "j64true 12 4096 1" "j64true 40 900 0" "j64true 16 3000 1200"; do
+    float64 t1 $c
+  done
+  memcheck t1 j64true 6 4096 2048
+  cp /tmp/plan_t1.c $P
+  OUT=$out timeout 200 bash tools/gpu_session.sh build gpu-jagged 2>&1 | grep -E "Checks|exit" | head -3
+  cp /tmp/plan_jagged.c.orig $P
+  echo "=== causal forward alone, ms (4 heads) $(date +%T)"
+  timed j64true 264 1 4096 - "t0 t1" "^  time:"
+  timed j64true 264 2048 4096 - "t0 t1" "^  time:"
+  timed j64true 384 1536 3072 - "t0 t1" "^  time:"
+  timed j64true 1152 1 1024 - "t0 t1" "^  time:"
+  exit
+fi
 if [ "${1:-}" = route192 ]; then
   # head dim 64's unmasked short runs: the tree (192-row tiles past a mean
   # of SHORT_MEAN_ROWS, the mma.sync forward below), all on the 192-row
@@ -252,4 +280,4 @@ if [ "${1:-}" = l2quick ]; then
   timed t64 1152 1 1024 - "r0 r1" "backward time:"
   exit
 fi
-echo "usage: $0 host|hostlite|short|causal192|causal_sweep|route192|l2row|l2quick"; exit 2
+echo "usage: $0 host|hostlite|short|causal192|causal_sweep|long192|route192|l2row|l2quick"; exit 2
