@@ -419,6 +419,10 @@ typedef struct ag_plan_jagged_choices {
    * a sequence's heads read its K, V rows (heads * head_dim elements, one
    * DRAM page's worth) side by side instead of a head's pass at a time */
   bool bq_fwd_heads_inner;
+  /* broadcast: the warp-specialized forward computes .fwd_items query
+   * tiles a CTA in turn as the jagged one does, at head dim 64 ([0]) and
+   * 128 ([1]) (plan_forward_items) */
+  bool bq_fwd_items[2];
   /* the one-pass broadcast backward's 32-row variant at head_dim 64 ([0])
    * and 128 ([1]): its warps (0: none, n_q <= 32 on the 64-row kernel) and
    * its K, V stages (2: the next tile loads during this one) */

@@ -139,13 +139,16 @@ static void plan_forward_long192(ag_plan *p) {
  * the output's normalization and stores), and the CTA's start (barriers,
  * the first loads' latency) is paid once for them all. With two Q slots
  * the next tile's Q lands while this one runs; the K, V stages drop to
- * what shared memory still holds (at head dim 128, 3 -> 2). Not for
- * broadcast queries: there it measured within +-2.3% of one tile a CTA
- * (bench/results/2026-12-06-h100-fwd-items-s33.md). */
+ * what shared memory still holds (at head dim 128, 3 -> 2). For broadcast
+ * queries only with .bq_fwd_items: there it measured within +-2.3% of one
+ * tile a CTA (bench/results/2026-12-06-h100-fwd-items-s33.md), when the
+ * head-dim-64 forward still moved half again its bytes from DRAM. */
 static void plan_forward_items(ag_plan *p, ag_plan_jagged_choices choices) {
   ag_plan_jagged *j = &p->jagged;
   const int hd = p->head_dim == 128;
-  if (!j->fwd_ws || j->broadcast || choices.fwd_items[hd] <= 1 || j->fwd_block_m != 128) return;
+  if (!j->fwd_ws || (j->broadcast && !choices.bq_fwd_items[hd]) || choices.fwd_items[hd] <= 1 ||
+      j->fwd_block_m != 128)
+    return;
   const int q_tiles = choices.fwd_q_tiles[hd] == 2 ? 2 : 1;
   const int q_rows = q_tiles * j->fwd_block_m;
   const int stages = fitting_stages(p, q_rows, j->fwd_stages, j->fwd_block_n);
@@ -664,6 +667,18 @@ static const ag_plan_jagged_choices jagged_checked = {
      * at batch 528, keys in [2048, 4096], 0.415 / 0.412 against 0.412 /
      * 0.413 at [512, 1024]. On. */
     .bq_fwd_heads_inner = true,
+    /* With the bytes fixed (.tma_l2_row64) the head-dim-64 broadcast
+     * forward runs at 86-95% of this H100's memory floor at n_q 128 except
+     * for the shortest keys, [512, 1024]: 68% (bench/results/
+     * 2026-12-07-h100-broadcast-d64-nq128-ceiling-s38.md), where one CTA an
+     * SM computes a query tile over 4 to 8 key tiles and the next CTA's
+     * start (its Q, the first K, V tiles' latency) is not overlapped:
+     * several tiles a CTA would hide it. Session 33 measured 1.02x there
+     * with 4 tiles and 2 Q slots (0.5230 -> 0.5109 ms), when the bytes were
+     * not yet fixed; head dim 128 lost (0.6928 -> 0.7684), and its
+     * .fwd_items is 1 anyway. Written after the session's device time ran
+     * out; not run. Off. */
+    .bq_fwd_items = {false, false},
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},

@@ -282,6 +282,53 @@ START_TEST(heads_inner_forward) {
 }
 END_TEST
 
+/* The plan choice .bq_fwd_items (off): the broadcast warp-specialized
+ * forward at head dim 64 computes .fwd_items query tiles a CTA (two Q
+ * slots), its grid folding the heads in as before: ceil(tiles / items) *
+ * heads CTAs, each taking its head from blockIdx.x and its first tile from
+ * the rest; it compiles without spills. Head dim 128 (.fwd_items 1) keeps
+ * one tile a CTA. */
+START_TEST(items_forward) {
+  char *dir = ag_test_dump_begin("attngen-bqitems");
+  for (int d = 0; d < 2; d++) {
+    const int dim = d ? 128 : 64;
+    char y[512];
+    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", false);
+    ag_spec s = load_ok(y);
+    ag_plan_jagged_choices c = ag_plan_jagged_checked();
+    c.bq_fwd_items[0] = c.bq_fwd_items[1] = true;
+    ag_plan p;
+    plan_with(&s, c, &p);
+    const ag_plan_kernel *big = &p.kernels[0];
+    ck_assert_str_eq(big->template_file, "jagged_fwd_ws.cu");
+    const int items = d ? 1 : c.fwd_items[0];
+    ck_assert_int_eq(p.jagged.fwd_items, items);
+    ck_assert_int_eq(big->walk.items_per_cta, items);
+    ck_assert_int_eq(big->walk.heads_inner, c.bq_fwd_heads_inner);
+    if (d) continue;
+    ck_assert_int_gt(items, 1);
+    ck_assert_int_eq(p.jagged.fwd_q_tiles, c.fwd_q_tiles[0]);
+    /* n_q 200 over 10 sequences: 20 query tiles, 4 heads */
+    ag_launch la = {.batch = 10, .heads = 4, .kv_heads = 4, .total_q = 2000, .total_k = 9000};
+    unsigned grid[3];
+    int64_t n = 0;
+    ag_error err = {0};
+    ck_assert_int_eq(ag_walk_jagged_grid(&big->walk, &la, 132, 1, grid, &n, &err), AG_OK);
+    const unsigned ctas = (20 + items - 1) / items;
+    ck_assert_uint_eq(grid[0], c.bq_fwd_heads_inner ? ctas * 4 : ctas);
+    ck_assert_int_eq(n, 20);
+    char *src = NULL;
+    ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
+    char want[64];
+    snprintf(want, sizeof want, "constexpr int kItems = %d;", items);
+    ck_assert_ptr_nonnull(strstr(src, want));
+    no_spills(src, big->name, big->name, dir, "");
+    free(src);
+  }
+  ag_test_dump_end(dir);
+}
+END_TEST
+
 START_TEST(compiles) {
   char y[512];
   const char *extra[] = {"", "window: [100, 0]\n"};
@@ -682,6 +729,7 @@ Suite *broadcast_suite(void) {
   tcase_add_test(tc, sm90_backward);
   tcase_add_test(tc, deep_forward);
   tcase_add_test(tc, heads_inner_forward);
+  tcase_add_test(tc, items_forward);
   tcase_add_test(tc, launch_parameters);
   tcase_add_test(tc, argument_checks);
   suite_add_tcase(s, tc);

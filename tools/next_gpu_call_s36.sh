@@ -179,6 +179,32 @@ if [ "${1:-}" = long192 ]; then
   timed j64true 1152 1 1024 - "t0 t1" "^  time:"
   exit
 fi
+if [ "${1:-}" = bqitems ]; then
+  # session 38 (about 4 minutes; carry [".devdeps"]): .bq_fwd_items at head
+  # dim 64 (the broadcast forward's query tiles several a CTA): b0 the
+  # tree, b1 the choice on; float64 of b1 at n_q 1, 16, 128, 130 and 200,
+  # memcheck at 130, the GPU suite's broadcast case on b1's plan, then the
+  # forward alone, b0 against b1
+  l2_specs
+  plan_save
+  build_as b0
+  plan_edit 's/^    \.bq_fwd_items = \{false, false\},/    .bq_fwd_items = {true, false},/' \
+    '^    \.bq_fwd_items = \{true, false\},'
+  cp $P /tmp/plan_b1.c
+  build_as b1
+  echo "b1 plan: $(/tmp/fi/b1/attngen emit /tmp/fi/b64.yaml | grep -m1 -E 'query tiles a CTA in turn' | tr -s ' ')"
+  for nq in 1 16 128 130 200; do float64 b1 b64 20 1300 0 $nq; done
+  memcheck b1 b64 12 1300 0 130
+  cp /tmp/plan_b1.c $P
+  OUT=$out timeout 200 bash tools/gpu_session.sh build gpu-broadcast 2>&1 | grep -E "Checks|exit" | head -3
+  cp /tmp/plan_jagged.c.orig $P
+  echo "=== broadcast forward alone, ms (4 heads) $(date +%T)"
+  timed b64 1152 512 1024 128 "b0 b1" "^  time:"
+  timed b64 1152 1024 1024 128 "b0 b1" "^  time:"
+  timed b64 528 2048 4096 128 "b0 b1" "^  time:"
+  timed b64 1152 512 1024 32 "b0 b1" "^  time:"
+  exit
+fi
 if [ "${1:-}" = route192 ]; then
   # head dim 64's unmasked short runs: the tree (192-row tiles past a mean
   # of SHORT_MEAN_ROWS, the mma.sync forward below), all on the 192-row
@@ -280,4 +306,4 @@ if [ "${1:-}" = l2quick ]; then
   timed t64 1152 1 1024 - "r0 r1" "backward time:"
   exit
 fi
-echo "usage: $0 host|hostlite|short|causal192|causal_sweep|long192|route192|l2row|l2quick"; exit 2
+echo "usage: $0 host|hostlite|short|causal192|causal_sweep|long192|bqitems|route192|l2row|l2quick"; exit 2
