@@ -15,7 +15,8 @@ struct ag_buf; /* internal.h */
 
 enum {
   /* kernels of one source: 8 today (head dim 64, masked, sm_90a, both
-   * passes: two forward variants and two backward sets of three) */
+   * passes: two forward variants and two backward sets of three), 9 with
+   * .sm90_fwd_long192_causal's third forward */
   AG_PLAN_MAX_KERNELS = 12,
   AG_PLAN_MAX_PARAMS = 24,
   AG_PLAN_MAX_CONSTS = 24,

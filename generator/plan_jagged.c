@@ -1088,7 +1088,11 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
     ag_buf_puts(b, "\n");
     switch (k->walk.kind) {
       case AG_WALK_BROADCAST_Q:
-        if (k->walk.heads_inner)
+        if (k->walk.heads_inner && k->walk.items_per_cta > 1)
+          ag_buf_printf(b, "%s  grid: (ceil(batch * ceil(n_q / %d) / %d) * heads, 1), a "
+                        "sequence's heads side by side\n", prefix, k->walk.rows,
+                        k->walk.items_per_cta);
+        else if (k->walk.heads_inner)
           ag_buf_printf(b, "%s  grid: (batch * ceil(n_q / %d) * heads, 1), a sequence's heads side "
                         "by side\n", prefix, k->walk.rows);
         else if (k->walk.items_per_cta > 1)

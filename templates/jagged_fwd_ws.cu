@@ -26,9 +26,10 @@
 @#   jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh),
 @#   pipeline_sm90.cuh, tma_sm90.cuh (TMA_KV).
 @# Conditions: TMA_KV (K and V tiles by TMA: the kernel takes tmap_k,
-@#   tmap_v last), HEADS_INNER (the grid is (items * heads, 1), CTA x
-@#   computing item x / heads of head x % heads, so that a sequence's heads
-@#   run side by side and read its K, V rows together; else (items, heads)).
+@#   tmap_v last), HEADS_INNER (the grid is (CTAs * heads, 1), CTA x
+@#   computing the CTA_ITEMS items from (x / heads) * CTA_ITEMS of head
+@#   x % heads, so that a sequence's heads run side by side and read its
+@#   K, V rows together; else (CTAs, heads); CTAs = ceil(items / CTA_ITEMS)).
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * (BLOCK_M / 64
 @#   + 1) threads and 1 CTA an SM (the registers: 56 a loading thread, 224
 @#   a computing one; with three computing warpgroups 32 and 160), and

@@ -217,7 +217,7 @@ START_TEST(deep_forward) {
     const ag_plan_kernel *big = &p.kernels[0];
     ck_assert_str_eq(big->template_file, "jagged_fwd_ws.cu");
     ck_assert_int_eq(p.jagged.fwd_stages, stages);
-    ck_assert_int_eq(big->smem_bytes, (128 + 2 * stages * 128) * dim * 2);
+    ck_assert_int_eq(big->smem_bytes, (128 * p.jagged.fwd_q_tiles + 2 * stages * 128) * dim * 2);
     ck_assert_int_le(big->smem_bytes + 8 * (1 + 2 * stages), AG_SMEM_MAX_SM90); /* + mbarriers */
     char *src = NULL;
     ag_error err = {0};
@@ -259,7 +259,8 @@ START_TEST(heads_inner_forward) {
       int64_t items = 0;
       ag_error err = {0};
       ck_assert_int_eq(ag_walk_jagged_grid(&big->walk, &la, 132, 1, grid, &items, &err), AG_OK);
-      ck_assert_uint_eq(grid[0], on ? 20 * 4 : 20);
+      const unsigned ctas = (20 + big->walk.items_per_cta - 1) / big->walk.items_per_cta;
+      ck_assert_uint_eq(grid[0], on ? ctas * 4 : ctas);
       ck_assert_uint_eq(grid[1], on ? 1 : 4);
       ck_assert_int_eq(items, 20);
       if (on) { /* 2^21 query tiles by 4,096 heads: past 2^31 - 1 CTAs once folded */

@@ -1325,8 +1325,10 @@ START_TEST(forward_items) {
     ag_error err = {0};
     ck_assert_int_eq(ag_plan_jagged_make_with(&s, c, &p, &err), AG_OK);
     ck_assert(p.jagged.fwd_ws);
-    ck_assert_int_eq(p.jagged.fwd_items, 1);
-    ck_assert_int_eq(p.jagged.fwd_q_tiles, 1);
+    /* one tile a CTA unless .bq_fwd_items takes them at this head dim */
+    const bool several = c.bq_fwd_items[d];
+    ck_assert_int_eq(p.jagged.fwd_items, several ? 4 : 1);
+    ck_assert_int_eq(p.jagged.fwd_q_tiles, several ? c.fwd_q_tiles[d] : 1);
   }
   /* broadcast: n_q 200 over 10 sequences, 2 query tiles each: 20 items */
   const ag_walk w = {AG_WALK_BROADCAST_Q, 128, 1, 3, false};
@@ -1355,7 +1357,11 @@ START_TEST(causal64_forward) {
     yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, true, extras[i], false);
     fake_with(&f, y, 7, with);
     const ag_plan *q = &f.kernel.plan;
-    ck_assert_int_eq(q->nkernels, 2);
+    /* a third, long variant (kernels[2]) where .sm90_fwd_long192_causal plans one */
+    ck_assert_int_eq(q->nkernels, q->jagged.long_fwd_min_rows > 0 ? 3 : 2);
+    ck_assert_int_eq(q->jagged.long_fwd_min_rows > 0, i == 0 && with.sm90_fwd_long192_causal &&
+                                                           with.sm90_fwd_ws192 &&
+                                                           !with.sm90_fwd_ws192_causal);
     ck_assert_str_eq(q->kernels[0].template_file, "jagged_fwd_ws.cu");
     ck_assert_int_eq(q->kernels[0].variant, AG_VARIANT_FWD_LARGE);
     ck_assert_str_eq(q->kernels[1].template_file, "jagged_fwd.cu");
@@ -1678,6 +1684,11 @@ START_TEST(gpu_jagged) {
                            ? AG_VARIANT_FWD_LONG
                            : AG_VARIANT_FWD_LARGE);
     run_case(k, c, "long run (mean 2603)", lq3, NULL, 8, seed + 4);
+    /* cross lengths past a mean of 2,048 rows (a long forward variant
+     * where one is planned), one sequence with no keys at all */
+    int32_t lq4[] = {4096, 3000, 2500, 100, 4000, 2600, 0, 3000};
+    int32_t lk4[] = {1000, 5000, 0, 100, 4096, 1, 3000, 2600};
+    run_case(k, c, "long cross (mean 2412)", lq4, lk4, 8, seed + 5);
   }
   ag_context_destroy(ctx);
 }
