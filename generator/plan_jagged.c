@@ -889,26 +889,24 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
   char name[AG_KERNEL_NAME_MAX];
   const bool fwd = j->fwd_block_m > 0;
   if (fwd) {
-    kernel_name(name, spec, "fwd");
-    add_forward(spec, plan, name, NULL, j->fwd_block_m, j->fwd_block_n, j->fwd_warps,
+    /* the main forward is named by the stem, its variants by their rows */
+    char stem[AG_KERNEL_NAME_MAX];
+    kernel_name(stem, spec, "fwd");
+    add_forward(spec, plan, stem, NULL, j->fwd_block_m, j->fwd_block_n, j->fwd_warps,
                 j->fwd_stages, j->fwd_smem_bytes, j->fwd_min_ctas,
                 j->small_block_m > 0 ? AG_VARIANT_FWD_LARGE : 0);
-  }
-  if (fwd && j->small_block_m > 0) {
-    char stem[AG_KERNEL_NAME_MAX];
-    kernel_name(stem, spec, "fwd");
-    snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->small_block_m);
-    add_forward(spec, plan, name, "fwd_small", j->small_block_m, j->small_block_n,
-                j->small_warps, j->small_stages, j->small_smem_bytes, j->small_min_ctas,
-                AG_VARIANT_FWD_SMALL);
-  }
-  if (fwd && j->small_block_m > 0 && j->long_fwd_min_rows > 0) {
-    char stem[AG_KERNEL_NAME_MAX];
-    kernel_name(stem, spec, "fwd");
-    snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->long_fwd_block_m);
-    add_forward(spec, plan, name, "fwd_long", j->long_fwd_block_m, j->fwd_block_n,
-                j->long_fwd_warps, j->long_fwd_stages, j->long_fwd_smem_bytes, 1,
-                AG_VARIANT_FWD_LONG);
+    if (j->small_block_m > 0) {
+      snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->small_block_m);
+      add_forward(spec, plan, name, "fwd_small", j->small_block_m, j->small_block_n,
+                  j->small_warps, j->small_stages, j->small_smem_bytes, j->small_min_ctas,
+                  AG_VARIANT_FWD_SMALL);
+    }
+    if (j->small_block_m > 0 && j->long_fwd_min_rows > 0) {
+      snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->long_fwd_block_m);
+      add_forward(spec, plan, name, "fwd_long", j->long_fwd_block_m, j->fwd_block_n,
+                  j->long_fwd_warps, j->long_fwd_stages, j->long_fwd_smem_bytes, 1,
+                  AG_VARIANT_FWD_LONG);
+    }
   }
   if (j->fast.block_m > 0) add_backward_fast_sets(spec, plan);
   if (j->bwd_block_m > 0) {
@@ -992,7 +990,7 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
       ag_buf_printf(b, "%s  tile: %d query rows of one head, key tiles of %d, %d in flight\n",
                     prefix, k->walk.rows, small ? j->small_block_n : j->fwd_block_n,
                     small ? j->small_stages : long_tiles ? j->long_fwd_stages : j->fwd_stages);
-      if (j->fwd_ws && k->variant != AG_VARIANT_FWD_SMALL) {
+      if (j->fwd_ws && !small) {
         ag_buf_printf(b,
                       "%s  warp specialized (sm_90a): one warpgroup loads, %d of 64 rows take\n"
                       "%s  turns on wgmma, each tile's softmax under the products%s\n",
