@@ -40,6 +40,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 from peers import OPT_IN as PEER_OPT_IN, ORDER as PEER_ORDER  # noqa: E402
+from peers.ceilings import same_size_name  # noqa: E402
 from peers.common import (ERR_FLAG, ROTARY_PEER_ENV, Task, ads_shapes,  # noqa: E402
                           quick_shapes, rotary_peer_kind, smoke_shapes)
 
@@ -584,9 +585,15 @@ def head_sum(state):
     return HEAD_SUM[:1] + ["pass"] + HEAD_SUM[1:] if _multi(state) else HEAD_SUM
 
 
+def same_size_record(state, shape, pass_):
+    """The same-size stream's record of (shape, pass), measured or failed;
+    None where not measured."""
+    return state.ceilings.get(same_size_name(Task(shape, pass_).id))
+
+
 def same_size(state, shape, pass_):
     """The same-size stream's record of (shape, pass) when measured."""
-    c = state.ceilings.get("same:%s/%s" % (shape.id, pass_))
+    c = same_size_record(state, shape, pass_)
     return c if c and c.get("ok") else None
 
 
@@ -620,7 +627,7 @@ def same_size_rows(state):
     rows = []
     for s in state.shapes:
         for ps in state.passes:
-            c = state.ceilings.get("same:%s/%s" % (s.id, ps))
+            c = same_size_record(state, s, ps)
             if not c:
                 continue
             if not c.get("ok"):
