@@ -374,9 +374,7 @@ class Kernel:
         the softmax from query and key (no forward output needed); dk and dv
         in key's and value's shape (with fewer key heads, summed over each
         group). Runs on torch's current stream; returns new contiguous
-        tensors: with as many key heads as query heads, three slices of one
-        allocation (less host time than three), so any one of them keeps
-        the memory of all three."""
+        tensors."""
         batch, plain = self._check(query, key, value, offsets, cpu_offsets)
         _validate.check_dout(dout, query)
         table = self._check_table(query, rotary_table)
@@ -423,11 +421,9 @@ class Kernel:
                   context=("attngen: block forward '%s'", self.spec.name))
 
     def _backward_raw(self, dout, q, k, v, offsets, batch, poison=False, rotary_table=None,
-                      into=None, plain=False, separate=False):
+                      into=None, plain=False):
         """dq, dk, dv for a contiguous, aligned dout like q (not checked):
-        new contiguous tensors (slices of one allocation unless `separate`
-        or k has fewer heads, whose per-query-head dk, dv are summed into new
-        tensors here), or with `into` = (dq, dk, dv, row strides)
+        new contiguous tensors, or with `into` = (dq, dk, dv, row strides)
         those (views of one packed gradient; this kernel takes row
         strides). With fewer key heads than query heads the kernel writes
         dk and dv per query head, summed here over each group. plain: q, k,
@@ -438,20 +434,13 @@ class Kernel:
             dq, dk, dv, grad_strides = into
         elif poison:
             dq, dk, dv = (_alloc(torch, q, True) for _ in range(3))
-        elif q.is_contiguous() and not separate and k.shape[1] == q.shape[1]:
-            # one allocation, three contiguous slices. Host us (bench/
-            # overhead.py --parts): on the H100 host of session 38 three
-            # empty_like 10.5, torch.empty of (3, ...) and unbind 7.4
-            # (new_empty 0.6 more than torch.empty); an empty_like took 3.7
-            # on the H200's host too (session 31; the unbind route was not
-            # timed there), the host of issue 20's 15 us bar. On session 36's
-            # faster H100 host it lost (6.7 against 4.8). torch.ops' op may
-            # not return outputs that share storage, so it takes three, as
-            # does autograd when not all three gradients are wanted (one
-            # kept slice would keep all three's memory).
-            dq, dk, dv = torch.empty((3,) + tuple(q.shape), dtype=q.dtype,
-                                     device=q.device).unbind(0)
         elif q.is_contiguous():  # empty_like keeps that layout
+            # Three empty_like, not one torch.empty((3, ...)) unbound into
+            # slices: timed whole on session 39's H100 host (overhead.py
+            # --parts, two rounds), Kernel.backward took 19.0-20.2 us of
+            # host this way and 21.2-21.7 through the one allocation,
+            # though the allocation alone timed faster (7.0 us against
+            # 10.5 for three empty_like in session 38).
             empty = torch.empty_like
             dq, dk, dv = empty(q), empty(q), empty(q)
         else:
@@ -773,10 +762,10 @@ def _function():
         @once_differentiable
         def backward(ctx, grad_out):
             q, k, v, offsets, table = _block_saved(ctx)
-            need = ctx.needs_input_grad
             dq, dk, dv = ctx.kernel._backward_raw(_dout_for(grad_out, q), q, k, v, offsets,
                                                   ctx.batch, ctx.poison, table,
-                                                  plain=ctx.plain, separate=not all(need[:3]))
+                                                  plain=ctx.plain)
+            need = ctx.needs_input_grad
             return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
                     None, None, None, None, None, None)
 

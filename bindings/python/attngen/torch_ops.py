@@ -381,7 +381,7 @@ def _define(torch):
         kernel = backward_kernel(ops._grad_kernel(opts, a["rotary"], ops._device_index(torch, q),
                                                   ops._wants_row_strides(q, k, v)))
         return kernel._backward_raw(dout_like(dout, q), q, k, v, offsets, a["batch"], False,
-                                    rotary_table, separate=True)
+                                    rotary_table)
 
     @block_attention_backward.register_fake
     def _(dout, q, k, v, offsets, block_size, causal, softmax_scale, rotary, rotary_table):

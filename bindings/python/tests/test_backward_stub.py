@@ -189,19 +189,10 @@ def test_forward_and_backward_launch_one_module(env):
     assert bwd["stream"] == 0x5EED
     for g in (dq, dk, dv):
         assert g.shape == q.shape and g.dtype == q.dtype and g.is_contiguous()
-        assert g.fill is None  # not poisoned
-    # one allocation, three slices (less host time than three on an H200-like host)
-    assert _one_allocation(a, q)
+        assert g.fill is None  # empty_like, not poisoned
     # saved for the backward: q, k, v, offsets (and the table slot); no output
     ctx = out.grad_fn[1]
     assert ctx.saved_tensors == (q, k, v, off, None)
-
-
-def _one_allocation(args, q):
-    """Whether the launch's dq, dk, dv are the three slices of one
-    allocation (2-byte elements, q's shape apart)."""
-    n = 2 * q.shape[0] * q.shape[1] * q.shape[2]
-    return (args["dk"] - args["dq"], args["dv"] - args["dq"]) == (n, 2 * n)
 
 
 def test_gradients_only_for_inputs_that_require_them(env):
@@ -210,8 +201,6 @@ def test_gradients_only_for_inputs_that_require_them(env):
     dq, dk, dv = ts.run_backward(out, dout_like(q))[:3]
     assert dq is None and dk is not None and dv is None
     assert env.launches.names() == ["ag_block_forward", "ag_block_backward"]
-    # three allocations: one kept slice of one would keep all three's memory
-    assert not _one_allocation(env.launches.calls[1]["args"], q)
 
 
 def test_dout_is_made_contiguous_and_aligned(env):
@@ -766,9 +755,6 @@ def test_grouped_heads_in_place_for_a_kernel_that_takes_them(env):
         assert (a["k"], a["v"], a["heads"], a["kv_heads"]) == (k.data_ptr(), v.data_ptr(), 8, 2)
     base, _ = dk.summed_from
     assert dk.shape == k.shape and base.viewed_from.shape == (100, 8, 64)
-    # the per-query-head dk, dv are summed into new tensors: no one
-    # allocation whose dq would keep their memory
-    assert not _one_allocation(bwd, q)
     assert base.viewed_from.data_ptr() == bwd["dk"]
     # as many key heads as query heads: kv_heads left 0
     q2, k2, v2, off2 = tensors(grad=(False,) * 3)
