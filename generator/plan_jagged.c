@@ -639,8 +639,17 @@ static const ag_plan_jagged_choices jagged_checked = {
      * 192-row kernel measured above; below it the 128-row tiles. Written
      * after the session's device time ran out: the kernel is the one
      * checked above, the route (a third forward kernel in the module, the
-     * launcher's pick) has not run on a GPU. Off. */
-    .sm90_fwd_long192_causal = false,
+     * launcher's pick) was then run on an H100 80GB HBM3 (session 39,
+     * bench/results/2026-12-07-h100-long192-bqitems-s39.md): float64 on 4
+     * runs either side of the mean, memcheck, gpu-jagged 14/14 (its "long
+     * cross (mean 2412)" case on this variant); the forward alone (4
+     * heads, two rounds, ms, off -> on): [1, 4096] 2.232 -> 2.111 and
+     * 2.207 -> 2.127, [2048, 4096] 3.461 -> 3.309 and 3.469 -> 3.308,
+     * [1536, 3072] 2.936 -> 2.924, [1, 1024] 0.975 -> 0.974 (the 128-row
+     * variant). In jagged_bench (2026-12-07-h100-jagged-bench-fa4-s39.md)
+     * head dim 64 causal L 4096 is 9.157 ms beside FlashAttention-4's
+     * 8.819 (0.96x; 0.93x in session 36). On. */
+    .sm90_fwd_long192_causal = true,
     /* Head dim 64's TMA maps with L2 promotion of 128 bytes. With 256 (the
      * maps' setting until session 38) an L2 miss on one head's 128-byte row
      * fetches its neighbour head's too, which a grid with the heads on y
@@ -676,9 +685,14 @@ static const ag_plan_jagged_choices jagged_checked = {
      * several tiles a CTA would hide it. Session 33 measured 1.02x there
      * with 4 tiles and 2 Q slots (0.5230 -> 0.5109 ms), when the bytes were
      * not yet fixed; head dim 128 lost (0.6928 -> 0.7684), and its
-     * .fwd_items is 1 anyway. Written after the session's device time ran
-     * out; not run. Off. */
-    .bq_fwd_items = {false, false},
+     * .fwd_items is 1 anyway. With 4 tiles and 2 Q slots at head dim 64,
+     * on an H100 80GB HBM3 (session 39, bench/results/2026-12-07-h100-
+     * long192-bqitems-s39.md): float64 at n_q 1, 16, 128, 130, 200,
+     * memcheck, gpu-broadcast 7/7; the forward alone (4 heads, n_q 128, two
+     * rounds, ms, off -> on): batch 1152 keys [512, 1024] 0.416 -> 0.385
+     * and 0.418 -> 0.388 (1.08x), 1024 0.483 -> 0.459, batch 528 [2048,
+     * 4096] 0.611 -> 0.619 (1.2% slower), n_q 32 equal. On at head dim 64. */
+    .bq_fwd_items = {true, false},
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},

@@ -23,9 +23,10 @@
  *     turns on wgmma, each tile's softmax under the products; K, V by TMA
  *     L2 fetches of 128 bytes (a head's row) on a TMA miss
  *     no product for keys or rows a warpgroup does not see
+ *     4 query tiles a CTA in turn, 2 Q slots
  *     runs when n_q > 64
- *     threads: 384, shared memory: 114688 bytes
- *     grid: (batch * ceil(n_q / 128) * heads, 1), a sequence's heads side by side
+ *     threads: 384, shared memory: 131072 bytes
+ *     grid: (ceil(batch * ceil(n_q / 128) / 4) * heads, 1), a sequence's heads side by side
  *   forward kernel: ag_pma64_d64_bf16_bq_fwd_m32
  *     tile: 32 query rows of one head, key tiles of 64, 2 in flight
  *     runs when n_q <= 64
@@ -62,10 +63,10 @@ constexpr int kStages = 3;  // KV tiles resident
 // A CTA computes kItems query tiles in turn: the loading warpgroup runs on
 // into the next tile's Q and K, V while the computing warpgroups end this
 // one; with two Q slots the next tile's Q lands meanwhile too.
-constexpr int kItems = 1;
-constexpr int kQTiles = 1;  // Q slots (each also stages its tile's O)
+constexpr int kItems = 4;
+constexpr int kQTiles = 2;  // Q slots (each also stages its tile's O)
 static_assert(kItems >= 1 && (kQTiles == 1 || kQTiles == 2), "items a CTA; Q slots");
-constexpr int kSmemBytes = 114688;  // dynamic shared memory, as planned
+constexpr int kSmemBytes = 131072;  // dynamic shared memory, as planned
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this forward is planned for sm_90a only (wgmma)"
 #endif
