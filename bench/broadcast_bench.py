@@ -697,6 +697,45 @@ def run_order(det_first=False):
     return order
 
 
+def retime_forward(impls, order, inp, times, timer=None, no_grad=None):
+    """A second round of forward timings, the implementations in reverse
+    order, after every one has run its passes: each res in `times` with a
+    "fwd" gets "fwd_rounds" (both medians) and keeps the lower as "fwd".
+    Session 39 found the implementation run just after attngen's passes
+    timing its forward 12-17% slower in the fixed order (attngen's own
+    deterministic forward, byte for byte the same kernel, or the default
+    one with --det-first), not reproduced outside the harness
+    (tools/order_probe.py); two rounds in opposite orders leave each
+    implementation one run away from that spot. timer and no_grad: for
+    tests (default _time and torch.no_grad)."""
+    if timer is None:
+        timer = _time
+    if no_grad is None:
+        import torch
+        no_grad = torch.no_grad
+    for key in reversed(order):
+        res = times.get(key)
+        if key not in impls or not res or "fwd" not in res:
+            continue
+        impl = impls[key]
+        with impl.context():
+            with no_grad():
+                t = timer(lambda: impl(inp.q, inp.k, inp.v))
+        res["fwd_rounds"] = [res["fwd"], t]
+        res["fwd"] = min(res["fwd"], t)
+
+
+def rounds_notes(times, apart=1.05):
+    """Notes for the implementations whose two forward medians are more
+    than `apart` times apart (what the second round caught)."""
+    notes = []
+    for key, res in times.items():
+        a, b = (res.get("fwd_rounds") or [None, None])
+        if a and b and max(a, b) > apart * min(a, b):
+            notes.append("%s: forward rounds %.3f / %.3f ms (the lower kept)" % (key, a, b))
+    return notes
+
+
 def measure(impl, inp, res, kept=None, repeat=False):
     """Fills res with the median ms of fwd, bwd (autograd.grad of one
     recorded forward, retain_graph) and fwdbwd, in that order, so a pass
@@ -868,6 +907,9 @@ def run(args):
     t_start = time.perf_counter()
     env = environment()
     env["timing"] = "CUDA events, median of %d after %d warm-ups" % (args.iters, args.warmup)
+    if args.fwd_rounds > 1:
+        env["timing"] += ("; forwards: the lower median of two rounds, the second after every "
+                          "implementation's passes, in reverse order")
     wanted = set(parse_list(args.peers, str) or PEERS)
     if args.no_fa4:
         wanted.discard("fa4")
@@ -981,6 +1023,12 @@ def run(args):
             if dead:
                 break
             torch.cuda.empty_cache()
+        if not dead and args.fwd_rounds > 1:
+            try:
+                retime_forward(impls, order, inp, rec["times"])
+            except Exception as e:
+                rec["notes"].append("second forward round failed: %s" % _first_line(e))
+            rec["notes"] += rounds_notes(rec["times"])
         for impl in impls.values():
             impl.release()
         del base, inp, ref64
@@ -1043,6 +1091,9 @@ def parse_args(argv):
     p.add_argument("--no-fa4", action="store_true", help="skip FlashAttention-4")
     p.add_argument("--det-first", action="store_true",
                    help="run attngen's deterministic mode before its default one")
+    p.add_argument("--fwd-rounds", type=int, default=2, choices=(1, 2),
+                   help="forward timing rounds: 2 (default) times every forward again "
+                        "after all passes, in reverse order, and keeps the lower median")
     p.add_argument("--budget", type=float, default=None,
                    help="seconds: start no new shape once elapsed + the last shape's time "
                    "would pass it (what ran is written)")

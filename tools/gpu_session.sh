@@ -71,8 +71,16 @@ for step in $steps; do
       # head-dim-128 causal one (jagged_d128_fp16_sm90_causal_bwd) the
       # warp-specialized backward with 64x128 dK, dV products. The window
       # spec at mean 1900 reaches the warp-specialized forward at head dim
-      # 64 with a causal mask.
-      for run in "gem_jagged_d128_causal.yaml 0" "jagged_window_d64_fp16.yaml 0" \
+      # 64 with a causal mask; head dim 64 causal without a window at mean
+      # 3072 its 192-row long variant (.sm90_fwd_long192_causal); the
+      # head-dim-64 broadcast forward at n_q 128 and 130 its several query
+      # tiles a CTA (.bq_fwd_items, the last CTA's items cut short).
+      printf 'name: j64c\npattern: jagged\ncausal: true\nhead_dim: 64\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' \
+        > "$out/j64_causal.yaml"
+      for run in "$out/j64_causal.yaml 0 4096 2048" \
+                 "../tests/golden/broadcast_d64_bf16_sm90_fwd.yaml 128 1300 0" \
+                 "../tests/golden/broadcast_d64_bf16_sm90_fwd.yaml 130 1300 0" \
+                 "gem_jagged_d128_causal.yaml 0" "jagged_window_d64_fp16.yaml 0" \
                  "jagged_window_d64_fp16.yaml 0 2600 1200" \
                  "../tests/golden/jagged_d128_fp16_sm90_causal_bwd.yaml 0 1300 300" \
                  "gem_jagged_d128_causal.yaml 0 1300 300" \
@@ -88,7 +96,7 @@ for step in $steps; do
         set -- $run
         [ "${SANITIZE_ONLY:-}" = broadcast ] && [ "$2" = 0 ] && continue
         [ "${SANITIZE_ONLY:-}" = jagged ] && [ "$2" != 0 ] && continue
-        spec=specs/$1
+        spec=specs/$1; case $1 in /*|build/*) spec=$1 ;; esac
         for tool in memcheck racecheck; do
           log="$out/sanitize-$tool-$(basename "$spec" .yaml)-$2-${3:-300}.log"
           compute-sanitizer --tool $tool --error-exitcode 9 build/attngen run "$spec" --batch 6 \

@@ -383,3 +383,46 @@ def test_cpu_dry_run(tmp_path, monkeypatch, causal):
     assert B.main(argv + ["--out", str(out), "--budget", "0"]) == 0
     data = json.loads((out / "broadcast_bench.json").read_text())
     assert data["records"] == [] and len(data["not_run"]) == 2
+
+
+def test_retime_forward():
+    """The second round runs in reverse order, over those with a forward
+    time only, and keeps the lower median with both recorded."""
+    import contextlib
+
+    class Impl:
+        def __init__(self, name, calls):
+            self.name, self.calls = name, calls
+
+        def context(self):
+            return contextlib.nullcontext()
+
+        def __call__(self, q, k, v):
+            self.calls.append(self.name)
+
+    class Inp:
+        q = k = v = None
+
+    calls = []
+    impls = {n: Impl(n, calls) for n in ("fa2", "attngen", "attngen_det", "fa4")}
+    times = {"fa2": {"fwd": 1.0}, "attngen": {"fwd": 0.5, "bwd": 2.0},
+             "attngen_det": {"fwd": 0.6}, "fa4": {"bwd": 3.0}}
+    second = {"fa2": 1.2, "attngen": 0.55, "attngen_det": 0.5}
+
+    def timer(fn):
+        fn()
+        return second[calls[-1]]
+
+    B.retime_forward(impls, ["fa2", "attngen", "attngen_det", "fa4", "cudnn"], Inp(), times,
+                     timer=timer, no_grad=contextlib.nullcontext)
+    assert calls == ["attngen_det", "attngen", "fa2"]
+    assert times["fa2"] == {"fwd": 1.0, "fwd_rounds": [1.0, 1.2]}
+    assert times["attngen"]["fwd"] == 0.5 and times["attngen"]["fwd_rounds"] == [0.5, 0.55]
+    assert times["attngen_det"]["fwd"] == 0.5 and times["attngen_det"]["fwd_rounds"] == [0.6, 0.5]
+    assert times["fa4"] == {"bwd": 3.0}
+    assert B.rounds_notes({"x": {"fwd_rounds": [1.0, 1.04]}, "y": {"fwd": 1.0}}) == []
+    assert B.parse_args([]).fwd_rounds == 2 and B.parse_args(["--fwd-rounds", "1"]).fwd_rounds == 1
+    assert B.rounds_notes(times) == [
+        "fa2: forward rounds 1.000 / 1.200 ms (the lower kept)",
+        "attngen: forward rounds 0.500 / 0.550 ms (the lower kept)",
+        "attngen_det: forward rounds 0.600 / 0.500 ms (the lower kept)"]
