@@ -648,7 +648,9 @@ static const ag_plan_jagged_choices jagged_checked = {
      * [1536, 3072] 2.936 -> 2.924, [1, 1024] 0.975 -> 0.974 (the 128-row
      * variant). In jagged_bench (2026-12-07-h100-jagged-bench-fa4-s39.md)
      * head dim 64 causal L 4096 is 9.157 ms beside FlashAttention-4's
-     * 8.819 (0.96x; 0.93x in session 36). On. */
+     * 8.819 (0.96x; 0.93x in session 36). sanitize-jagged (gpu_session.sh,
+     * which runs this variant at lengths [2048, 4096]) clean under memcheck
+     * and racecheck. On. */
     .sm90_fwd_long192_causal = true,
     /* Head dim 64's TMA maps with L2 promotion of 128 bytes. With 256 (the
      * maps' setting until session 38) an L2 miss on one head's 128-byte row
@@ -691,7 +693,9 @@ static const ag_plan_jagged_choices jagged_checked = {
      * memcheck, gpu-broadcast 7/7; the forward alone (4 heads, n_q 128, two
      * rounds, ms, off -> on): batch 1152 keys [512, 1024] 0.416 -> 0.385
      * and 0.418 -> 0.388 (1.08x), 1024 0.483 -> 0.459, batch 528 [2048,
-     * 4096] 0.611 -> 0.619 (1.2% slower), n_q 32 equal. On at head dim 64. */
+     * 4096] 0.611 -> 0.619 (1.2% slower), n_q 32 equal; sanitize-jagged's
+     * n_q 128 and 130 runs of it clean under memcheck and racecheck. On at
+     * head dim 64. */
     .bq_fwd_items = {true, false},
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
