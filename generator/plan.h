@@ -428,6 +428,9 @@ typedef struct ag_plan_jagged_choices {
    * and 128 ([1]): its warps (0: none, n_q <= 32 on the 64-row kernel) and
    * its K, V stages (2: the next tile loads during this one) */
   int bq_m32_warps[2], bq_m32_stages[2];
+  /* the one-pass broadcast backward for every n_q <= 128 on the 128-row
+   * wgmma kernel (with sm90_bq_bwd on sm_90a): no 32- or 64-row variant */
+  bool bq_sm90_small;
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

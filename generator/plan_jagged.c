@@ -306,7 +306,9 @@ static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_
   for (int i = 0, v = 0; i < AG_FUSED_VARIANTS; i++) {
     const int m = 32 << i, n = 64;
     if (m == 32 && choices.bq_m32_warps[d] == 0) continue;
-    const bool sm90 = m == 128 && choices.sm90_bq_bwd && spec->arch == AG_ARCH_SM90A;
+    const bool sm90_kernel = choices.sm90_bq_bwd && spec->arch == AG_ARCH_SM90A;
+    if (m < 128 && sm90_kernel && choices.bq_sm90_small) continue;
+    const bool sm90 = m == 128 && sm90_kernel;
     const int stages = m == 32 ? choices.bq_m32_stages[d]
                        : sm90  ? (d ? bq_sm90_stages_d128 : bq_sm90_stages_d64)
                                : 2;
@@ -700,6 +702,16 @@ static const ag_plan_jagged_choices jagged_checked = {
     /* the one-pass broadcast backward's 32-row variant, as measured above */
     .bq_m32_warps = {bq_m32_warps_d64, bq_m32_warps_d128},
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},
+    /* n_q <= 64 on the 128-row wgmma backward too (its second query
+     * warpgroup then computes on rows of zeros, LSE +inf: P = dS = 0,
+     * never read; skipping its products in the template made ptxas spill
+     * 56 bytes at head dim 64, so it computes them): the
+     * 32-row mma.sync kernel, under ncu on an H100 (session 39, head dim
+     * 128, n_q 32, keys [0, 1024] and 4096), holds 8 warps an SM at 247
+     * registers, 12% occupancy, DRAM 57% busy, its stalls short
+     * scoreboard on the products' ldmatrix (19-23%) and fixed latency
+     * (21-23%): latency-bound. Written, not yet run. Off. */
+    .bq_sm90_small = false,
 };
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) { return jagged_checked; }

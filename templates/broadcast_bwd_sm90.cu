@@ -140,7 +140,9 @@ __device__ __forceinline__ void keys_by_queries(float (&acc)[8][4], unsigned x_a
  * ahead of the other at most; in a sequence's last kStages - 1 tiles
  * only the P, dS slots hold it back). dQ, summed over the slab in
  * registers, goes to the slab's fp32 partial for _dq_sum. The plan sends
- * 64 < n_q <= 128 here (with n_q 0 no product would write dK, dV). */
+ * 1 <= n_q <= 128 here (with n_q 0 no product would write dK, dV): 64 <
+ * n_q, or any with .bq_sm90_small (where n_q <= 64 the second query
+ * warpgroup computes on rows of zeros, their P and dS never read). */
 extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(@PARAMS@) {
   (void)dq;

@@ -440,6 +440,22 @@ START_TEST(sm90_backward) {
      * before the loads went through copy_rows.cuh) */
     no_spills(src, p.kernels[0].name, m128->name, dir, "");
     free(src);
+    /* with .bq_sm90_small every n_q <= 128 takes it: no 32- or 64-row
+     * kernel (the split backward still for n_q 0, past 128 and GQA) */
+    ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 32, 4, 4), m128->variant - 2);
+    ag_plan_jagged_choices small = c;
+    small.bq_sm90_small = true;
+    ag_plan ps;
+    plan_with(&s, small, &ps);
+    ck_assert_int_eq(ps.nkernels, p.nkernels - 2);
+    const ag_plan_kernel *only = &ps.kernels[2];
+    ck_assert_str_eq(only->name, m128->name);
+    ck_assert_str_eq(only->template_file, "broadcast_bwd_sm90.cu");
+    for (int nq = 1; nq <= 128; nq += nq < 40 ? 31 : 63)
+      ck_assert_int_eq(ag_plan_variant(&ps, AG_PASS_BACKWARD, nq, 4, 4), only->variant);
+    ck_assert_int_ne(ag_plan_variant(&ps, AG_PASS_BACKWARD, 129, 4, 4), only->variant);
+    ck_assert_int_ne(ag_plan_variant(&ps, AG_PASS_BACKWARD, 0, 4, 4), only->variant);
+    ck_assert_int_ne(ag_plan_variant(&ps, AG_PASS_BACKWARD, 32, 4, 2), only->variant);
     /* without the choice: the mma.sync kernel, 8 warps */
     c.sm90_bq_bwd = false;
     plan_with(&s, c, &p);

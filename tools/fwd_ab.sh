@@ -11,6 +11,10 @@
 #     n_q NQ for broadcast specs; median of 20 CUDA-event timings, float64-
 #     checked) by /tmp/fi/V/attngen for each V of VARIANTS in turn, $ROUNDS
 #     rounds (default 1); one line a shape, "(FAIL)" after a failed check.
+#   plan_save, plan_edit, build_as, timed, float64, memcheck (moved here
+#     from next_gpu_call_s36.sh in session 39; each says what it does): a
+#     plan choice's variants built side by side and checked; they write
+#     logs to $out.
 
 fwd_specs() {
   mkdir -p /tmp/fi
@@ -41,4 +45,52 @@ fwd_times() {
     done
     echo "$line"
   done
+}
+
+# The variants: generator/plan_jagged.c edited, built, the CLI kept as
+# /tmp/fi/V/attngen, the source put back (and back at exit too).
+P=generator/plan_jagged.c
+plan_save() {
+  cp $P /tmp/plan_jagged.c.orig
+  trap 'cp /tmp/plan_jagged.c.orig $P; rm -f build/generator/plan_jagged.o' EXIT
+}
+# plan_edit SED LINE: one edit (sed -E) that must leave LINE (grep -E) in it
+plan_edit() {
+  sed -i -E "$1" $P
+  grep -qE "$2" $P || { echo "not found in $P after the edit: $2"; exit 1; }
+}
+# build_as V: the edited plan built as variant V, then the source restored
+build_as() {
+  rm -f build/generator/plan_jagged.o  # a warm machine may hold a newer one
+  make -j16 build/attngen > "$out/build-$1.log" 2>&1 || { tail -20 "$out/build-$1.log"; exit 1; }
+  mkdir -p /tmp/fi/$1 && cp build/attngen /tmp/fi/$1/
+  cp /tmp/plan_jagged.c.orig $P
+}
+# timed SPEC BATCH LO HI NQ(or -) "VARIANTS" PATTERN: one line, the time
+# after "time:" on the output line PATTERN matches (the forward's "^  time:",
+# the backward's "backward time:"), ms, of each variant in turn, two rounds;
+# "(FAIL)" after a run whose float64 check failed
+timed() {
+  local nq=""; [ "$5" != - ] && nq="--n-q $5"
+  local line="$1 batch $2 [$3, $4] $nq:" r v ms
+  for r in 1 2; do for v in $6; do
+    ms=$(timeout 90 /tmp/fi/$v/attngen run /tmp/fi/$1.yaml --batch $2 --heads 4 --seqlen $4 --min-seqlen $3 $nq --iters 20 2>&1 |
+         awk -v pat="$7" '/check:/ {c=$NF} $0 ~ pat {for (i = 1; i < NF; i++) if ($i == "time:") t = $(i + 1)}
+              END {print t (c == "PASS" ? "" : "(" c ")")}')
+    line="$line $v=$ms"
+  done; done
+  echo "$line"
+}
+# float64 V SPEC BATCH HI LO [NQ]: variant V's float64 check of one run
+# of /tmp/fi/SPEC.yaml, lengths in [LO, HI] (keys for a broadcast spec,
+# n_q NQ), on one line
+float64() {
+  local nq=""; [ -n "${6:-}" ] && nq="--n-q $6"
+  echo "$1 float64 $2 $3 [$5, $4] $nq: $(timeout 60 /tmp/fi/$1/attngen run /tmp/fi/$2.yaml --batch $3 --seqlen $4 --min-seqlen $5 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+}
+# memcheck V SPEC BATCH HI LO [NQ]: the same run under compute-sanitizer's
+# memcheck, its error summary and check on one line
+memcheck() {
+  local nq=""; [ -n "${6:-}" ] && nq="--n-q $6"
+  echo "memcheck $1 $2 $3 [$5, $4] $nq: $(timeout 90 compute-sanitizer --tool memcheck /tmp/fi/$1/attngen run /tmp/fi/$2.yaml --batch $3 --seqlen $4 --min-seqlen $5 $nq --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
 }

@@ -1,0 +1,51 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# next_gpu_call_s39.sh: session 39's device calls (carry [".devdeps"]).
+#   bqsmall (about 5 minutes): .bq_sm90_small, the broadcast backward for
+#     n_q <= 64 on the 128-row wgmma kernel (its second query warpgroup
+#     idle) instead of the 32- and 64-row mma.sync kernels: s0 the tree,
+#     s1 the choice on; float64 of s1 at n_q 1, 16, 32, 33, 64 (both head
+#     dims, causal at 32), memcheck and racecheck at n_q 32, the GPU
+#     suite's broadcast case on s1's plan, then the backward alone, s0
+#     against s1, two rounds (batch 1152, 4 heads, keys [0, 1024] and
+#     [512, 1024]; batch 264, keys 4096).
+source .devdeps/env.sh || exit 1
+out=${OUT:-/tmp}
+nvidia-smi --query-gpu=name --format=csv,noheader
+source tools/fwd_ab.sh
+case "${1:-}" in
+  bqsmall)
+    mkdir -p /tmp/fi
+    for d in 128 64; do
+      for c in false true; do
+        printf 'name: bb%s%s\npattern: jagged\nquery: broadcast\ncausal: %s\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' \
+          $d ${c:0:1} $c $d > /tmp/fi/bb$d$c.yaml
+      done
+    done
+    plan_save
+    build_as s0
+    plan_edit 's/^    \.bq_sm90_small = false,/    .bq_sm90_small = true,/' '^    \.bq_sm90_small = true,'
+    cp $P /tmp/plan_s1.c
+    build_as s1
+    for nq in 1 16 32 33 64; do
+      for d in 128 64; do float64 s1 bb${d}false 13 1300 0 $nq; done
+    done
+    float64 s1 bb128true 13 1300 0 32
+    float64 s1 bb64true 13 1300 0 20
+    memcheck s1 bb128false 9 1300 0 32
+    echo "racecheck s1 bb64false n_q 32: $(timeout 120 compute-sanitizer --tool racecheck /tmp/fi/s1/attngen run /tmp/fi/bb64false.yaml --batch 9 --seqlen 1300 --min-seqlen 0 --n-q 32 --iters 0 2>&1 | grep -E 'RACECHECK SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+    cp /tmp/plan_s1.c $P
+    OUT=$out timeout 200 bash tools/gpu_session.sh build gpu-broadcast 2>&1 | grep -E "Checks|exit" | head -3
+    cp /tmp/plan_jagged.c.orig $P
+    echo "=== backward alone, ms (4 heads) $(date +%T)"
+    for nq in 32 16 64; do
+      for d in 128 64; do timed bb${d}false 1152 0 1024 $nq "s0 s1" "backward time:"; done
+    done
+    for d in 128 64; do
+      timed bb${d}false 1152 512 1024 32 "s0 s1" "backward time:"
+      timed bb${d}false 264 4096 4096 32 "s0 s1" "backward time:"
+    done
+    timed bb128true 1152 0 1024 32 "s0 s1" "backward time:"
+    ;;
+  *) echo "usage: $0 bqsmall"; exit 2 ;;
+esac
