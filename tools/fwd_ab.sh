@@ -5,7 +5,8 @@
 # next_gpu_call_fwd_items.sh).
 #   fwd_specs: forward-only specs in /tmp/fi: j{128,64}{false,true} (jagged,
 #     bf16, causal or not), b{128,64} (broadcast queries), jw64 (causal,
-#     window [256, 0], fp16), jw128 (window [100, 60]).
+#     window [256, 0], fp16), jw128 (window [100, 60]); and bb{128,64}{false,
+#     true}, broadcast with both passes.
 #   fwd_times "VARIANTS" "TIMED": for each shape SPEC:LO:HI[:NQ] of TIMED,
 #     the forward alone (batch 1152, 4 heads, lengths uniform in [LO, HI],
 #     n_q NQ for broadcast specs; median of 20 CUDA-event timings, float64-
@@ -22,6 +23,8 @@ fwd_specs() {
     for c in false true; do
       printf 'name: jf%s%s\npattern: jagged\ncausal: %s\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' \
         $d ${c:0:1} $c $d > /tmp/fi/j$d$c.yaml
+      printf 'name: bb%s%s\npattern: jagged\nquery: broadcast\ncausal: %s\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' \
+        $d ${c:0:1} $c $d > /tmp/fi/bb$d$c.yaml
     done
     printf 'name: bf%s\npattern: jagged\nquery: broadcast\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward]\n' \
       $d $d > /tmp/fi/b$d.yaml

@@ -21,13 +21,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 source tools/fwd_ab.sh
 case "${1:-}" in
   bqsmall)
-    mkdir -p /tmp/fi
-    for d in 128 64; do
-      for c in false true; do
-        printf 'name: bb%s%s\npattern: jagged\nquery: broadcast\ncausal: %s\nhead_dim: %s\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' \
-          $d ${c:0:1} $c $d > /tmp/fi/bb$d$c.yaml
-      done
-    done
+    fwd_specs
     plan_save
     build_as s0
     plan_edit 's/^    \.bq_sm90_small = false,/    .bq_sm90_small = true,/' '^    \.bq_sm90_small = true,'
