@@ -178,3 +178,75 @@ def test_markdown_extra_peer_columns():
     row = [x for x in md.splitlines() if x.startswith("| B8")][0]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[-2].startswith("2.000 (") and cells[-1].startswith("4.000 (")
+
+
+def test_retime():
+    """The second round: reverse order, peers without per-shape state only,
+    the backward too unless forward-only, the lower medians kept."""
+    import contextlib
+    import types
+
+    calls = []
+
+    class T:
+        def detach(self):
+            return self
+
+        def requires_grad_(self):
+            return self
+
+    class Peer:
+        def __init__(self, name):
+            self.name = name
+
+        def context(self):
+            return contextlib.nullcontext()
+
+        def __call__(self, q, k, v, cu, max_len, causal):
+            calls.append((self.name, "fwd"))
+            return self.name
+
+    class Stateful(Peer):
+        def prepare(self, *a):
+            return []
+
+    def grad(out, leaves, dout, retain_graph=False):
+        calls.append((out, "bwd"))
+
+    torch = types.SimpleNamespace(no_grad=contextlib.nullcontext,
+                                  autograd=types.SimpleNamespace(grad=grad))
+    second = {("fa2", "fwd"): 1.2, ("fa2", "bwd"): 2.0, ("attngen", "fwd"): 0.4,
+              ("attngen", "bwd"): 1.5, ("fa4", "fwd"): 0.9}
+
+    def timer(fn):
+        fn()
+        return second[calls[-1]]
+
+    peers = {n: Peer(n) for n in ("fa2", "attngen", "fa4")}
+    peers["cudnn"] = Stateful("cudnn")
+    times = {"fa2": {"fwd": 1.0, "bwd": 2.2}, "attngen": {"fwd": 0.5, "bwd": 1.4},
+             "fa4": {"fwd": 0.8}, "cudnn": {"fwd": 3.0, "bwd": 5.0}}
+    t = T()
+    J.retime(peers, ("fa2", "attngen", "fa4", "cudnn"), t, t, t, None, 64, False, None, times,
+             torch=torch, timer=timer)
+    # fa4 forward only (no bwd recorded), then attngen and fa2 both passes
+    # (each backward after the forward it differentiates); cudnn not at all
+    assert calls == [("fa4", "fwd"), ("attngen", "fwd"), ("attngen", "fwd"), ("attngen", "bwd"),
+                     ("fa2", "fwd"), ("fa2", "fwd"), ("fa2", "bwd")]
+    assert times["fa4"] == {"fwd": 0.8, "fwd_rounds": [0.8, 0.9]}
+    assert times["attngen"]["fwd"] == 0.4 and times["attngen"]["bwd"] == 1.4
+    assert times["attngen"]["bwd_rounds"] == [1.4, 1.5]
+    assert times["fa2"]["bwd"] == 2.0 and times["fa2"]["fwd"] == 1.0
+    assert times["cudnn"] == {"fwd": 3.0, "bwd": 5.0}
+    assert J.rounds_notes(times) == [
+        "fa2: fwd rounds 1.000 / 1.200 ms (the lower kept)",
+        "fa2: bwd rounds 2.200 / 2.000 ms (the lower kept)",
+        "attngen: fwd rounds 0.500 / 0.400 ms (the lower kept)",
+        "attngen: bwd rounds 1.400 / 1.500 ms (the lower kept)",
+        "fa4: fwd rounds 0.800 / 0.900 ms (the lower kept)"]
+    calls.clear()
+    times2 = {"attngen": {"fwd": 0.5, "bwd": 1.4}}
+    J.retime(peers, ("attngen",), t, t, t, None, 64, False, None, times2, fwd_only=True,
+             torch=torch, timer=timer)
+    assert calls == [("attngen", "fwd")] and "bwd_rounds" not in times2["attngen"]
+    assert J.parse_args([]).rounds == 2 and J.parse_args(["--rounds", "1"]).rounds == 1
