@@ -706,23 +706,34 @@ def retime_forward(impls, order, inp, times, timer=None, no_grad=None):
     deterministic forward, byte for byte the same kernel, or the default
     one with --det-first), not reproduced outside the harness
     (tools/order_probe.py); two rounds in opposite orders leave each
-    implementation one run away from that spot. timer and no_grad: for
-    tests (default _time and torch.no_grad)."""
+    implementation one run away from that spot. Returns notes for those
+    whose second round failed (each keeps its first); a CUDA failure is
+    raised. timer and no_grad: for tests (default _time and
+    torch.no_grad)."""
     if timer is None:
         timer = _time
     if no_grad is None:
         import torch
         no_grad = torch.no_grad
+    failed = []
     for key in reversed(order):
         res = times.get(key)
         if key not in impls or not res or "fwd" not in res:
             continue
         impl = impls[key]
-        with impl.context():
-            with no_grad():
-                t = timer(lambda: impl(inp.q, inp.k, inp.v))
+        try:
+            with impl.context():
+                with no_grad():
+                    t = timer(lambda: impl(inp.q, inp.k, inp.v))
+        except Exception as e:  # this one keeps its first round; the others go on
+            if _is_cuda_failure(e):
+                raise
+            failed.append("%s: second forward round failed (one round kept): %s"
+                          % (key, _first_line(e)))
+            continue
         res["fwd_rounds"] = [res["fwd"], t]
         res["fwd"] = min(res["fwd"], t)
+    return failed
 
 
 def rounds_notes(times, apart=1.05):
@@ -1025,9 +1036,11 @@ def run(args):
             torch.cuda.empty_cache()
         if not dead and args.fwd_rounds > 1:
             try:
-                retime_forward(impls, order, inp, rec["times"])
+                rec["notes"] += retime_forward(impls, order, inp, rec["times"])
             except Exception as e:
                 rec["notes"].append("second forward round failed: %s" % _first_line(e))
+                if _is_cuda_failure(e):
+                    dead = True
             rec["notes"] += rounds_notes(rec["times"])
         for impl in impls.values():
             impl.release()

@@ -613,28 +613,38 @@ def retime(peers, order, q, k, v, cu, max_len, causal, dout, times, fwd_only=Fal
     "fwd_rounds" (and "bwd_rounds") with both medians and keeps the lower.
     broadcast_bench (session 39) timed the implementation run just after
     attngen's passes 12-17% slower in its forward, whichever it was; here
-    FA4 runs in that place. torch, timer: for tests."""
+    FA4 runs in that place. Returns notes for the peers whose second round
+    failed (each keeps its first); a CUDA failure is raised. torch, timer:
+    for tests."""
     if torch is None:
         import torch
     if timer is None:
         timer = _time
+    failed = []
     for key in reversed(order):
         res, peer = times.get(key), peers.get(key)
         if peer is None or not res or "fwd" not in res or hasattr(peer, "prepare"):
             continue
-        with peer.context():
-            with torch.no_grad():
-                t = timer(lambda: peer(q, k, v, cu, max_len, causal))
-            res["fwd_rounds"] = [res["fwd"], t]
-            res["fwd"] = min(res["fwd"], t)
-            if fwd_only or "bwd" not in res:
-                continue
-            qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-            out = peer(qg, kg, vg, cu, max_len, causal)
-            t = timer(lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True))
-            del out
-            res["bwd_rounds"] = [res["bwd"], t]
-            res["bwd"] = min(res["bwd"], t)
+        try:
+            with peer.context():
+                with torch.no_grad():
+                    t = timer(lambda: peer(q, k, v, cu, max_len, causal))
+                res["fwd_rounds"] = [res["fwd"], t]
+                res["fwd"] = min(res["fwd"], t)
+                if fwd_only or "bwd" not in res:
+                    continue
+                qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+                out = peer(qg, kg, vg, cu, max_len, causal)
+                t = timer(lambda: torch.autograd.grad(out, (qg, kg, vg), dout,
+                                                      retain_graph=True))
+                del out
+                res["bwd_rounds"] = [res["bwd"], t]
+                res["bwd"] = min(res["bwd"], t)
+        except Exception as e:  # this one keeps what it has; the others go on
+            if _is_cuda_failure(e):
+                raise
+            failed.append("%s: second round failed (one round kept): %s" % (key, _first_line(e)))
+    return failed
 
 
 def rounds_notes(times, apart=1.05):
@@ -854,11 +864,14 @@ def run(args):
             torch.cuda.empty_cache()
         if args.rounds > 1:
             try:
-                retime(peers, ("fa2", "attngen", "fa4") + EXTRA_PEERS, q, k, v, cu, L, causal,
-                       dout, rec["times"], fwd_only=args.fwd_only)
+                rec["notes"] += retime(peers, ("fa2", "attngen", "fa4") + EXTRA_PEERS, q, k, v,
+                                       cu, L, causal, dout, rec["times"], fwd_only=args.fwd_only)
             except Exception as e:
-                rec["notes"].append("second round failed: %s: %s" % (
-                    type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else ""))
+                rec["notes"].append("second round failed: %s" % _first_line(e))
+                records.append(rec)
+                write()
+                print("jagged_bench: CUDA context may be gone; stopping", file=sys.stderr)
+                return 1
             rec["notes"] += rounds_notes(rec["times"])
         a = kept.get("attngen", {})
         f2 = kept.get("fa2", {})

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
-# fwd_ab.sh: sourced by the device scripts that time forward variants side
-# by side (next_gpu_call_s34.sh, next_gpu_call_s35.sh,
+# fwd_ab.sh: sourced by the device scripts that time plan variants side
+# by side (next_gpu_call_s34.sh, _s35.sh, _s36.sh, _s39.sh,
 # next_gpu_call_fwd_items.sh).
 #   fwd_specs: forward-only specs in /tmp/fi: j{128,64}{false,true} (jagged,
 #     bf16, causal or not), b{128,64} (broadcast queries), jw64 (causal,

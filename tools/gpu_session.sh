@@ -96,7 +96,7 @@ for step in $steps; do
         set -- $run
         [ "${SANITIZE_ONLY:-}" = broadcast ] && [ "$2" = 0 ] && continue
         [ "${SANITIZE_ONLY:-}" = jagged ] && [ "$2" != 0 ] && continue
-        spec=specs/$1; case $1 in /*|build/*) spec=$1 ;; esac
+        spec=specs/$1; [ -f "$spec" ] || spec=$1  # specs/'s, or a path ($out's)
         for tool in memcheck racecheck; do
           log="$out/sanitize-$tool-$(basename "$spec" .yaml)-$2-${3:-300}.log"
           compute-sanitizer --tool $tool --error-exitcode 9 build/attngen run "$spec" --batch 6 \

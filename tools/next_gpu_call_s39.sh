@@ -17,6 +17,7 @@ out=${OUT:-/tmp}
 # call runs out of time (session 39's first bqsmall call printed nothing:
 # its output went through `tail`, which a timeout killed first)
 exec > >(tee "$out/next_gpu_call_s39.log") 2>&1
+tee_pid=$!
 nvidia-smi --query-gpu=name --format=csv,noheader
 source tools/fwd_ab.sh
 case "${1:-}" in
@@ -29,12 +30,16 @@ case "${1:-}" in
     build_as s1
     # every variant's kernels compiled at once into the kernel cache (one
     # at a time they took most of session 39's call)
-    for v in s0 s1; do
-      for sp in bb128false bb64false bb128true bb64true; do
-        /tmp/fi/$v/attngen compile /tmp/fi/$sp.yaml -o /tmp/fi/$v/$sp.cubin &
+    # (in a subshell: a bare wait here would also wait for the tee above)
+    ( pids=()
+      for v in s0 s1; do
+        for sp in bb128false bb64false bb128true bb64true; do
+          /tmp/fi/$v/attngen compile /tmp/fi/$sp.yaml -o /tmp/fi/$v/$sp.cubin &
+          pids+=($!)
+        done
       done
-    done
-    wait
+      rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done; exit $rc ) ||
+      echo "a compile failed (the runs below say which)"
     echo "=== compiled $(date +%T)"
     for nq in 1 16 32 33 64; do
       for d in 128 64; do float64 s1 bb${d}false 13 1300 0 $nq; done
@@ -63,3 +68,6 @@ case "${1:-}" in
     ;;
   *) echo "usage: $0 bqsmall"; exit 2 ;;
 esac
+# the log's last lines written before the call ends
+exec >&- 2>&-
+wait "$tee_pid"

@@ -426,3 +426,40 @@ def test_retime_forward():
         "fa2: forward rounds 1.000 / 1.200 ms (the lower kept)",
         "attngen: forward rounds 0.500 / 0.550 ms (the lower kept)",
         "attngen_det: forward rounds 0.600 / 0.500 ms (the lower kept)"]
+
+
+def test_retime_forward_failure():
+    """One implementation's failed second round leaves it its first and the
+    others go on; a CUDA failure is raised."""
+    import contextlib
+
+    class Impl:
+        def __init__(self, exc=None):
+            self.exc = exc
+
+        def context(self):
+            return contextlib.nullcontext()
+
+        def __call__(self, q, k, v):
+            if self.exc:
+                raise self.exc
+
+    class Inp:
+        q = k = v = None
+
+    impls = {"fa2": Impl(), "attngen": Impl(), "cudnn": Impl(RuntimeError("no plan"))}
+    times = {"fa2": {"fwd": 1.0}, "attngen": {"fwd": 0.5}, "cudnn": {"fwd": 2.0}}
+
+    def timer(fn):
+        fn()
+        return 0.9
+
+    notes = B.retime_forward(impls, ["fa2", "attngen", "cudnn"], Inp(), times, timer=timer,
+                             no_grad=contextlib.nullcontext)
+    assert notes == ["cudnn: second forward round failed (one round kept): RuntimeError: no plan"]
+    assert times["cudnn"] == {"fwd": 2.0}
+    assert times["fa2"]["fwd"] == 0.9 and times["attngen"]["fwd_rounds"] == [0.5, 0.9]
+    impls["cudnn"] = Impl(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    with pytest.raises(RuntimeError):
+        B.retime_forward(impls, ["fa2", "cudnn"], Inp(), {"cudnn": {"fwd": 1.0}}, timer=timer,
+                         no_grad=contextlib.nullcontext)

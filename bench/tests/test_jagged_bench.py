@@ -250,3 +250,38 @@ def test_retime():
              torch=torch, timer=timer)
     assert calls == [("attngen", "fwd")] and "bwd_rounds" not in times2["attngen"]
     assert J.parse_args([]).rounds == 2 and J.parse_args(["--rounds", "1"]).rounds == 1
+
+
+def test_retime_failure():
+    """A peer whose second round fails keeps its first; the others go on; a
+    CUDA failure is raised."""
+    import contextlib
+    import types
+
+    class Peer:
+        def __init__(self, exc=None):
+            self.exc = exc
+
+        def context(self):
+            return contextlib.nullcontext()
+
+        def __call__(self, *a):
+            if self.exc:
+                raise self.exc
+
+    torch = types.SimpleNamespace(no_grad=contextlib.nullcontext)
+
+    def timer(fn):
+        fn()
+        return 0.7
+
+    peers = {"fa2": Peer(), "fa4": Peer(ValueError("bad head dim"))}
+    times = {"fa2": {"fwd": 1.0}, "fa4": {"fwd": 0.8}}
+    notes = J.retime(peers, ("fa2", "fa4"), None, None, None, None, 64, False, None, times,
+                     fwd_only=True, torch=torch, timer=timer)
+    assert notes == ["fa4: second round failed (one round kept): ValueError: bad head dim"]
+    assert times == {"fa2": {"fwd": 0.7, "fwd_rounds": [1.0, 0.7]}, "fa4": {"fwd": 0.8}}
+    peers["fa4"] = Peer(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    with pytest.raises(RuntimeError):
+        J.retime(peers, ("fa2", "fa4"), None, None, None, None, 64, False, None,
+                 {"fa4": {"fwd": 0.8}}, fwd_only=True, torch=torch, timer=timer)
