@@ -704,8 +704,9 @@ static const ag_plan_jagged_choices jagged_checked = {
     .bq_m32_stages = {bq_m32_stages_d64, bq_m32_stages_d128},
     /* n_q <= 64 on the 128-row wgmma backward too (its second query
      * warpgroup then computes on rows of zeros, LSE +inf: P = dS = 0,
-     * never read; skipping its products in the template made ptxas spill
-     * 56 bytes at head dim 64, so it computes them): the
+     * never read; skipping its products, in the loop or as a loop of its
+     * own, made ptxas spill 52-56 bytes at head dim 64, so it computes
+     * them): the
      * 32-row mma.sync kernel, under ncu on an H100 (session 39, head dim
      * 128, n_q 32, keys [0, 1024] and 4096), holds 8 warps an SM at 247
      * registers, 12% occupancy, DRAM 57% busy, its stalls short
