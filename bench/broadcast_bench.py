@@ -702,9 +702,9 @@ def retime_forward(impls, order, inp, times, timer=None, no_grad=None):
     order, after every one has run its passes: each res in `times` with a
     "fwd" gets "fwd_rounds" (both medians) and keeps the lower as "fwd".
     Session 39 found the implementation run just after attngen's passes
-    timing its forward 12-17% slower in the fixed order (attngen's own
-    deterministic forward, byte for byte the same kernel, or the default
-    one with --det-first), not reproduced outside the harness
+    (attngen's other mode: the deterministic forward, byte for byte the
+    same kernel, or the default one with --det-first) timing its forward
+    12-17% slower, not reproduced outside the harness
     (tools/order_probe.py); two rounds in opposite orders leave each
     implementation one run away from that spot. Returns notes for those
     whose second round failed (each keeps its first); a CUDA failure is
