@@ -431,6 +431,9 @@ typedef struct ag_plan_jagged_choices {
   /* the one-pass broadcast backward for every n_q <= 128 on the 128-row
    * wgmma kernel (with sm90_bq_bwd on sm_90a): no 32- or 64-row variant */
   bool bq_sm90_small;
+  /* the broadcast forward for every n_q on the warp-specialized kernel
+   * (where it is planned): no 32-row variant for n_q <= 64 */
+  bool bq_fwd_ws_small;
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

@@ -716,6 +716,14 @@ static const ag_plan_jagged_choices jagged_checked = {
      * windows, grouped heads, 100,000 sequences); not yet timed (the call
      * ran out of device time). Off. */
     .bq_sm90_small = false,
+    /* n_q <= 64 on the broadcast warp-specialized forward too, its one
+     * query tile of 128 rows holding n_q real ones (SKIP_DEAD: the second
+     * warpgroup computes nothing where n_q <= 64), K and V by TMA, instead
+     * of the 32-row mma.sync tiles. Those run near the memory floor at s 1
+     * (session 39's broadcast table on an H100: 1.620 ms at head dim 64,
+     * n_q 32, L 4096, where cuDNN took 1.583; 0.223 ms, 86% of the floor,
+     * at L 1024, s 0.5). Written, not run. Off. */
+    .bq_fwd_ws_small = false,
 };
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) { return jagged_checked; }
@@ -758,7 +766,9 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
       out->jagged.fwd_ws ? choices.sm90_fwd_exp2_fma_every[spec->head_dim == 128] : 0;
   if ((spec->passes & AG_PASS_BACKWARD) && !plan_backward_fast(spec, out, choices))
     plan_backward(out);
-  if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD)) plan_forward_small(out);
+  if (out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD) &&
+      !(choices.bq_fwd_ws_small && out->jagged.fwd_ws))
+    plan_forward_small(out);
   if (choices.sm90_short && !out->jagged.broadcast && (spec->passes & AG_PASS_FORWARD))
     plan_forward_short(spec, out);
   if (out->jagged.broadcast && (spec->passes & AG_PASS_BACKWARD))

@@ -335,6 +335,43 @@ START_TEST(items_forward) {
 }
 END_TEST
 
+/* The plan choice .bq_fwd_ws_small (off): with the warp-specialized
+ * broadcast forward planned (sm_90a), every n_q takes it (one forward
+ * kernel, launched for any n_q); without it (sm_80) the 32-row variant
+ * stays. */
+START_TEST(ws_small_forward) {
+  for (int d = 0; d < 2; d++) {
+    const int dim = d ? 64 : 128;
+    char y[512];
+    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", false);
+    ag_spec s = load_ok(y);
+    ag_plan_jagged_choices c = ag_plan_jagged_checked();
+    ag_plan p;
+    plan_with(&s, c, &p);
+    ck_assert_int_eq(p.nkernels, 2); /* the 128-row forward and the 32-row one */
+    c.bq_fwd_ws_small = true;
+    plan_with(&s, c, &p);
+    ck_assert_int_eq(p.nkernels, 1);
+    ck_assert_str_eq(p.kernels[0].template_file, "jagged_fwd_ws.cu");
+    ck_assert_int_eq(p.kernels[0].variant, 0);
+    for (int nq = 1; nq <= 200; nq = nq * 2 + 1)
+      ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_FORWARD, nq, 4, 4), 0);
+    char *src = NULL;
+    ag_error err = {0};
+    ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
+    ck_assert_ptr_null(strstr(src, "_bq_fwd_m32"));
+    ck_assert_ptr_nonnull(strstr(src, p.kernels[0].name));
+    free(src);
+    /* sm_80: no warp-specialized forward, the 32-row variant kept */
+    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_80\n", false);
+    ag_spec s8 = load_ok(y);
+    plan_with(&s8, c, &p);
+    ck_assert_int_eq(p.nkernels, 2);
+    ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_FORWARD, 32, 4, 4), AG_VARIANT_FWD_SMALL);
+  }
+}
+END_TEST
+
 START_TEST(compiles) {
   char y[512];
   const char *extra[] = {"", "window: [100, 0]\n"};
@@ -752,6 +789,7 @@ Suite *broadcast_suite(void) {
   tcase_add_test(tc, deep_forward);
   tcase_add_test(tc, heads_inner_forward);
   tcase_add_test(tc, items_forward);
+  tcase_add_test(tc, ws_small_forward);
   tcase_add_test(tc, launch_parameters);
   tcase_add_test(tc, argument_checks);
   suite_add_tcase(s, tc);

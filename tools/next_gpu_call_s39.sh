@@ -11,6 +11,13 @@
 #     two rounds (batch 1152, 4 heads, keys [0, 1024] and [512, 1024] at
 #     n_q 32, head dim 128 at n_q 16 and 64 and causal; batch 264, keys
 #     4096). Run it with `bash tools/next_gpu_call_s39.sh bqsmall`, no pipe.
+#   bqfwdsmall (about 4 minutes): .bq_fwd_ws_small, the broadcast forward
+#     for n_q <= 64 on the warp-specialized kernel instead of the 32-row
+#     mma.sync tiles: f0 the tree, f1 the choice on; float64 of f1 at n_q
+#     1, 16, 32, 64 (both head dims; causal at 32 and 20), memcheck and
+#     racecheck at n_q 32, then the forward alone, f0 against f1, two
+#     rounds (batch 1152, 4 heads, n_q 32, keys [0, 1024], 1024 and 4096;
+#     head dim 64 at n_q 16 and 64).
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 # everything also into a file under $OUT, which comes back even when the
@@ -66,7 +73,39 @@ case "${1:-}" in
     timed bb128false 264 4096 4096 32 "s0 s1" "backward time:"
     timed bb128true 1152 0 1024 32 "s0 s1" "backward time:"
     ;;
-  *) echo "usage: $0 bqsmall"; exit 2 ;;
+  bqfwdsmall)
+    fwd_specs
+    plan_save
+    build_as f0
+    plan_edit 's/^    \.bq_fwd_ws_small = false,/    .bq_fwd_ws_small = true,/' '^    \.bq_fwd_ws_small = true,'
+    build_as f1
+    ( pids=()
+      for v in f0 f1; do
+        for sp in b128 b64 bb128true bb64true; do
+          /tmp/fi/$v/attngen compile /tmp/fi/$sp.yaml -o /tmp/fi/$v/$sp.cubin &
+          pids+=($!)
+        done
+      done
+      rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done; exit $rc ) ||
+      echo "a compile failed (the runs below say which)"
+    echo "=== compiled $(date +%T)"
+    for nq in 1 16 32 64; do
+      for d in 128 64; do float64 f1 b$d 13 1300 0 $nq; done
+    done
+    float64 f1 bb128true 13 1300 0 32
+    float64 f1 bb64true 13 1300 0 20
+    memcheck f1 b64 9 1300 0 32
+    echo "racecheck f1 b64 n_q 32: $(timeout 120 compute-sanitizer --tool racecheck /tmp/fi/f1/attngen run /tmp/fi/b64.yaml --batch 9 --seqlen 1300 --min-seqlen 0 --n-q 32 --iters 0 2>&1 | grep -E 'RACECHECK SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+    echo "=== forward alone, ms (4 heads) $(date +%T)"
+    for d in 128 64; do
+      timed b$d 1152 0 1024 32 "f0 f1" "^  time:"
+      timed b$d 1152 1024 1024 32 "f0 f1" "^  time:"
+      timed b$d 1152 4096 4096 32 "f0 f1" "^  time:"
+    done
+    timed b64 1152 0 1024 16 "f0 f1" "^  time:"
+    timed b64 1152 0 1024 64 "f0 f1" "^  time:"
+    ;;
+  *) echo "usage: $0 bqsmall|bqfwdsmall"; exit 2 ;;
 esac
 # the log's last lines written before the call ends
 exec >&- 2>&-
