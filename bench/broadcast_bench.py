@@ -704,7 +704,7 @@ def retime_forward(impls, order, inp, times, timer=None, no_grad=None):
     Session 39 found the implementation run just after attngen's passes
     (attngen's other mode: the deterministic forward, byte for byte the
     same kernel, or the default one with --det-first) timing its forward
-    12-17% slower, not reproduced outside the harness
+    5-17% slower, not reproduced outside the harness
     (tools/order_probe.py); two rounds in opposite orders leave each
     implementation one run away from that spot. Returns notes for those
     whose second round failed (each keeps its first); a CUDA failure is

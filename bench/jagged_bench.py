@@ -612,7 +612,7 @@ def retime(peers, order, q, k, v, cu, max_len, causal, dout, times, fwd_only=Fal
     (prepare/release: FA2, attngen, FA4): each res in `times` gets
     "fwd_rounds" (and "bwd_rounds") with both medians and keeps the lower.
     broadcast_bench (session 39) timed the implementation run just after
-    attngen's passes 12-17% slower in its forward, whichever it was; here
+    attngen's passes 5-17% slower in its forward, whichever it was; here
     FA4 runs in that place. Returns notes for the peers whose second round
     failed (each keeps its first); a CUDA failure is raised. torch, timer:
     for tests."""

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """order_probe.py: why broadcast_bench's second attngen forward times
-12-17% slower than the first, whichever variant runs second (bench/
+5-17% slower than the first, whichever variant runs second (bench/
 RESULTS-broadcast.md, session 39). Times one shape's broadcast forward
 (default and deterministic, the same kernel) at points of a fixed
 sequence: cold, after the other variant's forward, after a backward loop,
