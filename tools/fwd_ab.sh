@@ -13,9 +13,9 @@
 #     checked) by /tmp/fi/V/attngen for each V of VARIANTS in turn, $ROUNDS
 #     rounds (default 1); one line a shape, "(FAIL)" after a failed check.
 #   plan_save, plan_edit, build_as, timed, float64, memcheck (moved here
-#     from next_gpu_call_s36.sh in session 39; each says what it does): a
-#     plan choice's variants built side by side and checked; they write
-#     logs to $out.
+#     from next_gpu_call_s36.sh in session 39), racecheck, compile_variants
+#     (each says what it does): a plan choice's variants built side by
+#     side, compiled and checked; they write logs to $out.
 
 fwd_specs() {
   mkdir -p /tmp/fi
@@ -92,8 +92,28 @@ float64() {
   echo "$1 float64 $2 $3 [$5, $4] $nq: $(timeout 60 /tmp/fi/$1/attngen run /tmp/fi/$2.yaml --batch $3 --seqlen $4 --min-seqlen $5 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
 }
 # memcheck V SPEC BATCH HI LO [NQ]: the same run under compute-sanitizer's
-# memcheck, its error summary and check on one line
-memcheck() {
+# memcheck, its error summary and check on one line; racecheck: the same
+# under racecheck (120 s)
+sanitized() {
+  local tool=$1 limit=$2; shift 2
   local nq=""; [ -n "${6:-}" ] && nq="--n-q $6"
-  echo "memcheck $1 $2 $3 [$5, $4] $nq: $(timeout 90 compute-sanitizer --tool memcheck /tmp/fi/$1/attngen run /tmp/fi/$2.yaml --batch $3 --seqlen $4 --min-seqlen $5 $nq --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+  echo "$tool $1 $2 $3 [$5, $4] $nq: $(timeout $limit compute-sanitizer --tool $tool /tmp/fi/$1/attngen run /tmp/fi/$2.yaml --batch $3 --seqlen $4 --min-seqlen $5 $nq --iters 0 2>&1 | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+}
+memcheck() { sanitized memcheck 90 "$@"; }
+racecheck() { sanitized racecheck 120 "$@"; }
+# compile_variants "VARIANTS" "SPECS": every variant's CLI compiles every
+# /tmp/fi spec at once, filling the kernel cache the timed runs then hit;
+# one line if any compile failed. In a subshell, so that its wait counts
+# only these compiles (not a tee the caller's output may go through).
+compile_variants() {
+  ( pids=()
+    for v in $1; do
+      for sp in $2; do
+        /tmp/fi/$v/attngen compile /tmp/fi/$sp.yaml -o /tmp/fi/$v/$sp.cubin &
+        pids+=($!)
+      done
+    done
+    rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done; exit $rc ) ||
+    echo "a compile failed (the runs below say which)"
+  echo "=== compiled $(date +%T)"
 }

@@ -35,26 +35,15 @@ case "${1:-}" in
     plan_edit 's/^    \.bq_sm90_small = false,/    .bq_sm90_small = true,/' '^    \.bq_sm90_small = true,'
     cp $P /tmp/plan_s1.c
     build_as s1
-    # every variant's kernels compiled at once into the kernel cache (one
-    # at a time they took most of session 39's call)
-    # (in a subshell: a bare wait here would also wait for the tee above)
-    ( pids=()
-      for v in s0 s1; do
-        for sp in bb128false bb64false bb128true bb64true; do
-          /tmp/fi/$v/attngen compile /tmp/fi/$sp.yaml -o /tmp/fi/$v/$sp.cubin &
-          pids+=($!)
-        done
-      done
-      rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done; exit $rc ) ||
-      echo "a compile failed (the runs below say which)"
-    echo "=== compiled $(date +%T)"
+    # (one at a time the compiles took most of session 39's call)
+    compile_variants "s0 s1" "bb128false bb64false bb128true bb64true"
     for nq in 1 16 32 33 64; do
       for d in 128 64; do float64 s1 bb${d}false 13 1300 0 $nq; done
     done
     float64 s1 bb128true 13 1300 0 32
     float64 s1 bb64true 13 1300 0 20
     memcheck s1 bb128false 9 1300 0 32
-    echo "racecheck s1 bb64false n_q 32: $(timeout 120 compute-sanitizer --tool racecheck /tmp/fi/s1/attngen run /tmp/fi/bb64false.yaml --batch 9 --seqlen 1300 --min-seqlen 0 --n-q 32 --iters 0 2>&1 | grep -E 'RACECHECK SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+    racecheck s1 bb64false 9 1300 0 32
     # (the GPU suite's broadcast case on s1's plan passed in session 39:
     # 7 checks, n_q 1 to 200, causal, windows, grouped heads, 100,000
     # sequences; rerun with SUITE=1)
@@ -79,23 +68,14 @@ case "${1:-}" in
     build_as f0
     plan_edit 's/^    \.bq_fwd_ws_small = false,/    .bq_fwd_ws_small = true,/' '^    \.bq_fwd_ws_small = true,'
     build_as f1
-    ( pids=()
-      for v in f0 f1; do
-        for sp in b128 b64 bb128true bb64true; do
-          /tmp/fi/$v/attngen compile /tmp/fi/$sp.yaml -o /tmp/fi/$v/$sp.cubin &
-          pids+=($!)
-        done
-      done
-      rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done; exit $rc ) ||
-      echo "a compile failed (the runs below say which)"
-    echo "=== compiled $(date +%T)"
+    compile_variants "f0 f1" "b128 b64 bb128true bb64true"
     for nq in 1 16 32 64; do
       for d in 128 64; do float64 f1 b$d 13 1300 0 $nq; done
     done
     float64 f1 bb128true 13 1300 0 32
     float64 f1 bb64true 13 1300 0 20
     memcheck f1 b64 9 1300 0 32
-    echo "racecheck f1 b64 n_q 32: $(timeout 120 compute-sanitizer --tool racecheck /tmp/fi/f1/attngen run /tmp/fi/b64.yaml --batch 9 --seqlen 1300 --min-seqlen 0 --n-q 32 --iters 0 2>&1 | grep -E 'RACECHECK SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+    racecheck f1 b64 9 1300 0 32
     echo "=== forward alone, ms (4 heads) $(date +%T)"
     for d in 128 64; do
       timed b$d 1152 0 1024 32 "f0 f1" "^  time:"
