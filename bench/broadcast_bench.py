@@ -368,7 +368,7 @@ def _rel(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-_first_line, _is_cuda_failure = J._first_line, J._is_cuda_failure
+_first_line, _is_cuda_failure, rounds_notes = J._first_line, J._is_cuda_failure, J.rounds_notes
 
 
 class Skip(Exception):
@@ -734,17 +734,6 @@ def retime_forward(impls, order, inp, times, timer=None, no_grad=None):
         res["fwd_rounds"] = [res["fwd"], t]
         res["fwd"] = min(res["fwd"], t)
     return failed
-
-
-def rounds_notes(times, apart=1.05):
-    """Notes for the implementations whose two forward medians are more
-    than `apart` times apart (what the second round caught)."""
-    notes = []
-    for key, res in times.items():
-        a, b = (res.get("fwd_rounds") or [None, None])
-        if a and b and max(a, b) > apart * min(a, b):
-            notes.append("%s: forward rounds %.3f / %.3f ms (the lower kept)" % (key, a, b))
-    return notes
 
 
 def measure(impl, inp, res, kept=None, repeat=False):

@@ -648,14 +648,15 @@ def retime(peers, order, q, k, v, cu, max_len, causal, dout, times, fwd_only=Fal
 
 
 def rounds_notes(times, apart=1.05):
-    """Notes for the peers whose two medians of a pass are more than
-    `apart` times apart (what the second round caught)."""
+    """Notes for the implementations whose two medians of a pass (the
+    "fwd_rounds" or "bwd_rounds" a second round left) are more than `apart`
+    times apart (what the second round caught); broadcast_bench's too."""
     notes = []
     for key, res in times.items():
-        for pas in ("fwd", "bwd"):
+        for pas, word in (("fwd", "forward"), ("bwd", "backward")):
             a, b = res.get(pas + "_rounds") or (None, None)
             if a and b and max(a, b) > apart * min(a, b):
-                notes.append("%s: %s rounds %.3f / %.3f ms (the lower kept)" % (key, pas, a, b))
+                notes.append("%s: %s rounds %.3f / %.3f ms (the lower kept)" % (key, word, a, b))
     return notes
 
 

@@ -239,11 +239,11 @@ def test_retime():
     assert times["fa2"]["bwd"] == 2.0 and times["fa2"]["fwd"] == 1.0
     assert times["cudnn"] == {"fwd": 3.0, "bwd": 5.0}
     assert J.rounds_notes(times) == [
-        "fa2: fwd rounds 1.000 / 1.200 ms (the lower kept)",
-        "fa2: bwd rounds 2.200 / 2.000 ms (the lower kept)",
-        "attngen: fwd rounds 0.500 / 0.400 ms (the lower kept)",
-        "attngen: bwd rounds 1.400 / 1.500 ms (the lower kept)",
-        "fa4: fwd rounds 0.800 / 0.900 ms (the lower kept)"]
+        "fa2: forward rounds 1.000 / 1.200 ms (the lower kept)",
+        "fa2: backward rounds 2.200 / 2.000 ms (the lower kept)",
+        "attngen: forward rounds 0.500 / 0.400 ms (the lower kept)",
+        "attngen: backward rounds 1.400 / 1.500 ms (the lower kept)",
+        "fa4: forward rounds 0.800 / 0.900 ms (the lower kept)"]
     calls.clear()
     times2 = {"attngen": {"fwd": 0.5, "bwd": 1.4}}
     J.retime(peers, ("attngen",), t, t, t, None, 64, False, None, times2, fwd_only=True,
