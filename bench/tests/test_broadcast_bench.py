@@ -422,6 +422,9 @@ def test_retime_forward():
     assert times["fa4"] == {"bwd": 3.0}
     assert B.rounds_notes({"x": {"fwd_rounds": [1.0, 1.04]}, "y": {"fwd": 1.0}}) == []
     assert B.parse_args([]).fwd_rounds == 2 and B.parse_args(["--fwd-rounds", "1"]).fwd_rounds == 1
+    for bad in ("0", "3", "two"):
+        with pytest.raises(SystemExit):
+            B.parse_args(["--fwd-rounds", bad])
     assert B.rounds_notes(times) == [
         "fa2: forward rounds 1.000 / 1.200 ms (the lower kept)",
         "attngen: forward rounds 0.500 / 0.550 ms (the lower kept)",

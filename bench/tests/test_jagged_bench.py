@@ -250,6 +250,9 @@ def test_retime():
              torch=torch, timer=timer)
     assert calls == [("attngen", "fwd")] and "bwd_rounds" not in times2["attngen"]
     assert J.parse_args([]).rounds == 2 and J.parse_args(["--rounds", "1"]).rounds == 1
+    for bad in ("0", "3", "two"):
+        with pytest.raises(SystemExit):
+            J.parse_args(["--rounds", bad])
 
 
 def test_retime_failure():
