@@ -713,8 +713,16 @@ static const ag_plan_jagged_choices jagged_checked = {
      * scoreboard on the products' ldmatrix (19-23%) and fixed latency
      * (21-23%): latency-bound. The GPU suite's broadcast case on this
      * choice's plan passed on an H100 (session 39: n_q 1 to 200, causal,
-     * windows, grouped heads, 100,000 sequences); not yet timed (the call
-     * ran out of device time). Off. */
+     * windows, grouped heads, 100,000 sequences). Timed on an H100 80GB
+     * HBM3 (session 40; bench/results/2026-12-07-h100-bqsmall-s40.log;
+     * the backward alone, batch 1152, 4 heads, ms, tree -> on, the first
+     * of two rounds): head dim 128, n_q 32, keys [0, 1024] 1.195 -> 1.424,
+     * [512, 1024] 1.594 -> 1.875, causal 1.196 -> 1.659; n_q 16 1.154 ->
+     * 1.384; n_q 64 1.420 -> 1.471; batch 264 of 4096 keys at n_q 32 2.037
+     * -> 2.273; head dim 64, n_q 32 0.646 -> 0.773 and 0.862 -> 1.012.
+     * Correct (float64 at n_q 1 to 64, memcheck, racecheck) and 3-39%
+     * slower: the query warpgroups' products on 128 rows (4x the work at
+     * n_q 32) cost more than the 32-row kernel's latency. Off. */
     .bq_sm90_small = false,
     /* n_q <= 64 on the broadcast warp-specialized forward too, its one
      * query tile of 128 rows holding n_q real ones (SKIP_DEAD: the second
