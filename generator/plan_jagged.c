@@ -721,8 +721,10 @@ static const ag_plan_jagged_choices jagged_checked = {
      * 1.384; n_q 64 1.420 -> 1.471; batch 264 of 4096 keys at n_q 32 2.037
      * -> 2.273; head dim 64, n_q 32 0.646 -> 0.773 and 0.862 -> 1.012.
      * Correct (float64 at n_q 1 to 64, memcheck, racecheck) and 3-39%
-     * slower: the query warpgroups' products on 128 rows (4x the work at
-     * n_q 32) cost more than the 32-row kernel's latency. Off. */
+     * slower. Its time hardly moves with n_q (1.384, 1.424, 1.471 ms at
+     * 16, 32, 64), so not its idle rows' products but its cost a key tile
+     * (the P, dS hand-off to the key warpgroup, the K, V ring: about 4.8
+     * us a 64-key tile an SM, the 32-row kernel's 4.0) is over the 32-row kernel's. Off. */
     .bq_sm90_small = false,
     /* n_q <= 64 on the broadcast warp-specialized forward too, its one
      * query tile of 128 rows holding n_q real ones (SKIP_DEAD: the second
