@@ -722,9 +722,9 @@ static const ag_plan_jagged_choices jagged_checked = {
      * -> 2.273; head dim 64, n_q 32 0.646 -> 0.773 and 0.862 -> 1.012.
      * Correct (float64 at n_q 1 to 64, memcheck, racecheck) and 3-39%
      * slower. Its time hardly moves with n_q (1.384, 1.424, 1.471 ms at
-     * 16, 32, 64), so not its idle rows' products but its cost a key tile
-     * (the P, dS hand-off to the key warpgroup, the K, V ring: about 4.8
-     * us a 64-key tile an SM, the 32-row kernel's 4.0) is over the 32-row kernel's. Off. */
+     * 16, 32, 64): not its idle rows' products lose but its cost a key
+     * tile (the P, dS hand-off to the key warpgroup, the K, V ring), about
+     * 4.8 us a 64-key tile an SM against the 32-row kernel's 4.0. Off. */
     .bq_sm90_small = false,
     /* n_q <= 64 on the broadcast warp-specialized forward too, its one
      * query tile of 128 rows holding n_q real ones (SKIP_DEAD: the second
