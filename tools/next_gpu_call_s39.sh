@@ -4,13 +4,14 @@
 #   Both modes time first and check after (session 40: starts were scarce,
 #   so a call cut short still brings back the timings; the GPU suite had
 #   already passed on bqsmall's plan).
-#   bqsmall (about 5 minutes; its log also in $OUT): .bq_sm90_small, the
+#   bqsmall (8 minutes on session 40's H100, which ran it: 3-39% slower,
+#   left off; bench/results/2026-12-07-h100-bqsmall-s40.log): .bq_sm90_small, the
 #     broadcast backward for n_q <= 64 on the 128-row wgmma kernel (its
 #     second query warpgroup computing on rows of zeros) instead of the 32-
 #     and 64-row mma.sync kernels: s0 the tree, s1 the choice on; float64
 #     of s1 at n_q 1, 16, 32, 33, 64 (both head dims, causal at 32 and 20),
 #     memcheck and racecheck at n_q 32 (with SUITE=1 the GPU suite's
-#     broadcast case on s1's plan), then the backward alone, s0 against s1,
+#     broadcast case on s1's plan), after the backward alone, s0 against s1,
 #     two rounds (batch 1152, 4 heads, keys [0, 1024] and [512, 1024] at
 #     n_q 32, head dim 128 at n_q 16 and 64 and causal; batch 264, keys
 #     4096). Run it with `bash tools/next_gpu_call_s39.sh bqsmall`, no pipe.
@@ -18,7 +19,7 @@
 #     for n_q <= 64 on the warp-specialized kernel instead of the 32-row
 #     mma.sync tiles: f0 the tree, f1 the choice on; float64 of f1 at n_q
 #     1, 16, 32, 64 (both head dims; causal at 32 and 20), memcheck and
-#     racecheck at n_q 32, then the forward alone, f0 against f1, two
+#     racecheck at n_q 32, after the forward alone, f0 against f1, two
 #     rounds (batch 1152, 4 heads, n_q 32, keys [0, 1024], 1024 and 4096;
 #     head dim 64 at n_q 16 and 64).
 source .devdeps/env.sh || exit 1
