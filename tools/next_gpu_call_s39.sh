@@ -16,8 +16,9 @@
 #     n_q 32, head dim 128 at n_q 16 and 64 and causal; batch 264, keys
 #     4096). Run it with `bash tools/next_gpu_call_s39.sh bqsmall`, no pipe.
 #   bqfwdsmall (about 6-8 minutes: bqsmall took 8): .bq_fwd_ws_small, the
-#     broadcast forward for n_q <= 64 on the warp-specialized kernel instead of the 32-row
-#     mma.sync tiles: f0 the tree, f1 the choice on; float64 of f1 at n_q
+#     broadcast forward for n_q <= 64 on the warp-specialized kernel
+#     instead of the 32-row mma.sync tiles: f0 the tree, f1 the choice
+#     on; float64 of f1 at n_q
 #     1, 16, 32, 64 (both head dims; causal at 32 and 20), memcheck and
 #     racecheck at n_q 32, after the forward alone, f0 against f1, two
 #     rounds (batch 1152, 4 heads, n_q 32, keys [0, 1024], 1024 and 4096;
