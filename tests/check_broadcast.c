@@ -39,6 +39,14 @@ static ag_spec load_ok(const char *yaml) {
   return spec;
 }
 
+/* A bf16 broadcast spec, not causal, with `extra` keys (an arch, say),
+ * loaded; the plan tests' common case. */
+static ag_spec bf16_spec(int dim, const char *extra, bool backward) {
+  char y[512];
+  yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, extra, backward);
+  return load_ok(y);
+}
+
 static void expect_error(const char *yaml, ag_status want, const char *text) {
   ag_spec spec;
   ag_error err = {0};
@@ -178,8 +186,7 @@ START_TEST(plan_kernels) {
    * a loading warpgroup), n_q <= 64 the 32-row mma.sync tiles with their
    * own 64-key tiles and two stages, at both head dims */
   for (int d = 0; d < 2; d++) {
-    yaml_for(y, sizeof y, d ? 64 : 128, AG_DTYPE_BF16, false, "arch: sm_90a\n", true);
-    ag_spec s9 = load_ok(y);
+    ag_spec s9 = bf16_spec(d ? 64 : 128, "arch: sm_90a\n", true);
     ag_plan p9;
     ck_assert_int_eq(ag_plan_make(&s9, &p9, &err), AG_OK);
     const ag_plan_kernel *big = &p9.kernels[0], *small = &p9.kernels[1];
@@ -207,9 +214,7 @@ START_TEST(deep_forward) {
   char *dir = ag_test_dump_begin("attngen-bqdeep");
   for (int d = 0; d < 2; d++) {
     const int dim = d ? 64 : 128, stages = d ? 6 : 3;
-    char y[512];
-    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", true);
-    ag_spec s = load_ok(y);
+    ag_spec s = bf16_spec(dim, "arch: sm_90a\n", true);
     ag_plan_jagged_choices c = ag_plan_jagged_checked();
     c.sm90_bq_fwd_deep = true;
     ag_plan p;
@@ -242,9 +247,7 @@ START_TEST(heads_inner_forward) {
   for (int d = 0; d < 2; d++)
     for (int on = 0; on <= 1; on++) {
       const int dim = d ? 64 : 128;
-      char y[512];
-      yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", false);
-      ag_spec s = load_ok(y);
+      ag_spec s = bf16_spec(dim, "arch: sm_90a\n", false);
       ag_plan_jagged_choices c = ag_plan_jagged_checked();
       c.bq_fwd_heads_inner = on;
       ag_plan p;
@@ -298,9 +301,7 @@ START_TEST(items_forward) {
   char *dir = ag_test_dump_begin("attngen-bqitems");
   for (int d = 0; d < 2; d++) {
     const int dim = d ? 128 : 64;
-    char y[512];
-    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", false);
-    ag_spec s = load_ok(y);
+    ag_spec s = bf16_spec(dim, "arch: sm_90a\n", false);
     ag_plan_jagged_choices c = ag_plan_jagged_checked();
     c.bq_fwd_items[0] = c.bq_fwd_items[1] = true;
     ag_plan p;
@@ -342,9 +343,7 @@ END_TEST
 START_TEST(ws_small_forward) {
   for (int d = 0; d < 2; d++) {
     const int dim = d ? 64 : 128;
-    char y[512];
-    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", false);
-    ag_spec s = load_ok(y);
+    ag_spec s = bf16_spec(dim, "arch: sm_90a\n", false);
     ag_plan_jagged_choices c = ag_plan_jagged_checked();
     ag_plan p;
     plan_with(&s, c, &p);
@@ -363,8 +362,7 @@ START_TEST(ws_small_forward) {
     ck_assert_ptr_nonnull(strstr(src, p.kernels[0].name));
     free(src);
     /* sm_80: no warp-specialized forward, the 32-row variant kept */
-    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_80\n", false);
-    ag_spec s8 = load_ok(y);
+    ag_spec s8 = bf16_spec(dim, "arch: sm_80\n", false);
     plan_with(&s8, c, &p);
     ck_assert_int_eq(p.nkernels, 2);
     ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_FORWARD, 32, 4, 4), AG_VARIANT_FWD_SMALL);
@@ -447,9 +445,7 @@ START_TEST(sm90_backward) {
   char *dir = ag_test_dump_begin("attngen-bq90");
   for (int d = 0; d < 2; d++) {
     const int dim = d ? 64 : 128, stages = d ? 4 : 3;
-    char y[512];
-    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_90a\n", true);
-    ag_spec s = load_ok(y);
+    ag_spec s = bf16_spec(dim, "arch: sm_90a\n", true);
     ag_plan_jagged_choices c = ag_plan_jagged_checked();
     ck_assert(c.sm90_bq_bwd);
     ag_plan p;
@@ -499,8 +495,7 @@ START_TEST(sm90_backward) {
     ck_assert_str_eq(p.kernels[4].template_file, "broadcast_bwd.cu");
     ck_assert_int_eq(p.kernels[4].threads, 256);
     /* sm_80: the same */
-    yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, false, "arch: sm_80\n", true);
-    ag_spec s8 = load_ok(y);
+    ag_spec s8 = bf16_spec(dim, "arch: sm_80\n", true);
     ck_assert_int_eq(ag_plan_make(&s8, &p, &err), AG_OK);
     ck_assert_str_eq(p.kernels[4].template_file, "broadcast_bwd.cu");
   }
