@@ -36,8 +36,9 @@ B := build
 # the major, or before 1.0 major.minor (a 0.x minor release may change the
 # ABI: 0.2 did, ag_jagged_backward_workspace_bytes; 0.3 too, the jagged
 # argument structs' rotary tables; 0.4 the block argument structs' row
-# strides; 0.5 their kv_heads; 0.6 ag_spec's row_strides). libattngen.so.0.6.0
-# with symlinks libattngen.so.0.6 (the SONAME) and libattngen.so (for the link line and
+# strides; 0.5 their kv_heads; 0.6 ag_spec's row_strides; 0.7 the broadcast
+# argument structs' rotary tables). libattngen.so.0.7.0
+# with symlinks libattngen.so.0.7 (the SONAME) and libattngen.so (for the link line and
 # the Python binding).
 VERSION := $(shell sed -n 's/^\#define AG_VERSION_STRING "\([0-9.]*\)".*/\1/p' include/attngen.h)
 SO_MAJOR := $(firstword $(subst ., ,$(VERSION)))

@@ -302,6 +302,10 @@ static const int bq_sm90_stages_d64 = 4, bq_sm90_stages_d128 = 3;
  * and dS, two floats a row. */
 static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_choices choices) {
   ag_plan_jagged *j = &p->jagged;
+  /* Rotary embeddings: the split kernels (jagged_bwd.cu), which rotate
+   * Q, K (V) as they land and _dq_sum the summed dQ back; the one-pass
+   * kernels do not rotate. */
+  if (spec->rotary.layout != AG_ROTARY_NONE) return;
   const int d = p->head_dim == 128;
   for (int i = 0, v = 0; i < AG_FUSED_VARIANTS; i++) {
     const int m = 32 << i, n = 64;
@@ -750,9 +754,6 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
     return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
   if (spec->rotary.layout != AG_ROTARY_NONE && spec->rotary.positions == AG_POSITIONS_BLOCK)
     return ag_fail(err, AG_ERR_SPEC, "spec '%s' was not validated", spec->name);
-  if (spec->rotary.layout != AG_ROTARY_NONE && spec->query == AG_QUERY_BROADCAST)
-    return ag_plan_refuse(out, AG_REFUSED_ROTARY, err,
-                          "rotary embeddings with a broadcast Q (query: broadcast)");
   /* Rotary embeddings: the mma.sync kernels rotate each tile in shared
    * memory as it lands and the gradients in registers before they are
    * stored (jagged_rotary.cuh); tables, one per tensor, are read beside the

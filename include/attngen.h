@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define AG_VERSION_STRING "0.6.0"
+#define AG_VERSION_STRING "0.7.0"
 
 /* Marks the functions libattngen.so exports. The library is built with
  * -fvisibility=hidden, so this header's declarations are its whole dynamic
@@ -390,7 +390,11 @@ AG_API ag_status ag_jagged_backward(ag_kernel *kernel, const ag_jagged_bwd_args 
  * lse -inf. Masks are aligned at the bottom right as in ag_jagged_forward,
  * with Lq = n_q: query i of sequence b sits at key position i + Lk - n_q
  * (the n_q queries stand for the last n_q positions of the sequence). The
- * checks and the launch are as for ag_jagged_forward. Thread-safe. */
+ * checks and the launch are as for ag_jagged_forward. Thread-safe.
+ * Rotary embeddings: key j of a sequence is rotated at position j, as in
+ * ag_jagged_forward; query row i of the shared q at the fixed position i,
+ * the same in every sequence (not the mask's i + Lk - n_q: a rotation that
+ * moved with each sequence would make q, and dq's sum, per sequence). */
 typedef struct ag_broadcast_fwd_args {
   const void *q, *k, *v; /* CUdeviceptr values */
   void *o;
@@ -401,6 +405,11 @@ typedef struct ag_broadcast_fwd_args {
   int64_t heads, kv_heads; /* kv_heads 0 means heads */
   int64_t total_k;
   const int32_t *host_cu_seqlens_k; /* optional host copy, validated when given */
+  /* Rotary embeddings with `positions: table` only (else both NULL), as in
+   * ag_jagged_fwd_args: the queries' table [n_q, head_dim] (row i rotates
+   * query row i in every sequence; read only when q is rotated) and the
+   * keys' [total_k, head_dim] (read only when k or v is). */
+  const void *rotary_table, *rotary_table_k;
 } ag_broadcast_fwd_args;
 AG_API ag_status ag_broadcast_forward(ag_kernel *kernel, const ag_broadcast_fwd_args *args,
                                       struct CUstream_st *stream, ag_error *err);
@@ -426,6 +435,7 @@ typedef struct ag_broadcast_bwd_args {
   int64_t heads, kv_heads;
   int64_t total_k;
   const int32_t *host_cu_seqlens_k;
+  const void *rotary_table, *rotary_table_k; /* as in ag_broadcast_fwd_args */
 } ag_broadcast_bwd_args;
 /* Bytes of workspace ag_broadcast_backward needs with `kernel` (a
  * broadcast spec's; 0 for any other kernel or a negative size): D of

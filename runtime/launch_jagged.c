@@ -21,7 +21,7 @@ typedef struct jagged_call {
 
 /* A call's offsets, sizes and rotary tables from either pass's arguments
  * (the forward's and the backward's name them alike): a jagged call's, and
- * a broadcast one's (no query offsets, total_q or tables). */
+ * a broadcast one's (no query offsets or total_q). */
 #define JAGGED_SIZES(a)                                                                     \
   .cu_q = (a)->cu_seqlens_q, .cu_k = (a)->cu_seqlens_k, .host_q = (a)->host_cu_seqlens_q,    \
   .host_k = (a)->host_cu_seqlens_k, .batch = (a)->batch, .heads = (a)->heads,               \
@@ -30,7 +30,8 @@ typedef struct jagged_call {
 #define BROADCAST_SIZES(a)                                                                  \
   .cu_k = (a)->cu_seqlens_k, .host_k = (a)->host_cu_seqlens_k, .batch = (a)->batch,         \
   .heads = (a)->heads, .kv_heads = (a)->kv_heads, .total_k = (a)->total_k,                  \
-  .broadcast = true, .n_q = (a)->n_q
+  .broadcast = true, .n_q = (a)->n_q, .table_q = (a)->rotary_table,                        \
+  .table_k = (a)->rotary_table_k
 
 #define COUNT_(array) (int)(sizeof(array) / sizeof((array)[0]))
 
@@ -68,6 +69,34 @@ typedef struct pass_tensors {
 static const pass_tensors fwd_tensors = {COUNT_(fwd_roles), fwd_roles, fwd_names, fwd_align};
 static const pass_tensors bwd_tensors = {COUNT_(bwd_roles), bwd_roles, bwd_names, bwd_align};
 
+/* A broadcast call's tables: each one the kernel reads (the queries' [n_q,
+ * head_dim] where q is rotated, the keys' where k or v is), never
+ * defaulted to the other (the queries are not the keys' tokens). */
+static ag_status check_broadcast_tables(const ag_kernel *kernel, const jagged_call *c,
+                                        ag_launch *a, ag_error *err) {
+  const unsigned apply = kernel->spec.rotary.apply_to;
+  const struct {
+    const void *table;
+    bool read;
+    const char *name, *shape;
+    ag_param param;
+  } t[2] = {{c->table_q, apply & AG_APPLY_Q, "rotary_table", "[n_q, head_dim]",
+             AG_PARAM_ROTARY_TABLE},
+            {c->table_k, apply & (AG_APPLY_K | AG_APPLY_V), "rotary_table_k",
+             "[total_k, head_dim]", AG_PARAM_ROTARY_TABLE_K}};
+  for (int i = 0; i < 2; i++) {
+    if (t[i].read && !t[i].table)
+      return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
+                     "%s is a null pointer; kernel '%s' takes its rotary positions from tables "
+                     "(%s: sin, then cos)",
+                     t[i].name, kernel->spec.name, t[i].shape);
+    ag_status st;
+    if (t[i].table && (st = ag_check_pointer(t[i].table, t[i].name, 16, err))) return st;
+    a->ptr[t[i].param] = t[i].read ? t[i].table : NULL;
+  }
+  return AG_OK;
+}
+
 /* The rotary tables: both taken (the keys' defaulting to the queries' when
  * their tokens are the same count) by a kernel with positions from
  * tables, none by any other. */
@@ -83,6 +112,7 @@ static ag_status check_tables(const ag_kernel *kernel, const jagged_call *c, ag_
                          : "its spec computes the rotary positions");
     return AG_OK;
   }
+  if (c->broadcast) return check_broadcast_tables(kernel, c, a, err);
   if (!c->table_q)
     return ag_fail(err, AG_ERR_INVALID_ARGUMENT,
                    "rotary_table is a null pointer; kernel '%s' takes its rotary positions from "

@@ -17,11 +17,13 @@
 @#   sequence; its dQ is the sum over the batch, by slabs and _dq_sum)
 @#   @ROTARY_TABLES@ (the kernels' RotaryTables: {rotary_table,
 @#   rotary_table_k} with ROTARY_TABLE, else {nullptr, nullptr}).
-@# Conditions: ROTARY (rotary embeddings, not with BROADCAST:
-@#   jagged_rotary.cuh's conditions and placeholders), ROTARY_TABLE (its
-@#   positions from tables: every kernel then takes rotary_table [total_q,
-@#   HEAD_DIM] and rotary_table_k [total_k, HEAD_DIM] after `di`); other
-@#   features are selected with constexpr.
+@# Conditions: ROTARY (rotary embeddings: jagged_rotary.cuh's conditions and
+@#   placeholders; with BROADCAST query row i of the shared Q is at the
+@#   fixed position i, or reads row i of the queries' table, and _dq_sum
+@#   rotates the summed dQ back), ROTARY_TABLE (its positions from tables:
+@#   every kernel then takes rotary_table [total_q, HEAD_DIM] (BROADCAST:
+@#   [n_q, HEAD_DIM]) and rotary_table_k [total_k, HEAD_DIM] after `di`);
+@#   other features are selected with constexpr.
 @# Grids (threads 32 * WARPS, dynamic shared memory as above, one stream,
 @# _dq first): @KERNEL_NAME@_dq: (batch + total_q / BLOCK_M, heads), with
 @#   num_tiles = batch + total_q / BLOCK_M;
@@ -56,7 +58,6 @@ constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
 constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile (_dq)
 constexpr int kQueryTiles = kBlockM / 8;  // n-tiles of S^T and dP^T over a query tile (_dkv)
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert(!(kBroadcast && @ROTARY@), "rotary embeddings with a broadcast Q are not planned");
 static_assert(kBlockM == 16 * kWarps && kBlockN == 16 * kWarps,
               "each warp owns 16 stationary rows; tiles of both kinds are 16 * WARPS rows");
 // _dq: Q and dO of the query tile, then two K, V slots (a ring: the next
@@ -89,6 +90,16 @@ static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == k
 struct RotaryTables {
   const unsigned short *q, *k;
 };
+@if ROTARY@
+
+// The angles of a query tile's rows q0.. of sequence sp: at q0 + Lk - Lq
+// (the table's rows from the sequence's first token); a broadcast Q's
+// rows at q0, the table's rows q0.., the same in every sequence.
+__device__ __forceinline__ RotaryRows query_rotary(const RotaryTables &tables, const SeqSpan &sp,
+                                                   long long q0) {
+  return rotary_rows(tables.q, sp.q_src + q0, kBroadcast ? q0 : q0 + sp.k_len - sp.q_len);
+}
+@endif@
 
 // The CTA's dynamic shared memory (layouts above).
 extern __shared__ __align__(128) unsigned short smem[];
@@ -185,7 +196,7 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
 @if ROTARY@
     // Rotate the key tile's K (V) where it landed, and Q with the first
     // tile; every warp reads them after the barrier.
-    const RotaryRows rq = rotary_rows(tables.q, sp.q_start + q0, q0 + delta);
+    const RotaryRows rq = query_rotary(tables, sp, q0);
     const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
     if (kRotateQ && i == 0) rotate_rows(q_s, nullptr, mq, rq);
     if constexpr (kRotateK || kRotateV) {
@@ -246,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       dq_tile(acc, sp, q0, h, hk, q, k, v, o, dout, lse, di, tables, heads, kv_heads, total_q);
       const int mq = (int)min((long long)kBlockM, sp.q_len - q0);
 @if ROTARY@
-      const RotaryRows rq = rotary_rows(tables.q, sp.q_start + q0, q0 + sp.k_len - sp.q_len);
+      const RotaryRows rq = query_rotary(tables, sp, q0);
       if constexpr (kRotateQ) unrotate_rows(acc, row0, mq, rq);  // dQ of the unrotated Q
 @endif@
       store_rows(acc, kScale, row0, mq, dq + (sp.q_start + q0) * q_stride + (long long)h * kHeadDim,
@@ -336,7 +347,7 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
 @if ROTARY@
       // Rotate the step's Q where it landed, and K (V) with the first step;
       // every warp reads them after the barrier.
-      const RotaryRows rq = rotary_rows(tables.q, sp.q_start + i0, i0 + delta);
+      const RotaryRows rq = query_rotary(tables, sp, i0);
       if constexpr (kRotateQ) rotate_rows(ring + (i & 1) * 2 * kQTileElems, nullptr, mq, rq);
       if ((kRotateK || kRotateV) && i == 0)
         rotate_rows(kRotateK ? k_s : nullptr, kRotateV ? v_s : nullptr, nk, rk);
@@ -407,18 +418,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 /* ---- begin kernel _dq_sum ----
  * dQ [n_q, heads, kHeadDim] = the sum of _dq's per-slab fp32 partials,
  * slab 0 first: a fixed order, so dQ is bit-identical from run to run.
- * Each thread adds 4 adjacent floats of every slab. */
+ * Each thread adds 4 adjacent floats of every slab.
+@if ROTARY@
+ * With a rotated Q the partials are the rotated Q's gradient: row i's
+ * rotation is the same in every sequence, so the sum is rotated back once,
+ * here (in the half layout a thread adds its 4 floats and their partners,
+ * kHeadDim / 2 on, and half the threads have none).
+@endif@
+ */
 constexpr int kSumThreads = @SUM_THREADS@;
-extern "C" __global__ void __launch_bounds__(kSumThreads)
-@KERNEL_NAME@_dq_sum(@PARAMS@) {
-  (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
-  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)kv_heads, (void)total_k;
-  const long long slabs = num_tiles;  // this kernel's items are the slabs
-  if (batch <= 0) return;
-  const long long n = total_q / batch * heads * kHeadDim;  // floats of one partial
-  const long long e = ((long long)blockIdx.x * kSumThreads + threadIdx.x) * 4;
-  if (e >= n) return;
-  const float *p = di + broadcast_partials_at(heads, total_q) + e;
+
+// The sum over the slabs of the 4 floats at p, slab 0 first.
+__device__ __forceinline__ float4 slab_sum(const float *p, long long slabs, long long n) {
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
   for (long long c = 0; c < slabs; c++) {
@@ -428,6 +439,68 @@ extern "C" __global__ void __launch_bounds__(kSumThreads)
     sum.z += x.z;
     sum.w += x.w;
   }
+  return sum;
+}
+
+extern "C" __global__ void __launch_bounds__(kSumThreads)
+@KERNEL_NAME@_dq_sum(@PARAMS@) {
+  (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dk, (void)dv;
+  (void)cu_seqlens_q, (void)cu_seqlens_k, (void)kv_heads, (void)total_k;
+  const long long slabs = num_tiles;  // this kernel's items are the slabs
+  if (batch <= 0) return;
+  const long long n = total_q / batch * heads * kHeadDim;  // floats of one partial
+  const long long x = (long long)blockIdx.x * kSumThreads + threadIdx.x;
+  const float *const parts = di + broadcast_partials_at(heads, total_q);
+@if ROTARY@
+  if constexpr (kRotateQ) {
+    const RotaryTables tables = @ROTARY_TABLES@;
+    const RotaryRows rr = rotary_rows(tables.q, 0, 0);  // dQ row i: position i, table row i
+@if ROTARY_HALF@
+    // 4 columns c.. of the first half and their partners c + kHeadDim / 2:
+    // pairs c..c + 3
+    constexpr int kQuads = kHeadDim / 8;  // a row's items
+    const long long rh = x / kQuads;  // the (row, head) of the item
+    const int c = (int)(x % kQuads) * 4;
+    const long long e = rh * kHeadDim + c;
+    if (e >= n) return;
+    const float4 lo = slab_sum(parts + e, slabs, n);
+    const float4 hi = slab_sum(parts + e + kHeadDim / 2, slabs, n);
+    float g0[4] = {lo.x, lo.y, lo.z, lo.w}, g1[4] = {hi.x, hi.y, hi.z, hi.w};
+    const int row = (int)(rh / heads);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      float sn, cs;
+      pair_angle(rr, row, c + j, sn, cs);
+      const float a = g0[j], b = g1[j];
+      g0[j] = a * cs + b * sn;
+      g1[j] = b * cs - a * sn;
+    }
+    *reinterpret_cast<uint2 *>(dq + e) = make_uint2(pack2(g0[0], g0[1]), pack2(g0[2], g0[3]));
+    *reinterpret_cast<uint2 *>(dq + e + kHeadDim / 2) =
+        make_uint2(pack2(g1[0], g1[1]), pack2(g1[2], g1[3]));
+@else@
+    // 4 columns c.., pairs c / 2 and c / 2 + 1 (interleaved)
+    const long long e = x * 4;
+    if (e >= n) return;
+    const float4 sum = slab_sum(parts + e, slabs, n);
+    const int row = (int)(e / (heads * kHeadDim)), c = (int)(e % kHeadDim);
+    float g[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      float sn, cs;
+      pair_angle(rr, row, c / 2 + j, sn, cs);
+      const float a = g[2 * j], b = g[2 * j + 1];
+      g[2 * j] = a * cs + b * sn;
+      g[2 * j + 1] = b * cs - a * sn;
+    }
+    *reinterpret_cast<uint2 *>(dq + e) = make_uint2(pack2(g[0], g[1]), pack2(g[2], g[3]));
+@endif@
+    return;
+  }
+@endif@
+  const long long e = x * 4;
+  if (e >= n) return;
+  const float4 sum = slab_sum(parts + e, slabs, n);
   *reinterpret_cast<uint2 *>(dq + e) = make_uint2(pack2(sum.x, sum.y), pack2(sum.z, sum.w));
 }
 /* ---- end kernel _dq_sum ---- */

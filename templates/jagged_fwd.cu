@@ -12,9 +12,11 @@
 @#   unbounded; with CAUSAL the right one must be 0 or negative) @BROADCAST@
 @#   (0 | 1: one dense Q of n_q = total_q / batch rows shared by every
 @#   sequence; sequence b's output and lse rows at b * n_q).
-@# Conditions: ROTARY (rotary embeddings, not with BROADCAST:
-@#   jagged_rotary.cuh's conditions and placeholders), ROTARY_TABLE (its
-@#   positions from tables); other features are picked with if constexpr.
+@# Conditions: ROTARY (rotary embeddings: jagged_rotary.cuh's conditions and
+@#   placeholders; with BROADCAST query row i of the shared Q is at the
+@#   fixed position i, or reads row i of the queries' table), ROTARY_TABLE
+@#   (its positions from tables); other features are picked with if
+@#   constexpr.
 @# Includes: jagged_fwd_band.cuh, mma_sm80.cuh, copy_rows.cuh, jagged_walk.cuh,
 @#   jagged_fwd_span.cuh; with ROTARY
 @#   unpack2.cuh and jagged_rotary.cuh.
@@ -27,8 +29,9 @@
 @#   HEAD_DIM], and cu_seqlens_q is not read), k and v [total_k, kv_heads,
 @#   HEAD_DIM] (16-bit), o like q, lse [heads, total_q] fp32 (natural log),
 @#   cu_seqlens_q and cu_seqlens_k [batch + 1] int32 (may be one pointer);
-@#   with ROTARY_TABLE, after lse, rotary_table [total_q, HEAD_DIM] and
-@#   rotary_table_k [total_k, HEAD_DIM] (sin, then cos, per token).
+@#   with ROTARY_TABLE, after lse, rotary_table [total_q, HEAD_DIM] (BROADCAST:
+@#   [n_q, HEAD_DIM]) and rotary_table_k [total_k, HEAD_DIM] (sin, then
+@#   cos, per token).
 /* ---- begin constants ---- */
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
 constexpr int kBlockM = @BLOCK_M@;  // query rows per CTA
@@ -59,7 +62,6 @@ static_assert(kBlockN % 16 == 0 && kStages >= 2, "KV tiles of 16-key slices, dou
 static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0 &&
                   kBlockM % (kThreads / kChunks) == 0,
               "a pass of the CTA's loads covers whole rows of a tile");
-static_assert(!(kBroadcast && @ROTARY@), "rotary embeddings with a broadcast Q are not planned");
 static_assert((kQElems + kStages * kStageElems) * 2 == kSmemBytes,
               "the plan's shared memory is the Q tile and the K/V stages");
 /* ---- end constants ---- */
@@ -287,11 +289,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @if ROTARY@
     // Rotate the tile's keys (values) where they landed, and the queries
     // with the first tile; every warp reads them after the barrier.
+    // (A broadcast Q's row i: position i, the table's row i, whatever the
+    // sequence.)
 @if ROTARY_TABLE@
-    const RotaryRows rq = {0, rotary_table + (jt.start + m0) * kHeadDim};
+    const RotaryRows rq = {0, rotary_table + ((kBroadcast ? 0 : jt.start) + m0) * kHeadDim};
     const RotaryRows rk = {0, rotary_table_k + (span.k_start + n0) * kHeadDim};
 @else@
-    const RotaryRows rq = {m0 + shift, nullptr}, rk = {n0, nullptr};
+    const RotaryRows rq = {kBroadcast ? m0 : m0 + shift, nullptr}, rk = {n0, nullptr};
 @endif@
     if (kRotateQ && i == 0) rotate_rows(q_tile, nullptr, rows, rq);
     if constexpr (kRotateK || kRotateV) {

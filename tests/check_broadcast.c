@@ -81,11 +81,10 @@ START_TEST(validation) {
   yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, true, "window: [256, 0]\ndeterministic: true\n", true);
   s = load_ok(y);
   ck_assert(s.causal && s.has_window && s.deterministic);
-  /* Rotary embeddings are not built for a broadcast Q yet. */
+  /* Rotary embeddings with a broadcast Q (the rotary_* tests below). */
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "rotary:\n  layout: half\n", false);
-  expect_error(y, AG_ERR_UNSUPPORTED,
-               "pma.yaml:7:1: error: not supported yet: rotary embeddings with a broadcast Q "
-               "(query: broadcast)");
+  s = load_ok(y);
+  ck_assert_int_eq(s.rotary.layout, AG_ROTARY_HALF);
   /* Broadcast queries belong to the jagged pattern. */
   expect_error("name: b\npattern: block_diagonal\nquery: broadcast\nhead_dim: 64\ndtype: bf16\n",
                AG_ERR_SPEC, "pma.yaml:3:8: error: query broadcast applies only to pattern jagged");
@@ -395,6 +394,66 @@ START_TEST(compiles) {
 }
 END_TEST
 
+/* Rotary embeddings: the mma.sync forwards (128- and 32-row tiles) and
+ * the split backward, whose _dq_sum rotates the summed dQ back (the
+ * one-pass kernels do not rotate: none planned, whatever n_q); the
+ * kernels take both tables with positions from tables, and compile for
+ * sm_90a and sm_80 in both layouts. */
+static const char *const rotary_extra[] = {
+    "rotary:\n  layout: interleaved\n  apply_to: [q, k]\n  positions: table\n",
+    "rotary:\n  layout: half\n  apply_to: [q, k, v]\n  positions: sequence\n  base: 10000\n",
+};
+
+START_TEST(rotary_plan) {
+  for (int i = 0; i < 2; i++) {
+    ag_spec s = bf16_spec(i ? 64 : 128, rotary_extra[i], true);
+    ag_plan p;
+    ag_error err = {0};
+    ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+    ck_assert_int_eq(p.nkernels, 5);
+    ck_assert_int_eq(p.takes_table, i == 0);
+    ck_assert_str_eq(p.kernels[0].template_file, "jagged_fwd.cu");
+    ck_assert_str_eq(p.kernels[1].template_file, "jagged_fwd.cu");
+    ck_assert_int_eq(p.kernels[1].walk.rows, 32);
+    ck_assert_str_eq(p.kernels[2].template_file, "jagged_bwd.cu");
+    ck_assert_int_eq(p.kernels[2].walk.kind, AG_WALK_BROADCAST_SLABS);
+    ck_assert_int_eq(p.kernels[4].walk.kind, AG_WALK_BROADCAST_SUM);
+    for (int j = 0; j < AG_FUSED_VARIANTS; j++) ck_assert_int_eq(p.jagged.fused_block_m[j], 0);
+    const int64_t nqs[] = {1, 32, 64, 128, 200};
+    for (int j = 0; j < 5; j++)
+      ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, nqs[j], 4, 4), AG_VARIANT_BWD_SPLIT);
+  }
+}
+END_TEST
+
+START_TEST(rotary_compiles) {
+  for (int i = 0; i < 2; i++) {
+    ag_spec s = bf16_spec(i ? 64 : 128, rotary_extra[i], true);
+    ag_plan p;
+    ag_error err = {0};
+    ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+    char *src = NULL;
+    ck_assert_int_eq(ag_emit(&s, &src, NULL, &err), AG_OK);
+    /* the query rows' angles: row i's, in every sequence */
+    ck_assert_ptr_nonnull(
+        strstr(src, i ? "kBroadcast ? m0 : m0 + shift" : "(kBroadcast ? 0 : jt.start) + m0"));
+    ck_assert_ptr_nonnull(strstr(src, "dQ row i: position i, table row i"));
+    free(src);
+    const char *archs[] = {"sm_90a", "sm_80"};
+    for (int a = 0; a < 2; a++) {
+      void *cubin = NULL;
+      size_t size = 0;
+      ag_status st = ag_compile(&s, archs[a], &cubin, &size, &err);
+      ck_assert_msg(st == AG_OK, "%s: %s", archs[a], err.message);
+      for (int k = 0; k < p.nkernels; k++)
+        ck_assert_msg(memmem(cubin, size, p.kernels[k].name, strlen(p.kernels[k].name) + 1),
+                      "no %s in the %s cubin", p.kernels[k].name, archs[a]);
+      free(cubin);
+    }
+  }
+}
+END_TEST
+
 /* The 32-row one-pass backward with the other warp and stage counts the
  * plan may choose (tools/next_gpu_call_broadcast.sh times them): the plan's
  * shared memory and CTAs an SM, the kernel's ring, and ptxas's report for
@@ -670,6 +729,72 @@ START_TEST(argument_checks) {
 }
 END_TEST
 
+/* Rotary tables with a broadcast Q: each table the kernel reads is
+ * required, never defaulted to the other (the queries' [n_q, head_dim] is
+ * not the keys'), and passed after lse; a table it does not read is
+ * passed as NULL. */
+START_TEST(rotary_tables) {
+  fake f;
+  char y[512];
+  yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, false, rotary_extra[0], true);
+  ag_fake_jagged_kernel(&f, y, 9);
+  ag_error err = {0};
+  ag_broadcast_fwd_args a = fwd_args();
+  ck_assert_int_eq(ag_broadcast_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "rotary_table is a null pointer; kernel 'pma' takes its rotary "
+                                "positions from tables ([n_q, head_dim]: sin, then cos)");
+  ag_error_clear(&err);
+  a.rotary_table = P(0xd0000);
+  ck_assert_int_eq(ag_broadcast_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "rotary_table_k is a null pointer; kernel 'pma' takes its rotary "
+                                "positions from tables ([total_k, head_dim]: sin, then cos)");
+  ag_error_clear(&err);
+  a.rotary_table_k = P(0xe0008);
+  ck_assert_int_eq(ag_broadcast_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.message, "rotary_table_k (0xe0008) is not 16-byte aligned"));
+  ag_error_clear(&err);
+  ck_assert_int_eq(ag_fake_seen.count, 0);
+  a.rotary_table_k = P(0xe0000);
+  ck_assert_msg(ag_broadcast_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 1);
+  const void *order[9] = {a.q, a.k, a.v, a.o, a.lse, a.rotary_table, a.rotary_table_k,
+                          a.cu_seqlens_k, a.cu_seqlens_k};
+  for (int i = 0; i < 9; i++) ck_assert_uint_eq(ag_fake_seen.ptr[i], (CUdeviceptr)(uintptr_t)order[i]);
+  /* the backward: three kernels (no one-pass variant with rotary) */
+  ag_fake_seen.count = 0;
+  ag_broadcast_bwd_args b = bwd_args();
+  b.n_q = 32;
+  b.kv_heads = 8;
+  b.rotary_table = P(0xd0000);
+  b.rotary_table_k = P(0xe0000);
+  ck_assert_msg(ag_broadcast_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 3);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[4]); /* the sum last */
+  /* Keys alone rotated: the queries' table is not read, not required, and
+   * passed as NULL. */
+  yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, false,
+           "rotary:\n  layout: half\n  apply_to: [k]\n  positions: table\n", false);
+  ag_fake_jagged_kernel(&f, y, 9);
+  a = fwd_args();
+  a.rotary_table = P(0xd0000);
+  a.rotary_table_k = P(0xe0000);
+  ag_fake_seen.count = 0;
+  ck_assert_msg(ag_broadcast_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_uint_eq(ag_fake_seen.ptr[5], 0);
+  ck_assert_uint_eq(ag_fake_seen.ptr[6], 0xe0000);
+  a.rotary_table = NULL;
+  ck_assert_msg(ag_broadcast_forward(&f.kernel, &a, NULL, &err) == AG_OK, "%s", err.message);
+  /* A kernel without tables refuses them. */
+  fake_init(&f, 64, false, 7);
+  a = fwd_args();
+  a.rotary_table_k = P(0xe0000);
+  ck_assert_int_eq(ag_broadcast_forward(&f.kernel, &a, NULL, &err), AG_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.message, "a rotary table was given, but kernel 'pma' takes none (its spec "
+                                "has no rotary embeddings)");
+  ag_error_clear(&err);
+}
+END_TEST
+
 /* ---- on a GPU ------------------------------------------------------------------------ */
 
 typedef struct gpu_case {
@@ -690,6 +815,14 @@ static const gpu_case gpu_cases[] = {
     /* head dim 64 without grouped heads: the one-pass backwards (on sm_90a
      * n_q > 64 takes broadcast_bwd_sm90.cu) */
     {AG_DTYPE_FP16, 64, true, "", 4, 4},
+    /* rotary embeddings: query row i at position i (or the table's row i)
+     * in every sequence, keys at their positions in their sequence */
+    {AG_DTYPE_BF16, 128, false,
+     "rotary:\n  layout: half\n  apply_to: [q, k]\n  positions: table\n", 4, 4},
+    {AG_DTYPE_FP16, 64, true,
+     "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n  positions: sequence\n"
+     "  base: 10000\n",
+     4, 2},
 };
 enum { NGPU = sizeof gpu_cases / sizeof gpu_cases[0] };
 
@@ -709,7 +842,10 @@ static void run_case(ag_kernel *k, const gpu_case *c, const char *what, int32_t 
   printf("gpu broadcast %s d%d%s%s h%lld/%lld n_q %-3d %-28s o %.2e lse %.1e dq %.2e dk %.2e "
          "dv %.2e%s\n",
          c->dtype == AG_DTYPE_FP16 ? "fp16" : "bf16", c->dim, c->causal ? " causal" : "",
-         *c->extra == 'w' ? " window" : "", (long long)c->heads, (long long)c->kv_heads, n_q,
+         *c->extra == 'w'   ? " window"
+         : *c->extra == 'r' ? " rotary"
+                            : "",
+         (long long)c->heads, (long long)c->kv_heads, n_q,
          what, r.rel_o, r.lse_abs, r.rel_dq, r.rel_dk, r.rel_dv,
          r.bitwise_repeatable ? "" : " NOT REPEATABLE");
   ck_assert_msg(r.unwritten == 0, "%s: %lld elements never written", what, (long long)r.unwritten);
@@ -779,6 +915,9 @@ Suite *broadcast_suite(void) {
   tcase_add_test(tc, validation);
   tcase_add_test(tc, plan_kernels);
   tcase_add_test(tc, compiles);
+  tcase_add_test(tc, rotary_plan);
+  tcase_add_test(tc, rotary_compiles);
+  tcase_add_test(tc, rotary_tables);
   tcase_add_test(tc, m32_choices);
   tcase_add_test(tc, sm90_backward);
   tcase_add_test(tc, deep_forward);

@@ -37,6 +37,9 @@ static const char *const goldens[] = {
     "broadcast_d128_bf16_sm90_bwd", "broadcast_d64_bf16_sm90_fwd",
     /* rotary embeddings on the jagged mma.sync kernels (every arch) */
     "jagged_d128_bf16_rope_half_seq_train", "jagged_d64_fp16_rope_table_qkv_bwd",
+    /* and with a broadcast Q (query row i at position i, or the table's
+     * row i; _dq_sum rotates the summed dQ back) */
+    "broadcast_d64_bf16_rope_table_train", "broadcast_d128_fp16_rope_half_seq_causal_train",
     /* row_strides: true (each tensor's row stride and kv_heads parameters) */
     "block64_d128_bf16_row_strides_train", "rope_table_b64_d64_fp16_row_strides_train",
 };
@@ -266,12 +269,13 @@ START_TEST(test_unsupported) {
   j.rotary.layout = AG_ROTARY_HALF;
   j.rotary.apply_to = AG_APPLY_Q | AG_APPLY_K;
   j.rotary.positions = AG_POSITIONS_SEQUENCE;
-  j.rotary.base = 10000.0;
+  j.rotary.base = 1e-31; /* valid, but its frequencies overflow fp32 */
   j.query = AG_QUERY_BROADCAST;
   ck_assert_int_eq(ag_emit(&j, &src, NULL, &err), AG_ERR_UNSUPPORTED);
   ck_assert_ptr_null(src);
   ck_assert_str_eq(err.message,
-                   "not supported yet: rotary embeddings with a broadcast Q (query: broadcast)");
+                   "not supported yet: rotary base 1e-31 (below 1e-30 its frequencies overflow "
+                   "fp32)");
   ag_error_clear(&err);
   /* Rotary embeddings are planned (check_rotary.c); what does not fit is
    * refused there. */

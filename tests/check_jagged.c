@@ -83,7 +83,7 @@ START_TEST(validation) {
                "jag.yaml:6:9: error: a causal window looks at no key after the query: its right "
                "side must be 0 (got 4)");
   /* Rotary embeddings: positions from tables or the sequence, not blocks;
-   * not with a broadcast Q yet (said at the key). */
+   * with a broadcast Q too. */
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "rotary:\n  layout: half\n", false);
   ck_assert_int_eq(load_ok(y).rotary.positions, AG_POSITIONS_TABLE);
   yaml_for(y, sizeof y, 64, AG_DTYPE_FP16, true,
@@ -94,9 +94,7 @@ START_TEST(validation) {
   expect_error(y, AG_ERR_SPEC, "rotary positions block applies only to pattern block_diagonal");
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "query: broadcast\nrotary:\n  layout: half\n",
            false);
-  expect_error(y, AG_ERR_UNSUPPORTED,
-               "jag.yaml:7:1: error: not supported yet: rotary embeddings with a broadcast Q "
-               "(query: broadcast)");
+  ck_assert_int_eq(load_ok(y).rotary.layout, AG_ROTARY_HALF);
   /* Broadcast queries: tests/check_broadcast.c. */
   yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, false, "query: broadcast\n", false);
   ck_assert_int_eq(load_ok(y).query, AG_QUERY_BROADCAST);

@@ -116,7 +116,6 @@ static const struct golden {
     {"unknown_key_no_hint", AG_ERR_SPEC},
     {"unknown_keys_every_hint", AG_ERR_SPEC},
     {"unknown_rotary_keys", AG_ERR_SPEC},
-    {"unsupported_broadcast_rotary", AG_ERR_UNSUPPORTED},
     {"unsupported_rotary_base", AG_ERR_UNSUPPORTED},
     {"unsupported_rotary_base_backward", AG_ERR_UNSUPPORTED},
     {"unsupported_rotary_table_block_size", AG_ERR_UNSUPPORTED},
@@ -288,15 +287,15 @@ START_TEST(test_unsupported_spec_is_filled) {
                      "  layout: half\n"
                      "  apply_to: [v, q]\n"
                      "  positions: sequence\n"
-                     "  base: 500000.0\n"
+                     "  base: 1e-31\n"
                      "passes: [backward, forward]\n";
   ag_spec s;
   ag_error err = {0};
   ck_assert_int_eq(load(yaml, &s, &err), AG_ERR_UNSUPPORTED);
   ck_assert_int_eq(err.code, AG_ERR_UNSUPPORTED);
   ck_assert_str_eq(err.message,
-                   "<string>:9:1: error: not supported yet: rotary embeddings with a broadcast "
-                   "Q (query: broadcast)\n"
+                   "<string>:9:1: error: not supported yet: rotary base 1e-31 (below 1e-30 its "
+                   "frequencies overflow fp32)\n"
                    "rotary:\n"
                    "^\n");
   ck_assert_str_eq(s.name, "jag_rope");
@@ -313,7 +312,7 @@ START_TEST(test_unsupported_spec_is_filled) {
   ck_assert_int_eq(s.rotary.layout, AG_ROTARY_HALF);
   ck_assert_uint_eq(s.rotary.apply_to, AG_APPLY_Q | AG_APPLY_V);
   ck_assert_int_eq(s.rotary.positions, AG_POSITIONS_SEQUENCE);
-  ck_assert(s.rotary.base == 500000.0);
+  ck_assert(s.rotary.base == 1e-31);
   ck_assert_uint_eq(s.passes, AG_PASS_FORWARD | AG_PASS_BACKWARD);
   ck_assert_pos(s.at.window, 4, 1);
   ck_assert_pos(s.at.rotary, 9, 1);

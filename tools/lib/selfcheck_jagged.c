@@ -157,7 +157,9 @@ static ag_status launch(ag_kernel *k, const pass_call *c, ag_error *err) {
                                      .cu_seqlens_k = f->cu_seqlens_k, .batch = f->batch,
                                      .n_q = c->n_q, .heads = f->heads, .kv_heads = f->kv_heads,
                                      .total_k = f->total_k,
-                                     .host_cu_seqlens_k = f->host_cu_seqlens_k};
+                                     .host_cu_seqlens_k = f->host_cu_seqlens_k,
+                                     .rotary_table = f->rotary_table,
+                                     .rotary_table_k = f->rotary_table_k};
     return ag_broadcast_forward(k, &a, NULL, err);
   }
   const ag_jagged_bwd_args *b = c->ba;
@@ -166,7 +168,9 @@ static ag_status launch(ag_kernel *k, const pass_call *c, ag_error *err) {
                                    .workspace = b->workspace, .cu_seqlens_k = b->cu_seqlens_k,
                                    .batch = b->batch, .n_q = c->n_q, .heads = b->heads,
                                    .kv_heads = b->kv_heads, .total_k = b->total_k,
-                                   .host_cu_seqlens_k = b->host_cu_seqlens_k};
+                                   .host_cu_seqlens_k = b->host_cu_seqlens_k,
+                                   .rotary_table = b->rotary_table,
+                                   .rotary_table_k = b->rotary_table_k};
   return ag_broadcast_backward(k, &a, NULL, err);
 }
 
@@ -290,13 +294,17 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
                              .causal = spec->causal, .window = spec->has_window,
                              .window_left = spec->window_left, .window_right = spec->window_right};
   /* Rotary embeddings: the reference rotates its double copies of the
-   * inputs (queries at positions Lk - Lq on) and rotates its gradients
-   * back; with positions from tables, random angles per token, a table for
-   * the queries and one for the keys (self-attention: one for both, passed
-   * as rotary_table alone). */
+   * inputs (queries at positions Lk - Lq on; a broadcast Q's row i at i in
+   * every sequence) and rotates its gradients back; with positions from
+   * tables, random angles per token, a table for the queries (a broadcast
+   * Q's: n_q rows, copied to every sequence of the reference) and one for
+   * the keys (self-attention: one for both, passed as rotary_table
+   * alone). */
   const bool rot = spec->rotary.layout != AG_ROTARY_NONE;
   const bool tables = rot && spec->rotary.positions == AG_POSITIONS_TABLE;
-  const size_t ntq = tables ? (size_t)tq * dim : 0, ntk = tables && !self ? (size_t)tk * dim : 0;
+  const bool own_k = !self || bcast; /* the keys' table apart from the queries' */
+  const size_t ntq = tables ? (size_t)(bcast ? n_q : tq) * dim : 0,
+               ntk = tables && own_k ? (size_t)tk * dim : 0;
   /* Which sequences the reference recomputes (pick_sequences); their rows
    * alone are copied to doubles, so a run past 2^31 elements needs host
    * memory for its 16-bit tensors and a sample, not for float64 copies of
@@ -329,7 +337,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
         const int64_t c = cidx[b];
         ccu_q[c + 1] = ccu_q[c] + lq[b];
         ccu_k[c + 1] = ccu_k[c] + lk[b];
-        cshift[c] = (int64_t)lk[b] - lq[b];
+        cshift[c] = bcast ? 0 : (int64_t)lk[b] - lq[b];
       }
   }
   const bool compact_ok = ccu_q && ccu_k && cshift;
@@ -337,7 +345,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   const size_t cnq = (size_t)(ctq * H * dim), cnk = (size_t)(ctk * G * dim);
   uint16_t *htq = malloc(2 * ntq + 2), *htk = malloc(2 * ntk + 2);
   double *dtq = malloc(8 * (size_t)ctq * (tables ? dim : 0) + 8);
-  double *dtk = malloc(8 * (size_t)ctk * (tables && !self ? dim : 0) + 8);
+  double *dtk = malloc(8 * (size_t)ctk * (tables && own_k ? dim : 0) + 8);
   /* Host buffers: 16-bit inputs and outputs, double copies of the picked rows. */
   uint16_t *hq = malloc(2 * nq + 1), *hk = malloc(2 * nk + 1), *hv = malloc(2 * nk + 1),
            *ho = malloc(2 * nq + 1), *hdo = malloc(bwd ? 2 * nq + 1 : 1),
@@ -379,8 +387,8 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
     gather(dt, hk, rk, cu_k[b], ccu_k[c], lk[b], G * dim);
     gather(dt, hv, rv, cu_k[b], ccu_k[c], lk[b], G * dim);
     if (bwd) gather(dt, hdo, rdo, cu_q[b], ccu_q[c], lq[b], H * dim);
-    if (tables) gather(dt, htq, dtq, cu_q[b], ccu_q[c], lq[b], dim);
-    if (tables && !self) gather(dt, htk, dtk, cu_k[b], ccu_k[c], lk[b], dim);
+    if (tables) gather(dt, htq, dtq, bcast ? 0 : cu_q[b], ccu_q[c], lq[b], dim);
+    if (tables && own_k) gather(dt, htk, dtk, cu_k[b], ccu_k[c], lk[b], dim);
   }
   ag_ref_jagged_params rc = rp; /* the reference's problem: the picked sequences */
   rc.batch = nc;
@@ -388,7 +396,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   const ag_ref_rotary rot_q = {.layout = spec->rotary.layout, .positions = spec->rotary.positions,
                                .base = spec->rotary.base, .table = dtq};
   const ag_ref_rotary rot_k = {.layout = spec->rotary.layout, .positions = spec->rotary.positions,
-                               .base = spec->rotary.base, .table = self ? dtq : dtk};
+                               .base = spec->rotary.base, .table = own_k ? dtk : dtq};
   const unsigned apply = rot ? spec->rotary.apply_to : 0;
   if (apply & AG_APPLY_Q) ag_ref_rotary_apply_shifted(&rot_q, false, ccu_q, cshift, nc, H, dim, rq);
   if (apply & AG_APPLY_K) ag_ref_rotary_apply(&rot_k, false, ccu_k, nc, G, dim, rk);
@@ -416,7 +424,7 @@ ag_status ag_selfcheck_jagged(ag_kernel *kernel, const int32_t *lq, const int32_
   if (st == AG_OK) st = upload(&s, B_TQ, htq, err);
   if (st == AG_OK) st = upload(&s, B_TK, htk, err);
   const void *table_q = tables ? (const void *)s.d[B_TQ] : NULL;
-  const void *table_k = tables && !self ? (const void *)s.d[B_TK] : NULL;
+  const void *table_k = tables && own_k ? (const void *)s.d[B_TK] : NULL;
   if (st == AG_OK) st = poison(&s, B_O, false, err);
   if (st == AG_OK) st = poison(&s, B_LSE, true, err);
   const CUdeviceptr cuk = self ? s.d[B_CUQ] : s.d[B_CUK];

@@ -204,6 +204,8 @@ class AgBroadcastFwdArgs(ctypes.Structure):
         ("kv_heads", ctypes.c_int64),       # 0 means heads
         ("total_k", ctypes.c_int64),
         ("host_cu_seqlens_k", ctypes.c_void_p),  # optional host copy; None: not checked
+        ("rotary_table", ctypes.c_void_p),  # positions "table", q rotated: [n_q, head_dim]
+        ("rotary_table_k", ctypes.c_void_p),  # positions "table", k or v rotated: [total_k, head_dim]
     ]
 
 
@@ -227,6 +229,8 @@ class AgBroadcastBwdArgs(ctypes.Structure):
         ("kv_heads", ctypes.c_int64),
         ("total_k", ctypes.c_int64),
         ("host_cu_seqlens_k", ctypes.c_void_p),
+        ("rotary_table", ctypes.c_void_p),
+        ("rotary_table_k", ctypes.c_void_p),
     ]
 
 

@@ -810,49 +810,75 @@ def _invalid(message):
                                         code_name="invalid argument")
 
 
-def check_broadcast_options(causal, window_size, softmax_scale, rotary, rotary_table,
-                            deterministic):
+def check_broadcast_options(causal, window_size, softmax_scale, rotary, deterministic):
     """broadcast_attention's options, before any tensor is looked at (the
     check torch.compile's traced calls make too): (causal, window,
-    softmax_scale, deterministic). Bad values raise InvalidArgumentError;
-    rotary embeddings and windows the kernel cannot express,
-    UnsupportedError."""
-    if rotary is not None or rotary_table is not None:
-        raise _errors.UnsupportedError(
-            "attngen: rotary embeddings are not supported with broadcast queries yet "
-            "(pass rotary=None, rotary_table=None; block_attention has them)")
+    softmax_scale, rotary, deterministic), rotary as check_jagged_rotary
+    gives it. Bad values raise InvalidArgumentError; windows the kernel
+    cannot express, UnsupportedError."""
     try:
         check_deterministic(deterministic)
         causal, window = check_window_size(window_size, causal)
-        return causal, window, check_softmax_scale(softmax_scale), deterministic
+        return (causal, window, check_softmax_scale(softmax_scale), check_jagged_rotary(rotary),
+                deterministic)
     except _errors.AttngenError:
         raise
     except ValueError as e:
         raise _invalid(str(e)) from None
 
 
+def check_broadcast_rotary_tables(rotary, rotary_table, rotary_table_k, q, n_q, total_k):
+    """Checks broadcast_attention's rotary tables against its normalized
+    rotary option: with positions "table", each table the kernel reads is
+    required and no other: rotary_table [n_q, head_dim] (query row i's, the
+    same in every sequence) when "q" is rotated, rotary_table_k [total_k,
+    head_dim] (the keys') when "k" or "v" is; neither with any other
+    option. ValueError otherwise."""
+    wants_table = rotary is not None and rotary["positions"] == "table"
+    apply_to = rotary["apply_to"] if rotary is not None else ()
+    for name, t, read, tokens, rows in (
+            ("rotary_table", rotary_table, "q" in apply_to, n_q, "n_q"),
+            ("rotary_table_k", rotary_table_k, "k" in apply_to or "v" in apply_to, total_k,
+             "total_k")):
+        if not wants_table:
+            if t is not None:
+                raise ValueError("%s is only taken with rotary positions 'table' (got rotary=%r)"
+                                 % (name, rotary))
+        elif read and t is None:
+            raise ValueError("rotary positions 'table' with apply_to %s need %s=[%s, head_dim] "
+                             "(sin in the first head_dim/2 columns, cos in the rest)"
+                             % (list(apply_to), name, rows))
+        elif not read and t is not None:
+            raise ValueError("%s is not read: rotary apply_to %s rotates no %s (pass None)"
+                             % (name, list(apply_to), "query" if rows == "n_q" else "key"))
+        elif read:
+            check_rotary_table(t, q, name, tokens, rows)
+
+
 def check_broadcast_attention_args(q, k, v, cu_seqlens_k, causal=False, window_size=(-1, -1),
                                    softmax_scale=None, rotary=None, rotary_table=None,
-                                   deterministic=False):
+                                   deterministic=False, rotary_table_k=None):
     """Every check of broadcast_attention, in one call: q one dense [n_q,
     heads, D] shared by every sequence, k and v [total_k, kv_heads, D]
     jagged by cu_seqlens_k (int32 [batch + 1] on q's device), the checks of
     jagged_attention otherwise (dtypes, head_dim, kv_heads dividing heads,
     contiguity, alignment, window_size through check_window_size), and
-    batch * n_q, the output's rows, within 2^31 - 1. Returns a dict with
-    dtype, dtype_tag, device, n_q, heads, head_dim, total_k, kv_heads,
-    batch, rows (batch * n_q), causal, window, softmax_scale and
-    deterministic.
+    batch * n_q, the output's rows, within 2^31 - 1, and the rotary tables
+    (check_broadcast_rotary_tables). Returns a dict with dtype, dtype_tag,
+    device, n_q, heads, head_dim, total_k, kv_heads, batch, rows (batch *
+    n_q), causal, window, softmax_scale, rotary (check_jagged_rotary's),
+    rotary_table, rotary_table_k (as given) and deterministic.
 
     Bad arguments raise InvalidArgumentError (a ValueError, as the C
-    launcher's refusals); rotary embeddings and one-sided windows without
-    causal raise UnsupportedError."""
-    causal, window, softmax_scale, deterministic = check_broadcast_options(
-        causal, window_size, softmax_scale, rotary, rotary_table, deterministic)
+    launcher's refusals); one-sided windows without causal raise
+    UnsupportedError."""
+    causal, window, softmax_scale, rotary, deterministic = check_broadcast_options(
+        causal, window_size, softmax_scale, rotary, deterministic)
     try:
         dtype, tag, device, n_q, heads, head_dim, total_k, kv_heads = check_jagged_qkv(
             q, k, v, q_rows="n_q")
         batch = check_cu_seqlens(cu_seqlens_k, device, "cu_seqlens_k")
+        check_broadcast_rotary_tables(rotary, rotary_table, rotary_table_k, q, n_q, total_k)
     except _errors.AttngenError:
         raise
     except ValueError as e:
@@ -864,5 +890,6 @@ def check_broadcast_attention_args(q, k, v, cu_seqlens_k, causal=False, window_s
         "dtype": dtype, "dtype_tag": tag, "device": device, "n_q": n_q, "heads": heads,
         "head_dim": head_dim, "total_k": total_k, "kv_heads": kv_heads, "batch": batch,
         "rows": batch * n_q, "causal": causal, "window": window,
-        "softmax_scale": softmax_scale, "deterministic": deterministic,
+        "softmax_scale": softmax_scale, "rotary": rotary, "rotary_table": rotary_table,
+        "rotary_table_k": rotary_table_k, "deterministic": deterministic,
     }

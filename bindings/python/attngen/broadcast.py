@@ -14,11 +14,12 @@ batch. torch is imported on first use only.
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
-from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _packed, _stream,
-                  _torch, load)
+from .jagged import _ptr
+from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _packed,
+                  _rotary_key, _stream, _torch, load)
 
 _kernel_lock = threading.Lock()
-# (head_dim, dtype_tag, causal, window, scale, deterministic, backward) -> Kernel,
+# (head_dim, dtype_tag, causal, window, scale, deterministic, backward, rotary) -> Kernel,
 # or the _Refused of an UnsupportedError from spec validation
 _kernels = {}
 
@@ -33,22 +34,25 @@ def _need_entry(name):
 
 
 def broadcast_kernel_for(head_dim=128, dtype="bf16", causal=False, window=None,
-                         softmax_scale=None, deterministic=False, backward=False):
+                         softmax_scale=None, deterministic=False, backward=False, rotary=None):
     """The (cached) Kernel broadcast_attention uses for these options: the
     spec of _spec.jagged_spec(..., broadcast=True) (`query: broadcast`).
     window: None or the spec's (left, right), as _validate.check_window_size
-    returns it. Raises UnsupportedError with spec validation's message for
+    returns it; rotary: as broadcast_attention's, positions "table" or
+    "sequence". Raises UnsupportedError with spec validation's message for
     options attngen cannot build."""
     window = None if window is None else (int(window[0]), int(window[1]))
+    rotary = _validate.check_jagged_rotary(rotary)
     key = (int(head_dim), dtype, bool(causal), window, softmax_scale, bool(deterministic),
-           bool(backward))
+           bool(backward), _rotary_key(rotary))
     k = _kernels.get(key)
     if k is None:
         with _kernel_lock:
             k = _kernels.get(key)
             if k is None:
                 spec = _spec.jagged_spec(head_dim, dtype, causal, window, softmax_scale,
-                                         deterministic, backward=bool(backward), broadcast=True)
+                                         deterministic, backward=bool(backward), broadcast=True,
+                                         rotary=rotary)
                 try:
                     k = load(spec, compile=False)
                 except _errors.UnsupportedError as e:
@@ -59,21 +63,24 @@ def broadcast_kernel_for(head_dim=128, dtype="bf16", causal=False, window=None,
     return k
 
 
-def _grad_kernel(opts, device_index):
+def _grad_kernel(opts, rotary, device_index):
     """(kernel, refusal): the kernel with both passes and None, or the
     forward-only kernel and the _Refused its backward raises."""
     try:
-        kernel = broadcast_kernel_for(*opts, backward=True)
+        kernel = broadcast_kernel_for(*opts, backward=True, rotary=rotary)
         kernel.handle(device_index)
         return kernel, None
     except _errors.UnsupportedError as e:
-        return broadcast_kernel_for(*opts), _Refused.from_error(e, BACKWARD_LEAD)
+        return broadcast_kernel_for(*opts, rotary=rotary), _Refused.from_error(e, BACKWARD_LEAD)
 
 
-def _forward_raw(kernel, q, k, v, cu_k, batch, poison=False):
+def _forward_raw(kernel, q, k, v, cu_k, batch, poison=False, rotary_table=None,
+                 rotary_table_k=None):
     """(out [batch * n_q, heads, D], lse [heads, batch * n_q]) of the
     broadcast forward on torch's current stream; no checks beyond the C
-    launcher's."""
+    launcher's. rotary_table / rotary_table_k: the queries' [n_q, D] and
+    the keys' [total_k, D] tables of a kernel with rotary positions from
+    tables (None where not read)."""
     torch = _torch()
     n_q, heads, dim = q.shape
     total_k, kv_heads, _ = k.shape
@@ -95,10 +102,11 @@ def _forward_raw(kernel, q, k, v, cu_k, batch, poison=False):
     _need_entry("ag_broadcast_forward")
     h = kernel.handle(_device_index(torch, q))
     # the header's field order: q, k, v, o, lse, cu_seqlens_k, batch, n_q,
-    # heads, kv_heads, total_k, host_cu_seqlens_k
+    # heads, kv_heads, total_k, host_cu_seqlens_k, rotary_table, rotary_table_k
     args = _lib.PACK_BROADCAST_FWD(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-        cu_k.data_ptr(), batch, n_q, heads, kv_heads, total_k, 0)
+        cu_k.data_ptr(), batch, n_q, heads, kv_heads, total_k, 0, _ptr(rotary_table),
+        _ptr(rotary_table_k))
     _lib.call("ag_broadcast_forward", h, args, _stream(torch, q),
               context=("attngen: broadcast forward '%s'", kernel.spec.name))
     return out, lse
@@ -113,10 +121,11 @@ def workspace_bytes(kernel_handle, batch, n_q, heads):
         kernel_handle, int(batch), int(n_q), int(heads)))
 
 
-def _backward_raw(kernel, dout, q, k, v, out, lse, cu_k, batch, poison=False):
+def _backward_raw(kernel, dout, q, k, v, out, lse, cu_k, batch, poison=False,
+                  rotary_table=None, rotary_table_k=None):
     """dq [n_q, heads, D] (summed over the batch by the kernel), dk, dv of
     the broadcast backward for a contiguous, aligned dout like out (not
-    checked), on torch's current stream."""
+    checked), on torch's current stream; the tables as _forward_raw's."""
     torch = _torch()
     n_q, heads, _ = q.shape
     total_k, kv_heads, _ = k.shape
@@ -136,11 +145,13 @@ def _backward_raw(kernel, dout, q, k, v, out, lse, cu_k, batch, poison=False):
             code=_errors.AG_ERR_INVALID_ARGUMENT, code_name="invalid argument")
     workspace = torch.empty(((nbytes + 3) // 4,), dtype=torch.float32, device=q.device)
     # the header's field order: q, k, v, o, dout, lse, dq, dk, dv, workspace,
-    # cu_seqlens_k, batch, n_q, heads, kv_heads, total_k, host_cu_seqlens_k
+    # cu_seqlens_k, batch, n_q, heads, kv_heads, total_k, host_cu_seqlens_k,
+    # rotary_table, rotary_table_k
     args = _lib.PACK_BROADCAST_BWD(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
         lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), workspace.data_ptr(),
-        cu_k.data_ptr(), batch, n_q, heads, kv_heads, total_k, 0)
+        cu_k.data_ptr(), batch, n_q, heads, kv_heads, total_k, 0, _ptr(rotary_table),
+        _ptr(rotary_table_k))
     _lib.call("ag_broadcast_backward", h, args, _stream(torch, q),
               context=("attngen: broadcast backward '%s'", kernel.spec.name))
     return dq, dk, dv
@@ -160,16 +171,19 @@ def _function():
     class BroadcastAttentionFunction(torch.autograd.Function):
         """Forward: ag_broadcast_forward (output and logsumexp). Backward:
         ag_broadcast_backward from q, k, v, the output, its logsumexp and
-        dout (saved: q, k, v, out, lse and cu_seqlens_k), dq summed over the
-        batch by the kernel; or the refusal recorded at forward time. The
-        logsumexp output is not differentiable."""
+        dout (saved: q, k, v, out, lse, cu_seqlens_k and the two rotary
+        tables), dq summed over the batch by the kernel; or the refusal
+        recorded at forward time. The logsumexp output and the tables are
+        not differentiable."""
 
         @staticmethod
-        def forward(ctx, q, k, v, cu_k, kernel, batch, poison, refused):
-            out, lse = _forward_raw(kernel, q, k, v, cu_k, batch, poison)
+        def forward(ctx, q, k, v, cu_k, kernel, batch, poison, refused, rotary_table,
+                    rotary_table_k):
+            out, lse = _forward_raw(kernel, q, k, v, cu_k, batch, poison, rotary_table,
+                                    rotary_table_k)
             ctx.kernel, ctx.batch, ctx.poison, ctx.refused = kernel, batch, poison, refused
             if refused is None and any(ctx.needs_input_grad[:3]):
-                ctx.save_for_backward(q, k, v, out, lse, cu_k)
+                ctx.save_for_backward(q, k, v, out, lse, cu_k, rotary_table, rotary_table_k)
             ctx.mark_non_differentiable(lse)
             return out, lse
 
@@ -178,12 +192,12 @@ def _function():
         def backward(ctx, grad_out, grad_lse=None):
             if ctx.refused is not None:
                 raise ctx.refused.error()
-            q, k, v, out, lse, cu_k = ctx.saved_tensors
+            q, k, v, out, lse, cu_k, table, table_k = ctx.saved_tensors
             dq, dk, dv = _backward_raw(ctx.kernel, _dout_for(grad_out, out), q, k, v, out, lse,
-                                       cu_k, ctx.batch, ctx.poison)
+                                       cu_k, ctx.batch, ctx.poison, table, table_k)
             need = ctx.needs_input_grad
             return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
-                    None, None, None, None, None)
+                    None, None, None, None, None, None, None)
 
     _autograd_cls = BroadcastAttentionFunction
     return _autograd_cls
@@ -191,7 +205,7 @@ def _function():
 
 def broadcast_attention(q, k, v, cu_seqlens_k, *, max_seqlen_k=None, window_size=(-1, -1),
                         causal=False, softmax_scale=None, deterministic=False, return_lse=False,
-                        rotary=None, rotary_table=None, _poison=False):
+                        rotary=None, rotary_table=None, rotary_table_k=None, _poison=False):
     """Attention of one dense set of queries, shared by every sequence, over
     jagged keys and values (broadcast-Q, e.g. the learned seeds of a PMA
     block or a set of candidates attending to each user's history).
@@ -213,9 +227,20 @@ def broadcast_attention(q, k, v, cu_seqlens_k, *, max_seqlen_k=None, window_size
     window_size=(left, right) (-1: unlimited; see jagged_attention for the
     forms taken). softmax_scale None means 1/sqrt(head_dim).
     deterministic=True asks the spec for `deterministic: true` (the
-    backward is bit-identical run to run in any case). rotary /
-    rotary_table: not supported with broadcast queries yet
-    (UnsupportedError).
+    backward is bit-identical run to run in any case).
+
+    rotary (optional): rotary embeddings fused into both passes, as
+    jagged_attention's option (positions "table" or "sequence"). Key j of a
+    sequence is at position j; query row i of q at the fixed position i,
+    the same in every sequence (not the mask's i + Lk - n_q: a rotation that
+    moved with each sequence would make q, and dq, per sequence). With
+    positions "table", rotary_table [n_q, head_dim] rotates query row i
+    (needed when "q" is in apply_to) and rotary_table_k [total_k, head_dim]
+    the keys (when "k" or "v" is); each row's sin in the first head_dim/2
+    columns, cos in the rest, q's dtype and device, contiguous. Gradients
+    are with respect to the unrotated q, k, v; the tables get none. These
+    kernels are the mma.sync forward and the three-kernel backward (about
+    2-3x the time of the same options without rotary).
 
     Returns out [batch * n_q, heads, head_dim] of q's dtype (sequence b's
     rows at b * n_q), or (out, lse) with return_lse=True: lse fp32 [heads,
@@ -238,18 +263,20 @@ def broadcast_attention(q, k, v, cu_seqlens_k, *, max_seqlen_k=None, window_size
         # its tensors when it runs
         out, lse = torch_ops.broadcast_attention(torch, q, k, v, cu_seqlens_k, causal,
                                                  window_size, softmax_scale, deterministic,
-                                                 rotary, rotary_table)
+                                                 rotary, rotary_table, rotary_table_k)
         return (out, lse) if return_lse else out
     a = _validate.check_broadcast_attention_args(q, k, v, cu_seqlens_k, causal, window_size,
                                                  softmax_scale, rotary, rotary_table,
-                                                 deterministic)
+                                                 deterministic, rotary_table_k)
     opts = (a["head_dim"], a["dtype_tag"], a["causal"], a["window"], a["softmax_scale"],
             a["deterministic"])
+    rotary = a["rotary"]
     if not _needs_grad(q, k, v):
-        out, lse = _forward_raw(broadcast_kernel_for(*opts), q, k, v, cu_seqlens_k, a["batch"],
-                                _poison)
+        out, lse = _forward_raw(broadcast_kernel_for(*opts, rotary=rotary), q, k, v,
+                                cu_seqlens_k, a["batch"], _poison, rotary_table, rotary_table_k)
     else:
         torch = _torch()
-        kernel, refused = _grad_kernel(opts, _device_index(torch, q))
-        out, lse = _function().apply(q, k, v, cu_seqlens_k, kernel, a["batch"], _poison, refused)
+        kernel, refused = _grad_kernel(opts, rotary, _device_index(torch, q))
+        out, lse = _function().apply(q, k, v, cu_seqlens_k, kernel, a["batch"], _poison, refused,
+                                     rotary_table, rotary_table_k)
     return (out, lse) if return_lse else out

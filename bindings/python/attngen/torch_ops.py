@@ -478,9 +478,10 @@ def _define(torch):
 
     # ---- broadcast_attention --------------------------------------------------
 
-    def broadcast_check(q, k, v, cu_k, causal, wl, wr, scale, deterministic):
+    def broadcast_check(q, k, v, cu_k, causal, wl, wr, scale, deterministic, rotary, t, tk):
         a = _validate.check_broadcast_attention_args(q, k, v, cu_k, causal, _window(wl, wr),
-                                                     scale, None, None, deterministic)
+                                                     scale, rotary_from_text(rotary), t,
+                                                     deterministic, tk)
         opts = (a["head_dim"], a["dtype_tag"], a["causal"], a["window"], a["softmax_scale"],
                 a["deterministic"])
         return a, opts
@@ -489,19 +490,23 @@ def _define(torch):
     def broadcast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             cu_seqlens_k: torch.Tensor, causal: bool, window_left: int,
                             window_right: int, softmax_scale: Optional[float],
-                            deterministic: bool,
+                            deterministic: bool, rotary: str,
+                            rotary_table: Optional[torch.Tensor],
+                            rotary_table_k: Optional[torch.Tensor],
                             with_backward: bool) -> Tuple[torch.Tensor, torch.Tensor]:
         a, opts = broadcast_check(q, k, v, cu_seqlens_k, causal, window_left, window_right,
-                                  softmax_scale, deterministic)
+                                  softmax_scale, deterministic, rotary, rotary_table,
+                                  rotary_table_k)
         if with_backward:
-            kernel, _ = broadcast._grad_kernel(opts, ops._device_index(torch, q))
+            kernel, _ = broadcast._grad_kernel(opts, a["rotary"], ops._device_index(torch, q))
         else:
-            kernel = broadcast.broadcast_kernel_for(*opts)
-        return broadcast._forward_raw(kernel, q, k, v, cu_seqlens_k, a["batch"], False)
+            kernel = broadcast.broadcast_kernel_for(*opts, rotary=a["rotary"])
+        return broadcast._forward_raw(kernel, q, k, v, cu_seqlens_k, a["batch"], False,
+                                      rotary_table, rotary_table_k)
 
     @broadcast_attention.register_fake
     def _(q, k, v, cu_seqlens_k, causal, window_left, window_right, softmax_scale,
-          deterministic, with_backward):
+          deterministic, rotary, rotary_table, rotary_table_k, with_backward):
         n_q, heads, dim = q.shape
         rows = (cu_seqlens_k.shape[0] - 1) * n_q
         return (q.new_empty((rows, heads, dim)),
@@ -512,32 +517,38 @@ def _define(torch):
                                      v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                                      cu_seqlens_k: torch.Tensor, causal: bool, window_left: int,
                                      window_right: int, softmax_scale: Optional[float],
-                                     deterministic: bool
+                                     deterministic: bool, rotary: str,
+                                     rotary_table: Optional[torch.Tensor],
+                                     rotary_table_k: Optional[torch.Tensor]
                                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a, opts = broadcast_check(q, k, v, cu_seqlens_k, causal, window_left, window_right,
-                                  softmax_scale, deterministic)
-        kernel = backward_kernel(broadcast._grad_kernel(opts, ops._device_index(torch, q)))
+                                  softmax_scale, deterministic, rotary, rotary_table,
+                                  rotary_table_k)
+        kernel = backward_kernel(broadcast._grad_kernel(opts, a["rotary"],
+                                                        ops._device_index(torch, q)))
         return broadcast._backward_raw(kernel, dout_like(dout, out), q, k, v, out, lse,
-                                       cu_seqlens_k, a["batch"], False)
+                                       cu_seqlens_k, a["batch"], False, rotary_table,
+                                       rotary_table_k)
 
     @broadcast_attention_backward.register_fake
     def _(dout, q, k, v, out, lse, cu_seqlens_k, causal, window_left, window_right,
-          softmax_scale, deterministic):
+          softmax_scale, deterministic, rotary, rotary_table, rotary_table_k):
         return tuple(torch.empty_like(t, memory_format=torch.contiguous_format)
                      for t in (q, k, v))
 
     def broadcast_setup(ctx, inputs, output):
-        q, k, v, cu_k, causal, wl, wr, scale, deterministic, _ = inputs
+        q, k, v, cu_k, causal, wl, wr, scale, deterministic, rotary, table, table_k, _ = inputs
         out, lse = output
-        ctx.save_for_backward(q, k, v, out, lse, cu_k)
-        ctx.opts = (causal, wl, wr, scale, deterministic)
+        ctx.save_for_backward(q, k, v, out, lse, cu_k, table, table_k)
+        ctx.opts = (causal, wl, wr, scale, deterministic, rotary)
         ctx.mark_non_differentiable(lse)
 
     def broadcast_grad(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, cu_k = ctx.saved_tensors
+        q, k, v, out, lse, cu_k, table, table_k = ctx.saved_tensors
         dq, dk, dv = torch.ops.attngen.broadcast_attention_backward(
-            grad_out.to(q.dtype).contiguous(), q, k, v, out, lse, cu_k, *ctx.opts)
-        return dq, dk, dv, *([None] * 7)
+            grad_out.to(q.dtype).contiguous(), q, k, v, out, lse, cu_k, *ctx.opts, table,
+            table_k)
+        return dq, dk, dv, *([None] * 10)
 
     broadcast_attention.register_autograd(broadcast_grad, setup_context=broadcast_setup)
 
@@ -608,9 +619,10 @@ def jagged_attention(torch, q, k, v, cu_q, cu_k, causal, window_size, softmax_sc
 
 
 def broadcast_attention(torch, q, k, v, cu_k, causal, window_size, softmax_scale,
-                        deterministic, rotary, rotary_table):
-    _, _, softmax_scale, _ = _validate.check_broadcast_options(
-        causal, window_size, softmax_scale, rotary, rotary_table, deterministic)
+                        deterministic, rotary, rotary_table, rotary_table_k):
+    _, _, softmax_scale, rotary, _ = _validate.check_broadcast_options(
+        causal, window_size, softmax_scale, rotary, deterministic)
     return torch.ops.attngen.broadcast_attention(
         q, k, v, cu_k, causal, int(window_size[0]), int(window_size[1]), softmax_scale,
-        deterministic, _needs_grad(torch, q, k, v))
+        deterministic, rotary_text(rotary), rotary_table, rotary_table_k,
+        _needs_grad(torch, q, k, v))

@@ -152,7 +152,7 @@ def test_broadcast_args_layout_by_hand():
     a compiled probe of the header)."""
     if ctypes.sizeof(ctypes.c_void_p) != 8:
         pytest.skip("not an LP64 platform")
-    for cls, n in ((_lib.AgBroadcastFwdArgs, 12), (_lib.AgBroadcastBwdArgs, 17)):
+    for cls, n in ((_lib.AgBroadcastFwdArgs, 14), (_lib.AgBroadcastBwdArgs, 19)):
         assert len(cls._fields_) == n
         assert ctypes.sizeof(cls) == 8 * n
         for i, f in enumerate(cls._fields_):
@@ -257,10 +257,12 @@ def test_output_rows_must_fit_int32():
 
 def test_option_refusals():
     q, k, v, ck = btensors()
-    with pytest.raises(attngen.UnsupportedError, match="rotary"):
+    with pytest.raises(attngen.InvalidArgumentError, match=r"need rotary_table=\[n_q, head_dim\]"):
         _check(q, k, v, ck, rotary="interleaved")
-    with pytest.raises(attngen.UnsupportedError, match="rotary"):
+    with pytest.raises(attngen.InvalidArgumentError, match="only taken with rotary positions"):
         _check(q, k, v, ck, rotary_table=ts.StubTensor((16, 64)))
+    with pytest.raises(attngen.InvalidArgumentError, match="positions 'block'"):
+        _check(q, k, v, ck, rotary={"layout": "half", "positions": "block"})
     with pytest.raises(attngen.UnsupportedError, match="window_size"):
         _check(q, k, v, ck, window_size=(32, -1))
     with pytest.raises(attngen.InvalidArgumentError, match="causal"):
@@ -277,10 +279,38 @@ def test_option_refusals():
         _check(q, k, v, ck, deterministic=1)
 
 
-def test_rotary_refused_by_broadcast_attention():
-    q, k, v, ck = btensors()
-    with pytest.raises(attngen.UnsupportedError, match="broadcast queries"):
-        attngen.broadcast_attention(q, k, v, ck, rotary={"layout": "half"})
+def _table(rows, head_dim=64, dtype=ts.bfloat16):
+    return ts.StubTensor((rows, head_dim), dtype, ptr=next(ts._ptrs))
+
+
+def test_rotary_tables_validation():
+    """With positions "table": the queries' table [n_q, head_dim] where q is
+    rotated, the keys' [total_k, head_dim] where k or v is, and no other;
+    computed positions take none."""
+    q, k, v, ck = btensors(n_q=16, lk=(3, 0, 5, 1))
+    a = _check(q, k, v, ck, rotary="half", rotary_table=_table(16), rotary_table_k=_table(9))
+    assert a["rotary"]["layout"] == "half" and a["rotary"]["positions"] == "table"
+    assert a["rotary"]["apply_to"] == ("q", "k")
+    with pytest.raises(attngen.InvalidArgumentError, match=r"need rotary_table_k=\[total_k"):
+        _check(q, k, v, ck, rotary="half", rotary_table=_table(16))
+    with pytest.raises(attngen.InvalidArgumentError,
+                       match=r"rotary_table must be \[n_q, head_dim\] = \[16, 64\]"):
+        _check(q, k, v, ck, rotary="half", rotary_table=_table(9), rotary_table_k=_table(9))
+    with pytest.raises(attngen.InvalidArgumentError,
+                       match=r"rotary_table_k must be \[total_k, head_dim\] = \[9, 64\]"):
+        _check(q, k, v, ck, rotary="half", rotary_table=_table(16), rotary_table_k=_table(16))
+    with pytest.raises(attngen.InvalidArgumentError, match="q's dtype"):
+        _check(q, k, v, ck, rotary="half", rotary_table=_table(16, dtype=ts.float16),
+               rotary_table_k=_table(9))
+    keys = {"layout": "interleaved", "apply_to": ["k"]}
+    assert _check(q, k, v, ck, rotary=keys, rotary_table_k=_table(9))["rotary"]["apply_to"] == \
+        ("k",)
+    with pytest.raises(attngen.InvalidArgumentError, match="rotary_table is not read"):
+        _check(q, k, v, ck, rotary=keys, rotary_table=_table(16), rotary_table_k=_table(9))
+    seq = {"layout": "half", "positions": "sequence", "apply_to": ["q", "k", "v"]}
+    assert _check(q, k, v, ck, rotary=seq)["rotary"]["base"] == 10000.0
+    with pytest.raises(attngen.InvalidArgumentError, match="only taken with rotary positions"):
+        _check(q, k, v, ck, rotary=seq, rotary_table_k=_table(9))
 
 
 # ---- wiring on the torch stub --------------------------------------------------------
@@ -415,7 +445,7 @@ def test_forward_and_backward(env):
     assert len(ctx.non_differentiable) == 1 and ctx.non_differentiable[0] is saved[4]
     dout = ts.StubTensor(out.shape, out.dtype, ptr=next(ts._ptrs))
     dq, dk, dv, *rest = ts.run_backward(out, dout)
-    assert rest == [None] * 5
+    assert rest == [None] * 7
     fwd, bwd = env.launches.calls
     assert bwd["fn"] == "ag_broadcast_backward" and bwd["handle"] == fwd["handle"]
     a = bwd["args"]
@@ -433,6 +463,40 @@ def test_forward_and_backward(env):
     assert bwd["stream"] == 0x5EED
     # the workspace is the library's answer for this kernel and these sizes
     assert FakeLib.workspace_calls == [(fwd["handle"], 4, 16, 4)]
+
+
+def test_rotary_forward_and_backward(env):
+    """rotary: the spec's rotary mapping, the tables in both launches' args
+    (the keys' alone where q is not rotated), saved for the backward, and
+    a kernel of its own in the cache."""
+    q, k, v, ck = btensors(n_q=16, lk=(2, 0, 4, 1), heads=4, grad=(True, True, True))
+    tq, tk = _table(16), _table(7)
+    out = attngen.broadcast_attention(q, k, v, ck, rotary="interleaved", rotary_table=tq,
+                                      rotary_table_k=tk)
+    spec = env.parsed[-1]
+    assert spec["rotary"] == {"layout": "interleaved", "apply_to": ["q", "k"],
+                              "positions": "table"}
+    assert spec["query"] == "broadcast" and spec["passes"] == ["forward", "backward"]
+    (fwd,) = env.launches.calls
+    assert (fwd["args"]["rotary_table"], fwd["args"]["rotary_table_k"]) == (
+        tq.data_ptr(), tk.data_ptr())
+    dout = ts.StubTensor(out.shape, out.dtype, ptr=next(ts._ptrs))
+    dq, dk, dv, *rest = ts.run_backward(out, dout)
+    assert rest == [None] * 7 and dq.shape == q.shape
+    _, bwd = env.launches.calls
+    assert bwd["handle"] == fwd["handle"]
+    assert (bwd["args"]["rotary_table"], bwd["args"]["rotary_table_k"]) == (
+        tq.data_ptr(), tk.data_ptr())
+    # keys alone, computed positions: no table; another kernel
+    q, k, v, ck = btensors(n_q=16, lk=(2, 0, 4, 1), heads=4)
+    attngen.broadcast_attention(q, k, v, ck, rotary={"layout": "half", "apply_to": ["k"],
+                                                     "positions": "sequence"})
+    call = env.launches.calls[-1]
+    assert call["args"]["rotary_table"] is None and call["args"]["rotary_table_k"] is None
+    assert env.parsed[-1]["rotary"]["positions"] == "sequence"
+    assert call["handle"] != fwd["handle"]
+    assert attngen.broadcast_kernel_for(64, "bf16", rotary="half") is \
+        attngen.broadcast_kernel_for(64, "bf16", rotary={"layout": "half"})
 
 
 def test_workspace_is_sized_by_the_library(env, monkeypatch):

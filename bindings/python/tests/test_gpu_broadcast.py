@@ -292,3 +292,106 @@ def test_matches_jagged_attention_on_expanded_q():
     torch.cuda.synchronize()
     assert rel(out, ref) <= TOL[torch.bfloat16]
     check_lse(lse, ref_lse)
+
+
+# ---- rotary embeddings ------------------------------------------------------------
+
+def rotate64(x, table, layout):
+    """x [rows, H, D] rotated by table [rows, D] (sin | cos): pairs (2i,
+    2i+1) when interleaved, (i, i + D/2) when half (test_gpu_jagged.py's)."""
+    h = x.shape[-1] // 2
+    sin, cos = table[:, None, :h], table[:, None, h:]
+    if layout == "interleaved":
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    a, b = x[..., :h], x[..., h:]
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+
+
+def computed_table64(positions, dim, base):
+    p = torch.tensor(positions, dtype=torch.float64).view(-1, 1)
+    inv = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    return torch.cat((torch.sin(p * inv), torch.cos(p * inv)), dim=-1)
+
+
+def random_table(rows, dim, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    angles = (torch.rand(rows, dim // 2, generator=g, dtype=torch.float64) - 0.5) * 2 * math.pi
+    return torch.cat((angles.sin(), angles.cos()), dim=-1).to(dtype).cuda()
+
+
+ROPE_CASES = [
+    # (name, layout, apply_to, positions, n_q, heads, kv_heads, causal, dtype, dim)
+    ("half-qk-table", "half", ("q", "k"), "table", 48, 4, 4, False, torch.bfloat16, 128),
+    ("interleaved-qkv-sequence-causal-gqa", "interleaved", ("q", "k", "v"), "sequence", 130, 4,
+     2, True, torch.float16, 64),
+    ("interleaved-k-table-causal", "interleaved", ("k",), "table", 16, 4, 4, True,
+     torch.bfloat16, 64),
+]
+
+
+@pytest.mark.parametrize("case", ROPE_CASES, ids=[c[0] for c in ROPE_CASES])
+def test_rotary_forward_and_gradients(case):
+    """Query row i of q rotated at the fixed position i (or by row i of the
+    queries' table) in every sequence, key j at j in its sequence (or its
+    row of the keys' table): the float64 reference rotates, then expands
+    q; dq is the sum over the batch of the unrotated q's gradient."""
+    _, layout, apply_to, positions, n_q, heads, kv_heads, causal, dtype, dim = case
+    q, k, v, tk, ck = make(n_q, LK, heads, kv_heads, dim, dtype, seed=400 + dim, grad=True)
+    rotary = {"layout": layout, "apply_to": list(apply_to), "positions": positions}
+    tables = {}
+    if positions == "table":
+        table_q = random_table(n_q, dim, dtype, seed=dim) if "q" in apply_to else None
+        table_k = random_table(ck[-1], dim, dtype, seed=dim + 1)
+        tables = {"rotary_table": table_q, "rotary_table_k": table_k}
+        tab_q64 = None if table_q is None else table_q.double().cpu()
+        tab_k64 = table_k.double().cpu()
+    else:
+        tab_q64 = computed_table64(range(n_q), dim, 10000.0)
+        tab_k64 = computed_table64([j for b in range(len(LK)) for j in range(LK[b])], dim,
+                                   10000.0)
+    out, lse = attngen.broadcast_attention(q, k, v, tk, causal=causal, rotary=rotary,
+                                           return_lse=True, _poison=True, **tables)
+    dout = torch.randn_like(out)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    with torch.no_grad():  # the forward-only kernel
+        out_fwd = attngen.broadcast_attention(q, k, v, tk, causal=causal, rotary=rotary,
+                                              _poison=True, **tables)
+    torch.cuda.synchronize()
+    for name, t in (("output", out), ("forward-only output", out_fwd), ("dq", dq), ("dk", dk),
+                    ("dv", dv)):
+        assert not torch.isnan(t).any(), "%s rows left unwritten" % name
+    leaves = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
+    rotated = [rotate64(x, tab_q64 if n == "q" else tab_k64, layout) if n in apply_to else x
+               for n, x in zip("qkv", leaves)]
+    ref, ref_lse = broadcast64(*rotated, ck, causal)
+    for got in (out.detach(), out_fwd):
+        err = rel(got, ref.detach())
+        assert err <= TOL[dtype], "output: relative error %.3g" % err
+    check_lse(lse, ref_lse.detach())
+    rq, rk, rv = torch.autograd.grad(ref, leaves, dout.double().cpu())
+    errs = [rel(dq, rq), rel(dk, rk), rel(dv, rv)]
+    assert max(errs) <= GRAD_TOL[dtype], "dq, dk, dv relative errors %s" % errs
+
+
+def test_rotary_under_torch_compile():
+    """torch.compile(fullgraph=True) of a rotary broadcast call: the custom
+    op with its tables, output and gradients equal to eager."""
+    q, k, v, tk, ck = make(32, LK, 4, 4, 64, torch.bfloat16, seed=9, grad=True)
+    table_q = random_table(32, 64, torch.bfloat16, seed=3)
+    table_k = random_table(ck[-1], 64, torch.bfloat16, seed=4)
+
+    def f(q, k, v):
+        return attngen.broadcast_attention(q, k, v, tk, rotary="half", rotary_table=table_q,
+                                           rotary_table_k=table_k)
+
+    out = f(q, k, v)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    cf = torch.compile(f, fullgraph=True)
+    out_c = cf(q, k, v)
+    grads_c = torch.autograd.grad(out_c, (q, k, v), dout)
+    torch.cuda.synchronize()
+    assert torch.equal(out, out_c)
+    for g, gc in zip(grads, grads_c):
+        assert torch.equal(g, gc)

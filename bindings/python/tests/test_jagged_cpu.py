@@ -546,8 +546,8 @@ def test_jagged_spec_with_rotary_text():
 
 def test_jagged_rotary_specs_through_the_c_parser():
     """Every rotary option jagged_attention takes makes a spec the C parser
-    reads back as given; positions 'block' and broadcast queries it refuses
-    (as the binding does up front)."""
+    reads back as given, broadcast queries' too; positions 'block' it
+    refuses (as the binding does up front)."""
     _need_lib()
     for layout in ("interleaved", "half"):
         for positions, base in (("table", None), ("sequence", 10000.0), ("sequence", 5e5)):
@@ -563,8 +563,9 @@ def test_jagged_rotary_specs_through_the_c_parser():
     block = {"layout": "half", "apply_to": ("q", "k"), "positions": "block", "base": 1e4}
     with pytest.raises(attngen.SpecError, match="positions block applies only"):
         attngen.parse_spec(attngen.jagged_spec(64, "bf16", rotary=block))
-    with pytest.raises(attngen.UnsupportedError, match="broadcast"):
-        attngen.parse_spec(attngen.jagged_spec(64, "bf16", broadcast=True, rotary=HALF_QK_TABLE))
+    _, info = attngen.parse_spec(attngen.jagged_spec(64, "bf16", broadcast=True,
+                                                     rotary=HALF_QK_TABLE))
+    assert info.query == "broadcast" and info.rotary["layout"] == "half"
     k = attngen.jagged_kernel_for(128, "bf16", True, None, None, False, True,
                                   rotary={"layout": "half"})
     assert k.name == "torch_jagged_d128_bf16_causal_ropeh_qk_t_grad"
@@ -756,15 +757,18 @@ def test_rotary_errors_launch_nothing(env):
     assert env.launches.calls == [] and env.parsed == []
 
 
-def test_broadcast_still_refuses_rotary():
+def test_broadcast_rotary_tables_checked_up_front():
+    """broadcast_attention takes rotary embeddings (test_broadcast_cpu.py);
+    its tables are checked before any kernel: the queries' is [n_q,
+    head_dim], not jagged_attention's [total_q, head_dim]."""
     q = ts.StubTensor((4, 2, 64), ptr=next(ts._ptrs))
     k = ts.StubTensor((8, 2, 64), ptr=next(ts._ptrs))
     v = ts.StubTensor((8, 2, 64), ptr=next(ts._ptrs))
     ck = ts.StubTensor((3,), ts.int32, ptr=next(ts._ptrs), values=[0, 3, 8])
-    for kw in (dict(rotary={"layout": "half", "positions": "sequence"}),
-               dict(rotary="half", rotary_table=ts.StubTensor((8, 64), ptr=next(ts._ptrs)))):
-        with pytest.raises(attngen.UnsupportedError, match="broadcast"):
-            attngen.broadcast_attention(q, k, v, ck, **kw)
+    with pytest.raises(attngen.InvalidArgumentError, match=r"\[n_q, head_dim\] = \[4, 64\]"):
+        attngen.broadcast_attention(q, k, v, ck, rotary="half",
+                                    rotary_table=ts.StubTensor((8, 64), ptr=next(ts._ptrs)),
+                                    rotary_table_k=ts.StubTensor((8, 64), ptr=next(ts._ptrs)))
 
 
 # ---- the eager fast path ----------------------------------------------------

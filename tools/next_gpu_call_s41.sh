@@ -1,0 +1,51 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# next_gpu_call_s41.sh: session 41's device call (carry [".devdeps"]); its
+# log also into $OUT (no pipe on the command line).
+#   rotary (about 5 minutes): broadcast-Q with rotary embeddings (new in
+#     session 41: the mma.sync forwards and the split backward, whose
+#     _dq_sum rotates the summed dQ back). The GPU suite's broadcast case
+#     (its two rotary cases: head dim 128 half layout from tables on q, k;
+#     64 fp16 causal interleaved computed on q, k, v, grouped heads; n_q 1
+#     to 200, keys 0, 1, 63..65, 1000, 4096; every gradient bit for bit
+#     over five runs) and the non-rotary ones; memcheck and racecheck of
+#     specs/pma_broadcast_d64_rope.yaml at n_q 33 and 130; then the
+#     rotary spec against the same spec without rotary, batch 1152, 4
+#     heads, n_q 32 and 128, keys [0, 1024] (what the split backward costs
+#     against the one-pass one).
+source .devdeps/env.sh || exit 1
+out=${OUT:-/tmp}
+exec > >(tee "$out/next_gpu_call_s41.log") 2>&1
+tee_pid=$!
+nvidia-smi --query-gpu=name --format=csv,noheader
+case "${1:-}" in
+  rotary)
+    OUT=$out timeout 150 bash tools/gpu_session.sh build || exit 1
+    printf 'name: pma_broadcast_d64\npattern: jagged\nquery: broadcast\nhead_dim: 64\ndtype: bf16\npasses: [forward, backward]\n' \
+      > "$out/pma_d64.yaml"
+    echo "=== timed, ms (batch 1152, 4 heads, keys [0, 1024]) $(date +%T)"
+    for nq in 32 128; do
+      for spec in specs/pma_broadcast_d64_rope.yaml "$out/pma_d64.yaml"; do
+        timeout 100 build/attngen run "$spec" --batch 1152 --seqlen 1024 --min-seqlen 0 \
+          --heads 4 --n-q $nq --iters 20 > "$out/run-$(basename "$spec" .yaml)-$nq.log" 2>&1
+        echo "$(basename "$spec") n_q $nq rc $?: $(grep -E 'check|time' "$out/run-$(basename "$spec" .yaml)-$nq.log" | tr '\n' ' ')"
+      done
+    done
+    echo "=== sanitize $(date +%T)"
+    for nq in 33 130; do
+      for tool in memcheck racecheck; do
+        log="$out/sanitize-$tool-rope-$nq.log"
+        timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 build/attngen run \
+          specs/pma_broadcast_d64_rope.yaml --batch 6 --seqlen 300 --min-seqlen 0 --n-q $nq \
+          --iters 0 > "$log" 2>&1
+        echo "$tool n_q $nq: exit $?; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check:' "$log" | tr '\n' ' ')"
+      done
+    done
+    echo "=== gpu-broadcast $(date +%T)"
+    OUT=$out timeout 280 bash tools/gpu_session.sh gpu-broadcast
+    grep -E "^gpu broadcast.*rotary" "$out/gpu-broadcast.log" | head -30
+    ;;
+  *) echo "usage: $0 rotary"; exit 2 ;;
+esac
+exec >&- 2>&-
+wait "$tee_pid"
