@@ -737,7 +737,16 @@ static const ag_plan_jagged_choices jagged_checked = {
      * (session 39's broadcast table on an H100: 1.620 ms at head dim 64,
      * n_q 32, L 4096, where cuDNN took 1.583; 0.223 ms at L 1024, s 0.5,
      * about 89% of the 3.15 TB/s that H100 streams, by the mean length).
-     * Written, not run. Off. */
+     * Run on an H100 in session 41 (tools/next_gpu_call_s39.sh bqfwdsmall;
+     * bench/results/2026-12-07-h100-bqfwdsmall-s41.log; the forward alone,
+     * batch 1152, 4 heads, n_q 32, ms, tree -> on, two rounds): head dim
+     * 128 0.4506 -> 0.4471 at keys [0, 1024], 0.8174 -> 0.8104 at 1024,
+     * 3.104 -> 3.091 at 4096 (0.4-1.2% in both rounds); head dim 64 0.234
+     * -> 0.253 at [0, 1024] (8% slower), 0.427 -> 0.431 at 1024, 1.621 ->
+     * 1.557 at 4096 (4% faster), n_q 16 0.233 -> 0.245, n_q 64 0.263 ->
+     * 0.254. Correct (float64 at n_q 1 to 64, causal, memcheck,
+     * racecheck). About 1% at head dim 128 and mixed at 64: not worth a
+     * second forward route. Off. */
     .bq_fwd_ws_small = false,
 };
 

@@ -12,7 +12,13 @@
 #     specs/pma_broadcast_d64_rope.yaml at n_q 33 and 130; then the
 #     rotary spec against the same spec without rotary, batch 1152, 4
 #     heads, n_q 32 and 128, keys [0, 1024] (what the split backward costs
-#     against the one-pass one).
+#     against the one-pass one). Run in session 41 on an H100
+#     (bench/results/2026-12-07-h100-broadcast-rotary-s41.log).
+#   pyrotary (about 4 minutes): the binding's broadcast rotary on a GPU:
+#     test_gpu_broadcast.py's rotary tests (float64 reference rotating,
+#     then expanding q; torch.compile(fullgraph=True) equal to eager) and
+#     its other non-parametrized tests, test_gpu_torch_ops.py (opcheck,
+#     the ops' new signatures), test_broadcast_cpu.py on real torch.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 exec > >(tee "$out/next_gpu_call_s41.log") 2>&1
@@ -45,7 +51,16 @@ case "${1:-}" in
     OUT=$out timeout 280 bash tools/gpu_session.sh gpu-broadcast
     grep -E "^gpu broadcast.*rotary" "$out/gpu-broadcast.log" | head -30
     ;;
-  *) echo "usage: $0 rotary"; exit 2 ;;
+  pyrotary)
+    make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+    echo "=== binding GPU tests $(date +%T)"
+    timeout 400 python3 -m pytest -q bindings/python/tests/test_gpu_broadcast.py \
+      -k "rotary or many or bit_identical or scale or empty or expanded" \
+      bindings/python/tests/test_gpu_torch_ops.py > "$out/pytest-gpu.log" 2>&1
+    echo "rc $? $(grep -E 'passed|failed' "$out/pytest-gpu.log" | tail -1)"
+    grep -E "^FAILED|Error" "$out/pytest-gpu.log" | head -12
+    ;;
+  *) echo "usage: $0 rotary|pyrotary"; exit 2 ;;
 esac
 exec >&- 2>&-
 wait "$tee_pid"

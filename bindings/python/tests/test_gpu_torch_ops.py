@@ -115,10 +115,11 @@ def _op_args(name):
                True, "", None, None)
         return ops.jagged_attention.default, fwd, ops.jagged_attention_backward.default, bwd
     q, k, v, ck = args
-    fwd = (q, k, v, ck, True, -1, -1, None, False, True)
+    fwd = (q, k, v, ck, True, -1, -1, None, False, "", None, None, True)
     out, lse = ops.broadcast_attention(*[a.detach() if torch.is_tensor(a) else a for a in fwd])
     dout = torch.randn_like(out)
-    bwd = (dout, q.detach(), k.detach(), v.detach(), out, lse, ck, True, -1, -1, None, False)
+    bwd = (dout, q.detach(), k.detach(), v.detach(), out, lse, ck, True, -1, -1, None, False, "",
+           None, None)
     return ops.broadcast_attention.default, fwd, ops.broadcast_attention_backward.default, bwd
 
 

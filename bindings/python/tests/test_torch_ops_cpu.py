@@ -106,8 +106,8 @@ def test_flop_formulas_registered_and_counted():
                                           out_val=None)
     assert n == 4 * 64 * 4 * (16 * 16 * 2 + 10 * 10 + 8 * 8)
     nq = torch.empty(7, 4, 64)
-    n = flop_registry[ops.broadcast_attention](nq, q, q, cu, False, 3, 2, None, False, False,
-                                              out_val=None)
+    n = flop_registry[ops.broadcast_attention](nq, q, q, cu, False, 3, 2, None, False, "", None,
+                                              None, False, out_val=None)
     assert n == 4 * 64 * 4 * _brute_jagged([7] * 3, lens, False, (3, 2))
 
 
