@@ -302,15 +302,22 @@ static const int bq_sm90_stages_d64 = 4, bq_sm90_stages_d128 = 3;
  * and dS, two floats a row. */
 static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_choices choices) {
   ag_plan_jagged *j = &p->jagged;
-  /* Rotary embeddings: the split kernels (jagged_bwd.cu), which rotate
-   * Q, K (V) as they land and _dq_sum the summed dQ back; the one-pass
-   * kernels do not rotate. */
-  if (spec->rotary.layout != AG_ROTARY_NONE) return;
+  /* Rotary embeddings: broadcast_bwd.cu rotates Q once a slab, each K (V)
+   * tile as it lands and dK (dV) back in registers, a warp's columns of
+   * them: only where each pair is in one warp (the interleaved layout, or
+   * a warp holding every column: 16 * warps == 64 keys). The wgmma
+   * kernel does not rotate, and the 128-row mma.sync one only at head dim
+   * 128 (at 64 its two CTAs an SM leave 128 registers a thread: ptxas
+   * spilled 104 bytes with rotary). The split kernels take the rest. */
+  const bool rotary = spec->rotary.layout != AG_ROTARY_NONE;
   const int d = p->head_dim == 128;
   for (int i = 0, v = 0; i < AG_FUSED_VARIANTS; i++) {
     const int m = 32 << i, n = 64;
     if (m == 32 && choices.bq_m32_warps[d] == 0) continue;
-    const bool sm90_kernel = choices.sm90_bq_bwd && spec->arch == AG_ARCH_SM90A;
+    const bool sm90_kernel = choices.sm90_bq_bwd && spec->arch == AG_ARCH_SM90A && !rotary;
+    const int warps = m == 32 ? choices.bq_m32_warps[d] : m / 16; /* the mma.sync kernel's */
+    if (rotary && ((spec->rotary.layout == AG_ROTARY_HALF && warps * 16 != n) || (m == 128 && !d)))
+      continue;
     if (m < 128 && sm90_kernel && choices.bq_sm90_small) continue;
     const bool sm90 = m == 128 && sm90_kernel;
     const int stages = m == 32 ? choices.bq_m32_stages[d]

@@ -7,15 +7,21 @@
 @#   that split its keys) @STAGES@ (K, V slots, 2 or more) @MIN_CTAS@
 @#   @SMEM_BYTES@ (= 4 * HEAD_DIM * (BLOCK_M + STAGES * BLOCK_N) +
 @#   4 * BLOCK_M * BLOCK_N + 8 * BLOCK_M) @SCALE@ @SCALE_LOG2@ @SCALE_TEXT@
-@#   @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@ @WINDOW_LEFT@ @WINDOW_RIGHT@ (as
-@#   in jagged_bwd.cu).
+@#   @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@ @WINDOW_LEFT@ @WINDOW_RIGHT@
+@#   @ROTARY_TABLES@ (as in jagged_bwd.cu).
+@# Conditions: ROTARY (rotary embeddings, as jagged_bwd.cu's with a
+@#   broadcast Q: Q rotated once a slab (query row i at the fixed position
+@#   i), each key tile as it lands, dK (dV) rotated back in registers before
+@#   it is stored, the slab's dQ partial left rotated for _dq_sum; the plan
+@#   takes this kernel only where a warp holds both halves of each pair:
+@#   the interleaved layout, or every column of dK), ROTARY_TABLE.
 @# Grid: (slabs, heads) (ag_broadcast_slabs), WARPS * 32 threads, dynamic
 @#   shared memory SMEM_BYTES; then jagged_bwd.cu's _dq_sum over the slabs.
 @# Parameters: those of jagged_bwd.cu's kernels (q [n_q, heads, D]; `di`
 @#   the workspace: the slabs' dQ partials at broadcast_partials_at(heads,
 @#   total_q) floats; num_tiles = slabs).
 @# Includes jagged_bwd_band.cuh, mma_sm80.cuh, copy_rows.cuh, unpack2.cuh and
-@#   jagged_bwd_tile.cuh:
+@#   jagged_bwd_tile.cuh (and jagged_rotary.cuh with ROTARY):
 @#   emitted in a namespace of its own.
 /* ---- begin broadcast backward constants ---- */
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
@@ -66,6 +72,44 @@ static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 2 * kStages * kKTileEle
 @include unpack2.cuh@
 
 @include jagged_bwd_tile.cuh@
+@if ROTARY@
+
+@include jagged_rotary.cuh@
+
+static_assert(!@ROTARY_HALF@ || kDimPart == kDimTiles,
+              "the half layout's pairs (n-tiles n and n + kDimTiles / 2) in one warp's columns");
+
+// Rotate a warp's dK (dV) part back: rows kr0 + g (+ 8) of the key tile
+// (those before `rows`), its kDimPart n-tiles from nt0, in the mma C layout
+// (unrotate_rows for part of the columns).
+__device__ __forceinline__ void unrotate_part(float (&acc)[kDimPart][4], int kr0, int rows, int nt0,
+                                              const RotaryRows &rr) {
+  const int tq = threadIdx.x & 3;
+  for_lane_rows(kr0, rows, [&](int hi, int row) {
+#pragma unroll
+    for (int n = 0; n < (@ROTARY_HALF@ ? kDimPart / 2 : kDimPart); n++)
+#pragma unroll
+      for (int e = 0; e < (@ROTARY_HALF@ ? 2 : 1); e++) {
+        // half: column 8n + 2tq + e with its partner kDimTiles / 2 n-tiles
+        // on; interleaved: columns 8n + 2tq, + 1, pair 4n + tq
+        const int m = @ROTARY_HALF@ ? n + kDimTiles / 2 : n;
+        const int i = @ROTARY_HALF@ ? 8 * n + 2 * tq + e : 4 * (nt0 + n) + tq;
+        const int a = @ROTARY_HALF@ ? 2 * hi + e : 2 * hi, b = @ROTARY_HALF@ ? a : a + 1;
+        float s, c;
+        pair_angle(rr, row, i, s, c);
+        const float x0 = acc[n][a], x1 = acc[m][b];
+        acc[n][a] = x0 * c + x1 * s;
+        acc[m][b] = x1 * c - x0 * s;
+      }
+  });
+}
+@endif@
+
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
 
 extern __shared__ __align__(128) unsigned short smem[];
 
@@ -188,6 +232,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
+  const RotaryTables tables = @ROTARY_TABLES@;
+  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -203,6 +249,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
+      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
+      (void)q_fresh;
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -227,6 +275,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       else __syncwarp();
       const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
       const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
+@if ROTARY@
+      if (kRotateQ && q_fresh) {
+        // Q (row i at position i, or the table's row i), once a slab: its
+        // copy is the first group's, waited for here; every warp reads it
+        // after the loop's barriers.
+        cp_async_wait<kStages - 2>();
+        __syncthreads();
+        rotate_rows(q_s, nullptr, mq, rotary_rows(tables.q, 0, 0));
+      }
+@endif@
 
 #pragma unroll 1
       for (int i = 0; i < sp.n_steps; i++) {
@@ -246,6 +304,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         __syncthreads();
         const long long k0 = (sp.kt0 + i) * kBlockN;
         const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+@if ROTARY@
+        // Rotate the tile's K (V) where it landed; every warp reads them
+        // after the barrier.
+        if constexpr (kRotateK || kRotateV) {
+          unsigned short *slot = ring + ((unsigned)i % kStages) * 2 * kKTileElems;
+          rotate_rows(kRotateK ? slot : nullptr, kRotateV ? slot + kKTileElems : nullptr, nk,
+                      rotary_rows(tables.k, sp.k_start + k0, k0));
+        }
+        __syncthreads();
+@endif@
         const unsigned k_a = smem_addr(ring + ((unsigned)i % kStages) * 2 * kKTileElems);
         const unsigned v_a = k_a + 2 * kKTileElems;
         if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
@@ -269,8 +337,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         __syncthreads();  // P and dS of the tile complete
         float part[kDimPart][4];
         keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
+@if ROTARY@
+        // (the keys' angles again: not held across the tile's products)
+        const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+        if constexpr (kRotateV) unrotate_part(part, kr0, nk, nt0, rk);  // of the unrotated V
+@endif@
         store_rows(part, 1.f, kr0, nk, sp.dv + k0 * stride + nt0 * 8, stride);
         keys_by_queries(part, ds_a, q_a, kr0, nt0, ksteps);  // dK = dS^T Q
+@if ROTARY@
+        if constexpr (kRotateK) unrotate_part(part, kr0, nk, nt0, rk);  // of the unrotated K
+@endif@
         store_rows(part, kScale, kr0, nk, sp.dk + k0 * stride + nt0 * 8, stride);
       }
       cp_async_wait<0>();

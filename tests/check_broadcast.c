@@ -394,11 +394,13 @@ START_TEST(compiles) {
 }
 END_TEST
 
-/* Rotary embeddings: the mma.sync forwards (128- and 32-row tiles) and
- * the split backward, whose _dq_sum rotates the summed dQ back (the
- * one-pass kernels do not rotate: none planned, whatever n_q); the
- * kernels take both tables with positions from tables, and compile for
- * sm_90a and sm_80 in both layouts. */
+/* Rotary embeddings: the mma.sync forwards (128- and 32-row tiles), the
+ * one-pass mma.sync backwards where a warp holds both halves of each pair
+ * (interleaved: every variant, the 128-row one on mma.sync too; half:
+ * those of 4 warps, which hold every column), the split backward for the
+ * rest, whose _dq_sum rotates the summed dQ back; the kernels take both
+ * tables with positions from tables, compile for sm_90a and sm_80 in both
+ * layouts, and the one-pass ones spill nothing. */
 static const char *const rotary_extra[] = {
     "rotary:\n  layout: interleaved\n  apply_to: [q, k]\n  positions: table\n",
     "rotary:\n  layout: half\n  apply_to: [q, k, v]\n  positions: sequence\n  base: 10000\n",
@@ -410,34 +412,53 @@ START_TEST(rotary_plan) {
     ag_plan p;
     ag_error err = {0};
     ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-    ck_assert_int_eq(p.nkernels, 5);
+    const int fused = i ? 1 : 3; /* half at head dim 64: the 64-row kernel's 4 warps alone */
+    /* (interleaved at head dim 64: no 128-row kernel, rotary_compiles) */
+    ck_assert_int_eq(p.nkernels, 5 + fused);
     ck_assert_int_eq(p.takes_table, i == 0);
     ck_assert_str_eq(p.kernels[0].template_file, "jagged_fwd.cu");
     ck_assert_str_eq(p.kernels[1].template_file, "jagged_fwd.cu");
     ck_assert_int_eq(p.kernels[1].walk.rows, 32);
-    ck_assert_str_eq(p.kernels[2].template_file, "jagged_bwd.cu");
-    ck_assert_int_eq(p.kernels[2].walk.kind, AG_WALK_BROADCAST_SLABS);
-    ck_assert_int_eq(p.kernels[4].walk.kind, AG_WALK_BROADCAST_SUM);
-    for (int j = 0; j < AG_FUSED_VARIANTS; j++) ck_assert_int_eq(p.jagged.fused_block_m[j], 0);
+    for (int j = 0; j < fused; j++) {
+      ck_assert_str_eq(p.kernels[2 + j].template_file, "broadcast_bwd.cu");
+      ck_assert(!p.jagged.fused_sm90[j]);
+    }
+    ck_assert_int_eq(p.jagged.fused_block_m[0], i ? 64 : 32);
+    if (fused < AG_FUSED_VARIANTS) ck_assert_int_eq(p.jagged.fused_block_m[fused], 0);
+    ck_assert_str_eq(p.kernels[2 + fused].template_file, "jagged_bwd.cu");
+    ck_assert_int_eq(p.kernels[2 + fused].walk.kind, AG_WALK_BROADCAST_SLABS);
+    ck_assert_int_eq(p.kernels[4 + fused].walk.kind, AG_WALK_BROADCAST_SUM);
     const int64_t nqs[] = {1, 32, 64, 128, 200};
+    const int want[2][5] = {{0, 0, 1, 2, -1}, {0, 0, 0, -1, -1}}; /* fused variant, -1 split */
     for (int j = 0; j < 5; j++)
-      ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, nqs[j], 4, 4), AG_VARIANT_BWD_SPLIT);
+      ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, nqs[j], 4, 4),
+                       want[i][j] < 0 ? AG_VARIANT_BWD_SPLIT : AG_VARIANT_BWD_FUSED_0 + want[i][j]);
+    /* grouped heads: the split kernels */
+    ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 32, 4, 2), AG_VARIANT_BWD_SPLIT);
   }
 }
 END_TEST
 
 START_TEST(rotary_compiles) {
-  for (int i = 0; i < 2; i++) {
-    ag_spec s = bf16_spec(i ? 64 : 128, rotary_extra[i], true);
+  char *dir = ag_test_dump_begin("broadcast-rotary");
+  /* interleaved at both head dims (at 64 the 32-row kernel's 8 warps
+   * split dK's columns; no 128-row one there), half at 64 */
+  for (int c = 0; c < 3; c++) {
+    const int i = c % 2;
+    ag_spec s = bf16_spec(c ? 64 : 128, rotary_extra[i], true);
     ag_plan p;
     ag_error err = {0};
     ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
+    if (c == 2) ck_assert_int_eq(p.jagged.fused_block_m[2], 0); /* 32 and 64 rows */
     char *src = NULL;
     ck_assert_int_eq(ag_emit(&s, &src, NULL, &err), AG_OK);
     /* the query rows' angles: row i's, in every sequence */
     ck_assert_ptr_nonnull(
         strstr(src, i ? "kBroadcast ? m0 : m0 + shift" : "(kBroadcast ? 0 : jt.start) + m0"));
     ck_assert_ptr_nonnull(strstr(src, "dQ row i: position i, table row i"));
+    for (int k = 0; k < p.nkernels; k++)
+      if (p.kernels[k].template_file && !strcmp(p.kernels[k].template_file, "broadcast_bwd.cu"))
+        no_spills(src, p.kernels[0].name, p.kernels[k].name, dir, " (rotary)");
     free(src);
     const char *archs[] = {"sm_90a", "sm_80"};
     for (int a = 0; a < 2; a++) {
@@ -451,6 +472,7 @@ START_TEST(rotary_compiles) {
       free(cubin);
     }
   }
+  ag_test_dump_end(dir);
 }
 END_TEST
 
@@ -760,16 +782,22 @@ START_TEST(rotary_tables) {
   const void *order[9] = {a.q, a.k, a.v, a.o, a.lse, a.rotary_table, a.rotary_table_k,
                           a.cu_seqlens_k, a.cu_seqlens_k};
   for (int i = 0; i < 9; i++) ck_assert_uint_eq(ag_fake_seen.ptr[i], (CUdeviceptr)(uintptr_t)order[i]);
-  /* the backward: three kernels (no one-pass variant with rotary) */
+  /* the backward: grouped heads, three kernels; without, the one-pass
+   * kernel (n_q 32: the 32-row one) and the sum */
   ag_fake_seen.count = 0;
   ag_broadcast_bwd_args b = bwd_args();
   b.n_q = 32;
-  b.kv_heads = 8;
   b.rotary_table = P(0xd0000);
   b.rotary_table_k = P(0xe0000);
   ck_assert_msg(ag_broadcast_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
   ck_assert_int_eq(ag_fake_seen.count, 3);
-  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[4]); /* the sum last */
+  /* the sum last: kernels fwd, fwd_m32, bwd_m32, bwd_m64, dq, dkv, dq_sum */
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[6]);
+  ag_fake_seen.count = 0;
+  b.kv_heads = 8;
+  ck_assert_msg(ag_broadcast_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
+  ck_assert_int_eq(ag_fake_seen.count, 2);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[6]);
   /* Keys alone rotated: the queries' table is not read, not required, and
    * passed as NULL. */
   yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, false,
@@ -823,6 +851,9 @@ static const gpu_case gpu_cases[] = {
      "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n  positions: sequence\n"
      "  base: 10000\n",
      4, 2},
+    /* without grouped heads: the one-pass kernels rotate (n_q <= 64 here) */
+    {AG_DTYPE_BF16, 64, false,
+     "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n  positions: table\n", 4, 4},
 };
 enum { NGPU = sizeof gpu_cases / sizeof gpu_cases[0] };
 

@@ -3,13 +3,15 @@
 # next_gpu_call_s41.sh: session 41's device call (carry [".devdeps"]); its
 # log also into $OUT (no pipe on the command line).
 #   rotary (about 5 minutes): broadcast-Q with rotary embeddings (new in
-#     session 41: the mma.sync forwards and the split backward, whose
-#     _dq_sum rotates the summed dQ back). The GPU suite's broadcast case
+#     session 41: the mma.sync forwards, the one-pass mma.sync backwards
+#     where a warp holds both halves of each pair, else the split backward,
+#     whose _dq_sum rotates the summed dQ back). The GPU suite's broadcast case
 #     (its two rotary cases: head dim 128 half layout from tables on q, k;
 #     64 fp16 causal interleaved computed on q, k, v, grouped heads; n_q 1
 #     to 200, keys 0, 1, 63..65, 1000, 4096; every gradient bit for bit
 #     over five runs) and the non-rotary ones; memcheck and racecheck of
-#     specs/pma_broadcast_d64_rope.yaml at n_q 33 and 130; then the
+#     specs/pma_broadcast_d64_rope.yaml at n_q 20, 33 (the one-pass 32-
+#     and 64-row kernels) and 130 (the split ones); then the
 #     rotary spec against the same spec without rotary, batch 1152, 4
 #     heads, n_q 32 and 128, keys [0, 1024] (what the split backward costs
 #     against the one-pass one). Run in session 41 on an H100
@@ -38,7 +40,7 @@ case "${1:-}" in
       done
     done
     echo "=== sanitize $(date +%T)"
-    for nq in 33 130; do
+    for nq in 20 33 130; do
       for tool in memcheck racecheck; do
         log="$out/sanitize-$tool-rope-$nq.log"
         timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 build/attngen run \

@@ -672,6 +672,12 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
 }
 /* ---- end jagged tiles ---- */
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -799,6 +805,8 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
+  const RotaryTables tables = {nullptr, nullptr};
+  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -814,6 +822,8 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
+      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
+      (void)q_fresh;
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -1525,6 +1535,12 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
 }
 /* ---- end jagged tiles ---- */
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -1652,6 +1668,8 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
+  const RotaryTables tables = {nullptr, nullptr};
+  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -1667,6 +1685,8 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
+      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
+      (void)q_fresh;
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
