@@ -23,7 +23,7 @@
 #     the ops' new signatures), test_broadcast_cpu.py on real torch.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
-exec > >(tee "$out/next_gpu_call_s41.log") 2>&1
+exec > >(tee "$out/next_gpu_call_s41-${1:-}.log") 2>&1
 tee_pid=$!
 nvidia-smi --query-gpu=name --format=csv,noheader
 case "${1:-}" in
