@@ -369,6 +369,23 @@ START_TEST(ws_small_forward) {
 }
 END_TEST
 
+/* `s` compiles with NVRTC for sm_90a and sm_80, each cubin holding every
+ * kernel of its plan `p`. */
+static void compiles_for_both_archs(const ag_spec *s, const ag_plan *p) {
+  const char *archs[] = {"sm_90a", "sm_80"};
+  for (int a = 0; a < 2; a++) {
+    void *cubin = NULL;
+    size_t size = 0;
+    ag_error err = {0};
+    ag_status st = ag_compile(s, archs[a], &cubin, &size, &err);
+    ck_assert_msg(st == AG_OK, "%s: %s", archs[a], err.message);
+    for (int k = 0; k < p->nkernels; k++)
+      ck_assert_msg(memmem(cubin, size, p->kernels[k].name, strlen(p->kernels[k].name) + 1),
+                    "no %s in the %s cubin", p->kernels[k].name, archs[a]);
+    free(cubin);
+  }
+}
+
 START_TEST(compiles) {
   char y[512];
   const char *extra[] = {"", "window: [100, 0]\n"};
@@ -379,17 +396,7 @@ START_TEST(compiles) {
     ag_plan p;
     ag_error err = {0};
     ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-    const char *archs[] = {"sm_90a", "sm_80"};
-    for (int a = 0; a < 2; a++) {
-      void *cubin = NULL;
-      size_t size = 0;
-      ag_status st = ag_compile(&s, archs[a], &cubin, &size, &err);
-      ck_assert_msg(st == AG_OK, "%s: %s", archs[a], err.message);
-      for (int k = 0; k < p.nkernels; k++)
-        ck_assert_msg(memmem(cubin, size, p.kernels[k].name, strlen(p.kernels[k].name) + 1),
-                      "no %s in the %s cubin", p.kernels[k].name, archs[a]);
-      free(cubin);
-    }
+    compiles_for_both_archs(&s, &p);
   }
 }
 END_TEST
@@ -460,17 +467,7 @@ START_TEST(rotary_compiles) {
       if (p.kernels[k].template_file && !strcmp(p.kernels[k].template_file, "broadcast_bwd.cu"))
         no_spills(src, p.kernels[0].name, p.kernels[k].name, dir, " (rotary)");
     free(src);
-    const char *archs[] = {"sm_90a", "sm_80"};
-    for (int a = 0; a < 2; a++) {
-      void *cubin = NULL;
-      size_t size = 0;
-      ag_status st = ag_compile(&s, archs[a], &cubin, &size, &err);
-      ck_assert_msg(st == AG_OK, "%s: %s", archs[a], err.message);
-      for (int k = 0; k < p.nkernels; k++)
-        ck_assert_msg(memmem(cubin, size, p.kernels[k].name, strlen(p.kernels[k].name) + 1),
-                      "no %s in the %s cubin", p.kernels[k].name, archs[a]);
-      free(cubin);
-    }
+    compiles_for_both_archs(&s, &p);
   }
   ag_test_dump_end(dir);
 }

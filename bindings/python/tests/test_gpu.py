@@ -20,6 +20,7 @@ import attngen
 from gpu_env import need_gpu_and_lib
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
+from rope64 import rotate64  # noqa: E402 (needs torch)
 
 pytestmark = pytest.mark.gpu
 
@@ -353,17 +354,6 @@ def test_backward_beyond_the_kernels_shared_memory():
 
 # ---- rotary embeddings ---------------------------------------------------------
 
-def rotate64(x, table, layout):
-    """x [total, H, D] rotated by the angles of table [total, D] (sin in the
-    first D/2 columns, cos in the rest): pairs (2i, 2i+1) when interleaved,
-    (i, i + D/2) when half."""
-    h = x.shape[-1] // 2
-    sin, cos = table[:, None, :h], table[:, None, h:]
-    if layout == "interleaved":
-        a, b = x[..., 0::2], x[..., 1::2]
-        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
-    a, b = x[..., :h], x[..., h:]
-    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
 
 
 def computed_table64(offsets, block, head_dim, positions, base):

@@ -23,6 +23,7 @@ import attngen
 from gpu_env import need_gpu_and_lib
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
+from rope64 import random_table, rotate64  # noqa: E402 (needs torch)
 
 pytestmark = pytest.mark.gpu
 
@@ -296,16 +297,6 @@ def test_matches_jagged_attention_on_expanded_q():
 
 # ---- rotary embeddings ------------------------------------------------------------
 
-def rotate64(x, table, layout):
-    """x [rows, H, D] rotated by table [rows, D] (sin | cos): pairs (2i,
-    2i+1) when interleaved, (i, i + D/2) when half (test_gpu_jagged.py's)."""
-    h = x.shape[-1] // 2
-    sin, cos = table[:, None, :h], table[:, None, h:]
-    if layout == "interleaved":
-        a, b = x[..., 0::2], x[..., 1::2]
-        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
-    a, b = x[..., :h], x[..., h:]
-    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
 
 
 def computed_table64(positions, dim, base):
@@ -314,10 +305,6 @@ def computed_table64(positions, dim, base):
     return torch.cat((torch.sin(p * inv), torch.cos(p * inv)), dim=-1)
 
 
-def random_table(rows, dim, dtype, seed):
-    g = torch.Generator().manual_seed(seed)
-    angles = (torch.rand(rows, dim // 2, generator=g, dtype=torch.float64) - 0.5) * 2 * math.pi
-    return torch.cat((angles.sin(), angles.cos()), dim=-1).to(dtype).cuda()
 
 
 ROPE_CASES = [

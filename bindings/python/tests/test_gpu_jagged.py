@@ -26,6 +26,7 @@ import attngen
 from gpu_env import need_gpu_and_lib
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
+from rope64 import random_table, rotate64  # noqa: E402 (needs torch)
 
 pytestmark = pytest.mark.gpu
 
@@ -318,17 +319,6 @@ def rope_option(case):
     return rotary
 
 
-def rotate64(x, table, layout):
-    """x [total, H, D] rotated by the angles of table [total, D] (sin in the
-    first D/2 columns, cos in the rest): pairs (2i, 2i+1) when interleaved,
-    (i, i + D/2) when half."""
-    h = x.shape[-1] // 2
-    sin, cos = table[:, None, :h], table[:, None, h:]
-    if layout == "interleaved":
-        a, b = x[..., 0::2], x[..., 1::2]
-        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
-    a, b = x[..., :h], x[..., h:]
-    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
 
 
 def positions_table64(cu_q, cu_k, dim, base, queries):
@@ -344,11 +334,6 @@ def positions_table64(cu_q, cu_k, dim, base, queries):
     return torch.cat((torch.sin(p * inv), torch.cos(p * inv)), dim=-1)
 
 
-def random_table(rows, dim, dtype, seed):
-    """A caller's table of random angles [rows, dim] (sin | cos) on the GPU."""
-    g = torch.Generator().manual_seed(seed)
-    angles = (torch.rand(rows, dim // 2, generator=g, dtype=torch.float64) - 0.5) * 2 * math.pi
-    return torch.cat((angles.sin(), angles.cos()), dim=-1).to(dtype).cuda()
 
 
 @pytest.mark.parametrize("case", ROPE_CASES, ids=[c[0] for c in ROPE_CASES])
