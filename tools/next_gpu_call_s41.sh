@@ -21,6 +21,9 @@
 #     then expanding q; torch.compile(fullgraph=True) equal to eager) and
 #     its other non-parametrized tests, test_gpu_torch_ops.py (opcheck,
 #     the ops' new signatures), test_broadcast_cpu.py on real torch.
+#   samesize200 (about 6 minutes, on an H200 only: it exits at once on
+#     another GPU): issue 19's 92% and 95% against same-size streams on the
+#     bar's machine (next_gpu_call_s38.sh samesize without hostlite).
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 exec > >(tee "$out/next_gpu_call_s41-${1:-}.log") 2>&1
@@ -62,7 +65,14 @@ case "${1:-}" in
     echo "rc $? $(grep -E 'passed|failed' "$out/pytest-gpu.log" | tail -1)"
     grep -E "^FAILED|Error" "$out/pytest-gpu.log" | head -12
     ;;
-  *) echo "usage: $0 rotary|pyrotary"; exit 2 ;;
+  samesize200)
+    nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200"; exit 0; }
+    make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+    timeout 360 python3 bench/bench.py --peers ceilings,attngen --pass both --budget 300 \
+      --no-plot --out "$out/samesize" > "$out/samesize.log" 2>&1
+    echo "rc $?"; tail -60 "$out/samesize.log"
+    ;;
+  *) echo "usage: $0 rotary|pyrotary|samesize200"; exit 2 ;;
 esac
 exec >&- 2>&-
 wait "$tee_pid"
