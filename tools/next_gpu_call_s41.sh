@@ -23,7 +23,8 @@
 #     the ops' new signatures), test_broadcast_cpu.py on real torch.
 #   samesize200 (about 6 minutes, on an H200 only: it exits at once on
 #     another GPU): issue 19's 92% and 95% against same-size streams on the
-#     bar's machine (next_gpu_call_s38.sh samesize without hostlite).
+#     bar's machine (next_gpu_call_s38.sh samesize without hostlite); on
+#     another GPU the block and jagged bindings' rotary GPU tests.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 exec > >(tee "$out/next_gpu_call_s41-${1:-}.log") 2>&1
@@ -66,7 +67,16 @@ case "${1:-}" in
     grep -E "^FAILED|Error" "$out/pytest-gpu.log" | head -12
     ;;
   samesize200)
-    nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200"; exit 0; }
+    if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      # another GPU: the rotary GPU tests of the block and jagged bindings
+      # instead (their references moved to tests/rope64.py)
+      make -j16 all > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+      timeout 300 python3 -m pytest -q bindings/python/tests/test_gpu.py \
+        bindings/python/tests/test_gpu_jagged.py -k rotary > "$out/pytest-rope.log" 2>&1
+      echo "not an H200: rotary tests rc $? $(tail -1 "$out/pytest-rope.log")"
+      grep -E "^FAILED" "$out/pytest-rope.log" | head
+      exit 0
+    fi
     make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
     timeout 360 python3 bench/bench.py --peers ceilings,attngen --pass both --budget 300 \
       --no-plot --out "$out/samesize" > "$out/samesize.log" 2>&1
