@@ -306,9 +306,9 @@ static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_
    * tile as it lands and dK (dV) back in registers, a warp's columns of
    * them: only where each pair is in one warp (the interleaved layout, or
    * a warp holding every column: 16 * warps == 64 keys). The wgmma
-   * kernel does not rotate, and the 128-row mma.sync one only at head dim
-   * 128 (at 64 its two CTAs an SM leave 128 registers a thread: ptxas
-   * spilled 104 bytes with rotary). The split kernels take the rest. */
+   * kernel does not rotate; the 128-row mma.sync one does, at head dim 64
+   * one CTA an SM (two leave 128 registers a thread: ptxas spilled 104
+   * bytes with rotary). The split kernels take the rest. */
   const bool rotary = spec->rotary.layout != AG_ROTARY_NONE;
   const int d = p->head_dim == 128;
   for (int i = 0, v = 0; i < AG_FUSED_VARIANTS; i++) {
@@ -316,8 +316,7 @@ static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_
     if (m == 32 && choices.bq_m32_warps[d] == 0) continue;
     const bool sm90_kernel = choices.sm90_bq_bwd && spec->arch == AG_ARCH_SM90A && !rotary;
     const int warps = m == 32 ? choices.bq_m32_warps[d] : m / 16; /* the mma.sync kernel's */
-    if (rotary && ((spec->rotary.layout == AG_ROTARY_HALF && warps * 16 != n) || (m == 128 && !d)))
-      continue;
+    if (rotary && spec->rotary.layout == AG_ROTARY_HALF && warps * 16 != n) continue;
     if (m < 128 && sm90_kernel && choices.bq_sm90_small) continue;
     const bool sm90 = m == 128 && sm90_kernel;
     const int stages = m == 32 ? choices.bq_m32_stages[d]
@@ -333,7 +332,7 @@ static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_
     j->fused_sm90[v] = sm90;
     /* two CTAs an SM where their shared memory fits (1 KB each reserved;
      * at head_dim 128 not the 128-row kernel's) */
-    j->fused_min_ctas[v] = 2 * (smem + 1024) > AG_SMEM_MAX_SM90 ? 1 : 2;
+    j->fused_min_ctas[v] = 2 * (smem + 1024) > AG_SMEM_MAX_SM90 || (rotary && m == 128) ? 1 : 2;
     v++;
   }
 }

@@ -420,7 +420,6 @@ START_TEST(rotary_plan) {
     ag_error err = {0};
     ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
     const int fused = i ? 1 : 3; /* half at head dim 64: the 64-row kernel's 4 warps alone */
-    /* (interleaved at head dim 64: no 128-row kernel, rotary_compiles) */
     ck_assert_int_eq(p.nkernels, 5 + fused);
     ck_assert_int_eq(p.takes_table, i == 0);
     ck_assert_str_eq(p.kernels[0].template_file, "jagged_fwd.cu");
@@ -448,15 +447,15 @@ END_TEST
 
 START_TEST(rotary_compiles) {
   char *dir = ag_test_dump_begin("broadcast-rotary");
-  /* interleaved at both head dims (at 64 the 32-row kernel's 8 warps
-   * split dK's columns; no 128-row one there), half at 64 */
+  /* interleaved at both head dims (at 64 the 32- and 128-row kernels' 8
+   * warps split dK's columns; the 128-row one a CTA an SM), half at 64 */
   for (int c = 0; c < 3; c++) {
     const int i = c % 2;
     ag_spec s = bf16_spec(c ? 64 : 128, rotary_extra[i], true);
     ag_plan p;
     ag_error err = {0};
     ck_assert_int_eq(ag_plan_make(&s, &p, &err), AG_OK);
-    if (c == 2) ck_assert_int_eq(p.jagged.fused_block_m[2], 0); /* 32 and 64 rows */
+    if (c == 2) ck_assert_int_eq(p.jagged.fused_min_ctas[2], 1); /* the 128-row kernel */
     char *src = NULL;
     ck_assert_int_eq(ag_emit(&s, &src, NULL, &err), AG_OK);
     /* the query rows' angles: row i's, in every sequence */
@@ -788,13 +787,13 @@ START_TEST(rotary_tables) {
   b.rotary_table_k = P(0xe0000);
   ck_assert_msg(ag_broadcast_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
   ck_assert_int_eq(ag_fake_seen.count, 3);
-  /* the sum last: kernels fwd, fwd_m32, bwd_m32, bwd_m64, dq, dkv, dq_sum */
-  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[6]);
+  /* the sum last: kernels fwd, fwd_m32, bwd_m32, bwd_m64, bwd_m128, dq, dkv, dq_sum */
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[7]);
   ag_fake_seen.count = 0;
   b.kv_heads = 8;
   ck_assert_msg(ag_broadcast_backward(&f.kernel, &b, NULL, &err) == AG_OK, "%s", err.message);
   ck_assert_int_eq(ag_fake_seen.count, 2);
-  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[6]);
+  ck_assert_ptr_eq(ag_fake_seen.fn, f.kernel.fn[7]);
   /* Keys alone rotated: the queries' table is not read, not required, and
    * passed as NULL. */
   yaml_for(y, sizeof y, 64, AG_DTYPE_BF16, false,

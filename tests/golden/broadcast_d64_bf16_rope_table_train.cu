@@ -41,6 +41,10 @@
  *     one pass: dQ, dK, dV of all n_q <= 64 shared query rows of one head over a slab of sequences, key tiles of 64 (runs when heads == kv_heads)
  *     threads: 128, shared memory: 66048 bytes, registers capped for 2 CTAs per SM
  *     grid: (ceil(n_q / 64) * slabs, heads)
+ *   backward kernel: ag_pma_rope_d64_bf16_bq_rope_bwd_m128
+ *     one pass: dQ, dK, dV of all n_q <= 128 shared query rows of one head over a slab of sequences, key tiles of 64 (runs when heads == kv_heads)
+ *     threads: 256, shared memory: 99328 bytes
+ *     grid: (ceil(n_q / 128) * slabs, heads)
  *   backward kernel: ag_pma_rope_d64_bf16_bq_rope_bwd_dq
  *     query-stationary: D, and dQ of 64 shared query rows over a slab of sequences, key tiles of 64 (runs when no one-pass kernel applies)
  *     threads: 128, shared memory: 49664 bytes, registers capped for 2 CTAs per SM
@@ -3711,6 +3715,1053 @@ ag_pma_rope_d64_bf16_bq_rope_bwd_m64(const unsigned short *__restrict__ q,
 /* ---- end kernel ---- */
 
 }  // namespace bwd_fused_1
+
+namespace bwd_fused_2 {
+
+/* ---- begin broadcast backward constants ---- */
+constexpr int kHeadDim = 64;  // elements per head
+constexpr int kBlockM = 128;  // query rows: every shared query (n_q <= kBlockM)
+constexpr int kBlockN = 64;  // keys of a tile
+constexpr int kWarps = 8;  // warps per CTA
+constexpr int kStages = 2;  // K, V slots: kStages - 1 tiles load ahead
+constexpr int kThreads = kWarps * 32;
+constexpr int kMinCtasPerSm = 1;  // launch bound: registers fit this many CTAs
+constexpr int kSmemBytes = 99328;  // dynamic shared memory, as planned
+constexpr float kScale = 1.250000000e-01f;  // softmax scale 1/sqrt(64)
+constexpr float kScaleLog2 = 1.803368801e-01f;  // the scale times log2(e)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr bool kCausal = 0;
+constexpr bool kWindow = 0;
+constexpr int kWindowLeft = 0;  // keys before the diagonal a query sees
+constexpr int kWindowRight = 0;  // keys after it
+constexpr bool kHasLeft = kWindow && kWindowLeft >= 0;  // the band has a lower edge
+constexpr bool kHasRight = kCausal || (kWindow && kWindowRight >= 0);  // and an upper one
+constexpr int kRight = kCausal ? 0 : kWindowRight;  // the upper edge, where kHasRight
+constexpr bool kBroadcast = true;  // one dense Q shared by every sequence
+constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of dQ, dK and dV
+constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S and dP over a key tile
+constexpr int kKeyGroups = kBlockN / 16;  // 16-key row groups of dK, dV
+constexpr int kDimSplit = kWarps / kKeyGroups;  // warps sharing a key group, by columns
+constexpr int kDimPart = kDimTiles / kDimSplit;  // n-tiles of dK, dV per warp
+constexpr int kRowGroups = kBlockM / 16;  // 16-row groups of the queries (S, dP, dQ)
+constexpr int kKeySplit = kWarps / kRowGroups;  // warps of a row group, each its keys
+constexpr int kSplitTiles = kKeyTiles / kKeySplit;  // n-tiles of a warp's S and dP
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+static_assert(kBlockM % 16 == 0 && kWarps % kRowGroups == 0 && kBlockN == 64,
+              "whole 16-row groups, each computed by the same number of warps; 64-key tiles");
+static_assert(kSplitTiles % 2 == 0, "a warp's keys are pairs of n-tiles");
+static_assert(kWarps % kKeyGroups == 0 && kDimPart % 2 == 0,
+              "warps split dK and dV into whole key groups and pairs of n-tiles");
+// Q and dO of the queries, kStages K, V slots (a ring), P and dS of a tile
+// [query][key] (16-bit), then each query row's LSE * log2(e) and D.
+constexpr int kQTileElems = kBlockM * kHeadDim;
+constexpr int kKTileElems = kBlockN * kHeadDim;
+constexpr int kPTileElems = kBlockM * kBlockN;
+static_assert(kStages >= 2, "a tile loads while the last one is used");
+static_assert(2 * (2 * kQTileElems + 2 * kStages * kKTileElems + 2 * kPTileElems) + 8 * kBlockM ==
+                  kSmemBytes,
+              "the plan's shared memory is Q, dO, the K, V slots, P, dS and two floats a row");
+// With kKeySplit > 1, a slab's dQ partials of the warps past a row group's
+// first are summed through the K, V slots, rows padded by 8 floats so that
+// a warp's stores of one row pair meet each bank twice at most.
+constexpr int kRedRow = kHeadDim + 8;
+static_assert((kKeySplit - 1) * kBlockM * kRedRow * 4 <= 2 * kStages * kKTileElems * 2,
+              "the dQ partials fit the K, V slots");
+/* ---- end broadcast backward constants ---- */
+
+/* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
+
+// 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// Copy 16 bytes global -> shared without touching registers. With
+// src_bytes == 0 nothing is read and the 16 bytes are zero-filled.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Wait until at most `pending` committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
+}
+
+// Four 8x8 16-bit matrices from shared memory; lanes 8i..8i+7 give the row
+// addresses of matrix i. The .trans form hands out columns instead of rows.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// d += a * b for one 16x8x16 tile: a 16x16 (4 regs), b 16x8 (2 regs), d fp32.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// f(hi, row) for this lane's rows of a warp's 16-row result in the C layout
+// (row row0 + g + 8 hi holds d[n][2 hi] and d[n][2 hi + 1]), those before
+// `rows`.
+template <class F>
+__device__ __forceinline__ void for_lane_rows(int row0, int rows, F &&f) {
+  const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = row0 + g + 8 * hi;
+    if (row < rows) f(hi, row);
+  }
+}
+
+// Round two floats to a packed pair, `lo` in the low half.
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// -infinity (no constexpr spelling exists without headers).
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
+
+// 2^x on the special-function unit.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// One n-tile of scores in the mma C layout (t[0], t[1] in row g, t[2],
+// t[3] in row g + 8) to exp2(t * scale - off) in place, each row's two
+// values added to its sum.
+__device__ __forceinline__ void exp2_tile(float (&t)[4], float scale, float off_lo, float off_hi,
+                                          float &sum_lo, float &sum_hi) {
+  t[0] = fast_exp2(fmaf(t[0], scale, -off_lo));
+  t[1] = fast_exp2(fmaf(t[1], scale, -off_lo));
+  t[2] = fast_exp2(fmaf(t[2], scale, -off_hi));
+  t[3] = fast_exp2(fmaf(t[3], scale, -off_hi));
+  sum_lo += t[0] + t[1];
+  sum_hi += t[2] + t[3];
+}
+
+/* ---- end device helpers ---- */
+
+/* ---- begin row copies ---- */
+// Start the copy of kRows rows of kPieceCount 16-byte pieces each from src
+// (row 0; rows `stride` elements apart) by the first kCopiers threads:
+// piece c of row r goes to shared address dst + at(r, c); rows from
+// `valid` on are zero-filled, never read. Each thread keeps one piece
+// column and steps down the rows. The caller commits.
+template <int kRows, int kPieceCount, int kCopiers, class At>
+__device__ __forceinline__ void copy_rows(unsigned dst, const unsigned short *src,
+                                          long long stride, int valid, At at) {
+  constexpr int kRowStep = kCopiers / kPieceCount;  // rows one pass of the copiers covers
+  static_assert(kCopiers % kPieceCount == 0 && kRows % kRowStep == 0, "passes cover whole rows");
+  const int row0 = threadIdx.x / kPieceCount, c = threadIdx.x % kPieceCount;
+  const unsigned short *g = src + row0 * stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; i++) {
+    const int row = row0 + i * kRowStep;
+    const bool real = row < valid;
+    cp_async_16(dst + at(row, c), real ? g : src, real ? 16 : 0);
+    g += kRowStep * stride;
+  }
+}
+/* ---- end row copies ---- */
+
+// The two floats of a packed 16-bit pair (pack2's inverse), `lo` from the
+// low half.
+__device__ __forceinline__ void unpack2(unsigned pair, float &lo, float &hi) {
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.bf16 %0, l; cvt.f32.bf16 %1, h; }"
+      : "=f"(lo), "=f"(hi) : "r"(pair));
+}
+
+/* ---- begin jagged tiles ----
+ * Sequence i of a jagged tensor of `total` tokens starts at token
+ * offsets[i] and numbers its tiles of kTile tokens from the "virtual"
+ * number i + offsets[i] / kTile (as block_walk.cuh numbers blocks): the
+ * numbers increase with i and leave at most one unused number per sequence,
+ * so batch + total / kTile numbers cover every tile, known on the host
+ * without reading the offsets. A CTA takes one number, finds its sequence
+ * with a 32-way warp search over the offsets (every warp searches on its
+ * own, so no barrier is needed) and leaves if the number is unused. */
+
+// An offset clamped to [lo, total], so that malformed offsets can never
+// send a load or store out of bounds.
+__device__ __forceinline__ long long clamp_offset(long long x, long long lo, long long total) {
+  return x < lo ? lo : (x > total ? total : x);
+}
+
+// The last sequence c in [0, batch) with c + offsets[c] / tile <= vt (the
+// answer for sorted offsets; some sequence in range for any offsets). Each
+// round tests 32 evenly spaced candidates, so 1152 sequences take 3 rounds.
+// Warp-uniform: every lane returns the same.
+__device__ __forceinline__ long long find_sequence(const int *offsets, long long batch,
+                                                   long long total, long long vt, int tile) {
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const long long step = (hi - lo + 32) / 32;  // candidates lo + step * lane
+    const long long cand = lo + step * lane;
+    bool ok = false;
+    if (cand <= hi) ok = cand + clamp_offset(__ldg(offsets + cand), 0, total) / tile <= vt;
+    const unsigned ballot = __ballot_sync(0xffffffffu, ok);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo;
+}
+
+// One sequence's tokens in both tensors, clamped. A broadcast Q (one
+// dense Q of n_q = total_q / batch rows shared by every sequence) has its
+// rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
+struct SeqSpan {
+  long long q_start, k_start;  // first token in O, dO, lse, D and in K (V, dK, dV)
+  long long q_src;             // first row in Q (dQ): q_start, or 0 for a broadcast Q
+  long long q_len, k_len;      // tokens: Lq, Lk
+};
+
+__device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_k, long long seq,
+                                            long long batch, long long total_q,
+                                            long long total_k) {
+  SeqSpan s;
+  if constexpr (kBroadcast) {
+    s.q_len = total_q / batch;
+    s.q_start = seq * s.q_len;
+    s.q_src = 0;
+  } else {
+    s.q_start = clamp_offset(__ldg(cu_q + seq), 0, total_q);
+    s.q_len = clamp_offset(__ldg(cu_q + seq + 1), s.q_start, total_q) - s.q_start;
+    s.q_src = s.q_start;
+  }
+  s.k_start = clamp_offset(__ldg(cu_k + seq), 0, total_k);
+  s.k_len = clamp_offset(__ldg(cu_k + seq + 1), s.k_start, total_k) - s.k_start;
+  return s;
+}
+
+// A broadcast Q's dQ is the sum over the batch: _dq cuts the batch into
+// `slabs` runs of consecutive sequences of about equal work (keys, plus
+// kSeqCost a sequence for its own loads) and writes one fp32 partial per
+// slab, which _dq_sum adds in slab order. Slab c starts at the first
+// sequence b with (offsets[b] + kSeqCost * b) * slabs >= c * W, W the
+// whole batch's work; slab `slabs` starts at batch. A 32-way warp search,
+// warp-uniform; any offsets give a start in [0, batch].
+constexpr long long kSeqCost = 64;
+// The slabs' dQ partials follow D ([heads, total_q] floats) in the
+// workspace, 16-byte aligned: [slabs, n_q, heads, kHeadDim] fp32.
+__host__ __device__ constexpr long long broadcast_partials_at(long long heads, long long total_q) {
+  return (heads * total_q + 3) / 4 * 4;
+}
+__device__ __forceinline__ long long slab_start(const int *cu_k, long long batch,
+                                                long long total_k, long long c, long long slabs) {
+  if (c <= 0) return 0;
+  if (c >= slabs) return batch;
+  const long long goal = c * (total_k + kSeqCost * batch);
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = batch;  // sequence lo is before the start (it holds for 0)
+  while (lo < hi) {
+    const long long step = (hi - lo + 32) / 32;  // candidates lo + step * lane
+    const long long cand = lo + step * lane;
+    bool before = false;
+    if (cand <= hi)
+      before = (clamp_offset(__ldg(cu_k + cand), 0, total_k) + kSeqCost * cand) * slabs < goal;
+    const unsigned ballot = __ballot_sync(0xffffffffu, before);
+    const int last = ballot ? 31 - __clz(ballot) : 0;
+    lo += step * last;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo + 1 < batch ? lo + 1 : batch;
+}
+
+/* The band: query i (of Lq) sees key j (of Lk) iff 0 <= j < Lk and
+ *   j - i - (Lk - Lq) in [-kWindowLeft, kRight]
+ * each side only where it is bounded (kHasLeft, kHasRight): causal is
+ * bottom-right aligned. Inside a tile pair (queries q0.., keys k0..) the
+ * test is on x = (key row) - (query row) of the tiles against bounds made
+ * small ints (tiles are far shorter than the clamp). */
+struct Band {
+  int lo, hi;  // x in [lo, hi] is visible
+};
+
+__device__ __forceinline__ Band tile_band(long long q0, long long k0, long long delta) {
+  const long long base = k0 - q0 - delta;  // j - i - delta = x + base
+  long long lo = kHasLeft ? -(long long)kWindowLeft - base : -4096;
+  long long hi = kHasRight ? (long long)kRight - base : 4096;
+  lo = lo < -4096 ? -4096 : (lo > 4096 ? 4096 : lo);
+  hi = hi < -4096 ? -4096 : (hi > 4096 ? 4096 : hi);
+  Band b;
+  b.lo = (int)lo;
+  b.hi = (int)hi;
+  return b;
+}
+
+// Keys [*first, *last] some query of [i0, i1] (0 <= i0 <= i1 < Lq) sees;
+// none if *last < *first.
+__device__ __forceinline__ void keys_seen(long long i0, long long i1, long long lq, long long lk,
+                                          long long &first, long long &last) {
+  const long long delta = lk - lq;
+  first = kHasLeft ? i0 + delta - kWindowLeft : 0;
+  last = kHasRight ? i1 + delta + kRight : lk - 1;
+  if (first < 0) first = 0;
+  if (last > lk - 1) last = lk - 1;
+}
+
+// Queries [*first, *last] that see some key of [j0, j1] (0 <= j0 <= j1 < Lk).
+__device__ __forceinline__ void queries_seeing(long long j0, long long j1, long long lq,
+                                               long long lk, long long &first, long long &last) {
+  const long long delta = lk - lq;
+  first = kHasRight ? j0 - delta - kRight : 0;
+  last = kHasLeft ? j1 - delta + kWindowLeft : lq - 1;
+  if (first < 0) first = 0;
+  if (last > lq - 1) last = lq - 1;
+}
+
+// Key tile vt of the key-tile walks (jagged_bwd.cu's _dkv, the sm_90a _kv
+// kernels) for key head hk, group query heads a key head: its sequence, its
+// keys k0.. (nk real; none where `used` is false, an unused number), K's
+// (V's, dK's, dV's) element offset of its first row, and the steps that
+// reach it: step i is query head hk * group + i / q_tiles, query tile qt0 +
+// i % q_tiles (query_step).
+struct KeyTile {
+  bool used;
+  SeqSpan sp;
+  long long k0, qt0, k_row;
+  int nk, q_tiles, n_steps;
+};
+__device__ __forceinline__ KeyTile key_tile(const int *cu_seqlens_q, const int *cu_seqlens_k,
+                                            long long batch, long long total_q,
+                                            long long total_k, long long vt, int hk, int group,
+                                            long long k_stride) {
+  KeyTile t;
+  const long long seq = find_sequence(cu_seqlens_k, batch, total_k, vt, kBlockN);
+  t.sp = seq_span(cu_seqlens_q, cu_seqlens_k, seq, batch, total_q, total_k);
+  const long long tile = vt - (seq + t.sp.k_start / kBlockN);
+  t.used = tile >= 0 && tile * kBlockN < t.sp.k_len;  // else an unused number
+  t.k0 = tile * kBlockN;
+  t.nk = t.used ? (int)min((long long)kBlockN, t.sp.k_len - t.k0) : 0;
+  long long i_first = 0, i_last = -1;
+  if (t.used) queries_seeing(t.k0, t.k0 + t.nk - 1, t.sp.q_len, t.sp.k_len, i_first, i_last);
+  t.qt0 = i_first / kBlockM;
+  t.q_tiles = i_last < i_first ? 0 : (int)(i_last / kBlockM - t.qt0 + 1);
+  t.n_steps = t.q_tiles * group;
+  t.k_row = (t.sp.k_start + t.k0) * k_stride + (long long)hk * kHeadDim;
+  return t;
+}
+
+// Step i of key tile kt: its query head h, its query tile's first row i0
+// in the sequence and real rows mq, and head h's element offsets of the
+// tile's first row of dO and O (at) and of Q (q_at: a broadcast Q's rows
+// are every sequence's), rows q_stride apart.
+struct QueryStep {
+  int h, mq;
+  long long i0, at, q_at;
+};
+__device__ __forceinline__ QueryStep query_step(const KeyTile &kt, int i, int hk, int group,
+                                                long long q_stride) {
+  QueryStep st;
+  st.h = hk * group + i / kt.q_tiles;
+  st.i0 = (kt.qt0 + i % kt.q_tiles) * kBlockM;
+  st.mq = (int)min((long long)kBlockM, kt.sp.q_len - st.i0);
+  st.at = (kt.sp.q_start + st.i0) * q_stride + (long long)st.h * kHeadDim;
+  st.q_at = st.at - (kt.sp.q_start - kt.sp.q_src) * q_stride;
+  return st;
+}
+
+/* Tiles are row-major [rows][kHeadDim] with 16-byte pieces XOR-swizzled by
+ * the row (piece c of row r sits at c ^ (r % 8)), so the 8 row addresses of
+ * an ldmatrix hit 8 different bank groups. Rows past the sequence end are
+ * zero-filled, never read from memory. */
+constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces per row
+
+__device__ __forceinline__ int swizzle(int row, int piece) {
+  return row * kHeadDim + ((piece ^ (row & 7)) * 8);
+}
+
+// Start the copy of kRows rows of one head (`src` is row 0 of the tile, this
+// head) into `tile`, the first `rows` real; the caller commits.
+template <int kRows>
+__device__ __forceinline__ void load_tile(unsigned short *tile, const unsigned short *src,
+                                          long long row_stride, int rows) {
+  copy_rows<kRows, kPieces, kThreads>(smem_addr(tile), src, row_stride, rows,
+                                      [](int row, int c) { return 2u * swizzle(row, c); });
+}
+
+// Copy 4 bytes global -> shared (zero-filled where src_bytes == 0).
+__device__ __forceinline__ void cp_async_4(unsigned dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// The key tiles (of kBlockN) that the queries [0, mq) of a broadcast
+// sequence see: n_steps of them from tile kt0 (none: 0).
+struct SeenTiles {
+  long long kt0;
+  int n_steps;
+};
+__device__ __forceinline__ SeenTiles seen_key_tiles(const SeqSpan &sp, int mq) {
+  long long j_first, j_last;
+  keys_seen(0, mq - 1, sp.q_len, sp.k_len, j_first, j_last);
+  SeenTiles t;
+  t.kt0 = j_first / kBlockN;
+  t.n_steps = j_last < j_first ? 0 : (int)(j_last / kBlockN - t.kt0 + 1);
+  return t;
+}
+
+// Zero the rows of one head of dK and dV (row stride row_stride) of the
+// keys outside those tiles: no query sees them. By the first kZeroThreads
+// threads, 16 bytes each at a time.
+template <int kZeroThreads>
+__device__ __forceinline__ void zero_unseen_keys(unsigned short *dk, unsigned short *dv,
+                                                 long long k_len, SeenTiles t,
+                                                 long long row_stride) {
+  auto zero = [&](long long r0, long long r1) {
+    for (long long i = threadIdx.x; i < (r1 - r0) * kPieces; i += kZeroThreads) {
+      const long long at = (r0 + i / kPieces) * row_stride + (i % kPieces) * 8;
+      *reinterpret_cast<uint4 *>(dk + at) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4 *>(dv + at) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  zero(0, t.n_steps ? t.kt0 * kBlockN : k_len);
+  if (t.n_steps) zero(min(k_len, (t.kt0 + t.n_steps) * kBlockN), k_len);
+}
+
+// Sequence b of a slab as head h's CTA of a one-pass broadcast backward
+// walks it: its span, the key tiles its queries [0, mq) see, and where
+// head h's rows start (every tensor's rows `stride` elements apart); the
+// first kZeroThreads threads also zero the gradients of the keys no query
+// sees (zero_unseen_keys).
+struct SlabSequence : SeqSpan {
+  long long delta;              // k_len - q_len: where the causal diagonal lies
+  long long kt0;                // the first key tile seen
+  int n_steps;                  // key tiles seen (0: none)
+  long long o_row;              // head h's first row of O and dO
+  const unsigned short *k, *v;  // head h's key 0 in K and V
+  unsigned short *dk, *dv;      // and in dK and dV
+};
+template <int kZeroThreads>
+__device__ __forceinline__ SlabSequence slab_sequence(
+    const int *cu_q, const int *cu_k, long long b, long long batch, long long total_q,
+    long long total_k, int mq, int h, long long stride, const unsigned short *k,
+    const unsigned short *v, unsigned short *dk, unsigned short *dv) {
+  SlabSequence s;
+  static_cast<SeqSpan &>(s) = seq_span(cu_q, cu_k, b, batch, total_q, total_k);
+  s.delta = s.k_len - s.q_len;
+  const SeenTiles seen = seen_key_tiles(s, mq);
+  s.kt0 = seen.kt0;
+  s.n_steps = seen.n_steps;
+  s.o_row = s.q_start * stride + (long long)h * kHeadDim;
+  const long long kv_at = s.k_start * stride + (long long)h * kHeadDim;
+  s.k = k + kv_at;
+  s.v = v + kv_at;
+  s.dk = dk + kv_at;
+  s.dv = dv + kv_at;
+  zero_unseen_keys<kZeroThreads>(s.dk, s.dv, s.k_len, seen, stride);
+  return s;
+}
+
+// c[i][j] = sum_d a[row0 + i][d] * b[j][d] for the 16 rows row0.. of tile a
+// and the kNT * 8 rows j of tile b (head columns from chunk c0), as kNT 16x8
+// accumulator tiles: S = Q K^T and dP = dO V^T, or S^T = K Q^T and
+// dP^T = V dO^T. The loop over the head's 16-column steps is unrolled
+// kUnroll times (the backwards keep it rolled: their registers are few; the
+// block forward unrolls it whole).
+template <int kNT, int kUnroll = 1>
+__device__ __forceinline__ void rows_times_rows(float (&c)[kNT][4], unsigned a_s, unsigned b_s,
+                                                int c0, int row0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
+#pragma unroll (kUnroll)
+  for (int kk = 0; kk < kHeadDim / 16; kk++) {
+    // A: lanes 0-15 address rows row0..row0+15 at dims 16kk.., lanes 16-31
+    // the same rows at dims 16kk+8.. (matrices a0..a3).
+    unsigned a[4];
+    ldmatrix_x4(a, a_s + swizzle(row0 + (lane & 15), c0 + 2 * kk + (lane >> 4)) * 2);
+#pragma unroll
+    for (int n = 0; n < kNT; n += 2) {
+      // B (k = dim, n = row of b) is b's rows read as columns: matrices 0, 1
+      // are rows 8n..8n+7 at dims 16kk.. and 16kk+8.. (b0, b1 of n-tile n),
+      // matrices 2, 3 the next 8 rows (n-tile n+1).
+      unsigned b[4];
+      ldmatrix_x4(b, b_s + swizzle(n * 8 + (lane & 7) + ((lane >> 4) << 3),
+                                   c0 + 2 * kk + ((lane >> 3) & 1)) * 2);
+      mma_16816(c[n], a, b[0], b[1]);
+      mma_16816(c[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc += x b: x is 16 rows by the kNT * 8 rows of tile b as 16-bit pairs in
+// C positions ([n][0] row g, [n][1] row g + 8, columns 8n + 2tq and + 1),
+// which make the A fragment of each 16-row slice of b; b's rows are read as
+// columns with ldmatrix.trans. dQ = dS K, dV = P^T dO, dK = dS^T Q.
+template <int kNT>
+__device__ __forceinline__ void accumulate(float (&acc)[kHeadDim / 8][4],
+                                           const unsigned (&x)[kNT][2], unsigned b_s) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < kNT / 2; j++) {
+    const unsigned a[4] = {x[2 * j][0], x[2 * j][1], x[2 * j + 1][0], x[2 * j + 1][1]};
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, b_s + swizzle(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// One pair of results: rounded to a 16-bit pair, or as two floats.
+__device__ __forceinline__ void put_pair(unsigned short *at, float lo, float hi) {
+  *reinterpret_cast<unsigned *>(at) = pack2(lo, hi);
+}
+__device__ __forceinline__ void put_pair(float *at, float lo, float hi) {
+  *reinterpret_cast<float2 *>(at) = make_float2(lo, hi);
+}
+
+// Store 16 result rows of kTiles n-tiles (C layout: acc[n][e] is row row0 +
+// g + 8 (e / 2), column 8n + 2tq + e % 2) times `mul`, those before `rows`,
+// to `out` (row 0, rows row_stride elements apart): each lane writes its
+// pairs.
+template <int kTiles, class T>
+__device__ __forceinline__ void store_rows(const float (&acc)[kTiles][4], float mul, int row0,
+                                           int rows, T *out, long long row_stride) {
+  const int tq = threadIdx.x & 3;
+  for_lane_rows(row0, rows, [&](int hi, int row) {
+    T *dst = out + row * row_stride + 2 * tq;
+#pragma unroll
+    for (int n = 0; n < kTiles; n++)
+      put_pair(dst + 8 * n, acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+  });
+}
+
+// a + the dot product of the 8 16-bit values at x and at y (16 bytes each,
+// aligned; read through the read-only cache), pair by pair in order: a
+// piece of a row of D = rowsum(dO (.) O) (also jagged_bwd_rows.cuh's _pre).
+__device__ __forceinline__ float dot_pieces(const unsigned short *x_at, const unsigned short *y_at,
+                                            float a) {
+  const uint4 x = __ldg(reinterpret_cast<const uint4 *>(x_at));
+  const uint4 y = __ldg(reinterpret_cast<const uint4 *>(y_at));
+  const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+  for (int e = 0; e < 4; e++) {
+    float x0, x1, y0, y1;
+    unpack2(xs[e], x0, x1);
+    unpack2(ys[e], y0, y1);
+    a = fmaf(x0, y0, a);
+    a = fmaf(x1, y1, a);
+  }
+  return a;
+}
+
+// D = rowsum(dO (.) O) of a warp's 16 query rows row0.. (of `rows` real;
+// row r of O and dO at o_row + r * row_stride) from memory, kPieces lanes a
+// row, one 16-byte piece of each; with each row's LSE * log2(e) (+inf for
+// rows past the end or with no key, so that P = 0; their D is 0) into
+// lse_s[r], di_s[r]. `di`, when not null, gets D at di[lse_at + r] (lse's
+// index of row r). The warp's lanes read lse_s, di_s after a __syncwarp.
+__device__ __forceinline__ void row_stats(const unsigned short *__restrict__ o,
+    const unsigned short *__restrict__ dout, const float *__restrict__ lse,
+    float *__restrict__ di, long long o_row, long long row_stride, long long lse_at, int rows,
+    int row0, float *lse_s, float *di_s) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kRowsPerPass = 32 / kPieces;
+  const int piece = lane % kPieces;
+#pragma unroll
+  for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
+    const int r = row0 + pass * kRowsPerPass + lane / kPieces;
+    float a = 0.f;
+    if (r < rows) {
+      const long long at = o_row + r * row_stride + piece * 8;
+      a = dot_pieces(o + at, dout + at, a);
+    }
+#pragma unroll
+    for (int d = 1; d < kPieces; d <<= 1) a += __shfl_xor_sync(0xffffffffu, a, d);
+    if (piece == 0) {
+      float l = __int_as_float(0x7f800000);  // +inf: P = 0
+      if (r < rows) {
+        const float x = lse[lse_at + r];
+        if (x == neg_inf()) a = 0.f;  // no key: dQ = 0, D unused
+        else l = x * kLog2e;
+        if (di) di[lse_at + r] = a;
+      } else {
+        a = 0.f;
+      }
+      lse_s[r] = l;
+      di_s[r] = a;
+    }
+  }
+}
+
+// P = exp(scale * S - LSE) and dS = P (.) (dP - D) of a warp's 16 query
+// rows row0.. against a key tile (C layout, kNT n-tiles of 8 keys), as
+// 16-bit pairs; P masked to 0 outside the band and past nk keys unless the
+// tile is `full`. lse_lo/hi are LSE * log2(e) of rows g and g + 8, d_lo/hi
+// their D. With kKeepP, P's pairs also go to p16.
+template <int kNT, bool kKeepP>
+__device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const float (&dp)[kNT][4],
+    float lse_lo, float lse_hi, float d_lo, float d_hi, bool full, int nk, Band band, int row0,
+    unsigned (&p16)[kNT][2], unsigned (&ds)[kNT][2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) {
+    float p[4], x[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const bool lo = e < 2;
+      const int col = 8 * n + 2 * tq + (e & 1), row = row0 + g + (lo ? 0 : 8);
+      p[e] = fast_exp2(fmaf(s[n][e], kScaleLog2, -(lo ? lse_lo : lse_hi)));
+      if (!full) {
+        const int xd = col - row;
+        if (col >= nk || xd < band.lo || xd > band.hi) p[e] = 0.f;
+      }
+      x[e] = p[e] * (dp[n][e] - (lo ? d_lo : d_hi));
+    }
+    if constexpr (kKeepP) {
+      p16[n][0] = pack2(p[0], p[1]);
+      p16[n][1] = pack2(p[2], p[3]);
+    }
+    ds[n][0] = pack2(x[0], x[1]);
+    ds[n][1] = pack2(x[2], x[3]);
+  }
+}
+/* ---- end jagged tiles ---- */
+
+/* ---- begin rotary embeddings ----
+ * Pair i (0 <= i < kHeadDim / 2) of a head, (x[2i], x[2i + 1]) in the
+ * interleaved layout or (x[i], x[i + kHeadDim / 2]) in the half layout, of
+ * a token at position p is rotated by the angle a(p, i):
+ *   (x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a),
+ * in fp32 from the 16-bit values, rounded back once. Key j of a sequence
+ * is at position j; query i at i + Lk - Lq, aligned at the bottom right as
+ * the causal mask is (for self-attention, i).
+ * sin a and cos a are the caller's: the row of the token in its tensor's
+ * table (the queries' rotary_table [total_q, kHeadDim], the keys'
+ * rotary_table_k [total_k, kHeadDim]), sin in columns [0, kHeadDim / 2) and
+ * cos in the rest, read from global memory beside the tile (a key tile's
+ * rows serve every query tile of its sequence, from L2).
+ * Rows past the sequence end are not rotated (they are zero and stay so).
+ */
+constexpr int kHeadChunks = kHeadDim / 8;  // 16-byte chunks of a row (one head)
+constexpr bool kRotateQ = 1, kRotateK = 1, kRotateV = 0;  // the tensors rotated
+constexpr int kUnitsPerRow = kHeadChunks;  // units of work per row and head
+constexpr int kUnitPairs = 4;  // pairs per unit: one chunk
+
+// The 4 floats of a unit's 4 packed sines (or cosines), half a table
+// chunk's words, in memory order.
+__device__ __forceinline__ void unpack(unsigned a, unsigned b, float (&x)[4]) {
+  unpack2(a, x[0], x[1]);
+  unpack2(b, x[2], x[3]);
+}
+
+// The tile layout rotate_unit reads unless given another: swizzle().
+struct Swizzled {
+  static __device__ __forceinline__ int at(int row, int chunk) { return swizzle(row, chunk); }
+};
+
+// Rotate the packed pair (x0 low, x1 high) by the angle (s, c).
+__device__ __forceinline__ unsigned rotate_pair(unsigned pair, float s, float c) {
+  float x0, x1;
+  unpack2(pair, x0, x1);
+  return pack2(x0 * c - x1 * s, x0 * s + x1 * c);
+}
+
+// Rotate unit `chunk` (chunk cc of one head of the tile row) in row `row`
+// of tile x (at L::at): its four words are four pairs.
+template <typename L = Swizzled>
+__device__ __forceinline__ void rotate_unit(unsigned short *x, int row, int chunk,
+                                            const float (&s)[kUnitPairs],
+                                            const float (&c)[kUnitPairs]) {
+  uint4 *p = reinterpret_cast<uint4 *>(x + L::at(row, chunk));
+  uint4 w = *p;
+  w.x = rotate_pair(w.x, s[0], c[0]);
+  w.y = rotate_pair(w.y, s[1], c[1]);
+  w.z = rotate_pair(w.z, s[2], c[2]);
+  w.w = rotate_pair(w.w, s[3], c[3]);
+  *p = w;
+}
+
+// Where the angles of a tile's rows come from: row r is at position pos0 +
+// r, or reads its table row at table + r * kHeadDim.
+struct RotaryRows {
+  long long pos0;
+  const unsigned short *table;
+};
+
+// The rows of a tile whose row 0 is token `token0` of its tensor at
+// position pos0: that token's row of `table` on, with positions from
+// tables; else positions from pos0 (the table is not read).
+__device__ __forceinline__ RotaryRows rotary_rows(const unsigned short *table, long long token0,
+                                                  long long pos0) {
+  (void)pos0;
+  return {0, table + token0 * kHeadDim};
+}
+
+// sin and cos of unit cc's pairs (see rotary_core.cuh) for tile row `row`.
+__device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int cc,
+                                            float (&s)[kUnitPairs], float (&c)[kUnitPairs]) {
+  const unsigned short *t = rr.table + (long long)row * kHeadDim;
+  // Pairs 4cc .. 4cc + 3: sin is 8 bytes at element 4cc, cos kHeadDim / 2 on.
+  const uint2 sw = __ldg(reinterpret_cast<const uint2 *>(t) + cc);
+  const uint2 cw = __ldg(reinterpret_cast<const uint2 *>(t + kHeadDim / 2) + cc);
+  unpack(sw.x, sw.y, s);
+  unpack(cw.x, cw.y, c);
+}
+
+// Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
+// beside K: the same rows and angles), in place, in layout L (see
+// rotary_core.cuh). Every thread keeps one unit column and steps down the
+// rows. The caller waits for the tiles before and synchronizes the CTA
+// after.
+template <typename L = Swizzled>
+__device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
+                                            const RotaryRows &rr) {
+  constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
+  static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
+  const int cc = threadIdx.x % kUnitsPerRow;
+#pragma unroll 1
+  for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
+    float s[kUnitPairs], c[kUnitPairs];
+    unit_angles(rr, row, cc, s, c);
+    if (a) rotate_unit<L>(a, row, cc, s, c);
+    if (b) rotate_unit<L>(b, row, cc, s, c);
+  }
+}
+
+// sin and cos of pair i of tile row `row`.
+__device__ __forceinline__ void pair_angle(const RotaryRows &rr, int row, int i, float &s,
+                                           float &c) {
+  const unsigned short *t = rr.table + (long long)row * kHeadDim;
+  float unused;
+  unpack2(__ldg(t + i), s, unused);
+  unpack2(__ldg(t + kHeadDim / 2 + i), c, unused);
+}
+
+// Rotate a warp's 16 gradient rows back, those before `rows`: the inputs
+// were rotated, x' = R x, so dL/dx = R^T dL/dx', pair by pair
+//   (g0, g1) -> (g0 cos a + g1 sin a, g1 cos a - g0 sin a).
+// acc is in the mma C layout: acc[n][e] is row row0 + g + 8 (e / 2),
+// column 8n + 2tq + e % 2, in fp32 before rounding.
+__device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int row0, int rows,
+                                              const RotaryRows &rr) {
+  constexpr int kTiles = kHeadDim / 8;  // n-tiles of a row
+  const int tq = threadIdx.x & 3;
+  for_lane_rows(row0, rows, [&](int hi, int row) {
+    // Columns 8n + 2tq and 8n + 2tq + 1, this thread's pair of registers,
+    // are pair 4n + tq.
+#pragma unroll
+    for (int n = 0; n < kTiles; n++) {
+      float s, c;
+      pair_angle(rr, row, 4 * n + tq, s, c);
+      const float x0 = acc[n][2 * hi], x1 = acc[n][2 * hi + 1];
+      acc[n][2 * hi] = x0 * c + x1 * s;
+      acc[n][2 * hi + 1] = x1 * c - x0 * s;
+    }
+  });
+}
+/* ---- end rotary embeddings ---- */
+
+static_assert(!0 || kDimPart == kDimTiles,
+              "the half layout's pairs (n-tiles n and n + kDimTiles / 2) in one warp's columns");
+
+// Rotate a warp's dK (dV) part back: rows kr0 + g (+ 8) of the key tile
+// (those before `rows`), its kDimPart n-tiles from nt0, in the mma C layout
+// (unrotate_rows for part of the columns).
+__device__ __forceinline__ void unrotate_part(float (&acc)[kDimPart][4], int kr0, int rows, int nt0,
+                                              const RotaryRows &rr) {
+  const int tq = threadIdx.x & 3;
+  for_lane_rows(kr0, rows, [&](int hi, int row) {
+#pragma unroll
+    for (int n = 0; n < (0 ? kDimPart / 2 : kDimPart); n++)
+#pragma unroll
+      for (int e = 0; e < (0 ? 2 : 1); e++) {
+        // half: column 8n + 2tq + e with its partner kDimTiles / 2 n-tiles
+        // on; interleaved: columns 8n + 2tq, + 1, pair 4n + tq
+        const int m = 0 ? n + kDimTiles / 2 : n;
+        const int i = 0 ? 8 * n + 2 * tq + e : 4 * (nt0 + n) + tq;
+        const int a = 0 ? 2 * hi + e : 2 * hi, b = 0 ? a : a + 1;
+        float s, c;
+        pair_angle(rr, row, i, s, c);
+        const float x0 = acc[n][a], x1 = acc[m][b];
+        acc[n][a] = x0 * c + x1 * s;
+        acc[m][b] = x1 * c - x0 * s;
+      }
+  });
+}
+
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
+extern __shared__ __align__(128) unsigned short smem[];
+
+/* ---- begin P and dS tiles ----
+ * [kBlockM queries][kBlockN keys], 16-byte pieces XOR-swizzled by the row. */
+__device__ __forceinline__ int pswizzle(int row, int piece) {
+  return row * kBlockN + ((piece ^ (row & 7)) * 8);
+}
+
+// Store a warp's 16 rows of 16-bit pairs (C layout) for the kNT * 8 keys
+// from 8 * piece0 into a P or dS tile.
+template <int kNT>
+__device__ __forceinline__ void put_rows(unsigned short *tile, const unsigned (&x)[kNT][2],
+                                         int row0, int piece0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kNT; n++) {
+    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g, piece0 + n) + 2 * tq) = x[n][0];
+    *reinterpret_cast<unsigned *>(tile + pswizzle(row0 + g + 8, piece0 + n) + 2 * tq) = x[n][1];
+  }
+}
+
+// Sum the dQ partials of a row group's warps (kKeySplit > 1; `share`: this
+// warp's share of the keys) into its first warp's acc, through `red`
+// (kKeySplit - 1 partials of kBlockM rows of kRedRow floats). Every thread
+// of the CTA calls it, nobody using `red`.
+__device__ __forceinline__ void sum_partials(float (&acc)[kDimTiles][4], float *red, int row0,
+                                             int share) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  if (share > 0) {
+    float *const at = red + ((share - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) {
+      *reinterpret_cast<float2 *>(at + 8 * n) = make_float2(acc[n][0], acc[n][1]);
+      *reinterpret_cast<float2 *>(at + 8 * kRedRow + 8 * n) = make_float2(acc[n][2], acc[n][3]);
+    }
+  }
+  __syncthreads();
+  if (share == 0) {
+#pragma unroll 1
+    for (int p = 1; p < kKeySplit; p++) {
+      const float *const at = red + ((p - 1) * kBlockM + row0 + g) * kRedRow + 2 * tq;
+#pragma unroll
+      for (int n = 0; n < kDimTiles; n++) {
+        const float2 lo = *reinterpret_cast<const float2 *>(at + 8 * n);
+        const float2 hi = *reinterpret_cast<const float2 *>(at + 8 * kRedRow + 8 * n);
+        acc[n][0] += lo.x;
+        acc[n][1] += lo.y;
+        acc[n][2] += hi.x;
+        acc[n][3] += hi.y;
+      }
+    }
+  }
+}
+
+// acc = X^T B for the 16 keys kr0.. of the tile and the kDimPart n-tiles
+// from nt0: X is P or dS in shared memory ([query][key]; its columns read
+// as rows with ldmatrix.trans), B is dO or Q ([query][kHeadDim]), over the
+// first 16 * ksteps queries. dV = P^T dO, dK = dS^T Q.
+__device__ __forceinline__ void keys_by_queries(float (&acc)[kDimPart][4], unsigned x_s,
+                                                unsigned b_s, int kr0, int nt0, int ksteps) {
+  const int lane = threadIdx.x & 31, m = lane >> 3;
+#pragma unroll
+  for (int n = 0; n < kDimPart; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll 1
+  for (int kk = 0; kk < ksteps; kk++) {
+    // matrix m: queries 16kk + 8 (m / 2).., keys kr0 + 8 (m % 2)..
+    unsigned a[4];
+    ldmatrix_x4_trans(a, x_s + pswizzle(16 * kk + (lane & 7) + ((m >> 1) << 3),
+                                        kr0 / 8 + (m & 1)) * 2);
+#pragma unroll
+    for (int n = 0; n < kDimPart; n += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, b_s + swizzle(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                         nt0 + n + (lane >> 4)) * 2);
+      mma_16816(acc[n], a, b[0], b[1]);
+      mma_16816(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+/* ---- end P and dS tiles ---- */
+
+/* ---- begin kernel ----
+ * A CTA owns every query (n_q <= kBlockM) of one head over a slab of
+ * sequences (slab_start). Q stays in shared memory; for each sequence it
+ * loads dO and computes D, then walks the key tiles of the band, K and V
+ * streaming through kStages slots: S = Q K^T and dP = dO V^T by the query
+ * rows' warps (16 rows each; with kKeySplit > 1 warps a row group, each of
+ * them its share of the tile's keys: no softmax reduction crosses keys,
+ * LSE and D are known), P and dS to shared memory, dQ += dS K in
+ * registers; then every warp computes its part of dV = P^T dO and dK =
+ * dS^T Q for the tile and stores them: every query is in the CTA, so each
+ * key tile's gradients are whole (keys no query sees get 0). Five
+ * products per tile pair, where the two-kernel backward recomputes S and
+ * dP (seven). dQ, summed over the slab in registers (and over a row
+ * group's warps, sum_partials), goes to the slab's fp32 partial for
+ * _dq_sum. */
+extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+ag_pma_rope_d64_bf16_bq_rope_bwd_m128(const unsigned short *__restrict__ q,
+    const unsigned short *__restrict__ k, const unsigned short *__restrict__ v,
+    const unsigned short *__restrict__ o, const unsigned short *__restrict__ dout,
+    const float *__restrict__ lse, unsigned short *__restrict__ dq, unsigned short *__restrict__ dk,
+    unsigned short *__restrict__ dv, float *__restrict__ di,
+    const unsigned short *__restrict__ rotary_table,
+    const unsigned short *__restrict__ rotary_table_k, const int *__restrict__ cu_seqlens_q,
+    const int *__restrict__ cu_seqlens_k, long long batch, int heads, int kv_heads,
+    long long total_q, long long total_k, long long num_tiles) {
+  (void)dq;
+  if (batch <= 0 || kv_heads != heads) return;
+  const int h = blockIdx.y;
+  const long long stride = (long long)heads * kHeadDim;  // of every tensor (heads == kv_heads)
+  const long long n_q = total_q / batch, slabs = num_tiles;
+  const int mq = (int)min((long long)kBlockM, n_q);  // real query rows
+  const int ksteps = (mq + 15) / 16;                 // 16-query steps of dK, dV
+  unsigned short *const q_s = smem, *const do_s = smem + kQTileElems;
+  unsigned short *const ring = smem + 2 * kQTileElems;  // slot i: K at 2i tiles, V after it
+  unsigned short *const p_s = ring + 2 * kStages * kKTileElems, *const ds_s = p_s + kPTileElems;
+  float *const lse_s = reinterpret_cast<float *>(ds_s + kPTileElems);
+  float *const di_s = lse_s + kBlockM;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2;
+  // This warp's query rows, and its share of a tile's keys (kKeySplit > 1).
+  const int row0 = kKeySplit > 1 ? 16 * (warp % kRowGroups) : 16 * warp;
+  const int share = kKeySplit > 1 ? warp / kRowGroups : 0;
+  const int key0 = share * (kBlockN / kKeySplit);
+  const bool has_rows = row0 < mq;
+  const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
+  const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
+                 ds_a = smem_addr(ds_s);
+  const RotaryTables tables = {rotary_table, rotary_table_k};
+  (void)tables;
+
+#pragma unroll 1
+  for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
+    float acc[kDimTiles][4];  // dQ of this warp's rows, over the slab
+#pragma unroll
+    for (int n = 0; n < kDimTiles; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    const long long b1 = slab_start(cu_seqlens_k, batch, total_k, slab + 1, slabs);
+    bool q_loaded = false;
+#pragma unroll 1
+    for (long long b = slab_start(cu_seqlens_k, batch, total_k, slab, slabs); b < b1; b++) {
+      const SlabSequence sp = slab_sequence<kThreads>(cu_seqlens_q, cu_seqlens_k, b, batch, total_q,
+                                                      total_k, mq, h, stride, k, v, dk, dv);
+      if (sp.n_steps == 0) continue;
+
+      __syncthreads();  // nobody reads the last sequence's shared memory any more
+      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
+      (void)q_fresh;
+      if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
+      q_loaded = true;
+      load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
+      // Tiles 0 .. kStages - 2 into their slots, a commit group each (dO
+      // with the first); the loop keeps kStages - 1 groups in flight.
+#pragma unroll
+      for (int t = 0; t < kStages - 1; t++) {
+        if (t == 0 || t < sp.n_steps) {  // (sp.n_steps >= 1: tile 0 always loads)
+          const long long k0 = (sp.kt0 + t) * kBlockN;
+          const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+          unsigned short *const slot = ring + t * 2 * kKTileElems;
+          load_tile<kBlockN>(slot, sp.k + k0 * stride, stride, nk);
+          load_tile<kBlockN>(slot + kKTileElems, sp.v + k0 * stride, stride, nk);
+        }
+        cp_async_commit();
+      }
+      // D of this warp's rows from memory while the tiles land.
+      if (share == 0)
+        row_stats(o, dout, lse, nullptr, sp.o_row, stride, (long long)h * total_q + sp.q_start, mq,
+                  row0, lse_s, di_s);
+      if constexpr (kKeySplit > 1) __syncthreads();  // rows of another warp's
+      else __syncwarp();
+      const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
+      const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
+      if (kRotateQ && q_fresh) {
+        // Q (row i at position i, or the table's row i), once a slab: its
+        // copy is the first group's, waited for here; every warp reads it
+        // after the loop's barriers.
+        cp_async_wait<kStages - 2>();
+        __syncthreads();
+        rotate_rows(q_s, nullptr, mq, rotary_rows(tables.q, 0, 0));
+      }
+
+#pragma unroll 1
+      for (int i = 0; i < sp.n_steps; i++) {
+        // Refill the last tile's slot with tile i + kStages - 1 once every
+        // warp is done with it (and with P and dS of the last tile), then
+        // wait for this one.
+        __syncthreads();
+        if (i + kStages - 1 < sp.n_steps) {
+          const long long k1 = (sp.kt0 + i + kStages - 1) * kBlockN;
+          const int nk1 = (int)min((long long)kBlockN, sp.k_len - k1);
+          unsigned short *slot = ring + ((unsigned)(i + kStages - 1) % kStages) * 2 * kKTileElems;
+          load_tile<kBlockN>(slot, sp.k + k1 * stride, stride, nk1);
+          load_tile<kBlockN>(slot + kKTileElems, sp.v + k1 * stride, stride, nk1);
+        }
+        cp_async_commit();
+        cp_async_wait<kStages - 1>();
+        __syncthreads();
+        const long long k0 = (sp.kt0 + i) * kBlockN;
+        const int nk = (int)min((long long)kBlockN, sp.k_len - k0);
+        // Rotate the tile's K (V) where it landed; every warp reads them
+        // after the barrier.
+        if constexpr (kRotateK || kRotateV) {
+          unsigned short *slot = ring + ((unsigned)i % kStages) * 2 * kKTileElems;
+          rotate_rows(kRotateK ? slot : nullptr, kRotateV ? slot + kKTileElems : nullptr, nk,
+                      rotary_rows(tables.k, sp.k_start + k0, k0));
+        }
+        __syncthreads();
+        const unsigned k_a = smem_addr(ring + ((unsigned)i % kStages) * 2 * kKTileElems);
+        const unsigned v_a = k_a + 2 * kKTileElems;
+        if (has_rows) {  // warp-uniform: rows past n_q are neither computed nor read
+          // This warp's keys key0.. of the tile (rows of K and V in the slot).
+          constexpr int kKeys = kSplitTiles * 8;
+          const unsigned kw_a = k_a + key0 * kHeadDim * 2, vw_a = v_a + key0 * kHeadDim * 2;
+          const int nkw = nk - key0;
+          float s[kSplitTiles][4], dp[kSplitTiles][4];
+          rows_times_rows(s, q_a, kw_a, 0, row0);
+          rows_times_rows(dp, do_a, vw_a, 0, row0);
+          const Band band = tile_band(0, k0 + key0, sp.delta);
+          const bool full =
+              nk >= key0 + kKeys && band.lo <= -(kBlockM - 1) && band.hi >= kKeys - 1;
+          unsigned p16[kSplitTiles][2], ds[kSplitTiles][2];
+          probs_and_ds<kSplitTiles, true>(s, dp, lse_lo, lse_hi, d_lo, d_hi, full, nkw, band,
+                                          row0, p16, ds);
+          put_rows(p_s, p16, row0, key0 / 8);
+          put_rows(ds_s, ds, row0, key0 / 8);
+          accumulate<kSplitTiles>(acc, ds, kw_a);  // dQ += dS K
+        }
+        __syncthreads();  // P and dS of the tile complete
+        float part[kDimPart][4];
+        keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
+        // (the keys' angles again: not held across the tile's products)
+        const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+        if constexpr (kRotateV) unrotate_part(part, kr0, nk, nt0, rk);  // of the unrotated V
+        store_rows(part, 1.f, kr0, nk, sp.dv + k0 * stride + nt0 * 8, stride);
+        keys_by_queries(part, ds_a, q_a, kr0, nt0, ksteps);  // dK = dS^T Q
+        if constexpr (kRotateK) unrotate_part(part, kr0, nk, nt0, rk);  // of the unrotated K
+        store_rows(part, kScale, kr0, nk, sp.dk + k0 * stride + nt0 * 8, stride);
+      }
+      cp_async_wait<0>();
+    }
+    if constexpr (kKeySplit > 1) {
+      __syncthreads();  // nobody reads the K, V slots any more
+      sum_partials(acc, reinterpret_cast<float *>(ring), row0, share);
+    }
+    float *const out = di + broadcast_partials_at(heads, total_q) + slab * n_q * stride;
+    if (share == 0) store_rows(acc, kScale, row0, mq, out + (long long)h * kHeadDim, stride);
+  }
+}
+/* ---- end kernel ---- */
+
+}  // namespace bwd_fused_2
 
 namespace bwd {
 
