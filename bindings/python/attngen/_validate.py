@@ -834,6 +834,8 @@ def check_broadcast_rotary_tables(rotary, rotary_table, rotary_table_k, q, n_q, 
     same in every sequence) when "q" is rotated, rotary_table_k [total_k,
     head_dim] (the keys') when "k" or "v" is; neither with any other
     option. ValueError otherwise."""
+    if rotary is None and rotary_table is None and rotary_table_k is None:
+        return  # the common call: nothing to look at
     wants_table = rotary is not None and rotary["positions"] == "table"
     apply_to = rotary["apply_to"] if rotary is not None else ()
     for name, t, read, tokens, rows in (
