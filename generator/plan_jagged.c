@@ -306,9 +306,10 @@ static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_
    * tile as it lands and dK (dV) back in registers, a warp's columns of
    * them: only where each pair is in one warp (the interleaved layout, or
    * a warp holding every column: 16 * warps == 64 keys). The wgmma
-   * kernel does not rotate; the 128-row mma.sync one does, at head dim 64
-   * one CTA an SM (two leave 128 registers a thread: ptxas spilled 104
-   * bytes with rotary). The split kernels take the rest. */
+   * kernel does not rotate; the 128-row mma.sync one does, one CTA an SM
+   * (at head dim 64 two would leave 128 registers a thread: ptxas spilled
+   * 104 bytes with rotary; at 128 its shared memory allows one anyway).
+   * The split kernels take the rest. */
   const bool rotary = spec->rotary.layout != AG_ROTARY_NONE;
   const int d = p->head_dim == 128;
   for (int i = 0, v = 0; i < AG_FUSED_VARIANTS; i++) {

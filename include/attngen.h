@@ -407,8 +407,9 @@ typedef struct ag_broadcast_fwd_args {
   const int32_t *host_cu_seqlens_k; /* optional host copy, validated when given */
   /* Rotary embeddings with `positions: table` only (else both NULL), as in
    * ag_jagged_fwd_args: the queries' table [n_q, head_dim] (row i rotates
-   * query row i in every sequence; read only when q is rotated) and the
-   * keys' [total_k, head_dim] (read only when k or v is). */
+   * query row i in every sequence; read, and required, only when q is
+   * rotated) and the keys' [total_k, head_dim] (only when k or v is); a
+   * table that is not read is ignored. */
   const void *rotary_table, *rotary_table_k;
 } ag_broadcast_fwd_args;
 AG_API ag_status ag_broadcast_forward(ag_kernel *kernel, const ag_broadcast_fwd_args *args,

@@ -70,8 +70,9 @@ static const pass_tensors fwd_tensors = {COUNT_(fwd_roles), fwd_roles, fwd_names
 static const pass_tensors bwd_tensors = {COUNT_(bwd_roles), bwd_roles, bwd_names, bwd_align};
 
 /* A broadcast call's tables: each one the kernel reads (the queries' [n_q,
- * head_dim] where q is rotated, the keys' where k or v is), never
- * defaulted to the other (the queries are not the keys' tokens). */
+ * head_dim] where q is rotated, the keys' where k or v is) is required,
+ * never defaulted to the other (the queries are not the keys' tokens);
+ * one it does not read is ignored (passed as NULL, not checked). */
 static ag_status check_broadcast_tables(const ag_kernel *kernel, const jagged_call *c,
                                         ag_launch *a, ag_error *err) {
   const unsigned apply = kernel->spec.rotary.apply_to;
@@ -91,7 +92,7 @@ static ag_status check_broadcast_tables(const ag_kernel *kernel, const jagged_ca
                      "(%s: sin, then cos)",
                      t[i].name, kernel->spec.name, t[i].shape);
     ag_status st;
-    if (t[i].table && (st = ag_check_pointer(t[i].table, t[i].name, 16, err))) return st;
+    if (t[i].read && (st = ag_check_pointer(t[i].table, t[i].name, 16, err))) return st;
     a->ptr[t[i].param] = t[i].read ? t[i].table : NULL;
   }
   return AG_OK;

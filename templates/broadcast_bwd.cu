@@ -338,8 +338,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         float part[kDimPart][4];
         keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
 @if ROTARY@
-        // (the keys' angles again: not held across the tile's products)
-        const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+        // (the keys' angles again, not held across the tile's products; no
+        // keys' table is passed where only Q is rotated)
+        const RotaryRows rk = kRotateK || kRotateV ? rotary_rows(tables.k, sp.k_start + k0, k0)
+                                                   : RotaryRows{0, nullptr};
         if constexpr (kRotateV) unrotate_part(part, kr0, nk, nt0, rk);  // of the unrotated V
 @endif@
         store_rows(part, 1.f, kr0, nk, sp.dv + k0 * stride + nt0 * 8, stride);

@@ -2708,8 +2708,10 @@ ag_pma_rope_seq_d128_fp16_bq_causal_rope_bwd_m32(const unsigned short *__restric
         __syncthreads();  // P and dS of the tile complete
         float part[kDimPart][4];
         keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
-        // (the keys' angles again: not held across the tile's products)
-        const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+        // (the keys' angles again, not held across the tile's products; no
+        // keys' table is passed where only Q is rotated)
+        const RotaryRows rk = kRotateK || kRotateV ? rotary_rows(tables.k, sp.k_start + k0, k0)
+                                                   : RotaryRows{0, nullptr};
         if constexpr (kRotateV) unrotate_part(part, kr0, nk, nt0, rk);  // of the unrotated V
         store_rows(part, 1.f, kr0, nk, sp.dv + k0 * stride + nt0 * 8, stride);
         keys_by_queries(part, ds_a, q_a, kr0, nt0, ksteps);  // dK = dS^T Q
@@ -3777,8 +3779,10 @@ ag_pma_rope_seq_d128_fp16_bq_causal_rope_bwd_m64(const unsigned short *__restric
         __syncthreads();  // P and dS of the tile complete
         float part[kDimPart][4];
         keys_by_queries(part, p_a, do_a, kr0, nt0, ksteps);  // dV = P^T dO
-        // (the keys' angles again: not held across the tile's products)
-        const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+        // (the keys' angles again, not held across the tile's products; no
+        // keys' table is passed where only Q is rotated)
+        const RotaryRows rk = kRotateK || kRotateV ? rotary_rows(tables.k, sp.k_start + k0, k0)
+                                                   : RotaryRows{0, nullptr};
         if constexpr (kRotateV) unrotate_part(part, kr0, nk, nt0, rk);  // of the unrotated V
         store_rows(part, 1.f, kr0, nk, sp.dv + k0 * stride + nt0 * 8, stride);
         keys_by_queries(part, ds_a, q_a, kr0, nt0, ksteps);  // dK = dS^T Q
@@ -4681,7 +4685,9 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
     // Rotate the key tile's K (V) where it landed, and Q with the first
     // tile; every warp reads them after the barrier.
     const RotaryRows rq = query_rotary(tables, sp, q0);
-    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+    // (a broadcast call passes no keys' table where only Q is rotated)
+    const RotaryRows rk = kRotateK || kRotateV ? rotary_rows(tables.k, sp.k_start + k0, k0)
+                                               : RotaryRows{0, nullptr};
     if (kRotateQ && i == 0) rotate_rows(q_s, nullptr, mq, rq);
     if constexpr (kRotateK || kRotateV) {
       unsigned short *slot = ring + (i & 1) * 2 * kKTileElems;
@@ -4787,7 +4793,9 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
     const SeqSpan &sp = kt.sp;
     const long long k0 = kt.k0, k_row = kt.k_row, delta = sp.k_len - sp.q_len;
     const int nk = kt.nk, n_steps = kt.n_steps;  // real key rows, steps
-    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+    // (a broadcast call passes no keys' table where only Q is rotated)
+    const RotaryRows rk = kRotateK || kRotateV ? rotary_rows(tables.k, sp.k_start + k0, k0)
+                                               : RotaryRows{0, nullptr};
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
     auto load_step = [&](int i) {

@@ -890,7 +890,9 @@ __device__ __forceinline__ void dq_tile(float (&acc)[kDimTiles][4], const SeqSpa
     // Rotate the key tile's K (V) where it landed, and Q with the first
     // tile; every warp reads them after the barrier.
     const RotaryRows rq = query_rotary(tables, sp, q0);
-    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+    // (a broadcast call passes no keys' table where only Q is rotated)
+    const RotaryRows rk = kRotateK || kRotateV ? rotary_rows(tables.k, sp.k_start + k0, k0)
+                                               : RotaryRows{0, nullptr};
     if (kRotateQ && i == 0) rotate_rows(q_s, nullptr, mq, rq);
     if constexpr (kRotateK || kRotateV) {
       unsigned short *slot = ring + (i & 1) * 2 * kKTileElems;
@@ -998,7 +1000,9 @@ __device__ __forceinline__ void key_tiles(const unsigned short *__restrict__ q,
     const SeqSpan &sp = kt.sp;
     const long long k0 = kt.k0, k_row = kt.k_row, delta = sp.k_len - sp.q_len;
     const int nk = kt.nk, n_steps = kt.n_steps;  // real key rows, steps
-    const RotaryRows rk = rotary_rows(tables.k, sp.k_start + k0, k0);
+    // (a broadcast call passes no keys' table where only Q is rotated)
+    const RotaryRows rk = kRotateK || kRotateV ? rotary_rows(tables.k, sp.k_start + k0, k0)
+                                               : RotaryRows{0, nullptr};
 
     // Start the copies of step i's Q, dO and row floats into slot i & 1.
     auto load_step = [&](int i) {
