@@ -21,6 +21,10 @@
 #     then expanding q; torch.compile(fullgraph=True) equal to eager) and
 #     its other non-parametrized tests, test_gpu_torch_ops.py (opcheck,
 #     the ops' new signatures), test_broadcast_cpu.py on real torch.
+#   unfused (about 3 minutes, any GPU): bench/broadcast_rotary.py, the fused
+#     broadcast rotary against a Triton rotary pass over q and k before the
+#     non-rotary kernels (RESULTS-broadcast.md's estimate by bytes, session
+#     41), head dims 64 and 128, n_q 32 and 128, keys [0, 1024].
 #   samesize200 (about 6 minutes, on an H200 only: it exits at once on
 #     another GPU): issue 19's 92% and 95% against same-size streams on the
 #     bar's machine (next_gpu_call_s38.sh samesize without hostlite); on
@@ -66,6 +70,12 @@ case "${1:-}" in
     echo "rc $? $(grep -E 'passed|failed' "$out/pytest-gpu.log" | tail -1)"
     grep -E "^FAILED|Error" "$out/pytest-gpu.log" | head -12
     ;;
+  unfused)
+    make -j16 build/libattngen.so > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+    export PYTHONPATH=bindings/python${PYTHONPATH:+:$PYTHONPATH}
+    timeout 400 python3 bench/broadcast_rotary.py --out "$out/broadcast_rotary.md"
+    echo "rc $?"
+    ;;
   samesize200)
     if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       # another GPU: the rotary GPU tests of the block and jagged bindings
@@ -82,7 +92,7 @@ case "${1:-}" in
       --no-plot --out "$out/samesize" > "$out/samesize.log" 2>&1
     echo "rc $?"; tail -60 "$out/samesize.log"
     ;;
-  *) echo "usage: $0 rotary|pyrotary|samesize200"; exit 2 ;;
+  *) echo "usage: $0 rotary|pyrotary|unfused|samesize200"; exit 2 ;;
 esac
 exec >&- 2>&-
 wait "$tee_pid"

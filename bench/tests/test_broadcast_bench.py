@@ -250,6 +250,19 @@ def test_help_runs_without_torch():
     assert "--budget" in r.stdout and "--nq" in r.stdout
 
 
+def test_rotary_script_help_runs_without_torch():
+    """broadcast_rotary.py (fused against unfused rotary) imports torch only
+    when it runs."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "sys.argv = ['broadcast_rotary.py', '--help']\n"
+            "sys.path.insert(0, %r)\n"
+            "import broadcast_rotary\n"
+            "broadcast_rotary.main()\n" % BENCH)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "--nq" in r.stdout and "--seqlen" in r.stdout
+
+
 # ---- the GPU side's plumbing on the CPU (skipped without torch) -------------------
 
 class CpuEvent:
