@@ -105,12 +105,6 @@ __device__ __forceinline__ void unrotate_part(float (&acc)[kDimPart][4], int kr0
 }
 @endif@
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -232,8 +226,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
+@if ROTARY@
   const RotaryTables tables = @ROTARY_TABLES@;
-  (void)tables;
+@endif@
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -249,8 +244,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
-      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
-      (void)q_fresh;
+@if ROTARY@
+      const bool q_fresh = !q_loaded;  // rotated once it lands
+@endif@
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);

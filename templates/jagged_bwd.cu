@@ -83,14 +83,6 @@ static_assert(2 * (2 * kKTileElems + 4 * kQTileElems) + 2 * 2 * 4 * kBlockM == k
 @if ROTARY@
 
 @include jagged_rotary.cuh@
-@endif@
-
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-@if ROTARY@
 
 // The angles of a query tile's rows q0.. of sequence sp: at q0 + Lk - Lq
 // (the table's rows from the sequence's first token); a broadcast Q's

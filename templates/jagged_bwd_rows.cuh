@@ -6,19 +6,13 @@
 @# the accumulator into dQ (rotating it back first when Q is rotated).
 @# Needs: kHeadDim, kRowsThreads, kPieces, kScale, kDqTiled, kTileCounter,
 @#   @PARAMS@'s names,
-@#   neg_inf(), dot_pieces() (jagged_bwd_tile.cuh), pack2(), and with ROTARY: kRotateQ,
+@#   neg_inf(), dot_pieces(), RotaryTables (jagged_bwd_tile.cuh), pack2(), and with ROTARY: kRotateQ,
 @#   RotaryRows, pair_angle(), clamp_offset() (and with FUSED_DQ clamp_offset()).
 @# Placeholders: @KERNEL_NAME@ @PARAMS@ @ROTARY_TABLES@ (as in jagged_bwd.cu).
 @# Conditions: ROTARY, ROTARY_TABLE,
 @#   ROTARY_HALF (as the includer's), FUSED_DQ (jagged_bwd_ws.cu's: _pre also
 @#   zeroes the tiles' add counters and writes dQ 0 for rows that see no
 @#   key; needs kHalves).
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 // Where the fp32 dQ accumulator starts in `di` (16-byte aligned).
 __device__ __forceinline__ long long dq_accumulator_at(long long heads, long long total_q) {
   return (heads * total_q + 3) / 4 * 4;

@@ -2,7 +2,8 @@
 @# jagged_bwd_tile.cuh: the pieces the jagged and broadcast backwards share:
 @# which sequence and tile a CTA owns (the key-tile walks' KeyTile and
 @# QueryStep), the band of keys a query sees, the swizzled tile layout and
-@# its 16-byte async load (copy_rows.cuh), the row statistics and
+@# its 16-byte async load (copy_rows.cuh), the rotary tables' pointers
+@# (RotaryTables), the row statistics and
 @# the softmax gradients; with the two mma.sync products (rows_mma.cuh:
 @# rows times rows; rows_accumulate.cuh: a register operand times a tile)
 @# and the row stores (store_rows.cuh); for the one-pass broadcast
@@ -48,6 +49,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   }
   return lo;
 }
+
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
 
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its

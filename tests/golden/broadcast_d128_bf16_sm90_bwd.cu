@@ -255,6 +255,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -672,12 +678,6 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
 }
 /* ---- end jagged tiles ---- */
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -805,8 +805,6 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
-  const RotaryTables tables = {nullptr, nullptr};
-  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -822,8 +820,6 @@ ag_pma_d128_bf16_bq_bwd_m32(const unsigned short *__restrict__ q,
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
-      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
-      (void)q_fresh;
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -1118,6 +1114,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -1535,12 +1537,6 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
 }
 /* ---- end jagged tiles ---- */
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -1668,8 +1664,6 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
-  const RotaryTables tables = {nullptr, nullptr};
-  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -1685,8 +1679,6 @@ ag_pma_d128_bf16_bq_bwd_m64(const unsigned short *__restrict__ q,
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
-      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
-      (void)q_fresh;
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -2215,6 +2207,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   }
   return lo;
 }
+
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
 
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
@@ -3280,6 +3278,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -3696,12 +3700,6 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
   }
 }
 /* ---- end jagged tiles ---- */
-
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
 
 // The CTA's dynamic shared memory (layouts above).
 extern __shared__ __align__(128) unsigned short smem[];

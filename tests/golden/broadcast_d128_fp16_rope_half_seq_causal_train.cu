@@ -1871,6 +1871,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -2474,12 +2480,6 @@ __device__ __forceinline__ void unrotate_part(float (&acc)[kDimPart][4], int kr0
   });
 }
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -2608,7 +2608,6 @@ ag_pma_rope_seq_d128_fp16_bq_causal_rope_bwd_m32(const unsigned short *__restric
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
   const RotaryTables tables = {nullptr, nullptr};
-  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -2624,8 +2623,7 @@ ag_pma_rope_seq_d128_fp16_bq_causal_rope_bwd_m32(const unsigned short *__restric
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
-      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
-      (void)q_fresh;
+      const bool q_fresh = !q_loaded;  // rotated once it lands
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -2942,6 +2940,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -3545,12 +3549,6 @@ __device__ __forceinline__ void unrotate_part(float (&acc)[kDimPart][4], int kr0
   });
 }
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -3679,7 +3677,6 @@ ag_pma_rope_seq_d128_fp16_bq_causal_rope_bwd_m64(const unsigned short *__restric
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
   const RotaryTables tables = {nullptr, nullptr};
-  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -3695,8 +3692,7 @@ ag_pma_rope_seq_d128_fp16_bq_causal_rope_bwd_m64(const unsigned short *__restric
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
-      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
-      (void)q_fresh;
+      const bool q_fresh = !q_loaded;  // rotated once it lands
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -4000,6 +3996,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   }
   return lo;
 }
+
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
 
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
@@ -4575,12 +4577,6 @@ __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int
   });
 }
 /* ---- end rotary embeddings ---- */
-
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
 
 // The angles of a query tile's rows q0.. of sequence sp: at q0 + Lk - Lq
 // (the table's rows from the sequence's first token); a broadcast Q's

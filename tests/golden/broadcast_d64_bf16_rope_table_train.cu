@@ -1832,6 +1832,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -2411,12 +2417,6 @@ __device__ __forceinline__ void unrotate_part(float (&acc)[kDimPart][4], int kr0
   });
 }
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -2547,7 +2547,6 @@ ag_pma_rope_d64_bf16_bq_rope_bwd_m32(const unsigned short *__restrict__ q,
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
   const RotaryTables tables = {rotary_table, rotary_table_k};
-  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -2563,8 +2562,7 @@ ag_pma_rope_d64_bf16_bq_rope_bwd_m32(const unsigned short *__restrict__ q,
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
-      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
-      (void)q_fresh;
+      const bool q_fresh = !q_loaded;  // rotated once it lands
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -2881,6 +2879,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -3460,12 +3464,6 @@ __device__ __forceinline__ void unrotate_part(float (&acc)[kDimPart][4], int kr0
   });
 }
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -3596,7 +3594,6 @@ ag_pma_rope_d64_bf16_bq_rope_bwd_m64(const unsigned short *__restrict__ q,
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
   const RotaryTables tables = {rotary_table, rotary_table_k};
-  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -3612,8 +3609,7 @@ ag_pma_rope_d64_bf16_bq_rope_bwd_m64(const unsigned short *__restrict__ q,
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
-      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
-      (void)q_fresh;
+      const bool q_fresh = !q_loaded;  // rotated once it lands
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -3930,6 +3926,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -4509,12 +4511,6 @@ __device__ __forceinline__ void unrotate_part(float (&acc)[kDimPart][4], int kr0
   });
 }
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -4645,7 +4641,6 @@ ag_pma_rope_d64_bf16_bq_rope_bwd_m128(const unsigned short *__restrict__ q,
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
   const RotaryTables tables = {rotary_table, rotary_table_k};
-  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -4661,8 +4656,7 @@ ag_pma_rope_d64_bf16_bq_rope_bwd_m128(const unsigned short *__restrict__ q,
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
-      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
-      (void)q_fresh;
+      const bool q_fresh = !q_loaded;  // rotated once it lands
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -4966,6 +4960,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   }
   return lo;
 }
+
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
 
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
@@ -5517,12 +5517,6 @@ __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int
   });
 }
 /* ---- end rotary embeddings ---- */
-
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
 
 // The angles of a query tile's rows q0.. of sequence sp: at q0 + Lk - Lq
 // (the table's rows from the sequence's first token); a broadcast Q's

@@ -1518,6 +1518,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -1935,12 +1941,6 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
 }
 /* ---- end jagged tiles ---- */
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -2068,8 +2068,6 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m32(const unsigned short *__restrict
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
-  const RotaryTables tables = {nullptr, nullptr};
-  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -2085,8 +2083,6 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m32(const unsigned short *__restrict
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
-      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
-      (void)q_fresh;
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -2381,6 +2377,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -2798,12 +2800,6 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
 }
 /* ---- end jagged tiles ---- */
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -2931,8 +2927,6 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
-  const RotaryTables tables = {nullptr, nullptr};
-  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -2948,8 +2942,6 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m64(const unsigned short *__restrict
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
-      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
-      (void)q_fresh;
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -3244,6 +3236,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -3661,12 +3659,6 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
 }
 /* ---- end jagged tiles ---- */
 
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
-
 extern __shared__ __align__(128) unsigned short smem[];
 
 /* ---- begin P and dS tiles ----
@@ -3794,8 +3786,6 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restric
   const int kr0 = 16 * (warp % kKeyGroups), nt0 = (warp / kKeyGroups) * kDimPart;
   const unsigned q_a = smem_addr(q_s), do_a = smem_addr(do_s), p_a = smem_addr(p_s),
                  ds_a = smem_addr(ds_s);
-  const RotaryTables tables = {nullptr, nullptr};
-  (void)tables;
 
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
@@ -3811,8 +3801,6 @@ ag_pma_window_d64_fp16_bq_causal_w512_0_bwd_m128(const unsigned short *__restric
       if (sp.n_steps == 0) continue;
 
       __syncthreads();  // nobody reads the last sequence's shared memory any more
-      const bool q_fresh = !q_loaded;  // (ROTARY: rotated once it lands)
-      (void)q_fresh;
       if (!q_loaded) load_tile<kBlockM>(q_s, q + (long long)h * kHeadDim, stride, mq);
       q_loaded = true;
       load_tile<kBlockM>(do_s, dout + sp.o_row, stride, mq);
@@ -4095,6 +4083,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -4511,12 +4505,6 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
   }
 }
 /* ---- end jagged tiles ---- */
-
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
 
 // The CTA's dynamic shared memory (layouts above).
 extern __shared__ __align__(128) unsigned short smem[];

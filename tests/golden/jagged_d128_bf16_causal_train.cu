@@ -854,6 +854,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -1270,12 +1276,6 @@ __device__ __forceinline__ void probs_and_ds(const float (&s)[kNT][4], const flo
   }
 }
 /* ---- end jagged tiles ---- */
-
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
 
 // The CTA's dynamic shared memory (layouts above).
 extern __shared__ __align__(128) unsigned short smem[];

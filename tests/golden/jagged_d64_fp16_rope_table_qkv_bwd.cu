@@ -230,6 +230,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -780,12 +786,6 @@ __device__ __forceinline__ void unrotate_rows(float (&acc)[kHeadDim / 8][4], int
   });
 }
 /* ---- end rotary embeddings ---- */
-
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
 
 // The angles of a query tile's rows q0.. of sequence sp: at q0 + Lk - Lq
 // (the table's rows from the sequence's first token); a broadcast Q's

@@ -596,6 +596,12 @@ __device__ __forceinline__ long long find_sequence(const int *offsets, long long
   return lo;
 }
 
+// The rotary tables of the queries and the keys (positions from tables;
+// both null otherwise).
+struct RotaryTables {
+  const unsigned short *q, *k;
+};
+
 // One sequence's tokens in both tensors, clamped. A broadcast Q (one
 // dense Q of n_q = total_q / batch rows shared by every sequence) has its
 // rows at 0 in Q and dQ, and at seq * n_q in O, dO, lse and D.
@@ -1168,12 +1174,6 @@ __device__ __forceinline__ void store_dkv(const float (&acc_v)[kHalves][8][4],
 // 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
 // multiples of 1024.
 extern __shared__ __align__(1024) unsigned short smem[];
-
-// The rotary tables of the queries and the keys (positions from tables;
-// both null otherwise).
-struct RotaryTables {
-  const unsigned short *q, *k;
-};
 
 // Where the fp32 dQ accumulator starts in `di` (16-byte aligned).
 __device__ __forceinline__ long long dq_accumulator_at(long long heads, long long total_q) {
