@@ -14,8 +14,7 @@ batch. torch is imported on first use only.
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
-from .jagged import _ptr
-from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _packed,
+from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _packed, _ptr,
                   _rotary_key, _stream, _torch, load)
 
 _kernel_lock = threading.Lock()

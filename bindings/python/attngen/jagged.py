@@ -12,7 +12,7 @@ max_seqlen, no recompilation). torch is imported on first use only.
 import threading
 
 from . import _errors, _lib, _spec, _validate, torch_ops
-from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _packed,
+from .ops import (_Refused, _alloc, _device_index, _dout_for, _needs_grad, _packed, _ptr,
                   _rotary_key, _stream_of, _torch, load)
 
 _kernel_lock = threading.Lock()
@@ -67,11 +67,6 @@ def _grad_kernel(opts, rotary, device_index):
         return kernel, None
     except _errors.UnsupportedError as e:
         return jagged_kernel_for(*opts, rotary=rotary), _Refused.from_error(e, BACKWARD_LEAD)
-
-
-def _ptr(t):
-    """A tensor's address for the packed args; 0 (NULL) for None."""
-    return 0 if t is None else t.data_ptr()
 
 
 def _forward_raw(kernel, q, k, v, cu_q, cu_k, batch, poison=False, rotary_table=None,

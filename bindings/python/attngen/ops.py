@@ -504,6 +504,12 @@ def _alloc(torch, like, poison):
     return torch.empty_like(like, memory_format=torch.contiguous_format)
 
 
+def _ptr(t):
+    """A tensor's address for the packed args; 0 (NULL) for None (the jagged
+    and broadcast launches' optional rotary tables)."""
+    return 0 if t is None else t.data_ptr()
+
+
 def _stream(torch, t):
     """torch's current CUDA stream on t's device, as the C launchers take it
     (an int; 0 for the legacy default stream): its raw handle through torch._C's
