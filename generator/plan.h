@@ -237,6 +237,7 @@ typedef struct ag_plan_jagged {
   int fused_smem_bytes[AG_FUSED_VARIANTS], fused_min_ctas[AG_FUSED_VARIANTS];
   int fused_stages[AG_FUSED_VARIANTS]; /* K, V slots, tiles in flight + 1 */
   bool fused_sm90[AG_FUSED_VARIANTS];  /* templates/broadcast_bwd_sm90.cu (wgmma) */
+  bool fused_keys[AG_FUSED_VARIANTS];  /* templates/broadcast_bwd_keys.cu (wgmma, 128-key tiles) */
   /* sm_90a, not deterministic, not broadcast: the backward is one
    * key-stationary wgmma kernel with atomic dQ between a D kernel and a
    * dQ kernel (fast) instead of _dq and _dkv; fast.block_m 0 where not.
@@ -431,6 +432,10 @@ typedef struct ag_plan_jagged_choices {
   /* the one-pass broadcast backward for every n_q <= 128 on the 128-row
    * wgmma kernel (with sm90_bq_bwd on sm_90a): no 32- or 64-row variant */
   bool bq_sm90_small;
+  /* the one-pass broadcast backward for n_q <= 64 on the key-stationary
+   * wgmma kernel (templates/broadcast_bwd_keys.cu, with sm90_bq_bwd on
+   * sm_90a, no rotary embeddings): no 32-row variant, the 64-row one on it */
+  bool bq_sm90_keys;
   /* the broadcast forward for every n_q on the warp-specialized kernel
    * (where it is planned): no 32-row variant for n_q <= 64 */
   bool bq_fwd_ws_small;

@@ -292,6 +292,19 @@ static const int bq_m32_stages_d64 = 2, bq_m32_stages_d128 = 2;
  * ran these shapes at 155-205 TFLOP/s on the H200
  * (bench/RESULTS-broadcast.md), 0.66-1.18x the fastest peer. */
 static const int bq_sm90_stages_d64 = 4, bq_sm90_stages_d128 = 3;
+/* The key-stationary variant on sm_90a for n_q <= 64 (.bq_sm90_keys,
+ * templates/broadcast_bwd_keys.cu): 128-key tiles, two computing
+ * warpgroups of 64 keys and a loading one; K, V slots of 128 keys (64 KB
+ * at head dim 128: two fit beside Q, two dO slots and two dS^T, 214,016
+ * bytes; three at 64, 156,672). Its shared memory: Q and two dO slots of
+ * 64 rows, the K, V slots, two dS^T of a tile, two floats a row a dO
+ * slot. */
+static const int bq_keys_stages_d64 = 3, bq_keys_stages_d128 = 2;
+static int bq_keys_smem(int head_dim, int stages) {
+  const int m = 64, n = 128, seq_stages = 2;
+  return 2 * head_dim * m * (1 + seq_stages) + 4 * head_dim * n * stages + 4 * n * m +
+         8 * seq_stages * m;
+}
 
 /* Broadcast queries, heads == kv_heads, n_q <= 32, 64 or 128: one kernel
  * in one pass (templates/broadcast_bwd.cu), every query of a head in one
@@ -319,6 +332,20 @@ static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_
     const int warps = m == 32 ? choices.bq_m32_warps[d] : m / 16; /* the mma.sync kernel's */
     if (rotary && spec->rotary.layout == AG_ROTARY_HALF && warps * 16 != n) continue;
     if (m < 128 && sm90_kernel && choices.bq_sm90_small) continue;
+    const bool keys = m < 128 && sm90_kernel && choices.bq_sm90_keys;
+    if (keys && m == 32) continue; /* n_q <= 32 on the 64-row keys kernel too */
+    if (keys) {
+      const int stages = d ? bq_keys_stages_d128 : bq_keys_stages_d64;
+      j->fused_block_m[v] = m;
+      j->fused_warps[v] = 12;
+      j->fused_stages[v] = stages;
+      j->fused_smem_bytes[v] = bq_keys_smem(p->head_dim, stages);
+      j->fused_sm90[v] = false;
+      j->fused_keys[v] = true;
+      j->fused_min_ctas[v] = 1;
+      v++;
+      continue;
+    }
     const bool sm90 = m == 128 && sm90_kernel;
     const int stages = m == 32 ? choices.bq_m32_stages[d]
                        : sm90  ? (d ? bq_sm90_stages_d128 : bq_sm90_stages_d64)
@@ -737,6 +764,13 @@ static const ag_plan_jagged_choices jagged_checked = {
      * tile (the P, dS hand-off to the key warpgroup, the K, V ring), about
      * 4.8 us a 64-key tile an SM against the 32-row kernel's 4.0. Off. */
     .bq_sm90_small = false,
+    /* n_q <= 64 on the key-stationary wgmma kernel
+     * (templates/broadcast_bwd_keys.cu; bench/NOTES.md session 40's
+     * design): the 32- and 64-row mma.sync kernels run about 4.0 us a
+     * 64-key tile an SM, latency-bound, where K, V in and dK, dV out take
+     * about 2.7 at the H100's stream. Written in session 42 while no GPU
+     * was lent; not run yet. Off. */
+    .bq_sm90_keys = false,
     /* n_q <= 64 on the broadcast warp-specialized forward too, its one
      * query tile of 128 rows holding n_q real ones (SKIP_DEAD: the second
      * warpgroup computes nothing where n_q <= 64), K and V by TMA, instead
@@ -993,7 +1027,9 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
       snprintf(name, sizeof name, "%.*s_m%d", AG_KERNEL_NAME_MAX - 16, stem, j->fused_block_m[i]);
       ag_plan_kernel *f = ag_plan_add_kernel(
           spec, plan, AG_PASS_BACKWARD, name,
-          j->fused_sm90[i] ? "broadcast_bwd_sm90.cu" : "broadcast_bwd.cu");
+          j->fused_keys[i]   ? "broadcast_bwd_keys.cu"
+          : j->fused_sm90[i] ? "broadcast_bwd_sm90.cu"
+                             : "broadcast_bwd.cu");
       f->namespace_name = fused_ns[i];
       f->variant = AG_VARIANT_BWD_FUSED_0 + i;
       f->walk = (ag_walk){AG_WALK_BROADCAST_SLABS, j->fused_block_m[i], 1, 1, false};
@@ -1001,10 +1037,11 @@ void ag_plan_jagged_kernels(const ag_spec *spec, ag_plan *plan) {
       f->smem_bytes = j->fused_smem_bytes[i];
       f->min_ctas_per_sm = j->fused_min_ctas[i];
       add_params(plan, f, params, nparams);
-      set_common(f, j->fused_block_m[i], 64, j->fused_warps[i], j->fused_min_ctas[i]);
+      set_common(f, j->fused_block_m[i], j->fused_keys[i] ? 128 : 64, j->fused_warps[i],
+                 j->fused_min_ctas[i]);
       ag_plan_set(f, "SMEM_BYTES", j->fused_smem_bytes[i]);
       ag_plan_set(f, "STAGES", j->fused_stages[i]);
-      if (j->fused_sm90[i]) ag_plan_set(f, "DKV_N128", plan->head_dim == 128);
+      if (j->fused_sm90[i] || j->fused_keys[i]) ag_plan_set(f, "DKV_N128", plan->head_dim == 128);
     }
     /* _dq first: it writes D, which _dkv reads. */
     snprintf(name, sizeof name, "%.*s_dq", AG_KERNEL_NAME_MAX - 4, stem);
@@ -1094,8 +1131,14 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
     } else if (k->variant >= AG_VARIANT_BWD_FUSED_0) {
       ag_buf_printf(b,
                     "%s  one pass: dQ, dK, dV of all n_q <= %d shared query rows of one head "
-                    "over a slab of sequences, key tiles of 64 (runs when heads == kv_heads)\n",
-                    prefix, k->walk.rows);
+                    "over a slab of sequences, key tiles of %d (runs when heads == kv_heads)\n",
+                    prefix, k->walk.rows,
+                    j->fused_keys[k->variant - AG_VARIANT_BWD_FUSED_0] ? 128 : 64);
+      if (j->fused_keys[k->variant - AG_VARIANT_BWD_FUSED_0])
+        ag_buf_printf(b,
+                      "%s  key-stationary on wgmma (sm_90a): one warpgroup loads, two of 64 "
+                      "keys compute\n",
+                      prefix);
     } else if (k->walk.kind == AG_WALK_BROADCAST_SLABS) {
       ag_buf_printf(b,
                     "%s  query-stationary: D, and dQ of %d shared query rows over a slab of "

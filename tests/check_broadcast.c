@@ -580,6 +580,73 @@ START_TEST(sm90_backward) {
 }
 END_TEST
 
+/* The plan choice .bq_sm90_keys (off until it has run on a GPU): n_q <= 64
+ * on the key-stationary wgmma kernel (templates/broadcast_bwd_keys.cu),
+ * 128-key tiles, a loading warpgroup and two computing ones, one CTA an
+ * SM; no 32-row variant. Planned only on sm_90a without rotary
+ * embeddings; compiles without spills at both head dims, causal too. */
+START_TEST(keys_backward) {
+  char *dir = ag_test_dump_begin("attngen-bqkeys");
+  for (int d = 0; d < 2; d++)
+    for (int causal = 0; causal <= 1; causal++) {
+      const int dim = d ? 64 : 128, stages = d ? 3 : 2;
+      char y[512];
+      yaml_for(y, sizeof y, dim, AG_DTYPE_BF16, causal, "arch: sm_90a\n", true);
+      ag_spec s = load_ok(y);
+      ag_plan_jagged_choices c = ag_plan_jagged_checked();
+      ck_assert(!c.bq_sm90_keys);
+      ag_plan off, p;
+      plan_with(&s, c, &off);
+      c.bq_sm90_keys = true;
+      plan_with(&s, c, &p);
+      ck_assert_int_eq(p.nkernels, off.nkernels - 1); /* no 32-row variant */
+      const ag_plan_kernel *keys = &p.kernels[2], *m128 = &p.kernels[3];
+      ck_assert_str_eq(keys->template_file, "broadcast_bwd_keys.cu");
+      ck_assert_int_eq(keys->walk.rows, 64);
+      ck_assert_int_eq(keys->threads, 384);
+      ck_assert_int_eq(keys->min_ctas_per_sm, 1);
+      /* Q and two dO slots, the K, V slots of 128 keys, two dS^T, two
+       * floats a row a dO slot */
+      ck_assert_int_eq(keys->smem_bytes,
+                       2 * dim * 64 * 3 + 4 * dim * 128 * stages + 4 * 128 * 64 + 8 * 2 * 64);
+      ck_assert_int_le(keys->smem_bytes + 1024, 227 * 1024);
+      ck_assert_str_eq(m128->template_file, "broadcast_bwd_sm90.cu");
+      for (int nq = 1; nq <= 64; nq += nq < 32 ? 31 : 32)
+        ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, nq, 4, 4), keys->variant);
+      ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 65, 4, 4), m128->variant);
+      ck_assert_int_ne(ag_plan_variant(&p, AG_PASS_BACKWARD, 32, 4, 2), keys->variant);
+      char *src = NULL;
+      ag_error err = {0};
+      ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
+      /* the first one-pass variant now (no 32-row one before it) */
+      const char *ns = strstr(src, "namespace bwd_fused_0 {");
+      ck_assert_ptr_nonnull(ns);
+      ck_assert_ptr_nonnull(strstr(ns, "constexpr int kBlockN = 128;"));
+      char want[64];
+      snprintf(want, sizeof want, "constexpr int kStages = %d;", stages);
+      ck_assert_ptr_nonnull(strstr(ns, want));
+      /* head dim 128's dV and dK: one 64x128 product a k-step */
+      ck_assert(!strstr(ns, "wgmma_rs_n128_mn(acc, a") == (dim == 64));
+      /* measured with CUDA 13.0: none (the loading warpgroup spilled at 88
+       * registers) */
+      no_spills(src, p.kernels[0].name, keys->name, dir, "");
+      free(src);
+      /* rotary embeddings, or sm_80: the mma.sync kernels */
+      ag_spec r = bf16_spec(dim, "arch: sm_90a\nrotary:\n  layout: interleaved\n", true);
+      plan_with(&r, c, &p);
+      for (int i = 0; i < p.nkernels; i++)
+        ck_assert(!p.kernels[i].template_file ||
+                  strcmp(p.kernels[i].template_file, "broadcast_bwd_keys.cu") != 0);
+      ag_spec s8 = bf16_spec(dim, "arch: sm_80\n", true);
+      plan_with(&s8, c, &p);
+      for (int i = 0; i < p.nkernels; i++)
+        ck_assert(!p.kernels[i].template_file ||
+                  strcmp(p.kernels[i].template_file, "broadcast_bwd_keys.cu") != 0);
+    }
+  ag_test_dump_end(dir);
+}
+END_TEST
+
 /* ---- the launchers without a device ------------------------------------------------ */
 
 typedef ag_fake_kernel fake;
@@ -950,6 +1017,7 @@ Suite *broadcast_suite(void) {
   tcase_add_test(tc, rotary_tables);
   tcase_add_test(tc, m32_choices);
   tcase_add_test(tc, sm90_backward);
+  tcase_add_test(tc, keys_backward);
   tcase_add_test(tc, deep_forward);
   tcase_add_test(tc, heads_inner_forward);
   tcase_add_test(tc, items_forward);

@@ -586,6 +586,9 @@ __device__ __forceinline__ float dot_pieces(const unsigned short *x_at, const un
 // rows past the end or with no key, so that P = 0; their D is 0) into
 // lse_s[r], di_s[r]. `di`, when not null, gets D at di[lse_at + r] (lse's
 // index of row r). The warp's lanes read lse_s, di_s after a __syncwarp.
+// kUnroll: passes (of 32 / kPieces rows) unrolled, their loads in flight
+// together (a loading warpgroup short of registers takes 1).
+template <int kUnroll = 16>
 __device__ __forceinline__ void row_stats(const unsigned short *__restrict__ o,
     const unsigned short *__restrict__ dout, const float *__restrict__ lse,
     float *__restrict__ di, long long o_row, long long row_stride, long long lse_at, int rows,
@@ -593,7 +596,7 @@ __device__ __forceinline__ void row_stats(const unsigned short *__restrict__ o,
   const int lane = threadIdx.x & 31;
   constexpr int kRowsPerPass = 32 / kPieces;
   const int piece = lane % kPieces;
-#pragma unroll
+#pragma unroll kUnroll
   for (int pass = 0; pass < 16 / kRowsPerPass; pass++) {
     const int r = row0 + pass * kRowsPerPass + lane / kPieces;
     float a = 0.f;
