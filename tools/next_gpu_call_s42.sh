@@ -66,8 +66,35 @@ case "${1:-}" in
       cp /tmp/plan_jagged.c.orig $P
     fi
     ;;
+  quick)
+    # keys cut to about 6 minutes (session 42's budget after a machine was
+    # taken back mid-call): float64 at n_q 1, 32, 33, 64 (head dim 128),
+    # 16 and 64 (64), causal at 20; memcheck at n_q 32; the backward alone,
+    # k0 against k1, at n_q 32 (keys [0, 1024], both head dims; 264 of
+    # 4096 keys at head dim 128)
+    fwd_specs
+    plan_save
+    build_as k0
+    plan_edit 's/^    \.bq_sm90_keys = false,/    .bq_sm90_keys = true,/' '^    \.bq_sm90_keys = true,'
+    build_as k1
+    compile_variants "k0 k1" "bb128false bb64false bb128true"
+    first=$(timeout 40 /tmp/fi/k1/attngen run /tmp/fi/bb128false.yaml --batch 13 --seqlen 1300 \
+            --min-seqlen 0 --n-q 32 --iters 0 2>&1 | grep -E 'check:' | tr '\n' ' ')
+    echo "k1 bb128false n_q 32: $first"
+    if ! echo "$first" | grep -q PASS; then
+      memcheck k1 bb128false 3 300 0 32
+      exit 1
+    fi
+    for nq in 1 33 64; do float64 k1 bb128false 13 1300 0 $nq; done
+    for nq in 16 64; do float64 k1 bb64false 13 1300 0 $nq; done
+    float64 k1 bb128true 13 1300 0 20
+    timed bb128false 1152 0 1024 32 "k0 k1" "backward time:"
+    timed bb64false 1152 0 1024 32 "k0 k1" "backward time:"
+    timed bb128false 264 4096 4096 32 "k0 k1" "backward time:"
+    memcheck k1 bb128false 5 700 0 32
+    ;;
   *)
-    echo "usage: $0 keys" >&2
+    echo "usage: $0 keys | quick" >&2
     exit 2
     ;;
 esac
