@@ -93,8 +93,34 @@ case "${1:-}" in
     timed bb128false 264 4096 4096 32 "k0 k1" "backward time:"
     memcheck k1 bb128false 5 700 0 32
     ;;
+  mini)
+    # quick cut to about 4 minutes (466 s of device time left): head dim
+    # 128 float64 at n_q 1, 32, 64 and 64's at 16; the backward alone at
+    # n_q 32 beside the tree; memcheck at n_q 32
+    fwd_specs
+    plan_save
+    build_as k0
+    plan_edit 's/^    \.bq_sm90_keys = false,/    .bq_sm90_keys = true,/' '^    \.bq_sm90_keys = true,'
+    build_as k1
+    ( /tmp/fi/k0/attngen compile /tmp/fi/bb128false.yaml -o /tmp/fi/k0/a.cubin &
+      /tmp/fi/k1/attngen compile /tmp/fi/bb128false.yaml -o /tmp/fi/k1/a.cubin &
+      /tmp/fi/k1/attngen compile /tmp/fi/bb64false.yaml -o /tmp/fi/k1/b.cubin & wait )
+    echo "=== compiled $(date +%T)"
+    first=$(timeout 40 /tmp/fi/k1/attngen run /tmp/fi/bb128false.yaml --batch 13 --seqlen 1300 \
+            --min-seqlen 0 --n-q 32 --iters 0 2>&1 | grep -E 'check:' | tr '\n' ' ')
+    echo "k1 bb128false n_q 32: $first"
+    if ! echo "$first" | grep -q PASS; then
+      memcheck k1 bb128false 3 300 0 32
+      exit 1
+    fi
+    timed bb128false 1152 0 1024 32 "k0 k1" "backward time:"
+    for nq in 1 64; do float64 k1 bb128false 13 1300 0 $nq; done
+    float64 k1 bb64false 13 1300 0 16
+    timed bb128false 264 4096 4096 32 "k0 k1" "backward time:"
+    memcheck k1 bb128false 5 700 0 32
+    ;;
   *)
-    echo "usage: $0 keys | quick" >&2
+    echo "usage: $0 keys | quick | mini" >&2
     exit 2
     ;;
 esac
