@@ -39,12 +39,14 @@ constexpr int kMinCtasPerSm = @MIN_CTAS@;  // launch bound
 // setmaxnreg budgets: a computing thread holds its warpgroup's dQ^T over
 // the slab (32 a 64-column half), S^T and dP^T (32 each), their 16-bit
 // pairs (16 each) and one of dV, dK (32 a half); the loading one copies
-// rows, walks the slabs and computes D (row_stats, two passes' loads in
-// flight: four round trips to memory a sequence at head dim 128). ptxas
-// (CUDA 13, sm_90a, session 42): no spills at 200 and 104 at either head
-// dim; the loading warpgroup spilled at 88 (36 bytes at 56), and at 104
-// with four passes in flight (8 bytes at head dim 128) or all (40).
-constexpr int kMathRegs = 200, kLoadRegs = 104;
+// rows, walks the slabs and computes D (row_stats, four passes' loads in
+// flight: two round trips to memory a sequence at head dim 128, one at
+// 64; D is on the loader's path between a sequence's tiles). ptxas (CUDA
+// 13, sm_90a, session 42): no spills at 192 and 120, either head dim,
+// causal too; with every pass in flight the loader spilled 24 bytes (16 at
+// 184 and 136), with four at 200 and 104 8, and below 104 even one at a
+// time (36 bytes at 56).
+constexpr int kMathRegs = 192, kLoadRegs = 120;
 // setmaxnreg moves registers within what the CTA is launched with: 65,536
 // / kThreads a thread, rounded down to a multiple of 8 (168 for 384).
 static_assert(kCopyThreads * kLoadRegs + kMathThreads * kMathRegs <=
@@ -298,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         load_rows<kBlockM>(do_a + st * kQBytes, dout + sp.o_row, stride, mq);
         mbar_arrive_on_copies(seq_full0 + 8 * st);
         float *const lse_s = rows_s + st * 2 * kBlockM;
-        row_stats<2>(o, dout, lse, nullptr, sp.o_row, stride, (long long)h * total_q + sp.q_start,
+        row_stats<4>(o, dout, lse, nullptr, sp.o_row, stride, (long long)h * total_q + sp.q_start,
                      mq, 16 * warp, lse_s, lse_s + kBlockM);
         mbar_arrive(seq_full0 + 8 * st);  // the row floats are written
         // Tile i of the sequence into K, V slot t % kStages, once the
