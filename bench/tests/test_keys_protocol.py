@@ -27,7 +27,6 @@ def test_random_ctas_end_and_see_every_tile():
 
 
 def test_a_broken_protocol_is_caught():
-    m = _model()
     src = (ROOT / "tools" / "emulate" / "keys_protocol.py").read_text()
     wait = ("                    if t >= stages:\n"
             "                        yield from wait(kv_empty[x], t // stages - 1)\n")
