@@ -119,8 +119,21 @@ case "${1:-}" in
     timed bb128false 264 4096 4096 32 "k0 k1" "backward time:"
     memcheck k1 bb128false 5 700 0 32
     ;;
+  micro)
+    # the last 286 s: the choice on alone (no tree build beside it), one
+    # float64 run at n_q 32 and one at 64, then the backward timed at n_q
+    # 32 against session 40's figure for the tree on an H100 (1.195 ms)
+    fwd_specs
+    plan_save
+    plan_edit 's/^    \.bq_sm90_keys = false,/    .bq_sm90_keys = true,/' '^    \.bq_sm90_keys = true,'
+    build_as k1
+    echo "=== built $(date +%T)"
+    float64 k1 bb128false 13 1300 0 32
+    timed bb128false 1152 0 1024 32 "k1" "backward time:"
+    float64 k1 bb128false 13 1300 0 64
+    ;;
   *)
-    echo "usage: $0 keys | quick | mini" >&2
+    echo "usage: $0 keys | quick | mini | micro" >&2
     exit 2
     ;;
 esac
