@@ -334,32 +334,23 @@ static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_
     if (m < 128 && sm90_kernel && choices.bq_sm90_small) continue;
     const bool keys = m < 128 && sm90_kernel && choices.bq_sm90_keys;
     if (keys && m == 32) continue; /* n_q <= 32 on the 64-row keys kernel too */
-    if (keys) {
-      const int stages = d ? bq_keys_stages_d128 : bq_keys_stages_d64;
-      j->fused_block_m[v] = m;
-      j->fused_warps[v] = 12;
-      j->fused_stages[v] = stages;
-      j->fused_smem_bytes[v] = bq_keys_smem(p->head_dim, stages);
-      j->fused_sm90[v] = false;
-      j->fused_keys[v] = true;
-      j->fused_min_ctas[v] = 1;
-      v++;
-      continue;
-    }
     const bool sm90 = m == 128 && sm90_kernel;
-    const int stages = m == 32 ? choices.bq_m32_stages[d]
-                       : sm90  ? (d ? bq_sm90_stages_d128 : bq_sm90_stages_d64)
-                               : 2;
+    const int stages = keys        ? (d ? bq_keys_stages_d128 : bq_keys_stages_d64)
+                       : m == 32 ? choices.bq_m32_stages[d]
+                       : sm90    ? (d ? bq_sm90_stages_d128 : bq_sm90_stages_d64)
+                                 : 2;
     /* sm90: two P, dS slots, so that the key warpgroup reads one while the
      * query warpgroups write the other */
-    const int smem = 4 * p->head_dim * (m + stages * n) + (sm90 ? 8 : 4) * m * n + 8 * m;
+    const int smem = keys ? bq_keys_smem(p->head_dim, stages)
+                          : 4 * p->head_dim * (m + stages * n) + (sm90 ? 8 : 4) * m * n + 8 * m;
     j->fused_block_m[v] = m;
-    j->fused_warps[v] = m == 32 ? choices.bq_m32_warps[d] : sm90 ? 12 : m / 16;
+    j->fused_warps[v] = sm90 || keys ? 12 : warps;
     j->fused_stages[v] = stages;
     j->fused_smem_bytes[v] = smem;
     j->fused_sm90[v] = sm90;
+    j->fused_keys[v] = keys;
     /* two CTAs an SM where their shared memory fits (1 KB each reserved;
-     * at head_dim 128 not the 128-row kernel's) */
+     * at head_dim 128 not the 128-row kernel's; never the keys kernel's) */
     j->fused_min_ctas[v] = 2 * (smem + 1024) > AG_SMEM_MAX_SM90 || (rotary && m == 128) ? 1 : 2;
     v++;
   }
@@ -1129,12 +1120,12 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                       j->broadcast ? "n_q" : "the mean query length", small ? "<=" : ">",
                       j->small_max_n_q);
     } else if (k->variant >= AG_VARIANT_BWD_FUSED_0) {
+      const bool keys = j->fused_keys[k->variant - AG_VARIANT_BWD_FUSED_0];
       ag_buf_printf(b,
                     "%s  one pass: dQ, dK, dV of all n_q <= %d shared query rows of one head "
                     "over a slab of sequences, key tiles of %d (runs when heads == kv_heads)\n",
-                    prefix, k->walk.rows,
-                    j->fused_keys[k->variant - AG_VARIANT_BWD_FUSED_0] ? 128 : 64);
-      if (j->fused_keys[k->variant - AG_VARIANT_BWD_FUSED_0])
+                    prefix, k->walk.rows, keys ? 128 : 64);
+      if (keys)
         ag_buf_printf(b,
                       "%s  key-stationary on wgmma (sm_90a): one warpgroup loads, two of 64 "
                       "keys compute\n",
