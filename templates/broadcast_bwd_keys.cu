@@ -105,55 +105,6 @@ struct KeysTile {
   int kind;
 };
 
-// acc = X^T B for this warpgroup's 64 keys and every column of the head: X
-// is P^T or dS^T in registers (16-bit pairs, rows keys, columns the
-// queries: A over k = queries), B is dO or Q read MN-major; dV = P^T dO,
-// dK = dS^T Q (unscaled), added to acc.
-__device__ __forceinline__ void keys_by_queries(float (&acc)[kHalves][8][4],
-                                                const unsigned (&x16)[kBlockM / 8][2],
-                                                unsigned b_a) {
-#pragma unroll
-  for (int j = 0; j < kBlockM / 16; j++) {
-    const unsigned a[4] = {x16[2 * j][0], x16[2 * j][1], x16[2 * j + 1][0], x16[2 * j + 1][1]};
-@if DKV_N128@
-    wgmma_rs_n128_mn(acc, a, sw128_desc_lbo(b_a, j * kStepOverRows, kQBytes / 2));
-@else@
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-      wgmma_rs<1>(acc[hh], a, sw128_desc(b_a + hh * (kQBytes / kHalves), j * kStepOverRows), 1);
-@endif@
-  }
-}
-
-// Rows key0 and key0 + 8 of a tile (those before nk) of acc times `mul`,
-// rounded, to out (the tile's row 0; rows `stride` elements apart): each
-// thread its pairs, as jagged_bwd_wgmma.cuh's store_dkv.
-__device__ __forceinline__ void store_key_rows(const float (&acc)[kHalves][8][4], float mul,
-                                               unsigned short *out, long long stride, int key0,
-                                               int nk, int tq) {
-#pragma unroll
-  for (int hi = 0; hi < 2; hi++) {
-    const int row = key0 + 8 * hi;
-    if (row >= nk) continue;
-    unsigned *const at = reinterpret_cast<unsigned *>(out + row * stride + 2 * tq);
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-      for (int n = 0; n < 8; n++)
-        at[32 * hh + 4 * n] = pack2(acc[hh][n][2 * hi] * mul, acc[hh][n][2 * hi + 1] * mul);
-  }
-}
-
-// acc zeroed (before the wgmma_fence that orders it for the products).
-__device__ __forceinline__ void zero_acc(float (&acc)[kHalves][8][4]) {
-#pragma unroll
-  for (int hh = 0; hh < kHalves; hh++)
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc[hh][n][e] = 0.f;
-}
-
 // dQ^T += K^T dS^T over this warpgroup's 64 keys: A is K's rows read
 // MN-major (M the head's 64 columns of matrix hh, k the keys), B is dS^T's
 // rows read MN-major (N the queries); dqt[hh] rows are head columns,
@@ -388,29 +339,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       for (int e = 0; e < 4; e++)
         sp_t[j][e] = fast_exp2(fmaf(sp_t[j][e], kScaleLog2, -((e & 1) ? lr.y : lr.x)));
     }
-    if (!full) {
-      int first[2], width[2];
-      seen_columns(band, key0, mq, kt.nk, first, width);
-#pragma unroll
-      for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int c = 8 * j + 2 * tq + (e & 1);
-          if ((unsigned)(c - first[e >> 1]) >= (unsigned)width[e >> 1]) sp_t[j][e] = 0.f;
-        }
-    }
+    if (!full) mask_unseen(sp_t, band, key0, mq, kt.nk, tq);
     wgmma_wait<0>();
     wgmma_hold(dp);
     // dS^T = P^T (.) (dP^T - D), and both as 16-bit pairs (A operands).
     unsigned p16[8][2], ds16[8][2];
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-      const float2 dd = *reinterpret_cast<const float2 *>(d_r + 8 * j + 2 * tq);
-      ds16[j][0] = pack2(sp_t[j][0] * (dp[j][0] - dd.x), sp_t[j][1] * (dp[j][1] - dd.y));
-      ds16[j][1] = pack2(sp_t[j][2] * (dp[j][2] - dd.x), sp_t[j][3] * (dp[j][3] - dd.y));
-      p16[j][0] = pack2(sp_t[j][0], sp_t[j][1]);
-      p16[j][1] = pack2(sp_t[j][2], sp_t[j][3]);
-    }
+    p_ds_pairs(sp_t, dp, d_r, tq, p16, ds16);
     // dS^T to this warpgroup's 64 rows of room t % 2 (the last tile's dQ^T
     // read the other one), for dQ^T.
     const unsigned dst_a = ds_a + (t & 1) * kDsBytes;
@@ -423,7 +357,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     float acc[kHalves][8][4];
     zero_acc(acc);
     wgmma_fence();
-    keys_by_queries(acc, p16, dos_a);
+    keys_product(acc, p16, dos_a);
     issue_dqt(dqt, k_a, dst_a, wg);
     wgmma_commit();
     wgmma_wait<0>();
@@ -436,7 +370,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     store_key_rows(acc, 1.f, dv + kt.kv_at, stride, key0, kt.nk, tq);
     zero_acc(acc);
     wgmma_fence();
-    keys_by_queries(acc, ds16, q_a);
+    keys_product(acc, ds16, q_a);
     wgmma_commit();
     wgmma_wait<0>();
 #pragma unroll

@@ -31,23 +31,24 @@ __device__ __forceinline__ unsigned long long sw128_desc_lbo(unsigned tile, unsi
          ((unsigned long long)(lbo >> 4) << 16);
 }
 
-// issue_dkv (jagged_bwd_wgmma.cuh) with one 64x128 product a k-step for
-// dV and one for dK: B is dO or Q of the step, its two 64-column matrices
-// kQBytes / 2 apart.
+// keys_product (jagged_bwd_wgmma.cuh) with one 64x128 product a k-step:
+// B is dO or Q of the step, its two 64-column matrices kQBytes / 2 apart.
+__device__ __forceinline__ void keys_product(float (&acc)[2][8][4],
+                                             const unsigned (&x16)[kBlockM / 8][2],
+                                             unsigned b_a) {
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; j++) {
+    const unsigned a[4] = {x16[2 * j][0], x16[2 * j][1], x16[2 * j + 1][0], x16[2 * j + 1][1]};
+    wgmma_rs_n128_mn(acc, a, sw128_desc_lbo(b_a, j * kStepOverRows, kQBytes / 2));
+  }
+}
+
+// issue_dkv (jagged_bwd_wgmma.cuh) on those products: dV, then dK.
 __device__ __forceinline__ void issue_dkv_n128(float (&acc_v)[2][8][4], float (&acc_k)[2][8][4],
                                                const unsigned (&p16)[kBlockM / 8][2],
                                                const unsigned (&ds16)[kBlockM / 8][2],
                                                unsigned q_a, unsigned do_a) {
-#pragma unroll
-  for (int j = 0; j < kBlockM / 16; j++) {
-    const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
-    wgmma_rs_n128_mn(acc_v, a, sw128_desc_lbo(do_a, j * kStepOverRows, kQBytes / 2));
-  }
-#pragma unroll
-  for (int j = 0; j < kBlockM / 16; j++) {
-    const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
-                           ds16[2 * j + 1][1]};
-    wgmma_rs_n128_mn(acc_k, a, sw128_desc_lbo(q_a, j * kStepOverRows, kQBytes / 2));
-  }
+  keys_product(acc_v, p16, do_a);
+  keys_product(acc_k, ds16, q_a);
 }
 /* ---- end device helpers (dK, dV as 64x128 products) ---- */

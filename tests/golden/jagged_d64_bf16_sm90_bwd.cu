@@ -954,15 +954,56 @@ __device__ __forceinline__ void seen_columns(const Band &band, int key0, int mq,
   }
 }
 
-// dV's and dK's accumulators zeroed, at a key tile's start.
-__device__ __forceinline__ void zero_dkv(float (&acc_v)[kHalves][8][4],
-                                         float (&acc_k)[kHalves][8][4]) {
+// A key tile's accumulator (dV's or dK's) zeroed.
+__device__ __forceinline__ void zero_acc(float (&acc)[kHalves][8][4]) {
 #pragma unroll
   for (int hh = 0; hh < kHalves; hh++)
 #pragma unroll
     for (int n = 0; n < 8; n++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) acc_v[hh][n][e] = acc_k[hh][n][e] = 0.f;
+      for (int e = 0; e < 4; e++) acc[hh][n][e] = 0.f;
+}
+
+// dV's and dK's accumulators zeroed, at a key tile's start.
+__device__ __forceinline__ void zero_dkv(float (&acc_v)[kHalves][8][4],
+                                         float (&acc_k)[kHalves][8][4]) {
+  zero_acc(acc_v);
+  zero_acc(acc_k);
+}
+
+// P^T's entries (key rows key0, key0 + 8; kN chunks of 8 query columns)
+// that those rows do not see set to 0: the band, the queries past mq, the
+// keys past nk (seen_columns). jagged_bwd_ws.cu still writes this loop and
+// the next one out itself: through these helpers its machine code changed
+// (tools/cubin_code.py, session 42), which no GPU has checked yet.
+template <int kN>
+__device__ __forceinline__ void mask_unseen(float (&p)[kN][4], const Band &band, int key0, int mq,
+                                            int nk, int tq) {
+  int first[2], width[2];
+  seen_columns(band, key0, mq, nk, first, width);
+#pragma unroll
+  for (int j = 0; j < kN; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int c = 8 * j + 2 * tq + (e & 1);
+      if ((unsigned)(c - first[e >> 1]) >= (unsigned)width[e >> 1]) p[j][e] = 0.f;
+    }
+}
+
+// dS^T = P^T (.) (dP^T - D) and P^T as 16-bit pairs (the A operands of dK
+// and dV), D of the step's columns at d_r.
+template <int kN>
+__device__ __forceinline__ void p_ds_pairs(const float (&p)[kN][4], const float (&dp)[kN][4],
+                                           const float *d_r, int tq, unsigned (&p16)[kN][2],
+                                           unsigned (&ds16)[kN][2]) {
+#pragma unroll
+  for (int j = 0; j < kN; j++) {
+    const float2 dd = *reinterpret_cast<const float2 *>(d_r + 8 * j + 2 * tq);
+    ds16[j][0] = pack2(p[j][0] * (dp[j][0] - dd.x), p[j][1] * (dp[j][1] - dd.y));
+    ds16[j][1] = pack2(p[j][2] * (dp[j][2] - dd.x), p[j][3] * (dp[j][3] - dd.y));
+    p16[j][0] = pack2(p[j][0], p[j][1]);
+    p16[j][1] = pack2(p[j][2], p[j][3]);
+  }
 }
 
 // d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
@@ -1008,29 +1049,29 @@ __device__ __forceinline__ void issue_dq(float (&c)[8][4], unsigned ds_a, unsign
   }
 }
 
-// dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the rows
-// of dO and Q (read MN-major), 64 columns of the head at a time; A from
-// registers (P^T, dS^T as 16-bit pairs).
+// acc += X^T B, k over the step's queries: X is P^T or dS^T from
+// registers (16-bit pairs), B the step's dO or Q rows read MN-major, 64
+// columns of the head at a time (dV = P^T dO, dK = dS^T Q).
+__device__ __forceinline__ void keys_product(float (&acc)[kHalves][8][4],
+                                             const unsigned (&x16)[kBlockM / 8][2],
+                                             unsigned b_a) {
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; j++) {
+    const unsigned a[4] = {x16[2 * j][0], x16[2 * j][1], x16[2 * j + 1][0], x16[2 * j + 1][1]};
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc[hh], a, sw128_desc(b_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q.
 __device__ __forceinline__ void issue_dkv(float (&acc_v)[kHalves][8][4],
                                           float (&acc_k)[kHalves][8][4],
                                           const unsigned (&p16)[kBlockM / 8][2],
                                           const unsigned (&ds16)[kBlockM / 8][2], unsigned q_a,
                                           unsigned do_a) {
-#pragma unroll
-  for (int j = 0; j < kBlockM / 16; j++) {
-    const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-      wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-  }
-#pragma unroll
-  for (int j = 0; j < kBlockM / 16; j++) {
-    const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
-                           ds16[2 * j + 1][1]};
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-      wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-  }
+  keys_product(acc_v, p16, do_a);
+  keys_product(acc_k, ds16, q_a);
 }
 
 // A thread's pairs of dS^T [key][query] into the matrices at ds_a (64
@@ -1065,8 +1106,30 @@ __device__ __forceinline__ void store_ds_t_x4(unsigned ds_a, int row0,
   }
 }
 
+// Rows key0 and key0 + 8 of a tile (those before nk) of acc times `mul`,
+// rounded, to out (the tile's row 0; rows `stride` elements apart): each
+// thread its pairs.
+__device__ __forceinline__ void store_key_rows(const float (&acc)[kHalves][8][4], float mul,
+                                               unsigned short *out, long long stride, int key0,
+                                               int nk, int tq) {
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = key0 + 8 * hi;
+    if (row >= nk) continue;
+    unsigned *const at = reinterpret_cast<unsigned *>(out + row * stride + 2 * tq);
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+        at[32 * hh + 4 * n] = pack2(acc[hh][n][2 * hi] * mul, acc[hh][n][2 * hi + 1] * mul);
+  }
+}
+
 // dV, and dK with the scale, of this thread's key rows key0 and key0 + 8
-// (of nk real ones) to the tiles at dk, dv + k_row (row stride k_stride).
+// (of nk real ones) to the tiles at dk, dv + k_row (row stride k_stride):
+// store_key_rows for both, a row's dV and dK stores together (through
+// store_key_rows twice jagged_bwd_sm90.cu's machine code changed,
+// tools/cubin_code.py, session 42, which no GPU has checked yet).
 __device__ __forceinline__ void store_dkv(const float (&acc_v)[kHalves][8][4],
                                           const float (&acc_k)[kHalves][8][4],
                                           unsigned short *dk, unsigned short *dv,
@@ -2420,15 +2483,56 @@ __device__ __forceinline__ void seen_columns(const Band &band, int key0, int mq,
   }
 }
 
-// dV's and dK's accumulators zeroed, at a key tile's start.
-__device__ __forceinline__ void zero_dkv(float (&acc_v)[kHalves][8][4],
-                                         float (&acc_k)[kHalves][8][4]) {
+// A key tile's accumulator (dV's or dK's) zeroed.
+__device__ __forceinline__ void zero_acc(float (&acc)[kHalves][8][4]) {
 #pragma unroll
   for (int hh = 0; hh < kHalves; hh++)
 #pragma unroll
     for (int n = 0; n < 8; n++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) acc_v[hh][n][e] = acc_k[hh][n][e] = 0.f;
+      for (int e = 0; e < 4; e++) acc[hh][n][e] = 0.f;
+}
+
+// dV's and dK's accumulators zeroed, at a key tile's start.
+__device__ __forceinline__ void zero_dkv(float (&acc_v)[kHalves][8][4],
+                                         float (&acc_k)[kHalves][8][4]) {
+  zero_acc(acc_v);
+  zero_acc(acc_k);
+}
+
+// P^T's entries (key rows key0, key0 + 8; kN chunks of 8 query columns)
+// that those rows do not see set to 0: the band, the queries past mq, the
+// keys past nk (seen_columns). jagged_bwd_ws.cu still writes this loop and
+// the next one out itself: through these helpers its machine code changed
+// (tools/cubin_code.py, session 42), which no GPU has checked yet.
+template <int kN>
+__device__ __forceinline__ void mask_unseen(float (&p)[kN][4], const Band &band, int key0, int mq,
+                                            int nk, int tq) {
+  int first[2], width[2];
+  seen_columns(band, key0, mq, nk, first, width);
+#pragma unroll
+  for (int j = 0; j < kN; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int c = 8 * j + 2 * tq + (e & 1);
+      if ((unsigned)(c - first[e >> 1]) >= (unsigned)width[e >> 1]) p[j][e] = 0.f;
+    }
+}
+
+// dS^T = P^T (.) (dP^T - D) and P^T as 16-bit pairs (the A operands of dK
+// and dV), D of the step's columns at d_r.
+template <int kN>
+__device__ __forceinline__ void p_ds_pairs(const float (&p)[kN][4], const float (&dp)[kN][4],
+                                           const float *d_r, int tq, unsigned (&p16)[kN][2],
+                                           unsigned (&ds16)[kN][2]) {
+#pragma unroll
+  for (int j = 0; j < kN; j++) {
+    const float2 dd = *reinterpret_cast<const float2 *>(d_r + 8 * j + 2 * tq);
+    ds16[j][0] = pack2(p[j][0] * (dp[j][0] - dd.x), p[j][1] * (dp[j][1] - dd.y));
+    ds16[j][1] = pack2(p[j][2] * (dp[j][2] - dd.x), p[j][3] * (dp[j][3] - dd.y));
+    p16[j][0] = pack2(p[j][0], p[j][1]);
+    p16[j][1] = pack2(p[j][2], p[j][3]);
+  }
 }
 
 // d = X Y^T over the head: X this warpgroup's 64 rows (64 wg..) of the
@@ -2474,29 +2578,29 @@ __device__ __forceinline__ void issue_dq(float (&c)[8][4], unsigned ds_a, unsign
   }
 }
 
-// dV += P^T dO and dK += dS^T Q: k runs over the step's queries, the rows
-// of dO and Q (read MN-major), 64 columns of the head at a time; A from
-// registers (P^T, dS^T as 16-bit pairs).
+// acc += X^T B, k over the step's queries: X is P^T or dS^T from
+// registers (16-bit pairs), B the step's dO or Q rows read MN-major, 64
+// columns of the head at a time (dV = P^T dO, dK = dS^T Q).
+__device__ __forceinline__ void keys_product(float (&acc)[kHalves][8][4],
+                                             const unsigned (&x16)[kBlockM / 8][2],
+                                             unsigned b_a) {
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; j++) {
+    const unsigned a[4] = {x16[2 * j][0], x16[2 * j][1], x16[2 * j + 1][0], x16[2 * j + 1][1]};
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+      wgmma_rs<1>(acc[hh], a, sw128_desc(b_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q.
 __device__ __forceinline__ void issue_dkv(float (&acc_v)[kHalves][8][4],
                                           float (&acc_k)[kHalves][8][4],
                                           const unsigned (&p16)[kBlockM / 8][2],
                                           const unsigned (&ds16)[kBlockM / 8][2], unsigned q_a,
                                           unsigned do_a) {
-#pragma unroll
-  for (int j = 0; j < kBlockM / 16; j++) {
-    const unsigned a[4] = {p16[2 * j][0], p16[2 * j][1], p16[2 * j + 1][0], p16[2 * j + 1][1]};
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-      wgmma_rs<1>(acc_v[hh], a, sw128_desc(do_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-  }
-#pragma unroll
-  for (int j = 0; j < kBlockM / 16; j++) {
-    const unsigned a[4] = {ds16[2 * j][0], ds16[2 * j][1], ds16[2 * j + 1][0],
-                           ds16[2 * j + 1][1]};
-#pragma unroll
-    for (int hh = 0; hh < kHalves; hh++)
-      wgmma_rs<1>(acc_k[hh], a, sw128_desc(q_a + hh * kQBytes / kHalves, j * kStepOverRows), 1);
-  }
+  keys_product(acc_v, p16, do_a);
+  keys_product(acc_k, ds16, q_a);
 }
 
 // A thread's pairs of dS^T [key][query] into the matrices at ds_a (64
@@ -2531,8 +2635,30 @@ __device__ __forceinline__ void store_ds_t_x4(unsigned ds_a, int row0,
   }
 }
 
+// Rows key0 and key0 + 8 of a tile (those before nk) of acc times `mul`,
+// rounded, to out (the tile's row 0; rows `stride` elements apart): each
+// thread its pairs.
+__device__ __forceinline__ void store_key_rows(const float (&acc)[kHalves][8][4], float mul,
+                                               unsigned short *out, long long stride, int key0,
+                                               int nk, int tq) {
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = key0 + 8 * hi;
+    if (row >= nk) continue;
+    unsigned *const at = reinterpret_cast<unsigned *>(out + row * stride + 2 * tq);
+#pragma unroll
+    for (int hh = 0; hh < kHalves; hh++)
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+        at[32 * hh + 4 * n] = pack2(acc[hh][n][2 * hi] * mul, acc[hh][n][2 * hi + 1] * mul);
+  }
+}
+
 // dV, and dK with the scale, of this thread's key rows key0 and key0 + 8
-// (of nk real ones) to the tiles at dk, dv + k_row (row stride k_stride).
+// (of nk real ones) to the tiles at dk, dv + k_row (row stride k_stride):
+// store_key_rows for both, a row's dV and dK stores together (through
+// store_key_rows twice jagged_bwd_sm90.cu's machine code changed,
+// tools/cubin_code.py, session 42, which no GPU has checked yet).
 __device__ __forceinline__ void store_dkv(const float (&acc_v)[kHalves][8][4],
                                           const float (&acc_k)[kHalves][8][4],
                                           unsigned short *dk, unsigned short *dv,
