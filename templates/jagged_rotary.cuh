@@ -54,49 +54,103 @@ __device__ __forceinline__ RotaryRows rotary_rows(const unsigned short *table, l
 @endif@
 }
 
-// sin and cos of unit cc's pairs (see rotary_core.cuh) for tile row `row`.
-__device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int cc,
-                                            float (&s)[kUnitPairs], float (&c)[kUnitPairs]) {
+// Unit cc's angles (see rotary_core.cuh) for a tile row as read, before
+// they are unpacked: the table's words, sin then cos, or the row's
+// position.
+struct UnitAngles {
+@if ROTARY_TABLE@
+@if ROTARY_HALF@
+  uint4 s, c;  // pairs 8cc .. 8cc + 7: chunk cc of the row, and chunk cc + kHeadChunks / 2
+@else@
+  uint2 s, c;  // pairs 4cc .. 4cc + 3: 8 bytes at element 4cc, and kHeadDim / 2 on
+@endif@
+@else@
+  float p;
+@endif@
+};
+
+// Read unit cc's angles for tile row `row`.
+__device__ __forceinline__ UnitAngles unit_read(const RotaryRows &rr, int row, int cc) {
 @if ROTARY_TABLE@
   const unsigned short *t = rr.table + (long long)row * kHeadDim;
 @if ROTARY_HALF@
-  // Pairs 8cc .. 8cc + 7: sin is chunk cc of the row, cos chunk cc + kHeadChunks / 2.
-  const uint4 sw = __ldg(reinterpret_cast<const uint4 *>(t) + cc);
-  const uint4 cw = __ldg(reinterpret_cast<const uint4 *>(t) + cc + kHeadChunks / 2);
-  unpack(sw.x, sw.y, sw.z, sw.w, s);
-  unpack(cw.x, cw.y, cw.z, cw.w, c);
+  return {__ldg(reinterpret_cast<const uint4 *>(t) + cc),
+          __ldg(reinterpret_cast<const uint4 *>(t) + cc + kHeadChunks / 2)};
 @else@
-  // Pairs 4cc .. 4cc + 3: sin is 8 bytes at element 4cc, cos kHeadDim / 2 on.
-  const uint2 sw = __ldg(reinterpret_cast<const uint2 *>(t) + cc);
-  const uint2 cw = __ldg(reinterpret_cast<const uint2 *>(t + kHeadDim / 2) + cc);
-  unpack(sw.x, sw.y, s);
-  unpack(cw.x, cw.y, c);
+  return {__ldg(reinterpret_cast<const uint2 *>(t) + cc),
+          __ldg(reinterpret_cast<const uint2 *>(t + kHeadDim / 2) + cc)};
 @endif@
 @else@
-  const float p = (float)(rr.pos0 + row);
-#pragma unroll
-  for (int j = 0; j < kUnitPairs; j++) rotary_sincos(p * kRotaryTurns[kUnitPairs * cc + j], s[j], c[j]);
+  (void)cc;
+  return {(float)(rr.pos0 + row)};
 @endif@
 }
+
+// sin and cos of unit cc's pairs from what unit_read read.
+__device__ __forceinline__ void unit_angles(const UnitAngles &u, int cc, float (&s)[kUnitPairs],
+                                            float (&c)[kUnitPairs]) {
+@if ROTARY_TABLE@
+  (void)cc;
+@if ROTARY_HALF@
+  unpack(u.s.x, u.s.y, u.s.z, u.s.w, s);
+  unpack(u.c.x, u.c.y, u.c.z, u.c.w, c);
+@else@
+  unpack(u.s.x, u.s.y, s);
+  unpack(u.c.x, u.c.y, c);
+@endif@
+@else@
+#pragma unroll
+  for (int j = 0; j < kUnitPairs; j++) rotary_sincos(u.p * kRotaryTurns[kUnitPairs * cc + j], s[j], c[j]);
+@endif@
+}
+
+@if ROTARY_TABLE@
+// Rows whose angles a thread reads before it rotates any of them: a table
+// row's words come from L2 or memory, so the reads of kAngleRows rows are
+// in flight together (their packed words held, 4 or 8 registers a row)
+// instead of one round trip a row (before session 43: the forwards of
+// broadcast rotary 1.06-1.44x slower on an H100,
+// bench/results/2026-12-07-h100-rotary-angle-rows-s43.log).
+constexpr int kAngleRows = 4;
+@endif@
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
 // rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows. The caller waits for the tiles before and synchronizes the CTA
-// after.
+// rows (from tables kAngleRows at a time). The caller waits for the tiles
+// before and synchronizes the CTA after.
 template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
                                             const RotaryRows &rr) {
   constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
   static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
   const int cc = threadIdx.x % kUnitsPerRow;
+@if ROTARY_TABLE@
+#pragma unroll 1
+  for (int row0 = threadIdx.x / kUnitsPerRow; row0 < rows; row0 += kAngleRows * kUnitRows) {
+    UnitAngles u[kAngleRows];
+#pragma unroll
+    for (int r = 0; r < kAngleRows; r++)
+      if (row0 + r * kUnitRows < rows) u[r] = unit_read(rr, row0 + r * kUnitRows, cc);
+#pragma unroll
+    for (int r = 0; r < kAngleRows; r++) {
+      const int row = row0 + r * kUnitRows;
+      if (row >= rows) break;
+      float s[kUnitPairs], c[kUnitPairs];
+      unit_angles(u[r], cc, s, c);
+      if (a) rotate_unit<L>(a, row, cc, s, c);
+      if (b) rotate_unit<L>(b, row, cc, s, c);
+    }
+  }
+@else@
 #pragma unroll 1
   for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
-    unit_angles(rr, row, cc, s, c);
+    unit_angles(unit_read(rr, row, cc), cc, s, c);
     if (a) rotate_unit<L>(a, row, cc, s, c);
     if (b) rotate_unit<L>(b, row, cc, s, c);
   }
+@endif@
 }
 
 // sin and cos of pair i of tile row `row`.

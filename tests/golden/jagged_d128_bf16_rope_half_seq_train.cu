@@ -856,19 +856,32 @@ __device__ __forceinline__ RotaryRows rotary_rows(const unsigned short *table, l
   return {pos0, nullptr};
 }
 
-// sin and cos of unit cc's pairs (see rotary_core.cuh) for tile row `row`.
-__device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int cc,
-                                            float (&s)[kUnitPairs], float (&c)[kUnitPairs]) {
-  const float p = (float)(rr.pos0 + row);
-#pragma unroll
-  for (int j = 0; j < kUnitPairs; j++) rotary_sincos(p * kRotaryTurns[kUnitPairs * cc + j], s[j], c[j]);
+// Unit cc's angles (see rotary_core.cuh) for a tile row as read, before
+// they are unpacked: the table's words, sin then cos, or the row's
+// position.
+struct UnitAngles {
+  float p;
+};
+
+// Read unit cc's angles for tile row `row`.
+__device__ __forceinline__ UnitAngles unit_read(const RotaryRows &rr, int row, int cc) {
+  (void)cc;
+  return {(float)(rr.pos0 + row)};
 }
+
+// sin and cos of unit cc's pairs from what unit_read read.
+__device__ __forceinline__ void unit_angles(const UnitAngles &u, int cc, float (&s)[kUnitPairs],
+                                            float (&c)[kUnitPairs]) {
+#pragma unroll
+  for (int j = 0; j < kUnitPairs; j++) rotary_sincos(u.p * kRotaryTurns[kUnitPairs * cc + j], s[j], c[j]);
+}
+
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
 // rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows. The caller waits for the tiles before and synchronizes the CTA
-// after.
+// rows (from tables kAngleRows at a time). The caller waits for the tiles
+// before and synchronizes the CTA after.
 template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
                                             const RotaryRows &rr) {
@@ -878,7 +891,7 @@ __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b
 #pragma unroll 1
   for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
-    unit_angles(rr, row, cc, s, c);
+    unit_angles(unit_read(rr, row, cc), cc, s, c);
     if (a) rotate_unit<L>(a, row, cc, s, c);
     if (b) rotate_unit<L>(b, row, cc, s, c);
   }
@@ -2242,19 +2255,32 @@ __device__ __forceinline__ RotaryRows rotary_rows(const unsigned short *table, l
   return {pos0, nullptr};
 }
 
-// sin and cos of unit cc's pairs (see rotary_core.cuh) for tile row `row`.
-__device__ __forceinline__ void unit_angles(const RotaryRows &rr, int row, int cc,
-                                            float (&s)[kUnitPairs], float (&c)[kUnitPairs]) {
-  const float p = (float)(rr.pos0 + row);
-#pragma unroll
-  for (int j = 0; j < kUnitPairs; j++) rotary_sincos(p * kRotaryTurns[kUnitPairs * cc + j], s[j], c[j]);
+// Unit cc's angles (see rotary_core.cuh) for a tile row as read, before
+// they are unpacked: the table's words, sin then cos, or the row's
+// position.
+struct UnitAngles {
+  float p;
+};
+
+// Read unit cc's angles for tile row `row`.
+__device__ __forceinline__ UnitAngles unit_read(const RotaryRows &rr, int row, int cc) {
+  (void)cc;
+  return {(float)(rr.pos0 + row)};
 }
+
+// sin and cos of unit cc's pairs from what unit_read read.
+__device__ __forceinline__ void unit_angles(const UnitAngles &u, int cc, float (&s)[kUnitPairs],
+                                            float (&c)[kUnitPairs]) {
+#pragma unroll
+  for (int j = 0; j < kUnitPairs; j++) rotary_sincos(u.p * kRotaryTurns[kUnitPairs * cc + j], s[j], c[j]);
+}
+
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
 // rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows. The caller waits for the tiles before and synchronizes the CTA
-// after.
+// rows (from tables kAngleRows at a time). The caller waits for the tiles
+// before and synchronizes the CTA after.
 template <typename L = Swizzled>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
                                             const RotaryRows &rr) {
@@ -2264,7 +2290,7 @@ __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b
 #pragma unroll 1
   for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
-    unit_angles(rr, row, cc, s, c);
+    unit_angles(unit_read(rr, row, cc), cc, s, c);
     if (a) rotate_unit<L>(a, row, cc, s, c);
     if (b) rotate_unit<L>(b, row, cc, s, c);
   }

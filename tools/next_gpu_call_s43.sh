@@ -1,0 +1,94 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# next_gpu_call_s43.sh: session 43's device call (carry [".devdeps"]); its
+# log also into $OUT (no pipe on the command line).
+#   rope (about 5 minutes): jagged_rotary.cuh's rotate_rows reading the
+#     table words of 4 rows before rotating any (session 43; before, one
+#     L2 round trip a row inside a CTA-wide barrier). r0 the tree's
+#     template (HEAD's, which the caller writes to tools/jagged_rotary_r0.cuh
+#     first: `git show HEAD:templates/jagged_rotary.cuh > tools/
+#     jagged_rotary_r0.cuh`; the device's copy has no .git), r1 the working
+#     tree's. Run in session 43 on an H100
+#     (bench/results/2026-12-07-h100-rotary-angle-rows-s43.log). Float64 (forward and
+#     backward) of r1 on broadcast table specs (head dim 128 interleaved,
+#     64 interleaved and half; n_q 1, 20, 33, 130) and jagged self-attention
+#     from tables (128 half, causal); memcheck of two runs; then r0 against
+#     r1, forward and backward ms, batch 1152, 4 heads, keys [0, 1024]
+#     (n_q 32, 128) and jagged [1, 1024]; last bench/broadcast_rotary.py on
+#     r1's library (fused against the unfused route).
+source .devdeps/env.sh || exit 1
+out=${OUT:-/tmp}
+exec > >(tee "$out/next_gpu_call_s43-${1:-}.log") 2>&1
+nvidia-smi --query-gpu=name --format=csv,noheader
+R=/tmp/rr
+mkdir -p $R
+rope_specs() {
+  local d lay name
+  for spec in "bq128:128:interleaved" "bq64:64:interleaved" "bq64half:64:half"; do
+    IFS=: read -r name d lay <<< "$spec"
+    printf 'name: %s\npattern: jagged\nquery: broadcast\nhead_dim: %s\ndtype: bf16\nrotary:\n  layout: %s\n  apply_to: [q, k]\n  positions: table\npasses: [forward, backward]\n' \
+      $name $d $lay > $R/$name.yaml
+  done
+  printf 'name: jtab128\npattern: jagged\ncausal: true\nhead_dim: 128\ndtype: bf16\nrotary:\n  layout: half\n  apply_to: [q, k]\n  positions: table\npasses: [forward, backward]\n' \
+    > $R/jtab128.yaml
+}
+# build_rope V: build/attngen and the library as variant V
+build_rope() {
+  make -j16 build/attngen build/libattngen.so > "$out/build-$1.log" 2>&1 || { tail -20 "$out/build-$1.log"; exit 1; }
+  mkdir -p $R/$1 && cp build/attngen build/libattngen.so $R/$1/
+}
+# check V SPEC BATCH LO HI [NQ]: float64 of one run, forward and backward, one line
+check() {
+  local nq=""; [ -n "${6:-}" ] && nq="--n-q $6"
+  echo "$1 $2 $3 [$4, $5] $nq: $(timeout 60 $R/$1/attngen run $R/$2.yaml --batch $3 --seqlen $5 --min-seqlen $4 $nq --iters 0 2>&1 | grep -E 'check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+}
+# times SPEC LO HI NQ|-: forward and backward ms of r0 and r1, two rounds
+times() {
+  local nq=""; [ "$4" != - ] && nq="--n-q $4"
+  local line="$1 [$2, $3] $nq:" r v
+  for r in 1 2; do for v in r0 r1; do
+    line="$line $v=$(timeout 90 $R/$v/attngen run $R/$1.yaml --batch 1152 --heads 4 --seqlen $3 --min-seqlen $2 $nq --iters 20 2>&1 |
+      awk '/check:/ {c = c $NF "/"} /^ *time:/ {f = $2} /backward time:/ {for (i = 1; i < NF; i++) if ($i == "time:") b = $(i + 1)}
+           END {print f "+" b (c ~ /^(PASS\/)*$/ ? "" : "(" c ")")}')"
+  done; done
+  echo "$line"
+}
+case "${1:-}" in
+  rope)
+    rope_specs
+    T=templates/jagged_rotary.cuh
+    cp $T /tmp/jagged_rotary.cuh.new
+    trap 'cp /tmp/jagged_rotary.cuh.new $T' EXIT
+    cp tools/jagged_rotary_r0.cuh $T || exit 1  # see the header
+    build_rope r0
+    cp /tmp/jagged_rotary.cuh.new $T
+    build_rope r1
+    ( for v in r0 r1; do for s in bq128 bq64 bq64half jtab128; do
+        $R/$v/attngen compile $R/$s.yaml -o $R/$v/$s.cubin > /dev/null 2>&1 & done; done; wait )
+    echo "=== float64 $(date +%T)"
+    for nq in 1 20 33 130; do check r1 bq128 13 0 1300 $nq; done
+    for nq in 20 130; do check r1 bq64 13 0 1300 $nq; check r1 bq64half 13 0 1300 $nq; done
+    check r1 jtab128 13 0 1300
+    check r1 jtab128 7 1 300
+    echo "=== memcheck $(date +%T)"
+    for a in "bq128 5 0 700 32" "jtab128 5 1 700"; do
+      set -- $a
+      nq=""; [ -n "${5:-}" ] && nq="--n-q $5"
+      echo "memcheck $a: $(timeout 90 compute-sanitizer --tool memcheck $R/r1/attngen run $R/$1.yaml --batch $2 --seqlen $4 --min-seqlen $3 $nq --iters 0 2>&1 | grep -E 'ERROR SUMMARY|check:' | sed 's/.*rel error/rel error/' | tr '\n' ' ')"
+    done
+    echo "=== forward+backward ms, batch 1152, 4 heads $(date +%T)"
+    times bq128 0 1024 32
+    times bq128 0 1024 128
+    times bq64 0 1024 32
+    times bq64half 0 1024 128
+    times jtab128 1 1024 -
+    echo "=== broadcast_rotary.py on r1 $(date +%T)"
+    ATTNGEN_LIB=$R/r1/libattngen.so PYTHONPATH=bindings/python${PYTHONPATH:+:$PYTHONPATH} \
+      timeout 150 python3 bench/broadcast_rotary.py --out "$out/broadcast_rotary-r1.md"
+    ;;
+  *)
+    echo "usage: $0 rope" >&2
+    exit 2
+    ;;
+esac
+echo "=== done $(date +%T)"
