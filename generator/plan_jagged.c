@@ -759,8 +759,13 @@ static const ag_plan_jagged_choices jagged_checked = {
      * (templates/broadcast_bwd_keys.cu; bench/NOTES.md session 40's
      * design): the 32- and 64-row mma.sync kernels run about 4.0 us a
      * 64-key tile an SM, latency-bound, where K, V in and dK, dV out take
-     * about 2.7 at the H100's stream. Written in session 42 while no GPU
-     * was lent; not run yet. Off. */
+     * about 2.7 at the H100's stream. Written in session 42; run in
+     * session 43 on an H100 (bench/results/2026-12-07-h100-broadcast-keys-
+     * s43.log; the backward alone, batch 1152, 4 heads, n_q 32, ms, tree
+     * -> keys): head dim 128 1.196 -> 1.440 at keys [0, 1024], 2.024 ->
+     * 2.501 at 4096 (batch 264); head dim 64 0.651 -> 0.746. Correct
+     * (float64 at n_q 1 to 64, causal, memcheck) and 13-19% slower: about
+     * 10 us a 128-key tile an SM, against the tree's 8.5. Off. */
     .bq_sm90_keys = false,
     /* n_q <= 64 on the broadcast warp-specialized forward too, its one
      * query tile of 128 rows holding n_q real ones (SKIP_DEAD: the second

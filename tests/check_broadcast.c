@@ -586,10 +586,11 @@ START_TEST(sm90_backward) {
 }
 END_TEST
 
-/* The plan choice .bq_sm90_keys (off until it has run on a GPU): n_q <= 64
- * on the key-stationary wgmma kernel (templates/broadcast_bwd_keys.cu),
- * 128-key tiles, a loading warpgroup and two computing ones, one CTA an
- * SM; no 32-row variant. Planned only on sm_90a without rotary
+/* The plan choice .bq_sm90_keys (off: correct on an H100 in session 43 but
+ * 13-19% slower than the mma.sync kernels): n_q <= 64 on the
+ * key-stationary wgmma kernel (templates/broadcast_bwd_keys.cu), 128-key
+ * tiles, a loading warpgroup and two computing ones, one CTA an SM; no
+ * 32-row variant. Planned only on sm_90a without rotary
  * embeddings; compiles without spills at both head dims, causal too. */
 START_TEST(keys_backward) {
   char *dir = ag_test_dump_begin("attngen-bqkeys");
