@@ -439,6 +439,11 @@ typedef struct ag_plan_jagged_choices {
   /* the broadcast forward for every n_q on the warp-specialized kernel
    * (where it is planned): no 32-row variant for n_q <= 64 */
   bool bq_fwd_ws_small;
+  /* the broadcast forward with rotary embeddings at head dim 128 on sm_90a
+   * on the wgmma kernel (templates/jagged_fwd_sm90.cu, as the jagged one
+   * with rotary) instead of the 128-row mma.sync one; n_q <= 64 keeps the
+   * 32-row variant */
+  bool bq_fwd_sm90_rotary;
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

@@ -217,9 +217,12 @@ static bool plan_forward_ws64(const ag_spec *spec, ag_plan *p, ag_plan_jagged_ch
  * of 64 keys were 2-5% slower. At head dim 64 it lost at L 1024 (221
  * against 245), so head dim 64 keeps the mma.sync forward. */
 static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p, ag_plan_jagged_choices choices) {
-  /* With rotary embeddings only when sm90_rotary (see ag_plan_jagged_make). */
-  if (spec->arch != AG_ARCH_SM90A || p->head_dim != 128 || p->jagged.broadcast ||
-      (spec->rotary.layout != AG_ROTARY_NONE && !choices.sm90_rotary))
+  /* With rotary embeddings only when sm90_rotary (see ag_plan_jagged_make);
+   * broadcast queries only with them and bq_fwd_sm90_rotary (the others
+   * take the warp-specialized forward, which does not rotate). */
+  const bool rotary = spec->rotary.layout != AG_ROTARY_NONE;
+  if (spec->arch != AG_ARCH_SM90A || p->head_dim != 128 || (rotary && !choices.sm90_rotary) ||
+      (p->jagged.broadcast && !(rotary && choices.bq_fwd_sm90_rotary)))
     return false;
   p->jagged.fwd_sm90 = true;
   set_forward(p, 128, 128, 8, 3, 1);
@@ -785,6 +788,12 @@ static const ag_plan_jagged_choices jagged_checked = {
      * racecheck). About 1% at head dim 128 and mixed at 64: not worth a
      * second forward route. Off. */
     .bq_fwd_ws_small = false,
+    /* Broadcast rotary at head dim 128, n_q > 64: the 128-row mma.sync
+     * forward took 1.006 ms at n_q 128, keys [0, 1024], batch 1152, 4
+     * heads on an H100 (session 43, tables on q and k), where the
+     * non-rotary warp-specialized one takes about 0.47. Written in session
+     * 43; not run yet. Off. */
+    .bq_fwd_sm90_rotary = false,
 };
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) { return jagged_checked; }
@@ -877,6 +886,14 @@ static void add_tma_params(const ag_plan *plan, ag_plan_kernel *k, ag_param a, a
   k->tma_l2_bytes = plan->jagged.tma_l2_bytes[pass];
 }
 
+/* Whether forward variant `variant` runs on jagged_fwd_sm90.cu (where not
+ * warp specialized): the main one where planned, and the short one of
+ * plan_forward_short; a broadcast spec's 32-row variant
+ * (plan_forward_small) stays on mma.sync. */
+static bool fwd_on_sm90(const ag_plan_jagged *j, int variant) {
+  return j->fwd_sm90 && !(j->broadcast && variant == AG_VARIANT_FWD_SMALL);
+}
+
 /* One forward kernel of jagged_fwd.cu (jagged_fwd_sm90.cu) with `block_m`
  * query rows a CTA and key tiles of `block_n`. */
 static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
@@ -886,7 +903,7 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
   const bool ws = j->fwd_ws && variant != AG_VARIANT_FWD_SMALL;
   ag_plan_kernel *k = ag_plan_add_kernel(
       spec, plan, AG_PASS_FORWARD, name,
-      ws ? "jagged_fwd_ws.cu" : j->fwd_sm90 ? "jagged_fwd_sm90.cu" : "jagged_fwd.cu");
+      ws ? "jagged_fwd_ws.cu" : fwd_on_sm90(j, variant) ? "jagged_fwd_sm90.cu" : "jagged_fwd.cu");
   k->namespace_name = namespace_name;
   k->variant = variant;
   const bool long_tiles = variant == AG_VARIANT_FWD_LONG; /* one tile a CTA, one Q slot */
@@ -1111,7 +1128,7 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
         if (k->walk.items_per_cta > 1)
           ag_buf_printf(b, "%s  %d query tiles a CTA in turn, %d Q slot%s\n", prefix,
                         j->fwd_items, j->fwd_q_tiles, j->fwd_q_tiles > 1 ? "s" : "");
-      } else if (j->fwd_sm90)
+      } else if (fwd_on_sm90(j, k->variant))
         ag_buf_printf(b, "%s  both products on wgmma (sm_90a): %d warpgroups of 64 rows\n", prefix,
                       k->threads / 128);
       if (long_tiles)

@@ -10,9 +10,9 @@
 @#   (= (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2) @SCALE_LOG2@
 @#   @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@ @WINDOW_LEFT@
 @#   @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu).
-@# Conditions: ROTARY, ROTARY_TABLE (as in jagged_fwd.cu; not with
-@#   BROADCAST, and BLOCK_M == BLOCK_N: the Q and K/V tiles share one layout
-@#   for the rotation). Includes: jagged_fwd_sm90_consts.cuh (with
+@# Conditions: ROTARY, ROTARY_TABLE (as in jagged_fwd.cu, BROADCAST too;
+@#   with BLOCK_M == BLOCK_N: the Q and K/V tiles share one layout for the
+@#   rotation). Includes: jagged_fwd_sm90_consts.cuh (with
 @#   jagged_fwd_band.cuh), jagged_fwd_sm90_parts.cuh (mma_sm80.cuh,
 @#   copy_rows.cuh, wgmma_sm90.cuh, jagged_walk.cuh, jagged_fwd_span.cuh,
 @#   jagged_fwd_wgmma.cuh); with ROTARY unpack2.cuh and jagged_rotary.cuh.
@@ -32,7 +32,6 @@ static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
 static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
 static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
-static_assert(!(kBroadcast && @ROTARY@), "rotary embeddings with a broadcast Q are not planned");
 /* ---- end constants ---- */
 
 @include jagged_fwd_sm90_parts.cuh@
@@ -122,11 +121,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       // Rotate the tile's keys (values) where they landed, and the queries
       // with the first tile (the running P V reads another stage); the
       // writes are fenced for wgmma's reads, and every warpgroup waits.
+      // (A broadcast Q's row i: position i, the table's row i, whatever the
+      // sequence.)
 @if ROTARY_TABLE@
-      const RotaryRows rq = {0, rotary_table + (jt.start + span.m0) * kHeadDim};
+      const RotaryRows rq = {0, rotary_table + ((kBroadcast ? 0 : jt.start) + span.m0) * kHeadDim};
       const RotaryRows rk = {0, rotary_table_k + (span.k_start + n0) * kHeadDim};
 @else@
-      const RotaryRows rq = {span.m0 + span.shift, nullptr}, rk = {n0, nullptr};
+      const RotaryRows rq = {kBroadcast ? span.m0 : span.m0 + span.shift, nullptr};
+      const RotaryRows rk = {n0, nullptr};
 @endif@
       unsigned short *const tile = smem + (kQBytes + (i % kStages) * 2 * kKvBytes) / 2;
       if (kRotateQ && i == 0) rotate_rows(smem, nullptr, span.rows, rq);

@@ -654,6 +654,63 @@ START_TEST(keys_backward) {
 }
 END_TEST
 
+/* The plan choice .bq_fwd_sm90_rotary (off until it has run on a GPU): the
+ * broadcast rotary forward at head dim 128 on sm_90a takes the wgmma
+ * kernel (jagged_fwd_sm90.cu: two warpgroups of 64 rows, 128-key tiles,
+ * three stages, one CTA an SM) for n_q > 64, the 32-row mma.sync variant
+ * below; without the choice, at head dim 64, on sm_80 or without rotary,
+ * nothing changes. Its kernel rotates each broadcast query row i by table
+ * row i; it compiles without spills, causal too. */
+START_TEST(sm90_rotary_forward) {
+  char *dir = ag_test_dump_begin("attngen-bqfwdrope");
+  for (int causal = 0; causal <= 1; causal++) {
+    char y[512];
+    yaml_for(y, sizeof y, 128, AG_DTYPE_BF16, causal,
+             "arch: sm_90a\nrotary:\n  layout: interleaved\n  apply_to: [q, k]\n"
+             "  positions: table\n",
+             false);
+    ag_spec s = load_ok(y);
+    ag_plan_jagged_choices c = ag_plan_jagged_checked();
+    ck_assert(!c.bq_fwd_sm90_rotary);
+    ag_plan off, p;
+    plan_with(&s, c, &off);
+    c.bq_fwd_sm90_rotary = true;
+    plan_with(&s, c, &p);
+    ck_assert_int_eq(p.nkernels, 2);
+    ck_assert_int_eq(off.nkernels, 2);
+    ck_assert_str_eq(off.kernels[0].template_file, "jagged_fwd.cu");
+    ck_assert_str_eq(p.kernels[0].template_file, "jagged_fwd_sm90.cu");
+    ck_assert_int_eq(p.kernels[0].threads, 256);
+    ck_assert_int_eq(p.kernels[0].smem_bytes, (128 + 2 * 3 * 128) * 128 * 2);
+    ck_assert_int_eq(p.kernels[0].walk.rows, 128);
+    /* n_q <= 64: the 32-row mma.sync variant, as without the choice */
+    ck_assert_str_eq(p.kernels[1].template_file, "jagged_fwd.cu");
+    ck_assert_int_eq(p.kernels[1].walk.rows, 32);
+    ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_FORWARD, 64, 4, 4), p.kernels[1].variant);
+    ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_FORWARD, 65, 4, 4), p.kernels[0].variant);
+    char *src = NULL;
+    ag_error err = {0};
+    ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
+    ck_assert_ptr_nonnull(strstr(src, "rotary_table + ((kBroadcast ? 0 : jt.start) + span.m0)"));
+    /* measured with CUDA 13.0: none (the 128-row mma.sync forward spills
+     * 84 bytes at head dim 128) */
+    no_spills(src, p.kernels[0].name, p.kernels[0].name, dir, causal ? " (causal)" : "");
+    free(src);
+    /* head dim 64, sm_80, no rotary: as without the choice */
+    const char *others[] = {"arch: sm_90a\nrotary:\n  layout: interleaved\n",
+                            "arch: sm_80\nrotary:\n  layout: interleaved\n", "arch: sm_90a\n"};
+    for (int o = 0; o < 3; o++) {
+      ag_spec r = o == 0 ? bf16_spec(64, others[o], false) : bf16_spec(128, others[o], false);
+      plan_with(&r, c, &p);
+      for (int i = 0; i < p.nkernels; i++)
+        ck_assert(!p.kernels[i].template_file ||
+                  strcmp(p.kernels[i].template_file, "jagged_fwd_sm90.cu") != 0);
+    }
+  }
+  ag_test_dump_end(dir);
+}
+END_TEST
+
 /* ---- the launchers without a device ------------------------------------------------ */
 
 typedef ag_fake_kernel fake;
@@ -1025,6 +1082,7 @@ Suite *broadcast_suite(void) {
   tcase_add_test(tc, m32_choices);
   tcase_add_test(tc, sm90_backward);
   tcase_add_test(tc, keys_backward);
+  tcase_add_test(tc, sm90_rotary_forward);
   tcase_add_test(tc, deep_forward);
   tcase_add_test(tc, heads_inner_forward);
   tcase_add_test(tc, items_forward);

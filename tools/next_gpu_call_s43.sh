@@ -16,6 +16,12 @@
 #     r1, forward and backward ms, batch 1152, 4 heads, keys [0, 1024]
 #     (n_q 32, 128) and jagged [1, 1024]; last bench/broadcast_rotary.py on
 #     r1's library (fused against the unfused route).
+#   bqsm90 (about 3 minutes): .bq_fwd_sm90_rotary, the broadcast rotary
+#     forward at head dim 128 for n_q > 64 on jagged_fwd_sm90.cu instead of
+#     the 128-row mma.sync kernel: b0 the tree, b1 the choice on; float64
+#     of b1 at n_q 65, 128, 200 (and 33: the 32-row variant beside it),
+#     causal at 130, memcheck at 130; then the forward ms of b0 and b1 at
+#     n_q 128, batch 1152, 4 heads, keys [0, 1024].
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
 exec > >(tee "$out/next_gpu_call_s43-${1:-}.log") 2>&1
@@ -86,8 +92,35 @@ case "${1:-}" in
     ATTNGEN_LIB=$R/r1/libattngen.so PYTHONPATH=bindings/python${PYTHONPATH:+:$PYTHONPATH} \
       timeout 150 python3 bench/broadcast_rotary.py --out "$out/broadcast_rotary-r1.md"
     ;;
+  bqsm90)
+    rope_specs
+    sed 's/^name: bq128/name: bq128c\ncausal: true/' $R/bq128.yaml > $R/bq128c.yaml
+    source tools/fwd_ab.sh
+    plan_save
+    build_as b0
+    plan_edit 's/^    \.bq_fwd_sm90_rotary = false,/    .bq_fwd_sm90_rotary = true,/' '^    \.bq_fwd_sm90_rotary = true,'
+    build_as b1
+    mkdir -p $R/b0 $R/b1 && cp /tmp/fi/b0/attngen $R/b0/ && cp /tmp/fi/b1/attngen $R/b1/
+    ( for v in b0 b1; do $R/$v/attngen compile $R/bq128.yaml -o $R/$v/a.cubin > /dev/null 2>&1 & done
+      $R/b1/attngen compile $R/bq128c.yaml -o $R/b1/c.cubin > /dev/null 2>&1 & wait )
+    echo "=== float64 $(date +%T)"
+    first=$(timeout 40 $R/b1/attngen run $R/bq128.yaml --batch 13 --seqlen 1300 --min-seqlen 0 \
+            --n-q 128 --iters 0 2>&1 | grep -E 'check:' | tr '\n' ' ')
+    echo "b1 bq128 n_q 128: $first"
+    echo "$first" | grep -q PASS || exit 1
+    for nq in 65 200 33; do check b1 bq128 13 0 1300 $nq; done
+    check b1 bq128c 13 0 1300 130
+    echo "memcheck b1 bq128 n_q 130: $(timeout 90 compute-sanitizer --tool memcheck $R/b1/attngen run $R/bq128.yaml --batch 5 --seqlen 700 --min-seqlen 0 --n-q 130 --iters 0 2>&1 | grep -E 'ERROR SUMMARY' | tr '\n' ' ')"
+    echo "=== forward ms, n_q 128, batch 1152, 4 heads, keys [0, 1024] $(date +%T)"
+    line=""
+    for v in b0 b1; do
+      line="$line $v=$(timeout 60 $R/$v/attngen run $R/bq128.yaml --batch 1152 --heads 4 --seqlen 1024 --min-seqlen 0 --n-q 128 --iters 20 2>&1 |
+        awk '/check:/ {c = c $NF "/"} /^ *time:/ {f = $2} END {print f (c ~ /^(PASS\/)*$/ ? "" : "(" c ")")}')"
+    done
+    echo "$line"
+    ;;
   *)
-    echo "usage: $0 rope" >&2
+    echo "usage: $0 rope | bqsm90" >&2
     exit 2
     ;;
 esac

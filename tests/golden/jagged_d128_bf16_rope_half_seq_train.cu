@@ -81,7 +81,6 @@ static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
 static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
 static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
-static_assert(!(kBroadcast && 1), "rotary embeddings with a broadcast Q are not planned");
 /* ---- end constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
@@ -1004,7 +1003,10 @@ ag_jrope_d128_bf16_causal_rope_fwd(const unsigned short *__restrict__ q,
       // Rotate the tile's keys (values) where they landed, and the queries
       // with the first tile (the running P V reads another stage); the
       // writes are fenced for wgmma's reads, and every warpgroup waits.
-      const RotaryRows rq = {span.m0 + span.shift, nullptr}, rk = {n0, nullptr};
+      // (A broadcast Q's row i: position i, the table's row i, whatever the
+      // sequence.)
+      const RotaryRows rq = {kBroadcast ? span.m0 : span.m0 + span.shift, nullptr};
+      const RotaryRows rk = {n0, nullptr};
       unsigned short *const tile = smem + (kQBytes + (i % kStages) * 2 * kKvBytes) / 2;
       if (kRotateQ && i == 0) rotate_rows(smem, nullptr, span.rows, rq);
       if constexpr (kRotateK || kRotateV)

@@ -1191,7 +1191,6 @@ static_assert((kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
 static_assert(kBlockM % 64 == 0 && kWarpgroups <= 2 && kBlockN % 64 == 0 && kBlockN <= 128,
               "warpgroups of 64 query rows; KV tiles of 64 or 128 keys");
 static_assert(kStages >= 3, "a stage is refilled two tiles after its tile was computed");
-static_assert(!(kBroadcast && 0), "rotary embeddings with a broadcast Q are not planned");
 /* ---- end constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
