@@ -444,6 +444,11 @@ typedef struct ag_plan_jagged_choices {
    * with rotary) instead of the 128-row mma.sync one; n_q <= 64 keeps the
    * 32-row variant */
   bool bq_fwd_sm90_rotary;
+  /* the forward with rotary embeddings on the warp-specialized kernel too
+   * (jagged_fwd_ws.cu: its loading warpgroup rotates each landed tile; K
+   * and V by cp.async, two computing warpgroups), jagged and broadcast,
+   * where the kernel is planned without them; before bq_fwd_sm90_rotary */
+  bool sm90_fwd_ws_rotary;
 } ag_plan_jagged_choices;
 /* ag_plan_jagged_make with other choices; for tests. */
 ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices choices,

@@ -193,15 +193,17 @@ enum { CAUSAL64_MEAN_ROWS = 320 };
  * mma.sync forward was 0.98-1.01x FlashAttention-2 without the mask
  * (bench/results/2026-12-03-h200-jagged-d64-s1.md). */
 static bool plan_forward_ws64(const ag_spec *spec, ag_plan *p, ag_plan_jagged_choices choices) {
+  const bool rotary = spec->rotary.layout != AG_ROTARY_NONE;
   if (spec->arch != AG_ARCH_SM90A || p->head_dim != 64 || p->jagged.broadcast ||
-      (spec->causal && !choices.sm90_ws64_causal) || spec->rotary.layout != AG_ROTARY_NONE)
+      (spec->causal && !choices.sm90_ws64_causal) || (rotary && !choices.sm90_fwd_ws_rotary))
     return false;
   plan_forward_ws(p);
-  if (choices.sm90_fwd_ws192 && !spec->has_window &&
-      (!spec->causal || choices.sm90_fwd_ws192_causal))
+  /* 192-row tiles: three computing warpgroups, whose loading threads' 32
+   * registers do not hold a rotation */
+  const bool wide = choices.sm90_fwd_ws192 && !spec->has_window && !rotary;
+  if (wide && (!spec->causal || choices.sm90_fwd_ws192_causal))
     plan_forward_ws192(p);
-  else if (choices.sm90_fwd_ws192 && choices.sm90_fwd_long192_causal && spec->causal &&
-           !spec->has_window)
+  else if (wide && choices.sm90_fwd_long192_causal && spec->causal)
     plan_forward_long192(p);
   set_small_forward(p, spec->causal ? CAUSAL64_MEAN_ROWS : SHORT_MEAN_ROWS, 128, 64, 4, 2, 2);
   return true;
@@ -222,11 +224,12 @@ static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p, ag_plan_jagged_ch
    * take the warp-specialized forward, which does not rotate). */
   const bool rotary = spec->rotary.layout != AG_ROTARY_NONE;
   if (spec->arch != AG_ARCH_SM90A || p->head_dim != 128 || (rotary && !choices.sm90_rotary) ||
-      (p->jagged.broadcast && !(rotary && choices.bq_fwd_sm90_rotary)))
+      (p->jagged.broadcast &&
+       !(rotary && choices.bq_fwd_sm90_rotary && !choices.sm90_fwd_ws_rotary)))
     return false;
   p->jagged.fwd_sm90 = true;
   set_forward(p, 128, 128, 8, 3, 1);
-  if (choices.sm90_ws && spec->rotary.layout == AG_ROTARY_NONE) plan_forward_ws(p);
+  if (choices.sm90_ws && (!rotary || choices.sm90_fwd_ws_rotary)) plan_forward_ws(p);
   return true;
 }
 
@@ -256,7 +259,8 @@ static void plan_forward_small(ag_plan *p) {
  * keeps the 32-row tiles (plan_forward_small). */
 static bool plan_forward_ws_broadcast(const ag_spec *spec, ag_plan *p,
                                       ag_plan_jagged_choices choices) {
-  if (spec->arch != AG_ARCH_SM90A || !p->jagged.broadcast || spec->rotary.layout != AG_ROTARY_NONE)
+  if (spec->arch != AG_ARCH_SM90A || !p->jagged.broadcast ||
+      (spec->rotary.layout != AG_ROTARY_NONE && !choices.sm90_fwd_ws_rotary))
     return false;
   plan_forward_ws(p);
   /* .sm90_bq_fwd_deep: six stages of 128 keys, 212,992 bytes */
@@ -794,6 +798,12 @@ static const ag_plan_jagged_choices jagged_checked = {
      * non-rotary warp-specialized one takes about 0.47. Written in session
      * 43; not run yet. Off. */
     .bq_fwd_sm90_rotary = false,
+    /* Rotary embeddings in the warp-specialized forward (jagged_fwd_ws.cu:
+     * the loading warpgroup waits for a tile's copies, rotates it in place
+     * and arrives; K, V by cp.async), jagged at both head dims and
+     * broadcast for n_q > 64, instead of jagged_fwd_sm90.cu (head dim 128)
+     * and the mma.sync kernels. Written in session 43; not run yet. Off. */
+    .sm90_fwd_ws_rotary = false,
 };
 
 ag_plan_jagged_choices ag_plan_jagged_checked(void) { return jagged_checked; }
@@ -827,7 +837,8 @@ ag_status ag_plan_jagged_make_with(const ag_spec *spec, ag_plan_jagged_choices c
       !(choices.sm90_ws64 && plan_forward_ws64(spec, out, choices)) &&
       !(choices.sm90_ws_broadcast && plan_forward_ws_broadcast(spec, out, choices)))
     plan_forward(out);
-  out->jagged.fwd_tma = out->jagged.fwd_ws && choices.sm90_fwd_tma;
+  /* (rotary: the loading warpgroup rotates what its own copies landed) */
+  out->jagged.fwd_tma = out->jagged.fwd_ws && choices.sm90_fwd_tma && !out->jagged.rotary;
   out->jagged.fwd_skip_dead = out->jagged.fwd_ws && choices.sm90_fwd_skip_dead;
   out->jagged.fwd_exp2_fma_every =
       out->jagged.fwd_ws ? choices.sm90_fwd_exp2_fma_every[spec->head_dim == 128] : 0;

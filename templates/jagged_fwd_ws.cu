@@ -6,9 +6,10 @@
 @# S's softmax while that P V does; the computing warpgroups (two, or three
 @# on 192-row tiles) take turns issuing, so that one's softmax runs under
 @# the others' products. The plan
-@# picks it on sm_90a for the main forward without rotary embeddings
-@# (the short-sequence tiles are jagged_fwd_sm90.cu's at head dim 128,
-@# jagged_fwd.cu's at 64; rotary takes jagged_fwd_sm90.cu or jagged_fwd.cu).
+@# picks it on sm_90a for the main forward (the short-sequence tiles are
+@# jagged_fwd_sm90.cu's at head dim 128, jagged_fwd.cu's at 64); with
+@# rotary embeddings only with .sm90_fwd_ws_rotary (else they take
+@# jagged_fwd_sm90.cu or jagged_fwd.cu).
 @# Placeholders: @KERNEL_NAME@ @PARAMS@ @HEAD_DIM@ (64 | 128) @BLOCK_M@
 @#   (query rows per CTA: 128, two computing warpgroups of 64; or 192,
 @#   three, one tile a CTA)
@@ -18,18 +19,23 @@
 @#   BLOCK_N) * HEAD_DIM * 2)
 @#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu) @ROTARY@
-@#   (false: not planned with rotary embeddings) @TMA_KV@ @SKIP_DEAD@
+@#   (true: the loading warpgroup rotates each landed tile, below) @TMA_KV@ @SKIP_DEAD@
 @#   @EXP2_FMA_EVERY@ (all three below; a condition too) @HEADS_INNER@
 @#   (a condition: below).
 @# Includes: jagged_fwd_sm90_consts.cuh (with jagged_fwd_band.cuh),
 @#   jagged_fwd_sm90_parts.cuh (mma_sm80.cuh, copy_rows.cuh, wgmma_sm90.cuh,
 @#   jagged_walk.cuh, jagged_fwd_span.cuh, jagged_fwd_wgmma.cuh),
-@#   pipeline_sm90.cuh, tma_sm90.cuh (TMA_KV).
+@#   pipeline_sm90.cuh, tma_sm90.cuh (TMA_KV); with ROTARY unpack2.cuh and
+@#   jagged_rotary.cuh.
 @# Conditions: TMA_KV (K and V tiles by TMA: the kernel takes tmap_k,
 @#   tmap_v last), HEADS_INNER (the grid is (CTAs * heads, 1), CTA x
 @#   computing the CTA_ITEMS items from (x / heads) * CTA_ITEMS of head
 @#   x % heads, so that a sequence's heads run side by side and read its
-@#   K, V rows together; else (CTAs, heads); CTAs = ceil(items / CTA_ITEMS)).
+@#   K, V rows together; else (CTAs, heads); CTAs = ceil(items / CTA_ITEMS)),
+@#   ROTARY, ROTARY_TABLE (as in jagged_fwd.cu; not with TMA_KV or three
+@#   computing warpgroups: the loading warpgroup rotates each Q and K/V
+@#   tile once its copies land, in place, then arrives on the tile's
+@#   barrier; a broadcast Q's row i at position i, the table's row i).
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * (BLOCK_M / 64
 @#   + 1) threads and 1 CTA an SM (the registers: 56 a loading thread, 224
 @#   a computing one; with three computing warpgroups 32 and 160), and
@@ -53,7 +59,9 @@ constexpr int kMathThreads = 128 * kWarpgroups;
 static_assert(kWarpgroups == 2 || kWarpgroups == 3,
               "two or three computing warpgroups of 64 rows");
 // setmaxnreg budgets (three: the 65,536 registers over 512 threads)
-constexpr int kLoadRegs = kWarpgroups == 2 ? 56 : 32, kMathRegs = kWarpgroups == 2 ? 224 : 160;
+// (with rotary embeddings the loading thread rotates: 72 and 216)
+constexpr int kLoadRegs = kWarpgroups == 2 ? (@ROTARY@ ? 72 : 56) : 32,
+              kMathRegs = kWarpgroups == 2 ? (@ROTARY@ ? 216 : 224) : 160;
 // setmaxnreg moves registers within what the CTA is launched with: 65,536
 // / kThreads a thread, rounded down to a multiple of 8 (168 for 384).
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
@@ -92,12 +100,57 @@ constexpr bool kSkipDead = @SKIP_DEAD@;
 // the matmul rate's S elements at head dim 64.
 constexpr int kExp2FmaEvery = @EXP2_FMA_EVERY@;
 @endif@
-static_assert(!@ROTARY@, "rotary embeddings take jagged_fwd_sm90.cu");
+// Rotary embeddings: the loading warpgroup waits for each tile's copies,
+// rotates the tile in place and then arrives on its barrier (the copies
+// by cp.async, not TMA: its threads hold the landed rows' chunks), with
+// 72 registers a loading thread and 216 a computing one; the 32 a loading
+// thread has beside three computing warpgroups would not hold it.
+constexpr bool kRotary = @ROTARY@;
+static_assert(!kRotary || (!kTmaKv && kWarpgroups == 2 && kBlockM == kBlockN),
+              "rotary embeddings: cp.async K, V; two computing warpgroups; one tile layout");
 /* ---- end constants ---- */
 
 @include jagged_fwd_sm90_parts.cuh@
 
 @include pipeline_sm90.cuh@
+@if ROTARY@
+
+@include unpack2.cuh@
+
+// Element offset of chunk `chunk` of tile row `row` (the rotation's view
+// of chunk_at: the Q tile and the K, V tiles have the same rows).
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return (int)(chunk_at(kBlockN, row, chunk) / 2);
+}
+
+@include jagged_rotary.cuh@
+
+// Table rows a loading thread reads at once (jagged_rotary.cuh's
+// kAngleRows is for CTA-wide rotations): what its kLoadRegs hold without
+// spilling (ptxas, CUDA 13: two rows of interleaved pairs' words, 4
+// registers a row; one of the half layout's 8).
+@if ROTARY_HALF@
+constexpr int kLoaderAngleRows = 1;
+@else@
+constexpr int kLoaderAngleRows = 2;
+@endif@
+
+// bar.sync on named barrier 5: the loading warpgroup alone.
+__device__ __forceinline__ void loader_sync() { asm volatile("bar.sync 5, 128;\n" ::: "memory"); }
+
+// The loading warpgroup's own copies landed (and every other loading
+// thread's, after the barrier): the tile at `tile` (elements) is rotated
+// in place, rows [0, rows) with the angles `rr`, fenced for wgmma's reads,
+// and each loading thread arrives on barrier `bar`. b: V beside K, or null.
+__device__ __forceinline__ void rotate_landed(unsigned short *a, unsigned short *b, int rows,
+                                              const RotaryRows &rr, unsigned bar) {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  loader_sync();
+  if (a || b) rotate_rows<Swizzled, 128, kLoaderAngleRows>(a, b, rows, rr, threadIdx.x);
+  fence_proxy_async();
+  mbar_arrive(bar);
+}
+@endif@
 
 @if TMA_KV@
 @include tma_sm90.cuh@
@@ -220,7 +273,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         load_rows<kBlockN, 128>(st, k_src + n0 * span.kv_stride, span.kv_stride, valid);
         load_rows<kBlockN, 128>(st + kKvBytes, v_src + n0 * span.kv_stride, span.kv_stride,
                                 valid);
+@if ROTARY@
+@if ROTARY_TABLE@
+        const RotaryRows rk = {0, rotary_table_k + (span.k_start + n0) * kHeadDim};
+@else@
+        const RotaryRows rk = {n0, nullptr};
+@endif@
+        unsigned short *const tile = smem + (st - q_a) / 2;
+        rotate_landed(kRotateK ? tile : nullptr, kRotateV ? tile + kKvBytes / 2 : nullptr, valid,
+                      rk, full0 + 8 * s);
+@else@
         mbar_arrive_on_copies(full0 + 8 * s);
+@endif@
 @endif@
         g++;
       };
@@ -234,7 +298,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       if (u >= kQTiles) mbar_wait(q_empty0 + 8 * qs, (u / kQTiles - 1) & 1);
       if (span.n_tiles > 0)
         load_rows<kBlockM, 128>(q_a + qs * kQBytes, q + span.q_at, span.q_stride, span.rows);
+@if ROTARY@
+      // (A broadcast Q's row i: position i, the table's row i, whatever the
+      // sequence.)
+@if ROTARY_TABLE@
+      const RotaryRows rq = {0, rotary_table + ((kBroadcast ? 0 : jt.start) + span.m0) * kHeadDim};
+@else@
+      const RotaryRows rq = {kBroadcast ? span.m0 : span.m0 + span.shift, nullptr};
+@endif@
+      rotate_landed(kRotateQ && span.n_tiles > 0 ? smem + qs * (kQBytes / 2) : nullptr, nullptr,
+                    span.rows, rq, q_full0 + 8 * qs);
+@else@
       mbar_arrive_on_copies(q_full0 + 8 * qs);  // at once where nothing was copied
+@endif@
       u++;
 #pragma unroll 1
       for (; i < span.n_tiles; i++) load_kv(i);

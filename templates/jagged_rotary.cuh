@@ -3,9 +3,10 @@
 @# kernels (jagged_fwd.cu, jagged_bwd.cu): a tile's rows rotated in place in
 @# shared memory once they have landed, and the backward's gradient rows
 @# rotated back in registers before they are stored. Included after the
-@# includer's tile layout; uses its kHeadDim, kThreads, swizzle(row, chunk)
-@# (the tiles' layout unless rotate_rows is given another), pack2(),
-@# unpack2() and for_lane_rows() (mma_sm80.cuh).
+@# includer's tile layout; uses its kHeadDim, kThreads (rotate_rows'
+@# default thread count), swizzle(row, chunk) (the tiles' layout unless
+@# rotate_rows is given another), pack2(), unpack2() and for_lane_rows()
+@# (mma_sm80.cuh).
 @# Placeholders: @ROTATE_Q@ @ROTATE_K@ @ROTATE_V@ (0 | 1: the tensors
 @#   rotated); those of rotary_core.cuh.
 @# Conditions: ROTARY_TABLE (positions from the caller's tables, else
@@ -116,24 +117,30 @@ constexpr int kAngleRows = 4;
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
-// rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows (from tables kAngleRows at a time). The caller waits for the tiles
-// before and synchronizes the CTA after.
-template <typename L = Swizzled>
+// rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
+// a loading warpgroup's). Every thread keeps one unit column and steps
+// down the rows (from tables kAngleRows at a time). The caller waits for
+// the tiles before and synchronizes the threads after. kBatch: the rows
+// read at once (tables).
+@if ROTARY_TABLE@
+template <typename L = Swizzled, int kBy = kThreads, int kBatch = kAngleRows>
+@else@
+template <typename L = Swizzled, int kBy = kThreads, int kBatch = 1>  // (kBatch unused)
+@endif@
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
-                                            const RotaryRows &rr) {
-  constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
-  static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
-  const int cc = threadIdx.x % kUnitsPerRow;
+                                            const RotaryRows &rr, unsigned tid = threadIdx.x) {
+  constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads
+  static_assert(kBy % kUnitsPerRow == 0, "every thread keeps one unit column");
+  const int cc = tid % kUnitsPerRow;
 @if ROTARY_TABLE@
 #pragma unroll 1
-  for (int row0 = threadIdx.x / kUnitsPerRow; row0 < rows; row0 += kAngleRows * kUnitRows) {
-    UnitAngles u[kAngleRows];
+  for (int row0 = tid / kUnitsPerRow; row0 < rows; row0 += kBatch * kUnitRows) {
+    UnitAngles u[kBatch];
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++)
+    for (int r = 0; r < kBatch; r++)
       if (row0 + r * kUnitRows < rows) u[r] = unit_read(rr, row0 + r * kUnitRows, cc);
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++) {
+    for (int r = 0; r < kBatch; r++) {
       const int row = row0 + r * kUnitRows;
       if (row >= rows) break;
       float s[kUnitPairs], c[kUnitPairs];
@@ -144,7 +151,7 @@ __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b
   }
 @else@
 #pragma unroll 1
-  for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
+  for (int row = tid / kUnitsPerRow; row < rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
     unit_angles(unit_read(rr, row, cc), cc, s, c);
     if (a) rotate_unit<L>(a, row, cc, s, c);

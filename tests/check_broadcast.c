@@ -711,6 +711,66 @@ START_TEST(sm90_rotary_forward) {
 }
 END_TEST
 
+/* The plan choice .sm90_fwd_ws_rotary (off until it has run on a GPU):
+ * rotary forwards on the warp-specialized kernel (jagged_fwd_ws.cu), whose
+ * loading warpgroup rotates each landed tile; jagged at both head dims
+ * (no 192-row tiles: two computing warpgroups) and broadcast for n_q > 64;
+ * K, V by cp.async (no TMA roles); 72 registers a loading thread and 216 a
+ * computing one; no spills, tables or computed positions, either layout,
+ * q, k, v too. */
+START_TEST(ws_rotary_forward) {
+  static const char *const specs[] = {
+      /* jagged, head dim 128, causal, half pairs from tables */
+      "name: j\npattern: jagged\ncausal: true\nhead_dim: 128\ndtype: bf16\narch: sm_90a\n"
+      "rotary:\n  layout: half\n  apply_to: [q, k]\n  positions: table\npasses: [forward]\n",
+      /* jagged, head dim 64, interleaved on q, k, v from tables, fp16 */
+      "name: j\npattern: jagged\nhead_dim: 64\ndtype: fp16\narch: sm_90a\n"
+      "rotary:\n  layout: interleaved\n  apply_to: [q, k, v]\n  positions: table\n"
+      "passes: [forward]\n",
+      /* jagged, head dim 64, computed positions */
+      "name: j\npattern: jagged\ncausal: true\nhead_dim: 64\ndtype: bf16\narch: sm_90a\n"
+      "rotary:\n  layout: half\n  apply_to: [q, k]\n  positions: sequence\npasses: [forward]\n",
+      /* broadcast, head dim 128 and 64 */
+      "name: b\npattern: jagged\nquery: broadcast\nhead_dim: 128\ndtype: bf16\narch: sm_90a\n"
+      "rotary:\n  layout: interleaved\n  apply_to: [q, k]\n  positions: table\n"
+      "passes: [forward]\n",
+      "name: b\npattern: jagged\nquery: broadcast\nhead_dim: 64\ndtype: bf16\narch: sm_90a\n"
+      "rotary:\n  layout: half\n  apply_to: [q, k]\n  positions: table\npasses: [forward]\n",
+  };
+  char *dir = ag_test_dump_begin("attngen-wsrope");
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    ag_spec s = load_ok(specs[i]);
+    ag_plan_jagged_choices c = ag_plan_jagged_checked();
+    ck_assert(!c.sm90_fwd_ws_rotary);
+    ag_plan off, p;
+    plan_with(&s, c, &off);
+    ck_assert_str_ne(off.kernels[0].template_file, "jagged_fwd_ws.cu");
+    c.sm90_fwd_ws_rotary = true;
+    plan_with(&s, c, &p);
+    const ag_plan_kernel *k = &p.kernels[0];
+    ck_assert_msg(strcmp(k->template_file, "jagged_fwd_ws.cu") == 0, "spec %zu: %s", i,
+                  k->template_file);
+    ck_assert_int_eq(k->threads, 384);
+    ck_assert_int_eq(k->walk.rows, 128);
+    ck_assert_int_eq(k->tma_rows, 0); /* K, V by cp.async */
+    ck_assert(!p.jagged.fwd_tma);
+    char *src = NULL;
+    ag_error err = {0};
+    ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
+    const char *ws = strstr(src, "rotate_landed(kRotateQ");
+    ck_assert_ptr_nonnull(ws);
+    ck_assert_ptr_nonnull(strstr(src, "constexpr bool kRotary = 1;"));
+    /* measured with CUDA 13.0: none, with the loader's table rows one at a
+     * time (half pairs) or two (interleaved) */
+    char what[32];
+    snprintf(what, sizeof what, " (spec %zu)", i);
+    no_spills(src, p.kernels[0].name, k->name, dir, what);
+    free(src);
+  }
+  ag_test_dump_end(dir);
+}
+END_TEST
+
 /* ---- the launchers without a device ------------------------------------------------ */
 
 typedef ag_fake_kernel fake;
@@ -1083,6 +1143,7 @@ Suite *broadcast_suite(void) {
   tcase_add_test(tc, sm90_backward);
   tcase_add_test(tc, keys_backward);
   tcase_add_test(tc, sm90_rotary_forward);
+  tcase_add_test(tc, ws_rotary_forward);
   tcase_add_test(tc, deep_forward);
   tcase_add_test(tc, heads_inner_forward);
   tcase_add_test(tc, items_forward);

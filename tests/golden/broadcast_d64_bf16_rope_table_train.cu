@@ -538,23 +538,25 @@ constexpr int kAngleRows = 4;
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
-// rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows (from tables kAngleRows at a time). The caller waits for the tiles
-// before and synchronizes the CTA after.
-template <typename L = Swizzled>
+// rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
+// a loading warpgroup's). Every thread keeps one unit column and steps
+// down the rows (from tables kAngleRows at a time). The caller waits for
+// the tiles before and synchronizes the threads after. kBatch: the rows
+// read at once (tables).
+template <typename L = Swizzled, int kBy = kThreads, int kBatch = kAngleRows>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
-                                            const RotaryRows &rr) {
-  constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
-  static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
-  const int cc = threadIdx.x % kUnitsPerRow;
+                                            const RotaryRows &rr, unsigned tid = threadIdx.x) {
+  constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads
+  static_assert(kBy % kUnitsPerRow == 0, "every thread keeps one unit column");
+  const int cc = tid % kUnitsPerRow;
 #pragma unroll 1
-  for (int row0 = threadIdx.x / kUnitsPerRow; row0 < rows; row0 += kAngleRows * kUnitRows) {
-    UnitAngles u[kAngleRows];
+  for (int row0 = tid / kUnitsPerRow; row0 < rows; row0 += kBatch * kUnitRows) {
+    UnitAngles u[kBatch];
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++)
+    for (int r = 0; r < kBatch; r++)
       if (row0 + r * kUnitRows < rows) u[r] = unit_read(rr, row0 + r * kUnitRows, cc);
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++) {
+    for (int r = 0; r < kBatch; r++) {
       const int row = row0 + r * kUnitRows;
       if (row >= rows) break;
       float s[kUnitPairs], c[kUnitPairs];
@@ -1347,23 +1349,25 @@ constexpr int kAngleRows = 4;
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
-// rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows (from tables kAngleRows at a time). The caller waits for the tiles
-// before and synchronizes the CTA after.
-template <typename L = Swizzled>
+// rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
+// a loading warpgroup's). Every thread keeps one unit column and steps
+// down the rows (from tables kAngleRows at a time). The caller waits for
+// the tiles before and synchronizes the threads after. kBatch: the rows
+// read at once (tables).
+template <typename L = Swizzled, int kBy = kThreads, int kBatch = kAngleRows>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
-                                            const RotaryRows &rr) {
-  constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
-  static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
-  const int cc = threadIdx.x % kUnitsPerRow;
+                                            const RotaryRows &rr, unsigned tid = threadIdx.x) {
+  constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads
+  static_assert(kBy % kUnitsPerRow == 0, "every thread keeps one unit column");
+  const int cc = tid % kUnitsPerRow;
 #pragma unroll 1
-  for (int row0 = threadIdx.x / kUnitsPerRow; row0 < rows; row0 += kAngleRows * kUnitRows) {
-    UnitAngles u[kAngleRows];
+  for (int row0 = tid / kUnitsPerRow; row0 < rows; row0 += kBatch * kUnitRows) {
+    UnitAngles u[kBatch];
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++)
+    for (int r = 0; r < kBatch; r++)
       if (row0 + r * kUnitRows < rows) u[r] = unit_read(rr, row0 + r * kUnitRows, cc);
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++) {
+    for (int r = 0; r < kBatch; r++) {
       const int row = row0 + r * kUnitRows;
       if (row >= rows) break;
       float s[kUnitPairs], c[kUnitPairs];
@@ -2416,23 +2420,25 @@ constexpr int kAngleRows = 4;
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
-// rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows (from tables kAngleRows at a time). The caller waits for the tiles
-// before and synchronizes the CTA after.
-template <typename L = Swizzled>
+// rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
+// a loading warpgroup's). Every thread keeps one unit column and steps
+// down the rows (from tables kAngleRows at a time). The caller waits for
+// the tiles before and synchronizes the threads after. kBatch: the rows
+// read at once (tables).
+template <typename L = Swizzled, int kBy = kThreads, int kBatch = kAngleRows>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
-                                            const RotaryRows &rr) {
-  constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
-  static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
-  const int cc = threadIdx.x % kUnitsPerRow;
+                                            const RotaryRows &rr, unsigned tid = threadIdx.x) {
+  constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads
+  static_assert(kBy % kUnitsPerRow == 0, "every thread keeps one unit column");
+  const int cc = tid % kUnitsPerRow;
 #pragma unroll 1
-  for (int row0 = threadIdx.x / kUnitsPerRow; row0 < rows; row0 += kAngleRows * kUnitRows) {
-    UnitAngles u[kAngleRows];
+  for (int row0 = tid / kUnitsPerRow; row0 < rows; row0 += kBatch * kUnitRows) {
+    UnitAngles u[kBatch];
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++)
+    for (int r = 0; r < kBatch; r++)
       if (row0 + r * kUnitRows < rows) u[r] = unit_read(rr, row0 + r * kUnitRows, cc);
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++) {
+    for (int r = 0; r < kBatch; r++) {
       const int row = row0 + r * kUnitRows;
       if (row >= rows) break;
       float s[kUnitPairs], c[kUnitPairs];
@@ -3494,23 +3500,25 @@ constexpr int kAngleRows = 4;
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
-// rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows (from tables kAngleRows at a time). The caller waits for the tiles
-// before and synchronizes the CTA after.
-template <typename L = Swizzled>
+// rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
+// a loading warpgroup's). Every thread keeps one unit column and steps
+// down the rows (from tables kAngleRows at a time). The caller waits for
+// the tiles before and synchronizes the threads after. kBatch: the rows
+// read at once (tables).
+template <typename L = Swizzled, int kBy = kThreads, int kBatch = kAngleRows>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
-                                            const RotaryRows &rr) {
-  constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
-  static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
-  const int cc = threadIdx.x % kUnitsPerRow;
+                                            const RotaryRows &rr, unsigned tid = threadIdx.x) {
+  constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads
+  static_assert(kBy % kUnitsPerRow == 0, "every thread keeps one unit column");
+  const int cc = tid % kUnitsPerRow;
 #pragma unroll 1
-  for (int row0 = threadIdx.x / kUnitsPerRow; row0 < rows; row0 += kAngleRows * kUnitRows) {
-    UnitAngles u[kAngleRows];
+  for (int row0 = tid / kUnitsPerRow; row0 < rows; row0 += kBatch * kUnitRows) {
+    UnitAngles u[kBatch];
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++)
+    for (int r = 0; r < kBatch; r++)
       if (row0 + r * kUnitRows < rows) u[r] = unit_read(rr, row0 + r * kUnitRows, cc);
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++) {
+    for (int r = 0; r < kBatch; r++) {
       const int row = row0 + r * kUnitRows;
       if (row >= rows) break;
       float s[kUnitPairs], c[kUnitPairs];
@@ -4572,23 +4580,25 @@ constexpr int kAngleRows = 4;
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
-// rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows (from tables kAngleRows at a time). The caller waits for the tiles
-// before and synchronizes the CTA after.
-template <typename L = Swizzled>
+// rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
+// a loading warpgroup's). Every thread keeps one unit column and steps
+// down the rows (from tables kAngleRows at a time). The caller waits for
+// the tiles before and synchronizes the threads after. kBatch: the rows
+// read at once (tables).
+template <typename L = Swizzled, int kBy = kThreads, int kBatch = kAngleRows>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
-                                            const RotaryRows &rr) {
-  constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
-  static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
-  const int cc = threadIdx.x % kUnitsPerRow;
+                                            const RotaryRows &rr, unsigned tid = threadIdx.x) {
+  constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads
+  static_assert(kBy % kUnitsPerRow == 0, "every thread keeps one unit column");
+  const int cc = tid % kUnitsPerRow;
 #pragma unroll 1
-  for (int row0 = threadIdx.x / kUnitsPerRow; row0 < rows; row0 += kAngleRows * kUnitRows) {
-    UnitAngles u[kAngleRows];
+  for (int row0 = tid / kUnitsPerRow; row0 < rows; row0 += kBatch * kUnitRows) {
+    UnitAngles u[kBatch];
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++)
+    for (int r = 0; r < kBatch; r++)
       if (row0 + r * kUnitRows < rows) u[r] = unit_read(rr, row0 + r * kUnitRows, cc);
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++) {
+    for (int r = 0; r < kBatch; r++) {
       const int row = row0 + r * kUnitRows;
       if (row >= rows) break;
       float s[kUnitPairs], c[kUnitPairs];
@@ -5638,23 +5648,25 @@ constexpr int kAngleRows = 4;
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
-// rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows (from tables kAngleRows at a time). The caller waits for the tiles
-// before and synchronizes the CTA after.
-template <typename L = Swizzled>
+// rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
+// a loading warpgroup's). Every thread keeps one unit column and steps
+// down the rows (from tables kAngleRows at a time). The caller waits for
+// the tiles before and synchronizes the threads after. kBatch: the rows
+// read at once (tables).
+template <typename L = Swizzled, int kBy = kThreads, int kBatch = kAngleRows>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
-                                            const RotaryRows &rr) {
-  constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
-  static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
-  const int cc = threadIdx.x % kUnitsPerRow;
+                                            const RotaryRows &rr, unsigned tid = threadIdx.x) {
+  constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads
+  static_assert(kBy % kUnitsPerRow == 0, "every thread keeps one unit column");
+  const int cc = tid % kUnitsPerRow;
 #pragma unroll 1
-  for (int row0 = threadIdx.x / kUnitsPerRow; row0 < rows; row0 += kAngleRows * kUnitRows) {
-    UnitAngles u[kAngleRows];
+  for (int row0 = tid / kUnitsPerRow; row0 < rows; row0 += kBatch * kUnitRows) {
+    UnitAngles u[kBatch];
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++)
+    for (int r = 0; r < kBatch; r++)
       if (row0 + r * kUnitRows < rows) u[r] = unit_read(rr, row0 + r * kUnitRows, cc);
 #pragma unroll
-    for (int r = 0; r < kAngleRows; r++) {
+    for (int r = 0; r < kBatch; r++) {
       const int row = row0 + r * kUnitRows;
       if (row >= rows) break;
       float s[kUnitPairs], c[kUnitPairs];

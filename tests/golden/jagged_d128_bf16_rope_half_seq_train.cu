@@ -878,17 +878,19 @@ __device__ __forceinline__ void unit_angles(const UnitAngles &u, int cc, float (
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
-// rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows (from tables kAngleRows at a time). The caller waits for the tiles
-// before and synchronizes the CTA after.
-template <typename L = Swizzled>
+// rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
+// a loading warpgroup's). Every thread keeps one unit column and steps
+// down the rows (from tables kAngleRows at a time). The caller waits for
+// the tiles before and synchronizes the threads after. kBatch: the rows
+// read at once (tables).
+template <typename L = Swizzled, int kBy = kThreads, int kBatch = 1>  // (kBatch unused)
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
-                                            const RotaryRows &rr) {
-  constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
-  static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
-  const int cc = threadIdx.x % kUnitsPerRow;
+                                            const RotaryRows &rr, unsigned tid = threadIdx.x) {
+  constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads
+  static_assert(kBy % kUnitsPerRow == 0, "every thread keeps one unit column");
+  const int cc = tid % kUnitsPerRow;
 #pragma unroll 1
-  for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
+  for (int row = tid / kUnitsPerRow; row < rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
     unit_angles(unit_read(rr, row, cc), cc, s, c);
     if (a) rotate_unit<L>(a, row, cc, s, c);
@@ -2280,17 +2282,19 @@ __device__ __forceinline__ void unit_angles(const UnitAngles &u, int cc, float (
 
 // Rotate rows [0, rows) of tile a, and of tile b unless it is null (V
 // beside K: the same rows and angles), in place, in layout L (see
-// rotary_core.cuh). Every thread keeps one unit column and steps down the
-// rows (from tables kAngleRows at a time). The caller waits for the tiles
-// before and synchronizes the CTA after.
-template <typename L = Swizzled>
+// rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
+// a loading warpgroup's). Every thread keeps one unit column and steps
+// down the rows (from tables kAngleRows at a time). The caller waits for
+// the tiles before and synchronizes the threads after. kBatch: the rows
+// read at once (tables).
+template <typename L = Swizzled, int kBy = kThreads, int kBatch = 1>  // (kBatch unused)
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
-                                            const RotaryRows &rr) {
-  constexpr int kUnitRows = kThreads / kUnitsPerRow;  // rows rotated at a time by the CTA
-  static_assert(kThreads % kUnitsPerRow == 0, "every thread keeps one unit column");
-  const int cc = threadIdx.x % kUnitsPerRow;
+                                            const RotaryRows &rr, unsigned tid = threadIdx.x) {
+  constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads
+  static_assert(kBy % kUnitsPerRow == 0, "every thread keeps one unit column");
+  const int cc = tid % kUnitsPerRow;
 #pragma unroll 1
-  for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
+  for (int row = tid / kUnitsPerRow; row < rows; row += kUnitRows) {
     float s[kUnitPairs], c[kUnitPairs];
     unit_angles(unit_read(rr, row, cc), cc, s, c);
     if (a) rotate_unit<L>(a, row, cc, s, c);

@@ -70,7 +70,9 @@ constexpr int kMathThreads = 128 * kWarpgroups;
 static_assert(kWarpgroups == 2 || kWarpgroups == 3,
               "two or three computing warpgroups of 64 rows");
 // setmaxnreg budgets (three: the 65,536 registers over 512 threads)
-constexpr int kLoadRegs = kWarpgroups == 2 ? 56 : 32, kMathRegs = kWarpgroups == 2 ? 224 : 160;
+// (with rotary embeddings the loading thread rotates: 72 and 216)
+constexpr int kLoadRegs = kWarpgroups == 2 ? (0 ? 72 : 56) : 32,
+              kMathRegs = kWarpgroups == 2 ? (0 ? 216 : 224) : 160;
 // setmaxnreg moves registers within what the CTA is launched with: 65,536
 // / kThreads a thread, rounded down to a multiple of 8 (168 for 384).
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
@@ -125,7 +127,14 @@ static_assert(kStages >= 2, "a stage is refilled once its P V has run");
 // it still takes its turns. (The P V of that tile, and any part of the
 // run's tiles, stay whole: see the kernel for why.)
 constexpr bool kSkipDead = 1;
-static_assert(!0, "rotary embeddings take jagged_fwd_sm90.cu");
+// Rotary embeddings: the loading warpgroup waits for each tile's copies,
+// rotates the tile in place and then arrives on its barrier (the copies
+// by cp.async, not TMA: its threads hold the landed rows' chunks), with
+// 72 registers a loading thread and 216 a computing one; the 32 a loading
+// thread has beside three computing warpgroups would not hold it.
+constexpr bool kRotary = 0;
+static_assert(!kRotary || (!kTmaKv && kWarpgroups == 2 && kBlockM == kBlockN),
+              "rotary embeddings: cp.async K, V; two computing warpgroups; one tile layout");
 /* ---- end constants ---- */
 
 /* ---- begin device helpers (mma.sync m16n8k16, cp.async, ldmatrix) ---- */
