@@ -1129,6 +1129,8 @@ void ag_plan_jagged_describe(const ag_plan *plan, const char *prefix, ag_buf *b)
                       "%s  turns on wgmma, each tile's softmax under the products%s\n",
                       prefix, k->threads / 128 - 1, prefix,
                       j->fwd_tma ? "; K, V by TMA" : "");
+        if (j->rotary)
+          ag_buf_printf(b, "%s  the loading warpgroup rotates each landed Q and K, V tile\n", prefix);
         if (j->fwd_tma && j->tma_l2_bytes[0] == 128)
           ag_buf_printf(b, "%s  L2 fetches of 128 bytes (a head's row) on a TMA miss\n", prefix);
         if (j->fwd_skip_dead)
