@@ -182,8 +182,9 @@ enum { SHORT_MEAN_ROWS = 384 };
  * 1.446, 1.38x). */
 enum { CAUSAL64_MEAN_ROWS = 320 };
 
-/* Head dim 64 on sm_90a (not broadcast, no rotary embeddings): the
- * warp-specialized forward too, for runs whose mean query length passes
+/* Head dim 64 on sm_90a (not broadcast; rotary embeddings only with
+ * .sm90_fwd_ws_rotary, and then no 192-row tiles): the warp-specialized
+ * forward too, for runs whose mean query length passes
  * SHORT_MEAN_ROWS (with a causal mask CAUSAL64_MEAN_ROWS); shorter runs
  * keep the mma.sync forward's tiles (plan_forward below) as the short
  * variant. In the dev harness on

@@ -38,7 +38,8 @@
 @#   barrier; a broadcast Q's row i at position i, the table's row i).
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * (BLOCK_M / 64
 @#   + 1) threads and 1 CTA an SM (the registers: 56 a loading thread, 224
-@#   a computing one; with three computing warpgroups 32 and 160), and
+@#   a computing one, with ROTARY 72 and 216; with three computing
+@#   warpgroups 32 and 160), and
 @#   ceil(num_tiles / CTA_ITEMS) CTAs a head.
 /* ---- begin constants ---- */
 constexpr int kHeadDim = @HEAD_DIM@;  // elements per head
@@ -144,9 +145,13 @@ __device__ __forceinline__ void loader_sync() { asm volatile("bar.sync 5, 128;\n
 // and each loading thread arrives on barrier `bar`. b: V beside K, or null.
 __device__ __forceinline__ void rotate_landed(unsigned short *a, unsigned short *b, int rows,
                                               const RotaryRows &rr, unsigned bar) {
+  if (!a && !b) {  // nothing to rotate (the same in every loading thread)
+    mbar_arrive_on_copies(bar);
+    return;
+  }
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   loader_sync();
-  if (a || b) rotate_rows<Swizzled, 128, kLoaderAngleRows>(a, b, rows, rr, threadIdx.x);
+  rotate_rows<Swizzled, 128, kLoaderAngleRows>(a, b, rows, rr, threadIdx.x);
   fence_proxy_async();
   mbar_arrive(bar);
 }
@@ -217,11 +222,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const unsigned full0 = q_empty0 + 8 * kQTiles, empty0 = full0 + 8 * kStages;
   if (threadIdx.x == 0) {
     for (int q = 0; q < kQTiles; q++) {
-      mbar_init(q_full0 + 8 * q, 128);           // every loading thread's copies
+      mbar_init(q_full0 + 8 * q, 128);           // every loading thread's copies (or arrival)
       mbar_init(q_empty0 + 8 * q, kMathThreads);  // every computing thread
     }
     for (int s = 0; s < kStages; s++) {
-      mbar_init(full0 + 8 * s, kTmaKv ? 1 : 128);  // thread 0's expect_tx, or every copy
+      mbar_init(full0 + 8 * s, kTmaKv ? 1 : 128);  // thread 0's expect_tx, or every copy (arrival)
       mbar_init(empty0 + 8 * s, kMathThreads / 32);
     }
     mbar_init_fence();
@@ -289,8 +294,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         g++;
       };
       // With one Q slot, the first K/V tiles go before the wait for it (no
-      // more than kStages: a stage's refill waits only on earlier tiles).
-      const int pre = kQTiles == 2 ? 0 : min(span.n_tiles, kStages);
+      // more than kStages: a stage's refill waits only on earlier tiles);
+      // with rotary embeddings not before a Q that needs no wait (the
+      // loader finishes each tile before the next: Q would wait behind).
+      const int pre = kQTiles == 2 || (kRotary && u < kQTiles) ? 0 : min(span.n_tiles, kStages);
       int i = 0;
 #pragma unroll 1
       for (; i < pre; i++) load_kv(i);

@@ -931,11 +931,11 @@ ag_pma64_d64_bf16_bq_fwd(const unsigned short *__restrict__ q,
   const unsigned full0 = q_empty0 + 8 * kQTiles, empty0 = full0 + 8 * kStages;
   if (threadIdx.x == 0) {
     for (int q = 0; q < kQTiles; q++) {
-      mbar_init(q_full0 + 8 * q, 128);           // every loading thread's copies
+      mbar_init(q_full0 + 8 * q, 128);           // every loading thread's copies (or arrival)
       mbar_init(q_empty0 + 8 * q, kMathThreads);  // every computing thread
     }
     for (int s = 0; s < kStages; s++) {
-      mbar_init(full0 + 8 * s, kTmaKv ? 1 : 128);  // thread 0's expect_tx, or every copy
+      mbar_init(full0 + 8 * s, kTmaKv ? 1 : 128);  // thread 0's expect_tx, or every copy (arrival)
       mbar_init(empty0 + 8 * s, kMathThreads / 32);
     }
     mbar_init_fence();
@@ -981,8 +981,10 @@ ag_pma64_d64_bf16_bq_fwd(const unsigned short *__restrict__ q,
         g++;
       };
       // With one Q slot, the first K/V tiles go before the wait for it (no
-      // more than kStages: a stage's refill waits only on earlier tiles).
-      const int pre = kQTiles == 2 ? 0 : min(span.n_tiles, kStages);
+      // more than kStages: a stage's refill waits only on earlier tiles);
+      // with rotary embeddings not before a Q that needs no wait (the
+      // loader finishes each tile before the next: Q would wait behind).
+      const int pre = kQTiles == 2 || (kRotary && u < kQTiles) ? 0 : min(span.n_tiles, kStages);
       int i = 0;
 #pragma unroll 1
       for (; i < pre; i++) load_kv(i);
