@@ -210,6 +210,10 @@ typedef struct ag_plan_jagged {
    * ends) and its Q slots (2: the next Q lands while this tile runs);
    * fwd_smem_bytes counts fwd_q_tiles Q tiles */
   int fwd_items, fwd_q_tiles;
+  /* fwd_ws with rotary tables: a slot of fwd_block_n table rows in its
+   * shared memory, where the loading warpgroup copies the rows of the tile
+   * it rotates next (fwd_smem_bytes counts them); else 0 */
+  int fwd_table_rows;
   /* fwd_ws: a computing warpgroup issues no product where all its rows
    * are past the query tile's end, and the first K/V tile's S over 64 keys
    * where none of its rows sees past them (SKIP_DEAD) */

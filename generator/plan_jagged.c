@@ -64,6 +64,7 @@ static void set_forward(ag_plan *p, int block_m, int block_n, int warps, int sta
   j->fwd_smem_bytes = forward_smem(p, block_m, stages, block_n);
   j->fwd_min_ctas = min_ctas;
   j->fwd_items = j->fwd_q_tiles = 1;
+  j->fwd_table_rows = 0;
 }
 
 /* The forward variant for few query rows a sequence (at most max_rows):
@@ -95,6 +96,23 @@ static void plan_forward(ag_plan *p) { set_forward(p, 128, 64, 4, 2, 2); }
 static void plan_forward_ws(ag_plan *p) {
   p->jagged.fwd_ws = true;
   set_forward(p, 128, 128, 12, 3, 1);
+}
+
+/* The warp-specialized forward with rotary embeddings from tables
+ * (.sm90_fwd_ws_rotary): the loading warpgroup copies the table rows of
+ * the tile it rotates next into a slot of its own beside its copies of
+ * the tile, so that the rotation reads shared memory, not one L2 round
+ * trip a row after another; the stages drop to what still fits (at head
+ * dim 128 three -> two). */
+static void plan_forward_ws_table(const ag_spec *spec, ag_plan *p) {
+  ag_plan_jagged *j = &p->jagged;
+  if (!j->fwd_ws || spec->rotary.layout == AG_ROTARY_NONE ||
+      spec->rotary.positions != AG_POSITIONS_TABLE)
+    return;
+  j->fwd_table_rows = j->fwd_block_n;
+  const int rows = j->fwd_block_m + j->fwd_table_rows;
+  j->fwd_stages = fitting_stages(p, rows, j->fwd_stages, j->fwd_block_n);
+  j->fwd_smem_bytes = forward_smem(p, rows, j->fwd_stages, j->fwd_block_n);
 }
 
 /* Head dim 64 on the warp-specialized forward, three computing warpgroups
@@ -150,7 +168,7 @@ static void plan_forward_items(ag_plan *p, ag_plan_jagged_choices choices) {
       j->fwd_block_m != 128)
     return;
   const int q_tiles = choices.fwd_q_tiles[hd] == 2 ? 2 : 1;
-  const int q_rows = q_tiles * j->fwd_block_m;
+  const int q_rows = q_tiles * j->fwd_block_m + j->fwd_table_rows;
   const int stages = fitting_stages(p, q_rows, j->fwd_stages, j->fwd_block_n);
   const int bytes = forward_smem(p, q_rows, stages, j->fwd_block_n);
   if (bytes > FWD_SMEM_LIMIT) return; /* no room for the Q slots: one tile a CTA, as planned */
@@ -199,6 +217,7 @@ static bool plan_forward_ws64(const ag_spec *spec, ag_plan *p, ag_plan_jagged_ch
       (spec->causal && !choices.sm90_ws64_causal) || (rotary && !choices.sm90_fwd_ws_rotary))
     return false;
   plan_forward_ws(p);
+  plan_forward_ws_table(spec, p);
   /* 192-row tiles: three computing warpgroups, whose loading threads' 32
    * registers do not hold a rotation */
   const bool wide = choices.sm90_fwd_ws192 && !spec->has_window && !rotary;
@@ -230,7 +249,10 @@ static bool plan_forward_sm90(const ag_spec *spec, ag_plan *p, ag_plan_jagged_ch
     return false;
   p->jagged.fwd_sm90 = true;
   set_forward(p, 128, 128, 8, 3, 1);
-  if (choices.sm90_ws && (!rotary || choices.sm90_fwd_ws_rotary)) plan_forward_ws(p);
+  if (choices.sm90_ws && (!rotary || choices.sm90_fwd_ws_rotary)) {
+    plan_forward_ws(p);
+    plan_forward_ws_table(spec, p);
+  }
   return true;
 }
 
@@ -266,6 +288,7 @@ static bool plan_forward_ws_broadcast(const ag_spec *spec, ag_plan *p,
   plan_forward_ws(p);
   /* .sm90_bq_fwd_deep: six stages of 128 keys, 212,992 bytes */
   if (p->head_dim == 64 && choices.sm90_bq_fwd_deep) set_forward(p, 128, 128, 12, 6, 1);
+  plan_forward_ws_table(spec, p);
   p->jagged.fwd_heads_inner = choices.bq_fwd_heads_inner;
   return true;
 }
@@ -939,6 +962,7 @@ static void add_forward(const ag_spec *spec, ag_plan *plan, const char *name,
     ag_plan_set(k, "TMA_KV", j->fwd_tma);
     ag_plan_set(k, "SKIP_DEAD", j->fwd_skip_dead);
     ag_plan_set(k, "HEADS_INNER", k->walk.heads_inner);
+    ag_plan_set(k, "TABLE_ROWS", long_tiles ? 0 : j->fwd_table_rows);
     if (j->fwd_tma) add_tma_params(plan, k, AG_PARAM_TMAP_K, AG_PARAM_TMAP_V, block_n); /* last */
   }
 }

@@ -15,8 +15,9 @@
 @#   three, one tile a CTA)
 @#   @BLOCK_N@ (keys per KV tile, 64 or 128) @STAGES@ (KV tiles resident,
 @#   >= 2) @CTA_ITEMS@ (query tiles a CTA computes in turn) @Q_TILES@ (Q
-@#   slots, 1 or 2) @SMEM_BYTES@ (= (Q_TILES * BLOCK_M + 2 * STAGES *
-@#   BLOCK_N) * HEAD_DIM * 2)
+@#   slots, 1 or 2) @TABLE_ROWS@ (0, or BLOCK_N with rotary tables: a slot
+@#   for the table rows of the tile rotated next) @SMEM_BYTES@ (= (Q_TILES
+@#   * BLOCK_M + TABLE_ROWS + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2)
 @#   @SCALE_LOG2@ @SCALE_TEXT@ @MMA_TYPE@ @PAIR_TYPE@ @CAUSAL@ @WINDOW@
 @#   @WINDOW_LEFT@ @WINDOW_RIGHT@ @BROADCAST@ (as in jagged_fwd.cu) @ROTARY@
 @#   (true: the loading warpgroup rotates each landed tile, below) @TMA_KV@ @SKIP_DEAD@
@@ -38,7 +39,7 @@
 @#   barrier; a broadcast Q's row i at position i, the table's row i).
 @# Host rule and parameters: as jagged_fwd.cu's, with 128 * (BLOCK_M / 64
 @#   + 1) threads and 1 CTA an SM (the registers: 56 a loading thread, 224
-@#   a computing one, with ROTARY 72 and 216; with three computing
+@#   a computing one, with ROTARY 80 and 208; with three computing
 @#   warpgroups 32 and 160), and
 @#   ceil(num_tiles / CTA_ITEMS) CTAs a head.
 /* ---- begin constants ---- */
@@ -60,9 +61,10 @@ constexpr int kMathThreads = 128 * kWarpgroups;
 static_assert(kWarpgroups == 2 || kWarpgroups == 3,
               "two or three computing warpgroups of 64 rows");
 // setmaxnreg budgets (three: the 65,536 registers over 512 threads)
-// (with rotary embeddings the loading thread rotates: 72 and 216)
-constexpr int kLoadRegs = kWarpgroups == 2 ? (@ROTARY@ ? 72 : 56) : 32,
-              kMathRegs = kWarpgroups == 2 ? (@ROTARY@ ? 216 : 224) : 160;
+// (with rotary embeddings the loading thread rotates: 80 and 208, where
+// ptxas spilled 4-12 bytes of a loading thread at 56 to 72)
+constexpr int kLoadRegs = kWarpgroups == 2 ? (@ROTARY@ ? 80 : 56) : 32,
+              kMathRegs = kWarpgroups == 2 ? (@ROTARY@ ? 208 : 224) : 160;
 // setmaxnreg moves registers within what the CTA is launched with: 65,536
 // / kThreads a thread, rounded down to a multiple of 8 (168 for 384).
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
@@ -76,9 +78,16 @@ constexpr int kItems = @CTA_ITEMS@;
 constexpr int kQTiles = @Q_TILES@;  // Q slots (each also stages its tile's O)
 static_assert(kItems >= 1 && (kQTiles == 1 || kQTiles == 2), "items a CTA; Q slots");
 constexpr int kSmemBytes = @SMEM_BYTES@;  // dynamic shared memory, as planned
+// With rotary tables, a slot (after the K/V stages) where the loading
+// warpgroup copies the table rows of the tile it rotates next, so that the
+// rotation reads shared memory instead of one L2 round trip a row.
+constexpr int kTableRows = @TABLE_ROWS@;
 @include jagged_fwd_sm90_consts.cuh@
-static_assert((kQTiles * kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
-              "the plan's shared memory is the Q tiles and the K/V stages");
+static_assert((kQTiles * kBlockM + kTableRows + 2 * kStages * kBlockN) * kHeadDim * 2 ==
+                  kSmemBytes,
+              "the plan's shared memory is the Q tiles, the table slot and the K/V stages");
+static_assert(kTableRows == 0 || (kTableRows == kBlockN && @ROTARY@),
+              "a table slot of a tile's rows, with rotary embeddings");
 // K and V tiles by TMA (tmap_k, tmap_v: boxes of 64 columns by kBlockN
 // keys, issued by one loading thread on the stage's full barrier) instead
 // of cp.async by the loading warpgroup. Keys past a sequence's end are then
@@ -104,7 +113,7 @@ constexpr int kExp2FmaEvery = @EXP2_FMA_EVERY@;
 // Rotary embeddings: the loading warpgroup waits for each tile's copies,
 // rotates the tile in place and then arrives on its barrier (the copies
 // by cp.async, not TMA: its threads hold the landed rows' chunks), with
-// 72 registers a loading thread and 216 a computing one; the 32 a loading
+// 80 registers a loading thread and 208 a computing one; the 32 a loading
 // thread has beside three computing warpgroups would not hold it.
 constexpr bool kRotary = @ROTARY@;
 static_assert(!kRotary || (!kTmaKv && kWarpgroups == 2 && kBlockM == kBlockN),
@@ -126,10 +135,11 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 
 @include jagged_rotary.cuh@
 
-// Table rows a loading thread reads at once (jagged_rotary.cuh's
-// kAngleRows is for CTA-wide rotations): what its kLoadRegs hold without
-// spilling (ptxas, CUDA 13: two rows of interleaved pairs' words, 4
-// registers a row; one of the half layout's 8).
+// Table rows a loading thread reads at once from global memory where
+// there is no table slot (kTableRows 0; the plan gives every rotary-table
+// forward one): what its registers hold (ptxas, CUDA 13, at 72: two rows
+// of interleaved pairs' words, 4 registers a row; one of the half
+// layout's 8).
 @if ROTARY_HALF@
 constexpr int kLoaderAngleRows = 1;
 @else@
@@ -138,20 +148,64 @@ constexpr int kLoaderAngleRows = 2;
 
 // bar.sync on named barrier 5: the loading warpgroup alone.
 __device__ __forceinline__ void loader_sync() { asm volatile("bar.sync 5, 128;\n" ::: "memory"); }
+@if ROTARY_TABLE@
+
+// sin and cos of unit cc's pairs (see rotary_core.cuh) for row `row` of
+// the table rows staged at `tab` in the tiles' layout.
+__device__ __forceinline__ void staged_angles(const unsigned short *tab, int row, int cc,
+                                              float (&s)[kUnitPairs], float (&c)[kUnitPairs]) {
+@if ROTARY_HALF@
+  // Pairs 8cc .. 8cc + 7: sin is chunk cc of the row, cos chunk cc + kHeadChunks / 2.
+  const uint4 sw = *reinterpret_cast<const uint4 *>(tab + swizzle(row, cc));
+  const uint4 cw = *reinterpret_cast<const uint4 *>(tab + swizzle(row, cc + kHeadChunks / 2));
+  unpack(sw.x, sw.y, sw.z, sw.w, s);
+  unpack(cw.x, cw.y, cw.z, cw.w, c);
+@else@
+  // Pairs 4cc .. 4cc + 3: sin is half cc % 2 of chunk cc / 2 of the row, cos
+  // the same half kHeadChunks / 2 chunks on.
+  const int half = 4 * (cc & 1);
+  const uint2 sw = *reinterpret_cast<const uint2 *>(tab + swizzle(row, cc >> 1) + half);
+  const uint2 cw =
+      *reinterpret_cast<const uint2 *>(tab + swizzle(row, (cc >> 1) + kHeadChunks / 2) + half);
+  unpack(sw.x, sw.y, s);
+  unpack(cw.x, cw.y, c);
+@endif@
+}
+@endif@
 
 // The loading warpgroup's own copies landed (and every other loading
 // thread's, after the barrier): the tile at `tile` (elements) is rotated
-// in place, rows [0, rows) with the angles `rr`, fenced for wgmma's reads,
-// and each loading thread arrives on barrier `bar`. b: V beside K, or null.
+// in place, rows [0, rows), with the angles of the table rows staged at
+// `tab` where there is a table slot (kTableRows), else with `rr`; fenced
+// for wgmma's reads, and each loading thread arrives on barrier `bar`. b:
+// V beside K, or null.
 __device__ __forceinline__ void rotate_landed(unsigned short *a, unsigned short *b, int rows,
-                                              const RotaryRows &rr, unsigned bar) {
+                                              const RotaryRows &rr, const unsigned short *tab,
+                                              unsigned bar) {
   if (!a && !b) {  // nothing to rotate (the same in every loading thread)
     mbar_arrive_on_copies(bar);
     return;
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   loader_sync();
-  rotate_rows<Swizzled, 128, kLoaderAngleRows>(a, b, rows, rr, threadIdx.x);
+@if ROTARY_TABLE@
+  if constexpr (kTableRows > 0) {
+    constexpr int kUnitRows = 128 / kUnitsPerRow;  // rows rotated at a time
+    const int cc = threadIdx.x % kUnitsPerRow;
+#pragma unroll 1
+    for (int row = threadIdx.x / kUnitsPerRow; row < rows; row += kUnitRows) {
+      float s[kUnitPairs], c[kUnitPairs];
+      staged_angles(tab, row, cc, s, c);
+      if (a) rotate_unit<Swizzled>(a, row, cc, s, c);
+      if (b) rotate_unit<Swizzled>(b, row, cc, s, c);
+    }
+    loader_sync();  // the slot's rows read by every loading thread: it may be refilled
+  } else
+@endif@
+  {
+    (void)tab;
+    rotate_rows<Swizzled, 128, kLoaderAngleRows>(a, b, rows, rr, threadIdx.x);
+  }
   fence_proxy_async();
   mbar_arrive(bar);
 }
@@ -218,6 +272,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int h = blockIdx.y;
 @endif@
   const unsigned q_a = smem_addr(smem), kv_a = q_a + kQTiles * kQBytes;
+  // the table slot (kTableRows), after the K/V stages
+  [[maybe_unused]] const unsigned table_a = kv_a + kStages * 2 * kKvBytes;
   const unsigned q_full0 = smem_addr(bars), q_empty0 = q_full0 + 8 * kQTiles;
   const unsigned full0 = q_empty0 + 8 * kQTiles, empty0 = full0 + 8 * kStages;
   if (threadIdx.x == 0) {
@@ -281,12 +337,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 @if ROTARY@
 @if ROTARY_TABLE@
         const RotaryRows rk = {0, rotary_table_k + (span.k_start + n0) * kHeadDim};
+        if (kTableRows > 0 && (kRotateK || kRotateV))
+          load_rows<kBlockN, 128>(table_a, rk.table, kHeadDim, valid);
 @else@
         const RotaryRows rk = {n0, nullptr};
 @endif@
         unsigned short *const tile = smem + (st - q_a) / 2;
         rotate_landed(kRotateK ? tile : nullptr, kRotateV ? tile + kKvBytes / 2 : nullptr, valid,
-                      rk, full0 + 8 * s);
+                      rk, smem + (table_a - q_a) / 2, full0 + 8 * s);
 @else@
         mbar_arrive_on_copies(full0 + 8 * s);
 @endif@
@@ -310,11 +368,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       // sequence.)
 @if ROTARY_TABLE@
       const RotaryRows rq = {0, rotary_table + ((kBroadcast ? 0 : jt.start) + span.m0) * kHeadDim};
+      if (kTableRows > 0 && kRotateQ && span.n_tiles > 0)
+        load_rows<kBlockM, 128>(table_a, rq.table, kHeadDim, span.rows);
 @else@
       const RotaryRows rq = {kBroadcast ? span.m0 : span.m0 + span.shift, nullptr};
 @endif@
       rotate_landed(kRotateQ && span.n_tiles > 0 ? smem + qs * (kQBytes / 2) : nullptr, nullptr,
-                    span.rows, rq, q_full0 + 8 * qs);
+                    span.rows, rq, smem + (table_a - q_a) / 2, q_full0 + 8 * qs);
 @else@
       mbar_arrive_on_copies(q_full0 + 8 * qs);  // at once where nothing was copied
 @endif@

@@ -715,9 +715,10 @@ END_TEST
  * rotary forwards on the warp-specialized kernel (jagged_fwd_ws.cu), whose
  * loading warpgroup rotates each landed tile; jagged at both head dims
  * (no 192-row tiles: two computing warpgroups) and broadcast for n_q > 64;
- * K, V by cp.async (no TMA roles); 72 registers a loading thread and 216 a
- * computing one; no spills, tables or computed positions, either layout,
- * q, k, v too. */
+ * K, V by cp.async (no TMA roles); 80 registers a loading thread and 208 a
+ * computing one; from tables, a slot for a tile's table rows (two K, V
+ * stages at head dim 128); no spills, tables or computed positions, either
+ * layout, q, k, v too. */
 START_TEST(ws_rotary_forward) {
   static const char *const specs[] = {
       /* jagged, head dim 128, causal, half pairs from tables */
@@ -754,6 +755,13 @@ START_TEST(ws_rotary_forward) {
     ck_assert_int_eq(k->walk.rows, 128);
     ck_assert_int_eq(k->tma_rows, 0); /* K, V by cp.async */
     ck_assert(!p.jagged.fwd_tma);
+    const bool table = s.rotary.positions == AG_POSITIONS_TABLE;
+    ck_assert_int_eq(p.jagged.fwd_table_rows, table ? 128 : 0);
+    if (table && s.head_dim == 128) ck_assert_int_eq(p.jagged.fwd_stages, 2);
+    ck_assert_int_eq(k->smem_bytes, (p.jagged.fwd_q_tiles * 128 + p.jagged.fwd_table_rows +
+                                     2 * p.jagged.fwd_stages * 128) *
+                                        s.head_dim * 2);
+    ck_assert_int_le(k->smem_bytes, 227 * 1024 - 1024);
     char *src = NULL;
     ag_error err = {0};
     ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);

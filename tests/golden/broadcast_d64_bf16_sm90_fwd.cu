@@ -53,9 +53,10 @@ constexpr int kMathThreads = 128 * kWarpgroups;
 static_assert(kWarpgroups == 2 || kWarpgroups == 3,
               "two or three computing warpgroups of 64 rows");
 // setmaxnreg budgets (three: the 65,536 registers over 512 threads)
-// (with rotary embeddings the loading thread rotates: 72 and 216)
-constexpr int kLoadRegs = kWarpgroups == 2 ? (0 ? 72 : 56) : 32,
-              kMathRegs = kWarpgroups == 2 ? (0 ? 216 : 224) : 160;
+// (with rotary embeddings the loading thread rotates: 80 and 208, where
+// ptxas spilled 4-12 bytes of a loading thread at 56 to 72)
+constexpr int kLoadRegs = kWarpgroups == 2 ? (0 ? 80 : 56) : 32,
+              kMathRegs = kWarpgroups == 2 ? (0 ? 208 : 224) : 160;
 // setmaxnreg moves registers within what the CTA is launched with: 65,536
 // / kThreads a thread, rounded down to a multiple of 8 (168 for 384).
 static_assert(128 * kLoadRegs + kMathThreads * kMathRegs <=
@@ -69,6 +70,10 @@ constexpr int kItems = 4;
 constexpr int kQTiles = 2;  // Q slots (each also stages its tile's O)
 static_assert(kItems >= 1 && (kQTiles == 1 || kQTiles == 2), "items a CTA; Q slots");
 constexpr int kSmemBytes = 131072;  // dynamic shared memory, as planned
+// With rotary tables, a slot (after the K/V stages) where the loading
+// warpgroup copies the table rows of the tile it rotates next, so that the
+// rotation reads shared memory instead of one L2 round trip a row.
+constexpr int kTableRows = 0;
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "this forward is planned for sm_90a only (wgmma)"
 #endif
@@ -92,8 +97,11 @@ constexpr int kQBytes = kBlockM * kHeadDim * 2;  // the Q tile (and the O stagin
 constexpr int kKvBytes = kBlockN * kHeadDim * 2;  // one K or V tile
 constexpr int kStepOverRows = 16 * kRowBytes;  // a k16 step over 16 rows (MN-major)
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-static_assert((kQTiles * kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 == kSmemBytes,
-              "the plan's shared memory is the Q tiles and the K/V stages");
+static_assert((kQTiles * kBlockM + kTableRows + 2 * kStages * kBlockN) * kHeadDim * 2 ==
+                  kSmemBytes,
+              "the plan's shared memory is the Q tiles, the table slot and the K/V stages");
+static_assert(kTableRows == 0 || (kTableRows == kBlockN && 0),
+              "a table slot of a tile's rows, with rotary embeddings");
 // K and V tiles by TMA (tmap_k, tmap_v: boxes of 64 columns by kBlockN
 // keys, issued by one loading thread on the stage's full barrier) instead
 // of cp.async by the loading warpgroup. Keys past a sequence's end are then
@@ -113,7 +121,7 @@ constexpr bool kSkipDead = 1;
 // Rotary embeddings: the loading warpgroup waits for each tile's copies,
 // rotates the tile in place and then arrives on its barrier (the copies
 // by cp.async, not TMA: its threads hold the landed rows' chunks), with
-// 72 registers a loading thread and 216 a computing one; the 32 a loading
+// 80 registers a loading thread and 208 a computing one; the 32 a loading
 // thread has beside three computing warpgroups would not hold it.
 constexpr bool kRotary = 0;
 static_assert(!kRotary || (!kTmaKv && kWarpgroups == 2 && kBlockM == kBlockN),
@@ -927,6 +935,8 @@ ag_pma64_d64_bf16_bq_fwd(const unsigned short *__restrict__ q,
   // heads inner: CTA x is head x % heads of item x / heads
   const int h = (int)(blockIdx.x % (unsigned)heads);
   const unsigned q_a = smem_addr(smem), kv_a = q_a + kQTiles * kQBytes;
+  // the table slot (kTableRows), after the K/V stages
+  [[maybe_unused]] const unsigned table_a = kv_a + kStages * 2 * kKvBytes;
   const unsigned q_full0 = smem_addr(bars), q_empty0 = q_full0 + 8 * kQTiles;
   const unsigned full0 = q_empty0 + 8 * kQTiles, empty0 = full0 + 8 * kStages;
   if (threadIdx.x == 0) {
