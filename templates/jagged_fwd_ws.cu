@@ -86,8 +86,8 @@ constexpr int kTableRows = @TABLE_ROWS@;
 static_assert((kQTiles * kBlockM + kTableRows + 2 * kStages * kBlockN) * kHeadDim * 2 ==
                   kSmemBytes,
               "the plan's shared memory is the Q tiles, the table slot and the K/V stages");
-static_assert(kTableRows == 0 || (kTableRows == kBlockN && @ROTARY@),
-              "a table slot of a tile's rows, with rotary embeddings");
+static_assert(kTableRows == (@ROTARY@ && @ROTARY_TABLE@ ? kBlockN : 0),
+              "a table slot of a tile's rows, with rotary tables");
 // K and V tiles by TMA (tmap_k, tmap_v: boxes of 64 columns by kBlockN
 // keys, issued by one loading thread on the stage's full barrier) instead
 // of cp.async by the loading warpgroup. Keys past a sequence's end are then
@@ -135,17 +135,6 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 
 @include jagged_rotary.cuh@
 
-// Table rows a loading thread reads at once from global memory where
-// there is no table slot (kTableRows 0; the plan gives every rotary-table
-// forward one): what its registers hold (ptxas, CUDA 13, at 72: two rows
-// of interleaved pairs' words, 4 registers a row; one of the half
-// layout's 8).
-@if ROTARY_HALF@
-constexpr int kLoaderAngleRows = 1;
-@else@
-constexpr int kLoaderAngleRows = 2;
-@endif@
-
 // bar.sync on named barrier 5: the loading warpgroup alone.
 __device__ __forceinline__ void loader_sync() { asm volatile("bar.sync 5, 128;\n" ::: "memory"); }
 @if ROTARY_TABLE@
@@ -176,7 +165,7 @@ __device__ __forceinline__ void staged_angles(const unsigned short *tab, int row
 // The loading warpgroup's own copies landed (and every other loading
 // thread's, after the barrier): the tile at `tile` (elements) is rotated
 // in place, rows [0, rows), with the angles of the table rows staged at
-// `tab` where there is a table slot (kTableRows), else with `rr`; fenced
+// `tab` (ROTARY_TABLE: the table slot), else computed from `rr`; fenced
 // for wgmma's reads, and each loading thread arrives on barrier `bar`. b:
 // V beside K, or null.
 __device__ __forceinline__ void rotate_landed(unsigned short *a, unsigned short *b, int rows,
@@ -189,7 +178,8 @@ __device__ __forceinline__ void rotate_landed(unsigned short *a, unsigned short 
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   loader_sync();
 @if ROTARY_TABLE@
-  if constexpr (kTableRows > 0) {
+  (void)rr;
+  {
     constexpr int kUnitRows = 128 / kUnitsPerRow;  // rows rotated at a time
     const int cc = threadIdx.x % kUnitsPerRow;
 #pragma unroll 1
@@ -200,12 +190,11 @@ __device__ __forceinline__ void rotate_landed(unsigned short *a, unsigned short 
       if (b) rotate_unit<Swizzled>(b, row, cc, s, c);
     }
     loader_sync();  // the slot's rows read by every loading thread: it may be refilled
-  } else
-@endif@
-  {
-    (void)tab;
-    rotate_rows<Swizzled, 128, kLoaderAngleRows>(a, b, rows, rr, threadIdx.x);
   }
+@else@
+  (void)tab;
+  rotate_rows<Swizzled, 128>(a, b, rows, rr, threadIdx.x);
+@endif@
   fence_proxy_async();
   mbar_arrive(bar);
 }

@@ -881,9 +881,8 @@ __device__ __forceinline__ void unit_angles(const UnitAngles &u, int cc, float (
 // rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
 // a loading warpgroup's). Every thread keeps one unit column and steps
 // down the rows (from tables kAngleRows at a time). The caller waits for
-// the tiles before and synchronizes the threads after. kBatch: the rows
-// read at once (tables).
-template <typename L = Swizzled, int kBy = kThreads, int kBatch = 1>  // (kBatch unused)
+// the tiles before and synchronizes the threads after.
+template <typename L = Swizzled, int kBy = kThreads>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
                                             const RotaryRows &rr, unsigned tid = threadIdx.x) {
   constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads
@@ -2285,9 +2284,8 @@ __device__ __forceinline__ void unit_angles(const UnitAngles &u, int cc, float (
 // rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
 // a loading warpgroup's). Every thread keeps one unit column and steps
 // down the rows (from tables kAngleRows at a time). The caller waits for
-// the tiles before and synchronizes the threads after. kBatch: the rows
-// read at once (tables).
-template <typename L = Swizzled, int kBy = kThreads, int kBatch = 1>  // (kBatch unused)
+// the tiles before and synchronizes the threads after.
+template <typename L = Swizzled, int kBy = kThreads>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
                                             const RotaryRows &rr, unsigned tid = threadIdx.x) {
   constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads

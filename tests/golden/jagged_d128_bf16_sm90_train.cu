@@ -117,8 +117,8 @@ static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 static_assert((kQTiles * kBlockM + kTableRows + 2 * kStages * kBlockN) * kHeadDim * 2 ==
                   kSmemBytes,
               "the plan's shared memory is the Q tiles, the table slot and the K/V stages");
-static_assert(kTableRows == 0 || (kTableRows == kBlockN && 0),
-              "a table slot of a tile's rows, with rotary embeddings");
+static_assert(kTableRows == (0 && 0 ? kBlockN : 0),
+              "a table slot of a tile's rows, with rotary tables");
 // K and V tiles by TMA (tmap_k, tmap_v: boxes of 64 columns by kBlockN
 // keys, issued by one loading thread on the stage's full barrier) instead
 // of cp.async by the loading warpgroup. Keys past a sequence's end are then

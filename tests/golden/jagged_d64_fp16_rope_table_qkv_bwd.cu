@@ -761,22 +761,21 @@ constexpr int kAngleRows = 4;
 // rotary_core.cuh), by the kBy threads tid = 0 .. kBy - 1 (the CTA's, or
 // a loading warpgroup's). Every thread keeps one unit column and steps
 // down the rows (from tables kAngleRows at a time). The caller waits for
-// the tiles before and synchronizes the threads after. kBatch: the rows
-// read at once (tables).
-template <typename L = Swizzled, int kBy = kThreads, int kBatch = kAngleRows>
+// the tiles before and synchronizes the threads after.
+template <typename L = Swizzled, int kBy = kThreads>
 __device__ __forceinline__ void rotate_rows(unsigned short *a, unsigned short *b, int rows,
                                             const RotaryRows &rr, unsigned tid = threadIdx.x) {
   constexpr int kUnitRows = kBy / kUnitsPerRow;  // rows rotated at a time by the threads
   static_assert(kBy % kUnitsPerRow == 0, "every thread keeps one unit column");
   const int cc = tid % kUnitsPerRow;
 #pragma unroll 1
-  for (int row0 = tid / kUnitsPerRow; row0 < rows; row0 += kBatch * kUnitRows) {
-    UnitAngles u[kBatch];
+  for (int row0 = tid / kUnitsPerRow; row0 < rows; row0 += kAngleRows * kUnitRows) {
+    UnitAngles u[kAngleRows];
 #pragma unroll
-    for (int r = 0; r < kBatch; r++)
+    for (int r = 0; r < kAngleRows; r++)
       if (row0 + r * kUnitRows < rows) u[r] = unit_read(rr, row0 + r * kUnitRows, cc);
 #pragma unroll
-    for (int r = 0; r < kBatch; r++) {
+    for (int r = 0; r < kAngleRows; r++) {
       const int row = row0 + r * kUnitRows;
       if (row >= rows) break;
       float s[kUnitPairs], c[kUnitPairs];
