@@ -440,6 +440,12 @@ typedef struct ag_plan_jagged_choices {
    * wgmma kernel (templates/broadcast_bwd_keys.cu, with sm90_bq_bwd on
    * sm_90a, no rotary embeddings): no 32-row variant, the 64-row one on it */
   bool bq_sm90_keys;
+  /* the one-pass broadcast backward with rotary embeddings on the 128-row
+   * wgmma kernel (templates/broadcast_bwd_sm90.cu: the copying threads
+   * rotate their own pieces of Q and each K, V tile, the key warpgroup
+   * dK, dV back) where a 64-column part of dK holds each pair (the
+   * interleaved layout, or head dim 64) */
+  bool bq_sm90_rotary;
   /* the broadcast forward for every n_q on the warp-specialized kernel
    * (where it is planned): no 32-row variant for n_q <= 64 */
   bool bq_fwd_ws_small;

@@ -350,7 +350,9 @@ static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_
    * tile as it lands and dK (dV) back in registers, a warp's columns of
    * them: only where each pair is in one warp (the interleaved layout, or
    * a warp holding every column: 16 * warps == 64 keys). The wgmma
-   * kernel does not rotate; the 128-row mma.sync one does, one CTA an SM
+   * kernel rotates with .bq_sm90_rotary where a 64-column part of dK
+   * holds each pair (not the half layout at head dim 128); the 128-row
+   * mma.sync one does, one CTA an SM
    * (at head dim 64 two would leave 128 registers a thread: ptxas spilled
    * 104 bytes with rotary; at 128 its shared memory allows one anyway).
    * The split kernels take the rest. */
@@ -359,11 +361,16 @@ static void plan_backward_fused(const ag_spec *spec, ag_plan *p, ag_plan_jagged_
   for (int i = 0, v = 0; i < AG_FUSED_VARIANTS; i++) {
     const int m = 32 << i, n = 64;
     if (m == 32 && choices.bq_m32_warps[d] == 0) continue;
-    const bool sm90_kernel = choices.sm90_bq_bwd && spec->arch == AG_ARCH_SM90A && !rotary;
+    const bool sm90_rotary =
+        choices.bq_sm90_rotary && (spec->rotary.layout != AG_ROTARY_HALF || !d);
+    const bool sm90_kernel =
+        choices.sm90_bq_bwd && spec->arch == AG_ARCH_SM90A && (!rotary || sm90_rotary);
     const int warps = m == 32 ? choices.bq_m32_warps[d] : m / 16; /* the mma.sync kernel's */
-    if (rotary && spec->rotary.layout == AG_ROTARY_HALF && warps * 16 != n) continue;
+    if (rotary && spec->rotary.layout == AG_ROTARY_HALF && warps * 16 != n &&
+        !(m == 128 && sm90_kernel))
+      continue;
     if (m < 128 && sm90_kernel && choices.bq_sm90_small) continue;
-    const bool keys = m < 128 && sm90_kernel && choices.bq_sm90_keys;
+    const bool keys = m < 128 && sm90_kernel && choices.bq_sm90_keys && !rotary;
     if (keys && m == 32) continue; /* n_q <= 32 on the 64-row keys kernel too */
     const bool sm90 = m == 128 && sm90_kernel;
     const int stages = keys        ? (d ? bq_keys_stages_d128 : bq_keys_stages_d64)
@@ -798,6 +805,14 @@ static const ag_plan_jagged_choices jagged_checked = {
      * (float64 at n_q 1 to 64, causal, memcheck) and 13-19% slower: about
      * 10 us a 128-key tile an SM, against the tree's 8.5. Off. */
     .bq_sm90_keys = false,
+    /* Rotary embeddings on the 128-row wgmma backward (64 < n_q <= 128)
+     * instead of the 128-row mma.sync kernel (interleaved) or the split
+     * kernels (the half layout): session 43 measured the fused broadcast
+     * rotary forward + backward at n_q 128 1.38-1.48x the time of the
+     * unfused route (a rotary pass, then the non-rotary kernels, the
+     * backward on wgmma). Written in session 44; ptxas and the CPU suites
+     * only. Off until run. */
+    .bq_sm90_rotary = false,
     /* n_q <= 64 on the broadcast warp-specialized forward too, its one
      * query tile of 128 rows holding n_q real ones (SKIP_DEAD: the second
      * warpgroup computes nothing where n_q <= 64), K and V by TMA, instead

@@ -75,6 +75,185 @@ static_assert(kRowsAt + 8 * kBlockM == kSmemBytes,
 // 1024-byte aligned: the 128-byte swizzle's 8-row atoms start at
 // multiples of 1024.
 extern __shared__ __align__(1024) unsigned short smem[];
+@if ROTARY@
+
+@include jagged_rotary.cuh@
+
+/* ---- begin rotary embeddings in this kernel ----
+ * Every copying thread rotates the rows it copied itself (load_rows'
+ * assignment: piece c = tid % kPieces of rows tid / kPieces + kCopyRowStep
+ * i), once its own copies landed, and then arrives on the tile's barrier
+ * in place of its copies: no thread waits for another's, so the two
+ * query warpgroups still need not meet. A tile is rotated under the dQ
+ * product of the tile its copy started in (kStages - 1 tiles ahead of its
+ * use), its table rows prefetched to L2 with the copy. In the half
+ * layout a piece's partner (kPieces / 2 pieces on, the same row) is lane
+ * ^ kPieces / 2's. The key warpgroup rotates dK (dV) back in registers;
+ * the slab's dQ partial stays rotated for _dq_sum (as broadcast_bwd.cu). */
+constexpr int kCopyRowStep = kCopyThreads / kPieces;  // rows one pass of the copiers covers
+// A K, V tile's pieces a thread rotates with their angles' loads in flight
+// together: all (2 or 4), but one at a time in the half layout (head dim
+// 64), where ptxas spilled with two. Holding a tile's angles from its copy
+// to its rotation spilled too.
+constexpr int kTileGroup = @ROTARY_HALF@ ? 1 : kBlockN / kCopyRowStep;
+static_assert(kCopyThreads % kPieces == 0 && 32 % kPieces == 0,
+              "a piece's partner in the half layout is in the same warp");
+static_assert(!@ROTARY_HALF@ || kHalves == 1,
+              "the half layout's pairs in one 64-column part of dK (head dim 64)");
+
+// ld.shared.v4.u32 / st.shared.v4.u32 at a 32-bit shared address (a
+// piece of a tile; 32-bit addresses hold fewer registers than generic
+// pointers).
+__device__ __forceinline__ uint4 piece_load(unsigned a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ void piece_store(unsigned a, const uint4 &v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// Rotate in place piece c (unit cc) of row `row` of the kRows-row
+// matrices at shared address `at`, by angles u.
+template <int kRows>
+__device__ __forceinline__ void rotate_piece(unsigned at, int row, int c, int cc,
+                                             const UnitAngles &u) {
+  const unsigned p =
+      at + (c >> 3) * (kRows * kRowBytes) + row * kRowBytes + (((c & 7) ^ (row & 7)) << 4);
+  float s[kUnitPairs], cs[kUnitPairs];
+  unit_angles(u, cc, s, cs);
+@if ROTARY_HALF@
+  // the partner piece, kPieces / 2 on in the same row: lane ^ kPieces / 2's
+  const uint4 w = piece_load(p);
+  uint4 o;
+  o.x = __shfl_xor_sync(~0u, w.x, kPieces / 2);
+  o.y = __shfl_xor_sync(~0u, w.y, kPieces / 2);
+  o.z = __shfl_xor_sync(~0u, w.z, kPieces / 2);
+  o.w = __shfl_xor_sync(~0u, w.w, kPieces / 2);
+  const bool low = c < kPieces / 2;  // this piece holds the pairs' first elements
+  uint4 x0 = low ? w : o, x1 = low ? o : w;
+  rotate_halves(x0.x, x1.x, s[0], cs[0], s[1], cs[1]);
+  rotate_halves(x0.y, x1.y, s[2], cs[2], s[3], cs[3]);
+  rotate_halves(x0.z, x1.z, s[4], cs[4], s[5], cs[5]);
+  rotate_halves(x0.w, x1.w, s[6], cs[6], s[7], cs[7]);
+  piece_store(p, low ? x0 : x1);
+@else@
+  uint4 w = piece_load(p);
+  w.x = rotate_pair(w.x, s[0], cs[0]);
+  w.y = rotate_pair(w.y, s[1], cs[1]);
+  w.z = rotate_pair(w.z, s[2], cs[2]);
+  w.w = rotate_pair(w.w, s[3], cs[3]);
+  piece_store(p, w);
+@endif@
+}
+
+@if ROTARY_TABLE@
+// Start bringing the table rows of this thread's pieces of a kRows-row
+// tile (rows before `rows`) into L2 (prefetch.global.L2, PTX ISA 9.7.9.15):
+// of each row's kHeadDim / 64 lines of 128 bytes, piece c < kHeadDim / 64
+// asks for line c.
+template <int kRows>
+__device__ __forceinline__ void prefetch_angles(const RotaryRows &rr, int rows) {
+  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces;
+  if (c >= kHeadDim / 64) return;
+#pragma unroll
+  for (int i = 0; i < kRows / kCopyRowStep; i++) {
+    const int row = row0 + i * kCopyRowStep;
+    if (row < rows)
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(rr.table + (long long)row * kHeadDim + 64 * c));
+  }
+}
+
+@endif@
+// Rotate in place the pieces this thread copied of the kRows-row matrices
+// at shared address `at`, reading the angles (from `rr`; rows before
+// `rows` real) of kGroup pieces at a time, their loads in flight together.
+// Rows past the real ones are zeros and stay so (rotated by the last real
+// row's angles: no branch, as in unrotate_part). The caller waited for
+// its copies; fences and arrives after.
+template <int kRows, int kGroup>
+__device__ __forceinline__ void rotate_copied(unsigned at, const RotaryRows &rr, int rows) {
+  const int row0 = threadIdx.x / kPieces, c = threadIdx.x % kPieces, cc = c % kUnitsPerRow;
+  static_assert(kRows / kCopyRowStep % kGroup == 0, "whole groups");
+#pragma unroll 1
+  for (int i0 = 0; i0 < kRows / kCopyRowStep; i0 += kGroup) {
+    UnitAngles u[kGroup];
+#pragma unroll
+    for (int k = 0; k < kGroup; k++)
+      u[k] = unit_read(rr, min(row0 + (i0 + k) * kCopyRowStep, rows - 1), cc);
+#pragma unroll
+    for (int k = 0; k < kGroup; k++)
+      rotate_piece<kRows>(at, row0 + (i0 + k) * kCopyRowStep, c, cc, u[k]);
+  }
+}
+
+// sin and cos of pairs 2w and 2w + 1 of tile row `row`: one 32-bit word
+// of each half of its table row (pair_angle reads 16-bit values: ptxas
+// spilled with those in the key warpgroup), or computed.
+__device__ __forceinline__ void word_angles(const RotaryRows &rr, int row, int w, float (&s)[2],
+                                            float (&c)[2]) {
+@if ROTARY_TABLE@
+  const unsigned *t = reinterpret_cast<const unsigned *>(rr.table + (long long)row * kHeadDim);
+  unpack2(__ldg(t + w), s[0], s[1]);
+  unpack2(__ldg(t + kHeadDim / 4 + w), c[0], c[1]);
+@else@
+  rotary_sincos((float)(rr.pos0 + row) * kRotaryTurns[2 * w], s[0], c[0]);
+  rotary_sincos((float)(rr.pos0 + row) * kRotaryTurns[2 * w + 1], s[1], c[1]);
+@endif@
+}
+
+// Rotate the key warpgroup's 64-column part hh of dK (dV) back, pair by
+// pair as unrotate_rows: rows row0 + g (+ 8) of the key tile, columns 64
+// hh + 8 j + 2 tq + e in the wgmma C layout. Rows from `rows` on are not
+// stored: they are rotated too, by the last real row's angles (no branch
+// around the accumulator's registers: ptxas spilled hundreds of bytes
+// with one, the two warpgroups' budgets as they are).
+__device__ __forceinline__ void unrotate_part(float (&acc)[8][4], int hh, int row0, int rows,
+                                              const RotaryRows &rr) {
+  const int tq = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++) {
+    const int row = min(row0 + g + 8 * hi, rows - 1);
+@if ROTARY_HALF@
+    (void)hh;
+    // column 8j + 2tq + e of n-tile j < 4 pairs with the same column of
+    // n-tile j + 4 (head dim 64): pair 8j + 2tq + e, of word 4j + tq
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      float s[2], c[2];
+      word_angles(rr, row, 4 * j + tq, s, c);
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const float x0 = acc[j][2 * hi + e], x1 = acc[j + 4][2 * hi + e];
+        acc[j][2 * hi + e] = x0 * c[e] + x1 * s[e];
+        acc[j + 4][2 * hi + e] = x1 * c[e] - x0 * s[e];
+      }
+    }
+@else@
+    // columns 8j + 2tq, + 1 of the part: pair 32 hh + 4j + tq (from
+    // tables, of word 16 hh + 2j + tq / 2)
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      float sn, cn;
+@if ROTARY_TABLE@
+      float s[2], c[2];
+      word_angles(rr, row, 16 * hh + 2 * j + (tq >> 1), s, c);
+      sn = tq & 1 ? s[1] : s[0];
+      cn = tq & 1 ? c[1] : c[0];
+@else@
+      rotary_sincos((float)(rr.pos0 + row) * kRotaryTurns[32 * hh + 4 * j + tq], sn, cn);
+@endif@
+      const float x0 = acc[j][2 * hi], x1 = acc[j][2 * hi + 1];
+      acc[j][2 * hi] = x0 * cn + x1 * sn;
+      acc[j][2 * hi + 1] = x1 * cn - x0 * sn;
+    }
+@endif@
+  }
+}
+/* ---- end rotary embeddings in this kernel ---- */
+@endif@
 
 /* ---- begin the tile's products ---- */
 // d = X Y^T over the head: X this warpgroup's 64 query rows (64 wg..) of Q
@@ -147,6 +326,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 @KERNEL_NAME@(@PARAMS@) {
   (void)dq;
   if (batch <= 0 || kv_heads != heads) return;
+@if ROTARY@
+  const RotaryTables tables = @ROTARY_TABLES@;
+@endif@
   // full[slot], empty[slot] of the P, dS slots (the query threads stored
   // P and dS; the key warpgroup is done with them), then of the K, V slots
   // (each copying thread's copies landed; each query thread is done with
@@ -213,6 +395,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
             wgmma_wait<0>();
             wgmma_hold(acc);
             if (t == 2 * kHalves - 1) mbar_arrive(empty0 + 8 * x);  // P and dS are read
+@if ROTARY@
+            if (is_k ? kRotateK : kRotateV)  // of the unrotated K (V)
+              unrotate_part(acc, hh, 16 * (warp & 3), nk,
+                            rotary_rows(tables.k, sp.k_start + k0, k0));
+@endif@
             store_rows(acc, is_k ? kScale : 1.f, 16 * (warp & 3), nk,
                        (is_k ? dk_head : dv_head) + k0 * stride + 64 * hh, stride);
           }
@@ -227,6 +414,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   bool q_loaded = false;
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
+@if ROTARY@
+    if (!q_loaded) {
+      // Q first, rotated (row i at position i, or the table's row i): each
+      // thread its own pieces once its copies landed; its fence and
+      // arrivals after the first tiles' rotation order them for wgmma.
+      // (Rotated beside the first tiles, inside the walk, ptxas spilled.)
+      load_rows<kBlockM>(q_a, q + (long long)h * kHeadDim, stride, mq);
+      if constexpr (kRotateQ) {
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        rotate_copied<kBlockM, 2>(q_a, rotary_rows(tables.q, 0, 0), mq);
+      }
+      q_loaded = true;
+    }
+@endif@
     float acc_q[kHalves][8][4];  // this warp's dQ, over the slab
 #pragma unroll
     for (int hh = 0; hh < kHalves; hh++)
@@ -257,7 +458,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       // kStages there; each copying thread arrives on the slot's full
       // barrier when its copies (with the first, Q's and dO's) land.
       const long long n0 = n;  // the sequence's first tile, of the CTA's
+@if ROTARY@
+      // With rotary embeddings a thread arrives on the full barrier of a
+      // tile it rotates (and of the first tiles, after Q) once it has
+      // rotated its pieces, not when its copies land.
+      constexpr bool kRotateKV = kRotateK || kRotateV;
+      auto tile_rows = [&](int t) {  // where tile t's keys' angles come from
+        const long long k0 = (sp.kt0 + t) * kBlockN;
+        return rotary_rows(tables.k, sp.k_start + k0, k0);
+      };
+@endif@
+@if ROTARY@
+      auto load_tile_kv = [&](int t, bool arrive) {
+@else@
       auto load_tile_kv = [&](int t) {
+@endif@
         const long long m = n0 + t;
         const int x = (int)(m % kStages);
         if (m >= kStages) mbar_wait(kv_empty0 + 8 * x, (unsigned)(m / kStages - 1) & 1);
@@ -266,14 +481,50 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         const unsigned slot = ring_a + x * 2 * kKBytes;
         load_rows<kBlockN>(slot, sp.k + k0 * stride, stride, nk);
         load_rows<kBlockN>(slot + kKBytes, sp.v + k0 * stride, stride, nk);
+@if ROTARY@
+        if (arrive) mbar_arrive_on_copies(kv_full0 + 8 * x);
+@else@
         mbar_arrive_on_copies(kv_full0 + 8 * x);
+@endif@
       };
 #pragma unroll 1
+@if ROTARY@
+      for (int t = 0; t < kStages - 1 && t < sp.n_steps; t++) {
+        load_tile_kv(t, false);
+@if ROTARY_TABLE@
+        if constexpr (kRotateKV)
+          prefetch_angles<kBlockN>(tile_rows(t), (int)min((long long)kBlockN,
+                                                          sp.k_len - (sp.kt0 + t) * kBlockN));
+@endif@
+      }
+@else@
       for (int t = 0; t < kStages - 1 && t < sp.n_steps; t++) load_tile_kv(t);
+@endif@
       // D of this warp's rows from memory while the tiles land.
       row_stats(o, dout, lse, nullptr, sp.o_row, stride, (long long)h * total_q + sp.q_start, mq,
                 row0, lse_s, di_s);
       __syncwarp();
+@if ROTARY@
+      {
+        // This thread's copies of dO and the first tiles landed: it
+        // rotates its pieces of the tiles, fences them (and Q's) for
+        // wgmma and arrives on the tiles' barriers.
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+#pragma unroll 1
+        for (int t = 0; t < kStages - 1 && t < sp.n_steps; t++)
+          if constexpr (kRotateKV) {
+            const int nk = (int)min((long long)kBlockN, sp.k_len - (sp.kt0 + t) * kBlockN);
+            const unsigned slot = ring_a + (unsigned)((n0 + t) % kStages) * 2 * kKBytes;
+            if constexpr (kRotateK) rotate_copied<kBlockN, kTileGroup>(slot, tile_rows(t), nk);
+            if constexpr (kRotateV)
+              rotate_copied<kBlockN, kTileGroup>(slot + kKBytes, tile_rows(t), nk);
+          }
+        fence_proxy_async();
+#pragma unroll
+        for (int t = 0; t < kStages - 1; t++)
+          if (t < sp.n_steps) mbar_arrive(kv_full0 + 8 * (unsigned)((n0 + t) % kStages));
+      }
+@endif@
       const float lse_lo = lse_s[row0 + g], lse_hi = lse_s[row0 + g + 8];
       const float d_lo = di_s[row0 + g], d_hi = di_s[row0 + g + 8];
 
@@ -283,7 +534,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         // query warpgroups are done with it), then wait for this one; the
         // two warpgroups need not meet otherwise, so that one's softmax can
         // run under the other's products.
+@if ROTARY@
+        // (its pieces rotated by this thread at the end of this tile)
+        const bool ahead = i + kStages - 1 < sp.n_steps;
+        if (ahead) load_tile_kv(i + kStages - 1, !kRotateKV);
+@if ROTARY_TABLE@
+        if (kRotateKV && ahead)
+          prefetch_angles<kBlockN>(tile_rows(i + kStages - 1),
+                                   (int)min((long long)kBlockN,
+                                            sp.k_len - (sp.kt0 + i + kStages - 1) * kBlockN));
+@endif@
+@else@
         if (i + kStages - 1 < sp.n_steps) load_tile_kv(i + kStages - 1);
+@endif@
         const int kx = (int)(n % kStages);
         mbar_wait(kv_full0 + 8 * kx, (unsigned)(n / kStages) & 1);
         // the copies (and with the sequence's first tile Q's and dO's) are
@@ -316,6 +579,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         wgmma_fence();  // ds16 is read by the dQ product
         issue_dq_rs(acc_q, ds16, k_a);
         wgmma_commit();
+@if ROTARY@
+        if (kRotateKV && ahead) {
+          // Under the dQ product: rotate this thread's pieces of the tile
+          // whose copy started above, once they landed, and arrive on its
+          // barrier.
+          const int t = i + kStages - 1;
+          const int nk1 = (int)min((long long)kBlockN, sp.k_len - (sp.kt0 + t) * kBlockN);
+          const unsigned slot = ring_a + (unsigned)((n0 + t) % kStages) * 2 * kKBytes;
+          asm volatile("cp.async.wait_all;\n" ::: "memory");
+          if constexpr (kRotateK) rotate_copied<kBlockN, kTileGroup>(slot, tile_rows(t), nk1);
+          if constexpr (kRotateV)
+            rotate_copied<kBlockN, kTileGroup>(slot + kKBytes, tile_rows(t), nk1);
+          fence_proxy_async();
+          mbar_arrive(kv_full0 + 8 * (unsigned)((n0 + t) % kStages));
+        }
+@endif@
         wgmma_wait<0>();
 #pragma unroll
         for (int hh = 0; hh < kHalves; hh++) wgmma_hold(acc_q[hh]);

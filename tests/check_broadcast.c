@@ -711,6 +711,75 @@ START_TEST(sm90_rotary_forward) {
 }
 END_TEST
 
+/* The plan choice .bq_sm90_rotary (off until it has run on a GPU): the
+ * broadcast backward with rotary embeddings for 64 < n_q <= 128 on the
+ * wgmma kernel (broadcast_bwd_sm90.cu): the copying threads rotate their
+ * own pieces of Q and of each K (V) tile, the key warpgroup dK (dV) back.
+ * Where a 64-column part of dK holds each pair: interleaved at both head
+ * dims, half at 64; the half layout at 128 keeps its kernels. The same
+ * shared memory as without rotary; no spills (non-causal: the causal
+ * kernel spills without rotary too, 360 bytes with CUDA 13.0). */
+START_TEST(sm90_rotary_backward) {
+  static const struct {
+    int dim;
+    const char *extra;
+    bool sm90;
+  } cases[] = {
+      {128, "rotary:\n  layout: interleaved\n  apply_to: [q, k]\n  positions: table\n", true},
+      {128, "rotary:\n  layout: interleaved\n  apply_to: [q, k]\n  positions: sequence\n", true},
+      {64, "rotary:\n  layout: interleaved\n  apply_to: [q, k]\n  positions: table\n", true},
+      {64, "rotary:\n  layout: half\n  apply_to: [q, k]\n  positions: table\n", true},
+      {64, "rotary:\n  layout: half\n  apply_to: [q, k, v]\n  positions: sequence\n", true},
+      {64, "rotary:\n  layout: half\n  apply_to: [q]\n  positions: sequence\n", true},
+      {128, "rotary:\n  layout: half\n  apply_to: [q, k]\n  positions: table\n", false},
+  };
+  char *dir = ag_test_dump_begin("attngen-bq90rope");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char extra[256];
+    snprintf(extra, sizeof extra, "arch: sm_90a\n%s", cases[i].extra);
+    ag_spec s = bf16_spec(cases[i].dim, extra, true);
+    ag_plan_jagged_choices c = ag_plan_jagged_checked();
+    ck_assert(!c.bq_sm90_rotary);
+    ag_plan off, p;
+    plan_with(&s, c, &off);
+    c.bq_sm90_rotary = true;
+    plan_with(&s, c, &p);
+    const ag_plan_kernel *m128 = NULL;
+    for (int k = 0; k < off.nkernels; k++)
+      ck_assert(!off.kernels[k].template_file ||
+                strcmp(off.kernels[k].template_file, "broadcast_bwd_sm90.cu") != 0);
+    for (int k = 0; k < p.nkernels; k++)
+      if (p.kernels[k].template_file &&
+          !strcmp(p.kernels[k].template_file, "broadcast_bwd_sm90.cu"))
+        m128 = &p.kernels[k];
+    ck_assert_msg((m128 != NULL) == cases[i].sm90, "case %zu", i);
+    const int v128 = ag_plan_variant(&p, AG_PASS_BACKWARD, 128, 4, 4);
+    if (!cases[i].sm90) {
+      ck_assert_int_eq(p.nkernels, off.nkernels);
+      ck_assert_int_eq(v128, ag_plan_variant(&off, AG_PASS_BACKWARD, 128, 4, 4));
+      continue;
+    }
+    ck_assert_int_eq(m128->variant, v128);
+    ck_assert_int_eq(ag_plan_variant(&p, AG_PASS_BACKWARD, 65, 4, 4), v128);
+    ck_assert_int_ne(ag_plan_variant(&p, AG_PASS_BACKWARD, 64, 4, 4), v128);
+    ck_assert_int_eq(m128->threads, 384);
+    ck_assert_int_eq(m128->min_ctas_per_sm, 1);
+    const int stages = cases[i].dim == 128 ? 3 : 4, dim = cases[i].dim;
+    ck_assert_int_eq(m128->smem_bytes, 4 * dim * (128 + stages * 64) + 8 * 128 * 64 + 8 * 128);
+    char *src = NULL;
+    ag_error err = {0};
+    ck_assert_msg(ag_emit_plan(&s, &p, &src, &err) == AG_OK, "%s", err.message);
+    ck_assert_ptr_nonnull(strstr(src, "rotate_copied<kBlockM, 2>(q_a, rotary_rows(tables.q, 0, 0)"));
+    ck_assert_ptr_nonnull(strstr(src, "unrotate_part(acc, hh, 16 * (warp & 3), nk,"));
+    char what[32];
+    snprintf(what, sizeof what, " (case %zu)", i);
+    no_spills(src, p.kernels[0].name, m128->name, dir, what);
+    free(src);
+  }
+  ag_test_dump_end(dir);
+}
+END_TEST
+
 /* The plan choice .sm90_fwd_ws_rotary (off until it has run on a GPU):
  * rotary forwards on the warp-specialized kernel (jagged_fwd_ws.cu), whose
  * loading warpgroup rotates each landed tile; jagged at both head dims
@@ -1152,6 +1221,7 @@ Suite *broadcast_suite(void) {
   tcase_add_test(tc, keys_backward);
   tcase_add_test(tc, sm90_rotary_forward);
   tcase_add_test(tc, ws_rotary_forward);
+  tcase_add_test(tc, sm90_rotary_backward);
   tcase_add_test(tc, deep_forward);
   tcase_add_test(tc, heads_inner_forward);
   tcase_add_test(tc, items_forward);
