@@ -415,16 +415,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 #pragma unroll 1
   for (long long slab = blockIdx.x; slab < slabs; slab += gridDim.x) {
 @if ROTARY@
-    if (!q_loaded) {
+    if (kRotateQ && !q_loaded) {
       // Q first, rotated (row i at position i, or the table's row i): each
       // thread its own pieces once its copies landed; its fence and
       // arrivals after the first tiles' rotation order them for wgmma.
       // (Rotated beside the first tiles, inside the walk, ptxas spilled.)
       load_rows<kBlockM>(q_a, q + (long long)h * kHeadDim, stride, mq);
-      if constexpr (kRotateQ) {
-        asm volatile("cp.async.wait_all;\n" ::: "memory");
-        rotate_copied<kBlockM, 2>(q_a, rotary_rows(tables.q, 0, 0), mq);
-      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+      rotate_copied<kBlockM, 2>(q_a, rotary_rows(tables.q, 0, 0), mq);
       q_loaded = true;
     }
 @endif@

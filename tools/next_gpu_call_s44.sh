@@ -14,7 +14,8 @@
 #     positions (interleaved 128; half 64 on q alone), causal on k and v
 #     (fp16), lengths [0, 1300] (empty sequences) and [1, 300] (length 1);
 #     memcheck and racecheck of q1 on three; then forward + backward ms of
-#     q0 and q1, batch 1152, 4 heads, two rounds; last
+#     q0 and q1, batch 1152, 4 heads, two rounds (and of a spec without
+#     rotary, the same kernels in both: what rotary costs); last
 #     bench/broadcast_rotary.py on q1's library.
 source .devdeps/env.sh || exit 1
 out=${OUT:-/tmp}
@@ -49,6 +50,7 @@ case "${1:-}" in
     spec bq128s 128 interleaved "[q, k]" sequence
     spec bqkv 128 interleaved "[k, v]" table true fp16
     spec bq64q 64 half "[q]" sequence
+    printf 'name: bqplain\npattern: jagged\nquery: broadcast\nhead_dim: 128\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' > $R/bqplain.yaml
     source tools/fwd_ab.sh
     plan_save
     lib_as() {  # build/attngen and the library of the edited plan as $R/$1, the plan restored
@@ -89,6 +91,7 @@ case "${1:-}" in
     times bq64half 0 1024 128
     times bq128s 0 1024 100
     times bq128 2048 4096 128
+    times bqplain 0 1024 128  # no rotary: the same kernels in q0 and q1, the cost of rotary
     echo "=== broadcast_rotary.py on q1 $(date +%T)"
     ATTNGEN_LIB=$R/q1/libattngen.so PYTHONPATH=bindings/python${PYTHONPATH:+:$PYTHONPATH} \
       timeout 150 python3 bench/broadcast_rotary.py --out "$out/broadcast_rotary-q1.md"
