@@ -84,9 +84,9 @@ extern __shared__ __align__(1024) unsigned short smem[];
  * assignment: piece c = tid % kPieces of rows tid / kPieces + kCopyRowStep
  * i), once its own copies landed, and then arrives on the tile's barrier
  * in place of its copies: no thread waits for another's, so the two
- * query warpgroups still need not meet. A tile is rotated under the dQ
- * product of the tile its copy started in (kStages - 1 tiles ahead of its
- * use), its table rows prefetched to L2 with the copy. In the half
+ * query warpgroups still need not meet. A tile is rotated under a dQ
+ * product (kRotateLag tiles after its copy started, kStages - 1 tiles
+ * ahead of its use), its table rows prefetched to L2 with the copy. In the half
  * layout a piece's partner (kPieces / 2 pieces on, the same row) is lane
  * ^ kPieces / 2's. The key warpgroup rotates dK (dV) back in registers;
  * the slab's dQ partial stays rotated for _dq_sum (as broadcast_bwd.cu). */
@@ -96,6 +96,11 @@ constexpr int kCopyRowStep = kCopyThreads / kPieces;  // rows one pass of the co
 // 64), where ptxas spilled with two. Holding a tile's angles from its copy
 // to its rotation spilled too.
 constexpr int kTileGroup = @ROTARY_HALF@ ? 1 : kBlockN / kCopyRowStep;
+// Tiles between a K, V tile's copy and its rotation: with three stages or
+// more a tile is rotated a tile after its copy started (its use is two or
+// more tiles on), so that the copy has a whole tile to land; with two, in
+// the tile its copy started in.
+constexpr int kRotateLag = kStages >= 3 ? 1 : 0;
 static_assert(kCopyThreads % kPieces == 0 && 32 % kPieces == 0,
               "a piece's partner in the half layout is in the same warp");
 static_assert(!@ROTARY_HALF@ || kHalves == 1,
@@ -161,8 +166,8 @@ __device__ __forceinline__ void prefetch_angles(const RotaryRows &rr, int rows) 
 #pragma unroll
   for (int i = 0; i < kRows / kCopyRowStep; i++) {
     const int row = row0 + i * kCopyRowStep;
-    if (row < rows)
-      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(rr.table + (long long)row * kHeadDim + 64 * c));
+    const unsigned short *line = rr.table + (long long)row * kHeadDim + 64 * c;
+    if (row < rows) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(line));
   }
 }
 
@@ -536,6 +541,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         // (its pieces rotated by this thread at the end of this tile)
         const bool ahead = i + kStages - 1 < sp.n_steps;
         if (ahead) load_tile_kv(i + kStages - 1, !kRotateKV);
+        if constexpr (kRotateKV && kRotateLag == 1) cp_async_commit();  // (maybe empty)
 @if ROTARY_TABLE@
         if (kRotateKV && ahead)
           prefetch_angles<kBlockN>(tile_rows(i + kStages - 1),
@@ -578,14 +584,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         issue_dq_rs(acc_q, ds16, k_a);
         wgmma_commit();
 @if ROTARY@
-        if (kRotateKV && ahead) {
-          // Under the dQ product: rotate this thread's pieces of the tile
-          // whose copy started above, once they landed, and arrive on its
-          // barrier.
-          const int t = i + kStages - 1;
+        // the tile whose copy started kRotateLag tiles ago (if it did)
+        const int t = i + kStages - 1 - kRotateLag;
+        if (kRotateKV && i >= kRotateLag && t < sp.n_steps) {
+          // Under the dQ product: rotate this thread's pieces of tile t,
+          // once they landed (the group of this tile's copy, if any, may
+          // still be in flight), and arrive on its barrier.
           const int nk1 = (int)min((long long)kBlockN, sp.k_len - (sp.kt0 + t) * kBlockN);
           const unsigned slot = ring_a + (unsigned)((n0 + t) % kStages) * 2 * kKBytes;
-          asm volatile("cp.async.wait_all;\n" ::: "memory");
+          if constexpr (kRotateLag == 1) cp_async_wait<1>();
+          else asm volatile("cp.async.wait_all;\n" ::: "memory");
           if constexpr (kRotateK) rotate_copied<kBlockN, kTileGroup>(slot, tile_rows(t), nk1);
           if constexpr (kRotateV)
             rotate_copied<kBlockN, kTileGroup>(slot + kKBytes, tile_rows(t), nk1);
