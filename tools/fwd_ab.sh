@@ -12,7 +12,7 @@
 #     n_q NQ for broadcast specs; median of 20 CUDA-event timings, float64-
 #     checked) by /tmp/fi/V/attngen for each V of VARIANTS in turn, $ROUNDS
 #     rounds (default 1); one line a shape, "(FAIL)" after a failed check.
-#   plan_save, plan_edit, build_as, timed, float64, memcheck (moved here
+#   plan_save, plan_edit, build_as, lib_as, timed, float64, memcheck (moved here
 #     from next_gpu_call_s36.sh in session 39), racecheck, compile_variants
 #     (each says what it does): a plan choice's variants built side by
 #     side, compiled and checked; they write logs to $out.
@@ -67,6 +67,14 @@ build_as() {
   rm -f build/generator/plan_jagged.o  # a warm machine may hold a newer one
   make -j16 build/attngen > "$out/build-$1.log" 2>&1 || { tail -20 "$out/build-$1.log"; exit 1; }
   mkdir -p /tmp/fi/$1 && cp build/attngen /tmp/fi/$1/
+  cp /tmp/plan_jagged.c.orig $P
+}
+# lib_as V: the edited plan's CLI and library built as $R/V (R set by the
+# caller), then the source restored
+lib_as() {
+  rm -f build/generator/plan_jagged.o
+  make -j16 build/attngen build/libattngen.so > "$out/build-$1.log" 2>&1 || { tail -20 "$out/build-$1.log"; exit 1; }
+  mkdir -p $R/$1 && cp build/attngen build/libattngen.so $R/$1/
   cp /tmp/plan_jagged.c.orig $P
 }
 # timed SPEC BATCH LO HI NQ(or -) "VARIANTS" PATTERN: one line, the time

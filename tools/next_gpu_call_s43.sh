@@ -139,12 +139,6 @@ case "${1:-}" in
     printf 'name: bqc\npattern: jagged\nquery: broadcast\ncausal: true\nhead_dim: 128\ndtype: fp16\nrotary:\n  layout: half\n  apply_to: [k]\n  positions: sequence\npasses: [forward]\n' > $R/bqc.yaml
     source tools/fwd_ab.sh
     plan_save
-    lib_as() {  # build/attngen and the library of the edited plan as $R/$1, the plan restored
-      rm -f build/generator/plan_jagged.o
-      make -j16 build/attngen build/libattngen.so > "$out/build-$1.log" 2>&1 || { tail -20 "$out/build-$1.log"; exit 1; }
-      mkdir -p $R/$1 && cp build/attngen build/libattngen.so $R/$1/
-      cp /tmp/plan_jagged.c.orig $P
-    }
     lib_as w0
     plan_edit 's/^    \.sm90_fwd_ws_rotary = false,/    .sm90_fwd_ws_rotary = true,/' '^    \.sm90_fwd_ws_rotary = true,'
     lib_as w1

@@ -55,12 +55,6 @@ case "${1:-}" in
     printf 'name: bqplain\npattern: jagged\nquery: broadcast\nhead_dim: 128\ndtype: bf16\narch: sm_90a\npasses: [forward, backward]\n' > $R/bqplain.yaml
     source tools/fwd_ab.sh
     plan_save
-    lib_as() {  # build/attngen and the library of the edited plan as $R/$1, the plan restored
-      rm -f build/generator/plan_jagged.o
-      make -j16 build/attngen build/libattngen.so > "$out/build-$1.log" 2>&1 || { tail -20 "$out/build-$1.log"; exit 1; }
-      mkdir -p $R/$1 && cp build/attngen build/libattngen.so $R/$1/
-      cp /tmp/plan_jagged.c.orig $P
-    }
     lib_as q0
     plan_edit 's/^    \.bq_sm90_rotary = false,/    .bq_sm90_rotary = true,/' '^    \.bq_sm90_rotary = true,'
     lib_as q1
